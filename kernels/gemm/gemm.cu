@@ -1,0 +1,198 @@
+/*
+ * MKX plain GEMM: host launcher of the Hopper engine (gemm_engine.cuh) with trivial hooks.
+ * C interface in gemm_engine.h.
+ */
+#include "gemm_engine.h"
+#include "gemm_engine.cuh"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <atomic>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+using namespace mkx::gemm;
+
+namespace {
+
+constexpr int kGroupM = 16;   // tile rows per L2 group in the default tile order
+
+template <int BN, int STAGES, bool BKM, bool F16, typename OutT, bool EPI_TMA>
+__global__ void __launch_bounds__(kThreads, 1)
+    mkx_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                    const __grid_constant__ CUtensorMap tmC, OutT *c, int64_t ldc, int M, int N, int K, int tiles_m,
+                    int tiles_n, int group_m) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  typedef Config<BN, STAGES, BKM, F16> Cfg;
+  GroupedTileOrder order{tiles_m, tiles_n, group_m};
+  NoLoadGate gate;
+  if constexpr (EPI_TMA) {
+    StoreCTma<OutT> epi{&tmC};
+    run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
+  } else {
+    StoreC<OutT> epi{c, ldc};
+    run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
+  }
+#endif
+}
+
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+std::atomic<EncodeTiledFn> g_encode{nullptr};
+
+EncodeTiledFn get_encode() {
+  EncodeTiledFn f = g_encode.load(std::memory_order_acquire);
+  if (f) return f;
+  void *p = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) return nullptr;
+  f = reinterpret_cast<EncodeTiledFn>(p);
+  g_encode.store(f, std::memory_order_release);
+  return f;
+}
+
+/* 2-D tensor {inner, outer}, row stride ld elements, box {128 bytes of inner, box_outer},
+ * 128B swizzle. */
+int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_t inner, int64_t outer, int64_t ld, int box_outer) {
+  EncodeTiledFn enc = get_encode();
+  if (!enc) return MKX_GEMM_ETMAP;
+  const int esz = dtype == MKX_GEMM_FP32 ? 4 : 2;
+  const CUtensorMapDataType dt = dtype == MKX_GEMM_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+  cuuint64_t strides[1] = {(cuuint64_t)(ld * esz)};
+  cuuint32_t box[2] = {(cuuint32_t)(128 / esz), (cuuint32_t)box_outer};
+  cuuint32_t estr[2] = {1u, 1u};
+  CUresult r = enc(map, dt, 2,
+                   const_cast<void *>(ptr), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : MKX_GEMM_ETMAP;
+}
+
+int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int epi_direct() {   /* MKX_GEMM_EPI=direct selects the direct-store epilogue (for comparison) */
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("MKX_GEMM_EPI");
+    v = (e && !strcmp(e, "direct")) ? 1 : 0;
+  }
+  return v;
+}
+
+template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
+int launch(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
+  typedef Config<BN, STAGES, BKM, F16> Cfg;
+  CUtensorMap tmA, tmB, tmC;
+  const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
+  int rc = make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
+  if (rc) return rc;
+  if (BKM) rc = make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN);
+  else rc = make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
+  if (rc) return rc;
+  rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  if (rc) return rc;
+  const int tiles_m = (int)cdiv(d->m, kBM), tiles_n = (int)cdiv(d->n, BN);
+  const int tiles = tiles_m * tiles_n;
+  if (ctas > tiles) ctas = tiles;
+  auto kern = epi_direct() ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, false>
+                           : mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, true>;
+  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
+  if (e != cudaSuccess) return (int)e;
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (OutT *)d->c, d->ldc, (int)d->m, (int)d->n, (int)d->k,
+                                               tiles_m, tiles_n, kGroupM < tiles_m ? kGroupM : tiles_m);
+  e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+template <int BN, int STAGES, bool BKM, bool F16>
+int launch_out(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
+  switch (d->c_type) {
+    case MKX_GEMM_BF16: return launch<BN, STAGES, BKM, F16, __nv_bfloat16>(d, ctas, s);
+    case MKX_GEMM_FP16: return launch<BN, STAGES, BKM, F16, __half>(d, ctas, s);
+    case MKX_GEMM_FP32: return launch<BN, STAGES, BKM, F16, float>(d, ctas, s);
+  }
+  return MKX_GEMM_EINVAL;
+}
+
+template <int BN, int STAGES>
+int launch_tile(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
+  const bool f16 = d->ab_type == MKX_GEMM_FP16;
+  if (d->b_kmajor) return f16 ? launch_out<BN, STAGES, true, true>(d, ctas, s) : launch_out<BN, STAGES, true, false>(d, ctas, s);
+  return f16 ? launch_out<BN, STAGES, false, true>(d, ctas, s) : launch_out<BN, STAGES, false, false>(d, ctas, s);
+}
+
+int g_is_sm90[64];   // 0 unknown, 1 yes, 2 no
+
+}  // namespace
+
+extern "C" int mkx_gemm_supported(const mkx_gemm_desc *d, const char **why) {
+  const char *w = nullptr;
+  if (!d) w = "null descriptor";
+  else if (d->ab_type != MKX_GEMM_BF16 && d->ab_type != MKX_GEMM_FP16) w = "A/B type must be bf16 or fp16";
+  else if (d->c_type != MKX_GEMM_BF16 && d->c_type != MKX_GEMM_FP16 && d->c_type != MKX_GEMM_FP32) w = "C type must be bf16, fp16 or fp32";
+  else if (d->m < 0 || d->n < 0 || d->k < 0) w = "negative size";
+  else if (d->m >= (1ll << 31) || d->n >= (1ll << 31) || d->k >= (1ll << 31)) w = "size >= 2^31";
+  else if (d->n % 8 || d->k % 8) w = "n and k must be multiples of 8";
+  else if (d->m > 0 && d->n > 0 && (!d->c)) w = "null C";
+  else if (d->m > 0 && d->n > 0 && d->k > 0 && (!d->a || !d->b)) w = "null A or B";
+  else if (d->lda < d->k || d->ldc < d->n || d->ldb < (d->b_kmajor ? d->k : d->n)) w = "leading dimension too small";
+  else if (d->lda % 8 || d->ldb % 8 || d->ldc % 8) w = "lda, ldb, ldc must be multiples of 8";
+  else if (((uintptr_t)d->a | (uintptr_t)d->b | (uintptr_t)d->c) & 15) w = "A, B, C must be 16-byte aligned";
+  else if (d->tile_override < 0 || d->tile_override > 2) w = "bad tile_override";
+  else if (d->num_ctas < 0) w = "num_ctas < 0";
+  else if ((uint64_t)cdiv(d->m, kBM) * (uint64_t)cdiv(d->n, 128) >= (1ull << 31)) w = "too many tiles";
+  if (why) *why = w ? w : "ok";
+  return w ? 0 : 1;
+}
+
+extern "C" int mkx_gemm_pick_tile(const mkx_gemm_desc *d, int num_sms) {
+  if (d->tile_override == MKX_GEMM_TILE_128x128 || d->tile_override == MKX_GEMM_TILE_128x256) return d->tile_override;
+  int ctas = d->num_ctas > 0 ? d->num_ctas : num_sms;
+  if (ctas < 1) ctas = 1;
+  if (d->n <= 128) return MKX_GEMM_TILE_128x128;
+  const int64_t tm = cdiv(d->m, kBM);
+  const int64_t t256 = tm * cdiv(d->n, 256), t128 = tm * cdiv(d->n, 128);
+  /* time ~ waves x tile area; the 128-wide tile runs ~12% slower per flop (more smem traffic per
+   * wgmma, more epilogue per flop) */
+  const double c256 = (double)cdiv(t256, ctas) * 256.0;
+  const double c128 = (double)cdiv(t128, ctas) * 128.0 * 1.12;
+  return c128 < c256 ? MKX_GEMM_TILE_128x128 : MKX_GEMM_TILE_128x256;
+}
+
+extern "C" int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s) {
+  if (!mkx_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
+  if (d->m == 0 || d->n == 0) return 0;
+  const int esz = d->c_type == MKX_GEMM_FP32 ? 4 : 2;
+  if (d->k == 0) {
+    cudaError_t e = cudaMemset2DAsync(d->c, (size_t)d->ldc * esz, 0, (size_t)d->n * esz, (size_t)d->m, s);
+    return e == cudaSuccess ? 0 : (int)e;
+  }
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return (int)e;
+  if (dev < 0 || dev >= 64 || g_is_sm90[dev] == 0) {
+    int major = 0;
+    e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    if (e != cudaSuccess) return (int)e;
+    if (dev >= 0 && dev < 64) g_is_sm90[dev] = major == 9 ? 1 : 2;
+    if (major != 9) return MKX_GEMM_ENODEV;
+  } else if (g_is_sm90[dev] == 2) {
+    return MKX_GEMM_ENODEV;
+  }
+  int sms = d->num_ctas;
+  if (sms <= 0) {
+    e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (e != cudaSuccess) return (int)e;
+  }
+  const int tile = mkx_gemm_pick_tile(d, sms);
+  if (tile == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, sms, s);
+  return launch_tile<128, 6>(d, sms, s);
+}

@@ -1,0 +1,556 @@
+/*
+ * MKX Hopper GEMM engine (sm_90a): device-side templates.
+ *
+ *   C[M x N] = A[M x K] * B[K x N], bf16/fp16 operands, fp32 accumulation.
+ *
+ * Structure (one CTA = 384 threads = 3 warpgroups, one CTA per SM):
+ *   warpgroup 0      producer: setmaxnreg 40; one elected thread walks this CTA's tiles and, for
+ *                    each 64-wide K block, waits on the stage's "empty" mbarrier, arms the "full"
+ *                    mbarrier with the byte count and issues TMA loads (cp.async.bulk.tensor, 128B
+ *                    swizzle, zero fill out of bounds) for the A and B slabs of the stage.
+ *   warpgroups 1, 2  consumers: setmaxnreg 232; each owns 64 rows x BN columns of the 128 x BN
+ *                    tile, waits on "full", issues 4 wgmma m64nBNk16 per stage (fp32 registers),
+ *                    keeps one wgmma group in flight and releases the previous stage to the
+ *                    producer (one arrive per warp on "empty").  After the last K block the
+ *                    epilogue hook gets the accumulators.
+ *   Persistent: CTA `cta_rank` of `num_ctas` handles linear tiles cta_rank, cta_rank+num_ctas, ...
+ *   The smem ring (STAGES deep) and its phases run on across tiles, so the producer prefetches the
+ *   next tile while the consumers run the epilogue.
+ *
+ * Hooks (all device functors, passed by reference; see the default ones below):
+ *   TileOrder  : int num_tiles() const; void get(int idx, int &tile_m, int &tile_n) const;
+ *   LoadGate   : void wait_rows(int tile_m, int row0, int nrows);  called by the single producer
+ *                thread before it issues the first TMA load of A rows [row0, row0+nrows) of a tile
+ *                (e.g. spin on a ready flag written by a peer GPU, with acquire semantics).
+ *   Epilogue   : template <int BN> void operator()(const TileCtx &t, float (&acc)[BN / 2]);
+ *                called by all 128 threads of each consumer warpgroup once per tile; t gives the
+ *                tile, the warpgroup's first row/column, its 16 KB staging smem, a warpgroup
+ *                barrier and helpers that map accumulator index to (row, col) within the tile.
+ *                void finish(const TileCtx &t): called by every consumer thread after its last
+ *                tile (wait for outstanding bulk stores there).
+ *                Provided: StoreCTma (smem staging + TMA stores, used by the plain GEMM) and
+ *                StoreC (masked direct stores, any alignment of ldc that is even).
+ *
+ * Composition rules for a fused kernel that calls run_engine():
+ *   - threads [0, 384) of the block run the engine (threadIdx.x 0..127 producer, 128..383
+ *     consumers); further warps (384+) are free for other roles but must not use named barriers
+ *     1..3 (the engine's);
+ *   - launch with __launch_bounds__(384 + extra, 1) and the dynamic smem of Cfg::SMEM_BYTES;
+ *   - tensor maps made by mkx_gemm_make_tmaps-style host code (see gemm.cu) as __grid_constant__.
+ */
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+namespace mkx {
+namespace gemm {
+
+constexpr int kBM = 128;                 // tile rows (2 consumer warpgroups x 64)
+constexpr int kBK = 64;                  // K block: 64 x 2 bytes = one 128-byte swizzle row
+constexpr int kThreads = 384;            // producer WG + 2 consumer WGs
+constexpr int kConsumerWGs = 2;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr int kBarInit = 1;              // named barrier ids used by the engine
+constexpr int kBarConsumerWG = 2;        // 2 + consumer warpgroup (2 and 3): 128-thread barriers
+
+template <int BN_, int STAGES_, bool B_KMAJOR_, bool FP16_>
+struct Config {
+  static constexpr int BN = BN_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr bool B_KMAJOR = B_KMAJOR_;   // B stored N x K (K contiguous) if true, K x N if false
+  static constexpr bool FP16 = FP16_;           // operands fp16 (else bf16)
+  static constexpr int ACC = BN / 2;            // fp32 accumulators per consumer thread
+  static constexpr uint32_t A_BYTES = kBM * kBK * 2;
+  static constexpr uint32_t B_BYTES = BN * kBK * 2;
+  static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
+  // Epilogue staging: per consumer warpgroup two 64 x 128-byte buffers (8 KB each, 128B swizzle),
+  // used by the TMA-store epilogue (StoreCTma); other epilogues may use it as scratch.
+  static constexpr uint32_t EPI_BYTES_PER_WG = 2 * 64 * 128;
+  static constexpr uint32_t EPI_BYTES = kConsumerWGs * EPI_BYTES_PER_WG;
+  static constexpr uint32_t BAR_BYTES = 1024;
+  // +1024 so the ring can be aligned to 1024 bytes (128B-swizzle atoms) whatever the base.
+  static constexpr uint32_t SMEM_BYTES = STAGES * STAGE_BYTES + EPI_BYTES + BAR_BYTES + 1024;
+  static_assert(BN == 128 || BN == 256, "BN must be 128 or 256");
+  static_assert(SMEM_BYTES <= 232448, "too much shared memory");
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* PTX wrappers                                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+__device__ __forceinline__ uint32_t smem_u32(const void *p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t *bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred P1;\n"
+      "LAB_WAIT:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n"
+      "@P1 bra DONE;\n"
+      "bra LAB_WAIT;\n"
+      "DONE:\n}\n" ::"r"(smem_u32(bar)),
+      "r"(parity)
+      : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0, int c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory"); }
+template <int N>
+__device__ __forceinline__ void bulk_wait() { asm volatile("cp.async.bulk.wait_group %0;" ::"n"(N) : "memory"); }
+__device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+__device__ __forceinline__ void st_shared_b32(uint32_t addr, uint32_t v) {
+  asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2f(uint32_t addr, float a, float b) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
+}
+__device__ __forceinline__ void prefetch_tmap(const CUtensorMap *map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+__device__ __forceinline__ void named_bar_sync(int id, int nthreads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(nthreads) : "memory");
+}
+template <int R>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R)); }
+template <int R>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R)); }
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void wgmma_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory"); }
+
+template <int N>
+__device__ __forceinline__ void pin_acc(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* smem matrix descriptor, 128-byte swizzle. */
+__device__ __forceinline__ uint64_t make_desc(uint32_t saddr, uint32_t lbo, uint32_t sbo) {
+  uint64_t d = 0;
+  d |= (uint64_t)((saddr & 0x3FFFF) >> 4);
+  d |= (uint64_t)((lbo & 0x3FFFF) >> 4) << 16;
+  d |= (uint64_t)((sbo & 0x3FFFF) >> 4) << 32;
+  d |= 1ull << 62;
+  return d;
+}
+
+/* wgmma m64nNk16, fp32 accumulators, A and B from shared memory (generated). */
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16_bf16(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+    "{\n.reg .pred p;\n"
+    "setp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+    "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n128k16_f16(float (&d)[64], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+    "{\n.reg .pred p;\n"
+    "setp.ne.b32 p, %66, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63"
+    "}, %64, %65, p, 1, 1, 0, %67;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+    : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16_bf16(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+    "{\n.reg .pred p;\n"
+    "setp.ne.b32 p, %130, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+    "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+    "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+    : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+template <int TRANS_B>
+__device__ __forceinline__ void wgmma_m64n256k16_f16(float (&d)[128], uint64_t da, uint64_t db, int scale_d) {
+  asm volatile(
+    "{\n.reg .pred p;\n"
+    "setp.ne.b32 p, %130, 0;\n"
+    "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {"
+    "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+    "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+    "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+    "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+    "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,"
+    "%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+    "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,"
+    "%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+    "}, %128, %129, p, 1, 1, 0, %131;\n}\n"
+    : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
+      "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
+      "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
+      "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
+      "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
+      "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
+      "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
+      "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
+      "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
+    : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));
+}
+
+
+template <int BN, bool FP16, int TRANS_B>
+__device__ __forceinline__ void wgmma_tile(float (&d)[BN / 2], uint64_t da, uint64_t db, int scale_d) {
+  if constexpr (BN == 256) {
+    if constexpr (FP16) wgmma_m64n256k16_f16<TRANS_B>(d, da, db, scale_d);
+    else wgmma_m64n256k16_bf16<TRANS_B>(d, da, db, scale_d);
+  } else {
+    if constexpr (FP16) wgmma_m64n128k16_f16<TRANS_B>(d, da, db, scale_d);
+    else wgmma_m64n128k16_bf16<TRANS_B>(d, da, db, scale_d);
+  }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Hooks                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Per-tile information handed to the epilogue hook. Accumulator i of thread `lane_in_wg` (0..127)
+ * holds element (row0 + acc_row(i), col0 + acc_col(i)) of C.  Accumulators come in pairs
+ * (2j, 2j+1) of adjacent columns. */
+struct TileCtx {
+  int tile_m, tile_n;   // tile coordinates
+  int row0, col0;       // first row / column of this warpgroup's 64 x BN sub-tile in C
+  int M, N;             // problem size (for masking)
+  int wg;               // consumer warpgroup 0 or 1
+  int tid;              // thread index within the warpgroup, 0..127
+  uint8_t *epi_smem;    // this warpgroup's staging smem (Cfg::EPI_BYTES_PER_WG bytes, 1024-aligned)
+  __device__ __forceinline__ void wg_sync() const { named_bar_sync(kBarConsumerWG + wg, 128); }
+  __device__ __forceinline__ int acc_row(int i) const { return (tid >> 5) * 16 + ((tid & 31) >> 2) + ((i >> 1) & 1) * 8; }
+  __device__ __forceinline__ int acc_col(int i) const { return (i >> 2) * 8 + (tid & 3) * 2 + (i & 1); }
+};
+
+/* Tiles grouped GROUP_M tile-rows at a time; inside a group, walk down the rows then across. */
+struct GroupedTileOrder {
+  int tiles_m, tiles_n, group_m;
+  __device__ __forceinline__ int num_tiles() const { return tiles_m * tiles_n; }
+  __device__ __forceinline__ void get(int idx, int &tm, int &tn) const {
+    const int per_group = group_m * tiles_n;
+    const int g = idx / per_group;
+    const int first_m = g * group_m;
+    const int gm = min(group_m, tiles_m - first_m);
+    const int r = idx - g * per_group;
+    tm = first_m + r % gm;
+    tn = r / gm;
+  }
+};
+
+/* No gate: every row of A may be loaded at once. */
+struct NoLoadGate {
+  __device__ __forceinline__ void wait_rows(int, int, int) {}
+};
+
+template <typename T> struct OutCvt;
+template <> struct OutCvt<float> {
+  typedef float2 pair_t;
+  __device__ __forceinline__ static float2 pack(float a, float b) { return make_float2(a, b); }
+};
+template <> struct OutCvt<__nv_bfloat16> {
+  typedef __nv_bfloat162 pair_t;
+  __device__ __forceinline__ static __nv_bfloat162 pack(float a, float b) { return __floats2bfloat162_rn(a, b); }
+};
+template <> struct OutCvt<__half> {
+  typedef __half2 pair_t;
+  __device__ __forceinline__ static __half2 pack(float a, float b) { return __floats2half2_rn(a, b); }
+};
+
+/* Default epilogue: convert and store the warpgroup's 64 x BN sub-tile straight into row-major C
+ * (ldc elements per row), masked at the M and N edges.  Needs N even, ldc even, C aligned to the
+ * size of an element pair. */
+template <typename OutT>
+struct StoreC {
+  OutT *c;
+  int64_t ldc;
+  template <int BN>
+  __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
+    typedef typename OutCvt<OutT>::pair_t P;
+    const int r = t.row0 + t.acc_row(0);
+    const int cbase = t.col0 + t.acc_col(0);
+    OutT *p0 = c + (int64_t)r * ldc + cbase;
+    OutT *p1 = p0 + 8 * ldc;
+    const bool r0ok = r < t.M, r1ok = r + 8 < t.M;
+    if (t.col0 + BN <= t.N && r + 8 < t.M) {
+#pragma unroll
+      for (int q = 0; q < BN / 8; ++q) {
+        *reinterpret_cast<P *>(p0 + 8 * q) = OutCvt<OutT>::pack(acc[4 * q], acc[4 * q + 1]);
+        *reinterpret_cast<P *>(p1 + 8 * q) = OutCvt<OutT>::pack(acc[4 * q + 2], acc[4 * q + 3]);
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < BN / 8; ++q) {
+        if (cbase + 8 * q < t.N) {
+          if (r0ok) *reinterpret_cast<P *>(p0 + 8 * q) = OutCvt<OutT>::pack(acc[4 * q], acc[4 * q + 1]);
+          if (r1ok) *reinterpret_cast<P *>(p1 + 8 * q) = OutCvt<OutT>::pack(acc[4 * q + 2], acc[4 * q + 3]);
+        }
+      }
+    }
+  }
+  __device__ __forceinline__ void finish(const TileCtx &) {}
+};
+
+/* TMA-store epilogue: the warpgroup's 64 x BN sub-tile goes out in 64 x (128 / sizeof(OutT))
+ * chunks through two 8 KB swizzled staging buffers; one thread issues cp.async.bulk.tensor stores,
+ * which clip at the M/N edges (N % 8 == 0 keeps rows 16-byte granular), and the consumers return
+ * to the main loop without waiting for the global writes.  tmC: C as a {N, M} tensor, box
+ * {128 / sizeof(OutT), 64}, 128B swizzle. */
+template <typename OutT>
+struct StoreCTma {
+  const CUtensorMap *tmC;
+  template <int BN>
+  __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
+    constexpr int ESZ = (int)sizeof(OutT);
+    constexpr int CH = 128 / ESZ;            // columns per chunk (64 for 16-bit, 32 for fp32)
+    constexpr int QPC = CH / 8;              // accumulator quads per chunk
+    const uint32_t base = smem_u32(t.epi_smem);
+    const int r = t.acc_row(0);              // 0..55, and r + 8
+    const int cb = (t.tid & 3) * 2 * ESZ;    // byte offset of this thread's pair in an 8-column group
+#pragma unroll
+    for (int j = 0; j < BN / CH; ++j) {
+      const uint32_t buf = base + (j & 1) * (64 * 128);
+      if (t.tid == 0) bulk_wait_read<1>();   // the store that last read this buffer is done
+      t.wg_sync();
+#pragma unroll
+      for (int qq = 0; qq < QPC; ++qq) {
+        const int q = j * QPC + qq;
+        // byte column of this pair inside the 128-byte chunk row
+        const int bcol = qq * 8 * ESZ + cb;
+        const int unit = bcol >> 4, inb = bcol & 15;
+        const uint32_t a0 = buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb;
+        const uint32_t a1 = buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb;
+        if constexpr (ESZ == 4) {
+          st_shared_v2f(a0, acc[4 * q], acc[4 * q + 1]);
+          st_shared_v2f(a1, acc[4 * q + 2], acc[4 * q + 3]);
+        } else {
+          typedef typename OutCvt<OutT>::pair_t P;
+          P p0 = OutCvt<OutT>::pack(acc[4 * q], acc[4 * q + 1]);
+          P p1 = OutCvt<OutT>::pack(acc[4 * q + 2], acc[4 * q + 3]);
+          st_shared_b32(a0, *reinterpret_cast<uint32_t *>(&p0));
+          st_shared_b32(a1, *reinterpret_cast<uint32_t *>(&p1));
+        }
+      }
+      fence_proxy_async_smem();
+      t.wg_sync();
+      if (t.tid == 0) {
+        tma_store_2d(tmC, t.epi_smem + (j & 1) * (64 * 128), t.col0 + j * CH, t.row0);
+        bulk_commit();
+      }
+    }
+  }
+  /* called once by every consumer thread after its last tile */
+  __device__ __forceinline__ void finish(const TileCtx &t) {
+    if (t.tid == 0) bulk_wait<0>();
+  }
+};
+
+/* ------------------------------------------------------------------------------------------ */
+/* The engine                                                                                   */
+/* ------------------------------------------------------------------------------------------ */
+/* Runs the whole persistent GEMM for this CTA.  Must be called by threads [0, 384) of the block
+ * (all of them).  smem_raw: dynamic shared memory of at least Cfg::SMEM_BYTES.  tmA: A as a
+ * {K, M} tensor (inner K), box {64, 128}; tmB: {K, N} box {64, BN} when B_KMAJOR, else {N, K}
+ * box {64, 64}; both 128B-swizzled, element bf16/fp16. */
+template <class Cfg, class TileOrder, class LoadGate, class Epilogue>
+__device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB, int M,
+                                           int N, int K, int cta_rank, int num_ctas, const TileOrder &order,
+                                           LoadGate &gate, Epilogue &epi) {
+  constexpr int BN = Cfg::BN;
+  constexpr int STAGES = Cfg::STAGES;
+  uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t *sA = smem;                                  // STAGES x 128 x 64
+  uint8_t *sB = smem + STAGES * Cfg::A_BYTES;          // STAGES x BN x 64 (or BN/64 chunks of 64x64)
+  uint8_t *sEpi = smem + STAGES * Cfg::STAGE_BYTES;     // kConsumerWGs x EPI_BYTES_PER_WG
+  uint64_t *full = reinterpret_cast<uint64_t *>(sEpi + Cfg::EPI_BYTES);
+  uint64_t *empty = full + STAGES;
+
+  const int tid = threadIdx.x;
+  const int wg = tid / 128;
+  const int num_tiles = order.num_tiles();
+  const int nk = (K + kBK - 1) / kBK;
+
+  if (tid == 0) {
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kConsumerWGs * 4);   // one arrive per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+    prefetch_tmap(tmA);
+    prefetch_tmap(tmB);
+  }
+  named_bar_sync(kBarInit, kThreads);
+
+  if (wg == 0) {
+    /* ---------------- producer ---------------- */
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0) {
+      int stage = 0;
+      uint32_t phase = 0;
+      for (int t = cta_rank; t < num_tiles; t += num_ctas) {
+        int tm, tn;
+        order.get(t, tm, tn);
+        const int row0 = tm * kBM;
+        gate.wait_rows(tm, row0, min(kBM, M - row0));
+        const int col0 = tn * BN;
+        for (int kb = 0; kb < nk; ++kb) {
+          mbar_wait(&empty[stage], phase ^ 1);
+          mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
+          tma_load_2d(sA + stage * Cfg::A_BYTES, tmA, &full[stage], kb * kBK, row0);
+          uint8_t *b = sB + stage * Cfg::B_BYTES;
+          if constexpr (Cfg::B_KMAJOR) {
+            tma_load_2d(b, tmB, &full[stage], kb * kBK, col0);
+          } else {
+#pragma unroll
+            for (int j = 0; j < BN / 64; ++j) tma_load_2d(b + j * (64 * 128), tmB, &full[stage], col0 + 64 * j, kb * kBK);
+          }
+          if (++stage == STAGES) { stage = 0; phase ^= 1; }
+        }
+      }
+    }
+  } else {
+    /* ---------------- consumers ---------------- */
+    setmaxnreg_inc<kConsumerRegs>();
+    const int cw = wg - 1;               // consumer warpgroup 0/1: rows 64*cw .. 64*cw+63
+    const int ltid = tid & 127;
+    const bool warp_leader = (tid & 31) == 0;
+    float acc[Cfg::ACC];
+#pragma unroll
+    for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.f;
+    int stage = 0;
+    uint32_t phase = 0;
+    const uint32_t a_base = smem_u32(sA) + cw * (64 * 128);
+    const uint32_t b_base = smem_u32(sB);
+    TileCtx ctx;
+    ctx.M = M;
+    ctx.N = N;
+    ctx.wg = cw;
+    ctx.tid = ltid;
+    ctx.epi_smem = sEpi + cw * Cfg::EPI_BYTES_PER_WG;
+    for (int t = cta_rank; t < num_tiles; t += num_ctas) {
+      int tm, tn;
+      order.get(t, tm, tn);
+      int prev = 0;
+      for (int kb = 0; kb < nk; ++kb) {
+        mbar_wait(&full[stage], phase);
+        const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
+        const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
+        wgmma_fence();
+        pin_acc(acc);
+#pragma unroll
+        for (int k = 0; k < kBK / 16; ++k) {
+          const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
+          uint64_t db;
+          if constexpr (Cfg::B_KMAJOR) db = make_desc(b_addr + 32 * k, 16, 1024);
+          else db = make_desc(b_addr + 16 * 128 * k, 64 * 128, 1024);
+          wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
+        }
+        wgmma_commit();
+        pin_acc(acc);
+        if (kb > 0) {
+          wgmma_wait<1>();
+          pin_acc(acc);
+          if (warp_leader) mbar_arrive(&empty[prev]);
+        }
+        prev = stage;
+        if (++stage == STAGES) { stage = 0; phase ^= 1; }
+      }
+      wgmma_wait<0>();
+      pin_acc(acc);
+      if (nk > 0 && warp_leader) mbar_arrive(&empty[prev]);
+      ctx.tile_m = tm;
+      ctx.tile_n = tn;
+      ctx.row0 = tm * kBM + cw * 64;
+      ctx.col0 = tn * BN;
+      epi.template operator()<BN>(ctx, acc);
+    }
+    epi.finish(ctx);
+  }
+}
+
+}  // namespace gemm
+}  // namespace mkx

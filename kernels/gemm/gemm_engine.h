@@ -1,0 +1,73 @@
+/*
+ * MKX Hopper GEMM engine: C interface of the plain GEMM (kernels/gemm/gemm.cu).
+ * Includable from C11; needs only cuda_runtime.h and stdint.h.
+ *
+ *   C = A * B        A: m x k row-major (lda >= k), C: m x n row-major (ldc >= n)
+ *                    B: b_kmajor = 1: stored n x k row-major (K contiguous, ldb >= k), i.e. B^T
+ *                       b_kmajor = 0: stored k x n row-major (N contiguous, ldb >= n)
+ *   Operands bf16 or fp16 (same type for A and B), fp32 accumulation, C bf16, fp16 or fp32.
+ *   Requirements (mkx_gemm_supported says which fails): sm_90 device; n % 8 == 0, k % 8 == 0;
+ *   lda, ldb, ldc multiples of 8 elements; a, b, c 16-byte aligned; m, n, k < 2^31.
+ *   Any m >= 0.  Partial tiles are handled (TMA zero fill, masked stores): nothing outside the
+ *   m x n window of C (row stride ldc) is written.  k == 0 writes zeros.
+ *
+ * Column-major callers (BLAS convention) are served by operand swapping: a column-major r x c
+ * matrix with leading dimension ld is, in memory, its transpose stored row-major (c x r, ld).
+ * For Cc = op(Ac) * op(Bc), all column-major, Cc^T = op(Bc)^T * op(Ac)^T, and Cc's memory is
+ * Cc^T row-major (n x m, ldc).  So call with
+ *     m' = n, n' = m, k' = k, c = Cc, ldc' = ldc,
+ *     a  = Bc, lda' = ldb            (needs op(B) = N: Bc^T is n x k, K contiguous)
+ *     b  = Ac, ldb' = lda, b_kmajor = 0 if op(A) = N (Ac's memory is k x m, M contiguous)
+ *                          b_kmajor = 1 if op(A) = T (Ac stored k x m col-major = m x k rows).
+ * op(B) = T with column-major storage would make the engine's A operand M-contiguous, which the
+ * engine does not take (A must be K-contiguous): transpose first or use another path.
+ */
+#ifndef MKX_GEMM_ENGINE_H
+#define MKX_GEMM_ENGINE_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Values fixed: they equal the public MKX_Datatype values. */
+enum mkx_gemm_dtype { MKX_GEMM_BF16 = 1, MKX_GEMM_FP16 = 2, MKX_GEMM_FP32 = 3 };
+
+/* tile_override values */
+enum mkx_gemm_tile { MKX_GEMM_TILE_AUTO = 0, MKX_GEMM_TILE_128x128 = 1, MKX_GEMM_TILE_128x256 = 2 };
+
+/* error codes besides cudaError_t values (which are >= 0) */
+#define MKX_GEMM_EINVAL (-1)      /* bad arguments / unsupported problem (see mkx_gemm_supported) */
+#define MKX_GEMM_ENODEV (-2)      /* current device is not sm_90 */
+#define MKX_GEMM_ETMAP (-3)       /* cuTensorMapEncodeTiled unavailable or failed */
+
+typedef struct {
+  int64_t m, n, k;
+  const void *a; int64_t lda;               /* A row-major m x k */
+  const void *b; int64_t ldb; int b_kmajor; /* 1: B stored n x k (K contiguous); 0: k x n (N contiguous) */
+  void *c; int64_t ldc;                     /* C row-major m x n */
+  int ab_type;                              /* MKX_GEMM_BF16 or MKX_GEMM_FP16 */
+  int c_type;                               /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
+  int num_ctas;                             /* persistent CTAs; 0 = one per SM */
+  int tile_override;                        /* enum mkx_gemm_tile; 0 = heuristic */
+} mkx_gemm_desc;
+
+/* 1 if the engine can run the problem, else 0 and (if why != NULL) a static reason string.
+ * Does not look at the device. */
+int mkx_gemm_supported(const mkx_gemm_desc *d, const char **why);
+
+/* Enqueue C = A * B on stream s (current device).  Returns 0, a cudaError_t value (> 0), or a
+ * negative MKX_GEMM_E* code. */
+int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s);
+
+/* The tile the heuristic (or the override) picks for d on a device with num_sms SMs:
+ * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x256. */
+int mkx_gemm_pick_tile(const mkx_gemm_desc *d, int num_sms);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MKX_GEMM_ENGINE_H */

@@ -1,0 +1,177 @@
+/* Communicators: creation over MPI, placement, device choice, queries. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "boot/oob_mpi.h"
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/log.h"
+
+int mkx_comm_check(MKX_Comm c) {
+  if (c == NULL || c->magic != MKX_COMM_MAGIC)
+    return mkx_error(MKX_ERR_INVALID_COMM, "comm: NULL or freed communicator");
+  if (c->broken)
+    return mkx_error(MKX_ERR_INVALID_COMM,
+                     "comm: unusable after an earlier timeout or failure; "
+                     "free it and create another");
+  return MKX_SUCCESS;
+}
+
+int mkx_comm_fail(MKX_Comm c, int rc) {
+  if (rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_MPI || rc == MKX_ERR_NET)
+    c->broken = 1;
+  return rc;
+}
+
+static void host_name(char *buf, size_t len) {
+  if (gethostname(buf, len) != 0) snprintf(buf, len, "unknown-host");
+  buf[len - 1] = '\0';
+}
+
+static void comm_release(MKX_Comm c) {
+  mkx_placement_free(&c->place);
+  mkx_oob_mpi_fini(&c->oob);
+  if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+  c->magic = 0;
+  free(c);
+}
+
+/* Every rank learns whether every other rank got through a local step: a
+ * rank that failed must not leave the others waiting in the next
+ * collective, so local steps are separated by this agreement. */
+static int agree_step(MKX_Comm c, int rc) {
+  int worst = rc;
+  MPI_Request req;
+  /* Options may have failed to load: fall back to the default bound. */
+  int64_t bound = c->opt.timeout_ms > 0 ? c->opt.timeout_ms : 300000;
+  int mrc = mkx_mpi_check(MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX,
+                                         c->mpi, &req),
+                          "MKX_Comm_create agreement");
+  if (!mrc) mrc = mkx_mpi_wait(&req, bound, "MKX_Comm_create agreement");
+  if (mrc) return rc ? rc : mrc;
+  if (rc == MKX_SUCCESS && worst != MKX_SUCCESS)
+    return mkx_error(MKX_ERR_PEER, "MKX_Comm_create failed on another rank "
+                     "(%s)", MKX_Error_string(worst));
+  return rc;
+}
+
+static int choose_device(MKX_Comm c) {
+  char why[128];
+  MKX_TRY(mkx_device_choose(&c->opt, c->place.host_local_rank, &c->device,
+                            why, sizeof why));
+  if (c->device >= 0) MKX_TRY(mkx_device_set(c->device));
+  mkx_log(MKX_LOG_INFO, "node %d/%d local rank %d/%d, device %d: %s",
+          c->place.node, c->place.num_nodes, c->place.local_rank,
+          c->place.local_size, c->device, why);
+  return MKX_SUCCESS;
+}
+
+static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info) {
+  char host[MKX_HOSTNAME_MAX];
+  /* Duplicate before anything can fail, so every rank reaches the
+   * agreements on the duplicate. */
+  MKX_TRY(mkx_mpi_check(MPI_Comm_dup(user, &c->mpi), "MPI_Comm_dup"));
+  int rc = mkx_options_load(&c->opt, info);
+  if (rc == MKX_SUCCESS) mkx_log_set_level(c->opt.log_level);
+  MKX_TRY(agree_step(c, rc));
+  MKX_TRY(mkx_oob_mpi_init(&c->oob, c->mpi));
+  c->rank = c->oob.rank;
+  c->size = c->oob.size;
+  mkx_log_set_rank(c->rank);
+  host_name(host, sizeof host);
+  MKX_TRY(mkx_boot_placement(&c->oob, host, c->opt.virtual_node_size,
+                             c->opt.timeout_ms, &c->place));
+  return agree_step(c, choose_device(c));
+}
+
+int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
+  mkx_error_clear();
+  if (newcomm == NULL)
+    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_create: newcomm is NULL");
+  *newcomm = NULL;
+  if (comm == MPI_COMM_NULL)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "MKX_Comm_create: comm is MPI_COMM_NULL");
+  MKX_Comm c = calloc(1, sizeof *c);
+  if (c == NULL) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create");
+  c->magic = MKX_COMM_MAGIC;
+  c->mpi = MPI_COMM_NULL;
+  c->device = -1;
+  int rc = comm_setup(c, comm, info);
+  if (rc != MKX_SUCCESS) {
+    comm_release(c);
+    return rc;
+  }
+  *newcomm = c;
+  return MKX_SUCCESS;
+}
+
+int MKX_Comm_free(MKX_Comm *comm) {
+  mkx_error_clear();
+  if (comm == NULL || *comm == NULL || (*comm)->magic != MKX_COMM_MAGIC)
+    return mkx_error(MKX_ERR_INVALID_COMM,
+                     "MKX_Comm_free: NULL or freed communicator");
+  if ((*comm)->live_requests > 0)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "MKX_Comm_free: %d persistent request(s) still live; "
+                     "MKX_Request_free them first", (*comm)->live_requests);
+  comm_release(*comm);
+  *comm = NULL;
+  return MKX_SUCCESS;
+}
+
+/* Queries work on a broken communicator too: they help diagnose it. */
+#define COMM_QUERY(fn, expr)                                                 \
+  int fn(MKX_Comm c, int *out) {                                             \
+    mkx_error_clear();                                                       \
+    if (c == NULL || c->magic != MKX_COMM_MAGIC)                             \
+      return mkx_error(MKX_ERR_INVALID_COMM, #fn ": invalid communicator");  \
+    if (out == NULL)                                                         \
+      return mkx_error(MKX_ERR_NULL_POINTER, #fn ": output pointer is NULL");\
+    *out = (expr);                                                           \
+    return MKX_SUCCESS;                                                      \
+  }
+
+COMM_QUERY(MKX_Comm_rank, c->rank)
+COMM_QUERY(MKX_Comm_size, c->size)
+COMM_QUERY(MKX_Comm_node, c->place.node)
+COMM_QUERY(MKX_Comm_num_nodes, c->place.num_nodes)
+COMM_QUERY(MKX_Comm_local_rank, c->place.local_rank)
+COMM_QUERY(MKX_Comm_local_size, c->place.local_size)
+COMM_QUERY(MKX_Comm_device, c->device)
+
+int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
+                    int64_t *count) {
+  mkx_error_clear();
+  if (first == NULL || count == NULL)
+    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Block_range: first or count "
+                     "is NULL");
+  if (rows < 0 || nblocks <= 0 || b < 0 || b >= nblocks)
+    return mkx_error(MKX_ERR_BAD_SIZE, "MKX_Block_range: rows=%lld "
+                     "nblocks=%d b=%d", (long long)rows, nblocks, b);
+  int64_t base = rows / nblocks, extra = rows % nblocks;
+  *count = base + (b < extra);
+  *first = b * base + (b < extra ? b : extra);
+  return MKX_SUCCESS;
+}
+
+size_t MKX_Type_size(MKX_Datatype type) {
+  switch (type) {
+  case MKX_BF16:
+  case MKX_FP16: return 2;
+  case MKX_FP32: return 4;
+  case MKX_FP64: return 8;
+  }
+  return 0;
+}
+
+int MKX_Get_version(int *major, int *minor, int *patch) {
+  mkx_error_clear();
+  if (!major || !minor || !patch)
+    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Get_version: NULL argument");
+  *major = MKX_VERSION_MAJOR;
+  *minor = MKX_VERSION_MINOR;
+  *patch = MKX_VERSION_PATCH;
+  return MKX_SUCCESS;
+}

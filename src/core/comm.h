@@ -1,0 +1,31 @@
+/* The communicator object behind the opaque MKX_Comm handle. */
+#ifndef MKX_CORE_COMM_H
+#define MKX_CORE_COMM_H
+
+#include <stdint.h>
+#include "mkx.h"
+#include "boot/bootstrap.h"
+#include "core/options.h"
+
+#define MKX_COMM_MAGIC 0x4d4b5843u /* "MKXC" */
+
+struct MKX_Comm_s {
+  uint32_t magic;
+  MPI_Comm mpi;        /* private duplicate of the user's communicator */
+  int rank, size;
+  mkx_placement place;
+  mkx_options opt;
+  mkx_oob oob;
+  int device;          /* CUDA ordinal, -1 on the host path */
+  int broken;          /* a timed-out collective is pending: unusable */
+  int live_requests;   /* persistent requests not yet freed */
+};
+
+/* MKX_SUCCESS if c is a live, usable communicator, else the error. */
+int mkx_comm_check(MKX_Comm c);
+
+/* Mark the communicator unusable after `rc` (timeouts leave MPI state
+ * behind); returns rc. */
+int mkx_comm_fail(MKX_Comm c, int rc);
+
+#endif

@@ -1,0 +1,144 @@
+/* Device choice and thin, checked wrappers over the CUDA runtime. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/device.h"
+#include "core/error.h"
+#include "core/log.h"
+#if HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+/* Launchers publish the rank within the host under several names. */
+static const char *const local_rank_vars[] = {
+    "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
+    "MV2_COMM_WORLD_LOCAL_RANK", "PALS_LOCAL_RANKID", NULL};
+
+static int launcher_local_rank(const char **var) {
+  for (int i = 0; local_rank_vars[i]; i++) {
+    const char *v = getenv(local_rank_vars[i]);
+    char *end;
+    long x = v ? strtol(v, &end, 10) : -1;
+    if (v && end != v && *end == '\0' && x >= 0) {
+      *var = local_rank_vars[i];
+      return (int)x;
+    }
+  }
+  return -1;
+}
+
+#if HAVE_CUDA
+static int cuda_check(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return MKX_SUCCESS;
+  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
+                                                  : MKX_ERR_CUDA,
+                   "%s: %s (%s)", what, cudaGetErrorString(e),
+                   cudaGetErrorName(e));
+}
+
+int mkx_device_count(void) {
+  int n = 0; /* stays 0 without a driver: the runtime does not write it */
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+int mkx_device_set(int device) {
+  return cuda_check(cudaSetDevice(device), "cudaSetDevice");
+}
+
+int mkx_pointer_kind(const void *p) {
+  struct cudaPointerAttributes at;
+  if (p == NULL || cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return MKX_MEM_HOST;
+  }
+  return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged
+             ? MKX_MEM_DEVICE
+             : MKX_MEM_HOST;
+}
+
+int mkx_device_name(int device, char *buf, size_t len) {
+  struct cudaDeviceProp prop;
+  int rc = cuda_check(cudaGetDeviceProperties(&prop, device),
+                      "cudaGetDeviceProperties");
+  if (rc == MKX_SUCCESS)
+    snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name,
+             prop.major, prop.minor, prop.multiProcessorCount,
+             prop.totalGlobalMem / 1073741824.0);
+  return rc;
+}
+
+int mkx_device_alloc(size_t bytes, void **p) {
+  return cuda_check(cudaMalloc(p, bytes ? bytes : 1), "cudaMalloc");
+}
+
+int mkx_device_free(void *p) { return cuda_check(cudaFree(p), "cudaFree"); }
+
+int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
+  return cuda_check(cudaMemcpy(dst, src, bytes,
+                               to_device ? cudaMemcpyHostToDevice
+                                         : cudaMemcpyDeviceToHost),
+                    to_device ? "cudaMemcpy to device" : "cudaMemcpy to host");
+}
+
+int mkx_stream_sync(void *stream) {
+  return cuda_check(cudaStreamSynchronize((cudaStream_t)stream),
+                    "cudaStreamSynchronize");
+}
+#else
+int mkx_device_count(void) { return 0; }
+int mkx_device_set(int device) {
+  return mkx_error(MKX_ERR_UNSUPPORTED, "device %d: MKX built without CUDA",
+                   device);
+}
+int mkx_pointer_kind(const void *p) { (void)p; return MKX_MEM_HOST; }
+int mkx_device_name(int device, char *buf, size_t len) {
+  snprintf(buf, len, "none");
+  return mkx_device_set(device);
+}
+int mkx_device_alloc(size_t bytes, void **p) {
+  (void)bytes, (void)p;
+  return mkx_device_set(0);
+}
+int mkx_device_free(void *p) { (void)p; return mkx_device_set(0); }
+int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
+  (void)dst, (void)src, (void)bytes, (void)to_device;
+  return mkx_device_set(0);
+}
+int mkx_stream_sync(void *stream) { (void)stream; return MKX_SUCCESS; }
+#endif
+
+int mkx_device_choose(const mkx_options *opt, int host_local_rank,
+                      int *device, char *why, size_t why_len) {
+  int count = mkx_device_count();
+  const char *var = NULL;
+  *device = -1;
+  if (count == 0) {
+    snprintf(why, why_len, "no usable CUDA device");
+    return opt->path == MKX_PATH_GPU
+               ? mkx_error(MKX_ERR_UNSUPPORTED,
+                           "option path=gpu but no usable CUDA device")
+               : MKX_SUCCESS;
+  }
+  if (opt->device >= 0) {
+    if (opt->device >= count)
+      return mkx_error(MKX_ERR_INVALID_ARG,
+                       "option device=%d but only %d device(s) visible",
+                       opt->device, count);
+    *device = opt->device;
+    snprintf(why, why_len, "option device=%d", opt->device);
+  } else if (count == 1) {
+    *device = 0;
+    snprintf(why, why_len, "the only visible device");
+  } else {
+    int lr = launcher_local_rank(&var);
+    *device = (lr >= 0 ? lr : host_local_rank) % count;
+    snprintf(why, why_len, "local rank %d (%s) modulo %d devices",
+             lr >= 0 ? lr : host_local_rank, lr >= 0 ? var : "MPI placement",
+             count);
+  }
+  return MKX_SUCCESS;
+}

@@ -1,0 +1,35 @@
+/* The CUDA side of the host code: device choice, pointer kinds and error
+ * mapping.  Without CUDA in the build every query answers "no GPU". */
+#ifndef MKX_CORE_DEVICE_H
+#define MKX_CORE_DEVICE_H
+
+#include <stddef.h>
+#include "core/options.h"
+
+enum { MKX_MEM_HOST = 0, MKX_MEM_DEVICE = 1 };
+
+/* Number of usable CUDA devices; 0 when CUDA is absent, has no driver, or
+ * reports any error. */
+int mkx_device_count(void);
+
+/* Pick this rank's device (see MKX_Comm_create in mkx.h), or -1 for the
+ * host path; `why` receives a short explanation for logs and mkx_info. */
+int mkx_device_choose(const mkx_options *opt, int host_local_rank,
+                      int *device, char *why, size_t why_len);
+
+/* Make `device` current on the calling thread. */
+int mkx_device_set(int device);
+
+/* MKX_MEM_DEVICE for memory a kernel on `device` can read (device, managed
+ * or registered), MKX_MEM_HOST otherwise. */
+int mkx_pointer_kind(const void *p);
+
+int mkx_device_name(int device, char *buf, size_t len);
+
+/* Device memory (aligned, as cudaMalloc) and plain copies. */
+int mkx_device_alloc(size_t bytes, void **p);
+int mkx_device_free(void *p);
+int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device);
+int mkx_stream_sync(void *stream);
+
+#endif

@@ -1,0 +1,47 @@
+/* MKX_Info_print: what mkx_info shows, also callable from applications. */
+#include <stdio.h>
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/error.h"
+
+static void print_features(FILE *f) {
+  fprintf(f, "Build features:\n");
+  fprintf(f, "  CUDA kernels   %s\n", HAVE_CUDA ? "yes (" MKX_NVCC_GENCODE ")"
+                                               : "no (host path only)");
+  fprintf(f, "  BLAS           %s\n", MKX_BLAS_NAME);
+  fprintf(f, "  hwloc          %s\n", HAVE_HWLOC ? "yes" : "no");
+  fprintf(f, "  verbs          %s\n", HAVE_VERBS ? "yes" : "no");
+  fprintf(f, "  EFA (efadv)    %s\n", HAVE_EFA ? "yes" : "no");
+}
+
+static void print_placement(MKX_Comm c, FILE *f) {
+  char name[160] = "host path (no GPU)";
+  fprintf(f, "This rank:\n");
+  fprintf(f, "  rank %d of %d, node %d of %d, local rank %d of %d\n", c->rank,
+          c->size, c->place.node, c->place.num_nodes, c->place.local_rank,
+          c->place.local_size);
+  if (c->device >= 0 && mkx_device_name(c->device, name, sizeof name))
+    snprintf(name, sizeof name, "device %d (name unavailable)", c->device);
+  fprintf(f, "  GPU            %s%s\n", c->device >= 0 ? "" : "",
+          name);
+}
+
+int MKX_Info_print(MKX_Comm comm, void *file) {
+  FILE *f = file ? (FILE *)file : stdout;
+  mkx_options opt;
+  mkx_error_clear();
+  fprintf(f, "MKX %d.%d.%d\n", MKX_VERSION_MAJOR, MKX_VERSION_MINOR,
+          MKX_VERSION_PATCH);
+  print_features(f);
+  if (comm != NULL) MKX_TRY(mkx_comm_check(comm));
+  if (comm != NULL) {
+    opt = comm->opt;
+  } else {
+    int rc = mkx_options_load(&opt, MPI_INFO_NULL);
+    if (rc != MKX_SUCCESS) return rc;
+  }
+  fprintf(f, "Options (environment variable, MPI_Info key, current value):\n");
+  mkx_options_print(&opt, f);
+  if (comm != NULL) print_placement(comm, f);
+  return MKX_SUCCESS;
+}

@@ -1,0 +1,178 @@
+/* The options table and its parsers.  Precedence: default < environment
+ * (MKX_NAME) < MPI_Info key (mkx_name).  One table feeds the parser, the
+ * printer and the man page of mkx_info, so they cannot drift apart. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "core/error.h"
+#include "core/options.h"
+
+#define OPT(field) offsetof(mkx_options, field)
+
+static const mkx_option_desc option_table[] = {
+    {"log_level", MKX_OPT_ENUM, OPT(log_level), "warn",
+     "none|error|warn|info|debug",
+     "Messages printed on stderr: errors, warnings (default), the path each "
+     "call takes and why (info), everything (debug)."},
+    {"path", MKX_OPT_ENUM, OPT(path), "auto", "auto|host|gpu",
+     "Where operations run. auto: on the GPU for device pointers, on the "
+     "host for host pointers; host: always on the host (device buffers are "
+     "staged through host memory); gpu: fail with MKX_ERR_UNSUPPORTED when "
+     "no GPU is usable."},
+    {"device", MKX_OPT_INT, OPT(device), "-1", "-1:4096",
+     "CUDA device ordinal for this rank; -1 chooses from the launcher's "
+     "local rank (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK) modulo the "
+     "visible devices."},
+    {"timeout_ms", MKX_OPT_LONG, OPT(timeout_ms), "300000", "1:86400000",
+     "Upper bound in milliseconds on every wait for another rank; when it "
+     "runs out the call returns MKX_ERR_TIMEOUT and the communicator "
+     "becomes unusable."},
+    {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
+     "0:65536",
+     "Treat each group of this many ranks of one host as a separate node "
+     "(0: one node per host), so the inter-node path runs on one machine."},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+const mkx_option_desc *mkx_option_table(void) { return option_table; }
+
+static int parse_enum(const mkx_option_desc *d, const char *v, int *out) {
+  const char *p = d->choices;
+  for (int i = 0; *p; i++) {
+    size_t len = strcspn(p, "|");
+    if (strlen(v) == len && strncasecmp(p, v, len) == 0) {
+      *out = i;
+      return 1;
+    }
+    p += len + (p[len] == '|');
+  }
+  return 0;
+}
+
+static int parse_int(const mkx_option_desc *d, const char *v, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long x = strtoll(v, &end, 10);
+  while (isspace((unsigned char)*end)) end++;
+  if (errno || end == v || *end) return 0;
+  long long lo, hi;
+  if (sscanf(d->choices, "%lld:%lld", &lo, &hi) != 2) return 0;
+  if (x < lo || x > hi) return 0;
+  *out = x;
+  return 1;
+}
+
+static int parse_bool(const char *v, int *out) {
+  static const char *const yes[] = {"1", "y", "yes", "on", "true"};
+  static const char *const no[] = {"0", "n", "no", "off", "false"};
+  for (int i = 0; i < 5; i++) {
+    if (strcasecmp(v, yes[i]) == 0) return *out = 1, 1;
+    if (strcasecmp(v, no[i]) == 0) return *out = 0, 1;
+  }
+  return 0;
+}
+
+int mkx_option_parse(const mkx_option_desc *d, const char *value,
+                     const char *source, mkx_options *opt) {
+  char *field = (char *)opt + d->offset;
+  int ok = 0, iv = 0;
+  int64_t lv = 0;
+  switch (d->type) {
+  case MKX_OPT_ENUM:
+    if ((ok = parse_enum(d, value, &iv))) *(int *)field = iv;
+    break;
+  case MKX_OPT_BOOL:
+    if ((ok = parse_bool(value, &iv))) *(int *)field = iv;
+    break;
+  case MKX_OPT_INT:
+    if ((ok = parse_int(d, value, &lv))) *(int *)field = (int)lv;
+    break;
+  case MKX_OPT_LONG:
+    if ((ok = parse_int(d, value, &lv))) *(int64_t *)field = lv;
+    break;
+  }
+  if (!ok)
+    return mkx_error(MKX_ERR_INVALID_ARG, "%s: bad value '%s' (expected %s)",
+                     source, value,
+                     d->type == MKX_OPT_BOOL ? "yes|no" : d->choices);
+  return MKX_SUCCESS;
+}
+
+const char *mkx_option_format(const mkx_option_desc *d, const mkx_options *opt,
+                              char *buf, size_t len) {
+  const char *field = (const char *)opt + d->offset;
+  if (d->type == MKX_OPT_ENUM) {
+    const char *p = d->choices;
+    for (int i = *(const int *)field; i > 0 && strchr(p, '|'); i--)
+      p = strchr(p, '|') + 1;
+    snprintf(buf, len, "%.*s", (int)strcspn(p, "|"), p);
+  } else if (d->type == MKX_OPT_BOOL) {
+    snprintf(buf, len, "%s", *(const int *)field ? "yes" : "no");
+  } else if (d->type == MKX_OPT_LONG) {
+    snprintf(buf, len, "%lld", (long long)*(const int64_t *)field);
+  } else {
+    snprintf(buf, len, "%d", *(const int *)field);
+  }
+  return buf;
+}
+
+static void env_name(const char *name, char *buf, size_t len) {
+  snprintf(buf, len, "MKX_%s", name);
+  for (char *p = buf; *p; p++) *p = (char)toupper((unsigned char)*p);
+}
+
+static int load_info(mkx_options *opt, MPI_Info info) {
+  int nkeys;
+  if (info == MPI_INFO_NULL) return MKX_SUCCESS;
+  if (MPI_Info_get_nkeys(info, &nkeys) != MPI_SUCCESS)
+    return mkx_error(MKX_ERR_MPI, "MPI_Info_get_nkeys failed");
+  for (int i = 0; i < nkeys; i++) {
+    char key[MPI_MAX_INFO_KEY + 1], value[MPI_MAX_INFO_VAL + 1];
+    int flag = 0;
+    if (MPI_Info_get_nthkey(info, i, key) != MPI_SUCCESS ||
+        MPI_Info_get(info, key, MPI_MAX_INFO_VAL, value, &flag) != MPI_SUCCESS)
+      return mkx_error(MKX_ERR_MPI, "reading MPI_Info key %d failed", i);
+    if (strncasecmp(key, "mkx_", 4) != 0 || !flag) continue;
+    const mkx_option_desc *d = option_table;
+    while (d->name && strcasecmp(d->name, key + 4) != 0) d++;
+    if (!d->name)
+      return mkx_error(MKX_ERR_INVALID_ARG,
+                       "MPI_Info key '%s' is not an MKX option (mkx_info "
+                       "lists them)", key);
+    char source[MPI_MAX_INFO_KEY + 16];
+    snprintf(source, sizeof source, "MPI_Info key %s", key);
+    int rc = mkx_option_parse(d, value, source, opt);
+    if (rc != MKX_SUCCESS) return rc;
+  }
+  return MKX_SUCCESS;
+}
+
+int mkx_options_load(mkx_options *opt, MPI_Info info) {
+  for (const mkx_option_desc *d = option_table; d->name; d++) {
+    char name[64];
+    int rc = mkx_option_parse(d, d->defval, "default", opt);
+    if (rc != MKX_SUCCESS) return mkx_error(MKX_ERR_INTERNAL, "bad default for %s", d->name);
+    env_name(d->name, name, sizeof name);
+    const char *v = getenv(name);
+    if (v && (rc = mkx_option_parse(d, v, name, opt)) != MKX_SUCCESS)
+      return rc;
+  }
+  return load_info(opt, info);
+}
+
+void mkx_options_print(const mkx_options *opt, FILE *f) {
+  for (const mkx_option_desc *d = option_table; d->name; d++) {
+    char env[64], cur[64];
+    env_name(d->name, env, sizeof env);
+    fprintf(f, "  %-24s info key mkx_%s\n", env, d->name);
+    fprintf(f, "      %s: %s (default %s, current %s)\n",
+            d->type == MKX_OPT_ENUM   ? "one of"
+            : d->type == MKX_OPT_BOOL ? "boolean"
+                                      : "integer in",
+            d->type == MKX_OPT_BOOL ? "yes|no" : d->choices, d->defval,
+            mkx_option_format(d, opt, cur, sizeof cur));
+    fprintf(f, "      %s\n", d->help);
+  }
+}

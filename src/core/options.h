@@ -1,0 +1,50 @@
+/* The options table: every MKX_* environment variable and mkx_* MPI_Info
+ * key, with type, default and help, in one place.  mkx_info prints it. */
+#ifndef MKX_CORE_OPTIONS_H
+#define MKX_CORE_OPTIONS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "mkx.h"
+
+enum { MKX_PATH_AUTO = 0, MKX_PATH_HOST, MKX_PATH_GPU };
+
+typedef struct mkx_options {
+  int log_level;         /* MKX_LOG_* */
+  int path;              /* MKX_PATH_* */
+  int device;            /* -1: choose */
+  int64_t timeout_ms;    /* bound on every wait for a peer */
+  int virtual_node_size; /* 0: one node per host */
+} mkx_options;
+
+typedef enum { MKX_OPT_INT, MKX_OPT_LONG, MKX_OPT_BOOL, MKX_OPT_ENUM } mkx_opt_type;
+
+typedef struct mkx_option_desc {
+  const char *name;    /* "log_level": env MKX_LOG_LEVEL, info key mkx_log_level */
+  mkx_opt_type type;
+  size_t offset;       /* into mkx_options */
+  const char *defval;
+  const char *choices; /* enum: "a|b|c" (stored as the index); int: "min:max" */
+  const char *help;
+} mkx_option_desc;
+
+/* The table, terminated by an entry with name == NULL. */
+const mkx_option_desc *mkx_option_table(void);
+
+/* Defaults, then MKX_* environment variables, then `info` keys (may be
+ * MPI_INFO_NULL).  A bad value returns MKX_ERR_INVALID_ARG naming the
+ * variable or key; an unknown mkx_* info key is an error too. */
+int mkx_options_load(mkx_options *opt, MPI_Info info);
+
+/* Parse one value for option `d` into `opt` (source names it in errors). */
+int mkx_option_parse(const mkx_option_desc *d, const char *value,
+                     const char *source, mkx_options *opt);
+
+/* The current value of `d` in `opt` as text (buf of at least 32 bytes). */
+const char *mkx_option_format(const mkx_option_desc *d, const mkx_options *opt,
+                              char *buf, size_t len);
+
+void mkx_options_print(const mkx_options *opt, FILE *f);
+
+#endif

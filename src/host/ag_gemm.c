@@ -1,0 +1,62 @@
+/* AllGather + GEMM on the host: gather A's rows in the user's dtype (the
+ * wire volume of the GPU path), then one GEMM in working precision. */
+#include "core/error.h"
+#include "host/blas.h"
+#include "host/dtype.h"
+#include "host/host_ops.h"
+#include "host/xfer.h"
+
+typedef struct ag_bufs {
+  void *send, *full; /* A rows in dtype: this rank's, all ranks' */
+  void *Aw, *Bw, *Cw; /* working precision, dense row-major */
+} ag_bufs;
+
+static int ag_alloc(const mkx_ag_gemm_args *a, int64_t M, mkx_arena *ar,
+                    ag_bufs *b) {
+  MKX_Datatype wt = mkx_work_type(a->dtype);
+  size_t es = mkx_elem_size(a->dtype), ws = mkx_elem_size(wt);
+  MKX_TRY(mkx_arena_array(ar, a->m_local, a->k, es, &b->send, "A rows"));
+  MKX_TRY(mkx_arena_array(ar, M, a->k, es, &b->full, "gathered A"));
+  b->Aw = b->full; /* fp32/fp64 data needs no working copy */
+  if (wt != a->dtype)
+    MKX_TRY(mkx_arena_array(ar, M, a->k, ws, &b->Aw, "A in fp32"));
+  MKX_TRY(mkx_arena_array(ar, a->k, a->n, ws, &b->Bw, "working B"));
+  return mkx_arena_array(ar, M, a->n, ws, &b->Cw, "working C");
+}
+
+int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
+                            const mkx_agreed *g) {
+  MKX_Datatype wt = mkx_work_type(a->dtype);
+  size_t es = mkx_elem_size(a->dtype);
+  int64_t M = g->total, k = a->k, n = a->n;
+  int trans = a->transb == MKX_TRANS;
+  mkx_arena ar = {0};
+  ag_bufs b;
+  mkx_xfer x;
+  size_t row_bytes;
+  /* g and k agree on every rank, so these failures agree too. */
+  MKX_TRY(mkx_host_bytes(1, k, es, &row_bytes, "allgather-GEMM: A row"));
+  MKX_TRY(mkx_xfer_fit(c->size, g->local, row_bytes, "allgather-GEMM"));
+  int rc = mkx_host_agree_rc(c, ag_alloc(a, M, &ar, &b), "allgather-GEMM");
+  if (rc) goto out;
+  mkx_mat_pack(a->dtype, a->A, a->m_local, k, a->lda, a->order, a->dtype,
+               b.send);
+  rc = mkx_xfer_iallgatherv(c, b.send, b.full, g->local, row_bytes, &x,
+                            "allgather-GEMM: gather A");
+  if (rc) goto out;
+  /* Convert B while A's rows travel. */
+  mkx_mat_pack(a->dtype, a->B, trans ? n : k, trans ? k : n, a->ldb, a->order,
+               wt, b.Bw);
+  rc = mkx_xfer_wait(c, &x, "allgather-GEMM: gather A");
+  if (rc) goto out;
+  if (a->A_out)
+    mkx_mat_unpack(a->dtype, b.full, M, k, a->dtype, a->A_out, a->ld_aout,
+                   a->order);
+  if (b.Aw != b.full)
+    mkx_convert(a->dtype, b.full, 1, wt, b.Aw, 1, (size_t)M * (size_t)k);
+  rc = mkx_host_gemm(wt, a->transb, M, n, k, b.Aw, b.Bw, b.Cw);
+  if (!rc) mkx_mat_unpack(wt, b.Cw, M, n, a->ctype, a->C, a->ldc, a->order);
+out:
+  mkx_arena_release(&ar, rc);
+  return rc;
+}

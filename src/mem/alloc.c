@@ -1,0 +1,54 @@
+/* MKX_Alloc_mem: memory MKX can use without registration.  Device memory
+ * on the communicator's GPU now; symmetric (peer-mapped) in the GPU issue.
+ * Collective so that symmetric allocation can be added without changing
+ * callers. */
+#include <stdlib.h>
+#include "boot/oob_mpi.h"
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/error.h"
+
+static int agree_size(MKX_Comm c, size_t size) {
+  uint64_t mine = size, *all = malloc(sizeof *all * (size_t)c->size);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
+  int rc = c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine,
+                            c->opt.timeout_ms);
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
+    if (all[q] != mine)
+      rc = mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                     "MKX_Alloc_mem: size %llu on rank %d but %llu on rank "
+                     "%d", (unsigned long long)mine, c->rank,
+                     (unsigned long long)all[q], q);
+  free(all);
+  return mkx_comm_fail(c, rc);
+}
+
+int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
+  mkx_error_clear();
+  MKX_TRY(mkx_comm_check(comm));
+  if (ptr == NULL)
+    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Alloc_mem: ptr is NULL");
+  *ptr = NULL;
+  MKX_TRY(agree_size(comm, size));
+  if (comm->device >= 0) {
+    MKX_TRY(mkx_device_set(comm->device));
+    return mkx_device_alloc(size, ptr);
+  }
+  size_t rounded = (size + 255) / 256 * 256;
+  *ptr = aligned_alloc(256, rounded ? rounded : 256);
+  return *ptr ? MKX_SUCCESS
+              : mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
+}
+
+int MKX_Free_mem(MKX_Comm comm, void *ptr) {
+  mkx_error_clear();
+  if (comm == NULL || comm->magic != MKX_COMM_MAGIC)
+    return mkx_error(MKX_ERR_INVALID_COMM, "MKX_Free_mem: invalid comm");
+  if (ptr == NULL) return MKX_SUCCESS;
+  if (comm->device >= 0) {
+    MKX_TRY(mkx_device_set(comm->device));
+    return mkx_device_free(ptr);
+  }
+  free(ptr);
+  return MKX_SUCCESS;
+}

@@ -1,0 +1,112 @@
+/* MKX_Allgather_gemm: argument checks, agreement and entry points. */
+#include "core/error.h"
+#include "host/host_ops.h"
+#include "ops/op.h"
+#include "ops/validate.h"
+
+static const char *const FN = "MKX_Allgather_gemm";
+static const char *const sig_names[] = {"k", "dtype", "ctype", "order",
+                                        NULL};
+
+/* Dimensions of B as stored. */
+static void b_dims(const mkx_ag_gemm_args *a, int64_t *rows, int64_t *cols) {
+  *rows = a->transb == MKX_TRANS ? a->n : a->k;
+  *cols = a->transb == MKX_TRANS ? a->k : a->n;
+}
+
+static int check(MKX_Comm c, void *args, mkx_signature *s) {
+  mkx_ag_gemm_args *a = args;
+  int64_t br, bc;
+  (void)c;
+  MKX_TRY(mkx_check_dtype(FN, "dtype", a->dtype));
+  MKX_TRY(mkx_check_dtype(FN, "ctype", a->ctype));
+  MKX_TRY(mkx_check_order(FN, a->order));
+  MKX_TRY(mkx_check_trans(FN, a->transb));
+  MKX_TRY(mkx_check_type_pair(FN, a->dtype, a->ctype));
+  MKX_TRY(mkx_check_size(FN, "m_local", a->m_local, 0));
+  MKX_TRY(mkx_check_size(FN, "k", a->k, 1));
+  MKX_TRY(mkx_check_size(FN, "n", a->n, 1));
+  if (a->m_local > 0) MKX_TRY(mkx_check_ptr(FN, "A", a->A));
+  MKX_TRY(mkx_check_ptr(FN, "B", a->B));
+  MKX_TRY(mkx_check_ptr(FN, "C", a->C));
+  MKX_TRY(mkx_check_ld(FN, "lda", a->lda, a->m_local, a->k, a->order));
+  b_dims(a, &br, &bc);
+  MKX_TRY(mkx_check_ld(FN, "ldb", a->ldb, br, bc, a->order));
+  /* C and A_out have M rows, known after the exchange: row-major needs
+   * only the columns now, column-major waits for post_check. */
+  if (a->order == MKX_ROW_MAJOR) {
+    MKX_TRY(mkx_check_ld(FN, "ldc", a->ldc, 1, a->n, a->order));
+    if (a->A_out) MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k,
+                                       a->order));
+  }
+  *s = (mkx_signature){.sig = {a->k, a->dtype, a->ctype, a->order},
+                       .local = a->m_local,
+                       .late = {a->order == MKX_COL_MAJOR ? a->ldc : -1,
+                                a->order == MKX_COL_MAJOR && a->A_out
+                                    ? a->ld_aout
+                                    : -1}};
+  return MKX_SUCCESS;
+}
+
+static int post_check(const int64_t *late, const mkx_agreed *g, int q) {
+  if (g->total <= 0)
+    return mkx_error(MKX_ERR_BAD_SIZE, "%s: every rank has m_local = 0 "
+                     "(M must be > 0)", FN);
+  const char *name[2] = {"ldc", "ld_aout"};
+  for (int i = 0; i < 2; i++)
+    if (late[i] >= 0 && late[i] < g->total)
+      return mkx_error(MKX_ERR_BAD_LD, "%s: %s = %lld on rank %d too small "
+                       "for M = %lld column-major rows", FN, name[i],
+                       (long long)late[i], q, (long long)g->total);
+  return MKX_SUCCESS;
+}
+
+static int buffers(MKX_Comm c, void *args, const mkx_agreed *g,
+                   mkx_buffer *b) {
+  mkx_ag_gemm_args *a = args;
+  int64_t M = g ? g->total : 0, br, bc;
+  (void)c;
+  b_dims(a, &br, &bc);
+  b[0] = (mkx_buffer){"A", (void **)&a->A,
+                      mkx_matrix_bytes(a->m_local, a->k, a->lda, a->order,
+                                       a->dtype), MKX_BUF_IN};
+  b[1] = (mkx_buffer){"B", (void **)&a->B,
+                      mkx_matrix_bytes(br, bc, a->ldb, a->order, a->dtype),
+                      MKX_BUF_IN};
+  b[2] = (mkx_buffer){"C", &a->C,
+                      mkx_matrix_bytes(M, a->n, a->ldc, a->order, a->ctype),
+                      MKX_BUF_OUT};
+  b[3] = (mkx_buffer){"A_out", &a->A_out,
+                      mkx_matrix_bytes(M, a->k, a->ld_aout, a->order,
+                                       a->dtype), MKX_BUF_OUT};
+  return 4;
+}
+
+static int host(MKX_Comm c, const void *args, const mkx_agreed *g) {
+  return mkx_host_allgather_gemm(c, args, g);
+}
+
+const mkx_op_class mkx_op_allgather_gemm = {
+    "MKX_Allgather_gemm", MKX_OP_ALLGATHER_GEMM, sizeof(mkx_ag_gemm_args),
+    sig_names, check, post_check, buffers, host};
+
+int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
+                       const void *B, int64_t n, int64_t ldb, MKX_Trans transb,
+                       void *C, int64_t ldc, void *A_out, int64_t ld_aout,
+                       MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
+                       MKX_Comm comm, MKX_Stream stream) {
+  mkx_ag_gemm_args a = {A, m_local, k, lda, B, n, ldb, transb, C, ldc,
+                        A_out, ld_aout, dtype, ctype, order};
+  return mkx_op_call(comm, &mkx_op_allgather_gemm, &a, stream);
+}
+
+int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
+                            int64_t lda, const void *B, int64_t n, int64_t ldb,
+                            MKX_Trans transb, void *C, int64_t ldc, void *A_out,
+                            int64_t ld_aout, MKX_Datatype dtype,
+                            MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
+                            MPI_Info info, MKX_Request *request) {
+  mkx_ag_gemm_args a = {A, m_local, k, lda, B, n, ldb, transb, C, ldc,
+                        A_out, ld_aout, dtype, ctype, order};
+  return mkx_plan_create(comm, &mkx_op_allgather_gemm, &a, info, request);
+}

@@ -1,0 +1,141 @@
+/* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce: checks and entry points.
+ * The two differ only in the rows of C each rank receives. */
+#include "core/error.h"
+#include "host/host_ops.h"
+#include "ops/op.h"
+#include "ops/validate.h"
+
+static const char *const sig_names[] = {"M", "n", "dtype", "ctype", "order",
+                                        NULL};
+
+/* Rows of C on this rank: its block for reduce-scatter, all for allreduce. */
+static int64_t c_rows(MKX_Comm c, const mkx_gemm_red_args *a, int scatter) {
+  int64_t first = 0, count = a->M;
+  if (scatter) MKX_Block_range(a->M, c->size, c->rank, &first, &count);
+  return count;
+}
+
+static void b_dims(const mkx_gemm_red_args *a, int64_t *rows, int64_t *cols) {
+  *rows = a->transb == MKX_TRANS ? a->n : a->k_local;
+  *cols = a->transb == MKX_TRANS ? a->k_local : a->n;
+}
+
+static int check(MKX_Comm c, mkx_gemm_red_args *a, mkx_signature *s,
+                 int scatter) {
+  const char *fn = scatter ? "MKX_Gemm_reduce_scatter" : "MKX_Gemm_allreduce";
+  int64_t br, bc, rows;
+  MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
+  MKX_TRY(mkx_check_dtype(fn, "ctype", a->ctype));
+  MKX_TRY(mkx_check_order(fn, a->order));
+  MKX_TRY(mkx_check_trans(fn, a->transb));
+  MKX_TRY(mkx_check_type_pair(fn, a->dtype, a->ctype));
+  MKX_TRY(mkx_check_size(fn, "M", a->M, 1));
+  MKX_TRY(mkx_check_size(fn, "k_local", a->k_local, 0));
+  MKX_TRY(mkx_check_size(fn, "n", a->n, 1));
+  rows = c_rows(c, a, scatter);
+  if (a->k_local > 0) {
+    MKX_TRY(mkx_check_ptr(fn, "A", a->A));
+    MKX_TRY(mkx_check_ptr(fn, "B", a->B));
+  }
+  if (rows > 0) MKX_TRY(mkx_check_ptr(fn, "C", a->C));
+  MKX_TRY(mkx_check_ld(fn, "lda", a->lda, a->M, a->k_local, a->order));
+  b_dims(a, &br, &bc);
+  MKX_TRY(mkx_check_ld(fn, "ldb", a->ldb, br, bc, a->order));
+  MKX_TRY(mkx_check_ld(fn, "ldc", a->ldc, rows, a->n, a->order));
+  *s = (mkx_signature){.sig = {a->M, a->n, a->dtype, a->ctype, a->order},
+                       .local = a->k_local,
+                       .late = {-1, -1}};
+  return MKX_SUCCESS;
+}
+
+static int buffers(MKX_Comm c, mkx_gemm_red_args *a, mkx_buffer *b,
+                   int scatter) {
+  int64_t br, bc;
+  b_dims(a, &br, &bc);
+  b[0] = (mkx_buffer){"A", (void **)&a->A,
+                      mkx_matrix_bytes(a->M, a->k_local, a->lda, a->order,
+                                       a->dtype), MKX_BUF_IN};
+  b[1] = (mkx_buffer){"B", (void **)&a->B,
+                      mkx_matrix_bytes(br, bc, a->ldb, a->order, a->dtype),
+                      MKX_BUF_IN};
+  b[2] = (mkx_buffer){"C", &a->C,
+                      mkx_matrix_bytes(c_rows(c, a, scatter), a->n, a->ldc,
+                                       a->order, a->ctype), MKX_BUF_OUT};
+  return 3;
+}
+
+static int rs_check(MKX_Comm c, void *a, mkx_signature *s) {
+  return check(c, a, s, 1);
+}
+static int ar_check(MKX_Comm c, void *a, mkx_signature *s) {
+  return check(c, a, s, 0);
+}
+static int rs_buffers(MKX_Comm c, void *a, const mkx_agreed *g,
+                      mkx_buffer *b) {
+  (void)g;
+  return buffers(c, a, b, 1);
+}
+static int ar_buffers(MKX_Comm c, void *a, const mkx_agreed *g,
+                      mkx_buffer *b) {
+  (void)g;
+  return buffers(c, a, b, 0);
+}
+static int rs_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
+  return mkx_host_gemm_reduce_scatter(c, a, g);
+}
+static int ar_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
+  return mkx_host_gemm_allreduce(c, a, g);
+}
+
+const mkx_op_class mkx_op_gemm_reduce_scatter = {
+    "MKX_Gemm_reduce_scatter", MKX_OP_GEMM_REDUCE_SCATTER,
+    sizeof(mkx_gemm_red_args), sig_names, rs_check, NULL, rs_buffers,
+    rs_host};
+
+const mkx_op_class mkx_op_gemm_allreduce = {
+    "MKX_Gemm_allreduce", MKX_OP_GEMM_ALLREDUCE, sizeof(mkx_gemm_red_args),
+    sig_names, ar_check, NULL, ar_buffers, ar_host};
+
+#define RED_ARGS                                                             \
+  mkx_gemm_red_args a = {A, M, k_local, lda, B, n, ldb, transb, C, ldc,    \
+                         dtype, ctype, order}
+
+int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
+                            int64_t lda, const void *B, int64_t n, int64_t ldb,
+                            MKX_Trans transb, void *C, int64_t ldc,
+                            MKX_Datatype dtype, MKX_Datatype ctype,
+                            MKX_Order order, MKX_Comm comm, MKX_Stream stream) {
+  RED_ARGS;
+  return mkx_op_call(comm, &mkx_op_gemm_reduce_scatter, &a, stream);
+}
+
+int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
+                       const void *B, int64_t n, int64_t ldb, MKX_Trans transb,
+                       void *C, int64_t ldc, MKX_Datatype dtype,
+                       MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
+                       MKX_Stream stream) {
+  RED_ARGS;
+  return mkx_op_call(comm, &mkx_op_gemm_allreduce, &a, stream);
+}
+
+int MKX_Gemm_reduce_scatter_init(const void *A, int64_t M, int64_t k_local,
+                                 int64_t lda, const void *B, int64_t n,
+                                 int64_t ldb, MKX_Trans transb, void *C,
+                                 int64_t ldc, MKX_Datatype dtype,
+                                 MKX_Datatype ctype, MKX_Order order,
+                                 MKX_Comm comm, MPI_Info info,
+                                 MKX_Request *request) {
+  RED_ARGS;
+  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info,
+                         request);
+}
+
+int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
+                            int64_t lda, const void *B, int64_t n, int64_t ldb,
+                            MKX_Trans transb, void *C, int64_t ldc,
+                            MKX_Datatype dtype, MKX_Datatype ctype,
+                            MKX_Order order, MKX_Comm comm, MPI_Info info,
+                            MKX_Request *request) {
+  RED_ARGS;
+  return mkx_plan_create(comm, &mkx_op_gemm_allreduce, &a, info, request);
+}

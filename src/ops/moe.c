@@ -1,0 +1,158 @@
+/* MKX_Moe_dispatch_gemm and MKX_Moe_layer: checks and entry points.
+ * Expert ids are checked by the path that reads them (they may live in
+ * device memory). */
+#include "core/error.h"
+#include "host/host_ops.h"
+#include "ops/op.h"
+#include "ops/validate.h"
+
+static const char *const sig_names[] = {"hidden", "topk", "num_experts",
+                                        "n (or ffn)", "dtype", NULL};
+
+static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
+  MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
+  MKX_TRY(mkx_check_size(fn, "num_tokens", a->num_tokens, 0));
+  MKX_TRY(mkx_check_size(fn, "hidden", a->hidden, 1));
+  MKX_TRY(mkx_check_size(fn, "num_experts", a->num_experts, 1));
+  MKX_TRY(mkx_check_size(fn, "topk", a->topk, 1));
+  if (a->topk > a->num_experts)
+    return mkx_error(MKX_ERR_BAD_SIZE, "%s: topk = %lld exceeds num_experts "
+                     "= %lld", fn, (long long)a->topk,
+                     (long long)a->num_experts);
+  if (a->num_experts % c->size != 0)
+    return mkx_error(MKX_ERR_BAD_SIZE, "%s: num_experts = %lld is not a "
+                     "multiple of the communicator size %d", fn,
+                     (long long)a->num_experts, c->size);
+  if (a->num_tokens > 0) {
+    MKX_TRY(mkx_check_ptr(fn, "X", a->X));
+    MKX_TRY(mkx_check_ptr(fn, "topk_ids", a->topk_ids));
+  }
+  return MKX_SUCCESS;
+}
+
+static void signature(const mkx_moe_args *a, int64_t width,
+                      mkx_signature *s) {
+  *s = (mkx_signature){.sig = {a->hidden, a->topk, a->num_experts, width,
+                               a->dtype},
+                       .local = a->num_tokens,
+                       .late = {-1, -1}};
+}
+
+static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
+  mkx_moe_args *a = args;
+  const char *fn = "MKX_Moe_dispatch_gemm";
+  MKX_TRY(check_common(c, fn, a));
+  MKX_TRY(mkx_check_size(fn, "n", a->n, 1));
+  MKX_TRY(mkx_check_size(fn, "y_rows", a->y_rows, 0));
+  MKX_TRY(mkx_check_ptr(fn, "W", a->W));
+  MKX_TRY(mkx_check_ptr(fn, "expert_rows", a->expert_rows));
+  if (a->y_rows > 0) MKX_TRY(mkx_check_ptr(fn, "Y", a->Y));
+  signature(a, a->n, s);
+  return MKX_SUCCESS;
+}
+
+static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
+  mkx_moe_args *a = args;
+  const char *fn = "MKX_Moe_layer";
+  MKX_TRY(check_common(c, fn, a));
+  MKX_TRY(mkx_check_size(fn, "ffn", a->ffn, 1));
+  MKX_TRY(mkx_check_ptr(fn, "W1", a->W));
+  MKX_TRY(mkx_check_ptr(fn, "W2", a->W2));
+  if (a->num_tokens > 0) {
+    MKX_TRY(mkx_check_ptr(fn, "topk_weight", a->topk_weight));
+    MKX_TRY(mkx_check_ptr(fn, "out", a->out));
+  }
+  signature(a, a->ffn, s);
+  return MKX_SUCCESS;
+}
+
+/* Buffers common to both calls: tokens and routing. */
+static int token_buffers(mkx_moe_args *a, mkx_buffer *b) {
+  size_t es = MKX_Type_size(a->dtype);
+  size_t slots = (size_t)(a->num_tokens * a->topk);
+  b[0] = (mkx_buffer){"X", (void **)&a->X,
+                      (size_t)(a->num_tokens * a->hidden) * es, MKX_BUF_IN};
+  b[1] = (mkx_buffer){"topk_ids", (void **)&a->topk_ids,
+                      slots * sizeof(int32_t), MKX_BUF_IN};
+  b[2] = (mkx_buffer){"topk_weight", (void **)&a->topk_weight,
+                      slots * sizeof(float), MKX_BUF_IN};
+  return 3;
+}
+
+static int dispatch_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
+                            mkx_buffer *b) {
+  mkx_moe_args *a = args;
+  size_t es = MKX_Type_size(a->dtype);
+  size_t ep = (size_t)(a->num_experts / c->size);
+  int n = token_buffers(a, b);
+  (void)g;
+  b[n++] = (mkx_buffer){"W", (void **)&a->W,
+                        ep * (size_t)(a->hidden * a->n) * es, MKX_BUF_IN};
+  b[n++] = (mkx_buffer){"Y", &a->Y, (size_t)(a->y_rows * a->n) * es,
+                        MKX_BUF_OUT};
+  b[n++] = (mkx_buffer){"expert_rows", (void **)&a->expert_rows,
+                        ep * sizeof(int64_t), MKX_BUF_OUT};
+  b[n++] = (mkx_buffer){"origin", (void **)&a->origin,
+                        (size_t)a->y_rows * 3 * sizeof(int32_t), MKX_BUF_OUT};
+  return n;
+}
+
+static int layer_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
+                         mkx_buffer *b) {
+  mkx_moe_args *a = args;
+  size_t es = MKX_Type_size(a->dtype);
+  size_t ep = (size_t)(a->num_experts / c->size);
+  int n = token_buffers(a, b);
+  (void)g;
+  b[n++] = (mkx_buffer){"W1", (void **)&a->W,
+                        ep * (size_t)(a->hidden * 2 * a->ffn) * es,
+                        MKX_BUF_IN};
+  b[n++] = (mkx_buffer){"W2", (void **)&a->W2,
+                        ep * (size_t)(a->ffn * a->hidden) * es, MKX_BUF_IN};
+  b[n++] = (mkx_buffer){"out", &a->out,
+                        (size_t)(a->num_tokens * a->hidden) * es,
+                        MKX_BUF_OUT};
+  return n;
+}
+
+static int dispatch_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
+  return mkx_host_moe_dispatch_gemm(c, a, g);
+}
+static int layer_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
+  return mkx_host_moe_layer(c, a, g);
+}
+
+const mkx_op_class mkx_op_moe_dispatch_gemm = {
+    "MKX_Moe_dispatch_gemm", MKX_OP_MOE_DISPATCH_GEMM, sizeof(mkx_moe_args),
+    sig_names, dispatch_check, NULL, dispatch_buffers, dispatch_host};
+
+const mkx_op_class mkx_op_moe_layer = {
+    "MKX_Moe_layer", MKX_OP_MOE_LAYER, sizeof(mkx_moe_args), sig_names,
+    layer_check, NULL, layer_buffers, layer_host};
+
+int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
+                          const int32_t *topk_ids, const float *topk_weight,
+                          int64_t topk, int64_t num_experts, const void *W,
+                          int64_t n, void *Y, int64_t y_rows,
+                          int64_t *expert_rows, int32_t *origin,
+                          MKX_Datatype dtype, MKX_Comm comm,
+                          MKX_Stream stream) {
+  mkx_moe_args a = {.X = X, .num_tokens = num_tokens, .hidden = hidden,
+                    .topk_ids = topk_ids, .topk_weight = topk_weight,
+                    .topk = topk, .num_experts = num_experts, .W = W, .n = n,
+                    .Y = Y, .y_rows = y_rows, .expert_rows = expert_rows,
+                    .origin = origin, .dtype = dtype};
+  return mkx_op_call(comm, &mkx_op_moe_dispatch_gemm, &a, stream);
+}
+
+int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
+                  const int32_t *topk_ids, const float *topk_weight,
+                  int64_t topk, int64_t num_experts, const void *W1,
+                  const void *W2, int64_t ffn, void *out, MKX_Datatype dtype,
+                  MKX_Comm comm, MKX_Stream stream) {
+  mkx_moe_args a = {.X = X, .num_tokens = num_tokens, .hidden = hidden,
+                    .topk_ids = topk_ids, .topk_weight = topk_weight,
+                    .topk = topk, .num_experts = num_experts, .W = W1,
+                    .W2 = W2, .ffn = ffn, .out = out, .dtype = dtype};
+  return mkx_op_call(comm, &mkx_op_moe_layer, &a, stream);
+}

@@ -1,0 +1,76 @@
+/* One description per operation of how to check, agree on and run it;
+ * src/ops/run.c drives every operation through the same steps. */
+#ifndef MKX_OPS_OP_H
+#define MKX_OPS_OP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/comm.h"
+#include "ops/op_args.h"
+
+#define MKX_SIG_MAX 12  /* values that must agree across ranks */
+#define MKX_LATE_MAX 2  /* per-rank values checked once totals are known */
+
+enum { MKX_BUF_IN = 1, MKX_BUF_OUT = 2 };
+
+/* A buffer of the call: where its pointer lives in the args struct, and
+ * how many bytes from there the operation may touch. */
+typedef struct mkx_buffer {
+  const char *name;
+  void **field;
+  size_t bytes;
+  int dir;
+} mkx_buffer;
+
+#define MKX_BUF_MAX 10
+
+typedef struct mkx_signature {
+  int64_t sig[MKX_SIG_MAX];      /* must be equal on every rank */
+  int64_t local;                 /* per-rank size, summed into total */
+  int64_t late[MKX_LATE_MAX];    /* per-rank, checked by post_check */
+} mkx_signature;
+
+typedef struct mkx_op_class {
+  const char *name;
+  mkx_op_kind kind;
+  size_t args_size;
+  const char *const *sig_names;  /* names of sig[] entries, NULL-ended */
+  /* Local checks of one rank's arguments; fills *s on success. */
+  int (*check)(MKX_Comm c, void *args, mkx_signature *s);
+  /* Checks needing every rank's values (NULL if none): is rank q's `late`
+   * consistent with the totals? */
+  int (*post_check)(const int64_t *late, const mkx_agreed *g, int q);
+  /* The buffers, sized with the agreed totals. */
+  int (*buffers)(MKX_Comm c, void *args, const mkx_agreed *g,
+                 mkx_buffer *bufs);
+  int (*host)(MKX_Comm c, const void *args, const mkx_agreed *g);
+} mkx_op_class;
+
+extern const mkx_op_class mkx_op_allgather_gemm, mkx_op_gemm_reduce_scatter,
+    mkx_op_gemm_allreduce, mkx_op_ring_attention, mkx_op_moe_dispatch_gemm,
+    mkx_op_moe_layer;
+
+/* What a call or a plan learned before running. */
+typedef struct mkx_prepared {
+  const mkx_op_class *cls;
+  mkx_agreed g;
+  int staged; /* device buffers run through the host path */
+} mkx_prepared;
+
+/* Check, agree across ranks, choose the path. */
+int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
+                   mkx_prepared *p);
+/* Run a prepared operation (no collective checks). */
+int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
+                   MKX_Stream stream);
+void mkx_prepared_free(mkx_prepared *p);
+
+/* prepare + execute + free: a plain (non-persistent) call. */
+int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,
+                MKX_Stream stream);
+
+/* A persistent request for `cls` with these arguments (MKX_*_init). */
+int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
+                    MPI_Info info, MKX_Request *request);
+
+#endif

@@ -1,0 +1,63 @@
+/* The arguments of each operation, as one struct per operation, shared by
+ * validation, the host path, staging and the GPU kernels' launchers. */
+#ifndef MKX_OPS_OP_ARGS_H
+#define MKX_OPS_OP_ARGS_H
+
+#include <stdint.h>
+#include "mkx.h"
+
+typedef enum {
+  MKX_OP_ALLGATHER_GEMM = 0,
+  MKX_OP_GEMM_REDUCE_SCATTER,
+  MKX_OP_GEMM_ALLREDUCE,
+  MKX_OP_RING_ATTENTION,
+  MKX_OP_MOE_DISPATCH_GEMM,
+  MKX_OP_MOE_LAYER,
+  MKX_OP_COUNT
+} mkx_op_kind;
+
+/* MKX_Allgather_gemm */
+typedef struct mkx_ag_gemm_args {
+  const void *A; int64_t m_local, k, lda;
+  const void *B; int64_t n, ldb; MKX_Trans transb;
+  void *C; int64_t ldc;
+  void *A_out; int64_t ld_aout;
+  MKX_Datatype dtype, ctype; MKX_Order order;
+} mkx_ag_gemm_args;
+
+/* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce */
+typedef struct mkx_gemm_red_args {
+  const void *A; int64_t M, k_local, lda;
+  const void *B; int64_t n, ldb; MKX_Trans transb;
+  void *C; int64_t ldc;
+  MKX_Datatype dtype, ctype; MKX_Order order;
+} mkx_gemm_red_args;
+
+/* MKX_Ring_attention */
+typedef struct mkx_attn_args {
+  const void *Q, *K, *V; void *O; float *LSE;
+  int64_t batch, seq_local, heads_q, heads_kv, head_dim;
+  int causal; double scale; /* scale already resolved (> 0) */
+  MKX_Datatype dtype;
+} mkx_attn_args;
+
+/* MKX_Moe_dispatch_gemm (W, n, Y, y_rows, expert_rows, origin) and
+ * MKX_Moe_layer (W = W1, W2, ffn, out). */
+typedef struct mkx_moe_args {
+  const void *X; int64_t num_tokens, hidden;
+  const int32_t *topk_ids; const float *topk_weight; int64_t topk;
+  int64_t num_experts;
+  const void *W; int64_t n; void *Y; int64_t y_rows;
+  int64_t *expert_rows; int32_t *origin;
+  const void *W2; int64_t ffn; void *out;
+  MKX_Datatype dtype;
+} mkx_moe_args;
+
+/* Values every rank learned in the agreement exchange of a call or plan. */
+typedef struct mkx_agreed {
+  int64_t *local;  /* [size]: each rank's per-rank size (m_local, k_local,
+                      num_tokens) */
+  int64_t total;   /* sum of local */
+} mkx_agreed;
+
+#endif

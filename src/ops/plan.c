@@ -1,0 +1,77 @@
+/* Persistent requests (MPI-4 style): the checks and the agreement across
+ * ranks happen once at _init; MKX_Start runs with no collective host work. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "ops/op.h"
+
+#define MKX_REQUEST_MAGIC 0x4d4b5852u /* "MKXR" */
+
+struct MKX_Request_s {
+  uint32_t magic;
+  MKX_Comm comm;
+  mkx_prepared prep;
+  void *args; /* a copy of the _init arguments */
+};
+
+int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
+                    MPI_Info info, MKX_Request *request) {
+  mkx_options plan_opt;
+  mkx_error_clear();
+  if (request == NULL)
+    return mkx_error(MKX_ERR_NULL_POINTER, "%s_init: request is NULL",
+                     cls->name);
+  *request = NULL;
+  MKX_TRY(mkx_comm_check(c));
+  /* Per-plan keys are the communicator's options; reject unknown ones. */
+  MKX_TRY(mkx_options_load(&plan_opt, info));
+  MKX_Request r = calloc(1, sizeof *r);
+  void *copy = malloc(cls->args_size);
+  if (!r || !copy) {
+    free(r);
+    free(copy);
+    return mkx_error(MKX_ERR_NOMEM, "%s_init", cls->name);
+  }
+  memcpy(copy, args, cls->args_size);
+  int rc = mkx_op_prepare(c, cls, copy, &r->prep);
+  if (rc != MKX_SUCCESS) {
+    free(r);
+    free(copy);
+    return rc;
+  }
+  r->magic = MKX_REQUEST_MAGIC;
+  r->comm = c;
+  r->args = copy;
+  c->live_requests++;
+  *request = r;
+  return MKX_SUCCESS;
+}
+
+static int request_check(MKX_Request r, const char *fn) {
+  if (r == NULL || r->magic != MKX_REQUEST_MAGIC)
+    return mkx_error(MKX_ERR_INVALID_REQUEST, "%s: NULL or freed request",
+                     fn);
+  return MKX_SUCCESS;
+}
+
+int MKX_Start(MKX_Request request, MKX_Stream stream) {
+  mkx_error_clear();
+  MKX_TRY(request_check(request, "MKX_Start"));
+  return mkx_op_execute(request->comm, &request->prep, request->args, stream);
+}
+
+int MKX_Request_free(MKX_Request *request) {
+  mkx_error_clear();
+  if (request == NULL)
+    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Request_free: request is "
+                     "NULL");
+  MKX_TRY(request_check(*request, "MKX_Request_free"));
+  MKX_Request r = *request;
+  r->comm->live_requests--;
+  mkx_prepared_free(&r->prep);
+  free(r->args);
+  r->magic = 0;
+  free(r);
+  *request = NULL;
+  return MKX_SUCCESS;
+}

@@ -1,0 +1,202 @@
+/* The steps every operation goes through: local checks, one agreement
+ * exchange (so that a bad argument on one rank becomes an error on every
+ * rank instead of a hang), path choice, and execution on the host, on the
+ * GPU, or staged through the host. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/device.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "ops/op.h"
+
+/* One rank's contribution to the agreement exchange. */
+typedef struct agree_record {
+  int64_t rc, path;
+  mkx_signature s;
+} agree_record;
+
+static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
+                         const agree_record *all) {
+  const agree_record *me = &all[c->rank];
+  for (int q = 0; q < c->size; q++) {
+    if (all[q].path != me->path)
+      return mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                       "%s: buffers are %s memory on rank %d but %s memory "
+                       "on rank %d", cls->name,
+                       me->path ? "device" : "host", c->rank,
+                       all[q].path ? "device" : "host", q);
+    for (int i = 0; cls->sig_names[i]; i++)
+      if (all[q].s.sig[i] != me->s.sig[i])
+        return mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                         "%s: %s = %lld on rank %d but %lld on rank %d",
+                         cls->name, cls->sig_names[i],
+                         (long long)me->s.sig[i], c->rank,
+                         (long long)all[q].s.sig[i], q);
+  }
+  return MKX_SUCCESS;
+}
+
+static int first_failure(MKX_Comm c, const mkx_op_class *cls,
+                         const agree_record *all) {
+  for (int q = 0; q < c->size; q++)
+    if (all[q].rc != MKX_SUCCESS)
+      return mkx_error(MKX_ERR_PEER, "%s: rank %d rejected its arguments "
+                       "(%s)", cls->name, q,
+                       MKX_Error_string((int)all[q].rc));
+  return MKX_SUCCESS;
+}
+
+/* After totals are known: rank q's late values must fit them.  Every rank
+ * runs the same checks on the same data, so all reach the same verdict. */
+static int post_checks(MKX_Comm c, const mkx_op_class *cls,
+                       const agree_record *all, const mkx_agreed *g) {
+  if (cls->post_check == NULL) return MKX_SUCCESS;
+  int rc = cls->post_check(all[c->rank].s.late, g, c->rank);
+  if (rc != MKX_SUCCESS) return rc;
+  for (int q = 0; q < c->size; q++)
+    if (cls->post_check(all[q].s.late, g, q) != MKX_SUCCESS)
+      return mkx_error(MKX_ERR_PEER, "%s: rank %d rejected its arguments",
+                       cls->name, q);
+  return MKX_SUCCESS;
+}
+
+static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
+                    mkx_agreed *g) {
+  agree_record *all = malloc(sizeof *all * (size_t)c->size);
+  g->local = malloc(sizeof *g->local * (size_t)c->size);
+  if (!all || !g->local) {
+    free(all);
+    return mkx_error(MKX_ERR_NOMEM, "%s: agreement buffers", cls->name);
+  }
+  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine,
+                            c->opt.timeout_ms);
+  if (rc != MKX_SUCCESS) {
+    free(all);
+    return mkx_comm_fail(c, rc);
+  }
+  if (mine->rc != MKX_SUCCESS) rc = (int)mine->rc;
+  if (rc == MKX_SUCCESS) rc = first_failure(c, cls, all);
+  if (rc == MKX_SUCCESS) rc = find_mismatch(c, cls, all);
+  g->total = 0;
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) {
+    g->local[q] = all[q].s.local;
+    g->total += all[q].s.local;
+  }
+  if (rc == MKX_SUCCESS) rc = post_checks(c, cls, all, g);
+  free(all);
+  return rc;
+}
+
+/* All of a rank's buffers must be of one kind; the kind picks the path. */
+static int buffer_kind(MKX_Comm c, const mkx_op_class *cls, void *args,
+                       int *device) {
+  mkx_buffer bufs[MKX_BUF_MAX] = {{0}};
+  int n = cls->buffers(c, args, NULL, bufs);
+  const char *first = NULL;
+  *device = -1;
+  for (int i = 0; i < n; i++) {
+    if (*bufs[i].field == NULL) continue;
+    int kind = mkx_pointer_kind(*bufs[i].field);
+    if (*device < 0) {
+      *device = kind;
+      first = bufs[i].name;
+    } else if (kind != *device) {
+      return mkx_error(MKX_ERR_INVALID_ARG,
+                       "%s: %s is %s memory but %s is %s memory (all "
+                       "buffers of a call must be one or the other)",
+                       cls->name, first, *device ? "device" : "host",
+                       bufs[i].name, kind ? "device" : "host");
+    }
+  }
+  if (*device < 0) *device = MKX_MEM_HOST;
+  if (*device == MKX_MEM_DEVICE && c->device < 0)
+    return mkx_error(MKX_ERR_INVALID_ARG, "%s: device buffers given but the "
+                     "communicator runs the host path", cls->name);
+  return MKX_SUCCESS;
+}
+
+int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
+                   mkx_prepared *p) {
+  agree_record mine;
+  int device = MKX_MEM_HOST;
+  memset(&mine, 0, sizeof mine);
+  memset(p, 0, sizeof *p);
+  p->cls = cls;
+  MKX_TRY(mkx_comm_check(c));
+  mine.rc = cls->check(c, args, &mine.s);
+  if (mine.rc == MKX_SUCCESS) mine.rc = buffer_kind(c, cls, args, &device);
+  mine.path = device;
+  int rc = exchange(c, cls, &mine, &p->g);
+  if (rc != MKX_SUCCESS) {
+    mkx_prepared_free(p);
+    return rc;
+  }
+  /* No fused GPU kernels yet: device buffers take the staged host path. */
+  p->staged = device == MKX_MEM_DEVICE;
+  if (device == MKX_MEM_DEVICE)
+    mkx_log(MKX_LOG_INFO, "%s: device buffers staged through the host path "
+            "(no fused GPU kernel for this operation yet)", cls->name);
+  return MKX_SUCCESS;
+}
+
+void mkx_prepared_free(mkx_prepared *p) {
+  free(p->g.local);
+  p->g.local = NULL;
+}
+
+static void free_staging(void **host, int n) {
+  for (int i = 0; i < n; i++) free(host[i]);
+}
+
+/* Device buffers are copied whole to the host (outputs too, so that
+ * padding between rows survives the copy back), the host path runs on the
+ * copies, and outputs are copied back. */
+static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
+                      MKX_Stream stream) {
+  mkx_buffer bufs[MKX_BUF_MAX] = {{0}};
+  void *host[MKX_BUF_MAX] = {0}, *dev[MKX_BUF_MAX] = {0};
+  char *copy = malloc(p->cls->args_size);
+  if (!copy) return mkx_error(MKX_ERR_NOMEM, "%s: staging", p->cls->name);
+  memcpy(copy, args, p->cls->args_size);
+  int n = p->cls->buffers(c, copy, &p->g, bufs);
+  int rc = mkx_device_set(c->device);
+  if (rc == MKX_SUCCESS) rc = mkx_stream_sync(stream);
+  for (int i = 0; rc == MKX_SUCCESS && i < n; i++) {
+    dev[i] = *bufs[i].field;
+    if (dev[i] == NULL || bufs[i].bytes == 0) continue;
+    host[i] = malloc(bufs[i].bytes);
+    if (host[i] == NULL)
+      rc = mkx_error(MKX_ERR_NOMEM, "%s: staging %s (%zu bytes)",
+                     p->cls->name, bufs[i].name, bufs[i].bytes);
+    else
+      rc = mkx_device_copy(host[i], dev[i], bufs[i].bytes, 0);
+    *bufs[i].field = host[i];
+  }
+  if (rc == MKX_SUCCESS) rc = mkx_comm_fail(c, p->cls->host(c, copy, &p->g));
+  int copy_back = rc == MKX_SUCCESS || rc == MKX_ERR_TRUNCATE;
+  for (int i = 0; copy_back && i < n; i++) {
+    if (!(bufs[i].dir & MKX_BUF_OUT) || host[i] == NULL) continue;
+    int crc = mkx_device_copy(dev[i], host[i], bufs[i].bytes, 1);
+    if (crc != MKX_SUCCESS) rc = crc, copy_back = 0;
+  }
+  free_staging(host, n);
+  free(copy);
+  return rc;
+}
+
+int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
+                   MKX_Stream stream) {
+  MKX_TRY(mkx_comm_check(c));
+  if (p->staged) return run_staged(c, p, args, stream);
+  return mkx_comm_fail(c, p->cls->host(c, args, &p->g));
+}
+
+int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,
+                MKX_Stream stream) {
+  mkx_prepared p;
+  mkx_error_clear();
+  MKX_TRY(mkx_op_prepare(c, cls, args, &p));
+  int rc = mkx_op_execute(c, &p, args, stream);
+  mkx_prepared_free(&p);
+  return rc;
+}

@@ -1,0 +1,25 @@
+/* Argument checks shared by the operations.  Each names the argument of
+ * the public call in its message. */
+#ifndef MKX_OPS_VALIDATE_H
+#define MKX_OPS_VALIDATE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "mkx.h"
+
+int mkx_check_ptr(const char *fn, const char *name, const void *p);
+int mkx_check_size(const char *fn, const char *name, int64_t v, int64_t min);
+int mkx_check_dtype(const char *fn, const char *name, MKX_Datatype t);
+int mkx_check_order(const char *fn, MKX_Order order);
+int mkx_check_trans(const char *fn, MKX_Trans t);
+/* The one unsupported combination: fp64 mixed with another type. */
+int mkx_check_type_pair(const char *fn, MKX_Datatype dtype,
+                        MKX_Datatype ctype);
+/* ld of a rows x cols matrix stored in `order`. */
+int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
+                 int64_t cols, MKX_Order order);
+/* Bytes spanned by a rows x cols matrix (0 if empty). */
+size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld,
+                        MKX_Order order, MKX_Datatype t);
+
+#endif

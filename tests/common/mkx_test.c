@@ -1,0 +1,534 @@
+/*
+ * mkx_test.c - helpers shared by the MKX multi-rank tests (see mkx_test.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "mkx_test.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef MKX_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
+
+mt_ctx mt;
+
+/* ---- PRNG ----------------------------------------------------------------- */
+
+uint64_t mt_splitmix64(uint64_t *x) {
+  uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+void mt_rng_init(mt_rng *g, uint64_t seed, int rank, int tensor) {
+  uint64_t x = seed;
+  uint64_t a = mt_splitmix64(&x);
+  x = a ^ (0xA5A5A5A5ull + (uint64_t)(uint32_t)rank * 0x100000001B3ull);
+  uint64_t b = mt_splitmix64(&x);
+  x = b ^ ((uint64_t)(uint32_t)tensor * 0xC2B2AE3D27D4EB4Full + 7);
+  for (int i = 0; i < 4; i++) g->s[i] = mt_splitmix64(&x);
+  if (!(g->s[0] | g->s[1] | g->s[2] | g->s[3])) g->s[0] = 1;
+}
+
+static inline uint64_t rotl(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
+
+uint64_t mt_rng_next(mt_rng *g) {
+  uint64_t *s = g->s;
+  uint64_t r = rotl(s[1] * 5, 7) * 9;
+  uint64_t t = s[1] << 17;
+  s[2] ^= s[0];
+  s[3] ^= s[1];
+  s[1] ^= s[2];
+  s[0] ^= s[3];
+  s[2] ^= t;
+  s[3] = rotl(s[3], 45);
+  return r;
+}
+
+double mt_rng_unit(mt_rng *g) {
+  return (double)(mt_rng_next(g) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double mt_rng_sym(mt_rng *g) {
+  double v = 2.0 * mt_rng_unit(g) - 1.0;
+  if (v == 0.0) v = 0.5;
+  return v;
+}
+
+int64_t mt_rng_int(mt_rng *g, int64_t lo, int64_t hi) {
+  if (hi <= lo) return lo;
+  uint64_t span = (uint64_t)(hi - lo) + 1;
+  return lo + (int64_t)(mt_rng_next(g) % span);
+}
+
+/* ---- number formats --------------------------------------------------------- */
+
+static uint32_t f2u(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  return u;
+}
+static float u2f(uint32_t u) {
+  float f;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t mt_f32_to_bf16(float f) {
+  uint32_t x = f2u(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);
+  uint32_t lsb = (x >> 16) & 1u;
+  x += 0x7fffu + lsb;
+  return (uint16_t)(x >> 16);
+}
+
+float mt_bf16_to_f32(uint16_t h) { return u2f((uint32_t)h << 16); }
+
+uint16_t mt_f32_to_f16(float f) {
+  uint32_t x = f2u(f);
+  uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+  uint32_t ax = x & 0x7fffffffu;
+  if (ax >= 0x7f800000u) /* inf or nan */
+    return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+  if (ax >= 0x477ff000u) /* >= 65520: rounds to inf */
+    return (uint16_t)(sign | 0x7c00u);
+  if (ax < 0x38800000u) { /* below 2^-14: subnormal (or zero) */
+    float r = fabsf(f) * 16777216.0f; /* exact: scaling by 2^24 */
+    r = rintf(r);                     /* round to nearest even */
+    return (uint16_t)(sign | (uint16_t)r);
+  }
+  uint32_t e = (ax >> 23) - 127 + 15;
+  uint32_t mant = ax & 0x7fffffu;
+  uint32_t h = (e << 10) | (mant >> 13);
+  uint32_t rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++;
+  return (uint16_t)(sign | h);
+}
+
+float mt_f16_to_f32(uint16_t h) {
+  int e = (h >> 10) & 0x1f;
+  int m = h & 0x3ff;
+  float v;
+  if (e == 0)
+    v = ldexpf((float)m, -24);
+  else if (e == 31)
+    v = m ? NAN : INFINITY;
+  else
+    v = ldexpf((float)(1024 + m), e - 25);
+  return (h & 0x8000) ? -v : v;
+}
+
+size_t mt_type_size(MKX_Datatype t) {
+  switch (t) {
+  case MKX_BF16: case MKX_FP16: return 2;
+  case MKX_FP32: return 4;
+  case MKX_FP64: return 8;
+  }
+  return 0;
+}
+
+const char *mt_type_name(MKX_Datatype t) {
+  switch (t) {
+  case MKX_BF16: return "bf16";
+  case MKX_FP16: return "fp16";
+  case MKX_FP32: return "fp32";
+  case MKX_FP64: return "fp64";
+  }
+  return "?";
+}
+
+const char *mt_order_name(MKX_Order o) {
+  return o == MKX_ROW_MAJOR ? "row" : o == MKX_COL_MAJOR ? "col" : "?";
+}
+
+double mt_round(MKX_Datatype t, double v) {
+  switch (t) {
+  case MKX_BF16: return mt_bf16_to_f32(mt_f32_to_bf16((float)v));
+  case MKX_FP16: return mt_f16_to_f32(mt_f32_to_f16((float)v));
+  case MKX_FP32: return (float)v;
+  case MKX_FP64: return v;
+  }
+  return NAN;
+}
+
+double mt_get(const void *buf, MKX_Datatype t, size_t idx) {
+  switch (t) {
+  case MKX_BF16: return mt_bf16_to_f32(((const uint16_t *)buf)[idx]);
+  case MKX_FP16: return mt_f16_to_f32(((const uint16_t *)buf)[idx]);
+  case MKX_FP32: return ((const float *)buf)[idx];
+  case MKX_FP64: return ((const double *)buf)[idx];
+  }
+  return NAN;
+}
+
+void mt_set(void *buf, MKX_Datatype t, size_t idx, double v) {
+  switch (t) {
+  case MKX_BF16: ((uint16_t *)buf)[idx] = mt_f32_to_bf16((float)v); break;
+  case MKX_FP16: ((uint16_t *)buf)[idx] = mt_f32_to_f16((float)v); break;
+  case MKX_FP32: ((float *)buf)[idx] = (float)v; break;
+  case MKX_FP64: ((double *)buf)[idx] = v; break;
+  }
+}
+
+/* ---- matrices --------------------------------------------------------------- */
+
+size_t mt_mat_elems(MKX_Order o, int64_t rows, int64_t cols, int64_t ld) {
+  int64_t outer = o == MKX_ROW_MAJOR ? rows : cols;
+  int64_t n = outer * ld;
+  return n > 0 ? (size_t)n : 1;
+}
+
+double *mt_gen(int64_t rows, int64_t cols, MKX_Datatype t, uint64_t seed,
+               int rank, int tensor) {
+  size_t n = (size_t)(rows * cols);
+  double *v = malloc((n ? n : 1) * sizeof(double));
+  mt_rng g;
+  mt_rng_init(&g, seed, rank, tensor);
+  for (size_t i = 0; i < n; i++) {
+    double x = mt_round(t, mt_rng_sym(&g));
+    if (x == 0.0) x = mt_round(t, 0.25);
+    v[i] = x;
+  }
+  return v;
+}
+
+void mt_store(void *buf, MKX_Datatype t, MKX_Order o, int64_t rows,
+              int64_t cols, int64_t ld, const double *v) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++)
+      mt_set(buf, t, mt_off(o, ld, i, j), v[i * cols + j]);
+}
+
+double mt_mat_get(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
+                  int64_t i, int64_t j) {
+  return mt_get(buf, t, mt_off(o, ld, i, j));
+}
+
+void mt_poison(void *buf, size_t bytes) { memset(buf, 0xFF, bytes); }
+
+int mt_is_poison(const void *buf, MKX_Datatype t, size_t idx) {
+  size_t es = mt_type_size(t);
+  const unsigned char *p = (const unsigned char *)buf + idx * es;
+  for (size_t i = 0; i < es; i++)
+    if (p[i] != 0xFF) return 0;
+  return 1;
+}
+
+void mt_check_bounds(const void *buf, MKX_Datatype t, MKX_Order o,
+                     int64_t rows, int64_t cols, int64_t ld, size_t total,
+                     size_t *oob, size_t *unwritten) {
+  size_t bad = 0, unw = 0;
+  for (size_t idx = 0; idx < total; idx++) {
+    int64_t outer = (int64_t)(idx / (size_t)ld);
+    int64_t inner = (int64_t)(idx % (size_t)ld);
+    int64_t i = o == MKX_ROW_MAJOR ? outer : inner;
+    int64_t j = o == MKX_ROW_MAJOR ? inner : outer;
+    int logical = i < rows && j < cols;
+    int p = mt_is_poison(buf, t, idx);
+    if (logical && p) unw++;
+    if (!logical && !p) bad++;
+  }
+  *oob = bad;
+  *unwritten = unw;
+}
+
+double mt_relerr_mat(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
+                     int64_t rows, int64_t cols, const double *ref) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      double x = mt_mat_get(buf, t, o, ld, i, j);
+      double r = ref[i * cols + j];
+      if (isnan(x) || isinf(x)) return NAN;
+      num += (x - r) * (x - r);
+      den += r * r;
+    }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double mt_relerr(const double *out, const double *ref, size_t n) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    if (isnan(out[i]) || isinf(out[i])) return NAN;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+double mt_tol(MKX_Datatype in, MKX_Datatype out) {
+  double to, ta;
+  switch (out) {
+  case MKX_BF16: to = 1e-2; break;
+  case MKX_FP16: to = 2e-3; break;
+  case MKX_FP32: to = 1e-5; break;
+  default: to = 1e-12; break;
+  }
+  ta = in == MKX_FP64 ? 1e-12 : 1e-5; /* fp32 accumulation otherwise */
+  return to > ta ? to : ta;
+}
+
+int64_t mt_min_ld(MKX_Order o, int64_t rows, int64_t cols) {
+  int64_t v = o == MKX_ROW_MAJOR ? cols : rows;
+  return v > 0 ? v : 1;
+}
+
+void mt_B_dims(MKX_Trans tb, int64_t k, int64_t n, int64_t *srows,
+               int64_t *scols) {
+  *srows = tb == MKX_TRANS ? n : k;
+  *scols = tb == MKX_TRANS ? k : n;
+}
+
+void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb,
+                int64_t k, int64_t n, int64_t ldb, const double *Bv) {
+  for (int64_t kk = 0; kk < k; kk++)
+    for (int64_t j = 0; j < n; j++) {
+      size_t off = tb == MKX_TRANS ? mt_off(o, ldb, j, kk)
+                                   : mt_off(o, ldb, kk, j);
+      mt_set(buf, t, off, Bv[kk * n + j]);
+    }
+}
+
+void mt_ref_gemm_acc(double *C, const double *A, const double *B, int64_t m,
+                     int64_t k, int64_t n) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t kk = 0; kk < k; kk++) {
+      double a = A[i * k + kk];
+      const double *b = B + kk * n;
+      double *c = C + i * n;
+      for (int64_t j = 0; j < n; j++) c[j] += a * b[j];
+    }
+}
+
+uint64_t mt_hash(const void *buf, size_t bytes, uint64_t h) {
+  const unsigned char *p = buf;
+  if (!h) h = 0xcbf29ce484222325ull;
+  for (size_t i = 0; i < bytes; i++) {
+    h ^= p[i];
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+/* ---- bookkeeping ------------------------------------------------------------ */
+
+static int gpu_usable(void) {
+#ifdef MKX_TEST_CUDA
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
+  return n > 0;
+#else
+  return 0;
+#endif
+}
+
+void mt_init(int *argc, char ***argv) {
+  /* keep oversubscribed runs quick: one BLAS thread per rank unless told */
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  setenv("OMP_NUM_THREADS", "1", 0);
+  MPI_Init(argc, argv);
+  memset(&mt, 0, sizeof mt);
+  MPI_Comm_rank(MPI_COMM_WORLD, &mt.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &mt.size);
+  mt.prog = (*argc > 0) ? (*argv)[0] : "test";
+  const char *slash = strrchr(mt.prog, '/');
+  if (slash) mt.prog = slash + 1;
+
+  unsigned long long seed =
+      (unsigned long long)time(NULL) ^ ((unsigned long long)getpid() << 20);
+  int want_device = 0;
+  for (int i = 1; i < *argc; i++) {
+    const char *a = (*argv)[i];
+    if (!strcmp(a, "--seed") && i + 1 < *argc)
+      seed = strtoull((*argv)[++i], NULL, 0);
+    else if (!strncmp(a, "--seed=", 7))
+      seed = strtoull(a + 7, NULL, 0);
+    else if (!strcmp(a, "--device"))
+      want_device = 1;
+    else if (!strcmp(a, "-v"))
+      mt.verbose = 1;
+  }
+  MPI_Bcast(&seed, 1, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD);
+  mt.seed = seed;
+
+  int skip = 0;
+  if (want_device && !gpu_usable()) skip = 1;
+  MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (skip) {
+    if (mt.rank == 0) {
+      printf("1..0 # SKIP %s: --device given but no usable GPU%s\n", mt.prog,
+#ifdef MKX_TEST_CUDA
+             ""
+#else
+             " (built without MKX_TEST_CUDA)"
+#endif
+      );
+      fflush(stdout);
+    }
+    MPI_Finalize();
+    exit(MT_SKIP);
+  }
+  mt.device = want_device;
+  if (mt.rank == 0) {
+    printf("# %s: %d rank(s), %s memory, seed %llu (rerun: --seed %llu)\n",
+           mt.prog, mt.size, mt.device ? "device" : "host", seed, seed);
+    fflush(stdout);
+  }
+}
+
+int mt_finish(void) {
+  int fails = mt.failed, total = 0, n = mt.n;
+  MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (fails || mt.verbose)
+    printf("# [rank %d] %d checks, %d failed\n", mt.rank, n, fails);
+  fflush(stdout);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (mt.rank == 0) {
+    printf("1..%d\n", n);
+    if (total)
+      printf("# FAIL %s: %d failed check(s) over %d rank(s); seed %llu\n",
+             mt.prog, total, mt.size, (unsigned long long)mt.seed);
+    else
+      printf("# PASS %s: %d checks on each of %d rank(s); seed %llu\n",
+             mt.prog, n, mt.size, (unsigned long long)mt.seed);
+    fflush(stdout);
+  }
+  MPI_Finalize();
+  return total ? 1 : 0;
+}
+
+static int vcheck(int cond, const char *extra, const char *fmt, va_list ap) {
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  mt.n++;
+  if (!cond) {
+    mt.failed++;
+    printf("not ok %d - [rank %d/%d] %s (seed %llu)\n", mt.n, mt.rank,
+           mt.size, msg, (unsigned long long)mt.seed);
+    if (extra && *extra) printf("#   %s\n", extra);
+  } else if (mt.rank == 0 || mt.verbose) {
+    if (mt.verbose)
+      printf("ok %d - [rank %d] %s\n", mt.n, mt.rank, msg);
+    else
+      printf("ok %d - %s\n", mt.n, msg);
+  }
+  fflush(stdout);
+  return cond;
+}
+
+int mt_check(int cond, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char extra[600] = "";
+  if (!cond) {
+    const char *le = MKX_Get_last_error();
+    if (le && *le) snprintf(extra, sizeof extra, "last MKX error: %s", le);
+  }
+  vcheck(cond, extra, fmt, ap);
+  va_end(ap);
+  return cond;
+}
+
+int mt_check_rc(int rc, int want, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char extra[800] = "";
+  int cond = rc == want;
+  if (!cond) {
+    const char *le = MKX_Get_last_error();
+    const char *es = MKX_Error_string(rc);
+    snprintf(extra, sizeof extra, "returned %d (%s), wanted %d; last error: %s",
+             rc, es ? es : "(null)", want, le ? le : "(null)");
+  }
+  vcheck(cond, extra, fmt, ap);
+  va_end(ap);
+  return cond;
+}
+
+void mt_diag(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char msg[1024];
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  printf("# [rank %d] %s\n", mt.rank, msg);
+  fflush(stdout);
+}
+
+int mt_all(int cond) {
+  int c = cond ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &c, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return c;
+}
+
+/* ---- buffers ------------------------------------------------------------------ */
+
+int tbuf_alloc(tbuf *b, size_t bytes) {
+  if (!bytes) bytes = 1;
+  size_t rounded = (bytes + 255) & ~(size_t)255;
+  b->bytes = bytes;
+  b->dev = NULL;
+  b->host = aligned_alloc(256, rounded);
+  if (!b->host) return 1;
+  mt_poison(b->host, bytes);
+#ifdef MKX_TEST_CUDA
+  if (mt.device) {
+    if (cudaMalloc(&b->dev, bytes) != cudaSuccess) {
+      free(b->host);
+      b->host = NULL;
+      return 1;
+    }
+    cudaMemcpy(b->dev, b->host, bytes, cudaMemcpyHostToDevice);
+  }
+#endif
+  return 0;
+}
+
+void *tbuf_ptr(const tbuf *b) { return b->dev ? b->dev : b->host; }
+
+void tbuf_upload(tbuf *b) {
+#ifdef MKX_TEST_CUDA
+  if (b->dev) cudaMemcpy(b->dev, b->host, b->bytes, cudaMemcpyHostToDevice);
+#else
+  (void)b;
+#endif
+}
+
+void tbuf_download(tbuf *b) {
+#ifdef MKX_TEST_CUDA
+  if (b->dev) {
+    cudaDeviceSynchronize();
+    cudaMemcpy(b->host, b->dev, b->bytes, cudaMemcpyDeviceToHost);
+  }
+#else
+  (void)b;
+#endif
+}
+
+void tbuf_poison(tbuf *b) {
+  mt_poison(b->host, b->bytes);
+  tbuf_upload(b);
+}
+
+void tbuf_free(tbuf *b) {
+#ifdef MKX_TEST_CUDA
+  if (b->dev) cudaFree(b->dev);
+#endif
+  free(b->host);
+  b->host = b->dev = NULL;
+  b->bytes = 0;
+}
+
+void mt_sync(void) {
+#ifdef MKX_TEST_CUDA
+  if (mt.device) cudaDeviceSynchronize();
+#endif
+}

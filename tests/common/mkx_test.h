@@ -1,0 +1,180 @@
+/*
+ * mkx_test.h - helpers shared by the MKX multi-rank tests.
+ *
+ * Independent of the library's internals: only the public header is used.
+ * Provides a seeded PRNG whose streams depend on (seed, rank, tensor) only
+ * (so every rank can regenerate every other rank's inputs), bf16/fp16
+ * conversions of its own, strided matrix fill/read for every MKX datatype,
+ * poison/bounds checking, error norms and tolerances, a TAP-like counter
+ * and a buffer layer (host memory, or device memory with --device).
+ */
+#ifndef MKX_TEST_H
+#define MKX_TEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <mpi.h>
+#include "mkx.h"
+
+/* exit code for "skipped" (automake convention) */
+#define MT_SKIP 77
+
+/* ---- PRNG: xoshiro256** seeded by splitmix64 ---------------------------- */
+
+typedef struct { uint64_t s[4]; } mt_rng;
+
+uint64_t mt_splitmix64(uint64_t *x);
+/* A stream that depends only on (seed, rank, tensor). */
+void mt_rng_init(mt_rng *g, uint64_t seed, int rank, int tensor);
+uint64_t mt_rng_next(mt_rng *g);
+double mt_rng_unit(mt_rng *g);               /* [0,1) */
+double mt_rng_sym(mt_rng *g);                /* [-1,1], never exactly 0 */
+int64_t mt_rng_int(mt_rng *g, int64_t lo, int64_t hi); /* inclusive */
+
+/* ---- number formats (round to nearest even, independent of MKX) -------- */
+
+uint16_t mt_f32_to_bf16(float f);
+float mt_bf16_to_f32(uint16_t h);
+uint16_t mt_f32_to_f16(float f);
+float mt_f16_to_f32(uint16_t h);
+
+size_t mt_type_size(MKX_Datatype t);
+const char *mt_type_name(MKX_Datatype t);
+const char *mt_order_name(MKX_Order o);
+/* The value `v` rounded to type t (through float for bf16/fp16/fp32). */
+double mt_round(MKX_Datatype t, double v);
+/* Element idx of a typed buffer as double / store a double (rounded). */
+double mt_get(const void *buf, MKX_Datatype t, size_t idx);
+void mt_set(void *buf, MKX_Datatype t, size_t idx, double v);
+
+/* ---- strided matrices --------------------------------------------------- */
+
+/* Offset (in elements) of (i,j). */
+static inline size_t mt_off(MKX_Order o, int64_t ld, int64_t i, int64_t j) {
+  return o == MKX_ROW_MAJOR ? (size_t)(i * ld + j) : (size_t)(i + j * ld);
+}
+/* Elements of a full rows x cols matrix with leading dimension ld
+ * (including the padding of the last row/column; at least 1). */
+size_t mt_mat_elems(MKX_Order o, int64_t rows, int64_t cols, int64_t ld);
+/* Dense row-major rows x cols values, uniform in [-1,1], already rounded
+ * to dtype t, reproducible from (seed, rank, tensor). Caller frees. */
+double *mt_gen(int64_t rows, int64_t cols, MKX_Datatype t, uint64_t seed,
+               int rank, int tensor);
+/* Store dense row-major values `v` into a strided typed matrix. */
+void mt_store(void *buf, MKX_Datatype t, MKX_Order o, int64_t rows,
+              int64_t cols, int64_t ld, const double *v);
+/* Read (i,j) of a strided typed matrix. */
+double mt_mat_get(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
+                  int64_t i, int64_t j);
+
+/* Fill `bytes` with 0xFF (a NaN in every float format). */
+void mt_poison(void *buf, size_t bytes);
+/* Is element idx still the poison pattern? */
+int mt_is_poison(const void *buf, MKX_Datatype t, size_t idx);
+/* For a buffer of `total` elements holding a rows x cols matrix (ld):
+ * *oob = number of elements outside the logical matrix that are no longer
+ * poison (written out of bounds), *unwritten = logical elements still
+ * poison. */
+void mt_check_bounds(const void *buf, MKX_Datatype t, MKX_Order o,
+                     int64_t rows, int64_t cols, int64_t ld, size_t total,
+                     size_t *oob, size_t *unwritten);
+
+/* ||out - ref||_F / ||ref||_F ; ref dense row-major; NaN if out has NaN.
+ * If ||ref|| == 0 the absolute norm is returned. */
+double mt_relerr_mat(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
+                     int64_t rows, int64_t cols, const double *ref);
+/* Same for two dense double arrays. */
+double mt_relerr(const double *out, const double *ref, size_t n);
+
+/* Tolerance for a result of type `out` computed from inputs of type `in`
+ * (reference from the rounded inputs): output rounding vs accumulation. */
+double mt_tol(MKX_Datatype in, MKX_Datatype out);
+
+/* ---- GEMM operands ------------------------------------------------------ */
+
+/* Smallest valid leading dimension of a rows x cols matrix (>= 1). */
+int64_t mt_min_ld(MKX_Order o, int64_t rows, int64_t cols);
+/* B is logically k x n; stored k x n (MKX_NO_TRANS) or n x k (MKX_TRANS).
+ * Stored rows/cols and storage elements for leading dimension ldb. */
+void mt_B_dims(MKX_Trans tb, int64_t k, int64_t n, int64_t *srows,
+               int64_t *scols);
+/* Store dense row-major logical k x n values Bv as the stored B. */
+void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb,
+                int64_t k, int64_t n, int64_t ldb, const double *Bv);
+/* C (m x n dense row-major) += A (m x k dense) * B (k x n dense), double. */
+void mt_ref_gemm_acc(double *C, const double *A, const double *B, int64_t m,
+                     int64_t k, int64_t n);
+
+/* FNV-1a of bytes. */
+uint64_t mt_hash(const void *buf, size_t bytes, uint64_t h);
+
+/* ---- test bookkeeping ---------------------------------------------------- */
+
+typedef struct mt_ctx {
+  int rank, size;
+  uint64_t seed;
+  int device;   /* --device given (and usable) */
+  int verbose;  /* -v: every rank prints ok lines */
+  int n;        /* checks so far */
+  int failed;   /* failed checks on this rank */
+  const char *prog;
+} mt_ctx;
+
+extern mt_ctx mt;
+
+/* MPI_Init, parse --seed N, --device, -v; handle the skip cases (exits 77
+ * after MPI_Finalize).  Seed: rank 0's (time-based unless given) is
+ * broadcast and printed. */
+void mt_init(int *argc, char ***argv);
+/* Collective: sums failures over ranks, prints a summary, MPI_Finalize.
+ * Returns the exit code (0 all passed, 1 otherwise). */
+int mt_finish(void);
+
+/* Record one check; prints "ok N - ..." / "not ok N - ..." (failures on
+ * every rank, passes on rank 0 or with -v).  Returns cond. */
+int mt_check(int cond, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Check an MKX return code equals `want`; on mismatch prints the code's
+ * string and MKX_Get_last_error(). */
+int mt_check_rc(int rc, int want, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Diagnostic line prefixed with "# [rank r] ". */
+void mt_diag(const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 1, 2)))
+#endif
+    ;
+/* Global AND of a local condition (collective). */
+int mt_all(int cond);
+
+/* ---- buffers: host, or device with --device ------------------------------ */
+
+typedef struct tbuf {
+  void *host;   /* staging copy on the host (always) */
+  void *dev;    /* device copy (device mode) or NULL */
+  size_t bytes;
+} tbuf;
+
+/* Allocate `bytes` (at least 1) on host and, in device mode, on the GPU.
+ * Host copy poisoned.  Returns 0 on success. */
+int tbuf_alloc(tbuf *b, size_t bytes);
+/* The pointer to hand to MKX. */
+void *tbuf_ptr(const tbuf *b);
+/* host -> device (no-op on host) */
+void tbuf_upload(tbuf *b);
+/* device -> host after synchronising (no-op on host) */
+void tbuf_download(tbuf *b);
+/* Poison host copy and upload. */
+void tbuf_poison(tbuf *b);
+void tbuf_free(tbuf *b);
+/* Synchronise the device (no-op on host). */
+void mt_sync(void);
+
+#endif

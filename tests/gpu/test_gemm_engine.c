@@ -1,0 +1,312 @@
+/*
+ * GPU test of the MKX Hopper GEMM engine (kernels/gemm): compares mkx_gemm_run against cuBLAS
+ * (cublasGemmEx, fp32 output, CUBLAS_COMPUTE_32F) on fresh random inputs for every dtype/layout
+ * combination over many shapes, with C poisoned (0xFF bytes = NaN) and surrounded by a guard
+ * band.  Exit 77 (skip) without a usable GPU, 1 on any failure.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm_engine.h"
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+#define CB(x)                                                                                   \
+  do {                                                                                          \
+    cublasStatus_t s_ = (x);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
+      fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_);        \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+/* ---- host fp16 / bf16 conversions ---- */
+static uint16_t f2bf(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  x += 0x7fffu + ((x >> 16) & 1u);
+  return (uint16_t)(x >> 16);
+}
+static float bf2f(uint16_t h) {
+  uint32_t x = (uint32_t)h << 16;
+  float f;
+  memcpy(&f, &x, 4);
+  return f;
+}
+static uint16_t f2h(float f) {
+  uint32_t x;
+  memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000u;
+  int32_t e8 = (int32_t)((x >> 23) & 0xff);
+  uint32_t mant = x & 0x7fffffu;
+  if (e8 == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
+  int32_t e = e8 - 127 + 15;
+  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
+  if (e <= 0) {
+    if (e < -10) return (uint16_t)sign;
+    mant |= 0x800000u;
+    int shift = 14 - e;
+    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (h & 1))) h++;
+    return (uint16_t)(sign | h);
+  }
+  uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
+  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
+  return (uint16_t)(sign | h);
+}
+static float h2f(uint16_t h) {
+  uint32_t sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+  float v;
+  if (e == 0) v = ldexpf((float)m, -24);
+  else if (e == 31) v = m ? NAN : INFINITY;
+  else v = ldexpf((float)(m | 0x400), (int)e - 25);
+  return sign ? -v : v;
+}
+
+static uint64_t g_rng;
+static inline uint32_t rnd32(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (uint32_t)(g_rng >> 16);
+}
+static inline float rndf(void) { return (float)(rnd32() & 0xffffff) * (2.0f / 16777216.0f) - 1.0f; }
+
+/* rows x cols matrix with leading dimension ld (elements), random in [-1, 1]; padding random too */
+static void fill16(uint16_t *h, int64_t rows, int64_t ld, int fp16) {
+  for (int64_t i = 0; i < rows * ld; ++i) h[i] = fp16 ? f2h(rndf()) : f2bf(rndf());
+}
+
+static const char *tname(int t) { return t == MKX_GEMM_BF16 ? "bf16" : t == MKX_GEMM_FP16 ? "fp16" : "fp32"; }
+
+typedef struct {
+  int64_t m, n, k;
+  int ab, ct, bkm;
+  int64_t pad_a, pad_b, pad_c;  /* extra elements per row (multiples of 8) */
+  int tile, ctas;
+} tcase;
+
+static cublasHandle_t g_blas;
+static int g_fail = 0, g_cases = 0;
+static const int64_t kGuard = 4096; /* bytes of guard band on each side of C */
+
+static void run_case(const tcase *tc) {
+  const int64_t m = tc->m, n = tc->n, k = tc->k;
+  const int64_t lda = k + tc->pad_a, ldc = n + tc->pad_c;
+  const int64_t ldb = (tc->bkm ? k : n) + tc->pad_b;
+  const int64_t brows = tc->bkm ? n : k;
+  const int fp16 = tc->ab == MKX_GEMM_FP16;
+  const int esz = tc->ct == MKX_GEMM_FP32 ? 4 : 2;
+  ++g_cases;
+
+  uint16_t *hA = (uint16_t *)malloc((size_t)(m * lda) * 2 + 2);
+  uint16_t *hB = (uint16_t *)malloc((size_t)(brows * ldb) * 2 + 2);
+  if (!hA || !hB) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+  fill16(hA, m, lda, fp16);
+  fill16(hB, brows, ldb, fp16);
+
+  void *dA, *dB, *dCbuf;
+  float *dRef;
+  const size_t cbytes = (size_t)(m * ldc) * esz;
+  const size_t cbuf_bytes = cbytes + 2 * kGuard;
+  CK(cudaMalloc(&dA, (size_t)(m * lda) * 2 + 16));
+  CK(cudaMalloc(&dB, (size_t)(brows * ldb) * 2 + 16));
+  CK(cudaMalloc(&dCbuf, cbuf_bytes));
+  CK(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4 + 16));
+  CK(cudaMemcpy(dA, hA, (size_t)(m * lda) * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, hB, (size_t)(brows * ldb) * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dCbuf, 0xFF, cbuf_bytes));
+  CK(cudaMemset(dRef, 0xFF, (size_t)(m * n) * 4));
+  void *dC = (char *)dCbuf + kGuard;
+
+  /* reference: row-major C = A B  <=>  column-major C^T (n x m) = op(B') A' */
+  const float one = 1.0f, zero = 0.0f;
+  cudaDataType_t dt = fp16 ? CUDA_R_16F : CUDA_R_16BF;
+  CB(cublasGemmEx(g_blas, tc->bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dB, dt,
+                  (int)ldb, dA, dt, (int)lda, &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT));
+  CK(cudaGetLastError());
+
+  mkx_gemm_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = m; d.n = n; d.k = k;
+  d.a = dA; d.lda = lda;
+  d.b = dB; d.ldb = ldb; d.b_kmajor = tc->bkm;
+  d.c = dC; d.ldc = ldc;
+  d.ab_type = tc->ab; d.c_type = tc->ct;
+  d.num_ctas = tc->ctas; d.tile_override = tc->tile;
+  const char *why = NULL;
+  if (!mkx_gemm_supported(&d, &why)) {
+    printf("case %3d FAIL unsupported: %s\n", g_cases, why);
+    g_fail++;
+    goto out;
+  }
+  int rc = mkx_gemm_run(&d, 0);
+  if (rc != 0) {
+    printf("case %3d FAIL mkx_gemm_run returned %d\n", g_cases, rc);
+    g_fail++;
+    goto out;
+  }
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+
+  {
+    unsigned char *hC = (unsigned char *)malloc(cbuf_bytes);
+    float *hR = (float *)malloc((size_t)(m * n) * 4 + 4);
+    if (!hC || !hR) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+    CK(cudaMemcpy(hC, dCbuf, cbuf_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hR, dRef, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+    int64_t guard_bad = 0, nan_bad = 0;
+    for (int64_t i = 0; i < kGuard; ++i) {
+      guard_bad += hC[i] != 0xFF;
+      guard_bad += hC[kGuard + cbytes + i] != 0xFF;
+    }
+    const unsigned char *cp = hC + kGuard;
+    double num = 0, den = 0, maxerr = 0, maxref = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = n; c < ldc; ++c)
+        for (int b = 0; b < esz; ++b) guard_bad += cp[(r * ldc + c) * esz + b] != 0xFF;
+      for (int64_t c = 0; c < n; ++c) {
+        float v;
+        const unsigned char *e = cp + (r * ldc + c) * esz;
+        if (esz == 4) memcpy(&v, e, 4);
+        else {
+          uint16_t h;
+          memcpy(&h, e, 2);
+          v = tc->ct == MKX_GEMM_BF16 ? bf2f(h) : h2f(h);
+        }
+        const double ref = hR[r * n + c];
+        if (!isfinite(v)) { nan_bad++; continue; }
+        const double df = (double)v - ref;
+        num += df * df;
+        den += ref * ref;
+        if (fabs(df) > maxerr) maxerr = fabs(df);
+        if (fabs(ref) > maxref) maxref = fabs(ref);
+      }
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    const double tol = esz == 4 ? 2e-3 : 1e-2;
+    const double maxtol = esz == 4 ? 2e-3 * maxref + 1e-5 : 2e-2 * maxref + 1e-3;
+    const int ok = !guard_bad && !nan_bad && rel < tol && maxerr <= maxtol && isfinite(rel);
+    printf("case %3d %-4s m=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s lda=%lld ldb=%lld ldc=%lld tile=%d(%s) ctas=%d "
+           "rel=%.3e maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld\n",
+           g_cases, ok ? "PASS" : "FAIL", (long long)m, (long long)n, (long long)k, tname(tc->ab), tname(tc->ct),
+           tc->bkm ? "kmaj" : "nmaj", (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
+           mkx_gemm_pick_tile(&d, 132) == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128", tc->ctas, rel, maxerr, maxref,
+           (long long)nan_bad, (long long)guard_bad);
+    fflush(stdout);
+    if (!ok) g_fail++;
+    free(hC);
+    free(hR);
+  }
+out:
+  CK(cudaFree(dA));
+  CK(cudaFree(dB));
+  CK(cudaFree(dCbuf));
+  CK(cudaFree(dRef));
+  free(hA);
+  free(hB);
+}
+
+static void check_rejects(void) {
+  mkx_gemm_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = 16; d.n = 12; d.k = 16; d.lda = 16; d.ldb = 16; d.ldc = 16; d.b_kmajor = 1;
+  d.a = d.b = d.c = (void *)(uintptr_t)256;
+  d.ab_type = MKX_GEMM_BF16; d.c_type = MKX_GEMM_BF16;
+  const char *why = NULL;
+  ++g_cases;
+  int bad = 0;
+  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* n % 8 != 0 */
+  d.n = 16;
+  if (!mkx_gemm_supported(&d, &why)) bad = 1;
+  d.ab_type = MKX_GEMM_FP32;
+  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* fp32 operands */
+  d.ab_type = MKX_GEMM_BF16; d.lda = 20;
+  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* lda % 8 */
+  d.lda = 16; d.a = (void *)(uintptr_t)258;
+  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* misaligned */
+  if (mkx_gemm_run(&d, 0) != MKX_GEMM_EINVAL) bad = 1;
+  printf("case %3d %s argument checks\n", g_cases, bad ? "FAIL" : "PASS");
+  g_fail += bad;
+}
+
+int main(int argc, char **argv) {
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+    printf("SKIP: no CUDA device\n");
+    return 77;
+  }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  if (prop.major != 9) {
+    printf("SKIP: device %s is sm_%d%d, engine needs sm_90\n", prop.name, prop.major, prop.minor);
+    return 77;
+  }
+  const int quick = argc > 1 && !strcmp(argv[1], "--quick");
+  g_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
+  printf("device: %s, %d SMs, seed %llu\n", prop.name, prop.multiProcessorCount, (unsigned long long)g_rng);
+  CB(cublasCreate(&g_blas));
+
+  check_rejects();
+
+  /* every dtype/layout combination */
+  const int abs_[2] = {MKX_GEMM_BF16, MKX_GEMM_FP16};
+  const int cts[3] = {MKX_GEMM_BF16, MKX_GEMM_FP16, MKX_GEMM_FP32};
+  static const int64_t shapes[][3] = {
+      {1, 8, 8},       {8, 64, 64},        {17, 136, 72},     {1, 4096, 4096}, {8, 8192, 1024},
+      {17, 1000, 520}, {128, 128, 64},     {128, 256, 64},    {129, 264, 200}, {255, 392, 136},
+      {256, 256, 256}, {300, 520, 1000},   {1000, 1000, 1000}, {1024, 2048, 512}, {2000, 3000, 808},
+      {777, 8192, 2048}, {4096, 1032, 8}, {513, 128, 4096},  {64, 24, 4104},  {3000, 4104, 16},
+      {2048, 2048, 2048}, {4096, 4096, 4096}, {1, 256, 8192}, {200, 40, 64}};
+  const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+  int ci = 0;
+  for (int s = 0; s < nshapes; ++s) {
+    for (int a = 0; a < 2; ++a)
+      for (int c = 0; c < 3; ++c)
+        for (int bk = 1; bk >= 0; --bk) {
+          if (quick && ((ci + s) % 4)) { ++ci; continue; }
+          tcase t;
+          memset(&t, 0, sizeof t);
+          t.m = shapes[s][0]; t.n = shapes[s][1]; t.k = shapes[s][2];
+          t.ab = abs_[a]; t.ct = cts[c]; t.bkm = bk;
+          t.pad_a = (ci % 3 == 1) ? 8 : 0;
+          t.pad_b = (ci % 4 == 2) ? 24 : 0;
+          t.pad_c = (ci % 3 == 2) ? 8 * (1 + ci % 5) : 0;
+          t.tile = ci % 3;                      /* heuristic, forced 128x128, forced 128x256 */
+          t.ctas = (ci % 7 == 3) ? 5 : 0;       /* few CTAs: many tiles per CTA */
+          run_case(&t);
+          ++ci;
+        }
+  }
+  /* large */
+  {
+    tcase t;
+    memset(&t, 0, sizeof t);
+    t.m = 16384; t.n = 8192; t.k = 8192;
+    t.ab = MKX_GEMM_BF16; t.ct = MKX_GEMM_BF16; t.bkm = 1;
+    run_case(&t);
+    if (!quick) {
+      t.ab = MKX_GEMM_FP16; t.ct = MKX_GEMM_FP32; t.bkm = 0; t.pad_c = 8;
+      run_case(&t);
+      t.ab = MKX_GEMM_BF16; t.ct = MKX_GEMM_FP16; t.bkm = 0; t.pad_c = 0; t.tile = MKX_GEMM_TILE_128x128;
+      run_case(&t);
+    }
+  }
+  CB(cublasDestroy(g_blas));
+  printf("SUMMARY: %d cases, %d passed, %d failed\n", g_cases, g_cases - g_fail, g_fail);
+  return g_fail ? 1 : 0;
+}

@@ -1,0 +1,394 @@
+/*
+ * test_moe.c - MKX_Moe_dispatch_gemm and MKX_Moe_layer against naive double
+ * references computed on every rank from regenerated inputs (public API
+ * only): random routing (distinct experts per token), E = p * {1,2,3},
+ * topk 1..4, ranks with no tokens, every token on one expert, every dtype,
+ * gate scaling on/off, Y row order / expert_rows / origin, and
+ * MKX_ERR_TRUNCATE on every rank when one rank's Y is too small.
+ *
+ *   mpirun -np P ./test_moe [--seed N] [--device] [-v]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkx_test.h"
+
+enum { T_X = 1, T_IDS = 2, T_GATE = 3, T_W = 4, T_W1 = 5, T_W2 = 6, T_NT = 7 };
+#define GUARD 23
+
+static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
+
+typedef enum { ROUTE_RANDOM = 0, ROUTE_ONE = 1 } route_kind;
+
+/* Everything every rank can regenerate about one case. */
+typedef struct {
+  int c;
+  int64_t E, epr, topk, hidden, n, ffn;
+  MKX_Datatype dt;
+  route_kind route;
+  int64_t one_expert; /* ROUTE_ONE: first expert of the common set */
+  int gate;           /* dispatch: pass topk_weight */
+  int64_t *nt;        /* [p] tokens per rank */
+  int32_t **ids;      /* [p][nt*topk] */
+  float **gw;         /* [p][nt*topk] */
+  double **X;         /* [p][nt*hidden] rounded */
+} mcase;
+
+static void gen_case(mcase *m, int c, int kind /* 0 dispatch, 1 layer, 2 trunc */) {
+  int p = mt.size;
+  mt_rng g;
+  mt_rng_init(&g, mt.seed, -1, 7000 + kind * 1000 + c);
+  memset(m, 0, sizeof *m);
+  m->c = c + kind * 100;
+  m->E = p * mt_rng_int(&g, 1, 3);
+  m->epr = m->E / p;
+  m->topk = mt_rng_int(&g, 1, 4);
+  if (m->topk > m->E) m->topk = m->E;
+  static const int64_t hs[] = {1, 3, 8, 16, 33, 64};
+  static const int64_t ns[] = {1, 5, 16, 31, 48};
+  static const int64_t fs[] = {1, 4, 9, 16, 24};
+  m->hidden = hs[mt_rng_int(&g, 0, 5)];
+  m->n = ns[mt_rng_int(&g, 0, 4)];
+  m->ffn = fs[mt_rng_int(&g, 0, 4)];
+  m->dt = types[c % 4];
+  m->route = mt_rng_int(&g, 0, 3) == 0 ? ROUTE_ONE : ROUTE_RANDOM;
+  m->one_expert = mt_rng_int(&g, 0, m->E - 1);
+  m->gate = (int)mt_rng_int(&g, 0, 1);
+  if (kind == 2) m->route = ROUTE_RANDOM;
+  m->nt = calloc((size_t)p, sizeof *m->nt);
+  m->ids = calloc((size_t)p, sizeof *m->ids);
+  m->gw = calloc((size_t)p, sizeof *m->gw);
+  m->X = calloc((size_t)p, sizeof *m->X);
+  for (int q = 0; q < p; q++) {
+    m->nt[q] = mt_rng_int(&g, 0, 9) < 2 ? 0 : mt_rng_int(&g, 1, 13);
+    if (c == 0 && q == 0 && p > 1) m->nt[q] = 0;
+    if (kind == 2 && q == 0) m->nt[q] = 6;
+  }
+  for (int q = 0; q < p; q++) {
+    int64_t nt = m->nt[q], K = m->topk;
+    m->ids[q] = malloc((size_t)(nt * K + 1) * sizeof(int32_t));
+    m->gw[q] = malloc((size_t)(nt * K + 1) * sizeof(float));
+    mt_rng gi, gg;
+    mt_rng_init(&gi, mt.seed, q, m->c * 16 + T_IDS);
+    mt_rng_init(&gg, mt.seed, q, m->c * 16 + T_GATE);
+    int32_t *perm = malloc((size_t)m->E * sizeof(int32_t));
+    for (int64_t t = 0; t < nt; t++) {
+      if (m->route == ROUTE_ONE) {
+        for (int64_t j = 0; j < K; j++)
+          m->ids[q][t * K + j] = (int32_t)((m->one_expert + j) % m->E);
+      } else {
+        for (int64_t e = 0; e < m->E; e++) perm[e] = (int32_t)e;
+        for (int64_t j = 0; j < K; j++) { /* partial Fisher-Yates */
+          int64_t s = mt_rng_int(&gi, j, m->E - 1);
+          int32_t tmp = perm[j]; perm[j] = perm[s]; perm[s] = tmp;
+          m->ids[q][t * K + j] = perm[j];
+        }
+      }
+      for (int64_t j = 0; j < K; j++)
+        m->gw[q][t * K + j] = (float)(0.05 + 0.95 * mt_rng_unit(&gg));
+    }
+    free(perm);
+    m->X[q] = mt_gen(nt, m->hidden, m->dt, mt.seed, q, m->c * 16 + T_X);
+  }
+}
+
+static void free_case(mcase *m) {
+  for (int q = 0; q < mt.size; q++) { free(m->ids[q]); free(m->gw[q]); free(m->X[q]); }
+  free(m->ids); free(m->gw); free(m->X); free(m->nt);
+}
+
+static void describe(const mcase *m, const char *op, char *buf, size_t len) {
+  char nts[200];
+  size_t o = 0;
+  nts[0] = 0;
+  for (int q = 0; q < mt.size && o + 20 < sizeof nts; q++)
+    o += (size_t)snprintf(nts + o, sizeof nts - o, "%s%lld", q ? "," : "",
+                          (long long)m->nt[q]);
+  snprintf(buf, len,
+           "%s case %d: E=%lld topk=%lld tokens=[%s] hidden=%lld n=%lld "
+           "ffn=%lld dtype=%s routing=%s gate=%s",
+           op, m->c, (long long)m->E, (long long)m->topk, nts,
+           (long long)m->hidden, (long long)m->n, (long long)m->ffn,
+           mt_type_name(m->dt), m->route == ROUTE_ONE ? "one-expert" : "random",
+           m->gate ? "on" : "off");
+}
+
+/* Rows rank `dst` receives, in contract order: (source rank, token, slot)
+ * grouped by local expert.  Fills counts[epr]; returns total; rows[3*i]. */
+static int64_t expected_rows(const mcase *m, int dst, int64_t *counts,
+                             int32_t **rows_out) {
+  int p = mt.size;
+  int64_t cap = 0;
+  for (int q = 0; q < p; q++) cap += m->nt[q] * m->topk;
+  int32_t *rows = malloc((size_t)(3 * cap + 3) * sizeof(int32_t));
+  int64_t total = 0;
+  for (int64_t le = 0; le < m->epr; le++) {
+    int32_t e = (int32_t)(dst * m->epr + le);
+    counts[le] = 0;
+    for (int q = 0; q < p; q++)
+      for (int64_t t = 0; t < m->nt[q]; t++)
+        for (int64_t j = 0; j < m->topk; j++)
+          if (m->ids[q][t * m->topk + j] == e) {
+            rows[3 * total] = q;
+            rows[3 * total + 1] = (int32_t)t;
+            rows[3 * total + 2] = (int32_t)j;
+            total++;
+            counts[le]++;
+          }
+  }
+  *rows_out = rows;
+  return total;
+}
+
+/* Upload this rank's X, ids, weights. */
+static void load_inputs(const mcase *m, tbuf *tx, tbuf *ti, tbuf *tg) {
+  int r = mt.rank;
+  int64_t nt = m->nt[r];
+  size_t es = mt_type_size(m->dt);
+  tbuf_alloc(tx, (size_t)(nt * m->hidden) * es);
+  tbuf_alloc(ti, (size_t)(nt * m->topk) * sizeof(int32_t));
+  tbuf_alloc(tg, (size_t)(nt * m->topk) * sizeof(float));
+  for (int64_t i = 0; i < nt * m->hidden; i++) mt_set(tx->host, m->dt, (size_t)i, m->X[r][i]);
+  if (nt) {
+    memcpy(ti->host, m->ids[r], (size_t)(nt * m->topk) * sizeof(int32_t));
+    memcpy(tg->host, m->gw[r], (size_t)(nt * m->topk) * sizeof(float));
+  }
+  tbuf_upload(tx); tbuf_upload(ti); tbuf_upload(tg);
+}
+
+/* ---- dispatch + GEMM ---------------------------------------------------- */
+
+static void case_dispatch(MKX_Comm comm, int c, int truncate) {
+  int p = mt.size, r = mt.rank;
+  mcase m;
+  gen_case(&m, c, truncate ? 2 : 0);
+  if (truncate) m.gate = 1;
+  char desc[500];
+  describe(&m, truncate ? "moe_dispatch_gemm TRUNCATE" : "moe_dispatch_gemm",
+           desc, sizeof desc);
+  int64_t *counts = calloc((size_t)m.epr, sizeof(int64_t));
+  int32_t *rows;
+  int64_t total = expected_rows(&m, r, counts, &rows);
+
+  /* y_rows: exact or with spare rows; for TRUNCATE one victim rank gets
+   * one row too few (the rank receiving the most rows). */
+  mt_rng g;
+  mt_rng_init(&g, mt.seed, r, 7700 + c);
+  int64_t y_rows = (total > 0 ? total : 1) + mt_rng_int(&g, 0, 3);
+  int victim = -1;
+  if (truncate) {
+    int64_t best = 0, *tmpc = calloc((size_t)m.epr, sizeof(int64_t));
+    for (int q = 0; q < p; q++) {
+      int32_t *rr;
+      int64_t tq = expected_rows(&m, q, tmpc, &rr);
+      free(rr);
+      if (tq > best) { best = tq; victim = q; }
+    }
+    free(tmpc);
+    y_rows = total > 0 ? total : 1;
+    if (best < 2) victim = -1; /* can't make y_rows >= 1 and too small */
+    if (r == victim) y_rows = total - 1;
+    snprintf(desc + strlen(desc), sizeof desc - strlen(desc),
+             " victim=%d y_rows=%lld", victim, (long long)y_rows);
+  }
+
+  /* W of this rank: [epr][hidden][n] */
+  double *W = mt_gen(m.epr * m.hidden, m.n, m.dt, mt.seed, r, m.c * 16 + T_W);
+  double *ref = calloc((size_t)(total * m.n) + 1, sizeof(double));
+  {
+    int64_t i = 0;
+    for (int64_t le = 0; le < m.epr; le++)
+      for (int64_t k = 0; k < counts[le]; k++, i++) {
+        int q = rows[3 * i], t = rows[3 * i + 1], j = rows[3 * i + 2];
+        double gs = m.gate ? (double)m.gw[q][t * m.topk + j] : 1.0;
+        const double *x = m.X[q] + (int64_t)t * m.hidden;
+        for (int64_t h = 0; h < m.hidden; h++)
+          for (int64_t cc = 0; cc < m.n; cc++)
+            ref[i * m.n + cc] += gs * x[h] * W[(le * m.hidden + h) * m.n + cc];
+      }
+  }
+
+  size_t es = mt_type_size(m.dt);
+  tbuf tx, ti, tg, tw, ty, te, to;
+  load_inputs(&m, &tx, &ti, &tg);
+  tbuf_alloc(&tw, (size_t)(m.epr * m.hidden * m.n) * es);
+  for (int64_t i = 0; i < m.epr * m.hidden * m.n; i++) mt_set(tw.host, m.dt, (size_t)i, W[i]);
+  tbuf_upload(&tw);
+  size_t ny = (size_t)(y_rows * m.n) + GUARD, no = (size_t)(3 * y_rows) + GUARD;
+  tbuf_alloc(&ty, ny * es);
+  tbuf_alloc(&te, ((size_t)m.epr + 4) * sizeof(int64_t));
+  tbuf_alloc(&to, no * sizeof(int32_t));
+  int with_origin = truncate ? 1 : (int)mt_rng_int(&g, 0, 3) != 0;
+  /* with_origin must agree? it is a per-rank output pointer: vary per rank */
+
+  int rc = MKX_Moe_dispatch_gemm(
+      tbuf_ptr(&tx), m.nt[r], m.hidden, tbuf_ptr(&ti),
+      m.gate ? tbuf_ptr(&tg) : NULL, m.topk, m.E, tbuf_ptr(&tw), m.n,
+      tbuf_ptr(&ty), y_rows, tbuf_ptr(&te), with_origin ? tbuf_ptr(&to) : NULL,
+      m.dt, comm, NULL);
+  int want = truncate && victim >= 0 ? MKX_ERR_TRUNCATE : MKX_SUCCESS;
+  mt_check_rc(rc, want, "%s: returns %s", desc,
+              want == MKX_SUCCESS ? "MKX_SUCCESS" : "MKX_ERR_TRUNCATE");
+  tbuf_download(&te);
+  tbuf_download(&ty);
+  tbuf_download(&to);
+  const int64_t *er = te.host;
+  int cnt_ok = 1;
+  for (int64_t le = 0; le < m.epr; le++) cnt_ok &= er[le] == counts[le];
+  if (rc == want) {
+    char got[200] = "";
+    size_t o = 0;
+    for (int64_t le = 0; le < m.epr && o + 24 < sizeof got; le++)
+      o += (size_t)snprintf(got + o, sizeof got - o, "%lld/%lld ",
+                            (long long)er[le], (long long)counts[le]);
+    mt_check(cnt_ok, "%s: expert_rows (got/want %s)", desc, got);
+    size_t past = 0;
+    for (size_t i = (size_t)m.epr; i < (size_t)m.epr + 4; i++)
+      past += !mt_is_poison(te.host, MKX_FP64, i);
+    mt_check(past == 0, "%s: nothing written past expert_rows", desc);
+  }
+  if (rc == MKX_SUCCESS && want == MKX_SUCCESS) {
+    /* Y rows: values and nothing past y_rows */
+    size_t oob, unw;
+    mt_check_bounds(ty.host, m.dt, MKX_ROW_MAJOR, total, m.n, m.n, ny, &oob,
+                    &unw);
+    size_t past = 0;
+    for (size_t i = (size_t)(y_rows * m.n); i < ny; i++)
+      past += !mt_is_poison(ty.host, m.dt, i);
+    mt_check(unw == 0 && past == 0,
+             "%s: Y rows [0,%lld) written, nothing past y_rows=%lld (%zu "
+             "unwritten, %zu past)",
+             desc, (long long)total, (long long)y_rows, unw, past);
+    if (total > 0) {
+      double e = mt_relerr_mat(ty.host, m.dt, MKX_ROW_MAJOR, m.n, total, m.n, ref);
+      double tol = mt_tol(m.dt, m.dt);
+      mt_check(e <= tol, "%s: Y rel err %.3g <= %.3g", desc, e, tol);
+    }
+    if (with_origin) {
+      const int32_t *og = to.host;
+      int64_t bad = -1;
+      for (int64_t i = 0; i < 3 * total && bad < 0; i++)
+        if (og[i] != rows[i]) bad = i / 3;
+      size_t opast = 0;
+      for (size_t i = (size_t)(3 * y_rows); i < no; i++)
+        opast += !mt_is_poison(to.host, MKX_FP32, i);
+      if (bad >= 0)
+        mt_diag("origin row %lld: got (%d,%d,%d) want (%d,%d,%d)",
+                (long long)bad, og[3 * bad], og[3 * bad + 1], og[3 * bad + 2],
+                rows[3 * bad], rows[3 * bad + 1], rows[3 * bad + 2]);
+      mt_check(bad < 0 && opast == 0,
+               "%s: origin = (source rank, token, slot) in order, nothing "
+               "past 3*y_rows",
+               desc);
+    } else {
+      size_t touched = 0;
+      for (size_t i = 0; i < no; i++) touched += !mt_is_poison(to.host, MKX_FP32, i);
+      mt_check(touched == 0, "%s: origin NULL, spare buffer untouched", desc);
+    }
+  }
+  if (truncate && r == victim) {
+    size_t past = 0;
+    for (size_t i = (size_t)(y_rows * m.n); i < ny; i++)
+      past += !mt_is_poison(ty.host, m.dt, i);
+    mt_check(past == 0, "%s: nothing written past y_rows on the victim", desc);
+  }
+  mt_all(1);
+  tbuf_free(&tx); tbuf_free(&ti); tbuf_free(&tg); tbuf_free(&tw);
+  tbuf_free(&ty); tbuf_free(&te); tbuf_free(&to);
+  free(W); free(ref); free(rows); free(counts);
+  free_case(&m);
+}
+
+/* ---- whole layer ----------------------------------------------------------- */
+
+static double silu(double x) { return x / (1.0 + exp(-x)); }
+
+static void case_layer(MKX_Comm comm, int c) {
+  int p = mt.size, r = mt.rank;
+  mcase m;
+  gen_case(&m, c, 1);
+  char desc[500];
+  describe(&m, "moe_layer", desc, sizeof desc);
+  int64_t H = m.hidden, F = m.ffn, nt = m.nt[r];
+  /* every rank's W1, W2 */
+  double **W1 = calloc((size_t)p, sizeof *W1), **W2 = calloc((size_t)p, sizeof *W2);
+  for (int q = 0; q < p; q++) {
+    W1[q] = mt_gen(m.epr * H, 2 * F, m.dt, mt.seed, q, m.c * 16 + T_W1);
+    W2[q] = mt_gen(m.epr * F, H, m.dt, mt.seed, q, m.c * 16 + T_W2);
+  }
+  double *ref = calloc((size_t)(nt * H) + 1, sizeof(double));
+  double *a = malloc((size_t)F * sizeof(double));
+  for (int64_t t = 0; t < nt; t++) {
+    const double *x = m.X[r] + t * H;
+    for (int64_t j = 0; j < m.topk; j++) {
+      int32_t e = m.ids[r][t * m.topk + j];
+      int q = (int)(e / m.epr);
+      int64_t le = e % m.epr;
+      const double *w1 = W1[q] + le * H * 2 * F, *w2 = W2[q] + le * F * H;
+      for (int64_t f = 0; f < F; f++) {
+        double gsum = 0, usum = 0;
+        for (int64_t h = 0; h < H; h++) {
+          gsum += x[h] * w1[h * 2 * F + f];
+          usum += x[h] * w1[h * 2 * F + F + f];
+        }
+        a[f] = silu(gsum) * usum;
+      }
+      double gw = m.gw[r][t * m.topk + j];
+      for (int64_t h = 0; h < H; h++) {
+        double s = 0;
+        for (int64_t f = 0; f < F; f++) s += a[f] * w2[f * H + h];
+        ref[t * H + h] += gw * s;
+      }
+    }
+  }
+  size_t es = mt_type_size(m.dt);
+  tbuf tx, ti, tg, t1, t2, tout;
+  load_inputs(&m, &tx, &ti, &tg);
+  tbuf_alloc(&t1, (size_t)(m.epr * H * 2 * F) * es);
+  tbuf_alloc(&t2, (size_t)(m.epr * F * H) * es);
+  for (int64_t i = 0; i < m.epr * H * 2 * F; i++) mt_set(t1.host, m.dt, (size_t)i, W1[r][i]);
+  for (int64_t i = 0; i < m.epr * F * H; i++) mt_set(t2.host, m.dt, (size_t)i, W2[r][i]);
+  tbuf_upload(&t1); tbuf_upload(&t2);
+  size_t nout = (size_t)(nt * H) + GUARD;
+  tbuf_alloc(&tout, nout * es);
+  int rc = MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg),
+                         m.topk, m.E, tbuf_ptr(&t1), tbuf_ptr(&t2), F,
+                         tbuf_ptr(&tout), m.dt, comm, NULL);
+  mt_check_rc(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS", desc);
+  if (mt_all(rc == MKX_SUCCESS)) {
+    tbuf_download(&tout);
+    size_t oob, unw;
+    mt_check_bounds(tout.host, m.dt, MKX_ROW_MAJOR, nt, H, H, nout, &oob, &unw);
+    mt_check(oob == 0 && unw == 0,
+             "%s: out fully written, nothing past it (%zu unwritten, %zu oob)",
+             desc, unw, oob);
+    if (nt > 0) {
+      double e = mt_relerr_mat(tout.host, m.dt, MKX_ROW_MAJOR, H, nt, H, ref);
+      double tol = 2 * mt_tol(m.dt, m.dt);
+      mt_check(e <= tol, "%s: out rel err %.3g <= %.3g", desc, e, tol);
+    }
+  }
+  tbuf_free(&tx); tbuf_free(&ti); tbuf_free(&tg); tbuf_free(&t1);
+  tbuf_free(&t2); tbuf_free(&tout);
+  for (int q = 0; q < p; q++) { free(W1[q]); free(W2[q]); }
+  free(W1); free(W2); free(ref); free(a);
+  free_case(&m);
+}
+
+int main(int argc, char **argv) {
+  mt_init(&argc, &argv);
+  MKX_Comm comm = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
+  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create");
+  if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
+  double t0 = MPI_Wtime();
+  for (int c = 0; c < 16; c++) case_dispatch(comm, c, 0);
+  for (int c = 0; c < 4; c++) case_dispatch(comm, c, 1);
+  for (int c = 0; c < 16; c++) case_layer(comm, c);
+  if (mt.rank == 0) mt_diag("36 cases in %.1f s", MPI_Wtime() - t0);
+  rc = MKX_Comm_free(&comm);
+  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
+  return mt_finish();
+}

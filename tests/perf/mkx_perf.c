@@ -1,0 +1,245 @@
+/*
+ * mkx_perf: MKX benchmark tool.  Subcommands are listed in a table {name, fn, help}.
+ *
+ *   mkx_perf gemm [--out FILE] [--reps N] [--warmup N] [--layout k|n] [--tile 0|1|2]
+ *                 [--ctas N] [--shape MxNxK]...
+ *     Times the MKX Hopper GEMM engine and cuBLAS (bf16 in, bf16 out, fp32 compute) in the same
+ *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
+ *     the ratio.  --out appends the table as markdown (date UTC, GPU name).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm_engine.h"
+
+#define CK(x)                                                                                   \
+  do {                                                                                          \
+    cudaError_t e_ = (x);                                                                       \
+    if (e_ != cudaSuccess) {                                                                    \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+#define CB(x)                                                                                   \
+  do {                                                                                          \
+    cublasStatus_t s_ = (x);                                                                    \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
+      fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_);        \
+      exit(1);                                                                                  \
+    }                                                                                           \
+  } while (0)
+
+static int cmp_float(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+static float median(float *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_float);
+  return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Fill a device buffer of `count` 16-bit elements with random bf16 in [-1, 1] (non-zero): a
+ * random host chunk is uploaded once and replicated on the device. */
+static void fill_random_bf16(void *dst, size_t count, uint64_t seed) {
+  const size_t chunk = (size_t)1 << 22;
+  uint16_t *h = (uint16_t *)malloc(chunk * 2);
+  if (!h) { fprintf(stderr, "malloc failed\n"); exit(1); }
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < chunk; ++i) {
+    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    float f = (float)((s >> 20) & 0xffff) / 32768.0f - 1.0f;
+    if (f == 0.0f) f = 0.5f;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    h[i] = (uint16_t)(x >> 16);
+  }
+  size_t done = 0;
+  size_t first = count < chunk ? count : chunk;
+  CK(cudaMemcpy(dst, h, first * 2, cudaMemcpyHostToDevice));
+  done = first;
+  while (done < count) {   /* doubling device-to-device copies */
+    size_t n = done < count - done ? done : count - done;
+    CK(cudaMemcpy((char *)dst + done * 2, dst, n * 2, cudaMemcpyDeviceToDevice));
+    done += n;
+  }
+  free(h);
+}
+
+typedef struct { int64_t m, n, k; } shape_t;
+
+static int cmd_gemm(int argc, char **argv) {
+  const char *out = NULL;
+  int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0;
+  shape_t shapes[64];
+  int ns = 0;
+  for (int i = 0; i < argc; ++i) {
+    if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--layout") && i + 1 < argc) bkm = argv[++i][0] != 'n';
+    else if (!strcmp(argv[i], "--tile") && i + 1 < argc) tile = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--ctas") && i + 1 < argc) ctas = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--shape") && i + 1 < argc && ns < 64) {
+      long long m, n, k;
+      if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) != 3) { fprintf(stderr, "bad --shape\n"); return 2; }
+      shapes[ns].m = m; shapes[ns].n = n; shapes[ns].k = k; ++ns;
+    } else { fprintf(stderr, "gemm: unknown argument %s\n", argv[i]); return 2; }
+  }
+  if (reps < 1) reps = 1;
+  if (ns == 0) {
+    static const int64_t nk[3][2] = {{8192, 8192}, {28672, 8192}, {8192, 28672}};
+    static const int64_t ms[3] = {4096, 8192, 16384};
+    for (int a = 0; a < 3; ++a)
+      for (int b = 0; b < 3; ++b) { shapes[ns].m = ms[a]; shapes[ns].n = nk[b][0]; shapes[ns].k = nk[b][1]; ++ns; }
+  }
+  int ndev = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) { fprintf(stderr, "no CUDA device\n"); return 77; }
+  struct cudaDeviceProp prop;
+  CK(cudaGetDeviceProperties(&prop, 0));
+  cublasHandle_t blas;
+  CB(cublasCreate(&blas));
+  cudaStream_t st;
+  CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CB(cublasSetStream(blas, st));
+  size_t ws_bytes = (size_t)64 << 20;   /* give cuBLAS a generous workspace */
+  void *ws;
+  CK(cudaMalloc(&ws, ws_bytes));
+  CB(cublasSetWorkspace(blas, ws, ws_bytes));
+
+  int64_t maxa = 0, maxb = 0, maxc = 0;
+  for (int i = 0; i < ns; ++i) {
+    if (shapes[i].m * shapes[i].k > maxa) maxa = shapes[i].m * shapes[i].k;
+    if (shapes[i].n * shapes[i].k > maxb) maxb = shapes[i].n * shapes[i].k;
+    if (shapes[i].m * shapes[i].n > maxc) maxc = shapes[i].m * shapes[i].n;
+  }
+  void *dA, *dB, *dC, *dC2;
+  CK(cudaMalloc(&dA, (size_t)maxa * 2));
+  CK(cudaMalloc(&dB, (size_t)maxb * 2));
+  CK(cudaMalloc(&dC, (size_t)maxc * 2));
+  CK(cudaMalloc(&dC2, (size_t)maxc * 2));
+  fill_random_bf16(dA, (size_t)maxa, 1);
+  fill_random_bf16(dB, (size_t)maxb, 2);
+
+  cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(2 * reps + 1));
+  float *tm = (float *)malloc(sizeof(float) * (size_t)reps), *tb = (float *)malloc(sizeof(float) * (size_t)reps);
+  double *res_m = (double *)malloc(sizeof(double) * (size_t)ns), *res_b = (double *)malloc(sizeof(double) * (size_t)ns);
+  int *res_tile = (int *)malloc(sizeof(int) * (size_t)ns);
+  for (int i = 0; i < 2 * reps + 1; ++i) CK(cudaEventCreate(&ev[i]));
+
+  printf("mkx_perf gemm on %s (%d SMs): bf16 x bf16 -> bf16, fp32 accumulate, B %s, median of %d\n", prop.name,
+         prop.multiProcessorCount, bkm ? "K-major (n x k)" : "N-major (k x n)", reps);
+  printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s", "cuBLAS", "ratio", "tile");
+  const float one = 1.0f, zero = 0.0f;
+  for (int si = 0; si < ns; ++si) {
+    const int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;
+    mkx_gemm_desc d;
+    memset(&d, 0, sizeof d);
+    d.m = m; d.n = n; d.k = k;
+    d.a = dA; d.lda = k;
+    d.b = dB; d.b_kmajor = bkm; d.ldb = bkm ? k : n;
+    d.c = dC; d.ldc = n;
+    d.ab_type = MKX_GEMM_BF16; d.c_type = MKX_GEMM_BF16;
+    d.num_ctas = ctas; d.tile_override = tile;
+    const char *why;
+    if (!mkx_gemm_supported(&d, &why)) { fprintf(stderr, "unsupported: %s\n", why); return 1; }
+    res_tile[si] = mkx_gemm_pick_tile(&d, ctas > 0 ? ctas : prop.multiProcessorCount);
+#define RUN_MKX()                                                         \
+    do {                                                                  \
+      int rc_ = mkx_gemm_run(&d, st);                                     \
+      if (rc_) { fprintf(stderr, "mkx_gemm_run: %d\n", rc_); exit(1); }   \
+    } while (0)
+#define RUN_BLAS()                                                                                             \
+    CB(cublasGemmEx(blas, bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dB,        \
+                    CUDA_R_16BF, (int)d.ldb, dA, CUDA_R_16BF, (int)k, &zero, dC2, CUDA_R_16BF, (int)n,           \
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))
+    for (int w = 0; w < warmup; ++w) { RUN_MKX(); RUN_BLAS(); }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaEventRecord(ev[0], st));
+    for (int r = 0; r < reps; ++r) {
+      if (r & 1) {   /* alternate which one goes first */
+        RUN_BLAS(); CK(cudaEventRecord(ev[2 * r + 1], st));
+        RUN_MKX(); CK(cudaEventRecord(ev[2 * r + 2], st));
+      } else {
+        RUN_MKX(); CK(cudaEventRecord(ev[2 * r + 1], st));
+        RUN_BLAS(); CK(cudaEventRecord(ev[2 * r + 2], st));
+      }
+    }
+    CK(cudaStreamSynchronize(st));
+    CK(cudaGetLastError());
+    for (int r = 0; r < reps; ++r) {
+      float t1, t2;
+      CK(cudaEventElapsedTime(&t1, ev[2 * r], ev[2 * r + 1]));
+      CK(cudaEventElapsedTime(&t2, ev[2 * r + 1], ev[2 * r + 2]));
+      if (r & 1) { tb[r] = t1; tm[r] = t2; } else { tm[r] = t1; tb[r] = t2; }
+    }
+    const double flop = 2.0 * (double)m * (double)n * (double)k;
+    res_m[si] = flop / (median(tm, reps) * 1e-3) / 1e12;
+    res_b[si] = flop / (median(tb, reps) * 1e-3) / 1e12;
+    printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %8s\n", (long long)m, (long long)n, (long long)k, res_m[si],
+           res_b[si], res_m[si] / res_b[si], res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
+    fflush(stdout);
+  }
+  if (out) {
+    FILE *f = fopen(out, "a");
+    if (!f) { perror(out); return 1; }
+    char date[64];
+    time_t now = time(NULL);
+    struct tm g;
+    gmtime_r(&now, &g);
+    strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &g);
+    fprintf(f, "\n### mkx_perf gemm, %s, %s (%d SMs)\n\n", date, prop.name, prop.multiProcessorCount);
+    fprintf(f, "bf16 x bf16 -> bf16, fp32 accumulate, A row-major, B %s, median of %d interleaved launches"
+               " (CUDA events), %d warm-up.\n\n",
+            bkm ? "K-major (n x k)" : "N-major (k x n)", reps, warmup);
+    fprintf(f, "| M | N | K | MKX TFLOP/s | cuBLAS TFLOP/s | MKX / cuBLAS | MKX tile |\n");
+    fprintf(f, "|---:|---:|---:|---:|---:|---:|---|\n");
+    for (int si = 0; si < ns; ++si)
+      fprintf(f, "| %lld | %lld | %lld | %.1f | %.1f | %.3f | %s |\n", (long long)shapes[si].m, (long long)shapes[si].n,
+              (long long)shapes[si].k, res_m[si], res_b[si], res_m[si] / res_b[si],
+              res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
+    fclose(f);
+  }
+  for (int i = 0; i < 2 * reps + 1; ++i) CK(cudaEventDestroy(ev[i]));
+  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dC)); CK(cudaFree(dC2)); CK(cudaFree(ws));
+  CB(cublasDestroy(blas));
+  CK(cudaStreamDestroy(st));
+  free(ev); free(tm); free(tb); free(res_m); free(res_b); free(res_tile);
+  return 0;
+}
+
+typedef struct {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+  const char *help;
+} subcommand;
+
+static const subcommand kCommands[] = {
+    {"gemm", cmd_gemm,
+     "time the Hopper GEMM engine against cuBLAS (bf16): [--out FILE] [--reps N] [--warmup N] "
+     "[--layout k|n] [--tile 0|1|2] [--ctas N] [--shape MxNxK]..."},
+};
+
+static void usage(void) {
+  fprintf(stderr, "usage: mkx_perf SUBCOMMAND [options]\n");
+  for (size_t i = 0; i < sizeof kCommands / sizeof kCommands[0]; ++i)
+    fprintf(stderr, "  %-8s %s\n", kCommands[i].name, kCommands[i].help);
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage();
+    return argc < 2 ? 2 : 0;
+  }
+  for (size_t i = 0; i < sizeof kCommands / sizeof kCommands[0]; ++i)
+    if (!strcmp(argv[1], kCommands[i].name)) return kCommands[i].fn(argc - 2, argv + 2);
+  fprintf(stderr, "mkx_perf: unknown subcommand '%s'\n", argv[1]);
+  usage();
+  return 2;
+}
