@@ -59,6 +59,12 @@ if [ $PERF -eq 1 ]; then
   echo "== perf $(date -u +%FT%TZ)"
   timeout 240 "$BUILD/mkx_perf" gemm --out "$OUT/gemm-results.md" $PERF_ARGS 2>&1 | tee "$OUT/perf.log"
   [ ${PIPESTATUS[0]} -eq 0 ] || rc=1
+  if [ -n "${PERF_EXTRA:-}" ]; then   # extra variants, e.g. PERF_EXTRA="MKX_GEMM_EPI=direct"
+    for v in $PERF_EXTRA; do
+      echo "== perf variant $v"
+      env "$v" timeout 240 "$BUILD/mkx_perf" gemm $PERF_ARGS 2>&1 | tee -a "$OUT/perf.log"
+    done
+  fi
 fi
 echo "== done $(date -u +%FT%TZ) rc=$rc"
 exit $rc

@@ -78,6 +78,16 @@ int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_t inner, int64
 
 int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+int group_m_setting() {   /* MKX_GEMM_GROUP_M: tile rows per L2 group (tuning knob) */
+  static int v = -1;
+  if (v < 0) {
+    const char *e = getenv("MKX_GEMM_GROUP_M");
+    int g = e ? atoi(e) : 0;
+    v = g > 0 ? g : kGroupM;
+  }
+  return v;
+}
+
 int epi_direct() {   /* MKX_GEMM_EPI=direct selects the direct-store epilogue (for comparison) */
   static int v = -1;
   if (v < 0) {
@@ -107,7 +117,7 @@ int launch(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (OutT *)d->c, d->ldc, (int)d->m, (int)d->n, (int)d->k,
-                                               tiles_m, tiles_n, kGroupM < tiles_m ? kGroupM : tiles_m);
+                                               tiles_m, tiles_n, group_m_setting() < tiles_m ? group_m_setting() : tiles_m);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }

@@ -11,7 +11,7 @@
 typedef struct attn_ctx {
   const mkx_attn_args *a;
   int p, rank;
-  const double *kv; /* [p][2][batch][seq_local][heads_kv][head_dim] */
+  const double *kv;        /* [p][2][batch][seq_local][heads_kv][head_dim] */
   double *q, *acc, *score; /* head_dim, head_dim, p * seq_local */
 } attn_ctx;
 
@@ -20,7 +20,9 @@ static const double *kv_row(const attn_ctx *t, int r, int which, int64_t b,
                             int64_t s, int64_t h) {
   const mkx_attn_args *a = t->a;
   int64_t i = (((((int64_t)r * 2 + which) * a->batch + b) * a->seq_local + s) *
-                   a->heads_kv + h) * a->head_dim;
+                   a->heads_kv +
+               h) *
+              a->head_dim;
   return t->kv + i;
 }
 
@@ -33,12 +35,15 @@ static int64_t attn_scores(const attn_ctx *t, int64_t b, int64_t h,
   *mx = -INFINITY;
   for (int r = 0; r < t->p; r++)
     for (int64_t s = 0; s < S; s++) {
-      if (a->causal && (int64_t)r * S + s > qpos) return nvis; /* later keys too */
+      if (a->causal && (int64_t)r * S + s > qpos)
+        return nvis; /* later keys too */
       const double *k = kv_row(t, r, 0, b, s, g);
       double dot = 0.0;
-      for (int64_t d = 0; d < D; d++) dot += t->q[d] * k[d];
+      for (int64_t d = 0; d < D; d++)
+        dot += t->q[d] * k[d];
       t->score[nvis] = a->scale * dot;
-      if (t->score[nvis] > *mx) *mx = t->score[nvis];
+      if (t->score[nvis] > *mx)
+        *mx = t->score[nvis];
       nvis++;
     }
   return nvis;
@@ -61,12 +66,12 @@ static void attn_row(const attn_ctx *t, int64_t b, int64_t i, int64_t h) {
       double w = exp(t->score[n] - mx);
       const double *v = kv_row(t, r, 1, b, s, g);
       sum += w;
-      for (int64_t d = 0; d < D; d++) t->acc[d] += w * v[d];
+      for (int64_t d = 0; d < D; d++)
+        t->acc[d] += w * v[d];
     }
   for (int64_t d = 0; d < D; d++) /* no visible key: O = 0 */
     t->acc[d] = nvis ? t->acc[d] / sum : 0.0;
-  mkx_convert(MKX_FP64, t->acc, 1, a->dtype, (char *)a->O + off, 1,
-              (size_t)D);
+  mkx_convert(MKX_FP64, t->acc, 1, a->dtype, (char *)a->O + off, 1, (size_t)D);
   if (a->LSE)
     a->LSE[(b * a->heads_q + h) * S + i] =
         nvis ? (float)(mx + log(sum)) : -INFINITY;
@@ -89,26 +94,34 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
                          "ring attention: K row"));
   int rc = mkx_arena_array(&ar, p, 1, sizeof *rows_of, (void **)&rows_of,
                            "row counts");
-  for (int q = 0; !rc && q < p; q++) rows_of[q] = 2 * rows;
-  if (!rc) rc = mkx_xfer_fit(p, rows_of, row_bytes, "ring attention");
-  if (rc) goto out; /* sizes agree, so every rank stops here */
+  for (int q = 0; !rc && q < p; q++)
+    rows_of[q] = 2 * rows;
+  if (!rc)
+    rc = mkx_xfer_fit(p, rows_of, row_bytes, "ring attention");
+  if (rc)
+    goto out; /* sizes agree, so every rank stops here */
   rc = mkx_arena_array(&ar, 2, (int64_t)half, es, &send, "K and V");
-  if (!rc) rc = mkx_arena_array(&ar, 2 * (int64_t)p, (int64_t)half, es, &all,
-                                "gathered K and V");
+  if (!rc)
+    rc = mkx_arena_array(&ar, 2 * (int64_t)p, (int64_t)half, es, &all,
+                         "gathered K and V");
   kvw = all; /* fp64 data needs no working copy */
   if (!rc && a->dtype != MKX_FP64)
     rc = mkx_arena_array(&ar, 2 * (int64_t)p, (int64_t)half, sizeof(double),
                          (void **)&kvw, "K and V in double");
-  if (!rc) rc = mkx_arena_array(&ar, 2 * a->head_dim + p * a->seq_local, 1,
-                                sizeof(double), (void **)&t.q, "scratch");
+  if (!rc)
+    rc = mkx_arena_array(&ar, 2 * a->head_dim + p * a->seq_local, 1,
+                         sizeof(double), (void **)&t.q, "scratch");
   rc = mkx_host_agree_rc(c, rc, "ring attention");
-  if (rc) goto out;
+  if (rc)
+    goto out;
   memcpy(send, a->K, half * es);
   memcpy((char *)send + half * es, a->V, half * es);
   rc = mkx_xfer_iallgatherv(c, send, all, rows_of, row_bytes, &x,
                             "ring attention: gather K and V");
-  if (!rc) rc = mkx_xfer_wait(c, &x, "ring attention: gather K and V");
-  if (rc) goto out;
+  if (!rc)
+    rc = mkx_xfer_wait(c, &x, "ring attention: gather K and V");
+  if (rc)
+    goto out;
   if ((void *)kvw != all)
     mkx_convert(a->dtype, all, 1, MKX_FP64, kvw, 1, 2 * (size_t)p * half);
   t.kv = kvw;
@@ -116,7 +129,8 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
   t.score = t.acc + a->head_dim;
   for (int64_t b = 0; b < a->batch; b++)
     for (int64_t i = 0; i < a->seq_local; i++)
-      for (int64_t h = 0; h < a->heads_q; h++) attn_row(&t, b, i, h);
+      for (int64_t h = 0; h < a->heads_q; h++)
+        attn_row(&t, b, i, h);
 out:
   mkx_arena_release(&ar, rc);
   return rc;

@@ -1,16 +1,17 @@
 /* CBLAS (OpenBLAS by default) behind one call.  bf16 and fp16 data reach
  * it already converted to fp32, so one sgemm serves three types and the
  * reference stays independent of any mixed-precision BLAS kernel. */
+#include <cblas.h>
 #include <limits.h>
 #include <string.h>
-#include <cblas.h>
 #include "core/error.h"
 #include "host/blas.h"
 
 int mkx_host_gemm(MKX_Datatype wtype, MKX_Trans transb, int64_t m, int64_t n,
                   int64_t k, const void *A, const void *B, void *C) {
   size_t es = wtype == MKX_FP64 ? sizeof(double) : sizeof(float);
-  if (m == 0 || n == 0) return MKX_SUCCESS;
+  if (m == 0 || n == 0)
+    return MKX_SUCCESS;
   if (k == 0) { /* CBLAS rejects lda = 0; the product is zero anyway */
     memset(C, 0, (size_t)m * (size_t)n * es);
     return MKX_SUCCESS;
@@ -22,8 +23,8 @@ int mkx_host_gemm(MKX_Datatype wtype, MKX_Trans transb, int64_t m, int64_t n,
   enum CBLAS_TRANSPOSE tb = transb == MKX_TRANS ? CblasTrans : CblasNoTrans;
   int ldb = transb == MKX_TRANS ? (int)k : (int)n;
   if (wtype == MKX_FP64)
-    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k, 1.0,
-                A, (int)k, B, ldb, 0.0, C, (int)n);
+    cblas_dgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k, 1.0, A,
+                (int)k, B, ldb, 0.0, C, (int)n);
   else
     cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, (int)m, (int)n, (int)k, 1.0f,
                 A, (int)k, B, ldb, 0.0f, C, (int)n);

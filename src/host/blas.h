@@ -3,8 +3,8 @@
 #ifndef MKX_HOST_BLAS_H
 #define MKX_HOST_BLAS_H
 
-#include <stdint.h>
 #include "mkx.h"
+#include <stdint.h>
 
 /* C (m x n) = A (m x k) x op(B), all dense row-major of type wtype
  * (MKX_FP32 or MKX_FP64).  op(B) = B stored k x n, or B^T with B stored

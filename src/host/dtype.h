@@ -4,9 +4,9 @@
 #ifndef MKX_HOST_DTYPE_H
 #define MKX_HOST_DTYPE_H
 
+#include "mkx.h"
 #include <stddef.h>
 #include <stdint.h>
-#include "mkx.h"
 
 /* Scalar conversions, round-to-nearest-even, with subnormals, inf and NaN. */
 float mkx_bf16_to_float(uint16_t h);

@@ -22,7 +22,8 @@ int mkx_arena_alloc(mkx_arena *ar, size_t bytes, void **p, const char *what) {
   if (ar->n >= MKX_ARENA_MAX)
     return mkx_error(MKX_ERR_INTERNAL, "%s: host arena full", what);
   void *q = malloc(bytes ? bytes : 1);
-  if (!q) return mkx_error(MKX_ERR_NOMEM, "%s: %zu bytes", what, bytes);
+  if (!q)
+    return mkx_error(MKX_ERR_NOMEM, "%s: %zu bytes", what, bytes);
   ar->p[ar->n++] = q;
   *p = q;
   return MKX_SUCCESS;
@@ -38,7 +39,8 @@ int mkx_arena_array(mkx_arena *ar, int64_t a, int64_t b, size_t c, void **p,
 
 void mkx_arena_release(mkx_arena *ar, int rc) {
   if (rc != MKX_ERR_TIMEOUT)
-    for (int i = 0; i < ar->n; i++) free(ar->p[i]);
+    for (int i = 0; i < ar->n; i++)
+      free(ar->p[i]);
   ar->n = 0;
 }
 
@@ -76,11 +78,13 @@ static void fill_counts(int p, const int64_t *rows, int *cnt) {
 
 /* A committed type of one row, so counts are in rows, not bytes. */
 static int row_type(size_t row_bytes, MPI_Datatype *t, const char *what) {
-  int rc = mkx_mpi_check(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, t),
-                         what);
-  if (rc) return rc;
+  int rc =
+      mkx_mpi_check(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, t), what);
+  if (rc)
+    return rc;
   rc = mkx_mpi_check(MPI_Type_commit(t), what);
-  if (rc) MPI_Type_free(t);
+  if (rc)
+    MPI_Type_free(t);
   return rc;
 }
 
@@ -90,12 +94,13 @@ static void xfer_release(mkx_xfer *x) {
 }
 
 int mkx_xfer_iallgatherv(MKX_Comm c, const void *send, void *recv,
-                         const int64_t *rows_of, size_t row_bytes,
-                         mkx_xfer *x, const char *what) {
+                         const int64_t *rows_of, size_t row_bytes, mkx_xfer *x,
+                         const char *what) {
   int p = c->size;
   MPI_Datatype t;
   mkx_xfer_init(x);
-  if (row_bytes == 0) return MKX_SUCCESS; /* agreed: nothing to move */
+  if (row_bytes == 0)
+    return MKX_SUCCESS; /* agreed: nothing to move */
   MKX_TRY(mkx_xfer_fit(p, rows_of, row_bytes, what));
   if (!(x->cnt = malloc(2 * (size_t)p * sizeof *x->cnt)))
     return mkx_error(MKX_ERR_NOMEM, "%s: counts", what);
@@ -106,8 +111,10 @@ int mkx_xfer_iallgatherv(MKX_Comm c, const void *send, void *recv,
                                        x->cnt + p, t, c->mpi, &x->req),
                        what);
   /* Freeing a type in use is allowed: pending operations keep it. */
-  if (!rc) rc = mkx_mpi_check(MPI_Type_free(&t), what);
-  if (rc) xfer_release(x);
+  if (!rc)
+    rc = mkx_mpi_check(MPI_Type_free(&t), what);
+  if (rc)
+    xfer_release(x);
   return rc;
 }
 
@@ -117,7 +124,8 @@ int mkx_xfer_ialltoallv(MKX_Comm c, const void *send, const int64_t *srows,
   int p = c->size;
   MPI_Datatype t;
   mkx_xfer_init(x);
-  if (row_bytes == 0) return MKX_SUCCESS;
+  if (row_bytes == 0)
+    return MKX_SUCCESS;
   MKX_TRY(mkx_xfer_fit(p, srows, row_bytes, what));
   MKX_TRY(mkx_xfer_fit(p, rrows, row_bytes, what));
   if (!(x->cnt = malloc(4 * (size_t)p * sizeof *x->cnt)))
@@ -127,11 +135,13 @@ int mkx_xfer_ialltoallv(MKX_Comm c, const void *send, const int64_t *srows,
   int rc = row_type(row_bytes, &t, what);
   if (!rc)
     rc = mkx_mpi_check(MPI_Ialltoallv(send, x->cnt, x->cnt + p, t, recv,
-                                      x->cnt + 2 * p, x->cnt + 3 * p, t,
-                                      c->mpi, &x->req),
+                                      x->cnt + 2 * p, x->cnt + 3 * p, t, c->mpi,
+                                      &x->req),
                        what);
-  if (!rc) rc = mkx_mpi_check(MPI_Type_free(&t), what);
-  if (rc) xfer_release(x);
+  if (!rc)
+    rc = mkx_mpi_check(MPI_Type_free(&t), what);
+  if (rc)
+    xfer_release(x);
   return rc;
 }
 
@@ -141,7 +151,8 @@ int mkx_xfer_wait(MKX_Comm c, mkx_xfer *x, const char *what) {
     return MKX_SUCCESS;
   }
   int rc = mkx_mpi_wait(&x->req, c->opt.timeout_ms, what);
-  if (rc != MKX_ERR_TIMEOUT) xfer_release(x); /* else MPI still reads cnt */
+  if (rc != MKX_ERR_TIMEOUT)
+    xfer_release(x); /* else MPI still reads cnt */
   return rc;
 }
 
@@ -151,12 +162,15 @@ int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
   MPI_Request req;
   mkx_host_status *all = malloc((size_t)p * sizeof *all);
   *bad_rank = -1;
-  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s: status of %d ranks", what, p);
-  int rc = mkx_mpi_check(MPI_Iallgather(mine, 4, MPI_INT64_T, all, 4,
-                                        MPI_INT64_T, c->mpi, &req),
-                         what);
-  if (!rc) rc = mkx_mpi_wait(&req, c->opt.timeout_ms, what);
-  if (rc == MKX_ERR_TIMEOUT) return rc; /* `all` may still be written */
+  if (!all)
+    return mkx_error(MKX_ERR_NOMEM, "%s: status of %d ranks", what, p);
+  int rc = mkx_mpi_check(
+      MPI_Iallgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, c->mpi, &req),
+      what);
+  if (!rc)
+    rc = mkx_mpi_wait(&req, c->opt.timeout_ms, what);
+  if (rc == MKX_ERR_TIMEOUT)
+    return rc; /* `all` may still be written */
   for (int q = 0; !rc && q < p; q++)
     if (all[q].rc != MKX_SUCCESS && (*bad_rank < 0 || all[q].rc < bad->rc)) {
       *bad_rank = q;
@@ -170,9 +184,12 @@ int mkx_host_agree_rc(MKX_Comm c, int local_rc, const char *what) {
   mkx_host_status mine = {local_rc, {0, 0, 0}}, bad;
   int bad_rank;
   int rc = mkx_host_agree(c, &mine, &bad_rank, &bad, what);
-  if (rc) return rc;
-  if (local_rc) return local_rc; /* keep this rank's own message */
-  if (bad_rank < 0) return MKX_SUCCESS;
+  if (rc)
+    return rc;
+  if (local_rc)
+    return local_rc; /* keep this rank's own message */
+  if (bad_rank < 0)
+    return MKX_SUCCESS;
   return mkx_error(MKX_ERR_PEER, "%s: rank %d failed (%s)", what, bad_rank,
                    MKX_Error_string((int)bad.rc));
 }

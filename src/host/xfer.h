@@ -4,10 +4,10 @@
 #ifndef MKX_HOST_XFER_H
 #define MKX_HOST_XFER_H
 
+#include "core/comm.h"
+#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <mpi.h>
-#include "core/comm.h"
 
 /* ---- memory ------------------------------------------------------------ */
 
@@ -48,8 +48,8 @@ int mkx_xfer_fit(int p, const int64_t *rows, size_t row_bytes,
 
 /* Rank q contributes rows_of[q] rows; recv gets them in rank order. */
 int mkx_xfer_iallgatherv(MKX_Comm c, const void *send, void *recv,
-                         const int64_t *rows_of, size_t row_bytes,
-                         mkx_xfer *x, const char *what);
+                         const int64_t *rows_of, size_t row_bytes, mkx_xfer *x,
+                         const char *what);
 /* srows[q] rows to rank q from send (in rank order), rrows[q] rows from
  * rank q into recv (in rank order). */
 int mkx_xfer_ialltoallv(MKX_Comm c, const void *send, const int64_t *srows,

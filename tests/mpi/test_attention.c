@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
     a.with_lse = (int)mt_rng_int(&g, 0, 1);
     run_case(comm, c++, &a);
   }
-  if (mt.rank == 0) mt_diag("%d cases in %.1f s", c, MPI_Wtime() - t0);
+  if (mt.rank == 0) mt_diag("%d cases in %.2f s", c, MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
   mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();

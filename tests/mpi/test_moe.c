@@ -387,7 +387,7 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 16; c++) case_dispatch(comm, c, 0);
   for (int c = 0; c < 4; c++) case_dispatch(comm, c, 1);
   for (int c = 0; c < 16; c++) case_layer(comm, c);
-  if (mt.rank == 0) mt_diag("36 cases in %.1f s", MPI_Wtime() - t0);
+  if (mt.rank == 0) mt_diag("36 cases in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
   mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();

@@ -1,0 +1,258 @@
+/* Bad input: every class of bad argument gets its own error code, a
+ * message naming the argument, no write to the output, and the same
+ * verdict on every rank (the rank at fault gets its code, the others
+ * MKX_ERR_PEER), so nothing hangs.  Ends with a missing rank: the others
+ * time out instead of hanging. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "mkx.h"
+
+static int rank, size, failures, checks;
+static MKX_Comm comm;
+
+#define N 8 /* all matrices are N x N floats here, plenty for every case */
+static float A[N * N], B[N * N], C[4 * N * N];
+
+static void fail(int line, const char *what, int got, int want) {
+  failures++;
+  printf("not ok - rank %d line %d: %s: got %s (%d), want %s (%d); last "
+         "error: %s\n", rank, line, what, MKX_Error_string(got), got,
+         MKX_Error_string(want), want, MKX_Get_last_error());
+}
+
+static void poison_c(void) { memset(C, 0xff, sizeof C); }
+
+static int c_untouched(void) {
+  unsigned char *p = (unsigned char *)C;
+  for (size_t i = 0; i < sizeof C; i++)
+    if (p[i] != 0xff) return 0;
+  return 1;
+}
+
+/* The rank `bad` (every rank if bad is -1, none if NO_RANK) passed a bad
+ * argument. */
+#define NO_RANK (-2)
+#define EXPECT(call, bad, code, word)                                        \
+  do {                                                                       \
+    poison_c();                                                              \
+    int rc_ = (call);                                                        \
+    int want_ = ((bad) < 0 || (bad) == rank) ? (code) : MKX_ERR_PEER;        \
+    checks++;                                                                \
+    if ((size == 1 && (bad) > 0) || (bad) == NO_RANK) want_ = MKX_SUCCESS; \
+    if (rc_ != want_) fail(__LINE__, #call, rc_, want_);                     \
+    else if (want_ == (code) && (word) && !strstr(MKX_Get_last_error(), (word))) { \
+      failures++;                                                            \
+      printf("not ok - rank %d line %d: message '%s' does not name '%s'\n",  \
+             rank, __LINE__, MKX_Get_last_error(), (word));                  \
+    } else if (want_ != MKX_SUCCESS && !c_untouched()) {                     \
+      failures++;                                                            \
+      printf("not ok - rank %d line %d: C written by a failed call\n", rank, \
+             __LINE__);                                                      \
+    }                                                                        \
+  } while (0)
+
+#define ME(r) (rank == (r))
+#define LAST (size - 1)
+
+static void gemm_cases(void) {
+  const float *nil = NULL;
+  /* NULL pointers. */
+  EXPECT(MKX_Allgather_gemm(ME(0) ? nil : A, 2, N, N, B, N, N, MKX_NO_TRANS,
+                            C, N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
+                            comm, NULL), 0, MKX_ERR_NULL_POINTER, "A");
+  EXPECT(MKX_Gemm_reduce_scatter(A, N, 2, N, ME(LAST) ? nil : B, N, N,
+                                 MKX_NO_TRANS, C, N, MKX_FP32, MKX_FP32,
+                                 MKX_ROW_MAJOR, comm, NULL),
+         LAST, MKX_ERR_NULL_POINTER, "B");
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, NULL, N,
+                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_NULL_POINTER, "C");
+  /* Negative and zero sizes. */
+  EXPECT(MKX_Allgather_gemm(A, ME(LAST) ? -1 : 2, N, N, B, N, N, MKX_NO_TRANS,
+                            C, N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
+                            comm, NULL), LAST, MKX_ERR_BAD_SIZE, "m_local");
+  EXPECT(MKX_Allgather_gemm(A, 2, N, N, B, 0, N, MKX_NO_TRANS, C, N, NULL, 0,
+                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "n");
+  EXPECT(MKX_Allgather_gemm(A, 0, N, N, B, N, N, MKX_NO_TRANS, C, N, NULL, 0,
+                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "m_local");
+  EXPECT(MKX_Gemm_allreduce(A, 0, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                            MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "M");
+  EXPECT(MKX_Gemm_reduce_scatter(A, N, ME(0) ? -3 : 2, N, B, N, N,
+                                 MKX_NO_TRANS, C, N, MKX_FP32, MKX_FP32,
+                                 MKX_ROW_MAJOR, comm, NULL),
+         0, MKX_ERR_BAD_SIZE, "k_local");
+  /* Leading dimensions too small, row- and column-major. */
+  EXPECT(MKX_Allgather_gemm(A, 2, N, N - 1, B, N, N, MKX_NO_TRANS, C, N, NULL,
+                            0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_BAD_LD, "lda");
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, ME(LAST) ? 1 : N, MKX_TRANS, C,
+                            N, MKX_FP32, MKX_FP32, MKX_COL_MAJOR, comm, NULL),
+         LAST, MKX_ERR_BAD_LD, "ldb");
+  /* Column-major C of the allgather has M rows, known only after the
+   * exchange: rank 0's ldc fits its own rows but not M. */
+  EXPECT(MKX_Allgather_gemm(A, 2, N, 2, B, N, N, MKX_NO_TRANS, C,
+                            ME(0) ? 2 : 2 * size, NULL, 0, MKX_FP32, MKX_FP32,
+                            MKX_COL_MAJOR, comm, NULL),
+         size > 1 ? 0 : NO_RANK, MKX_ERR_BAD_LD, "ldc");
+  /* Types, orders, transposition. */
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                            (MKX_Datatype)42, MKX_FP32, MKX_ROW_MAJOR, comm,
+                            NULL), -1, MKX_ERR_INVALID_ARG, "dtype");
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP64,
+                            MKX_BF16, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_UNSUPPORTED, "fp64");
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                            MKX_FP32, (MKX_Order)0, comm, NULL),
+         -1, MKX_ERR_INVALID_ARG, "order");
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, (MKX_Trans)'T', C, N,
+                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+         -1, MKX_ERR_INVALID_ARG, "transb");
+  /* Ranks that disagree on a collective argument. */
+  if (size > 1) {
+    EXPECT(MKX_Allgather_gemm(A, 2, ME(1) ? N - 2 : N, N, B, N, N,
+                              MKX_NO_TRANS, C, N, NULL, 0, MKX_FP32, MKX_FP32,
+                              MKX_ROW_MAJOR, comm, NULL),
+           -1, MKX_ERR_SHAPE_MISMATCH, "k");
+    EXPECT(MKX_Gemm_reduce_scatter(A, ME(LAST) ? N - 1 : N, 2, N, B, N, N,
+                                   MKX_NO_TRANS, C, N, MKX_FP32, MKX_FP32,
+                                   MKX_ROW_MAJOR, comm, NULL),
+           -1, MKX_ERR_SHAPE_MISMATCH, "M");
+    EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                              ME(0) ? MKX_FP16 : MKX_FP32, MKX_FP32,
+                              MKX_ROW_MAJOR, comm, NULL),
+           -1, MKX_ERR_SHAPE_MISMATCH, "dtype");
+  }
+}
+
+static void other_cases(void) {
+  int32_t ids[2] = {0, 0};
+  float w[2] = {1, 1};
+  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 3, 2, 4, 0, 0, MKX_FP32,
+                            comm, NULL), -1, MKX_ERR_BAD_SIZE, "heads_kv");
+  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, 0, NAN, MKX_FP32,
+                            comm, NULL), -1, MKX_ERR_INVALID_ARG, "scale");
+  EXPECT(MKX_Ring_attention(A, A, ME(0) ? NULL : A, C, NULL, 1, 2, 2, 2, 4, 1,
+                            0, MKX_FP32, comm, NULL),
+         0, MKX_ERR_NULL_POINTER, "V");
+  if (size > 1)
+    EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, ME(1), 0,
+                              MKX_FP32, comm, NULL),
+           -1, MKX_ERR_SHAPE_MISMATCH, "causal");
+  int64_t counts[4];
+  EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size + 1, B, 4, C, 8,
+                               counts, NULL, MKX_FP32, comm, NULL),
+         size == 1 ? NO_RANK : -1, MKX_ERR_BAD_SIZE, "num_experts");
+  EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 3 * size, size, B, 4, C, 8,
+                               counts, NULL, MKX_FP32, comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "topk");
+  EXPECT(MKX_Moe_layer(A, 1, 4, ids, ME(LAST) ? NULL : w, 1, size, B, B, 2, C,
+                       MKX_FP32, comm, NULL),
+         LAST, MKX_ERR_NULL_POINTER, "topk_weight");
+  /* An expert id out of range is found where the ids are read. */
+  int32_t bad_ids[1] = {ME(0) ? size * 5 : 0};
+  poison_c();
+  int rc = MKX_Moe_dispatch_gemm(A, 1, 4, bad_ids, w, 1, size, B, 4, C, 8,
+                                 counts, NULL, MKX_FP32, comm, NULL);
+  checks++;
+  if (rc != MKX_ERR_INVALID_ARG && !(rank != 0 && rc == MKX_ERR_PEER))
+    fail(__LINE__, "expert id out of range", rc, MKX_ERR_INVALID_ARG);
+}
+
+static void handle_cases(void) {
+  MKX_Request req = NULL;
+  checks += 4;
+  int rc = MKX_Start(NULL, NULL);
+  if (rc != MKX_ERR_INVALID_REQUEST)
+    fail(__LINE__, "MKX_Start(NULL)", rc, MKX_ERR_INVALID_REQUEST);
+  rc = MKX_Allgather_gemm(A, 1, N, N, B, N, N, MKX_NO_TRANS, C, N, NULL, 0,
+                          MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, NULL, NULL);
+  if (rc != MKX_ERR_INVALID_COMM)
+    fail(__LINE__, "NULL communicator", rc, MKX_ERR_INVALID_COMM);
+  rc = MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                               MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                               MPI_INFO_NULL, NULL);
+  if (rc != MKX_ERR_NULL_POINTER)
+    fail(__LINE__, "NULL request pointer", rc, MKX_ERR_NULL_POINTER);
+  /* A failed _init leaves no request behind. */
+  rc = MKX_Gemm_allreduce_init(A, N, 2, 1, B, N, N, MKX_NO_TRANS, C, N,
+                               MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                               MPI_INFO_NULL, &req);
+  if (rc != MKX_ERR_BAD_LD || req != NULL)
+    fail(__LINE__, "_init with a bad lda", rc, MKX_ERR_BAD_LD);
+}
+
+/* After all of that the communicator still works and gives the right sum:
+ * C = sum over ranks of A_r B_r with every A_r = 1, B_r = 1 (k_local 2). */
+static void still_works(void) {
+  for (int i = 0; i < N * N; i++) A[i] = B[i] = 1.0f;
+  poison_c();
+  int rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                              MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
+  checks++;
+  if (rc != MKX_SUCCESS) fail(__LINE__, "valid call after errors", rc, 0);
+  for (int i = 0; rc == MKX_SUCCESS && i < N * N; i++)
+    if (C[i] != 2.0f * size) {
+      failures++;
+      printf("not ok - rank %d: C[%d] = %g, want %d\n", rank, i, C[i],
+             2 * size);
+      break;
+    }
+}
+
+/* The last rank never calls: the others get MKX_ERR_TIMEOUT, and the
+ * communicator refuses further calls. */
+static void missing_rank(void) {
+  MPI_Info info;
+  MKX_Comm c2;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "400");
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c2);
+  MPI_Info_free(&info);
+  checks++;
+  if (rc != MKX_SUCCESS) {
+    fail(__LINE__, "MKX_Comm_create with a timeout", rc, 0);
+    return;
+  }
+  if (rank != LAST) {
+    rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
+    checks += 2;
+    if (rc != MKX_ERR_TIMEOUT) fail(__LINE__, "missing rank", rc,
+                                    MKX_ERR_TIMEOUT);
+    rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
+    if (rc != MKX_ERR_INVALID_COMM)
+      fail(__LINE__, "call on a timed-out comm", rc, MKX_ERR_INVALID_COMM);
+  }
+  /* Leave c2's pending collective unmatched: freeing it must not hang. */
+  MKX_Comm_free(&c2);
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
+  if (rc != MKX_SUCCESS) {
+    printf("not ok - MKX_Comm_create: %s\n", MKX_Get_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (int i = 0; i < N * N; i++) A[i] = B[i] = 0.5f;
+  gemm_cases();
+  other_cases();
+  handle_cases();
+  still_works();
+  MKX_Comm_free(&comm);
+  if (size > 1) missing_rank();
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0) printf("%d checks on rank 0, %d failures on all ranks\n",
+                        checks, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}

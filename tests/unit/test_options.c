@@ -1,0 +1,108 @@
+/* The options table: defaults, environment, MPI_Info precedence, and a
+ * specific error naming the variable or key for every bad value. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/log.h"
+#include "core/options.h"
+#include "mkx.h"
+
+static int failures, checks;
+
+#define CHECK(cond, ...)                                                     \
+  do {                                                                       \
+    checks++;                                                                \
+    if (!(cond)) {                                                           \
+      failures++;                                                            \
+      printf("not ok - %s:%d: ", __FILE__, __LINE__);                        \
+      printf(__VA_ARGS__);                                                   \
+      printf("\n");                                                          \
+    }                                                                        \
+  } while (0)
+
+static void test_defaults(void) {
+  mkx_options o;
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "defaults load");
+  CHECK(o.log_level == MKX_LOG_WARN, "log_level default warn");
+  CHECK(o.path == MKX_PATH_AUTO, "path default auto");
+  CHECK(o.device == -1, "device default -1");
+  CHECK(o.timeout_ms == 300000, "timeout default");
+  CHECK(o.virtual_node_size == 0, "virtual nodes default off");
+  /* Every entry documents itself. */
+  for (const mkx_option_desc *d = mkx_option_table(); d->name; d++)
+    CHECK(d->help && strlen(d->help) > 20 && d->defval && d->choices,
+          "option %s documented", d->name);
+}
+
+static void test_environment(void) {
+  mkx_options o;
+  setenv("MKX_PATH", "HOST", 1);
+  setenv("MKX_TIMEOUT_MS", "1500", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "env load");
+  CHECK(o.path == MKX_PATH_HOST, "env path=HOST (case-insensitive)");
+  CHECK(o.timeout_ms == 1500, "env timeout");
+  setenv("MKX_TIMEOUT_MS", "15x", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG,
+        "trailing garbage rejected");
+  CHECK(strstr(MKX_Get_last_error(), "MKX_TIMEOUT_MS") != NULL,
+        "message names the variable: %s", MKX_Get_last_error());
+  setenv("MKX_TIMEOUT_MS", "0", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG,
+        "timeout 0 out of range");
+  unsetenv("MKX_TIMEOUT_MS");
+  setenv("MKX_PATH", "fpga", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG,
+        "bad enum rejected");
+  CHECK(strstr(MKX_Get_last_error(), "auto|host|gpu") != NULL,
+        "message lists the choices: %s", MKX_Get_last_error());
+  unsetenv("MKX_PATH");
+}
+
+static void test_info(void) {
+  mkx_options o;
+  MPI_Info info;
+  MPI_Info_create(&info);
+  setenv("MKX_VIRTUAL_NODE_SIZE", "4", 1);
+  MPI_Info_set(info, "mkx_virtual_node_size", "2");
+  MPI_Info_set(info, "other_library_key", "ignored");
+  CHECK(mkx_options_load(&o, info) == MKX_SUCCESS, "info load");
+  CHECK(o.virtual_node_size == 2, "info overrides env (%d)",
+        o.virtual_node_size);
+  MPI_Info_set(info, "mkx_no_such_option", "1");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "unknown mkx_ key rejected");
+  CHECK(strstr(MKX_Get_last_error(), "mkx_no_such_option") != NULL,
+        "message names the key: %s", MKX_Get_last_error());
+  MPI_Info_delete(info, "mkx_no_such_option");
+  MPI_Info_set(info, "mkx_device", "-2");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "device -2 out of range");
+  MPI_Info_free(&info);
+  unsetenv("MKX_VIRTUAL_NODE_SIZE");
+}
+
+static void test_format_roundtrip(void) {
+  mkx_options o, p;
+  char buf[64];
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "load");
+  o.path = MKX_PATH_GPU;
+  o.timeout_ms = 1234567;
+  p = o;
+  for (const mkx_option_desc *d = mkx_option_table(); d->name; d++) {
+    mkx_option_format(d, &o, buf, sizeof buf);
+    CHECK(mkx_option_parse(d, buf, "roundtrip", &p) == MKX_SUCCESS,
+          "%s value '%s' parses back", d->name, buf);
+  }
+  CHECK(memcmp(&o, &p, sizeof o) == 0, "format/parse round trip");
+}
+
+int main(int argc, char **argv) {
+  MPI_Init(&argc, &argv);
+  test_defaults();
+  test_environment();
+  test_info();
+  test_format_roundtrip();
+  printf("%d checks, %d failed\n", checks, failures);
+  MPI_Finalize();
+  return failures ? 1 : 0;
+}
