@@ -1,6 +1,8 @@
 #!/bin/bash
 # Standalone build + test + benchmark of the Hopper GEMM engine on a GPU machine (no autotools,
-# no libtool).  Usage: ci/gpu-gemm.sh [--quick] [--no-perf] [--perf-args "..."]
+# no libtool).  Usage: ci/gpu-gemm.sh [--quick] [--no-perf] [--sanitize] [--perf-args "..."]
+#   --sanitize  also runs the small cases under compute-sanitizer memcheck
+#   PERF_EXTRA="VAR=value ..."  extra benchmark runs, one per environment setting
 # Logs and results go to $OUT (default ./gpu-gemm-out); build products to $BUILD.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
@@ -8,11 +10,12 @@ OUT=${OUT:-$PWD/gpu-gemm-out}
 BUILD=${BUILD:-/tmp/mkx-gemm-build}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA/bin/nvcc}
-QUICK=""; PERF=1; PERF_ARGS=""
+QUICK=""; PERF=1; PERF_ARGS=""; SANITIZE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) QUICK=--quick ;;
     --no-perf) PERF=0 ;;
+    --sanitize) SANITIZE=1 ;;
     --perf-args) PERF_ARGS="$2"; shift ;;
     *) echo "unknown argument $1"; exit 2 ;;
   esac
@@ -54,6 +57,16 @@ trc=$?
 grep -E "FAIL|SUMMARY|SKIP|error" "$OUT/test.log" | head -40
 echo "test exit: $trc"
 [ $trc -eq 0 ] || rc=1
+
+if [ $SANITIZE -eq 1 ] && command -v compute-sanitizer >/dev/null; then
+  echo "== compute-sanitizer memcheck (small cases) $(date -u +%FT%TZ)"
+  timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BUILD/test_gemm_engine" --small --quick \
+      > "$OUT/sanitizer.log" 2>&1
+  src=$?
+  grep -E "ERROR SUMMARY|SUMMARY|FAIL" "$OUT/sanitizer.log" | head -20
+  echo "sanitizer exit: $src"
+  [ $src -eq 0 ] || rc=1
+fi
 
 if [ $PERF -eq 1 ]; then
   echo "== perf $(date -u +%FT%TZ)"

@@ -32,11 +32,19 @@
  *                StoreC (masked direct stores, any alignment of ldc that is even).
  *
  * Composition rules for a fused kernel that calls run_engine():
- *   - threads [0, 384) of the block run the engine (threadIdx.x 0..127 producer, 128..383
- *     consumers); further warps (384+) are free for other roles but must not use named barriers
- *     1..3 (the engine's);
- *   - launch with __launch_bounds__(384 + extra, 1) and the dynamic smem of Cfg::SMEM_BYTES;
- *   - tensor maps made by mkx_gemm_make_tmaps-style host code (see gemm.cu) as __grid_constant__.
+ *   - the block has exactly 384 threads and all of them call run_engine (threadIdx.x 0..127
+ *     producer warpgroup, 128..383 consumers).  A block of more threads cannot work: the
+ *     wgmma code needs >= 154 registers per thread at the entry cap, and 65536 / 512 = 128.
+ *     Side roles therefore go either into other CTAs of the same grid (run_engine takes
+ *     cta_rank / num_ctas, so compute CTAs can be a subset) or into warps 1..3 of the producer
+ *     warpgroup, which return from run_engine at once with 40 registers (setmaxnreg.dec);
+ *   - named barriers 1..3 belong to the engine;
+ *   - launch with __launch_bounds__(384, 1) and Cfg::SMEM_BYTES of dynamic shared memory
+ *     (cudaFuncSetAttribute MaxDynamicSharedMemorySize);
+ *   - tensor maps as in gemm.cu (make_tmap: 128B swizzle, box inner 128 bytes), passed as
+ *     __grid_constant__ kernel parameters.
+ *   - hooks provided here: GroupedTileOrder, RotatedTileOrder, NoLoadGate, FlagLoadGate, StoreC,
+ *     StoreCTma.
  */
 #pragma once
 
@@ -321,9 +329,40 @@ struct GroupedTileOrder {
   }
 };
 
+/* Grouped order with the tile rows rotated so that tile row `first_tile_m` comes first (e.g. an
+ * AllGather+GEMM starts on its local rows while the peers' rows arrive). */
+struct RotatedTileOrder {
+  GroupedTileOrder base;
+  int first_tile_m;
+  __device__ __forceinline__ int num_tiles() const { return base.num_tiles(); }
+  __device__ __forceinline__ void get(int idx, int &tm, int &tn) const {
+    base.get(idx, tm, tn);
+    tm += first_tile_m;
+    if (tm >= base.tiles_m) tm -= base.tiles_m;
+  }
+};
+
 /* No gate: every row of A may be loaded at once. */
 struct NoLoadGate {
   __device__ __forceinline__ void wait_rows(int, int, int) {}
+};
+
+/* Gate on per-tile-row flags: before loading A rows of tile row tm, spin until flags[tm] >= target
+ * (acquire at system scope, so a peer GPU's release store of the flag orders its data writes),
+ * then fence the async proxy so that the TMA loads see the data. */
+struct FlagLoadGate {
+  const int *flags;
+  int target;
+  __device__ __forceinline__ void wait_rows(int tm, int, int) {
+    const int *f = flags + tm;
+    int v;
+    for (;;) {
+      asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(f) : "memory");
+      if (v >= target) break;
+      __nanosleep(64);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
 };
 
 template <typename T> struct OutCvt;

@@ -2,7 +2,7 @@
  * mkx_perf: MKX benchmark tool.  Subcommands are listed in a table {name, fn, help}.
  *
  *   mkx_perf gemm [--out FILE] [--reps N] [--warmup N] [--layout k|n] [--tile 0|1|2]
- *                 [--ctas N] [--prewarm-ms MS] [--shape MxNxK]...
+ *                 [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]...
  *     Environment MKX_GEMM_EPI=direct selects the engine's direct-store epilogue.
  *     Times the MKX Hopper GEMM engine and cuBLAS (bf16 in, bf16 out, fp32 compute) in the same
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
@@ -77,7 +77,7 @@ typedef struct { int64_t m, n, k; } shape_t;
 
 static int cmd_gemm(int argc, char **argv) {
   const char *out = NULL;
-  int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0, prewarm_ms = 1500;
+  int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0, prewarm_ms = 1500, cool_ms = 0;
   shape_t shapes[64];
   int ns = 0;
   for (int i = 0; i < argc; ++i) {
@@ -85,6 +85,7 @@ static int cmd_gemm(int argc, char **argv) {
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--prewarm-ms") && i + 1 < argc) prewarm_ms = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--cool-ms") && i + 1 < argc) cool_ms = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--layout") && i + 1 < argc) bkm = argv[++i][0] != 'n';
     else if (!strcmp(argv[i], "--tile") && i + 1 < argc) tile = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--ctas") && i + 1 < argc) ctas = atoi(argv[++i]);
@@ -129,14 +130,15 @@ static int cmd_gemm(int argc, char **argv) {
   fill_random_bf16(dA, (size_t)maxa, 1);
   fill_random_bf16(dB, (size_t)maxb, 2);
 
-  cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(2 * reps + 1));
+  cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(4 * reps));
   float *tm = (float *)malloc(sizeof(float) * (size_t)reps), *tb = (float *)malloc(sizeof(float) * (size_t)reps);
   double *res_m = (double *)malloc(sizeof(double) * (size_t)ns), *res_b = (double *)malloc(sizeof(double) * (size_t)ns);
   int *res_tile = (int *)malloc(sizeof(int) * (size_t)ns);
-  for (int i = 0; i < 2 * reps + 1; ++i) CK(cudaEventCreate(&ev[i]));
+  for (int i = 0; i < 4 * reps; ++i) CK(cudaEventCreate(&ev[i]));
 
-  printf("mkx_perf gemm on %s (%d SMs): bf16 x bf16 -> bf16, fp32 accumulate, B %s, median of %d\n", prop.name,
-         prop.multiProcessorCount, bkm ? "K-major (n x k)" : "N-major (k x n)", reps);
+  printf("mkx_perf gemm on %s (%d SMs): bf16 x bf16 -> bf16, fp32 accumulate, B %s, median of %d, %s\n", prop.name,
+         prop.multiProcessorCount, bkm ? "K-major (n x k)" : "N-major (k x n)", reps,
+         cool_ms > 0 ? "idle before each launch (burst)" : "back to back (sustained)");
   printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s", "cuBLAS", "ratio", "tile");
   const float one = 1.0f, zero = 0.0f;
   for (int si = 0; si < ns; ++si) {
@@ -173,22 +175,28 @@ static int cmd_gemm(int argc, char **argv) {
     }
     for (int w = 0; w < warmup; ++w) { RUN_MKX(); RUN_BLAS(); }
     CK(cudaStreamSynchronize(st));
-    CK(cudaEventRecord(ev[0], st));
+    /* rep r: events 4r..4r+3 = start/stop of the first and of the second launch; the order of
+     * MKX and cuBLAS alternates.  With --cool-ms the GPU idles before every timed launch (burst
+     * conditions, clocks not power-capped); without it the launches run back to back. */
     for (int r = 0; r < reps; ++r) {
-      if (r & 1) {   /* alternate which one goes first */
-        RUN_BLAS(); CK(cudaEventRecord(ev[2 * r + 1], st));
-        RUN_MKX(); CK(cudaEventRecord(ev[2 * r + 2], st));
-      } else {
-        RUN_MKX(); CK(cudaEventRecord(ev[2 * r + 1], st));
-        RUN_BLAS(); CK(cudaEventRecord(ev[2 * r + 2], st));
+      for (int h = 0; h < 2; ++h) {
+        const int is_mkx = (h == 0) == ((r & 1) == 0);
+        if (cool_ms > 0) {
+          CK(cudaStreamSynchronize(st));
+          struct timespec ts = {cool_ms / 1000, (long)(cool_ms % 1000) * 1000000L};
+          nanosleep(&ts, NULL);
+        }
+        CK(cudaEventRecord(ev[4 * r + 2 * h], st));
+        if (is_mkx) RUN_MKX(); else RUN_BLAS();
+        CK(cudaEventRecord(ev[4 * r + 2 * h + 1], st));
       }
     }
     CK(cudaStreamSynchronize(st));
     CK(cudaGetLastError());
     for (int r = 0; r < reps; ++r) {
       float t1, t2;
-      CK(cudaEventElapsedTime(&t1, ev[2 * r], ev[2 * r + 1]));
-      CK(cudaEventElapsedTime(&t2, ev[2 * r + 1], ev[2 * r + 2]));
+      CK(cudaEventElapsedTime(&t1, ev[4 * r], ev[4 * r + 1]));
+      CK(cudaEventElapsedTime(&t2, ev[4 * r + 2], ev[4 * r + 3]));
       if (r & 1) { tb[r] = t1; tm[r] = t2; } else { tm[r] = t1; tb[r] = t2; }
     }
     const double flop = 2.0 * (double)m * (double)n * (double)k;
@@ -208,8 +216,10 @@ static int cmd_gemm(int argc, char **argv) {
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &g);
     fprintf(f, "\n### mkx_perf gemm, %s, %s (%d SMs)\n\n", date, prop.name, prop.multiProcessorCount);
     fprintf(f, "bf16 x bf16 -> bf16, fp32 accumulate, A row-major, B %s, median of %d interleaved launches"
-               " (CUDA events), %d warm-up.\n\n",
-            bkm ? "K-major (n x k)" : "N-major (k x n)", reps, warmup);
+               " (CUDA events), %d warm-up, %s.\n\n",
+            bkm ? "K-major (n x k)" : "N-major (k x n)", reps, warmup,
+            cool_ms > 0 ? "GPU idle before each timed launch (burst clocks)"
+                        : "launches back to back after a 1.5 s pre-warm (sustained, power-capped clocks)");
     fprintf(f, "| M | N | K | MKX TFLOP/s | cuBLAS TFLOP/s | MKX / cuBLAS | MKX tile |\n");
     fprintf(f, "|---:|---:|---:|---:|---:|---:|---|\n");
     for (int si = 0; si < ns; ++si)
@@ -218,7 +228,7 @@ static int cmd_gemm(int argc, char **argv) {
               res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
     fclose(f);
   }
-  for (int i = 0; i < 2 * reps + 1; ++i) CK(cudaEventDestroy(ev[i]));
+  for (int i = 0; i < 4 * reps; ++i) CK(cudaEventDestroy(ev[i]));
   CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dC)); CK(cudaFree(dC2)); CK(cudaFree(ws));
   CB(cublasDestroy(blas));
   CK(cudaStreamDestroy(st));
@@ -235,7 +245,7 @@ typedef struct {
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
      "time the Hopper GEMM engine against cuBLAS (bf16): [--out FILE] [--reps N] [--warmup N] "
-     "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--shape MxNxK]..."},
+     "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]..."},
 };
 
 static void usage(void) {
