@@ -10,8 +10,10 @@
  *    MKX_COL_MAJOR, one per call, for every matrix of the call), a leading
  *    dimension (>= columns for row-major, >= rows for column-major) and,
  *    for B, an optional transposition.  The element type of A and B is
- *    `dtype`; C may have its own type `ctype`.  Arithmetic accumulates in
- *    fp32 (fp64 for MKX_FP64 inputs).
+ *    `dtype`; C may have its own type `ctype` among bf16, fp16 and fp32.
+ *    Arithmetic accumulates in fp32.  fp64 runs end to end: MKX_FP64 in
+ *    one of dtype and ctype requires it in the other, else the call
+ *    returns MKX_ERR_UNSUPPORTED.
  *  - Pointers are either all device memory (cudaMalloc or MKX_Alloc_mem)
  *    or all host memory.  Host pointers run the host path: the call is
  *    synchronous and `stream` is ignored.  Device pointers run on the
@@ -192,7 +194,8 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * global positions [r*seq_local, (r+1)*seq_local) of Q, K and V (seq_local
  * agrees across ranks).  Tensors are dense [batch][seq_local][heads][head_dim]
  * (heads_q for Q and O, heads_kv for K and V; heads_q must be a multiple of
- * heads_kv: grouped-query attention).  On return
+ * heads_kv: grouped-query attention, query head h reads key/value head
+ * h / (heads_q / heads_kv)).  On return
  *     O_r = softmax(scale * Q_r K^T + mask) V      over the whole K, V
  * with the causal mask on global positions when `causal` is non-zero.
  * scale <= 0 selects 1/sqrt(head_dim).  If LSE is not NULL it receives the

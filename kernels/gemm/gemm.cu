@@ -18,22 +18,37 @@ namespace {
 
 constexpr int kGroupM = 16;   // tile rows per L2 group in the default tile order
 
-template <int BN, int STAGES, bool BKM, bool F16, typename OutT, bool EPI_TMA>
+/* Gate parameters of the gated variant (AllGather-style: A rows arrive while the GEMM runs). */
+struct GateArgs {
+  const int *flags;   // one int per 128-row tile row of A, in device (or mapped) memory
+  int target;         // wait until flags[tile_m] >= target
+  int first_tile_m;   // tile row to start from
+};
+
+/* EPI: 0 = direct stores, 1 = TMA stores.  GATED: FlagLoadGate + RotatedTileOrder. */
+template <int BN, int STAGES, bool BKM, bool F16, typename OutT, int EPI, bool GATED>
 __global__ void __launch_bounds__(kThreads, 1)
     mkx_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                     const __grid_constant__ CUtensorMap tmC, OutT *c, int64_t ldc, int M, int N, int K, int tiles_m,
-                    int tiles_n, int group_m) {
+                    int tiles_n, int group_m, GateArgs ga) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
-  GroupedTileOrder order{tiles_m, tiles_n, group_m};
-  NoLoadGate gate;
-  if constexpr (EPI_TMA) {
+  GroupedTileOrder grouped{tiles_m, tiles_n, group_m};
+  if constexpr (GATED) {
+    RotatedTileOrder order{grouped, ga.first_tile_m};
+    FlagLoadGate gate{ga.flags, ga.target};
     StoreCTma<OutT> epi{&tmC};
     run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
   } else {
-    StoreC<OutT> epi{c, ldc};
-    run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
+    NoLoadGate gate;
+    if constexpr (EPI == 1) {
+      StoreCTma<OutT> epi{&tmC};
+      run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, grouped, gate, epi);
+    } else {
+      StoreC<OutT> epi{c, ldc};
+      run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, grouped, gate, epi);
+    }
   }
 #endif
 }
@@ -98,7 +113,7 @@ int epi_direct() {   /* MKX_GEMM_EPI=direct selects the direct-store epilogue (f
 }
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
-int launch(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
+int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t s) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   CUtensorMap tmA, tmB, tmC;
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
@@ -112,31 +127,38 @@ int launch(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
   const int tiles_m = (int)cdiv(d->m, kBM), tiles_n = (int)cdiv(d->n, BN);
   const int tiles = tiles_m * tiles_n;
   if (ctas > tiles) ctas = tiles;
-  auto kern = epi_direct() ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, false>
-                           : mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, true>;
+  auto kern = gate           ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 1, true>
+               : epi_direct() ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 0, false>
+                              : mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 1, false>;
+  GateArgs ga = {nullptr, 0, 0};
+  if (gate) {
+    ga = *gate;
+    ga.first_tile_m = tiles_m ? ga.first_tile_m % tiles_m : 0;
+  }
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (OutT *)d->c, d->ldc, (int)d->m, (int)d->n, (int)d->k,
-                                               tiles_m, tiles_n, group_m_setting() < tiles_m ? group_m_setting() : tiles_m);
+                                               tiles_m, tiles_n, group_m_setting() < tiles_m ? group_m_setting() : tiles_m, ga);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
 
 template <int BN, int STAGES, bool BKM, bool F16>
-int launch_out(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
+int launch_out(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_t s) {
   switch (d->c_type) {
-    case MKX_GEMM_BF16: return launch<BN, STAGES, BKM, F16, __nv_bfloat16>(d, ctas, s);
-    case MKX_GEMM_FP16: return launch<BN, STAGES, BKM, F16, __half>(d, ctas, s);
-    case MKX_GEMM_FP32: return launch<BN, STAGES, BKM, F16, float>(d, ctas, s);
+    case MKX_GEMM_BF16: return launch<BN, STAGES, BKM, F16, __nv_bfloat16>(d, ctas, g, s);
+    case MKX_GEMM_FP16: return launch<BN, STAGES, BKM, F16, __half>(d, ctas, g, s);
+    case MKX_GEMM_FP32: return launch<BN, STAGES, BKM, F16, float>(d, ctas, g, s);
   }
   return MKX_GEMM_EINVAL;
 }
 
 template <int BN, int STAGES>
-int launch_tile(const mkx_gemm_desc *d, int ctas, cudaStream_t s) {
+int launch_tile(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_t s) {
   const bool f16 = d->ab_type == MKX_GEMM_FP16;
-  if (d->b_kmajor) return f16 ? launch_out<BN, STAGES, true, true>(d, ctas, s) : launch_out<BN, STAGES, true, false>(d, ctas, s);
-  return f16 ? launch_out<BN, STAGES, false, true>(d, ctas, s) : launch_out<BN, STAGES, false, false>(d, ctas, s);
+  if (d->b_kmajor)
+    return f16 ? launch_out<BN, STAGES, true, true>(d, ctas, g, s) : launch_out<BN, STAGES, true, false>(d, ctas, g, s);
+  return f16 ? launch_out<BN, STAGES, false, true>(d, ctas, g, s) : launch_out<BN, STAGES, false, false>(d, ctas, g, s);
 }
 
 int g_is_sm90[64];   // 0 unknown, 1 yes, 2 no
@@ -177,7 +199,7 @@ extern "C" int mkx_gemm_pick_tile(const mkx_gemm_desc *d, int num_sms) {
   return c128 < c256 ? MKX_GEMM_TILE_128x128 : MKX_GEMM_TILE_128x256;
 }
 
-extern "C" int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s) {
+static int run_common(const mkx_gemm_desc *d, const GateArgs *g, cudaStream_t s) {
   if (!mkx_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
   if (d->m == 0 || d->n == 0) return 0;
   const int esz = d->c_type == MKX_GEMM_FP32 ? 4 : 2;
@@ -203,6 +225,15 @@ extern "C" int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s) {
     if (e != cudaSuccess) return (int)e;
   }
   const int tile = mkx_gemm_pick_tile(d, sms);
-  if (tile == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, sms, s);
-  return launch_tile<128, 6>(d, sms, s);
+  if (tile == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, sms, g, s);
+  return launch_tile<128, 6>(d, sms, g, s);
+}
+
+extern "C" int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s) { return run_common(d, nullptr, s); }
+
+extern "C" int mkx_gemm_run_gated(const mkx_gemm_desc *d, const int *flags, int target, int first_tile_m,
+                                  cudaStream_t s) {
+  if (!flags || first_tile_m < 0) return MKX_GEMM_EINVAL;
+  GateArgs g = {flags, target, first_tile_m};
+  return run_common(d, &g, s);
 }

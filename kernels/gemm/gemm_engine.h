@@ -62,6 +62,15 @@ int mkx_gemm_supported(const mkx_gemm_desc *d, const char **why);
  * negative MKX_GEMM_E* code. */
 int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s);
 
+/* Gated variant (the engine's composition hooks, reachable from C): before the producer loads A
+ * rows [128 t, 128 t + 128) it waits until flags[t] >= target (flags: one int32 per 128-row tile
+ * row of A, ceil(m / 128) of them, in device or host-mapped memory, read with ld.acquire.sys), and
+ * the CTAs walk tile rows starting at tile row first_tile_m (mod the tile-row count).  For
+ * AllGather+GEMM-style overlap: whoever fills A (copy engine, peer GPU) writes each row block and
+ * then its flag.  The flags must be set by something that does not need this GPU's SMs (copy
+ * engine, host, peer GPU): the persistent CTAs occupy every SM they are given. */
+int mkx_gemm_run_gated(const mkx_gemm_desc *d, const int *flags, int target, int first_tile_m, cudaStream_t s);
+
 /* The tile the heuristic (or the override) picks for d on a device with num_sms SMs:
  * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x256. */
 int mkx_gemm_pick_tile(const mkx_gemm_desc *d, int num_sms);

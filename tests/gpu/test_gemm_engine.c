@@ -103,6 +103,66 @@ static cublasHandle_t g_blas;
 static int g_fail = 0, g_cases = 0;
 static const int64_t kGuard = 4096; /* bytes of guard band on each side of C */
 
+/* Compare C (inside a guard band of kGuard bytes each side, poisoned 0xFF) with the fp32
+ * reference; print one line; return 1 if it passes. */
+static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf, size_t cbytes, const float *dRef,
+                     const char *label) {
+  const int64_t m = tc->m, n = tc->n, k = tc->k;
+  const int64_t ldc = d->ldc, lda = d->lda, ldb = d->ldb;
+  const int esz = tc->ct == MKX_GEMM_FP32 ? 4 : 2;
+  const size_t cbuf_bytes = cbytes + 2 * kGuard;
+  int ok;
+  {
+    unsigned char *hC = (unsigned char *)malloc(cbuf_bytes);
+    float *hR = (float *)malloc((size_t)(m * n) * 4 + 4);
+    if (!hC || !hR) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+    CK(cudaMemcpy(hC, dCbuf, cbuf_bytes, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hR, dRef, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+    int64_t guard_bad = 0, nan_bad = 0;
+    for (int64_t i = 0; i < kGuard; ++i) {
+      guard_bad += hC[i] != 0xFF;
+      guard_bad += hC[kGuard + cbytes + i] != 0xFF;
+    }
+    const unsigned char *cp = hC + kGuard;
+    double num = 0, den = 0, maxerr = 0, maxref = 0;
+    for (int64_t r = 0; r < m; ++r) {
+      for (int64_t c = n; c < ldc; ++c)
+        for (int b = 0; b < esz; ++b) guard_bad += cp[(r * ldc + c) * esz + b] != 0xFF;
+      for (int64_t c = 0; c < n; ++c) {
+        float v;
+        const unsigned char *e = cp + (r * ldc + c) * esz;
+        if (esz == 4) memcpy(&v, e, 4);
+        else {
+          uint16_t h;
+          memcpy(&h, e, 2);
+          v = tc->ct == MKX_GEMM_BF16 ? bf2f(h) : h2f(h);
+        }
+        const double ref = hR[r * n + c];
+        if (!isfinite(v)) { nan_bad++; continue; }
+        const double df = (double)v - ref;
+        num += df * df;
+        den += ref * ref;
+        if (fabs(df) > maxerr) maxerr = fabs(df);
+        if (fabs(ref) > maxref) maxref = fabs(ref);
+      }
+    }
+    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+    const double tol = esz == 4 ? 2e-3 : 1e-2;
+    const double maxtol = esz == 4 ? 2e-3 * maxref + 1e-5 : 2e-2 * maxref + 1e-3;
+    ok = !guard_bad && !nan_bad && rel < tol && maxerr <= maxtol && isfinite(rel);
+    printf("case %3d %-4s %sm=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s lda=%lld ldb=%lld ldc=%lld tile=%d(%s) ctas=%d "
+           "rel=%.3e maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld\n",
+           g_cases, ok ? "PASS" : "FAIL", label, (long long)m, (long long)n, (long long)k, tname(tc->ab), tname(tc->ct),
+           tc->bkm ? "kmaj" : "nmaj", (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
+           mkx_gemm_pick_tile(d, 132) == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128", tc->ctas, rel, maxerr, maxref,
+           (long long)nan_bad, (long long)guard_bad);
+    fflush(stdout);
+    free(hC);
+    free(hR);
+  }
+  return ok;
+}
+
 static void run_case(const tcase *tc) {
   const int64_t m = tc->m, n = tc->n, k = tc->k;
   const int64_t lda = k + tc->pad_a, ldc = n + tc->pad_c;
@@ -163,61 +223,78 @@ static void run_case(const tcase *tc) {
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
 
-  {
-    unsigned char *hC = (unsigned char *)malloc(cbuf_bytes);
-    float *hR = (float *)malloc((size_t)(m * n) * 4 + 4);
-    if (!hC || !hR) { fprintf(stderr, "host alloc failed\n"); exit(1); }
-    CK(cudaMemcpy(hC, dCbuf, cbuf_bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hR, dRef, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
-    int64_t guard_bad = 0, nan_bad = 0;
-    for (int64_t i = 0; i < kGuard; ++i) {
-      guard_bad += hC[i] != 0xFF;
-      guard_bad += hC[kGuard + cbytes + i] != 0xFF;
-    }
-    const unsigned char *cp = hC + kGuard;
-    double num = 0, den = 0, maxerr = 0, maxref = 0;
-    for (int64_t r = 0; r < m; ++r) {
-      for (int64_t c = n; c < ldc; ++c)
-        for (int b = 0; b < esz; ++b) guard_bad += cp[(r * ldc + c) * esz + b] != 0xFF;
-      for (int64_t c = 0; c < n; ++c) {
-        float v;
-        const unsigned char *e = cp + (r * ldc + c) * esz;
-        if (esz == 4) memcpy(&v, e, 4);
-        else {
-          uint16_t h;
-          memcpy(&h, e, 2);
-          v = tc->ct == MKX_GEMM_BF16 ? bf2f(h) : h2f(h);
-        }
-        const double ref = hR[r * n + c];
-        if (!isfinite(v)) { nan_bad++; continue; }
-        const double df = (double)v - ref;
-        num += df * df;
-        den += ref * ref;
-        if (fabs(df) > maxerr) maxerr = fabs(df);
-        if (fabs(ref) > maxref) maxref = fabs(ref);
-      }
-    }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    const double tol = esz == 4 ? 2e-3 : 1e-2;
-    const double maxtol = esz == 4 ? 2e-3 * maxref + 1e-5 : 2e-2 * maxref + 1e-3;
-    const int ok = !guard_bad && !nan_bad && rel < tol && maxerr <= maxtol && isfinite(rel);
-    printf("case %3d %-4s m=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s lda=%lld ldb=%lld ldc=%lld tile=%d(%s) ctas=%d "
-           "rel=%.3e maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld\n",
-           g_cases, ok ? "PASS" : "FAIL", (long long)m, (long long)n, (long long)k, tname(tc->ab), tname(tc->ct),
-           tc->bkm ? "kmaj" : "nmaj", (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
-           mkx_gemm_pick_tile(&d, 132) == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128", tc->ctas, rel, maxerr, maxref,
-           (long long)nan_bad, (long long)guard_bad);
-    fflush(stdout);
-    if (!ok) g_fail++;
-    free(hC);
-    free(hR);
-  }
+  if (!compare_c(tc, &d, dCbuf, cbytes, dRef, "")) g_fail++;
 out:
   CK(cudaFree(dA));
   CK(cudaFree(dB));
   CK(cudaFree(dCbuf));
   CK(cudaFree(dRef));
   free(hA);
+  free(hB);
+}
+
+/* Gated variant: A starts poisoned (NaN) on the device; while the GEMM runs on one stream, a
+ * second stream copies A in 128-row blocks from pinned host memory (copy engine), each followed
+ * by its ready flag, in the reverse of the GEMM's tile-row order.  A tile that loaded A before its
+ * flag would show NaN. */
+static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m, int tile, int ct) {
+  tcase tc;
+  memset(&tc, 0, sizeof tc);
+  tc.m = m; tc.n = n; tc.k = k; tc.ab = MKX_GEMM_BF16; tc.ct = ct; tc.bkm = 1; tc.tile = tile;
+  ++g_cases;
+  const int64_t lda = k, ldb = k, ldc = n;
+  const int esz = ct == MKX_GEMM_FP32 ? 4 : 2;
+  const int tiles_m = (int)((m + 127) / 128);
+  uint16_t *hA, *hB;
+  int *hOnes;
+  CK(cudaMallocHost((void **)&hA, (size_t)(m * lda) * 2));
+  CK(cudaMallocHost((void **)&hOnes, (size_t)tiles_m * sizeof(int)));
+  hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
+  if (!hB) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+  fill16(hA, m, lda, 0);
+  fill16(hB, n, ldb, 0);
+  for (int i = 0; i < tiles_m; ++i) hOnes[i] = 1;
+  void *dA, *dB, *dCbuf;
+  float *dRef;
+  int *dFlags;
+  const size_t cbytes = (size_t)(m * ldc) * esz;
+  CK(cudaMalloc(&dA, (size_t)(m * lda) * 2));
+  CK(cudaMalloc(&dB, (size_t)(n * ldb) * 2));
+  CK(cudaMalloc(&dCbuf, cbytes + 2 * kGuard));
+  CK(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4));
+  CK(cudaMalloc((void **)&dFlags, (size_t)tiles_m * sizeof(int)));
+  CK(cudaMemset(dA, 0xFF, (size_t)(m * lda) * 2));
+  CK(cudaMemset(dFlags, 0, (size_t)tiles_m * sizeof(int)));
+  CK(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
+  CK(cudaMemcpy(dB, hB, (size_t)(n * ldb) * 2, cudaMemcpyHostToDevice));
+  CK(cudaDeviceSynchronize());
+  cudaStream_t s1, s2;
+  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  mkx_gemm_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = m; d.n = n; d.k = k; d.a = dA; d.lda = lda; d.b = dB; d.ldb = ldb; d.b_kmajor = 1;
+  d.c = (char *)dCbuf + kGuard; d.ldc = ldc; d.ab_type = MKX_GEMM_BF16; d.c_type = ct; d.tile_override = tile;
+  int rc = mkx_gemm_run_gated(&d, dFlags, 1, first_tile_m, s1);
+  if (rc) { printf("case %3d FAIL mkx_gemm_run_gated returned %d\n", g_cases, rc); g_fail++; }
+  for (int i = 0; i < tiles_m; ++i) {
+    const int t = (first_tile_m + tiles_m - 1 - i) % tiles_m;      /* reverse of the GEMM's order */
+    const int64_t r0 = (int64_t)t * 128, nr = m - r0 < 128 ? m - r0 : 128;
+    CK(cudaMemcpyAsync((uint16_t *)dA + r0 * lda, hA + r0 * lda, (size_t)(nr * lda) * 2, cudaMemcpyHostToDevice, s2));
+    CK(cudaMemcpyAsync(dFlags + t, hOnes + t, sizeof(int), cudaMemcpyHostToDevice, s2));
+  }
+  CK(cudaStreamSynchronize(s2));
+  CK(cudaStreamSynchronize(s1));
+  CK(cudaGetLastError());
+  const float one = 1.0f, zero = 0.0f;
+  CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dB, CUDA_R_16BF, (int)ldb, dA,
+                  CUDA_R_16BF, (int)lda, &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CK(cudaDeviceSynchronize());
+  if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef, "gated ")) g_fail++;
+  CK(cudaStreamDestroy(s1));
+  CK(cudaStreamDestroy(s2));
+  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dCbuf)); CK(cudaFree(dRef)); CK(cudaFree(dFlags));
+  CK(cudaFreeHost(hA)); CK(cudaFreeHost(hOnes));
   free(hB);
 }
 
@@ -312,6 +389,10 @@ int main(int argc, char **argv) {
       run_case(&t);
     }
   }
+  /* composition hooks: flag gate + rotated tile order */
+  run_gated_case(4096, 4096, 4096, 5, 0, MKX_GEMM_BF16);
+  run_gated_case(1000, 2056, 1032, 3, MKX_GEMM_TILE_128x128, MKX_GEMM_FP32);
+  if (!small) run_gated_case(8192, 8192, 8192, 17, 0, MKX_GEMM_BF16);
   CB(cublasDestroy(g_blas));
   printf("SUMMARY: %d cases, %d passed, %d failed\n", g_cases, g_cases - g_fail, g_fail);
   return g_fail ? 1 : 0;
