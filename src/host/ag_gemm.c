@@ -14,7 +14,7 @@ typedef struct ag_bufs {
 static int ag_alloc(const mkx_ag_gemm_args *a, int64_t M, mkx_arena *ar,
                     ag_bufs *b) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t es = mkx_elem_size(a->dtype), ws = mkx_elem_size(wt);
+  size_t es = MKX_Type_size(a->dtype), ws = MKX_Type_size(wt);
   MKX_TRY(mkx_arena_array(ar, a->m_local, a->k, es, &b->send, "A rows"));
   MKX_TRY(mkx_arena_array(ar, M, a->k, es, &b->full, "gathered A"));
   b->Aw = b->full; /* fp32/fp64 data needs no working copy */
@@ -27,7 +27,7 @@ static int ag_alloc(const mkx_ag_gemm_args *a, int64_t M, mkx_arena *ar,
 int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
                             const mkx_agreed *g) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t es = mkx_elem_size(a->dtype);
+  size_t es = MKX_Type_size(a->dtype);
   int64_t M = g->total, k = a->k, n = a->n;
   int trans = a->transb == MKX_TRANS;
   mkx_arena ar = {0};

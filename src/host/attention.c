@@ -54,7 +54,7 @@ static void attn_row(const attn_ctx *t, int64_t b, int64_t i, int64_t h) {
   const mkx_attn_args *a = t->a;
   int64_t S = a->seq_local, D = a->head_dim;
   int64_t g = h / (a->heads_q / a->heads_kv), nvis, n = 0;
-  size_t es = mkx_elem_size(a->dtype);
+  size_t es = MKX_Type_size(a->dtype);
   size_t off = (size_t)(((b * S + i) * a->heads_q + h) * D) * es;
   double mx, sum = 0.0;
   mkx_convert(a->dtype, (const char *)a->Q + off, 1, MKX_FP64, t->q, 1,
@@ -80,7 +80,7 @@ static void attn_row(const attn_ctx *t, int64_t b, int64_t i, int64_t h) {
 int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
                             const mkx_agreed *g) {
   int p = c->size;
-  size_t es = mkx_elem_size(a->dtype), row_bytes;
+  size_t es = MKX_Type_size(a->dtype), row_bytes;
   int64_t rows = a->batch * a->seq_local; /* of K, and as many of V */
   size_t half = (size_t)rows * (size_t)(a->heads_kv * a->head_dim);
   mkx_arena ar = {0};

@@ -74,19 +74,6 @@ uint16_t mkx_double_to_bf16(double d) {
 
 uint16_t mkx_double_to_fp16(double d) { return encode_small(d, 5, 10); }
 
-size_t mkx_elem_size(MKX_Datatype t) {
-  switch (t) {
-  case MKX_BF16:
-  case MKX_FP16:
-    return 2;
-  case MKX_FP32:
-    return 4;
-  case MKX_FP64:
-    return 8;
-  }
-  return 0;
-}
-
 MKX_Datatype mkx_work_type(MKX_Datatype t) {
   return t == MKX_FP64 ? MKX_FP64 : MKX_FP32;
 }
@@ -125,7 +112,7 @@ void mkx_store_elem(MKX_Datatype t, void *p, size_t i, double v) {
 void mkx_convert(MKX_Datatype st, const void *src, size_t sstride,
                  MKX_Datatype dt, void *dst, size_t dstride, size_t count) {
   if (st == dt) { /* copy bits: NaN payloads and -0 survive */
-    size_t es = mkx_elem_size(st);
+    size_t es = MKX_Type_size(st);
     if (sstride == 1 && dstride == 1) {
       if (count)
         memcpy(dst, src, count * es);
@@ -158,7 +145,7 @@ void mkx_convert(MKX_Datatype st, const void *src, size_t sstride,
  * is contiguous in the strided matrix. */
 void mkx_mat_pack(MKX_Datatype st, const void *src, int64_t m, int64_t n,
                   int64_t ld, MKX_Order order, MKX_Datatype dt, void *dst) {
-  size_t es = mkx_elem_size(st), ed = mkx_elem_size(dt);
+  size_t es = MKX_Type_size(st), ed = MKX_Type_size(dt);
   if (order == MKX_ROW_MAJOR) {
     for (int64_t i = 0; i < m; i++)
       mkx_convert(st, (const char *)src + (size_t)i * (size_t)ld * es, 1, dt,
@@ -172,7 +159,7 @@ void mkx_mat_pack(MKX_Datatype st, const void *src, int64_t m, int64_t n,
 
 void mkx_mat_unpack(MKX_Datatype st, const void *src, int64_t m, int64_t n,
                     MKX_Datatype dt, void *dst, int64_t ld, MKX_Order order) {
-  size_t es = mkx_elem_size(st), ed = mkx_elem_size(dt);
+  size_t es = MKX_Type_size(st), ed = MKX_Type_size(dt);
   if (order == MKX_ROW_MAJOR) {
     for (int64_t i = 0; i < m; i++)
       mkx_convert(st, (const char *)src + (size_t)i * (size_t)n * es, 1, dt,

@@ -17,9 +17,6 @@ uint16_t mkx_float_to_fp16(float f);
 uint16_t mkx_double_to_bf16(double d);
 uint16_t mkx_double_to_fp16(double d);
 
-/* Bytes per element (0 for an unknown type); local so the host path
- * does not depend on where MKX_Type_size lives. */
-size_t mkx_elem_size(MKX_Datatype t);
 
 /* MKX_FP64 for MKX_FP64 data, MKX_FP32 for every other type. */
 MKX_Datatype mkx_work_type(MKX_Datatype t);

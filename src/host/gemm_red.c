@@ -46,7 +46,7 @@ static int red_blocks(MKX_Comm c, int64_t M, mkx_arena *ar, red_ctx *r) {
 static int red_local(const mkx_gemm_red_args *a, int p, mkx_arena *ar,
                      red_ctx *r) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t ws = mkx_elem_size(wt);
+  size_t ws = MKX_Type_size(wt);
   int64_t M = a->M, n = a->n, kl = a->k_local;
   int trans = a->transb == MKX_TRANS;
   void *Aw, *Bw;
@@ -55,7 +55,7 @@ static int red_local(const mkx_gemm_red_args *a, int p, mkx_arena *ar,
   MKX_TRY(mkx_arena_array(ar, M, n, ws, &r->part, "partial product"));
   MKX_TRY(mkx_arena_array(ar, (int64_t)p * r->count, n, ws, &r->recv,
                           "received partials"));
-  MKX_TRY(mkx_arena_array(ar, r->count, n, mkx_elem_size(a->ctype), &r->blk,
+  MKX_TRY(mkx_arena_array(ar, r->count, n, MKX_Type_size(a->ctype), &r->blk,
                           "reduced block"));
   mkx_mat_pack(a->dtype, a->A, M, kl, a->lda, a->order, wt, Aw);
   mkx_mat_pack(a->dtype, a->B, trans ? n : kl, trans ? kl : n, a->ldb, a->order,
@@ -83,7 +83,7 @@ static int red_exchange(MKX_Comm c, const mkx_gemm_red_args *a, red_ctx *r) {
   int p = c->size;
   mkx_xfer x;
   int rc = mkx_xfer_ialltoallv(c, r->part, r->rows, r->recv, r->rrows,
-                               (size_t)a->n * mkx_elem_size(wt), &x,
+                               (size_t)a->n * MKX_Type_size(wt), &x,
                                "GEMM reduction: exchange partials");
   if (!rc)
     rc = mkx_xfer_wait(c, &x, "GEMM reduction: exchange partials");
@@ -121,7 +121,7 @@ int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
   red_ctx r;
   void *full = NULL;
   mkx_xfer x;
-  size_t cs = mkx_elem_size(a->ctype);
+  size_t cs = MKX_Type_size(a->ctype);
   (void)g;
   int rc = red_blocks(c, a->M, &ar, &r);
   if (!rc) {

@@ -141,7 +141,7 @@ static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
   m->p = c->size;
   m->Ep = a->num_experts / c->size;
   m->nsend = a->num_tokens * a->topk;
-  m->pay = (size_t)a->hidden * mkx_elem_size(a->dtype);
+  m->pay = (size_t)a->hidden * MKX_Type_size(a->dtype);
   m->row = m->pay + META_BYTES;
   /* Sizes agree across ranks, so this stops every rank alike. */
   if (m->Ep > INT_MAX || a->topk > INT_MAX)
@@ -232,7 +232,7 @@ static int moe_exchange(moe_ctx *m, const char *what) {
 /* Rows of expert e, in grouped order, as a dense working matrix. */
 static void moe_gather_rows(const moe_ctx *m, int64_t e, MKX_Datatype wt,
                             void *Xe) {
-  size_t rw = (size_t)m->a->hidden * mkx_elem_size(wt);
+  size_t rw = (size_t)m->a->hidden * MKX_Type_size(wt);
   for (int64_t k = m->eoff[e]; k < m->eoff[e + 1]; k++)
     mkx_convert(m->a->dtype, m->rbuf + (size_t)m->order[k] * m->row, 1, wt,
                 (char *)Xe + (size_t)(k - m->eoff[e]) * rw, 1,
@@ -244,7 +244,7 @@ static void moe_weight(const moe_ctx *m, const void *W, int64_t e, int64_t rows,
                        int64_t cols, MKX_Datatype wt, void *dst) {
   size_t n = (size_t)rows * (size_t)cols;
   mkx_convert(m->a->dtype,
-              (const char *)W + (size_t)e * n * mkx_elem_size(m->a->dtype), 1,
+              (const char *)W + (size_t)e * n * MKX_Type_size(m->a->dtype), 1,
               wt, dst, 1, n);
 }
 
@@ -263,7 +263,7 @@ static int dispatch_expert(const moe_ctx *m, int64_t e, void *Xe, void *We,
                            void *Ye) {
   const mkx_moe_args *a = m->a;
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t ws = mkx_elem_size(wt), es = mkx_elem_size(a->dtype);
+  size_t ws = MKX_Type_size(wt), es = MKX_Type_size(a->dtype);
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
   if (rows == 0)
     return MKX_SUCCESS;
@@ -291,7 +291,7 @@ int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
                                const mkx_agreed *g) {
   const char *what = "MoE dispatch+GEMM";
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t ws = mkx_elem_size(wt);
+  size_t ws = MKX_Type_size(wt);
   void *Xe = NULL, *We = NULL, *Ye = NULL;
   moe_ctx m;
   (void)g;
@@ -332,7 +332,7 @@ typedef struct layer_bufs {
 
 static int layer_alloc(moe_ctx *m, layer_bufs *b) {
   const mkx_moe_args *a = m->a;
-  size_t ws = mkx_elem_size(mkx_work_type(a->dtype));
+  size_t ws = MKX_Type_size(mkx_work_type(a->dtype));
   mkx_arena *ar = &m->ar;
   MKX_TRY(mkx_arena_array(ar, m->maxrows, a->hidden, ws, &b->Xe, "MoE rows"));
   MKX_TRY(mkx_arena_array(ar, a->hidden, 2 * a->ffn, ws, &b->W1, "MoE W1"));
@@ -366,7 +366,7 @@ static void swiglu(MKX_Datatype wt, const void *H, void *act, int64_t rows,
 static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
   const mkx_moe_args *a = m->a;
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t rw = (size_t)a->hidden * mkx_elem_size(wt);
+  size_t rw = (size_t)a->hidden * MKX_Type_size(wt);
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
   if (rows == 0)
     return MKX_SUCCESS;
@@ -389,10 +389,10 @@ static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
 static void layer_combine(const moe_ctx *m, const layer_bufs *b) {
   const mkx_moe_args *a = m->a;
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t es = mkx_elem_size(a->dtype), hsz = (size_t)a->hidden;
+  size_t es = MKX_Type_size(a->dtype), hsz = (size_t)a->hidden;
   for (int64_t t = 0; t < a->num_tokens; t++) {
     void *acc = b->acc;
-    memset(acc, 0, hsz * mkx_elem_size(wt));
+    memset(acc, 0, hsz * MKX_Type_size(wt));
     for (int64_t j = 0; j < a->topk; j++) {
       int64_t i = t * a->topk + j;
       float w = a->topk_weight[i];
@@ -415,7 +415,7 @@ static void layer_combine(const moe_ctx *m, const layer_bufs *b) {
 static int layer_return(const moe_ctx *m, const layer_bufs *b,
                         const char *what) {
   mkx_xfer x;
-  size_t rw = (size_t)m->a->hidden * mkx_elem_size(mkx_work_type(m->a->dtype));
+  size_t rw = (size_t)m->a->hidden * MKX_Type_size(mkx_work_type(m->a->dtype));
   int rc = mkx_xfer_ialltoallv(m->c, b->back, m->rrows, b->ret, m->srows, rw,
                                &x, what);
   return rc ? rc : mkx_xfer_wait(m->c, &x, what);

@@ -8,6 +8,7 @@
 #include <time.h>
 #include "boot/bootstrap.h"
 #include "mkx.h"
+#include "check.h"
 
 #define MAX_RANKS 16
 
@@ -62,17 +63,6 @@ static void *run_rank(void *arg) {
   return NULL;
 }
 
-static int failures, checks;
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    checks++;                                                                \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - line %d: ", __LINE__);                                \
-      printf(__VA_ARGS__);                                                   \
-      printf("\n");                                                          \
-    }                                                                        \
-  } while (0)
 
 /* Run `size` threads with the given host names; skip < 0: all arrive. */
 static void run_group(int size, const char **hosts, int vsize, int skip,

@@ -6,19 +6,8 @@
 #include "core/log.h"
 #include "core/options.h"
 #include "mkx.h"
+#include "check.h"
 
-static int failures, checks;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    checks++;                                                                \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - %s:%d: ", __FILE__, __LINE__);                        \
-      printf(__VA_ARGS__);                                                   \
-      printf("\n");                                                          \
-    }                                                                        \
-  } while (0)
 
 static void test_defaults(void) {
   mkx_options o;
