@@ -111,25 +111,24 @@ int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
 int mkx_stream_sync(void *stream) { (void)stream; return MKX_SUCCESS; }
 #endif
 
-int mkx_device_choose(const mkx_options *opt, int host_local_rank,
-                      int *device, char *why, size_t why_len) {
-  int count = mkx_device_count();
+int mkx_device_pick(int count, int path, int opt_device, int host_local_rank,
+                    int *device, char *why, size_t why_len) {
   const char *var = NULL;
   *device = -1;
   if (count == 0) {
     snprintf(why, why_len, "no usable CUDA device");
-    return opt->path == MKX_PATH_GPU
+    return path == MKX_PATH_GPU
                ? mkx_error(MKX_ERR_UNSUPPORTED,
                            "option path=gpu but no usable CUDA device")
                : MKX_SUCCESS;
   }
-  if (opt->device >= 0) {
-    if (opt->device >= count)
+  if (opt_device >= 0) {
+    if (opt_device >= count)
       return mkx_error(MKX_ERR_INVALID_ARG,
                        "option device=%d but only %d device(s) visible",
-                       opt->device, count);
-    *device = opt->device;
-    snprintf(why, why_len, "option device=%d", opt->device);
+                       opt_device, count);
+    *device = opt_device;
+    snprintf(why, why_len, "option device=%d", opt_device);
   } else if (count == 1) {
     *device = 0;
     snprintf(why, why_len, "the only visible device");
@@ -141,4 +140,10 @@ int mkx_device_choose(const mkx_options *opt, int host_local_rank,
              count);
   }
   return MKX_SUCCESS;
+}
+
+int mkx_device_choose(const mkx_options *opt, int host_local_rank,
+                      int *device, char *why, size_t why_len) {
+  return mkx_device_pick(mkx_device_count(), opt->path, opt->device,
+                         host_local_rank, device, why, why_len);
 }

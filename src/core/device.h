@@ -17,6 +17,10 @@ int mkx_device_count(void);
 int mkx_device_choose(const mkx_options *opt, int host_local_rank,
                       int *device, char *why, size_t why_len);
 
+/* The choice itself, given the visible device count (unit-testable). */
+int mkx_device_pick(int count, int path, int opt_device, int host_local_rank,
+                    int *device, char *why, size_t why_len);
+
 /* Make `device` current on the calling thread. */
 int mkx_device_set(int device);
 
