@@ -298,6 +298,51 @@ static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m, in
   free(hB);
 }
 
+/* Column-major caller served by operand swapping (see gemm_engine.h): Cc = op(Ac) * Bc, all
+ * column-major, computed as Cc^T = Bc^T * op(Ac)^T by the row-major engine. */
+static void run_colmajor_case(int64_t m, int64_t n, int64_t k, int opA_T, int ct) {
+  tcase tc;   /* the engine's view: m' = n, n' = m */
+  memset(&tc, 0, sizeof tc);
+  tc.m = n; tc.n = m; tc.k = k; tc.ab = MKX_GEMM_FP16; tc.ct = ct; tc.bkm = opA_T;
+  ++g_cases;
+  const int64_t lda = (opA_T ? k : m) + 8, ldb = k + 16, ldc = m + 8;   /* column-major leading dims */
+  const int64_t a_cols = opA_T ? m : k;                                 /* Ac stored lda x a_cols */
+  const int esz = ct == MKX_GEMM_FP32 ? 4 : 2;
+  uint16_t *hA = (uint16_t *)malloc((size_t)(a_cols * lda) * 2), *hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
+  if (!hA || !hB) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+  fill16(hA, a_cols, lda, 1);
+  fill16(hB, n, ldb, 1);
+  void *dA, *dB, *dCbuf;
+  float *dRef;
+  const size_t cbytes = (size_t)(n * ldc) * esz;
+  CK(cudaMalloc(&dA, (size_t)(a_cols * lda) * 2));
+  CK(cudaMalloc(&dB, (size_t)(n * ldb) * 2));
+  CK(cudaMalloc(&dCbuf, cbytes + 2 * kGuard));
+  CK(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4));
+  CK(cudaMemcpy(dA, hA, (size_t)(a_cols * lda) * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dB, hB, (size_t)(n * ldb) * 2, cudaMemcpyHostToDevice));
+  CK(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
+  const float one = 1.0f, zero = 0.0f;
+  /* reference, column-major m x n with ld m */
+  CB(cublasGemmEx(g_blas, opA_T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, dA,
+                  CUDA_R_16F, (int)lda, dB, CUDA_R_16F, (int)ldb, &zero, dRef, CUDA_R_32F, (int)m,
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  mkx_gemm_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = n; d.n = m; d.k = k;
+  d.a = dB; d.lda = ldb;
+  d.b = dA; d.ldb = lda; d.b_kmajor = opA_T;
+  d.c = (char *)dCbuf + kGuard; d.ldc = ldc;
+  d.ab_type = MKX_GEMM_FP16; d.c_type = ct;
+  int rc = mkx_gemm_run(&d, 0);
+  if (rc) { printf("case %3d FAIL mkx_gemm_run (col-major) returned %d\n", g_cases, rc); g_fail++; }
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef, opA_T ? "colmajor(A^T) " : "colmajor ")) g_fail++;
+  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dCbuf)); CK(cudaFree(dRef));
+  free(hA); free(hB);
+}
+
 static void check_rejects(void) {
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
@@ -389,6 +434,9 @@ int main(int argc, char **argv) {
       run_case(&t);
     }
   }
+  /* column-major callers through operand swapping */
+  run_colmajor_case(1000, 520, 264, 0, MKX_GEMM_FP32);
+  run_colmajor_case(336, 1000, 200, 1, MKX_GEMM_FP16);
   /* composition hooks: flag gate + rotated tile order */
   run_gated_case(4096, 4096, 4096, 5, 0, MKX_GEMM_BF16);
   run_gated_case(1000, 2056, 1032, 3, MKX_GEMM_TILE_128x128, MKX_GEMM_FP32);
