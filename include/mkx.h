@@ -144,7 +144,9 @@ int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
 
 /* Collective: every rank asks for the same `size`.  Returns memory on the
  * communicator's GPU (host memory on the host path) aligned to 256 bytes,
- * that MKX can use without registration.  Free with MKX_Free_mem. */
+ * mapped into every GPU of the node (symmetric: MKX's kernels reach peers'
+ * copies directly, no registration).  MKX_Free_mem is collective too:
+ * every rank frees its corresponding pointer (or NULL everywhere). */
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr);
 int MKX_Free_mem(MKX_Comm comm, void *ptr);
 

@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "mem/symm.h"
 
 int mkx_comm_check(MKX_Comm c) {
   if (c == NULL || c->magic != MKX_COMM_MAGIC)
@@ -30,6 +31,7 @@ static void host_name(char *buf, size_t len) {
 }
 
 static void comm_release(MKX_Comm c) {
+  if (c->oob.ctx) mkx_symm_release(c);
   mkx_placement_free(&c->place);
   mkx_oob_mpi_fini(&c->oob);
   if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);

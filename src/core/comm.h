@@ -19,6 +19,7 @@ struct MKX_Comm_s {
   int device;          /* CUDA ordinal, -1 on the host path */
   int broken;          /* a timed-out collective is pending: unusable */
   int live_requests;   /* persistent requests not yet freed */
+  void *symm;          /* symmetric memory state (src/mem/symm.c) */
 };
 
 /* MKX_SUCCESS if c is a live, usable communicator, else the error. */

@@ -1,12 +1,12 @@
-/* MKX_Alloc_mem: memory MKX can use without registration.  Device memory
- * on the communicator's GPU now; symmetric (peer-mapped) in the GPU issue.
- * Collective so that symmetric allocation can be added without changing
- * callers. */
+/* MKX_Alloc_mem: memory MKX can use without registration: on the GPU path
+ * symmetric device memory (mapped into every rank of the node, see
+ * mem/symm.h), on the host path aligned host memory. */
 #include <stdlib.h>
 #include "boot/oob_mpi.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "mem/symm.h"
 
 static int agree_size(MKX_Comm c, size_t size) {
   uint64_t mine = size, *all = malloc(sizeof *all * (size_t)c->size);
@@ -32,7 +32,7 @@ int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
   MKX_TRY(agree_size(comm, size));
   if (comm->device >= 0) {
     MKX_TRY(mkx_device_set(comm->device));
-    return mkx_device_alloc(size, ptr);
+    return mkx_symm_alloc(comm, size, ptr);
   }
   size_t rounded = (size + 255) / 256 * 256;
   *ptr = aligned_alloc(256, rounded ? rounded : 256);
@@ -44,11 +44,11 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr) {
   mkx_error_clear();
   if (comm == NULL || comm->magic != MKX_COMM_MAGIC)
     return mkx_error(MKX_ERR_INVALID_COMM, "MKX_Free_mem: invalid comm");
-  if (ptr == NULL) return MKX_SUCCESS;
   if (comm->device >= 0) {
     MKX_TRY(mkx_device_set(comm->device));
-    return mkx_device_free(ptr);
+    return mkx_symm_free(comm, ptr);
   }
+  if (ptr == NULL) return MKX_SUCCESS;
   free(ptr);
   return MKX_SUCCESS;
 }

@@ -1,0 +1,299 @@
+/* Symmetric memory through CUDA IPC; see symm.h.  Every entry point does
+ * the same collective steps on every rank whatever its cache holds, so a
+ * cache hit on one rank never leaves another waiting. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/comm.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "mem/symm.h"
+
+#if HAVE_CUDA
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+/* A peer allocation opened in this process. */
+typedef struct mapping {
+  int rank;
+  uint64_t id; /* the peer's CUDA buffer id of the allocation */
+  void *base;
+  struct mapping *next;
+} mapping;
+
+/* An allocation made by mkx_symm_alloc. */
+typedef struct owned {
+  void *ptr;
+  uint64_t id;
+  struct owned *next;
+} owned;
+
+typedef struct mkx_symm_state {
+  mapping *maps;
+  owned *mine;
+} mkx_symm_state;
+
+typedef struct symm_record {
+  int32_t rc, has;
+  cudaIpcMemHandle_t handle; /* of the allocation's base */
+  uint64_t id, offset;       /* buffer id; ptr - base */
+} symm_record;
+
+static int cuda_fail(cudaError_t e, const char *what) {
+  (void)cudaGetLastError();
+  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
+                                                  : MKX_ERR_CUDA,
+                   "%s: %s", what, cudaGetErrorString(e));
+}
+
+typedef CUresult (*get_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
+
+/* The driver's cuPointerGetAttribute without linking libcuda (whose stub
+ * would keep programs from starting on machines without a driver). */
+static get_attr_fn driver_get_attr(void) {
+  static get_attr_fn fn;
+  void *p = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (!fn && cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &p,
+                                              12000, cudaEnableDefault,
+                                              &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    fn = (get_attr_fn)p;
+  return fn;
+}
+
+static int allocation_of(const void *ptr, void **base, uint64_t *id) {
+  get_attr_fn get = driver_get_attr();
+  CUdeviceptr start = 0;
+  unsigned long long bid = 0;
+  if (!get)
+    return mkx_error(MKX_ERR_CUDA, "cuPointerGetAttribute unavailable");
+  if (get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+          (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
+      get(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID,
+          (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+    return mkx_error(MKX_ERR_INVALID_ARG, "%p is not CUDA device memory",
+                     ptr);
+  *base = (void *)(uintptr_t)start;
+  *id = bid;
+  return MKX_SUCCESS;
+}
+
+static mkx_symm_state *state(MKX_Comm c) {
+  if (!c->symm) c->symm = calloc(1, sizeof(mkx_symm_state));
+  return c->symm;
+}
+
+/* Gather one record per rank; the first failing rank fails every rank. */
+static int exchange(MKX_Comm c, symm_record *mine, symm_record *all,
+                    const char *what) {
+  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine,
+                            c->opt.timeout_ms);
+  if (rc != MKX_SUCCESS) return mkx_comm_fail(c, rc);
+  if (mine->rc != MKX_SUCCESS) return mine->rc;
+  for (int q = 0; q < c->size; q++)
+    if (all[q].rc != MKX_SUCCESS)
+      return mkx_error(MKX_ERR_PEER, "%s failed on rank %d (%s)", what, q,
+                       MKX_Error_string(all[q].rc));
+  return MKX_SUCCESS;
+}
+
+static int agree(MKX_Comm c, int rc, const char *what) {
+  symm_record mine = {.rc = rc};
+  symm_record *all = malloc(sizeof *all * (size_t)c->size);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s", what);
+  int out = exchange(c, &mine, all, what);
+  free(all);
+  return out;
+}
+
+static int describe(void *ptr, symm_record *r) {
+  void *base = NULL;
+  cudaError_t e;
+  r->has = ptr != NULL;
+  if (!ptr) return MKX_SUCCESS;
+  MKX_TRY(allocation_of(ptr, &base, &r->id));
+  r->offset = (uint64_t)((char *)ptr - (char *)base);
+  if ((e = cudaIpcGetMemHandle(&r->handle, base)) != cudaSuccess)
+    return cuda_fail(e, "cudaIpcGetMemHandle");
+  return MKX_SUCCESS;
+}
+
+static int open_peer(MKX_Comm c, int q, const symm_record *r, void **base) {
+  mkx_symm_state *s = state(c);
+  for (mapping *m = s->maps; m; m = m->next)
+    if (m->rank == q && m->id == r->id) return *base = m->base, MKX_SUCCESS;
+  mapping *m = calloc(1, sizeof *m);
+  if (!m) return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
+  cudaError_t e = cudaIpcOpenMemHandle(&m->base, r->handle,
+                                       cudaIpcMemLazyEnablePeerAccess);
+  if (e != cudaSuccess) {
+    free(m);
+    return cuda_fail(e, "cudaIpcOpenMemHandle of a node peer's buffer");
+  }
+  *m = (mapping){q, r->id, m->base, s->maps};
+  s->maps = m;
+  *base = m->base;
+  return MKX_SUCCESS;
+}
+
+static int map_node(MKX_Comm c, const symm_record *all, mkx_symm_buf *b) {
+  for (int q = 0; q < c->size; q++) {
+    if (c->place.node_of_rank[q] != c->place.node) continue;
+    int lr = c->place.local_rank_of[q];
+    void *base = NULL;
+    if (q == c->rank || !all[q].has) continue;
+    MKX_TRY(open_peer(c, q, &all[q], &base));
+    b->peer[lr] = (char *)base + all[q].offset;
+  }
+  return MKX_SUCCESS;
+}
+
+/* Describe this rank's buffer and gather every rank's description. */
+static int share(MKX_Comm c, void *ptr, int local_rc, symm_record **all) {
+  symm_record mine = {0};
+  *all = malloc(sizeof **all * (size_t)c->size);
+  if (!*all) local_rc = mkx_error(MKX_ERR_NOMEM, "symmetric memory");
+  mine.rc = local_rc ? local_rc : describe(ptr, &mine);
+  if (!*all) return mine.rc; /* the peers time out: nothing else to do */
+  return exchange(c, &mine, *all, "symmetric registration");
+}
+
+static int buf_init(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
+  memset(b, 0, sizeof *b);
+  b->local = ptr;
+  b->bytes = bytes;
+  b->local_size = c->place.local_size;
+  b->peer = calloc((size_t)b->local_size, sizeof *b->peer);
+  if (!b->peer || !state(c))
+    return mkx_error(MKX_ERR_NOMEM, "symmetric memory state");
+  b->peer[c->place.local_rank] = ptr;
+  return MKX_SUCCESS;
+}
+
+int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
+  symm_record *all;
+  int rc = share(c, ptr, buf_init(c, ptr, bytes, b), &all);
+  if (rc == MKX_SUCCESS)
+    rc = agree(c, map_node(c, all, b), "symmetric mapping");
+  free(all);
+  if (rc != MKX_SUCCESS) mkx_symm_buf_free(b);
+  return rc;
+}
+
+void mkx_symm_buf_free(mkx_symm_buf *b) {
+  free(b->peer);
+  b->peer = NULL;
+}
+
+static void unmap(MKX_Comm c, int q, uint64_t id);
+
+/* Undo a failed collective allocation: close what was mapped of the peers'
+ * buffers, meet, then free this rank's (no rank frees what a peer maps). */
+static void undo_alloc(MKX_Comm c, const symm_record *all, void *ptr) {
+  for (int q = 0; all && q < c->size; q++)
+    if (q != c->rank) unmap(c, q, all[q].id);
+  if (c->oob.barrier(c->oob.ctx, c->opt.timeout_ms) == MKX_SUCCESS && ptr)
+    cudaFree(ptr);
+}
+
+int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
+  mkx_symm_buf b = {0};
+  symm_record *all = NULL;
+  owned *o = calloc(1, sizeof *o);
+  int rc = o ? mkx_device_alloc(bytes, ptr)
+             : mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
+  if (rc != MKX_SUCCESS) *ptr = NULL;
+  rc = share(c, *ptr, rc ? rc : buf_init(c, *ptr, bytes, &b), &all);
+  if (rc == MKX_SUCCESS)
+    rc = agree(c, map_node(c, all, &b), "MKX_Alloc_mem mapping");
+  if (rc == MKX_SUCCESS) {
+    *o = (owned){*ptr, all[c->rank].id, state(c)->mine};
+    state(c)->mine = o;
+  } else if (c->broken == 0) {
+    undo_alloc(c, all, *ptr);
+    *ptr = NULL;
+    free(o);
+  }
+  mkx_symm_buf_free(&b);
+  free(all);
+  return rc;
+}
+
+static void unmap(MKX_Comm c, int q, uint64_t id) {
+  mkx_symm_state *s = state(c);
+  for (mapping **pm = &s->maps; *pm; pm = &(*pm)->next)
+    if ((*pm)->rank == q && (*pm)->id == id) {
+      mapping *m = *pm;
+      cudaIpcCloseMemHandle(m->base);
+      *pm = m->next;
+      free(m);
+      return;
+    }
+}
+
+/* Peers close their mappings of the allocations being freed, all ranks
+ * meet, then each frees its own: no rank frees memory a peer still maps. */
+int mkx_symm_free(MKX_Comm c, void *ptr) {
+  mkx_symm_state *s = state(c);
+  owned **po = s ? &s->mine : NULL;
+  while (po && *po && (*po)->ptr != ptr) po = &(*po)->next;
+  symm_record mine = {0}, *all = malloc(sizeof *all * (size_t)c->size);
+  mine.rc = !all ? mkx_error(MKX_ERR_NOMEM, "MKX_Free_mem")
+            : ptr && (!po || !*po)
+                ? mkx_error(MKX_ERR_INVALID_ARG, "MKX_Free_mem: %p was not "
+                            "returned by MKX_Alloc_mem on this comm", ptr)
+                : MKX_SUCCESS;
+  mine.id = po && *po ? (*po)->id : 0;
+  int rc = all ? exchange(c, &mine, all, "MKX_Free_mem") : mine.rc;
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
+    if (q != c->rank) unmap(c, q, all[q].id);
+  free(all);
+  if (rc == MKX_SUCCESS)
+    rc = c->oob.barrier(c->oob.ctx, c->opt.timeout_ms);
+  if (rc == MKX_SUCCESS && ptr) {
+    owned *o = *po;
+    *po = o->next;
+    free(o);
+    cudaError_t e = cudaFree(ptr);
+    if (e != cudaSuccess) rc = cuda_fail(e, "cudaFree");
+  }
+  return rc;
+}
+
+void mkx_symm_release(MKX_Comm c) {
+  mkx_symm_state *s = c->symm;
+  if (!s) return;
+  while (s->maps) unmap(c, s->maps->rank, s->maps->id);
+  /* Peers may still map what we own: meet before freeing (bounded). */
+  if (s->mine && c->oob.barrier(c->oob.ctx, c->opt.timeout_ms) == MKX_SUCCESS)
+    for (owned *o = s->mine; o; o = o->next) cudaFree(o->ptr);
+  while (s->mine) {
+    owned *o = s->mine;
+    s->mine = o->next;
+    free(o);
+  }
+  free(s);
+  c->symm = NULL;
+}
+#else
+static int no_cuda(void) {
+  return mkx_error(MKX_ERR_UNSUPPORTED, "symmetric memory needs CUDA");
+}
+int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
+  (void)c, (void)ptr, (void)bytes;
+  memset(b, 0, sizeof *b);
+  return no_cuda();
+}
+void mkx_symm_buf_free(mkx_symm_buf *b) { (void)b; }
+int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
+  (void)c, (void)bytes;
+  *ptr = NULL;
+  return no_cuda();
+}
+int mkx_symm_free(MKX_Comm c, void *ptr) {
+  (void)c, (void)ptr;
+  return no_cuda();
+}
+void mkx_symm_release(MKX_Comm c) { (void)c; }
+#endif

@@ -1,0 +1,32 @@
+/* Symmetric device memory inside a node: each rank's buffer mapped into
+ * every other rank of its (virtual) node through CUDA IPC, so kernels can
+ * load from and store to peers' buffers directly (unicast; never NVLink
+ * multicast). */
+#ifndef MKX_MEM_SYMM_H
+#define MKX_MEM_SYMM_H
+
+#include <stddef.h>
+#include "mkx.h"
+
+typedef struct mkx_symm_buf {
+  void *local;   /* this rank's buffer */
+  size_t bytes;
+  int local_size;
+  void **peer;   /* [local_size]: node rank i's buffer, as mapped here */
+} mkx_symm_buf;
+
+/* Collective over the communicator: every rank passes its own buffer (of
+ * device memory; NULL with bytes 0 is allowed) and gets the node peers'
+ * buffers mapped.  Peer mappings are cached per peer allocation (checked
+ * by CUDA's buffer id, so a freed and reused address is not confused). */
+int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b);
+void mkx_symm_buf_free(mkx_symm_buf *b);
+
+/* MKX_Alloc_mem / MKX_Free_mem on the GPU path (collective). */
+int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr);
+int mkx_symm_free(MKX_Comm c, void *ptr);
+
+/* Close every mapping and free what mkx_symm_alloc allocated (comm free). */
+void mkx_symm_release(MKX_Comm c);
+
+#endif

@@ -1,0 +1,144 @@
+/* Symmetric memory on the GPU (skips without one): MKX_Alloc_mem buffers
+ * and registered cudaMalloc buffers (at an interior offset) are readable
+ * and writable from every rank of the node through the peer mappings; a
+ * freed and reallocated buffer is mapped anew, not served stale. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "core/comm.h"
+#include "mem/symm.h"
+#include "mkx.h"
+
+static int rank, failures;
+
+#define CUDA(call)                                                           \
+  do {                                                                       \
+    cudaError_t e_ = (call);                                                 \
+    if (e_ != cudaSuccess) {                                                 \
+      printf("not ok - rank %d: %s: %s\n", rank, #call,                      \
+             cudaGetErrorString(e_));                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+#define MKX(call)                                                            \
+  do {                                                                       \
+    int rc_ = (call);                                                        \
+    if (rc_ != MKX_SUCCESS) {                                                \
+      printf("not ok - rank %d: %s: %s\n", rank, #call,                      \
+             MKX_Get_last_error());                                          \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+
+enum { WORDS = 1 << 18 };
+
+static void fill(void *dev, int owner, int salt) {
+  static unsigned w[WORDS];
+  for (int i = 0; i < WORDS; i++) w[i] = (unsigned)(owner * 7919 + salt * 104729 + i);
+  CUDA(cudaMemcpy(dev, w, sizeof w, cudaMemcpyHostToDevice));
+}
+
+/* Every node peer's buffer, read through this rank's mapping. */
+static void check_peers(const mkx_symm_buf *b, MKX_Comm c, int salt,
+                        const char *what) {
+  static unsigned w[WORDS];
+  for (int q = 0; q < c->size; q++) {
+    if (c->place.node_of_rank[q] != c->place.node) continue;
+    int lr = c->place.local_rank_of[q];
+    if (!b->peer[lr]) {
+      printf("not ok - rank %d: %s: no mapping of rank %d\n", rank, what, q);
+      failures++;
+      continue;
+    }
+    CUDA(cudaMemcpy(w, b->peer[lr], sizeof w, cudaMemcpyDefault));
+    for (int i = 0; i < WORDS; i++)
+      if (w[i] != (unsigned)(q * 7919 + salt * 104729 + i)) {
+        printf("not ok - rank %d: %s: rank %d word %d = %u\n", rank, what, q,
+               i, w[i]);
+        failures++;
+        break;
+      }
+  }
+}
+
+int main(int argc, char **argv) {
+  int ndev = 0, size;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    MPI_Finalize();
+    return 77;
+  }
+  MKX_Comm c;
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c));
+  mkx_symm_buf b;
+
+  /* MKX_Alloc_mem, read through the peers' mappings. */
+  void *sym;
+  MKX(MKX_Alloc_mem(c, sizeof(unsigned) * WORDS, &sym));
+  fill(sym, rank, 1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MKX(mkx_symm_register(c, sym, sizeof(unsigned) * WORDS, &b));
+  check_peers(&b, c, 1, "MKX_Alloc_mem");
+  MPI_Barrier(MPI_COMM_WORLD);
+  /* Write into the next node peer's buffer, then it checks. */
+  int next = (c->place.local_rank + 1) % c->place.local_size;
+  int prev_rank = -1;
+  for (int q = 0; q < size; q++)
+    if (c->place.node_of_rank[q] == c->place.node &&
+        c->place.local_rank_of[q] ==
+            (c->place.local_rank + c->place.local_size - 1) %
+                c->place.local_size)
+      prev_rank = q;
+  fill(b.peer[next], rank, 2);
+  CUDA(cudaDeviceSynchronize());
+  MPI_Barrier(MPI_COMM_WORLD);
+  {
+    static unsigned w[WORDS];
+    CUDA(cudaMemcpy(w, sym, sizeof w, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < WORDS; i++)
+      if (w[i] != (unsigned)(prev_rank * 7919 + 2 * 104729 + i)) {
+        printf("not ok - rank %d: peer store from rank %d: word %d = %u\n",
+               rank, prev_rank, i, w[i]);
+        failures++;
+        break;
+      }
+  }
+  mkx_symm_buf_free(&b);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  /* A plain cudaMalloc buffer, registered at an interior offset. */
+  char *raw;
+  CUDA(cudaMalloc((void **)&raw, sizeof(unsigned) * WORDS + 4096));
+  fill(raw + 4096, rank, 3);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
+  check_peers(&b, c, 3, "registered cudaMalloc");
+  mkx_symm_buf_free(&b);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  /* Freed and allocated again (often at the same address): new contents
+   * must be seen, not a stale mapping. */
+  CUDA(cudaFree(raw));
+  CUDA(cudaMalloc((void **)&raw, sizeof(unsigned) * WORDS + 4096));
+  fill(raw + 4096, rank, 4);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
+  check_peers(&b, c, 4, "re-registered after cudaFree");
+  mkx_symm_buf_free(&b);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  MKX(MKX_Free_mem(c, sym));
+  MKX(MKX_Free_mem(c, NULL));
+  MKX(MKX_Comm_free(&c));
+  CUDA(cudaFree(raw));
+  int total = 0;
+  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("%s test_symm: %d ranks, %d failures\n", total ? "FAIL" : "PASS",
+           size, total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}
