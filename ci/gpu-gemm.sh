@@ -6,7 +6,7 @@
 # Logs and results go to $OUT (default ./gpu-gemm-out); build products to $BUILD.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-gemm-out}
+OUT=${OUT:-/tmp/mkx-gpu-gemm-out}
 BUILD=${BUILD:-/tmp/mkx-gemm-build}
 CUDA=${CUDA_HOME:-/usr/local/cuda}
 NVCC=${NVCC:-$CUDA/bin/nvcc}
