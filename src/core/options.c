@@ -29,10 +29,30 @@ static const mkx_option_desc option_table[] = {
      "Upper bound in milliseconds on every wait for another rank; when it "
      "runs out the call returns MKX_ERR_TIMEOUT and the communicator "
      "becomes unusable."},
+    {"fused", MKX_OPT_ENUM, OPT(fused), "off", "off|auto",
+     "Fused single-kernel GPU paths for device buffers. auto: used where "
+     "the shape and types fit (else the staged path, logged at info); off: "
+     "device buffers always take the staged host path."},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine."},
+    {"net", MKX_OPT_ENUM, OPT(net), "auto", "auto|verbs|efa|tcp",
+     "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
+     "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
+     "every rank must end up with the same choice."},
+    {"net_tcp_bind", MKX_OPT_STRING, OPT(net_tcp_bind), "",
+     "IPv4 address, host name or 'lo'",
+     "Where the tcp transport listens: an IPv4 address or host name, or "
+     "'lo' for 127.0.0.1 (empty: the address of this host's name)."},
+    {"net_tcp_port_range", MKX_OPT_STRING, OPT(net_tcp_port_range), "0",
+     "0 or lo-hi",
+     "TCP ports the tcp transport may listen on: 0 lets the kernel choose, "
+     "lo-hi tries each port of the range in turn (for firewalled hosts)."},
+    {"net_ib_gid_index", MKX_OPT_INT, OPT(net_ib_gid_index), "0", "0:255",
+     "GID table index the verbs transport uses for routed (RoCE or global "
+     "InfiniBand) addresses; RoCE v2 often needs the index 'show_gids' "
+     "lists for the IPv4 address."},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -92,6 +112,11 @@ int mkx_option_parse(const mkx_option_desc *d, const char *value,
   case MKX_OPT_LONG:
     if ((ok = parse_int(d, value, &lv))) *(int64_t *)field = lv;
     break;
+  case MKX_OPT_STRING:
+    /* strncpy zero-fills the rest, so equal texts compare equal bytewise. */
+    if ((ok = strlen(value) < MKX_OPT_STRING_MAX))
+      strncpy(field, value, MKX_OPT_STRING_MAX);
+    break;
   }
   if (!ok)
     return mkx_error(MKX_ERR_INVALID_ARG, "%s: bad value '%s' (expected %s)",
@@ -112,6 +137,8 @@ const char *mkx_option_format(const mkx_option_desc *d, const mkx_options *opt,
     snprintf(buf, len, "%s", *(const int *)field ? "yes" : "no");
   } else if (d->type == MKX_OPT_LONG) {
     snprintf(buf, len, "%lld", (long long)*(const int64_t *)field);
+  } else if (d->type == MKX_OPT_STRING) {
+    snprintf(buf, len, "%s", field);
   } else {
     snprintf(buf, len, "%d", *(const int *)field);
   }
@@ -168,9 +195,10 @@ void mkx_options_print(const mkx_options *opt, FILE *f) {
     env_name(d->name, env, sizeof env);
     fprintf(f, "  %-24s info key mkx_%s\n", env, d->name);
     fprintf(f, "      %s: %s (default %s, current %s)\n",
-            d->type == MKX_OPT_ENUM   ? "one of"
-            : d->type == MKX_OPT_BOOL ? "boolean"
-                                      : "integer in",
+            d->type == MKX_OPT_ENUM     ? "one of"
+            : d->type == MKX_OPT_BOOL   ? "boolean"
+            : d->type == MKX_OPT_STRING ? "text"
+                                        : "integer in",
             d->type == MKX_OPT_BOOL ? "yes|no" : d->choices, d->defval,
             mkx_option_format(d, opt, cur, sizeof cur));
     fprintf(f, "      %s\n", d->help);

@@ -9,6 +9,10 @@
 #include "mkx.h"
 
 enum { MKX_PATH_AUTO = 0, MKX_PATH_HOST, MKX_PATH_GPU };
+enum { MKX_FUSED_OFF = 0, MKX_FUSED_AUTO };
+
+/* Text options live in fixed arrays so mkx_options stays a plain value. */
+#define MKX_OPT_STRING_MAX 64
 
 typedef struct mkx_options {
   int log_level;         /* MKX_LOG_* */
@@ -16,16 +20,25 @@ typedef struct mkx_options {
   int device;            /* -1: choose */
   int64_t timeout_ms;    /* bound on every wait for a peer */
   int virtual_node_size; /* 0: one node per host */
+  int fused;             /* MKX_FUSED_*: fused GPU kernels */
+  int net;               /* MKX_NET_* (src/net/net.h): transport */
+  char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */
+  char net_tcp_port_range[MKX_OPT_STRING_MAX]; /* "0" or "lo-hi" */
+  int net_ib_gid_index;  /* GID table index for RoCE/IB global routes */
 } mkx_options;
 
-typedef enum { MKX_OPT_INT, MKX_OPT_LONG, MKX_OPT_BOOL, MKX_OPT_ENUM } mkx_opt_type;
+typedef enum {
+  MKX_OPT_INT, MKX_OPT_LONG, MKX_OPT_BOOL, MKX_OPT_ENUM,
+  MKX_OPT_STRING /* char[MKX_OPT_STRING_MAX]; choices describes the form */
+} mkx_opt_type;
 
 typedef struct mkx_option_desc {
   const char *name;    /* "log_level": env MKX_LOG_LEVEL, info key mkx_log_level */
   mkx_opt_type type;
   size_t offset;       /* into mkx_options */
   const char *defval;
-  const char *choices; /* enum: "a|b|c" (stored as the index); int: "min:max" */
+  const char *choices; /* enum: "a|b|c" (stored as the index); int: "min:max";
+                          string: a description of the accepted form */
   const char *help;
 } mkx_option_desc;
 

@@ -44,6 +44,17 @@ typedef struct mkx_op_class {
   int (*buffers)(MKX_Comm c, void *args, const mkx_agreed *g,
                  mkx_buffer *bufs);
   int (*host)(MKX_Comm c, const void *args, const mkx_agreed *g);
+  /* The fused GPU path (all NULL: none yet).  gpu_check: can this rank's
+   * arguments take it?  Local only, no communication: MKX_ERR_UNSUPPORTED
+   * with the reason if not (every rank's answer is then agreed).
+   * gpu_plan: collective set-up (workspace, registration, tuning).
+   * gpu_start: enqueue one run on the stream, no collective host work. */
+  int (*gpu_check)(MKX_Comm c, const void *args, const mkx_agreed *g);
+  int (*gpu_plan)(MKX_Comm c, const void *args, const mkx_agreed *g,
+                  void **plan);
+  int (*gpu_start)(MKX_Comm c, void *plan, const void *args,
+                   MKX_Stream stream);
+  void (*gpu_free)(MKX_Comm c, void *plan);
 } mkx_op_class;
 
 extern const mkx_op_class mkx_op_allgather_gemm, mkx_op_gemm_reduce_scatter,
@@ -55,6 +66,7 @@ typedef struct mkx_prepared {
   const mkx_op_class *cls;
   mkx_agreed g;
   int staged; /* device buffers run through the host path */
+  void *gpu;  /* the fused GPU path's plan, or NULL */
 } mkx_prepared;
 
 /* Check, agree across ranks, choose the path. */
@@ -63,7 +75,7 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
 /* Run a prepared operation (no collective checks). */
 int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream);
-void mkx_prepared_free(mkx_prepared *p);
+void mkx_prepared_free(MKX_Comm c, mkx_prepared *p);
 
 /* prepare + execute + free: a plain (non-persistent) call. */
 int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,

@@ -68,7 +68,7 @@ int MKX_Request_free(MKX_Request *request) {
   MKX_TRY(request_check(*request, "MKX_Request_free"));
   MKX_Request r = *request;
   r->comm->live_requests--;
-  mkx_prepared_free(&r->prep);
+  mkx_prepared_free(r->comm, &r->prep);
   free(r->args);
   r->magic = 0;
   free(r);

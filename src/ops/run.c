@@ -2,6 +2,7 @@
  * exchange (so that a bad argument on one rank becomes an error on every
  * rank instead of a hang), path choice, and execution on the host, on the
  * GPU, or staged through the host. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
@@ -115,6 +116,39 @@ static int buffer_kind(MKX_Comm c, const mkx_op_class *cls, void *args,
   return MKX_SUCCESS;
 }
 
+/* Every rank learns whether every rank can take the fused path: it is
+ * taken by all or by none, since its set-up is collective. */
+static int all_can(MKX_Comm c, int can, int *all) {
+  int *v = malloc(sizeof *v * (size_t)c->size);
+  if (!v) return mkx_error(MKX_ERR_NOMEM, "path agreement");
+  int rc = c->oob.allgather(c->oob.ctx, &can, v, sizeof can,
+                            c->opt.timeout_ms);
+  *all = 1;
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) *all &= v[q];
+  free(v);
+  return mkx_comm_fail(c, rc);
+}
+
+static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
+                           mkx_prepared *p) {
+  char why[160] = "option fused=off";
+  int can = 0, all = 0;
+  if (cls->gpu_check == NULL)
+    snprintf(why, sizeof why, "no fused GPU kernel for this operation yet");
+  else if (c->opt.fused != MKX_FUSED_OFF) {
+    can = cls->gpu_check(c, args, &p->g) == MKX_SUCCESS;
+    if (!can) snprintf(why, sizeof why, "%s", MKX_Get_last_error());
+    mkx_error_clear();
+  }
+  if (cls->gpu_check) MKX_TRY(all_can(c, can, &all));
+  if (all) return cls->gpu_plan(c, args, &p->g, &p->gpu);
+  p->staged = 1;
+  mkx_log(MKX_LOG_INFO, "%s: device buffers staged through the host path "
+          "(%s)", cls->name, can ? "another rank cannot take the fused "
+          "path" : why);
+  return MKX_SUCCESS;
+}
+
 int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
                    mkx_prepared *p) {
   agree_record mine;
@@ -128,18 +162,18 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
   mine.path = device;
   int rc = exchange(c, cls, &mine, &p->g);
   if (rc != MKX_SUCCESS) {
-    mkx_prepared_free(p);
+    mkx_prepared_free(c, p);
     return rc;
   }
-  /* No fused GPU kernels yet: device buffers take the staged host path. */
-  p->staged = device == MKX_MEM_DEVICE;
-  if (device == MKX_MEM_DEVICE)
-    mkx_log(MKX_LOG_INFO, "%s: device buffers staged through the host path "
-            "(no fused GPU kernel for this operation yet)", cls->name);
-  return MKX_SUCCESS;
+  if (device != MKX_MEM_DEVICE) return MKX_SUCCESS;
+  rc = choose_gpu_path(c, cls, args, p);
+  if (rc != MKX_SUCCESS) mkx_prepared_free(c, p);
+  return rc;
 }
 
-void mkx_prepared_free(mkx_prepared *p) {
+void mkx_prepared_free(MKX_Comm c, mkx_prepared *p) {
+  if (p->gpu && p->cls->gpu_free) p->cls->gpu_free(c, p->gpu);
+  p->gpu = NULL;
   free(p->g.local);
   p->g.local = NULL;
 }
@@ -187,6 +221,10 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
 int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream) {
   MKX_TRY(mkx_comm_check(c));
+  if (p->gpu) {
+    MKX_TRY(mkx_device_set(c->device));
+    return mkx_comm_fail(c, p->cls->gpu_start(c, p->gpu, args, stream));
+  }
   if (p->staged) return run_staged(c, p, args, stream);
   return mkx_comm_fail(c, p->cls->host(c, args, &p->g));
 }
@@ -197,6 +235,6 @@ int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,
   mkx_error_clear();
   MKX_TRY(mkx_op_prepare(c, cls, args, &p));
   int rc = mkx_op_execute(c, &p, args, stream);
-  mkx_prepared_free(&p);
+  mkx_prepared_free(c, &p);
   return rc;
 }
