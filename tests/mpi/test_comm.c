@@ -175,6 +175,21 @@ static void small_calls(void) {
   mt_check(MKX_Get_last_error() != NULL, "MKX_Get_last_error never NULL");
 }
 
+/* Under srun, MKX's placement must agree with what Slurm says about this
+ * task (block distribution on one host: the same local rank). */
+static void slurm_placement(MKX_Comm c) {
+  const char *lid = getenv("SLURM_LOCALID"), *nn = getenv("SLURM_NNODES");
+  int lr = -1, nodes = -1;
+  if (lid == NULL) return;
+  MKX_Comm_local_rank(c, &lr);
+  MKX_Comm_num_nodes(c, &nodes);
+  mt_check(lr == atoi(lid), "srun: MKX local rank %d equals SLURM_LOCALID %s",
+           lr, lid);
+  if (nn)
+    mt_check(nodes == atoi(nn), "srun: %d MKX nodes equals SLURM_NNODES %s",
+             nodes, nn);
+}
+
 static void memory(MKX_Comm c) {
   static const size_t sizes[] = {1, 255, 4096, 1000003};
   int dev = -1;
@@ -227,6 +242,7 @@ int main(int argc, char **argv) {
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   mt_check(c != NULL, "MKX_Comm_create gives a handle");
   queries(c, "world comm", 0);
+  slurm_placement(c);
   memory(c);
 
   /* a second communicator alive at the same time, virtual nodes of 2 */
