@@ -12,6 +12,7 @@
  * usage: tp_mlp [-m rows_per_rank] [-d hidden] [-f ffn] [-i iterations]
  * Runs on the GPU when MKX picks one for the rank, else on the host path.
  */
+#define _POSIX_C_SOURCE 200809L /* getopt */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
