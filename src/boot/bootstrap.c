@@ -14,7 +14,7 @@ static int same_host(const char *names, int a, int b) {
  * been seen, or when its host's current (virtual) node is full. */
 static void assign_nodes(const char *names, int size, int vsize,
                          mkx_placement *pl) {
-  int nodes = 0;
+  int nodes = 0, hosts = 0;
   for (int r = 0; r < size; r++) {
     int first = r; /* lowest rank on the same host */
     int before = 0; /* earlier ranks on the same host */
@@ -23,6 +23,7 @@ static void assign_nodes(const char *names, int size, int vsize,
         if (before == 0) first = q;
         before++;
       }
+    pl->host_of_rank[r] = first == r ? hosts++ : pl->host_of_rank[first];
     if (first == r || (vsize > 0 && before % vsize == 0)) {
       pl->node_of_rank[r] = nodes++;
       pl->local_rank_of[r] = 0;
@@ -45,7 +46,8 @@ int mkx_boot_placement(const mkx_oob *oob, const char *host,
   char *names = calloc((size_t)oob->size, MKX_HOSTNAME_MAX);
   pl->node_of_rank = calloc((size_t)oob->size, sizeof(int));
   pl->local_rank_of = calloc((size_t)oob->size, sizeof(int));
-  if (!names || !pl->node_of_rank || !pl->local_rank_of) {
+  pl->host_of_rank = calloc((size_t)oob->size, sizeof(int));
+  if (!names || !pl->node_of_rank || !pl->local_rank_of || !pl->host_of_rank) {
     free(names);
     mkx_placement_free(pl);
     return mkx_error(MKX_ERR_NOMEM, "bootstrap: no memory for %d ranks",
@@ -70,5 +72,6 @@ int mkx_boot_placement(const mkx_oob *oob, const char *host,
 void mkx_placement_free(mkx_placement *pl) {
   free(pl->node_of_rank);
   free(pl->local_rank_of);
-  pl->node_of_rank = pl->local_rank_of = NULL;
+  free(pl->host_of_rank);
+  pl->node_of_rank = pl->local_rank_of = pl->host_of_rank = NULL;
 }

@@ -26,6 +26,7 @@ typedef struct mkx_placement {
   int host_local_rank;       /* rank among the ranks of this host */
   int *node_of_rank;         /* [size] */
   int *local_rank_of;        /* [size] */
+  int *host_of_rank;         /* [size]: physical host, numbered like nodes */
 } mkx_placement;
 
 /* Collective over oob.  Ranks with equal `host` strings share a node, nodes

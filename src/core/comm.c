@@ -84,7 +84,8 @@ static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info) {
   host_name(host, sizeof host);
   MKX_TRY(mkx_boot_placement(&c->oob, host, c->opt.virtual_node_size,
                              c->opt.timeout_ms, &c->place));
-  return agree_step(c, choose_device(c));
+  MKX_TRY(agree_step(c, choose_device(c)));
+  return mkx_comm_map_topology(c);
 }
 
 int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {

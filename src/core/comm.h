@@ -6,6 +6,7 @@
 #include "mkx.h"
 #include "boot/bootstrap.h"
 #include "core/options.h"
+#include "topo/topo.h"
 
 #define MKX_COMM_MAGIC 0x4d4b5843u /* "MKXC" */
 
@@ -20,10 +21,17 @@ struct MKX_Comm_s {
   int broken;          /* a timed-out collective is pending: unusable */
   int live_requests;   /* persistent requests not yet freed */
   void *symm;          /* symmetric memory state (src/mem/symm.c) */
+  int has_gpu_map;     /* gpu_map is valid */
+  mkx_gpu_map gpu_map; /* nearest NICs, proxy cores, peer domain */
+  char topo_desc[384]; /* the map in one line, for logs and mkx_info */
 };
 
 /* MKX_SUCCESS if c is a live, usable communicator, else the error. */
 int mkx_comm_check(MKX_Comm c);
+
+/* Map this rank's GPU on its node (collective; failures to map are
+ * logged, not fatal). */
+int mkx_comm_map_topology(MKX_Comm c);
 
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state
  * behind); returns rc. */

@@ -71,6 +71,27 @@ int mkx_device_name(int device, char *buf, size_t len) {
   return rc;
 }
 
+int mkx_device_pci_id(int device, char *buf, size_t len) {
+  return cuda_check(cudaDeviceGetPCIBusId(buf, (int)len, device),
+                    "cudaDeviceGetPCIBusId");
+}
+
+int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
+  int count = mkx_device_count();
+  *n = count < MKX_MAX_VISIBLE ? count : MKX_MAX_VISIBLE;
+  for (int i = 0; i < *n; i++) {
+    MKX_TRY(mkx_device_pci_id(i, pcis[i], 32));
+    for (int j = 0; j < *n; j++) {
+      int ok = i == j;
+      if (i != j)
+        MKX_TRY(cuda_check(cudaDeviceCanAccessPeer(&ok, i, j),
+                           "cudaDeviceCanAccessPeer"));
+      can[i * *n + j] = ok;
+    }
+  }
+  return MKX_SUCCESS;
+}
+
 int mkx_device_alloc(size_t bytes, void **p) {
   return cuda_check(cudaMalloc(p, bytes ? bytes : 1), "cudaMalloc");
 }
@@ -98,6 +119,15 @@ int mkx_pointer_kind(const void *p) { (void)p; return MKX_MEM_HOST; }
 int mkx_device_name(int device, char *buf, size_t len) {
   snprintf(buf, len, "none");
   return mkx_device_set(device);
+}
+int mkx_device_pci_id(int device, char *buf, size_t len) {
+  snprintf(buf, len, "none");
+  return mkx_device_set(device);
+}
+int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
+  (void)pcis, (void)can;
+  *n = 0;
+  return MKX_SUCCESS;
 }
 int mkx_device_alloc(size_t bytes, void **p) {
   (void)bytes, (void)p;

@@ -30,6 +30,14 @@ int mkx_pointer_kind(const void *p);
 
 int mkx_device_name(int device, char *buf, size_t len);
 
+/* PCI bus id of a device, "0000:1b:00.0" (as cudaDeviceGetPCIBusId). */
+int mkx_device_pci_id(int device, char *buf, size_t len);
+
+#define MKX_MAX_VISIBLE 64
+/* The visible devices' PCI ids and which pairs have peer access
+ * (can[i * n + j]); *n is 0 without a GPU. */
+int mkx_device_peer_matrix(int *n, char pcis[][32], int *can);
+
 /* Device memory (aligned, as cudaMalloc) and plain copies. */
 int mkx_device_alloc(size_t bytes, void **p);
 int mkx_device_free(void *p);

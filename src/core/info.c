@@ -22,8 +22,8 @@ static void print_placement(MKX_Comm c, FILE *f) {
           c->place.local_size);
   if (c->device >= 0 && mkx_device_name(c->device, name, sizeof name))
     snprintf(name, sizeof name, "device %d (name unavailable)", c->device);
-  fprintf(f, "  GPU            %s%s\n", c->device >= 0 ? "" : "",
-          name);
+  fprintf(f, "  GPU            %s\n", name);
+  fprintf(f, "  topology       %s\n", c->topo_desc);
 }
 
 int MKX_Info_print(MKX_Comm comm, void *file) {

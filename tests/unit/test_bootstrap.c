@@ -95,6 +95,17 @@ static void expect(int size, const char **hosts, int vsize,
           t[r].pl.local_rank, local[r]);
     CHECK(t[r].pl.num_nodes == nodes, "rank %d nodes %d, want %d", r,
           t[r].pl.num_nodes, nodes);
+    /* Physical hosts are numbered in order of first appearance: count
+     * the first appearances before this host's first. */
+    int first = 0, host = 0;
+    while (strcmp(hosts[first], hosts[r]) != 0) first++;
+    for (int q = 0; q < first; q++) {
+      int seen = 0;
+      for (int p = 0; p < q; p++) seen |= strcmp(hosts[p], hosts[q]) == 0;
+      host += !seen;
+    }
+    CHECK(t[r].pl.host_of_rank[r] == host, "rank %d host %d, want %d", r,
+          t[r].pl.host_of_rank[r], host);
     int lsize = 0;
     for (int q = 0; q < size; q++) lsize += node[q] == node[r];
     CHECK(t[r].pl.local_size == lsize, "rank %d local size %d want %d", r,
