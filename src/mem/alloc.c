@@ -1,6 +1,7 @@
 /* MKX_Alloc_mem: memory MKX can use without registration: on the GPU path
  * symmetric device memory (mapped into every rank of the node, see
  * mem/symm.h), on the host path aligned host memory. */
+#include <stdint.h>
 #include <stdlib.h>
 #include "boot/oob_mpi.h"
 #include "core/comm.h"
@@ -34,6 +35,8 @@ int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
     MKX_TRY(mkx_device_set(comm->device));
     return mkx_symm_alloc(comm, size, ptr);
   }
+  if (size > SIZE_MAX - 255)
+    return mkx_error(MKX_ERR_BAD_SIZE, "MKX_Alloc_mem: size %zu", size);
   size_t rounded = (size + 255) / 256 * 256;
   *ptr = aligned_alloc(256, rounded ? rounded : 256);
   return *ptr ? MKX_SUCCESS
