@@ -10,6 +10,7 @@ AC_DEFUN([MKX_CHECK_CUDA], [
       [nvcc code generation flags (default: -gencode=arch=compute_90a,code=sm_90a)])],
     [], [with_nvcc_gencode="-gencode=arch=compute_90a,code=sm_90a"])
   mkx_cuda_ok=no
+  mkx_nccl_ok=no
   mkx_cuda_summary=no
   AS_CASE([$with_cuda],
     [check|yes], [mkx_cuda_dir=/usr/local/cuda],
@@ -27,6 +28,10 @@ AC_DEFUN([MKX_CHECK_CUDA], [
       [AC_CHECK_HEADER([cuda_runtime.h],
         [AC_CHECK_LIB([cudart], [cudaGetDeviceCount],
           [AC_CHECK_LIB([cublas], [cublasCreate_v2], [mkx_cuda_ok=yes])])])])
+    dnl NCCL only serves the benchmark's cuBLAS + NCCL baseline.
+    mkx_nccl_ok=no
+    AS_IF([test "x$mkx_cuda_ok" = xyes],
+      [AC_CHECK_LIB([nccl], [ncclCommInitRank], [mkx_nccl_ok=yes], [], [-lcudart])])
     CPPFLAGS=$mkx_save_CPPFLAGS
     LIBS=$mkx_save_LIBS
   ])
@@ -48,4 +53,5 @@ AC_DEFUN([MKX_CHECK_CUDA], [
   AC_SUBST([CUDA_LIBS])
   AC_SUBST([NVCC_GENCODE])
   AM_CONDITIONAL([HAVE_CUDA], [test "x$mkx_cuda_ok" = xyes])
+  AM_CONDITIONAL([HAVE_NCCL], [test "x$mkx_nccl_ok" = xyes])
 ])

@@ -3,6 +3,9 @@
 #include "host/host_ops.h"
 #include "ops/op.h"
 #include "ops/validate.h"
+#if HAVE_CUDA
+#include "tp/tp_host.h" /* the fused single-node path (ag_gemm_gpu.c) */
+#endif
 
 static const char *const FN = "MKX_Allgather_gemm";
 static const char *const sig_names[] = {"k", "dtype", "ctype", "order",
@@ -87,8 +90,21 @@ static int host(MKX_Comm c, const void *args, const mkx_agreed *g) {
 }
 
 const mkx_op_class mkx_op_allgather_gemm = {
-    "MKX_Allgather_gemm", MKX_OP_ALLGATHER_GEMM, sizeof(mkx_ag_gemm_args),
-    sig_names, check, post_check, buffers, host};
+    .name = "MKX_Allgather_gemm",
+    .kind = MKX_OP_ALLGATHER_GEMM,
+    .args_size = sizeof(mkx_ag_gemm_args),
+    .sig_names = sig_names,
+    .check = check,
+    .post_check = post_check,
+    .buffers = buffers,
+    .host = host,
+#if HAVE_CUDA
+    .gpu_check = mkx_ag_gemm_gpu_check,
+    .gpu_plan = mkx_ag_gemm_gpu_plan,
+    .gpu_start = mkx_ag_gemm_gpu_start,
+    .gpu_free = mkx_ag_gemm_gpu_free,
+#endif
+};
 
 int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
                        const void *B, int64_t n, int64_t ldb, MKX_Trans transb,

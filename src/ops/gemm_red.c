@@ -4,6 +4,9 @@
 #include "host/host_ops.h"
 #include "ops/op.h"
 #include "ops/validate.h"
+#if HAVE_CUDA
+#include "tp/tp_host.h" /* the fused single-node path (gemm_red_gpu.c) */
+#endif
 
 static const char *const sig_names[] = {"M", "n", "dtype", "ctype", "order",
                                         NULL};
@@ -88,13 +91,38 @@ static int ar_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
 }
 
 const mkx_op_class mkx_op_gemm_reduce_scatter = {
-    "MKX_Gemm_reduce_scatter", MKX_OP_GEMM_REDUCE_SCATTER,
-    sizeof(mkx_gemm_red_args), sig_names, rs_check, NULL, rs_buffers,
-    rs_host};
+    .name = "MKX_Gemm_reduce_scatter",
+    .kind = MKX_OP_GEMM_REDUCE_SCATTER,
+    .args_size = sizeof(mkx_gemm_red_args),
+    .sig_names = sig_names,
+    .check = rs_check,
+    .post_check = NULL,
+    .buffers = rs_buffers,
+    .host = rs_host,
+#if HAVE_CUDA
+    .gpu_check = mkx_rs_gpu_check,
+    .gpu_plan = mkx_rs_gpu_plan,
+    .gpu_start = mkx_red_gpu_start,
+    .gpu_free = mkx_red_gpu_free,
+#endif
+};
 
 const mkx_op_class mkx_op_gemm_allreduce = {
-    "MKX_Gemm_allreduce", MKX_OP_GEMM_ALLREDUCE, sizeof(mkx_gemm_red_args),
-    sig_names, ar_check, NULL, ar_buffers, ar_host};
+    .name = "MKX_Gemm_allreduce",
+    .kind = MKX_OP_GEMM_ALLREDUCE,
+    .args_size = sizeof(mkx_gemm_red_args),
+    .sig_names = sig_names,
+    .check = ar_check,
+    .post_check = NULL,
+    .buffers = ar_buffers,
+    .host = ar_host,
+#if HAVE_CUDA
+    .gpu_check = mkx_ar_gpu_check,
+    .gpu_plan = mkx_ar_gpu_plan,
+    .gpu_start = mkx_red_gpu_start,
+    .gpu_free = mkx_red_gpu_free,
+#endif
+};
 
 #define RED_ARGS                                                             \
   mkx_gemm_red_args a = {A, M, k_local, lda, B, n, ldb, transb, C, ldc,    \

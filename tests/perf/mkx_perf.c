@@ -7,6 +7,9 @@
  *     Times the MKX Hopper GEMM engine and cuBLAS (bf16 in, bf16 out, fp32 compute) in the same
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
  *     the ratio.  --out appends the table as markdown (date UTC, GPU name).
+ *
+ *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--reps N] [--out FILE]
+ *     The fused tensor-parallel calls against cuBLAS + NCCL (tests/perf/perf_tp.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -242,10 +245,15 @@ typedef struct {
   const char *help;
 } subcommand;
 
+int mkx_perf_tp(int argc, char **argv); /* tests/perf/perf_tp.c */
+
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
      "time the Hopper GEMM engine against cuBLAS (bf16): [--out FILE] [--reps N] [--warmup N] "
      "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]..."},
+    {"tp", mkx_perf_tp,
+     "fused tensor-parallel calls vs cuBLAS + NCCL (under mpirun): [--op ag|rs|ar|all] "
+     "[--shape MxNxK]... [--full] [--reps N] [--out FILE]"},
 };
 
 static void usage(void) {

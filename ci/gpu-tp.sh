@@ -1,0 +1,64 @@
+#!/bin/bash
+# On the 2-GPU machine (device tool): build only what the fused tensor-parallel
+# paths need (issue 4) from the carried autotools files, run their test on 1
+# and 2 ranks, then a short benchmark (mkx_perf tp) and PyTorch's async TP.
+#   carry: configure aclocal.m4 config.h.in Makefile.in config .carry
+# Logs go to $OUT.  Env: TP_PERF_ARGS (default: M = N = K = 8192, 10 reps),
+# TP_TORCH=0 skips the PyTorch script, TP_TESTS=0 skips the tests.
+set -o pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+out=${OUT:-/tmp/mkx-out}
+mkdir -p "$out"
+cd "$top"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+provide_openblas() {
+  pkg-config --exists openblas 2>/dev/null && return 0
+  local d=/opt/mkx-deps lib=/opt/mkx-deps/usr/lib/x86_64-linux-gnu
+  for deb in "$top"/.carry/debs/*.deb; do dpkg -x "$deb" "$d" || return 1; done
+  mkdir -p "$d/pkgconfig"
+  sed "s|/usr/|$d/usr/|g" "$lib/openblas-pthread/pkgconfig/openblas.pc" \
+    >"$d/pkgconfig/openblas.pc"
+  export PKG_CONFIG_PATH=$d/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LIBRARY_PATH=$lib/openblas-pthread:$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
+  export CPATH=$d/usr/include/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}
+}
+provide_openblas || { echo "no OpenBLAS and none carried"; exit 1; }
+nvidia-smi -L | tee "$out/summary.txt"
+
+t0=$(date +%s)
+mkdir -p build-tp && cd build-tp
+if ! { ../configure --disable-maintainer-mode --disable-static CC=mpicc &&
+       make -j"$(nproc)" libmkx_internal.la tests/libmkxtest.la \
+         tests/gpu/test_fused_tp mkx_perf; } >"$out/build.log" 2>&1; then
+  tail -n 60 "$out/build.log"; echo "BUILD FAILED"; exit 1
+fi
+echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+mpirun="mpirun --allow-run-as-root --oversubscribe"
+if [ "${TP_TESTS:-1}" = 1 ]; then
+  for np in 1 2; do
+    t0=$(date +%s)
+    MKX_FUSED=auto timeout -k 5 "${TP_TEST_TIMEOUT:-90}" $mpirun -np $np \
+      tests/gpu/test_fused_tp >"$out/test-np$np.log" 2>&1
+    rc=$?
+    echo "test_fused_tp np=$np: rc=$rc, $(grep -c '^ok' "$out/test-np$np.log") ok," \
+      "$(grep -c '^not ok' "$out/test-np$np.log") not ok, $(( $(date +%s) - t0 )) s" |
+      tee -a "$out/summary.txt"
+    grep '^not ok' "$out/test-np$np.log" | head -n 20
+    tail -n 3 "$out/test-np$np.log"
+  done
+fi
+t0=$(date +%s)
+# shellcheck disable=SC2086
+timeout -k 5 "${TP_PERF_TIMEOUT:-60}" $mpirun -np 2 ./mkx_perf tp \
+  ${TP_PERF_ARGS:---reps 10} 2>&1 | tee "$out/perf.txt"
+echo "perf: rc=$?, $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+if [ "${TP_TORCH:-1}" = 1 ]; then
+  t0=$(date +%s)
+  timeout -k 5 "${TP_TORCH_TIMEOUT:-60}" torchrun --nproc_per_node 2 \
+    ../tests/perf/torch_async_tp.py ${TP_TORCH_ARGS:---reps 10} 2>&1 |
+    grep -v '^W1\|^\[W' | tee "$out/torch.txt"
+  echo "torch: rc=$?, $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+fi
+cat "$out/summary.txt"

@@ -1,0 +1,74 @@
+/*
+ * Flags between GPUs of a node (kernels/tp): release/acquire at system scope
+ * on unicast peer memory (never NVLink multicast), bounded waits, and the
+ * error word a timed-out wait leaves for the host.
+ *
+ * Epoch scheme: every call of a plan bumps a per-workspace epoch on the GPU
+ * (tp_prologue), never on the host, so back-to-back calls and CUDA-graph
+ * replays need no host work.  Producers write or add to flags; consumers
+ * wait for flag >= epoch (or >= epoch * producers for counters).  Flags are
+ * never reset, so a late flag of an old epoch is simply too small.
+ */
+#pragma once
+#include <stdint.h>
+#include "tp/tp.h"
+
+namespace mkx {
+namespace tp {
+
+__device__ __forceinline__ int ld_acquire(const int *p) {
+  int v;
+  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void st_release(int *p, int v) {
+  asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void red_release_add(int *p, int v) {
+  asm volatile("red.release.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+/* a >= b for counters that may wrap (epochs never differ by 2^31). */
+__device__ __forceinline__ bool geq(int a, int b) { return (int)((unsigned)a - (unsigned)b) >= 0; }
+__device__ __forceinline__ uint64_t globaltimer() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* Record the first timeout of the plan in the host-mapped error word:
+ * err[0] = MKX_TP_ERR_TIMEOUT, err[1] = the rank that did not arrive,
+ * err[2] = what was waited for (tile index), err[3] = where (MKX_TP_AT_*). */
+__device__ __forceinline__ void report_timeout(volatile int *err, int peer, int tile, int where) {
+  if (!err) return;
+  if (atomicCAS((int *)err, 0, -1) == 0) {
+    err[1] = peer;
+    err[2] = tile;
+    err[3] = where;
+    __threadfence_system();
+    err[0] = MKX_TP_ERR_TIMEOUT;
+    __threadfence_system();
+  }
+}
+
+/* Spin until *flag >= target, at most timeout_ns (then report and return
+ * false: the caller goes on with whatever data is there, so nothing hangs;
+ * the call is then reported as MKX_ERR_TIMEOUT).  Once any wait of the
+ * plan has timed out the others give up at once instead of each waiting
+ * the full bound. */
+__device__ __forceinline__ bool wait_geq(const int *flag, int target, uint64_t timeout_ns, volatile int *err,
+                                         int peer, int tile, int where) {
+  if (geq(ld_acquire(flag), target)) return true;
+  const uint64_t t0 = globaltimer();
+  for (;;) {
+    __nanosleep(100);
+    if (geq(ld_acquire(flag), target)) return true;
+    if (err && err[0] != 0) return false;
+    if (globaltimer() - t0 > timeout_ns) {
+      report_timeout(err, peer, tile, where);
+      return false;
+    }
+  }
+}
+
+}  // namespace tp
+}  // namespace mkx

@@ -1,0 +1,62 @@
+/* Host helpers shared by the tp kernels' launchers: TMA tensor maps (as in
+ * kernels/gemm/gemm.cu, whose copy is private to that file). */
+#pragma once
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <atomic>
+#include <stdint.h>
+#include "gemm/gemm_engine.h"
+
+namespace mkx {
+namespace tp {
+
+typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
+                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
+                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+/* cuTensorMapEncodeTiled without linking libcuda (its stub would keep
+ * programs from starting on machines without a driver). */
+static inline EncodeTiledFn get_encode() {
+  static std::atomic<EncodeTiledFn> cached{nullptr};
+  EncodeTiledFn f = cached.load(std::memory_order_acquire);
+  if (f) return f;
+  void *p = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || !p)
+    return nullptr;
+  f = reinterpret_cast<EncodeTiledFn>(p);
+  cached.store(f, std::memory_order_release);
+  return f;
+}
+
+/* 2-D tensor {inner, outer}, row stride ld elements, box {128 bytes of
+ * inner, box_outer}, 128B swizzle; 0 or MKX_GEMM_ETMAP. */
+static inline int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_t inner, int64_t outer, int64_t ld,
+                            int box_outer) {
+  EncodeTiledFn enc = get_encode();
+  if (!enc) return MKX_GEMM_ETMAP;
+  const int esz = dtype == MKX_GEMM_FP32 ? 4 : 2;
+  const CUtensorMapDataType dt = dtype == MKX_GEMM_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                 : dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
+  cuuint64_t strides[1] = {(cuuint64_t)(ld * esz)};
+  cuuint32_t box[2] = {(cuuint32_t)(128 / esz), (cuuint32_t)box_outer};
+  cuuint32_t estr[2] = {1u, 1u};
+  CUresult r = enc(map, dt, 2, const_cast<void *>(ptr), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : MKX_GEMM_ETMAP;
+}
+
+static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static inline int num_sms(int *sms) {
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+}  // namespace tp
+}  // namespace mkx

@@ -1,0 +1,96 @@
+/*
+ * Host side of the fused tensor-parallel paths (src/ops/tp_gpu.c): the
+ * pool of symmetric workspaces each communicator keeps, and helpers the
+ * three operations share.  C11; only built with CUDA.
+ */
+#ifndef MKX_KERNELS_TP_HOST_H
+#define MKX_KERNELS_TP_HOST_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include "core/comm.h"
+#include "mem/symm.h"
+#include "tp/tp.h"
+
+/* What a call needs of a workspace (ints of src[] and flags[], data bytes). */
+typedef struct mkx_tp_need {
+  int64_t src_n, flags_n;
+  size_t data_bytes;
+} mkx_tp_need;
+
+/* One symmetric workspace.  Held by one plan (or one plain call) at a time,
+ * so plans never share flags; returned to the communicator's pool after. */
+typedef struct mkx_tp_ws {
+  mkx_symm_buf buf;             /* local base and node peers' mappings */
+  size_t bytes, flags_off, data_off;
+  int64_t src_cap, flags_cap;
+  int *err_host, *err_dev;      /* host-mapped error word (4 ints) */
+  cudaStream_t side[MKX_TP_MAX];/* copy-engine streams (one per destination) */
+  cudaEvent_t ev_fork, ev_join[MKX_TP_MAX], ev_last;
+  void *last_stream;            /* stream of the last call (serialisation) */
+  int used, busy;
+  struct mkx_tp_ws *next;
+} mkx_tp_ws;
+
+/* 1 if this communicator can take a single-node fused path, else 0 with a
+ * reason in the error state (MKX_ERR_UNSUPPORTED). */
+int mkx_tp_node_ok(MKX_Comm c, const char *fn);
+
+/* Collective: a free workspace of the pool that fits `need` (allocating or
+ * replacing one where none fits; every rank's pool is in the same state, so
+ * every rank takes the same decision).  Marks it busy. */
+int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws);
+/* Local: back to the pool (the stream keeps ordering its in-flight use). */
+void mkx_tp_ws_release(mkx_tp_ws *ws);
+
+/* Local pointers into a rank's workspace. */
+char *mkx_tp_ws_peer(const mkx_tp_ws *ws, int local_rank);
+int *mkx_tp_ws_flags(const mkx_tp_ws *ws, int local_rank);
+char *mkx_tp_ws_data(const mkx_tp_ws *ws, int local_rank);
+
+/* The sync descriptor every kernel of a call takes. */
+void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
+                      mkx_tp_sync *s);
+
+/* Start of gpu_start: report an earlier timeout of this workspace
+ * (MKX_ERR_TIMEOUT naming rank and tile), order the call after the last one
+ * on another stream, and enqueue the prologue. */
+int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
+                 int src_n);
+/* End of gpu_start: remember the stream for the next call. */
+int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
+
+/* Fused calls started so far in this process (for tests). */
+long mkx_tp_fused_starts(void);
+
+/* An engine/launcher return code as an MKX error. */
+int mkx_tp_launch_rc(int rc, const char *fn, const char *what);
+int mkx_tp_cuda_rc(cudaError_t e, const char *fn, const char *what);
+
+/* Columns of a GEMM+ReduceScatter tile: fixed from agreed values so that
+ * every rank indexes the owners' flags the same way. */
+int mkx_tp_rs_bn(int64_t n);
+
+/* The operations' fused-path hooks (see src/ops/op.h). */
+struct mkx_agreed;
+int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g);
+int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
+                         const struct mkx_agreed *g, void **plan);
+int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
+                          MKX_Stream stream);
+void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan);
+int mkx_rs_gpu_check(MKX_Comm c, const void *args,
+                     const struct mkx_agreed *g);
+int mkx_ar_gpu_check(MKX_Comm c, const void *args,
+                     const struct mkx_agreed *g);
+int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
+                    void **plan);
+int mkx_ar_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
+                    void **plan);
+int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
+                      MKX_Stream stream);
+void mkx_red_gpu_free(MKX_Comm c, void *plan);
+
+#endif

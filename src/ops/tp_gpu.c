@@ -1,0 +1,306 @@
+/* The fused tensor-parallel paths' shared host side: a pool of symmetric
+ * workspaces per communicator, call prologue/epilogue, error mapping.
+ * See docs/fused-tp.md for the design. */
+#include <stdlib.h>
+#include <string.h>
+#include "core/device.h"
+#include "core/error.h"
+#include "core/log.h"
+
+#if HAVE_CUDA
+#include <stdatomic.h>
+#include "tp/tp_host.h"
+#include "gemm/gemm_engine.h"
+
+/* Fused calls started in this process (tests check the path was taken). */
+static atomic_long fused_starts;
+long mkx_tp_fused_starts(void) { return atomic_load(&fused_starts); }
+
+/* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
+
+/* The pool lives as an MPI attribute of c->mpi: MKX_Comm_free releases the
+ * symmetric memory (mkx_symm_release) and then frees c->mpi, whose delete
+ * callback frees the host side below.  No change to the comm struct. */
+typedef struct tp_pool {
+  mkx_tp_ws *list;
+} tp_pool;
+
+static int pool_key = MPI_KEYVAL_INVALID;
+
+static void ws_destroy_host(mkx_tp_ws *ws) {
+  for (int i = 0; i < MKX_TP_MAX; i++) {
+    if (ws->side[i]) cudaStreamDestroy(ws->side[i]);
+    if (ws->ev_join[i]) cudaEventDestroy(ws->ev_join[i]);
+  }
+  if (ws->ev_fork) cudaEventDestroy(ws->ev_fork);
+  if (ws->ev_last) cudaEventDestroy(ws->ev_last);
+  if (ws->err_host) cudaFreeHost(ws->err_host);
+  mkx_symm_buf_free(&ws->buf);
+  free(ws);
+}
+
+static int pool_delete(MPI_Comm comm, int key, void *attr, void *extra) {
+  tp_pool *p = attr;
+  (void)comm, (void)key, (void)extra;
+  while (p && p->list) {
+    mkx_tp_ws *ws = p->list;
+    p->list = ws->next;
+    ws_destroy_host(ws); /* device memory: already freed by symm_release */
+  }
+  free(p);
+  return MPI_SUCCESS;
+}
+
+static int get_pool(MKX_Comm c, tp_pool **pool) {
+  int found = 0;
+  if (pool_key == MPI_KEYVAL_INVALID &&
+      MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, pool_delete, &pool_key,
+                             NULL) != MPI_SUCCESS)
+    return mkx_error(MKX_ERR_MPI, "MPI_Comm_create_keyval (tp pool)");
+  if (MPI_Comm_get_attr(c->mpi, pool_key, pool, &found) != MPI_SUCCESS)
+    return mkx_error(MKX_ERR_MPI, "MPI_Comm_get_attr (tp pool)");
+  if (found) return MKX_SUCCESS;
+  *pool = calloc(1, sizeof **pool);
+  if (!*pool) return mkx_error(MKX_ERR_NOMEM, "tp workspace pool");
+  if (MPI_Comm_set_attr(c->mpi, pool_key, *pool) != MPI_SUCCESS) {
+    free(*pool);
+    return mkx_error(MKX_ERR_MPI, "MPI_Comm_set_attr (tp pool)");
+  }
+  return MKX_SUCCESS;
+}
+
+/* ---- helpers ------------------------------------------------------------- */
+
+int mkx_tp_cuda_rc(cudaError_t e, const char *fn, const char *what) {
+  if (e == cudaSuccess) return MKX_SUCCESS;
+  (void)cudaGetLastError();
+  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
+                                                  : MKX_ERR_CUDA,
+                   "%s: %s: %s", fn, what, cudaGetErrorString(e));
+}
+
+int mkx_tp_launch_rc(int rc, const char *fn, const char *what) {
+  if (rc == 0) return MKX_SUCCESS;
+  if (rc > 0) return mkx_tp_cuda_rc((cudaError_t)rc, fn, what);
+  return mkx_error(rc == MKX_GEMM_EINVAL ? MKX_ERR_INTERNAL : MKX_ERR_CUDA,
+                   "%s: %s failed (engine code %d)", fn, what, rc);
+}
+
+int mkx_tp_rs_bn(int64_t n) { return n <= 128 ? 128 : 256; }
+
+int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
+  if (c->place.num_nodes != 1 || c->place.local_size != c->size)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path is single-node "
+                     "only (%d nodes)", fn, c->place.num_nodes);
+  if (c->size > MKX_TP_MAX)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path handles at most "
+                     "%d ranks (%d)", fn, MKX_TP_MAX, c->size);
+  return MKX_SUCCESS;
+}
+
+/* Every rank learns whether every rank got through a local step. */
+static int agree(MKX_Comm c, int rc, const char *what) {
+  int *all = malloc(sizeof *all * (size_t)c->size);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s", what);
+  int orc = c->oob.allgather(c->oob.ctx, &rc, all, sizeof rc,
+                             c->opt.timeout_ms);
+  for (int q = 0; orc == MKX_SUCCESS && rc == MKX_SUCCESS && q < c->size; q++)
+    if (all[q] != MKX_SUCCESS)
+      rc = mkx_error(MKX_ERR_PEER, "%s failed on rank %d (%s)", what, q,
+                     MKX_Error_string(all[q]));
+  free(all);
+  return orc != MKX_SUCCESS ? mkx_comm_fail(c, orc) : rc;
+}
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
+  return ws->src_cap >= n->src_n && ws->flags_cap >= n->flags_n &&
+         ws->bytes - ws->data_off >= n->data_bytes;
+}
+
+/* Local resources of a workspace (no communication). */
+static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
+  const char *fn = "fused tp workspace";
+  MKX_TRY(mkx_tp_cuda_rc(cudaHostAlloc((void **)&ws->err_host,
+                                       4 * sizeof(int), cudaHostAllocMapped),
+                         fn, "cudaHostAlloc"));
+  memset(ws->err_host, 0, 4 * sizeof(int));
+  MKX_TRY(mkx_tp_cuda_rc(cudaHostGetDevicePointer((void **)&ws->err_dev,
+                                                  ws->err_host, 0),
+                         fn, "cudaHostGetDevicePointer"));
+  for (int i = 0; i < c->size; i++) {
+    MKX_TRY(mkx_tp_cuda_rc(cudaStreamCreateWithFlags(&ws->side[i],
+                                                     cudaStreamNonBlocking),
+                           fn, "cudaStreamCreate"));
+    MKX_TRY(mkx_tp_cuda_rc(cudaEventCreateWithFlags(
+                               &ws->ev_join[i], cudaEventDisableTiming),
+                           fn, "cudaEventCreate"));
+  }
+  MKX_TRY(mkx_tp_cuda_rc(cudaEventCreateWithFlags(&ws->ev_fork,
+                                                  cudaEventDisableTiming),
+                         fn, "cudaEventCreate"));
+  return mkx_tp_cuda_rc(cudaEventCreateWithFlags(&ws->ev_last,
+                                                 cudaEventDisableTiming),
+                        fn, "cudaEventCreate");
+}
+
+/* Header, src[] and flags[] start at zero (epoch 0): zero them and wait,
+ * before the collective registration lets any peer write a flag here. */
+static int ws_zero(mkx_tp_ws *ws, void *base) {
+  const char *fn = "fused tp workspace";
+  MKX_TRY(mkx_tp_cuda_rc(cudaMemset(base, 0, ws->data_off), fn,
+                         "cudaMemset"));
+  return mkx_tp_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
+}
+
+/* Collective: a new workspace with at least `need` (and some slack for the
+ * flags, so that small shape changes reuse it). */
+static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
+  void *base = NULL;
+  mkx_tp_ws *ws = calloc(1, sizeof *ws);
+  int rc = ws ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "tp workspace");
+  if (ws) {
+    ws->src_cap = need->src_n > 4096 ? need->src_n : 4096;
+    ws->flags_cap = need->flags_n > 65536 ? need->flags_n : 65536;
+    ws->flags_off = round_up(MKX_TP_OFF_SRC + 4 * (size_t)ws->src_cap, 1024);
+    ws->data_off = round_up(ws->flags_off + 4 * (size_t)ws->flags_cap, 4096);
+    ws->bytes = ws->data_off + round_up(need->data_bytes, 4096);
+    rc = ws_local_init(c, ws);
+  }
+  rc = agree(c, rc, "fused tp workspace set-up");
+  if (rc != MKX_SUCCESS) {
+    if (ws) ws_destroy_host(ws);
+    return rc;
+  }
+  rc = mkx_symm_alloc(c, ws->bytes, &base);          /* collective, agreed */
+  if (rc == MKX_SUCCESS) rc = agree(c, ws_zero(ws, base), "tp workspace zero");
+  if (rc == MKX_SUCCESS) rc = mkx_symm_register(c, base, ws->bytes, &ws->buf);
+  if (rc != MKX_SUCCESS) {
+    if (base && !c->broken) mkx_symm_free(c, base);
+    ws_destroy_host(ws);
+    return rc;
+  }
+  mkx_log(MKX_LOG_INFO, "fused tp: new symmetric workspace of %zu bytes",
+          ws->bytes);
+  *out = ws;
+  return MKX_SUCCESS;
+}
+
+/* Collective: free a pooled workspace (nothing may still use it). */
+static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
+  int rc = agree(c, mkx_tp_cuda_rc(cudaDeviceSynchronize(), "fused tp",
+                                   "cudaDeviceSynchronize"),
+                 "tp workspace release");
+  if (rc == MKX_SUCCESS) rc = mkx_symm_free(c, ws->buf.local);
+  ws_destroy_host(ws);
+  return rc;
+}
+
+int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
+  tp_pool *pool;
+  MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
+  MKX_TRY(get_pool(c, &pool));
+  mkx_tp_ws **small = NULL;
+  for (mkx_tp_ws **p = &pool->list; *p; p = &(*p)->next) {
+    if ((*p)->busy) continue;
+    if (fits(*p, need)) {
+      (*p)->busy = 1;
+      *ws = *p;
+      return MKX_SUCCESS;
+    }
+    if (!small) small = p;
+  }
+  mkx_tp_need grown = *need;
+  if (small) { /* replace a free one that is too small: memory stays bounded */
+    mkx_tp_ws *old = *small;
+    *small = old->next;
+    if (old->flags_cap > grown.flags_n) grown.flags_n = old->flags_cap;
+    if (old->src_cap > grown.src_n) grown.src_n = old->src_cap;
+    if (old->bytes - old->data_off > grown.data_bytes)
+      grown.data_bytes = old->bytes - old->data_off;
+    MKX_TRY(ws_destroy(c, old));
+  }
+  MKX_TRY(ws_create(c, &grown, ws));
+  (*ws)->busy = 1;
+  (*ws)->next = pool->list;
+  pool->list = *ws;
+  return MKX_SUCCESS;
+}
+
+void mkx_tp_ws_release(mkx_tp_ws *ws) {
+  if (ws) ws->busy = 0;
+}
+
+char *mkx_tp_ws_peer(const mkx_tp_ws *ws, int lr) { return ws->buf.peer[lr]; }
+int *mkx_tp_ws_flags(const mkx_tp_ws *ws, int lr) {
+  return (int *)(mkx_tp_ws_peer(ws, lr) + ws->flags_off);
+}
+char *mkx_tp_ws_data(const mkx_tp_ws *ws, int lr) {
+  return mkx_tp_ws_peer(ws, lr) + ws->data_off;
+}
+
+void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
+                      mkx_tp_sync *s) {
+  memset(s, 0, sizeof *s);
+  s->rank = c->place.local_rank;
+  s->size = c->place.local_size;
+  for (int i = 0; i < s->size; i++) s->ws[i] = mkx_tp_ws_peer(ws, i);
+  s->src_n = src_n;
+  s->timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
+  s->err = ws->err_dev;
+}
+
+static const char *where_name(int w) {
+  switch (w) {
+    case MKX_TP_AT_BARRIER: return "call barrier";
+    case MKX_TP_AT_AG_TILE: return "gathered A tile";
+    case MKX_TP_AT_RS_TILE: return "partial sub-tile";
+    case MKX_TP_AT_AR_DONE: return "reduced rows";
+  }
+  return "?";
+}
+
+/* A bounded wait of an earlier call ran out: the GPU left the error word
+ * in host-mapped memory (read without synchronising). */
+static int check_error(const mkx_tp_ws *ws, const char *fn) {
+  volatile int *e = ws->err_host;
+  if (e[0] != MKX_TP_ERR_TIMEOUT) return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_TIMEOUT, "%s: an earlier call timed out on the "
+                   "GPU waiting for rank %d (%s, tile %d)", fn, e[1],
+                   where_name(e[3]), e[2]);
+}
+
+int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
+                 int src_n) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  mkx_tp_sync s;
+  MKX_TRY(check_error(ws, fn));
+  MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
+                         "cudaStreamIsCapturing"));
+  /* A call on another stream than the last one must not overtake it: it
+   * would reuse the workspace under the previous call's feet.  (Inside a
+   * capture the graph's own order is the user's to keep.) */
+  if (ws->used && ws->last_stream != st && cap == cudaStreamCaptureStatusNone)
+    MKX_TRY(mkx_tp_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, ws->ev_last,
+                                               0), fn, "cudaStreamWaitEvent"));
+  mkx_tp_sync_fill(c, ws, src_n, &s);
+  atomic_fetch_add(&fused_starts, 1);
+  mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path", fn);
+  return mkx_tp_launch_rc(mkx_tp_prologue(&s, (cudaStream_t)st), fn,
+                          "prologue kernel");
+}
+
+int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
+                         "fused tp", "cudaStreamIsCapturing"));
+  if (cap != cudaStreamCaptureStatusNone) return MKX_SUCCESS;
+  ws->used = 1;
+  ws->last_stream = st;
+  return mkx_tp_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
+                        "fused tp", "cudaEventRecord");
+}
+#else
+typedef int mkx_tp_gpu_unused; /* ISO C: a translation unit is not empty */
+#endif

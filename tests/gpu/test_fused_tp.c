@@ -1,0 +1,462 @@
+/*
+ * The fused single-node GPU paths of the three tensor-parallel calls
+ * (issue 4), checked against the host path (CBLAS + MPI) run through the
+ * same MKX calls on host copies of the same inputs: an independent oracle.
+ * Skips (77) without a GPU.
+ *
+ *  1. >= 20 shapes per call (bf16/fp16 in, bf16/fp16/fp32 out, B stored
+ *     either way, padded leading dimensions, M not a multiple of the tile
+ *     where the contract allows it, ranks with unequal or zero shares),
+ *     each also checked to have taken (or, where it cannot, not taken) the
+ *     fused path via an internal counter;
+ *  2. 1000 back-to-back plain calls per operation with changing inputs and
+ *     no host synchronisation (stale flags would show as wrong results);
+ *  3. a persistent plan started repeatedly with inputs changed in between;
+ *  4. a CUDA-graph-captured MKX_Start replayed with changing inputs;
+ *  5. the same call on a communicator with fused=off takes the staged path.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "mkx_test.h"
+#include "tp/tp_host.h"
+
+#define CUDA(call)                                                           \
+  do {                                                                       \
+    cudaError_t e_ = (call);                                                 \
+    if (e_ != cudaSuccess) {                                                 \
+      printf("not ok - rank %d: %s: %s\n", mt.rank, #call,                   \
+             cudaGetErrorString(e_));                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+
+enum { OP_AG = 0, OP_RS, OP_AR };
+static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
+
+typedef struct shape {
+  int64_t m, n, k;   /* AG: m_local, k; RS/AR: M, k_local */
+  int vary;          /* 1: per-rank share grows with rank; 2: rank 1 gets 0 */
+  int pad;           /* extra elements on every leading dimension */
+  MKX_Trans tb;
+  MKX_Datatype dt, ct;
+  int aout;          /* AG: ask for A_out */
+} shape;
+
+/* One problem: host copies (oracle inputs/outputs) and device copies. */
+typedef struct prob {
+  int op;
+  shape s;
+  int64_t rows, M, kl, lda, ldb, ldc, ld_aout, crow, arows;
+  int64_t brows, bcols;
+  size_t abytes, bbytes, cbytes, aobytes;
+  void *hA, *hB, *hC, *hAo;   /* host path */
+  void *dA, *dB, *dC, *dAo;   /* device path */
+} prob;
+
+static cudaStream_t st;
+
+static int64_t share(const shape *s, int granule) {
+  if (s->vary == 2) return mt.rank == 1 ? 0 : s->m;
+  return s->m + (s->vary ? (int64_t)granule * mt.rank : 0);
+}
+
+static void *dev_alloc(size_t bytes) {
+  void *p = NULL;
+  CUDA(cudaMalloc(&p, bytes ? bytes : 16));
+  return p;
+}
+
+/* Sizes and buffers of problem `op` with shape s; inputs from `salt`. */
+static void prob_init(prob *p, int op, const shape *s) {
+  memset(p, 0, sizeof *p);
+  p->op = op;
+  p->s = *s;
+  size_t es = MKX_Type_size(s->dt), cs = MKX_Type_size(s->ct);
+  if (op == OP_AG) {
+    p->rows = share(s, 128);
+    p->kl = s->k;
+    MPI_Allreduce(&p->rows, &p->M, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    p->arows = p->rows;
+    p->crow = p->M;
+  } else {
+    p->M = s->m;
+    p->kl = s->k + (s->vary ? 8 * mt.rank : 0);
+    p->arows = p->M;
+    int64_t first;
+    MKX_Block_range(p->M, mt.size, mt.rank, &first, &p->crow);
+    if (op == OP_AR) p->crow = p->M;
+  }
+  p->lda = p->kl + s->pad;
+  mt_B_dims(s->tb, p->kl, s->n, &p->brows, &p->bcols);
+  p->ldb = p->bcols + s->pad;
+  p->ldc = s->n + s->pad;
+  p->ld_aout = s->k + s->pad;
+  p->abytes = (size_t)(p->arows * p->lda) * es;
+  p->bbytes = (size_t)(p->brows * p->ldb) * es;
+  p->cbytes = (size_t)(p->crow * p->ldc) * cs;
+  p->aobytes = s->aout ? (size_t)(p->M * p->ld_aout) * es : 0;
+  p->hA = calloc(1, p->abytes + 16);
+  p->hB = calloc(1, p->bbytes + 16);
+  p->hC = calloc(1, p->cbytes + 16);
+  p->hAo = calloc(1, p->aobytes + 16);
+  p->dA = dev_alloc(p->abytes);
+  p->dB = dev_alloc(p->bbytes);
+  p->dC = dev_alloc(p->cbytes);
+  p->dAo = s->aout ? dev_alloc(p->aobytes) : NULL;
+}
+
+static void prob_free(prob *p) {
+  free(p->hA), free(p->hB), free(p->hC), free(p->hAo);
+  cudaFree(p->dA), cudaFree(p->dB), cudaFree(p->dC);
+  if (p->dAo) cudaFree(p->dAo);
+}
+
+/* Fresh inputs (A from `salt`, B from `bsalt`) into the host copies, then
+ * the device. */
+static void prob_fill(prob *p, int salt, int bsalt) {
+  const shape *s = &p->s;
+  double *a = mt_gen(p->arows, p->kl, s->dt, mt.seed + (uint64_t)salt,
+                     mt.rank, 1);
+  double *b = mt_gen(p->kl, s->n, s->dt, mt.seed + (uint64_t)bsalt, mt.rank,
+                     2);
+  memset(p->hA, 0, p->abytes);
+  memset(p->hB, 0, p->bbytes);
+  mt_store(p->hA, s->dt, MKX_ROW_MAJOR, p->arows, p->kl, p->lda, a);
+  mt_store_B(p->hB, s->dt, MKX_ROW_MAJOR, s->tb, p->kl, s->n, p->ldb, b);
+  free(a);
+  free(b);
+  CUDA(cudaMemcpy(p->dA, p->hA, p->abytes, cudaMemcpyHostToDevice));
+  CUDA(cudaMemcpy(p->dB, p->hB, p->bbytes, cudaMemcpyHostToDevice));
+}
+
+/* Run the call with host (dev = 0) or device (dev = 1) buffers. */
+static int prob_call(const prob *p, MKX_Comm c, int dev, void *C) {
+  const shape *s = &p->s;
+  const void *A = dev ? p->dA : p->hA, *B = dev ? p->dB : p->hB;
+  void *Ao = s->aout ? (dev ? p->dAo : p->hAo) : NULL;
+  if (!C) C = dev ? p->dC : p->hC;
+  if (p->op == OP_AG)
+    return MKX_Allgather_gemm(A, p->rows, s->k, p->lda, B, s->n, p->ldb,
+                              s->tb, C, p->ldc, Ao, p->ld_aout, s->dt, s->ct,
+                              MKX_ROW_MAJOR, c, dev ? st : NULL);
+  if (p->op == OP_RS)
+    return MKX_Gemm_reduce_scatter(A, p->M, p->kl, p->lda, B, s->n, p->ldb,
+                                   s->tb, C, p->ldc, s->dt, s->ct,
+                                   MKX_ROW_MAJOR, c, dev ? st : NULL);
+  return MKX_Gemm_allreduce(A, p->M, p->kl, p->lda, B, s->n, p->ldb, s->tb,
+                            C, p->ldc, s->dt, s->ct, MKX_ROW_MAJOR, c,
+                            dev ? st : NULL);
+}
+
+static int prob_init_plan(const prob *p, MKX_Comm c, MKX_Request *r) {
+  const shape *s = &p->s;
+  if (p->op == OP_AG)
+    return MKX_Allgather_gemm_init(p->dA, p->rows, s->k, p->lda, p->dB, s->n,
+                                   p->ldb, s->tb, p->dC, p->ldc,
+                                   s->aout ? p->dAo : NULL, p->ld_aout, s->dt,
+                                   s->ct, MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+  if (p->op == OP_RS)
+    return MKX_Gemm_reduce_scatter_init(p->dA, p->M, p->kl, p->lda, p->dB,
+                                        s->n, p->ldb, s->tb, p->dC, p->ldc,
+                                        s->dt, s->ct, MKX_ROW_MAJOR, c,
+                                        MPI_INFO_NULL, r);
+  return MKX_Gemm_allreduce_init(p->dA, p->M, p->kl, p->lda, p->dB, s->n,
+                                 p->ldb, s->tb, p->dC, p->ldc, s->dt, s->ct,
+                                 MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+}
+
+/* Device C (at `dC`) against the host path's C: relative error within the
+ * output type's tolerance, no NaN, padding untouched. */
+static int compare_c(const prob *p, const void *dC, const char *what) {
+  const shape *s = &p->s;
+  size_t cs = MKX_Type_size(s->ct);
+  void *got = malloc(p->cbytes + 16);
+  CUDA(cudaMemcpy(got, dC, p->cbytes, cudaMemcpyDeviceToHost));
+  double num = 0, den = 0;
+  int64_t bad_pad = 0, nan = 0;
+  for (int64_t i = 0; i < p->crow; i++)
+    for (int64_t j = 0; j < p->ldc; j++) {
+      size_t idx = (size_t)(i * p->ldc + j);
+      if (j >= s->n) {
+        bad_pad += !mt_is_poison(got, s->ct, idx);
+        continue;
+      }
+      double g = mt_get(got, s->ct, idx), r = mt_get(p->hC, s->ct, idx);
+      if (g != g) nan++;
+      num += (g - r) * (g - r);
+      den += r * r;
+    }
+  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  int ok = nan == 0 && bad_pad == 0 && rel <= 2 * mt_tol(s->dt, s->ct);
+  mt_check(ok, "%s %s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
+           "relerr %.2e nan %lld pad-writes %lld", what, op_name[p->op],
+           (long long)p->M, (long long)s->n, (long long)s->k, s->vary, s->pad,
+           s->tb == MKX_TRANS ? "B^T" : "B", mt_type_name(s->dt),
+           mt_type_name(s->ct), rel, (long long)nan, (long long)bad_pad);
+  (void)cs;
+  free(got);
+  return ok;
+}
+
+static int compare_aout(const prob *p) {
+  void *got = malloc(p->aobytes + 16);
+  CUDA(cudaMemcpy(got, p->dAo, p->aobytes, cudaMemcpyDeviceToHost));
+  size_t es = MKX_Type_size(p->s.dt);
+  int ok = 1;
+  for (int64_t i = 0; ok && i < p->M; i++)
+    ok = !memcmp((char *)got + (size_t)(i * p->ld_aout) * es,
+                 (char *)p->hAo + (size_t)(i * p->ld_aout) * es,
+                 (size_t)p->s.k * es);
+  mt_check(ok, "allgather_gemm A_out M=%lld k=%lld bit-exact",
+           (long long)p->M, (long long)p->s.k);
+  free(got);
+  return ok;
+}
+
+/* Allreduce: every rank holds the same bits. */
+static void check_same_bits(const prob *p) {
+  void *mine = malloc(p->cbytes + 16);
+  CUDA(cudaMemcpy(mine, p->dC, p->cbytes, cudaMemcpyDeviceToHost));
+  uint64_t h = mt_hash(mine, p->cbytes, 1469598103934665603ull), h0 = h;
+  MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+  mt_check(h == h0, "gemm_ar M=%lld n=%lld: same bits on every rank",
+           (long long)p->M, (long long)p->s.n);
+  free(mine);
+}
+
+/* Can every rank take the fused path with this shape? */
+static int expect_fused(const prob *p) {
+  int ok = p->s.dt != MKX_FP32 && p->s.dt != MKX_FP64;
+  if (p->op == OP_AG) ok &= p->rows % 128 == 0;
+  else ok &= p->kl > 0 && p->kl % 8 == 0;
+  ok &= p->s.n % 8 == 0 && p->s.pad % 8 == 0 && p->s.k % 8 == 0;
+  return mt_all(ok);
+}
+
+static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
+  prob p;
+  prob_init(&p, op, s);
+  prob_fill(&p, salt, salt);
+  mt_poison(p.hC, p.cbytes);
+  int rc = prob_call(&p, c, 0, NULL);
+  mt_check_rc(rc, MKX_SUCCESS, "host oracle %s", op_name[op]);
+  CUDA(cudaMemset(p.dC, 0xFF, p.cbytes));
+  if (p.dAo) CUDA(cudaMemset(p.dAo, 0xFF, p.aobytes));
+  long before = mkx_tp_fused_starts();
+  rc = prob_call(&p, c, 1, NULL);
+  mt_check_rc(rc, MKX_SUCCESS, "device %s", op_name[op]);
+  CUDA(cudaStreamSynchronize(st));
+  int fused = mkx_tp_fused_starts() > before, want = expect_fused(&p);
+  mt_check(fused == want, "%s took the %s path (expected %s)", op_name[op],
+           fused ? "fused" : "staged", want ? "fused" : "staged");
+  compare_c(&p, p.dC, "shape");
+  if (s->aout) compare_aout(&p);
+  if (op == OP_AR) check_same_bits(&p);
+  prob_free(&p);
+}
+
+/* 24 shapes per call, cycling through types, B storage, padding, shares. */
+static void shapes(MKX_Comm c, int op) {
+  static const int64_t ms_ag[] = {128, 256, 384, 128, 512, 1024, 640, 128};
+  static const int64_t ms_red[] = {1, 64, 100, 129, 255, 777, 1024, 2048,
+                                   513, 4095, 3, 1000};
+  static const int64_t ns[] = {8, 64, 128, 200, 256, 264, 512, 1000, 1024,
+                               2056};
+  static const int64_t ks[] = {8, 64, 128, 192, 256, 520, 1024};
+  static const MKX_Datatype cts[] = {MKX_BF16, MKX_FP16, MKX_FP32};
+  for (int i = 0; i < 24; i++) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.m = op == OP_AG ? ms_ag[i % 8] : ms_red[i % 12];
+    s.n = ns[(i * 3) % 10];
+    s.k = ks[(i * 5) % 7];
+    s.vary = i % 4 == 1 ? 1 : (i % 8 == 6 && mt.size > 1 ? 2 : 0);
+    s.pad = i % 3 == 2 ? 8 : 0;
+    s.tb = i % 2 ? MKX_TRANS : MKX_NO_TRANS;
+    s.dt = (i / 2) % 2 ? MKX_FP16 : MKX_BF16;
+    s.ct = i % 5 == 4 ? cts[2] : (s.dt == MKX_FP16 ? cts[1] : cts[0]);
+    s.aout = op == OP_AG && i % 3 == 0;
+    if (op == OP_AG && i == 23) s.m = 100; /* not a tile multiple: staged */
+    if (op == OP_AG && i == 22) s.m = 2048, s.n = 1024, s.k = 1024;
+    if (op != OP_AG && i == 23) s.m = 4096, s.n = 1024, s.k = 1024;
+    run_shape(c, op, &s, 100 * op + i);
+  }
+}
+
+/* Variants of the inputs (host-path references) for the repeat tests. */
+typedef struct variants {
+  prob p;
+  void *dA[3], *ref[3];
+} variants;
+
+static void variants_init(variants *v, MKX_Comm c, int op, const shape *s) {
+  prob_init(&v->p, op, s);
+  /* only A changes between variants: the device keeps one B */
+  for (int i = 0; i < 3; i++) {
+    prob_fill(&v->p, 1000 + 17 * i + op, 999 + op);
+    mt_poison(v->p.hC, v->p.cbytes);
+    mt_check_rc(prob_call(&v->p, c, 0, NULL), MKX_SUCCESS, "oracle");
+    v->ref[i] = malloc(v->p.cbytes + 16);
+    memcpy(v->ref[i], v->p.hC, v->p.cbytes);
+    v->dA[i] = dev_alloc(v->p.abytes);
+    CUDA(cudaMemcpy(v->dA[i], v->p.dA, v->p.abytes, cudaMemcpyDeviceToDevice));
+  }
+  CUDA(cudaMemset(v->p.dC, 0xFF, v->p.cbytes)); /* padding stays poison */
+}
+
+static void variants_free(variants *v) {
+  for (int i = 0; i < 3; i++) free(v->ref[i]), cudaFree(v->dA[i]);
+  prob_free(&v->p);
+}
+
+static int check_variant(variants *v, const void *dC, int which,
+                         const char *what) {
+  memcpy(v->p.hC, v->ref[which], v->p.cbytes);
+  return compare_c(&v->p, dC, what);
+}
+
+/* 1000 plain calls, inputs rotating over 3 buffers, outputs over 4, no
+ * synchronisation except at the checks. */
+static void back_to_back(MKX_Comm c, int op) {
+  shape s = {256, 256, 256, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0};
+  variants v;
+  variants_init(&v, c, op, &s);
+  void *dC[4];
+  for (int j = 0; j < 4; j++) dC[j] = dev_alloc(v.p.cbytes);
+  long before = mkx_tp_fused_starts();
+  int rc = MKX_SUCCESS;
+  for (int i = 0; i < 1000 && rc == MKX_SUCCESS; i++) {
+    void *keep = v.p.dA;
+    v.p.dA = v.dA[i % 3];
+    rc = prob_call(&v.p, c, 1, dC[i % 4]);
+    v.p.dA = keep;
+    if (i % 250 == 249) {
+      CUDA(cudaStreamSynchronize(st));
+      for (int j = 0; j < 4; j++)
+        check_variant(&v, dC[(i - j) % 4], (i - j) % 3, "back-to-back");
+    }
+  }
+  mt_check_rc(rc, MKX_SUCCESS, "%s: 1000 back-to-back calls", op_name[op]);
+  mt_check(mkx_tp_fused_starts() - before == 1000,
+           "%s: all 1000 calls fused", op_name[op]);
+  for (int j = 0; j < 4; j++) cudaFree(dC[j]);
+  variants_free(&v);
+}
+
+/* A persistent plan started 60 times; the bound A changes in between. */
+static void persistent(MKX_Comm c, int op) {
+  shape s = {384, 512, 192, 1, 8, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0};
+  if (op == OP_AG) s.m = 256;
+  variants v;
+  variants_init(&v, c, op, &s);
+  MKX_Request r;
+  int rc = prob_init_plan(&v.p, c, &r);
+  mt_check_rc(rc, MKX_SUCCESS, "%s_init", op_name[op]);
+  if (rc != MKX_SUCCESS) return variants_free(&v);
+  for (int i = 0; i < 60 && rc == MKX_SUCCESS; i++) {
+    CUDA(cudaMemcpyAsync(v.p.dA, v.dA[i % 3], v.p.abytes,
+                         cudaMemcpyDeviceToDevice, st));
+    rc = MKX_Start(r, st);
+    if (i % 20 == 19 || i == 0) {
+      CUDA(cudaStreamSynchronize(st));
+      check_variant(&v, v.p.dC, i % 3, "persistent");
+    }
+  }
+  mt_check_rc(rc, MKX_SUCCESS, "%s: 60 starts", op_name[op]);
+  mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "request free");
+  variants_free(&v);
+}
+
+/* MKX_Start captured once in a CUDA graph, replayed with changing A. */
+static void graph(MKX_Comm c, int op) {
+  shape s = {512, 1024, 256, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1};
+  variants v;
+  variants_init(&v, c, op, &s);
+  MKX_Request r;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  int rc = prob_init_plan(&v.p, c, &r);
+  mt_check_rc(rc, MKX_SUCCESS, "%s_init for graph", op_name[op]);
+  if (rc != MKX_SUCCESS) return variants_free(&v);
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  rc = MKX_Start(r, st);
+  CUDA(cudaStreamEndCapture(st, &g));
+  mt_check_rc(rc, MKX_SUCCESS, "%s: MKX_Start under capture", op_name[op]);
+  CUDA(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 6; i++) {
+    CUDA(cudaMemcpyAsync(v.p.dA, v.dA[i % 3], v.p.abytes,
+                         cudaMemcpyDeviceToDevice, st));
+    CUDA(cudaGraphLaunch(ge, st));
+    CUDA(cudaStreamSynchronize(st));
+    check_variant(&v, v.p.dC, i % 3, "graph replay");
+  }
+  CUDA(cudaGraphExecDestroy(ge));
+  CUDA(cudaGraphDestroy(g));
+  mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "request free");
+  variants_free(&v);
+}
+
+/* fused=off stages through the host: no fused start. */
+static void contrast(MKX_Comm off) {
+  shape s = {256, 256, 128, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0};
+  for (int op = 0; op < 3; op++) {
+    prob p;
+    prob_init(&p, op, &s);
+    prob_fill(&p, 7, 7);
+    long before = mkx_tp_fused_starts();
+    mt_check_rc(prob_call(&p, off, 1, NULL), MKX_SUCCESS, "fused=off call");
+    CUDA(cudaStreamSynchronize(st));
+    mt_check(mkx_tp_fused_starts() == before, "%s with fused=off is staged",
+             op_name[op]);
+    prob_free(&p);
+  }
+}
+
+static int gpu_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  return n;
+}
+
+int main(int argc, char **argv) {
+  mt_init(&argc, &argv);
+  int skip = gpu_count() == 0;
+  MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (skip) {
+    if (mt.rank == 0) printf("1..0 # SKIP %s: no GPU\n", mt.prog);
+    MPI_Finalize();
+    return MT_SKIP;
+  }
+  MPI_Info info;
+  MKX_Comm c, off;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_fused", "auto");
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused=auto")) {
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_fused", "off"); /* whatever MKX_FUSED says */
+  rc = MKX_Comm_create(MPI_COMM_WORLD, info, &off);
+  MPI_Info_free(&info);
+  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused=off"))
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph */
+  for (int op = 0; op < 3; op++) {
+    if (!only || !strcmp(only, "shapes")) shapes(c, op);
+    if (!only || !strcmp(only, "b2b")) back_to_back(c, op);
+    if (!only || !strcmp(only, "plan")) persistent(c, op);
+    if (!only || !strcmp(only, "graph")) graph(c, op);
+  }
+  contrast(off);
+  CUDA(cudaStreamDestroy(st));
+  MKX_Comm_free(&off);
+  MKX_Comm_free(&c);
+  return mt_finish();
+}

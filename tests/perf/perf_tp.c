@@ -1,0 +1,354 @@
+/*
+ * mkx_perf tp: the fused tensor-parallel calls against what users would
+ * otherwise run, in the same MPI run on the same GPUs (run with
+ * `mpirun -np P mkx_perf tp ...`, one GPU per rank):
+ *
+ *   mkx     the MKX call (persistent plan, MKX_Start), fused path
+ *   serial  cuBLAS GEMM and NCCL collective on one stream, one after the other
+ *           (AllGather then GEMM; GEMM then ReduceScatter / AllReduce)
+ *   gemm    the cuBLAS GEMM alone, coll the NCCL collective alone
+ *   ideal   max(gemm, coll): perfect overlap
+ *
+ * bf16 in, bf16 out, B stored N x K (a weight as in nn.Linear).  Every sample
+ * starts after an MPI barrier; the four variants are interleaved sample by
+ * sample so that clocks and power state hit all alike.  Reported: medians
+ * (ms) of the slowest rank, and ratios serial/mkx and ideal/mkx.
+ *
+ *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--reps N]
+ *               [--out FILE]
+ * Without --shape: M = 8192, N = K = 8192; --full: the issue's table
+ * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
+ * (8192, 28672) for rs and ar).  M, N, K are the global GEMM sizes.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "mkx.h"
+
+#define PK(x)                                                                \
+  do {                                                                       \
+    cudaError_t e_ = (x);                                                    \
+    if (e_ != cudaSuccess) {                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
+              cudaGetErrorString(e_));                                       \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+#define PN(x)                                                                \
+  do {                                                                       \
+    ncclResult_t r_ = (x);                                                   \
+    if (r_ != ncclSuccess) {                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
+              ncclGetErrorString(r_));                                       \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+#define PB(x)                                                                \
+  do {                                                                       \
+    cublasStatus_t s_ = (x);                                                 \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                       \
+      fprintf(stderr, "%s:%d: %s: cublas %d\n", __FILE__, __LINE__, #x,      \
+              (int)s_);                                                      \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+#define PM(x)                                                                \
+  do {                                                                       \
+    int r_ = (x);                                                            \
+    if (r_ != MKX_SUCCESS) {                                                 \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
+              MKX_Get_last_error());                                         \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+
+enum { OP_AG, OP_RS, OP_AR };
+enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, NV };
+static const char *const op_names[] = {"allgather_gemm", "gemm_rs",
+                                       "gemm_ar"};
+
+typedef struct env {
+  int rank, size;
+  MKX_Comm mkx;
+  ncclComm_t nccl;
+  cublasHandle_t blas;
+  cudaStream_t st;
+} env;
+
+typedef struct bufs {
+  void *A, *B, *C, *Afull, *P; /* A_r, B_r, C_r, gathered A, partial */
+  int64_t m_loc, k_loc, c_rows;
+  MKX_Request req;
+} bufs;
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static void *dalloc(size_t bytes) {
+  void *p = NULL;
+  PK(cudaMalloc(&p, bytes ? bytes : 16));
+  PK(cudaMemset(p, 0, bytes ? bytes : 16));
+  return p;
+}
+
+/* Small random bf16 values (exact small integers / 64), so sums stay finite. */
+static void fill(void *d, size_t count, unsigned seed) {
+  size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
+  uint16_t *h = malloc(chunk * 2);
+  for (size_t i = 0; i < chunk; i++) {
+    seed = seed * 1103515245u + 12345u;
+    float f = (float)((int)((seed >> 16) % 17) - 8) / 64.0f;
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    h[i] = (uint16_t)(x >> 16);
+  }
+  for (size_t done = 0; done < count; done += chunk) {
+    size_t n = count - done < chunk ? count - done : chunk;
+    PK(cudaMemcpy((uint16_t *)d + done, h, n * 2, cudaMemcpyHostToDevice));
+  }
+  free(h);
+}
+
+/* Row-major C (m x n) = A (m x k) * B^T, B stored n x k (all bf16). */
+static void blas_gemm(env *e, const void *A, const void *B, void *C, int64_t m,
+                      int64_t n, int64_t k) {
+  const float one = 1.0f, zero = 0.0f;
+  PB(cublasGemmEx(e->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                  &one, B, CUDA_R_16BF, (int)k, A, CUDA_R_16BF, (int)k, &zero,
+                  C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT));
+}
+
+static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, bufs *b) {
+  memset(b, 0, sizeof *b);
+  const int p = e->size;
+  if (op == OP_AG) {
+    b->m_loc = M / p;
+    b->A = dalloc((size_t)(b->m_loc * K) * 2);
+    b->B = dalloc((size_t)(N * K) * 2);
+    b->C = dalloc((size_t)(M * N) * 2);
+    b->Afull = dalloc((size_t)(M * K) * 2);
+    fill(b->A, (size_t)(b->m_loc * K), 11u + (unsigned)e->rank);
+    fill(b->B, (size_t)(N * K), 23u + (unsigned)e->rank);
+    PM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
+                               b->C, N, NULL, K, MKX_BF16, MKX_BF16,
+                               MKX_ROW_MAJOR, e->mkx, MPI_INFO_NULL, &b->req));
+    return;
+  }
+  b->k_loc = K / p;
+  int64_t first;
+  MKX_Block_range(M, p, e->rank, &first, &b->c_rows);
+  if (op == OP_AR) b->c_rows = M;
+  b->A = dalloc((size_t)(M * b->k_loc) * 2);
+  b->B = dalloc((size_t)(N * b->k_loc) * 2);
+  b->C = dalloc((size_t)(b->c_rows * N) * 2);
+  b->P = dalloc((size_t)(M * N) * 2);
+  fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)e->rank);
+  fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)e->rank);
+  if (op == OP_RS)
+    PM(MKX_Gemm_reduce_scatter_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
+                                    b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
+                                    MKX_BF16, MKX_ROW_MAJOR, e->mkx,
+                                    MPI_INFO_NULL, &b->req));
+  else
+    PM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
+                               b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
+                               MKX_BF16, MKX_ROW_MAJOR, e->mkx, MPI_INFO_NULL,
+                               &b->req));
+}
+
+static void teardown(bufs *b) {
+  PM(MKX_Request_free(&b->req));
+  cudaFree(b->A), cudaFree(b->B), cudaFree(b->C);
+  if (b->Afull) cudaFree(b->Afull);
+  if (b->P) cudaFree(b->P);
+}
+
+static void coll(env *e, int op, int64_t M, int64_t N, bufs *b,
+                 int64_t K) {
+  const int p = e->size;
+  if (op == OP_AG)
+    PN(ncclAllGather(b->A, b->Afull, (size_t)(b->m_loc * K), ncclBfloat16,
+                     e->nccl, e->st));
+  else if (op == OP_RS)
+    PN(ncclReduceScatter(b->P, b->C, (size_t)(M / p * N), ncclBfloat16,
+                         ncclSum, e->nccl, e->st));
+  else
+    PN(ncclAllReduce(b->P, b->C, (size_t)(M * N), ncclBfloat16, ncclSum,
+                     e->nccl, e->st));
+}
+
+static void gemm_only(env *e, int op, int64_t M, int64_t N, int64_t K,
+                      bufs *b) {
+  if (op == OP_AG) blas_gemm(e, b->Afull, b->B, b->C, M, N, K);
+  else blas_gemm(e, b->A, b->B, b->P, M, N, b->k_loc);
+}
+
+static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
+                    bufs *b) {
+  switch (v) {
+    case V_MKX: PM(MKX_Start(b->req, e->st)); break;
+    case V_SERIAL:
+      if (op == OP_AG) coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, b);
+      else gemm_only(e, op, M, N, K, b), coll(e, op, M, N, b, K);
+      break;
+    case V_GEMM: gemm_only(e, op, M, N, K, b); break;
+    case V_COLL: coll(e, op, M, N, b, K); break;
+  }
+}
+
+/* One sample: both ranks start together (barrier), GPU time by events. */
+static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
+                    bufs *b, cudaEvent_t e0, cudaEvent_t e1) {
+  float ms = 0;
+  PK(cudaStreamSynchronize(e->st));
+  MPI_Barrier(MPI_COMM_WORLD);
+  PK(cudaEventRecord(e0, e->st));
+  variant(e, v, op, M, N, K, b);
+  PK(cudaEventRecord(e1, e->st));
+  PK(cudaEventSynchronize(e1));
+  PK(cudaEventElapsedTime(&ms, e0, e1));
+  return ms;
+}
+
+static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
+                  FILE *out) {
+  bufs b;
+  cudaEvent_t e0, e1;
+  float *t = malloc(sizeof *t * (size_t)(NV * reps)), med[NV];
+  setup(e, op, M, N, K, &b);
+  PK(cudaEventCreate(&e0));
+  PK(cudaEventCreate(&e1));
+  for (int w = 0; w < 3; w++)
+    for (int v = 0; v < NV; v++) sample(e, v, op, M, N, K, &b, e0, e1);
+  for (int r = 0; r < reps; r++)
+    for (int v = 0; v < NV; v++)
+      t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1);
+  for (int v = 0; v < NV; v++) {
+    qsort(t + v * reps, (size_t)reps, sizeof *t, cmp_f);
+    med[v] = t[v * reps + reps / 2];
+  }
+  MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+  float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
+  if (e->rank == 0) {
+    char line[256];
+    snprintf(line, sizeof line,
+             "| %s | %lld | %lld | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | "
+             "%.2f | %.2f |\n",
+             op_names[op], (long long)M, (long long)N, (long long)K,
+             med[V_MKX], med[V_SERIAL], med[V_GEMM], med[V_COLL], ideal,
+             med[V_SERIAL] / med[V_MKX], ideal / med[V_MKX]);
+    fputs(line, stdout);
+    fflush(stdout);
+    if (out) fputs(line, out), fflush(out);
+  }
+  PK(cudaEventDestroy(e0));
+  PK(cudaEventDestroy(e1));
+  teardown(&b);
+  free(t);
+}
+
+static void env_init(env *e) {
+  MPI_Info info;
+  ncclUniqueId id;
+  MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &e->size);
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_fused", "auto");
+  PM(MKX_Comm_create(MPI_COMM_WORLD, info, &e->mkx));
+  MPI_Info_free(&info);
+  int dev = -1;
+  PM(MKX_Comm_device(e->mkx, &dev));
+  PK(cudaSetDevice(dev));
+  if (e->rank == 0) PN(ncclGetUniqueId(&id));
+  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
+  PN(ncclCommInitRank(&e->nccl, e->size, id, e->rank));
+  PB(cublasCreate(&e->blas));
+  PK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
+  PB(cublasSetStream(e->blas, e->st));
+}
+
+static void env_fini(env *e) {
+  PN(ncclCommDestroy(e->nccl));
+  PB(cublasDestroy(e->blas));
+  PK(cudaStreamDestroy(e->st));
+  PM(MKX_Comm_free(&e->mkx));
+}
+
+typedef struct job { int op; int64_t m, n, k; } job;
+
+static int full_table(job *jobs) {
+  static const int64_t ms[] = {4096, 8192, 16384, 32768};
+  int nj = 0;
+  for (int op = 0; op < 3; op++)
+    for (int i = 0; i < 4; i++) {
+      jobs[nj++] = (job){op, ms[i], 8192, 8192};
+      jobs[nj++] = op == OP_AG ? (job){op, ms[i], 28672, 8192}
+                               : (job){op, ms[i], 8192, 28672};
+    }
+  return nj;
+}
+
+int mkx_perf_tp(int argc, char **argv) {
+  job jobs[64];
+  int nj = 0, reps = 10, ops = 7, full = 0;
+  const char *outname = NULL;
+  int64_t shapes[16][3];
+  int ns = 0;
+  for (int i = 0; i < argc; i++) {
+    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--out") && i + 1 < argc) outname = argv[++i];
+    else if (!strcmp(argv[i], "--full")) full = 1;
+    else if (!strcmp(argv[i], "--op") && i + 1 < argc) {
+      const char *o = argv[++i];
+      ops = !strcmp(o, "ag") ? 1 : !strcmp(o, "rs") ? 2 : !strcmp(o, "ar") ? 4 : 7;
+    } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && ns < 16) {
+      long long m, n, k;
+      if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) == 3)
+        shapes[ns][0] = m, shapes[ns][1] = n, shapes[ns][2] = k, ns++;
+    }
+  }
+  if (reps < 1) reps = 1;
+  if (full) nj = full_table(jobs);
+  else if (ns == 0) shapes[0][0] = shapes[0][1] = shapes[0][2] = 8192, ns = 1;
+  for (int op = 0; !full && op < 3; op++)
+    for (int s = 0; s < ns; s++)
+      jobs[nj++] = (job){op, shapes[s][0], shapes[s][1], shapes[s][2]};
+  MPI_Init(NULL, NULL);
+  env e;
+  env_init(&e);
+  FILE *out = NULL;
+  if (e.rank == 0) {
+    char dev[256] = "?";
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+      snprintf(dev, sizeof dev, "%s", prop.name);
+    time_t now = time(NULL);
+    char day[32];
+    strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+    char head[512];
+    snprintf(head, sizeof head,
+             "\n%s, %d x %s, bf16, B stored N x K, medians of %d (ms, slowest "
+             "rank)\n\n| call | M | N | K | mkx | serial | gemm | coll | "
+             "ideal | serial/mkx | ideal/mkx |\n|---|---:|---:|---:|---:|---:|"
+             "---:|---:|---:|---:|---:|\n", day, e.size, dev, reps);
+    fputs(head, stdout);
+    if (outname && (out = fopen(outname, "a"))) fputs(head, out);
+  }
+  for (int j = 0; j < nj; j++)
+    if (ops & (1 << jobs[j].op))
+      bench(&e, jobs[j].op, jobs[j].m, jobs[j].n, jobs[j].k, reps, out);
+  if (out) fclose(out);
+  env_fini(&e);
+  MPI_Finalize();
+  return 0;
+}
