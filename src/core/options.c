@@ -29,7 +29,7 @@ static const mkx_option_desc option_table[] = {
      "Upper bound in milliseconds on every wait for another rank; when it "
      "runs out the call returns MKX_ERR_TIMEOUT and the communicator "
      "becomes unusable."},
-    {"fused", MKX_OPT_ENUM, OPT(fused), "off", "off|auto",
+    {"fused", MKX_OPT_ENUM, OPT(fused), "auto", "off|auto",
      "Fused single-kernel GPU paths for device buffers. auto: used where "
      "the shape and types fit (else the staged path, logged at info); off: "
      "device buffers always take the staged host path."},
