@@ -4,6 +4,7 @@
 #include <unistd.h>
 #include "boot/oob_mpi.h"
 #include "core/comm.h"
+#include "core/comm_net.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -31,9 +32,11 @@ static void host_name(char *buf, size_t len) {
 }
 
 static void comm_release(MKX_Comm c) {
+  if (c->oob.ctx) mkx_comm_net_close(c);
   if (c->oob.ctx) mkx_symm_release(c);
   mkx_placement_free(&c->place);
   mkx_oob_mpi_fini(&c->oob);
+  if (c->node_mpi != MPI_COMM_NULL) MPI_Comm_free(&c->node_mpi);
   if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
   c->magic = 0;
   free(c);
@@ -69,14 +72,26 @@ static int choose_device(MKX_Comm c) {
   return MKX_SUCCESS;
 }
 
-static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info) {
+/* The duplicate is made non-blocking and waited for with a bound: a rank
+ * that never calls makes the others fail with MKX_ERR_TIMEOUT. */
+static int dup_bounded(MKX_Comm c, MPI_Comm user) {
+  MPI_Request req;
+  int64_t bound = c->opt.timeout_ms > 0 ? c->opt.timeout_ms : 300000;
+  MKX_TRY(mkx_mpi_check(MPI_Comm_idup(user, &c->mpi, &req), "MPI_Comm_idup"));
+  int rc = mkx_mpi_wait(&req, bound, "MKX_Comm_create: duplicating comm");
+  if (rc != MKX_SUCCESS) c->mpi = MPI_COMM_NULL; /* not usable */
+  return rc;
+}
+
+/* local_rc: a failure of this rank's own arguments, agreed on at the first
+ * step so that every rank fails alike. */
+static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info,
+                      int local_rc) {
   char host[MKX_HOSTNAME_MAX];
-  /* Duplicate before anything can fail, so every rank reaches the
-   * agreements on the duplicate. */
-  MKX_TRY(mkx_mpi_check(MPI_Comm_dup(user, &c->mpi), "MPI_Comm_dup"));
   int rc = mkx_options_load(&c->opt, info);
   if (rc == MKX_SUCCESS) mkx_log_set_level(c->opt.log_level);
-  MKX_TRY(agree_step(c, rc));
+  MKX_TRY(dup_bounded(c, user));
+  MKX_TRY(agree_step(c, local_rc ? local_rc : rc));
   MKX_TRY(mkx_oob_mpi_init(&c->oob, c->mpi));
   c->rank = c->oob.rank;
   c->size = c->oob.size;
@@ -85,23 +100,29 @@ static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info) {
   MKX_TRY(mkx_boot_placement(&c->oob, host, c->opt.virtual_node_size,
                              c->opt.timeout_ms, &c->place));
   MKX_TRY(agree_step(c, choose_device(c)));
-  return mkx_comm_map_topology(c);
+  MKX_TRY(mkx_comm_map_topology(c));
+  return agree_step(c, mkx_comm_net_open(c));
 }
 
 int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
+  int local_rc = MKX_SUCCESS;
   mkx_error_clear();
-  if (newcomm == NULL)
-    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_create: newcomm is NULL");
-  *newcomm = NULL;
+  /* A rank outside every communicator cannot take part at all. */
   if (comm == MPI_COMM_NULL)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "MKX_Comm_create: comm is MPI_COMM_NULL");
+  if (newcomm == NULL)
+    local_rc = mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_create: newcomm "
+                         "is NULL");
+  else
+    *newcomm = NULL;
   MKX_Comm c = calloc(1, sizeof *c);
   if (c == NULL) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create");
   c->magic = MKX_COMM_MAGIC;
   c->mpi = MPI_COMM_NULL;
+  c->node_mpi = MPI_COMM_NULL;
   c->device = -1;
-  int rc = comm_setup(c, comm, info);
+  int rc = comm_setup(c, comm, info, local_rc);
   if (rc != MKX_SUCCESS) {
     comm_release(c);
     return rc;

@@ -13,6 +13,7 @@
 struct MKX_Comm_s {
   uint32_t magic;
   MPI_Comm mpi;        /* private duplicate of the user's communicator */
+  MPI_Comm node_mpi;   /* the ranks of this node (several nodes only) */
   int rank, size;
   mkx_placement place;
   mkx_options opt;
@@ -21,6 +22,7 @@ struct MKX_Comm_s {
   int broken;          /* a timed-out collective is pending: unusable */
   int live_requests;   /* persistent requests not yet freed */
   void *symm;          /* symmetric memory state (src/mem/symm.c) */
+  void *net;           /* network endpoint (src/core/comm_net.c) */
   int has_gpu_map;     /* gpu_map is valid */
   mkx_gpu_map gpu_map; /* nearest NICs, proxy cores, peer domain */
   char topo_desc[384]; /* the map in one line, for logs and mkx_info */

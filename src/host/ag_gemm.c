@@ -3,6 +3,7 @@
 #include "core/error.h"
 #include "host/blas.h"
 #include "host/dtype.h"
+#include "host/hier.h"
 #include "host/host_ops.h"
 #include "host/xfer.h"
 
@@ -42,6 +43,13 @@ int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
     goto out;
   mkx_mat_pack(a->dtype, a->A, a->m_local, k, a->lda, a->order, a->dtype,
                b.send);
+  if (mkx_hier_usable(c)) {
+    /* Several nodes: each row crosses the network once per node. */
+    mkx_mat_pack(a->dtype, a->B, trans ? n : k, trans ? k : n, a->ldb,
+                 a->order, wt, b.Bw);
+    rc = mkx_hier_allgather_rows(c, b.send, g->local, row_bytes, b.full);
+    goto gathered;
+  }
   rc = mkx_xfer_iallgatherv(c, b.send, b.full, g->local, row_bytes, &x,
                             "allgather-GEMM: gather A");
   if (rc)
@@ -50,6 +58,7 @@ int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
   mkx_mat_pack(a->dtype, a->B, trans ? n : k, trans ? k : n, a->ldb, a->order,
                wt, b.Bw);
   rc = mkx_xfer_wait(c, &x, "allgather-GEMM: gather A");
+gathered:
   if (rc)
     goto out;
   if (a->A_out)

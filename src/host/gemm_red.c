@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "host/blas.h"
 #include "host/dtype.h"
+#include "host/hier.h"
 #include "host/host_ops.h"
 #include "host/xfer.h"
 
@@ -82,6 +83,14 @@ static int red_exchange(MKX_Comm c, const mkx_gemm_red_args *a, red_ctx *r) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
   int p = c->size;
   mkx_xfer x;
+  size_t len = (size_t)r->count * (size_t)a->n;
+  if (mkx_hier_usable(c)) {
+    /* Several nodes: reduce inside the node first, then each node's
+     * partial of a block crosses the network once, to its owner. */
+    MKX_TRY(mkx_hier_reduce_rows(c, wt, r->part, r->rows, a->n, r->recv));
+    mkx_convert(wt, r->recv, 1, a->ctype, r->blk, 1, len);
+    return MKX_SUCCESS;
+  }
   int rc = mkx_xfer_ialltoallv(c, r->part, r->rows, r->recv, r->rrows,
                                (size_t)a->n * MKX_Type_size(wt), &x,
                                "GEMM reduction: exchange partials");
@@ -89,7 +98,6 @@ static int red_exchange(MKX_Comm c, const mkx_gemm_red_args *a, red_ctx *r) {
     rc = mkx_xfer_wait(c, &x, "GEMM reduction: exchange partials");
   if (rc)
     return rc;
-  size_t len = (size_t)r->count * (size_t)a->n;
   sum_in_rank_order(wt, r->recv, p, len);
   mkx_convert(wt, r->recv, 1, a->ctype, r->blk, 1, len);
   return MKX_SUCCESS;
@@ -113,6 +121,18 @@ int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_gemm_red_args *a,
   return rc;
 }
 
+/* Every rank's rounded block, to every rank (over several nodes: each
+ * block crosses the network once per node). */
+static int gather_blocks(MKX_Comm c, const red_ctx *r, size_t row_bytes,
+                         void *full) {
+  mkx_xfer x;
+  if (mkx_hier_usable(c))
+    return mkx_hier_allgather_rows(c, r->blk, r->rows, row_bytes, full);
+  MKX_TRY(mkx_xfer_iallgatherv(c, r->blk, full, r->rows, row_bytes, &x,
+                               "GEMM+AllReduce: gather blocks"));
+  return mkx_xfer_wait(c, &x, "GEMM+AllReduce: gather blocks");
+}
+
 /* The reduce-scatter, then an allgather of the ROUNDED blocks: every rank
  * ends with the same bits. */
 int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
@@ -120,7 +140,6 @@ int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
   mkx_arena ar = {0};
   red_ctx r;
   void *full = NULL;
-  mkx_xfer x;
   size_t cs = MKX_Type_size(a->ctype);
   (void)g;
   int rc = red_blocks(c, a->M, &ar, &r);
@@ -133,10 +152,7 @@ int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
   if (!rc)
     rc = red_exchange(c, a, &r);
   if (!rc)
-    rc = mkx_xfer_iallgatherv(c, r.blk, full, r.rows, (size_t)a->n * cs, &x,
-                              "GEMM+AllReduce: gather blocks");
-  if (!rc)
-    rc = mkx_xfer_wait(c, &x, "GEMM+AllReduce: gather blocks");
+    rc = gather_blocks(c, &r, (size_t)a->n * cs, full);
   if (!rc)
     mkx_mat_unpack(a->ctype, full, a->M, a->n, a->ctype, a->C, a->ldc,
                    a->order);

@@ -69,9 +69,10 @@ typedef struct mkx_prepared {
   void *gpu;  /* the fused GPU path's plan, or NULL */
 } mkx_prepared;
 
-/* Check, agree across ranks, choose the path. */
+/* Check, agree across ranks, choose the path.  pre_rc: a failure the
+ * caller already found on this rank (agreed like the checks' own). */
 int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
-                   mkx_prepared *p);
+                   int pre_rc, mkx_prepared *p);
 /* Run a prepared operation (no collective checks). */
 int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream);

@@ -18,27 +18,26 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
                     MPI_Info info, MKX_Request *request) {
   mkx_options plan_opt;
   mkx_error_clear();
-  if (request == NULL)
-    return mkx_error(MKX_ERR_NULL_POINTER, "%s_init: request is NULL",
-                     cls->name);
-  *request = NULL;
   MKX_TRY(mkx_comm_check(c));
-  /* Per-plan keys are the communicator's options; reject unknown ones. */
-  MKX_TRY(mkx_options_load(&plan_opt, info));
+  /* Local failures go through the agreement like bad arguments do, so
+   * the other ranks fail at once instead of waiting for this one. */
+  int rc = request ? mkx_options_load(&plan_opt, info)
+                   : mkx_error(MKX_ERR_NULL_POINTER, "%s_init: request is "
+                               "NULL", cls->name);
+  if (request) *request = NULL;
   MKX_Request r = calloc(1, sizeof *r);
   void *copy = malloc(cls->args_size);
-  if (!r || !copy) {
-    free(r);
-    free(copy);
-    return mkx_error(MKX_ERR_NOMEM, "%s_init", cls->name);
-  }
-  memcpy(copy, args, cls->args_size);
-  int rc = mkx_op_prepare(c, cls, copy, &r->prep);
+  if (rc == MKX_SUCCESS && (!r || !copy))
+    rc = mkx_error(MKX_ERR_NOMEM, "%s_init", cls->name);
+  if (copy) memcpy(copy, args, cls->args_size);
+  mkx_prepared prep;
+  rc = mkx_op_prepare(c, cls, copy ? copy : (void *)args, rc, &prep);
   if (rc != MKX_SUCCESS) {
     free(r);
     free(copy);
     return rc;
   }
+  r->prep = prep;
   r->magic = MKX_REQUEST_MAGIC;
   r->comm = c;
   r->args = copy;

@@ -150,14 +150,14 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
 }
 
 int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
-                   mkx_prepared *p) {
+                   int pre_rc, mkx_prepared *p) {
   agree_record mine;
   int device = MKX_MEM_HOST;
   memset(&mine, 0, sizeof mine);
   memset(p, 0, sizeof *p);
   p->cls = cls;
   MKX_TRY(mkx_comm_check(c));
-  mine.rc = cls->check(c, args, &mine.s);
+  mine.rc = pre_rc ? pre_rc : cls->check(c, args, &mine.s);
   if (mine.rc == MKX_SUCCESS) mine.rc = buffer_kind(c, cls, args, &device);
   mine.path = device;
   int rc = exchange(c, cls, &mine, &p->g);
@@ -233,7 +233,7 @@ int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,
                 MKX_Stream stream) {
   mkx_prepared p;
   mkx_error_clear();
-  MKX_TRY(mkx_op_prepare(c, cls, args, &p));
+  MKX_TRY(mkx_op_prepare(c, cls, args, MKX_SUCCESS, &p));
   int rc = mkx_op_execute(c, &p, args, stream);
   mkx_prepared_free(c, &p);
   return rc;

@@ -178,6 +178,35 @@ static void handle_cases(void) {
                                MPI_INFO_NULL, NULL);
   if (rc != MKX_ERR_NULL_POINTER)
     fail(__LINE__, "NULL request pointer", rc, MKX_ERR_NULL_POINTER);
+  /* A NULL request or a bad info key on one rank: that rank gets its
+   * code, the others MKX_ERR_PEER at once (not a timeout). */
+  if (size > 1) {
+    MKX_Request *rp = ME(LAST) ? NULL : &req;
+    rc = MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                                 MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                                 MPI_INFO_NULL, rp);
+    checks++;
+    if (rc != (ME(LAST) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER))
+      fail(__LINE__, "_init with NULL request on one rank", rc,
+           ME(LAST) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER);
+    MPI_Info bad;
+    MPI_Info_create(&bad);
+    if (ME(0)) MPI_Info_set(bad, "mkx_no_such_option", "1");
+    rc = MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                                 MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, bad,
+                                 &req);
+    MPI_Info_free(&bad);
+    checks++;
+    if (rc != (ME(0) ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER) || req != NULL)
+      fail(__LINE__, "_init with an unknown info key on rank 0", rc,
+           ME(0) ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER);
+    MKX_Comm c3 = NULL;
+    rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, ME(1) ? NULL : &c3);
+    checks++;
+    if (rc != (ME(1) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER) || c3 != NULL)
+      fail(__LINE__, "MKX_Comm_create with NULL newcomm on rank 1", rc,
+           ME(1) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER);
+  }
   /* A failed _init leaves no request behind. */
   rc = MKX_Gemm_allreduce_init(A, N, 2, 1, B, N, N, MKX_NO_TRANS, C, N,
                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,

@@ -1,0 +1,266 @@
+/* Hierarchical host collectives; see hier.h.  N nodes of G ranks: rank
+ * (j, l) is the l-th rank of node j; its "column" is the ranks (k, l) of
+ * every node k, the ones it talks to over the network. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include "boot/oob_mpi.h"
+#include "core/comm_net.h"
+#include "core/error.h"
+#include "host/hier.h"
+#include "host/xfer.h"
+
+typedef struct grid {
+  int N, G, j, l;
+  int *at;        /* [N * G]: the rank of (node, local rank) */
+  int64_t *off;   /* [p + 1]: first row of each rank, rank order */
+} grid;
+
+int mkx_hier_usable(MKX_Comm c) {
+  if (c->net == NULL || c->node_mpi == MPI_COMM_NULL) return 0;
+  /* Columns pair rank l of every node: all nodes need the same size. */
+  for (int q = 0; q < c->size; q++)
+    if (c->place.local_rank_of[q] >= c->place.local_size ||
+        c->size != c->place.num_nodes * c->place.local_size)
+      return 0;
+  int *count = calloc((size_t)c->place.num_nodes, sizeof *count), ok = !!count;
+  for (int q = 0; ok && q < c->size; q++) count[c->place.node_of_rank[q]]++;
+  for (int k = 0; ok && k < c->place.num_nodes; k++)
+    ok = count[k] == c->place.local_size;
+  free(count);
+  return ok;
+}
+
+static int grid_init(MKX_Comm c, const int64_t *rows, mkx_arena *ar,
+                     grid *g) {
+  g->N = c->place.num_nodes;
+  g->G = c->place.local_size;
+  g->j = c->place.node;
+  g->l = c->place.local_rank;
+  MKX_TRY(mkx_arena_array(ar, g->N * g->G, 1, sizeof(int), (void **)&g->at,
+                          "node grid"));
+  MKX_TRY(mkx_arena_array(ar, c->size + 1, 1, sizeof(int64_t),
+                          (void **)&g->off, "row offsets"));
+  for (int q = 0; q < c->size; q++)
+    g->at[c->place.node_of_rank[q] * g->G + c->place.local_rank_of[q]] = q;
+  g->off[0] = 0;
+  for (int q = 0; q < c->size; q++) g->off[q + 1] = g->off[q] + rows[q];
+  return MKX_SUCCESS;
+}
+
+static int64_t rows_of(const grid *g, int node, int local) {
+  int q = g->at[node * g->G + local];
+  return g->off[q + 1] - g->off[q];
+}
+
+/* Rows of the column of local rank `local`, over every node. */
+static int64_t column_rows(const grid *g, int local) {
+  int64_t s = 0;
+  for (int k = 0; k < g->N; k++) s += rows_of(g, k, local);
+  return s;
+}
+
+static int fits_int(int64_t bytes, const char *what) {
+  if (bytes <= INT_MAX) return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %lld bytes exceed MPI's int "
+                   "count", what, (long long)bytes);
+}
+
+/* Byte counts and displacements of one intra-node exchange. */
+typedef struct counts {
+  int *cnt, *dsp;
+} counts;
+
+static int counts_init(const grid *g, mkx_arena *ar, counts *k) {
+  MKX_TRY(mkx_arena_array(ar, g->G, 1, sizeof(int), (void **)&k->cnt, "counts"));
+  return mkx_arena_array(ar, g->G, 1, sizeof(int), (void **)&k->dsp, "displs");
+}
+
+static int counts_set(counts *k, int G, const int64_t *bytes) {
+  int64_t d = 0;
+  for (int i = 0; i < G; i++) {
+    MKX_TRY(fits_int(bytes[i], "intra-node exchange"));
+    MKX_TRY(fits_int(d, "intra-node exchange"));
+    k->cnt[i] = (int)bytes[i];
+    k->dsp[i] = (int)d;
+    d += bytes[i];
+  }
+  return fits_int(d, "intra-node exchange");
+}
+
+static int wait_node(MKX_Comm c, MPI_Request *req, int mpi_rc,
+                     const char *what) {
+  MKX_TRY(mkx_mpi_check(mpi_rc, what));
+  return mkx_mpi_wait(req, c->opt.timeout_ms, what);
+}
+
+static int ag_network(MKX_Comm c, const grid *g, const void *send,
+                      size_t row_bytes, char *col, mkx_arena *ar) {
+  const void **sp;
+  void **rp;
+  size_t *sl, *rl;
+  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(void *), (void **)&sp, "ptrs"));
+  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(void *), (void **)&rp, "ptrs"));
+  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(size_t), (void **)&sl, "lens"));
+  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(size_t), (void **)&rl, "lens"));
+  memset(sl, 0, sizeof *sl * (size_t)c->size);
+  memset(rl, 0, sizeof *rl * (size_t)c->size);
+  size_t at = 0;
+  for (int k = 0; k < g->N; k++) {
+    int q = g->at[k * g->G + g->l];
+    size_t bytes = (size_t)rows_of(g, k, g->l) * row_bytes;
+    if (q == c->rank) {
+      memcpy(col + at, send, bytes);
+    } else {
+      sp[q] = send, sl[q] = (size_t)rows_of(g, g->j, g->l) * row_bytes;
+      rp[q] = col + at, rl[q] = bytes;
+    }
+    at += bytes;
+  }
+  return mkx_comm_net_exchange(c, sp, sl, rp, rl);
+}
+
+int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
+                            size_t row_bytes, void *full) {
+  mkx_arena ar = {0};
+  grid g;
+  counts k;
+  char *col, *all;
+  int64_t *bytes;
+  MPI_Request req;
+  int rc = grid_init(c, rows, &ar, &g);
+  if (!rc) rc = counts_init(&g, &ar, &k);
+  if (!rc) rc = mkx_arena_array(&ar, g.G, 1, sizeof(int64_t), (void **)&bytes,
+                                "bytes");
+  for (int l = 0; !rc && l < g.G; l++)
+    bytes[l] = column_rows(&g, l) * (int64_t)row_bytes;
+  if (!rc) rc = counts_set(&k, g.G, bytes);
+  if (!rc) rc = mkx_arena_alloc(&ar, (size_t)bytes[g.l], (void **)&col, "column");
+  if (!rc) rc = mkx_arena_array(&ar, g.off[c->size], (int64_t)row_bytes, 1,
+                                (void **)&all, "gathered rows");
+  rc = mkx_host_agree_rc(c, rc, "hierarchical allgather");
+  if (!rc) rc = ag_network(c, &g, send, row_bytes, col, &ar);
+  if (!rc)
+    rc = wait_node(c, &req,
+                   MPI_Iallgatherv(col, k.cnt[g.l], MPI_BYTE, all, k.cnt,
+                                   k.dsp, MPI_BYTE, c->node_mpi, &req),
+                   "hierarchical allgather: node");
+  /* all: local rank l's column (nodes in order) for each l; put every
+   * rank's rows at its place in rank order. */
+  for (int l = 0; !rc && l < g.G; l++) {
+    size_t at = (size_t)k.dsp[l];
+    for (int n = 0; n < g.N; n++) {
+      int q = g.at[n * g.G + l];
+      size_t b = (size_t)rows_of(&g, n, l) * row_bytes;
+      memcpy((char *)full + (size_t)g.off[q] * row_bytes, all + at, b);
+      at += b;
+    }
+  }
+  mkx_arena_release(&ar, rc);
+  return rc;
+}
+
+static void add_into(MKX_Datatype wt, void *dst, const void *src, size_t len) {
+  if (wt == MKX_FP64) {
+    double *d = dst;
+    const double *s = src;
+    for (size_t i = 0; i < len; i++) d[i] += s[i];
+  } else {
+    float *d = dst;
+    const float *s = src;
+    for (size_t i = 0; i < len; i++) d[i] += s[i];
+  }
+}
+
+/* Node peers swap partials so that this rank holds its node's sum of
+ * every block of its column (nodes in order) in `colsum`. */
+static int rs_node(MKX_Comm c, const grid *g, MKX_Datatype wt,
+                   const char *part, int64_t n, char *colsum, mkx_arena *ar) {
+  size_t rb = (size_t)n * MKX_Type_size(wt);
+  counts sk, rk;
+  int64_t *sb, *rbytes;
+  char *sendbuf, *recvbuf;
+  MPI_Request req;
+  MKX_TRY(counts_init(g, ar, &sk));
+  MKX_TRY(counts_init(g, ar, &rk));
+  MKX_TRY(mkx_arena_array(ar, g->G, 2, sizeof(int64_t), (void **)&sb, "bytes"));
+  rbytes = sb + g->G;
+  for (int l = 0; l < g->G; l++) {
+    sb[l] = column_rows(g, l) * (int64_t)rb;
+    rbytes[l] = column_rows(g, g->l) * (int64_t)rb;
+  }
+  MKX_TRY(counts_set(&sk, g->G, sb));
+  MKX_TRY(counts_set(&rk, g->G, rbytes));
+  MKX_TRY(mkx_arena_alloc(ar, (size_t)(sk.dsp[g->G - 1] + sk.cnt[g->G - 1]),
+                          (void **)&sendbuf, "node send"));
+  MKX_TRY(mkx_arena_alloc(ar, (size_t)(rk.dsp[g->G - 1] + rk.cnt[g->G - 1]),
+                          (void **)&recvbuf, "node receive"));
+  /* For node peer l: the blocks of column l, nodes in order. */
+  char *at = sendbuf;
+  for (int l = 0; l < g->G; l++)
+    for (int k = 0; k < g->N; k++) {
+      int q = g->at[k * g->G + l];
+      size_t b = (size_t)rows_of(g, k, l) * rb;
+      memcpy(at, part + (size_t)g->off[q] * rb, b);
+      at += b;
+    }
+  MKX_TRY(wait_node(c, &req,
+                    MPI_Ialltoallv(sendbuf, sk.cnt, sk.dsp, MPI_BYTE, recvbuf,
+                                   rk.cnt, rk.dsp, MPI_BYTE, c->node_mpi, &req),
+                    "hierarchical reduce: node"));
+  size_t len = (size_t)column_rows(g, g->l) * (size_t)n;
+  memcpy(colsum, recvbuf, len * MKX_Type_size(wt));
+  for (int l = 1; l < g->G; l++)
+    add_into(wt, colsum, recvbuf + (size_t)rk.dsp[l], len);
+  return MKX_SUCCESS;
+}
+
+int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
+                         const int64_t *rows, int64_t n, void *block) {
+  mkx_arena ar = {0};
+  grid g;
+  char *colsum, *got;
+  const void **sp;
+  void **rp;
+  size_t *sl, *rl, rb = (size_t)n * MKX_Type_size(wt);
+  int rc = grid_init(c, rows, &ar, &g);
+  int64_t mine = rows[c->rank];
+  if (!rc) rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
+                                (void **)&colsum, "column sums");
+  if (!rc) rc = mkx_arena_array(&ar, (int64_t)g.N * mine, (int64_t)rb, 1,
+                                (void **)&got, "node partials");
+  if (!rc) rc = mkx_arena_array(&ar, c->size, 2, sizeof(void *), (void **)&sp, "ptrs");
+  if (!rc) rc = mkx_arena_array(&ar, c->size, 2, sizeof(size_t), (void **)&sl, "lens");
+  rc = mkx_host_agree_rc(c, rc, "hierarchical reduce");
+  if (!rc) rc = rs_node(c, &g, wt, part, n, colsum, &ar);
+  if (rc) {
+    mkx_arena_release(&ar, rc);
+    return rc;
+  }
+  rp = (void **)(sp + c->size);
+  rl = sl + c->size;
+  memset(sl, 0, sizeof *sl * 2 * (size_t)c->size);
+  /* Each node's partial of a block crosses the network once, to its
+   * owner; this node's partial of this rank's block stays. */
+  size_t at = 0;
+  for (int k = 0; k < g.N; k++) {
+    int q = g.at[k * g.G + g.l];
+    size_t b = (size_t)rows_of(&g, k, g.l) * rb;
+    if (q == c->rank) {
+      memcpy(got + (size_t)k * mine * rb, colsum + at, b);
+    } else {
+      sp[q] = colsum + at, sl[q] = b;
+      rp[q] = got + (size_t)k * mine * rb, rl[q] = (size_t)mine * rb;
+    }
+    at += b;
+  }
+  rc = mkx_comm_net_exchange(c, sp, sl, rp, rl);
+  if (!rc) {
+    size_t len = (size_t)mine * (size_t)n;
+    memcpy(block, got, len * MKX_Type_size(wt));
+    for (int k = 1; k < g.N; k++)
+      add_into(wt, block, got + (size_t)k * mine * rb, len);
+  }
+  mkx_arena_release(&ar, rc);
+  return rc;
+}

@@ -1,0 +1,29 @@
+/* The host path's collectives over several nodes, done hierarchically:
+ * inside a node through MPI (standing for NVLink), between nodes through
+ * MKX's own transport and proxy, so that each byte crosses the network
+ * the fewest times: every A row once per destination node, every foreign
+ * output block's node-partial once. */
+#ifndef MKX_HOST_HIER_H
+#define MKX_HOST_HIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "core/comm.h"
+
+/* 1 if the communicator spans several nodes of equal size with a network
+ * endpoint (the same answer on every rank). */
+int mkx_hier_usable(MKX_Comm c);
+
+/* full = every rank's rows (rows[q] rows of row_bytes each) in rank order;
+ * send holds this rank's rows[rank] rows. */
+int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
+                            size_t row_bytes, void *full);
+
+/* part is this rank's M x n partial (fp32, or fp64 when wt is MKX_FP64),
+ * M = sum of rows; block receives rows[rank] x n: the sum over all ranks
+ * of their partials of this rank's rows, added in a fixed order (node
+ * peers in local-rank order, then nodes in order). */
+int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
+                         const int64_t *rows, int64_t n, void *block);
+
+#endif

@@ -1,0 +1,294 @@
+/* The proxy thread and the host-side producer; see proxy.h. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "core/error.h"
+#include "core/log.h"
+#include "proxy/proxy.h"
+
+#define MAX_REGIONS 64
+#define POLL_BATCH 64
+
+typedef struct region {
+  mkx_net_mr mr;
+  mkx_net_rkey *keys; /* [size] */
+} region;
+
+struct mkx_proxy {
+  mkx_net *net;
+  mkx_proxy_ring *ring;
+  int own_ring;
+  int64_t timeout_ms;
+  uint8_t *done;       /* [entries]: command seq % entries has completed */
+  region regions[MAX_REGIONS];
+  uint32_t nregions;
+  pthread_t thread;
+  int running;
+  _Atomic int stop;
+  char why[256];       /* message of the error that stopped the proxy */
+};
+
+size_t mkx_proxy_ring_bytes(uint32_t entries) {
+  return sizeof(mkx_proxy_ring) + (size_t)entries * sizeof(mkx_proxy_cmd);
+}
+
+int mkx_proxy_create(mkx_net *net, uint32_t entries, void *ring_mem,
+                     int64_t timeout_ms, mkx_proxy **out) {
+  *out = NULL;
+  if (entries == 0 || (entries & (entries - 1)) || entries > (1u << 20))
+    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: ring entries %u is not a "
+                     "power of two <= 2^20", entries);
+  mkx_proxy *p = calloc(1, sizeof *p);
+  void *mem = ring_mem ? ring_mem
+                       : aligned_alloc(64, mkx_proxy_ring_bytes(entries));
+  if (p) p->done = calloc(entries, 1);
+  if (!p || !mem || !p->done) {
+    if (p) free(p->done);
+    if (!ring_mem) free(mem);
+    free(p);
+    return mkx_error(MKX_ERR_NOMEM, "proxy ring of %u entries", entries);
+  }
+  memset(mem, 0, mkx_proxy_ring_bytes(entries));
+  p->ring = mem;
+  p->ring->entries = entries;
+  p->own_ring = ring_mem == NULL;
+  p->net = net;
+  p->timeout_ms = timeout_ms;
+  *out = p;
+  return MKX_SUCCESS;
+}
+
+mkx_proxy_ring *mkx_proxy_ring_of(mkx_proxy *p) { return p->ring; }
+
+int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,
+                         const mkx_net_rkey *keys) {
+  mkx_proxy_ring *r = p->ring;
+  if (index > p->nregions || index >= MAX_REGIONS)
+    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: region %u of %u (at most "
+                     "%d)", index, p->nregions, MAX_REGIONS);
+  if (atomic_load(&r->completed) != atomic_load(&r->reserved))
+    return mkx_error(MKX_ERR_INTERNAL, "proxy: region %u changed while "
+                     "commands are in flight", index);
+  region *g = &p->regions[index];
+  mkx_net_rkey *k = realloc(g->keys, sizeof *k * (size_t)p->net->size);
+  if (!k) return mkx_error(MKX_ERR_NOMEM, "proxy region keys");
+  memcpy(k, keys, sizeof *k * (size_t)p->net->size);
+  g->keys = k;
+  g->mr = *mr;
+  if (index == p->nregions) p->nregions++;
+  return MKX_SUCCESS;
+}
+
+int mkx_proxy_add_region(mkx_proxy *p, const mkx_net_mr *mr,
+                         const mkx_net_rkey *keys, uint32_t *index) {
+  *index = p->nregions;
+  return mkx_proxy_set_region(p, p->nregions, mr, keys);
+}
+
+/* Stop with `rc`: producers and waiters read `error` and give up. */
+static void fail(mkx_proxy *p, int rc) {
+  snprintf(p->why, sizeof p->why, "%s", MKX_Get_last_error());
+  mkx_log(MKX_LOG_ERROR, "proxy stopped: %s: %s", MKX_Error_string(rc),
+          p->why);
+  atomic_store_explicit(&p->ring->error, rc, memory_order_release);
+}
+
+static int check_cmd(const mkx_proxy *p, const mkx_proxy_cmd *c) {
+  if (c->op != MKX_PROXY_OP_WRITE)
+    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: command %llu has op %u",
+                     (unsigned long long)c->seq, c->op);
+  if (c->src >= p->nregions || c->dst >= p->nregions)
+    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: command %llu names region "
+                     "%u/%u of %u", (unsigned long long)c->seq, c->src,
+                     c->dst, p->nregions);
+  return MKX_SUCCESS; /* the transport checks peer, offsets and slot */
+}
+
+static int post(mkx_proxy *p, const mkx_proxy_cmd *c) {
+  const region *src = &p->regions[c->src], *dst = &p->regions[c->dst];
+  MKX_TRY(check_cmd(p, c));
+  return mkx_net_write_signal(p->net, c->peer, &src->mr, c->src_off,
+                              &dst->keys[c->peer], c->dst_off, c->len,
+                              c->slot, c->value, c->seq);
+}
+
+/* Take every command whose slot is filled; returns how many. */
+static int drain(mkx_proxy *p, int *rc) {
+  mkx_proxy_ring *r = p->ring;
+  uint32_t mask = r->entries - 1;
+  int taken = 0;
+  uint64_t next = atomic_load_explicit(&r->consumed, memory_order_relaxed);
+  for (;; next++, taken++) {
+    mkx_proxy_cmd *slot = &r->cmd[next & mask];
+    if (atomic_load_explicit(&slot->seq, memory_order_acquire) != next + 1)
+      break;
+    mkx_proxy_cmd c;
+    memcpy(&c, slot, offsetof(mkx_proxy_cmd, seq));
+    c.seq = next + 1;
+    if ((*rc = post(p, &c)) != MKX_SUCCESS) break;
+    atomic_store_explicit(&r->consumed, next + 1, memory_order_release);
+  }
+  return taken;
+}
+
+/* Record completions and advance `completed` over the finished prefix. */
+static int reap(mkx_proxy *p, int *rc) {
+  mkx_net_completion done[POLL_BATCH];
+  mkx_proxy_ring *r = p->ring;
+  uint32_t mask = r->entries - 1;
+  int n = 0;
+  if ((*rc = mkx_net_poll(p->net, done, POLL_BATCH, &n)) != MKX_SUCCESS)
+    return 0;
+  for (int i = 0; i < n; i++) p->done[done[i].cookie & mask] = 1;
+  uint64_t c = atomic_load_explicit(&r->completed, memory_order_relaxed);
+  while (p->done[(c + 1) & mask] &&
+         c < atomic_load_explicit(&r->consumed, memory_order_relaxed))
+    p->done[(++c) & mask] = 0;
+  atomic_store_explicit(&r->completed, c, memory_order_release);
+  return n;
+}
+
+static void idle(long spins) {
+  struct timespec nap = {0, spins > 10000 ? 200000 : 5000};
+  if (spins > 100) nanosleep(&nap, NULL);
+  else sched_yield();
+}
+
+static void *proxy_main(void *arg) {
+  mkx_proxy *p = arg;
+  long spins = 0;
+  int rc = MKX_SUCCESS;
+  while (rc == MKX_SUCCESS) {
+    int work = drain(p, &rc);
+    if (rc == MKX_SUCCESS) work += reap(p, &rc);
+    if (rc != MKX_SUCCESS) break;
+    /* Stop once everything taken is done, or when told to give up. */
+    uint64_t consumed = atomic_load(&p->ring->consumed);
+    if (atomic_load(&p->stop) &&
+        (atomic_load(&p->ring->completed) == consumed ||
+         atomic_load(&p->ring->error) != MKX_SUCCESS))
+      return NULL;
+    spins = work ? 0 : spins + 1;
+    if (!work) idle(spins);
+  }
+  fail(p, rc);
+  return NULL;
+}
+
+/* "0-3,8,10-11" into a cpu set; 0 if malformed. */
+static int parse_cpulist(const char *s, cpu_set_t *set) {
+  CPU_ZERO(set);
+  while (*s) {
+    char *end;
+    long a = strtol(s, &end, 10), b = a;
+    if (end == s || a < 0) return 0;
+    if (*end == '-') {
+      s = end + 1;
+      b = strtol(s, &end, 10);
+      if (end == s || b < a) return 0;
+    }
+    for (long c = a; c <= b && c < CPU_SETSIZE; c++) CPU_SET((int)c, set);
+    s = *end == ',' ? end + 1 : end;
+    if (*end && *end != ',') return 0;
+  }
+  return CPU_COUNT(set) > 0;
+}
+
+int mkx_proxy_start(mkx_proxy *p, const char *cpulist) {
+  cpu_set_t set;
+  int err = pthread_create(&p->thread, NULL, proxy_main, p);
+  if (err)
+    return mkx_error(MKX_ERR_INTERNAL, "proxy thread: %s", strerror(err));
+  p->running = 1;
+  if (cpulist && *cpulist) {
+    if (!parse_cpulist(cpulist, &set))
+      mkx_log(MKX_LOG_WARN, "proxy: bad cpu list '%s', not pinned", cpulist);
+    else if ((err = pthread_setaffinity_np(p->thread, sizeof set, &set)))
+      mkx_log(MKX_LOG_INFO, "proxy: not pinned to %s: %s", cpulist,
+              strerror(err));
+  }
+  return MKX_SUCCESS;
+}
+
+int mkx_proxy_stop(mkx_proxy *p) {
+  if (!p->running) return MKX_SUCCESS;
+  int rc = mkx_proxy_wait(p->ring, atomic_load(&p->ring->reserved),
+                          p->timeout_ms);
+  /* On a timeout the thread may be stuck behind a lost peer: the error
+   * word tells it to give up instead of finishing. */
+  if (rc != MKX_SUCCESS) {
+    int none = MKX_SUCCESS;
+    atomic_compare_exchange_strong(&p->ring->error, &none, rc);
+  }
+  atomic_store(&p->stop, 1);
+  pthread_join(p->thread, NULL);
+  p->running = 0;
+  int err = atomic_load(&p->ring->error);
+  if (rc == MKX_SUCCESS && err != MKX_SUCCESS)
+    rc = mkx_error(err, "proxy: %s", p->why);
+  return rc;
+}
+
+void mkx_proxy_destroy(mkx_proxy *p) {
+  if (!p) return;
+  if (p->running) mkx_proxy_stop(p);
+  for (uint32_t i = 0; i < p->nregions; i++) free(p->regions[i].keys);
+  if (p->own_ring) free(p->ring);
+  free(p->done);
+  free(p);
+}
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait until `ok(r, arg)` or the proxy's error or the deadline. */
+static int wait_until(mkx_proxy_ring *r, int (*ok)(mkx_proxy_ring *, uint64_t),
+                      uint64_t arg, int64_t timeout_ms, const char *what) {
+  int64_t deadline = now_ms() + timeout_ms;
+  for (long spins = 0; !ok(r, arg); spins++) {
+    int err = atomic_load_explicit(&r->error, memory_order_acquire);
+    if (err != MKX_SUCCESS)
+      return mkx_error(err, "%s: the proxy stopped (%s)", what,
+                       MKX_Error_string(err));
+    if (now_ms() > deadline)
+      return mkx_error(MKX_ERR_TIMEOUT, "%s: command %llu not done after "
+                       "%lld ms", what, (unsigned long long)arg,
+                       (long long)timeout_ms);
+    idle(spins);
+  }
+  return MKX_SUCCESS;
+}
+
+static int has_room(mkx_proxy_ring *r, uint64_t seq) {
+  return seq - atomic_load_explicit(&r->completed, memory_order_acquire) <=
+         r->entries;
+}
+
+static int is_complete(mkx_proxy_ring *r, uint64_t seq) {
+  return atomic_load_explicit(&r->completed, memory_order_acquire) >= seq;
+}
+
+int mkx_proxy_post(mkx_proxy_ring *r, const mkx_proxy_cmd *c, uint64_t *seq,
+                   int64_t timeout_ms) {
+  uint64_t s = atomic_fetch_add(&r->reserved, 1) + 1;
+  /* The ticket is taken: even on failure the slot must be filled, or the
+   * proxy would wait on it; a failed producer leaves the proxy stopped. */
+  int rc = wait_until(r, has_room, s, timeout_ms, "proxy ring full");
+  if (seq) *seq = s;
+  if (rc != MKX_SUCCESS) return rc;
+  mkx_proxy_cmd *slot = &r->cmd[(s - 1) & (r->entries - 1)];
+  memcpy(slot, c, offsetof(mkx_proxy_cmd, seq));
+  atomic_store_explicit(&slot->seq, s, memory_order_release);
+  return MKX_SUCCESS;
+}
+
+int mkx_proxy_wait(mkx_proxy_ring *r, uint64_t seq, int64_t timeout_ms) {
+  return wait_until(r, is_complete, seq, timeout_ms, "proxy completion");
+}

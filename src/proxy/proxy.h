@@ -1,0 +1,89 @@
+/* The GPU-driven proxy: producers (GPU CTAs, or host threads in tests)
+ * write fixed-size commands into a ring in host memory (mapped for the
+ * GPU); one proxy thread per GPU, pinned near the NIC, drains the ring,
+ * posts each command to the transport as a write-with-signal, and
+ * publishes in-order completions so producers reuse send buffers only
+ * when the transport is done with them.
+ *
+ * Protocol (every step bounded by the timeout):
+ *   producer: seq = ++reserved (atomic); wait until seq - completed <=
+ *             entries; fill cmd[seq % entries]; store cmd.seq = seq last,
+ *             with release semantics.
+ *   proxy:    takes cmd[consumed % entries] once its seq == consumed + 1,
+ *             posts it, counts it consumed; on each transport completion
+ *             marks it done and advances `completed` over the done prefix.
+ *   errors:   a bad command, a transport error or a lost peer stops the
+ *             proxy with `error` set; producers and waiters see it and
+ *             return it instead of waiting. */
+#ifndef MKX_PROXY_PROXY_H
+#define MKX_PROXY_PROXY_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include "net/net.h"
+
+enum { MKX_PROXY_OP_WRITE = 1 };
+
+/* One command: 64 bytes, so a producer writes it with a few 16-byte
+ * stores and the slot never straddles cache lines. */
+typedef struct mkx_proxy_cmd {
+  uint32_t op;       /* MKX_PROXY_OP_* */
+  int32_t peer;      /* destination rank */
+  uint32_t src;      /* local region index (mkx_proxy_add_region) */
+  uint32_t dst;      /* region index at the peer (same numbering) */
+  uint64_t src_off, dst_off, len;
+  uint32_t slot;     /* the peer's signal word to set after the data */
+  uint32_t pad;
+  uint64_t value;    /* the signal's new value */
+  _Atomic uint64_t seq; /* written last: the slot holds command `seq` */
+} mkx_proxy_cmd;
+
+typedef struct mkx_proxy_ring {
+  _Atomic uint64_t reserved;  /* tickets handed to producers */
+  char pad0[56];
+  _Atomic uint64_t consumed;  /* commands taken by the proxy */
+  _Atomic uint64_t completed; /* commands finished, in order */
+  _Atomic int32_t error;      /* MKX code that stopped the proxy, 0 if none */
+  uint32_t entries;           /* a power of two */
+  char pad1[40];
+  mkx_proxy_cmd cmd[];
+} mkx_proxy_ring;
+
+typedef struct mkx_proxy mkx_proxy;
+
+/* A proxy over an opened, connected endpoint.  entries: ring size (a power
+ * of two).  The ring is ordinary host memory here; the GPU path allocates
+ * it mapped (ring_mem != NULL: caller-provided, mkx_proxy_ring_bytes). */
+size_t mkx_proxy_ring_bytes(uint32_t entries);
+int mkx_proxy_create(mkx_net *net, uint32_t entries, void *ring_mem,
+                     int64_t timeout_ms, mkx_proxy **out);
+mkx_proxy_ring *mkx_proxy_ring_of(mkx_proxy *p);
+
+/* Region `index` = the next free index, the same on every rank when
+ * ranks add regions in the same order: mr is this rank's registration,
+ * keys[r] rank r's key for the same region (mkx_net_exchange_keys).
+ * Like mkx_proxy_set_region, only while the proxy is idle. */
+int mkx_proxy_add_region(mkx_proxy *p, const mkx_net_mr *mr,
+                         const mkx_net_rkey *keys, uint32_t *index);
+
+/* Set region `index` (<= the current count) while the proxy is idle:
+ * every command posted so far is complete.  The host thread that then
+ * posts commands naming it is ordered after the update by the ring. */
+int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,
+                         const mkx_net_rkey *keys);
+
+/* Start the proxy thread, pinned to the CPUs of `cpulist` ("0-13,112-125";
+ * NULL or "" leaves it unpinned; a failure to pin is logged, not fatal). */
+int mkx_proxy_start(mkx_proxy *p, const char *cpulist);
+/* Stop the thread after the commands already posted are done (bounded). */
+int mkx_proxy_stop(mkx_proxy *p);
+void mkx_proxy_destroy(mkx_proxy *p);
+
+/* Host-side producer: post one command; *seq receives its sequence
+ * number.  Safe from several threads. */
+int mkx_proxy_post(mkx_proxy_ring *r, const mkx_proxy_cmd *c, uint64_t *seq,
+                   int64_t timeout_ms);
+/* Wait until command `seq` (and every earlier one) is complete. */
+int mkx_proxy_wait(mkx_proxy_ring *r, uint64_t seq, int64_t timeout_ms);
+
+#endif
