@@ -28,7 +28,7 @@ echo "== build $(date -u +%FT%TZ)" | tee "$OUT/build.log"
     -o "$BUILD/gemm.o" > "$OUT/ptxas.txt" 2>&1 || { cat "$OUT/ptxas.txt"; echo "nvcc failed"; exit 1; }
 if grep -E "C7515|C7511|C7508|[Ww]arning" "$OUT/ptxas.txt"; then echo "ptxas warnings (treated as errors)"; rc=1; fi
 grep -E "stack frame|registers" "$OUT/ptxas.txt" | sort | uniq -c | tee -a "$OUT/build.log"
-CFLAGS="-std=c11 -O2 -Wall -Wextra -Ikernels/gemm -I$CUDA/include"
+CFLAGS="-std=c11 -O2 -Wall -Wextra -Ikernels/gemm -Itests/common -I$CUDA/include"
 LIBS="-L$CUDA/lib64 -lcublas -lcudart -lstdc++ -lm"
 gcc $CFLAGS tests/gpu/test_gemm_engine.c "$BUILD/gemm.o" $LIBS -o "$BUILD/test_gemm_engine" 2>&1 | tee -a "$OUT/build.log" || exit 1
 gcc $CFLAGS tests/perf/mkx_perf.c "$BUILD/gemm.o" $LIBS -o "$BUILD/mkx_perf" 2>&1 | tee -a "$OUT/build.log" || exit 1

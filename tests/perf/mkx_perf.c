@@ -20,24 +20,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "cuda_check.h"
 #include "gemm_engine.h"
 
-#define CK(x)                                                                                   \
-  do {                                                                                          \
-    cudaError_t e_ = (x);                                                                       \
-    if (e_ != cudaSuccess) {                                                                    \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));       \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
-#define CB(x)                                                                                   \
-  do {                                                                                          \
-    cublasStatus_t s_ = (x);                                                                    \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                                          \
-      fprintf(stderr, "%s:%d: %s: cublas status %d\n", __FILE__, __LINE__, #x, (int)s_);        \
-      exit(1);                                                                                  \
-    }                                                                                           \
-  } while (0)
 
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
