@@ -110,8 +110,9 @@ size_t MKX_Type_size(MKX_Datatype type);
 
 /* ---- communicators ------------------------------------------------------ */
 
-/* Collective over `comm`.  Splits ranks into nodes (or virtual nodes, see
- * option virtual_node_size), picks this rank's GPU, and exchanges what the
+/* Collective over `comm`.  Splits ranks into nodes (same host name and,
+ * under srun, same SLURM_NODEID; or virtual nodes, see option
+ * virtual_node_size), picks this rank's GPU, and exchanges what the
  * transports need.  `info` may be MPI_INFO_NULL; its "mkx_*" keys override
  * the MKX_* environment variables (see mkx_info for the list).
  * GPU choice, first match wins: option `device`; the only visible GPU;

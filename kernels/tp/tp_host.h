@@ -68,6 +68,9 @@ long mkx_tp_fused_starts(void);
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what);
 int mkx_tp_cuda_rc(cudaError_t e, const char *fn, const char *what);
 
+/* The GEMM engine's code for an MKX type the fused paths take. */
+int mkx_tp_gemm_type(MKX_Datatype t);
+
 /* Columns of a GEMM+ReduceScatter tile: fixed from agreed values so that
  * every rank indexes the owners' flags the same way. */
 int mkx_tp_rs_bn(int64_t n);

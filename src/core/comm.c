@@ -26,9 +26,18 @@ int mkx_comm_fail(MKX_Comm c, int rc) {
   return rc;
 }
 
+/* What identifies this rank's node: the host name, and Slurm's node id
+ * where srun set one (containers may all share one host name; several
+ * slurmd on one host are separate nodes to Slurm). */
 static void host_name(char *buf, size_t len) {
-  if (gethostname(buf, len) != 0) snprintf(buf, len, "unknown-host");
-  buf[len - 1] = '\0';
+  char host[MKX_HOSTNAME_MAX] = "unknown-host";
+  const char *id = getenv("SLURM_NODEID");
+  if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+  host[sizeof host - 1] = '\0';
+  if (id && *id)
+    snprintf(buf, len, "%.40s#slurm%.16s", host, id);
+  else
+    snprintf(buf, len, "%s", host);
 }
 
 static void comm_release(MKX_Comm c) {

@@ -143,11 +143,6 @@ static int join_peers(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
   return MKX_SUCCESS;
 }
 
-static int gemm_type(MKX_Datatype t) {
-  return t == MKX_FP16 ? MKX_GEMM_FP16
-                       : t == MKX_FP32 ? MKX_GEMM_FP32 : MKX_GEMM_BF16;
-}
-
 static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                     cudaStream_t st) {
   const int me = c->place.local_rank;
@@ -163,8 +158,8 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.b_kmajor = a->transb == MKX_TRANS;
   d.c = a->C;
   d.ldc = a->ldc;
-  d.ab_type = gemm_type(a->dtype);
-  d.c_type = gemm_type(a->ctype);
+  d.ab_type = mkx_tp_gemm_type(a->dtype);
+  d.c_type = mkx_tp_gemm_type(a->ctype);
   d.flags = mkx_tp_ws_flags(p->ws, me);
   d.epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
   d.first_tile_m = (int)(p->tile0 % p->tiles_m);

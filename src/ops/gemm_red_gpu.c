@@ -129,11 +129,6 @@ void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   free(p);
 }
 
-static int gemm_type(MKX_Datatype t) {
-  return t == MKX_FP16 ? MKX_GEMM_FP16
-                       : t == MKX_FP32 ? MKX_GEMM_FP32 : MKX_GEMM_BF16;
-}
-
 static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                     cudaStream_t st) {
   const int me = c->place.local_rank;
@@ -147,7 +142,7 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
   d.b = a->B;
   d.ldb = a->ldb;
   d.b_kmajor = a->transb == MKX_TRANS;
-  d.ab_type = gemm_type(a->dtype);
+  d.ab_type = mkx_tp_gemm_type(a->dtype);
   d.size = c->size;
   d.rank = c->rank;
   for (int q = 0; q <= c->size; q++) d.bnd[q] = p->bnd[q];
@@ -178,7 +173,7 @@ static int run_reduce(MKX_Comm c, const red_plan *p,
   d.flags = mkx_tp_ws_flags(p->ws, me);
   d.epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
   d.flag_stride = p->flag_stride;
-  d.c_type = gemm_type(a->ctype);
+  d.c_type = mkx_tp_gemm_type(a->ctype);
   d.c = a->C;
   d.ldc = a->ldc;
   d.c_row0 = p->allreduce ? d.first : 0;

@@ -88,6 +88,11 @@ int mkx_tp_launch_rc(int rc, const char *fn, const char *what) {
 
 int mkx_tp_rs_bn(int64_t n) { return n <= 128 ? 128 : 256; }
 
+int mkx_tp_gemm_type(MKX_Datatype t) {
+  return t == MKX_FP16 ? MKX_GEMM_FP16
+                       : t == MKX_FP32 ? MKX_GEMM_FP32 : MKX_GEMM_BF16;
+}
+
 int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
   if (c->place.num_nodes != 1 || c->place.local_size != c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path is single-node "
