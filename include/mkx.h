@@ -218,7 +218,9 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
  * communicator size p) rank r owns experts [r*E/p, (r+1)*E/p).
  * Rank r holds its tokens X_r, num_tokens x hidden (row-major), and for
  * each token `topk` global expert ids (int32, [num_tokens][topk], each in
- * [0, E), distinct within a token) and gate weights (fp32, same shape).
+ * [0, E), distinct within a token: else every rank returns
+ * MKX_ERR_INVALID_ARG naming the rank, token and slot) and gate weights
+ * (fp32, same shape).
  */
 
 /*

@@ -33,12 +33,16 @@ typedef struct moe_ctx {
 
 /* ---- send side ----------------------------------------------------------- */
 
-/* The first expert id outside [0, E) on this rank, as a status. */
+/* The first expert id outside [0, E), or repeating an earlier slot of
+ * its token (the contract wants distinct experts), as a status. */
 static void moe_check_ids(const moe_ctx *m, mkx_host_status *st) {
   const mkx_moe_args *a = m->a;
   for (int64_t i = 0; i < m->nsend; i++) {
     int32_t e = a->topk_ids[i];
-    if (e < 0 || e >= a->num_experts) {
+    int bad = e < 0 || e >= a->num_experts;
+    for (int64_t j = i - i % a->topk; !bad && j < i; j++)
+      bad = a->topk_ids[j] == e;
+    if (bad) {
       *st =
           (mkx_host_status){MKX_ERR_INVALID_ARG, {i / a->topk, i % a->topk, e}};
       return;
@@ -114,11 +118,12 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
     return rc;
   if (bad.rc == MKX_ERR_INVALID_ARG)
     return mkx_error(MKX_ERR_INVALID_ARG,
-                     "%s: topk_ids[%lld][%lld] = %lld on rank %d is outside "
-                     "[0, num_experts = %lld)",
-                     what, (long long)bad.d[0], (long long)bad.d[1],
+                     "%s: topk_ids[%lld][%lld] = %lld on rank %d %s", what,
+                     (long long)bad.d[0], (long long)bad.d[1],
                      (long long)bad.d[2], bad_rank,
-                     (long long)m->a->num_experts);
+                     bad.d[2] >= 0 && bad.d[2] < m->a->num_experts
+                         ? "repeats an expert of the same token"
+                         : "is outside [0, num_experts)");
   if (bad.rc == MKX_ERR_TRUNCATE)
     return mkx_error(MKX_ERR_TRUNCATE,
                      "%s: rank %d receives %lld rows but y_rows = %lld "

@@ -130,7 +130,7 @@ static void gemm_cases(void) {
 }
 
 static void other_cases(void) {
-  int32_t ids[2] = {0, 0};
+  int32_t ids[2] = {0, 1}; /* distinct experts, as the contract asks */
   float w[2] = {1, 1};
   EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 3, 2, 4, 0, 0, MKX_FP32,
                             comm, NULL), -1, MKX_ERR_BAD_SIZE, "heads_kv");
@@ -161,6 +161,17 @@ static void other_cases(void) {
   checks++;
   if (rc != MKX_ERR_INVALID_ARG && !(rank != 0 && rc == MKX_ERR_PEER))
     fail(__LINE__, "expert id out of range", rc, MKX_ERR_INVALID_ARG);
+  /* So is an expert named twice by one token (the last rank's). */
+  int32_t twice[2] = {0, ME(LAST) ? 0 : size > 1 ? 1 : 0};
+  if (size > 1) {
+    rc = MKX_Moe_dispatch_gemm(A, 1, 4, twice, w, 2, 2 * size, B, 4, C, 8,
+                               counts, NULL, MKX_FP32, comm, NULL);
+    checks++;
+    if (rc != MKX_ERR_INVALID_ARG ||
+        (ME(LAST) && !strstr(MKX_Get_last_error(), "repeats")))
+      fail(__LINE__, "expert repeated within a token", rc,
+           MKX_ERR_INVALID_ARG);
+  }
 }
 
 static void handle_cases(void) {
