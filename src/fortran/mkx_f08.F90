@@ -1055,64 +1055,6 @@ contains
     call set_ierror(rc, ierror)
   end subroutine mkx_allgather_gemm_ptr
 
-  subroutine mkx_allgather_gemm_r1(A, m_local, k, lda, B, n, ldb, transb, &
-      C, ldc, A_out, ld_aout, dtype, ctype, order, comm, stream, ierror)
-    type(*), dimension(:), intent(in) :: A
-    integer(c_int64_t), intent(in) :: m_local
-    integer(c_int64_t), intent(in) :: k
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in) :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout) :: C
-    integer(c_int64_t), intent(in) :: ldc
-    type(*), dimension(..), intent(inout), optional :: A_out
-    integer(c_int64_t), intent(in), optional :: ld_aout
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    type(c_ptr) :: unused
-    rc = c_allgather_gemm_a(A, m_local, k, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, A_out, opt_i64(ld_aout), &
-        int(dtype, c_int), int(ctype, c_int), int(order, c_int), comm%ptr, &
-        opt_ptr(stream), 0_c_int, 0_c_int, unused)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_allgather_gemm_r1
-
-  subroutine mkx_allgather_gemm_r2(A, m_local, k, lda, B, n, ldb, transb, &
-      C, ldc, A_out, ld_aout, dtype, ctype, order, comm, stream, ierror)
-    type(*), dimension(:,:), intent(in) :: A
-    integer(c_int64_t), intent(in) :: m_local
-    integer(c_int64_t), intent(in) :: k
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in) :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout) :: C
-    integer(c_int64_t), intent(in) :: ldc
-    type(*), dimension(..), intent(inout), optional :: A_out
-    integer(c_int64_t), intent(in), optional :: ld_aout
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    type(c_ptr) :: unused
-    rc = c_allgather_gemm_a(A, m_local, k, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, A_out, opt_i64(ld_aout), &
-        int(dtype, c_int), int(ctype, c_int), int(order, c_int), comm%ptr, &
-        opt_ptr(stream), 0_c_int, 0_c_int, unused)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_allgather_gemm_r2
-
   subroutine mkx_allgather_gemm_init_ptr(A, m_local, k, lda, B, n, ldb, transb, &
       C, ldc, A_out, ld_aout, dtype, ctype, order, comm, info, request, &
       ierror)
@@ -1144,66 +1086,6 @@ contains
     call set_ierror(rc, ierror)
   end subroutine mkx_allgather_gemm_init_ptr
 
-  subroutine mkx_allgather_gemm_init_r1(A, m_local, k, lda, B, n, ldb, transb, &
-      C, ldc, A_out, ld_aout, dtype, ctype, order, comm, info, request, &
-      ierror)
-    type(*), dimension(:), intent(in), asynchronous :: A
-    integer(c_int64_t), intent(in) :: m_local
-    integer(c_int64_t), intent(in) :: k
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in), asynchronous :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout), asynchronous :: C
-    integer(c_int64_t), intent(in) :: ldc
-    type(*), dimension(..), intent(inout), asynchronous, optional :: A_out
-    integer(c_int64_t), intent(in), optional :: ld_aout
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(MPI_Info), intent(in) :: info
-    type(MKX_Request), intent(out) :: request
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_allgather_gemm_a(A, m_local, k, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, A_out, opt_i64(ld_aout), &
-        int(dtype, c_int), int(ctype, c_int), int(order, c_int), comm%ptr, &
-        c_null_ptr, 1_c_int, int(info%MPI_VAL, c_int), request%ptr)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_allgather_gemm_init_r1
-
-  subroutine mkx_allgather_gemm_init_r2(A, m_local, k, lda, B, n, ldb, transb, &
-      C, ldc, A_out, ld_aout, dtype, ctype, order, comm, info, request, &
-      ierror)
-    type(*), dimension(:,:), intent(in), asynchronous :: A
-    integer(c_int64_t), intent(in) :: m_local
-    integer(c_int64_t), intent(in) :: k
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in), asynchronous :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout), asynchronous :: C
-    integer(c_int64_t), intent(in) :: ldc
-    type(*), dimension(..), intent(inout), asynchronous, optional :: A_out
-    integer(c_int64_t), intent(in), optional :: ld_aout
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(MPI_Info), intent(in) :: info
-    type(MKX_Request), intent(out) :: request
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_allgather_gemm_a(A, m_local, k, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, A_out, opt_i64(ld_aout), &
-        int(dtype, c_int), int(ctype, c_int), int(order, c_int), comm%ptr, &
-        c_null_ptr, 1_c_int, int(info%MPI_VAL, c_int), request%ptr)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_allgather_gemm_init_r2
-
   subroutine mkx_gemm_reduce_scatter_ptr(A, M, k_local, lda, B, n, ldb, transb, &
       C, ldc, dtype, ctype, order, comm, stream, ierror)
     type(c_ptr), intent(in) :: A
@@ -1229,60 +1111,6 @@ contains
         int(order, c_int), comm%ptr, opt_ptr(stream))
     call set_ierror(rc, ierror)
   end subroutine mkx_gemm_reduce_scatter_ptr
-
-  subroutine mkx_gemm_reduce_scatter_r1(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, stream, ierror)
-    type(*), dimension(:), intent(in) :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in) :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout) :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    type(c_ptr) :: unused
-    rc = c_gemm_reduce_scatter_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, opt_ptr(stream), 0_c_int, 0_c_int, &
-        unused)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_reduce_scatter_r1
-
-  subroutine mkx_gemm_reduce_scatter_r2(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, stream, ierror)
-    type(*), dimension(:,:), intent(in) :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in) :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout) :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    type(c_ptr) :: unused
-    rc = c_gemm_reduce_scatter_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, opt_ptr(stream), 0_c_int, 0_c_int, &
-        unused)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_reduce_scatter_r2
 
   subroutine mkx_gemm_reduce_scatter_init_ptr(A, M, k_local, lda, B, n, ldb, transb, &
       C, ldc, dtype, ctype, order, comm, info, request, ierror)
@@ -1311,60 +1139,6 @@ contains
     call set_ierror(rc, ierror)
   end subroutine mkx_gemm_reduce_scatter_init_ptr
 
-  subroutine mkx_gemm_reduce_scatter_init_r1(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, info, request, ierror)
-    type(*), dimension(:), intent(in), asynchronous :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in), asynchronous :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout), asynchronous :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(MPI_Info), intent(in) :: info
-    type(MKX_Request), intent(out) :: request
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_gemm_reduce_scatter_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, c_null_ptr, 1_c_int, &
-        int(info%MPI_VAL, c_int), request%ptr)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_reduce_scatter_init_r1
-
-  subroutine mkx_gemm_reduce_scatter_init_r2(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, info, request, ierror)
-    type(*), dimension(:,:), intent(in), asynchronous :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in), asynchronous :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout), asynchronous :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(MPI_Info), intent(in) :: info
-    type(MKX_Request), intent(out) :: request
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_gemm_reduce_scatter_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, c_null_ptr, 1_c_int, &
-        int(info%MPI_VAL, c_int), request%ptr)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_reduce_scatter_init_r2
-
   subroutine mkx_gemm_allreduce_ptr(A, M, k_local, lda, B, n, ldb, transb, &
       C, ldc, dtype, ctype, order, comm, stream, ierror)
     type(c_ptr), intent(in) :: A
@@ -1390,60 +1164,6 @@ contains
         int(order, c_int), comm%ptr, opt_ptr(stream))
     call set_ierror(rc, ierror)
   end subroutine mkx_gemm_allreduce_ptr
-
-  subroutine mkx_gemm_allreduce_r1(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, stream, ierror)
-    type(*), dimension(:), intent(in) :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in) :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout) :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    type(c_ptr) :: unused
-    rc = c_gemm_allreduce_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, opt_ptr(stream), 0_c_int, 0_c_int, &
-        unused)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_allreduce_r1
-
-  subroutine mkx_gemm_allreduce_r2(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, stream, ierror)
-    type(*), dimension(:,:), intent(in) :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in) :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout) :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    type(c_ptr) :: unused
-    rc = c_gemm_allreduce_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, opt_ptr(stream), 0_c_int, 0_c_int, &
-        unused)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_allreduce_r2
 
   subroutine mkx_gemm_allreduce_init_ptr(A, M, k_local, lda, B, n, ldb, transb, &
       C, ldc, dtype, ctype, order, comm, info, request, ierror)
@@ -1472,60 +1192,6 @@ contains
     call set_ierror(rc, ierror)
   end subroutine mkx_gemm_allreduce_init_ptr
 
-  subroutine mkx_gemm_allreduce_init_r1(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, info, request, ierror)
-    type(*), dimension(:), intent(in), asynchronous :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in), asynchronous :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout), asynchronous :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(MPI_Info), intent(in) :: info
-    type(MKX_Request), intent(out) :: request
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_gemm_allreduce_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, c_null_ptr, 1_c_int, &
-        int(info%MPI_VAL, c_int), request%ptr)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_allreduce_init_r1
-
-  subroutine mkx_gemm_allreduce_init_r2(A, M, k_local, lda, B, n, ldb, transb, &
-      C, ldc, dtype, ctype, order, comm, info, request, ierror)
-    type(*), dimension(:,:), intent(in), asynchronous :: A
-    integer(c_int64_t), intent(in) :: M
-    integer(c_int64_t), intent(in) :: k_local
-    integer(c_int64_t), intent(in) :: lda
-    type(*), dimension(..), intent(in), asynchronous :: B
-    integer(c_int64_t), intent(in) :: n
-    integer(c_int64_t), intent(in) :: ldb
-    integer, intent(in) :: transb
-    type(*), dimension(..), intent(inout), asynchronous :: C
-    integer(c_int64_t), intent(in) :: ldc
-    integer, intent(in) :: dtype
-    integer, intent(in) :: ctype
-    integer, intent(in) :: order
-    type(MKX_Comm), intent(in) :: comm
-    type(MPI_Info), intent(in) :: info
-    type(MKX_Request), intent(out) :: request
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_gemm_allreduce_a(A, M, k_local, lda, B, n, ldb, &
-        int(transb, c_int), C, ldc, int(dtype, c_int), int(ctype, c_int), &
-        int(order, c_int), comm%ptr, c_null_ptr, 1_c_int, &
-        int(info%MPI_VAL, c_int), request%ptr)
-    call set_ierror(rc, ierror)
-  end subroutine mkx_gemm_allreduce_init_r2
-
   subroutine mkx_ring_attention_ptr(Q, K, V, O, LSE, batch, seq_local, &
       heads_q, heads_kv, head_dim, causal, scale, dtype, comm, stream, &
       ierror)
@@ -1553,110 +1219,6 @@ contains
         comm%ptr, opt_ptr(stream))
     call set_ierror(rc, ierror)
   end subroutine mkx_ring_attention_ptr
-
-  subroutine mkx_ring_attention_r1(Q, K, V, O, LSE, batch, seq_local, &
-      heads_q, heads_kv, head_dim, causal, scale, dtype, comm, stream, &
-      ierror)
-    type(*), dimension(:), intent(in) :: Q
-    type(*), dimension(..), intent(in) :: K
-    type(*), dimension(..), intent(in) :: V
-    type(*), dimension(..), intent(inout) :: O
-    type(*), dimension(..), intent(inout), optional :: LSE
-    integer(c_int64_t), intent(in) :: batch
-    integer(c_int64_t), intent(in) :: seq_local
-    integer(c_int64_t), intent(in) :: heads_q
-    integer(c_int64_t), intent(in) :: heads_kv
-    integer(c_int64_t), intent(in) :: head_dim
-    logical, intent(in) :: causal
-    real(c_double), intent(in) :: scale
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_ring_attention_a(Q, K, V, O, LSE, batch, seq_local, &
-        heads_q, heads_kv, head_dim, merge(1_c_int, 0_c_int, causal), &
-        scale, int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_ring_attention_r1
-
-  subroutine mkx_ring_attention_r2(Q, K, V, O, LSE, batch, seq_local, &
-      heads_q, heads_kv, head_dim, causal, scale, dtype, comm, stream, &
-      ierror)
-    type(*), dimension(:,:), intent(in) :: Q
-    type(*), dimension(..), intent(in) :: K
-    type(*), dimension(..), intent(in) :: V
-    type(*), dimension(..), intent(inout) :: O
-    type(*), dimension(..), intent(inout), optional :: LSE
-    integer(c_int64_t), intent(in) :: batch
-    integer(c_int64_t), intent(in) :: seq_local
-    integer(c_int64_t), intent(in) :: heads_q
-    integer(c_int64_t), intent(in) :: heads_kv
-    integer(c_int64_t), intent(in) :: head_dim
-    logical, intent(in) :: causal
-    real(c_double), intent(in) :: scale
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_ring_attention_a(Q, K, V, O, LSE, batch, seq_local, &
-        heads_q, heads_kv, head_dim, merge(1_c_int, 0_c_int, causal), &
-        scale, int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_ring_attention_r2
-
-  subroutine mkx_ring_attention_r3(Q, K, V, O, LSE, batch, seq_local, &
-      heads_q, heads_kv, head_dim, causal, scale, dtype, comm, stream, &
-      ierror)
-    type(*), dimension(:,:,:), intent(in) :: Q
-    type(*), dimension(..), intent(in) :: K
-    type(*), dimension(..), intent(in) :: V
-    type(*), dimension(..), intent(inout) :: O
-    type(*), dimension(..), intent(inout), optional :: LSE
-    integer(c_int64_t), intent(in) :: batch
-    integer(c_int64_t), intent(in) :: seq_local
-    integer(c_int64_t), intent(in) :: heads_q
-    integer(c_int64_t), intent(in) :: heads_kv
-    integer(c_int64_t), intent(in) :: head_dim
-    logical, intent(in) :: causal
-    real(c_double), intent(in) :: scale
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_ring_attention_a(Q, K, V, O, LSE, batch, seq_local, &
-        heads_q, heads_kv, head_dim, merge(1_c_int, 0_c_int, causal), &
-        scale, int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_ring_attention_r3
-
-  subroutine mkx_ring_attention_r4(Q, K, V, O, LSE, batch, seq_local, &
-      heads_q, heads_kv, head_dim, causal, scale, dtype, comm, stream, &
-      ierror)
-    type(*), dimension(:,:,:,:), intent(in) :: Q
-    type(*), dimension(..), intent(in) :: K
-    type(*), dimension(..), intent(in) :: V
-    type(*), dimension(..), intent(inout) :: O
-    type(*), dimension(..), intent(inout), optional :: LSE
-    integer(c_int64_t), intent(in) :: batch
-    integer(c_int64_t), intent(in) :: seq_local
-    integer(c_int64_t), intent(in) :: heads_q
-    integer(c_int64_t), intent(in) :: heads_kv
-    integer(c_int64_t), intent(in) :: head_dim
-    logical, intent(in) :: causal
-    real(c_double), intent(in) :: scale
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_ring_attention_a(Q, K, V, O, LSE, batch, seq_local, &
-        heads_q, heads_kv, head_dim, merge(1_c_int, 0_c_int, causal), &
-        scale, int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_ring_attention_r4
 
   subroutine mkx_moe_dispatch_gemm_ptr(X, num_tokens, hidden, topk_ids, &
       topk_weight, topk, num_experts, W, n, Y, y_rows, expert_rows, origin, &
@@ -1687,60 +1249,6 @@ contains
     call set_ierror(rc, ierror)
   end subroutine mkx_moe_dispatch_gemm_ptr
 
-  subroutine mkx_moe_dispatch_gemm_r1(X, num_tokens, hidden, topk_ids, &
-      topk_weight, topk, num_experts, W, n, Y, y_rows, expert_rows, origin, &
-      dtype, comm, stream, ierror)
-    type(*), dimension(:), intent(in) :: X
-    integer(c_int64_t), intent(in) :: num_tokens
-    integer(c_int64_t), intent(in) :: hidden
-    type(*), dimension(..), intent(in) :: topk_ids
-    type(*), dimension(..), intent(in), optional :: topk_weight
-    integer(c_int64_t), intent(in) :: topk
-    integer(c_int64_t), intent(in) :: num_experts
-    type(*), dimension(..), intent(in) :: W
-    integer(c_int64_t), intent(in) :: n
-    type(*), dimension(..), intent(inout) :: Y
-    integer(c_int64_t), intent(in) :: y_rows
-    type(*), dimension(..), intent(inout) :: expert_rows
-    type(*), dimension(..), intent(inout), optional :: origin
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_moe_dispatch_gemm_a(X, num_tokens, hidden, topk_ids, &
-        topk_weight, topk, num_experts, W, n, Y, y_rows, expert_rows, &
-        origin, int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_moe_dispatch_gemm_r1
-
-  subroutine mkx_moe_dispatch_gemm_r2(X, num_tokens, hidden, topk_ids, &
-      topk_weight, topk, num_experts, W, n, Y, y_rows, expert_rows, origin, &
-      dtype, comm, stream, ierror)
-    type(*), dimension(:,:), intent(in) :: X
-    integer(c_int64_t), intent(in) :: num_tokens
-    integer(c_int64_t), intent(in) :: hidden
-    type(*), dimension(..), intent(in) :: topk_ids
-    type(*), dimension(..), intent(in), optional :: topk_weight
-    integer(c_int64_t), intent(in) :: topk
-    integer(c_int64_t), intent(in) :: num_experts
-    type(*), dimension(..), intent(in) :: W
-    integer(c_int64_t), intent(in) :: n
-    type(*), dimension(..), intent(inout) :: Y
-    integer(c_int64_t), intent(in) :: y_rows
-    type(*), dimension(..), intent(inout) :: expert_rows
-    type(*), dimension(..), intent(inout), optional :: origin
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_moe_dispatch_gemm_a(X, num_tokens, hidden, topk_ids, &
-        topk_weight, topk, num_experts, W, n, Y, y_rows, expert_rows, &
-        origin, int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_moe_dispatch_gemm_r2
-
   subroutine mkx_moe_layer_ptr(X, num_tokens, hidden, topk_ids, &
       topk_weight, topk, num_experts, W1, W2, ffn, out, dtype, comm, &
       stream, ierror)
@@ -1767,53 +1275,64 @@ contains
     call set_ierror(rc, ierror)
   end subroutine mkx_moe_layer_ptr
 
-  subroutine mkx_moe_layer_r1(X, num_tokens, hidden, topk_ids, &
-      topk_weight, topk, num_experts, W1, W2, ffn, out, dtype, comm, &
-      stream, ierror)
-    type(*), dimension(:), intent(in) :: X
-    integer(c_int64_t), intent(in) :: num_tokens
-    integer(c_int64_t), intent(in) :: hidden
-    type(*), dimension(..), intent(in) :: topk_ids
-    type(*), dimension(..), intent(in) :: topk_weight
-    integer(c_int64_t), intent(in) :: topk
-    integer(c_int64_t), intent(in) :: num_experts
-    type(*), dimension(..), intent(in) :: W1
-    type(*), dimension(..), intent(in) :: W2
-    integer(c_int64_t), intent(in) :: ffn
-    type(*), dimension(..), intent(inout) :: out
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_moe_layer_a(X, num_tokens, hidden, topk_ids, &
-        topk_weight, topk, num_experts, W1, W2, ffn, out, &
-        int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_moe_layer_r1
+! The array variants, one set per rank of the first buffer.
+#define ARRAY_RANK dimension(:)
+#define NAME_ALLGATHER_GEMM mkx_allgather_gemm_r1
+#define NAME_ALLGATHER_GEMM_INIT mkx_allgather_gemm_init_r1
+#define NAME_GEMM_REDUCE_SCATTER mkx_gemm_reduce_scatter_r1
+#define NAME_GEMM_REDUCE_SCATTER_INIT mkx_gemm_reduce_scatter_init_r1
+#define NAME_GEMM_ALLREDUCE mkx_gemm_allreduce_r1
+#define NAME_GEMM_ALLREDUCE_INIT mkx_gemm_allreduce_init_r1
+#define NAME_MOE_DISPATCH_GEMM mkx_moe_dispatch_gemm_r1
+#define NAME_MOE_LAYER mkx_moe_layer_r1
+#include "mkx_f08_arrays.inc"
+#undef ARRAY_RANK
+#undef NAME_ALLGATHER_GEMM
+#undef NAME_ALLGATHER_GEMM_INIT
+#undef NAME_GEMM_REDUCE_SCATTER
+#undef NAME_GEMM_REDUCE_SCATTER_INIT
+#undef NAME_GEMM_ALLREDUCE
+#undef NAME_GEMM_ALLREDUCE_INIT
+#undef NAME_MOE_DISPATCH_GEMM
+#undef NAME_MOE_LAYER
+#define ARRAY_RANK dimension(:,:)
+#define NAME_ALLGATHER_GEMM mkx_allgather_gemm_r2
+#define NAME_ALLGATHER_GEMM_INIT mkx_allgather_gemm_init_r2
+#define NAME_GEMM_REDUCE_SCATTER mkx_gemm_reduce_scatter_r2
+#define NAME_GEMM_REDUCE_SCATTER_INIT mkx_gemm_reduce_scatter_init_r2
+#define NAME_GEMM_ALLREDUCE mkx_gemm_allreduce_r2
+#define NAME_GEMM_ALLREDUCE_INIT mkx_gemm_allreduce_init_r2
+#define NAME_MOE_DISPATCH_GEMM mkx_moe_dispatch_gemm_r2
+#define NAME_MOE_LAYER mkx_moe_layer_r2
+#include "mkx_f08_arrays.inc"
+#undef ARRAY_RANK
+#undef NAME_ALLGATHER_GEMM
+#undef NAME_ALLGATHER_GEMM_INIT
+#undef NAME_GEMM_REDUCE_SCATTER
+#undef NAME_GEMM_REDUCE_SCATTER_INIT
+#undef NAME_GEMM_ALLREDUCE
+#undef NAME_GEMM_ALLREDUCE_INIT
+#undef NAME_MOE_DISPATCH_GEMM
+#undef NAME_MOE_LAYER
+#define ARRAY_RANK dimension(:)
+#define NAME_RING_ATTENTION mkx_ring_attention_r1
+#include "mkx_f08_attention.inc"
+#undef ARRAY_RANK
+#undef NAME_RING_ATTENTION
+#define ARRAY_RANK dimension(:,:)
+#define NAME_RING_ATTENTION mkx_ring_attention_r2
+#include "mkx_f08_attention.inc"
+#undef ARRAY_RANK
+#undef NAME_RING_ATTENTION
+#define ARRAY_RANK dimension(:,:,:)
+#define NAME_RING_ATTENTION mkx_ring_attention_r3
+#include "mkx_f08_attention.inc"
+#undef ARRAY_RANK
+#undef NAME_RING_ATTENTION
+#define ARRAY_RANK dimension(:,:,:,:)
+#define NAME_RING_ATTENTION mkx_ring_attention_r4
+#include "mkx_f08_attention.inc"
+#undef ARRAY_RANK
+#undef NAME_RING_ATTENTION
 
-  subroutine mkx_moe_layer_r2(X, num_tokens, hidden, topk_ids, &
-      topk_weight, topk, num_experts, W1, W2, ffn, out, dtype, comm, &
-      stream, ierror)
-    type(*), dimension(:,:), intent(in) :: X
-    integer(c_int64_t), intent(in) :: num_tokens
-    integer(c_int64_t), intent(in) :: hidden
-    type(*), dimension(..), intent(in) :: topk_ids
-    type(*), dimension(..), intent(in) :: topk_weight
-    integer(c_int64_t), intent(in) :: topk
-    integer(c_int64_t), intent(in) :: num_experts
-    type(*), dimension(..), intent(in) :: W1
-    type(*), dimension(..), intent(in) :: W2
-    integer(c_int64_t), intent(in) :: ffn
-    type(*), dimension(..), intent(inout) :: out
-    integer, intent(in) :: dtype
-    type(MKX_Comm), intent(in) :: comm
-    type(c_ptr), intent(in), optional :: stream
-    integer, intent(out), optional :: ierror
-    integer(c_int) :: rc
-    rc = c_moe_layer_a(X, num_tokens, hidden, topk_ids, &
-        topk_weight, topk, num_experts, W1, W2, ffn, out, &
-        int(dtype, c_int), comm%ptr, opt_ptr(stream))
-    call set_ierror(rc, ierror)
-  end subroutine mkx_moe_layer_r2
 end module mkx_f08
