@@ -1,9 +1,10 @@
-/* The three tensor-parallel calls over virtual nodes (2 ranks per node):
- * results equal those of a single-node communicator on the same inputs,
- * and the bytes that crossed the network are exactly the minimum of the
- * hierarchical scheme: every A row once per destination node (AllGather),
- * every node's partial of a foreign block once (ReduceScatter), plus each
- * rounded block once per other node (AllReduce). */
+/* The three tensor-parallel calls over virtual nodes: results equal those
+ * of a single-node communicator on the same inputs, and the bytes that
+ * crossed the network are exactly the minimum of the hierarchical scheme:
+ * every A row once per destination node (AllGather), every node's partial
+ * of a foreign block once (ReduceScatter), plus each rounded block once per
+ * other node (AllReduce).  Host buffers: nodes of 2 ranks.  With --device:
+ * one GPU per rank and one rank per node, so 2 GPUs are 2 nodes over tcp. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,27 +12,23 @@
 #include "core/comm.h"
 #include "core/comm_net.h"
 #include "mkx.h"
+#include "mkx_test.h"
 
-static int rank, size, failures, checks;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    checks++;                                                                \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - rank %d line %d: ", rank, __LINE__);                  \
-      printf(__VA_ARGS__);                                                   \
-      printf(" (%s)\n", MKX_Get_last_error());                               \
-    }                                                                        \
-  } while (0)
+typedef struct geo {
+  int N, G, j, l;
+} geo;
 
 static float frand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
   return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
-static void fill(float *x, size_t n, unsigned seed) {
-  for (size_t i = 0; i < n; i++) x[i] = frand(&seed);
+/* A buffer of n floats, filled from `seed` (or poisoned if seed is 0). */
+static void make(tbuf *b, size_t n, unsigned seed) {
+  mt_check(tbuf_alloc(b, n * sizeof(float) + sizeof(float)) == 0, "alloc");
+  float *x = b->host;
+  for (size_t i = 0; seed && i < n; i++) x[i] = frand(&seed);
+  tbuf_upload(b);
 }
 
 static double rel_diff(const float *a, const float *b, size_t n) {
@@ -43,43 +40,42 @@ static double rel_diff(const float *a, const float *b, size_t n) {
   return sqrt(d / (r > 0 ? r : 1));
 }
 
-typedef struct geo {
-  int N, G, j, l;
-} geo;
-
 static int64_t block_rows(int64_t M, int q) {
   int64_t first, count;
-  MKX_Block_range(M, size, q, &first, &count);
+  MKX_Block_range(M, mt.size, q, &first, &count);
   return count;
 }
 
-/* Rank of (node k, local l) when virtual nodes of G are cut in rank order. */
+/* Rank of (node k, local l): virtual nodes are cut in rank order. */
 static int at(const geo *g, int k, int l) { return k * g->G + l; }
 
 static void allgather(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t m,
                       int64_t k, int64_t n) {
-  int64_t M = m * size;
-  float *A = malloc(sizeof(float) * m * k), *B = malloc(sizeof(float) * k * n);
-  float *C1 = malloc(sizeof(float) * M * n), *C2 = malloc(sizeof(float) * M * n);
-  fill(A, m * k, 11 + rank), fill(B, k * n, 7 + rank);
+  int64_t M = m * mt.size;
+  tbuf A, B, C1, C2;
+  make(&A, m * k, 11 + mt.rank), make(&B, k * n, 7 + mt.rank);
+  make(&C1, M * n, 0), make(&C2, M * n, 0);
   uint64_t before = mkx_comm_net_bytes_sent(hier);
-  int rc = MKX_Allgather_gemm(A, m, k, k, B, n, n, MKX_NO_TRANS, C1, n, NULL,
-                              0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, hier, NULL);
+  int rc = MKX_Allgather_gemm(tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n,
+                              MKX_NO_TRANS, tbuf_ptr(&C1), n, NULL, 0,
+                              MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, hier, NULL);
   uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
-  CHECK(rc == MKX_SUCCESS, "hierarchical allgather-GEMM");
-  CHECK(MKX_Allgather_gemm(A, m, k, k, B, n, n, MKX_NO_TRANS, C2, n, NULL, 0,
-                           MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, flat,
-                           NULL) == MKX_SUCCESS, "flat allgather-GEMM");
-  CHECK(memcmp(C1, C2, sizeof(float) * M * n) == 0,
-        "allgather-GEMM: same bits as on one node");
+  mt_check_rc(rc, MKX_SUCCESS, "hierarchical allgather-GEMM %lldx%lldx%lld",
+              (long long)M, (long long)n, (long long)k);
+  rc = MKX_Allgather_gemm(tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n,
+                          MKX_NO_TRANS, tbuf_ptr(&C2), n, NULL, 0, MKX_FP32,
+                          MKX_FP32, MKX_ROW_MAJOR, flat, NULL);
+  mt_check_rc(rc, MKX_SUCCESS, "one-node allgather-GEMM");
+  tbuf_download(&C1), tbuf_download(&C2);
+  mt_check(memcmp(C1.host, C2.host, sizeof(float) * M * n) == 0,
+           "allgather-GEMM: same bits as on one node");
   uint64_t want = (uint64_t)(g->N - 1) * m * k * sizeof(float);
-  CHECK(sent == want, "allgather-GEMM sent %llu bytes, minimum %llu",
-        (unsigned long long)sent, (unsigned long long)want);
-  free(A), free(B), free(C1), free(C2);
+  mt_check(sent == want, "allgather-GEMM sent %llu bytes, minimum %llu",
+           (unsigned long long)sent, (unsigned long long)want);
+  tbuf_free(&A), tbuf_free(&B), tbuf_free(&C1), tbuf_free(&C2);
 }
 
-/* Bytes of node partials this rank sends: one per foreign block of its
- * column, in fp32. */
+/* Node partials this rank sends: one per foreign block of its column. */
 static uint64_t rs_bytes(const geo *g, int64_t M, int64_t n) {
   uint64_t b = 0;
   for (int k = 0; k < g->N; k++)
@@ -87,79 +83,84 @@ static uint64_t rs_bytes(const geo *g, int64_t M, int64_t n) {
   return b;
 }
 
+static int reduce_call(int all, tbuf *A, int64_t M, int64_t kl, tbuf *B,
+                       int64_t n, tbuf *C, MKX_Comm c) {
+  if (all)
+    return MKX_Gemm_allreduce(tbuf_ptr(A), M, kl, kl, tbuf_ptr(B), n, n,
+                              MKX_NO_TRANS, tbuf_ptr(C), n, MKX_FP32,
+                              MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+  return MKX_Gemm_reduce_scatter(tbuf_ptr(A), M, kl, kl, tbuf_ptr(B), n, n,
+                                 MKX_NO_TRANS, tbuf_ptr(C), n, MKX_FP32,
+                                 MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+}
+
 static void reduce(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t M,
                    int64_t kl, int64_t n, int all) {
-  int64_t rows = all ? M : block_rows(M, rank);
-  float *A = malloc(sizeof(float) * M * kl), *B = malloc(sizeof(float) * kl * n);
-  float *C1 = malloc(sizeof(float) * (rows * n + 1));
-  float *C2 = malloc(sizeof(float) * (rows * n + 1));
-  fill(A, M * kl, 5 + rank), fill(B, kl * n, 3 + rank);
+  const char *what = all ? "allreduce" : "reduce-scatter";
+  int64_t rows = all ? M : block_rows(M, mt.rank);
+  tbuf A, B, C1, C2;
+  make(&A, M * kl, 5 + mt.rank), make(&B, kl * n, 3 + mt.rank);
+  make(&C1, rows * n, 0), make(&C2, rows * n, 0);
   uint64_t before = mkx_comm_net_bytes_sent(hier);
-  int rc = all ? MKX_Gemm_allreduce(A, M, kl, kl, B, n, n, MKX_NO_TRANS, C1,
-                                    n, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
-                                    hier, NULL)
-               : MKX_Gemm_reduce_scatter(A, M, kl, kl, B, n, n, MKX_NO_TRANS,
-                                         C1, n, MKX_FP32, MKX_FP32,
-                                         MKX_ROW_MAJOR, hier, NULL);
+  int rc = reduce_call(all, &A, M, kl, &B, n, &C1, hier);
   uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
-  CHECK(rc == MKX_SUCCESS, "hierarchical %s", all ? "allreduce" : "RS");
-  rc = all ? MKX_Gemm_allreduce(A, M, kl, kl, B, n, n, MKX_NO_TRANS, C2, n,
-                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, flat, NULL)
-           : MKX_Gemm_reduce_scatter(A, M, kl, kl, B, n, n, MKX_NO_TRANS, C2,
-                                     n, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
-                                     flat, NULL);
-  CHECK(rc == MKX_SUCCESS, "flat %s", all ? "allreduce" : "RS");
+  mt_check_rc(rc, MKX_SUCCESS, "hierarchical %s %lldx%lldx%lld", what,
+              (long long)M, (long long)n, (long long)kl);
+  mt_check_rc(reduce_call(all, &A, M, kl, &B, n, &C2, flat), MKX_SUCCESS,
+              "one-node %s", what);
+  tbuf_download(&C1), tbuf_download(&C2);
   /* Another order of the same sums: equal to rounding. */
-  CHECK(rel_diff(C1, C2, (size_t)(rows * n)) < 1e-5,
-        "%s: equals the one-node result (rel %g)", all ? "allreduce" : "RS",
-        rel_diff(C1, C2, (size_t)(rows * n)));
+  double d = rel_diff(C1.host, C2.host, (size_t)(rows * n));
+  mt_check(d < 1e-5, "%s: equals the one-node result (rel %g)", what, d);
   uint64_t want = rs_bytes(g, M, n);
-  if (all) want += (uint64_t)(g->N - 1) * block_rows(M, rank) * n * 4;
-  CHECK(sent == want, "%s sent %llu bytes, minimum %llu",
-        all ? "allreduce" : "reduce-scatter", (unsigned long long)sent,
-        (unsigned long long)want);
-  free(A), free(B), free(C1), free(C2);
+  if (all) want += (uint64_t)(g->N - 1) * block_rows(M, mt.rank) * n * 4;
+  mt_check(sent == want, "%s sent %llu bytes, minimum %llu", what,
+           (unsigned long long)sent, (unsigned long long)want);
+  tbuf_free(&A), tbuf_free(&B), tbuf_free(&C1), tbuf_free(&C2);
 }
 
 int main(int argc, char **argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size % 2) {
-    if (rank == 0) printf("test_hier needs an even rank count: skipped\n");
+  mt_init(&argc, &argv);
+  int vnode = mt.device ? 1 : 2;
+  if (mt.size % vnode || mt.size / vnode < 2) {
+    if (mt.rank == 0)
+      printf("1..0 # SKIP test_hier needs a multiple of %d ranks, >= %d\n",
+             vnode, 2 * vnode);
     MPI_Finalize();
     return 77;
   }
+  char vs[16];
+  snprintf(vs, sizeof vs, "%d", vnode);
   MPI_Info info;
   MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_virtual_node_size", "2");
+  MPI_Info_set(info, "mkx_virtual_node_size", vs);
   MPI_Info_set(info, "mkx_net", "tcp");
-  MKX_Comm hier, flat;
-  CHECK(MKX_Comm_create(MPI_COMM_WORLD, info, &hier) == MKX_SUCCESS,
-        "virtual-node communicator");
-  CHECK(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat) == MKX_SUCCESS,
-        "one-node communicator");
+  MKX_Comm hier = NULL, flat = NULL;
+  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &hier), MKX_SUCCESS,
+              "virtual-node communicator");
+  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat),
+              MKX_SUCCESS, "one-node communicator");
   MPI_Info_free(&info);
-  geo g = {size / 2, 2, rank / 2, rank % 2};
+  if (!mt_all(hier && flat)) return mt_finish();
+  geo g = {mt.size / vnode, vnode, mt.rank / vnode, mt.rank % vnode};
   int nodes = 0;
   MKX_Comm_num_nodes(hier, &nodes);
-  CHECK(nodes == g.N, "%d virtual nodes", nodes);
-  CHECK(mkx_comm_net_bytes_sent(flat) == 0, "no network on one node");
-  int64_t shapes[][3] = {{16, 32, 24}, {5, 7, 3}, {64, 8, 40}, {1, 1, 1}};
-  for (int s = 0; s < 4; s++) {
-    allgather(hier, flat, &g, shapes[s][0], shapes[s][1], shapes[s][2]);
-    reduce(hier, flat, &g, shapes[s][0] * size + s, shapes[s][1],
-           shapes[s][2], 0);
-    reduce(hier, flat, &g, shapes[s][0] * size - s, shapes[s][1],
-           shapes[s][2], 1);
+  mt_check(nodes == g.N, "%d virtual nodes (want %d)", nodes, g.N);
+  mt_check(mkx_comm_net_bytes_sent(flat) == 0, "no network on one node");
+  /* Fixed awkward shapes, then random ones from the seed. */
+  int64_t shapes[8][3] = {{16, 32, 24}, {5, 7, 3}, {64, 8, 40}, {1, 1, 1}};
+  unsigned s = (unsigned)mt.seed;
+  for (int i = 4; i < 8; i++)
+    for (int d = 0; d < 3; d++)
+      shapes[i][d] = 1 + (int64_t)((frand(&s) + 1.0f) * 40);
+  for (int i = 0; i < 8; i++) {
+    allgather(hier, flat, &g, shapes[i][0], shapes[i][1], shapes[i][2]);
+    reduce(hier, flat, &g, shapes[i][0] * mt.size + i, shapes[i][1],
+           shapes[i][2], 0);
+    reduce(hier, flat, &g, shapes[i][0] * mt.size - i % 2, shapes[i][1],
+           shapes[i][2], 1);
   }
   MKX_Comm_free(&hier);
   MKX_Comm_free(&flat);
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0)
-    printf("%s test_hier: %d ranks as %d nodes, %d checks each, %d failures\n",
-           total ? "FAIL" : "PASS", size, size / 2, checks, total);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return mt_finish();
 }
