@@ -30,21 +30,10 @@
 #if HAVE_VERBS
 #include <errno.h>
 #include "net/ibv_shim.h"
+#include "net/verbs_blob.h"
 
 #define SQ_DEPTH 256         /* per QP; a write takes two entries */
 #define MAX_INFLIGHT (SQ_DEPTH / 2)
-#define BLOB_MAGIC 0x4d4b5856u /* "MKXV" */
-
-typedef struct verbs_blob {
-  uint32_t magic;
-  uint16_t lid;
-  uint8_t port, mtu;
-  uint8_t gid[16];
-  uint64_t sig_addr;
-  uint32_t sig_rkey;
-  uint32_t psn;
-  uint32_t qpn[]; /* [size]: the QP this rank uses towards rank r */
-} verbs_blob;
 
 typedef struct verbs_peer {
   struct ibv_qp *qp;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "net/net.h"
+#include "net/verbs_blob.h"
 #include "check.h"
 #include "fake_ibv.h"
 
@@ -51,23 +52,13 @@ static void test_no_device(void) {
         fake.opens, fake.closes);
 }
 
-typedef struct blob_view { /* the head of verbs.c's blob */
-  uint32_t magic;
-  uint16_t lid;
-  uint8_t port, mtu;
-  uint8_t gid[16];
-  uint64_t sig_addr;
-  uint32_t sig_rkey;
-  uint32_t psn;
-  uint32_t qpn[];
-} blob_view;
 
 static mkx_net *ep[NR];
 static char *blobs;
 static size_t blob_len;
 
-static const blob_view *blob_of(int r) {
-  return (const blob_view *)(blobs + blob_len * (size_t)r);
+static const verbs_blob *blob_of(int r) {
+  return (const verbs_blob *)(blobs + blob_len * (size_t)r);
 }
 
 static void open_and_connect(void) {
@@ -103,7 +94,7 @@ static void open_and_connect(void) {
 /* INIT, RTR, RTS in order, each with what the peer published. */
 static void check_transitions(int me, int peer) {
   uint32_t qpn = blob_of(me)->qpn[peer];
-  const blob_view *pb = blob_of(peer);
+  const verbs_blob *pb = blob_of(peer);
   const fake_modify *init = fake_modifies_of(qpn, 0);
   const fake_modify *rtr = fake_modifies_of(qpn, 1);
   const fake_modify *rts = fake_modifies_of(qpn, 2);
