@@ -289,15 +289,33 @@ int mkx_f08_allgather_gemm_a(const CFI_cdesc_t *A, int64_t m_local, int64_t k,
   return finish(rc, mrc);
 }
 
-int mkx_f08_gemm_reduce_scatter_a(const CFI_cdesc_t *A, int64_t M,
-                                  int64_t k_local, int64_t lda,
-                                  const CFI_cdesc_t *B, int64_t n, int64_t ldb,
-                                  int transb, const CFI_cdesc_t *C,
-                                  int64_t ldc, int dtype, int ctype, int order,
-                                  MKX_Comm comm, void *stream, int persistent,
-                                  MPI_Fint info, MKX_Request *request) {
-  const char *fn = persistent ? "MKX_Gemm_reduce_scatter_init"
-                              : "MKX_Gemm_reduce_scatter";
+/* GEMM+ReduceScatter and GEMM+AllReduce take the same arguments: one body
+ * serves both, given the calls of the one at hand. */
+typedef struct red_calls {
+  const char *name, *init_name;
+  int (*call)(const void *, int64_t, int64_t, int64_t, const void *, int64_t,
+              int64_t, MKX_Trans, void *, int64_t, MKX_Datatype,
+              MKX_Datatype, MKX_Order, MKX_Comm, MKX_Stream);
+  int (*init)(const void *, int64_t, int64_t, int64_t, const void *, int64_t,
+              int64_t, MKX_Trans, void *, int64_t, MKX_Datatype,
+              MKX_Datatype, MKX_Order, MKX_Comm, MPI_Info, MKX_Request *);
+} red_calls;
+
+static const red_calls rs_calls = {"MKX_Gemm_reduce_scatter",
+                                   "MKX_Gemm_reduce_scatter_init",
+                                   MKX_Gemm_reduce_scatter,
+                                   MKX_Gemm_reduce_scatter_init};
+static const red_calls ar_calls = {"MKX_Gemm_allreduce",
+                                   "MKX_Gemm_allreduce_init",
+                                   MKX_Gemm_allreduce, MKX_Gemm_allreduce_init};
+
+static int gemm_red_a(const red_calls *ops, const CFI_cdesc_t *A, int64_t M,
+                      int64_t k_local, int64_t lda, const CFI_cdesc_t *B,
+                      int64_t n, int64_t ldb, int transb,
+                      const CFI_cdesc_t *C, int64_t ldc, int dtype, int ctype,
+                      int order, MKX_Comm comm, void *stream, int persistent,
+                      MPI_Fint info, MKX_Request *request) {
+  const char *fn = persistent ? ops->init_name : ops->name;
   void *a = NULL, *b = NULL, *c = NULL;
   int rc = MKX_SUCCESS, mrc;
   shim_failed = 0;
@@ -306,16 +324,25 @@ int mkx_f08_gemm_reduce_scatter_a(const CFI_cdesc_t *A, int64_t M,
   ARG("C", C, esize(ctype), -1, &c);
   MKX_Datatype dt = rc == MKX_SUCCESS ? (MKX_Datatype)dtype : BAD_DTYPE;
   if (persistent)
-    mrc = MKX_Gemm_reduce_scatter_init(
-        a, M, k_local, lda, b, n, ldb, (MKX_Trans)transb, c, ldc, dt,
-        (MKX_Datatype)ctype, (MKX_Order)order, comm, MPI_Info_f2c(info),
-        request);
+    mrc = ops->init(a, M, k_local, lda, b, n, ldb, (MKX_Trans)transb, c, ldc,
+                    dt, (MKX_Datatype)ctype, (MKX_Order)order, comm,
+                    MPI_Info_f2c(info), request);
   else
-    mrc = MKX_Gemm_reduce_scatter(a, M, k_local, lda, b, n, ldb,
-                                  (MKX_Trans)transb, c, ldc, dt,
-                                  (MKX_Datatype)ctype, (MKX_Order)order, comm,
-                                  stream);
+    mrc = ops->call(a, M, k_local, lda, b, n, ldb, (MKX_Trans)transb, c, ldc,
+                    dt, (MKX_Datatype)ctype, (MKX_Order)order, comm, stream);
   return finish(rc, mrc);
+}
+
+int mkx_f08_gemm_reduce_scatter_a(const CFI_cdesc_t *A, int64_t M,
+                                  int64_t k_local, int64_t lda,
+                                  const CFI_cdesc_t *B, int64_t n, int64_t ldb,
+                                  int transb, const CFI_cdesc_t *C,
+                                  int64_t ldc, int dtype, int ctype, int order,
+                                  MKX_Comm comm, void *stream, int persistent,
+                                  MPI_Fint info, MKX_Request *request) {
+  return gemm_red_a(&rs_calls, A, M, k_local, lda, B, n, ldb, transb, C, ldc,
+                    dtype, ctype, order, comm, stream, persistent, info,
+                    request);
 }
 
 int mkx_f08_gemm_allreduce_a(const CFI_cdesc_t *A, int64_t M, int64_t k_local,
@@ -324,25 +351,9 @@ int mkx_f08_gemm_allreduce_a(const CFI_cdesc_t *A, int64_t M, int64_t k_local,
                              int64_t ldc, int dtype, int ctype, int order,
                              MKX_Comm comm, void *stream, int persistent,
                              MPI_Fint info, MKX_Request *request) {
-  const char *fn = persistent ? "MKX_Gemm_allreduce_init"
-                              : "MKX_Gemm_allreduce";
-  void *a = NULL, *b = NULL, *c = NULL;
-  int rc = MKX_SUCCESS, mrc;
-  shim_failed = 0;
-  ARG("A", A, esize(dtype), -1, &a);
-  ARG("B", B, esize(dtype), -1, &b);
-  ARG("C", C, esize(ctype), -1, &c);
-  MKX_Datatype dt = rc == MKX_SUCCESS ? (MKX_Datatype)dtype : BAD_DTYPE;
-  if (persistent)
-    mrc = MKX_Gemm_allreduce_init(a, M, k_local, lda, b, n, ldb,
-                                  (MKX_Trans)transb, c, ldc, dt,
-                                  (MKX_Datatype)ctype, (MKX_Order)order, comm,
-                                  MPI_Info_f2c(info), request);
-  else
-    mrc = MKX_Gemm_allreduce(a, M, k_local, lda, b, n, ldb, (MKX_Trans)transb,
-                             c, ldc, dt, (MKX_Datatype)ctype,
-                             (MKX_Order)order, comm, stream);
-  return finish(rc, mrc);
+  return gemm_red_a(&ar_calls, A, M, k_local, lda, B, n, ldb, transb, C, ldc,
+                    dtype, ctype, order, comm, stream, persistent, info,
+                    request);
 }
 
 int mkx_f08_ring_attention_a(const CFI_cdesc_t *Q, const CFI_cdesc_t *K,
