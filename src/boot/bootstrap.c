@@ -62,6 +62,12 @@ int mkx_boot_placement(const mkx_oob *oob, const char *host,
       pl->host_local_rank += same_host(names, r, oob->rank);
     for (int r = 0; r < oob->size; r++)
       pl->local_size += pl->node_of_rank[r] == pl->node;
+    /* Nodes fill in rank order, so they are equal iff each has as many
+     * ranks as node 0 and the sizes add up. */
+    pl->equal_nodes = 1;
+    for (int r = 0; r < oob->size; r++)
+      if (pl->local_rank_of[r] >= pl->local_size) pl->equal_nodes = 0;
+    if (pl->num_nodes * pl->local_size != oob->size) pl->equal_nodes = 0;
   } else {
     mkx_placement_free(pl);
   }

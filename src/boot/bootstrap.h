@@ -24,6 +24,7 @@ typedef struct mkx_placement {
   int node, num_nodes;       /* this rank's node and the node count */
   int local_rank, local_size;
   int host_local_rank;       /* rank among the ranks of this host */
+  int equal_nodes;           /* every node has local_size ranks */
   int *node_of_rank;         /* [size] */
   int *local_rank_of;        /* [size] */
   int *host_of_rank;         /* [size]: physical host, numbered like nodes */

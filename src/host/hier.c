@@ -17,18 +17,9 @@ typedef struct grid {
 } grid;
 
 int mkx_hier_usable(MKX_Comm c) {
-  if (c->net == NULL || c->node_mpi == MPI_COMM_NULL) return 0;
   /* Columns pair rank l of every node: all nodes need the same size. */
-  for (int q = 0; q < c->size; q++)
-    if (c->place.local_rank_of[q] >= c->place.local_size ||
-        c->size != c->place.num_nodes * c->place.local_size)
-      return 0;
-  int *count = calloc((size_t)c->place.num_nodes, sizeof *count), ok = !!count;
-  for (int q = 0; ok && q < c->size; q++) count[c->place.node_of_rank[q]]++;
-  for (int k = 0; ok && k < c->place.num_nodes; k++)
-    ok = count[k] == c->place.local_size;
-  free(count);
-  return ok;
+  return c->net != NULL && c->node_mpi != MPI_COMM_NULL &&
+         c->place.equal_nodes;
 }
 
 static int grid_init(MKX_Comm c, const int64_t *rows, mkx_arena *ar,

@@ -106,8 +106,15 @@ static void expect(int size, const char **hosts, int vsize,
     }
     CHECK(t[r].pl.host_of_rank[r] == host, "rank %d host %d, want %d", r,
           t[r].pl.host_of_rank[r], host);
-    int lsize = 0;
+    int lsize = 0, equal = 1;
     for (int q = 0; q < size; q++) lsize += node[q] == node[r];
+    for (int k = 0; k < nodes; k++) {
+      int n = 0;
+      for (int q = 0; q < size; q++) n += node[q] == k;
+      equal &= n == size / nodes && size % nodes == 0;
+    }
+    CHECK(t[r].pl.equal_nodes == equal, "rank %d equal_nodes %d, want %d",
+          r, t[r].pl.equal_nodes, equal);
     CHECK(t[r].pl.local_size == lsize, "rank %d local size %d want %d", r,
           t[r].pl.local_size, lsize);
     mkx_placement_free(&t[r].pl);
