@@ -62,6 +62,22 @@ static void check_peers(const mkx_symm_buf *b, MKX_Comm c, int salt,
   }
 }
 
+/* Free `old` (if any), allocate a buffer, fill it past a 4 KB offset with
+ * `salt`, register that interior pointer and check every peer's copy. */
+static char *register_raw(MKX_Comm c, char *old, int salt, const char *what) {
+  char *raw;
+  mkx_symm_buf b;
+  if (old) CUDA(cudaFree(old));
+  CUDA(cudaMalloc((void **)&raw, sizeof(unsigned) * WORDS + 4096));
+  fill(raw + 4096, rank, salt);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
+  check_peers(&b, c, salt, what);
+  mkx_symm_buf_free(&b);
+  MPI_Barrier(MPI_COMM_WORLD);
+  return raw;
+}
+
 int main(int argc, char **argv) {
   int ndev = 0, size;
   MPI_Init(&argc, &argv);
@@ -109,26 +125,11 @@ int main(int argc, char **argv) {
   mkx_symm_buf_free(&b);
   MPI_Barrier(MPI_COMM_WORLD);
 
-  /* A plain cudaMalloc buffer, registered at an interior offset. */
-  char *raw;
-  CUDA(cudaMalloc((void **)&raw, sizeof(unsigned) * WORDS + 4096));
-  fill(raw + 4096, rank, 3);
-  MPI_Barrier(MPI_COMM_WORLD);
-  MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
-  check_peers(&b, c, 3, "registered cudaMalloc");
-  mkx_symm_buf_free(&b);
-  MPI_Barrier(MPI_COMM_WORLD);
-
-  /* Freed and allocated again (often at the same address): new contents
-   * must be seen, not a stale mapping. */
-  CUDA(cudaFree(raw));
-  CUDA(cudaMalloc((void **)&raw, sizeof(unsigned) * WORDS + 4096));
-  fill(raw + 4096, rank, 4);
-  MPI_Barrier(MPI_COMM_WORLD);
-  MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
-  check_peers(&b, c, 4, "re-registered after cudaFree");
-  mkx_symm_buf_free(&b);
-  MPI_Barrier(MPI_COMM_WORLD);
+  /* A plain cudaMalloc buffer, registered at an interior offset; then
+   * freed and allocated again (often at the same address): the new
+   * contents must be seen, not a stale mapping. */
+  char *raw = register_raw(c, NULL, 3, "registered cudaMalloc");
+  raw = register_raw(c, raw, 4, "re-registered after cudaFree");
 
   MKX(MKX_Free_mem(c, sym));
   MKX(MKX_Free_mem(c, NULL));
