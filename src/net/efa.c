@@ -212,9 +212,8 @@ static int open_all(mkx_net *n, efa_impl *e, const mkx_net_params *p) {
   MKX_TRY(create_srd_qp(e));
   MKX_TRY(bring_up(e));
   e->pend = malloc(e->sq_depth * sizeof *e->pend);
-  n->signals = calloc(n->num_signals, sizeof *n->signals);
-  if (!e->pend || !n->signals)
-    return mkx_error(MKX_ERR_NOMEM, "efa: queues and signals");
+  if (!e->pend) return mkx_error(MKX_ERR_NOMEM, "efa: queues");
+  MKX_TRY(mkx_net_signals_alloc(n->num_signals, &n->signals));
   for (uint32_t i = 0; i < e->sq_depth; i++) e->pend[i].peer = -1;
   MKX_TRY(post_recvs(e, e->rq_depth));
   return fill_blob(e);

@@ -22,6 +22,18 @@ int64_t mkx_net_now_ms(void) {
   return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int mkx_net_signals_alloc(uint32_t num, _Atomic uint64_t **out) {
+  size_t page = 4096, bytes = ((size_t)num * sizeof(uint64_t) + page - 1) &
+                              ~(page - 1);
+  void *mem = NULL;
+  *out = NULL;
+  if (posix_memalign(&mem, page, bytes ? bytes : page) != 0)
+    return mkx_error(MKX_ERR_NOMEM, "net: %u signal words", num);
+  memset(mem, 0, bytes ? bytes : page);
+  *out = mem;
+  return MKX_SUCCESS;
+}
+
 int mkx_net_fifo_push(mkx_net_fifo *f, uint64_t cookie, int peer) {
   if (f->head + f->n == f->cap) {
     if (f->head > 0) { /* slide down before growing */

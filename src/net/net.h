@@ -26,10 +26,18 @@
  * MKX_NET_MEM_DEVICE (GPU memory): verbs and efa register it through
  * DMA-BUF (ibv_reg_dmabuf_mr, when configure found it and a dmabuf fd is
  * given) and fall back to ibv_reg_mr on the device pointer, which works
- * where the nvidia-peermem module is loaded.  tcp returns
- * MKX_ERR_UNSUPPORTED for device regions: sockets can only read host
- * memory, so the caller (the proxy) stages device data through a pinned
- * host region registered with MKX_NET_MEM_HOST.
+ * where the nvidia-peermem module is loaded.  tcp stages device memory
+ * through pinned host buffers (mkx_net_stager below): the sending thread
+ * copies device -> pinned before it sends, the receiving thread copies
+ * pinned -> device before it sets the signal.  tcp recognises device
+ * pointers by themselves (cudaPointerGetAttributes), so a device pointer
+ * registered as MKX_NET_MEM_HOST is staged too; MKX_NET_MEM_DEVICE on
+ * memory that is not device memory (or in a build without CUDA) is
+ * MKX_ERR_UNSUPPORTED.
+ *
+ * Signal words are page-aligned, whole pages (mkx_net_signals_alloc), so
+ * they can be registered with CUDA and polled by a kernel
+ * (src/proxy/proxy_gpu.h).
  *
  * Threads.  One thread drives an endpoint at a time (the proxy thread);
  * providers may run their own progress thread inside (tcp does).
@@ -170,6 +178,40 @@ void mkx_net_close(mkx_net *n);
 /* tcp only: the port this endpoint listens on (-1 for other providers),
  * for tests that knock on it with wrong handshakes. */
 int mkx_net_tcp_port(const mkx_net *n);
+
+/* How tcp moves device memory: through pinned host buffers of stage_bytes
+ * each (one for sending, one for receiving, per endpoint), with these
+ * copies.  The CUDA stager (stage_cuda.c) copies with cudaMemcpyAsync on
+ * non-blocking streams of its own, so the copies never wait for a kernel
+ * (which may be the very kernel waiting for them) and waits for each copy
+ * before the bytes go on.  Tests install a fake to test the staging logic
+ * without a GPU.  Every function returns an MKX code. */
+typedef struct mkx_net_stager {
+  const char *name;
+  size_t stage_bytes;
+  /* The device ordinal of p if it is memory sockets cannot read (device
+   * or managed CUDA memory), else -1.  Must not fail. */
+  int (*device_of)(const void *p);
+  /* Per endpoint and device: whatever the copies need (streams). */
+  int (*open)(int device, void **ctx);
+  void (*close)(void *ctx);
+  int (*host_alloc)(void *ctx, size_t bytes, void **p); /* pinned */
+  void (*host_free)(void *ctx, void *p);
+  /* Synchronous: done when they return.  to_host is called by sending
+   * threads, to_device by tcp's progress thread, possibly at once. */
+  int (*to_host)(void *ctx, void *dst, const void *src, size_t len);
+  int (*to_device)(void *ctx, void *dst, const void *src, size_t len);
+} mkx_net_stager;
+
+/* The CUDA stager; NULL in a build without CUDA. */
+const mkx_net_stager *mkx_net_cuda_stager(void);
+/* The stager of tcp endpoints opened from now on (NULL: the CUDA one). */
+void mkx_net_tcp_set_stager(const mkx_net_stager *s);
+
+/* For providers: `num` zeroed signal words in whole, page-aligned pages
+ * (so a GPU mapping of them never shares a page with anything else);
+ * release with free(). */
+int mkx_net_signals_alloc(uint32_t num, _Atomic uint64_t **out);
 
 /* For providers: a growable FIFO of completions (not thread-safe: guard
  * it where two threads touch it). */

@@ -17,6 +17,14 @@
  * sets the signal word with a release store, so data is visible before
  * its signal.  A peer that closes without a goodbye or resets becomes
  * MKX_ERR_PEER, a malformed frame MKX_ERR_NET, reported by the next poll.
+ *
+ * Device memory (a region whose pointer the stager says is on a GPU) goes
+ * through two pinned buffers of the endpoint: a sender copies each piece
+ * of the payload device -> pinned and sends it (under stage_lock; the
+ * frame is the same on the wire); the progress thread receives into the
+ * other and copies pinned -> device whenever it is full, the frame ends or
+ * the socket runs dry (it serves every peer from one buffer), and sets the
+ * signal only after the last copy has finished.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -73,14 +81,17 @@ typedef struct tcp_peer {
   /* Receive state: the progress thread's alone. */
   frame hdr;
   size_t hdr_got;
-  char *dst;
+  char *dst;                /* where the next byte goes (device: flushed) */
   size_t left;
+  int dev;                  /* the frame's region is device memory */
+  size_t staged;            /* bytes in the receive stage, not yet copied */
 } tcp_peer;
 
 typedef struct tcp_region {
   char *base;
   size_t len;
   int used;
+  int dev;                  /* CUDA ordinal, -1: host memory */
 } tcp_region;
 
 typedef struct tcp_impl {
@@ -97,9 +108,19 @@ typedef struct tcp_impl {
   mkx_net_fifo done;
   int err_code;
   char err_msg[320];
+  /* Staging of device memory (set up by the first device region). */
+  const mkx_net_stager *stager; /* NULL: no device memory here */
+  pthread_mutex_t stage_lock;   /* the send stage; the setup */
+  void *stage_ctx;
+  int stage_dev;                /* -1 until set up */
+  char *sstage, *rstage;        /* pinned, stager->stage_bytes each */
 } tcp_impl;
 
 static tcp_impl *impl_of(mkx_net *n) { return n->impl; }
+
+static const mkx_net_stager *stager_override;
+
+void mkx_net_tcp_set_stager(const mkx_net_stager *s) { stager_override = s; }
 
 /* The first failure wins; later polls keep reporting it. */
 static void record_error(tcp_impl *t, tcp_peer *p, int code, const char *fmt,
@@ -384,6 +405,7 @@ static int start_frame(mkx_net *n, tcp_peer *p, int peer) {
   int ok = rg && rg->used && f->offset <= rg->len &&
            f->len <= rg->len - f->offset && f->slot < n->num_signals;
   p->dst = ok ? rg->base + f->offset : NULL;
+  p->dev = ok && rg->dev >= 0;
   pthread_mutex_unlock(&t->lock);
   if (!ok) {
     record_error(t, p, MKX_ERR_NET, "tcp: rank %d wrote %llu bytes at %llu "
@@ -404,6 +426,24 @@ static void finish_frame(mkx_net *n, tcp_peer *p) {
   p->dst = NULL;
 }
 
+/* Copy what the receive stage holds to the frame's device region: when
+ * the stage is full, the frame ends, or the socket runs dry (the next
+ * peer's bytes go into the same stage).  0 once the endpoint failed. */
+static int flush_stage(mkx_net *n, tcp_peer *p, int peer) {
+  tcp_impl *t = impl_of(n);
+  if (!p->staged) return 1;
+  int rc = t->stager->to_device(t->stage_ctx, p->dst, t->rstage, p->staged);
+  if (rc != MKX_SUCCESS) {
+    record_error(t, p, rc, "tcp: %zu bytes from rank %d into device memory "
+                 "at %p: %s", p->staged, peer, (void *)p->dst,
+                 MKX_Get_last_error());
+    return 0;
+  }
+  p->dst += p->staged;
+  p->staged = 0;
+  return 1;
+}
+
 /* Read what the socket has; returns 0 once the peer is done or failed. */
 static int drain_peer(mkx_net *n, int peer) {
   tcp_impl *t = impl_of(n);
@@ -412,6 +452,11 @@ static int drain_peer(mkx_net *n, int peer) {
     int in_hdr = p->hdr_got < sizeof p->hdr;
     char *dst = in_hdr ? (char *)&p->hdr + p->hdr_got : p->dst;
     size_t want = in_hdr ? sizeof p->hdr - p->hdr_got : p->left;
+    if (!in_hdr && p->dev) { /* into the stage, never past it */
+      size_t room = t->stager->stage_bytes - p->staged;
+      dst = t->rstage + p->staged;
+      want = want < room ? want : room;
+    }
     ssize_t k = want ? recv(p->fd, dst, want, MSG_DONTWAIT) : 0;
     if (want && k == 0) {
       record_error(t, p, MKX_ERR_PEER, "tcp: rank %d closed its connection "
@@ -419,7 +464,8 @@ static int drain_peer(mkx_net *n, int peer) {
       return 0;
     }
     if (k < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return 1;
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return flush_stage(n, p, peer);
       record_error(t, p, MKX_ERR_PEER, "tcp: connection to rank %d broke: %s",
                    peer, strerror(errno));
       return 0;
@@ -428,6 +474,13 @@ static int drain_peer(mkx_net *n, int peer) {
       p->hdr_got += (size_t)k;
       if (p->hdr_got == sizeof p->hdr && !start_frame(n, p, peer)) return 0;
       if (p->hdr_got == sizeof p->hdr && p->left == 0) finish_frame(n, p);
+    } else if (p->dev) {
+      p->staged += (size_t)k;
+      p->left -= (size_t)k;
+      if ((p->left == 0 || p->staged == t->stager->stage_bytes) &&
+          !flush_stage(n, p, peer))
+        return 0;
+      if (p->left == 0) finish_frame(n, p); /* after the copy */
     } else {
       p->dst += k;
       p->left -= (size_t)k;
@@ -489,12 +542,13 @@ static int tcp_open(mkx_net *n, const mkx_net_params *p) {
   if (!t) return mkx_error(MKX_ERR_NOMEM, "tcp: endpoint");
   n->impl = t;
   t->listen_fd = t->wake[0] = t->wake[1] = -1;
+  t->stage_dev = -1;
+  t->stager = stager_override ? stager_override : mkx_net_cuda_stager();
   pthread_mutex_init(&t->lock, NULL);
+  pthread_mutex_init(&t->stage_lock, NULL);
   t->peers = calloc((size_t)p->size, sizeof *t->peers);
-  n->signals = calloc(p->num_signals, sizeof *n->signals);
-  int rc = t->peers && n->signals
-               ? MKX_SUCCESS
-               : mkx_error(MKX_ERR_NOMEM, "tcp: peers and signals");
+  int rc = t->peers ? mkx_net_signals_alloc(p->num_signals, &n->signals)
+                    : mkx_error(MKX_ERR_NOMEM, "tcp: peers");
   for (int r = 0; t->peers && r < p->size; r++) {
     t->peers[r].fd = -1;
     pthread_mutex_init(&t->peers[r].send_lock, NULL);
@@ -510,23 +564,54 @@ static int tcp_address(mkx_net *n, const void **blob, size_t *len) {
   return MKX_SUCCESS;
 }
 
+/* The staging buffers, made with the first device region; one GPU per
+ * endpoint (a rank drives one). */
+static int stage_setup(tcp_impl *t, int dev) {
+  const mkx_net_stager *s = t->stager;
+  int rc = MKX_SUCCESS;
+  pthread_mutex_lock(&t->stage_lock);
+  if (t->stage_dev < 0) {
+    void *ctx = NULL, *out = NULL, *in = NULL;
+    rc = s->open(dev, &ctx);
+    if (rc == MKX_SUCCESS) rc = s->host_alloc(ctx, s->stage_bytes, &out);
+    if (rc == MKX_SUCCESS) rc = s->host_alloc(ctx, s->stage_bytes, &in);
+    if (rc == MKX_SUCCESS) {
+      t->stage_ctx = ctx, t->sstage = out, t->rstage = in;
+      t->stage_dev = dev;
+    } else if (ctx) {
+      s->host_free(ctx, out);
+      s->close(ctx);
+    }
+  } else if (t->stage_dev != dev) {
+    rc = mkx_error(MKX_ERR_UNSUPPORTED, "tcp: memory of GPU %d on an "
+                   "endpoint that stages for GPU %d (one GPU per endpoint)",
+                   dev, t->stage_dev);
+  }
+  pthread_mutex_unlock(&t->stage_lock);
+  return rc;
+}
+
 static int tcp_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
   tcp_impl *t = impl_of(n);
-  if (a->kind == MKX_NET_MEM_DEVICE)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "tcp: device memory cannot be "
-                     "registered: sockets read host memory only, so stage "
-                     "device data through a pinned host region");
+  /* Device pointers are recognised whatever the caller called them. */
+  int dev = t->stager ? t->stager->device_of(a->base) : -1;
+  if (a->kind == MKX_NET_MEM_DEVICE && dev < 0)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "tcp: %p is not device memory%s, "
+                     "yet registered as such", a->base,
+                     t->stager ? "" : " (MKX built without CUDA)");
+  if (dev >= 0) MKX_TRY(stage_setup(t, dev));
   pthread_mutex_lock(&t->lock);
   int id = 0;
   while (id < TCP_MAX_REGIONS && t->regions[id].used) id++;
   if (id < TCP_MAX_REGIONS)
-    t->regions[id] = (tcp_region){a->base, a->len, 1};
+    t->regions[id] = (tcp_region){a->base, a->len, 1, dev};
   pthread_mutex_unlock(&t->lock);
   if (id == TCP_MAX_REGIONS)
     return mkx_error(MKX_ERR_NOMEM, "tcp: more than %d regions",
                      TCP_MAX_REGIONS);
-  *mr = (mkx_net_mr){.id = (uint32_t)id, .kind = a->kind, .base = a->base,
-                     .len = a->len};
+  *mr = (mkx_net_mr){.id = (uint32_t)id,
+                     .kind = dev >= 0 ? MKX_NET_MEM_DEVICE : MKX_NET_MEM_HOST,
+                     .base = a->base, .len = a->len};
   return MKX_SUCCESS;
 }
 
@@ -540,13 +625,12 @@ static int tcp_dereg(mkx_net *n, mkx_net_mr *mr) {
   return MKX_SUCCESS;
 }
 
-/* The header and payload, whole, within the timeout. */
-static int send_frame(mkx_net *n, int peer, const frame *f, const void *data) {
+/* iov[0..cnt), whole, before the deadline. */
+static int send_iov(mkx_net *n, int peer, struct iovec *iov, int cnt,
+                    int64_t deadline) {
   tcp_impl *t = impl_of(n);
   tcp_peer *p = &t->peers[peer];
-  struct iovec iov[2] = {{(void *)f, sizeof *f}, {(void *)data, f->len}};
-  struct msghdr m = {.msg_iov = iov, .msg_iovlen = data ? 2 : 1};
-  int64_t deadline = mkx_net_now_ms() + n->timeout_ms;
+  struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)cnt};
   while (m.msg_iovlen) {
     ssize_t k = sendmsg(p->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
@@ -570,6 +654,46 @@ static int send_frame(mkx_net *n, int peer, const frame *f, const void *data) {
   return MKX_SUCCESS;
 }
 
+/* The header and payload, whole, within the timeout. */
+static int send_frame(mkx_net *n, int peer, const frame *f, const void *data) {
+  struct iovec iov[2] = {{(void *)f, sizeof *f}, {(void *)data, f->len}};
+  return send_iov(n, peer, iov, data ? 2 : 1,
+                  mkx_net_now_ms() + n->timeout_ms);
+}
+
+/* A frame whose payload is device memory: piece by piece through the send
+ * stage.  The first piece is copied before the header goes, so a bad
+ * source fails with nothing on the wire; a failure later leaves a frame
+ * cut short, so the peer is marked failed. */
+static int send_frame_staged(mkx_net *n, int peer, const frame *f,
+                             const char *src) {
+  tcp_impl *t = impl_of(n);
+  const mkx_net_stager *s = t->stager;
+  int64_t deadline = mkx_net_now_ms() + n->timeout_ms;
+  size_t off = 0, k = f->len < s->stage_bytes ? f->len : s->stage_bytes;
+  pthread_mutex_lock(&t->stage_lock);
+  int rc = s->to_host(t->stage_ctx, t->sstage, src, k);
+  if (rc == MKX_SUCCESS) {
+    struct iovec iov[2] = {{(void *)f, sizeof *f}, {t->sstage, k}};
+    rc = send_iov(n, peer, iov, 2, deadline);
+  }
+  for (off = k; rc == MKX_SUCCESS && off < f->len; off += k) {
+    k = f->len - off < s->stage_bytes ? f->len - off : s->stage_bytes;
+    rc = s->to_host(t->stage_ctx, t->sstage, src + off, k);
+    if (rc == MKX_SUCCESS) {
+      struct iovec iov = {t->sstage, k};
+      rc = send_iov(n, peer, &iov, 1, deadline);
+    }
+    if (rc != MKX_SUCCESS)
+      record_error(t, &t->peers[peer], rc, "tcp: a write of %llu bytes to "
+                   "rank %d broke off after %zu bytes: %s",
+                   (unsigned long long)f->len, peer, off,
+                   MKX_Get_last_error());
+  }
+  pthread_mutex_unlock(&t->stage_lock);
+  return rc;
+}
+
 static int push_completion(tcp_impl *t, uint64_t cookie, int peer) {
   pthread_mutex_lock(&t->lock);
   int rc = mkx_net_fifo_push(&t->done, cookie, peer);
@@ -591,9 +715,16 @@ static int tcp_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
                             uint64_t value, uint64_t cookie) {
   tcp_impl *t = impl_of(n);
   frame f = {FRAME_MAGIC, FRAME_DATA, dst->id, slot, dst_off, len, value};
+  int staged = len && src->kind == MKX_NET_MEM_DEVICE;
+  if (staged && t->stage_dev < 0)
+    return mkx_error(MKX_ERR_INVALID_ARG, "tcp: region %u is device memory "
+                     "this endpoint did not register", src->id);
   MKX_TRY(peer_gone(n, peer));
   pthread_mutex_lock(&t->peers[peer].send_lock);
-  int rc = send_frame(n, peer, &f, len ? (char *)src->base + src_off : NULL);
+  int rc = staged
+               ? send_frame_staged(n, peer, &f, (char *)src->base + src_off)
+               : send_frame(n, peer, &f,
+                            len ? (char *)src->base + src_off : NULL);
   pthread_mutex_unlock(&t->peers[peer].send_lock);
   MKX_TRY(rc);
   /* The kernel holds a copy now: the source may be reused. */
@@ -646,6 +777,12 @@ static void tcp_close(mkx_net *n) {
   for (int i = 0; i < 2; i++)
     if (t->wake[i] >= 0) close(t->wake[i]);
   if (t->listen_fd >= 0) close(t->listen_fd);
+  if (t->stage_dev >= 0) {
+    t->stager->host_free(t->stage_ctx, t->sstage);
+    t->stager->host_free(t->stage_ctx, t->rstage);
+    t->stager->close(t->stage_ctx);
+  }
+  pthread_mutex_destroy(&t->stage_lock);
   pthread_mutex_destroy(&t->lock);
   free((void *)t->remote);
   free(t->peers);

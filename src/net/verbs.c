@@ -140,12 +140,11 @@ static int create_qp(verbs_impl *v, struct ibv_qp **out) {
 }
 
 static int register_signals(mkx_net *n, verbs_impl *v) {
-  void *mem = NULL;
-  if (posix_memalign(&mem, 4096, n->num_signals * sizeof(uint64_t)) != 0)
-    return mkx_error(MKX_ERR_NOMEM, "verbs: signal words");
-  memset(mem, 0, n->num_signals * sizeof(uint64_t));
+  _Atomic uint64_t *mem = NULL;
+  MKX_TRY(mkx_net_signals_alloc(n->num_signals, &mem));
   n->signals = mem;
-  v->sig_mr = mkx_ibv_reg_mr(v->pd, mem, n->num_signals * sizeof(uint64_t),
+  v->sig_mr = mkx_ibv_reg_mr(v->pd, (void *)mem,
+                             n->num_signals * sizeof(uint64_t),
                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!v->sig_mr)
     return mkx_error(MKX_ERR_NET, "verbs: registering signal words: %s",

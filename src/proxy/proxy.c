@@ -1,6 +1,7 @@
 /* The proxy thread and the host-side producer; see proxy.h. */
 #include <errno.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,40 @@
 
 #define MAX_REGIONS 64
 #define POLL_BATCH 64
+
+/* The GPU producer (kernels/proxy/proxy_dev.cuh) asserts the same offsets. */
+#define LAYOUT(field, off)                                                   \
+  _Static_assert(offsetof(mkx_proxy_ring, field) == (off),                   \
+                 "mkx_proxy_ring." #field " moved: fix proxy_layout.h")
+LAYOUT(reserved, MKX_PROXY_OFF_RESERVED);
+LAYOUT(consumed, MKX_PROXY_OFF_CONSUMED);
+LAYOUT(completed, MKX_PROXY_OFF_COMPLETED);
+LAYOUT(error, MKX_PROXY_OFF_ERROR);
+LAYOUT(entries, MKX_PROXY_OFF_ENTRIES);
+LAYOUT(cmd, MKX_PROXY_OFF_CMD);
+#undef LAYOUT
+#define CMD_LAYOUT(field, off)                                               \
+  _Static_assert(offsetof(mkx_proxy_cmd, field) == (off),                    \
+                 "mkx_proxy_cmd." #field " moved: fix proxy_layout.h")
+CMD_LAYOUT(op, MKX_PROXY_CMD_OP);
+CMD_LAYOUT(peer, MKX_PROXY_CMD_PEER);
+CMD_LAYOUT(src, MKX_PROXY_CMD_SRC);
+CMD_LAYOUT(dst, MKX_PROXY_CMD_DST);
+CMD_LAYOUT(src_off, MKX_PROXY_CMD_SRC_OFF);
+CMD_LAYOUT(dst_off, MKX_PROXY_CMD_DST_OFF);
+CMD_LAYOUT(len, MKX_PROXY_CMD_LEN);
+CMD_LAYOUT(slot, MKX_PROXY_CMD_SLOT);
+CMD_LAYOUT(pad, MKX_PROXY_CMD_PAD);
+CMD_LAYOUT(value, MKX_PROXY_CMD_VALUE);
+CMD_LAYOUT(seq, MKX_PROXY_CMD_SEQ);
+#undef CMD_LAYOUT
+_Static_assert(sizeof(mkx_proxy_cmd) == MKX_PROXY_CMD_BYTES,
+               "a command is 64 bytes");
+_Static_assert(sizeof(mkx_proxy_ring) == MKX_PROXY_HEADER_BYTES,
+               "the ring header is 128 bytes");
+_Static_assert(sizeof(_Atomic uint64_t) == 8 && _Alignof(_Atomic uint64_t) == 8,
+               "the GPU reads the counters as plain 64-bit words");
+_Static_assert(sizeof(_Atomic int32_t) == 4, "the error word is 32 bits");
 
 typedef struct region {
   mkx_net_mr mr;
@@ -230,6 +265,11 @@ int mkx_proxy_stop(mkx_proxy *p) {
   int err = atomic_load(&p->ring->error);
   if (rc == MKX_SUCCESS && err != MKX_SUCCESS)
     rc = mkx_error(err, "proxy: %s", p->why);
+  /* Nobody drains the ring any more: a producer or waiter that comes now
+   * (a kernel still running, say) must fail at once, not wait its bound. */
+  int none = MKX_SUCCESS;
+  if (atomic_compare_exchange_strong(&p->ring->error, &none, MKX_ERR_NET))
+    snprintf(p->why, sizeof p->why, "the proxy was stopped");
   return rc;
 }
 
@@ -277,6 +317,12 @@ static int is_complete(mkx_proxy_ring *r, uint64_t seq) {
 
 int mkx_proxy_post(mkx_proxy_ring *r, const mkx_proxy_cmd *c, uint64_t *seq,
                    int64_t timeout_ms) {
+  /* No ticket on a stopped ring: nobody would take the command. */
+  int err = atomic_load_explicit(&r->error, memory_order_acquire);
+  if (seq) *seq = 0;
+  if (err != MKX_SUCCESS)
+    return mkx_error(err, "proxy post: the proxy stopped (%s)",
+                     MKX_Error_string(err));
   uint64_t s = atomic_fetch_add(&r->reserved, 1) + 1;
   /* The ticket is taken: even on failure the slot must be filled, or the
    * proxy would wait on it; a failed producer leaves the proxy stopped. */

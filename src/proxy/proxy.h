@@ -14,15 +14,23 @@
  *             marks it done and advances `completed` over the done prefix.
  *   errors:   a bad command, a transport error or a lost peer stops the
  *             proxy with `error` set; producers and waiters see it and
- *             return it instead of waiting. */
+ *             return it instead of waiting.  mkx_proxy_stop leaves
+ *             MKX_ERR_NET there too (when nothing else was), so a producer
+ *             that comes after the proxy is gone fails at once.
+ *
+ * GPU producers (kernels/proxy/proxy_dev.cuh, set up by proxy_gpu.h) follow
+ * the same protocol on a ring in host memory mapped for the GPU, with the
+ * layout of proxy_layout.h.  A ring has producers of one kind at a time:
+ * the ticket is a system-scope atomic from the GPU, which is atomic among
+ * that GPU's threads but not against a host thread's atomic on the same
+ * word unless the device reports hostNativeAtomicSupported. */
 #ifndef MKX_PROXY_PROXY_H
 #define MKX_PROXY_PROXY_H
 
 #include <stdatomic.h>
 #include <stdint.h>
 #include "net/net.h"
-
-enum { MKX_PROXY_OP_WRITE = 1 };
+#include "proxy/proxy_layout.h" /* offsets shared with the GPU producer */
 
 /* One command: 64 bytes, so a producer writes it with a few 16-byte
  * stores and the slot never straddles cache lines. */
@@ -53,7 +61,8 @@ typedef struct mkx_proxy mkx_proxy;
 
 /* A proxy over an opened, connected endpoint.  entries: ring size (a power
  * of two).  The ring is ordinary host memory here; the GPU path allocates
- * it mapped (ring_mem != NULL: caller-provided, mkx_proxy_ring_bytes). */
+ * it mapped (ring_mem != NULL: caller-provided, mkx_proxy_ring_bytes bytes,
+ * 64-byte aligned; see proxy_gpu.h). */
 size_t mkx_proxy_ring_bytes(uint32_t entries);
 int mkx_proxy_create(mkx_net *net, uint32_t entries, void *ring_mem,
                      int64_t timeout_ms, mkx_proxy **out);
@@ -75,12 +84,15 @@ int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,
 /* Start the proxy thread, pinned to the CPUs of `cpulist` ("0-13,112-125";
  * NULL or "" leaves it unpinned; a failure to pin is logged, not fatal). */
 int mkx_proxy_start(mkx_proxy *p, const char *cpulist);
-/* Stop the thread after the commands already posted are done (bounded). */
+/* Stop the thread after the commands already posted are done (bounded).
+ * The ring's error word is then MKX_ERR_NET if nothing else was there:
+ * later posts and waits (a kernel still running) fail at once. */
 int mkx_proxy_stop(mkx_proxy *p);
 void mkx_proxy_destroy(mkx_proxy *p);
 
 /* Host-side producer: post one command; *seq receives its sequence
- * number.  Safe from several threads. */
+ * number (0 when the ring had stopped already).  Safe from several
+ * threads. */
 int mkx_proxy_post(mkx_proxy_ring *r, const mkx_proxy_cmd *c, uint64_t *seq,
                    int64_t timeout_ms);
 /* Wait until command `seq` (and every earlier one) is complete. */

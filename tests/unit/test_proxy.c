@@ -4,6 +4,7 @@
  * transport errors and bad commands that stop the proxy with an error
  * producers see instead of hanging. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -211,8 +212,126 @@ static void test_bad_command(void) {
         "ring size must be a power of two");
 }
 
+/* The GPU producer writes the ring by the offsets of proxy_layout.h, not
+ * through mkx_proxy_cmd: a producer doing the same, with plain 64-bit
+ * words, is understood by the proxy (wrapping an 8-entry ring). */
+static uint64_t *word(void *ring, size_t off) {
+  return (uint64_t *)((char *)ring + off);
+}
+
+static void raw_post(void *ring, uint32_t entries, int peer, int chunk,
+                     uint64_t value) {
+  uint64_t s = __atomic_fetch_add(word(ring, MKX_PROXY_OFF_RESERVED), 1,
+                                  __ATOMIC_RELAXED) + 1;
+  while (s - __atomic_load_n(word(ring, MKX_PROXY_OFF_COMPLETED),
+                             __ATOMIC_ACQUIRE) > entries)
+    sched_yield();
+  char *slot = (char *)ring + MKX_PROXY_OFF_CMD +
+               ((s - 1) & (entries - 1)) * MKX_PROXY_CMD_BYTES;
+  uint32_t op = MKX_PROXY_OP_WRITE, zero = 0, slot_no = 2;
+  uint64_t off = (uint64_t)chunk * CHUNK, len = CHUNK;
+  memcpy(slot + MKX_PROXY_CMD_OP, &op, 4);
+  memcpy(slot + MKX_PROXY_CMD_PEER, &peer, 4);
+  memcpy(slot + MKX_PROXY_CMD_SRC, &zero, 4);
+  memcpy(slot + MKX_PROXY_CMD_DST, &zero, 4);
+  memcpy(slot + MKX_PROXY_CMD_SRC_OFF, &off, 8);
+  memcpy(slot + MKX_PROXY_CMD_DST_OFF, &off, 8);
+  memcpy(slot + MKX_PROXY_CMD_LEN, &len, 8);
+  memcpy(slot + MKX_PROXY_CMD_SLOT, &slot_no, 4);
+  memcpy(slot + MKX_PROXY_CMD_PAD, &zero, 4);
+  memcpy(slot + MKX_PROXY_CMD_VALUE, &value, 8);
+  __atomic_store_n(word(slot, MKX_PROXY_CMD_SEQ), s, __ATOMIC_RELEASE);
+}
+
+static void test_layout_producer(void) {
+  reset(1, 0, 0);
+  for (int i = 0; i < (int)sizeof src_buf; i++) src_buf[i] = (char)(i * 3 + 1);
+  memset(dst_buf, 0, sizeof dst_buf);
+  mkx_proxy *p = make_proxy(8);
+  void *ring = mkx_proxy_ring_of(p);
+  CHECK(*(uint32_t *)((char *)ring + MKX_PROXY_OFF_ENTRIES) == 8,
+        "entries at its offset");
+  /* 192 = every chunk to each of the three peers once. */
+  for (int i = 0; i < 192; i++) raw_post(ring, 8, 1 + i % 3, i % 64, i + 1);
+  CHECK(mkx_proxy_wait(ring, 192, 2000) == MKX_SUCCESS, "raw commands done");
+  CHECK(*word(ring, MKX_PROXY_OFF_COMPLETED) == 192 &&
+            *word(ring, MKX_PROXY_OFF_CONSUMED) == 192,
+        "completed and consumed at their offsets");
+  CHECK(memcmp(dst_buf[1], src_buf, sizeof src_buf) == 0 &&
+            memcmp(dst_buf[2], src_buf, sizeof src_buf) == 0 &&
+            memcmp(dst_buf[3], src_buf, sizeof src_buf) == 0,
+        "raw commands carried the right offsets and lengths");
+  CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "clean stop");
+  mkx_proxy_destroy(p);
+}
+
+/* After mkx_proxy_stop nobody drains the ring: the error word says so and
+ * a late producer fails at once instead of waiting out its bound. */
+static void test_stopped_ring(void) {
+  reset(1, 0, 0);
+  mkx_proxy *p = make_proxy(4);
+  mkx_proxy_ring *r = mkx_proxy_ring_of(p);
+  mkx_proxy_cmd c = write_cmd(1, 0);
+  uint64_t seq;
+  CHECK(mkx_proxy_post(r, &c, &seq, 1000) == MKX_SUCCESS, "post");
+  CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "stop after the work is done");
+  CHECK(atomic_load(&r->error) == MKX_ERR_NET, "the ring is marked stopped: "
+        "%d", atomic_load(&r->error));
+  CHECK(mkx_proxy_wait(r, seq, 1000) == MKX_SUCCESS,
+        "finished work still counts");
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc = mkx_proxy_post(r, &c, &seq, 5000);
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+  CHECK(rc == MKX_ERR_NET && ms < 1000, "a late post fails at once: %d after "
+        "%.0f ms", rc, ms);
+  mkx_proxy_destroy(p);
+}
+
+#if HAVE_CUDA
+#include "proxy/proxy_gpu.h"
+/* The GPU proxy's host side: a bad ring size is refused before CUDA is
+ * touched; without a GPU, creation fails with MKX_ERR_CUDA and leaves
+ * nothing behind; with one, the kernel's descriptor describes the ring. */
+static void test_gpu_setup(void) {
+  mkx_proxy_gpu *g = (mkx_proxy_gpu *)&g;
+  _Atomic uint64_t *sig = NULL, *saved = net.signals;
+  CHECK(mkx_net_signals_alloc(RANKS, &sig) == MKX_SUCCESS &&
+            (uintptr_t)sig % 4096 == 0,
+        "signal words in whole pages");
+  net.signals = sig;
+  CHECK(mkx_proxy_gpu_create(&net, 0, 12, 1000, &g) == MKX_ERR_INVALID_ARG &&
+            g == NULL,
+        "12 entries refused");
+  int rc = mkx_proxy_gpu_create(&net, 0, 16, 1500, &g);
+  if (rc == MKX_SUCCESS) {
+    mkx_proxy_dev d;
+    mkx_proxy_gpu_dev(g, &d);
+    CHECK(d.entries == 16 && d.num_signals == RANKS &&
+              d.timeout_ns == 1500000000ull && d.ring && d.signals &&
+              d.status,
+          "descriptor");
+    CHECK(mkx_proxy_ring_of(mkx_proxy_gpu_proxy(g))->entries == 16 &&
+              mkx_proxy_gpu_status(g)->code == 0,
+          "ring and status");
+    mkx_proxy_gpu_destroy(g);
+  } else {
+    CHECK(rc == MKX_ERR_CUDA && g == NULL, "no GPU: %d (%s)", rc,
+          MKX_Get_last_error());
+  }
+  net.signals = saved;
+  free((void *)sig);
+}
+#else
+static void test_gpu_setup(void) {}
+#endif
+
 int main(void) {
   pthread_mutex_init(&fake.lock, NULL);
+  test_gpu_setup();
+  test_layout_producer();
+  test_stopped_ring();
   test_wraparound();
   test_in_order_completion();
   test_full_ring();

@@ -1,0 +1,126 @@
+/* The CUDA stager of the tcp transport (mkx_net_stager in net.h): device
+ * memory goes through pinned host buffers, copied on two non-blocking
+ * streams of the endpoint's own (one per direction), so a copy never waits
+ * behind a kernel on the legacy default stream, which may be the kernel
+ * that waits for the copy.  Without CUDA there is no stager and tcp
+ * refuses device memory. */
+#include <stdlib.h>
+#include "core/error.h"
+#include "net/net.h"
+#if HAVE_CUDA
+#include <cuda_runtime.h>
+
+/* 1 MiB: large enough that a copy costs more than its launch, small
+ * enough to keep two per endpoint. */
+#define STAGE_BYTES (1u << 20)
+
+typedef struct cuda_stage {
+  int device;
+  cudaStream_t out, in; /* device -> host (senders), host -> device */
+} cuda_stage;
+
+static int cuda_rc(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return MKX_SUCCESS;
+  (void)cudaGetLastError();
+  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
+                                                  : MKX_ERR_CUDA,
+                   "tcp staging: %s: %s", what, cudaGetErrorString(e));
+}
+
+static int device_of(const void *p) {
+  int count = 0;
+  struct cudaPointerAttributes at;
+  if (!p) return -1;
+  /* No driver or no GPU: everything is host memory (and no context is
+   * created by asking). */
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0 ||
+      cudaPointerGetAttributes(&at, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return -1;
+  }
+  return at.type == cudaMemoryTypeDevice || at.type == cudaMemoryTypeManaged
+             ? at.device
+             : -1;
+}
+
+static void stage_close(void *ctx) {
+  cuda_stage *s = ctx;
+  if (!s) return;
+  if (cudaSetDevice(s->device) == cudaSuccess) {
+    if (s->out) cudaStreamDestroy(s->out);
+    if (s->in) cudaStreamDestroy(s->in);
+  }
+  (void)cudaGetLastError();
+  free(s);
+}
+
+static int stage_open(int device, void **ctx) {
+  cuda_stage *s = calloc(1, sizeof *s);
+  *ctx = NULL;
+  if (!s) return mkx_error(MKX_ERR_NOMEM, "tcp staging");
+  s->device = device;
+  int rc = cuda_rc(cudaSetDevice(device), "cudaSetDevice");
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamCreateWithFlags(&s->out, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags");
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamCreateWithFlags(&s->in, cudaStreamNonBlocking),
+                 "cudaStreamCreateWithFlags");
+  if (rc != MKX_SUCCESS) {
+    stage_close(s);
+    return rc;
+  }
+  *ctx = s;
+  return MKX_SUCCESS;
+}
+
+static int host_alloc(void *ctx, size_t bytes, void **p) {
+  cuda_stage *s = ctx;
+  MKX_TRY(cuda_rc(cudaSetDevice(s->device), "cudaSetDevice"));
+  return cuda_rc(cudaHostAlloc(p, bytes, cudaHostAllocPortable),
+                 "cudaHostAlloc");
+}
+
+static void host_free(void *ctx, void *p) {
+  (void)ctx;
+  if (p) cudaFreeHost(p);
+  (void)cudaGetLastError();
+}
+
+/* Each thread that copies makes the endpoint's device its own first. */
+static int copy(const cuda_stage *s, void *dst, const void *src, size_t len,
+                enum cudaMemcpyKind kind, cudaStream_t st) {
+  MKX_TRY(cuda_rc(cudaSetDevice(s->device), "cudaSetDevice"));
+  MKX_TRY(cuda_rc(cudaMemcpyAsync(dst, src, len, kind, st),
+                  kind == cudaMemcpyDeviceToHost ? "copy to the send stage"
+                                                 : "copy from the receive "
+                                                   "stage"));
+  return cuda_rc(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+}
+
+static int to_host(void *ctx, void *dst, const void *src, size_t len) {
+  cuda_stage *s = ctx;
+  return copy(s, dst, src, len, cudaMemcpyDeviceToHost, s->out);
+}
+
+static int to_device(void *ctx, void *dst, const void *src, size_t len) {
+  cuda_stage *s = ctx;
+  return copy(s, dst, src, len, cudaMemcpyHostToDevice, s->in);
+}
+
+static const mkx_net_stager cuda_stager = {
+    .name = "cuda",
+    .stage_bytes = STAGE_BYTES,
+    .device_of = device_of,
+    .open = stage_open,
+    .close = stage_close,
+    .host_alloc = host_alloc,
+    .host_free = host_free,
+    .to_host = to_host,
+    .to_device = to_device,
+};
+
+const mkx_net_stager *mkx_net_cuda_stager(void) { return &cuda_stager; }
+#else
+const mkx_net_stager *mkx_net_cuda_stager(void) { return NULL; }
+#endif
