@@ -1,7 +1,8 @@
 #!/bin/bash
 # On the 2-GPU machine (device tool): build only what the fused tensor-parallel
 # paths need (issue 4) from the carried autotools files, run their test on 1
-# and 2 ranks, then a short benchmark (mkx_perf tp) and PyTorch's async TP.
+# and 2 ranks and the timeout test on 2, then a short benchmark (mkx_perf tp)
+# and PyTorch's async TP.
 #   carry: configure aclocal.m4 config.h.in Makefile.in config .carry
 # Logs go to $OUT.  Env: TP_PERF_ARGS (default: M = N = K = 8192, 10 reps),
 # TP_TORCH=0 skips the PyTorch script, TP_TESTS=0 skips the tests.
@@ -31,23 +32,28 @@ t0=$(date +%s)
 mkdir -p build-tp && cd build-tp
 if ! { ../configure --disable-maintainer-mode --disable-static CC=mpicc &&
        make -j"$(nproc)" libmkx_internal.la tests/libmkxtest.la \
-         tests/gpu/test_fused_tp mkx_perf; } >"$out/build.log" 2>&1; then
+         tests/gpu/test_fused_tp tests/gpu/test_fused_timeout mkx_perf; } \
+       >"$out/build.log" 2>&1; then
   tail -n 60 "$out/build.log"; echo "BUILD FAILED"; exit 1
 fi
 echo "build: $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
 mpirun="mpirun --allow-run-as-root --oversubscribe"
+# run_test NAME NP LOG: one GPU test, summarised
+run_test() {
+  local t0 rc
+  t0=$(date +%s)
+  MKX_FUSED=auto timeout -k 5 "${TP_TEST_TIMEOUT:-90}" $mpirun -np "$2" \
+    "tests/gpu/$1" >"$out/$3" 2>&1
+  rc=$?
+  echo "$1 np=$2: rc=$rc, $(grep -c '^ok' "$out/$3") ok," \
+    "$(grep -c '^not ok' "$out/$3") not ok, $(( $(date +%s) - t0 )) s" |
+    tee -a "$out/summary.txt"
+  grep '^not ok' "$out/$3" | head -n 20
+  tail -n 3 "$out/$3"
+}
 if [ "${TP_TESTS:-1}" = 1 ]; then
-  for np in 1 2; do
-    t0=$(date +%s)
-    MKX_FUSED=auto timeout -k 5 "${TP_TEST_TIMEOUT:-90}" $mpirun -np $np \
-      tests/gpu/test_fused_tp >"$out/test-np$np.log" 2>&1
-    rc=$?
-    echo "test_fused_tp np=$np: rc=$rc, $(grep -c '^ok' "$out/test-np$np.log") ok," \
-      "$(grep -c '^not ok' "$out/test-np$np.log") not ok, $(( $(date +%s) - t0 )) s" |
-      tee -a "$out/summary.txt"
-    grep '^not ok' "$out/test-np$np.log" | head -n 20
-    tail -n 3 "$out/test-np$np.log"
-  done
+  for np in 1 2; do run_test test_fused_tp $np "test-np$np.log"; done
+  run_test test_fused_timeout 2 timeout-np2.log
 fi
 t0=$(date +%s)
 # shellcheck disable=SC2086

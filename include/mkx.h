@@ -19,7 +19,10 @@
  *    synchronous and `stream` is ignored.  Device pointers run on the
  *    communicator's GPU, ordered on `stream`; where a shape or type has no
  *    fused GPU kernel MKX takes a correct slower path and logs the reason
- *    (MKX_LOG_LEVEL=info).
+ *    (MKX_LOG_LEVEL=info).  A fused call returns once its work is enqueued,
+ *    and a GPU wait that ran out is returned (MKX_ERR_TIMEOUT) by the next
+ *    call; with option blocking (MKX_BLOCKING=yes) the call waits for its
+ *    work and returns its status (not while `stream` is being captured).
  *  - Calls are collective over the communicator: every rank calls them in
  *    the same order with arguments that agree (global sizes, types, order,
  *    transposition).  Disagreement is detected and returned as
@@ -172,7 +175,10 @@ int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
  * (k_local may differ per rank and may be 0).  On return C_r holds rows
  * [first, first + count) of sum_q A_q x B_q, where MKX_Block_range(M, p, r,
  * &first, &count) gives the split; C_r is count x n.  M and n must agree.
- * The sum is formed in fp32 (fp64 for MKX_FP64) and rounded once.
+ * The sum is formed in fp32 (fp64 for MKX_FP64) in a fixed order (the same
+ * bits every run) and rounded once.  On the fused GPU path each rank's
+ * partial product crosses NVLink in C's type, as with cuBLAS followed by
+ * NCCL, unless option tp_partials=fp32.
  */
 int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             int64_t lda, const void *B, int64_t n, int64_t ldb,

@@ -413,53 +413,62 @@ struct StoreC {
   __device__ __forceinline__ void finish(const TileCtx &) {}
 };
 
-/* TMA-store epilogue: the warpgroup's 64 x BN sub-tile goes out in 64 x (128 / sizeof(OutT))
- * chunks through two 8 KB swizzled staging buffers; one thread issues cp.async.bulk.tensor stores,
- * which clip at the M/N edges (N % 8 == 0 keeps rows 16-byte granular), and the consumers return
- * to the main loop without waiting for the global writes.  tmC: C as a {N, M} tensor, box
- * {128 / sizeof(OutT), 64}, 128B swizzle. */
+/* Store a warpgroup's 64 x BN accumulators as OutT through its two 8 KB swizzled staging buffers
+ * with TMA (cp.async.bulk.tensor), in 64 x (128 / sizeof(OutT)) chunks, at column t.col0 and row y
+ * of the tensor `map` (box {128 / sizeof(OutT), 64}, 128B swizzle; the store clips at the tensor's
+ * edges).  Every chunk is stored even past N: the staging buffers alternate by chunk parity, and
+ * an odd chunk count would let the next tile overwrite a buffer a store still reads.  The caller's thread 0 commits the bulk groups; nothing waits for the global writes here
+ * (bulk_wait<0>() before reading them back or signalling them). */
+template <typename OutT, int BN>
+__device__ __forceinline__ void tma_store_subtile(const TileCtx &t, const float (&acc)[BN / 2], const CUtensorMap *map,
+                                                  int y) {
+  constexpr int ESZ = (int)sizeof(OutT);
+  constexpr int CH = 128 / ESZ;            // columns per chunk (64 for 16-bit, 32 for fp32)
+  constexpr int QPC = CH / 8;              // accumulator quads per chunk
+  const uint32_t base = smem_u32(t.epi_smem);
+  const int r = t.acc_row(0);              // 0..55, and r + 8
+  const int cb = (t.tid & 3) * 2 * ESZ;    // byte offset of this thread's pair in an 8-column group
+#pragma unroll
+  for (int j = 0; j < BN / CH; ++j) {
+    const uint32_t buf = base + (j & 1) * (64 * 128);
+    if (t.tid == 0) bulk_wait_read<1>();   // the store that last read this buffer is done
+    t.wg_sync();
+#pragma unroll
+    for (int qq = 0; qq < QPC; ++qq) {
+      const int q = j * QPC + qq;
+      const int bcol = qq * 8 * ESZ + cb;  // byte column of this pair inside the 128-byte chunk row
+      const int unit = bcol >> 4, inb = bcol & 15;
+      const uint32_t a0 = buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb;
+      const uint32_t a1 = buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb;
+      if constexpr (ESZ == 4) {
+        st_shared_v2f(a0, acc[4 * q], acc[4 * q + 1]);
+        st_shared_v2f(a1, acc[4 * q + 2], acc[4 * q + 3]);
+      } else {
+        typedef typename OutCvt<OutT>::pair_t P;
+        P p0 = OutCvt<OutT>::pack(acc[4 * q], acc[4 * q + 1]);
+        P p1 = OutCvt<OutT>::pack(acc[4 * q + 2], acc[4 * q + 3]);
+        st_shared_b32(a0, *reinterpret_cast<uint32_t *>(&p0));
+        st_shared_b32(a1, *reinterpret_cast<uint32_t *>(&p1));
+      }
+    }
+    fence_proxy_async_smem();
+    t.wg_sync();
+    if (t.tid == 0) {
+      tma_store_2d(map, t.epi_smem + (j & 1) * (64 * 128), t.col0 + j * CH, y);
+      bulk_commit();
+    }
+  }
+}
+
+/* TMA-store epilogue: tma_store_subtile into C; the consumers return to the main loop without
+ * waiting for the global writes.  tmC: C as a {N, M} tensor, box {128 / sizeof(OutT), 64}, 128B
+ * swizzle (N % 8 == 0 keeps rows 16-byte granular). */
 template <typename OutT>
 struct StoreCTma {
   const CUtensorMap *tmC;
   template <int BN>
   __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
-    constexpr int ESZ = (int)sizeof(OutT);
-    constexpr int CH = 128 / ESZ;            // columns per chunk (64 for 16-bit, 32 for fp32)
-    constexpr int QPC = CH / 8;              // accumulator quads per chunk
-    const uint32_t base = smem_u32(t.epi_smem);
-    const int r = t.acc_row(0);              // 0..55, and r + 8
-    const int cb = (t.tid & 3) * 2 * ESZ;    // byte offset of this thread's pair in an 8-column group
-#pragma unroll
-    for (int j = 0; j < BN / CH; ++j) {
-      const uint32_t buf = base + (j & 1) * (64 * 128);
-      if (t.tid == 0) bulk_wait_read<1>();   // the store that last read this buffer is done
-      t.wg_sync();
-#pragma unroll
-      for (int qq = 0; qq < QPC; ++qq) {
-        const int q = j * QPC + qq;
-        // byte column of this pair inside the 128-byte chunk row
-        const int bcol = qq * 8 * ESZ + cb;
-        const int unit = bcol >> 4, inb = bcol & 15;
-        const uint32_t a0 = buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb;
-        const uint32_t a1 = buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb;
-        if constexpr (ESZ == 4) {
-          st_shared_v2f(a0, acc[4 * q], acc[4 * q + 1]);
-          st_shared_v2f(a1, acc[4 * q + 2], acc[4 * q + 3]);
-        } else {
-          typedef typename OutCvt<OutT>::pair_t P;
-          P p0 = OutCvt<OutT>::pack(acc[4 * q], acc[4 * q + 1]);
-          P p1 = OutCvt<OutT>::pack(acc[4 * q + 2], acc[4 * q + 3]);
-          st_shared_b32(a0, *reinterpret_cast<uint32_t *>(&p0));
-          st_shared_b32(a1, *reinterpret_cast<uint32_t *>(&p1));
-        }
-      }
-      fence_proxy_async_smem();
-      t.wg_sync();
-      if (t.tid == 0) {
-        tma_store_2d(tmC, t.epi_smem + (j & 1) * (64 * 128), t.col0 + j * CH, t.row0);
-        bulk_commit();
-      }
-    }
+    tma_store_subtile<OutT, BN>(t, acc, tmC, t.row0);
   }
   /* called once by every consumer thread after its last tile */
   __device__ __forceinline__ void finish(const TileCtx &t) {

@@ -2,10 +2,14 @@
  * AllGather+GEMM on one node: the Hopper engine (kernels/gemm) with a
  * bounded flag gate.  The gathered A lives in this rank's symmetric
  * workspace and is filled by the copy engines of every rank (src/ops/
- * ag_gemm_gpu.c); each 128-row tile of A has a flag that the filler's copy
- * engine sets to the call's epoch after the rows.  The CTAs start on this
- * rank's own rows (first_tile_m), which land first (a local copy), then
- * walk on to the peers' rows as they arrive.
+ * ag_gemm_gpu.c).  Source rank s owns rows [bnd[s], bnd[s+1]) of it (any
+ * share, 0 included), so a 128-row tile of A may hold rows of several
+ * sources: every (source, tile) pair has its own flag, flags[s * tiles_m +
+ * tile], which s's copy engine sets to the call's epoch once all of s's
+ * rows of that tile have landed.  Before loading a tile the producer waits
+ * for the flags of every source whose rows meet the tile.  The CTAs start
+ * on this rank's own rows (first_tile_m), which land first (a local copy),
+ * then walk on to the peers' rows as they arrive.
  */
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
@@ -18,38 +22,47 @@ namespace {
 
 constexpr int kGroupM = 16;
 
-/* FlagLoadGate with a bound: gives up after timeout_ns (and leaves the
- * error word) rather than hang the GPU on a peer that never arrives. */
-struct BoundedFlagGate {
-  const int *flags;
-  int target;
-  uint64_t timeout_ns;
-  int *err;
-  __device__ __forceinline__ void wait_rows(int tm, int, int) {
-    mkx::tp::wait_geq(flags + tm, target, timeout_ns, err, -1, tm, MKX_TP_AT_AG_TILE);
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-  }
-};
-
 struct AgParams {
-  const int *flags;
+  const int *flags;            // flags[s * tiles_m + tile]: source s's rows of the tile are here
   const int *epoch;
+  int bnd[MKX_TP_MAX + 1];     // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
+  int size;
   int first_tile_m, tiles_m, tiles_n, group_m;
   uint64_t timeout_ns;
   int *err;
 };
 
+/* FlagLoadGate per (source, tile) with a bound: before the loads of rows
+ * [row0, row0 + nrows) wait for every source with rows among them; a wait
+ * gives up after timeout_ns (and leaves the error word naming the source
+ * and tile) rather than hang the GPU on a peer that never arrives. */
+struct BoundedFlagGate {
+  const AgParams *p;           // the kernel's __grid_constant__ parameters
+  int target;
+  __device__ __forceinline__ void wait_rows(int tm, int row0, int nrows) {
+    const int row1 = row0 + nrows;
+    const int *f = p->flags + tm;
+    for (int s = 0; s < p->size; ++s, f += p->tiles_m) {
+      const int b0 = p->bnd[s], b1 = p->bnd[s + 1];
+      if (b0 < b1 && b0 < row1 && b1 > row0)
+        mkx::tp::wait_geq(f, target, p->timeout_ns, p->err, s, tm, MKX_TP_AT_AG_TILE);
+    }
+    asm volatile("fence.proxy.async.global;" ::: "memory");
+  }
+};
+
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     tp_ag_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                 const __grid_constant__ CUtensorMap tmC, int M, int N, int K, AgParams p) {
+                 const __grid_constant__ CUtensorMap tmC, const __grid_constant__ AgParams p, int M, int N,
+                 int K) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   RotatedTileOrder order{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m};
   /* The epoch is read on the GPU (written by this call's prologue), so a
    * graph replay waits for its own epoch, not the captured one. */
-  BoundedFlagGate gate{p.flags, *(volatile const int *)p.epoch, p.timeout_ns, p.err};
+  BoundedFlagGate gate{&p, *(volatile const int *)p.epoch};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
@@ -70,6 +83,8 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   AgParams p;
   p.flags = d->flags;
   p.epoch = d->epoch;
+  p.size = d->size;
+  for (int q = 0; q <= MKX_TP_MAX; ++q) p.bnd[q] = q <= d->size ? (int)d->bnd[q] : (int)d->m;
   p.tiles_m = (int)mkx::tp::cdiv(d->m, kBM);
   p.tiles_n = (int)mkx::tp::cdiv(d->n, BN);
   p.group_m = kGroupM < p.tiles_m ? kGroupM : p.tiles_m;
@@ -81,7 +96,7 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (int)d->m, (int)d->n, (int)d->k, p);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, p, (int)d->m, (int)d->n, (int)d->k);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -107,6 +122,10 @@ int launch_tile(const mkx_tp_ag_desc *d, cudaStream_t s) {
 
 extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || !d->flags || !d->epoch) return MKX_GEMM_EINVAL;
+  /* the sources' row ranges must tile [0, m) in rank order */
+  if (d->size < 1 || d->size > MKX_TP_MAX || d->bnd[0] != 0 || d->bnd[d->size] != d->m) return MKX_GEMM_EINVAL;
+  for (int q = 0; q < d->size; ++q)
+    if (d->bnd[q + 1] < d->bnd[q]) return MKX_GEMM_EINVAL;
   mkx_gemm_desc g = {d->m, d->n, d->k, d->a, d->lda, d->b, d->ldb, d->b_kmajor, d->c, d->ldc,
                      d->ab_type, d->c_type, 0, 0};
   if (!mkx_gemm_supported(&g, nullptr)) return MKX_GEMM_EINVAL;

@@ -2,20 +2,21 @@
  * GEMM+ReduceScatter and GEMM+AllReduce on one node, and the call-level
  * synchronisation shared with AllGather+GEMM (prologue barrier).
  *
- * Data path of a call on rank r (p ranks, owner q holds rows [bnd[q], bnd[q+1])):
+ * A call on rank r (p ranks, owner q holds rows [bnd[q], bnd[q+1])):
  *   1. tp_prologue_kernel: epoch += 1, arrive at every peer, wait for all.
- *   2. tp_rs_kernel: the engine computes the partial A_r B_r tile by tile,
- *      starting at owner r+1's rows (own rows last); its epilogue stores
- *      each fp32 64-row sub-tile by TMA straight into slot [r] of the
- *      owner's receive buffer (peer memory over NVLink, unicast), and once
- *      the stores have landed sets the owner's flag [r][sub-tile] = epoch.
- *      The wait for "landed" is deferred to the next tile's epilogue, so the
- *      consumers do not stall on NVLink latency.
- *   3. tp_reduce_kernel (owner): per sub-tile, bounded wait for p arrivals,
- *      sum the p slots in rank order (same bits every run), round once.
- *      Allreduce: also push the rounded rows into every peer's C; the last
- *      block to finish sets done[r] = epoch on every peer;
- *   4. tp_ar_wait_kernel (allreduce) waits for every owner's done flag.
+ *   2. tp_rs_kernel: the engine computes the partial A_r B_r, peers' rows
+ *      first; a peer-bound sub-tile goes by TMA into a local staging buffer
+ *      and is counted; the copy engines (host side, stream memory waits on
+ *      the counts) move each finished chunk into its owner's receive slot
+ *      and set the owner's arrival flag.  The own rows come last: their
+ *      epilogue waits for the peers' chunks (already there by then), adds
+ *      them to the accumulators and rounds once into C.  Allreduce: the copy
+ *      engines then broadcast each finished own chunk of C to every peer.
+ *      The SMs never push over NVLink: the copy engines do, while the GEMM
+ *      runs.
+ *   3. tp_late_kernel: the few tile rows shared by two owners, summed from
+ *      every rank's fp32 partial after the GEMM.
+ *   4. tp_ar_wait_kernel (allreduce) waits for every owner's done flags.
  */
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
@@ -23,11 +24,8 @@
 #include "tp/tp_common.cuh"
 
 using namespace mkx::gemm;
-using mkx::tp::geq;
 
 namespace {
-
-constexpr int kGroupM = 16;
 
 /* ---- call prologue ------------------------------------------------------ */
 
@@ -49,193 +47,312 @@ __global__ void tp_prologue_kernel(mkx_tp_sync s) {
   }
 }
 
-/* ---- GEMM whose epilogue pushes fp32 partial sub-tiles to their owners --- */
+/* ---- the GEMM: tile order and epilogue by tile kind --------------------- */
+
+constexpr int kMaxSeg = MKX_TP_MAX + MKX_TP_MAX * 8 + 8;   // late rows, peers' chunks, own chunks
 
 struct RsParams {
-  CUtensorMap d[MKX_TP_MAX];   // owner q's slot for this rank: {n, count_q} fp32, box {32, 64}
-  float *recv[MKX_TP_MAX];     // the same slots as plain pointers (rows straddling owners)
   int64_t bnd[MKX_TP_MAX + 1];
-  int *flags[MKX_TP_MAX];      // owner q's flags for this rank: [sub-tile row][column tile]
+  mkx_tp_rs_layout L;
+  int nrun, ngrp;
+  int run_tm0[kMaxSeg], run_ntr[kMaxSeg];                        // runs of whole tile rows
+  int grp_run0[kMaxSeg + 1], grp_rows[kMaxSeg], grp_first[kMaxSeg + 1];
+  int64_t stage_gap;            // rows of this rank: staging skips them
+  const void *slots;
+  int64_t slot_stride;
+  float *late;
+  int *counters;
+  const int *arrived;
   const int *epoch;
-  int size, tiles_m, tiles_n, group_m, first_tile_m;
+  int64_t c_row0;
+  int size, rank, allreduce, p_type, c_type;
+  uint64_t timeout_ns;
+  int *err;
 };
 
-/* Tile rows dealt from the p chunks of rows in turn (chunk 0's first row,
- * chunk 1's first row, ..., chunk 0's second row, ...; chunks sized as
- * MKX_Block_range), under the grouped walk.  Consecutive tiles then go to
- * different owners, so the NVLink traffic of the pushed partials spreads
- * over the whole GEMM instead of saturating the link while the peer-bound
- * rows are computed (measured: peer-rows-first made the GEMM wait on
- * NVLink with fp32 partials). */
-struct DealtTileOrder {
-  GroupedTileOrder base;
-  int parts;
-  __device__ __forceinline__ int num_tiles() const { return base.num_tiles(); }
+/* Groups of runs of whole tile rows, walked in order; inside a group down
+ * its rows, then across, so B streams from memory once per group (groups of
+ * ~16 tile rows, as the engine's grouped order) while the copy engines see
+ * chunks finish group by group. */
+struct GroupTileOrder {
+  const RsParams *p;
+  __device__ __forceinline__ int num_tiles() const { return p->grp_first[p->ngrp]; }
   __device__ __forceinline__ void get(int idx, int &tm, int &tn) const {
-    int v;
-    base.get(idx, v, tn);
-    const int T = base.tiles_m, fl = T / parts, rem = T - fl * parts;
-    int o, i;
-    if (v < fl * parts) {
-      o = v % parts;
-      i = v / parts;
-    } else {
-      o = v - fl * parts;
-      i = fl;
-    }
-    tm = o * fl + min(o, rem) + i;
+    int g = 0;
+    while (idx >= p->grp_first[g + 1]) ++g;
+    const int local = idx - p->grp_first[g], rows = p->grp_rows[g];
+    int ri = local % rows;
+    tn = local / rows;
+    int s = p->grp_run0[g];
+    while (ri >= p->run_ntr[s]) ri -= p->run_ntr[s++];
+    tm = p->run_tm0[s] + ri;
   }
 };
 
-struct PushPartial {
+enum { kKindLate = 0, kKindPeer = 1, kKindOwn = 2 };
+
+template <typename T> __device__ __forceinline__ float2 ld_pair(const void *base, int64_t idx);
+template <> __device__ __forceinline__ float2 ld_pair<float>(const void *base, int64_t idx) {
+  return __ldcg(reinterpret_cast<const float2 *>(static_cast<const float *>(base) + idx));
+}
+template <> __device__ __forceinline__ float2 ld_pair<__nv_bfloat16>(const void *base, int64_t idx) {
+  return __bfloat1622float2(__ldcg(reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(base) + idx)));
+}
+template <> __device__ __forceinline__ float2 ld_pair<__half>(const void *base, int64_t idx) {
+  return __half22float2(__ldcg(reinterpret_cast<const __half2 *>(static_cast<const __half *>(base) + idx)));
+}
+
+struct RsEpilogue {
   const RsParams *p;
+  const CUtensorMap *tm_stage, *tm_c;
   int M, epoch;
-  int pend_sr, pend_tn, pend_qa, pend_qb;   // sub-tile whose stores are in flight (thread 0 of the WG)
+  int *pend;                    // counter to bump once this WG's stores landed (thread 0)
 
   __device__ __forceinline__ int owner_of(int64_t row) const {
     int q = 0;
     while (q + 1 < p->size && row >= p->bnd[q + 1]) ++q;
     return q;
   }
+  __device__ __forceinline__ int kind_of(int tm, int &q, int &chunk) const {
+    for (int i = 0; i < p->L.nlate; ++i)
+      if (p->L.late_tm[i] == tm) {
+        chunk = i;
+        return kKindLate;
+      }
+    q = owner_of((int64_t)tm * kBM);
+    chunk = (tm - p->L.clean_a[q]) / p->L.chunk_tr[q];
+    return q == p->rank ? kKindOwn : kKindPeer;
+  }
   /* The previous sub-tile's stores have had a whole main loop to land: wait
-   * for them (normally no wait), make them visible, then tell the owners. */
+   * for them (normally no wait), make them visible to the copy engine, count. */
   __device__ __forceinline__ void flush() {
-    if (pend_sr < 0) return;
+    if (!pend) return;
     bulk_wait<0>();
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __threadfence_system();
-    for (int q = pend_qa; q <= pend_qb; ++q)
-      if (p->bnd[q + 1] > p->bnd[q]) mkx::tp::st_release(p->flags[q] + pend_sr * p->tiles_n + pend_tn, epoch);
-    pend_sr = -1;
+    atomicAdd(pend, 1);
+    pend = nullptr;
   }
   template <int BN>
   __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
     if (t.tid == 0) flush();
-    if (t.row0 >= M) return;          // the whole sub-tile is past the last row
-    const int last = min(t.row0 + 64, M) - 1;
-    const int qa = owner_of(t.row0), qb = owner_of(last);
-    if (qa != qb) {
-      store_straddling<BN>(t, acc);
+    int q = 0, chunk = 0;
+    const int kind = kind_of(t.tile_m, q, chunk);
+    if (kind == kKindLate) {
+      store_late<BN>(t, acc, chunk);
+    } else if (kind == kKindPeer) {
+      if (t.row0 < M) store_typed<BN>(t, acc, tm_stage, p->p_type, (int)(t.row0 - (t.row0 >= p->bnd[p->rank] ? p->stage_gap : 0)));
+      if (t.tid == 0) pend = p->counters + q * MKX_TP_MAXCH + chunk;
     } else {
-      store_tma<BN>(t, acc, qa);
-    }
-    if (t.tid == 0) {
-      pend_sr = t.row0 / 64;
-      pend_tn = t.tile_n;
-      pend_qa = qa;
-      pend_qb = qb;
+      if (t.row0 < M) {
+        wait_arrivals(t, chunk);
+        add_peers<BN>(t, acc);
+        store_typed<BN>(t, acc, tm_c, p->c_type, (int)(t.row0 - p->c_row0));
+      }
+      if (p->allreduce && t.tid == 0) pend = p->counters + q * MKX_TP_MAXCH + chunk;
     }
   }
-  /* A sub-tile whose rows belong to two or more owners (at most p - 1 sub-
-   * tile rows of the whole product): plain stores of each row to its owner,
-   * since a TMA store cannot start above its tensor's first row.  Made
-   * visible before the warpgroup moves on, so that thread 0's later flag
-   * release covers them. */
   template <int BN>
-  __device__ __forceinline__ void store_straddling(const TileCtx &t, float (&acc)[BN / 2]) {
-    const int r = t.acc_row(0);
+  __device__ __forceinline__ void store_typed(const TileCtx &t, float (&acc)[BN / 2], const CUtensorMap *map, int type,
+                                              int y) {
+    if (type == MKX_GEMM_FP32) tma_store_subtile<float, BN>(t, acc, map, y);
+    else if (type == MKX_GEMM_FP16) tma_store_subtile<__half, BN>(t, acc, map, y);
+    else tma_store_subtile<__nv_bfloat16, BN>(t, acc, map, y);
+  }
+  /* Thread 0 waits for every peer's partial of this chunk, then the
+   * warpgroup barrier orders the other threads' slot loads after it. */
+  __device__ __forceinline__ void wait_arrivals(const TileCtx &t, int chunk) {
+    if (t.tid == 0)
+      for (int s = 0; s < p->size; ++s)
+        if (s != p->rank)
+          mkx::tp::wait_geq(p->arrived + s * MKX_TP_MAXCH + chunk, epoch, p->timeout_ns, p->err, s,
+                            t.tile_m * 65536 + t.tile_n, MKX_TP_AT_RS_TILE);
+    t.wg_sync();
+  }
+  template <int BN>
+  __device__ __forceinline__ void add_peers(const TileCtx &t, float (&acc)[BN / 2]) {
+    if (p->p_type == MKX_GEMM_FP32) add_peers_t<float, BN>(t, acc);
+    else if (p->p_type == MKX_GEMM_FP16) add_peers_t<__half, BN>(t, acc);
+    else add_peers_t<__nv_bfloat16, BN>(t, acc);
+  }
+  /* acc += slot s, peers in rank order (a fixed order: same bits every run). */
+  template <typename P, int BN>
+  __device__ __forceinline__ void add_peers_t(const TileCtx &t, float (&acc)[BN / 2]) {
+    const int64_t g0 = t.row0 + t.acc_row(0);
+    const bool ok0 = g0 < M, ok1 = g0 + 8 < M;
+    const int64_t i0 = (g0 - p->bnd[p->rank]) * t.N, i1 = i0 + 8 * (int64_t)t.N;
+    const int cb = t.col0 + t.acc_col(0);
+    /* unrolled over the bound: a runtime loop around the unrolled column
+     * loop made ptxas spill the accumulators */
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t g = t.row0 + r + 8 * h;
-      if (g < M) {
-        const int q = owner_of(g);
-        float *row = p->recv[q] + (g - p->bnd[q]) * (int64_t)t.N;
+    for (int s = 0; s < MKX_TP_MAX; ++s) {
+      if (s >= p->size || s == p->rank) continue;
+      const void *slot = static_cast<const char *>(p->slots) + s * p->slot_stride * (int64_t)sizeof(P);
 #pragma unroll
-        for (int j = 0; j < BN / 8; ++j) {
-          const int col = t.col0 + 8 * j + (t.tid & 3) * 2;
-          if (col < t.N) *reinterpret_cast<float2 *>(row + col) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = cb + 8 * j;
+        if (col < t.N) {
+          if (ok0) {
+            const float2 v = ld_pair<P>(slot, i0 + col);
+            acc[4 * j] += v.x;
+            acc[4 * j + 1] += v.y;
+          }
+          if (ok1) {
+            const float2 v = ld_pair<P>(slot, i1 + col);
+            acc[4 * j + 2] += v.x;
+            acc[4 * j + 3] += v.y;
+          }
         }
       }
     }
-    __threadfence_system();
-    t.wg_sync();
   }
-  /* The whole sub-tile belongs to owner q: TMA stores through the swizzled
-   * staging buffers (as StoreCTma), the tensor map picked with constant
-   * indices only. */
+  /* fp32 partial of a tile row shared by several owners (rare: at most p - 1
+   * tile rows), plain stores; the late kernel, later on this stream, reads it. */
   template <int BN>
-  __device__ __forceinline__ void store_tma(const TileCtx &t, float (&acc)[BN / 2], int owner) {
-    constexpr int CH = 32;            // fp32 columns per 128-byte chunk
-    constexpr int QPC = CH / 8;       // accumulator quads per chunk
-    const uint32_t base = smem_u32(t.epi_smem);
+  __device__ __forceinline__ void store_late(const TileCtx &t, float (&acc)[BN / 2], int li) {
     const int r = t.acc_row(0);
-    const int cb = (t.tid & 3) * 8;
+    float *base = p->late + (int64_t)li * kBM * t.N;
 #pragma unroll
-    for (int j = 0; j < BN / CH; ++j) {
-      if (t.col0 + j * CH >= t.N) break;   // uniform over the warpgroup
-      const uint32_t buf = base + (j & 1) * (64 * 128);
-      if (t.tid == 0) bulk_wait_read<1>();
-      t.wg_sync();
+    for (int h = 0; h < 2; ++h) {
+      const int64_t g = t.row0 + r + 8 * h;
+      if (g >= M) continue;
+      float *row = base + (g - (int64_t)t.tile_m * kBM) * t.N;
 #pragma unroll
-      for (int qq = 0; qq < QPC; ++qq) {
-        const int q = j * QPC + qq;
-        const int bcol = qq * 32 + cb;
-        const int unit = bcol >> 4, inb = bcol & 15;
-        st_shared_v2f(buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb, acc[4 * q], acc[4 * q + 1]);
-        st_shared_v2f(buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb, acc[4 * q + 2], acc[4 * q + 3]);
-      }
-      fence_proxy_async_smem();
-      t.wg_sync();
-      if (t.tid == 0) {
-        const int y = (int)(t.row0 - p->bnd[owner]);   // >= 0: the sub-tile starts in the owner's rows
-#pragma unroll
-        for (int q = 0; q < MKX_TP_MAX; ++q)
-          if (q == owner) tma_store_2d(&p->d[q], t.epi_smem + (j & 1) * (64 * 128), t.col0 + j * CH, y);
-        bulk_commit();
+      for (int j = 0; j < BN / 8; ++j) {
+        const int col = t.col0 + 8 * j + (t.tid & 3) * 2;
+        if (col < t.N) *reinterpret_cast<float2 *>(row + col) = make_float2(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
       }
     }
   }
   __device__ __forceinline__ void finish(const TileCtx &t) {
-    if (t.tid == 0) flush();
+    if (t.tid == 0) {
+      flush();
+      bulk_wait<0>();
+    }
   }
 };
 
 template <int BN, int STAGES, bool BKM, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
     tp_rs_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
+                 const __grid_constant__ CUtensorMap tmStage, const __grid_constant__ CUtensorMap tmC,
                  const __grid_constant__ RsParams p, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
-  DealtTileOrder order{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.size};
+  GroupTileOrder order{&p};
   NoLoadGate gate;
-  PushPartial epi{&p, M, *(volatile const int *)p.epoch, -1, 0, 0, 0};
+  RsEpilogue epi{&p, &tmStage, &tmC, M, *(volatile const int *)p.epoch, nullptr};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
+}
+
+/* Runs: late tile rows, then peers' chunks dealt (chunk 0 of owner rank+1,
+ * rank+2, ..., then chunk 1, ...) so that every owner gets its first chunks
+ * early, then own chunks in order (their partials from the peers are the
+ * first to arrive).  Groups never mix phases: an own tile may wait for
+ * peers, a peer-bound or late tile never does, so every CTA's peer-bound
+ * tiles finish whatever the waits. */
+struct RunBuilder {
+  RsParams &p;
+  int tiles_n, group_max, phase = -1, first = 0;
+  void close_group() {
+    if (p.ngrp == 0 || p.grp_rows[p.ngrp - 1] == 0) return;
+    first += p.grp_rows[p.ngrp - 1] * tiles_n;
+    p.grp_first[p.ngrp] = first;
+  }
+  void add(int tm0, int ntr, int ph, int gmax) {
+    const bool fresh = p.ngrp == 0 || ph != phase || p.grp_rows[p.ngrp - 1] + ntr > gmax;
+    if (fresh) {
+      if (p.ngrp > 0) close_group();
+      p.grp_run0[p.ngrp] = p.nrun;
+      p.grp_rows[p.ngrp] = 0;
+      p.grp_first[p.ngrp] = first;
+      ++p.ngrp;
+    }
+    phase = ph;
+    p.run_tm0[p.nrun] = tm0;
+    p.run_ntr[p.nrun] = ntr;
+    ++p.nrun;
+    p.grp_rows[p.ngrp - 1] += ntr;
+  }
+  void done() {
+    close_group();
+    if (p.ngrp == 0) p.grp_first[0] = 0;
+    p.grp_run0[p.ngrp] = p.nrun;
+  }
+};
+
+/* One chunk per group.  Larger groups stream B less often but finish
+ * chunks in bursts, leaving the copy engines' stream waits unsatisfied for
+ * longer; measured on 2 H200 (N = 8192, k_local = 4096): groups of 8 tile
+ * rows cost 3x at M = 4096 and with fp32 partials, 16 / 32 rows 0.15 / 5+
+ * ms per call at M = 8192, while one chunk per group held 0.84-0.99 of the
+ * ideal on every shape of the benchmark. */
+void make_runs(const mkx_tp_rs_desc *d, RsParams &p) {
+  const mkx_tp_rs_layout &L = d->layout;
+  const int gpush = 1, gown = 1;
+  RunBuilder b{p, L.tiles_n, gpush};
+  auto chunk = [&](int q, int c, int ph, int gmax) {
+    const int tm0 = L.clean_a[q] + c * L.chunk_tr[q];
+    const int tm1 = tm0 + L.chunk_tr[q] < L.clean_b[q] ? tm0 + L.chunk_tr[q] : L.clean_b[q];
+    b.add(tm0, tm1 - tm0, ph, gmax);
+  };
+  for (int i = 0; i < L.nlate; ++i) b.add(L.late_tm[i], 1, 0, gpush);
+  int maxch = 0;
+  for (int q = 0; q < d->size; ++q) maxch = L.nchunk[q] > maxch ? L.nchunk[q] : maxch;
+  for (int c = 0; c < maxch; ++c)
+    for (int i = 1; i < d->size; ++i) {
+      const int q = (d->rank + i) % d->size;
+      if (c < L.nchunk[q]) chunk(q, c, 1, gpush);
+    }
+  for (int c = 0; c < L.nchunk[d->rank]; ++c) chunk(d->rank, c, 2, gown);
+  b.done();
 }
 
 template <int BN, int STAGES, bool BKM, bool F16>
 int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
-  CUtensorMap tmA, tmB;
+  CUtensorMap tmA, tmB, tmStage, tmC;
   RsParams p;
   memset(&p, 0, sizeof p);
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
+  const int64_t own = d->bnd[d->rank + 1] - d->bnd[d->rank];
+  const int64_t stage_rows = d->m - own, c_rows = d->allreduce ? d->m : own;
   int rc = mkx::tp::make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
   if (!rc) rc = BKM ? mkx::tp::make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
                     : mkx::tp::make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
-  for (int q = 0; !rc && q < d->size; ++q) {
-    const int64_t cnt = d->bnd[q + 1] - d->bnd[q];
-    if (cnt > 0) rc = mkx::tp::make_tmap(&p.d[q], d->recv[q], MKX_GEMM_FP32, d->n, cnt, d->n, 64);
-    p.recv[q] = d->recv[q];
-    p.flags[q] = d->flags[q];
-  }
+  /* an empty tensor cannot be encoded: a 1-row stand-in never stored to */
+  if (!rc) rc = mkx::tp::make_tmap(&tmStage, d->stage, d->p_type, d->n, stage_rows > 0 ? stage_rows : 1, d->n, 64);
+  if (!rc) rc = mkx::tp::make_tmap(&tmC, d->c, d->c_type, d->n, c_rows > 0 ? c_rows : 1, d->ldc, 64);
   int sms = 0;
   if (!rc) rc = mkx::tp::num_sms(&sms);
   if (rc) return rc;
   for (int q = 0; q <= d->size; ++q) p.bnd[q] = d->bnd[q];
-  p.size = d->size;
+  p.L = d->layout;
+  make_runs(d, p);
+  p.stage_gap = own;
+  p.slots = d->slots;
+  p.slot_stride = d->slot_stride;
+  p.late = d->late;
+  p.counters = d->counters;
+  p.arrived = d->arrived;
   p.epoch = d->epoch;
-  p.tiles_m = (int)mkx::tp::cdiv(d->m, kBM);
-  p.tiles_n = (int)mkx::tp::cdiv(d->n, BN);
-  p.group_m = kGroupM < p.tiles_m ? kGroupM : p.tiles_m;
-  p.first_tile_m = (int)((d->bnd[(d->rank + 1) % d->size] / kBM) % p.tiles_m);
-  const int tiles = p.tiles_m * p.tiles_n;
+  p.c_row0 = d->c_row0;
+  p.size = d->size;
+  p.rank = d->rank;
+  p.allreduce = d->allreduce;
+  p.p_type = d->p_type;
+  p.c_type = d->c_type;
+  p.timeout_ns = d->timeout_ns;
+  p.err = d->err;
+  const int tiles = p.grp_first[p.ngrp];
+  if (tiles == 0) return 0;
   const int ctas = sms < tiles ? sms : tiles;
   auto kern = tp_rs_kernel<BN, STAGES, BKM, F16>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, p, (int)d->m, (int)d->n, (int)d->k);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, p, (int)d->m, (int)d->n, (int)d->k);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -247,7 +364,7 @@ int launch_rs_tile(const mkx_tp_rs_desc *d, cudaStream_t s) {
   return f16 ? launch_rs<BN, STAGES, false, true>(d, s) : launch_rs<BN, STAGES, false, false>(d, s);
 }
 
-/* ---- owner-side reduction ------------------------------------------------- */
+/* ---- late tile rows -------------------------------------------------------- */
 
 template <typename OutT> struct Out4;
 template <> struct Out4<float> {
@@ -272,72 +389,73 @@ template <> struct Out4<__half> {
   }
 };
 
-/* Sum the slots of one sub-tile (64 rows x bn columns, clipped to this
- * rank's rows and to n) in rank order and store it. */
-template <typename OutT>
-__device__ __forceinline__ void reduce_item(const mkx_tp_red_desc &d, int64_t r0, int64_t r1, int64_t c0, int64_t c1) {
-  const int64_t ncol4 = (c1 - c0) / 4, total = (r1 - r0) * ncol4;
-  for (int64_t idx = threadIdx.x; idx < total; idx += blockDim.x) {
-    const int64_t row = r0 + idx / ncol4, col = c0 + (idx % ncol4) * 4;
-    const int64_t off = (row - d.first) * d.n + col;
-    float4 s = __ldcg(reinterpret_cast<const float4 *>(d.slots + off));
-    for (int q = 1; q < d.sync.size; ++q) {
-      const float4 v = __ldcg(reinterpret_cast<const float4 *>(d.slots + q * d.slot_stride + off));
-      s.x += v.x;
-      s.y += v.y;
-      s.z += v.z;
-      s.w += v.w;
-    }
-    const int64_t crow = row - d.first + d.c_row0;
-    Out4<OutT>::store(static_cast<OutT *>(d.c) + crow * d.ldc + col, s);
-    if (d.allreduce)
-      for (int q = 0; q < d.sync.size; ++q)
-        if (q != d.sync.rank) Out4<OutT>::store(static_cast<OutT *>(d.peer_c[q]) + row * d.peer_ldc[q] + col, s);
+/* Every block publishes (idempotent), so no block depends on another being
+ * scheduled; then thread q waits for rank q. */
+__device__ __forceinline__ void late_meet(const mkx_tp_late_desc &d, int epoch) {
+  const mkx_tp_sync &s = d.sync;
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    for (int q = 0; q < s.size; ++q)
+      mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_LATE_READY) + s.rank, epoch);
   }
+  if (threadIdx.x < s.size)
+    mkx::tp::wait_geq(reinterpret_cast<const int *>(s.ws[s.rank] + MKX_TP_OFF_LATE_READY) + threadIdx.x, epoch,
+                      s.timeout_ns, s.err, threadIdx.x, -1, MKX_TP_AT_LATE);
+  __syncthreads();
 }
 
 template <typename OutT>
-__global__ void __launch_bounds__(256) tp_reduce_kernel(const __grid_constant__ mkx_tp_red_desc d) {
-  const int epoch = *(volatile const int *)d.epoch;
-  const int64_t sr0 = d.first / 64;
-  const int64_t nsr = d.count > 0 ? (d.first + d.count - 1) / 64 - sr0 + 1 : 0;
-  const int64_t items = nsr * d.tiles_n;
-  for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-    const int64_t sr = sr0 + it / d.tiles_n, tn = it % d.tiles_n;
-    if (threadIdx.x < d.sync.size)   // thread s waits for source s
-      mkx::tp::wait_geq(d.flags + threadIdx.x * d.flag_stride + sr * d.tiles_n + tn, epoch, d.sync.timeout_ns,
-                        d.sync.err, threadIdx.x, (int)it, MKX_TP_AT_RS_TILE);
-    __syncthreads();
-    const int64_t r0 = max(sr * 64, d.first), r1 = min(sr * 64 + 64, d.first + d.count);
-    const int64_t c0 = tn * d.bn, c1 = min(c0 + d.bn, d.n);
-    reduce_item<OutT>(d, r0, r1, c0, c1);
-    __syncthreads();
+__global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mkx_tp_late_desc d) {
+  const int epoch = *(volatile const int *)(d.sync.ws[d.sync.rank] + MKX_TP_OFF_EPOCH);
+  late_meet(d, epoch);
+  const int me = d.rank;
+  const int64_t ncol4 = d.n / 4;
+  for (int li = 0; li < d.nlate; ++li) {
+    const int64_t t0 = (int64_t)d.late_tm[li] * 128;
+    const int64_t r0 = max(t0, d.bnd[me]), r1 = min(min(t0 + 128, d.m), d.bnd[me + 1]);
+    const int64_t total = r1 > r0 ? (r1 - r0) * ncol4 : 0;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < total;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+      const int64_t row = r0 + idx / ncol4, col = (idx % ncol4) * 4;
+      const int64_t off = ((int64_t)li * 128 + (row - t0)) * d.n + col;
+      float4 s = __ldcg(reinterpret_cast<const float4 *>(d.late[0] + off));
+      for (int q = 1; q < d.sync.size; ++q) {
+        const float4 v = __ldcg(reinterpret_cast<const float4 *>(d.late[q] + off));
+        s.x += v.x;
+        s.y += v.y;
+        s.z += v.z;
+        s.w += v.w;
+      }
+      Out4<OutT>::store(static_cast<OutT *>(d.c) + (row - d.c_row0) * d.ldc + col, s);
+      if (d.allreduce)
+        for (int q = 0; q < d.sync.size; ++q)
+          if (q != me) Out4<OutT>::store(static_cast<OutT *>(d.peer_c[q]) + row * d.peer_ldc[q] + col, s);
+    }
   }
-  if (d.allreduce) {
-    __threadfence_system();   // every thread's pushes, before the block counts itself
-    __syncthreads();
-  }
-  if (d.allreduce && threadIdx.x == 0) {
+  if (!d.allreduce) return;
+  __threadfence_system();   // every thread's pushes, before the block counts itself
+  __syncthreads();
+  if (threadIdx.x == 0) {
     /* The last block to finish tells the peers (threadFenceReduction
-     * pattern at system scope: each block's pushes are fenced before it
-     * counts itself).  The counter resets itself for the next call. */
-    int *count = reinterpret_cast<int *>(d.sync.ws[d.sync.rank] + MKX_TP_OFF_COUNT);
-    __threadfence_system();
+     * pattern at system scope); the counter resets itself. */
+    const int lme = d.sync.rank;
+    int *count = reinterpret_cast<int *>(d.sync.ws[lme] + MKX_TP_OFF_COUNT);
     if (atomicAdd(count, 1) == (int)gridDim.x - 1) {
       __threadfence_system();
       *count = 0;
       for (int q = 0; q < d.sync.size; ++q)
-        mkx::tp::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_TP_OFF_DONE) + d.sync.rank, epoch);
+        mkx::tp::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_TP_OFF_DONE_LATE) + lme, epoch);
     }
   }
 }
 
-__global__ void tp_ar_wait_kernel(mkx_tp_sync s) {
+__global__ void tp_ar_wait_kernel(mkx_tp_sync s, int late) {
   const int *ws = reinterpret_cast<const int *>(s.ws[s.rank]);
   const int target = *(volatile const int *)(ws + MKX_TP_OFF_EPOCH / 4);
   const int q = threadIdx.x;
-  if (q < s.size)
-    mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE / 4 + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_AR_DONE);
+  if (q >= s.size || q == s.rank) return;
+  mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE / 4 + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_AR_DONE);
+  if (late) mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE_LATE / 4 + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_AR_DONE);
 }
 
 int last_error() {
@@ -355,24 +473,43 @@ extern "C" int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st) {
 
 extern "C" int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t s) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->size < 1 || d->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
-  if (d->bn == 256) return launch_rs_tile<256, 4>(d, s);
-  if (d->bn == 128) return launch_rs_tile<128, 6>(d, s);
+  if (d->layout.bn == 256) return launch_rs_tile<256, 4>(d, s);
+  if (d->layout.bn == 128) return launch_rs_tile<128, 6>(d, s);
   return MKX_GEMM_EINVAL;
 }
 
-extern "C" int mkx_tp_reduce(const mkx_tp_red_desc *d, cudaStream_t st) {
+extern "C" int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st) {
   if (!d || d->sync.size < 1 || d->sync.size > MKX_TP_MAX || d->n % 4) return MKX_GEMM_EINVAL;
+  const int blocks = 132;
   switch (d->c_type) {
-    case MKX_GEMM_BF16: tp_reduce_kernel<__nv_bfloat16><<<MKX_TP_REDUCE_BLOCKS, 256, 0, st>>>(*d); break;
-    case MKX_GEMM_FP16: tp_reduce_kernel<__half><<<MKX_TP_REDUCE_BLOCKS, 256, 0, st>>>(*d); break;
-    case MKX_GEMM_FP32: tp_reduce_kernel<float><<<MKX_TP_REDUCE_BLOCKS, 256, 0, st>>>(*d); break;
+    case MKX_GEMM_BF16: tp_late_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d); break;
+    case MKX_GEMM_FP16: tp_late_kernel<__half><<<blocks, 256, 0, st>>>(*d); break;
+    case MKX_GEMM_FP32: tp_late_kernel<float><<<blocks, 256, 0, st>>>(*d); break;
     default: return MKX_GEMM_EINVAL;
   }
   return last_error();
 }
 
-extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, cudaStream_t st) {
+extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st) {
   if (!s || s->size < 1 || s->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
-  tp_ar_wait_kernel<<<1, 32, 0, st>>>(*s);
+  tp_ar_wait_kernel<<<1, 32, 0, st>>>(*s, late);
   return last_error();
+}
+
+typedef CUresult (*WaitValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
+  static std::atomic<WaitValueFn> cached{nullptr};
+  WaitValueFn f = cached.load(std::memory_order_acquire);
+  if (!f) {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !p)
+      return (int)cudaErrorNotSupported;
+    f = reinterpret_cast<WaitValueFn>(p);
+    cached.store(f, std::memory_order_release);
+  }
+  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WAIT_VALUE_GEQ);
+  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }

@@ -10,7 +10,15 @@
  *   +64    int bar[MKX_TP_MAX]   bar[q] = epoch at which rank q last arrived
  *   +192   int done[MKX_TP_MAX]  GEMM+AllReduce: epoch at which owner q's
  *                                reduced rows had all landed here
- *   +256   int count             reduce blocks finished (self-resetting)
+ *   +256   int count             late-row blocks finished (self-resetting)
+ *   +320   int done_late[MKX_TP_MAX]  GEMM+AllReduce: owner q's late rows landed
+ *   +384   int late_ready[MKX_TP_MAX] rank q's late partials are complete
+ *   +512   int counters[MKX_TP_MAX][MKX_TP_MAXCH]  GEMM+RS: sub-tiles of
+ *                                (owner, chunk) finished here; the copy
+ *                                engine waits on them (reset after each call)
+ *   +1024  int arrived[MKX_TP_MAX][MKX_TP_MAXCH]   GEMM+RS: epoch at which
+ *                                source s's partial of this rank's chunk c
+ *                                landed in slot s
  *   +4096  int src[src_cap]      src[i] = epoch: the copy engine copies these
  *                                into peers' flags (graph-safe flag values)
  *   flags[flags_cap], data       at offsets fixed per workspace (tp_gpu.c)
@@ -34,14 +42,18 @@ extern "C" {
 #define MKX_TP_OFF_BAR 64
 #define MKX_TP_OFF_DONE 192
 #define MKX_TP_OFF_COUNT 256
+#define MKX_TP_OFF_DONE_LATE 320
+#define MKX_TP_OFF_LATE_READY 384
+#define MKX_TP_OFF_COUNTERS 512
+#define MKX_TP_OFF_ARRIVED 1024
+#define MKX_TP_MAXCH 16            /* chunk slots per owner (at most 8 used) */
 #define MKX_TP_OFF_SRC 4096
-#define MKX_TP_REDUCE_BLOCKS 264   /* grid of the reduce kernel */
 
 /* The error word (host-mapped, 4 ints): err[0] = MKX_TP_ERR_TIMEOUT once a
  * bounded wait ran out, err[1] = peer (or -1), err[2] = tile, err[3] = where. */
 #define MKX_TP_ERR_TIMEOUT 11
 enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,
-       MKX_TP_AT_AR_DONE = 4 };
+       MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5 };
 
 /* What every kernel of a call needs to meet its peers. */
 typedef struct mkx_tp_sync {
@@ -59,68 +71,106 @@ typedef struct mkx_tp_sync {
 int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st);
 
 /* AllGather+GEMM: C = Aws * B where Aws (M x k, row-major, in this rank's
- * workspace) fills while the kernel runs; the producer waits (bounded) for
- * flags[t] >= epoch before loading A rows [128 t, 128 t + 128). */
+ * workspace) fills while the kernel runs.  Source rank s (0 <= s < size)
+ * fills rows [bnd[s], bnd[s+1]) (any share, 0 included) and then sets
+ * flags[s * ceil(m / 128) + t] = epoch for each 128-row tile t its rows
+ * meet; before loading A rows [128 t, 128 t + 128) the producer waits
+ * (bounded) for the flag of every source whose rows meet them. */
 typedef struct mkx_tp_ag_desc {
   int64_t m, n, k;
   const void *a; int64_t lda;               /* the gathered A (workspace) */
   const void *b; int64_t ldb; int b_kmajor;
   void *c; int64_t ldc;
   int ab_type, c_type;                      /* MKX_GEMM_* values */
-  const int *flags;                         /* local, m / 128 of them */
+  const int *flags;                         /* local, size * ceil(m / 128) */
   const int *epoch;                         /* local workspace epoch */
+  int size;                                 /* source ranks */
+  int64_t bnd[MKX_TP_MAX + 1];              /* bnd[0] = 0 ... bnd[size] = m */
   int first_tile_m;
   uint64_t timeout_ns;
   int *err;
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
 
-/* GEMM+ReduceScatter, first half: this rank's partial P = A * B (fp32),
- * 64-row sub-tile by sub-tile, stored by TMA straight into slot [rank] of
- * each owner's receive buffer (owner q: rows [bnd[q], bnd[q+1]), slot of
- * bnd[q+1] - bnd[q] rows x n fp32 at recv[q] (as mapped here)); after the
- * stores land, the owner's flag [rank][sub-tile row][column tile] = epoch
- * (flags[q] below already points at [rank]).  Tile rows start at owner
- * rank+1's rows (the owner's own rows come last). */
+/* GEMM+ReduceScatter / GEMM+AllReduce (owner q holds product rows
+ * [bnd[q], bnd[q+1])).  Which 128-row tile rows go which way, the same on
+ * every rank (computed once per plan by mkx_tp_rs_layout_make):
+ *   - owner q's clean tile rows [clean_a[q], clean_b[q]) hold only q's
+ *     rows; they form nchunk[q] chunks of chunk_tr[q] tile rows;
+ *   - late tile rows (at most p - 1) hold rows of several owners. */
+typedef struct mkx_tp_rs_layout {
+  int tiles_m, tiles_n, bn;
+  int nlate, late_tm[MKX_TP_MAX];
+  int clean_a[MKX_TP_MAX], clean_b[MKX_TP_MAX];
+  int chunk_tr[MKX_TP_MAX], nchunk[MKX_TP_MAX];
+} mkx_tp_rs_layout;
+void mkx_tp_rs_layout_make(int64_t m, int64_t n, int size, const int64_t *bnd, int bn, mkx_tp_rs_layout *L);
+/* Product rows [*r0, *r1) of owner q's chunk c. */
+void mkx_tp_rs_chunk_rows(const mkx_tp_rs_layout *L, int64_t m, const int64_t *bnd, int q, int c, int64_t *r0,
+                          int64_t *r1);
+/* Sub-tiles (64 x bn) the GEMM counts for owner q's chunk c. */
+int mkx_tp_rs_chunk_subtiles(const mkx_tp_rs_layout *L, int q, int c);
+
+/* The GEMM on rank `rank`: partial P = A B tile by tile in the order late
+ * tile rows, peers' chunks (dealt: chunk 0 of every peer, chunk 1, ...),
+ * own chunks.  Epilogue by tile kind:
+ *   - peer owner q: the sub-tile in p_type (fp32 or C's type) by TMA into
+ *     `stage` (local; rows outside this rank's own, compacted), then
+ *     counters[q][chunk] += 1 once landed: the copy engine (host side) waits
+ *     for the chunk's count, copies it to q's slot [rank] and sets q's
+ *     arrived[rank][chunk] = epoch;
+ *   - own: bounded wait for arrived[s][chunk] >= epoch of every peer s, add
+ *     their slots (`slots`, slot s at s * slot_stride elements, count x n of
+ *     p_type) to the fp32 accumulators in a fixed order (own first, then
+ *     peers by rank: the same bits every run), round once into C (row
+ *     `row - c_row0`); allreduce: counters[rank][chunk] += 1 too, so the
+ *     copy engine broadcasts the rounded rows;
+ *   - late: fp32 partial into `late` (tile row i of late_tm: rows
+ *     [i * 128, i * 128 + 128) x n), summed later by mkx_tp_rs_late. */
 typedef struct mkx_tp_rs_desc {
   int64_t m, n, k;
   const void *a; int64_t lda;
   const void *b; int64_t ldb; int b_kmajor;
-  int ab_type;
-  int size, rank;
+  int ab_type, p_type, c_type;
+  int size, rank, allreduce;
   int64_t bnd[MKX_TP_MAX + 1];
-  float *recv[MKX_TP_MAX];                  /* owner q's slot for this rank */
-  int *flags[MKX_TP_MAX];                   /* owner q's flags for this rank */
-  const int *epoch;                         /* local workspace epoch */
-  int bn;                                   /* 128 or 256: fixes the flag grid */
+  mkx_tp_rs_layout layout;
+  void *stage;                              /* local staging of p_type */
+  const void *slots; int64_t slot_stride;   /* local receive slots */
+  float *late;                              /* local late partials */
+  void *c; int64_t ldc, c_row0;
+  int *counters; const int *arrived;        /* this rank's workspace */
+  const int *epoch;
+  uint64_t timeout_ns;
+  int *err;
 } mkx_tp_rs_desc;
 int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
 
-/* GEMM+ReduceScatter, second half, on the owner: wait (bounded) for the
- * flags of each sub-tile from every source, sum the size slots in
- * rank order (deterministic), round once to c_type and store into C
- * (rows [first, first + count) of the product; c_row0 = first for
- * allreduce, 0 for reduce-scatter).  For allreduce the rows go to every
- * peer's C too (peer_c / peer_ldc), and the last block to finish sets
- * done[rank] = epoch on every peer. */
-typedef struct mkx_tp_red_desc {
-  const float *slots;                       /* size slots of count x n */
-  int64_t slot_stride;                      /* elements between slots */
-  int64_t first, count, n;
-  int bn, tiles_n;
-  const int *flags, *epoch;                 /* flags[s * flag_stride + sr * tiles_n + tn] */
-  int64_t flag_stride;
-  int c_type;
-  void *c; int64_t ldc; int64_t c_row0;
-  int allreduce;
+/* Late tile rows, on every rank after its GEMM: publish late_ready[rank],
+ * wait (bounded) for every rank's, sum every rank's fp32 late partial of
+ * this rank's rows in rank order, round once into C; allreduce: also into
+ * every peer's C, and the last block sets done_late[rank] = epoch there. */
+typedef struct mkx_tp_late_desc {
+  int64_t m, n;
+  int rank;                                 /* in bnd, late[], peer_c[] */
+  int64_t bnd[MKX_TP_MAX + 1];
+  int nlate, late_tm[MKX_TP_MAX];
+  const float *late[MKX_TP_MAX];            /* every rank's late buffer, mapped */
+  int c_type, allreduce;
+  void *c; int64_t ldc, c_row0;
   void *peer_c[MKX_TP_MAX]; int64_t peer_ldc[MKX_TP_MAX];
   mkx_tp_sync sync;
-} mkx_tp_red_desc;
-int mkx_tp_reduce(const mkx_tp_red_desc *d, cudaStream_t st);
+} mkx_tp_late_desc;
+int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
+
+/* Stream memory operations for the copy engines' side streams (driver
+ * entry points, so no libcuda link): wait until *(int32 *)addr >= value
+ * (wrap-safe); 0 or a cudaError_t. */
+int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value);
 
 /* GEMM+AllReduce tail: wait (bounded) until every owner's rows have
- * landed here (done[q] >= epoch). */
-int mkx_tp_ar_wait(const mkx_tp_sync *s, cudaStream_t st);
+ * landed here (done[q] >= epoch, and done_late[q] if `late`). */
+int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -30,6 +30,8 @@ typedef struct mkx_tp_ws {
   cudaEvent_t ev_fork, ev_join[MKX_TP_MAX], ev_last;
   void *last_stream;            /* stream of the last call (serialisation) */
   int used, busy;
+  MKX_Comm comm;                /* owner: options, and ranks in messages */
+  const char *fn;               /* the call that last started on it */
   struct mkx_tp_ws *next;
 } mkx_tp_ws;
 
@@ -53,12 +55,14 @@ char *mkx_tp_ws_data(const mkx_tp_ws *ws, int local_rank);
 void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
                       mkx_tp_sync *s);
 
-/* Start of gpu_start: report an earlier timeout of this workspace
- * (MKX_ERR_TIMEOUT naming rank and tile), order the call after the last one
- * on another stream, and enqueue the prologue. */
+/* Start of gpu_start: report an earlier timeout on any workspace of the
+ * communicator (MKX_ERR_TIMEOUT naming rank and tile), order the call after
+ * the last one on another stream, and enqueue the prologue. */
 int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
                  int src_n);
-/* End of gpu_start: remember the stream for the next call. */
+/* End of gpu_start: remember the stream for the next call.  With option
+ * blocking (and the stream not being captured) wait for the run and return
+ * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
 
 /* Fused calls started so far in this process (for tests). */

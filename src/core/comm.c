@@ -1,4 +1,5 @@
 /* Communicators: creation over MPI, placement, device choice, queries. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -15,14 +16,20 @@ int mkx_comm_check(MKX_Comm c) {
     return mkx_error(MKX_ERR_INVALID_COMM, "comm: NULL or freed communicator");
   if (c->broken)
     return mkx_error(MKX_ERR_INVALID_COMM,
-                     "comm: unusable after an earlier timeout or failure; "
-                     "free it and create another");
+                     "comm: unusable after an earlier failure (%s); free it "
+                     "and create another", c->broken_why);
   return MKX_SUCCESS;
 }
 
 int mkx_comm_fail(MKX_Comm c, int rc) {
-  if (rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_MPI || rc == MKX_ERR_NET)
-    c->broken = 1;
+  if (rc != MKX_ERR_TIMEOUT && rc != MKX_ERR_MPI && rc != MKX_ERR_NET)
+    return rc;
+  /* The first failure is the cause; later ones are its echoes. */
+  const char *msg = MKX_Get_last_error();
+  if (!c->broken)
+    snprintf(c->broken_why, sizeof c->broken_why, "%s%s%s",
+             MKX_Error_string(rc), *msg ? ": " : "", msg);
+  c->broken = 1;
   return rc;
 }
 

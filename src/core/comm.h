@@ -20,6 +20,7 @@ struct MKX_Comm_s {
   mkx_oob oob;
   int device;          /* CUDA ordinal, -1 on the host path */
   int broken;          /* a timed-out collective is pending: unusable */
+  char broken_why[256];/* the message of the failure that broke it */
   int live_requests;   /* persistent requests not yet freed */
   void *symm;          /* symmetric memory state (src/mem/symm.c) */
   void *net;           /* network endpoint (src/core/comm_net.c) */
@@ -36,7 +37,8 @@ int mkx_comm_check(MKX_Comm c);
 int mkx_comm_map_topology(MKX_Comm c);
 
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state
- * behind); returns rc. */
+ * behind, and GPU epochs out of step) and keep the current error message
+ * for later calls; returns rc. */
 int mkx_comm_fail(MKX_Comm c, int rc);
 
 #endif

@@ -79,6 +79,17 @@ static int allocation_of(const void *ptr, void **base, uint64_t *id) {
   return MKX_SUCCESS;
 }
 
+/* Memory from a stream-ordered pool (cudaMallocAsync) cannot be shared by
+ * legacy CUDA IPC, which is what mkx_symm_register uses. */
+int mkx_symm_ipc_capable(const void *ptr) {
+  get_attr_fn get = driver_get_attr();
+  int ok = 0;
+  if (!get || get(&ok, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE,
+                  (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+    return 0;
+  return ok != 0;
+}
+
 static mkx_symm_state *state(MKX_Comm c) {
   if (!c->symm) c->symm = calloc(1, sizeof(mkx_symm_state));
   return c->symm;
@@ -277,6 +288,11 @@ void mkx_symm_release(MKX_Comm c) {
   c->symm = NULL;
 }
 #else
+int mkx_symm_ipc_capable(const void *ptr) {
+  (void)ptr;
+  return 0;
+}
+
 static int no_cuda(void) {
   return mkx_error(MKX_ERR_UNSUPPORTED, "symmetric memory needs CUDA");
 }

@@ -21,6 +21,9 @@ typedef struct mkx_symm_buf {
  * by CUDA's buffer id, so a freed and reused address is not confused). */
 int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b);
 void mkx_symm_buf_free(mkx_symm_buf *b);
+/* 1 if mkx_symm_register can map `ptr` into node peers (plain cudaMalloc
+ * or MKX_Alloc_mem memory; not cudaMallocAsync pool memory), else 0. */
+int mkx_symm_ipc_capable(const void *ptr);
 
 /* MKX_Alloc_mem / MKX_Free_mem on the GPU path (collective). */
 int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr);

@@ -1,12 +1,15 @@
 /* MKX_Allgather_gemm's fused single-node GPU path (issue 4).
  *
- * Each rank copies its rows of A into every node rank's symmetric
- * workspace (the gathered A) with the copy engine, one side stream per
- * peer, in chunks of 128-row tiles; after each chunk the copy engine also
- * copies the call's epoch into the destination's ready flags of those
- * tiles.  Meanwhile the gated GEMM engine on the user's stream computes
- * this rank's own rows first, then each peer's tiles as their flags arrive.
- * No SMs move data, so the GEMM keeps all of them. */
+ * Each rank copies its rows of A (any m_local, 0 included) into every node
+ * rank's symmetric workspace (the gathered A) with the copy engine, one
+ * side stream per peer, in chunks that end on 128-row tile boundaries of
+ * the gathered A (so all of a rank's rows of a tile travel in one chunk);
+ * after each chunk the copy engine also copies the call's epoch into the
+ * destination's ready flags [this rank][tile] of the tiles the chunk's rows
+ * meet.  Meanwhile the gated GEMM engine on the user's stream computes this
+ * rank's own rows first, then the other tiles as the flags of every rank
+ * with rows in them arrive.  No SMs move data, so the GEMM keeps all of
+ * them. */
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"
@@ -20,9 +23,13 @@ static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct ag_plan {
   mkx_tp_ws *ws;
-  int64_t M, row0, tiles_m, tile0, ntiles, chunk_tiles;
+  int64_t M, tiles_m, chunk_tiles, first_tile;
+  int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
+  int64_t row0, row1;          /* this rank's */
   size_t es;
 } ag_plan;
+
+#define TILE 128 /* rows of the GEMM's tile: one ready flag per source */
 
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
@@ -45,10 +52,6 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
   const mkx_ag_gemm_args *a = args;
   MKX_TRY(mkx_tp_node_ok(c, FN));
   MKX_TRY(check_types(a));
-  if (a->m_local % 128)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: m_local = %lld on rank %d is "
-                     "not a multiple of 128 (the fused path's tile)", FN,
-                     (long long)a->m_local, c->rank);
   if (a->k % 8 || a->n % 8 || a->lda % 8 || a->ldb % 8 || a->ldc % 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k, n, lda, "
                      "ldb, ldc multiples of 8", FN);
@@ -67,15 +70,31 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   p->M = g->total;
-  for (int q = 0; q < c->rank; q++) p->row0 += g->local[q];
+  for (int q = 0; q < c->size; q++) p->bnd[q + 1] = p->bnd[q] + g->local[q];
+  p->row0 = p->bnd[c->rank];
+  p->row1 = p->bnd[c->rank + 1];
   p->es = MKX_Type_size(a->dtype);
-  p->tiles_m = p->M / 128;
-  p->tile0 = p->row0 / 128;
-  p->ntiles = a->m_local / 128;
+  p->tiles_m = (p->M + TILE - 1) / TILE;
+  /* tiles this rank's rows meet (the first and last may be shared with
+   * the neighbouring ranks' rows) */
+  const int64_t ntiles = a->m_local > 0
+      ? (p->row1 - 1) / TILE - p->row0 / TILE + 1 : 0;
   /* ~8 chunks per peer: the first tiles arrive early, and each chunk is
    * still megabytes (copy-engine set-up per copy is microseconds) */
-  p->chunk_tiles = p->ntiles > 8 ? (p->ntiles + 7) / 8 : 1;
-  mkx_tp_need need = {p->tiles_m, p->tiles_m,
+  p->chunk_tiles = ntiles > 8 ? (ntiles + 7) / 8 : 1;
+  /* Start on the first tile that begins inside this rank's rows (own rows
+   * land first, by a local copy; it may end in the next rank's first rows,
+   * which come early), else on the tile holding its rows.  The tile with
+   * the previous rank's last rows comes last in the rotated order: that
+   * rank's copy engine delivers them last. */
+  p->first_tile = (p->row0 + TILE - 1) / TILE;
+  if (a->m_local == 0 || p->first_tile * TILE >= p->row1)
+    p->first_tile = p->row0 / TILE;
+  p->first_tile %= p->tiles_m;
+  /* Agreed values only (M, size), so that every rank's pool takes the same
+   * decision: src[] covers the largest flag copy (the own rows' tiles),
+   * flags one per (source, tile). */
+  mkx_tp_need need = {p->tiles_m, (int64_t)c->size * p->tiles_m,
                       (size_t)p->M * (size_t)a->k * p->es};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
@@ -94,23 +113,29 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   free(p);
 }
 
-/* Rows [r0, r1) of this rank's A into node rank q's gathered A, then the
- * epoch into q's flags of those tiles, on stream s. */
+/* Rows [g0, g1) of the gathered A (this rank's, row0 <= g0 < g1 <= row1)
+ * into node rank q's gathered A, then the epoch into q's flags [this rank]
+ * [tile] of every tile those rows meet, on stream s: stream order makes
+ * the flags land after the rows.  The caller passes every tile's rows of
+ * this rank in one piece (chunks end on tile boundaries or at row1), so a
+ * flag is set only once all of this rank's rows of its tile are there. */
 static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                     int q, int64_t r0, int64_t r1, cudaStream_t s) {
+                     int q, int64_t g0, int64_t g1, cudaStream_t s) {
   const int lq = c->place.local_rank_of[q], me = c->place.local_rank;
   const size_t row = (size_t)a->k * p->es;
-  char *dst = mkx_tp_ws_data(p->ws, lq) + (size_t)(p->row0 + r0) * row;
+  const int64_t r0 = g0 - p->row0, nrows = g1 - g0;
+  char *dst = mkx_tp_ws_data(p->ws, lq) + (size_t)g0 * row;
   const char *src = (const char *)a->A + (size_t)r0 * (size_t)a->lda * p->es;
   cudaError_t e = a->lda == a->k
-      ? cudaMemcpyAsync(dst, src, row * (size_t)(r1 - r0),
+      ? cudaMemcpyAsync(dst, src, row * (size_t)nrows,
                         cudaMemcpyDeviceToDevice, s)
       : cudaMemcpy2DAsync(dst, row, src, (size_t)a->lda * p->es, row,
-                          (size_t)(r1 - r0), cudaMemcpyDeviceToDevice, s);
+                          (size_t)nrows, cudaMemcpyDeviceToDevice, s);
   MKX_TRY(mkx_tp_cuda_rc(e, FN, "copy of A rows"));
-  int *flags = mkx_tp_ws_flags(p->ws, lq) + p->tile0 + r0 / 128;
+  const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
+  int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->tiles_m + t0;
   const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_SRC);
-  e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)((r1 - r0) / 128),
+  e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)(t1 - t0 + 1),
                       cudaMemcpyDeviceToDevice, s);
   return mkx_tp_cuda_rc(e, FN, "copy of ready flags");
 }
@@ -120,16 +145,19 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                       cudaStream_t st) {
   mkx_tp_ws *ws = p->ws;
-  const int64_t chunk = p->chunk_tiles * 128;
   MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
   for (int i = 1; i < c->size; i++) {
     cudaStream_t s = ws->side[i];
     const int q = (c->rank + i) % c->size;
     MKX_TRY(mkx_tp_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN,
                            "fork wait"));
-    for (int64_t r0 = 0; r0 < a->m_local; r0 += chunk) {
-      int64_t r1 = r0 + chunk < a->m_local ? r0 + chunk : a->m_local;
-      MKX_TRY(push_rows(c, p, a, q, r0, r1, s));
+    /* chunks of chunk_tiles tiles of the gathered A: the first starts at
+     * row0 (maybe inside a tile), every other one on a tile boundary; each
+     * ends on a tile boundary or at row1 */
+    for (int64_t g0 = p->row0, g1; g0 < p->row1; g0 = g1) {
+      g1 = (g0 / TILE + p->chunk_tiles) * TILE;
+      if (g1 > p->row1) g1 = p->row1;
+      MKX_TRY(push_rows(c, p, a, q, g0, g1, s));
     }
     MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_join[i], s), FN, "join"));
   }
@@ -162,7 +190,9 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.c_type = mkx_tp_gemm_type(a->ctype);
   d.flags = mkx_tp_ws_flags(p->ws, me);
   d.epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
-  d.first_tile_m = (int)(p->tile0 % p->tiles_m);
+  d.size = c->size;
+  for (int q = 0; q <= c->size; q++) d.bnd[q] = p->bnd[q];
+  d.first_tile_m = (int)p->first_tile;
   d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   d.err = p->ws->err_dev;
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
@@ -186,7 +216,8 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   MKX_TRY(push_peers(c, p, a, st));
   /* Own rows on the user's stream, before the GEMM: a device-local copy
    * may run as a kernel, which must not wait behind the persistent GEMM. */
-  if (a->m_local > 0) MKX_TRY(push_rows(c, p, a, c->rank, 0, a->m_local, st));
+  if (a->m_local > 0)
+    MKX_TRY(push_rows(c, p, a, c->rank, p->row0, p->row1, st));
   MKX_TRY(run_gemm(c, p, a, st));
   MKX_TRY(join_peers(c, p, st));
   if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, st));

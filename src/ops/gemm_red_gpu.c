@@ -1,11 +1,12 @@
 /* MKX_Gemm_reduce_scatter / MKX_Gemm_allreduce: fused single-node GPU path
- * (issue 4).  The engine computes this rank's fp32 partial A_r B_r and its
- * epilogue stores each 64-row sub-tile straight into the owner's receive
- * slot for this rank (TMA over NVLink), peer-bound rows first; each owner
- * then sums the slots in rank order once their flags say they landed (same
- * bits every run) and rounds once.  Allreduce: the owner also pushes its
- * rounded rows into every peer's C (registered), so all ranks hold the same
- * bits.  Kernels: kernels/tp/gemm_rs.cu. */
+ * (issue 4).  The engine computes this rank's partial A_r B_r, peers' rows
+ * first, into a local staging buffer; the copy engines move each finished
+ * chunk into its owner's receive slot (stream memory waits on the GEMM's
+ * per-chunk counts), so the SMs never wait on NVLink.  The own rows come
+ * last: their epilogue adds the peers' partials (same order every run) and
+ * rounds once into C.  Allreduce: the copy engines then broadcast each
+ * finished own chunk of C to every peer.  Tile rows shared by two owners
+ * go through a small kernel after the GEMM.  Kernels: kernels/tp/gemm_rs.cu. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -17,8 +18,11 @@
 
 typedef struct red_plan {
   mkx_tp_ws *ws;
-  int allreduce, bn, tiles_n;
-  int64_t bnd[MKX_TP_MAX + 1], slot_elems, flag_stride;
+  int allreduce, p_type;
+  size_t pes, ces;        /* bytes per partial / C element */
+  int64_t bnd[MKX_TP_MAX + 1], count_max;
+  mkx_tp_rs_layout L;
+  size_t slots_off, stage_off, late_off; /* in the workspace's data */
   mkx_symm_buf creg;      /* allreduce: every rank's C */
   int64_t peer_ldc[MKX_TP_MAX];
 } red_plan;
@@ -49,6 +53,10 @@ static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
                      "16-byte aligned", fn);
   if (a->M >= (1ll << 31) || a->n >= (1ll << 31) || a->k_local >= (1ll << 31))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", fn);
+  if (allreduce && !mkx_symm_ipc_capable(a->C))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: C cannot be mapped into node "
+                     "peers (memory from a cudaMallocAsync pool?); use "
+                     "cudaMalloc or MKX_Alloc_mem for the fused path", fn);
   return MKX_SUCCESS;
 }
 
@@ -79,6 +87,30 @@ static int register_c(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p) {
   return mkx_symm_register(c, a->C, bytes, &p->creg);
 }
 
+static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
+
+/* Partials travel in C's type (option tp_partials=out, the default: the
+ * precision of cuBLAS followed by NCCL) or in fp32. */
+static int partial_type(MKX_Comm c, const mkx_gemm_red_args *a) {
+  if (a->ctype == MKX_FP32 || c->opt.tp_partials == MKX_PARTIALS_FP32)
+    return MKX_GEMM_FP32;
+  return mkx_tp_gemm_type(a->ctype);
+}
+
+/* Data of the workspace: receive slots (one per source, of the largest
+ * block), the staging of every row but the smallest block, late rows. */
+static size_t layout_data(MKX_Comm c, const mkx_gemm_red_args *a,
+                          red_plan *p) {
+  const int64_t count_min = p->bnd[c->size] - p->bnd[c->size - 1];
+  p->count_max = p->bnd[1] - p->bnd[0]; /* block 0 is the largest */
+  p->slots_off = 0;
+  p->stage_off = align256((size_t)c->size * (size_t)p->count_max *
+                          (size_t)a->n * p->pes);
+  p->late_off = p->stage_off + align256((size_t)(a->M - count_min) *
+                                        (size_t)a->n * p->pes);
+  return p->late_off + (size_t)p->L.nlate * 128 * (size_t)a->n * 4;
+}
+
 static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
                 void **out) {
   red_plan *p = calloc(1, sizeof *p);
@@ -90,12 +122,12 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
     p->bnd[q] = first;
     p->bnd[q + 1] = first + count;
   }
-  p->bn = mkx_tp_rs_bn(a->n);
-  p->tiles_n = (int)((a->n + p->bn - 1) / p->bn);
-  p->flag_stride = (a->M + 63) / 64 * p->tiles_n;
-  p->slot_elems = (p->bnd[1] - p->bnd[0]) * a->n; /* block 0 is the largest */
-  mkx_tp_need need = {0, c->size * p->flag_stride,
-                      (size_t)c->size * (size_t)p->slot_elems * 4};
+  p->p_type = partial_type(c, a);
+  p->pes = p->p_type == MKX_GEMM_FP32 ? 4 : 2;
+  p->ces = MKX_Type_size(a->ctype);
+  mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n),
+                        &p->L);
+  mkx_tp_need need = {1, 0, layout_data(c, a, p)};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc == MKX_SUCCESS && allreduce) {
     rc = register_c(c, a, p);
@@ -129,6 +161,13 @@ void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   free(p);
 }
 
+static char *data_of(const red_plan *p, int local_rank, size_t off) {
+  return mkx_tp_ws_data(p->ws, local_rank) + off;
+}
+static int *hdr_of(const red_plan *p, int local_rank, size_t off) {
+  return (int *)(mkx_tp_ws_peer(p->ws, local_rank) + off);
+}
+
 static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                     cudaStream_t st) {
   const int me = c->place.local_rank;
@@ -143,48 +182,150 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
   d.ldb = a->ldb;
   d.b_kmajor = a->transb == MKX_TRANS;
   d.ab_type = mkx_tp_gemm_type(a->dtype);
+  d.p_type = p->p_type;
+  d.c_type = mkx_tp_gemm_type(a->ctype);
   d.size = c->size;
   d.rank = c->rank;
-  for (int q = 0; q <= c->size; q++) d.bnd[q] = p->bnd[q];
-  for (int q = 0; q < c->size; q++) {
-    const int lq = c->place.local_rank_of[q];
-    d.recv[q] = (float *)mkx_tp_ws_data(p->ws, lq) +
-                (size_t)c->rank * (size_t)p->slot_elems;
-    d.flags[q] = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->flag_stride;
-  }
-  d.epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
-  d.bn = p->bn;
-  return mkx_tp_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
-                          "GEMM with pushed partials");
-}
-
-static int run_reduce(MKX_Comm c, const red_plan *p,
-                      const mkx_gemm_red_args *a, cudaStream_t st) {
-  const int me = c->place.local_rank;
-  mkx_tp_red_desc d;
-  memset(&d, 0, sizeof d);
-  d.slots = (const float *)mkx_tp_ws_data(p->ws, me);
-  d.slot_stride = p->slot_elems;
-  d.first = p->bnd[c->rank];
-  d.count = p->bnd[c->rank + 1] - d.first;
-  d.n = a->n;
-  d.bn = p->bn;
-  d.tiles_n = p->tiles_n;
-  d.flags = mkx_tp_ws_flags(p->ws, me);
-  d.epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
-  d.flag_stride = p->flag_stride;
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.allreduce = p->allreduce;
+  memcpy(d.bnd, p->bnd, sizeof d.bnd);
+  d.layout = p->L;
+  d.stage = data_of(p, me, p->stage_off);
+  d.slots = data_of(p, me, p->slots_off);
+  d.slot_stride = p->count_max * a->n;
+  d.late = (float *)data_of(p, me, p->late_off);
   d.c = a->C;
   d.ldc = a->ldc;
-  d.c_row0 = p->allreduce ? d.first : 0;
-  d.allreduce = p->allreduce;
-  for (int i = 0; p->allreduce && i < c->size; i++) {
-    d.peer_c[i] = p->creg.peer[i];
-    d.peer_ldc[i] = p->peer_ldc[i];
+  d.c_row0 = p->allreduce ? 0 : p->bnd[c->rank];
+  d.counters = hdr_of(p, me, MKX_TP_OFF_COUNTERS);
+  d.arrived = hdr_of(p, me, MKX_TP_OFF_ARRIVED);
+  d.epoch = hdr_of(p, me, MKX_TP_OFF_EPOCH);
+  d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
+  d.err = p->ws->err_dev;
+  return mkx_tp_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
+                          "GEMM with staged partials");
+}
+
+static int cuda_rc(cudaError_t e, const red_plan *p, const char *what) {
+  return mkx_tp_cuda_rc(e, fn_name(p->allreduce), what);
+}
+
+/* Copy engine, one step: wait for the GEMM's count of a chunk, copy it,
+ * copy the epoch (src[0], written by the prologue: graph-safe) into the
+ * destination's flag after it (stream order). */
+static int wait_count(const red_plan *p, int me, int q, int ch,
+                      cudaStream_t s) {
+  int *cnt = hdr_of(p, me, MKX_TP_OFF_COUNTERS) + q * MKX_TP_MAXCH + ch;
+  return mkx_tp_launch_rc(
+      mkx_tp_stream_wait_geq(s, cnt, mkx_tp_rs_chunk_subtiles(&p->L, q, ch)),
+      fn_name(p->allreduce), "stream wait on a chunk count");
+}
+static int copy_flag(const red_plan *p, int me, int *dst, cudaStream_t s) {
+  const int *src = hdr_of(p, me, MKX_TP_OFF_SRC);
+  return cuda_rc(cudaMemcpyAsync(dst, src, sizeof(int),
+                                 cudaMemcpyDeviceToDevice, s), p,
+                 "copy of a ready flag");
+}
+
+/* This rank's partials of owner q's chunks into q's slot [rank]. */
+static int push_partials(MKX_Comm c, const red_plan *p, int q, int64_t n,
+                         cudaStream_t s) {
+  const int me = c->place.local_rank, lq = c->place.local_rank_of[q];
+  const int64_t own = p->bnd[c->rank + 1] - p->bnd[c->rank];
+  const size_t row = (size_t)n * p->pes;
+  for (int ch = 0; ch < p->L.nchunk[q]; ch++) {
+    int64_t r0, r1;
+    mkx_tp_rs_chunk_rows(&p->L, p->bnd[c->size], p->bnd, q, ch, &r0, &r1);
+    const int64_t srow = r0 >= p->bnd[c->rank] ? r0 - own : r0;
+    const int64_t drow = c->rank * p->count_max + (r0 - p->bnd[q]);
+    MKX_TRY(wait_count(p, me, q, ch, s));
+    MKX_TRY(cuda_rc(cudaMemcpyAsync(
+        data_of(p, lq, p->slots_off) + (size_t)drow * row,
+        data_of(p, me, p->stage_off) + (size_t)srow * row,
+        (size_t)(r1 - r0) * row, cudaMemcpyDeviceToDevice, s), p,
+        "copy of partial rows"));
+    MKX_TRY(copy_flag(p, me,
+                      hdr_of(p, lq, MKX_TP_OFF_ARRIVED) +
+                          c->rank * MKX_TP_MAXCH + ch, s));
   }
+  return MKX_SUCCESS;
+}
+
+/* Allreduce: this rank's rounded chunks into q's C, then q's done[me]. */
+static int push_rows(MKX_Comm c, const red_plan *p,
+                     const mkx_gemm_red_args *a, int q, cudaStream_t s) {
+  const int me = c->place.local_rank, lq = c->place.local_rank_of[q];
+  const size_t w = (size_t)a->n * p->ces;
+  for (int ch = 0; ch < p->L.nchunk[c->rank]; ch++) {
+    int64_t r0, r1;
+    mkx_tp_rs_chunk_rows(&p->L, a->M, p->bnd, c->rank, ch, &r0, &r1);
+    MKX_TRY(wait_count(p, me, c->rank, ch, s));
+    const size_t dpitch = (size_t)p->peer_ldc[lq] * p->ces;
+    const size_t spitch = (size_t)a->ldc * p->ces;
+    char *dst = (char *)p->creg.peer[lq] + (size_t)r0 * dpitch;
+    const char *src = (const char *)a->C + (size_t)r0 * spitch;
+    const size_t rows = (size_t)(r1 - r0);
+    MKX_TRY(cuda_rc(dpitch == w && spitch == w
+                        ? cudaMemcpyAsync(dst, src, w * rows,
+                                          cudaMemcpyDeviceToDevice, s)
+                        : cudaMemcpy2DAsync(dst, dpitch, src, spitch, w, rows,
+                                            cudaMemcpyDeviceToDevice, s),
+                    p, "copy of reduced rows"));
+  }
+  return copy_flag(p, me, hdr_of(p, lq, MKX_TP_OFF_DONE) + me, s);
+}
+
+/* Side stream i serves rank + i: partials, then (allreduce) C rows. */
+static int copy_engines(MKX_Comm c, const red_plan *p,
+                        const mkx_gemm_red_args *a) {
+  mkx_tp_ws *ws = p->ws;
+  for (int i = 1; i < c->size; i++) {
+    cudaStream_t s = ws->side[i];
+    const int q = (c->rank + i) % c->size;
+    MKX_TRY(cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), p, "fork wait"));
+    MKX_TRY(push_partials(c, p, q, a->n, s));
+    if (p->allreduce) MKX_TRY(push_rows(c, p, a, q, s));
+    MKX_TRY(cuda_rc(cudaEventRecord(ws->ev_join[i], s), p, "join"));
+  }
+  return MKX_SUCCESS;
+}
+
+static int join(MKX_Comm c, const red_plan *p, cudaStream_t st) {
+  for (int i = 1; i < c->size; i++)
+    MKX_TRY(cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), p,
+                    "join wait"));
+  /* the counts start from zero at the next call (after its prologue) */
+  return cuda_rc(cudaMemsetAsync(hdr_of(p, c->place.local_rank,
+                                        MKX_TP_OFF_COUNTERS), 0,
+                                 MKX_TP_MAX * MKX_TP_MAXCH * sizeof(int), st),
+                 p, "reset of the chunk counts");
+}
+
+static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+                    cudaStream_t st) {
+  mkx_tp_late_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = a->M;
+  d.n = a->n;
+  d.rank = c->rank;
+  memcpy(d.bnd, p->bnd, sizeof d.bnd);
+  d.nlate = p->L.nlate;
+  memcpy(d.late_tm, p->L.late_tm, sizeof d.late_tm);
+  for (int q = 0; q < c->size; q++) {
+    const int lq = c->place.local_rank_of[q];
+    d.late[q] = (const float *)data_of(p, lq, p->late_off);
+    if (p->allreduce) {
+      d.peer_c[q] = p->creg.peer[lq];
+      d.peer_ldc[q] = p->peer_ldc[lq];
+    }
+  }
+  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.allreduce = p->allreduce;
+  d.c = a->C;
+  d.ldc = a->ldc;
+  d.c_row0 = p->allreduce ? 0 : p->bnd[c->rank];
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
-  return mkx_tp_launch_rc(mkx_tp_reduce(&d, st), fn_name(p->allreduce),
-                          "owner reduction");
+  return mkx_tp_launch_rc(mkx_tp_rs_late(&d, st), fn_name(p->allreduce),
+                          "late rows kernel");
 }
 
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
@@ -193,13 +334,18 @@ int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 0));
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1));
+  /* fork before the GEMM: the side streams run alongside it */
+  MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));
   MKX_TRY(run_gemm(c, p, a, st));
-  MKX_TRY(run_reduce(c, p, a, st));
-  if (p->allreduce) {
+  MKX_TRY(copy_engines(c, p, a));
+  if (p->L.nlate > 0) MKX_TRY(run_late(c, p, a, st));
+  MKX_TRY(join(c, p, st));
+  if (p->allreduce && c->size > 1) {
     mkx_tp_sync s;
     mkx_tp_sync_fill(c, p->ws, 0, &s);
-    MKX_TRY(mkx_tp_launch_rc(mkx_tp_ar_wait(&s, st), fn, "allreduce wait"));
+    MKX_TRY(mkx_tp_launch_rc(mkx_tp_ar_wait(&s, p->L.nlate > 0, st), fn,
+                             "allreduce wait"));
   }
   return mkx_tp_end(p->ws, stream);
 }

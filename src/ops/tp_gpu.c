@@ -1,6 +1,7 @@
 /* The fused tensor-parallel paths' shared host side: a pool of symmetric
  * workspaces per communicator, call prologue/epilogue, error mapping.
  * See docs/fused-tp.md for the design. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
@@ -166,6 +167,7 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
   mkx_tp_ws *ws = calloc(1, sizeof *ws);
   int rc = ws ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "tp workspace");
   if (ws) {
+    ws->comm = c;
     ws->src_cap = need->src_n > 4096 ? need->src_n : 4096;
     ws->flags_cap = need->flags_n > 65536 ? need->flags_n : 65536;
     ws->flags_off = round_up(MKX_TP_OFF_SRC + 4 * (size_t)ws->src_cap, 1024);
@@ -192,6 +194,9 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
   return MKX_SUCCESS;
 }
 
+/* Reports (and marks) a timed-out run on any workspace: see below. */
+static int pool_error(MKX_Comm c, const char *fn);
+
 /* Collective: free a pooled workspace (nothing may still use it). */
 static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
   int rc = agree(c, mkx_tp_cuda_rc(cudaDeviceSynchronize(), "fused tp",
@@ -205,6 +210,7 @@ static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
 int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
   tp_pool *pool;
   MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
+  MKX_TRY(pool_error(c, "fused tp set-up")); /* before a replace loses it */
   MKX_TRY(get_pool(c, &pool));
   mkx_tp_ws **small = NULL;
   for (mkx_tp_ws **p = &pool->list; *p; p = &(*p)->next) {
@@ -256,31 +262,70 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
   s->err = ws->err_dev;
 }
 
+/* ---- timeouts ------------------------------------------------------------ */
+
 static const char *where_name(int w) {
   switch (w) {
     case MKX_TP_AT_BARRIER: return "call barrier";
     case MKX_TP_AT_AG_TILE: return "gathered A tile";
     case MKX_TP_AT_RS_TILE: return "partial sub-tile";
     case MKX_TP_AT_AR_DONE: return "reduced rows";
+    case MKX_TP_AT_LATE: return "partials of rows shared by two owners";
   }
   return "?";
 }
 
-/* A bounded wait of an earlier call ran out: the GPU left the error word
- * in host-mapped memory (read without synchronising). */
-static int check_error(const mkx_tp_ws *ws, const char *fn) {
-  volatile int *e = ws->err_host;
+/* A bounded wait of a run on `ws` ran out: the GPU left the error word in
+ * host-mapped memory (readable without synchronising).  `fn` is the call
+ * reporting it; earlier: the run was an earlier call's.  Kernels name a
+ * node-local rank; on the fused path's one node that is the communicator
+ * rank (the bootstrap numbers a node's ranks in rank order). */
+static int check_error(const mkx_tp_ws *ws, const char *fn, int earlier) {
+  volatile const int *e = ws->err_host;
   if (e[0] != MKX_TP_ERR_TIMEOUT) return MKX_SUCCESS;
-  return mkx_error(MKX_ERR_TIMEOUT, "%s: an earlier call timed out on the "
-                   "GPU waiting for rank %d (%s, tile %d)", fn, e[1],
-                   where_name(e[3]), e[2]);
+  const int peer = e[1], tile = e[2], where = e[3];
+  char head[96], who[32] = "a peer", at[32] = "";
+  if (earlier)
+    snprintf(head, sizeof head, "%s: an earlier %s", fn,
+             ws->fn ? ws->fn : "call");
+  else
+    snprintf(head, sizeof head, "%s", fn);
+  if (peer >= 0) snprintf(who, sizeof who, "rank %d", peer);
+  if (tile >= 0 && where == MKX_TP_AT_RS_TILE) /* tile_m * 65536 + tile_n */
+    snprintf(at, sizeof at, ", tile (%d, %d)", tile / 65536, tile % 65536);
+  else if (tile >= 0)
+    snprintf(at, sizeof at, ", tile %d", tile);
+  return mkx_error(MKX_ERR_TIMEOUT, "%s timed out on the GPU after %lld ms "
+                   "(option timeout_ms) waiting for %s (%s%s)", head,
+                   (long long)ws->comm->opt.timeout_ms, who,
+                   where_name(where), at);
+}
+
+/* A run on any workspace of the communicator timed out: report it (a
+ * workspace may be reused or replaced by a call of another shape) and
+ * mark the communicator unusable, since the ranks' epochs are now out of
+ * step and a later call would pair mismatched runs. */
+static int pool_error(MKX_Comm c, const char *fn) {
+  tp_pool *pool;
+  MKX_TRY(get_pool(c, &pool));
+  for (const mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
+    MKX_TRY(mkx_comm_fail(c, check_error(ws, fn, 1)));
+  return MKX_SUCCESS;
+}
+
+/* Option blocking: wait for this run and return its own status. */
+static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
+  MKX_TRY(mkx_tp_cuda_rc(cudaStreamSynchronize(st), ws->fn,
+                         "cudaStreamSynchronize (option blocking)"));
+  return mkx_comm_fail(ws->comm, check_error(ws, ws->fn, 0));
 }
 
 int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
                  int src_n) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   mkx_tp_sync s;
-  MKX_TRY(check_error(ws, fn));
+  MKX_TRY(pool_error(c, fn));
+  ws->fn = fn;
   MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
                          "cudaStreamIsCapturing"));
   /* A call on another stream than the last one must not overtake it: it
@@ -300,11 +345,15 @@ int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
                          "fused tp", "cudaStreamIsCapturing"));
+  /* Inside a capture nothing runs yet: no event, and option blocking has
+   * nothing to wait for (a synchronise would end the capture). */
   if (cap != cudaStreamCaptureStatusNone) return MKX_SUCCESS;
   ws->used = 1;
   ws->last_stream = st;
-  return mkx_tp_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
-                        "fused tp", "cudaEventRecord");
+  MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
+                         "fused tp", "cudaEventRecord"));
+  return ws->comm->opt.blocking ? finish_blocking(ws, (cudaStream_t)st)
+                                : MKX_SUCCESS;
 }
 #else
 typedef int mkx_tp_gpu_unused; /* ISO C: a translation unit is not empty */

@@ -38,11 +38,14 @@ static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
 
 typedef struct shape {
   int64_t m, n, k;   /* AG: m_local, k; RS/AR: M, k_local */
-  int vary;          /* 1: per-rank share grows with rank; 2: rank 1 gets 0 */
+  int vary;          /* 1: per-rank share grows with rank; 2: rank 1 gets 0;
+                        3 (AG): even ranks m rows, odd ranks m1 (1 rank:
+                        m + m1) */
   int pad;           /* extra elements on every leading dimension */
   MKX_Trans tb;
   MKX_Datatype dt, ct;
   int aout;          /* AG: ask for A_out */
+  int64_t m1;        /* vary 3 */
 } shape;
 
 /* One problem: host copies (oracle inputs/outputs) and device copies. */
@@ -60,6 +63,8 @@ static cudaStream_t st;
 
 static int64_t share(const shape *s, int granule) {
   if (s->vary == 2) return mt.rank == 1 ? 0 : s->m;
+  if (s->vary == 3) return mt.size == 1 ? s->m + s->m1
+                                        : mt.rank % 2 ? s->m1 : s->m;
   return s->m + (s->vary ? (int64_t)granule * mt.rank : 0);
 }
 
@@ -230,8 +235,7 @@ static void check_same_bits(const prob *p) {
 /* Can every rank take the fused path with this shape? */
 static int expect_fused(const prob *p) {
   int ok = p->s.dt != MKX_FP32 && p->s.dt != MKX_FP64;
-  if (p->op == OP_AG) ok &= p->rows % 128 == 0;
-  else ok &= p->kl > 0 && p->kl % 8 == 0;
+  if (p->op != OP_AG) ok &= p->kl > 0 && p->kl % 8 == 0; /* AG: any m_local */
   ok &= p->s.n % 8 == 0 && p->s.pad % 8 == 0 && p->s.k % 8 == 0;
   return mt_all(ok);
 }
@@ -258,7 +262,37 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   prob_free(&p);
 }
 
-/* 24 shapes per call, cycling through types, B storage, padding, shares. */
+/* AllGather+GEMM with m_local not a multiple of the 128-row tile: tiles
+ * holding rows of two ranks, ranks with 0 rows (first or last), unequal
+ * shares, a tile cut by M, several chunks per rank, the smallest sizes. */
+static void shapes_ag_rows(MKX_Comm c) {
+  static const struct { int64_t m, m1, n, k; int pad; MKX_Trans tb;
+                        MKX_Datatype dt, ct; int aout; } t[] = {
+      {1, 0, 64, 64, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1},
+      {100, 29, 256, 128, 8, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0},
+      {129, 257, 200, 192, 0, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
+      {0, 300, 512, 256, 8, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+      {300, 0, 264, 520, 0, MKX_TRANS, MKX_FP16, MKX_FP32, 0},
+      {1000, 77, 1000, 64, 8, MKX_TRANS, MKX_BF16, MKX_BF16, 1},
+      {2500, 1300, 1024, 512, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+      {127, 129, 128, 1024, 0, MKX_TRANS, MKX_FP16, MKX_FP16, 1},
+      {3, 5, 8, 8, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+  };
+  for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.m = t[i].m, s.m1 = t[i].m1, s.n = t[i].n, s.k = t[i].k;
+    s.vary = 3;
+    s.pad = t[i].pad;
+    s.tb = t[i].tb;
+    s.dt = t[i].dt, s.ct = t[i].ct;
+    s.aout = t[i].aout;
+    run_shape(c, OP_AG, &s, 50 + i);
+  }
+}
+
+/* 24 shapes per call, cycling through types, B storage, padding, shares
+ * (AllGather+GEMM: 9 more, shapes_ag_rows). */
 static void shapes(MKX_Comm c, int op) {
   static const int64_t ms_ag[] = {128, 256, 384, 128, 512, 1024, 640, 128};
   static const int64_t ms_red[] = {1, 64, 100, 129, 255, 777, 1024, 2048,
@@ -279,11 +313,12 @@ static void shapes(MKX_Comm c, int op) {
     s.dt = (i / 2) % 2 ? MKX_FP16 : MKX_BF16;
     s.ct = i % 5 == 4 ? cts[2] : (s.dt == MKX_FP16 ? cts[1] : cts[0]);
     s.aout = op == OP_AG && i % 3 == 0;
-    if (op == OP_AG && i == 23) s.m = 100; /* not a tile multiple: staged */
+    if (op == OP_AG && i == 23) s.m = 100; /* tiles shared by two ranks */
     if (op == OP_AG && i == 22) s.m = 2048, s.n = 1024, s.k = 1024;
     if (op != OP_AG && i == 23) s.m = 4096, s.n = 1024, s.k = 1024;
     run_shape(c, op, &s, 100 * op + i);
   }
+  if (op == OP_AG) shapes_ag_rows(c);
 }
 
 /* Variants of the inputs (host-path references) for the repeat tests. */
@@ -415,6 +450,17 @@ static void contrast(MKX_Comm off) {
   }
 }
 
+/* tp_partials=fp32: unrounded partials between GPUs (the default sends
+ * them in C's type); rows shared by two owners (M = 777, 1000) too. */
+static void partials_fp32(MKX_Comm f32) {
+  shape t[] = {{777, 512, 256, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
+               {2048, 1024, 512, 1, 8, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0},
+               {1000, 264, 128, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0}};
+  for (int op = OP_RS; op <= OP_AR; op++)
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+      run_shape(f32, op, &t[i], 40 + (int)i);
+}
+
 static int gpu_count(void) {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
@@ -446,6 +492,13 @@ int main(int argc, char **argv) {
   MPI_Info_free(&info);
   if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused=off"))
     MPI_Abort(MPI_COMM_WORLD, 1);
+  MKX_Comm f32;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_tp_partials", "fp32");
+  rc = MKX_Comm_create(MPI_COMM_WORLD, info, &f32);
+  MPI_Info_free(&info);
+  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_tp_partials=fp32"))
+    MPI_Abort(MPI_COMM_WORLD, 1);
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph */
   for (int op = 0; op < 3; op++) {
@@ -455,7 +508,9 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "graph")) graph(c, op);
   }
   contrast(off);
+  if (!only || !strcmp(only, "shapes")) partials_fp32(f32);
   CUDA(cudaStreamDestroy(st));
+  MKX_Comm_free(&f32);
   MKX_Comm_free(&off);
   MKX_Comm_free(&c);
   return mt_finish();

@@ -268,6 +268,8 @@ static void missing_rank(void) {
                             MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
     if (rc != MKX_ERR_INVALID_COMM)
       fail(__LINE__, "call on a timed-out comm", rc, MKX_ERR_INVALID_COMM);
+    else if (!strstr(MKX_Get_last_error(), "timed out"))
+      fail(__LINE__, "timed-out comm says why", rc, MKX_ERR_INVALID_COMM);
   }
   /* Leave c2's pending collective unmatched: freeing it must not hang. */
   MKX_Comm_free(&c2);

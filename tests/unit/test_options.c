@@ -17,6 +17,8 @@ static void test_defaults(void) {
   CHECK(o.device == -1, "device default -1");
   CHECK(o.timeout_ms == 300000, "timeout default");
   CHECK(o.virtual_node_size == 0, "virtual nodes default off");
+  CHECK(o.blocking == 0, "blocking default off");
+  CHECK(o.tp_partials == MKX_PARTIALS_OUT, "tp_partials default out");
   /* Every entry documents itself. */
   for (const mkx_option_desc *d = mkx_option_table(); d->name; d++)
     CHECK(d->help && strlen(d->help) > 20 && d->defval && d->choices,
@@ -66,6 +68,26 @@ static void test_info(void) {
   MPI_Info_set(info, "mkx_device", "-2");
   CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
         "device -2 out of range");
+  MPI_Info_delete(info, "mkx_device");
+  setenv("MKX_BLOCKING", "no", 1);
+  MPI_Info_set(info, "mkx_blocking", "true");
+  CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.blocking == 1,
+        "info mkx_blocking=true overrides env");
+  MPI_Info_set(info, "mkx_blocking", "maybe");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "bad boolean rejected");
+  CHECK(strstr(MKX_Get_last_error(), "yes|no") != NULL,
+        "message says what a boolean takes: %s", MKX_Get_last_error());
+  unsetenv("MKX_BLOCKING");
+  MPI_Info_delete(info, "mkx_blocking");
+  MPI_Info_set(info, "mkx_tp_partials", "fp32");
+  CHECK(mkx_options_load(&o, info) == MKX_SUCCESS &&
+            o.tp_partials == MKX_PARTIALS_FP32,
+        "info mkx_tp_partials=fp32");
+  MPI_Info_set(info, "mkx_tp_partials", "bf16");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "tp_partials bf16 rejected");
+  MPI_Info_delete(info, "mkx_tp_partials");
   MPI_Info_free(&info);
   unsetenv("MKX_VIRTUAL_NODE_SIZE");
 }

@@ -1,0 +1,347 @@
+/*
+ * A rank that never arrives, on the fused GPU paths of the three
+ * tensor-parallel calls (issue 4).  For each call, with and without option
+ * blocking, on a fresh communicator with mkx_timeout_ms=300:
+ *
+ *  1. every rank starts a persistent plan once: it must take the fused path
+ *     and give the right product (double-precision reference); with
+ *     blocking the stream must be idle when MKX_Start returns, and a start
+ *     captured into a CUDA graph must not synchronise (replayed once);
+ *  2. rank 1 skips a start that the others make.  They must get
+ *     MKX_ERR_TIMEOUT naming rank 1 and the call barrier, within BOUND_S
+ *     seconds and not before about timeout_ms: with blocking from that
+ *     start itself, without it from the next start (after synchronising
+ *     the stream, which must return: every GPU wait is bounded);
+ *  3. the communicator is then unusable: the next start fails at once with
+ *     MKX_ERR_INVALID_COMM naming the timeout.  Rank 1 waits at a barrier
+ *     until the others are done; then every rank frees the request and the
+ *     communicator, which must neither hang nor crash.
+ *
+ * Persistent plans, because MKX_Start does no collective host work: a
+ * skipped plain call would time out in its host agreement before any GPU
+ * work (that path is tests/mpi/test_bad_input's).  A case that hangs is
+ * ended by alarm() after GUARD_S seconds and fails the test.  Skips (77)
+ * without a GPU or with one rank.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cuda_runtime.h>
+#include "mkx_test.h"
+#include "tp/tp_host.h"
+
+#define TIMEOUT_MS 300 /* the communicators' bound on every wait */
+#define BOUND_S 20.0   /* a missing rank is reported within this */
+#define GUARD_S 120    /* a case still running after this hangs: fail */
+#define LATE 1         /* the rank that skips a start */
+
+#define CUDA(call)                                                           \
+  do {                                                                       \
+    cudaError_t e_ = (call);                                                 \
+    if (e_ != cudaSuccess) {                                                 \
+      printf("not ok - rank %d: %s: %s\n", mt.rank, #call,                   \
+             cudaGetErrorString(e_));                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+
+enum { OP_AG = 0, OP_RS, OP_AR };
+static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
+
+static cudaStream_t st;
+
+/* ---- the hang guard ------------------------------------------------------- */
+
+static char hang_msg[160];
+static size_t hang_len;
+
+static void on_alarm(int sig) {
+  (void)sig;
+  ssize_t n = write(STDOUT_FILENO, hang_msg, hang_len); /* signal-safe */
+  (void)n;
+  _exit(1); /* the launcher then ends the other ranks */
+}
+
+/* Arm the guard for the next GUARD_S seconds, naming what would hang. */
+static void guard(const char *what) {
+  snprintf(hang_msg, sizeof hang_msg, "not ok - rank %d: %s still running "
+           "after %d s: a wait hangs\n", mt.rank, what, GUARD_S);
+  hang_len = strlen(hang_msg);
+  fflush(stdout); /* _exit would drop what is buffered */
+  alarm(GUARD_S);
+}
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* ---- one problem per call: small shapes the fused path takes ------------- */
+
+typedef struct prob {
+  int op;
+  int64_t m, k, n;   /* AG: m_local, k; RS/AR: M, k_local */
+  int64_t first, crows; /* this rank's C: rows [first, first + crows) */
+  void *A, *B, *C;   /* device */
+  double *ref;       /* expected C, crows x n */
+} prob;
+
+static void *upload(int64_t rows, int64_t cols, int q, int tensor,
+                    double **vals) {
+  *vals = mt_gen(rows, cols, MKX_BF16, mt.seed, q, tensor);
+  size_t bytes = (size_t)(rows * cols) * 2;
+  void *h = malloc(bytes), *d = NULL;
+  mt_store(h, MKX_BF16, MKX_ROW_MAJOR, rows, cols, cols, *vals);
+  CUDA(cudaMalloc(&d, bytes));
+  CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+/* The reference from every rank's A (and, for RS/AR, B) regenerated here:
+ * AG: [A_0; ...; A_p-1] B_r; RS/AR: sum_q A_q B_q, rows of this rank's C. */
+static void reference(prob *p, const double *B) {
+  const int64_t M = p->op == OP_AG ? p->m * mt.size : p->m;
+  double *full = calloc((size_t)(M * p->n), sizeof *full);
+  for (int q = 0; q < mt.size; q++) {
+    double *a = mt_gen(p->m, p->k, MKX_BF16, mt.seed, q, 1);
+    double *b = p->op == OP_AG ? NULL
+                               : mt_gen(p->k, p->n, MKX_BF16, mt.seed, q, 2);
+    if (p->op == OP_AG)
+      mt_ref_gemm_acc(full + q * p->m * p->n, a, B, p->m, p->k, p->n);
+    else
+      mt_ref_gemm_acc(full, a, b, M, p->k, p->n);
+    free(a), free(b);
+  }
+  p->ref = malloc((size_t)(p->crows * p->n) * sizeof *p->ref);
+  memcpy(p->ref, full + p->first * p->n,
+         (size_t)(p->crows * p->n) * sizeof *full);
+  free(full);
+}
+
+static void prob_init(prob *p, int op) {
+  double *a, *b;
+  memset(p, 0, sizeof *p);
+  p->op = op;
+  p->m = op == OP_AG ? 256 : 512;
+  p->k = 128;
+  p->n = 256;
+  p->crows = op == OP_AG ? p->m * mt.size : p->m;
+  if (op == OP_RS) MKX_Block_range(p->m, mt.size, mt.rank, &p->first,
+                                   &p->crows);
+  p->A = upload(p->m, p->k, mt.rank, 1, &a);
+  p->B = upload(p->k, p->n, mt.rank, 2, &b);
+  reference(p, b);
+  CUDA(cudaMalloc(&p->C, (size_t)(p->crows * p->n) * 4));
+  CUDA(cudaMemset(p->C, 0xff, (size_t)(p->crows * p->n) * 4)); /* NaN */
+  free(a), free(b);
+}
+
+static void prob_free(prob *p) {
+  CUDA(cudaFree(p->A));
+  CUDA(cudaFree(p->B));
+  CUDA(cudaFree(p->C));
+  free(p->ref);
+}
+
+static int plan_init(const prob *p, MKX_Comm c, MKX_Request *r) {
+  if (p->op == OP_AG)
+    return MKX_Allgather_gemm_init(p->A, p->m, p->k, p->k, p->B, p->n, p->n,
+                                   MKX_NO_TRANS, p->C, p->n, NULL, 0,
+                                   MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
+                                   MPI_INFO_NULL, r);
+  if (p->op == OP_RS)
+    return MKX_Gemm_reduce_scatter_init(p->A, p->m, p->k, p->k, p->B, p->n,
+                                        p->n, MKX_NO_TRANS, p->C, p->n,
+                                        MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
+                                        MPI_INFO_NULL, r);
+  return MKX_Gemm_allreduce_init(p->A, p->m, p->k, p->k, p->B, p->n, p->n,
+                                 MKX_NO_TRANS, p->C, p->n, MKX_BF16, MKX_FP32,
+                                 MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+}
+
+/* C (after the stream) against the reference; poisons C for the next run. */
+static int check_c(prob *p, const char *what) {
+  size_t bytes = (size_t)(p->crows * p->n) * 4;
+  float *h = malloc(bytes);
+  CUDA(cudaStreamSynchronize(st));
+  CUDA(cudaMemcpy(h, p->C, bytes, cudaMemcpyDeviceToHost));
+  double err = mt_relerr_mat(h, MKX_FP32, MKX_ROW_MAJOR, p->n, p->crows, p->n,
+                             p->ref);
+  free(h);
+  CUDA(cudaMemset(p->C, 0xff, bytes));
+  return mt_check(err <= mt_tol(MKX_BF16, MKX_FP32), "%s %s: relative error "
+                  "%.2e", op_name[p->op], what, err);
+}
+
+/* ---- the phases of a case -------------------------------------------------- */
+
+static MKX_Comm make_comm(int timeout_ms, int blocking) {
+  MPI_Info info;
+  MKX_Comm c = NULL;
+  char ms[24];
+  snprintf(ms, sizeof ms, "%d", timeout_ms);
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", ms);
+  MPI_Info_set(info, "mkx_fused", "auto"); /* whatever MKX_FUSED says */
+  MPI_Info_set(info, "mkx_blocking", blocking ? "true" : "false");
+  MPI_Barrier(MPI_COMM_WORLD); /* start together: the bound is short */
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  mt_check_rc(rc, MKX_SUCCESS, "comm with timeout_ms=%d blocking=%d",
+              timeout_ms, blocking);
+  return rc == MKX_SUCCESS ? c : NULL;
+}
+
+/* One start by every rank: fused, correct; with blocking, already done. */
+static int good_start(prob *p, MKX_Request r, int blocking) {
+  long before = mkx_tp_fused_starts();
+  MPI_Barrier(MPI_COMM_WORLD);
+  int rc = MKX_Start(r, st);
+  mt_check_rc(rc, MKX_SUCCESS, "%s: start by every rank", op_name[p->op]);
+  mt_check(mkx_tp_fused_starts() == before + 1, "%s: fused path taken",
+           op_name[p->op]);
+  if (blocking) {
+    cudaError_t idle = cudaStreamQuery(st);
+    (void)cudaGetLastError(); /* a "not ready" must not reach a launch */
+    mt_check(idle == cudaSuccess, "%s: blocking start returns with its run "
+             "done (%s)", op_name[p->op], cudaGetErrorString(idle));
+  }
+  int ok = check_c(p, "good start") && rc == MKX_SUCCESS;
+  return mt_all(ok);
+}
+
+/* Option blocking under graph capture: MKX_Start must not synchronise (it
+ * would end the capture); the graph replays correctly on every rank. */
+static int captured_start(prob *p, MKX_Request r) {
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  int rc = MKX_Start(r, st);
+  cudaError_t e = cudaStreamEndCapture(st, &g);
+  mt_check_rc(rc, MKX_SUCCESS, "%s: blocking start under capture",
+              op_name[p->op]);
+  mt_check(e == cudaSuccess, "%s: capture survives a blocking start (%s)",
+           op_name[p->op], cudaGetErrorString(e));
+  int ok = mt_all(rc == MKX_SUCCESS && e == cudaSuccess &&
+                  cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
+  if (ok) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    CUDA(cudaGraphLaunch(ge, st));
+    ok = mt_all(check_c(p, "graph replay"));
+  }
+  if (ge) CUDA(cudaGraphExecDestroy(ge));
+  if (g) CUDA(cudaGraphDestroy(g));
+  (void)cudaGetLastError();
+  return ok;
+}
+
+/* Rank LATE skips this start; on the others it must time out, naming it. */
+static void missed_start(const prob *p, MKX_Request r, int blocking) {
+  const char *name = op_name[p->op];
+  double t0 = now_s();
+  int rc = MKX_Start(r, st);
+  if (!blocking) {
+    mt_check_rc(rc, MKX_SUCCESS, "%s: the start rank %d skips only "
+                "enqueues", name, LATE);
+    CUDA(cudaStreamSynchronize(st)); /* returns: every wait is bounded */
+    rc = MKX_Start(r, st);           /* the next call reports it */
+  }
+  double dt = now_s() - t0;
+  const char *msg = MKX_Get_last_error();
+  char late[16];
+  snprintf(late, sizeof late, "rank %d", LATE);
+  mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s "
+              "start", name, LATE, blocking ? "same" : "next");
+  mt_check(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
+           "names %s and the call barrier: %s", name, late, msg);
+  mt_check(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
+           BOUND_S);
+  mt_check(dt >= 0.5e-3 * TIMEOUT_MS, "%s: not before the bound (%.3f s, "
+           "timeout_ms=%d)", name, dt, TIMEOUT_MS);
+  rc = MKX_Start(r, st);
+  mt_check_rc(rc, MKX_ERR_INVALID_COMM, "%s: communicator unusable after "
+              "the timeout", name);
+  msg = MKX_Get_last_error();
+  mt_check(strstr(msg, "timed out") && strstr(msg, late), "%s: and says "
+           "why: %s", name, msg);
+  CUDA(cudaStreamSynchronize(st));
+}
+
+static void run_case(int op, int blocking) {
+  char what[64];
+  snprintf(what, sizeof what, "%s (blocking=%d)", op_name[op], blocking);
+  guard(what);
+  MKX_Comm c = make_comm(TIMEOUT_MS, blocking);
+  MKX_Request r = NULL;
+  prob p;
+  prob_init(&p, op);
+  int ok = mt_all(c != NULL);
+  if (ok) {
+    int rc = plan_init(&p, c, &r);
+    mt_check_rc(rc, MKX_SUCCESS, "%s: plan", what);
+    ok = mt_all(rc == MKX_SUCCESS);
+  }
+  if (ok) ok = good_start(&p, r, blocking);
+  if (ok && blocking) ok = captured_start(&p, r);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (ok && mt.rank != LATE) missed_start(&p, r, blocking);
+  MPI_Barrier(MPI_COMM_WORLD); /* LATE waits here until the others are done */
+  if (r) mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free",
+                     what);
+  if (c) mt_check_rc(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
+  prob_free(&p);
+  alarm(0);
+}
+
+/* First use of each call, on a comm with the default bound: CUDA context,
+ * kernel modules and IPC set up before the 300 ms bound applies. */
+static void warm_up(MKX_Comm c) {
+  for (int op = 0; op < 3; op++) {
+    prob p;
+    MKX_Request r = NULL;
+    prob_init(&p, op);
+    int rc = plan_init(&p, c, &r);
+    if (rc == MKX_SUCCESS) rc = MKX_Start(r, st);
+    mt_check_rc(rc, MKX_SUCCESS, "%s: warm-up start", op_name[op]);
+    check_c(&p, "warm-up");
+    if (r) MKX_Request_free(&r);
+    prob_free(&p);
+  }
+}
+
+static int gpu_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  return n;
+}
+
+int main(int argc, char **argv) {
+  mt_init(&argc, &argv);
+  int skip = gpu_count() == 0;
+  MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (skip || mt.size < 2) {
+    if (mt.rank == 0)
+      printf("1..0 # SKIP %s: %s\n", mt.prog,
+             skip ? "no GPU" : "needs 2 ranks or more");
+    MPI_Finalize();
+    return MT_SKIP;
+  }
+  signal(SIGALRM, on_alarm);
+  guard("warm-up");
+  MKX_Comm c0 = make_comm(300000, 0); /* also makes this rank's GPU current */
+  if (!mt_all(c0 != NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  warm_up(c0);
+  MKX_Comm_free(&c0);
+  alarm(0);
+  for (int blocking = 0; blocking < 2; blocking++)
+    for (int op = 0; op < 3; op++) run_case(op, blocking);
+  CUDA(cudaStreamDestroy(st));
+  return mt_finish();
+}
