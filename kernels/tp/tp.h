@@ -163,6 +163,12 @@ typedef struct mkx_tp_late_desc {
 } mkx_tp_late_desc;
 int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
 
+/* dst (cols x rows, leading dimension ldd) = src^T (rows x cols, leading
+ * dimension lds), row-major, elements of esz = 2 or 4 bytes: column-major
+ * operands of the fused paths (src/ops/tp_colmajor.c). */
+int mkx_tp_transpose(const void *src, int64_t rows, int64_t cols, int64_t lds, void *dst, int64_t ldd, int esz,
+                     cudaStream_t st);
+
 /* Stream memory operations for the copy engines' side streams (driver
  * entry points, so no libcuda link): wait until *(int32 *)addr >= value
  * (wrap-safe); 0 or a cudaError_t. */

@@ -60,6 +60,9 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
  * the last one on another stream, and enqueue the prologue. */
 int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
                  int src_n);
+/* Order work on `st` after the last call on `ws` if that ran on another
+ * stream (outside graph capture). */
+int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
 /* End of gpu_start: remember the stream for the next call.  With option
  * blocking (and the stream not being captured) wait for the run and return
  * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
@@ -79,8 +82,23 @@ int mkx_tp_gemm_type(MKX_Datatype t);
  * every rank indexes the owners' flags the same way. */
 int mkx_tp_rs_bn(int64_t n);
 
-/* The operations' fused-path hooks (see src/ops/op.h). */
 struct mkx_agreed;
+/* Every fused plan starts with this: column-major calls get an adapter
+ * plan (src/ops/tp_colmajor.c) around a row-major one. */
+typedef struct mkx_tp_plan_head {
+  int colmajor;
+} mkx_tp_plan_head;
+enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
+/* Column-major calls: transpose A into a row-major temporary, run the
+ * row-major fused call into a row-major temporary C, transpose it into the
+ * caller's C (and A_out); B only flips its layout. */
+int mkx_tp_cm_plan(MKX_Comm c, int op, const void *args,
+                   const struct mkx_agreed *g, void **plan);
+int mkx_tp_cm_start(MKX_Comm c, void *plan, const void *args,
+                    MKX_Stream stream);
+void mkx_tp_cm_free(MKX_Comm c, void *plan);
+
+/* The operations' fused-path hooks (see src/ops/op.h). */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,

@@ -53,6 +53,17 @@ static int map_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   return rc;
 }
 
+/* Several ranks of a node on one GPU: the fused paths refuse that (see
+ * mkx_tp_node_ok). */
+static int gpu_shared(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
+  const int node = c->place.node_of_rank[c->rank];
+  for (int q = 0; mine[0] != '\0' && q < c->size; q++)
+    if (q != c->rank && c->place.node_of_rank[q] == node &&
+        strcmp(all[q], mine) == 0)
+      return 1;
+  return 0;
+}
+
 int mkx_comm_map_topology(MKX_Comm c) {
   char mine[PCI_LEN] = "";
   char (*all)[PCI_LEN] = malloc(sizeof *all * (size_t)c->size);
@@ -62,6 +73,7 @@ int mkx_comm_map_topology(MKX_Comm c) {
   int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof mine,
                             c->opt.timeout_ms);
   if (rc == MKX_SUCCESS) {
+    c->gpu_shared = gpu_shared(c, mine, all);
     snprintf(c->topo_desc, sizeof c->topo_desc, "no GPU");
     if (mine[0] != '\0' && map_gpu(c, mine, all) == MKX_SUCCESS)
       c->has_gpu_map = 1;

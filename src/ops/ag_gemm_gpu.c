@@ -22,6 +22,7 @@
 static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct ag_plan {
+  int colmajor;                /* 0: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int64_t M, tiles_m, chunk_tiles, first_tile;
   int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
@@ -41,9 +42,6 @@ static int check_types(const mkx_ag_gemm_args *a) {
   if (!is16(a->ctype) && a->ctype != MKX_FP32)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path writes bf16, fp16 "
                      "or fp32 C only", FN);
-  if (a->order != MKX_ROW_MAJOR)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path is row-major only",
-                     FN);
   return MKX_SUCCESS;
 }
 
@@ -52,13 +50,16 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
   const mkx_ag_gemm_args *a = args;
   MKX_TRY(mkx_tp_node_ok(c, FN));
   MKX_TRY(check_types(a));
-  if (a->k % 8 || a->n % 8 || a->lda % 8 || a->ldb % 8 || a->ldc % 8)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k, n, lda, "
-                     "ldb, ldc multiples of 8", FN);
-  if ((a->m_local > 0 && misaligned(a->A)) || misaligned(a->B) ||
-      misaligned(a->C))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs A, B, C "
-                     "16-byte aligned", FN);
+  /* column-major A and C go through row-major temporaries: any leading
+   * dimension and alignment */
+  const int cm = a->order == MKX_COL_MAJOR;
+  if (a->k % 8 || a->n % 8 || a->ldb % 8 || (!cm && (a->lda % 8 || a->ldc % 8)))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k, n, ldb "
+                     "(and lda, ldc when row-major) multiples of 8", FN);
+  if (misaligned(a->B) ||
+      (!cm && ((a->m_local > 0 && misaligned(a->A)) || misaligned(a->C))))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
+                     "when row-major) 16-byte aligned", FN);
   if (g->total >= (1ll << 31) || a->k >= (1ll << 31) || a->n >= (1ll << 31))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", FN);
   return MKX_SUCCESS;
@@ -67,6 +68,8 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, void **plan) {
   const mkx_ag_gemm_args *a = args;
+  if (a->order == MKX_COL_MAJOR)
+    return mkx_tp_cm_plan(c, MKX_TP_OP_AG, args, g, plan);
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   p->M = g->total;
@@ -107,8 +110,11 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
 
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   ag_plan *p = plan;
-  (void)c;
   if (!p) return;
+  if (p->colmajor) {
+    mkx_tp_cm_free(c, plan);
+    return;
+  }
   mkx_tp_ws_release(p->ws);
   free(p);
 }
@@ -210,6 +216,7 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream) {
   ag_plan *p = plan;
+  if (p->colmajor) return mkx_tp_cm_start(c, plan, args, stream);
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m));

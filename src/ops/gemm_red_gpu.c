@@ -17,6 +17,7 @@
 #include "gemm/gemm_engine.h"
 
 typedef struct red_plan {
+  int colmajor;           /* 0: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int allreduce, p_type;
   size_t pes, ces;        /* bytes per partial / C element */
@@ -39,21 +40,23 @@ static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
   if (!is16(a->dtype) || (!is16(a->ctype) && a->ctype != MKX_FP32))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path takes bf16/fp16 "
                      "A, B and bf16/fp16/fp32 C only", fn);
-  if (a->order != MKX_ROW_MAJOR)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path is row-major only",
-                     fn);
   if (a->k_local == 0)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: k_local = 0 on rank %d", fn,
                      c->rank);
-  if (a->k_local % 8 || a->n % 8 || a->lda % 8 || a->ldb % 8 || a->ldc % 8)
+  /* column-major A and C go through row-major temporaries (any leading
+   * dimension and alignment; allreduce's C is then the temporary) */
+  const int cm = a->order == MKX_COL_MAJOR;
+  if (a->k_local % 8 || a->n % 8 || a->ldb % 8 ||
+      (!cm && (a->lda % 8 || a->ldc % 8)))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k_local, n, "
-                     "lda, ldb, ldc multiples of 8", fn);
-  if (misaligned(a->A) || misaligned(a->B) || (a->C && misaligned(a->C)))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs A, B, C "
-                     "16-byte aligned", fn);
+                     "ldb (and lda, ldc when row-major) multiples of 8", fn);
+  if (misaligned(a->B) ||
+      (!cm && (misaligned(a->A) || (a->C && misaligned(a->C)))))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
+                     "when row-major) 16-byte aligned", fn);
   if (a->M >= (1ll << 31) || a->n >= (1ll << 31) || a->k_local >= (1ll << 31))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", fn);
-  if (allreduce && !mkx_symm_ipc_capable(a->C))
+  if (allreduce && !cm && !mkx_symm_ipc_capable(a->C))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: C cannot be mapped into node "
                      "peers (memory from a cudaMallocAsync pool?); use "
                      "cudaMalloc or MKX_Alloc_mem for the fused path", fn);
@@ -141,21 +144,27 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   return MKX_SUCCESS;
 }
 
+static int is_colmajor(const void *args) {
+  return ((const mkx_gemm_red_args *)args)->order == MKX_COL_MAJOR;
+}
 int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     void **out) {
-  (void)g;
+  if (is_colmajor(args)) return mkx_tp_cm_plan(c, MKX_TP_OP_RS, args, g, out);
   return plan(c, args, 0, out);
 }
 int mkx_ar_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     void **out) {
-  (void)g;
+  if (is_colmajor(args)) return mkx_tp_cm_plan(c, MKX_TP_OP_AR, args, g, out);
   return plan(c, args, 1, out);
 }
 
 void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
-  (void)c;
   if (!p) return;
+  if (p->colmajor) {
+    mkx_tp_cm_free(c, plan);
+    return;
+  }
   mkx_tp_ws_release(p->ws);
   mkx_symm_buf_free(&p->creg);
   free(p);
@@ -331,6 +340,7 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
+  if (p->colmajor) return mkx_tp_cm_start(c, plan, args, stream);
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;

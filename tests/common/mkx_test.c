@@ -264,6 +264,18 @@ double mt_relerr(const double *out, const double *ref, size_t n) {
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
+int mt_gpus_shared(int ngpu) {
+  MPI_Comm node;
+  int local = 1, shared;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                      &node);
+  MPI_Comm_size(node, &local);
+  MPI_Comm_free(&node);
+  shared = local > ngpu;
+  MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  return shared;
+}
+
 double mt_tol(MKX_Datatype in, MKX_Datatype out) {
   double to, ta;
   switch (out) {

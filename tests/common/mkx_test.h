@@ -89,6 +89,9 @@ double mt_relerr(const double *out, const double *ref, size_t n);
 
 /* Tolerance for a result of type `out` computed from inputs of type `in`
  * (reference from the rounded inputs): output rounding vs accumulation. */
+/* 1 on every rank if some node runs more ranks than it has GPUs (`ngpu`
+ * visible to each rank): they share GPUs, which the fused paths refuse. */
+int mt_gpus_shared(int ngpu);
 double mt_tol(MKX_Datatype in, MKX_Datatype out);
 
 /* ---- GEMM operands ------------------------------------------------------ */

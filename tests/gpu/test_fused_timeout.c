@@ -325,10 +325,13 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int skip = gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (!skip && mt.size >= 2 && mt_gpus_shared(gpu_count())) skip = 2;
   if (skip || mt.size < 2) {
     if (mt.rank == 0)
       printf("1..0 # SKIP %s: %s\n", mt.prog,
-             skip ? "no GPU" : "needs 2 ranks or more");
+             skip == 2 ? "ranks share a GPU (the fused path needs one "
+                         "GPU per rank)"
+             : skip ? "no GPU" : "needs 2 ranks or more");
     MPI_Finalize();
     return MT_SKIP;
   }

@@ -46,12 +46,14 @@ typedef struct shape {
   MKX_Datatype dt, ct;
   int aout;          /* AG: ask for A_out */
   int64_t m1;        /* vary 3 */
+  int colmajor;      /* MKX_COL_MAJOR operands (else row-major) */
 } shape;
 
 /* One problem: host copies (oracle inputs/outputs) and device copies. */
 typedef struct prob {
   int op;
   shape s;
+  MKX_Order order;
   int64_t rows, M, kl, lda, ldb, ldc, ld_aout, crow, arows;
   int64_t brows, bcols;
   size_t abytes, bbytes, cbytes, aobytes;
@@ -67,6 +69,9 @@ static int64_t share(const shape *s, int granule) {
                                         : mt.rank % 2 ? s->m1 : s->m;
   return s->m + (s->vary ? (int64_t)granule * mt.rank : 0);
 }
+
+/* Leading dimensions are at least 1, also for an empty matrix (BLAS). */
+static int64_t mt_max1(int64_t x) { return x > 1 ? x : 1; }
 
 static void *dev_alloc(size_t bytes) {
   void *p = NULL;
@@ -94,15 +99,18 @@ static void prob_init(prob *p, int op, const shape *s) {
     MKX_Block_range(p->M, mt.size, mt.rank, &first, &p->crow);
     if (op == OP_AR) p->crow = p->M;
   }
-  p->lda = p->kl + s->pad;
+  /* leading dimension along the contiguous axis; `lines` of them */
+  const int cm = s->colmajor;
+  p->order = cm ? MKX_COL_MAJOR : MKX_ROW_MAJOR;
   mt_B_dims(s->tb, p->kl, s->n, &p->brows, &p->bcols);
-  p->ldb = p->bcols + s->pad;
-  p->ldc = s->n + s->pad;
-  p->ld_aout = s->k + s->pad;
-  p->abytes = (size_t)(p->arows * p->lda) * es;
-  p->bbytes = (size_t)(p->brows * p->ldb) * es;
-  p->cbytes = (size_t)(p->crow * p->ldc) * cs;
-  p->aobytes = s->aout ? (size_t)(p->M * p->ld_aout) * es : 0;
+  p->lda = mt_max1(cm ? p->arows : p->kl) + s->pad;
+  p->ldb = mt_max1(cm ? p->brows : p->bcols) + s->pad;
+  p->ldc = mt_max1(cm ? p->crow : s->n) + s->pad;
+  p->ld_aout = mt_max1(cm ? p->M : s->k) + s->pad;
+  p->abytes = (size_t)((cm ? p->kl : p->arows) * p->lda) * es;
+  p->bbytes = (size_t)((cm ? p->bcols : p->brows) * p->ldb) * es;
+  p->cbytes = (size_t)((cm ? s->n : p->crow) * p->ldc) * cs;
+  p->aobytes = s->aout ? (size_t)((cm ? s->k : p->M) * p->ld_aout) * es : 0;
   p->hA = calloc(1, p->abytes + 16);
   p->hB = calloc(1, p->bbytes + 16);
   p->hC = calloc(1, p->cbytes + 16);
@@ -129,8 +137,8 @@ static void prob_fill(prob *p, int salt, int bsalt) {
                      2);
   memset(p->hA, 0, p->abytes);
   memset(p->hB, 0, p->bbytes);
-  mt_store(p->hA, s->dt, MKX_ROW_MAJOR, p->arows, p->kl, p->lda, a);
-  mt_store_B(p->hB, s->dt, MKX_ROW_MAJOR, s->tb, p->kl, s->n, p->ldb, b);
+  mt_store(p->hA, s->dt, p->order, p->arows, p->kl, p->lda, a);
+  mt_store_B(p->hB, s->dt, p->order, s->tb, p->kl, s->n, p->ldb, b);
   free(a);
   free(b);
   CUDA(cudaMemcpy(p->dA, p->hA, p->abytes, cudaMemcpyHostToDevice));
@@ -146,13 +154,13 @@ static int prob_call(const prob *p, MKX_Comm c, int dev, void *C) {
   if (p->op == OP_AG)
     return MKX_Allgather_gemm(A, p->rows, s->k, p->lda, B, s->n, p->ldb,
                               s->tb, C, p->ldc, Ao, p->ld_aout, s->dt, s->ct,
-                              MKX_ROW_MAJOR, c, dev ? st : NULL);
+                              p->order, c, dev ? st : NULL);
   if (p->op == OP_RS)
     return MKX_Gemm_reduce_scatter(A, p->M, p->kl, p->lda, B, s->n, p->ldb,
                                    s->tb, C, p->ldc, s->dt, s->ct,
-                                   MKX_ROW_MAJOR, c, dev ? st : NULL);
+                                   p->order, c, dev ? st : NULL);
   return MKX_Gemm_allreduce(A, p->M, p->kl, p->lda, B, s->n, p->ldb, s->tb,
-                            C, p->ldc, s->dt, s->ct, MKX_ROW_MAJOR, c,
+                            C, p->ldc, s->dt, s->ct, p->order, c,
                             dev ? st : NULL);
 }
 
@@ -162,15 +170,15 @@ static int prob_init_plan(const prob *p, MKX_Comm c, MKX_Request *r) {
     return MKX_Allgather_gemm_init(p->dA, p->rows, s->k, p->lda, p->dB, s->n,
                                    p->ldb, s->tb, p->dC, p->ldc,
                                    s->aout ? p->dAo : NULL, p->ld_aout, s->dt,
-                                   s->ct, MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+                                   s->ct, p->order, c, MPI_INFO_NULL, r);
   if (p->op == OP_RS)
     return MKX_Gemm_reduce_scatter_init(p->dA, p->M, p->kl, p->lda, p->dB,
                                         s->n, p->ldb, s->tb, p->dC, p->ldc,
-                                        s->dt, s->ct, MKX_ROW_MAJOR, c,
+                                        s->dt, s->ct, p->order, c,
                                         MPI_INFO_NULL, r);
   return MKX_Gemm_allreduce_init(p->dA, p->M, p->kl, p->lda, p->dB, s->n,
                                  p->ldb, s->tb, p->dC, p->ldc, s->dt, s->ct,
-                                 MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+                                 p->order, c, MPI_INFO_NULL, r);
 }
 
 /* Device C (at `dC`) against the host path's C: relative error within the
@@ -182,10 +190,13 @@ static int compare_c(const prob *p, const void *dC, const char *what) {
   CUDA(cudaMemcpy(got, dC, p->cbytes, cudaMemcpyDeviceToHost));
   double num = 0, den = 0;
   int64_t bad_pad = 0, nan = 0;
-  for (int64_t i = 0; i < p->crow; i++)
+  /* line i of the storage, position j along it (past the matrix: pad) */
+  const int cm = p->order == MKX_COL_MAJOR;
+  const int64_t lines = cm ? s->n : p->crow, len = cm ? p->crow : s->n;
+  for (int64_t i = 0; i < lines; i++)
     for (int64_t j = 0; j < p->ldc; j++) {
       size_t idx = (size_t)(i * p->ldc + j);
-      if (j >= s->n) {
+      if (j >= len) {
         bad_pad += !mt_is_poison(got, s->ct, idx);
         continue;
       }
@@ -196,8 +207,9 @@ static int compare_c(const prob *p, const void *dC, const char *what) {
     }
   double rel = den > 0 ? sqrt(num / den) : sqrt(num);
   int ok = nan == 0 && bad_pad == 0 && rel <= 2 * mt_tol(s->dt, s->ct);
-  mt_check(ok, "%s %s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
+  mt_check(ok, "%s %s%s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
            "relerr %.2e nan %lld pad-writes %lld", what, op_name[p->op],
+           cm ? " col-major" : "",
            (long long)p->M, (long long)s->n, (long long)s->k, s->vary, s->pad,
            s->tb == MKX_TRANS ? "B^T" : "B", mt_type_name(s->dt),
            mt_type_name(s->ct), rel, (long long)nan, (long long)bad_pad);
@@ -211,10 +223,12 @@ static int compare_aout(const prob *p) {
   CUDA(cudaMemcpy(got, p->dAo, p->aobytes, cudaMemcpyDeviceToHost));
   size_t es = MKX_Type_size(p->s.dt);
   int ok = 1;
-  for (int64_t i = 0; ok && i < p->M; i++)
+  const int cm = p->order == MKX_COL_MAJOR;
+  const int64_t lines = cm ? p->s.k : p->M, len = cm ? p->M : p->s.k;
+  for (int64_t i = 0; ok && i < lines; i++)
     ok = !memcmp((char *)got + (size_t)(i * p->ld_aout) * es,
                  (char *)p->hAo + (size_t)(i * p->ld_aout) * es,
-                 (size_t)p->s.k * es);
+                 (size_t)len * es);
   mt_check(ok, "allgather_gemm A_out M=%lld k=%lld bit-exact",
            (long long)p->M, (long long)p->s.k);
   free(got);
@@ -293,6 +307,28 @@ static void shapes_ag_rows(MKX_Comm c) {
 
 /* 24 shapes per call, cycling through types, B storage, padding, shares
  * (AllGather+GEMM: 9 more, shapes_ag_rows). */
+/* Column-major operands: transposed through row-major temporaries around
+ * the row-major fused call; odd M and m_local, padding, both B layouts. */
+static void shapes_colmajor(MKX_Comm c, int op) {
+  static const struct { int64_t m, n, k; int vary, pad; MKX_Trans tb;
+                        MKX_Datatype dt, ct; int aout; } t[] = {
+      {100, 256, 128, 0, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 1},
+      {777, 264, 64, 1, 8, MKX_TRANS, MKX_FP16, MKX_FP16, 0},
+      {256, 1024, 512, 0, 3, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
+      {1000, 64, 256, 2, 0, MKX_NO_TRANS, MKX_FP16, MKX_BF16, 0},
+      {3, 128, 8, 0, 8, MKX_TRANS, MKX_BF16, MKX_BF16, 1}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.m = t[i].m, s.n = t[i].n, s.k = t[i].k;
+    s.vary = t[i].vary == 2 && mt.size == 1 ? 0 : t[i].vary;
+    s.pad = t[i].pad, s.tb = t[i].tb, s.dt = t[i].dt, s.ct = t[i].ct;
+    s.aout = op == OP_AG && t[i].aout;
+    s.colmajor = 1;
+    run_shape(c, op, &s, 60 + 10 * op + (int)i);
+  }
+}
+
 static void shapes(MKX_Comm c, int op) {
   static const int64_t ms_ag[] = {128, 256, 384, 128, 512, 1024, 640, 128};
   static const int64_t ms_red[] = {1, 64, 100, 129, 255, 777, 1024, 2048,
@@ -319,6 +355,7 @@ static void shapes(MKX_Comm c, int op) {
     run_shape(c, op, &s, 100 * op + i);
   }
   if (op == OP_AG) shapes_ag_rows(c);
+  shapes_colmajor(c, op);
 }
 
 /* Variants of the inputs (host-path references) for the repeat tests. */
@@ -472,8 +509,10 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int skip = gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (skip) {
-    if (mt.rank == 0) printf("1..0 # SKIP %s: no GPU\n", mt.prog);
+  if (skip || mt_gpus_shared(gpu_count())) {
+    if (mt.rank == 0)
+      printf("1..0 # SKIP %s: %s\n", mt.prog, skip ? "no GPU"
+             : "ranks share a GPU (the fused path needs one GPU per rank)");
     MPI_Finalize();
     return MT_SKIP;
   }
