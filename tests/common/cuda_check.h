@@ -28,4 +28,16 @@
     }                                                                        \
   } while (0)
 
+/* MPI tests (mkx_test.h): a failing CUDA call is a "not ok" line naming the
+ * rank, and ends the whole job. */
+#define MT_CUDA(x)                                                           \
+  do {                                                                       \
+    cudaError_t e_ = (x);                                                    \
+    if (e_ != cudaSuccess) {                                                 \
+      printf("not ok - rank %d: %s: %s\n", mt.rank, #x,                      \
+             cudaGetErrorString(e_));                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+
 #endif

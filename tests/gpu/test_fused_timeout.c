@@ -31,6 +31,7 @@
 #include <unistd.h>
 #include <cuda_runtime.h>
 #include "mkx_test.h"
+#include "cuda_check.h"
 #include "tp/tp_host.h"
 
 #define TIMEOUT_MS 300 /* the communicators' bound on every wait */
@@ -38,15 +39,7 @@
 #define GUARD_S 120    /* a case still running after this hangs: fail */
 #define LATE 1         /* the rank that skips a start */
 
-#define CUDA(call)                                                           \
-  do {                                                                       \
-    cudaError_t e_ = (call);                                                 \
-    if (e_ != cudaSuccess) {                                                 \
-      printf("not ok - rank %d: %s: %s\n", mt.rank, #call,                   \
-             cudaGetErrorString(e_));                                        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
+#define CUDA(call) MT_CUDA(call)
 
 enum { OP_AG = 0, OP_RS, OP_AR };
 static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};

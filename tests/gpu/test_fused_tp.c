@@ -21,17 +21,10 @@
 #include <string.h>
 #include <cuda_runtime.h>
 #include "mkx_test.h"
+#include "cuda_check.h"
 #include "tp/tp_host.h"
 
-#define CUDA(call)                                                           \
-  do {                                                                       \
-    cudaError_t e_ = (call);                                                 \
-    if (e_ != cudaSuccess) {                                                 \
-      printf("not ok - rank %d: %s: %s\n", mt.rank, #call,                   \
-             cudaGetErrorString(e_));                                        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
+#define CUDA(call) MT_CUDA(call)
 
 enum { OP_AG = 0, OP_RS, OP_AR };
 static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
