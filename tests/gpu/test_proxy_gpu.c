@@ -32,6 +32,7 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "mkx.h"
+#include "../mpi/net_check.h"
 #include "net/net.h"
 #include "proxy/proxy_gpu.h"
 #include "proxy_gpu_kernels.h"
@@ -41,19 +42,6 @@
 #define REGION_SEND 0
 #define REGION_RECV 1
 
-static int rank, size, failures, checks;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    checks++;                                                                \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - rank %d line %d: ", rank, __LINE__);                  \
-      printf(__VA_ARGS__);                                                   \
-      printf(" [%s]\n", MKX_Get_last_error());                               \
-      fflush(stdout);                                                        \
-    }                                                                        \
-  } while (0)
 
 #define CUDA(call)                                                           \
   do {                                                                       \

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "mkx.h"
+#include "net_check.h"
 #include "net/net.h"
 #include "proxy/proxy.h"
 
@@ -32,19 +33,6 @@
 #define MSGS 300
 #define TIMEOUT_MS 20000
 
-static int rank, size, failures, checks;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    checks++;                                                                \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - rank %d line %d: ", rank, __LINE__);                  \
-      printf(__VA_ARGS__);                                                   \
-      printf(" (%s)\n", MKX_Get_last_error());                               \
-      fflush(stdout);                                                        \
-    }                                                                        \
-  } while (0)
 
 /* ---- the fake stager: "device" memory is host memory it knows ---- */
 
@@ -307,25 +295,5 @@ static int run(const mkx_oob *oob) {
 }
 
 int main(int argc, char **argv) {
-  mkx_oob oob;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 2 || size > 8) {
-    if (rank == 0) printf("test_net_tcp_stage needs 2..8 ranks: skipped\n");
-    MPI_Finalize();
-    return 77;
-  }
-  int rc = mkx_oob_mpi_init(&oob, MPI_COMM_WORLD);
-  if (rc == MKX_SUCCESS) rc = run(&oob);
-  CHECK(rc == MKX_SUCCESS, "setup and run");
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0)
-    printf("%s test_net_tcp_stage: %d ranks, %d writes each, %d checks, "
-           "%d failures\n", total ? "FAIL" : "PASS", size, MSGS, checks,
-           total);
-  mkx_oob_mpi_fini(&oob);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return net_check_main(argc, argv, "test_net_tcp_stage", run);
 }

@@ -11,23 +11,13 @@
 #include "core/options.h"
 #include "proxy/proxy.h"
 #include "mkx.h"
+#include "net_check.h"
 
 #define CHUNK 4096
 #define CHUNKS 16
 #define MSGS 300
 #define TIMEOUT_MS 20000
 
-static int rank, size, failures;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - rank %d line %d: ", rank, __LINE__);                  \
-      printf(__VA_ARGS__);                                                   \
-      printf(" (%s)\n", MKX_Get_last_error());                               \
-    }                                                                        \
-  } while (0)
 
 static int dest_of(int src, int i) { return (src + 1 + i % (size - 1)) % size; }
 
@@ -135,24 +125,5 @@ static int run(const mkx_oob *oob) {
 }
 
 int main(int argc, char **argv) {
-  mkx_oob oob;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size < 2 || size > 8) {
-    if (rank == 0) printf("test_proxy_tcp needs 2..8 ranks: skipped\n");
-    MPI_Finalize();
-    return 77;
-  }
-  int rc = mkx_oob_mpi_init(&oob, MPI_COMM_WORLD);
-  if (rc == MKX_SUCCESS) rc = run(&oob);
-  CHECK(rc == MKX_SUCCESS, "setup and run");
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0)
-    printf("%s test_proxy_tcp: %d ranks, %d messages each, %d failures\n",
-           total ? "FAIL" : "PASS", size, MSGS, total);
-  mkx_oob_mpi_fini(&oob);
-  MPI_Finalize();
-  return total ? 1 : 0;
+  return net_check_main(argc, argv, "test_proxy_tcp", run);
 }
