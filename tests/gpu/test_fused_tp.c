@@ -174,15 +174,13 @@ static int prob_init_plan(const prob *p, MKX_Comm c, MKX_Request *r) {
                                  p->order, c, MPI_INFO_NULL, r);
 }
 
-/* Device C (at `dC`) against the host path's C: relative error within the
- * output type's tolerance, no NaN, padding untouched. */
-static int compare_c(const prob *p, const void *dC, const char *what) {
+/* Host copy `got` of the device C against `ref`: relative error over the
+ * matrix, NaNs in it, and padding elements that are no longer poison. */
+typedef struct cmp { double rel; int64_t nan, bad_pad; } cmp;
+static cmp compare_host(const prob *p, const void *got, const void *ref) {
   const shape *s = &p->s;
-  size_t cs = MKX_Type_size(s->ct);
-  void *got = malloc(p->cbytes + 16);
-  CUDA(cudaMemcpy(got, dC, p->cbytes, cudaMemcpyDeviceToHost));
+  cmp r = {0, 0, 0};
   double num = 0, den = 0;
-  int64_t bad_pad = 0, nan = 0;
   /* line i of the storage, position j along it (past the matrix: pad) */
   const int cm = p->order == MKX_COL_MAJOR;
   const int64_t lines = cm ? s->n : p->crow, len = cm ? p->crow : s->n;
@@ -190,23 +188,38 @@ static int compare_c(const prob *p, const void *dC, const char *what) {
     for (int64_t j = 0; j < p->ldc; j++) {
       size_t idx = (size_t)(i * p->ldc + j);
       if (j >= len) {
-        bad_pad += !mt_is_poison(got, s->ct, idx);
+        r.bad_pad += !mt_is_poison(got, s->ct, idx);
         continue;
       }
-      double g = mt_get(got, s->ct, idx), r = mt_get(p->hC, s->ct, idx);
-      if (g != g) nan++;
-      num += (g - r) * (g - r);
-      den += r * r;
+      double g = mt_get(got, s->ct, idx), e = mt_get(ref, s->ct, idx);
+      if (g != g) r.nan++;
+      num += (g - e) * (g - e);
+      den += e * e;
     }
-  double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-  int ok = nan == 0 && bad_pad == 0 && rel <= 2 * mt_tol(s->dt, s->ct);
+  r.rel = den > 0 ? sqrt(num / den) : sqrt(num);
+  return r;
+}
+
+static void *device_c(const prob *p, const void *dC) {
+  void *got = malloc(p->cbytes + 16);
+  CUDA(cudaMemcpy(got, dC, p->cbytes, cudaMemcpyDeviceToHost));
+  return got;
+}
+
+/* Device C (at `dC`) against the host path's C: relative error within the
+ * output type's tolerance, no NaN, padding untouched. */
+static int compare_c(const prob *p, const void *dC, const char *what) {
+  const shape *s = &p->s;
+  void *got = device_c(p, dC);
+  const cmp r = compare_host(p, got, p->hC);
+  int ok = r.nan == 0 && r.bad_pad == 0 && r.rel <= 2 * mt_tol(s->dt, s->ct);
   mt_check(ok, "%s %s%s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
            "relerr %.2e nan %lld pad-writes %lld", what, op_name[p->op],
-           cm ? " col-major" : "",
+           p->order == MKX_COL_MAJOR ? " col-major" : "",
            (long long)p->M, (long long)s->n, (long long)s->k, s->vary, s->pad,
            s->tb == MKX_TRANS ? "B^T" : "B", mt_type_name(s->dt),
-           mt_type_name(s->ct), rel, (long long)nan, (long long)bad_pad);
-  (void)cs;
+           mt_type_name(s->ct), r.rel, (long long)r.nan,
+           (long long)r.bad_pad);
   free(got);
   return ok;
 }
@@ -377,10 +390,20 @@ static void variants_free(variants *v) {
   prob_free(&v->p);
 }
 
+/* On a mismatch, say whether C holds another variant's result (a stale
+ * run) rather than garbage. */
 static int check_variant(variants *v, const void *dC, int which,
                          const char *what) {
   memcpy(v->p.hC, v->ref[which], v->p.cbytes);
-  return compare_c(&v->p, dC, what);
+  if (compare_c(&v->p, dC, what)) return 1;
+  void *got = device_c(&v->p, dC);
+  for (int i = 0; i < 3; i++)
+    if (i != which)
+      printf("# [rank %d] %s: expected variant %d; relerr against variant "
+             "%d: %.2e\n", mt.rank, what, which, i,
+             compare_host(&v->p, got, v->ref[i]).rel);
+  free(got);
+  return 0;
 }
 
 /* 1000 plain calls, inputs rotating over 3 buffers, outputs over 4, no
@@ -502,7 +525,11 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int skip = gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (skip || mt_gpus_shared(gpu_count())) {
+  /* MKX_TEST_SHARED_GPU=1: run even where ranks share a GPU, forcing the
+   * fused path there (to reproduce the stale results of docs/fused-tp.md) */
+  const char *force = getenv("MKX_TEST_SHARED_GPU");
+  const int force_shared = force && !strcmp(force, "1");
+  if (skip || (!force_shared && mt_gpus_shared(gpu_count()))) {
     if (mt.rank == 0)
       printf("1..0 # SKIP %s: %s\n", mt.prog, skip ? "no GPU"
              : "ranks share a GPU (the fused path needs one GPU per rank)");
@@ -531,6 +558,7 @@ int main(int argc, char **argv) {
   MPI_Info_free(&info);
   if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_tp_partials=fp32"))
     MPI_Abort(MPI_COMM_WORLD, 1);
+  if (force_shared) c->gpu_shared = f32->gpu_shared = 0;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph */
   for (int op = 0; op < 3; op++) {
