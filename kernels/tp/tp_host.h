@@ -83,10 +83,12 @@ int mkx_tp_gemm_type(MKX_Datatype t);
 int mkx_tp_rs_bn(int64_t n);
 
 struct mkx_agreed;
-/* Every fused plan starts with this: column-major calls get an adapter
- * plan (src/ops/tp_colmajor.c) around a row-major one. */
+/* Every GPU plan starts with its kind: a fused plan, a column-major
+ * adapter (src/ops/tp_colmajor.c) around a row-major one, or a plan of
+ * several nodes (src/ops/hier_gpu.c). */
+enum { MKX_TP_PLAN_FUSED = 0, MKX_TP_PLAN_COLMAJOR, MKX_TP_PLAN_HIER };
 typedef struct mkx_tp_plan_head {
-  int colmajor;
+  int kind;
 } mkx_tp_plan_head;
 enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
 /* Column-major calls: transpose A into a row-major temporary, run the
@@ -97,6 +99,17 @@ int mkx_tp_cm_plan(MKX_Comm c, int op, const void *args,
 int mkx_tp_cm_start(MKX_Comm c, void *plan, const void *args,
                     MKX_Stream stream);
 void mkx_tp_cm_free(MKX_Comm c, void *plan);
+/* Several nodes, option hier_gemm=gpu: the GEMM on the GPU, the host
+ * path's hierarchical collectives for the communication (blocking). */
+int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g);
+int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
+                      const struct mkx_agreed *g, void **plan);
+int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
+                       MKX_Stream stream);
+void mkx_hier_gpu_free(MKX_Comm c, void *plan);
+/* Calls started on that path in this process (for tests). */
+long mkx_hier_gpu_starts(void);
 
 /* The operations' fused-path hooks (see src/ops/op.h). */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,

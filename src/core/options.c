@@ -46,6 +46,11 @@ static const mkx_option_desc option_table[] = {
      "as cuBLAS followed by NCCL would (the owner still adds in fp32 and "
      "rounds once); fp32: unrounded partials, twice the NVLink bytes (about "
      "7% slower at M = N = K = 8192 on 2 H200)."},
+    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "host", "host|gpu",
+     "Device buffers on a communicator of several nodes. host: staged "
+     "through host memory, GEMM included; gpu: the GEMM on the GPU and only "
+     "A rows, partials and output blocks through the host (row-major "
+     "bf16/fp16; not yet run on a GPU, hence not the default)."},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "

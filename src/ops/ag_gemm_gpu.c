@@ -22,7 +22,7 @@
 static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct ag_plan {
-  int colmajor;                /* 0: see mkx_tp_plan_head */
+  int kind;                    /* MKX_TP_PLAN_FUSED: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int64_t M, tiles_m, chunk_tiles, first_tile;
   int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
@@ -48,6 +48,8 @@ static int check_types(const mkx_ag_gemm_args *a) {
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   const mkx_ag_gemm_args *a = args;
+  if (c->place.num_nodes > 1)
+    return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
   MKX_TRY(mkx_tp_node_ok(c, FN));
   MKX_TRY(check_types(a));
   /* column-major A and C go through row-major temporaries: any leading
@@ -68,6 +70,8 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, void **plan) {
   const mkx_ag_gemm_args *a = args;
+  if (c->place.num_nodes > 1)
+    return mkx_hier_gpu_plan(c, MKX_TP_OP_AG, args, g, plan);
   if (a->order == MKX_COL_MAJOR)
     return mkx_tp_cm_plan(c, MKX_TP_OP_AG, args, g, plan);
   ag_plan *p = calloc(1, sizeof *p);
@@ -111,8 +115,12 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   ag_plan *p = plan;
   if (!p) return;
-  if (p->colmajor) {
+  if (p->kind == MKX_TP_PLAN_COLMAJOR) {
     mkx_tp_cm_free(c, plan);
+    return;
+  }
+  if (p->kind == MKX_TP_PLAN_HIER) {
+    mkx_hier_gpu_free(c, plan);
     return;
   }
   mkx_tp_ws_release(p->ws);
@@ -216,7 +224,10 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream) {
   ag_plan *p = plan;
-  if (p->colmajor) return mkx_tp_cm_start(c, plan, args, stream);
+  if (p->kind == MKX_TP_PLAN_COLMAJOR)
+    return mkx_tp_cm_start(c, plan, args, stream);
+  if (p->kind == MKX_TP_PLAN_HIER)
+    return mkx_hier_gpu_start(c, plan, args, stream);
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m));

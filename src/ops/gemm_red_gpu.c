@@ -17,7 +17,7 @@
 #include "gemm/gemm_engine.h"
 
 typedef struct red_plan {
-  int colmajor;           /* 0: see mkx_tp_plan_head */
+  int kind;               /* MKX_TP_PLAN_FUSED: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int allreduce, p_type;
   size_t pes, ces;        /* bytes per partial / C element */
@@ -65,12 +65,14 @@ static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
 
 int mkx_rs_gpu_check(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g) {
-  (void)g;
+  if (c->place.num_nodes > 1)
+    return mkx_hier_gpu_check(c, MKX_TP_OP_RS, args, g);
   return check(c, args, 0);
 }
 int mkx_ar_gpu_check(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g) {
-  (void)g;
+  if (c->place.num_nodes > 1)
+    return mkx_hier_gpu_check(c, MKX_TP_OP_AR, args, g);
   return check(c, args, 1);
 }
 
@@ -147,22 +149,30 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
 static int is_colmajor(const void *args) {
   return ((const mkx_gemm_red_args *)args)->order == MKX_COL_MAJOR;
 }
+static int plan_any(MKX_Comm c, int op, const void *args,
+                    const struct mkx_agreed *g, void **out) {
+  if (c->place.num_nodes > 1) return mkx_hier_gpu_plan(c, op, args, g, out);
+  if (is_colmajor(args)) return mkx_tp_cm_plan(c, op, args, g, out);
+  return plan(c, args, op == MKX_TP_OP_AR, out);
+}
 int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     void **out) {
-  if (is_colmajor(args)) return mkx_tp_cm_plan(c, MKX_TP_OP_RS, args, g, out);
-  return plan(c, args, 0, out);
+  return plan_any(c, MKX_TP_OP_RS, args, g, out);
 }
 int mkx_ar_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     void **out) {
-  if (is_colmajor(args)) return mkx_tp_cm_plan(c, MKX_TP_OP_AR, args, g, out);
-  return plan(c, args, 1, out);
+  return plan_any(c, MKX_TP_OP_AR, args, g, out);
 }
 
 void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
   if (!p) return;
-  if (p->colmajor) {
+  if (p->kind == MKX_TP_PLAN_COLMAJOR) {
     mkx_tp_cm_free(c, plan);
+    return;
+  }
+  if (p->kind == MKX_TP_PLAN_HIER) {
+    mkx_hier_gpu_free(c, plan);
     return;
   }
   mkx_tp_ws_release(p->ws);
@@ -340,7 +350,10 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
-  if (p->colmajor) return mkx_tp_cm_start(c, plan, args, stream);
+  if (p->kind == MKX_TP_PLAN_COLMAJOR)
+    return mkx_tp_cm_start(c, plan, args, stream);
+  if (p->kind == MKX_TP_PLAN_HIER)
+    return mkx_hier_gpu_start(c, plan, args, stream);
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;

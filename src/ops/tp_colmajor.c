@@ -21,7 +21,7 @@
 #include "gemm/gemm_engine.h"
 
 typedef struct cm_plan {
-  int colmajor; /* 1: see mkx_tp_plan_head */
+  int kind;     /* MKX_TP_PLAN_COLMAJOR: see mkx_tp_plan_head */
   int op;
   void *inner;  /* the row-major plan */
   mkx_tp_ws *tmp;
@@ -121,7 +121,7 @@ int mkx_tp_cm_plan(MKX_Comm c, int op, const void *args,
                    const struct mkx_agreed *g, void **out) {
   cm_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
-  p->colmajor = 1;
+  p->kind = MKX_TP_PLAN_COLMAJOR;
   p->op = op;
   size_t bytes = 0;
   int rc = agreed_bytes(c, lay_out(p, args, g, c), &bytes);

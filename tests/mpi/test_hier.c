@@ -13,6 +13,9 @@
 #include "core/comm_net.h"
 #include "mkx.h"
 #include "mkx_test.h"
+#ifdef MKX_TEST_CUDA
+#include "tp/tp_host.h"
+#endif
 
 typedef struct geo {
   int N, G, j, l;
@@ -119,6 +122,82 @@ static void reduce(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t M,
   tbuf_free(&A), tbuf_free(&B), tbuf_free(&C1), tbuf_free(&C2);
 }
 
+#ifdef MKX_TEST_CUDA
+/* bf16 data from the seed, stored into a fresh buffer (uploaded). */
+static void make16(tbuf *b, int64_t rows, int64_t cols, int salt) {
+  double *v = mt_gen(rows, cols, MKX_BF16, mt.seed, mt.rank, salt);
+  mt_check(tbuf_alloc(b, (size_t)(rows * cols) * 2 + 2) == 0, "alloc");
+  mt_store(b->host, MKX_BF16, MKX_ROW_MAJOR, rows, cols, cols, v);
+  free(v);
+  tbuf_upload(b);
+}
+
+/* One call on both communicators: the GPU-GEMM path must be taken on
+ * `gpu`, agree with the staged path (fp32 C: they differ only by the
+ * GEMMs' summation order) and send `want` bytes over the network. */
+static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
+                           int64_t rows, int64_t k, tbuf *B, int64_t n,
+                           int64_t crows, uint64_t want) {
+  static const char *const name[] = {"allgather-GEMM", "reduce-scatter",
+                                     "allreduce"};
+  tbuf C[2];
+  make(&C[0], (size_t)(crows * n), 0), make(&C[1], (size_t)(crows * n), 0);
+  uint64_t sent = 0;
+  for (int v = 0; v < 2; v++) {
+    MKX_Comm c = v ? gpu : staged;
+    uint64_t before = mkx_comm_net_bytes_sent(c);
+    long starts = mkx_hier_gpu_starts();
+    int rc = op == 0
+        ? MKX_Allgather_gemm(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
+                             MKX_NO_TRANS, tbuf_ptr(&C[v]), n, NULL, 0,
+                             MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c, NULL)
+        : op == 1
+        ? MKX_Gemm_reduce_scatter(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
+                                  MKX_NO_TRANS, tbuf_ptr(&C[v]), n, MKX_BF16,
+                                  MKX_FP32, MKX_ROW_MAJOR, c, NULL)
+        : MKX_Gemm_allreduce(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
+                             MKX_NO_TRANS, tbuf_ptr(&C[v]), n, MKX_BF16,
+                             MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+    mt_check_rc(rc, MKX_SUCCESS, "%s bf16 %s", name[op],
+                v ? "hier_gemm=gpu" : "staged");
+    mt_check(mkx_hier_gpu_starts() - starts == v, "%s: %s path taken",
+             name[op], v ? "GPU-GEMM" : "staged");
+    if (v) sent = mkx_comm_net_bytes_sent(c) - before;
+  }
+  tbuf_download(&C[0]), tbuf_download(&C[1]);
+  double d = rel_diff(C[1].host, C[0].host, (size_t)(crows * n));
+  mt_check(d < 1e-4, "%s bf16 %lldx%lldx%lld: GPU GEMM equals the staged "
+           "path (rel %g)", name[op], (long long)rows, (long long)n,
+           (long long)k, d);
+  mt_check(sent == want, "%s bf16 sent %llu bytes, minimum %llu", name[op],
+           (unsigned long long)sent, (unsigned long long)want);
+  tbuf_free(&C[0]), tbuf_free(&C[1]);
+}
+
+/* --device: option hier_gemm=gpu (the GEMM on the GPU, only A rows,
+ * partials and blocks through the host) on shapes the engine takes. */
+static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
+  static const int64_t t[][3] = {{37, 64, 48}, {128, 256, 136}, {1, 8, 8},
+                                 {200, 72, 16}};
+  for (int i = 0; i < 4; i++) {
+    const int64_t m = t[i][0], k = t[i][1], n = t[i][2];
+    const int64_t M = m * mt.size + i;
+    tbuf A, B;
+    make16(&A, m, k, 31 + i), make16(&B, k, n, 41 + i);
+    same_as_staged(0, staged, gpu, &A, m, k, &B, n, m * mt.size,
+                   (uint64_t)(g->N - 1) * m * k * 2);
+    tbuf_free(&A);
+    make16(&A, M, k, 51 + i);
+    same_as_staged(1, staged, gpu, &A, M, k, &B, n, block_rows(M, mt.rank),
+                   rs_bytes(g, M, n));
+    same_as_staged(2, staged, gpu, &A, M, k, &B, n, M,
+                   rs_bytes(g, M, n) + (uint64_t)(g->N - 1) *
+                                           block_rows(M, mt.rank) * n * 4);
+    tbuf_free(&A), tbuf_free(&B);
+  }
+}
+#endif
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int vnode = mt.device ? 1 : 2;
@@ -160,6 +239,20 @@ int main(int argc, char **argv) {
     reduce(hier, flat, &g, shapes[i][0] * mt.size - i % 2, shapes[i][1],
            shapes[i][2], 1);
   }
+#ifdef MKX_TEST_CUDA
+  if (mt.device) {
+    MKX_Comm gpu = NULL;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "mkx_virtual_node_size", vs);
+    MPI_Info_set(info, "mkx_net", "tcp");
+    MPI_Info_set(info, "mkx_hier_gemm", "gpu");
+    mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &gpu), MKX_SUCCESS,
+                "virtual-node communicator with hier_gemm=gpu");
+    MPI_Info_free(&info);
+    if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
+    MKX_Comm_free(&gpu);
+  }
+#endif
   MKX_Comm_free(&hier);
   MKX_Comm_free(&flat);
   return mt_finish();

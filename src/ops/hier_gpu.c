@@ -1,0 +1,248 @@
+/* Device buffers on a communicator of several nodes (issue 5), option
+ * hier_gemm=gpu: the GEMM runs on the GPU (the engine), the communication
+ * is the host path's hierarchical collectives (src/host/hier.c: inside a
+ * node through MPI, between nodes through MKX's transport, each byte over
+ * the network the fewest times).  Against the staged path (everything,
+ * GEMM included, on the host) this moves only A rows (AllGather) or fp32
+ * partials and output blocks (ReduceScatter, AllReduce) through host
+ * memory.  It is blocking: the call synchronises its stream, as the staged
+ * path does; nothing overlaps yet.
+ *
+ * Not yet run on a GPU (2026-11-30): off by default until
+ * tests/mpi/test_hier's --device bf16 part has passed there. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "host/dtype.h"
+#include "host/hier.h"
+#include "host/xfer.h"
+#include "ops/op.h"
+
+#if HAVE_CUDA
+#include "tp/tp_host.h"
+#include "gemm/gemm_engine.h"
+
+#include <stdatomic.h>
+
+static atomic_long hier_gpu_starts;
+long mkx_hier_gpu_starts(void) { return atomic_load(&hier_gpu_starts); }
+
+typedef struct hg_plan {
+  int kind;           /* MKX_TP_PLAN_HIER: see mkx_tp_plan_head */
+  int op;
+  int64_t *rows;      /* [size]: AG each rank's m_local; RS/AR blocks */
+  void *dtmp;         /* device: gathered A (AG) or fp32 partial (RS/AR) */
+} hg_plan;
+
+static const char *op_name(int op) {
+  return op == MKX_TP_OP_AG ? "MKX_Allgather_gemm"
+         : op == MKX_TP_OP_RS ? "MKX_Gemm_reduce_scatter"
+                              : "MKX_Gemm_allreduce";
+}
+static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
+
+static int cuda_rc(cudaError_t e, int op, const char *what) {
+  return mkx_tp_cuda_rc(e, op_name(op), what);
+}
+
+/* The engine's GEMM of this call: AG: gathered A (dense, in dtmp) into C;
+ * RS/AR: the fp32 partial into dtmp.  Without a plan (the check), an
+ * aligned stand-in for dtmp: cudaMalloc memory is aligned. */
+static void *const ALIGNED_STANDIN = (void *)(uintptr_t)4096;
+static void engine_desc(int op, const void *args, const hg_plan *p,
+                        int64_t M, mkx_gemm_desc *d) {
+  memset(d, 0, sizeof *d);
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    d->m = M, d->n = a->n, d->k = a->k;
+    d->a = p ? p->dtmp : ALIGNED_STANDIN, d->lda = a->k;
+    d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
+    d->c = a->C, d->ldc = a->ldc;
+    d->ab_type = mkx_tp_gemm_type(a->dtype);
+    d->c_type = mkx_tp_gemm_type(a->ctype);
+  } else {
+    const mkx_gemm_red_args *a = args;
+    d->m = a->M, d->n = a->n, d->k = a->k_local;
+    d->a = a->A, d->lda = a->lda;
+    d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
+    d->c = p ? p->dtmp : ALIGNED_STANDIN, d->ldc = a->n;
+    d->ab_type = mkx_tp_gemm_type(a->dtype);
+    d->c_type = MKX_GEMM_FP32;
+  }
+}
+
+int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g) {
+  const char *fn = op_name(op), *why = NULL;
+  MKX_Datatype dt, ct;
+  MKX_Order order;
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    dt = a->dtype, ct = a->ctype, order = a->order;
+  } else {
+    const mkx_gemm_red_args *a = args;
+    dt = a->dtype, ct = a->ctype, order = a->order;
+  }
+  if (c->opt.hier_gemm != MKX_HIER_GEMM_GPU)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %d nodes: device buffers take "
+                     "the staged path (option hier_gemm=host)", fn,
+                     c->place.num_nodes);
+  if (!mkx_hier_usable(c))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: nodes of unequal size or no "
+                     "network endpoint", fn);
+  if (!is16(dt) || (!is16(ct) && ct != MKX_FP32) || order != MKX_ROW_MAJOR)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=gpu takes row-major "
+                     "bf16/fp16 A, B and bf16/fp16/fp32 C", fn);
+  mkx_gemm_desc d;
+  engine_desc(op, args, NULL, g->total, &d);
+  if (!mkx_gemm_supported(&d, &why))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: GEMM engine: %s", fn, why);
+  return MKX_SUCCESS;
+}
+
+static size_t dtmp_bytes(int op, const void *args, int64_t M) {
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    return (size_t)M * (size_t)a->k * MKX_Type_size(a->dtype);
+  }
+  const mkx_gemm_red_args *a = args;
+  return (size_t)a->M * (size_t)a->n * sizeof(float);
+}
+
+int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
+                      const struct mkx_agreed *g, void **out) {
+  hg_plan *p = calloc(1, sizeof *p);
+  int64_t *rows = calloc((size_t)c->size, sizeof *rows);
+  int rc = p && rows ? MKX_SUCCESS
+                     : mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) {
+    int64_t first;
+    if (op == MKX_TP_OP_AG)
+      rows[q] = g->local[q];
+    else
+      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q,
+                      &first, &rows[q]);
+  }
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16),
+                 op, "cudaMalloc");
+  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  if (rc != MKX_SUCCESS) {
+    if (p && p->dtmp) cudaFree(p->dtmp);
+    free(rows);
+    free(p);
+    return rc;
+  }
+  p->kind = MKX_TP_PLAN_HIER;
+  p->op = op;
+  p->rows = rows;
+  *out = p;
+  return MKX_SUCCESS;
+}
+
+void mkx_hier_gpu_free(MKX_Comm c, void *plan) {
+  hg_plan *p = plan;
+  (void)c;
+  if (!p) return;
+  cudaFree(p->dtmp);
+  free(p->rows);
+  free(p);
+}
+
+/* Gather A's rows through the host, then the GEMM on the GPU. */
+static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
+                    cudaStream_t st) {
+  const int op = MKX_TP_OP_AG;
+  const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
+  int64_t M = 0;
+  for (int q = 0; q < c->size; q++) M += p->rows[q];
+  char *send = malloc(row * (size_t)a->m_local + 16);
+  char *full = malloc(row * (size_t)M + 16);
+  int rc = send && full ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM,
+                                                  "%s: host rows", op_name(op));
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
+  if (rc == MKX_SUCCESS && a->m_local > 0)
+    rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
+                              (size_t)a->m_local, cudaMemcpyDeviceToHost),
+                 op, "copy of A rows to the host");
+  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  if (rc == MKX_SUCCESS)
+    rc = mkx_hier_allgather_rows(c, send, p->rows, row, full);
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaMemcpyAsync(p->dtmp, full, row * (size_t)M,
+                                 cudaMemcpyHostToDevice, st), op,
+                 "copy of the gathered A");
+  if (rc == MKX_SUCCESS && a->A_out)
+    rc = cuda_rc(cudaMemcpy2DAsync(a->A_out, (size_t)a->ld_aout * es, full,
+                                   row, row, (size_t)M,
+                                   cudaMemcpyHostToDevice, st), op,
+                 "copy to A_out");
+  mkx_gemm_desc d;
+  engine_desc(op, a, p, M, &d);
+  if (rc == MKX_SUCCESS)
+    rc = mkx_tp_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
+  /* the host buffers are read by the copies above: wait before freeing */
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
+  free(send);
+  free(full);
+  return rc;
+}
+
+/* The fp32 partial on the GPU, its hierarchical reduction through the
+ * host, the rounded block (allreduce: every block) back into C. */
+static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
+                     cudaStream_t st) {
+  const int op = p->op, me = c->rank;
+  const size_t cs = MKX_Type_size(a->ctype), part = (size_t)a->M * a->n;
+  const size_t blk = (size_t)p->rows[me] * (size_t)a->n;
+  const int64_t out_rows = op == MKX_TP_OP_AR ? a->M : p->rows[me];
+  mkx_gemm_desc d;
+  engine_desc(op, a, p, a->M, &d);
+  float *host = malloc(part * sizeof(float) + 16);
+  float *sum = malloc((size_t)c->size * blk * sizeof(float) + 16);
+  char *out = malloc((size_t)out_rows * (size_t)a->n * cs + 16);
+  int rc = host && sum && out ? MKX_SUCCESS
+                              : mkx_error(MKX_ERR_NOMEM, "%s: host buffers",
+                                          op_name(op));
+  if (rc == MKX_SUCCESS)
+    rc = mkx_tp_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaMemcpyAsync(host, p->dtmp, part * sizeof(float),
+                                 cudaMemcpyDeviceToHost, st), op,
+                 "copy of the partial to the host");
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
+  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  if (rc == MKX_SUCCESS)
+    rc = mkx_hier_reduce_rows(c, MKX_FP32, host, p->rows, a->n, sum);
+  if (rc == MKX_SUCCESS && op == MKX_TP_OP_AR) {
+    mkx_convert(MKX_FP32, sum, 1, a->ctype, host, 1, blk); /* reuse host */
+    rc = mkx_hier_allgather_rows(c, host, p->rows, (size_t)a->n * cs, out);
+  } else if (rc == MKX_SUCCESS) {
+    mkx_convert(MKX_FP32, sum, 1, a->ctype, out, 1, blk);
+  }
+  if (rc == MKX_SUCCESS && out_rows > 0)
+    rc = cuda_rc(cudaMemcpy2D(a->C, (size_t)a->ldc * cs, out,
+                              (size_t)a->n * cs, (size_t)a->n * cs,
+                              (size_t)out_rows, cudaMemcpyHostToDevice),
+                 op, "copy of C to the device");
+  free(host);
+  free(sum);
+  free(out);
+  return rc;
+}
+
+int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
+                       MKX_Stream stream) {
+  hg_plan *p = plan;
+  cudaStream_t st = (cudaStream_t)stream;
+  atomic_fetch_add(&hier_gpu_starts, 1);
+  if (p->op == MKX_TP_OP_AG) return ag_start(c, p, args, st);
+  return red_start(c, p, args, st);
+}
+#else
+typedef int mkx_hier_gpu_unused; /* ISO C: not an empty unit */
+#endif
