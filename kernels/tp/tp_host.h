@@ -110,6 +110,11 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
 /* Calls started on that path in this process (for tests). */
 long mkx_hier_gpu_starts(void);
+/* A column-major or several-node plan: run (or free) it and return 1 (the
+ * run's status in *rc); a fused plan: return 0, the caller runs it. */
+int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
+                       MKX_Stream stream, int *rc);
+int mkx_tp_free_other(MKX_Comm c, void *plan);
 
 /* The operations' fused-path hooks (see src/ops/op.h). */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,

@@ -114,15 +114,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
 
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   ag_plan *p = plan;
-  if (!p) return;
-  if (p->kind == MKX_TP_PLAN_COLMAJOR) {
-    mkx_tp_cm_free(c, plan);
-    return;
-  }
-  if (p->kind == MKX_TP_PLAN_HIER) {
-    mkx_hier_gpu_free(c, plan);
-    return;
-  }
+  if (!p || mkx_tp_free_other(c, plan)) return;
   mkx_tp_ws_release(p->ws);
   free(p);
 }
@@ -224,10 +216,8 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream) {
   ag_plan *p = plan;
-  if (p->kind == MKX_TP_PLAN_COLMAJOR)
-    return mkx_tp_cm_start(c, plan, args, stream);
-  if (p->kind == MKX_TP_PLAN_HIER)
-    return mkx_hier_gpu_start(c, plan, args, stream);
+  int rc;
+  if (mkx_tp_start_other(c, plan, args, stream, &rc)) return rc;
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m));

@@ -166,15 +166,7 @@ int mkx_ar_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
 
 void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
-  if (!p) return;
-  if (p->kind == MKX_TP_PLAN_COLMAJOR) {
-    mkx_tp_cm_free(c, plan);
-    return;
-  }
-  if (p->kind == MKX_TP_PLAN_HIER) {
-    mkx_hier_gpu_free(c, plan);
-    return;
-  }
+  if (!p || mkx_tp_free_other(c, plan)) return;
   mkx_tp_ws_release(p->ws);
   mkx_symm_buf_free(&p->creg);
   free(p);
@@ -350,10 +342,8 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
-  if (p->kind == MKX_TP_PLAN_COLMAJOR)
-    return mkx_tp_cm_start(c, plan, args, stream);
-  if (p->kind == MKX_TP_PLAN_HIER)
-    return mkx_hier_gpu_start(c, plan, args, stream);
+  int rc;
+  if (mkx_tp_start_other(c, plan, args, stream, &rc)) return rc;
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;

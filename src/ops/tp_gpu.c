@@ -327,6 +327,25 @@ static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
   return mkx_comm_fail(ws->comm, check_error(ws, ws->fn, 0));
 }
 
+int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
+                       MKX_Stream stream, int *rc) {
+  const int kind = ((const mkx_tp_plan_head *)plan)->kind;
+  if (kind == MKX_TP_PLAN_COLMAJOR)
+    *rc = mkx_tp_cm_start(c, plan, args, stream);
+  else if (kind == MKX_TP_PLAN_HIER)
+    *rc = mkx_hier_gpu_start(c, plan, args, stream);
+  return kind != MKX_TP_PLAN_FUSED;
+}
+
+int mkx_tp_free_other(MKX_Comm c, void *plan) {
+  const int kind = ((const mkx_tp_plan_head *)plan)->kind;
+  if (kind == MKX_TP_PLAN_COLMAJOR)
+    mkx_tp_cm_free(c, plan);
+  else if (kind == MKX_TP_PLAN_HIER)
+    mkx_hier_gpu_free(c, plan);
+  return kind != MKX_TP_PLAN_FUSED;
+}
+
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
