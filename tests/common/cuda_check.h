@@ -28,16 +28,37 @@
     }                                                                        \
   } while (0)
 
-/* MPI tests (mkx_test.h): a failing CUDA call is a "not ok" line naming the
- * rank, and ends the whole job. */
-#define MT_CUDA(x)                                                           \
+/* MPI tests: a failing CUDA or MKX call is a "not ok" line naming the
+ * rank, and ends the whole job (needs mpi.h; MT_MKX_AT needs mkx.h). */
+#define MT_CUDA_AT(rank, x)                                                  \
   do {                                                                       \
     cudaError_t e_ = (x);                                                    \
     if (e_ != cudaSuccess) {                                                 \
-      printf("not ok - rank %d: %s: %s\n", mt.rank, #x,                      \
+      printf("not ok - rank %d: %s: %s\n", (rank), #x,                       \
              cudaGetErrorString(e_));                                        \
+      fflush(stdout);                                                        \
       MPI_Abort(MPI_COMM_WORLD, 1);                                          \
     }                                                                        \
   } while (0)
+#define MT_MKX_AT(rank, x)                                                   \
+  do {                                                                       \
+    int rc_ = (x);                                                           \
+    if (rc_ != MKX_SUCCESS) {                                                \
+      printf("not ok - rank %d: %s: %s\n", (rank), #x,                       \
+             MKX_Get_last_error());                                          \
+      fflush(stdout);                                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
+/* with mkx_test.h's rank */
+#define MT_CUDA(x) MT_CUDA_AT(mt.rank, x)
+
+/* Visible GPUs, 0 if CUDA cannot tell (no driver, no device). */
+static inline int mt_gpu_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  return n;
+}
 
 #endif

@@ -307,18 +307,11 @@ static void warm_up(MKX_Comm c) {
   }
 }
 
-static int gpu_count(void) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-  (void)cudaGetLastError();
-  return n;
-}
-
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
-  int skip = gpu_count() == 0;
+  int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!skip && mt.size >= 2 && mt_gpus_shared(gpu_count())) skip = 2;
+  if (!skip && mt.size >= 2 && mt_gpus_shared(mt_gpu_count())) skip = 2;
   if (skip || mt.size < 2) {
     if (mt.rank == 0)
       printf("1..0 # SKIP %s: %s\n", mt.prog,

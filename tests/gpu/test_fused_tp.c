@@ -514,22 +514,15 @@ static void partials_fp32(MKX_Comm f32) {
       run_shape(f32, op, &t[i], 40 + (int)i);
 }
 
-static int gpu_count(void) {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
-  (void)cudaGetLastError();
-  return n;
-}
-
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
-  int skip = gpu_count() == 0;
+  int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   /* MKX_TEST_SHARED_GPU=1: run even where ranks share a GPU, forcing the
    * fused path there (to reproduce the stale results of docs/fused-tp.md) */
   const char *force = getenv("MKX_TEST_SHARED_GPU");
   const int force_shared = force && !strcmp(force, "1");
-  if (skip || (!force_shared && mt_gpus_shared(gpu_count()))) {
+  if (skip || (!force_shared && mt_gpus_shared(mt_gpu_count()))) {
     if (mt.rank == 0)
       printf("1..0 # SKIP %s: %s\n", mt.prog, skip ? "no GPU"
              : "ranks share a GPU (the fused path needs one GPU per rank)");

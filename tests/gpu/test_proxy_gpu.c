@@ -36,6 +36,10 @@
 #include "net/net.h"
 #include "proxy/proxy_gpu.h"
 #include "proxy_gpu_kernels.h"
+#include "../common/cuda_check.h"
+
+#define CUDA(call) MT_CUDA_AT(rank, call)
+#define MKX(call) MT_MKX_AT(rank, call)
 
 #define TIMEOUT_MS 20000
 #define MAX_CTAS 4
@@ -43,27 +47,7 @@
 #define REGION_RECV 1
 
 
-#define CUDA(call)                                                           \
-  do {                                                                       \
-    cudaError_t e_ = (call);                                                 \
-    if (e_ != cudaSuccess) {                                                 \
-      printf("not ok - rank %d: %s: %s\n", rank, #call,                      \
-             cudaGetErrorString(e_));                                        \
-      fflush(stdout);                                                        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
 
-#define MKX(call)                                                            \
-  do {                                                                       \
-    int rc_ = (call);                                                        \
-    if (rc_ != MKX_SUCCESS) {                                                \
-      printf("not ok - rank %d: %s: %s\n", rank, #call,                      \
-             MKX_Get_last_error());                                          \
-      fflush(stdout);                                                        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
 
 static double now_s(void) {
   struct timespec ts;

@@ -9,27 +9,12 @@
 #include "core/comm.h"
 #include "mem/symm.h"
 #include "mkx.h"
+#include "../common/cuda_check.h"
 
 static int rank, failures;
 
-#define CUDA(call)                                                           \
-  do {                                                                       \
-    cudaError_t e_ = (call);                                                 \
-    if (e_ != cudaSuccess) {                                                 \
-      printf("not ok - rank %d: %s: %s\n", rank, #call,                      \
-             cudaGetErrorString(e_));                                        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
-#define MKX(call)                                                            \
-  do {                                                                       \
-    int rc_ = (call);                                                        \
-    if (rc_ != MKX_SUCCESS) {                                                \
-      printf("not ok - rank %d: %s: %s\n", rank, #call,                      \
-             MKX_Get_last_error());                                          \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
-  } while (0)
+#define CUDA(call) MT_CUDA_AT(rank, call)
+#define MKX(call) MT_MKX_AT(rank, call)
 
 enum { WORDS = 1 << 18 };
 
