@@ -309,6 +309,8 @@ struct TileCtx {
   int wg;               // consumer warpgroup 0 or 1
   int tid;              // thread index within the warpgroup, 0..127
   uint8_t *epi_smem;    // this warpgroup's staging smem (Cfg::EPI_BYTES_PER_WG bytes, 1024-aligned)
+  uint64_t *epi_bar;    // two mbarriers (count 1) of this warpgroup, one per staging buffer, for
+                        // epilogues that TMA-load into the staging buffers
   __device__ __forceinline__ void wg_sync() const { named_bar_sync(kBarConsumerWG + wg, 128); }
   __device__ __forceinline__ int acc_row(int i) const { return (tid >> 5) * 16 + ((tid & 31) >> 2) + ((i >> 1) & 1) * 8; }
   __device__ __forceinline__ int acc_col(int i) const { return (i >> 2) * 8 + (tid & 3) * 2 + (i & 1); }
@@ -495,6 +497,7 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
   uint8_t *sEpi = smem + STAGES * Cfg::STAGE_BYTES;     // kConsumerWGs x EPI_BYTES_PER_WG
   uint64_t *full = reinterpret_cast<uint64_t *>(sEpi + Cfg::EPI_BYTES);
   uint64_t *empty = full + STAGES;
+  uint64_t *epi_bars = empty + STAGES;                  // 2 per consumer warpgroup
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
@@ -506,6 +509,7 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumerWGs * 4);   // one arrive per consumer warp
     }
+    for (int b = 0; b < 2 * kConsumerWGs; ++b) mbar_init(&epi_bars[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     prefetch_tmap(tmA);
@@ -559,6 +563,7 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
     ctx.wg = cw;
     ctx.tid = ltid;
     ctx.epi_smem = sEpi + cw * Cfg::EPI_BYTES_PER_WG;
+    ctx.epi_bar = epi_bars + 2 * cw;
     for (int t = cta_rank; t < num_tiles; t += num_ctas) {
       int tm, tn;
       order.get(t, tm, tn);

@@ -58,8 +58,7 @@ struct RsParams {
   int run_tm0[kMaxSeg], run_ntr[kMaxSeg];                        // runs of whole tile rows
   int grp_run0[kMaxSeg + 1], grp_rows[kMaxSeg], grp_first[kMaxSeg + 1];
   int64_t stage_gap;            // rows of this rank: staging skips them
-  const void *slots;
-  int64_t slot_stride;
+  int64_t slot_rows;            // rows of one source's receive slot
   float *late;
   int *counters;
   const int *arrived;
@@ -91,22 +90,33 @@ struct GroupTileOrder {
 
 enum { kKindLate = 0, kKindPeer = 1, kKindOwn = 2 };
 
-template <typename T> __device__ __forceinline__ float2 ld_pair(const void *base, int64_t idx);
-template <> __device__ __forceinline__ float2 ld_pair<float>(const void *base, int64_t idx) {
-  return __ldcg(reinterpret_cast<const float2 *>(static_cast<const float *>(base) + idx));
+/* An element pair of a 128B-swizzled staging buffer, as fp32. */
+template <typename T> __device__ __forceinline__ float2 ld_smem_pair(uint32_t addr);
+template <> __device__ __forceinline__ float2 ld_smem_pair<float>(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
+  return v;
 }
-template <> __device__ __forceinline__ float2 ld_pair<__nv_bfloat16>(const void *base, int64_t idx) {
-  return __bfloat1622float2(__ldcg(reinterpret_cast<const __nv_bfloat162 *>(static_cast<const __nv_bfloat16 *>(base) + idx)));
+__device__ __forceinline__ uint32_t ld_smem_b32(uint32_t addr) {
+  uint32_t u;
+  asm volatile("ld.shared.b32 %0, [%1];" : "=r"(u) : "r"(addr) : "memory");
+  return u;
 }
-template <> __device__ __forceinline__ float2 ld_pair<__half>(const void *base, int64_t idx) {
-  return __half22float2(__ldcg(reinterpret_cast<const __half2 *>(static_cast<const __half *>(base) + idx)));
+template <> __device__ __forceinline__ float2 ld_smem_pair<__nv_bfloat16>(uint32_t addr) {
+  const uint32_t u = ld_smem_b32(addr);
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
+}
+template <> __device__ __forceinline__ float2 ld_smem_pair<__half>(uint32_t addr) {
+  const uint32_t u = ld_smem_b32(addr);
+  return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
 
 struct RsEpilogue {
   const RsParams *p;
-  const CUtensorMap *tm_stage, *tm_c;
+  const CUtensorMap *tm_stage, *tm_c, *tm_slots;
   int M, epoch;
   int *pend;                    // counter to bump once this WG's stores landed (thread 0)
+  uint32_t ld_phase;            // parity of each staging buffer's mbarrier (bits 0, 1)
 
   __device__ __forceinline__ int owner_of(int64_t row) const {
     int q = 0;
@@ -159,15 +169,15 @@ struct RsEpilogue {
     else if (type == MKX_GEMM_FP16) tma_store_subtile<__half, BN>(t, acc, map, y);
     else tma_store_subtile<__nv_bfloat16, BN>(t, acc, map, y);
   }
-  /* Thread 0 waits for every peer's partial of this chunk, then the
-   * warpgroup barrier orders the other threads' slot loads after it. */
+  /* Thread 0 waits for every peer's partial of this chunk; the slot loads
+   * (async proxy) come after it. */
   __device__ __forceinline__ void wait_arrivals(const TileCtx &t, int chunk) {
-    if (t.tid == 0)
-      for (int s = 0; s < p->size; ++s)
-        if (s != p->rank)
-          mkx::tp::wait_geq(p->arrived + s * MKX_TP_MAXCH + chunk, epoch, p->timeout_ns, p->err, s,
-                            t.tile_m * 65536 + t.tile_n, MKX_TP_AT_RS_TILE);
-    t.wg_sync();
+    if (t.tid != 0) return;
+    for (int s = 0; s < p->size; ++s)
+      if (s != p->rank)
+        mkx::tp::wait_geq(p->arrived + s * MKX_TP_MAXCH + chunk, epoch, p->timeout_ns, p->err, s,
+                          t.tile_m * 65536 + t.tile_n, MKX_TP_AT_RS_TILE);
+    asm volatile("fence.proxy.async.global;" ::: "memory");
   }
   template <int BN>
   __device__ __forceinline__ void add_peers(const TileCtx &t, float (&acc)[BN / 2]) {
@@ -175,34 +185,51 @@ struct RsEpilogue {
     else if (p->p_type == MKX_GEMM_FP16) add_peers_t<__half, BN>(t, acc);
     else add_peers_t<__nv_bfloat16, BN>(t, acc);
   }
-  /* acc += slot s, peers in rank order (a fixed order: same bits every run). */
+  /* Load i of a tile: column chunk i / np of peer i % np (rank order, own
+   * rank skipped) into staging buffer i & 1, by TMA (thread 0). */
+  __device__ __forceinline__ void issue_load(const TileCtx &t, int i, int np, int ch) {
+    const int j = i / np, si = i % np, s = si < p->rank ? si : si + 1;
+    const int row = (int)(s * p->slot_rows + (t.row0 - p->bnd[p->rank]));
+    mbar_arrive_expect_tx(&t.epi_bar[i & 1], 64 * 128);
+    tma_load_2d(t.epi_smem + (i & 1) * (64 * 128), tm_slots, &t.epi_bar[i & 1], t.col0 + j * ch, row);
+  }
+  /* acc += every peer's partial of this sub-tile, peers in rank order for
+   * each element (same bits every run).  The slots come through the two
+   * staging buffers by TMA, two loads in flight: register loads of them
+   * left the epilogue latency-bound (~10 us a tile on H200, 2026-11-30). */
   template <typename P, int BN>
   __device__ __forceinline__ void add_peers_t(const TileCtx &t, float (&acc)[BN / 2]) {
-    const int64_t g0 = t.row0 + t.acc_row(0);
-    const bool ok0 = g0 < M, ok1 = g0 + 8 < M;
-    const int64_t i0 = (g0 - p->bnd[p->rank]) * t.N, i1 = i0 + 8 * (int64_t)t.N;
-    const int cb = t.col0 + t.acc_col(0);
-    /* unrolled over the bound: a runtime loop around the unrolled column
-     * loop made ptxas spill the accumulators */
+    constexpr int ESZ = (int)sizeof(P), CH = 128 / ESZ, QPC = CH / 8, NCH = BN / CH;
+    const int np = p->size - 1, n = NCH * np;
+    if (n == 0) return;
+    if (t.tid == 0) {
+      bulk_wait_read<0>();    // the last tile's stores have read the buffers
+      issue_load(t, 0, np, CH);
+      if (n > 1) issue_load(t, 1, np, CH);
+    }
+    const uint32_t base = smem_u32(t.epi_smem);
+    const int r = t.acc_row(0), cb = (t.tid & 3) * 2 * ESZ;
 #pragma unroll
-    for (int s = 0; s < MKX_TP_MAX; ++s) {
-      if (s >= p->size || s == p->rank) continue;
-      const void *slot = static_cast<const char *>(p->slots) + s * p->slot_stride * (int64_t)sizeof(P);
+    for (int j = 0; j < NCH; ++j) {
+      for (int si = 0; si < np; ++si) {
+        const int i = j * np + si, b = i & 1;
+        mbar_wait(&t.epi_bar[b], (ld_phase >> b) & 1u);
+        ld_phase ^= 1u << b;
+        const uint32_t buf = base + b * (64 * 128);
 #pragma unroll
-      for (int j = 0; j < BN / 8; ++j) {
-        const int col = cb + 8 * j;
-        if (col < t.N) {
-          if (ok0) {
-            const float2 v = ld_pair<P>(slot, i0 + col);
-            acc[4 * j] += v.x;
-            acc[4 * j + 1] += v.y;
-          }
-          if (ok1) {
-            const float2 v = ld_pair<P>(slot, i1 + col);
-            acc[4 * j + 2] += v.x;
-            acc[4 * j + 3] += v.y;
-          }
+        for (int qq = 0; qq < QPC; ++qq) {
+          const int q = j * QPC + qq, bcol = qq * 8 * ESZ + cb;
+          const int unit = bcol >> 4, inb = bcol & 15;
+          const float2 v0 = ld_smem_pair<P>(buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb);
+          const float2 v1 = ld_smem_pair<P>(buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb);
+          acc[4 * q] += v0.x;
+          acc[4 * q + 1] += v0.y;
+          acc[4 * q + 2] += v1.x;
+          acc[4 * q + 3] += v1.y;
         }
+        fence_proxy_async_smem();   // these reads before the next TMA write of the buffer
+        t.wg_sync();
+        if (t.tid == 0 && i + 2 < n) issue_load(t, i + 2, np, CH);
       }
     }
   }
@@ -236,13 +263,14 @@ template <int BN, int STAGES, bool BKM, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
     tp_rs_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                  const __grid_constant__ CUtensorMap tmStage, const __grid_constant__ CUtensorMap tmC,
-                 const __grid_constant__ RsParams p, int M, int N, int K) {
+                 const __grid_constant__ CUtensorMap tmSlots, const __grid_constant__ RsParams p, int M, int N,
+                 int K) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   GroupTileOrder order{&p};
   NoLoadGate gate;
-  RsEpilogue epi{&p, &tmStage, &tmC, M, *(volatile const int *)p.epoch, nullptr};
+  RsEpilogue epi{&p, &tmStage, &tmC, &tmSlots, M, *(volatile const int *)p.epoch, nullptr, 0u};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
 }
@@ -313,7 +341,7 @@ void make_runs(const mkx_tp_rs_desc *d, RsParams &p) {
 template <int BN, int STAGES, bool BKM, bool F16>
 int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
-  CUtensorMap tmA, tmB, tmStage, tmC;
+  CUtensorMap tmA, tmB, tmStage, tmC, tmSlots;
   RsParams p;
   memset(&p, 0, sizeof p);
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
@@ -325,6 +353,8 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   /* an empty tensor cannot be encoded: a 1-row stand-in never stored to */
   if (!rc) rc = mkx::tp::make_tmap(&tmStage, d->stage, d->p_type, d->n, stage_rows > 0 ? stage_rows : 1, d->n, 64);
   if (!rc) rc = mkx::tp::make_tmap(&tmC, d->c, d->c_type, d->n, c_rows > 0 ? c_rows : 1, d->ldc, 64);
+  const int64_t slot_rows = d->slot_stride / d->n;
+  if (!rc) rc = mkx::tp::make_tmap(&tmSlots, d->slots, d->p_type, d->n, d->size * slot_rows, d->n, 64);
   int sms = 0;
   if (!rc) rc = mkx::tp::num_sms(&sms);
   if (rc) return rc;
@@ -332,8 +362,7 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   p.L = d->layout;
   make_runs(d, p);
   p.stage_gap = own;
-  p.slots = d->slots;
-  p.slot_stride = d->slot_stride;
+  p.slot_rows = slot_rows;
   p.late = d->late;
   p.counters = d->counters;
   p.arrived = d->arrived;
@@ -352,7 +381,7 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   auto kern = tp_rs_kernel<BN, STAGES, BKM, F16>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, p, (int)d->m, (int)d->n, (int)d->k);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, p, (int)d->m, (int)d->n, (int)d->k);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
