@@ -419,11 +419,16 @@ struct StoreC {
  * with TMA (cp.async.bulk.tensor), in 64 x (128 / sizeof(OutT)) chunks, at column t.col0 and row y
  * of the tensor `map` (box {128 / sizeof(OutT), 64}, 128B swizzle; the store clips at the tensor's
  * edges).  Every chunk is stored even past N: the staging buffers alternate by chunk parity, and
- * an odd chunk count would let the next tile overwrite a buffer a store still reads.  The caller's thread 0 commits the bulk groups; nothing waits for the global writes here
+ * an odd chunk count would let the next tile overwrite a buffer a store still reads.  `extra`
+ * (thread 0, per chunk: smem source, column, row) may issue more stores of the same chunk, e.g.
+ * into peers' copies; they join the chunk's bulk group.  Thread 0 commits the bulk groups; nothing waits for the global writes here
  * (bulk_wait<0>() before reading them back or signalling them). */
-template <typename OutT, int BN>
+struct NoExtraStore {
+  __device__ __forceinline__ void operator()(const void *, int, int) const {}
+};
+template <typename OutT, int BN, class Extra = NoExtraStore>
 __device__ __forceinline__ void tma_store_subtile(const TileCtx &t, const float (&acc)[BN / 2], const CUtensorMap *map,
-                                                  int y) {
+                                                  int y, const Extra &extra = Extra()) {
   constexpr int ESZ = (int)sizeof(OutT);
   constexpr int CH = 128 / ESZ;            // columns per chunk (64 for 16-bit, 32 for fp32)
   constexpr int QPC = CH / 8;              // accumulator quads per chunk
@@ -457,6 +462,7 @@ __device__ __forceinline__ void tma_store_subtile(const TileCtx &t, const float 
     t.wg_sync();
     if (t.tid == 0) {
       tma_store_2d(map, t.epi_smem + (j & 1) * (64 * 128), t.col0 + j * CH, y);
+      extra(t.epi_smem + (j & 1) * (64 * 128), t.col0 + j * CH, y);
       bulk_commit();
     }
   }

@@ -10,10 +10,11 @@
  *      the counts) move each finished chunk into its owner's receive slot
  *      and set the owner's arrival flag.  The own rows come last: their
  *      epilogue waits for the peers' chunks (already there by then), adds
- *      them to the accumulators and rounds once into C.  Allreduce: the copy
- *      engines then broadcast each finished own chunk of C to every peer.
- *      The SMs never push over NVLink: the copy engines do, while the GEMM
- *      runs.
+ *      them to the accumulators and rounds once into C.  Allreduce: the
+ *      same TMA stores write each rounded own sub-tile into every peer's C
+ *      too, so the broadcast ends with the GEMM (the copy engines broadcasting
+ *      finished chunks left a tail of 0.07-0.12 ms on 2 H200).  Partials
+ *      never leave by SM: the copy engines move them while the GEMM runs.
  *   3. tp_late_kernel: the few tile rows shared by two owners, summed from
  *      every rank's fp32 partial after the GEMM.
  *   4. tp_ar_wait_kernel (allreduce) waits for every owner's done flags.
@@ -61,6 +62,8 @@ struct RsParams {
   int64_t slot_rows;            // rows of one source's receive slot
   float *late;
   int *counters;
+  int own_subtiles;             // allreduce: sub-tiles of this rank's clean rows
+  int *peer_done[MKX_TP_MAX];   // allreduce: every rank's done[] (mkx_tp_ar_wait)
   const int *arrived;
   const int *epoch;
   int64_t c_row0;
@@ -111,9 +114,25 @@ template <> __device__ __forceinline__ float2 ld_smem_pair<__half>(uint32_t addr
   return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
 
+/* Allreduce: every rank's C (this rank's entry unused). */
+struct PeerMaps {
+  CUtensorMap c[MKX_TP_MAX];
+};
+
+/* Allreduce: an own chunk of C, from the staging buffer, into every peer's C. */
+struct PeerStores {
+  const PeerMaps *maps;
+  int size, rank;
+  __device__ __forceinline__ void operator()(const void *src, int col, int row) const {
+    for (int q = 0; q < size; ++q)
+      if (q != rank) tma_store_2d(&maps->c[q], src, col, row);
+  }
+};
+
 struct RsEpilogue {
   const RsParams *p;
   const CUtensorMap *tm_stage, *tm_c, *tm_slots;
+  const PeerMaps *peer_c;
   int M, epoch;
   int *pend;                    // counter to bump once this WG's stores landed (thread 0)
   uint32_t ld_phase;            // parity of each staging buffer's mbarrier (bits 0, 1)
@@ -140,8 +159,19 @@ struct RsEpilogue {
     bulk_wait<0>();
     asm volatile("fence.proxy.async.global;" ::: "memory");
     __threadfence_system();
-    atomicAdd(pend, 1);
+    const int before = atomicAdd(pend, 1);
+    if (p->allreduce && pend == own_count() && before == p->own_subtiles - 1) tell_peers();
     pend = nullptr;
+  }
+  /* Allreduce: sub-tiles of own rows stored into every peer's C (one count
+   * for all of them: the peers wait for the whole block). */
+  __device__ __forceinline__ int *own_count() const { return p->counters + p->rank * MKX_TP_MAXCH; }
+  /* The last of them: every earlier count came with its stores complete
+   * (threadFenceReduction pattern at system scope). */
+  __device__ __forceinline__ void tell_peers() const {
+    __threadfence_system();
+    for (int q = 0; q < p->size; ++q)
+      if (q != p->rank) mkx::tp::st_release(p->peer_done[q] + p->rank, epoch);
   }
   template <int BN>
   __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
@@ -157,17 +187,19 @@ struct RsEpilogue {
       if (t.row0 < M) {
         wait_arrivals(t, chunk);
         add_peers<BN>(t, acc);
-        store_typed<BN>(t, acc, tm_c, p->c_type, (int)(t.row0 - p->c_row0));
+        const int y = (int)(t.row0 - p->c_row0);
+        if (p->allreduce) store_typed<BN>(t, acc, tm_c, p->c_type, y, PeerStores{peer_c, p->size, p->rank});
+        else store_typed<BN>(t, acc, tm_c, p->c_type, y);
       }
-      if (p->allreduce && t.tid == 0) pend = p->counters + q * MKX_TP_MAXCH + chunk;
+      if (p->allreduce && t.tid == 0) pend = own_count();
     }
   }
-  template <int BN>
+  template <int BN, class Extra = NoExtraStore>
   __device__ __forceinline__ void store_typed(const TileCtx &t, float (&acc)[BN / 2], const CUtensorMap *map, int type,
-                                              int y) {
-    if (type == MKX_GEMM_FP32) tma_store_subtile<float, BN>(t, acc, map, y);
-    else if (type == MKX_GEMM_FP16) tma_store_subtile<__half, BN>(t, acc, map, y);
-    else tma_store_subtile<__nv_bfloat16, BN>(t, acc, map, y);
+                                              int y, const Extra &extra = Extra()) {
+    if (type == MKX_GEMM_FP32) tma_store_subtile<float, BN>(t, acc, map, y, extra);
+    else if (type == MKX_GEMM_FP16) tma_store_subtile<__half, BN>(t, acc, map, y, extra);
+    else tma_store_subtile<__nv_bfloat16, BN>(t, acc, map, y, extra);
   }
   /* Thread 0 waits for every peer's partial of this chunk; the slot loads
    * (async proxy) come after it. */
@@ -263,14 +295,14 @@ template <int BN, int STAGES, bool BKM, bool F16>
 __global__ void __launch_bounds__(kThreads, 1)
     tp_rs_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                  const __grid_constant__ CUtensorMap tmStage, const __grid_constant__ CUtensorMap tmC,
-                 const __grid_constant__ CUtensorMap tmSlots, const __grid_constant__ RsParams p, int M, int N,
-                 int K) {
+                 const __grid_constant__ CUtensorMap tmSlots, const __grid_constant__ PeerMaps tmPeerC,
+                 const __grid_constant__ RsParams p, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   GroupTileOrder order{&p};
   NoLoadGate gate;
-  RsEpilogue epi{&p, &tmStage, &tmC, &tmSlots, M, *(volatile const int *)p.epoch, nullptr, 0u};
+  RsEpilogue epi{&p, &tmStage, &tmC, &tmSlots, &tmPeerC, M, *(volatile const int *)p.epoch, nullptr, 0u};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
 }
@@ -355,6 +387,10 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   if (!rc) rc = mkx::tp::make_tmap(&tmC, d->c, d->c_type, d->n, c_rows > 0 ? c_rows : 1, d->ldc, 64);
   const int64_t slot_rows = d->slot_stride / d->n;
   if (!rc) rc = mkx::tp::make_tmap(&tmSlots, d->slots, d->p_type, d->n, d->size * slot_rows, d->n, 64);
+  PeerMaps peer_c;
+  memset(&peer_c, 0, sizeof peer_c);
+  for (int q = 0; !rc && d->allreduce && q < d->size; ++q)
+    if (q != d->rank) rc = mkx::tp::make_tmap(&peer_c.c[q], d->peer_c[q], d->c_type, d->n, d->m, d->peer_ldc[q], 64);
   int sms = 0;
   if (!rc) rc = mkx::tp::num_sms(&sms);
   if (rc) return rc;
@@ -365,6 +401,9 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   p.slot_rows = slot_rows;
   p.late = d->late;
   p.counters = d->counters;
+  const mkx_tp_rs_layout &L = d->layout;
+  p.own_subtiles = 2 * (L.clean_b[d->rank] - L.clean_a[d->rank]) * L.tiles_n;
+  for (int q = 0; q < d->size; ++q) p.peer_done[q] = d->peer_done[q];
   p.arrived = d->arrived;
   p.epoch = d->epoch;
   p.c_row0 = d->c_row0;
@@ -381,7 +420,7 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   auto kern = tp_rs_kernel<BN, STAGES, BKM, F16>;
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, p, (int)d->m, (int)d->n, (int)d->k);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, peer_c, p, (int)d->m, (int)d->n, (int)d->k);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }

@@ -9,7 +9,8 @@
  *   +0     int epoch             this rank's call counter (GPU-side only)
  *   +64    int bar[MKX_TP_MAX]   bar[q] = epoch at which rank q last arrived
  *   +192   int done[MKX_TP_MAX]  GEMM+AllReduce: epoch at which owner q's
- *                                reduced rows had all landed here
+ *                                reduced rows (clean tile rows) had all
+ *                                landed here
  *   +256   int count             late-row blocks finished (self-resetting)
  *   +320   int done_late[MKX_TP_MAX]  GEMM+AllReduce: owner q's late rows landed
  *   +384   int late_ready[MKX_TP_MAX] rank q's late partials are complete
@@ -123,8 +124,10 @@ int mkx_tp_rs_chunk_subtiles(const mkx_tp_rs_layout *L, int q, int c);
  *     their slots (`slots`, slot s at s * slot_stride elements, count x n of
  *     p_type) to the fp32 accumulators in a fixed order (own first, then
  *     peers by rank: the same bits every run), round once into C (row
- *     `row - c_row0`); allreduce: counters[rank][chunk] += 1 too, so the
- *     copy engine broadcasts the rounded rows;
+ *     `row - c_row0`); allreduce: the same TMA stores also write the
+ *     rounded sub-tile into every peer's C (peer_c), and once all own
+ *     sub-tiles have landed the last one sets every peer's done[rank] =
+ *     epoch (counted in counters[rank][0]);
  *   - late: fp32 partial into `late` (tile row i of late_tm: rows
  *     [i * 128, i * 128 + 128) x n), summed later by mkx_tp_rs_late. */
 typedef struct mkx_tp_rs_desc {
@@ -141,6 +144,10 @@ typedef struct mkx_tp_rs_desc {
   void *c; int64_t ldc, c_row0;
   int *counters; const int *arrived;        /* this rank's workspace */
   const int *epoch;
+  /* allreduce: every rank's C as mapped here (own entry unused) and its
+   * leading dimension, and every rank's done[] flags */
+  void *peer_c[MKX_TP_MAX]; int64_t peer_ldc[MKX_TP_MAX];
+  int *peer_done[MKX_TP_MAX];
   uint64_t timeout_ns;
   int *err;
 } mkx_tp_rs_desc;

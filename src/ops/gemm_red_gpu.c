@@ -4,8 +4,8 @@
  * chunk into its owner's receive slot (stream memory waits on the GEMM's
  * per-chunk counts), so the SMs never wait on NVLink.  The own rows come
  * last: their epilogue adds the peers' partials (same order every run) and
- * rounds once into C.  Allreduce: the copy engines then broadcast each
- * finished own chunk of C to every peer.  Tile rows shared by two owners
+ * rounds once into C.  Allreduce: the same epilogue stores the rounded own
+ * rows into every peer's C too.  Tile rows shared by two owners
  * go through a small kernel after the GEMM.  Kernels: kernels/tp/gemm_rs.cu. */
 #include <stdlib.h>
 #include <string.h>
@@ -212,6 +212,12 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
   d.epoch = hdr_of(p, me, MKX_TP_OFF_EPOCH);
   d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   d.err = p->ws->err_dev;
+  for (int q = 0; p->allreduce && q < c->size; q++) {
+    const int lq = c->place.local_rank_of[q];
+    d.peer_c[q] = p->creg.peer[lq];
+    d.peer_ldc[q] = p->peer_ldc[lq];
+    d.peer_done[q] = hdr_of(p, lq, MKX_TP_OFF_DONE);
+  }
   return mkx_tp_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
                           "GEMM with staged partials");
 }
@@ -261,40 +267,20 @@ static int push_partials(MKX_Comm c, const red_plan *p, int q, int64_t n,
   return MKX_SUCCESS;
 }
 
-/* Allreduce: this rank's rounded chunks into q's C, then q's done[me]. */
-static int push_rows(MKX_Comm c, const red_plan *p,
-                     const mkx_gemm_red_args *a, int q, cudaStream_t s) {
-  const int me = c->place.local_rank, lq = c->place.local_rank_of[q];
-  const size_t w = (size_t)a->n * p->ces;
-  for (int ch = 0; ch < p->L.nchunk[c->rank]; ch++) {
-    int64_t r0, r1;
-    mkx_tp_rs_chunk_rows(&p->L, a->M, p->bnd, c->rank, ch, &r0, &r1);
-    MKX_TRY(wait_count(p, me, c->rank, ch, s));
-    const size_t dpitch = (size_t)p->peer_ldc[lq] * p->ces;
-    const size_t spitch = (size_t)a->ldc * p->ces;
-    char *dst = (char *)p->creg.peer[lq] + (size_t)r0 * dpitch;
-    const char *src = (const char *)a->C + (size_t)r0 * spitch;
-    const size_t rows = (size_t)(r1 - r0);
-    MKX_TRY(cuda_rc(dpitch == w && spitch == w
-                        ? cudaMemcpyAsync(dst, src, w * rows,
-                                          cudaMemcpyDeviceToDevice, s)
-                        : cudaMemcpy2DAsync(dst, dpitch, src, spitch, w, rows,
-                                            cudaMemcpyDeviceToDevice, s),
-                    p, "copy of reduced rows"));
-  }
-  return copy_flag(p, me, hdr_of(p, lq, MKX_TP_OFF_DONE) + me, s);
-}
-
-/* Side stream i serves rank + i: partials, then (allreduce) C rows. */
+/* Side stream i serves rank + i.  Allreduce: the GEMM's epilogue stores the
+ * own rows into q's C and sets q's done[me]; with no clean own rows it
+ * never would, so the side stream does. */
 static int copy_engines(MKX_Comm c, const red_plan *p,
                         const mkx_gemm_red_args *a) {
   mkx_tp_ws *ws = p->ws;
+  const int me = c->place.local_rank;
   for (int i = 1; i < c->size; i++) {
     cudaStream_t s = ws->side[i];
-    const int q = (c->rank + i) % c->size;
+    const int q = (c->rank + i) % c->size, lq = c->place.local_rank_of[q];
     MKX_TRY(cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), p, "fork wait"));
     MKX_TRY(push_partials(c, p, q, a->n, s));
-    if (p->allreduce) MKX_TRY(push_rows(c, p, a, q, s));
+    if (p->allreduce && p->L.nchunk[c->rank] == 0)
+      MKX_TRY(copy_flag(p, me, hdr_of(p, lq, MKX_TP_OFF_DONE) + me, s));
     MKX_TRY(cuda_rc(cudaEventRecord(ws->ev_join[i], s), p, "join"));
   }
   return MKX_SUCCESS;
