@@ -4,6 +4,7 @@
  */
 #include "gemm_engine.h"
 #include "gemm_engine.cuh"
+#include "tmap.cuh"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -52,46 +53,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 #endif
 }
-
-typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
-                                  const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
-                                  CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-std::atomic<EncodeTiledFn> g_encode{nullptr};
-
-EncodeTiledFn get_encode() {
-  EncodeTiledFn f = g_encode.load(std::memory_order_acquire);
-  if (f) return f;
-  void *p = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  cudaError_t e = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
-  if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !p) return nullptr;
-  f = reinterpret_cast<EncodeTiledFn>(p);
-  g_encode.store(f, std::memory_order_release);
-  return f;
-}
-
-/* 2-D tensor {inner, outer}, row stride ld elements, box {128 bytes of inner, box_outer},
- * 128B swizzle. */
-int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_t inner, int64_t outer, int64_t ld, int box_outer) {
-  EncodeTiledFn enc = get_encode();
-  if (!enc) return MKX_GEMM_ETMAP;
-  const int esz = dtype == MKX_GEMM_FP32 ? 4 : 2;
-  const CUtensorMapDataType dt = dtype == MKX_GEMM_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                 : dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-  cuuint64_t strides[1] = {(cuuint64_t)(ld * esz)};
-  cuuint32_t box[2] = {(cuuint32_t)(128 / esz), (cuuint32_t)box_outer};
-  cuuint32_t estr[2] = {1u, 1u};
-  CUresult r = enc(map, dt, 2,
-                   const_cast<void *>(ptr), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : MKX_GEMM_ETMAP;
-}
-
-int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 int group_m_setting() {   /* MKX_GEMM_GROUP_M: tile rows per L2 group (tuning knob) */
   static int v = -1;

@@ -14,7 +14,7 @@
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
-#include "tp/tp_common.cuh"
+#include "gemm/tmap.cuh"
 
 using namespace mkx::gemm;
 
@@ -73,20 +73,20 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   CUtensorMap tmA, tmB, tmC;
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
-  int rc = mkx::tp::make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
-  if (!rc) rc = BKM ? mkx::tp::make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
-                    : mkx::tp::make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
-  if (!rc) rc = mkx::tp::make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  int rc = make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
+  if (!rc) rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
+                    : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
+  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
   int sms = 0;
-  if (!rc) rc = mkx::tp::num_sms(&sms);
+  if (!rc) rc = num_sms(&sms);
   if (rc) return rc;
   AgParams p;
   p.flags = d->flags;
   p.epoch = d->epoch;
   p.size = d->size;
   for (int q = 0; q <= MKX_TP_MAX; ++q) p.bnd[q] = q <= d->size ? (int)d->bnd[q] : (int)d->m;
-  p.tiles_m = (int)mkx::tp::cdiv(d->m, kBM);
-  p.tiles_n = (int)mkx::tp::cdiv(d->n, BN);
+  p.tiles_m = (int)cdiv(d->m, kBM);
+  p.tiles_n = (int)cdiv(d->n, BN);
   /* Groups no taller than any source's rows: a group that mixed own and
    * peers' rows made the first tiles wait for the peers' copies (M = 2048,
    * N = K = 8192 on 2 H200: 0.96 ms against 0.42 ms for cuBLAS + NCCL). */
@@ -137,7 +137,7 @@ extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
                      d->ab_type, d->c_type, 0, 0};
   if (!mkx_gemm_supported(&g, nullptr)) return MKX_GEMM_EINVAL;
   int sms = 0;
-  int rc = mkx::tp::num_sms(&sms);
+  int rc = num_sms(&sms);
   if (rc) return rc;
   if (mkx_gemm_pick_tile(&g, sms) == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, s);
   return launch_tile<128, 6>(d, s);

@@ -3,7 +3,8 @@
  * synchronisation shared with AllGather+GEMM (prologue barrier).
  *
  * A call on rank r (p ranks, owner q holds rows [bnd[q], bnd[q+1])):
- *   1. tp_prologue_kernel: epoch += 1, arrive at every peer, wait for all.
+ *   1. tp_prologue_kernel: epoch += 1, chunk counts = 0, arrive at every
+ *      peer, wait for all.
  *   2. tp_rs_kernel: the engine computes the partial A_r B_r, peers' rows
  *      first; a peer-bound sub-tile goes by TMA into a local staging buffer
  *      and is counted; the copy engines (host side, stream memory waits on
@@ -22,7 +23,7 @@
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
-#include "tp/tp_common.cuh"
+#include "gemm/tmap.cuh"
 
 using namespace mkx::gemm;
 
@@ -40,6 +41,10 @@ __global__ void tp_prologue_kernel(mkx_tp_sync s) {
   __syncthreads();
   int *src = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_SRC);
   for (int i = threadIdx.x; i < s.src_n; i += blockDim.x) src[i] = e;
+  /* counts start from zero whatever the last call left (one that failed
+   * while being enqueued, say); nothing reads them before this kernel ends */
+  int *cnt = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_COUNTERS);
+  for (int i = threadIdx.x; i < MKX_TP_MAX * MKX_TP_MAXCH; i += blockDim.x) cnt[i] = 0;
   const int q = threadIdx.x;
   if (q < s.size) {
     mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_BAR) + s.rank, e);
@@ -379,20 +384,20 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
   const int64_t own = d->bnd[d->rank + 1] - d->bnd[d->rank];
   const int64_t stage_rows = d->m - own, c_rows = d->allreduce ? d->m : own;
-  int rc = mkx::tp::make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
-  if (!rc) rc = BKM ? mkx::tp::make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
-                    : mkx::tp::make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
+  int rc = make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
+  if (!rc) rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
+                    : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
   /* an empty tensor cannot be encoded: a 1-row stand-in never stored to */
-  if (!rc) rc = mkx::tp::make_tmap(&tmStage, d->stage, d->p_type, d->n, stage_rows > 0 ? stage_rows : 1, d->n, 64);
-  if (!rc) rc = mkx::tp::make_tmap(&tmC, d->c, d->c_type, d->n, c_rows > 0 ? c_rows : 1, d->ldc, 64);
+  if (!rc) rc = make_tmap(&tmStage, d->stage, d->p_type, d->n, stage_rows > 0 ? stage_rows : 1, d->n, 64);
+  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, c_rows > 0 ? c_rows : 1, d->ldc, 64);
   const int64_t slot_rows = d->slot_stride / d->n;
-  if (!rc) rc = mkx::tp::make_tmap(&tmSlots, d->slots, d->p_type, d->n, d->size * slot_rows, d->n, 64);
+  if (!rc) rc = make_tmap(&tmSlots, d->slots, d->p_type, d->n, d->size * slot_rows, d->n, 64);
   PeerMaps peer_c;
   memset(&peer_c, 0, sizeof peer_c);
   for (int q = 0; !rc && d->allreduce && q < d->size; ++q)
-    if (q != d->rank) rc = mkx::tp::make_tmap(&peer_c.c[q], d->peer_c[q], d->c_type, d->n, d->m, d->peer_ldc[q], 64);
+    if (q != d->rank) rc = make_tmap(&peer_c.c[q], d->peer_c[q], d->c_type, d->n, d->m, d->peer_ldc[q], 64);
   int sms = 0;
-  if (!rc) rc = mkx::tp::num_sms(&sms);
+  if (!rc) rc = num_sms(&sms);
   if (rc) return rc;
   for (int q = 0; q <= d->size; ++q) p.bnd[q] = d->bnd[q];
   p.L = d->layout;

@@ -16,7 +16,8 @@
  *   +384   int late_ready[MKX_TP_MAX] rank q's late partials are complete
  *   +512   int counters[MKX_TP_MAX][MKX_TP_MAXCH]  GEMM+RS: sub-tiles of
  *                                (owner, chunk) finished here; the copy
- *                                engine waits on them (reset after each call)
+ *                                engine waits on them (zeroed by the
+ *                                prologue of each call)
  *   +1024  int arrived[MKX_TP_MAX][MKX_TP_MAXCH]   GEMM+RS: epoch at which
  *                                source s's partial of this rank's chunk c
  *                                landed in slot s
@@ -65,10 +66,10 @@ typedef struct mkx_tp_sync {
   int *err;                        /* device pointer of the host-mapped error word */
 } mkx_tp_sync;
 
-/* Start of a call: epoch += 1 on this GPU, src[] = epoch, arrive at every
- * peer (bar), wait (bounded) until every peer has arrived at this epoch:
- * then each peer has finished its previous call, so its buffers may be
- * written.  <<<1, 32>>> on the user's stream. */
+/* Start of a call: epoch += 1 on this GPU, src[] = epoch, counters = 0,
+ * arrive at every peer (bar), wait (bounded) until every peer has arrived
+ * at this epoch: then each peer has finished its previous call, so its
+ * buffers may be written.  <<<1, 32>>> on the user's stream. */
 int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st);
 
 /* AllGather+GEMM: C = Aws * B where Aws (M x k, row-major, in this rank's

@@ -1,5 +1,5 @@
-/* Host helpers shared by the tp kernels' launchers: TMA tensor maps (as in
- * kernels/gemm/gemm.cu, whose copy is private to that file). */
+/* Host helpers of the engine's launchers (kernels/gemm, kernels/tp): TMA
+ * tensor maps, tile counts, the SM count. */
 #pragma once
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -8,7 +8,7 @@
 #include "gemm/gemm_engine.h"
 
 namespace mkx {
-namespace tp {
+namespace gemm {
 
 typedef CUresult (*EncodeTiledFn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,
                                   const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave,
@@ -58,5 +58,5 @@ static inline int num_sms(int *sms) {
   return e == cudaSuccess ? 0 : (int)e;
 }
 
-}  // namespace tp
+}  // namespace gemm
 }  // namespace mkx
