@@ -290,11 +290,7 @@ static int join(MKX_Comm c, const red_plan *p, cudaStream_t st) {
   for (int i = 1; i < c->size; i++)
     MKX_TRY(cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), p,
                     "join wait"));
-  /* the counts start from zero at the next call (after its prologue) */
-  return cuda_rc(cudaMemsetAsync(hdr_of(p, c->place.local_rank,
-                                        MKX_TP_OFF_COUNTERS), 0,
-                                 MKX_TP_MAX * MKX_TP_MAXCH * sizeof(int), st),
-                 p, "reset of the chunk counts");
+  return MKX_SUCCESS;
 }
 
 static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
