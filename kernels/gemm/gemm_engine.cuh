@@ -423,6 +423,12 @@ struct StoreC {
  * (thread 0, per chunk: smem source, column, row) may issue more stores of the same chunk, e.g.
  * into peers' copies; they join the chunk's bulk group.  Thread 0 commits the bulk groups; nothing waits for the global writes here
  * (bulk_wait<0>() before reading them back or signalling them). */
+/* Shared-memory address of byte column bcol (0..127) of row `row` of a 64 x 128-byte staging
+ * buffer in the 128B-swizzle layout that TMA reads and writes. */
+__device__ __forceinline__ uint32_t swizzled_128b(uint32_t buf, int row, int bcol) {
+  return buf + row * 128 + (((bcol >> 4) ^ (row & 7)) << 4) + (bcol & 15);
+}
+
 struct NoExtraStore {
   __device__ __forceinline__ void operator()(const void *, int, int) const {}
 };
@@ -444,9 +450,7 @@ __device__ __forceinline__ void tma_store_subtile(const TileCtx &t, const float 
     for (int qq = 0; qq < QPC; ++qq) {
       const int q = j * QPC + qq;
       const int bcol = qq * 8 * ESZ + cb;  // byte column of this pair inside the 128-byte chunk row
-      const int unit = bcol >> 4, inb = bcol & 15;
-      const uint32_t a0 = buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb;
-      const uint32_t a1 = buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb;
+      const uint32_t a0 = swizzled_128b(buf, r, bcol), a1 = swizzled_128b(buf, r + 8, bcol);
       if constexpr (ESZ == 4) {
         st_shared_v2f(a0, acc[4 * q], acc[4 * q + 1]);
         st_shared_v2f(a1, acc[4 * q + 2], acc[4 * q + 3]);

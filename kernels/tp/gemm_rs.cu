@@ -256,9 +256,8 @@ struct RsEpilogue {
 #pragma unroll
         for (int qq = 0; qq < QPC; ++qq) {
           const int q = j * QPC + qq, bcol = qq * 8 * ESZ + cb;
-          const int unit = bcol >> 4, inb = bcol & 15;
-          const float2 v0 = ld_smem_pair<P>(buf + r * 128 + ((unit ^ (r & 7)) << 4) + inb);
-          const float2 v1 = ld_smem_pair<P>(buf + (r + 8) * 128 + ((unit ^ ((r + 8) & 7)) << 4) + inb);
+          const float2 v0 = ld_smem_pair<P>(swizzled_128b(buf, r, bcol));
+          const float2 v1 = ld_smem_pair<P>(swizzled_128b(buf, r + 8, bcol));
           acc[4 * q] += v0.x;
           acc[4 * q + 1] += v0.y;
           acc[4 * q + 2] += v1.x;
