@@ -173,7 +173,7 @@ int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
 
 /* dst (cols x rows, leading dimension ldd) = src^T (rows x cols, leading
  * dimension lds), row-major, elements of esz = 2 or 4 bytes: column-major
- * operands of the fused paths (src/ops/tp_colmajor.c). */
+ * operands of the fused paths (src/ops/tp_adapter.c). */
 int mkx_tp_transpose(const void *src, int64_t rows, int64_t cols, int64_t lds, void *dst, int64_t ldd, int esz,
                      cudaStream_t st);
 

@@ -83,22 +83,26 @@ int mkx_tp_gemm_type(MKX_Datatype t);
 int mkx_tp_rs_bn(int64_t n);
 
 struct mkx_agreed;
-/* Every GPU plan starts with its kind: a fused plan, a column-major
- * adapter (src/ops/tp_colmajor.c) around a row-major one, or a plan of
- * several nodes (src/ops/hier_gpu.c). */
-enum { MKX_TP_PLAN_FUSED = 0, MKX_TP_PLAN_COLMAJOR, MKX_TP_PLAN_HIER };
+/* Every GPU plan starts with its kind: a fused plan, an adapter
+ * (src/ops/tp_adapter.c) around a row-major one, or a plan of several
+ * nodes (src/ops/hier_gpu.c). */
+enum { MKX_TP_PLAN_FUSED = 0, MKX_TP_PLAN_ADAPTED, MKX_TP_PLAN_HIER };
 typedef struct mkx_tp_plan_head {
   int kind;
 } mkx_tp_plan_head;
 enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
-/* Column-major calls: transpose A into a row-major temporary, run the
- * row-major fused call into a row-major temporary C, transpose it into the
- * caller's C (and A_out); B only flips its layout. */
-int mkx_tp_cm_plan(MKX_Comm c, int op, const void *args,
-                   const struct mkx_agreed *g, void **plan);
-int mkx_tp_cm_start(MKX_Comm c, void *plan, const void *args,
-                    MKX_Stream stream);
-void mkx_tp_cm_free(MKX_Comm c, void *plan);
+/* Column-major calls, and (option fused_pad) k, n, leading dimensions or
+ * pointers the kernels cannot take: a row-major call on dense temporaries
+ * with k and n padded to multiples of 8, operands transposed or copied in
+ * and out.  mkx_tp_adapt_agree (collective): *any = 1 when any rank's
+ * operands need it (then every rank takes it). */
+int mkx_tp_adapt_agree(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g, int *any);
+int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
+                      const struct mkx_agreed *g, void **plan);
+int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
+                       MKX_Stream stream);
+void mkx_tp_adapt_free(MKX_Comm c, void *plan);
 /* Several nodes, option hier_gemm=gpu: the GEMM on the GPU, the host
  * path's hierarchical collectives for the communication (blocking). */
 int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,

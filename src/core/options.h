@@ -25,6 +25,7 @@ typedef struct mkx_options {
   int fused;             /* MKX_FUSED_*: fused GPU kernels */
   int blocking;          /* GPU-path calls wait for their run and report it */
   int tp_partials;       /* MKX_PARTIALS_*: type of fused RS/AR partials */
+  int fused_pad;         /* awkward shapes through padded temporaries */
   int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
   int net;               /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */

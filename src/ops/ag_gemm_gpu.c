@@ -45,6 +45,22 @@ static int check_types(const mkx_ag_gemm_args *a) {
   return MKX_SUCCESS;
 }
 
+/* What the kernels take without the adapter's copies (column-major A and
+ * C are transposed anyway: any leading dimension and alignment). */
+static int check_fit(const mkx_ag_gemm_args *a) {
+  const int cm = a->order == MKX_COL_MAJOR;
+  if (a->k % 8 || a->n % 8 || a->ldb % 8 || (!cm && (a->lda % 8 || a->ldc % 8)))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k, n, ldb "
+                     "(and lda, ldc when row-major) multiples of 8 (option "
+                     "fused_pad=yes pads them)", FN);
+  if (misaligned(a->B) ||
+      (!cm && ((a->m_local > 0 && misaligned(a->A)) || misaligned(a->C))))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
+                     "when row-major) 16-byte aligned (option fused_pad=yes "
+                     "copies them)", FN);
+  return MKX_SUCCESS;
+}
+
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   const mkx_ag_gemm_args *a = args;
@@ -52,17 +68,9 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
     return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
   MKX_TRY(mkx_tp_node_ok(c, FN));
   MKX_TRY(check_types(a));
-  /* column-major A and C go through row-major temporaries: any leading
-   * dimension and alignment */
-  const int cm = a->order == MKX_COL_MAJOR;
-  if (a->k % 8 || a->n % 8 || a->ldb % 8 || (!cm && (a->lda % 8 || a->ldc % 8)))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k, n, ldb "
-                     "(and lda, ldc when row-major) multiples of 8", FN);
-  if (misaligned(a->B) ||
-      (!cm && ((a->m_local > 0 && misaligned(a->A)) || misaligned(a->C))))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
-                     "when row-major) 16-byte aligned", FN);
-  if (g->total >= (1ll << 31) || a->k >= (1ll << 31) || a->n >= (1ll << 31))
+  if (!c->opt.fused_pad) MKX_TRY(check_fit(a));
+  if (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
+      a->n >= (1ll << 31) - 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", FN);
   return MKX_SUCCESS;
 }
@@ -72,8 +80,9 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   const mkx_ag_gemm_args *a = args;
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_plan(c, MKX_TP_OP_AG, args, g, plan);
-  if (a->order == MKX_COL_MAJOR)
-    return mkx_tp_cm_plan(c, MKX_TP_OP_AG, args, g, plan);
+  int adapt = 0;
+  MKX_TRY(mkx_tp_adapt_agree(c, MKX_TP_OP_AG, args, g, &adapt));
+  if (adapt) return mkx_tp_adapt_plan(c, MKX_TP_OP_AG, args, g, plan);
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   p->M = g->total;

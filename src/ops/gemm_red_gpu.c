@@ -34,6 +34,30 @@ static const char *fn_name(int allreduce) {
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
 
+/* What the kernels take without the adapter's copies (column-major A and
+ * C are transposed anyway: any leading dimension and alignment, and
+ * allreduce's C is then the temporary). */
+static int check_fit(const mkx_gemm_red_args *a, int allreduce) {
+  const char *fn = fn_name(allreduce);
+  const int cm = a->order == MKX_COL_MAJOR;
+  if (a->k_local % 8 || a->n % 8 || a->ldb % 8 ||
+      (!cm && (a->lda % 8 || a->ldc % 8)))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k_local, n, "
+                     "ldb (and lda, ldc when row-major) multiples of 8 "
+                     "(option fused_pad=yes pads them)", fn);
+  if (misaligned(a->B) ||
+      (!cm && (misaligned(a->A) || (a->C && misaligned(a->C)))))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
+                     "when row-major) 16-byte aligned (option fused_pad=yes "
+                     "copies them)", fn);
+  if (allreduce && !cm && !mkx_symm_ipc_capable(a->C))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: C cannot be mapped into node "
+                     "peers (memory from a cudaMallocAsync pool?); use "
+                     "cudaMalloc or MKX_Alloc_mem for the fused path, or "
+                     "option fused_pad=yes", fn);
+  return MKX_SUCCESS;
+}
+
 static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
   const char *fn = fn_name(allreduce);
   MKX_TRY(mkx_tp_node_ok(c, fn));
@@ -43,23 +67,10 @@ static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
   if (a->k_local == 0)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: k_local = 0 on rank %d", fn,
                      c->rank);
-  /* column-major A and C go through row-major temporaries (any leading
-   * dimension and alignment; allreduce's C is then the temporary) */
-  const int cm = a->order == MKX_COL_MAJOR;
-  if (a->k_local % 8 || a->n % 8 || a->ldb % 8 ||
-      (!cm && (a->lda % 8 || a->ldc % 8)))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k_local, n, "
-                     "ldb (and lda, ldc when row-major) multiples of 8", fn);
-  if (misaligned(a->B) ||
-      (!cm && (misaligned(a->A) || (a->C && misaligned(a->C)))))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
-                     "when row-major) 16-byte aligned", fn);
-  if (a->M >= (1ll << 31) || a->n >= (1ll << 31) || a->k_local >= (1ll << 31))
+  if (!c->opt.fused_pad) MKX_TRY(check_fit(a, allreduce));
+  if (a->M >= (1ll << 31) || a->n >= (1ll << 31) - 8 ||
+      a->k_local >= (1ll << 31) - 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", fn);
-  if (allreduce && !cm && !mkx_symm_ipc_capable(a->C))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: C cannot be mapped into node "
-                     "peers (memory from a cudaMallocAsync pool?); use "
-                     "cudaMalloc or MKX_Alloc_mem for the fused path", fn);
   return MKX_SUCCESS;
 }
 
@@ -146,13 +157,12 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   return MKX_SUCCESS;
 }
 
-static int is_colmajor(const void *args) {
-  return ((const mkx_gemm_red_args *)args)->order == MKX_COL_MAJOR;
-}
 static int plan_any(MKX_Comm c, int op, const void *args,
                     const struct mkx_agreed *g, void **out) {
   if (c->place.num_nodes > 1) return mkx_hier_gpu_plan(c, op, args, g, out);
-  if (is_colmajor(args)) return mkx_tp_cm_plan(c, op, args, g, out);
+  int adapt = 0;
+  MKX_TRY(mkx_tp_adapt_agree(c, op, args, g, &adapt));
+  if (adapt) return mkx_tp_adapt_plan(c, op, args, g, out);
   return plan(c, args, op == MKX_TP_OP_AR, out);
 }
 int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,

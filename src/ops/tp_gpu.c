@@ -330,8 +330,8 @@ static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
 int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream, int *rc) {
   const int kind = ((const mkx_tp_plan_head *)plan)->kind;
-  if (kind == MKX_TP_PLAN_COLMAJOR)
-    *rc = mkx_tp_cm_start(c, plan, args, stream);
+  if (kind == MKX_TP_PLAN_ADAPTED)
+    *rc = mkx_tp_adapt_start(c, plan, args, stream);
   else if (kind == MKX_TP_PLAN_HIER)
     *rc = mkx_hier_gpu_start(c, plan, args, stream);
   return kind != MKX_TP_PLAN_FUSED;
@@ -339,8 +339,8 @@ int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
 
 int mkx_tp_free_other(MKX_Comm c, void *plan) {
   const int kind = ((const mkx_tp_plan_head *)plan)->kind;
-  if (kind == MKX_TP_PLAN_COLMAJOR)
-    mkx_tp_cm_free(c, plan);
+  if (kind == MKX_TP_PLAN_ADAPTED)
+    mkx_tp_adapt_free(c, plan);
   else if (kind == MKX_TP_PLAN_HIER)
     mkx_hier_gpu_free(c, plan);
   return kind != MKX_TP_PLAN_FUSED;

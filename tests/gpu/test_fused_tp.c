@@ -252,11 +252,15 @@ static void check_same_bits(const prob *p) {
   free(mine);
 }
 
+static int pad_mode; /* the communicator has option fused_pad=yes */
+
 /* Can every rank take the fused path with this shape? */
 static int expect_fused(const prob *p) {
   int ok = p->s.dt != MKX_FP32 && p->s.dt != MKX_FP64;
-  if (p->op != OP_AG) ok &= p->kl > 0 && p->kl % 8 == 0; /* AG: any m_local */
-  ok &= p->s.n % 8 == 0 && p->s.pad % 8 == 0 && p->s.k % 8 == 0;
+  if (p->op != OP_AG) ok &= p->kl > 0; /* AG: any m_local */
+  if (!pad_mode)
+    ok &= p->kl % 8 == 0 && p->s.n % 8 == 0 && p->s.pad % 8 == 0 &&
+          p->s.k % 8 == 0;
   return mt_all(ok);
 }
 
@@ -362,6 +366,31 @@ static void shapes(MKX_Comm c, int op) {
   }
   if (op == OP_AG) shapes_ag_rows(c);
   shapes_colmajor(c, op);
+}
+
+/* Option fused_pad=yes: k, n and leading dimensions that are not multiples
+ * of 8 go through padded temporaries (src/ops/tp_adapter.c), both orders,
+ * A_out, unequal k_local. */
+static void shapes_padded(MKX_Comm cpad, int op) {
+  static const struct { int64_t m, n, k; int vary, pad; MKX_Trans tb;
+                        MKX_Datatype dt, ct; int aout, cm; } t[] = {
+      {100, 250, 100, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1, 0},
+      {257, 64, 37, 1, 3, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0, 0},
+      {129, 1001, 64, 0, 5, MKX_TRANS, MKX_BF16, MKX_FP32, 1, 0},
+      {64, 128, 3, 0, 1, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0, 1},
+      {300, 99, 130, 1, 3, MKX_TRANS, MKX_FP16, MKX_BF16, 1, 1}};
+  pad_mode = 1;
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.m = t[i].m, s.n = t[i].n, s.k = t[i].k;
+    s.vary = t[i].vary, s.pad = t[i].pad, s.tb = t[i].tb;
+    s.dt = t[i].dt, s.ct = t[i].ct;
+    s.aout = op == OP_AG && t[i].aout;
+    s.colmajor = t[i].cm;
+    run_shape(cpad, op, &s, 80 + 10 * op + (int)i);
+  }
+  pad_mode = 0;
 }
 
 /* Variants of the inputs (host-path references) for the repeat tests. */
@@ -551,9 +580,16 @@ int main(int argc, char **argv) {
   MPI_Info_free(&info);
   if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_tp_partials=fp32"))
     MPI_Abort(MPI_COMM_WORLD, 1);
-  if (force_shared) c->gpu_shared = f32->gpu_shared = 0;
+  MKX_Comm cpad;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_fused_pad", "yes");
+  rc = MKX_Comm_create(MPI_COMM_WORLD, info, &cpad);
+  MPI_Info_free(&info);
+  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused_pad=yes"))
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  if (force_shared) c->gpu_shared = f32->gpu_shared = cpad->gpu_shared = 0;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph */
+  const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph|pad */
   for (int op = 0; op < 3; op++) {
     if (!only || !strcmp(only, "shapes")) shapes(c, op);
     if (!only || !strcmp(only, "b2b")) back_to_back(c, op);
@@ -562,7 +598,10 @@ int main(int argc, char **argv) {
   }
   contrast(off);
   if (!only || !strcmp(only, "shapes")) partials_fp32(f32);
+  for (int op = 0; op < 3; op++)
+    if (!only || !strcmp(only, "pad")) shapes_padded(cpad, op);
   CUDA(cudaStreamDestroy(st));
+  MKX_Comm_free(&cpad);
   MKX_Comm_free(&f32);
   MKX_Comm_free(&off);
   MKX_Comm_free(&c);
