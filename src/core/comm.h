@@ -37,6 +37,12 @@ int mkx_comm_check(MKX_Comm c);
  * logged, not fatal). */
 int mkx_comm_map_topology(MKX_Comm c);
 
+/* Collective (bounded by the option timeout_ms): *out = every rank's
+ * `mine` combined by op, the same on every rank. */
+typedef enum { MKX_AGREE_MAX, MKX_AGREE_AND, MKX_AGREE_OR } mkx_agree_op;
+int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
+                       uint64_t *out, const char *what);
+
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state
  * behind, and GPU epochs out of step) and keep the current error message
  * for later calls; returns rc. */

@@ -119,14 +119,11 @@ static int buffer_kind(MKX_Comm c, const mkx_op_class *cls, void *args,
 /* Every rank learns whether every rank can take the fused path: it is
  * taken by all or by none, since its set-up is collective. */
 static int all_can(MKX_Comm c, int can, int *all) {
-  int *v = malloc(sizeof *v * (size_t)c->size);
-  if (!v) return mkx_error(MKX_ERR_NOMEM, "path agreement");
-  int rc = c->oob.allgather(c->oob.ctx, &can, v, sizeof can,
-                            c->opt.timeout_ms);
-  *all = 1;
-  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) *all &= v[q];
-  free(v);
-  return mkx_comm_fail(c, rc);
+  uint64_t v = 0;
+  MKX_TRY(mkx_comm_agree_u64(c, (uint64_t)(can != 0), MKX_AGREE_AND, &v,
+                             "path agreement"));
+  *all = v != 0;
+  return MKX_SUCCESS;
 }
 
 static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,

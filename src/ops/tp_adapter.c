@@ -126,15 +126,11 @@ int mkx_tp_adapt_agree(MKX_Comm c, int op, const void *args,
                        const struct mkx_agreed *g, int *any) {
   ad_shape s;
   adapt_shape(c, op, args, g, &s);
-  int mine = s.a || s.b || s.c || s.ao;
-  int *v = malloc(sizeof *v * (size_t)c->size);
-  if (!v) return mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
-  int rc = c->oob.allgather(c->oob.ctx, &mine, v, sizeof mine,
-                            c->opt.timeout_ms);
-  *any = 0;
-  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) *any |= v[q];
-  free(v);
-  return rc == MKX_SUCCESS ? MKX_SUCCESS : mkx_comm_fail(c, rc);
+  uint64_t v = 0;
+  MKX_TRY(mkx_comm_agree_u64(c, (uint64_t)(s.a || s.b || s.c || s.ao),
+                             MKX_AGREE_OR, &v, op_name(op)));
+  *any = v != 0;
+  return MKX_SUCCESS;
 }
 
 /* Offsets of the temporaries in this rank's part of the workspace. */
@@ -149,19 +145,6 @@ static size_t lay_out(ad_plan *p) {
   off += align256(s->c ? (size_t)s->c_rows * (size_t)s->np * s->ces : 0);
   p->ao_off = off;
   return off + (s->ao ? (size_t)s->ao_rows * (size_t)s->kp * s->es : 0);
-}
-
-/* The workspace request must be the same on every rank (the pools decide
- * alike): the largest of the ranks' needs. */
-static int agreed_bytes(MKX_Comm c, size_t mine, size_t *all_max) {
-  uint64_t m = mine, *v = malloc(sizeof *v * (size_t)c->size);
-  if (!v) return mkx_error(MKX_ERR_NOMEM, "fused-path temporaries");
-  int rc = c->oob.allgather(c->oob.ctx, &m, v, sizeof m, c->opt.timeout_ms);
-  *all_max = 0;
-  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
-    if (v[q] > *all_max) *all_max = v[q];
-  free(v);
-  return rc == MKX_SUCCESS ? MKX_SUCCESS : mkx_comm_fail(c, rc);
 }
 
 static void make_twin(MKX_Comm c, ad_plan *p, const void *args) {
@@ -207,9 +190,12 @@ int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
   p->kind = MKX_TP_PLAN_ADAPTED;
   p->op = op;
   adapt_shape(c, op, args, g, &p->s);
-  size_t bytes = 0;
-  int rc = agreed_bytes(c, lay_out(p), &bytes);
-  mkx_tp_need need = {0, 0, bytes};
+  /* the workspace request must be the same on every rank (the pools
+   * decide alike): the largest of the ranks' needs */
+  uint64_t bytes = 0;
+  int rc = mkx_comm_agree_u64(c, lay_out(p), MKX_AGREE_MAX, &bytes,
+                              op_name(op));
+  mkx_tp_need need = {0, 0, (size_t)bytes};
   if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->tmp);
   if (rc == MKX_SUCCESS) {
     make_twin(c, p, args);
