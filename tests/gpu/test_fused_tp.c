@@ -543,6 +543,19 @@ static void partials_fp32(MKX_Comm f32) {
       run_shape(f32, op, &t[i], 40 + (int)i);
 }
 
+/* A communicator with one MPI_Info key set (aborts on failure). */
+static MKX_Comm comm_with(const char *key, const char *value) {
+  MPI_Info info;
+  MKX_Comm c = NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, key, value);
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with %s=%s", key, value))
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  return c;
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int skip = mt_gpu_count() == 0;
@@ -558,35 +571,10 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return MT_SKIP;
   }
-  MPI_Info info;
-  MKX_Comm c, off;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_fused", "auto");
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
-  MPI_Info_free(&info);
-  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused=auto")) {
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_fused", "off"); /* whatever MKX_FUSED says */
-  rc = MKX_Comm_create(MPI_COMM_WORLD, info, &off);
-  MPI_Info_free(&info);
-  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused=off"))
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  MKX_Comm f32;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_tp_partials", "fp32");
-  rc = MKX_Comm_create(MPI_COMM_WORLD, info, &f32);
-  MPI_Info_free(&info);
-  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_tp_partials=fp32"))
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  MKX_Comm cpad;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_fused_pad", "yes");
-  rc = MKX_Comm_create(MPI_COMM_WORLD, info, &cpad);
-  MPI_Info_free(&info);
-  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with mkx_fused_pad=yes"))
-    MPI_Abort(MPI_COMM_WORLD, 1);
+  MKX_Comm c = comm_with("mkx_fused", "auto");
+  MKX_Comm off = comm_with("mkx_fused", "off"); /* whatever MKX_FUSED says */
+  MKX_Comm f32 = comm_with("mkx_tp_partials", "fp32");
+  MKX_Comm cpad = comm_with("mkx_fused_pad", "yes");
   if (force_shared) c->gpu_shared = f32->gpu_shared = cpad->gpu_shared = 0;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph|pad */
