@@ -14,11 +14,13 @@
  * sample so that clocks and power state hit all alike.  Reported: medians
  * (ms) of the slowest rank, and ratios serial/mkx and ideal/mkx.
  *
- *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--reps N]
- *               [--out FILE]
+ *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
+ *               [--reps N] [--out FILE]
  * Without --shape: M = 8192, N = K = 8192; --full: the issue's table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
- * (8192, 28672) for rs and ar).  M, N, K are the global GEMM sizes.
+ * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
+ * (128 x 1024 x 1024 ... 2048 x 8192 x 8192), with --full after it.
+ * M, N, K are the global GEMM sizes.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -298,9 +300,21 @@ static int full_table(job *jobs) {
   return nj;
 }
 
+/* Small and mid-size shapes, where the fused calls' fixed cost shows
+ * (tests/perf/results/tp-h200x2.md): the automatic fallback's table. */
+static int small_table(job *jobs, int nj) {
+  static const int64_t sh[][3] = {{128, 1024, 1024}, {512, 2048, 2048},
+                                  {1024, 4096, 4096}, {2048, 8192, 8192},
+                                  {4096, 4096, 4096}, {1024, 8192, 28672}};
+  for (int op = 0; op < 3; op++)
+    for (size_t i = 0; i < sizeof sh / sizeof sh[0]; i++)
+      jobs[nj++] = (job){op, sh[i][0], sh[i][1], sh[i][2]};
+  return nj;
+}
+
 int mkx_perf_tp(int argc, char **argv) {
-  job jobs[64];
-  int nj = 0, reps = 10, ops = 7, full = 0;
+  job jobs[96];
+  int nj = 0, reps = 10, ops = 7, full = 0, small = 0;
   const char *outname = NULL;
   int64_t shapes[16][3];
   int ns = 0;
@@ -308,6 +322,7 @@ int mkx_perf_tp(int argc, char **argv) {
     if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--out") && i + 1 < argc) outname = argv[++i];
     else if (!strcmp(argv[i], "--full")) full = 1;
+    else if (!strcmp(argv[i], "--small")) small = 1;
     else if (!strcmp(argv[i], "--op") && i + 1 < argc) {
       const char *o = argv[++i];
       ops = !strcmp(o, "ag") ? 1 : !strcmp(o, "rs") ? 2 : !strcmp(o, "ar") ? 4 : 7;
@@ -319,8 +334,10 @@ int mkx_perf_tp(int argc, char **argv) {
   }
   if (reps < 1) reps = 1;
   if (full) nj = full_table(jobs);
-  else if (ns == 0) shapes[0][0] = shapes[0][1] = shapes[0][2] = 8192, ns = 1;
-  for (int op = 0; !full && op < 3; op++)
+  if (small) nj = small_table(jobs, nj);
+  else if (!full && ns == 0)
+    shapes[0][0] = shapes[0][1] = shapes[0][2] = 8192, ns = 1;
+  for (int op = 0; !full && !small && op < 3; op++)
     for (int s = 0; s < ns; s++)
       jobs[nj++] = (job){op, shapes[s][0], shapes[s][1], shapes[s][2]};
   MPI_Init(NULL, NULL);
