@@ -288,6 +288,15 @@ double mt_tol(MKX_Datatype in, MKX_Datatype out) {
   return to > ta ? to : ta;
 }
 
+double mt_tol_cond(double tol, const double *ref, const double *refabs,
+                   size_t n) {
+  double r2 = 0, a2 = 0;
+  for (size_t i = 0; i < n; i++) r2 += ref[i] * ref[i], a2 += refabs[i] * refabs[i];
+  const double kappa = r2 > 0 ? sqrt(a2 / r2) : 1e300, cap = tol > 0.05 ? tol : 0.05;
+  const double t = kappa > 64 ? tol * kappa / 64 : tol;
+  return t < cap ? t : cap;
+}
+
 int64_t mt_min_ld(MKX_Order o, int64_t rows, int64_t cols) {
   int64_t v = o == MKX_ROW_MAJOR ? cols : rows;
   return v > 0 ? v : 1;

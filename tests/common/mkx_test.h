@@ -87,12 +87,19 @@ double mt_relerr_mat(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
 /* Same for two dense double arrays. */
 double mt_relerr(const double *out, const double *ref, size_t n);
 
-/* Tolerance for a result of type `out` computed from inputs of type `in`
- * (reference from the rounded inputs): output rounding vs accumulation. */
 /* 1 on every rank if some node runs more ranks than it has GPUs (`ngpu`
  * visible to each rank): they share GPUs, which the fused paths refuse. */
 int mt_gpus_shared(int ngpu);
+/* Tolerance for a result of type `out` computed from inputs of type `in`
+ * (reference from the rounded inputs): output rounding vs accumulation. */
 double mt_tol(MKX_Datatype in, MKX_Datatype out);
+/* mt_tol for a result whose sums may cancel: scaled by the condition
+ * kappa = ||refabs|| / ||ref|| (refabs: the same sums of absolute values,
+ * the size of the rounding errors) beyond what random data gives (64),
+ * and at most 0.05, so that a wrong result (relative error ~1) still
+ * fails. */
+double mt_tol_cond(double tol, const double *ref, const double *refabs,
+                   size_t n);
 
 /* ---- GEMM operands ------------------------------------------------------ */
 
