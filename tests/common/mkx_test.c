@@ -329,6 +329,17 @@ void mt_ref_gemm_acc(double *C, const double *A, const double *B, int64_t m,
     }
 }
 
+void mt_ref_gemm_abs(double *C, const double *A, const double *B, int64_t m,
+                     int64_t k, int64_t n) {
+  for (int64_t i = 0; i < m; i++)
+    for (int64_t kk = 0; kk < k; kk++) {
+      double a = fabs(A[i * k + kk]);
+      const double *b = B + kk * n;
+      double *c = C + i * n;
+      for (int64_t j = 0; j < n; j++) c[j] += a * fabs(b[j]);
+    }
+}
+
 uint64_t mt_hash(const void *buf, size_t bytes, uint64_t h) {
   const unsigned char *p = buf;
   if (!h) h = 0xcbf29ce484222325ull;

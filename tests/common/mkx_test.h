@@ -115,6 +115,10 @@ void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb,
 /* C (m x n dense row-major) += A (m x k dense) * B (k x n dense), double. */
 void mt_ref_gemm_acc(double *C, const double *A, const double *B, int64_t m,
                      int64_t k, int64_t n);
+/* The same with |A| and |B|: the size of the rounding errors, for
+ * mt_tol_cond. */
+void mt_ref_gemm_abs(double *C, const double *A, const double *B, int64_t m,
+                     int64_t k, int64_t n);
 
 /* FNV-1a of bytes. */
 uint64_t mt_hash(const void *buf, size_t bytes, uint64_t h);

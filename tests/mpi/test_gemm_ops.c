@@ -139,7 +139,9 @@ static void case_allgather(MKX_Comm comm, int c) {
   }
   double *Bv = mt_gen(k, n, L.dt, mt.seed, r, c * 16 + T_B);
   double *ref = calloc((size_t)(M * n) + 1, sizeof(double));
+  double *refabs = calloc((size_t)(M * n) + 1, sizeof(double));
   mt_ref_gemm_acc(ref, Aall, Bv, M, k, n);
+  mt_ref_gemm_abs(refabs, Aall, Bv, M, k, n);
 
   size_t es = mt_type_size(L.dt), cs = mt_type_size(L.ct);
   size_t na = mt_mat_elems(L.order, m, k, lda);
@@ -174,7 +176,7 @@ static void case_allgather(MKX_Comm comm, int c) {
     tbuf_download(&O);
     if (rep == 0) {
       check_out("C", desc, &C, L.ct, L.order, M, n, ldc, nc, ref,
-                mt_tol(L.dt, L.ct));
+                mt_tol_cond(mt_tol(L.dt, L.ct), ref, refabs, (size_t)(M * n)));
       if (with_aout) {
         size_t oob, unw, diff = 0;
         mt_check_bounds(O.host, L.dt, L.order, M, k, ldo, no, &oob, &unw);
@@ -199,7 +201,7 @@ static void case_allgather(MKX_Comm comm, int c) {
   }
   free(first);
   tbuf_free(&A); tbuf_free(&B); tbuf_free(&C); tbuf_free(&O);
-  free(Aall); free(Bv); free(ref); free(ml); free(nl);
+  free(Aall); free(Bv); free(ref); free(refabs); free(ml); free(nl);
 }
 
 /* ---- GEMM + ReduceScatter / AllReduce ------------------------------------- */
@@ -248,11 +250,13 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
            mt_type_name(L.ct), (long long)lda, (long long)ldb, (long long)ldc);
 
   double *ref = calloc((size_t)(M * n) + 1, sizeof(double));
+  double *refabs = calloc((size_t)(M * n) + 1, sizeof(double));
   double *myA = NULL, *myB = NULL;
   for (int q = 0; q < p; q++) {
     double *Aq = mt_gen(M, kl[q], L.dt, mt.seed, q, c * 16 + T_A);
     double *Bq = mt_gen(kl[q], n, L.dt, mt.seed, q, c * 16 + T_B);
     mt_ref_gemm_acc(ref, Aq, Bq, M, kl[q], n);
+    mt_ref_gemm_abs(refabs, Aq, Bq, M, kl[q], n);
     if (q == r) { myA = Aq; myB = Bq; } else { free(Aq); free(Bq); }
   }
 
@@ -291,7 +295,8 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
     tbuf_download(&C);
     if (rep == 0) {
       check_out("C", desc, &C, L.ct, L.order, crow, n, ldc, nc, ref + c0 * n,
-                mt_tol(L.dt, L.ct));
+                mt_tol_cond(mt_tol(L.dt, L.ct), ref + c0 * n, refabs + c0 * n,
+                            (size_t)(crow * n)));
       memcpy(firstc, C.host, nc * cs);
     } else {
       mt_check(memcmp(firstc, C.host, nc * cs) == 0,
@@ -315,7 +320,7 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
   }
   free(firstc);
   tbuf_free(&A); tbuf_free(&B); tbuf_free(&C);
-  free(myA); free(myB); free(ref); free(kl);
+  free(myA); free(myB); free(ref); free(refabs); free(kl);
 }
 
 int main(int argc, char **argv) {
