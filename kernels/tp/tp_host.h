@@ -94,10 +94,11 @@ enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
 /* Column-major calls, and (option fused_pad) k, n, leading dimensions or
  * pointers the kernels cannot take: a row-major call on dense temporaries
  * with k and n padded to multiples of 8, operands transposed or copied in
- * and out.  mkx_tp_adapt_agree (collective): *any = 1 when any rank's
- * operands need it (then every rank takes it). */
-int mkx_tp_adapt_agree(MKX_Comm c, int op, const void *args,
-                       const struct mkx_agreed *g, int *any);
+ * and out.  mkx_tp_adapt_local: 1 when this rank's operands need it (the
+ * op classes' gpu_adapt; every rank takes it when any rank does, agreed
+ * into g->gpu_adapt with the path, src/ops/run.c). */
+int mkx_tp_adapt_local(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g);
 int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **plan);
 int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
@@ -114,7 +115,7 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
 /* Calls started on that path in this process (for tests). */
 long mkx_hier_gpu_starts(void);
-/* A column-major or several-node plan: run (or free) it and return 1 (the
+/* An adapter or several-node plan: run (or free) it and return 1 (the
  * run's status in *rc); a fused plan: return 0, the caller runs it. */
 int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream, int *rc);
@@ -122,6 +123,8 @@ int mkx_tp_free_other(MKX_Comm c, void *plan);
 
 /* The operations' fused-path hooks (see src/ops/op.h). */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g);
+int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, void **plan);
@@ -131,6 +134,10 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan);
 int mkx_rs_gpu_check(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g);
 int mkx_ar_gpu_check(MKX_Comm c, const void *args,
+                     const struct mkx_agreed *g);
+int mkx_rs_gpu_adapt(MKX_Comm c, const void *args,
+                     const struct mkx_agreed *g);
+int mkx_ar_gpu_adapt(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g);
 int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     void **plan);

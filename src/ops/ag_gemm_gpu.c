@@ -75,14 +75,17 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
   return MKX_SUCCESS;
 }
 
+int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g) {
+  return mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g);
+}
+
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, void **plan) {
   const mkx_ag_gemm_args *a = args;
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_plan(c, MKX_TP_OP_AG, args, g, plan);
-  int adapt = 0;
-  MKX_TRY(mkx_tp_adapt_agree(c, MKX_TP_OP_AG, args, g, &adapt));
-  if (adapt) return mkx_tp_adapt_plan(c, MKX_TP_OP_AG, args, g, plan);
+  if (g->gpu_adapt) return mkx_tp_adapt_plan(c, MKX_TP_OP_AG, args, g, plan);
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   p->M = g->total;

@@ -101,6 +101,7 @@ const mkx_op_class mkx_op_gemm_reduce_scatter = {
     .host = rs_host,
 #if HAVE_CUDA
     .gpu_check = mkx_rs_gpu_check,
+    .gpu_adapt = mkx_rs_gpu_adapt,
     .gpu_plan = mkx_rs_gpu_plan,
     .gpu_start = mkx_red_gpu_start,
     .gpu_free = mkx_red_gpu_free,
@@ -118,6 +119,7 @@ const mkx_op_class mkx_op_gemm_allreduce = {
     .host = ar_host,
 #if HAVE_CUDA
     .gpu_check = mkx_ar_gpu_check,
+    .gpu_adapt = mkx_ar_gpu_adapt,
     .gpu_plan = mkx_ar_gpu_plan,
     .gpu_start = mkx_red_gpu_start,
     .gpu_free = mkx_red_gpu_free,

@@ -160,10 +160,16 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
 static int plan_any(MKX_Comm c, int op, const void *args,
                     const struct mkx_agreed *g, void **out) {
   if (c->place.num_nodes > 1) return mkx_hier_gpu_plan(c, op, args, g, out);
-  int adapt = 0;
-  MKX_TRY(mkx_tp_adapt_agree(c, op, args, g, &adapt));
-  if (adapt) return mkx_tp_adapt_plan(c, op, args, g, out);
+  if (g->gpu_adapt) return mkx_tp_adapt_plan(c, op, args, g, out);
   return plan(c, args, op == MKX_TP_OP_AR, out);
+}
+int mkx_rs_gpu_adapt(MKX_Comm c, const void *args,
+                     const struct mkx_agreed *g) {
+  return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g);
+}
+int mkx_ar_gpu_adapt(MKX_Comm c, const void *args,
+                     const struct mkx_agreed *g) {
+  return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g);
 }
 int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     void **out) {

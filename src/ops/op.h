@@ -47,9 +47,12 @@ typedef struct mkx_op_class {
   /* The fused GPU path (all NULL: none yet).  gpu_check: can this rank's
    * arguments take it?  Local only, no communication: MKX_ERR_UNSUPPORTED
    * with the reason if not (every rank's answer is then agreed).
+   * gpu_adapt (NULL: never): local, once gpu_check passed: 1 if this
+   * rank's operands need the adapter; agreed into g->gpu_adapt.
    * gpu_plan: collective set-up (workspace, registration, tuning).
    * gpu_start: enqueue one run on the stream, no collective host work. */
   int (*gpu_check)(MKX_Comm c, const void *args, const mkx_agreed *g);
+  int (*gpu_adapt)(MKX_Comm c, const void *args, const mkx_agreed *g);
   int (*gpu_plan)(MKX_Comm c, const void *args, const mkx_agreed *g,
                   void **plan);
   int (*gpu_start)(MKX_Comm c, void *plan, const void *args,

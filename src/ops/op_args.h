@@ -58,6 +58,8 @@ typedef struct mkx_agreed {
   int64_t *local;  /* [size]: each rank's per-rank size (m_local, k_local,
                       num_tokens) */
   int64_t total;   /* sum of local */
+  int gpu_adapt;   /* fused path: some rank's operands need the adapter
+                      (src/ops/tp_adapter.c), so every rank takes it */
 } mkx_agreed;
 
 #endif

@@ -119,18 +119,12 @@ static void adapt_shape(MKX_Comm c, int op, const void *args,
   }
 }
 
-/* Collective: the adapter's set-up is (workspace, the twin's plan), so
- * every rank takes it when any rank's operands need it; a rank whose
- * operands fit then copies nothing. */
-int mkx_tp_adapt_agree(MKX_Comm c, int op, const void *args,
-                       const struct mkx_agreed *g, int *any) {
+int mkx_tp_adapt_local(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g) {
+  if (c->place.num_nodes > 1) return 0; /* the several-node plan */
   ad_shape s;
   adapt_shape(c, op, args, g, &s);
-  uint64_t v = 0;
-  MKX_TRY(mkx_comm_agree_u64(c, (uint64_t)(s.a || s.b || s.c || s.ao),
-                             MKX_AGREE_OR, &v, op_name(op)));
-  *any = v != 0;
-  return MKX_SUCCESS;
+  return s.a || s.b || s.c || s.ao;
 }
 
 /* Offsets of the temporaries in this rank's part of the workspace. */
@@ -175,12 +169,15 @@ static void make_twin(MKX_Comm c, ad_plan *p, const void *args) {
   }
 }
 
+/* The twin's operands fit on every rank: its plan is a fused one. */
 static int inner_plan(MKX_Comm c, ad_plan *p, const struct mkx_agreed *g) {
+  struct mkx_agreed gi = *g;
+  gi.gpu_adapt = 0;
   if (p->op == MKX_TP_OP_AG)
-    return mkx_ag_gemm_gpu_plan(c, &p->twin.ag, g, &p->inner);
+    return mkx_ag_gemm_gpu_plan(c, &p->twin.ag, &gi, &p->inner);
   if (p->op == MKX_TP_OP_RS)
-    return mkx_rs_gpu_plan(c, &p->twin.red, g, &p->inner);
-  return mkx_ar_gpu_plan(c, &p->twin.red, g, &p->inner);
+    return mkx_rs_gpu_plan(c, &p->twin.red, &gi, &p->inner);
+  return mkx_ar_gpu_plan(c, &p->twin.red, &gi, &p->inner);
 }
 
 int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
