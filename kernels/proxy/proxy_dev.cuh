@@ -34,6 +34,7 @@
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
+#include "common/sys_access.cuh"
 #include "proxy/proxy_dev.h"
 #include "proxy/proxy_layout.h"
 
@@ -83,31 +84,14 @@ static_assert(MKX_PROXY_OFF_CMD == MKX_PROXY_HEADER_BYTES, "commands follow the 
 /* The 48 bytes before `value` go as three 16-byte stores. */
 static_assert(MKX_PROXY_CMD_VALUE == 48 && MKX_PROXY_CMD_SEQ == 56, "store plan");
 
-/* ---- system-scope accesses (the other side is a host thread) ---- */
+/* ---- system-scope accesses (the other side is a host thread; loads,
+ * stores and the timer: common/sys_access.cuh) ---- */
 
-__device__ __forceinline__ uint64_t ld_acquire_sys(const uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ int32_t ld_acquire_sys(const int32_t *p) {
-  int32_t v;
-  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release_sys(uint64_t *p, uint64_t v) {
-  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
 __device__ __forceinline__ uint64_t fetch_add_sys(uint64_t *p, uint64_t v) {
   uint64_t old;
   asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;"
                : "=l"(old) : "l"(p), "l"(v) : "memory");
   return old;
-}
-__device__ __forceinline__ uint64_t now_ns() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
 }
 
 __device__ __forceinline__ RingHeader *header(const mkx_proxy_dev &d) {
@@ -120,7 +104,7 @@ __device__ __forceinline__ Cmd *slot_of(const mkx_proxy_dev &d, uint64_t seq) {
 
 /* The MKX code that stopped the proxy, 0 while it runs. */
 __device__ __forceinline__ int ring_error(const mkx_proxy_dev &d) {
-  return ld_acquire_sys(&header(d)->error);
+  return sys::ld_acquire(&header(d)->error);
 }
 
 /* Record the first failure of the kernels sharing d.status. */
@@ -144,13 +128,13 @@ __device__ __forceinline__ void report(const mkx_proxy_dev &d, int code, int whe
  * proxy stopped still counts), the ring's error word, or the bound. */
 template <typename Ready>
 __device__ __forceinline__ int wait_until(const mkx_proxy_dev &d, Ready ready) {
-  const uint64_t t0 = now_ns();
+  const uint64_t t0 = sys::globaltimer();
   unsigned nap = 32;
   for (;;) {
     if (ready()) return 0;
     int err = ring_error(d);
     if (err != 0) return err;
-    if (now_ns() - t0 > d.timeout_ns) return MKX_PROXY_DEV_ERR_TIMEOUT;
+    if (sys::globaltimer() - t0 > d.timeout_ns) return MKX_PROXY_DEV_ERR_TIMEOUT;
     __nanosleep(nap);
     if (nap < 2048) nap *= 2;
   }
@@ -177,11 +161,11 @@ __device__ __forceinline__ int post(const mkx_proxy_dev &d, int peer, uint32_t s
   const uint64_t s = fetch_add_sys(&h->reserved, 1) + 1;
   *seq = s;
   const uint64_t entries = d.entries;
-  int rc = wait_until(d, [&] { return s - ld_acquire_sys(&h->completed) <= entries; });
+  int rc = wait_until(d, [&] { return s - sys::ld_acquire(&h->completed) <= entries; });
   if (rc != 0) {
     /* This ticket's slot will never be filled: nobody can pass it. */
     if (rc == MKX_PROXY_DEV_ERR_TIMEOUT) atomicCAS_system(&h->error, 0, rc);
-    report(d, rc, MKX_PROXY_AT_POST, slot, s, ld_acquire_sys(&h->completed));
+    report(d, rc, MKX_PROXY_AT_POST, slot, s, sys::ld_acquire(&h->completed));
     return rc;
   }
   Cmd c;
@@ -202,7 +186,7 @@ __device__ __forceinline__ int post(const mkx_proxy_dev &d, int peer, uint32_t s
   o[1] = w[1];
   o[2] = w[2];
   *(volatile uint64_t *)&out->value = value;
-  st_release_sys(&out->seq, s); /* the proxy takes the slot from here */
+  sys::st_release(&out->seq, s); /* the proxy takes the slot from here */
   return 0;
 }
 
@@ -210,9 +194,9 @@ __device__ __forceinline__ int post(const mkx_proxy_dev &d, int peer, uint32_t s
  * source buffers may be rewritten. */
 __device__ __forceinline__ int wait_complete(const mkx_proxy_dev &d, uint64_t seq) {
   RingHeader *h = header(d);
-  int rc = wait_until(d, [&] { return ld_acquire_sys(&h->completed) >= seq; });
+  int rc = wait_until(d, [&] { return sys::ld_acquire(&h->completed) >= seq; });
   if (rc != 0)
-    report(d, rc, MKX_PROXY_AT_COMPLETE, 0, seq, ld_acquire_sys(&h->completed));
+    report(d, rc, MKX_PROXY_AT_COMPLETE, 0, seq, sys::ld_acquire(&h->completed));
   return rc;
 }
 
@@ -226,8 +210,8 @@ __device__ __forceinline__ int wait_signal(const mkx_proxy_dev &d, uint32_t slot
     return MKX_PROXY_DEV_ERR_INVALID_ARG;
   }
   const uint64_t *w = d.signals + slot;
-  int rc = wait_until(d, [&] { return ld_acquire_sys(w) >= value; });
-  if (rc != 0) report(d, rc, MKX_PROXY_AT_SIGNAL, slot, value, ld_acquire_sys(w));
+  int rc = wait_until(d, [&] { return sys::ld_acquire(w) >= value; });
+  if (rc != 0) report(d, rc, MKX_PROXY_AT_SIGNAL, slot, value, sys::ld_acquire(w));
   return rc;
 }
 

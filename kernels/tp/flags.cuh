@@ -11,29 +11,18 @@
  */
 #pragma once
 #include <stdint.h>
+#include "common/sys_access.cuh"
 #include "tp/tp.h"
 
 namespace mkx {
 namespace tp {
 
-__device__ __forceinline__ int ld_acquire(const int *p) {
-  int v;
-  asm volatile("ld.acquire.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void st_release(int *p, int v) {
-  asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ void red_release_add(int *p, int v) {
-  asm volatile("red.release.sys.global.add.s32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
+using sys::ld_acquire;
+using sys::st_release;
+using sys::globaltimer;
+
 /* a >= b for counters that may wrap (epochs never differ by 2^31). */
 __device__ __forceinline__ bool geq(int a, int b) { return (int)((unsigned)a - (unsigned)b) >= 0; }
-__device__ __forceinline__ uint64_t globaltimer() {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
 
 /* Record the first timeout of the plan in the host-mapped error word:
  * err[0] = MKX_TP_ERR_TIMEOUT, err[1] = the rank that did not arrive,
