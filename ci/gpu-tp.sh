@@ -5,7 +5,8 @@
 # and PyTorch's async TP.
 #   carry: configure aclocal.m4 config.h.in Makefile.in config .carry
 # Logs go to $OUT.  Env: TP_PERF_ARGS (default: M = N = K = 8192, 10 reps),
-# TP_TORCH=0 skips the PyTorch script, TP_TESTS=0 skips the tests.
+# TP_TORCH=0 skips the PyTorch script, TP_TESTS=0 skips the tests,
+# TP_SHARED=N adds N runs of the shared-GPU reproduction.
 set -o pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/mkx-out}
@@ -55,6 +56,15 @@ if [ "${TP_TESTS:-1}" = 1 ]; then
   for np in 1 2; do run_test test_fused_tp $np "test-np$np.log"; done
   run_test test_fused_timeout 2 timeout-np2.log
 fi
+# TP_SHARED=N: N runs of the stale-results reproduction of docs/fused-tp.md
+# ("Known problem"): 2 ranks on GPU 0, fused path forced, the persistent-plan
+# and graph parts; one line per run.
+for i in $(seq 1 "${TP_SHARED:-0}"); do
+  CUDA_VISIBLE_DEVICES=0 MKX_TEST_SHARED_GPU=1 MKX_TEST_PART=plan \
+    run_test test_fused_tp 2 "shared-plan-$i.log"
+  CUDA_VISIBLE_DEVICES=0 MKX_TEST_SHARED_GPU=1 MKX_TEST_PART=graph \
+    run_test test_fused_tp 2 "shared-graph-$i.log"
+done
 t0=$(date +%s)
 # shellcheck disable=SC2086
 timeout -k 5 "${TP_PERF_TIMEOUT:-60}" $mpirun -np 2 ./mkx_perf tp \
