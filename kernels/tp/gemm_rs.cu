@@ -438,28 +438,20 @@ int launch_rs_tile(const mkx_tp_rs_desc *d, cudaStream_t s) {
 
 /* ---- late tile rows -------------------------------------------------------- */
 
-template <typename OutT> struct Out4;
-template <> struct Out4<float> {
-  __device__ __forceinline__ static void store(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
-};
-template <> struct Out4<__nv_bfloat16> {
-  __device__ __forceinline__ static void store(__nv_bfloat16 *p, float4 v) {
-    __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+/* Four fp32 values as OutT, one 16- or 8-byte store. */
+template <typename OutT>
+__device__ __forceinline__ void store4(OutT *p, float4 v) {
+  if constexpr (sizeof(OutT) == 4) {
+    *reinterpret_cast<float4 *>(p) = v;
+  } else {
+    typedef typename OutCvt<OutT>::pair_t P;
+    P a = OutCvt<OutT>::pack(v.x, v.y), b = OutCvt<OutT>::pack(v.z, v.w);
     uint2 u;
     u.x = *reinterpret_cast<uint32_t *>(&a);
     u.y = *reinterpret_cast<uint32_t *>(&b);
     *reinterpret_cast<uint2 *>(p) = u;
   }
-};
-template <> struct Out4<__half> {
-  __device__ __forceinline__ static void store(__half *p, float4 v) {
-    __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-    uint2 u;
-    u.x = *reinterpret_cast<uint32_t *>(&a);
-    u.y = *reinterpret_cast<uint32_t *>(&b);
-    *reinterpret_cast<uint2 *>(p) = u;
-  }
-};
+}
 
 /* Every block publishes (idempotent), so no block depends on another being
  * scheduled; then thread q waits for rank q. */
@@ -498,10 +490,10 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
         s.z += v.z;
         s.w += v.w;
       }
-      Out4<OutT>::store(static_cast<OutT *>(d.c) + (row - d.c_row0) * d.ldc + col, s);
+      store4<OutT>(static_cast<OutT *>(d.c) + (row - d.c_row0) * d.ldc + col, s);
       if (d.allreduce)
         for (int q = 0; q < d.sync.size; ++q)
-          if (q != me) Out4<OutT>::store(static_cast<OutT *>(d.peer_c[q]) + row * d.peer_ldc[q] + col, s);
+          if (q != me) store4<OutT>(static_cast<OutT *>(d.peer_c[q]) + row * d.peer_ldc[q] + col, s);
     }
   }
   if (!d.allreduce) return;

@@ -99,6 +99,10 @@ enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
  * into g->gpu_adapt with the path, src/ops/run.c). */
 int mkx_tp_adapt_local(MKX_Comm c, int op, const void *args,
                        const struct mkx_agreed *g);
+/* Why the kernels cannot take these operands without the adapter's
+ * copies (column-major transposes apart), or NULL: what option fused_pad
+ * lets through. */
+const char *mkx_tp_adapt_misfit(int op, const void *args);
 int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **plan);
 int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,

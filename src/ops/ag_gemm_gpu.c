@@ -33,7 +33,6 @@ typedef struct ag_plan {
 #define TILE 128 /* rows of the GEMM's tile: one ready flag per source */
 
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
-static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
 
 static int check_types(const mkx_ag_gemm_args *a) {
   if (!is16(a->dtype))
@@ -45,22 +44,6 @@ static int check_types(const mkx_ag_gemm_args *a) {
   return MKX_SUCCESS;
 }
 
-/* What the kernels take without the adapter's copies (column-major A and
- * C are transposed anyway: any leading dimension and alignment). */
-static int check_fit(const mkx_ag_gemm_args *a) {
-  const int cm = a->order == MKX_COL_MAJOR;
-  if (a->k % 8 || a->n % 8 || a->ldb % 8 || (!cm && (a->lda % 8 || a->ldc % 8)))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k, n, ldb "
-                     "(and lda, ldc when row-major) multiples of 8 (option "
-                     "fused_pad=yes pads them)", FN);
-  if (misaligned(a->B) ||
-      (!cm && ((a->m_local > 0 && misaligned(a->A)) || misaligned(a->C))))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
-                     "when row-major) 16-byte aligned (option fused_pad=yes "
-                     "copies them)", FN);
-  return MKX_SUCCESS;
-}
-
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   const mkx_ag_gemm_args *a = args;
@@ -68,7 +51,11 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
     return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
   MKX_TRY(mkx_tp_node_ok(c, FN));
   MKX_TRY(check_types(a));
-  if (!c->opt.fused_pad) MKX_TRY(check_fit(a));
+  const char *why = c->opt.fused_pad ? NULL
+                                     : mkx_tp_adapt_misfit(MKX_TP_OP_AG, a);
+  if (why)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path: %s (option "
+                     "fused_pad=yes copies such operands)", FN, why);
   if (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
       a->n >= (1ll << 31) - 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", FN);

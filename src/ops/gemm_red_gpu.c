@@ -32,31 +32,6 @@ static const char *fn_name(int allreduce) {
   return allreduce ? "MKX_Gemm_allreduce" : "MKX_Gemm_reduce_scatter";
 }
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
-static int misaligned(const void *p) { return ((uintptr_t)p & 15) != 0; }
-
-/* What the kernels take without the adapter's copies (column-major A and
- * C are transposed anyway: any leading dimension and alignment, and
- * allreduce's C is then the temporary). */
-static int check_fit(const mkx_gemm_red_args *a, int allreduce) {
-  const char *fn = fn_name(allreduce);
-  const int cm = a->order == MKX_COL_MAJOR;
-  if (a->k_local % 8 || a->n % 8 || a->ldb % 8 ||
-      (!cm && (a->lda % 8 || a->ldc % 8)))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs k_local, n, "
-                     "ldb (and lda, ldc when row-major) multiples of 8 "
-                     "(option fused_pad=yes pads them)", fn);
-  if (misaligned(a->B) ||
-      (!cm && (misaligned(a->A) || (a->C && misaligned(a->C)))))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs B (and A, C "
-                     "when row-major) 16-byte aligned (option fused_pad=yes "
-                     "copies them)", fn);
-  if (allreduce && !cm && !mkx_symm_ipc_capable(a->C))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: C cannot be mapped into node "
-                     "peers (memory from a cudaMallocAsync pool?); use "
-                     "cudaMalloc or MKX_Alloc_mem for the fused path, or "
-                     "option fused_pad=yes", fn);
-  return MKX_SUCCESS;
-}
 
 static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
   const char *fn = fn_name(allreduce);
@@ -67,7 +42,11 @@ static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
   if (a->k_local == 0)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: k_local = 0 on rank %d", fn,
                      c->rank);
-  if (!c->opt.fused_pad) MKX_TRY(check_fit(a, allreduce));
+  const char *why = c->opt.fused_pad
+      ? NULL : mkx_tp_adapt_misfit(allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a);
+  if (why)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path: %s (option "
+                     "fused_pad=yes copies such operands)", fn, why);
   if (a->M >= (1ll << 31) || a->n >= (1ll << 31) - 8 ||
       a->k_local >= (1ll << 31) - 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", fn);

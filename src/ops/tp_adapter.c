@@ -86,6 +86,22 @@ static ad_args view(int op, const void *args) {
   return v;
 }
 
+const char *mkx_tp_adapt_misfit(int op, const void *args) {
+  const ad_args v = view(op, args);
+  const int cm = v.order == MKX_COL_MAJOR;
+  const int has_a = op != MKX_TP_OP_AG ||
+                    ((const mkx_ag_gemm_args *)args)->m_local > 0;
+  if (odd(v.k) || odd(v.n) || odd(v.ldb) || (!cm && (odd(v.lda) || odd(v.ldc))))
+    return "k, n, ldb (and lda, ldc when row-major) must be multiples of 8";
+  if (misaligned(v.B) ||
+      (!cm && ((has_a && misaligned(v.A)) || misaligned(v.C))))
+    return "B (and A, C when row-major) must be 16-byte aligned";
+  if (op == MKX_TP_OP_AR && !cm && !mkx_symm_ipc_capable(v.C))
+    return "C cannot be mapped into node peers (memory from a cudaMallocAsync "
+           "pool?); use cudaMalloc or MKX_Alloc_mem";
+  return NULL;
+}
+
 static void adapt_shape(MKX_Comm c, int op, const void *args,
                         const struct mkx_agreed *g, ad_shape *s) {
   const ad_args v = view(op, args);
