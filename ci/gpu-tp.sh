@@ -6,7 +6,8 @@
 #   carry: configure aclocal.m4 config.h.in Makefile.in config .carry
 # Logs go to $OUT.  Env: TP_PERF_ARGS (default: M = N = K = 8192, 10 reps),
 # TP_TORCH=0 skips the PyTorch script, TP_TESTS=0 skips the tests,
-# TP_SHARED=N adds N runs of the shared-GPU reproduction.
+# TP_SHARED=N adds N runs of the shared-GPU reproduction, TP_PERF_OVERLAP
+# lists values of option tp_overlap to benchmark (default: auto).
 set -o pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-/tmp/mkx-out}
@@ -66,10 +67,13 @@ for i in $(seq 1 "${TP_SHARED:-0}"); do
     run_test test_fused_tp 2 "shared-graph-$i.log"
 done
 t0=$(date +%s)
-# shellcheck disable=SC2086
-timeout -k 5 "${TP_PERF_TIMEOUT:-60}" $mpirun -np 2 ./mkx_perf tp \
-  ${TP_PERF_ARGS:---reps 10} 2>&1 | tee "$out/perf.txt"
-echo "perf: rc=$?, $(( $(date +%s) - t0 )) s" | tee -a "$out/summary.txt"
+for ov in ${TP_PERF_OVERLAP:-auto}; do
+  # shellcheck disable=SC2086
+  timeout -k 5 "${TP_PERF_TIMEOUT:-60}" $mpirun -np 2 ./mkx_perf tp \
+    ${TP_PERF_ARGS:---reps 10} --overlap "$ov" 2>&1 | tee -a "$out/perf.txt"
+  echo "perf (tp_overlap=$ov): rc=$?, $(( $(date +%s) - t0 )) s" |
+    tee -a "$out/summary.txt"
+done
 if [ "${TP_TORCH:-1}" = 1 ]; then
   t0=$(date +%s)
   timeout -k 5 "${TP_TORCH_TIMEOUT:-60}" torchrun --nproc_per_node 2 \

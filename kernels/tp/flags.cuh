@@ -63,5 +63,34 @@ __device__ __forceinline__ bool wait_geq(const int *flag, int target, uint64_t t
   }
 }
 
+/* All ranks of s meet at `off` (an int per rank in every workspace) for
+ * this epoch: every block publishes (idempotent, so no block depends on
+ * another being scheduled), then thread q waits for rank q.  The block's
+ * earlier stores, and the stream's earlier kernels', are visible to the
+ * peers before its arrival. */
+__device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, int where) {
+  if (threadIdx.x == 0) {
+    __threadfence_system();
+    for (int q = 0; q < s.size; ++q) st_release(reinterpret_cast<int *>(s.ws[q] + off) + s.rank, epoch);
+  }
+  if ((int)threadIdx.x < s.size)
+    wait_geq(reinterpret_cast<const int *>(s.ws[s.rank] + off) + threadIdx.x, epoch, s.timeout_ns, s.err,
+             threadIdx.x, -1, where);
+  __syncthreads();
+}
+
+/* Thread 0 of each block, once the block's work is done: true in the last
+ * block to get here (the self-resetting count at MKX_TP_OFF_COUNT), after
+ * a system fence, so every block's stores are visible before what the
+ * last one does next (threadFenceReduction pattern at system scope). */
+__device__ __forceinline__ bool last_block(const mkx_tp_sync &s) {
+  __threadfence_system();
+  int *count = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_COUNT);
+  if (atomicAdd(count, 1) != (int)gridDim.x - 1) return false;
+  __threadfence_system();
+  *count = 0;
+  return true;
+}
+
 }  // namespace tp
 }  // namespace mkx

@@ -453,25 +453,10 @@ __device__ __forceinline__ void store4(OutT *p, float4 v) {
   }
 }
 
-/* Every block publishes (idempotent), so no block depends on another being
- * scheduled; then thread q waits for rank q. */
-__device__ __forceinline__ void late_meet(const mkx_tp_late_desc &d, int epoch) {
-  const mkx_tp_sync &s = d.sync;
-  if (threadIdx.x == 0) {
-    __threadfence_system();
-    for (int q = 0; q < s.size; ++q)
-      mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_LATE_READY) + s.rank, epoch);
-  }
-  if (threadIdx.x < s.size)
-    mkx::tp::wait_geq(reinterpret_cast<const int *>(s.ws[s.rank] + MKX_TP_OFF_LATE_READY) + threadIdx.x, epoch,
-                      s.timeout_ns, s.err, threadIdx.x, -1, MKX_TP_AT_LATE);
-  __syncthreads();
-}
-
 template <typename OutT>
 __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mkx_tp_late_desc d) {
   const int epoch = *(volatile const int *)(d.sync.ws[d.sync.rank] + MKX_TP_OFF_EPOCH);
-  late_meet(d, epoch);
+  mkx::tp::meet(d.sync, MKX_TP_OFF_LATE_READY, epoch, MKX_TP_AT_LATE);
   const int me = d.rank;
   const int64_t ncol4 = d.n / 4;
   for (int li = 0; li < d.nlate; ++li) {
@@ -499,18 +484,10 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
   if (!d.allreduce) return;
   __threadfence_system();   // every thread's pushes, before the block counts itself
   __syncthreads();
-  if (threadIdx.x == 0) {
-    /* The last block to finish tells the peers (threadFenceReduction
-     * pattern at system scope); the counter resets itself. */
-    const int lme = d.sync.rank;
-    int *count = reinterpret_cast<int *>(d.sync.ws[lme] + MKX_TP_OFF_COUNT);
-    if (atomicAdd(count, 1) == (int)gridDim.x - 1) {
-      __threadfence_system();
-      *count = 0;
-      for (int q = 0; q < d.sync.size; ++q)
-        mkx::tp::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_TP_OFF_DONE_LATE) + lme, epoch);
-    }
-  }
+  /* the last block to finish tells the peers */
+  if (threadIdx.x == 0 && mkx::tp::last_block(d.sync))
+    for (int q = 0; q < d.sync.size; ++q)
+      mkx::tp::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_TP_OFF_DONE_LATE) + d.sync.rank, epoch);
 }
 
 __global__ void tp_ar_wait_kernel(mkx_tp_sync s, int late) {

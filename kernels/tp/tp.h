@@ -21,6 +21,8 @@
  *   +1024  int arrived[MKX_TP_MAX][MKX_TP_MAXCH]   GEMM+RS: epoch at which
  *                                source s's partial of this rank's chunk c
  *                                landed in slot s
+ *   +1536  int drained[MKX_TP_MAX]  split path: epoch at which rank q had
+ *                                read every rank's partial (mkx_tp_split_reduce)
  *   +4096  int src[src_cap]      src[i] = epoch: the copy engine copies these
  *                                into peers' flags (graph-safe flag values)
  *   flags[flags_cap], data       at offsets fixed per workspace (tp_gpu.c)
@@ -49,13 +51,14 @@ extern "C" {
 #define MKX_TP_OFF_COUNTERS 512
 #define MKX_TP_OFF_ARRIVED 1024
 #define MKX_TP_MAXCH 16            /* chunk slots per owner (at most 8 used) */
+#define MKX_TP_OFF_DRAINED 1536
 #define MKX_TP_OFF_SRC 4096
 
 /* The error word (host-mapped, 4 ints): err[0] = MKX_TP_ERR_TIMEOUT once a
  * bounded wait ran out, err[1] = peer (or -1), err[2] = tile, err[3] = where. */
 #define MKX_TP_ERR_TIMEOUT 11
 enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,
-       MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5 };
+       MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5, MKX_TP_AT_DRAINED = 6 };
 
 /* What every kernel of a call needs to meet its peers. */
 typedef struct mkx_tp_sync {
@@ -170,6 +173,45 @@ typedef struct mkx_tp_late_desc {
   mkx_tp_sync sync;
 } mkx_tp_late_desc;
 int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
+
+/* The split path (kernels/tp/split.cu): the GEMM and the communication
+ * one after the other, for shapes too small to gain from overlap (fewer
+ * launches, no copy-engine set-up, one meeting of the GPUs per kernel).
+ * Its workspaces are never shared with the overlapped path's (mkx_tp_need
+ * .split), whose last kernels may still read a peer's workspace after
+ * their own rank has moved on. */
+
+/* AllGather: meet every rank at bar (each has finished its previous call,
+ * so its gathered A may be written), store this rank's rows of A into
+ * every rank's gathered A (own included) with SM stores, then set every
+ * rank's flags [rank * tiles_m + t] = epoch for t in [t0, t1), and bump the
+ * epoch (mkx_tp_ag_gemm on the same stream then waits for those flags). */
+typedef struct mkx_tp_split_ag_desc {
+  const void *a; int64_t lda, rows, k;      /* this rank's rows of A */
+  int esz;                                  /* bytes per element: 2 */
+  int64_t row0;                             /* their first row in the gathered A */
+  void *gathered[MKX_TP_MAX];               /* every rank's gathered A (ld k), mapped */
+  int *flags[MKX_TP_MAX];                   /* every rank's flags, mapped */
+  int tiles_m, t0, t1;
+  mkx_tp_sync sync;
+} mkx_tp_split_ag_desc;
+int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);
+
+/* ReduceScatter / AllReduce after a plain GEMM wrote each rank's partial
+ * (m x n, dense, p_type) into its workspace: meet at bar (every partial is
+ * complete), sum rows [r0, r1) of every rank's partial in rank order in
+ * fp32 (the same bits every run, and on every rank for an allreduce),
+ * round once into C (row `row - c_row0`), then meet at drained (nobody
+ * reads a partial any more, so the next call's GEMM may overwrite it) and
+ * bump the epoch.  n, ldc multiples of 8, C 16-byte aligned. */
+typedef struct mkx_tp_split_red_desc {
+  int64_t m, n, r0, r1;
+  const void *part[MKX_TP_MAX];             /* every rank's partial, mapped */
+  int p_type, c_type;
+  void *c; int64_t ldc, c_row0;
+  mkx_tp_sync sync;
+} mkx_tp_split_red_desc;
+int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t st);
 
 /* dst (cols x rows, leading dimension ldd) = src^T (rows x cols, leading
  * dimension lds), row-major, elements of esz = 2 or 4 bytes: column-major

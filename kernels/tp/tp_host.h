@@ -13,10 +13,12 @@
 #include "mem/symm.h"
 #include "tp/tp.h"
 
-/* What a call needs of a workspace (ints of src[] and flags[], data bytes). */
+/* What a call needs of a workspace (ints of src[] and flags[], data bytes,
+ * and which path: the split path's workspaces are kept apart, see tp.h). */
 typedef struct mkx_tp_need {
   int64_t src_n, flags_n;
   size_t data_bytes;
+  int split;
 } mkx_tp_need;
 
 /* One symmetric workspace.  Held by one plan (or one plain call) at a time,
@@ -29,7 +31,7 @@ typedef struct mkx_tp_ws {
   cudaStream_t side[MKX_TP_MAX];/* copy-engine streams (one per destination) */
   cudaEvent_t ev_fork, ev_join[MKX_TP_MAX], ev_last;
   void *last_stream;            /* stream of the last call (serialisation) */
-  int used, busy;
+  int used, busy, split;
   MKX_Comm comm;                /* owner: options, and ranks in messages */
   const char *fn;               /* the call that last started on it */
   struct mkx_tp_ws *next;
@@ -60,6 +62,12 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
  * the last one on another stream, and enqueue the prologue. */
 int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
                  int src_n);
+/* The same for the split path: no prologue (its kernels meet the peers). */
+int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
+                       MKX_Stream st);
+/* Split rather than overlap a call of M product rows (agreed values only,
+ * so every rank decides alike): option tp_overlap. */
+int mkx_tp_split_wanted(MKX_Comm c, int64_t M);
 /* Order work on `st` after the last call on `ws` if that ran on another
  * stream (outside graph capture). */
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
@@ -68,8 +76,10 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
  * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
 
-/* Fused calls started so far in this process (for tests). */
+/* Calls started on the fused GPU path so far in this process, and how many
+ * of them took the split path (for tests). */
 long mkx_tp_fused_starts(void);
+long mkx_tp_split_starts(void);
 
 /* An engine/launcher return code as an MKX error. */
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what);

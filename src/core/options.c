@@ -46,13 +46,19 @@ static const mkx_option_desc option_table[] = {
      "as cuBLAS followed by NCCL would (the owner still adds in fp32 and "
      "rounds once); fp32: unrounded partials, twice the NVLink bytes (about "
      "7% slower at M = N = K = 8192 on 2 H200)."},
-    {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "no", "yes|no",
+    {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
      "alignment do not suit the fused kernels (multiples of 8 elements, "
      "16-byte aligned), or whose allreduce C cannot be mapped into node "
      "peers, go through padded, aligned temporaries on the GPU (one extra "
-     "copy of A, B and C); no: they take the staged host path. Not yet run "
-     "on a GPU, hence not the default."},
+     "copy of A, B and C); no: they take the staged host path."},
+    {"tp_overlap", MKX_OPT_ENUM, OPT(tp_overlap), "auto", "auto|yes|no",
+     "Single-node GPU path of the three tensor-parallel calls. yes: one "
+     "GEMM kernel overlapped with the NVLink transfers (copy engines); no: "
+     "the GEMM, then a separate one-shot NVLink collective kernel (two "
+     "kernels, lower fixed cost, nothing overlapped); auto: no for small "
+     "products (fewer than 1024 product rows per rank), where overlap "
+     "cannot pay for its 10-30 us of set-up, else yes."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "host", "host|gpu",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "

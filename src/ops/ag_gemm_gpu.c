@@ -9,7 +9,9 @@
  * meet.  Meanwhile the gated GEMM engine on the user's stream computes this
  * rank's own rows first, then the other tiles as the flags of every rank
  * with rows in them arrive.  No SMs move data, so the GEMM keeps all of
- * them. */
+ * them.  Small products take the split path instead (option tp_overlap):
+ * one kernel stores the rows into every rank's gathered A with SM stores
+ * and sets the flags, then the same gated GEMM runs (kernels/tp/split.cu). */
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"
@@ -25,6 +27,7 @@ typedef struct ag_plan {
   int kind;                    /* MKX_TP_PLAN_FUSED: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int64_t M, tiles_m, chunk_tiles, first_tile;
+  int split;
   int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
   int64_t row0, row1;          /* this rank's */
   size_t es;
@@ -100,8 +103,10 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   /* Agreed values only (M, size), so that every rank's pool takes the same
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
-  mkx_tp_need need = {p->tiles_m, (int64_t)c->size * p->tiles_m,
-                      (size_t)p->M * (size_t)a->k * p->es};
+  p->split = mkx_tp_split_wanted(c, p->M);
+  mkx_tp_need need = {p->split ? 0 : p->tiles_m,
+                      (int64_t)c->size * p->tiles_m,
+                      (size_t)p->M * (size_t)a->k * p->es, p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -203,6 +208,31 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
 }
 
+/* The split path's copy: this rank's rows into every rank's gathered A and
+ * its flags, by one kernel after the ranks meet. */
+static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                      cudaStream_t st) {
+  mkx_tp_split_ag_desc d;
+  memset(&d, 0, sizeof d);
+  d.a = a->A;
+  d.lda = a->lda;
+  d.rows = a->m_local;
+  d.k = a->k;
+  d.esz = (int)p->es;
+  d.row0 = p->row0;
+  for (int lq = 0; lq < c->place.local_size; lq++) {
+    d.gathered[lq] = mkx_tp_ws_data(p->ws, lq);
+    d.flags[lq] = mkx_tp_ws_flags(p->ws, lq);
+  }
+  d.tiles_m = (int)p->tiles_m;
+  if (a->m_local > 0) {
+    d.t0 = (int)(p->row0 / TILE);
+    d.t1 = (int)((p->row1 - 1) / TILE + 1);
+  }
+  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
+  return mkx_tp_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
+}
+
 static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
                     cudaStream_t st) {
   const size_t row = (size_t)a->k * p->es;
@@ -219,6 +249,13 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   if (mkx_tp_start_other(c, plan, args, stream, &rc)) return rc;
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
+  if (p->split) {
+    MKX_TRY(mkx_tp_begin_split(c, p->ws, FN, stream));
+    MKX_TRY(push_split(c, p, a, st));
+    MKX_TRY(run_gemm(c, p, a, st));
+    if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, st));
+    return mkx_tp_end(p->ws, stream);
+  }
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m));
   MKX_TRY(push_peers(c, p, a, st));
   /* Own rows on the user's stream, before the GEMM: a device-local copy

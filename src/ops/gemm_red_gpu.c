@@ -6,7 +6,10 @@
  * last: their epilogue adds the peers' partials (same order every run) and
  * rounds once into C.  Allreduce: the same epilogue stores the rounded own
  * rows into every peer's C too.  Tile rows shared by two owners
- * go through a small kernel after the GEMM.  Kernels: kernels/tp/gemm_rs.cu. */
+ * go through a small kernel after the GEMM.  Kernels: kernels/tp/gemm_rs.cu.
+ * Small products take the split path instead (option tp_overlap): the plain
+ * engine GEMM into the workspace, then one kernel that sums each owner's
+ * rows of every rank's partial over NVLink (kernels/tp/split.cu). */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -19,7 +22,7 @@
 typedef struct red_plan {
   int kind;               /* MKX_TP_PLAN_FUSED: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
-  int allreduce, p_type;
+  int allreduce, p_type, split;
   size_t pes, ces;        /* bytes per partial / C element */
   int64_t bnd[MKX_TP_MAX + 1], count_max;
   mkx_tp_rs_layout L;
@@ -122,9 +125,13 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n),
                         &p->L);
-  mkx_tp_need need = {1, 0, layout_data(c, a, p)};
+  /* split: the workspace holds this rank's whole partial */
+  p->split = mkx_tp_split_wanted(c, a->M);
+  mkx_tp_need need = {1, 0, layout_data(c, a, p), 0};
+  if (p->split)
+    need = (mkx_tp_need){0, 0, (size_t)a->M * (size_t)a->n * p->pes, 1};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
-  if (rc == MKX_SUCCESS && allreduce) {
+  if (rc == MKX_SUCCESS && allreduce && !p->split) {
     rc = register_c(c, a, p);
     if (rc != MKX_SUCCESS) mkx_tp_ws_release(p->ws);
   }
@@ -316,6 +323,43 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                           "late rows kernel");
 }
 
+/* The split path: the partial into the workspace, then the one-shot sum. */
+static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+                     cudaStream_t st) {
+  const char *fn = fn_name(p->allreduce);
+  mkx_gemm_desc g;
+  memset(&g, 0, sizeof g);
+  g.m = a->M;
+  g.n = a->n;
+  g.k = a->k_local;
+  g.a = a->A;
+  g.lda = a->lda;
+  g.b = a->B;
+  g.ldb = a->ldb;
+  g.b_kmajor = a->transb == MKX_TRANS;
+  g.c = data_of(p, c->place.local_rank, 0);
+  g.ldc = a->n;
+  g.ab_type = mkx_tp_gemm_type(a->dtype);
+  g.c_type = p->p_type;
+  MKX_TRY(mkx_tp_launch_rc(mkx_gemm_run(&g, st), fn, "GEMM of the partial"));
+  mkx_tp_split_red_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = a->M;
+  d.n = a->n;
+  d.r0 = p->allreduce ? 0 : p->bnd[c->rank];
+  d.r1 = p->allreduce ? a->M : p->bnd[c->rank + 1];
+  for (int q = 0; q < c->size; q++) /* rank order: the order of the sum */
+    d.part[q] = data_of(p, c->place.local_rank_of[q], 0);
+  d.p_type = p->p_type;
+  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.c = a->C;
+  d.ldc = a->ldc;
+  d.c_row0 = d.r0;
+  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
+  return mkx_tp_launch_rc(mkx_tp_split_reduce(&d, st), fn,
+                          "sum of the partials");
+}
+
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
@@ -324,6 +368,11 @@ int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;
+  if (p->split) {
+    MKX_TRY(mkx_tp_begin_split(c, p->ws, fn, stream));
+    MKX_TRY(run_split(c, p, a, st));
+    return mkx_tp_end(p->ws, stream);
+  }
   MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1));
   /* fork before the GEMM: the side streams run alongside it */
   MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));

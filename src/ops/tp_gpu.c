@@ -14,8 +14,9 @@
 #include "gemm/gemm_engine.h"
 
 /* Fused calls started in this process (tests check the path was taken). */
-static atomic_long fused_starts;
+static atomic_long fused_starts, split_starts;
 long mkx_tp_fused_starts(void) { return atomic_load(&fused_starts); }
+long mkx_tp_split_starts(void) { return atomic_load(&split_starts); }
 
 /* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
 
@@ -128,7 +129,7 @@ static int agree(MKX_Comm c, int rc, const char *what) {
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
-  return ws->src_cap >= n->src_n && ws->flags_cap >= n->flags_n &&
+  return ws->split == n->split && ws->src_cap >= n->src_n && ws->flags_cap >= n->flags_n &&
          ws->bytes - ws->data_off >= n->data_bytes;
 }
 
@@ -175,6 +176,7 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
   int rc = ws ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "tp workspace");
   if (ws) {
     ws->comm = c;
+    ws->split = need->split;
     ws->src_cap = need->src_n > 4096 ? need->src_n : 4096;
     ws->flags_cap = need->flags_n > 65536 ? need->flags_n : 65536;
     ws->flags_off = round_up(MKX_TP_OFF_SRC + 4 * (size_t)ws->src_cap, 1024);
@@ -221,7 +223,7 @@ int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
   MKX_TRY(get_pool(c, &pool));
   mkx_tp_ws **small = NULL;
   for (mkx_tp_ws **p = &pool->list; *p; p = &(*p)->next) {
-    if ((*p)->busy) continue;
+    if ((*p)->busy || (*p)->split != need->split) continue;
     if (fits(*p, need)) {
       (*p)->busy = 1;
       *ws = *p;
@@ -278,6 +280,7 @@ static const char *where_name(int w) {
     case MKX_TP_AT_RS_TILE: return "partial sub-tile";
     case MKX_TP_AT_AR_DONE: return "reduced rows";
     case MKX_TP_AT_LATE: return "partials of rows shared by two owners";
+    case MKX_TP_AT_DRAINED: return "end of its reads of the partials";
   }
   return "?";
 }
@@ -359,17 +362,39 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   return MKX_SUCCESS;
 }
 
-int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
-                 int src_n) {
-  mkx_tp_sync s;
+static int begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   MKX_TRY(pool_error(c, fn));
   ws->fn = fn;
   MKX_TRY(mkx_tp_after_last(ws, fn, st));
-  mkx_tp_sync_fill(c, ws, src_n, &s);
   atomic_fetch_add(&fused_starts, 1);
-  mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path", fn);
+  return MKX_SUCCESS;
+}
+
+int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
+                 int src_n) {
+  mkx_tp_sync s;
+  MKX_TRY(begin(c, ws, fn, st));
+  mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (overlapped)", fn);
+  mkx_tp_sync_fill(c, ws, src_n, &s);
   return mkx_tp_launch_rc(mkx_tp_prologue(&s, (cudaStream_t)st), fn,
                           "prologue kernel");
+}
+
+int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
+                       MKX_Stream st) {
+  MKX_TRY(begin(c, ws, fn, st));
+  atomic_fetch_add(&split_starts, 1);
+  mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (split)", fn);
+  return MKX_SUCCESS;
+}
+
+/* Below ~1024 rows per rank the overlapped calls lost to cuBLAS + NCCL on
+ * 2 H200 (tests/perf/results/tp-h200x2.md): their fixed cost is larger
+ * than what overlap can hide there. */
+int mkx_tp_split_wanted(MKX_Comm c, int64_t M) {
+  if (c->opt.tp_overlap != MKX_OVERLAP_AUTO)
+    return c->opt.tp_overlap == MKX_OVERLAP_NO;
+  return M < 1024 * (int64_t)c->size;
 }
 
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {

@@ -173,7 +173,7 @@ static int check_c(prob *p, const char *what) {
 
 /* ---- the phases of a case -------------------------------------------------- */
 
-static MKX_Comm make_comm(int timeout_ms, int blocking) {
+static MKX_Comm make_comm(int timeout_ms, int blocking, const char *overlap) {
   MPI_Info info;
   MKX_Comm c = NULL;
   char ms[24];
@@ -182,6 +182,7 @@ static MKX_Comm make_comm(int timeout_ms, int blocking) {
   MPI_Info_set(info, "mkx_timeout_ms", ms);
   MPI_Info_set(info, "mkx_fused", "auto"); /* whatever MKX_FUSED says */
   MPI_Info_set(info, "mkx_blocking", blocking ? "true" : "false");
+  MPI_Info_set(info, "mkx_tp_overlap", overlap); /* yes, no: both paths */
   MPI_Barrier(MPI_COMM_WORLD); /* start together: the bound is short */
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
@@ -265,11 +266,12 @@ static void missed_start(const prob *p, MKX_Request r, int blocking) {
   CUDA(cudaStreamSynchronize(st));
 }
 
-static void run_case(int op, int blocking) {
+static void run_case(int op, int blocking, const char *overlap) {
   char what[64];
-  snprintf(what, sizeof what, "%s (blocking=%d)", op_name[op], blocking);
+  snprintf(what, sizeof what, "%s (blocking=%d, tp_overlap=%s)", op_name[op],
+           blocking, overlap);
   guard(what);
-  MKX_Comm c = make_comm(TIMEOUT_MS, blocking);
+  MKX_Comm c = make_comm(TIMEOUT_MS, blocking, overlap);
   MKX_Request r = NULL;
   prob p;
   prob_init(&p, op);
@@ -323,14 +325,20 @@ int main(int argc, char **argv) {
   }
   signal(SIGALRM, on_alarm);
   guard("warm-up");
-  MKX_Comm c0 = make_comm(300000, 0); /* also makes this rank's GPU current */
-  if (!mt_all(c0 != NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
+  MKX_Comm c0 = make_comm(300000, 0, "yes"); /* also makes this rank's GPU current */
+  MKX_Comm c1 = make_comm(300000, 0, "no");
+  if (!mt_all(c0 != NULL && c1 != NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   warm_up(c0);
+  warm_up(c1);
+  MKX_Comm_free(&c1);
   MKX_Comm_free(&c0);
   alarm(0);
   for (int blocking = 0; blocking < 2; blocking++)
-    for (int op = 0; op < 3; op++) run_case(op, blocking);
+    for (int op = 0; op < 3; op++) {
+      run_case(op, blocking, "yes");
+      run_case(op, blocking, "no");
+    }
   CUDA(cudaStreamDestroy(st));
   return mt_finish();
 }

@@ -16,6 +16,7 @@
  *  5. the same call on a communicator with fused=off takes the staged path.
  */
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,14 @@ static void check_same_bits(const prob *p) {
 }
 
 static int pad_mode; /* the communicator has option fused_pad=yes */
+/* its option tp_overlap: -1 auto, 0 yes (overlapped), 1 no (split) */
+static int split_mode = -1;
+
+/* Does the call take the split path?  (auto: src/ops/tp_gpu.c) */
+static int expect_split(const prob *p) {
+  if (split_mode >= 0) return split_mode;
+  return p->M < 1024 * (int64_t)mt.size;
+}
 
 /* Can every rank take the fused path with this shape? */
 static int expect_fused(const prob *p) {
@@ -273,13 +282,17 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   mt_check_rc(rc, MKX_SUCCESS, "host oracle %s", op_name[op]);
   CUDA(cudaMemset(p.dC, 0xFF, p.cbytes));
   if (p.dAo) CUDA(cudaMemset(p.dAo, 0xFF, p.aobytes));
-  long before = mkx_tp_fused_starts();
+  long before = mkx_tp_fused_starts(), split0 = mkx_tp_split_starts();
   rc = prob_call(&p, c, 1, NULL);
   mt_check_rc(rc, MKX_SUCCESS, "device %s", op_name[op]);
   CUDA(cudaStreamSynchronize(st));
   int fused = mkx_tp_fused_starts() > before, want = expect_fused(&p);
   mt_check(fused == want, "%s took the %s path (expected %s)", op_name[op],
            fused ? "fused" : "staged", want ? "fused" : "staged");
+  int split = mkx_tp_split_starts() > split0, want_split = want && expect_split(&p);
+  mt_check(split == want_split, "%s M=%lld: %s (expected %s)", op_name[op],
+           (long long)p.M, split ? "split" : "not split",
+           want_split ? "split" : "not split");
   compare_c(&p, p.dC, "shape");
   if (s->aout) compare_aout(&p);
   if (op == OP_AR) check_same_bits(&p);
@@ -443,7 +456,7 @@ static void back_to_back(MKX_Comm c, int op) {
   variants_init(&v, c, op, &s);
   void *dC[4];
   for (int j = 0; j < 4; j++) dC[j] = dev_alloc(v.p.cbytes);
-  long before = mkx_tp_fused_starts();
+  long before = mkx_tp_fused_starts(), split0 = mkx_tp_split_starts();
   int rc = MKX_SUCCESS;
   for (int i = 0; i < 1000 && rc == MKX_SUCCESS; i++) {
     void *keep = v.p.dA;
@@ -459,6 +472,9 @@ static void back_to_back(MKX_Comm c, int op) {
   mt_check_rc(rc, MKX_SUCCESS, "%s: 1000 back-to-back calls", op_name[op]);
   mt_check(mkx_tp_fused_starts() - before == 1000,
            "%s: all 1000 calls fused", op_name[op]);
+  mt_check(mkx_tp_split_starts() - split0 == (expect_split(&v.p) ? 1000 : 0),
+           "%s: 1000 calls on the %s path", op_name[op],
+           expect_split(&v.p) ? "split" : "overlapped");
   for (int j = 0; j < 4; j++) cudaFree(dC[j]);
   variants_free(&v);
 }
@@ -544,16 +560,34 @@ static void partials_fp32(MKX_Comm f32) {
 }
 
 /* A communicator with one MPI_Info key set (aborts on failure). */
-static MKX_Comm comm_with(const char *key, const char *value) {
+/* A communicator with these MPI_Info keys and values (NULL-terminated). */
+static MKX_Comm comm_with(const char *key, ...) {
   MPI_Info info;
   MKX_Comm c = NULL;
+  va_list ap;
   MPI_Info_create(&info);
-  MPI_Info_set(info, key, value);
+  va_start(ap, key);
+  for (const char *k = key; k; k = va_arg(ap, const char *))
+    MPI_Info_set(info, k, va_arg(ap, const char *));
+  va_end(ap);
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with %s=%s", key, value))
+  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with %s=...", key))
     MPI_Abort(MPI_COMM_WORLD, 1);
   return c;
+}
+
+/* The shape, plan and graph parts on a communicator, path forced or not. */
+static void parts(MKX_Comm c, int mode, const char *only, const char *name) {
+  if (only && strcmp(only, name)) return;
+  split_mode = mode;
+  for (int op = 0; op < 3; op++) {
+    shapes(c, op);
+    back_to_back(c, op);
+    persistent(c, op);
+    graph(c, op);
+  }
+  split_mode = -1;
 }
 
 int main(int argc, char **argv) {
@@ -571,25 +605,42 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return MT_SKIP;
   }
-  MKX_Comm c = comm_with("mkx_fused", "auto");
-  MKX_Comm off = comm_with("mkx_fused", "off"); /* whatever MKX_FUSED says */
-  MKX_Comm f32 = comm_with("mkx_tp_partials", "fp32");
-  MKX_Comm cpad = comm_with("mkx_fused_pad", "yes");
-  if (force_shared) c->gpu_shared = f32->gpu_shared = cpad->gpu_shared = 0;
+  /* fused_pad=no: the shapes that do not fit must stage (expect_fused) */
+  MKX_Comm c = comm_with("mkx_fused", "auto", "mkx_fused_pad", "no", NULL);
+  MKX_Comm cov = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "yes",
+                           NULL);
+  MKX_Comm csp = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
+                           NULL);
+  MKX_Comm off = comm_with("mkx_fused", "off", NULL); /* whatever MKX_FUSED says */
+  MKX_Comm f32 = comm_with("mkx_tp_partials", "fp32", NULL);
+  MKX_Comm cpad = comm_with("mkx_fused_pad", "yes", NULL);
+  MKX_Comm cpov = comm_with("mkx_fused_pad", "yes", "mkx_tp_overlap", "yes",
+                            NULL);
+  MKX_Comm all[] = {c, cov, csp, off, f32, cpad, cpov};
+  if (force_shared)
+    for (int i = 0; i < 7; i++) all[i]->gpu_shared = 0;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  const char *only = getenv("MKX_TEST_PART"); /* shapes|b2b|plan|graph|pad */
-  for (int op = 0; op < 3; op++) {
-    if (!only || !strcmp(only, "shapes")) shapes(c, op);
-    if (!only || !strcmp(only, "b2b")) back_to_back(c, op);
-    if (!only || !strcmp(only, "plan")) persistent(c, op);
-    if (!only || !strcmp(only, "graph")) graph(c, op);
+  /* overlap|split|auto|pad */
+  const char *only = getenv("MKX_TEST_PART");
+  parts(cov, 0, only, "overlap");
+  parts(csp, 1, only, "split");
+  if (!only || !strcmp(only, "auto")) {
+    for (int op = 0; op < 3; op++) shapes(c, op);
+    contrast(off);
+    partials_fp32(f32);
   }
-  contrast(off);
-  if (!only || !strcmp(only, "shapes")) partials_fp32(f32);
   for (int op = 0; op < 3; op++)
-    if (!only || !strcmp(only, "pad")) shapes_padded(cpad, op);
+    if (!only || !strcmp(only, "pad")) {
+      shapes_padded(cpad, op);
+      split_mode = 0;
+      shapes_padded(cpov, op);
+      split_mode = -1;
+    }
   CUDA(cudaStreamDestroy(st));
+  MKX_Comm_free(&cpov);
   MKX_Comm_free(&cpad);
+  MKX_Comm_free(&csp);
+  MKX_Comm_free(&cov);
   MKX_Comm_free(&f32);
   MKX_Comm_free(&off);
   MKX_Comm_free(&c);
