@@ -140,7 +140,8 @@ bool sync_ok(const mkx_tp_sync &s) { return s.size >= 1 && s.size <= MKX_TP_MAX 
 }  // namespace
 
 extern "C" int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st) {
-  if (!d || !sync_ok(d->sync) || d->esz <= 0 || (d->k * d->esz) % 16 || (d->lda * d->esz) % 16 || d->rows < 0 ||
+  if (!d || !sync_ok(d->sync) || d->esz <= 0 || (d->k * d->esz) % 16 || (d->rows > 0 && (d->lda * d->esz) % 16) ||
+      d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16) ||
       d->t0 < 0 || d->t1 < d->t0 || d->t1 > d->tiles_m)
     return MKX_GEMM_EINVAL;
   const int blocks = blocks_for(d->rows * (d->k * d->esz / 16));

@@ -12,6 +12,59 @@
 #if HAVE_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <pthread.h>
+
+/* Peer allocations opened in this process, whatever communicator opened
+ * them: CUDA lets a process open an IPC handle only once at a time
+ * (cudaErrorAlreadyMapped), and two communicators may map the same peer
+ * buffer, or a stale mapping of a freed buffer whose memory the peer has
+ * since handed out again. */
+typedef struct ipc_open {
+  cudaIpcMemHandle_t handle;
+  void *base;
+  int refs;
+  struct ipc_open *next;
+} ipc_open;
+static ipc_open *ipc_opens;
+static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static cudaError_t ipc_acquire(const cudaIpcMemHandle_t *h, void **base) {
+  cudaError_t e = cudaSuccess;
+  pthread_mutex_lock(&ipc_lock);
+  ipc_open *o = ipc_opens;
+  while (o && memcmp(&o->handle, h, sizeof *h)) o = o->next;
+  if (o) {
+    o->refs++;
+  } else if (!(o = calloc(1, sizeof *o))) {
+    e = cudaErrorMemoryAllocation;
+  } else if ((e = cudaIpcOpenMemHandle(&o->base, *h,
+                                       cudaIpcMemLazyEnablePeerAccess)) !=
+             cudaSuccess) {
+    free(o);
+    o = NULL;
+  } else {
+    *o = (ipc_open){*h, o->base, 1, ipc_opens};
+    ipc_opens = o;
+  }
+  if (o) *base = o->base;
+  pthread_mutex_unlock(&ipc_lock);
+  return e;
+}
+
+static void ipc_release(void *base) {
+  pthread_mutex_lock(&ipc_lock);
+  for (ipc_open **p = &ipc_opens; *p; p = &(*p)->next)
+    if ((*p)->base == base) {
+      ipc_open *o = *p;
+      if (--o->refs == 0) {
+        cudaIpcCloseMemHandle(o->base);
+        *p = o->next;
+        free(o);
+      }
+      break;
+    }
+  pthread_mutex_unlock(&ipc_lock);
+}
 
 /* A peer allocation opened in this process. */
 typedef struct mapping {
@@ -136,8 +189,7 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, void **base) {
     if (m->rank == q && m->id == r->id) return *base = m->base, MKX_SUCCESS;
   mapping *m = calloc(1, sizeof *m);
   if (!m) return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
-  cudaError_t e = cudaIpcOpenMemHandle(&m->base, r->handle,
-                                       cudaIpcMemLazyEnablePeerAccess);
+  cudaError_t e = ipc_acquire(&r->handle, &m->base);
   if (e != cudaSuccess) {
     free(m);
     return cuda_fail(e, "cudaIpcOpenMemHandle of a node peer's buffer");
@@ -236,7 +288,7 @@ static void unmap(MKX_Comm c, int q, uint64_t id) {
   for (mapping **pm = &s->maps; *pm; pm = &(*pm)->next)
     if ((*pm)->rank == q && (*pm)->id == id) {
       mapping *m = *pm;
-      cudaIpcCloseMemHandle(m->base);
+      ipc_release(m->base);
       *pm = m->next;
       free(m);
       return;

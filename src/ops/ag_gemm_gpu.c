@@ -215,7 +215,7 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   mkx_tp_split_ag_desc d;
   memset(&d, 0, sizeof d);
   d.a = a->A;
-  d.lda = a->lda;
+  d.lda = a->m_local > 0 ? a->lda : a->k; /* a rank with no rows: any lda */
   d.rows = a->m_local;
   d.k = a->k;
   d.esz = (int)p->es;
