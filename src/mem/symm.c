@@ -190,6 +190,15 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, void **base) {
   mapping *m = calloc(1, sizeof *m);
   if (!m) return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
   cudaError_t e = ipc_acquire(&r->handle, &m->base);
+  if (e == cudaErrorAlreadyMapped) {
+    free(m);
+    (void)cudaGetLastError();
+    return mkx_error(MKX_ERR_CUDA, "cudaIpcOpenMemHandle of rank %d's "
+                     "buffer: resource already mapped (the driver carved it "
+                     "out of the same block as another buffer of that rank "
+                     "this process maps; allocate buffers the fused calls "
+                     "share with MKX_Alloc_mem, or of 2 MiB or more)", q);
+  }
   if (e != cudaSuccess) {
     free(m);
     return cuda_fail(e, "cudaIpcOpenMemHandle of a node peer's buffer");
@@ -260,10 +269,18 @@ static void undo_alloc(MKX_Comm c, const symm_record *all, void *ptr) {
     cudaFree(ptr);
 }
 
+/* Whole 2 MiB blocks: the driver carves smaller cudaMalloc allocations out
+ * of shared blocks, and a peer cannot open a second allocation of a block
+ * it already maps ("resource already mapped", met on 2 H200 with two
+ * small workspaces made one after the other). */
+#define SYMM_BLOCK ((size_t)2 << 20)
+
 int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
   mkx_symm_buf b = {0};
   symm_record *all = NULL;
   owned *o = calloc(1, sizeof *o);
+  bytes = bytes ? (bytes + SYMM_BLOCK - 1) / SYMM_BLOCK * SYMM_BLOCK
+                : SYMM_BLOCK;
   int rc = o ? mkx_device_alloc(bytes, ptr)
              : mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
   if (rc != MKX_SUCCESS) *ptr = NULL;
