@@ -19,7 +19,8 @@ static void test_defaults(void) {
   CHECK(o.virtual_node_size == 0, "virtual nodes default off");
   CHECK(o.blocking == 0, "blocking default off");
   CHECK(o.tp_partials == MKX_PARTIALS_OUT, "tp_partials default out");
-  CHECK(o.fused_pad == 0, "fused_pad default no");
+  CHECK(o.fused_pad == 1, "fused_pad default yes");
+  CHECK(o.tp_overlap == MKX_OVERLAP_AUTO, "tp_overlap default auto");
   CHECK(o.hier_gemm == MKX_HIER_GEMM_HOST, "hier_gemm default host");
   /* Every entry documents itself. */
   for (const mkx_option_desc *d = mkx_option_table(); d->name; d++)
