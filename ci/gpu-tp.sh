@@ -58,13 +58,13 @@ if [ "${TP_TESTS:-1}" = 1 ]; then
   run_test test_fused_timeout 2 timeout-np2.log
 fi
 # TP_SHARED=N: N runs of the stale-results reproduction of docs/fused-tp.md
-# ("Known problem"): 2 ranks on GPU 0, fused path forced, the persistent-plan
-# and graph parts; one line per run.
+# ("Known problem"): 2 ranks on GPU 0, fused path forced, the overlapped and
+# the split parts (shapes, back-to-back, plans, graphs); one line per run.
 for i in $(seq 1 "${TP_SHARED:-0}"); do
-  CUDA_VISIBLE_DEVICES=0 MKX_TEST_SHARED_GPU=1 MKX_TEST_PART=plan \
-    run_test test_fused_tp 2 "shared-plan-$i.log"
-  CUDA_VISIBLE_DEVICES=0 MKX_TEST_SHARED_GPU=1 MKX_TEST_PART=graph \
-    run_test test_fused_tp 2 "shared-graph-$i.log"
+  for part in overlap split; do
+    CUDA_VISIBLE_DEVICES=0 MKX_TEST_SHARED_GPU=1 MKX_TEST_PART=$part \
+      run_test test_fused_tp 2 "shared-$part-$i.log"
+  done
 done
 t0=$(date +%s)
 for ov in ${TP_PERF_OVERLAP:-auto}; do
