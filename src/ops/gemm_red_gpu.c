@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/op.h"
 
 #if HAVE_CUDA
@@ -109,6 +110,17 @@ static size_t layout_data(MKX_Comm c, const mkx_gemm_red_args *a,
   return p->late_off + (size_t)p->L.nlate * 128 * (size_t)a->n * 4;
 }
 
+/* The workspace of either path; split: it holds this rank's whole
+ * partial. */
+static int acquire(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p,
+                   int split) {
+  mkx_tp_need need = {1, 0, layout_data(c, a, p), 0};
+  if (split)
+    need = (mkx_tp_need){0, 0, (size_t)a->M * (size_t)a->n * p->pes, 1};
+  p->split = split;
+  return mkx_tp_ws_acquire(c, &need, &p->ws);
+}
+
 static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
                 void **out) {
   red_plan *p = calloc(1, sizeof *p);
@@ -125,15 +137,22 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n),
                         &p->L);
-  /* split: the workspace holds this rank's whole partial */
-  p->split = mkx_tp_split_wanted(c, a->M);
-  mkx_tp_need need = {1, 0, layout_data(c, a, p), 0};
-  if (p->split)
-    need = (mkx_tp_need){0, 0, (size_t)a->M * (size_t)a->n * p->pes, 1};
-  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  int rc = acquire(c, a, p, mkx_tp_split_wanted(c, a->M));
+  /* The overlapped allreduce stores into the peers' C: a C the peers
+   * cannot map (say, carved by the driver out of a block that another
+   * mapped buffer of this rank lies in) takes the split path, which maps
+   * no user buffer.  The registration's failure is agreed, so every rank
+   * switches. */
   if (rc == MKX_SUCCESS && allreduce && !p->split) {
     rc = register_c(c, a, p);
-    if (rc != MKX_SUCCESS) mkx_tp_ws_release(p->ws);
+    if (rc != MKX_SUCCESS && !c->broken) {
+      mkx_log(MKX_LOG_INFO, "%s: C cannot be mapped into the node's peers "
+              "(%s): split path", fn_name(1), MKX_Get_last_error());
+      mkx_tp_ws_release(p->ws);
+      rc = acquire(c, a, p, 1);
+    } else if (rc != MKX_SUCCESS) {
+      mkx_tp_ws_release(p->ws);
+    }
   }
   if (rc != MKX_SUCCESS) {
     free(p);
