@@ -111,6 +111,17 @@ static int ag_network(MKX_Comm c, const grid *g, const void *send,
   return mkx_comm_net_exchange(c, sp, sl, rp, rl);
 }
 
+int mkx_hier_column_gather(MKX_Comm c, const void *send, const int64_t *rows,
+                           size_t row_bytes, void *col) {
+  mkx_arena ar = {0};
+  grid g;
+  int rc = grid_init(c, rows, &ar, &g);
+  rc = mkx_host_agree_rc(c, rc, "column allgather");
+  if (!rc) rc = ag_network(c, &g, send, row_bytes, col, &ar);
+  mkx_arena_release(&ar, rc);
+  return rc;
+}
+
 int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
                             size_t row_bytes, void *full) {
   mkx_arena ar = {0};
@@ -206,37 +217,41 @@ static int rs_node(MKX_Comm c, const grid *g, MKX_Datatype wt,
   return MKX_SUCCESS;
 }
 
-int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
-                         const int64_t *rows, int64_t n, void *block) {
-  mkx_arena ar = {0};
-  grid g;
-  char *colsum, *got;
+/* Buffers of the network half, taken before the ranks agree to go on (a
+ * rank short of memory must not leave the others in the exchange). */
+typedef struct col_bufs {
+  char *got;
   const void **sp;
-  void **rp;
-  size_t *sl, *rl, rb = (size_t)n * MKX_Type_size(wt);
-  int rc = grid_init(c, rows, &ar, &g);
-  int64_t mine = rows[c->rank];
-  if (!rc) rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
-                                (void **)&colsum, "column sums");
-  if (!rc) rc = mkx_arena_array(&ar, (int64_t)g.N * mine, (int64_t)rb, 1,
-                                (void **)&got, "node partials");
-  if (!rc) rc = mkx_arena_array(&ar, c->size, 2, sizeof(void *), (void **)&sp, "ptrs");
-  if (!rc) rc = mkx_arena_array(&ar, c->size, 2, sizeof(size_t), (void **)&sl, "lens");
-  rc = mkx_host_agree_rc(c, rc, "hierarchical reduce");
-  if (!rc) rc = rs_node(c, &g, wt, part, n, colsum, &ar);
-  if (rc) {
-    mkx_arena_release(&ar, rc);
-    return rc;
-  }
-  rp = (void **)(sp + c->size);
-  rl = sl + c->size;
+  size_t *sl;
+} col_bufs;
+
+static int col_bufs_get(MKX_Comm c, const grid *g, size_t rb, mkx_arena *ar,
+                        col_bufs *b) {
+  const int64_t mine = g->off[c->rank + 1] - g->off[c->rank];
+  MKX_TRY(mkx_arena_array(ar, (int64_t)g->N * mine, (int64_t)rb, 1,
+                          (void **)&b->got, "node partials"));
+  MKX_TRY(mkx_arena_array(ar, c->size, 2, sizeof(void *), (void **)&b->sp,
+                          "ptrs"));
+  return mkx_arena_array(ar, c->size, 2, sizeof(size_t), (void **)&b->sl,
+                         "lens");
+}
+
+/* The network half: each node's partial of a block crosses the network
+ * once, to its owner; this node's partial of this rank's block stays. */
+static int reduce_column(MKX_Comm c, const grid *g, MKX_Datatype wt,
+                         const char *colsum, int64_t n, void *block,
+                         const col_bufs *b) {
+  const size_t rb = (size_t)n * MKX_Type_size(wt);
+  const int64_t mine = g->off[c->rank + 1] - g->off[c->rank];
+  char *got = b->got;
+  const void **sp = b->sp;
+  void **rp = (void **)(sp + c->size);
+  size_t *sl = b->sl, *rl = sl + c->size;
   memset(sl, 0, sizeof *sl * 2 * (size_t)c->size);
-  /* Each node's partial of a block crosses the network once, to its
-   * owner; this node's partial of this rank's block stays. */
   size_t at = 0;
-  for (int k = 0; k < g.N; k++) {
-    int q = g.at[k * g.G + g.l];
-    size_t b = (size_t)rows_of(&g, k, g.l) * rb;
+  for (int k = 0; k < g->N; k++) {
+    int q = g->at[k * g->G + g->l];
+    size_t b = (size_t)rows_of(g, k, g->l) * rb;
     if (q == c->rank) {
       memcpy(got + (size_t)k * mine * rb, colsum + at, b);
     } else {
@@ -245,13 +260,41 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
     }
     at += b;
   }
-  rc = mkx_comm_net_exchange(c, sp, sl, rp, rl);
-  if (!rc) {
-    size_t len = (size_t)mine * (size_t)n;
-    memcpy(block, got, len * MKX_Type_size(wt));
-    for (int k = 1; k < g.N; k++)
-      add_into(wt, block, got + (size_t)k * mine * rb, len);
-  }
+  MKX_TRY(mkx_comm_net_exchange(c, sp, sl, rp, rl));
+  size_t len = (size_t)mine * (size_t)n;
+  memcpy(block, got, len * MKX_Type_size(wt));
+  for (int k = 1; k < g->N; k++)
+    add_into(wt, block, got + (size_t)k * mine * rb, len);
+  return MKX_SUCCESS;
+}
+
+int mkx_hier_column_reduce(MKX_Comm c, MKX_Datatype wt, const void *colsum,
+                           const int64_t *rows, int64_t n, void *block) {
+  mkx_arena ar = {0};
+  grid g;
+  col_bufs b;
+  int rc = grid_init(c, rows, &ar, &g);
+  if (!rc) rc = col_bufs_get(c, &g, (size_t)n * MKX_Type_size(wt), &ar, &b);
+  rc = mkx_host_agree_rc(c, rc, "column reduce");
+  if (!rc) rc = reduce_column(c, &g, wt, colsum, n, block, &b);
+  mkx_arena_release(&ar, rc);
+  return rc;
+}
+
+int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
+                         const int64_t *rows, int64_t n, void *block) {
+  mkx_arena ar = {0};
+  grid g;
+  char *colsum;
+  col_bufs b;
+  size_t rb = (size_t)n * MKX_Type_size(wt);
+  int rc = grid_init(c, rows, &ar, &g);
+  if (!rc) rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
+                                (void **)&colsum, "column sums");
+  if (!rc) rc = col_bufs_get(c, &g, rb, &ar, &b);
+  rc = mkx_host_agree_rc(c, rc, "hierarchical reduce");
+  if (!rc) rc = rs_node(c, &g, wt, part, n, colsum, &ar);
+  if (!rc) rc = reduce_column(c, &g, wt, colsum, n, block, &b);
   mkx_arena_release(&ar, rc);
   return rc;
 }

@@ -26,4 +26,17 @@ int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
 int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
                          const int64_t *rows, int64_t n, void *block);
 
+/* The network halves of the two above, for callers that did the node's
+ * part themselves (src/ops/hier_nvlink.c: over NVLink).  A rank's column
+ * is the local rank of the same number on every node.
+ * mkx_hier_column_gather: col = the rows of every rank of this rank's
+ * column, nodes in order (send: this rank's rows[rank] rows).
+ * mkx_hier_column_reduce: colsum = this node's sum of every block of this
+ * rank's column, nodes in order; block = the sum over nodes (in node
+ * order) of this rank's block. */
+int mkx_hier_column_gather(MKX_Comm c, const void *send, const int64_t *rows,
+                           size_t row_bytes, void *col);
+int mkx_hier_column_reduce(MKX_Comm c, MKX_Datatype wt, const void *colsum,
+                           const int64_t *rows, int64_t n, void *block);
+
 #endif
