@@ -48,6 +48,7 @@ static void host_name(char *buf, size_t len) {
 }
 
 static void comm_release(MKX_Comm c) {
+  if (c->node_comm) comm_release(c->node_comm);
   if (c->oob.ctx) mkx_comm_net_close(c);
   if (c->oob.ctx) mkx_symm_release(c);
   mkx_placement_free(&c->place);

@@ -28,6 +28,7 @@ struct MKX_Comm_s {
   int gpu_shared;      /* another rank of this node drives the same GPU */
   mkx_gpu_map gpu_map; /* nearest NICs, proxy cores, peer domain */
   char topo_desc[384]; /* the map in one line, for logs and mkx_info */
+  struct MKX_Comm_s *node_comm; /* this node's ranks (mkx_comm_node) */
 };
 
 /* MKX_SUCCESS if c is a live, usable communicator, else the error. */
@@ -42,6 +43,10 @@ int mkx_comm_map_topology(MKX_Comm c);
 typedef enum { MKX_AGREE_MAX, MKX_AGREE_AND, MKX_AGREE_OR } mkx_agree_op;
 int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
                        uint64_t *out, const char *what);
+
+/* Collective over c: the ranks of this node as a communicator of their
+ * own, with c's options and GPU (made on first use, freed with c). */
+int mkx_comm_node(MKX_Comm c, MKX_Comm *node);
 
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state
  * behind, and GPU epochs out of step) and keep the current error message

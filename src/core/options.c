@@ -59,12 +59,15 @@ static const mkx_option_desc option_table[] = {
      "kernels, lower fixed cost, nothing overlapped); auto: no for small "
      "products (fewer than 1024 product rows per rank), where overlap "
      "cannot pay for its 10-30 us of set-up, else yes."},
-    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "host", "host|gpu",
+    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "host", "host|gpu|nvlink",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "
      "A rows, partials and output blocks through the host (row-major "
      "bf16/fp16; same results and network bytes as host on 2 H200 as 2 "
-     "virtual nodes, speed not yet measured, hence not the default)."},
+     "virtual nodes, speed not yet measured, hence not the default); "
+     "nvlink: as gpu, with the node's part as the single-node GPU call "
+     "(over NVLink) on a communicator of the node's ranks, and only the "
+     "network part through the host (not yet run on a GPU)."},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "

@@ -12,7 +12,7 @@ enum { MKX_PATH_AUTO = 0, MKX_PATH_HOST, MKX_PATH_GPU };
 enum { MKX_FUSED_OFF = 0, MKX_FUSED_AUTO };
 enum { MKX_PARTIALS_OUT = 0, MKX_PARTIALS_FP32 };
 enum { MKX_OVERLAP_AUTO = 0, MKX_OVERLAP_YES, MKX_OVERLAP_NO };
-enum { MKX_HIER_GEMM_HOST = 0, MKX_HIER_GEMM_GPU };
+enum { MKX_HIER_GEMM_HOST = 0, MKX_HIER_GEMM_GPU, MKX_HIER_GEMM_NVLINK };
 
 /* Text options live in fixed arrays so mkx_options stays a plain value. */
 #define MKX_OPT_STRING_MAX 64

@@ -22,24 +22,19 @@
 #if HAVE_CUDA
 #include "tp/tp_host.h"
 #include "gemm/gemm_engine.h"
+#include "ops/hier_gpu.h"
 
 #include <stdatomic.h>
 
 static atomic_long hier_gpu_starts;
 long mkx_hier_gpu_starts(void) { return atomic_load(&hier_gpu_starts); }
 
-typedef struct hg_plan {
-  int kind;           /* MKX_TP_PLAN_HIER: see mkx_tp_plan_head */
-  int op;
-  int64_t *rows;      /* [size]: AG each rank's m_local; RS/AR blocks */
-  void *dtmp;         /* device: gathered A (AG) or fp32 partial (RS/AR) */
-} hg_plan;
-
-static const char *op_name(int op) {
+const char *mkx_hier_op_name(int op) {
   return op == MKX_TP_OP_AG ? "MKX_Allgather_gemm"
          : op == MKX_TP_OP_RS ? "MKX_Gemm_reduce_scatter"
                               : "MKX_Gemm_allreduce";
 }
+#define op_name mkx_hier_op_name
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
 static int cuda_rc(cudaError_t e, int op, const char *what) {
@@ -84,7 +79,7 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
     const mkx_gemm_red_args *a = args;
     dt = a->dtype, ct = a->ctype, order = a->order;
   }
-  if (c->opt.hier_gemm != MKX_HIER_GEMM_GPU)
+  if (c->opt.hier_gemm == MKX_HIER_GEMM_HOST)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %d nodes: device buffers take "
                      "the staged path (option hier_gemm=host)", fn,
                      c->place.num_nodes);
@@ -94,6 +89,8 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
   if (!is16(dt) || (!is16(ct) && ct != MKX_FP32) || order != MKX_ROW_MAJOR)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=gpu takes row-major "
                      "bf16/fp16 A, B and bf16/fp16/fp32 C", fn);
+  if (c->opt.hier_gemm == MKX_HIER_GEMM_NVLINK)
+    return mkx_hier_nvlink_check(c, op, args, g);
   mkx_gemm_desc d;
   engine_desc(op, args, NULL, g->total, &d);
   if (!mkx_gemm_supported(&d, &why))
@@ -112,6 +109,8 @@ static size_t dtmp_bytes(int op, const void *args, int64_t M) {
 
 int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **out) {
+  if (c->opt.hier_gemm == MKX_HIER_GEMM_NVLINK)
+    return mkx_hier_nvlink_plan(c, op, args, g, out);
   hg_plan *p = calloc(1, sizeof *p);
   int64_t *rows = calloc((size_t)c->size, sizeof *rows);
   int rc = p && rows ? MKX_SUCCESS
@@ -145,6 +144,7 @@ void mkx_hier_gpu_free(MKX_Comm c, void *plan) {
   hg_plan *p = plan;
   (void)c;
   if (!p) return;
+  if (p->nvlink) return mkx_hier_nvlink_free(p);
   cudaFree(p->dtmp);
   free(p->rows);
   free(p);
@@ -240,6 +240,7 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
   hg_plan *p = plan;
   cudaStream_t st = (cudaStream_t)stream;
   atomic_fetch_add(&hier_gpu_starts, 1);
+  if (p->nvlink) return mkx_hier_nvlink_start(c, p, args, st);
   if (p->op == MKX_TP_OP_AG) return ag_start(c, p, args, st);
   return red_start(c, p, args, st);
 }

@@ -4,7 +4,9 @@
  * every A row once per destination node (AllGather), every node's partial
  * of a foreign block once (ReduceScatter), plus each rounded block once per
  * other node (AllReduce).  Host buffers: nodes of 2 ranks.  With --device:
- * one GPU per rank and one rank per node, so 2 GPUs are 2 nodes over tcp. */
+ * on 2 or 3 ranks one rank per node, so 2 GPUs are 2 nodes over tcp; on 4
+ * or more ranks nodes of 2 (4 ranks on 2 GPUs: each node has both GPUs,
+ * so hier_gemm=nvlink's node part runs over NVLink). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +17,7 @@
 #include "mkx_test.h"
 #ifdef MKX_TEST_CUDA
 #include "tp/tp_host.h"
+#include "ops/hier_gpu.h"
 #endif
 
 typedef struct geo {
@@ -175,7 +178,8 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
 }
 
 /* --device: option hier_gemm=gpu (the GEMM on the GPU, only A rows,
- * partials and blocks through the host) on shapes the engine takes. */
+ * partials and blocks through the host) or nvlink (the node's part as a
+ * single-node GPU call) on shapes the engine takes. */
 static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
   static const int64_t t[][3] = {{37, 64, 48}, {128, 256, 136}, {1, 8, 8},
                                  {200, 72, 16}};
@@ -200,7 +204,7 @@ static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
 
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
-  int vnode = mt.device ? 1 : 2;
+  int vnode = mt.device && mt.size < 4 ? 1 : 2;
   if (mt.size % vnode || mt.size / vnode < 2) {
     if (mt.rank == 0)
       printf("1..0 # SKIP test_hier needs a multiple of %d ranks, >= %d\n",
@@ -240,16 +244,21 @@ int main(int argc, char **argv) {
            shapes[i][2], 1);
   }
 #ifdef MKX_TEST_CUDA
-  if (mt.device) {
+  static const char *const modes[] = {"gpu", "nvlink"};
+  for (int i = 0; mt.device && i < 2; i++) {
     MKX_Comm gpu = NULL;
     MPI_Info_create(&info);
     MPI_Info_set(info, "mkx_virtual_node_size", vs);
     MPI_Info_set(info, "mkx_net", "tcp");
-    MPI_Info_set(info, "mkx_hier_gemm", "gpu");
+    MPI_Info_set(info, "mkx_hier_gemm", modes[i]);
     mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &gpu), MKX_SUCCESS,
-                "virtual-node communicator with hier_gemm=gpu");
+                "virtual-node communicator with hier_gemm=%s", modes[i]);
     MPI_Info_free(&info);
+    long nv = mkx_hier_nvlink_starts();
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
+    mt_check(mkx_hier_nvlink_starts() - nv == (i ? 12 : 0),
+             "hier_gemm=%s: %ld calls took the nvlink variant", modes[i],
+             mkx_hier_nvlink_starts() - nv);
     MKX_Comm_free(&gpu);
   }
 #endif

@@ -1,0 +1,40 @@
+/* Device buffers on several nodes (options hier_gemm=gpu and nvlink): the
+ * plan both share, and the nvlink variant's entry points. */
+#ifndef MKX_OPS_HIER_GPU_H
+#define MKX_OPS_HIER_GPU_H
+
+#include <stdint.h>
+#include <cuda_runtime.h>
+#include "core/comm.h"
+
+struct mkx_agreed;
+
+typedef struct hg_plan {
+  int kind;           /* MKX_TP_PLAN_HIER: see mkx_tp_plan_head */
+  int op;
+  int64_t *rows;      /* [size]: AG each rank's m_local; RS/AR blocks */
+  void *dtmp;         /* device: gathered A (AG) or fp32 partial (RS/AR);
+                         nvlink: row-permuted A (RS/AR) or this column's
+                         rows of A (AG) */
+  int nvlink;         /* hier_gemm=nvlink: the fields below */
+  MKX_Comm node;      /* the node's ranks (owned by the communicator) */
+  int64_t col_rows;   /* rows of this rank's column (every node's rank of
+                         this local number) */
+  void *dcol;         /* device: RS/AR the node's fp32 sum of the column's
+                         rows; AG the product in permuted row order */
+  void *daout;        /* device, AG with A_out: gathered A, permuted */
+} hg_plan;
+
+const char *mkx_hier_op_name(int op);
+
+int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
+                          const struct mkx_agreed *g);
+int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g, void **plan);
+int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
+                          cudaStream_t st);
+void mkx_hier_nvlink_free(hg_plan *p);
+/* Calls started on the nvlink variant in this process (for tests). */
+long mkx_hier_nvlink_starts(void);
+
+#endif

@@ -1,0 +1,296 @@
+/* Device buffers on several nodes, option hier_gemm=nvlink (issue 5; the
+ * first step of docs/inter-node.md): the node's part of each call is the
+ * single-node GPU call (fused over NVLink where it fits) on a communicator
+ * of the node's ranks, and only the network part goes through the host
+ * path's column collectives (src/host/hier.c).
+ *
+ * N nodes of G ranks; local rank g of every node forms column g, whose rows
+ * R_g are the blocks of the column's ranks, nodes in order.  With the rows
+ * permuted so that R_0, R_1, ... follow each other, the node's even split
+ * of M over its G ranks gives rank g exactly |R_g| rows when ranks are
+ * numbered node by node (checked; else the staged path).  So:
+ *   ReduceScatter: permuted A -> the node's ReduceScatter in fp32 (GPU g
+ *     holds its node's sum of R_g) -> column reduce over the network;
+ *   AllReduce: the same, then the host path's allgather of the blocks;
+ *   AllGather+GEMM: column gather over the network (R_g) -> the node's
+ *     AllGather+GEMM of R_g -> product (and A_out) rows put back in order.
+ * Network bytes are those of hier_gemm=gpu, the minimum.  Blocking, as
+ * hier_gemm=gpu; nothing overlaps the network yet. */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "host/dtype.h"
+#include "host/hier.h"
+#include "host/xfer.h"
+#include "ops/op.h"
+
+#if HAVE_CUDA
+#include <stdatomic.h>
+#include "tp/tp_host.h"
+#include "ops/hier_gpu.h"
+
+static atomic_long nvlink_starts;
+long mkx_hier_nvlink_starts(void) { return atomic_load(&nvlink_starts); }
+
+#define op_name mkx_hier_op_name
+
+static int cuda_rc(cudaError_t e, int op, const char *what) {
+  return mkx_tp_cuda_rc(e, op_name(op), what);
+}
+
+static int rank_at(MKX_Comm c, int node, int local) {
+  for (int q = 0; q < c->size; q++)
+    if (c->place.node_of_rank[q] == node && c->place.local_rank_of[q] == local)
+      return q;
+  return -1;
+}
+
+/* Rows of column `local`: its ranks' rows, over every node. */
+static int64_t column_rows(MKX_Comm c, const int64_t *rows, int local) {
+  int64_t s = 0;
+  for (int k = 0; k < c->place.num_nodes; k++)
+    s += rows[rank_at(c, k, local)];
+  return s;
+}
+
+/* RS/AR: does the node's even split of M give each local rank its
+ * column's rows?  (Node-major rank numbering: docs/inter-node.md.) */
+static int split_matches(MKX_Comm c, int64_t M) {
+  const int G = c->place.local_size;
+  int64_t *rows = malloc(sizeof *rows * (size_t)c->size), first;
+  int ok = rows != NULL;
+  for (int q = 0; ok && q < c->size; q++)
+    MKX_Block_range(M, c->size, q, &first, &rows[q]);
+  for (int g = 0; ok && g < G; g++) {
+    int64_t count;
+    MKX_Block_range(M, G, g, &first, &count);
+    ok = column_rows(c, rows, g) == count;
+  }
+  free(rows);
+  return ok;
+}
+
+int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
+                          const struct mkx_agreed *g) {
+  (void)g;
+  for (int k = 0; k < c->place.num_nodes; k++)
+    for (int l = 0; l < c->place.local_size; l++)
+      if (rank_at(c, k, l) < 0)
+        return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=nvlink: nodes "
+                         "of unequal size", op_name(op));
+  if (op != MKX_TP_OP_AG &&
+      !split_matches(c, ((const mkx_gemm_red_args *)args)->M))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=nvlink needs ranks "
+                     "numbered node by node", op_name(op));
+  return MKX_SUCCESS;
+}
+
+/* Every rank's rows (AG: m_local; RS/AR: its block of M). */
+static int rows_of_ranks(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g, int64_t **out) {
+  int64_t *rows = calloc((size_t)c->size, sizeof *rows), first;
+  if (!rows) return mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
+  for (int q = 0; q < c->size; q++) {
+    if (op == MKX_TP_OP_AG)
+      rows[q] = g->local[q];
+    else
+      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q,
+                      &first, &rows[q]);
+  }
+  *out = rows;
+  return MKX_SUCCESS;
+}
+
+static int dev_alloc(void **p, size_t bytes, int op) {
+  return cuda_rc(cudaMalloc(p, bytes + 16), op, "cudaMalloc");
+}
+
+/* Device buffers: RS/AR the permuted A and the node's column sums; AG the
+ * column's rows of A, the permuted product and (A_out) gathered A. */
+static int alloc_bufs(MKX_Comm c, int op, const void *args, int64_t M,
+                      hg_plan *p) {
+  (void)c;
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
+    MKX_TRY(dev_alloc(&p->dtmp, (size_t)p->col_rows * (size_t)a->k * es, op));
+    MKX_TRY(dev_alloc(&p->dcol, (size_t)M * (size_t)a->n * cs, op));
+    if (a->A_out)
+      MKX_TRY(dev_alloc(&p->daout, (size_t)M * (size_t)a->k * es, op));
+    return MKX_SUCCESS;
+  }
+  const mkx_gemm_red_args *a = args;
+  const size_t es = MKX_Type_size(a->dtype);
+  MKX_TRY(dev_alloc(&p->dtmp, (size_t)a->M * (size_t)a->k_local * es, op));
+  return dev_alloc(&p->dcol, (size_t)p->col_rows * (size_t)a->n * 4, op);
+}
+
+void mkx_hier_nvlink_free(hg_plan *p) {
+  if (!p) return;
+  cudaFree(p->dtmp);
+  cudaFree(p->dcol);
+  cudaFree(p->daout);
+  free(p->rows);
+  free(p);
+}
+
+int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g, void **out) {
+  hg_plan *p = calloc(1, sizeof *p);
+  int rc = p ? rows_of_ranks(c, op, args, g, &p->rows)
+             : mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
+  if (rc == MKX_SUCCESS) rc = mkx_comm_node(c, &p->node); /* collective */
+  if (rc == MKX_SUCCESS && p->node->rank != c->place.local_rank)
+    rc = mkx_error(MKX_ERR_INTERNAL, "%s: node communicator rank %d, local "
+                   "rank %d", op_name(op), p->node->rank,
+                   c->place.local_rank);
+  if (rc == MKX_SUCCESS) {
+    p->col_rows = column_rows(c, p->rows, c->place.local_rank);
+    rc = alloc_bufs(c, op, args, g->total, p);
+  }
+  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  if (rc != MKX_SUCCESS) {
+    mkx_hier_nvlink_free(p);
+    return rc;
+  }
+  p->kind = MKX_TP_PLAN_HIER;
+  p->op = op;
+  p->nvlink = 1;
+  *out = p;
+  return MKX_SUCCESS;
+}
+
+/* Row blocks between rank order (a, lda) and column order (b, ldb): rank
+ * at (node k, local l) comes at position l, then k; to_col: a -> b. */
+static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
+                   char *b, int64_t ldb, int64_t cols, size_t es, int to_col,
+                   cudaStream_t st) {
+  int64_t at = 0;
+  for (int l = 0; l < c->place.local_size; l++)
+    for (int k = 0; k < c->place.num_nodes; k++) {
+      const int q = rank_at(c, k, l);
+      int64_t first = 0;
+      for (int r = 0; r < q; r++) first += p->rows[r];
+      const int64_t n = p->rows[q];
+      char *ra = a + (size_t)first * (size_t)lda * es;
+      char *rb = b + (size_t)at * (size_t)ldb * es;
+      at += n;
+      if (n == 0) continue;
+      MKX_TRY(cuda_rc(to_col ? cudaMemcpy2DAsync(rb, (size_t)ldb * es, ra,
+                                                 (size_t)lda * es,
+                                                 (size_t)cols * es, (size_t)n,
+                                                 cudaMemcpyDeviceToDevice, st)
+                             : cudaMemcpy2DAsync(ra, (size_t)lda * es, rb,
+                                                 (size_t)ldb * es,
+                                                 (size_t)cols * es, (size_t)n,
+                                                 cudaMemcpyDeviceToDevice, st),
+                      p->op, "copy of permuted rows"));
+    }
+  return MKX_SUCCESS;
+}
+
+/* The rounded block (AR: every block, gathered over the network) into C. */
+static int red_out(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
+                   const float *block, char *conv, char *out) {
+  const size_t cs = MKX_Type_size(a->ctype);
+  const int64_t mine = p->rows[c->rank];
+  const int64_t out_rows = p->op == MKX_TP_OP_AR ? a->M : mine;
+  mkx_convert(MKX_FP32, block, 1, a->ctype, conv, 1, (size_t)mine * a->n);
+  if (p->op == MKX_TP_OP_AR)
+    MKX_TRY(mkx_hier_allgather_rows(c, conv, p->rows, (size_t)a->n * cs,
+                                    out));
+  else
+    out = conv;
+  if (out_rows == 0) return MKX_SUCCESS;
+  return cuda_rc(cudaMemcpy2D(a->C, (size_t)a->ldc * cs, out,
+                              (size_t)a->n * cs, (size_t)a->n * cs,
+                              (size_t)out_rows, cudaMemcpyHostToDevice),
+                 p->op, "copy of C to the device");
+}
+
+static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
+                     cudaStream_t st) {
+  const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
+  const size_t col = (size_t)p->col_rows * (size_t)a->n;
+  const size_t mine = (size_t)p->rows[c->rank] * (size_t)a->n;
+  float *colsum = malloc(col * 4 + 16), *block = malloc(mine * 4 + 16);
+  char *conv = malloc(mine * cs + 16);
+  char *out = malloc((size_t)a->M * (size_t)a->n * cs + 16);
+  int rc = colsum && block && conv && out
+               ? MKX_SUCCESS
+               : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(p->op));
+  if (rc == MKX_SUCCESS)
+    rc = permute(c, p, (char *)a->A, a->lda, p->dtmp, a->k_local, a->k_local,
+                 es, 1, st);
+  if (rc == MKX_SUCCESS)
+    rc = MKX_Gemm_reduce_scatter(p->dtmp, a->M, a->k_local, a->k_local, a->B,
+                                 a->n, a->ldb, a->transb, p->dcol, a->n,
+                                 a->dtype, MKX_FP32, MKX_ROW_MAJOR, p->node,
+                                 (MKX_Stream)st);
+  if (rc == MKX_SUCCESS && col > 0)
+    rc = cuda_rc(cudaMemcpyAsync(colsum, p->dcol, col * 4,
+                                 cudaMemcpyDeviceToHost, st), p->op,
+                 "copy of the node's sums to the host");
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
+  rc = mkx_host_agree_rc(c, rc, op_name(p->op));
+  if (rc == MKX_SUCCESS)
+    rc = mkx_hier_column_reduce(c, MKX_FP32, colsum, p->rows, a->n, block);
+  if (rc == MKX_SUCCESS) rc = red_out(c, p, a, block, conv, out);
+  free(colsum);
+  free(block);
+  free(conv);
+  free(out);
+  return rc;
+}
+
+static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
+                    cudaStream_t st) {
+  const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
+  char *send = malloc(row * (size_t)a->m_local + 16);
+  char *col = malloc(row * (size_t)p->col_rows + 16);
+  int rc = send && col ? MKX_SUCCESS
+                       : mkx_error(MKX_ERR_NOMEM, "%s: host rows",
+                                   op_name(p->op));
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
+  if (rc == MKX_SUCCESS && a->m_local > 0)
+    rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
+                              (size_t)a->m_local, cudaMemcpyDeviceToHost),
+                 p->op, "copy of A rows to the host");
+  rc = mkx_host_agree_rc(c, rc, op_name(p->op));
+  if (rc == MKX_SUCCESS)
+    rc = mkx_hier_column_gather(c, send, p->rows, row, col);
+  if (rc == MKX_SUCCESS && p->col_rows > 0)
+    rc = cuda_rc(cudaMemcpyAsync(p->dtmp, col, row * (size_t)p->col_rows,
+                                 cudaMemcpyHostToDevice, st), p->op,
+                 "copy of the column's rows");
+  if (rc == MKX_SUCCESS)
+    rc = MKX_Allgather_gemm(p->dtmp, p->col_rows, a->k, a->k, a->B, a->n,
+                            a->ldb, a->transb, p->dcol, a->n,
+                            a->A_out ? p->daout : NULL, a->k, a->dtype,
+                            a->ctype, MKX_ROW_MAJOR, p->node, (MKX_Stream)st);
+  if (rc == MKX_SUCCESS)
+    rc = permute(c, p, a->C, a->ldc, p->dcol, a->n, a->n,
+                 MKX_Type_size(a->ctype), 0, st);
+  if (rc == MKX_SUCCESS && a->A_out)
+    rc = permute(c, p, a->A_out, a->ld_aout, p->daout, a->k, a->k, es, 0, st);
+  /* the host rows are read by the copies above: wait before freeing */
+  if (rc == MKX_SUCCESS)
+    rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
+  free(send);
+  free(col);
+  /* a node whose call failed must not leave the others reporting success */
+  return mkx_host_agree_rc(c, rc, op_name(p->op));
+}
+
+int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
+                          cudaStream_t st) {
+  atomic_fetch_add(&nvlink_starts, 1);
+  if (p->op == MKX_TP_OP_AG) return ag_start(c, p, args, st);
+  return red_start(c, p, args, st);
+}
+#else
+typedef int mkx_hier_nvlink_unused; /* ISO C: not an empty unit */
+#endif
