@@ -111,6 +111,23 @@ static int ag_network(MKX_Comm c, const grid *g, const void *send,
   return mkx_comm_net_exchange(c, sp, sl, rp, rl);
 }
 
+int mkx_hier_split_matches(MKX_Comm c, int64_t M) {
+  mkx_arena ar = {0};
+  grid g;
+  int64_t *rows = malloc(sizeof *rows * (size_t)c->size), first, count;
+  int ok = rows != NULL;
+  for (int q = 0; ok && q < c->size; q++)
+    MKX_Block_range(M, c->size, q, &first, &rows[q]);
+  ok = ok && grid_init(c, rows, &ar, &g) == MKX_SUCCESS;
+  for (int l = 0; ok && l < g.G; l++) {
+    MKX_Block_range(M, g.G, l, &first, &count);
+    ok = column_rows(&g, l) == count;
+  }
+  mkx_arena_release(&ar, MKX_SUCCESS);
+  free(rows);
+  return ok;
+}
+
 int mkx_hier_column_gather(MKX_Comm c, const void *send, const int64_t *rows,
                            size_t row_bytes, void *col) {
   mkx_arena ar = {0};

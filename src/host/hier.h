@@ -34,6 +34,11 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
  * mkx_hier_column_reduce: colsum = this node's sum of every block of this
  * rank's column, nodes in order; block = the sum over nodes (in node
  * order) of this rank's block. */
+/* 1 if the even split of M rows over a node's G ranks gives each local
+ * rank l exactly its column's rows under the split of M over all ranks
+ * (true when ranks are numbered node by node: docs/inter-node.md); a
+ * node's single-node call over row-permuted operands then does its part. */
+int mkx_hier_split_matches(MKX_Comm c, int64_t M);
 int mkx_hier_column_gather(MKX_Comm c, const void *send, const int64_t *rows,
                            size_t row_bytes, void *col);
 int mkx_hier_column_reduce(MKX_Comm c, MKX_Datatype wt, const void *colsum,

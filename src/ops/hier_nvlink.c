@@ -54,23 +54,6 @@ static int64_t column_rows(MKX_Comm c, const int64_t *rows, int local) {
   return s;
 }
 
-/* RS/AR: does the node's even split of M give each local rank its
- * column's rows?  (Node-major rank numbering: docs/inter-node.md.) */
-static int split_matches(MKX_Comm c, int64_t M) {
-  const int G = c->place.local_size;
-  int64_t *rows = malloc(sizeof *rows * (size_t)c->size), first;
-  int ok = rows != NULL;
-  for (int q = 0; ok && q < c->size; q++)
-    MKX_Block_range(M, c->size, q, &first, &rows[q]);
-  for (int g = 0; ok && g < G; g++) {
-    int64_t count;
-    MKX_Block_range(M, G, g, &first, &count);
-    ok = column_rows(c, rows, g) == count;
-  }
-  free(rows);
-  return ok;
-}
-
 int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
                           const struct mkx_agreed *g) {
   (void)g;
@@ -80,7 +63,7 @@ int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
         return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=nvlink: nodes "
                          "of unequal size", op_name(op));
   if (op != MKX_TP_OP_AG &&
-      !split_matches(c, ((const mkx_gemm_red_args *)args)->M))
+      !mkx_hier_split_matches(c, ((const mkx_gemm_red_args *)args)->M))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=nvlink needs ranks "
                      "numbered node by node", op_name(op));
   return MKX_SUCCESS;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include "core/comm.h"
 #include "core/comm_net.h"
+#include "host/hier.h"
 #include "mkx.h"
 #include "mkx_test.h"
 #ifdef MKX_TEST_CUDA
@@ -202,6 +203,56 @@ static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
 }
 #endif
 
+/* The node's ranks as a communicator of their own (hier_gemm=nvlink runs
+ * the node's part on it): its shape, an allreduce on it against the node's
+ * sum computed here, and the column identity that lets the node's even
+ * split stand for the columns. */
+static void node_comm(MKX_Comm hier, const geo *g) {
+  MKX_Comm node = NULL, again = NULL;
+  int rc = mkx_comm_node(hier, &node);
+  mt_check_rc(rc, MKX_SUCCESS, "node communicator");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  mt_check_rc(mkx_comm_node(hier, &again), MKX_SUCCESS, "node communicator "
+              "again");
+  mt_check(again == node, "made once");
+  int size = 0, rank = -1, nodes = 0;
+  MKX_Comm_size(node, &size), MKX_Comm_rank(node, &rank);
+  MKX_Comm_num_nodes(node, &nodes);
+  mt_check(size == g->G && rank == g->l && nodes == 1, "node communicator: "
+           "%d ranks, rank %d, %d node(s) (want %d, %d, 1)", size, rank, nodes,
+           g->G, g->l);
+  /* an allreduce inside the node: the node's ranks' products summed */
+  const int64_t M = 9, kl = 5, n = 6;
+  tbuf A, B, C;
+  make(&A, M * kl, 71 + mt.rank), make(&B, kl * n, 81 + mt.rank);
+  make(&C, M * n, 0);
+  rc = MKX_Gemm_allreduce(tbuf_ptr(&A), M, kl, kl, tbuf_ptr(&B), n, n,
+                          MKX_NO_TRANS, tbuf_ptr(&C), n, MKX_FP32, MKX_FP32,
+                          MKX_ROW_MAJOR, node, NULL);
+  mt_check_rc(rc, MKX_SUCCESS, "allreduce on the node communicator");
+  tbuf_download(&C);
+  float *want = calloc((size_t)(M * n), sizeof *want);
+  for (int l = 0; l < g->G; l++) {
+    tbuf a, b;
+    const int q = g->j * g->G + l;
+    make(&a, M * kl, 71 + q), make(&b, kl * n, 81 + q);
+    for (int64_t i = 0; i < M; i++)
+      for (int64_t j = 0; j < n; j++)
+        for (int64_t t = 0; t < kl; t++)
+          want[i * n + j] += ((float *)a.host)[i * kl + t] *
+                             ((float *)b.host)[t * n + j];
+    tbuf_free(&a), tbuf_free(&b);
+  }
+  double d = rel_diff(C.host, want, (size_t)(M * n));
+  mt_check(d < 1e-5, "node allreduce equals the node's sum (rel %g)", d);
+  free(want);
+  tbuf_free(&A), tbuf_free(&B), tbuf_free(&C);
+  int bad = 0;
+  for (int64_t m = 1; m <= 300; m++) bad += !mkx_hier_split_matches(hier, m);
+  mt_check(bad == 0, "node-major ranks: the node's even split is the "
+           "columns' rows for M = 1..300 (%d mismatches)", bad);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int vnode = mt.device && mt.size < 4 ? 1 : 2;
@@ -243,6 +294,7 @@ int main(int argc, char **argv) {
     reduce(hier, flat, &g, shapes[i][0] * mt.size - i % 2, shapes[i][1],
            shapes[i][2], 1);
   }
+  node_comm(hier, &g);
 #ifdef MKX_TEST_CUDA
   static const char *const modes[] = {"gpu", "nvlink"};
   for (int i = 0; mt.device && i < 2; i++) {
