@@ -23,6 +23,8 @@
  *                                landed in slot s
  *   +1536  int drained[MKX_TP_MAX]  split path: epoch at which rank q had
  *                                read every rank's partial (mkx_tp_split_reduce)
+ *   +1600  int pushed[MKX_TP_MAX]   split path: epoch at which rank q's rows
+ *                                of A had landed in every gathered A
  *   +4096  int src[src_cap]      src[i] = epoch: the copy engine copies these
  *                                into peers' flags (graph-safe flag values)
  *   flags[flags_cap], data       at offsets fixed per workspace (tp_gpu.c)
@@ -52,6 +54,7 @@ extern "C" {
 #define MKX_TP_OFF_ARRIVED 1024
 #define MKX_TP_MAXCH 16            /* chunk slots per owner (at most 8 used) */
 #define MKX_TP_OFF_DRAINED 1536
+#define MKX_TP_OFF_PUSHED 1600
 #define MKX_TP_OFF_SRC 4096
 
 /* The error word (host-mapped, 4 ints): err[0] = MKX_TP_ERR_TIMEOUT once a
@@ -183,16 +186,14 @@ int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
 
 /* AllGather: meet every rank at bar (each has finished its previous call,
  * so its gathered A may be written), store this rank's rows of A into
- * every rank's gathered A (own included) with SM stores, then set every
- * rank's flags [rank * tiles_m + t] = epoch for t in [t0, t1), and bump the
- * epoch (mkx_tp_ag_gemm on the same stream then waits for those flags). */
+ * every rank's gathered A (own included) with SM stores, meet again at
+ * pushed (every rank's rows are in place here) and bump the epoch: a plain
+ * GEMM on the gathered A may follow on the stream. */
 typedef struct mkx_tp_split_ag_desc {
   const void *a; int64_t lda, rows, k;      /* this rank's rows of A */
   int esz;                                  /* bytes per element: 2 */
   int64_t row0;                             /* their first row in the gathered A */
   void *gathered[MKX_TP_MAX];               /* every rank's gathered A (ld k), mapped */
-  int *flags[MKX_TP_MAX];                   /* every rank's flags, mapped */
-  int tiles_m, t0, t1;
   mkx_tp_sync sync;
 } mkx_tp_split_ag_desc;
 int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);

@@ -12,6 +12,7 @@
 #include "core/comm.h"
 #include "mem/symm.h"
 #include "tp/tp.h"
+#include "gemm/gemm_engine.h"
 
 /* What a call needs of a workspace (ints of src[] and flags[], data bytes,
  * and which path: the split path's workspaces are kept apart, see tp.h). */
@@ -75,6 +76,15 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
  * blocking (and the stream not being captured) wait for the run and return
  * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
+
+/* The split path's GEMM: cuBLAS on the communicator's handle (made on
+ * first use, freed with the communicator); g as for mkx_gemm_run. */
+int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
+                      const char *fn);
+typedef struct mkx_tp_blas mkx_tp_blas;
+int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
+                     const char *fn);
+void mkx_tp_blas_free(mkx_tp_blas *b);
 
 /* Calls started on the fused GPU path so far in this process, and how many
  * of them took the split path (for tests). */

@@ -342,7 +342,8 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                           "late rows kernel");
 }
 
-/* The split path: the partial into the workspace, then the one-shot sum. */
+/* The split path: the partial into the workspace (cuBLAS, src/ops/tp_blas.c),
+ * then the one-shot sum. */
 static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                      cudaStream_t st) {
   const char *fn = fn_name(p->allreduce);
@@ -360,7 +361,7 @@ static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
   g.ldc = a->n;
   g.ab_type = mkx_tp_gemm_type(a->dtype);
   g.c_type = p->p_type;
-  MKX_TRY(mkx_tp_launch_rc(mkx_gemm_run(&g, st), fn, "GEMM of the partial"));
+  MKX_TRY(mkx_tp_split_gemm(c, &g, st, fn));
   mkx_tp_split_red_desc d;
   memset(&d, 0, sizeof d);
   d.m = a->M;

@@ -25,6 +25,7 @@ long mkx_tp_split_starts(void) { return atomic_load(&split_starts); }
  * callback frees the host side below.  No change to the comm struct. */
 typedef struct tp_pool {
   mkx_tp_ws *list;
+  mkx_tp_blas *blas; /* the split path's cuBLAS handle */
 } tp_pool;
 
 static int pool_key = MPI_KEYVAL_INVALID;
@@ -49,6 +50,7 @@ static int pool_delete(MPI_Comm comm, int key, void *attr, void *extra) {
     p->list = ws->next;
     ws_destroy_host(ws); /* device memory: already freed by symm_release */
   }
+  if (p) mkx_tp_blas_free(p->blas);
   free(p);
   return MPI_SUCCESS;
 }
@@ -386,6 +388,16 @@ int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
   atomic_fetch_add(&split_starts, 1);
   mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (split)", fn);
   return MKX_SUCCESS;
+}
+
+int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
+                      const char *fn) {
+  tp_pool *pool;
+  /* cuBLAS has no fp16 x fp16 -> bf16 (nor bf16 -> fp16): the engine */
+  if (g->c_type != MKX_GEMM_FP32 && g->c_type != g->ab_type)
+    return mkx_tp_launch_rc(mkx_gemm_run(g, st), fn, "GEMM");
+  MKX_TRY(get_pool(c, &pool));
+  return mkx_tp_blas_gemm(&pool->blas, g, st, fn);
 }
 
 /* Below ~1024 rows per rank the overlapped calls lost to cuBLAS + NCCL on
