@@ -6,8 +6,9 @@
  * per call (10-30 us on 2 H200, measured 2026-11-30); here a call is two
  * kernels and each meets the other GPUs once in flags over NVLink.
  *
- *   AllGather+GEMM:  tp_split_push_kernel, then a plain GEMM (cuBLAS, host side)
- *   GEMM+RS / +AR:   a plain GEMM into the workspace, then
+ *   AllGather+GEMM:  tp_split_push_kernel, then the gated GEMM (ag_gemm.cu)
+ *                    or cuBLAS (option tp_split_gemm)
+ *   GEMM+RS / +AR:   a plain GEMM (the engine or cuBLAS) into the workspace, then
  *                    tp_split_reduce_kernel (one shot: each rank reads its
  *                    rows of every rank's partial over NVLink)
  */
@@ -48,13 +49,16 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
       reinterpret_cast<uint4 *>(static_cast<char *>(d.gathered[q]) + (d.row0 + r) * dld)[v] = x;
   }
   /* the last block, once every block's stores are visible everywhere,
-   * tells the peers and waits until theirs are here */
+   * tells the peers (and with wait_all waits until theirs are here) */
   __shared__ int last;
   __syncthreads();
   if (threadIdx.x == 0) last = mkx::tp::last_block(s);
   __syncthreads();
   if (!last) return;
-  mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
+  if (threadIdx.x == 0)
+    for (int q = 0; q < s.size; ++q)
+      for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
+  if (d.wait_all) mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
   if (threadIdx.x == 0) *epoch_of(s) = e;
 }
 
@@ -145,7 +149,8 @@ bool sync_ok(const mkx_tp_sync &s) { return s.size >= 1 && s.size <= MKX_TP_MAX 
 
 extern "C" int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st) {
   if (!d || !sync_ok(d->sync) || d->esz <= 0 || (d->k * d->esz) % 16 || (d->rows > 0 && (d->lda * d->esz) % 16) ||
-      d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16))
+      d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16) ||
+      d->t0 < 0 || d->t1 < d->t0 || d->t1 > d->tiles_m)
     return MKX_GEMM_EINVAL;
   const int blocks = blocks_for(d->rows * (d->k * d->esz / 16));
   tp_split_push_kernel<<<blocks, 256, 0, st>>>(*d);

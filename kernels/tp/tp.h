@@ -186,14 +186,18 @@ int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
 
 /* AllGather: meet every rank at bar (each has finished its previous call,
  * so its gathered A may be written), store this rank's rows of A into
- * every rank's gathered A (own included) with SM stores, meet again at
- * pushed (every rank's rows are in place here) and bump the epoch: a plain
- * GEMM on the gathered A may follow on the stream. */
+ * every rank's gathered A (own included) with SM stores, set every rank's
+ * flags [rank * tiles_m + t] = epoch for t in [t0, t1) (mkx_tp_ag_gemm on
+ * the same stream waits for those), with wait_all also meet at pushed
+ * (every rank's rows are in place here: a plain GEMM may follow), and bump
+ * the epoch. */
 typedef struct mkx_tp_split_ag_desc {
   const void *a; int64_t lda, rows, k;      /* this rank's rows of A */
   int esz;                                  /* bytes per element: 2 */
   int64_t row0;                             /* their first row in the gathered A */
   void *gathered[MKX_TP_MAX];               /* every rank's gathered A (ld k), mapped */
+  int *flags[MKX_TP_MAX];                   /* every rank's flags, mapped */
+  int tiles_m, t0, t1, wait_all;
   mkx_tp_sync sync;
 } mkx_tp_split_ag_desc;
 int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);

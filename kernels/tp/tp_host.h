@@ -77,8 +77,10 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
  * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
 
-/* The split path's GEMM: cuBLAS on the communicator's handle (made on
- * first use, freed with the communicator); g as for mkx_gemm_run. */
+/* The split path's GEMM (g as for mkx_gemm_run): the engine, or with
+ * option tp_split_gemm=cublas (mkx_tp_split_blas says when) cuBLAS on the
+ * communicator's handle, made on first use, freed with the communicator. */
+int mkx_tp_split_blas(MKX_Comm c, const mkx_gemm_desc *g);
 int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
                       const char *fn);
 typedef struct mkx_tp_blas mkx_tp_blas;

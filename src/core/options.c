@@ -59,6 +59,13 @@ static const mkx_option_desc option_table[] = {
      "kernels, lower fixed cost, nothing overlapped); auto: no for small "
      "products (fewer than 1024 product rows per rank), where overlap "
      "cannot pay for its 10-30 us of set-up, else yes."},
+    {"tp_split_gemm", MKX_OPT_ENUM, OPT(tp_split_gemm), "engine",
+     "engine|cublas",
+     "The GEMM of the split path (tp_overlap). engine: MKX's; cublas: "
+     "cuBLAS (not for fp16 inputs with bf16 output or the reverse, which "
+     "keep the engine), which ran 1.2-1.5x faster than the engine on the "
+     "small products the split path serves (2 H200); not yet run inside "
+     "the split path on a GPU, hence not the default."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "host", "host|gpu|nvlink",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "

@@ -11,8 +11,9 @@
  * with rows in them arrive.  No SMs move data, so the GEMM keeps all of
  * them.  Small products take the split path instead (option tp_overlap):
  * one kernel stores the rows into every rank's gathered A with SM stores
- * and meets the others once all have landed (kernels/tp/split.cu), then
- * cuBLAS multiplies the gathered A (src/ops/tp_blas.c). */
+ * and sets the flags (kernels/tp/split.cu), then the same gated GEMM runs;
+ * with option tp_split_gemm=cublas that kernel also waits until every
+ * rank's rows have landed and cuBLAS multiplies (src/ops/tp_blas.c). */
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"
@@ -106,7 +107,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
    * flags one per (source, tile). */
   p->split = mkx_tp_split_wanted(c, p->M);
   mkx_tp_need need = {p->split ? 0 : p->tiles_m,
-                      p->split ? 0 : (int64_t)c->size * p->tiles_m,
+                      (int64_t)c->size * p->tiles_m,
                       (size_t)p->M * (size_t)a->k * p->es, p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
@@ -210,9 +211,10 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 }
 
 /* The split path's copy: this rank's rows into every rank's gathered A and
- * its flags, by one kernel after the ranks meet. */
+ * its flags, by one kernel after the ranks meet; wait_all: and until every
+ * rank's rows are here (a GEMM without the flag gate follows). */
 static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                      cudaStream_t st) {
+                      int wait_all, cudaStream_t st) {
   mkx_tp_split_ag_desc d;
   memset(&d, 0, sizeof d);
   d.a = a->A;
@@ -221,30 +223,47 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.k = a->k;
   d.esz = (int)p->es;
   d.row0 = p->row0;
-  for (int lq = 0; lq < c->place.local_size; lq++)
+  for (int lq = 0; lq < c->place.local_size; lq++) {
     d.gathered[lq] = mkx_tp_ws_data(p->ws, lq);
+    d.flags[lq] = mkx_tp_ws_flags(p->ws, lq);
+  }
+  d.tiles_m = (int)p->tiles_m;
+  if (a->m_local > 0) {
+    d.t0 = (int)(p->row0 / TILE);
+    d.t1 = (int)((p->row1 - 1) / TILE + 1);
+  }
+  d.wait_all = wait_all;
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
   return mkx_tp_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
 }
 
-/* ... then the whole product from the gathered A. */
-static int gemm_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                      cudaStream_t st) {
+/* The whole product from the gathered A, as a plain GEMM. */
+static void split_desc(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
+                       mkx_gemm_desc *g) {
+  memset(g, 0, sizeof *g);
+  g->m = p->M;
+  g->n = a->n;
+  g->k = a->k;
+  g->a = mkx_tp_ws_data(p->ws, me);
+  g->lda = a->k;
+  g->b = a->B;
+  g->ldb = a->ldb;
+  g->b_kmajor = a->transb == MKX_TRANS;
+  g->c = a->C;
+  g->ldc = a->ldc;
+  g->ab_type = mkx_tp_gemm_type(a->dtype);
+  g->c_type = mkx_tp_gemm_type(a->ctype);
+}
+
+/* The split path: the copy, then the gated engine, or cuBLAS (option
+ * tp_split_gemm) once every rank's rows are here. */
+static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                     cudaStream_t st) {
   mkx_gemm_desc g;
-  memset(&g, 0, sizeof g);
-  g.m = p->M;
-  g.n = a->n;
-  g.k = a->k;
-  g.a = mkx_tp_ws_data(p->ws, c->place.local_rank);
-  g.lda = a->k;
-  g.b = a->B;
-  g.ldb = a->ldb;
-  g.b_kmajor = a->transb == MKX_TRANS;
-  g.c = a->C;
-  g.ldc = a->ldc;
-  g.ab_type = mkx_tp_gemm_type(a->dtype);
-  g.c_type = mkx_tp_gemm_type(a->ctype);
-  return mkx_tp_split_gemm(c, &g, st, FN);
+  split_desc(p, a, c->place.local_rank, &g);
+  const int blas = mkx_tp_split_blas(c, &g);
+  MKX_TRY(push_split(c, p, a, blas, st));
+  return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, st);
 }
 
 static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
@@ -265,8 +284,7 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
     MKX_TRY(mkx_tp_begin_split(c, p->ws, FN, stream));
-    MKX_TRY(push_split(c, p, a, st));
-    MKX_TRY(gemm_split(c, p, a, st));
+    MKX_TRY(split_run(c, p, a, st));
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, st));
     return mkx_tp_end(p->ws, stream);
   }

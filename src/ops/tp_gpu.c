@@ -390,11 +390,16 @@ int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
   return MKX_SUCCESS;
 }
 
+int mkx_tp_split_blas(MKX_Comm c, const mkx_gemm_desc *g) {
+  /* cuBLAS has no fp16 x fp16 -> bf16 (nor bf16 -> fp16): the engine */
+  return c->opt.tp_split_gemm == MKX_SPLIT_GEMM_CUBLAS &&
+         (g->c_type == MKX_GEMM_FP32 || g->c_type == g->ab_type);
+}
+
 int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
                       const char *fn) {
   tp_pool *pool;
-  /* cuBLAS has no fp16 x fp16 -> bf16 (nor bf16 -> fp16): the engine */
-  if (g->c_type != MKX_GEMM_FP32 && g->c_type != g->ab_type)
+  if (!mkx_tp_split_blas(c, g))
     return mkx_tp_launch_rc(mkx_gemm_run(g, st), fn, "GEMM");
   MKX_TRY(get_pool(c, &pool));
   return mkx_tp_blas_gemm(&pool->blas, g, st, fn);

@@ -644,19 +644,22 @@ int main(int argc, char **argv) {
                            NULL);
   MKX_Comm csp = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
                            NULL);
+  MKX_Comm cbl = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
+                           "mkx_tp_split_gemm", "cublas", NULL);
   MKX_Comm off = comm_with("mkx_fused", "off", NULL); /* whatever MKX_FUSED says */
   MKX_Comm f32 = comm_with("mkx_tp_partials", "fp32", NULL);
   MKX_Comm cpad = comm_with("mkx_fused_pad", "yes", NULL);
   MKX_Comm cpov = comm_with("mkx_fused_pad", "yes", "mkx_tp_overlap", "yes",
                             NULL);
-  MKX_Comm all[] = {c, cov, csp, off, f32, cpad, cpov};
+  MKX_Comm all[] = {c, cov, csp, cbl, off, f32, cpad, cpov};
   if (force_shared)
-    for (int i = 0; i < 7; i++) all[i]->gpu_shared = 0;
+    for (int i = 0; i < 8; i++) all[i]->gpu_shared = 0;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  /* overlap|split|auto|pad */
+  /* overlap|split|split-cublas|auto|pad */
   const char *only = getenv("MKX_TEST_PART");
   parts(cov, 0, only, "overlap");
   parts(csp, 1, only, "split");
+  parts(cbl, 1, only, "split-cublas");
   if (!only || !strcmp(only, "overlap")) two_small_c(cov);
   if (!only || !strcmp(only, "auto")) {
     for (int op = 0; op < 3; op++) shapes(c, op);
@@ -673,6 +676,7 @@ int main(int argc, char **argv) {
   CUDA(cudaStreamDestroy(st));
   MKX_Comm_free(&cpov);
   MKX_Comm_free(&cpad);
+  MKX_Comm_free(&cbl);
   MKX_Comm_free(&csp);
   MKX_Comm_free(&cov);
   MKX_Comm_free(&f32);
