@@ -16,12 +16,15 @@
  *
  *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
+ *               [--vnode G --hier host|gpu|nvlink]
  * Without --shape: M = 8192, N = K = 8192; --full: the issue's table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
  * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
  * (128 x 1024 x 1024 ... 2048 x 8192 x 8192), with --full after it.
  * M, N, K are the global GEMM sizes.  --overlap: MKX's option tp_overlap
- * (the overlapped or the split single-node path; default auto).
+ * (the overlapped or the split single-node path; default auto).  --vnode G:
+ * MKX runs on virtual nodes of G ranks over tcp with option hier_gemm (the
+ * several-node paths; cuBLAS + NCCL still run over NVLink on one node).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -260,7 +263,8 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   free(t);
 }
 
-static void env_init(env *e, const char *overlap) {
+static void env_init(env *e, const char *overlap, const char *vnode,
+                     const char *hier) {
   MPI_Info info;
   ncclUniqueId id;
   MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
@@ -268,6 +272,11 @@ static void env_init(env *e, const char *overlap) {
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_fused", "auto");
   MPI_Info_set(info, "mkx_tp_overlap", overlap);
+  if (vnode) {
+    MPI_Info_set(info, "mkx_virtual_node_size", vnode);
+    MPI_Info_set(info, "mkx_net", "tcp");
+    MPI_Info_set(info, "mkx_hier_gemm", hier);
+  }
   PM(MKX_Comm_create(MPI_COMM_WORLD, info, &e->mkx));
   MPI_Info_free(&info);
   int dev = -1;
@@ -317,7 +326,7 @@ static int small_table(job *jobs, int nj) {
 int mkx_perf_tp(int argc, char **argv) {
   job jobs[96];
   int nj = 0, reps = 10, ops = 7, full = 0, small = 0;
-  const char *outname = NULL, *overlap = "auto";
+  const char *outname = NULL, *overlap = "auto", *vnode = NULL, *hier = "gpu";
   int64_t shapes[16][3];
   int ns = 0;
   for (int i = 0; i < argc; i++) {
@@ -326,6 +335,8 @@ int mkx_perf_tp(int argc, char **argv) {
     else if (!strcmp(argv[i], "--full")) full = 1;
     else if (!strcmp(argv[i], "--small")) small = 1;
     else if (!strcmp(argv[i], "--overlap") && i + 1 < argc) overlap = argv[++i];
+    else if (!strcmp(argv[i], "--vnode") && i + 1 < argc) vnode = argv[++i];
+    else if (!strcmp(argv[i], "--hier") && i + 1 < argc) hier = argv[++i];
     else if (!strcmp(argv[i], "--op") && i + 1 < argc) {
       const char *o = argv[++i];
       ops = !strcmp(o, "ag") ? 1 : !strcmp(o, "rs") ? 2 : !strcmp(o, "ar") ? 4 : 7;
@@ -345,7 +356,7 @@ int mkx_perf_tp(int argc, char **argv) {
       jobs[nj++] = (job){op, shapes[s][0], shapes[s][1], shapes[s][2]};
   MPI_Init(NULL, NULL);
   env e;
-  env_init(&e, overlap);
+  env_init(&e, overlap, vnode, hier);
   FILE *out = NULL;
   if (e.rank == 0) {
     char dev[256] = "?";
@@ -357,10 +368,12 @@ int mkx_perf_tp(int argc, char **argv) {
     strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
     char head[512];
     snprintf(head, sizeof head,
-             "\n%s, %d x %s, bf16, B stored N x K, MKX option tp_overlap=%s, "
+             "\n%s, %d x %s, bf16, B stored N x K, MKX option tp_overlap=%s%s%s%s%s, "
              "medians of %d (ms, slowest rank)\n\n| call | M | N | K | mkx | serial | gemm | coll | "
              "ideal | serial/mkx | ideal/mkx |\n|---|---:|---:|---:|---:|---:|"
-             "---:|---:|---:|---:|---:|\n", day, e.size, dev, overlap, reps);
+             "---:|---:|---:|---:|---:|\n", day, e.size, dev, overlap,
+             vnode ? ", virtual nodes of " : "", vnode ? vnode : "",
+             vnode ? " over tcp, hier_gemm=" : "", vnode ? hier : "", reps);
     fputs(head, stdout);
     if (outname && (out = fopen(outname, "a"))) fputs(head, out);
   }
