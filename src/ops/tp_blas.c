@@ -42,9 +42,6 @@ static int blas_create(mkx_tp_blas **out, const char *fn) {
   if (rc == MKX_SUCCESS)
     rc = mkx_tp_cuda_rc(cudaMalloc(&b->ws, BLAS_WS_BYTES), fn,
                         "cuBLAS workspace");
-  if (rc == MKX_SUCCESS)
-    rc = blas_rc(cublasSetWorkspace(b->h, b->ws, BLAS_WS_BYTES), fn,
-                 "cublasSetWorkspace");
   if (rc != MKX_SUCCESS) {
     mkx_tp_blas_free(b);
     return rc;
@@ -67,6 +64,9 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
   if (g->m == 0 || g->n == 0) return MKX_SUCCESS;
   if (!*b) MKX_TRY(blas_create(b, fn));
   MKX_TRY(blas_rc(cublasSetStream((*b)->h, st), fn, "cublasSetStream"));
+  /* cublasSetStream puts the default workspace back */
+  MKX_TRY(blas_rc(cublasSetWorkspace((*b)->h, (*b)->ws, BLAS_WS_BYTES), fn,
+                  "cublasSetWorkspace"));
   return blas_rc(
       cublasGemmEx((*b)->h, g->b_kmajor ? CUBLAS_OP_T : CUBLAS_OP_N,
                    CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &one, g->b,

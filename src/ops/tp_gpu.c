@@ -402,6 +402,7 @@ int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
   if (!mkx_tp_split_blas(c, g))
     return mkx_tp_launch_rc(mkx_gemm_run(g, st), fn, "GEMM");
   MKX_TRY(get_pool(c, &pool));
+  if (!pool->blas) MKX_TRY(mkx_device_set(c->device)); /* the handle's GPU */
   return mkx_tp_blas_gemm(&pool->blas, g, st, fn);
 }
 
