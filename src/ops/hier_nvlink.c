@@ -10,12 +10,14 @@
  * of M over its G ranks gives rank g exactly |R_g| rows when ranks are
  * numbered node by node (checked; else the staged path).  So:
  *   ReduceScatter: permuted A -> the node's ReduceScatter in fp32 (GPU g
- *     holds its node's sum of R_g) -> column reduce over the network;
- *   AllReduce: the same, then the host path's allgather of the blocks;
+ *     holds its node's sum of R_g) -> column reduce over the network, in
+ *     up to 4 column slices of C so that the GPUs work on slice s + 1 while
+ *     slice s crosses the network;
+ *   AllReduce: the same, then the host path's allgather of each slice;
  *   AllGather+GEMM: column gather over the network (R_g) -> the node's
  *     AllGather+GEMM of R_g -> product (and A_out) rows put back in order.
  * Network bytes are those of hier_gemm=gpu, the minimum.  Blocking, as
- * hier_gemm=gpu; nothing overlaps the network yet. */
+ * hier_gemm=gpu. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,59 +175,109 @@ static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
   return MKX_SUCCESS;
 }
 
-/* The rounded block (AR: every block, gathered over the network) into C. */
-static int red_out(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
-                   const float *block, char *conv, char *out) {
-  const size_t cs = MKX_Type_size(a->ctype);
+/* Column slices of C, multiples of 8 wide, at most 4: the node's part of
+ * slice s + 1 runs on the GPUs while slice s crosses the network. */
+#define MAX_SLICES 4
+static int slices_of(int64_t n, int64_t *j) {
+  int64_t want = n / 32 < 1 ? 1 : n / 32 > MAX_SLICES ? MAX_SLICES : n / 32;
+  const int64_t w = (n / want + 7) / 8 * 8;
+  int S = 0;
+  j[0] = 0;
+  while (j[S] < n) {
+    j[S + 1] = j[S] + w < n ? j[S] + w : n;
+    S++;
+  }
+  return S;
+}
+
+/* One slice's node part, enqueued: the node's ReduceScatter of the
+ * permuted A times B's columns [j0, j1) into the slice's fp32 sums, then
+ * those to the host. */
+static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
+                    int64_t j1, float *colsum, cudaStream_t st) {
+  const size_t bs = MKX_Type_size(a->dtype);
+  const char *b = (const char *)a->B +
+      (a->transb == MKX_TRANS ? (size_t)j0 * (size_t)a->ldb : (size_t)j0) * bs;
+  float *dsum = (float *)p->dcol + (size_t)p->col_rows * (size_t)j0;
+  const size_t len = (size_t)p->col_rows * (size_t)(j1 - j0);
+  MKX_TRY(MKX_Gemm_reduce_scatter(p->dtmp, a->M, a->k_local, a->k_local, b,
+                                  j1 - j0, a->ldb, a->transb, dsum, j1 - j0,
+                                  a->dtype, MKX_FP32, MKX_ROW_MAJOR, p->node,
+                                  (MKX_Stream)st));
+  if (len == 0) return MKX_SUCCESS;
+  return cuda_rc(cudaMemcpyAsync(colsum + (size_t)p->col_rows * (size_t)j0,
+                                 dsum, len * 4, cudaMemcpyDeviceToHost, st),
+                 p->op, "copy of the node's sums to the host");
+}
+
+/* One slice's network part: the column reduce, rounding, AR's allgather,
+ * and the copy into C's columns [j0, j1) (enqueued: `out` must live until
+ * the stream is done). */
+static int red_net(MKX_Comm c, const hg_plan *p, const mkx_gemm_red_args *a,
+                   int64_t j0, int64_t j1, const float *colsum, float *block,
+                   char *conv, char *out, cudaStream_t st) {
+  const size_t cs = MKX_Type_size(a->ctype), w = (size_t)(j1 - j0);
   const int64_t mine = p->rows[c->rank];
   const int64_t out_rows = p->op == MKX_TP_OP_AR ? a->M : mine;
-  mkx_convert(MKX_FP32, block, 1, a->ctype, conv, 1, (size_t)mine * a->n);
+  MKX_TRY(mkx_hier_column_reduce(c, MKX_FP32, colsum + (size_t)p->col_rows * j0,
+                                 p->rows, j1 - j0, block));
+  mkx_convert(MKX_FP32, block, 1, a->ctype, conv, 1, (size_t)mine * w);
   if (p->op == MKX_TP_OP_AR)
-    MKX_TRY(mkx_hier_allgather_rows(c, conv, p->rows, (size_t)a->n * cs,
-                                    out));
+    MKX_TRY(mkx_hier_allgather_rows(c, conv, p->rows, w * cs, out));
   else
     out = conv;
   if (out_rows == 0) return MKX_SUCCESS;
-  return cuda_rc(cudaMemcpy2D(a->C, (size_t)a->ldc * cs, out,
-                              (size_t)a->n * cs, (size_t)a->n * cs,
-                              (size_t)out_rows, cudaMemcpyHostToDevice),
+  return cuda_rc(cudaMemcpy2DAsync((char *)a->C + (size_t)j0 * cs,
+                                   (size_t)a->ldc * cs, out, w * cs, w * cs,
+                                   (size_t)out_rows, cudaMemcpyHostToDevice,
+                                   st),
                  p->op, "copy of C to the device");
 }
 
 static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
                      cudaStream_t st) {
   const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
-  const size_t col = (size_t)p->col_rows * (size_t)a->n;
-  const size_t mine = (size_t)p->rows[c->rank] * (size_t)a->n;
-  float *colsum = malloc(col * 4 + 16), *block = malloc(mine * 4 + 16);
-  char *conv = malloc(mine * cs + 16);
-  char *out = malloc((size_t)a->M * (size_t)a->n * cs + 16);
+  const size_t n = (size_t)a->n, mine = (size_t)p->rows[c->rank];
+  int64_t j[MAX_SLICES + 1];
+  cudaEvent_t ev[MAX_SLICES] = {0};
+  const int S = slices_of(a->n, j);
+  float *colsum = malloc((size_t)p->col_rows * n * 4 + 16);
+  float *block = malloc(mine * n * 4 + 16);
+  char *conv = malloc(mine * n * cs + 16), *out = malloc((size_t)a->M * n * cs + 16);
   int rc = colsum && block && conv && out
                ? MKX_SUCCESS
                : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(p->op));
   if (rc == MKX_SUCCESS)
     rc = permute(c, p, (char *)a->A, a->lda, p->dtmp, a->k_local, a->k_local,
                  es, 1, st);
-  if (rc == MKX_SUCCESS)
-    rc = MKX_Gemm_reduce_scatter(p->dtmp, a->M, a->k_local, a->k_local, a->B,
-                                 a->n, a->ldb, a->transb, p->dcol, a->n,
-                                 a->dtype, MKX_FP32, MKX_ROW_MAJOR, p->node,
-                                 (MKX_Stream)st);
-  if (rc == MKX_SUCCESS && col > 0)
-    rc = cuda_rc(cudaMemcpyAsync(colsum, p->dcol, col * 4,
-                                 cudaMemcpyDeviceToHost, st), p->op,
-                 "copy of the node's sums to the host");
-  if (rc == MKX_SUCCESS)
-    rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
-  rc = mkx_host_agree_rc(c, rc, op_name(p->op));
-  if (rc == MKX_SUCCESS)
-    rc = mkx_hier_column_reduce(c, MKX_FP32, colsum, p->rows, a->n, block);
-  if (rc == MKX_SUCCESS) rc = red_out(c, p, a, block, conv, out);
+  for (int s = 0; rc == MKX_SUCCESS && s < S; s++) {
+    rc = red_node(p, a, j[s], j[s + 1], colsum, st);
+    if (rc == MKX_SUCCESS)
+      rc = cuda_rc(cudaEventCreateWithFlags(&ev[s], cudaEventDisableTiming),
+                   p->op, "cudaEventCreate");
+    if (rc == MKX_SUCCESS)
+      rc = cuda_rc(cudaEventRecord(ev[s], st), p->op, "cudaEventRecord");
+  }
+  /* slices in order; each one's host buffers are its own (the copies into
+   * C are enqueued behind the later slices' node parts) */
+  for (int s = 0; s < S; s++) {
+    if (rc == MKX_SUCCESS)
+      rc = cuda_rc(cudaEventSynchronize(ev[s]), p->op, "event synchronise");
+    rc = mkx_host_agree_rc(c, rc, op_name(p->op));
+    if (rc != MKX_SUCCESS) break;
+    rc = red_net(c, p, a, j[s], j[s + 1], colsum, block + mine * j[s],
+                 conv + mine * j[s] * cs, out + (size_t)a->M * j[s] * cs, st);
+  }
+  const int src = cuda_rc(cudaStreamSynchronize(st), p->op,
+                          "stream synchronise");
+  for (int s = 0; s < S; s++)
+    if (ev[s]) cudaEventDestroy(ev[s]);
   free(colsum);
   free(block);
   free(conv);
   free(out);
-  return rc;
+  /* the last slice's failure, or the stream's, on every rank */
+  return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
 
 static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
