@@ -15,7 +15,9 @@
  *     slice s crosses the network;
  *   AllReduce: the same, then the host path's allgather of each slice;
  *   AllGather+GEMM: column gather over the network (R_g) -> the node's
- *     AllGather+GEMM of R_g -> product (and A_out) rows put back in order.
+ *     AllGather+GEMM of R_g -> product (and A_out) rows put back in order,
+ *     in up to 4 chunks of every rank's rows, the GPUs multiplying chunk c
+ *     while chunk c + 1 crosses the network.
  * Network bytes are those of hier_gemm=gpu, the minimum.  Blocking, as
  * hier_gemm=gpu. */
 #include <stdint.h>
@@ -147,18 +149,18 @@ int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
 }
 
 /* Row blocks between rank order (a, lda) and column order (b, ldb): rank
- * at (node k, local l) comes at position l, then k; to_col: a -> b. */
-static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
-                   char *b, int64_t ldb, int64_t cols, size_t es, int to_col,
-                   cudaStream_t st) {
+ * q's rows[q] rows start at row first[q] of a; in b rank (node k, local l)
+ * comes at position l, then k; to_col: a -> b, else b -> a. */
+static int permute_rows(MKX_Comm c, int op, const int64_t *rows,
+                        const int64_t *first, char *a, int64_t lda, char *b,
+                        int64_t ldb, int64_t cols, size_t es, int to_col,
+                        cudaStream_t st) {
   int64_t at = 0;
   for (int l = 0; l < c->place.local_size; l++)
     for (int k = 0; k < c->place.num_nodes; k++) {
       const int q = rank_at(c, k, l);
-      int64_t first = 0;
-      for (int r = 0; r < q; r++) first += p->rows[r];
-      const int64_t n = p->rows[q];
-      char *ra = a + (size_t)first * (size_t)lda * es;
+      const int64_t n = rows[q];
+      char *ra = a + (size_t)first[q] * (size_t)lda * es;
       char *rb = b + (size_t)at * (size_t)ldb * es;
       at += n;
       if (n == 0) continue;
@@ -170,9 +172,24 @@ static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
                                                  (size_t)ldb * es,
                                                  (size_t)cols * es, (size_t)n,
                                                  cudaMemcpyDeviceToDevice, st),
-                      p->op, "copy of permuted rows"));
+                      op, "copy of permuted rows"));
     }
   return MKX_SUCCESS;
+}
+
+/* The whole matrix: rank q's block starts after the ranks before it. */
+static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
+                   char *b, int64_t ldb, int64_t cols, size_t es, int to_col,
+                   cudaStream_t st) {
+  int64_t *first = malloc(sizeof *first * (size_t)c->size);
+  if (!first) return mkx_error(MKX_ERR_NOMEM, "%s: row offsets",
+                               op_name(p->op));
+  for (int q = 0; q < c->size; q++)
+    first[q] = q ? first[q - 1] + p->rows[q - 1] : 0;
+  int rc = permute_rows(c, p->op, p->rows, first, a, lda, b, ldb, cols, es,
+                        to_col, st);
+  free(first);
+  return rc;
 }
 
 /* Column slices of C, multiples of 8 wide, at most 4: the node's part of
@@ -280,44 +297,110 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
 
+/* AllGather+GEMM in up to 4 chunks of every rank's rows (agreed from M):
+ * the GPUs multiply chunk c while chunk c + 1 crosses the network. */
+typedef struct ag_chunks {
+  int S;
+  int64_t *rows, *first, *col0, *out0; /* [S * size], [S * size], [S+1], [S+1] */
+} ag_chunks;
+
+static int64_t chunk_start(int64_t rows, int c, int S) { return rows * c / S; }
+
+/* ch->S is set first (from the agreed M), so that every rank runs as
+ * many chunk rounds whatever fails here. */
+static int chunks_make(MKX_Comm c, const hg_plan *p, int64_t M,
+                       ag_chunks *ch) {
+  const int P = c->size, me = c->place.local_rank;
+  const int S = M / 256 < 1 ? 1 : M / 256 > 4 ? 4 : (int)(M / 256);
+  ch->S = S;
+  ch->rows = calloc((size_t)(2 * S * P + 2 * (S + 1)), sizeof(int64_t));
+  if (!ch->rows) return mkx_error(MKX_ERR_NOMEM, "%s: chunks", op_name(p->op));
+  ch->first = ch->rows + S * P;
+  ch->col0 = ch->first + S * P;
+  ch->out0 = ch->col0 + S + 1;
+  int64_t off = 0; /* rank q's first row */
+  for (int q = 0; q < P; q++) {
+    for (int k = 0; k < S; k++) {
+      const int64_t a = chunk_start(p->rows[q], k, S);
+      ch->rows[k * P + q] = chunk_start(p->rows[q], k + 1, S) - a;
+      ch->first[k * P + q] = off + a;
+    }
+    off += p->rows[q];
+  }
+  for (int k = 0; k < S; k++) {
+    int64_t col = 0, all = 0;
+    for (int q = 0; q < P; q++) {
+      all += ch->rows[k * P + q];
+      if (c->place.local_rank_of[q] == me) col += ch->rows[k * P + q];
+    }
+    ch->col0[k + 1] = ch->col0[k] + col;
+    ch->out0[k + 1] = ch->out0[k] + all;
+  }
+  return MKX_SUCCESS;
+}
+
+/* Chunk k: its column's rows over the network, to the GPU, the node's
+ * AllGather+GEMM, its rows of C (and A_out) put back in place. */
+static int ag_chunk(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
+                    const ag_chunks *ch, int k, const char *send, char *col,
+                    cudaStream_t st) {
+  const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
+  const size_t cs = MKX_Type_size(a->ctype);
+  const int P = c->size;
+  const int64_t *rows = ch->rows + k * P, *first = ch->first + k * P;
+  const int64_t ncol = ch->col0[k + 1] - ch->col0[k];
+  char *dcol = (char *)p->dtmp + (size_t)ch->col0[k] * row;
+  char *dc = (char *)p->dcol + (size_t)ch->out0[k] * (size_t)a->n * cs;
+  char *dao = p->daout ? (char *)p->daout + (size_t)ch->out0[k] * row : NULL;
+  char *hcol = col + (size_t)ch->col0[k] * row;
+  MKX_TRY(mkx_hier_column_gather(
+      c, send + (size_t)chunk_start(p->rows[c->rank], k, ch->S) * row, rows,
+      row, hcol));
+  if (ncol > 0)
+    MKX_TRY(cuda_rc(cudaMemcpyAsync(dcol, hcol, row * (size_t)ncol,
+                                    cudaMemcpyHostToDevice, st), p->op,
+                    "copy of the column's rows"));
+  MKX_TRY(MKX_Allgather_gemm(dcol, ncol, a->k, a->k, a->B, a->n, a->ldb,
+                             a->transb, dc, a->n, dao, a->k, a->dtype,
+                             a->ctype, MKX_ROW_MAJOR, p->node, (MKX_Stream)st));
+  MKX_TRY(permute_rows(c, p->op, rows, first, a->C, a->ldc, dc, a->n, a->n,
+                       cs, 0, st));
+  if (!a->A_out) return MKX_SUCCESS;
+  return permute_rows(c, p->op, rows, first, a->A_out, a->ld_aout, dao, a->k,
+                      a->k, es, 0, st);
+}
+
 static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
                     cudaStream_t st) {
   const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
+  int64_t M = 0;
+  for (int q = 0; q < c->size; q++) M += p->rows[q];
+  ag_chunks ch = {0};
   char *send = malloc(row * (size_t)a->m_local + 16);
   char *col = malloc(row * (size_t)p->col_rows + 16);
-  int rc = send && col ? MKX_SUCCESS
-                       : mkx_error(MKX_ERR_NOMEM, "%s: host rows",
-                                   op_name(p->op));
+  int rc = chunks_make(c, p, M, &ch);
+  if (rc == MKX_SUCCESS && (!send || !col))
+    rc = mkx_error(MKX_ERR_NOMEM, "%s: host rows", op_name(p->op));
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
   if (rc == MKX_SUCCESS && a->m_local > 0)
     rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
                               (size_t)a->m_local, cudaMemcpyDeviceToHost),
                  p->op, "copy of A rows to the host");
-  rc = mkx_host_agree_rc(c, rc, op_name(p->op));
-  if (rc == MKX_SUCCESS)
-    rc = mkx_hier_column_gather(c, send, p->rows, row, col);
-  if (rc == MKX_SUCCESS && p->col_rows > 0)
-    rc = cuda_rc(cudaMemcpyAsync(p->dtmp, col, row * (size_t)p->col_rows,
-                                 cudaMemcpyHostToDevice, st), p->op,
-                 "copy of the column's rows");
-  if (rc == MKX_SUCCESS)
-    rc = MKX_Allgather_gemm(p->dtmp, p->col_rows, a->k, a->k, a->B, a->n,
-                            a->ldb, a->transb, p->dcol, a->n,
-                            a->A_out ? p->daout : NULL, a->k, a->dtype,
-                            a->ctype, MKX_ROW_MAJOR, p->node, (MKX_Stream)st);
-  if (rc == MKX_SUCCESS)
-    rc = permute(c, p, a->C, a->ldc, p->dcol, a->n, a->n,
-                 MKX_Type_size(a->ctype), 0, st);
-  if (rc == MKX_SUCCESS && a->A_out)
-    rc = permute(c, p, a->A_out, a->ld_aout, p->daout, a->k, a->k, es, 0, st);
+  /* every chunk's network part is collective: the ranks agree before each */
+  for (int k = 0; k < ch.S; k++) {
+    rc = mkx_host_agree_rc(c, rc, op_name(p->op));
+    if (rc != MKX_SUCCESS) break;
+    rc = ag_chunk(c, p, a, &ch, k, send, col, st);
+  }
   /* the host rows are read by the copies above: wait before freeing */
-  if (rc == MKX_SUCCESS)
-    rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
+  const int src = cuda_rc(cudaStreamSynchronize(st), p->op,
+                          "stream synchronise");
+  free(ch.rows);
   free(send);
   free(col);
   /* a node whose call failed must not leave the others reporting success */
-  return mkx_host_agree_rc(c, rc, op_name(p->op));
+  return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
 
 int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
