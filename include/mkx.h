@@ -137,6 +137,15 @@ int MKX_Comm_local_rank(MKX_Comm comm, int *local_rank); /* rank in node */
 int MKX_Comm_local_size(MKX_Comm comm, int *local_size); /* ranks in node */
 /* CUDA device ordinal this rank uses, or -1 when it runs the host path. */
 int MKX_Comm_device(MKX_Comm comm, int *device);
+/* Local, never blocks or synchronises: *async_error = MKX_SUCCESS, or the
+ * failure of GPU work that calls on `comm` enqueued earlier (with option
+ * blocking off, a call returns once its work is enqueued): MKX_ERR_TIMEOUT
+ * when a wait on the GPU for another rank ran out (MKX_Get_last_error()
+ * names the rank and what it waited for; the communicator is then
+ * unusable, later calls return MKX_ERR_INVALID_COMM), or
+ * MKX_ERR_INVALID_COMM if it already was.  Poll it, e.g. while waiting on
+ * the stream, to learn of a failure before the next call. */
+int MKX_Comm_get_async_error(MKX_Comm comm, int *async_error);
 
 /* Rows owned by block b when `rows` rows are split over `nblocks` blocks:
  * the first rows % nblocks blocks get one row more.  This is the split of

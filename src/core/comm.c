@@ -162,6 +162,19 @@ int MKX_Comm_free(MKX_Comm *comm) {
   return MKX_SUCCESS;
 }
 
+int MKX_Comm_get_async_error(MKX_Comm c, int *async_error) {
+  mkx_error_clear();
+  if (c == NULL || c->magic != MKX_COMM_MAGIC)
+    return mkx_error(MKX_ERR_INVALID_COMM, "MKX_Comm_get_async_error: NULL "
+                     "or freed communicator");
+  if (!async_error)
+    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_get_async_error: "
+                     "async_error is NULL");
+  /* a broken communicator says why (its message) and stays broken */
+  *async_error = c->broken ? mkx_comm_check(c) : mkx_tp_async_error(c);
+  return MKX_SUCCESS;
+}
+
 /* Queries work on a broken communicator too: they help diagnose it. */
 #define COMM_QUERY(fn, expr)                                                 \
   int fn(MKX_Comm c, int *out) {                                             \

@@ -48,6 +48,10 @@ int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
  * own, with c's options and GPU (made on first use, freed with c). */
 int mkx_comm_node(MKX_Comm c, MKX_Comm *node);
 
+/* The failure of GPU work enqueued earlier on c, read without
+ * synchronising (src/ops/tp_gpu.c; MKX_SUCCESS without CUDA). */
+int mkx_tp_async_error(MKX_Comm c);
+
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state
  * behind, and GPU epochs out of step) and keep the current error message
  * for later calls; returns rc. */

@@ -148,6 +148,7 @@ module mkx_f08
   public :: MKX_Comm_create, MKX_Comm_free, MKX_Comm_rank, MKX_Comm_size
   public :: MKX_Comm_node, MKX_Comm_num_nodes, MKX_Comm_local_rank
   public :: MKX_Comm_local_size, MKX_Comm_device, MKX_Block_range
+  public :: MKX_Comm_get_async_error
   public :: MKX_Alloc_mem, MKX_Free_mem
   public :: MKX_Allgather_gemm, MKX_Gemm_reduce_scatter, MKX_Gemm_allreduce
   public :: MKX_Ring_attention, MKX_Moe_dispatch_gemm, MKX_Moe_layer
@@ -309,6 +310,14 @@ module mkx_f08
       integer(c_int), intent(out) :: device
       integer(c_int) :: rc
     end function c_comm_device
+
+    function c_comm_get_async_error(comm, err) &
+        bind(C, name="MKX_Comm_get_async_error") result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      integer(c_int), intent(out) :: err
+      integer(c_int) :: rc
+    end function c_comm_get_async_error
 
     function c_block_range(rows, nblocks, b, first, count) &
         bind(C, name="MKX_Block_range") result(rc)
@@ -936,6 +945,20 @@ contains
     device = int(v)
     call set_ierror(rc, ierror)
   end subroutine MKX_Comm_device
+
+  ! The failure of GPU work enqueued earlier on comm (MKX_SUCCESS if none),
+  ! without waiting for it; see MKX_Comm_get_async_error in mkx.h.
+  subroutine MKX_Comm_get_async_error(comm, async_error, ierror)
+    type(MKX_Comm), intent(in) :: comm
+    integer, intent(out) :: async_error
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: v, rc
+    call mkx_f08_clear_error()
+    v = 0
+    rc = c_comm_get_async_error(comm%ptr, v)
+    async_error = int(v)
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Comm_get_async_error
 
   ! Rows [first, first + count) (0-based) of block b of rows split over
   ! nblocks blocks; in Fortran indexing rows first+1 .. first+count.

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
@@ -429,6 +430,15 @@ int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
   return ws->comm->opt.blocking ? finish_blocking(ws, (cudaStream_t)st)
                                 : MKX_SUCCESS;
 }
+
+/* A run's timeout on any workspace: reported and the communicator marked
+ * (pool_error); host-mapped words, so no synchronisation. */
+int mkx_tp_async_error(MKX_Comm c) {
+  return pool_error(c, "MKX_Comm_get_async_error");
+}
 #else
-typedef int mkx_tp_gpu_unused; /* ISO C: a translation unit is not empty */
+int mkx_tp_async_error(MKX_Comm c) {
+  (void)c;
+  return MKX_SUCCESS; /* the host path enqueues nothing */
+}
 #endif

@@ -208,6 +208,9 @@ contains
         lsize <= nranks, "MKX_Comm_local_rank, MKX_Comm_local_size")
     call MKX_Comm_device(comm, dev, ierr)
     call check(ierr == MKX_SUCCESS .and. dev >= -1, "MKX_Comm_device")
+    call MKX_Comm_get_async_error(comm, b, ierr)
+    call check(ierr == MKX_SUCCESS .and. b == MKX_SUCCESS, &
+        "MKX_Comm_get_async_error: nothing failed")
     next = 0
     do b = 0, 2
       call MKX_Block_range(10_c_int64_t, 3, b, first, count, ierr)

@@ -234,8 +234,11 @@ static int captured_start(prob *p, MKX_Request r) {
   return ok;
 }
 
-/* Rank LATE skips this start; on the others it must time out, naming it. */
-static void missed_start(const prob *p, MKX_Request r, int blocking) {
+/* Rank LATE skips this start; on the others it must time out, naming it:
+ * with blocking that start says so, else the next start or (query) the
+ * asynchronous error query. */
+static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
+                         int blocking, int query) {
   const char *name = op_name[p->op];
   double t0 = now_s();
   int rc = MKX_Start(r, st);
@@ -243,14 +246,20 @@ static void missed_start(const prob *p, MKX_Request r, int blocking) {
     mt_check_rc(rc, MKX_SUCCESS, "%s: the start rank %d skips only "
                 "enqueues", name, LATE);
     CUDA(cudaStreamSynchronize(st)); /* returns: every wait is bounded */
-    rc = MKX_Start(r, st);           /* the next call reports it */
+    if (query) {
+      int qrc = MKX_Comm_get_async_error(c, &rc);
+      mt_check_rc(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
+    } else {
+      rc = MKX_Start(r, st); /* the next call reports it */
+    }
   }
   double dt = now_s() - t0;
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
-  mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s "
-              "start", name, LATE, blocking ? "same" : "next");
+  mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
+              name, LATE, blocking ? "same start" : query ? "async query"
+                                                          : "next start");
   mt_check(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
            "names %s and the call barrier: %s", name, late, msg);
   mt_check(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
@@ -284,7 +293,8 @@ static void run_case(int op, int blocking, const char *overlap) {
   if (ok) ok = good_start(&p, r, blocking);
   if (ok && blocking) ok = captured_start(&p, r);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (ok && mt.rank != LATE) missed_start(&p, r, blocking);
+  if (ok && mt.rank != LATE) missed_start(&p, c, r, blocking,
+                                           !strcmp(overlap, "no"));
   MPI_Barrier(MPI_COMM_WORLD); /* LATE waits here until the others are done */
   if (r) mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free",
                      what);

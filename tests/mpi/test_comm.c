@@ -288,6 +288,15 @@ int main(int argc, char **argv) {
   mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, NULL),
               MKX_ERR_NULL_POINTER,
               "MKX_Comm_create(newcomm=NULL) returns MKX_ERR_NULL_POINTER");
+  x = -1;
+  mt_check_rc(MKX_Comm_get_async_error(c, &x), MKX_SUCCESS,
+              "MKX_Comm_get_async_error");
+  mt_check(x == MKX_SUCCESS, "no asynchronous error on a fresh communicator "
+           "(got %d)", x);
+  mt_check_rc(MKX_Comm_get_async_error(c, NULL), MKX_ERR_NULL_POINTER,
+              "MKX_Comm_get_async_error(comm, NULL)");
+  mt_check_rc(MKX_Comm_get_async_error(NULL, &x), MKX_ERR_INVALID_COMM,
+              "MKX_Comm_get_async_error(NULL comm)");
 
   rc = MKX_Comm_free(&c);
   mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
