@@ -23,6 +23,8 @@ typedef struct hg_plan {
   void *dcol;         /* device: RS/AR the node's fp32 sum of the column's
                          rows; AG the product in permuted row order */
   void *daout;        /* device, AG with A_out: gathered A, permuted */
+  float *hcol;        /* pinned host, RS/AR: dcol's copy (pageable memory
+                         would make each slice's copy wait for its GEMM) */
 } hg_plan;
 
 const char *mkx_hier_op_name(int op);

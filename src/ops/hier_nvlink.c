@@ -109,8 +109,11 @@ static int alloc_bufs(MKX_Comm c, int op, const void *args, int64_t M,
   }
   const mkx_gemm_red_args *a = args;
   const size_t es = MKX_Type_size(a->dtype);
+  const size_t col = (size_t)p->col_rows * (size_t)a->n * 4;
   MKX_TRY(dev_alloc(&p->dtmp, (size_t)a->M * (size_t)a->k_local * es, op));
-  return dev_alloc(&p->dcol, (size_t)p->col_rows * (size_t)a->n * 4, op);
+  MKX_TRY(dev_alloc(&p->dcol, col, op));
+  return cuda_rc(cudaMallocHost((void **)&p->hcol, col + 16), op,
+                 "cudaMallocHost");
 }
 
 void mkx_hier_nvlink_free(hg_plan *p) {
@@ -118,6 +121,7 @@ void mkx_hier_nvlink_free(hg_plan *p) {
   cudaFree(p->dtmp);
   cudaFree(p->dcol);
   cudaFree(p->daout);
+  cudaFreeHost(p->hcol);
   free(p->rows);
   free(p);
 }
@@ -227,28 +231,39 @@ static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
                  p->op, "copy of the node's sums to the host");
 }
 
-/* One slice's network part: the column reduce, rounding, AR's allgather,
- * and the copy into C's columns [j0, j1) (enqueued: `out` must live until
- * the stream is done). */
+/* One slice's network part: the column reduce, rounding, and for AR the
+ * allgather of the rounded blocks into `out`; RS leaves them in `conv`. */
 static int red_net(MKX_Comm c, const hg_plan *p, const mkx_gemm_red_args *a,
                    int64_t j0, int64_t j1, const float *colsum, float *block,
-                   char *conv, char *out, cudaStream_t st) {
+                   char *conv, char *out) {
   const size_t cs = MKX_Type_size(a->ctype), w = (size_t)(j1 - j0);
   const int64_t mine = p->rows[c->rank];
-  const int64_t out_rows = p->op == MKX_TP_OP_AR ? a->M : mine;
   MKX_TRY(mkx_hier_column_reduce(c, MKX_FP32, colsum + (size_t)p->col_rows * j0,
                                  p->rows, j1 - j0, block));
   mkx_convert(MKX_FP32, block, 1, a->ctype, conv, 1, (size_t)mine * w);
-  if (p->op == MKX_TP_OP_AR)
-    MKX_TRY(mkx_hier_allgather_rows(c, conv, p->rows, w * cs, out));
-  else
-    out = conv;
-  if (out_rows == 0) return MKX_SUCCESS;
-  return cuda_rc(cudaMemcpy2DAsync((char *)a->C + (size_t)j0 * cs,
-                                   (size_t)a->ldc * cs, out, w * cs, w * cs,
-                                   (size_t)out_rows, cudaMemcpyHostToDevice,
-                                   st),
-                 p->op, "copy of C to the device");
+  if (p->op != MKX_TP_OP_AR) return MKX_SUCCESS;
+  return mkx_hier_allgather_rows(c, conv, p->rows, w * cs, out);
+}
+
+/* Every slice's result into C's columns, once the network is done with
+ * them all (a copy from pageable memory waits for the whole stream, so an
+ * earlier one would have stalled the later slices' network parts). */
+static int red_copy_out(MKX_Comm c, const hg_plan *p,
+                        const mkx_gemm_red_args *a, const int64_t *j, int S,
+                        const char *conv, const char *out) {
+  const size_t cs = MKX_Type_size(a->ctype);
+  const int ar = p->op == MKX_TP_OP_AR;
+  const int64_t rows = ar ? a->M : p->rows[c->rank];
+  for (int s = 0; rows > 0 && s < S; s++) {
+    const size_t w = (size_t)(j[s + 1] - j[s]);
+    const char *src = ar ? out + (size_t)a->M * j[s] * cs
+                         : conv + (size_t)rows * j[s] * cs;
+    MKX_TRY(cuda_rc(cudaMemcpy2D((char *)a->C + (size_t)j[s] * cs,
+                                 (size_t)a->ldc * cs, src, w * cs, w * cs,
+                                 (size_t)rows, cudaMemcpyHostToDevice),
+                    p->op, "copy of C to the device"));
+  }
+  return MKX_SUCCESS;
 }
 
 static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
@@ -258,10 +273,9 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   int64_t j[MAX_SLICES + 1];
   cudaEvent_t ev[MAX_SLICES] = {0};
   const int S = slices_of(a->n, j);
-  float *colsum = malloc((size_t)p->col_rows * n * 4 + 16);
-  float *block = malloc(mine * n * 4 + 16);
+  float *colsum = p->hcol, *block = malloc(mine * n * 4 + 16);
   char *conv = malloc(mine * n * cs + 16), *out = malloc((size_t)a->M * n * cs + 16);
-  int rc = colsum && block && conv && out
+  int rc = block && conv && out
                ? MKX_SUCCESS
                : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(p->op));
   if (rc == MKX_SUCCESS)
@@ -275,21 +289,22 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
     if (rc == MKX_SUCCESS)
       rc = cuda_rc(cudaEventRecord(ev[s], st), p->op, "cudaEventRecord");
   }
-  /* slices in order; each one's host buffers are its own (the copies into
-   * C are enqueued behind the later slices' node parts) */
+  /* slices in order, each waiting only for its own node part: the GPUs
+   * work on the later slices meanwhile; every slice has its own host
+   * buffers */
   for (int s = 0; s < S; s++) {
     if (rc == MKX_SUCCESS)
       rc = cuda_rc(cudaEventSynchronize(ev[s]), p->op, "event synchronise");
     rc = mkx_host_agree_rc(c, rc, op_name(p->op));
     if (rc != MKX_SUCCESS) break;
     rc = red_net(c, p, a, j[s], j[s + 1], colsum, block + mine * j[s],
-                 conv + mine * j[s] * cs, out + (size_t)a->M * j[s] * cs, st);
+                 conv + mine * j[s] * cs, out + (size_t)a->M * j[s] * cs);
   }
+  if (rc == MKX_SUCCESS) rc = red_copy_out(c, p, a, j, S, conv, out);
   const int src = cuda_rc(cudaStreamSynchronize(st), p->op,
                           "stream synchronise");
   for (int s = 0; s < S; s++)
     if (ev[s]) cudaEventDestroy(ev[s]);
-  free(colsum);
   free(block);
   free(conv);
   free(out);
