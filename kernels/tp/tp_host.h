@@ -77,6 +77,15 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
  * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
 
+/* A plain GEMM of a call: AG: the gathered A (M rows, dense, in `a`) times
+ * B into C; RS/AR: A times B into a dense partial `c` of c_type. */
+struct mkx_ag_gemm_args;
+struct mkx_gemm_red_args;
+void mkx_tp_gemm_of_ag(const struct mkx_ag_gemm_args *args, const void *a,
+                    int64_t M, mkx_gemm_desc *d);
+void mkx_tp_gemm_of_red(const struct mkx_gemm_red_args *args, void *c,
+                     int c_type, mkx_gemm_desc *d);
+
 /* The split path's GEMM (g as for mkx_gemm_run): the engine, or with
  * option tp_split_gemm=cublas (mkx_tp_split_blas says when) cuBLAS on the
  * communicator's handle, made on first use, freed with the communicator. */

@@ -237,30 +237,12 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return mkx_tp_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
 }
 
-/* The whole product from the gathered A, as a plain GEMM. */
-static void split_desc(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
-                       mkx_gemm_desc *g) {
-  memset(g, 0, sizeof *g);
-  g->m = p->M;
-  g->n = a->n;
-  g->k = a->k;
-  g->a = mkx_tp_ws_data(p->ws, me);
-  g->lda = a->k;
-  g->b = a->B;
-  g->ldb = a->ldb;
-  g->b_kmajor = a->transb == MKX_TRANS;
-  g->c = a->C;
-  g->ldc = a->ldc;
-  g->ab_type = mkx_tp_gemm_type(a->dtype);
-  g->c_type = mkx_tp_gemm_type(a->ctype);
-}
-
 /* The split path: the copy, then the gated engine, or cuBLAS (option
  * tp_split_gemm) once every rank's rows are here. */
 static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
-  mkx_gemm_desc g;
-  split_desc(p, a, c->place.local_rank, &g);
+  mkx_gemm_desc g; /* the whole product from the gathered A */
+  mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->M, &g);
   const int blas = mkx_tp_split_blas(c, &g);
   MKX_TRY(push_split(c, p, a, blas, st));
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, st);

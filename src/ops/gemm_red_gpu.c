@@ -342,25 +342,13 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                           "late rows kernel");
 }
 
-/* The split path: the partial into the workspace (cuBLAS, src/ops/tp_blas.c),
- * then the one-shot sum. */
+/* The split path: the partial into the workspace (the engine, or cuBLAS:
+ * option tp_split_gemm), then the one-shot sum. */
 static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                      cudaStream_t st) {
   const char *fn = fn_name(p->allreduce);
   mkx_gemm_desc g;
-  memset(&g, 0, sizeof g);
-  g.m = a->M;
-  g.n = a->n;
-  g.k = a->k_local;
-  g.a = a->A;
-  g.lda = a->lda;
-  g.b = a->B;
-  g.ldb = a->ldb;
-  g.b_kmajor = a->transb == MKX_TRANS;
-  g.c = data_of(p, c->place.local_rank, 0);
-  g.ldc = a->n;
-  g.ab_type = mkx_tp_gemm_type(a->dtype);
-  g.c_type = p->p_type;
+  mkx_tp_gemm_of_red(a, data_of(p, c->place.local_rank, 0), p->p_type, &g);
   MKX_TRY(mkx_tp_split_gemm(c, &g, st, fn));
   mkx_tp_split_red_desc d;
   memset(&d, 0, sizeof d);

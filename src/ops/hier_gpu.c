@@ -47,24 +47,11 @@ static int cuda_rc(cudaError_t e, int op, const char *what) {
 static void *const ALIGNED_STANDIN = (void *)(uintptr_t)4096;
 static void engine_desc(int op, const void *args, const hg_plan *p,
                         int64_t M, mkx_gemm_desc *d) {
-  memset(d, 0, sizeof *d);
-  if (op == MKX_TP_OP_AG) {
-    const mkx_ag_gemm_args *a = args;
-    d->m = M, d->n = a->n, d->k = a->k;
-    d->a = p ? p->dtmp : ALIGNED_STANDIN, d->lda = a->k;
-    d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
-    d->c = a->C, d->ldc = a->ldc;
-    d->ab_type = mkx_tp_gemm_type(a->dtype);
-    d->c_type = mkx_tp_gemm_type(a->ctype);
-  } else {
-    const mkx_gemm_red_args *a = args;
-    d->m = a->M, d->n = a->n, d->k = a->k_local;
-    d->a = a->A, d->lda = a->lda;
-    d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
-    d->c = p ? p->dtmp : ALIGNED_STANDIN, d->ldc = a->n;
-    d->ab_type = mkx_tp_gemm_type(a->dtype);
-    d->c_type = MKX_GEMM_FP32;
-  }
+  void *tmp = p ? p->dtmp : ALIGNED_STANDIN;
+  if (op == MKX_TP_OP_AG)
+    mkx_tp_gemm_of_ag(args, tmp, M, d);
+  else
+    mkx_tp_gemm_of_red(args, tmp, MKX_GEMM_FP32, d);
 }
 
 int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,

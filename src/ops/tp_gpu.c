@@ -8,6 +8,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/op_args.h"
 
 #if HAVE_CUDA
 #include <stdatomic.h>
@@ -389,6 +390,28 @@ int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
   atomic_fetch_add(&split_starts, 1);
   mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (split)", fn);
   return MKX_SUCCESS;
+}
+
+void mkx_tp_gemm_of_ag(const mkx_ag_gemm_args *x, const void *a, int64_t M,
+                    mkx_gemm_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->m = M, d->n = x->n, d->k = x->k;
+  d->a = a, d->lda = x->k;
+  d->b = x->B, d->ldb = x->ldb, d->b_kmajor = x->transb == MKX_TRANS;
+  d->c = x->C, d->ldc = x->ldc;
+  d->ab_type = mkx_tp_gemm_type(x->dtype);
+  d->c_type = mkx_tp_gemm_type(x->ctype);
+}
+
+void mkx_tp_gemm_of_red(const mkx_gemm_red_args *x, void *c, int c_type,
+                     mkx_gemm_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->m = x->M, d->n = x->n, d->k = x->k_local;
+  d->a = x->A, d->lda = x->lda;
+  d->b = x->B, d->ldb = x->ldb, d->b_kmajor = x->transb == MKX_TRANS;
+  d->c = c, d->ldc = x->n;
+  d->ab_type = mkx_tp_gemm_type(x->dtype);
+  d->c_type = c_type;
 }
 
 int mkx_tp_split_blas(MKX_Comm c, const mkx_gemm_desc *g) {
