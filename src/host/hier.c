@@ -111,6 +111,21 @@ static int ag_network(MKX_Comm c, const grid *g, const void *send,
   return mkx_comm_net_exchange(c, sp, sl, rp, rl);
 }
 
+int mkx_hier_slices(int64_t n, int64_t *j) {
+  const int64_t want = n / 32 < 1 ? 1
+                       : n / 32 > MKX_HIER_MAX_SLICES ? MKX_HIER_MAX_SLICES
+                                                      : n / 32;
+  /* ceil(n / want) rounded up to 8: never more than `want` slices */
+  const int64_t w = ((n + want - 1) / want + 7) / 8 * 8;
+  int S = 0;
+  j[0] = 0;
+  while (j[S] < n) {
+    j[S + 1] = j[S] + w < n ? j[S] + w : n;
+    S++;
+  }
+  return S;
+}
+
 int mkx_hier_split_matches(MKX_Comm c, int64_t M) {
   mkx_arena ar = {0};
   grid g;

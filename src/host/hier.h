@@ -34,6 +34,14 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
  * mkx_hier_column_reduce: colsum = this node's sum of every block of this
  * rank's column, nodes in order; block = the sum over nodes (in node
  * order) of this rank's block. */
+/* Column slices [j[s], j[s+1]) of n columns, s < the returned count: about
+ * n / 32 of them, at least 1 (none when n is 0), at most
+ * MKX_HIER_MAX_SLICES, every one but the last a multiple of 8 wide.  The
+ * pipeline of hier_gemm=nvlink's reduce calls: the node part of slice
+ * s + 1 runs on the GPUs while slice s crosses the network. */
+#define MKX_HIER_MAX_SLICES 4
+int mkx_hier_slices(int64_t n, int64_t *j);
+
 /* 1 if the even split of M rows over a node's G ranks gives each local
  * rank l exactly its column's rows under the split of M over all ranks
  * (true when ranks are numbered node by node: docs/inter-node.md); a

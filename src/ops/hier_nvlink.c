@@ -196,20 +196,8 @@ static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
   return rc;
 }
 
-/* Column slices of C, multiples of 8 wide, at most 4: the node's part of
- * slice s + 1 runs on the GPUs while slice s crosses the network. */
-#define MAX_SLICES 4
-static int slices_of(int64_t n, int64_t *j) {
-  int64_t want = n / 32 < 1 ? 1 : n / 32 > MAX_SLICES ? MAX_SLICES : n / 32;
-  const int64_t w = (n / want + 7) / 8 * 8;
-  int S = 0;
-  j[0] = 0;
-  while (j[S] < n) {
-    j[S + 1] = j[S] + w < n ? j[S] + w : n;
-    S++;
-  }
-  return S;
-}
+#define MAX_SLICES MKX_HIER_MAX_SLICES
+#define slices_of mkx_hier_slices
 
 /* One slice's node part, enqueued: the node's ReduceScatter of the
  * permuted A times B's columns [j0, j1) into the slice's fp32 sums, then

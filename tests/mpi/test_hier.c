@@ -247,6 +247,18 @@ static void node_comm(MKX_Comm hier, const geo *g) {
   mt_check(d < 1e-5, "node allreduce equals the node's sum (rel %g)", d);
   free(want);
   tbuf_free(&A), tbuf_free(&B), tbuf_free(&C);
+  /* the slices of hier_gemm=nvlink's pipeline cover the columns */
+  int sbad = 0;
+  for (int64_t n = 0; n <= 700; n++) {
+    int64_t j[MKX_HIER_MAX_SLICES + 1];
+    const int S = mkx_hier_slices(n, j);
+    int ok = S >= (n > 0) && S <= MKX_HIER_MAX_SLICES && j[0] == 0 &&
+             j[S] == n;
+    for (int s = 0; ok && s < S; s++)
+      ok = j[s + 1] > j[s] && (s == S - 1 || (j[s + 1] - j[s]) % 8 == 0);
+    sbad += !ok;
+  }
+  mt_check(sbad == 0, "column slices cover n = 0..700 (%d bad)", sbad);
   int bad = 0;
   for (int64_t m = 1; m <= 300; m++) bad += !mkx_hier_split_matches(hier, m);
   mt_check(bad == 0, "node-major ranks: the node's even split is the "
