@@ -25,6 +25,7 @@ typedef struct hg_plan {
   void *daout;        /* device, AG with A_out: gathered A, permuted */
   float *hcol;        /* pinned host, RS/AR: dcol's copy (pageable memory
                          would make each slice's copy wait for its GEMM) */
+  int host;           /* mkx_hier_nvlink_host: host buffers and memory */
 } hg_plan;
 
 const char *mkx_hier_op_name(int op);
@@ -38,5 +39,10 @@ int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
 void mkx_hier_nvlink_free(hg_plan *p);
 /* Calls started on the nvlink variant in this process (for tests). */
 long mkx_hier_nvlink_starts(void);
+/* For the CPU tests of the nvlink variant's logic (row permutations,
+ * slices, chunks, column collectives): one call on host buffers, its node
+ * part as the host path's call on the node communicator.  op: MKX_TP_OP_*,
+ * args: its mkx_*_args.  Collective. */
+int mkx_hier_nvlink_host(MKX_Comm c, int op, const void *args);
 
 #endif

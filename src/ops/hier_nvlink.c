@@ -89,8 +89,51 @@ static int rows_of_ranks(MKX_Comm c, int op, const void *args,
   return MKX_SUCCESS;
 }
 
-static int dev_alloc(void **p, size_t bytes, int op) {
-  return cuda_rc(cudaMalloc(p, bytes + 16), op, "cudaMalloc");
+/* Memory and copies: on the GPU, or (p->host, mkx_hier_nvlink_host: the
+ * CPU tests of this file's logic) in host memory with the host path's
+ * calls on the node communicator. */
+static int x_alloc(const hg_plan *p, void **ptr, size_t bytes, int op) {
+  if (!p->host) return cuda_rc(cudaMalloc(ptr, bytes + 16), op, "cudaMalloc");
+  *ptr = malloc(bytes + 16);
+  return *ptr ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "%s: buffers",
+                                        op_name(op));
+}
+static int x_alloc_pinned(const hg_plan *p, void **ptr, size_t bytes,
+                          int op) {
+  if (p->host) return x_alloc(p, ptr, bytes, op);
+  return cuda_rc(cudaMallocHost(ptr, bytes + 16), op, "cudaMallocHost");
+}
+static void x_free(const hg_plan *p, void *ptr, int pinned) {
+  if (p->host) free(ptr);
+  else if (pinned) cudaFreeHost(ptr);
+  else cudaFree(ptr);
+}
+static int x_copy2d(const hg_plan *p, void *dst, size_t dpitch,
+                    const void *src, size_t spitch, size_t width,
+                    size_t rows, cudaStream_t st) {
+  if (rows == 0 || width == 0) return MKX_SUCCESS;
+  if (!p->host)
+    return cuda_rc(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
+                                     cudaMemcpyDefault, st),
+                   p->op, "copy of rows");
+  for (size_t r = 0; r < rows; r++)
+    memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+  return MKX_SUCCESS;
+}
+static int x_sync(const hg_plan *p, cudaStream_t st) {
+  if (p->host) return MKX_SUCCESS;
+  return cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
+}
+/* A point in the stream to wait for later (host: everything is done). */
+static int x_mark(const hg_plan *p, cudaEvent_t *ev, cudaStream_t st) {
+  if (p->host) return MKX_SUCCESS;
+  MKX_TRY(cuda_rc(cudaEventCreateWithFlags(ev, cudaEventDisableTiming),
+                  p->op, "cudaEventCreate"));
+  return cuda_rc(cudaEventRecord(*ev, st), p->op, "cudaEventRecord");
+}
+static int x_wait(const hg_plan *p, cudaEvent_t ev) {
+  if (p->host) return MKX_SUCCESS;
+  return cuda_rc(cudaEventSynchronize(ev), p->op, "event synchronise");
 }
 
 /* Device buffers: RS/AR the permuted A and the node's column sums; AG the
@@ -101,34 +144,34 @@ static int alloc_bufs(MKX_Comm c, int op, const void *args, int64_t M,
   if (op == MKX_TP_OP_AG) {
     const mkx_ag_gemm_args *a = args;
     const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
-    MKX_TRY(dev_alloc(&p->dtmp, (size_t)p->col_rows * (size_t)a->k * es, op));
-    MKX_TRY(dev_alloc(&p->dcol, (size_t)M * (size_t)a->n * cs, op));
+    MKX_TRY(x_alloc(p, &p->dtmp, (size_t)p->col_rows * (size_t)a->k * es, op));
+    MKX_TRY(x_alloc(p, &p->dcol, (size_t)M * (size_t)a->n * cs, op));
     if (a->A_out)
-      MKX_TRY(dev_alloc(&p->daout, (size_t)M * (size_t)a->k * es, op));
+      MKX_TRY(x_alloc(p, &p->daout, (size_t)M * (size_t)a->k * es, op));
     return MKX_SUCCESS;
   }
   const mkx_gemm_red_args *a = args;
   const size_t es = MKX_Type_size(a->dtype);
   const size_t col = (size_t)p->col_rows * (size_t)a->n * 4;
-  MKX_TRY(dev_alloc(&p->dtmp, (size_t)a->M * (size_t)a->k_local * es, op));
-  MKX_TRY(dev_alloc(&p->dcol, col, op));
-  return cuda_rc(cudaMallocHost((void **)&p->hcol, col + 16), op,
-                 "cudaMallocHost");
+  MKX_TRY(x_alloc(p, &p->dtmp, (size_t)a->M * (size_t)a->k_local * es, op));
+  MKX_TRY(x_alloc(p, &p->dcol, col, op));
+  return x_alloc_pinned(p, (void **)&p->hcol, col, op);
 }
 
 void mkx_hier_nvlink_free(hg_plan *p) {
   if (!p) return;
-  cudaFree(p->dtmp);
-  cudaFree(p->dcol);
-  cudaFree(p->daout);
-  cudaFreeHost(p->hcol);
+  x_free(p, p->dtmp, 0);
+  x_free(p, p->dcol, 0);
+  x_free(p, p->daout, 0);
+  x_free(p, p->hcol, 1);
   free(p->rows);
   free(p);
 }
 
-int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
-                         const struct mkx_agreed *g, void **out) {
+static int plan_make(MKX_Comm c, int op, const void *args,
+                     const struct mkx_agreed *g, int host, void **out) {
   hg_plan *p = calloc(1, sizeof *p);
+  if (p) p->host = host;
   int rc = p ? rows_of_ranks(c, op, args, g, &p->rows)
              : mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
   if (rc == MKX_SUCCESS) rc = mkx_comm_node(c, &p->node); /* collective */
@@ -152,10 +195,15 @@ int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
   return MKX_SUCCESS;
 }
 
+int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g, void **out) {
+  return plan_make(c, op, args, g, 0, out);
+}
+
 /* Row blocks between rank order (a, lda) and column order (b, ldb): rank
  * q's rows[q] rows start at row first[q] of a; in b rank (node k, local l)
  * comes at position l, then k; to_col: a -> b, else b -> a. */
-static int permute_rows(MKX_Comm c, int op, const int64_t *rows,
+static int permute_rows(MKX_Comm c, const hg_plan *p, const int64_t *rows,
                         const int64_t *first, char *a, int64_t lda, char *b,
                         int64_t ldb, int64_t cols, size_t es, int to_col,
                         cudaStream_t st) {
@@ -167,16 +215,10 @@ static int permute_rows(MKX_Comm c, int op, const int64_t *rows,
       char *ra = a + (size_t)first[q] * (size_t)lda * es;
       char *rb = b + (size_t)at * (size_t)ldb * es;
       at += n;
-      if (n == 0) continue;
-      MKX_TRY(cuda_rc(to_col ? cudaMemcpy2DAsync(rb, (size_t)ldb * es, ra,
-                                                 (size_t)lda * es,
-                                                 (size_t)cols * es, (size_t)n,
-                                                 cudaMemcpyDeviceToDevice, st)
-                             : cudaMemcpy2DAsync(ra, (size_t)lda * es, rb,
-                                                 (size_t)ldb * es,
-                                                 (size_t)cols * es, (size_t)n,
-                                                 cudaMemcpyDeviceToDevice, st),
-                      op, "copy of permuted rows"));
+      const size_t pa = (size_t)lda * es, pb = (size_t)ldb * es;
+      const size_t w = (size_t)cols * es;
+      MKX_TRY(to_col ? x_copy2d(p, rb, pb, ra, pa, w, (size_t)n, st)
+                     : x_copy2d(p, ra, pa, rb, pb, w, (size_t)n, st));
     }
   return MKX_SUCCESS;
 }
@@ -190,7 +232,7 @@ static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
                                op_name(p->op));
   for (int q = 0; q < c->size; q++)
     first[q] = q ? first[q - 1] + p->rows[q - 1] : 0;
-  int rc = permute_rows(c, p->op, p->rows, first, a, lda, b, ldb, cols, es,
+  int rc = permute_rows(c, p, p->rows, first, a, lda, b, ldb, cols, es,
                         to_col, st);
   free(first);
   return rc;
@@ -213,10 +255,8 @@ static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
                                   j1 - j0, a->ldb, a->transb, dsum, j1 - j0,
                                   a->dtype, MKX_FP32, MKX_ROW_MAJOR, p->node,
                                   (MKX_Stream)st));
-  if (len == 0) return MKX_SUCCESS;
-  return cuda_rc(cudaMemcpyAsync(colsum + (size_t)p->col_rows * (size_t)j0,
-                                 dsum, len * 4, cudaMemcpyDeviceToHost, st),
-                 p->op, "copy of the node's sums to the host");
+  return x_copy2d(p, colsum + (size_t)p->col_rows * (size_t)j0, len * 4,
+                  dsum, len * 4, len * 4, len > 0, st);
 }
 
 /* One slice's network part: the column reduce, rounding, and for AR the
@@ -238,7 +278,7 @@ static int red_net(MKX_Comm c, const hg_plan *p, const mkx_gemm_red_args *a,
  * earlier one would have stalled the later slices' network parts). */
 static int red_copy_out(MKX_Comm c, const hg_plan *p,
                         const mkx_gemm_red_args *a, const int64_t *j, int S,
-                        const char *conv, const char *out) {
+                        const char *conv, const char *out, cudaStream_t st) {
   const size_t cs = MKX_Type_size(a->ctype);
   const int ar = p->op == MKX_TP_OP_AR;
   const int64_t rows = ar ? a->M : p->rows[c->rank];
@@ -246,10 +286,9 @@ static int red_copy_out(MKX_Comm c, const hg_plan *p,
     const size_t w = (size_t)(j[s + 1] - j[s]);
     const char *src = ar ? out + (size_t)a->M * j[s] * cs
                          : conv + (size_t)rows * j[s] * cs;
-    MKX_TRY(cuda_rc(cudaMemcpy2D((char *)a->C + (size_t)j[s] * cs,
-                                 (size_t)a->ldc * cs, src, w * cs, w * cs,
-                                 (size_t)rows, cudaMemcpyHostToDevice),
-                    p->op, "copy of C to the device"));
+    MKX_TRY(x_copy2d(p, (char *)a->C + (size_t)j[s] * cs,
+                     (size_t)a->ldc * cs, src, w * cs, w * cs, (size_t)rows,
+                     st));
   }
   return MKX_SUCCESS;
 }
@@ -271,26 +310,20 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
                  es, 1, st);
   for (int s = 0; rc == MKX_SUCCESS && s < S; s++) {
     rc = red_node(p, a, j[s], j[s + 1], colsum, st);
-    if (rc == MKX_SUCCESS)
-      rc = cuda_rc(cudaEventCreateWithFlags(&ev[s], cudaEventDisableTiming),
-                   p->op, "cudaEventCreate");
-    if (rc == MKX_SUCCESS)
-      rc = cuda_rc(cudaEventRecord(ev[s], st), p->op, "cudaEventRecord");
+    if (rc == MKX_SUCCESS) rc = x_mark(p, &ev[s], st);
   }
   /* slices in order, each waiting only for its own node part: the GPUs
    * work on the later slices meanwhile; every slice has its own host
    * buffers */
   for (int s = 0; s < S; s++) {
-    if (rc == MKX_SUCCESS)
-      rc = cuda_rc(cudaEventSynchronize(ev[s]), p->op, "event synchronise");
+    if (rc == MKX_SUCCESS) rc = x_wait(p, ev[s]);
     rc = mkx_host_agree_rc(c, rc, op_name(p->op));
     if (rc != MKX_SUCCESS) break;
     rc = red_net(c, p, a, j[s], j[s + 1], colsum, block + mine * j[s],
                  conv + mine * j[s] * cs, out + (size_t)a->M * j[s] * cs);
   }
-  if (rc == MKX_SUCCESS) rc = red_copy_out(c, p, a, j, S, conv, out);
-  const int src = cuda_rc(cudaStreamSynchronize(st), p->op,
-                          "stream synchronise");
+  if (rc == MKX_SUCCESS) rc = red_copy_out(c, p, a, j, S, conv, out, st);
+  const int src = x_sync(p, st);
   for (int s = 0; s < S; s++)
     if (ev[s]) cudaEventDestroy(ev[s]);
   free(block);
@@ -359,17 +392,14 @@ static int ag_chunk(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   MKX_TRY(mkx_hier_column_gather(
       c, send + (size_t)chunk_start(p->rows[c->rank], k, ch->S) * row, rows,
       row, hcol));
-  if (ncol > 0)
-    MKX_TRY(cuda_rc(cudaMemcpyAsync(dcol, hcol, row * (size_t)ncol,
-                                    cudaMemcpyHostToDevice, st), p->op,
-                    "copy of the column's rows"));
+  MKX_TRY(x_copy2d(p, dcol, row, hcol, row, row, (size_t)ncol, st));
   MKX_TRY(MKX_Allgather_gemm(dcol, ncol, a->k, a->k, a->B, a->n, a->ldb,
                              a->transb, dc, a->n, dao, a->k, a->dtype,
                              a->ctype, MKX_ROW_MAJOR, p->node, (MKX_Stream)st));
-  MKX_TRY(permute_rows(c, p->op, rows, first, a->C, a->ldc, dc, a->n, a->n,
-                       cs, 0, st));
+  MKX_TRY(permute_rows(c, p, rows, first, a->C, a->ldc, dc, a->n, a->n, cs,
+                       0, st));
   if (!a->A_out) return MKX_SUCCESS;
-  return permute_rows(c, p->op, rows, first, a->A_out, a->ld_aout, dao, a->k,
+  return permute_rows(c, p, rows, first, a->A_out, a->ld_aout, dao, a->k,
                       a->k, es, 0, st);
 }
 
@@ -385,11 +415,9 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   if (rc == MKX_SUCCESS && (!send || !col))
     rc = mkx_error(MKX_ERR_NOMEM, "%s: host rows", op_name(p->op));
   if (rc == MKX_SUCCESS)
-    rc = cuda_rc(cudaStreamSynchronize(st), p->op, "stream synchronise");
-  if (rc == MKX_SUCCESS && a->m_local > 0)
-    rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
-                              (size_t)a->m_local, cudaMemcpyDeviceToHost),
-                 p->op, "copy of A rows to the host");
+    rc = x_copy2d(p, send, row, a->A, (size_t)a->lda * es, row,
+                  (size_t)a->m_local, st);
+  if (rc == MKX_SUCCESS) rc = x_sync(p, st);
   /* every chunk's network part is collective: the ranks agree before each */
   for (int k = 0; k < ch.S; k++) {
     rc = mkx_host_agree_rc(c, rc, op_name(p->op));
@@ -397,8 +425,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
     rc = ag_chunk(c, p, a, &ch, k, send, col, st);
   }
   /* the host rows are read by the copies above: wait before freeing */
-  const int src = cuda_rc(cudaStreamSynchronize(st), p->op,
-                          "stream synchronise");
+  const int src = x_sync(p, st);
   free(ch.rows);
   free(send);
   free(col);
@@ -411,6 +438,26 @@ int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
   atomic_fetch_add(&nvlink_starts, 1);
   if (p->op == MKX_TP_OP_AG) return ag_start(c, p, args, st);
   return red_start(c, p, args, st);
+}
+
+int mkx_hier_nvlink_host(MKX_Comm c, int op, const void *args) {
+  const int64_t mine = op == MKX_TP_OP_AG
+                           ? ((const mkx_ag_gemm_args *)args)->m_local
+                           : ((const mkx_gemm_red_args *)args)->k_local;
+  struct mkx_agreed g = {0};
+  void *plan = NULL;
+  g.local = calloc((size_t)c->size, sizeof *g.local);
+  int rc = g.local ? c->oob.allgather(c->oob.ctx, &mine, g.local, sizeof mine,
+                                      c->opt.timeout_ms)
+                   : mkx_error(MKX_ERR_NOMEM, "%s: sizes", op_name(op));
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) g.total += g.local[q];
+  if (rc == MKX_SUCCESS) rc = mkx_hier_nvlink_check(c, op, args, &g);
+  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  if (rc == MKX_SUCCESS) rc = plan_make(c, op, args, &g, 1, &plan);
+  if (rc == MKX_SUCCESS) rc = mkx_hier_nvlink_start(c, plan, args, NULL);
+  mkx_hier_nvlink_free(plan);
+  free(g.local);
+  return rc;
 }
 #else
 typedef int mkx_hier_nvlink_unused; /* ISO C: not an empty unit */

@@ -19,6 +19,7 @@
 #ifdef MKX_TEST_CUDA
 #include "tp/tp_host.h"
 #include "ops/hier_gpu.h"
+#include "ops/op_args.h"
 #endif
 
 typedef struct geo {
@@ -203,6 +204,74 @@ static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
 }
 #endif
 
+#ifdef MKX_TEST_CUDA
+/* hier_gemm=nvlink's logic on the CPU (mkx_hier_nvlink_host: host buffers,
+ * the node's part as the host path's call on the node communicator): the
+ * results of one node, A_out bit-exact, the minimum network bytes, on
+ * shapes that take 1-4 column slices and 1-4 row chunks. */
+static void nvlink_host(MKX_Comm hier, MKX_Comm flat, const geo *g) {
+  static const int64_t t[][3] = {{37, 24, 48}, {130, 16, 130}, {300, 8, 72},
+                                 {1, 8, 8}, {200, 40, 136}};
+  for (int i = 0; i < 5; i++) {
+    const int64_t m = t[i][0], k = t[i][1], n = t[i][2], M = m * mt.size;
+    tbuf A, B, C[2], Ao[2];
+    make(&A, m * k, 61 + mt.rank + i), make(&B, k * n, 67 + mt.rank + i);
+    for (int v = 0; v < 2; v++)
+      make(&C[v], M * n, 0), make(&Ao[v], M * k, 0);
+    uint64_t before = mkx_comm_net_bytes_sent(hier);
+    mkx_ag_gemm_args ag = {A.host, m, k, k, B.host, n, n, MKX_NO_TRANS,
+                           C[0].host, n, Ao[0].host, k, MKX_FP32, MKX_FP32,
+                           MKX_ROW_MAJOR};
+    mt_check_rc(mkx_hier_nvlink_host(hier, MKX_TP_OP_AG, &ag), MKX_SUCCESS,
+                "nvlink logic: allgather-GEMM %lldx%lldx%lld", (long long)M,
+                (long long)n, (long long)k);
+    uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
+    mt_check_rc(MKX_Allgather_gemm(A.host, m, k, k, B.host, n, n,
+                                   MKX_NO_TRANS, C[1].host, n, Ao[1].host, k,
+                                   MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, flat,
+                                   NULL), MKX_SUCCESS, "one-node allgather");
+    double d = rel_diff(C[0].host, C[1].host, (size_t)(M * n));
+    mt_check(d < 1e-5, "nvlink logic: allgather-GEMM equals one node (rel "
+             "%g)", d);
+    mt_check(memcmp(Ao[0].host, Ao[1].host, sizeof(float) * M * k) == 0,
+             "nvlink logic: A_out bit-exact");
+    uint64_t want = (uint64_t)(g->N - 1) * m * k * sizeof(float);
+    mt_check(sent == want, "nvlink logic: allgather-GEMM sent %llu bytes, "
+             "minimum %llu", (unsigned long long)sent,
+             (unsigned long long)want);
+    for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&Ao[v]);
+    tbuf_free(&A);
+    for (int all = 0; all < 2; all++) {
+      const int64_t Mr = M + i, rows = all ? Mr : block_rows(Mr, mt.rank);
+      make(&A, Mr * k, 71 + mt.rank + i);
+      make(&C[0], rows * n, 0), make(&C[1], rows * n, 0);
+      mkx_gemm_red_args rs = {A.host, Mr, k, k, B.host, n, n, MKX_NO_TRANS,
+                              C[0].host, n, MKX_FP32, MKX_FP32,
+                              MKX_ROW_MAJOR};
+      before = mkx_comm_net_bytes_sent(hier);
+      mt_check_rc(mkx_hier_nvlink_host(hier, all ? MKX_TP_OP_AR
+                                                 : MKX_TP_OP_RS, &rs),
+                  MKX_SUCCESS, "nvlink logic: %s %lldx%lldx%lld",
+                  all ? "allreduce" : "reduce-scatter", (long long)Mr,
+                  (long long)n, (long long)k);
+      sent = mkx_comm_net_bytes_sent(hier) - before;
+      mt_check_rc(reduce_call(all, &A, Mr, k, &B, n, &C[1], flat),
+                  MKX_SUCCESS, "one-node reduce");
+      d = rel_diff(C[0].host, C[1].host, (size_t)(rows * n));
+      mt_check(d < 1e-5, "nvlink logic: %s equals one node (rel %g)",
+               all ? "allreduce" : "reduce-scatter", d);
+      want = rs_bytes(g, Mr, n);
+      if (all) want += (uint64_t)(g->N - 1) * block_rows(Mr, mt.rank) * n * 4;
+      mt_check(sent == want, "nvlink logic: %s sent %llu bytes, minimum %llu",
+               all ? "allreduce" : "reduce-scatter", (unsigned long long)sent,
+               (unsigned long long)want);
+      tbuf_free(&A), tbuf_free(&C[0]), tbuf_free(&C[1]);
+    }
+    tbuf_free(&B);
+  }
+}
+#endif
+
 /* The node's ranks as a communicator of their own (hier_gemm=nvlink runs
  * the node's part on it): its shape, an allreduce on it against the node's
  * sum computed here, and the column identity that lets the node's even
@@ -307,6 +376,9 @@ int main(int argc, char **argv) {
            shapes[i][2], 1);
   }
   node_comm(hier, &g);
+#ifdef MKX_TEST_CUDA
+  if (!mt.device) nvlink_host(hier, flat, &g);
+#endif
 #ifdef MKX_TEST_CUDA
   static const char *const modes[] = {"gpu", "nvlink"};
   for (int i = 0; mt.device && i < 2; i++) {
