@@ -16,7 +16,7 @@
  *
  *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
- *               [--vnode G --hier host|gpu|nvlink]
+ *               [--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE]
  * Without --shape: M = 8192, N = K = 8192; --full: the issue's table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
  * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
@@ -25,6 +25,9 @@
  * (the overlapped or the split single-node path; default auto).  --vnode G:
  * MKX runs on virtual nodes of G ranks over tcp with option hier_gemm (the
  * several-node paths; cuBLAS + NCCL still run over NVLink on one node).
+ * --versus KEY=VALUE: a second MKX communicator with that option too (e.g.
+ * tp_overlap=no, tp_split_gemm=cublas), interleaved with the others: two
+ * more columns, its time and serial / its time.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -76,13 +79,13 @@
   } while (0)
 
 enum { OP_AG, OP_RS, OP_AR };
-enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, NV };
+enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, NV };
 static const char *const op_names[] = {"allgather_gemm", "gemm_rs",
                                        "gemm_ar"};
 
 typedef struct env {
   int rank, size;
-  MKX_Comm mkx;
+  MKX_Comm mkx, mkx2; /* mkx2: --versus, or NULL */
   ncclComm_t nccl;
   cublasHandle_t blas;
   cudaStream_t st;
@@ -91,7 +94,7 @@ typedef struct env {
 typedef struct bufs {
   void *A, *B, *C, *Afull, *P; /* A_r, B_r, C_r, gathered A, partial */
   int64_t m_loc, k_loc, c_rows;
-  MKX_Request req;
+  MKX_Request req, req2;
 } bufs;
 
 static int cmp_f(const void *a, const void *b) {
@@ -134,6 +137,25 @@ static void blas_gemm(env *e, const void *A, const void *B, void *C, int64_t m,
                   CUBLAS_GEMM_DEFAULT));
 }
 
+/* The MKX plan of this job on communicator c. */
+static void plan_on(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
+                    bufs *b, MKX_Request *req) {
+  if (op == OP_AG)
+    PM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
+                               b->C, N, NULL, K, MKX_BF16, MKX_BF16,
+                               MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
+  else if (op == OP_RS)
+    PM(MKX_Gemm_reduce_scatter_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
+                                    b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
+                                    MKX_BF16, MKX_ROW_MAJOR, c,
+                                    MPI_INFO_NULL, req));
+  else
+    PM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
+                               b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
+                               MKX_BF16, MKX_ROW_MAJOR, c, MPI_INFO_NULL,
+                               req));
+}
+
 static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, bufs *b) {
   memset(b, 0, sizeof *b);
   const int p = e->size;
@@ -145,35 +167,25 @@ static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, bufs *b) {
     b->Afull = dalloc((size_t)(M * K) * 2);
     fill(b->A, (size_t)(b->m_loc * K), 11u + (unsigned)e->rank);
     fill(b->B, (size_t)(N * K), 23u + (unsigned)e->rank);
-    PM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
-                               b->C, N, NULL, K, MKX_BF16, MKX_BF16,
-                               MKX_ROW_MAJOR, e->mkx, MPI_INFO_NULL, &b->req));
-    return;
+  } else {
+    b->k_loc = K / p;
+    int64_t first;
+    MKX_Block_range(M, p, e->rank, &first, &b->c_rows);
+    if (op == OP_AR) b->c_rows = M;
+    b->A = dalloc((size_t)(M * b->k_loc) * 2);
+    b->B = dalloc((size_t)(N * b->k_loc) * 2);
+    b->C = dalloc((size_t)(b->c_rows * N) * 2);
+    b->P = dalloc((size_t)(M * N) * 2);
+    fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)e->rank);
+    fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)e->rank);
   }
-  b->k_loc = K / p;
-  int64_t first;
-  MKX_Block_range(M, p, e->rank, &first, &b->c_rows);
-  if (op == OP_AR) b->c_rows = M;
-  b->A = dalloc((size_t)(M * b->k_loc) * 2);
-  b->B = dalloc((size_t)(N * b->k_loc) * 2);
-  b->C = dalloc((size_t)(b->c_rows * N) * 2);
-  b->P = dalloc((size_t)(M * N) * 2);
-  fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)e->rank);
-  fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)e->rank);
-  if (op == OP_RS)
-    PM(MKX_Gemm_reduce_scatter_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
-                                    b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
-                                    MKX_BF16, MKX_ROW_MAJOR, e->mkx,
-                                    MPI_INFO_NULL, &b->req));
-  else
-    PM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
-                               b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
-                               MKX_BF16, MKX_ROW_MAJOR, e->mkx, MPI_INFO_NULL,
-                               &b->req));
+  plan_on(e->mkx, op, M, N, K, b, &b->req);
+  if (e->mkx2) plan_on(e->mkx2, op, M, N, K, b, &b->req2);
 }
 
 static void teardown(bufs *b) {
   PM(MKX_Request_free(&b->req));
+  if (b->req2) PM(MKX_Request_free(&b->req2));
   cudaFree(b->A), cudaFree(b->B), cudaFree(b->C);
   if (b->Afull) cudaFree(b->Afull);
   if (b->P) cudaFree(b->P);
@@ -203,6 +215,7 @@ static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
                     bufs *b) {
   switch (v) {
     case V_MKX: PM(MKX_Start(b->req, e->st)); break;
+    case V_MKX2: PM(MKX_Start(b->req2, e->st)); break;
     case V_SERIAL:
       if (op == OP_AG) coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, b);
       else gemm_only(e, op, M, N, K, b), coll(e, op, M, N, b, K);
@@ -234,10 +247,13 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   setup(e, op, M, N, K, &b);
   PK(cudaEventCreate(&e0));
   PK(cudaEventCreate(&e1));
+  const int nv = e->mkx2 ? NV : V_MKX2; /* the variants this run has */
+  for (int v = nv; v < NV; v++)
+    for (int r = 0; r < reps; r++) t[v * reps + r] = 0;
   for (int w = 0; w < 3; w++)
-    for (int v = 0; v < NV; v++) sample(e, v, op, M, N, K, &b, e0, e1);
+    for (int v = 0; v < nv; v++) sample(e, v, op, M, N, K, &b, e0, e1);
   for (int r = 0; r < reps; r++)
-    for (int v = 0; v < NV; v++)
+    for (int v = 0; v < nv; v++)
       t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1);
   for (int v = 0; v < NV; v++) {
     qsort(t + v * reps, (size_t)reps, sizeof *t, cmp_f);
@@ -246,13 +262,16 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
   float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
   if (e->rank == 0) {
-    char line[256];
+    char line[320], more[64] = "";
+    if (e->mkx2)
+      snprintf(more, sizeof more, " %.3f | %.2f |", med[V_MKX2],
+               med[V_SERIAL] / med[V_MKX2]);
     snprintf(line, sizeof line,
              "| %s | %lld | %lld | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | "
-             "%.2f | %.2f |\n",
+             "%.2f | %.2f |%s\n",
              op_names[op], (long long)M, (long long)N, (long long)K,
              med[V_MKX], med[V_SERIAL], med[V_GEMM], med[V_COLL], ideal,
-             med[V_SERIAL] / med[V_MKX], ideal / med[V_MKX]);
+             med[V_SERIAL] / med[V_MKX], ideal / med[V_MKX], more);
     fputs(line, stdout);
     fflush(stdout);
     if (out) fputs(line, out), fflush(out);
@@ -263,12 +282,11 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   free(t);
 }
 
-static void env_init(env *e, const char *overlap, const char *vnode,
-                     const char *hier) {
+/* An MKX communicator with the run's options and (versus) one more. */
+static MKX_Comm mkx_comm(const char *overlap, const char *vnode,
+                         const char *hier, const char *versus) {
   MPI_Info info;
-  ncclUniqueId id;
-  MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &e->size);
+  MKX_Comm c = NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_fused", "auto");
   MPI_Info_set(info, "mkx_tp_overlap", overlap);
@@ -277,8 +295,24 @@ static void env_init(env *e, const char *overlap, const char *vnode,
     MPI_Info_set(info, "mkx_net", "tcp");
     MPI_Info_set(info, "mkx_hier_gemm", hier);
   }
-  PM(MKX_Comm_create(MPI_COMM_WORLD, info, &e->mkx));
+  char key[80];
+  const char *eq = versus ? strchr(versus, '=') : NULL;
+  if (eq && eq - versus < 70) {
+    snprintf(key, sizeof key, "mkx_%.*s", (int)(eq - versus), versus);
+    MPI_Info_set(info, key, eq + 1);
+  }
+  PM(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
   MPI_Info_free(&info);
+  return c;
+}
+
+static void env_init(env *e, const char *overlap, const char *vnode,
+                     const char *hier, const char *versus) {
+  ncclUniqueId id;
+  MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &e->size);
+  e->mkx = mkx_comm(overlap, vnode, hier, NULL);
+  e->mkx2 = versus ? mkx_comm(overlap, vnode, hier, versus) : NULL;
   int dev = -1;
   PM(MKX_Comm_device(e->mkx, &dev));
   PK(cudaSetDevice(dev));
@@ -295,6 +329,7 @@ static void env_fini(env *e) {
   PB(cublasDestroy(e->blas));
   PK(cudaStreamDestroy(e->st));
   PM(MKX_Comm_free(&e->mkx));
+  if (e->mkx2) PM(MKX_Comm_free(&e->mkx2));
 }
 
 typedef struct job { int op; int64_t m, n, k; } job;
@@ -327,6 +362,7 @@ int mkx_perf_tp(int argc, char **argv) {
   job jobs[96];
   int nj = 0, reps = 10, ops = 7, full = 0, small = 0;
   const char *outname = NULL, *overlap = "auto", *vnode = NULL, *hier = "gpu";
+  const char *versus = NULL;
   int64_t shapes[16][3];
   int ns = 0;
   for (int i = 0; i < argc; i++) {
@@ -337,6 +373,7 @@ int mkx_perf_tp(int argc, char **argv) {
     else if (!strcmp(argv[i], "--overlap") && i + 1 < argc) overlap = argv[++i];
     else if (!strcmp(argv[i], "--vnode") && i + 1 < argc) vnode = argv[++i];
     else if (!strcmp(argv[i], "--hier") && i + 1 < argc) hier = argv[++i];
+    else if (!strcmp(argv[i], "--versus") && i + 1 < argc) versus = argv[++i];
     else if (!strcmp(argv[i], "--op") && i + 1 < argc) {
       const char *o = argv[++i];
       ops = !strcmp(o, "ag") ? 1 : !strcmp(o, "rs") ? 2 : !strcmp(o, "ar") ? 4 : 7;
@@ -356,7 +393,11 @@ int mkx_perf_tp(int argc, char **argv) {
       jobs[nj++] = (job){op, shapes[s][0], shapes[s][1], shapes[s][2]};
   MPI_Init(NULL, NULL);
   env e;
-  env_init(&e, overlap, vnode, hier);
+  if (versus && !strchr(versus, '=')) {
+    fprintf(stderr, "mkx_perf tp: --versus takes KEY=VALUE (an MKX option)\n");
+    return 2;
+  }
+  env_init(&e, overlap, vnode, hier, versus);
   FILE *out = NULL;
   if (e.rank == 0) {
     char dev[256] = "?";
@@ -366,14 +407,19 @@ int mkx_perf_tp(int argc, char **argv) {
     time_t now = time(NULL);
     char day[32];
     strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    char head[512];
+    char head[768], cols[160] = "", rule[32] = "";
+    if (versus) {
+      snprintf(cols, sizeof cols, " mkx (%s) | serial/that |", versus);
+      snprintf(rule, sizeof rule, "---:|---:|");
+    }
     snprintf(head, sizeof head,
              "\n%s, %d x %s, bf16, B stored N x K, MKX option tp_overlap=%s%s%s%s%s, "
              "medians of %d (ms, slowest rank)\n\n| call | M | N | K | mkx | serial | gemm | coll | "
-             "ideal | serial/mkx | ideal/mkx |\n|---|---:|---:|---:|---:|---:|"
-             "---:|---:|---:|---:|---:|\n", day, e.size, dev, overlap,
+             "ideal | serial/mkx | ideal/mkx |%s\n|---|---:|---:|---:|---:|---:|"
+             "---:|---:|---:|---:|---:|%s\n", day, e.size, dev, overlap,
              vnode ? ", virtual nodes of " : "", vnode ? vnode : "",
-             vnode ? " over tcp, hier_gemm=" : "", vnode ? hier : "", reps);
+             vnode ? " over tcp, hier_gemm=" : "", vnode ? hier : "", reps,
+             cols, rule);
     fputs(head, stdout);
     if (outname && (out = fopen(outname, "a"))) fputs(head, out);
   }
