@@ -53,8 +53,8 @@ static int rank_at(MKX_Comm c, int node, int local) {
 /* Rows of column `local`: its ranks' rows, over every node. */
 static int64_t column_rows(MKX_Comm c, const int64_t *rows, int local) {
   int64_t s = 0;
-  for (int k = 0; k < c->place.num_nodes; k++)
-    s += rows[rank_at(c, k, local)];
+  for (int q = 0; q < c->size; q++)
+    if (c->place.local_rank_of[q] == local) s += rows[q];
   return s;
 }
 
@@ -301,8 +301,11 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   cudaEvent_t ev[MAX_SLICES] = {0};
   const int S = slices_of(a->n, j);
   float *colsum = p->hcol, *block = malloc(mine * n * 4 + 16);
-  char *conv = malloc(mine * n * cs + 16), *out = malloc((size_t)a->M * n * cs + 16);
-  int rc = block && conv && out
+  /* out: AR's gathered blocks only */
+  char *conv = malloc(mine * n * cs + 16);
+  char *out = p->op == MKX_TP_OP_AR ? malloc((size_t)a->M * n * cs + 16)
+                                    : NULL;
+  int rc = block && conv && (out || p->op != MKX_TP_OP_AR)
                ? MKX_SUCCESS
                : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(p->op));
   if (rc == MKX_SUCCESS)
@@ -320,7 +323,8 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
     rc = mkx_host_agree_rc(c, rc, op_name(p->op));
     if (rc != MKX_SUCCESS) break;
     rc = red_net(c, p, a, j[s], j[s + 1], colsum, block + mine * j[s],
-                 conv + mine * j[s] * cs, out + (size_t)a->M * j[s] * cs);
+                 conv + mine * j[s] * cs,
+                 out ? out + (size_t)a->M * j[s] * cs : NULL);
   }
   if (rc == MKX_SUCCESS) rc = red_copy_out(c, p, a, j, S, conv, out, st);
   const int src = x_sync(p, st);
@@ -364,12 +368,9 @@ static int chunks_make(MKX_Comm c, const hg_plan *p, int64_t M,
     off += p->rows[q];
   }
   for (int k = 0; k < S; k++) {
-    int64_t col = 0, all = 0;
-    for (int q = 0; q < P; q++) {
-      all += ch->rows[k * P + q];
-      if (c->place.local_rank_of[q] == me) col += ch->rows[k * P + q];
-    }
-    ch->col0[k + 1] = ch->col0[k] + col;
+    int64_t all = 0;
+    for (int q = 0; q < P; q++) all += ch->rows[k * P + q];
+    ch->col0[k + 1] = ch->col0[k] + column_rows(c, ch->rows + k * P, me);
     ch->out0[k + 1] = ch->out0[k] + all;
   }
   return MKX_SUCCESS;
