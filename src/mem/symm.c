@@ -66,13 +66,21 @@ static void ipc_release(void *base) {
   pthread_mutex_unlock(&ipc_lock);
 }
 
-/* A peer allocation opened in this process. */
+/* A peer allocation opened in this process.  Mappings of users' buffers
+ * (user) stay cached after their last registration ends, for the next call
+ * on the same buffer; unused ones are closed when there are too many or
+ * when one blocks the opening of a new buffer, never while a registration
+ * holds them (users) or a captured graph may replay them (pinned). */
 typedef struct mapping {
   int rank;
   uint64_t id; /* the peer's CUDA buffer id of the allocation */
   void *base;
+  int user, users, pinned;
   struct mapping *next;
 } mapping;
+
+/* Unused mappings of users' buffers kept per communicator. */
+#define SYMM_KEEP 16
 
 /* An allocation made by mkx_symm_alloc. */
 typedef struct owned {
@@ -183,13 +191,68 @@ static int describe(void *ptr, symm_record *r) {
   return MKX_SUCCESS;
 }
 
-static int open_peer(MKX_Comm c, int q, const symm_record *r, void **base) {
+static mapping *find_map(mkx_symm_state *s, int q, uint64_t id) {
+  mapping *m = s ? s->maps : NULL;
+  while (m && !(m->rank == q && m->id == id)) m = m->next;
+  return m;
+}
+
+static int unused(const mapping *m) {
+  return m->user && m->users == 0 && !m->pinned;
+}
+
+static int count_unused(const mkx_symm_state *s) {
+  int n = 0;
+  for (const mapping *m = s->maps; m; m = m->next) n += unused(m);
+  return n;
+}
+
+/* Close the unused mappings of users' buffers, once every kernel of this
+ * device that might still reach them is done.  Where the device cannot be
+ * synchronised (say, during a capture), nothing is closed. */
+static void evict_unused(MKX_Comm c) {
   mkx_symm_state *s = state(c);
-  for (mapping *m = s->maps; m; m = m->next)
-    if (m->rank == q && m->id == r->id) return *base = m->base, MKX_SUCCESS;
-  mapping *m = calloc(1, sizeof *m);
-  if (!m) return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
-  cudaError_t e = ipc_acquire(&r->handle, &m->base);
+  if (cudaDeviceSynchronize() != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  for (mapping **pm = &s->maps; *pm;) {
+    mapping *m = *pm;
+    if (!unused(m)) {
+      pm = &m->next;
+      continue;
+    }
+    ipc_release(m->base);
+    *pm = m->next;
+    free(m);
+  }
+}
+
+static cudaError_t open_fresh(MKX_Comm c, const symm_record *r, int user,
+                              void **base) {
+  if (user && count_unused(state(c)) >= SYMM_KEEP) evict_unused(c);
+  cudaError_t e = ipc_acquire(&r->handle, base);
+  /* A stale mapping of a freed buffer whose memory the peer handed out
+   * again blocks the new one: close the unused ones and try again. */
+  if (e == cudaErrorAlreadyMapped && count_unused(state(c)) > 0) {
+    (void)cudaGetLastError();
+    evict_unused(c);
+    e = ipc_acquire(&r->handle, base);
+  }
+  return e;
+}
+
+static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
+                     mapping **out) {
+  mkx_symm_state *s = state(c);
+  mapping *m = find_map(s, q, r->id);
+  if (m) {
+    m->users += m->user;
+    return *out = m, MKX_SUCCESS;
+  }
+  if (!(m = calloc(1, sizeof *m)))
+    return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
+  cudaError_t e = open_fresh(c, r, user, &m->base);
   if (e == cudaErrorAlreadyMapped) {
     free(m);
     (void)cudaGetLastError();
@@ -203,20 +266,24 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, void **base) {
     free(m);
     return cuda_fail(e, "cudaIpcOpenMemHandle of a node peer's buffer");
   }
-  *m = (mapping){q, r->id, m->base, s->maps};
+  *m = (mapping){q, r->id, m->base, user, user, 0, s->maps};
   s->maps = m;
-  *base = m->base;
+  *out = m;
   return MKX_SUCCESS;
 }
 
-static int map_node(MKX_Comm c, const symm_record *all, mkx_symm_buf *b) {
+/* user: the buffers are users' (mkx_symm_register), whose mappings this
+ * registration holds until mkx_symm_buf_free. */
+static int map_node(MKX_Comm c, const symm_record *all, int user,
+                    mkx_symm_buf *b) {
   for (int q = 0; q < c->size; q++) {
     if (c->place.node_of_rank[q] != c->place.node) continue;
     int lr = c->place.local_rank_of[q];
-    void *base = NULL;
+    mapping *m = NULL;
     if (q == c->rank || !all[q].has) continue;
-    MKX_TRY(open_peer(c, q, &all[q], &base));
-    b->peer[lr] = (char *)base + all[q].offset;
+    MKX_TRY(open_peer(c, q, &all[q], user, &m));
+    b->peer[lr] = (char *)m->base + all[q].offset;
+    if (m->user) b->held[lr] = (mkx_symm_hold){q, m->id};
   }
   return MKX_SUCCESS;
 }
@@ -237,7 +304,10 @@ static int buf_init(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   b->bytes = bytes;
   b->local_size = c->place.local_size;
   b->peer = calloc((size_t)b->local_size, sizeof *b->peer);
-  if (!b->peer || !state(c))
+  b->held = malloc((size_t)b->local_size * sizeof *b->held);
+  for (int i = 0; b->held && i < b->local_size; i++)
+    b->held[i] = (mkx_symm_hold){-1, 0};
+  if (!b->peer || !b->held || !state(c))
     return mkx_error(MKX_ERR_NOMEM, "symmetric memory state");
   b->peer[c->place.local_rank] = ptr;
   return MKX_SUCCESS;
@@ -247,15 +317,36 @@ int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   symm_record *all;
   int rc = share(c, ptr, buf_init(c, ptr, bytes, b), &all);
   if (rc == MKX_SUCCESS)
-    rc = agree(c, map_node(c, all, b), "symmetric mapping");
+    rc = agree(c, map_node(c, all, 1, b), "symmetric mapping");
   free(all);
-  if (rc != MKX_SUCCESS) mkx_symm_buf_free(b);
+  if (rc != MKX_SUCCESS) mkx_symm_buf_free(c, b);
   return rc;
 }
 
-void mkx_symm_buf_free(mkx_symm_buf *b) {
+void mkx_symm_buf_free(MKX_Comm c, mkx_symm_buf *b) {
+  for (int i = 0; b->held && i < b->local_size; i++) {
+    mapping *m = c ? find_map(c->symm, b->held[i].rank, b->held[i].id) : NULL;
+    if (m && b->held[i].rank >= 0 && m->users > 0) m->users--;
+  }
   free(b->peer);
+  free(b->held);
   b->peer = NULL;
+  b->held = NULL;
+}
+
+void mkx_symm_buf_pin(MKX_Comm c, const mkx_symm_buf *b) {
+  for (int i = 0; b->held && i < b->local_size; i++) {
+    mapping *m = find_map(c->symm, b->held[i].rank, b->held[i].id);
+    if (m && b->held[i].rank >= 0) m->pinned = 1;
+  }
+}
+
+int mkx_symm_cached(MKX_Comm c) {
+  int n = 0;
+  for (const mapping *m = c->symm ? ((mkx_symm_state *)c->symm)->maps : NULL;
+       m; m = m->next)
+    n += m->user;
+  return n;
 }
 
 static void unmap(MKX_Comm c, int q, uint64_t id);
@@ -286,7 +377,7 @@ int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
   if (rc != MKX_SUCCESS) *ptr = NULL;
   rc = share(c, *ptr, rc ? rc : buf_init(c, *ptr, bytes, &b), &all);
   if (rc == MKX_SUCCESS)
-    rc = agree(c, map_node(c, all, &b), "MKX_Alloc_mem mapping");
+    rc = agree(c, map_node(c, all, 0, &b), "MKX_Alloc_mem mapping");
   if (rc == MKX_SUCCESS) {
     *o = (owned){*ptr, all[c->rank].id, state(c)->mine};
     state(c)->mine = o;
@@ -295,7 +386,7 @@ int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
     *ptr = NULL;
     free(o);
   }
-  mkx_symm_buf_free(&b);
+  mkx_symm_buf_free(c, &b);
   free(all);
   return rc;
 }
@@ -370,7 +461,12 @@ int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   memset(b, 0, sizeof *b);
   return no_cuda();
 }
-void mkx_symm_buf_free(mkx_symm_buf *b) { (void)b; }
+void mkx_symm_buf_free(MKX_Comm c, mkx_symm_buf *b) { (void)c, (void)b; }
+void mkx_symm_buf_pin(MKX_Comm c, const mkx_symm_buf *b) { (void)c, (void)b; }
+int mkx_symm_cached(MKX_Comm c) {
+  (void)c;
+  return 0;
+}
 int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
   (void)c, (void)bytes;
   *ptr = NULL;

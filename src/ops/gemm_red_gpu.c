@@ -189,7 +189,7 @@ void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
   if (!p || mkx_tp_free_other(c, plan)) return;
   mkx_tp_ws_release(p->ws);
-  mkx_symm_buf_free(&p->creg);
+  mkx_symm_buf_free(c, &p->creg);
   free(p);
 }
 
@@ -368,6 +368,15 @@ static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                           "sum of the partials");
 }
 
+/* A graph may replay the stores into the peers' C long after this call:
+ * their mappings must outlive the plan. */
+static int pin_if_captured(MKX_Comm c, const red_plan *p, cudaStream_t st) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(cuda_rc(cudaStreamIsCapturing(st, &cap), p, "capture status"));
+  if (cap != cudaStreamCaptureStatusNone) mkx_symm_buf_pin(c, &p->creg);
+  return MKX_SUCCESS;
+}
+
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
@@ -382,6 +391,7 @@ int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
     return mkx_tp_end(p->ws, stream);
   }
   MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1));
+  if (p->allreduce) MKX_TRY(pin_if_captured(c, p, st));
   /* fork before the GEMM: the side streams run alongside it */
   MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));
   MKX_TRY(run_gemm(c, p, a, st));

@@ -58,7 +58,7 @@ static char *register_raw(MKX_Comm c, char *old, int salt, const char *what) {
   MPI_Barrier(MPI_COMM_WORLD);
   MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
   check_peers(&b, c, salt, what);
-  mkx_symm_buf_free(&b);
+  mkx_symm_buf_free(c, &b);
   MPI_Barrier(MPI_COMM_WORLD);
   return raw;
 }
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         break;
       }
   }
-  mkx_symm_buf_free(&b);
+  mkx_symm_buf_free(c, &b);
   MPI_Barrier(MPI_COMM_WORLD);
 
   /* A plain cudaMalloc buffer, registered at an interior offset; then
@@ -115,6 +115,17 @@ int main(int argc, char **argv) {
    * contents must be seen, not a stale mapping. */
   char *raw = register_raw(c, NULL, 3, "registered cudaMalloc");
   raw = register_raw(c, raw, 4, "re-registered after cudaFree");
+  /* Many small buffers, each freed before the next (the driver carves
+   * them out of the same 2 MiB blocks): each must map, through the stale
+   * mappings of the freed ones, and the cache of unused ones stays small. */
+  for (int i = 0; i < 40; i++)
+    raw = register_raw(c, raw, 5 + i, "fresh small buffer");
+  int cached = mkx_symm_cached(c), bound = 16 + c->place.local_size;
+  if (cached > bound) {
+    printf("not ok - rank %d: %d cached mappings of users' buffers after 40 "
+           "fresh ones (at most %d expected)\n", rank, cached, bound);
+    failures++;
+  }
 
   MKX(MKX_Free_mem(c, sym));
   MKX(MKX_Free_mem(c, NULL));
