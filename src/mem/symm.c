@@ -17,46 +17,94 @@
 /* Peer allocations opened in this process, whatever communicator opened
  * them: CUDA lets a process open an IPC handle only once at a time
  * (cudaErrorAlreadyMapped), and two communicators may map the same peer
- * buffer, or a stale mapping of a freed buffer whose memory the peer has
- * since handed out again. */
+ * buffer.  Users' buffers (cached) stay open when no registration holds
+ * them any more (idle), for the next call on the same buffer.  An idle
+ * mapping of a freed buffer blocks the mapping of new memory the peer
+ * carves from the same place, whichever communicator made it: idle ones
+ * are closed when SYMM_IDLE pile up or when one blocks a new mapping. */
 typedef struct ipc_open {
   cudaIpcMemHandle_t handle;
   void *base;
-  int refs;
+  int refs, cached;
   struct ipc_open *next;
 } ipc_open;
 static ipc_open *ipc_opens;
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
+#define SYMM_IDLE 16
 
-static cudaError_t ipc_acquire(const cudaIpcMemHandle_t *h, void **base) {
+static int idle_count(void) {
+  int n = 0;
+  for (const ipc_open *o = ipc_opens; o; o = o->next) n += o->refs == 0;
+  return n;
+}
+
+/* Close the idle mappings once every kernel of this device that might
+ * still reach them is done; where the device cannot be synchronised (say,
+ * during a capture) nothing is closed.  Called with ipc_lock held. */
+static void close_idle(void) {
+  if (cudaDeviceSynchronize() != cudaSuccess) {
+    (void)cudaGetLastError();
+    return;
+  }
+  for (ipc_open **p = &ipc_opens; *p;) {
+    ipc_open *o = *p;
+    if (o->refs > 0) {
+      p = &o->next;
+      continue;
+    }
+    cudaIpcCloseMemHandle(o->base);
+    *p = o->next;
+    free(o);
+  }
+}
+
+static cudaError_t ipc_open_new(const cudaIpcMemHandle_t *h, int cached,
+                                ipc_open **out) {
+  ipc_open *o = calloc(1, sizeof *o);
+  if (!o) return cudaErrorMemoryAllocation;
+  if (cached && idle_count() >= SYMM_IDLE) close_idle();
+  cudaError_t e = cudaIpcOpenMemHandle(&o->base, *h,
+                                       cudaIpcMemLazyEnablePeerAccess);
+  if (e == cudaErrorAlreadyMapped && idle_count() > 0) {
+    (void)cudaGetLastError();
+    close_idle();
+    e = cudaIpcOpenMemHandle(&o->base, *h, cudaIpcMemLazyEnablePeerAccess);
+  }
+  if (e != cudaSuccess) {
+    free(o);
+    return e;
+  }
+  *o = (ipc_open){*h, o->base, 1, cached, ipc_opens};
+  *out = ipc_opens = o;
+  return cudaSuccess;
+}
+
+/* cached: a user's buffer (kept open while idle). */
+static cudaError_t ipc_acquire(const cudaIpcMemHandle_t *h, int cached,
+                               void **base) {
   cudaError_t e = cudaSuccess;
   pthread_mutex_lock(&ipc_lock);
   ipc_open *o = ipc_opens;
   while (o && memcmp(&o->handle, h, sizeof *h)) o = o->next;
   if (o) {
     o->refs++;
-  } else if (!(o = calloc(1, sizeof *o))) {
-    e = cudaErrorMemoryAllocation;
-  } else if ((e = cudaIpcOpenMemHandle(&o->base, *h,
-                                       cudaIpcMemLazyEnablePeerAccess)) !=
-             cudaSuccess) {
-    free(o);
-    o = NULL;
+    o->cached |= cached;
   } else {
-    *o = (ipc_open){*h, o->base, 1, ipc_opens};
-    ipc_opens = o;
+    e = ipc_open_new(h, cached, &o);
   }
-  if (o) *base = o->base;
+  if (e == cudaSuccess) *base = o->base;
   pthread_mutex_unlock(&ipc_lock);
   return e;
 }
 
-static void ipc_release(void *base) {
+/* delta: +1 takes one more reference to an open mapping, -1 drops one. */
+static void ipc_ref(void *base, int delta) {
   pthread_mutex_lock(&ipc_lock);
   for (ipc_open **p = &ipc_opens; *p; p = &(*p)->next)
     if ((*p)->base == base) {
       ipc_open *o = *p;
-      if (--o->refs == 0) {
+      o->refs += delta;
+      if (o->refs == 0 && !o->cached) {
         cudaIpcCloseMemHandle(o->base);
         *p = o->next;
         free(o);
@@ -66,21 +114,15 @@ static void ipc_release(void *base) {
   pthread_mutex_unlock(&ipc_lock);
 }
 
-/* A peer allocation opened in this process.  Mappings of users' buffers
- * (user) stay cached after their last registration ends, for the next call
- * on the same buffer; unused ones are closed when there are too many or
- * when one blocks the opening of a new buffer, never while a registration
- * holds them (users) or a captured graph may replay them (pinned). */
+static void ipc_release(void *base) { ipc_ref(base, -1); }
+
+/* A peer allocation opened in this process. */
 typedef struct mapping {
   int rank;
   uint64_t id; /* the peer's CUDA buffer id of the allocation */
   void *base;
-  int user, users, pinned;
   struct mapping *next;
 } mapping;
-
-/* Unused mappings of users' buffers kept per communicator. */
-#define SYMM_KEEP 16
 
 /* An allocation made by mkx_symm_alloc. */
 typedef struct owned {
@@ -89,9 +131,16 @@ typedef struct owned {
   struct owned *next;
 } owned;
 
+/* A user's buffer mapped for a captured call: held until comm free. */
+typedef struct pin {
+  void *base;
+  struct pin *next;
+} pin;
+
 typedef struct mkx_symm_state {
   mapping *maps;
   owned *mine;
+  pin *pins;
 } mkx_symm_state;
 
 typedef struct symm_record {
@@ -191,68 +240,18 @@ static int describe(void *ptr, symm_record *r) {
   return MKX_SUCCESS;
 }
 
-static mapping *find_map(mkx_symm_state *s, int q, uint64_t id) {
-  mapping *m = s ? s->maps : NULL;
-  while (m && !(m->rank == q && m->id == id)) m = m->next;
-  return m;
-}
-
-static int unused(const mapping *m) {
-  return m->user && m->users == 0 && !m->pinned;
-}
-
-static int count_unused(const mkx_symm_state *s) {
-  int n = 0;
-  for (const mapping *m = s->maps; m; m = m->next) n += unused(m);
-  return n;
-}
-
-/* Close the unused mappings of users' buffers, once every kernel of this
- * device that might still reach them is done.  Where the device cannot be
- * synchronised (say, during a capture), nothing is closed. */
-static void evict_unused(MKX_Comm c) {
-  mkx_symm_state *s = state(c);
-  if (cudaDeviceSynchronize() != cudaSuccess) {
-    (void)cudaGetLastError();
-    return;
-  }
-  for (mapping **pm = &s->maps; *pm;) {
-    mapping *m = *pm;
-    if (!unused(m)) {
-      pm = &m->next;
-      continue;
-    }
-    ipc_release(m->base);
-    *pm = m->next;
-    free(m);
-  }
-}
-
-static cudaError_t open_fresh(MKX_Comm c, const symm_record *r, int user,
-                              void **base) {
-  if (user && count_unused(state(c)) >= SYMM_KEEP) evict_unused(c);
-  cudaError_t e = ipc_acquire(&r->handle, base);
-  /* A stale mapping of a freed buffer whose memory the peer handed out
-   * again blocks the new one: close the unused ones and try again. */
-  if (e == cudaErrorAlreadyMapped && count_unused(state(c)) > 0) {
-    (void)cudaGetLastError();
-    evict_unused(c);
-    e = ipc_acquire(&r->handle, base);
-  }
-  return e;
-}
-
+/* The mapping of node peer q's allocation: this communicator's own
+ * (MKX_Alloc_mem's, kept until freed collectively) or, for a user's buffer,
+ * one held by the registration (*held). */
 static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
-                     mapping **out) {
+                     void **base, int *held) {
   mkx_symm_state *s = state(c);
-  mapping *m = find_map(s, q, r->id);
-  if (m) {
-    m->users += m->user;
-    return *out = m, MKX_SUCCESS;
-  }
-  if (!(m = calloc(1, sizeof *m)))
-    return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
-  cudaError_t e = open_fresh(c, r, user, &m->base);
+  *held = 0;
+  for (mapping *m = s->maps; m; m = m->next)
+    if (m->rank == q && m->id == r->id) return *base = m->base, MKX_SUCCESS;
+  mapping *m = user ? NULL : calloc(1, sizeof *m);
+  if (!user && !m) return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
+  cudaError_t e = ipc_acquire(&r->handle, user, base);
   if (e == cudaErrorAlreadyMapped) {
     free(m);
     (void)cudaGetLastError();
@@ -266,24 +265,24 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
     free(m);
     return cuda_fail(e, "cudaIpcOpenMemHandle of a node peer's buffer");
   }
-  *m = (mapping){q, r->id, m->base, user, user, 0, s->maps};
+  if (user) return *held = 1, MKX_SUCCESS;
+  *m = (mapping){q, r->id, *base, s->maps};
   s->maps = m;
-  *out = m;
   return MKX_SUCCESS;
 }
 
-/* user: the buffers are users' (mkx_symm_register), whose mappings this
- * registration holds until mkx_symm_buf_free. */
+/* user: the buffers are users' (mkx_symm_register); the registration
+ * holds their mappings until mkx_symm_buf_free. */
 static int map_node(MKX_Comm c, const symm_record *all, int user,
                     mkx_symm_buf *b) {
   for (int q = 0; q < c->size; q++) {
     if (c->place.node_of_rank[q] != c->place.node) continue;
-    int lr = c->place.local_rank_of[q];
-    mapping *m = NULL;
+    int lr = c->place.local_rank_of[q], held = 0;
+    void *base = NULL;
     if (q == c->rank || !all[q].has) continue;
-    MKX_TRY(open_peer(c, q, &all[q], user, &m));
-    b->peer[lr] = (char *)m->base + all[q].offset;
-    if (m->user) b->held[lr] = (mkx_symm_hold){q, m->id};
+    MKX_TRY(open_peer(c, q, &all[q], user, &base, &held));
+    b->peer[lr] = (char *)base + all[q].offset;
+    if (held) b->held[lr] = base;
   }
   return MKX_SUCCESS;
 }
@@ -304,9 +303,7 @@ static int buf_init(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   b->bytes = bytes;
   b->local_size = c->place.local_size;
   b->peer = calloc((size_t)b->local_size, sizeof *b->peer);
-  b->held = malloc((size_t)b->local_size * sizeof *b->held);
-  for (int i = 0; b->held && i < b->local_size; i++)
-    b->held[i] = (mkx_symm_hold){-1, 0};
+  b->held = calloc((size_t)b->local_size, sizeof *b->held);
   if (!b->peer || !b->held || !state(c))
     return mkx_error(MKX_ERR_NOMEM, "symmetric memory state");
   b->peer[c->place.local_rank] = ptr;
@@ -319,33 +316,37 @@ int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   if (rc == MKX_SUCCESS)
     rc = agree(c, map_node(c, all, 1, b), "symmetric mapping");
   free(all);
-  if (rc != MKX_SUCCESS) mkx_symm_buf_free(c, b);
+  if (rc != MKX_SUCCESS) mkx_symm_buf_free(b);
   return rc;
 }
 
-void mkx_symm_buf_free(MKX_Comm c, mkx_symm_buf *b) {
-  for (int i = 0; b->held && i < b->local_size; i++) {
-    mapping *m = c ? find_map(c->symm, b->held[i].rank, b->held[i].id) : NULL;
-    if (m && b->held[i].rank >= 0 && m->users > 0) m->users--;
-  }
+void mkx_symm_buf_free(mkx_symm_buf *b) {
+  for (int i = 0; b->held && i < b->local_size; i++)
+    if (b->held[i]) ipc_release(b->held[i]);
   free(b->peer);
   free(b->held);
   b->peer = NULL;
   b->held = NULL;
 }
 
-void mkx_symm_buf_pin(MKX_Comm c, const mkx_symm_buf *b) {
+int mkx_symm_buf_pin(MKX_Comm c, const mkx_symm_buf *b) {
+  mkx_symm_state *s = state(c);
   for (int i = 0; b->held && i < b->local_size; i++) {
-    mapping *m = find_map(c->symm, b->held[i].rank, b->held[i].id);
-    if (m && b->held[i].rank >= 0) m->pinned = 1;
+    pin *p = b->held[i] && s ? calloc(1, sizeof *p) : NULL;
+    if (b->held[i] && !p) return mkx_error(MKX_ERR_NOMEM, "capture");
+    if (!p) continue;
+    ipc_ref(b->held[i], +1);
+    *p = (pin){b->held[i], s->pins};
+    s->pins = p;
   }
+  return MKX_SUCCESS;
 }
 
-int mkx_symm_cached(MKX_Comm c) {
+int mkx_symm_cached(void) {
   int n = 0;
-  for (const mapping *m = c->symm ? ((mkx_symm_state *)c->symm)->maps : NULL;
-       m; m = m->next)
-    n += m->user;
+  pthread_mutex_lock(&ipc_lock);
+  for (const ipc_open *o = ipc_opens; o; o = o->next) n += o->cached;
+  pthread_mutex_unlock(&ipc_lock);
   return n;
 }
 
@@ -386,7 +387,7 @@ int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
     *ptr = NULL;
     free(o);
   }
-  mkx_symm_buf_free(c, &b);
+  mkx_symm_buf_free(&b);
   free(all);
   return rc;
 }
@@ -436,6 +437,12 @@ void mkx_symm_release(MKX_Comm c) {
   mkx_symm_state *s = c->symm;
   if (!s) return;
   while (s->maps) unmap(c, s->maps->rank, s->maps->id);
+  while (s->pins) {
+    pin *p = s->pins;
+    s->pins = p->next;
+    ipc_release(p->base);
+    free(p);
+  }
   /* Peers may still map what we own: meet before freeing (bounded). */
   if (s->mine && c->oob.barrier(c->oob.ctx, c->opt.timeout_ms) == MKX_SUCCESS)
     for (owned *o = s->mine; o; o = o->next) cudaFree(o->ptr);
@@ -461,12 +468,12 @@ int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   memset(b, 0, sizeof *b);
   return no_cuda();
 }
-void mkx_symm_buf_free(MKX_Comm c, mkx_symm_buf *b) { (void)c, (void)b; }
-void mkx_symm_buf_pin(MKX_Comm c, const mkx_symm_buf *b) { (void)c, (void)b; }
-int mkx_symm_cached(MKX_Comm c) {
-  (void)c;
-  return 0;
+void mkx_symm_buf_free(mkx_symm_buf *b) { (void)b; }
+int mkx_symm_buf_pin(MKX_Comm c, const mkx_symm_buf *b) {
+  (void)c, (void)b;
+  return MKX_SUCCESS;
 }
+int mkx_symm_cached(void) { return 0; }
 int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
   (void)c, (void)bytes;
   *ptr = NULL;

@@ -189,7 +189,7 @@ void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
   if (!p || mkx_tp_free_other(c, plan)) return;
   mkx_tp_ws_release(p->ws);
-  mkx_symm_buf_free(c, &p->creg);
+  mkx_symm_buf_free(&p->creg);
   free(p);
 }
 
@@ -373,8 +373,8 @@ static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 static int pin_if_captured(MKX_Comm c, const red_plan *p, cudaStream_t st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(cuda_rc(cudaStreamIsCapturing(st, &cap), p, "capture status"));
-  if (cap != cudaStreamCaptureStatusNone) mkx_symm_buf_pin(c, &p->creg);
-  return MKX_SUCCESS;
+  return cap == cudaStreamCaptureStatusNone ? MKX_SUCCESS
+                                            : mkx_symm_buf_pin(c, &p->creg);
 }
 
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,

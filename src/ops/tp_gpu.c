@@ -40,7 +40,7 @@ static void ws_destroy_host(mkx_tp_ws *ws) {
   if (ws->ev_fork) cudaEventDestroy(ws->ev_fork);
   if (ws->ev_last) cudaEventDestroy(ws->ev_last);
   if (ws->err_host) cudaFreeHost(ws->err_host);
-  mkx_symm_buf_free(NULL, &ws->buf); /* MKX_Alloc_mem memory: none held */
+  mkx_symm_buf_free(&ws->buf);
   free(ws);
 }
 

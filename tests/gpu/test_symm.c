@@ -58,7 +58,7 @@ static char *register_raw(MKX_Comm c, char *old, int salt, const char *what) {
   MPI_Barrier(MPI_COMM_WORLD);
   MKX(mkx_symm_register(c, raw + 4096, sizeof(unsigned) * WORDS, &b));
   check_peers(&b, c, salt, what);
-  mkx_symm_buf_free(c, &b);
+  mkx_symm_buf_free(&b);
   MPI_Barrier(MPI_COMM_WORLD);
   return raw;
 }
@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
         break;
       }
   }
-  mkx_symm_buf_free(c, &b);
+  mkx_symm_buf_free(&b);
   MPI_Barrier(MPI_COMM_WORLD);
 
   /* A plain cudaMalloc buffer, registered at an interior offset; then
@@ -120,7 +120,14 @@ int main(int argc, char **argv) {
    * mappings of the freed ones, and the cache of unused ones stays small. */
   for (int i = 0; i < 40; i++)
     raw = register_raw(c, raw, 5 + i, "fresh small buffer");
-  int cached = mkx_symm_cached(c), bound = 16 + c->place.local_size;
+  /* The same on a second communicator: the first one's idle mapping of
+   * the freed buffer must not block the second's mapping of new memory. */
+  MKX_Comm c2;
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c2));
+  for (int i = 0; i < 4; i++)
+    raw = register_raw(i % 2 ? c : c2, raw, 60 + i, "other communicator");
+  MKX(MKX_Comm_free(&c2));
+  int cached = mkx_symm_cached(), bound = 16 + c->place.local_size;
   if (cached > bound) {
     printf("not ok - rank %d: %d cached mappings of users' buffers after 40 "
            "fresh ones (at most %d expected)\n", rank, cached, bound);
