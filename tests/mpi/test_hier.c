@@ -350,6 +350,7 @@ int main(int argc, char **argv) {
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_virtual_node_size", vs);
   MPI_Info_set(info, "mkx_net", "tcp");
+  MPI_Info_set(info, "mkx_hier_gemm", "host"); /* the staged reference */
   MKX_Comm hier = NULL, flat = NULL;
   mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &hier), MKX_SUCCESS,
               "virtual-node communicator");

@@ -21,7 +21,7 @@ static void test_defaults(void) {
   CHECK(o.tp_partials == MKX_PARTIALS_OUT, "tp_partials default out");
   CHECK(o.fused_pad == 1, "fused_pad default yes");
   CHECK(o.tp_overlap == MKX_OVERLAP_AUTO, "tp_overlap default auto");
-  CHECK(o.hier_gemm == MKX_HIER_GEMM_HOST, "hier_gemm default host");
+  CHECK(o.hier_gemm == MKX_HIER_GEMM_NVLINK, "hier_gemm default nvlink");
   /* Every entry documents itself. */
   for (const mkx_option_desc *d = mkx_option_table(); d->name; d++)
     CHECK(d->help && strlen(d->help) > 20 && d->defval && d->choices,
