@@ -92,5 +92,16 @@ __device__ __forceinline__ bool last_block(const mkx_tp_sync &s) {
   return true;
 }
 
+/* Two kernels of one call that run alongside each other (the split push
+ * and the gated GEMM) both read the epoch when they start; the later of
+ * the two to get here, once all of its blocks have read it, publishes the
+ * call's epoch, so neither reads the new one by mistake. */
+__device__ __forceinline__ void publish_second(char *ws, int epoch) {
+  int *calls = reinterpret_cast<int *>(ws + MKX_TP_OFF_CALL_COUNT);
+  if (atomicAdd(calls, 1) != 1) return;
+  *calls = 0;
+  *reinterpret_cast<volatile int *>(ws + MKX_TP_OFF_EPOCH) = epoch;
+}
+
 }  // namespace tp
 }  // namespace mkx

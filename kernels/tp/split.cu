@@ -6,8 +6,8 @@
  * per call (10-30 us on 2 H200, measured 2026-11-30); here a call is two
  * kernels and each meets the other GPUs once in flags over NVLink.
  *
- *   AllGather+GEMM:  tp_split_push_kernel, then the gated GEMM (ag_gemm.cu)
- *                    or cuBLAS (option tp_split_gemm)
+ *   AllGather+GEMM:  tp_split_push_kernel alongside the gated GEMM
+ *                    (ag_gemm.cu), or before cuBLAS (option tp_split_gemm)
  *   GEMM+RS / +AR:   a plain GEMM (the engine or cuBLAS) into the workspace, then
  *                    tp_split_reduce_kernel (one shot: each rank reads its
  *                    rows of every rank's partial over NVLink)
@@ -59,7 +59,8 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
     for (int q = 0; q < s.size; ++q)
       for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
   if (d.wait_all) mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
-  if (threadIdx.x == 0) *epoch_of(s) = e;
+  if (threadIdx.x == 0 && d.alongside) mkx::tp::publish_second(s.ws[s.rank], e);
+  else if (threadIdx.x == 0) *epoch_of(s) = e;
 }
 
 /* ---- ReduceScatter / AllReduce ------------------------------------------- */
