@@ -83,9 +83,9 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
  * block to get here (the self-resetting count at MKX_TP_OFF_COUNT), after
  * a system fence, so every block's stores are visible before what the
  * last one does next (threadFenceReduction pattern at system scope). */
-__device__ __forceinline__ bool last_block(const mkx_tp_sync &s) {
+__device__ __forceinline__ bool last_block(const mkx_tp_sync &s, int off = MKX_TP_OFF_COUNT) {
   __threadfence_system();
-  int *count = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_COUNT);
+  int *count = reinterpret_cast<int *>(s.ws[s.rank] + off);
   if (atomicAdd(count, 1) != (int)gridDim.x - 1) return false;
   __threadfence_system();
   *count = 0;

@@ -57,6 +57,7 @@ extern "C" {
 #define MKX_TP_OFF_PUSHED 1600
 #define MKX_TP_OFF_GEMM_COUNT 1664 /* gated GEMM alongside the split push */
 #define MKX_TP_OFF_CALL_COUNT 1728 /* its two kernels: which ends last */
+#define MKX_TP_OFF_OWN_COUNT 1792  /* split push: own rows stored */
 #define MKX_TP_OFF_SRC 4096
 
 /* The error word (host-mapped, 4 ints): err[0] = MKX_TP_ERR_TIMEOUT once a

@@ -1,12 +1,29 @@
 /* The communicator's network endpoint and the inter-node exchange of the
- * host path; see comm_net.h.  Data are staged through two registered
- * host regions: the send region holds this rank's outgoing chunks, the
- * receive region has one slot per source rank; the proxy thread posts
- * each chunk as a write with a signal, and the receiver waits on the
- * signal of each source. */
+ * host path; see comm_net.h.
+ *
+ * An exchange is pipelined in pieces of `piece` bytes through two small
+ * registered host regions, fixed once per communicator: for every pair
+ * (this rank, peer) the send region has `depth` piece slots and the
+ * receive region `depth` slots per source.  The host thread copies piece
+ * g of its message to q into send slot g % depth and posts it (a write
+ * with a signal) to q's receive slot (rank, g % depth), while the proxy
+ * thread sends the pieces before it and the peers' pieces arrive; each
+ * arrived piece is handed to the caller (copied out, or added in place)
+ * and a credit (a write of no bytes with a signal) tells its sender the
+ * slot is free.  So the copies in and out overlap the transport, memory
+ * does not grow with the message, and no barrier ends an exchange.
+ *
+ * Signals: data slot (source, i) is word source * depth + i, and its
+ * value is the piece's number + 1 (counted over the communicator's life).
+ * At most one write is in flight per word (a slot is reused only after
+ * its credit), so providers that do not order writes (efa) still show
+ * each piece's data before its signal.  Credits from peer q go to word
+ * size * depth + q, holding how many of our pieces q has taken; it only
+ * grows, which efa's rebuilt values keep even out of order. */
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "core/comm.h"
 #include "boot/oob_mpi.h"
 #include "core/comm_net.h"
@@ -15,16 +32,26 @@
 #include "proxy/proxy.h"
 
 #define RING_ENTRIES 256
+/* Pieces of 2 MiB, 4 in flight per pair: 8 MiB in flight keeps loopback
+ * and RDMA links busy (a piece's copy overlaps the next one's transfer),
+ * while the regions stay 2 * size * 8 MiB.  Large communicators get
+ * smaller pieces so the regions stay within STAGE_BUDGET each. */
+#define PIECE_MAX ((size_t)2 << 20)
+#define PIECE_MIN ((size_t)64 << 10)
+#define DEPTH 4
+#define STAGE_BUDGET ((size_t)256 << 20)
 
 typedef struct mkx_comm_net {
   mkx_net *net;
   mkx_proxy *proxy;
-  char *send, *recv;      /* staging regions */
-  size_t send_cap, slot;  /* send capacity; receive bytes per source */
+  size_t piece;           /* bytes per piece slot */
+  char *send, *recv;      /* staging regions: size * DEPTH slots each */
   mkx_net_mr smr, rmr;
   mkx_net_rkey *skeys, *rkeys;
-  uint64_t *sent_to;      /* messages sent to each rank so far */
-  uint64_t *got_from;     /* messages received from each rank so far */
+  uint64_t *sent_to;      /* pieces sent to each rank so far */
+  uint64_t *got_from;     /* pieces taken from each rank so far */
+  uint64_t *slot_seq;     /* [size * DEPTH]: last proxy command per send slot */
+  size_t *done_to;        /* [size]: bytes of the current exchange posted */
 } mkx_comm_net;
 
 static int one_host(MKX_Comm c) {
@@ -33,11 +60,31 @@ static int one_host(MKX_Comm c) {
   return 1;
 }
 
+static size_t piece_bytes(int size) {
+  size_t p = STAGE_BUDGET / ((size_t)size * DEPTH);
+  p = p > PIECE_MAX ? PIECE_MAX : p < PIECE_MIN ? PIECE_MIN : p;
+  return p & ~(size_t)63; /* pieces start 64-byte aligned */
+}
+
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   MKX_TRY(mkx_proxy_create(cn->net, RING_ENTRIES, NULL, c->opt.timeout_ms,
                            &cn->proxy));
   return mkx_proxy_start(cn->proxy,
                          c->has_gpu_map ? c->gpu_map.cpus : NULL);
+}
+
+static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
+  size_t n = (size_t)c->size;
+  cn->skeys = calloc(n, sizeof *cn->skeys);
+  cn->rkeys = calloc(n, sizeof *cn->rkeys);
+  cn->sent_to = calloc(n, sizeof *cn->sent_to);
+  cn->got_from = calloc(n, sizeof *cn->got_from);
+  cn->slot_seq = calloc(n * DEPTH, sizeof *cn->slot_seq);
+  cn->done_to = calloc(n, sizeof *cn->done_to);
+  if (!cn->skeys || !cn->rkeys || !cn->sent_to || !cn->got_from ||
+      !cn->slot_seq || !cn->done_to)
+    return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
+  return MKX_SUCCESS;
 }
 
 int mkx_comm_net_open(MKX_Comm c) {
@@ -50,17 +97,13 @@ int mkx_comm_net_open(MKX_Comm c) {
   mkx_options opt = c->opt;
   if (!cn) return mkx_error(MKX_ERR_NOMEM, "network endpoint");
   c->net = cn;
-  cn->skeys = calloc((size_t)c->size, sizeof *cn->skeys);
-  cn->rkeys = calloc((size_t)c->size, sizeof *cn->rkeys);
-  cn->sent_to = calloc((size_t)c->size, sizeof *cn->sent_to);
-  cn->got_from = calloc((size_t)c->size, sizeof *cn->got_from);
-  if (!cn->skeys || !cn->rkeys || !cn->sent_to || !cn->got_from)
-    return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
+  cn->piece = piece_bytes(c->size);
+  MKX_TRY(alloc_tables(c, cn));
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
   mkx_net_params p = {.rank = c->rank, .size = c->size,
-                      .num_signals = (uint32_t)c->size,
+                      .num_signals = (uint32_t)c->size * (DEPTH + 1),
                       .timeout_ms = c->opt.timeout_ms, .opt = &opt,
                       .device = c->has_gpu_map && c->gpu_map.num_nics
                                     ? c->gpu_map.nic_names[0]
@@ -68,8 +111,8 @@ int mkx_comm_net_open(MKX_Comm c) {
   MKX_TRY(mkx_net_open(&p, &cn->net));
   MKX_TRY(mkx_net_connect(cn->net, &c->oob));
   MKX_TRY(start_proxy(c, cn));
-  mkx_log(MKX_LOG_INFO, "network: %s between %d nodes",
-          mkx_net_name(cn->net), c->place.num_nodes);
+  mkx_log(MKX_LOG_INFO, "network: %s between %d nodes, pieces of %zu bytes",
+          mkx_net_name(cn->net), c->place.num_nodes, cn->piece);
   return MKX_SUCCESS;
 }
 
@@ -81,7 +124,6 @@ static void release_regions(mkx_comm_net *cn) {
   free(cn->send);
   free(cn->recv);
   cn->send = cn->recv = NULL;
-  cn->send_cap = cn->slot = 0;
 }
 
 void mkx_comm_net_close(MKX_Comm c) {
@@ -94,38 +136,28 @@ void mkx_comm_net_close(MKX_Comm c) {
     mkx_net_close(cn->net);
   }
   free(cn->skeys), free(cn->rkeys), free(cn->sent_to), free(cn->got_from);
+  free(cn->slot_seq), free(cn->done_to);
   free(cn);
   c->net = NULL;
 }
 
-/* Grow the staging regions to at least (send, slot) bytes, the same
- * decision on every rank: the sizes are agreed (allgathered maxima).  The
- * proxy's regions are replaced while it is idle. */
-static int reserve(MKX_Comm c, mkx_comm_net *cn, size_t send, size_t slot) {
-  uint64_t mine[2] = {send, slot}, *all = malloc(sizeof mine * (size_t)c->size);
-  if (!all) return mkx_error(MKX_ERR_NOMEM, "staging sizes");
-  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof mine,
-                            c->opt.timeout_ms);
-  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) {
-    if (all[2 * q] > send) send = all[2 * q];
-    if (all[2 * q + 1] > slot) slot = all[2 * q + 1];
+/* The staging regions, made by the first exchange (every rank calls it,
+ * so the key exchange is collective).  They are touched here, once, so
+ * page faults never land in a transfer. */
+static int setup_regions(MKX_Comm c, mkx_comm_net *cn) {
+  size_t bytes = (size_t)c->size * DEPTH * cn->piece;
+  if (cn->send) return MKX_SUCCESS;
+  cn->send = malloc(bytes);
+  cn->recv = malloc(bytes);
+  if (!cn->send || !cn->recv) {
+    release_regions(cn);
+    return mkx_error(MKX_ERR_NOMEM, "staging regions of 2 x %zu bytes",
+                     bytes);
   }
-  free(all);
-  MKX_TRY(rc);
-  if (send <= cn->send_cap && slot <= cn->slot) return MKX_SUCCESS;
-  send = send > cn->send_cap ? send * 2 : cn->send_cap;
-  slot = slot > cn->slot ? slot * 2 : cn->slot;
-  release_regions(cn);
-  cn->send = malloc(send);
-  cn->recv = malloc(slot * (size_t)c->size);
-  if (!cn->send || !cn->recv)
-    return mkx_error(MKX_ERR_NOMEM, "staging regions of %zu bytes",
-                     send + slot * (size_t)c->size);
-  cn->send_cap = send;
-  cn->slot = slot;
-  mkx_net_reg_args sa = {cn->send, send, MKX_NET_MEM_HOST, -1, 0};
-  mkx_net_reg_args ra = {cn->recv, slot * (size_t)c->size, MKX_NET_MEM_HOST,
-                         -1, 0};
+  memset(cn->send, 0, bytes);
+  memset(cn->recv, 0, bytes);
+  mkx_net_reg_args sa = {cn->send, bytes, MKX_NET_MEM_HOST, -1, 0};
+  mkx_net_reg_args ra = {cn->recv, bytes, MKX_NET_MEM_HOST, -1, 0};
   MKX_TRY(mkx_net_reg(cn->net, &sa, &cn->smr));
   MKX_TRY(mkx_net_reg(cn->net, &ra, &cn->rmr));
   MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &cn->smr, cn->skeys));
@@ -134,68 +166,218 @@ static int reserve(MKX_Comm c, mkx_comm_net *cn, size_t send, size_t slot) {
   return mkx_proxy_set_region(cn->proxy, 1, &cn->rmr, cn->rkeys);
 }
 
-/* The proxy thread alone drives the endpoint; this thread only watches
- * the signal word (and the proxy's error word). */
-static int wait_signal(MKX_Comm c, mkx_comm_net *cn, int q, uint64_t value) {
-  mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
-  int64_t deadline = mkx_net_now_ms() + c->opt.timeout_ms;
-  while (mkx_net_signal(cn->net, (uint32_t)q) < value) {
-    int err = atomic_load(&ring->error);
-    if (err != MKX_SUCCESS)
-      return mkx_error(err, "waiting for rank %d: the proxy stopped", q);
-    if (mkx_net_now_ms() > deadline)
-      return mkx_error(MKX_ERR_TIMEOUT, "no data from rank %d after %lld ms "
-                       "(option timeout_ms)", q,
-                       (long long)c->opt.timeout_ms);
-    sched_yield();
+/* ---- one exchange ---- */
+
+typedef struct xchg {
+  MKX_Comm c;
+  mkx_comm_net *cn;
+  mkx_proxy_ring *ring;
+  const void *const *send;
+  const size_t *send_len, *recv_len;
+  const mkx_comm_net_sink *sink;
+  int *order, norder;  /* sources in delivery order (recv_len > 0) */
+  int at;              /* next source of this round: order[at] */
+  size_t round;        /* pieces [round * piece, ...) are being taken */
+  int waiting_on;      /* the rank last found without its piece */
+  uint64_t last_seq;   /* the last data write posted */
+} xchg;
+
+static uint32_t data_word(int src, uint64_t g) {
+  return (uint32_t)((uint64_t)src * DEPTH + g % DEPTH);
+}
+
+static uint32_t credit_word(const MKX_Comm c, int peer) {
+  return (uint32_t)c->size * DEPTH + (uint32_t)peer;
+}
+
+/* A piece may go to q once q took the piece that last used the slot (its
+ * credit) and the proxy is done with our copy in the send slot. */
+static int slot_free(const xchg *x, int q, uint64_t g) {
+  const mkx_comm_net *cn = x->cn;
+  if (g >= DEPTH &&
+      mkx_net_signal(cn->net, credit_word(x->c, q)) < g - DEPTH + 1)
+    return 0;
+  uint64_t seq = cn->slot_seq[(size_t)q * DEPTH + g % DEPTH];
+  return atomic_load_explicit(&x->ring->completed, memory_order_acquire) >=
+         seq;
+}
+
+static int post_piece(xchg *x, int q) {
+  mkx_comm_net *cn = x->cn;
+  const uint64_t g = cn->sent_to[q];
+  const size_t off = cn->done_to[q], slot = (size_t)q * DEPTH + g % DEPTH;
+  const size_t left = x->send_len[q] - off;
+  const size_t len = left < cn->piece ? left : cn->piece;
+  memcpy(cn->send + slot * cn->piece, (const char *)x->send[q] + off, len);
+  mkx_proxy_cmd cmd = {
+      .op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0, .dst = 1,
+      .src_off = slot * cn->piece,
+      .dst_off = ((size_t)x->c->rank * DEPTH + g % DEPTH) * cn->piece,
+      .len = len, .slot = data_word(x->c->rank, g), .value = g + 1};
+  MKX_TRY(mkx_proxy_post(x->ring, &cmd, &x->last_seq, x->c->opt.timeout_ms));
+  cn->slot_seq[slot] = x->last_seq;
+  cn->sent_to[q] = g + 1;
+  cn->done_to[q] = off + len;
+  return MKX_SUCCESS;
+}
+
+/* Post what the credits allow, one piece per peer in turn (staggered from
+ * rank + 1, so not everyone feeds rank 0 first).  *moved counts pieces. */
+static int send_some(xchg *x, int *moved) {
+  const MKX_Comm c = x->c;
+  for (int more = 1; more;) {
+    more = 0;
+    for (int i = 1; i < c->size; i++) {
+      int q = (c->rank + i) % c->size;
+      if (x->cn->done_to[q] >= x->send_len[q] ||
+          !slot_free(x, q, x->cn->sent_to[q]))
+        continue;
+      MKX_TRY(post_piece(x, q));
+      ++*moved, more = 1;
+    }
   }
   return MKX_SUCCESS;
 }
 
-static int post_all(MKX_Comm c, mkx_comm_net *cn, const void *const *send,
-                    const size_t *len, uint64_t *last) {
-  mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
-  size_t off = 0;
-  *last = 0;
-  for (int i = 1; i < c->size; i++) {
-    int q = (c->rank + i) % c->size; /* staggered: not all to rank 0 */
-    if (len[q] == 0) continue;
-    memcpy(cn->send + off, send[q], len[q]);
-    mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0,
-                         .dst = 1, .src_off = off,
-                         .dst_off = (uint64_t)c->rank * cn->slot,
-                         .len = len[q], .slot = (uint32_t)c->rank,
-                         .value = ++cn->sent_to[q]};
-    MKX_TRY(mkx_proxy_post(ring, &cmd, last, c->opt.timeout_ms));
-    off += len[q];
+/* Tell q its piece g left our slot: it may write that slot again. */
+static int post_credit(xchg *x, int q, uint64_t taken) {
+  uint64_t seq;
+  mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0,
+                       .dst = 1, .len = 0,
+                       .slot = credit_word(x->c, x->c->rank), .value = taken};
+  return mkx_proxy_post(x->ring, &cmd, &seq, x->c->opt.timeout_ms);
+}
+
+/* Take arrived pieces in order: round by round, sources in x->order. */
+static int recv_some(xchg *x, int *moved) {
+  mkx_comm_net *cn = x->cn;
+  while (x->norder > 0) {
+    const int q = x->order[x->at];
+    const uint64_t g = cn->got_from[q];
+    if (mkx_net_signal(cn->net, data_word(q, g)) < g + 1) {
+      x->waiting_on = q;
+      return MKX_SUCCESS;
+    }
+    const size_t off = x->round * cn->piece, left = x->recv_len[q] - off;
+    const size_t len = left < cn->piece ? left : cn->piece;
+    const char *data = cn->recv + (size_t)data_word(q, g) * cn->piece;
+    MKX_TRY(x->sink->take(x->sink->ctx, q, off, data, len));
+    cn->got_from[q] = g + 1;
+    MKX_TRY(post_credit(x, q, g + 1));
+    ++*moved;
+    /* Next source; a source whose message ended leaves the rounds. */
+    if (left <= cn->piece) {
+      memmove(x->order + x->at, x->order + x->at + 1,
+              sizeof *x->order * (size_t)(x->norder - x->at - 1));
+      x->norder--;
+    } else {
+      x->at++;
+    }
+    if (x->at >= x->norder) x->at = 0, x->round++;
   }
+  return MKX_SUCCESS;
+}
+
+/* Short waits first (a piece takes ~100 us to cross), then naps that
+ * leave the cores to the proxy and transport threads. */
+static void backoff(long spins) {
+  struct timespec nap = {0, 20000};
+  if (spins < 64) sched_yield();
+  else nanosleep(&nap, NULL);
+}
+
+static int run(xchg *x) {
+  const int64_t tmo = x->c->opt.timeout_ms;
+  int64_t deadline = mkx_net_now_ms() + tmo;
+  for (long spins = 0;; spins++) {
+    int moved = 0;
+    MKX_TRY(send_some(x, &moved));
+    MKX_TRY(recv_some(x, &moved));
+    int sending = 0;
+    for (int q = 0; q < x->c->size; q++)
+      sending |= x->cn->done_to[q] < x->send_len[q];
+    if (!sending && x->norder == 0) return MKX_SUCCESS;
+    int err = atomic_load(&x->ring->error);
+    if (err != MKX_SUCCESS)
+      return mkx_error(err, "network exchange: the proxy stopped (%s)",
+                       MKX_Error_string(err));
+    if (moved) {
+      deadline = mkx_net_now_ms() + tmo, spins = 0;
+      continue;
+    }
+    if (mkx_net_now_ms() > deadline)
+      return mkx_error(MKX_ERR_TIMEOUT, "network exchange: no progress for "
+                       "%lld ms (option timeout_ms), waiting for rank %d%s",
+                       (long long)tmo, x->waiting_on,
+                       x->norder ? "" : " to take our data");
+    backoff(spins);
+  }
+}
+
+/* order: every source with data once, as the caller's sink wants them. */
+static int set_order(xchg *x, const int *order, int norder) {
+  const MKX_Comm c = x->c;
+  int *seen = calloc((size_t)c->size, sizeof *seen);
+  if (!seen) return mkx_error(MKX_ERR_NOMEM, "exchange order");
+  x->norder = 0;
+  for (int i = 0; i < (order ? norder : c->size); i++) {
+    int q = order ? order[i] : i;
+    if (q < 0 || q >= c->size || seen[q]++) {
+      free(seen);
+      return mkx_error(MKX_ERR_INTERNAL, "exchange order: rank %d", q);
+    }
+    if (x->recv_len[q]) x->order[x->norder++] = q;
+  }
+  int missing = -1;
+  for (int q = 0; q < c->size; q++)
+    if (x->recv_len[q] && !seen[q]) missing = q;
+  free(seen);
+  if (missing >= 0)
+    return mkx_error(MKX_ERR_INTERNAL, "exchange order: no place for rank "
+                     "%d's data", missing);
+  return MKX_SUCCESS;
+}
+
+int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
+                             const size_t *send_len, const size_t *recv_len,
+                             const mkx_comm_net_sink *sink) {
+  mkx_comm_net *cn = c->net;
+  if (!cn) return mkx_error(MKX_ERR_INTERNAL, "no network endpoint");
+  if (send_len[c->rank] || recv_len[c->rank])
+    return mkx_error(MKX_ERR_INTERNAL, "network exchange with oneself");
+  MKX_TRY(setup_regions(c, cn));
+  xchg x = {.c = c, .cn = cn, .ring = mkx_proxy_ring_of(cn->proxy),
+            .send = send, .send_len = send_len, .recv_len = recv_len,
+            .sink = sink, .waiting_on = -1};
+  if (!(x.order = malloc(sizeof *x.order * (size_t)c->size)))
+    return mkx_error(MKX_ERR_NOMEM, "exchange order");
+  memset(cn->done_to, 0, sizeof *cn->done_to * (size_t)c->size);
+  int rc = set_order(&x, sink->order, sink->norder);
+  if (rc == MKX_SUCCESS) rc = run(&x);
+  free(x.order);
+  /* Posted is not yet sent: wait until the proxy has passed our last
+   * write to the transport, so the byte counters are complete. */
+  if (rc == MKX_SUCCESS && x.last_seq)
+    rc = mkx_proxy_wait(x.ring, x.last_seq, c->opt.timeout_ms);
+  return rc;
+}
+
+typedef struct copy_ctx {
+  void *const *recv;
+} copy_ctx;
+
+static int copy_take(void *ctx, int src, size_t off, const void *data,
+                     size_t len) {
+  memcpy((char *)((copy_ctx *)ctx)->recv[src] + off, data, len);
   return MKX_SUCCESS;
 }
 
 int mkx_comm_net_exchange(MKX_Comm c, const void *const *send,
                           const size_t *send_len, void *const *recv,
                           const size_t *recv_len) {
-  mkx_comm_net *cn = c->net;
-  size_t total = 0, slot = 0;
-  uint64_t last = 0;
-  if (!cn) return mkx_error(MKX_ERR_INTERNAL, "no network endpoint");
-  for (int q = 0; q < c->size; q++) {
-    total += send_len[q];
-    if (recv_len[q] > slot) slot = recv_len[q];
-    if (send_len[q] > slot) slot = send_len[q]; /* our slot at the peer */
-  }
-  MKX_TRY(reserve(c, cn, total, slot));
-  MKX_TRY(post_all(c, cn, send, send_len, &last));
-  for (int q = 0; q < c->size; q++) {
-    if (recv_len[q] == 0) continue;
-    MKX_TRY(wait_signal(c, cn, q, ++cn->got_from[q]));
-    memcpy(recv[q], cn->recv + (size_t)q * cn->slot, recv_len[q]);
-  }
-  /* Our sends must be done before the staging region is reused, and the
-   * peers must have copied out before their slots are written again. */
-  if (last) MKX_TRY(mkx_proxy_wait(mkx_proxy_ring_of(cn->proxy), last,
-                                   c->opt.timeout_ms));
-  return c->oob.barrier(c->oob.ctx, c->opt.timeout_ms);
+  copy_ctx ctx = {recv};
+  mkx_comm_net_sink sink = {.take = copy_take, .ctx = &ctx};
+  return mkx_comm_net_exchange_to(c, send, send_len, recv_len, &sink);
 }
 
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c) {

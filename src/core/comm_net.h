@@ -15,13 +15,35 @@ int mkx_comm_net_open(MKX_Comm c);
 void mkx_comm_net_close(MKX_Comm c);
 
 /* One inter-node exchange: this rank sends send_len[q] bytes from
- * send[q] to each rank q (0: nothing), and receives recv_len[q] bytes
- * from each rank q into recv[q].  Every rank must call it with lengths
- * that match pairwise (what q sends to r is what r expects from q).
- * Collective over the communicator (the staging regions may grow). */
+ * send[q] to each rank q (0: nothing; never to itself), and receives
+ * recv_len[q] bytes from each rank q into recv[q].  Every rank must call
+ * it with lengths that match pairwise (what q sends to r is what r
+ * expects from q).  Collective over the communicator: the first one sets
+ * up the staging regions.  The send buffers may be reused on return. */
 int mkx_comm_net_exchange(MKX_Comm c, const void *const *send,
                           const size_t *send_len, void *const *recv,
                           const size_t *recv_len);
+
+/* Where the data of an exchange go as they arrive, in pieces (so the
+ * receiver works on the first pieces while the later ones cross): take()
+ * gets bytes [off, off + len) of what rank src sent, `data` valid only
+ * during the call; a non-zero return ends the exchange with that code.
+ * Pieces come in rounds: round r holds bytes [r P, (r + 1) P) of every
+ * message still that long (P the same for all sources), and within a
+ * round the sources come in `order` (norder ranks, each source with data
+ * exactly once; NULL: rank order).  So a sink that sums the sources'
+ * pieces adds them in a fixed order. */
+typedef struct mkx_comm_net_sink {
+  int (*take)(void *ctx, int src, size_t off, const void *data, size_t len);
+  void *ctx;
+  const int *order;
+  int norder;
+} mkx_comm_net_sink;
+
+/* mkx_comm_net_exchange with the received data handed to `sink`. */
+int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
+                             const size_t *send_len, const size_t *recv_len,
+                             const mkx_comm_net_sink *sink);
 
 /* Payload bytes this rank has sent over the network so far (0 without an
  * endpoint). */
