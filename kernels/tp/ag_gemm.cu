@@ -30,7 +30,6 @@ struct AgParams {
   int first_tile_m, tiles_m, tiles_n, group_m;
   uint64_t timeout_ns;
   int *err;
-  char *alongside;             // see mkx_tp_ag_desc
 };
 
 /* FlagLoadGate per (source, tile) with a bound: before the loads of rows
@@ -63,17 +62,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   RotatedTileOrder order{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m};
   /* The epoch is read on the GPU (written by this call's prologue), so a
    * graph replay waits for its own epoch, not the captured one. */
-  BoundedFlagGate gate{&p, *(volatile const int *)p.epoch + (p.alongside != nullptr)};
-  if (p.alongside) {
-    /* every thread of every block has read the epoch before the last
-     * block to start counts itself */
-    __syncthreads();
-    int *count = reinterpret_cast<int *>(p.alongside + MKX_TP_OFF_GEMM_COUNT);
-    if (threadIdx.x == 0 && atomicAdd(count, 1) == (int)gridDim.x - 1) {
-      *count = 0;
-      mkx::tp::publish_second(p.alongside, gate.target);
-    }
-  }
+  BoundedFlagGate gate{&p, *(volatile const int *)p.epoch};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
@@ -109,7 +98,6 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   p.first_tile_m = d->first_tile_m % p.tiles_m;
   p.timeout_ns = d->timeout_ns;
   p.err = d->err;
-  p.alongside = d->alongside;
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;

@@ -83,24 +83,13 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
  * block to get here (the self-resetting count at MKX_TP_OFF_COUNT), after
  * a system fence, so every block's stores are visible before what the
  * last one does next (threadFenceReduction pattern at system scope). */
-__device__ __forceinline__ bool last_block(const mkx_tp_sync &s, int off = MKX_TP_OFF_COUNT) {
+__device__ __forceinline__ bool last_block(const mkx_tp_sync &s) {
   __threadfence_system();
-  int *count = reinterpret_cast<int *>(s.ws[s.rank] + off);
+  int *count = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_COUNT);
   if (atomicAdd(count, 1) != (int)gridDim.x - 1) return false;
   __threadfence_system();
   *count = 0;
   return true;
-}
-
-/* Two kernels of one call that run alongside each other (the split push
- * and the gated GEMM) both read the epoch when they start; the later of
- * the two to get here, once all of its blocks have read it, publishes the
- * call's epoch, so neither reads the new one by mistake. */
-__device__ __forceinline__ void publish_second(char *ws, int epoch) {
-  int *calls = reinterpret_cast<int *>(ws + MKX_TP_OFF_CALL_COUNT);
-  if (atomicAdd(calls, 1) != 1) return;
-  *calls = 0;
-  *reinterpret_cast<volatile int *>(ws + MKX_TP_OFF_EPOCH) = epoch;
 }
 
 }  // namespace tp

@@ -6,8 +6,8 @@
  * per call (10-30 us on 2 H200, measured 2026-11-30); here a call is two
  * kernels and each meets the other GPUs once in flags over NVLink.
  *
- *   AllGather+GEMM:  tp_split_push_kernel alongside the gated GEMM
- *                    (ag_gemm.cu), or before cuBLAS (option tp_split_gemm)
+ *   AllGather+GEMM:  tp_split_push_kernel, then the gated GEMM (ag_gemm.cu)
+ *                    or cuBLAS (option tp_split_gemm)
  *   GEMM+RS / +AR:   a plain GEMM (the engine or cuBLAS) into the workspace, then
  *                    tp_split_reduce_kernel (one shot: each rank reads its
  *                    rows of every rank's partial over NVLink)
@@ -36,54 +36,30 @@ int blocks_for(int64_t items) {
 
 /* ---- AllGather ----------------------------------------------------------- */
 
-/* This rank's rows into the gathered A of local rank `only`, or (only < 0)
- * of every other local rank. */
-__device__ __forceinline__ void store_rows(const mkx_tp_split_ag_desc &d, int only) {
+__global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constant__ mkx_tp_split_ag_desc d) {
   const mkx_tp_sync &s = d.sync;
+  const int e = next_epoch(s);
+  mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
   const int64_t vrow = d.k * d.esz / 16, total = d.rows * vrow, dld = d.k * d.esz;
   const char *a = static_cast<const char *>(d.a);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t r = i / vrow, v = i % vrow;
     const uint4 x = __ldg(reinterpret_cast<const uint4 *>(a + r * d.lda * d.esz) + v);
     for (int q = 0; q < s.size; ++q)
-      if (only < 0 ? q != s.rank : q == only)
-        reinterpret_cast<uint4 *>(static_cast<char *>(d.gathered[q]) + (d.row0 + r) * dld)[v] = x;
+      reinterpret_cast<uint4 *>(static_cast<char *>(d.gathered[q]) + (d.row0 + r) * dld)[v] = x;
   }
-}
-
-/* Thread 0 of the last block to get here (count at `off`), after every
- * block's stores are visible everywhere, sets this rank's flags of its
- * tiles in local rank `only`'s flags, or (only < 0) every other rank's. */
-__device__ __forceinline__ bool flag_rows(const mkx_tp_split_ag_desc &d, int only, int off, int e) {
-  const mkx_tp_sync &s = d.sync;
+  /* the last block, once every block's stores are visible everywhere,
+   * tells the peers (and with wait_all waits until theirs are here) */
   __shared__ int last;
   __syncthreads();
-  if (threadIdx.x == 0) last = mkx::tp::last_block(s, off);
+  if (threadIdx.x == 0) last = mkx::tp::last_block(s);
   __syncthreads();
-  if (!last) return false;
+  if (!last) return;
   if (threadIdx.x == 0)
     for (int q = 0; q < s.size; ++q)
-      if (only < 0 ? q != s.rank : q == only)
-        for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
-  return true;
-}
-
-/* This rank's own gathered A is free before the meeting (its previous
- * GEMM came before in stream order): its own rows go there and are flagged
- * first, so a GEMM alongside starts on them while the ranks meet. */
-__global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constant__ mkx_tp_split_ag_desc d) {
-  const mkx_tp_sync &s = d.sync;
-  const int e = next_epoch(s);
-  store_rows(d, s.rank);
-  flag_rows(d, s.rank, MKX_TP_OFF_OWN_COUNT, e);
-  mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
-  store_rows(d, -1);
-  /* the last block tells the peers (and with wait_all waits until theirs
-   * are here) */
-  if (!flag_rows(d, -1, MKX_TP_OFF_COUNT, e)) return;
+      for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
   if (d.wait_all) mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
-  if (threadIdx.x == 0 && d.alongside) mkx::tp::publish_second(s.ws[s.rank], e);
-  else if (threadIdx.x == 0) *epoch_of(s) = e;
+  if (threadIdx.x == 0) *epoch_of(s) = e;
 }
 
 /* ---- ReduceScatter / AllReduce ------------------------------------------- */

@@ -55,9 +55,6 @@ extern "C" {
 #define MKX_TP_MAXCH 16            /* chunk slots per owner (at most 8 used) */
 #define MKX_TP_OFF_DRAINED 1536
 #define MKX_TP_OFF_PUSHED 1600
-#define MKX_TP_OFF_GEMM_COUNT 1664 /* gated GEMM alongside the split push */
-#define MKX_TP_OFF_CALL_COUNT 1728 /* its two kernels: which ends last */
-#define MKX_TP_OFF_OWN_COUNT 1792  /* split push: own rows stored */
 #define MKX_TP_OFF_SRC 4096
 
 /* The error word (host-mapped, 4 ints): err[0] = MKX_TP_ERR_TIMEOUT once a
@@ -100,10 +97,6 @@ typedef struct mkx_tp_ag_desc {
   int first_tile_m;
   uint64_t timeout_ns;
   int *err;
-  /* Non-NULL (this rank's workspace): the GEMM runs alongside the split
-   * push of the same call (tp_split_push_kernel, alongside = 1), so it
-   * waits for epoch + 1, and the later of the two publishes the epoch. */
-  char *alongside;
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
 
@@ -205,7 +198,6 @@ typedef struct mkx_tp_split_ag_desc {
   void *gathered[MKX_TP_MAX];               /* every rank's gathered A (ld k), mapped */
   int *flags[MKX_TP_MAX];                   /* every rank's flags, mapped */
   int tiles_m, t0, t1, wait_all;
-  int alongside;                            /* see mkx_tp_ag_desc */
   mkx_tp_sync sync;
 } mkx_tp_split_ag_desc;
 int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);

@@ -11,7 +11,7 @@
  * with rows in them arrive.  No SMs move data, so the GEMM keeps all of
  * them.  Small products take the split path instead (option tp_overlap):
  * one kernel stores the rows into every rank's gathered A with SM stores
- * and sets the flags (kernels/tp/split.cu) alongside the same gated GEMM;
+ * and sets the flags (kernels/tp/split.cu), then the same gated GEMM runs;
  * with option tp_split_gemm=cublas that kernel also waits until every
  * rank's rows have landed and cuBLAS multiplies (src/ops/tp_blas.c). */
 #include <string.h>
@@ -183,10 +183,8 @@ static int join_peers(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
   return MKX_SUCCESS;
 }
 
-/* alongside: the split path's push runs at the same time (see
- * mkx_tp_ag_desc). */
 static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                    int alongside, cudaStream_t st) {
+                    cudaStream_t st) {
   const int me = c->place.local_rank;
   mkx_tp_ag_desc d;
   memset(&d, 0, sizeof d);
@@ -209,7 +207,6 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.first_tile_m = (int)p->first_tile;
   d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   d.err = p->ws->err_dev;
-  d.alongside = alongside ? mkx_tp_ws_peer(p->ws, me) : NULL;
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
 }
 
@@ -217,7 +214,7 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
  * its flags, by one kernel after the ranks meet; wait_all: and until every
  * rank's rows are here (a GEMM without the flag gate follows). */
 static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                      int wait_all, cudaStream_t st) { /* else: alongside */
+                      int wait_all, cudaStream_t st) {
   mkx_tp_split_ag_desc d;
   memset(&d, 0, sizeof d);
   d.a = a->A;
@@ -236,34 +233,19 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     d.t1 = (int)((p->row1 - 1) / TILE + 1);
   }
   d.wait_all = wait_all;
-  d.alongside = !wait_all;
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
   return mkx_tp_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
 }
 
-/* The split path: cuBLAS (option tp_split_gemm) after the copy, once
- * every rank's rows are here; or the gated engine alongside the copy, which
- * runs on a side stream, launched first so that its few blocks are
- * resident before the GEMM's wait for their flags: the GEMM's start and
- * its first tiles hide the copy. */
+/* The split path: the copy, then the gated engine, or cuBLAS (option
+ * tp_split_gemm) once every rank's rows are here. */
 static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
   mkx_gemm_desc g; /* the whole product from the gathered A */
   mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->M, &g);
-  if (mkx_tp_split_blas(c, &g)) {
-    MKX_TRY(push_split(c, p, a, 1, st));
-    return mkx_tp_split_gemm(c, &g, st, FN);
-  }
-  mkx_tp_ws *ws = p->ws;
-  MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
-  MKX_TRY(mkx_tp_cuda_rc(cudaStreamWaitEvent(ws->side[0], ws->ev_fork, 0),
-                         FN, "fork wait"));
-  MKX_TRY(push_split(c, p, a, 0, ws->side[0]));
-  MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_join[0], ws->side[0]), FN,
-                         "join"));
-  MKX_TRY(run_gemm(c, p, a, 1, st));
-  return mkx_tp_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[0], 0), FN,
-                        "join wait");
+  const int blas = mkx_tp_split_blas(c, &g);
+  MKX_TRY(push_split(c, p, a, blas, st));
+  return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, st);
 }
 
 static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
@@ -294,7 +276,7 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
    * may run as a kernel, which must not wait behind the persistent GEMM. */
   if (a->m_local > 0)
     MKX_TRY(push_rows(c, p, a, c->rank, p->row0, p->row1, st));
-  MKX_TRY(run_gemm(c, p, a, 0, st));
+  MKX_TRY(run_gemm(c, p, a, st));
   MKX_TRY(join_peers(c, p, st));
   if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, st));
   return mkx_tp_end(p->ws, stream);
