@@ -32,25 +32,29 @@
 #include "proxy/proxy.h"
 
 #define RING_ENTRIES 256
-/* Pieces of 2 MiB, 4 in flight per pair: 8 MiB in flight keeps loopback
- * and RDMA links busy (a piece's copy overlaps the next one's transfer),
- * while the regions stay 2 * size * 8 MiB.  Large communicators get
- * smaller pieces so the regions stay within STAGE_BUDGET each. */
+/* Pieces of 2 MiB, 4 in flight per pair: a piece's copies overlap the
+ * transfer of the others, and a piece is long enough that the per-piece
+ * costs (a credit, a wake-up) vanish.  On the H200 host's loopback,
+ * pieces of 0.5 to 8 MiB and 4 or 8 in flight moved the same within the
+ * noise (docs/inter-node.md).  Each region is size * DEPTH pieces; large
+ * communicators get smaller pieces so that it stays within STAGE_BUDGET. */
 #define PIECE_MAX ((size_t)2 << 20)
 #define PIECE_MIN ((size_t)64 << 10)
 #define DEPTH 4
-#define STAGE_BUDGET ((size_t)256 << 20)
+#define STAGE_BUDGET ((size_t)64 << 20)
 
 typedef struct mkx_comm_net {
   mkx_net *net;
   mkx_proxy *proxy;
   size_t piece;           /* bytes per piece slot */
-  char *send, *recv;      /* staging regions: size * DEPTH slots each */
+  uint32_t depth;         /* piece slots per pair and direction */
+  char *send, *recv;      /* staging regions: size * depth slots each */
+  int ready;              /* the regions are registered everywhere */
   mkx_net_mr smr, rmr;
   mkx_net_rkey *skeys, *rkeys;
   uint64_t *sent_to;      /* pieces sent to each rank so far */
   uint64_t *got_from;     /* pieces taken from each rank so far */
-  uint64_t *slot_seq;     /* [size * DEPTH]: last proxy command per send slot */
+  uint64_t *slot_seq;     /* [size * depth]: last command per send slot */
   size_t *done_to;        /* [size]: bytes of the current exchange posted */
 } mkx_comm_net;
 
@@ -60,8 +64,13 @@ static int one_host(MKX_Comm c) {
   return 1;
 }
 
-static size_t piece_bytes(int size) {
-  size_t p = STAGE_BUDGET / ((size_t)size * DEPTH);
+static size_t test_piece;
+
+void mkx_comm_net_test_piece(size_t bytes) { test_piece = bytes; }
+
+static size_t piece_bytes(int size, uint32_t depth) {
+  size_t p = STAGE_BUDGET / ((size_t)size * depth);
+  if (test_piece) return (test_piece + 63) & ~(size_t)63;
   p = p > PIECE_MAX ? PIECE_MAX : p < PIECE_MIN ? PIECE_MIN : p;
   return p & ~(size_t)63; /* pieces start 64-byte aligned */
 }
@@ -79,7 +88,7 @@ static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
   cn->rkeys = calloc(n, sizeof *cn->rkeys);
   cn->sent_to = calloc(n, sizeof *cn->sent_to);
   cn->got_from = calloc(n, sizeof *cn->got_from);
-  cn->slot_seq = calloc(n * DEPTH, sizeof *cn->slot_seq);
+  cn->slot_seq = calloc(n * cn->depth, sizeof *cn->slot_seq);
   cn->done_to = calloc(n, sizeof *cn->done_to);
   if (!cn->skeys || !cn->rkeys || !cn->sent_to || !cn->got_from ||
       !cn->slot_seq || !cn->done_to)
@@ -97,13 +106,14 @@ int mkx_comm_net_open(MKX_Comm c) {
   mkx_options opt = c->opt;
   if (!cn) return mkx_error(MKX_ERR_NOMEM, "network endpoint");
   c->net = cn;
-  cn->piece = piece_bytes(c->size);
+  cn->depth = DEPTH;
+  cn->piece = piece_bytes(c->size, cn->depth);
   MKX_TRY(alloc_tables(c, cn));
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
   mkx_net_params p = {.rank = c->rank, .size = c->size,
-                      .num_signals = (uint32_t)c->size * (DEPTH + 1),
+                      .num_signals = (uint32_t)c->size * (cn->depth + 1),
                       .timeout_ms = c->opt.timeout_ms, .opt = &opt,
                       .device = c->has_gpu_map && c->gpu_map.num_nics
                                     ? c->gpu_map.nic_names[0]
@@ -124,6 +134,7 @@ static void release_regions(mkx_comm_net *cn) {
   free(cn->send);
   free(cn->recv);
   cn->send = cn->recv = NULL;
+  cn->ready = 0;
 }
 
 void mkx_comm_net_close(MKX_Comm c) {
@@ -141,21 +152,7 @@ void mkx_comm_net_close(MKX_Comm c) {
   c->net = NULL;
 }
 
-/* The staging regions, made by the first exchange (every rank calls it,
- * so the key exchange is collective).  They are touched here, once, so
- * page faults never land in a transfer. */
-static int setup_regions(MKX_Comm c, mkx_comm_net *cn) {
-  size_t bytes = (size_t)c->size * DEPTH * cn->piece;
-  if (cn->send) return MKX_SUCCESS;
-  cn->send = malloc(bytes);
-  cn->recv = malloc(bytes);
-  if (!cn->send || !cn->recv) {
-    release_regions(cn);
-    return mkx_error(MKX_ERR_NOMEM, "staging regions of 2 x %zu bytes",
-                     bytes);
-  }
-  memset(cn->send, 0, bytes);
-  memset(cn->recv, 0, bytes);
+static int register_regions(MKX_Comm c, mkx_comm_net *cn, size_t bytes) {
   mkx_net_reg_args sa = {cn->send, bytes, MKX_NET_MEM_HOST, -1, 0};
   mkx_net_reg_args ra = {cn->recv, bytes, MKX_NET_MEM_HOST, -1, 0};
   MKX_TRY(mkx_net_reg(cn->net, &sa, &cn->smr));
@@ -164,6 +161,25 @@ static int setup_regions(MKX_Comm c, mkx_comm_net *cn) {
   MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &cn->rmr, cn->rkeys));
   MKX_TRY(mkx_proxy_set_region(cn->proxy, 0, &cn->smr, cn->skeys));
   return mkx_proxy_set_region(cn->proxy, 1, &cn->rmr, cn->rkeys);
+}
+
+/* The staging regions, made by the first exchange (every rank calls it,
+ * so the key exchange is collective).  They are touched here, once, so
+ * page faults never land in a transfer. */
+static int setup_regions(MKX_Comm c, mkx_comm_net *cn) {
+  size_t bytes = (size_t)c->size * cn->depth * cn->piece;
+  if (cn->ready) return MKX_SUCCESS;
+  release_regions(cn); /* what a failed attempt left */
+  cn->send = malloc(bytes);
+  cn->recv = malloc(bytes);
+  if (!cn->send || !cn->recv)
+    return mkx_error(MKX_ERR_NOMEM, "staging regions of 2 x %zu bytes",
+                     bytes);
+  memset(cn->send, 0, bytes);
+  memset(cn->recv, 0, bytes);
+  MKX_TRY(register_regions(c, cn, bytes));
+  cn->ready = 1;
+  return MKX_SUCCESS;
 }
 
 /* ---- one exchange ---- */
@@ -178,26 +194,27 @@ typedef struct xchg {
   int *order, norder;  /* sources in delivery order (recv_len > 0) */
   int at;              /* next source of this round: order[at] */
   size_t round;        /* pieces [round * piece, ...) are being taken */
-  int waiting_on;      /* the rank last found without its piece */
+  int held_by;         /* a rank whose credit holds our next piece back */
   uint64_t last_seq;   /* the last data write posted */
 } xchg;
 
-static uint32_t data_word(int src, uint64_t g) {
-  return (uint32_t)((uint64_t)src * DEPTH + g % DEPTH);
+static uint32_t data_word(const mkx_comm_net *cn, int src, uint64_t g) {
+  return (uint32_t)((uint64_t)src * cn->depth + g % cn->depth);
 }
 
-static uint32_t credit_word(const MKX_Comm c, int peer) {
-  return (uint32_t)c->size * DEPTH + (uint32_t)peer;
+static uint32_t credit_word(const MKX_Comm c, const mkx_comm_net *cn,
+                            int peer) {
+  return (uint32_t)c->size * cn->depth + (uint32_t)peer;
 }
 
 /* A piece may go to q once q took the piece that last used the slot (its
  * credit) and the proxy is done with our copy in the send slot. */
 static int slot_free(const xchg *x, int q, uint64_t g) {
   const mkx_comm_net *cn = x->cn;
-  if (g >= DEPTH &&
-      mkx_net_signal(cn->net, credit_word(x->c, q)) < g - DEPTH + 1)
+  if (g >= cn->depth &&
+      mkx_net_signal(cn->net, credit_word(x->c, cn, q)) < g - cn->depth + 1)
     return 0;
-  uint64_t seq = cn->slot_seq[(size_t)q * DEPTH + g % DEPTH];
+  uint64_t seq = cn->slot_seq[data_word(cn, q, g)];
   return atomic_load_explicit(&x->ring->completed, memory_order_acquire) >=
          seq;
 }
@@ -205,15 +222,15 @@ static int slot_free(const xchg *x, int q, uint64_t g) {
 static int post_piece(xchg *x, int q) {
   mkx_comm_net *cn = x->cn;
   const uint64_t g = cn->sent_to[q];
-  const size_t off = cn->done_to[q], slot = (size_t)q * DEPTH + g % DEPTH;
+  const size_t off = cn->done_to[q], slot = data_word(cn, q, g);
   const size_t left = x->send_len[q] - off;
   const size_t len = left < cn->piece ? left : cn->piece;
   memcpy(cn->send + slot * cn->piece, (const char *)x->send[q] + off, len);
   mkx_proxy_cmd cmd = {
       .op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0, .dst = 1,
       .src_off = slot * cn->piece,
-      .dst_off = ((size_t)x->c->rank * DEPTH + g % DEPTH) * cn->piece,
-      .len = len, .slot = data_word(x->c->rank, g), .value = g + 1};
+      .dst_off = (size_t)data_word(cn, x->c->rank, g) * cn->piece,
+      .len = len, .slot = data_word(cn, x->c->rank, g), .value = g + 1};
   MKX_TRY(mkx_proxy_post(x->ring, &cmd, &x->last_seq, x->c->opt.timeout_ms));
   cn->slot_seq[slot] = x->last_seq;
   cn->sent_to[q] = g + 1;
@@ -229,9 +246,11 @@ static int send_some(xchg *x, int *moved) {
     more = 0;
     for (int i = 1; i < c->size; i++) {
       int q = (c->rank + i) % c->size;
-      if (x->cn->done_to[q] >= x->send_len[q] ||
-          !slot_free(x, q, x->cn->sent_to[q]))
+      if (x->cn->done_to[q] >= x->send_len[q]) continue;
+      if (!slot_free(x, q, x->cn->sent_to[q])) {
+        x->held_by = q;
         continue;
+      }
       MKX_TRY(post_piece(x, q));
       ++*moved, more = 1;
     }
@@ -244,7 +263,8 @@ static int post_credit(xchg *x, int q, uint64_t taken) {
   uint64_t seq;
   mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0,
                        .dst = 1, .len = 0,
-                       .slot = credit_word(x->c, x->c->rank), .value = taken};
+                       .slot = credit_word(x->c, x->cn, x->c->rank),
+                       .value = taken};
   return mkx_proxy_post(x->ring, &cmd, &seq, x->c->opt.timeout_ms);
 }
 
@@ -254,13 +274,11 @@ static int recv_some(xchg *x, int *moved) {
   while (x->norder > 0) {
     const int q = x->order[x->at];
     const uint64_t g = cn->got_from[q];
-    if (mkx_net_signal(cn->net, data_word(q, g)) < g + 1) {
-      x->waiting_on = q;
+    if (mkx_net_signal(cn->net, data_word(cn, q, g)) < g + 1)
       return MKX_SUCCESS;
-    }
     const size_t off = x->round * cn->piece, left = x->recv_len[q] - off;
     const size_t len = left < cn->piece ? left : cn->piece;
-    const char *data = cn->recv + (size_t)data_word(q, g) * cn->piece;
+    const char *data = cn->recv + (size_t)data_word(cn, q, g) * cn->piece;
     MKX_TRY(x->sink->take(x->sink->ctx, q, off, data, len));
     cn->got_from[q] = g + 1;
     MKX_TRY(post_credit(x, q, g + 1));
@@ -286,6 +304,18 @@ static void backoff(long spins) {
   else nanosleep(&nap, NULL);
 }
 
+/* A timeout names whom we wait for: a source, or a peer not taking ours. */
+static int stalled(const xchg *x) {
+  const long long tmo = (long long)x->c->opt.timeout_ms;
+  if (x->norder > 0)
+    return mkx_error(MKX_ERR_TIMEOUT, "network exchange: no data from rank "
+                     "%d for %lld ms (option timeout_ms)",
+                     x->order[x->at], tmo);
+  return mkx_error(MKX_ERR_TIMEOUT, "network exchange: rank %d took none of "
+                   "our data for %lld ms (option timeout_ms)", x->held_by,
+                   tmo);
+}
+
 static int run(xchg *x) {
   const int64_t tmo = x->c->opt.timeout_ms;
   int64_t deadline = mkx_net_now_ms() + tmo;
@@ -305,11 +335,7 @@ static int run(xchg *x) {
       deadline = mkx_net_now_ms() + tmo, spins = 0;
       continue;
     }
-    if (mkx_net_now_ms() > deadline)
-      return mkx_error(MKX_ERR_TIMEOUT, "network exchange: no progress for "
-                       "%lld ms (option timeout_ms), waiting for rank %d%s",
-                       (long long)tmo, x->waiting_on,
-                       x->norder ? "" : " to take our data");
+    if (mkx_net_now_ms() > deadline) return stalled(x);
     backoff(spins);
   }
 }
@@ -348,7 +374,7 @@ int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
   MKX_TRY(setup_regions(c, cn));
   xchg x = {.c = c, .cn = cn, .ring = mkx_proxy_ring_of(cn->proxy),
             .send = send, .send_len = send_len, .recv_len = recv_len,
-            .sink = sink, .waiting_on = -1};
+            .sink = sink, .held_by = -1};
   if (!(x.order = malloc(sizeof *x.order * (size_t)c->size)))
     return mkx_error(MKX_ERR_NOMEM, "exchange order");
   memset(cn->done_to, 0, sizeof *cn->done_to * (size_t)c->size);

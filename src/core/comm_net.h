@@ -45,6 +45,11 @@ int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
                              const size_t *send_len, const size_t *recv_len,
                              const mkx_comm_net_sink *sink);
 
+/* Tests: communicators opened from now on move exchanges in pieces of
+ * `bytes` (rounded up to 64; 0: the default, 2 MiB), so that short
+ * messages take many pieces and wrap the slots. */
+void mkx_comm_net_test_piece(size_t bytes);
+
 /* Payload bytes this rank has sent over the network so far (0 without an
  * endpoint). */
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);

@@ -194,16 +194,37 @@ int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
   return rc;
 }
 
-static void add_into(MKX_Datatype wt, void *dst, const void *src, size_t len) {
-  if (wt == MKX_FP64) {
-    double *d = dst;
-    const double *s = src;
-    for (size_t i = 0; i < len; i++) d[i] += s[i];
-  } else {
-    float *d = dst;
-    const float *s = src;
-    for (size_t i = 0; i < len; i++) d[i] += s[i];
+/* d = a + b, or d += b where a is NULL.  The blocks of 16 with restrict
+ * pointers are what -O2 vectorises (it leaves loops of unknown length
+ * scalar): these sums run as the pieces arrive and must keep pace. */
+#define SUM_LOOP(T)                                                          \
+  static void sum_##T(T *restrict d, const T *restrict a,                    \
+                      const T *restrict b, size_t n) {                       \
+    size_t i = 0;                                                            \
+    if (a) {                                                                 \
+      for (; i + 16 <= n; i += 16)                                           \
+        for (size_t k = 0; k < 16; k++) d[i + k] = a[i + k] + b[i + k];      \
+      for (; i < n; i++) d[i] = a[i] + b[i];                                 \
+    } else {                                                                 \
+      for (; i + 16 <= n; i += 16)                                           \
+        for (size_t k = 0; k < 16; k++) d[i + k] += b[i + k];                \
+      for (; i < n; i++) d[i] += b[i];                                       \
+    }                                                                        \
   }
+SUM_LOOP(float)
+SUM_LOOP(double)
+#undef SUM_LOOP
+
+/* dst = a + b (a distinct from dst) in the working type. */
+static void sum_into(MKX_Datatype wt, void *dst, const void *a,
+                     const void *b, size_t len) {
+  if (wt == MKX_FP64) sum_double(dst, a, b, len);
+  else sum_float(dst, a, b, len);
+}
+
+static void add_into(MKX_Datatype wt, void *dst, const void *src,
+                     size_t len) {
+  sum_into(wt, dst, NULL, src, len);
 }
 
 /* Node peers swap partials so that this rank holds its node's sum of
@@ -252,52 +273,81 @@ static int rs_node(MKX_Comm c, const grid *g, MKX_Datatype wt,
 /* Buffers of the network half, taken before the ranks agree to go on (a
  * rank short of memory must not leave the others in the exchange). */
 typedef struct col_bufs {
-  char *got;
   const void **sp;
   size_t *sl;
+  int *order;     /* the column's ranks but this one, nodes in order */
 } col_bufs;
 
-static int col_bufs_get(MKX_Comm c, const grid *g, size_t rb, mkx_arena *ar,
+static int col_bufs_get(MKX_Comm c, const grid *g, mkx_arena *ar,
                         col_bufs *b) {
-  const int64_t mine = g->off[c->rank + 1] - g->off[c->rank];
-  MKX_TRY(mkx_arena_array(ar, (int64_t)g->N * mine, (int64_t)rb, 1,
-                          (void **)&b->got, "node partials"));
   MKX_TRY(mkx_arena_array(ar, c->size, 2, sizeof(void *), (void **)&b->sp,
                           "ptrs"));
+  MKX_TRY(mkx_arena_array(ar, g->N, 1, sizeof(int), (void **)&b->order,
+                          "order"));
   return mkx_arena_array(ar, c->size, 2, sizeof(size_t), (void **)&b->sl,
                          "lens");
 }
 
+/* The sum of one block over nodes, made as the node partials arrive.
+ * Pieces of the partials come round by round, the column's other nodes
+ * in node order; this node's own partial is added where its node falls
+ * in that order, so every element is ((p_0 + p_1) + p_2) + ... exactly as
+ * when the partials were all gathered first. */
+typedef struct red_sink {
+  MKX_Datatype wt;
+  size_t es;          /* bytes per element */
+  int j, last;        /* this node; the last other node */
+  const int *node_of; /* [size]: node of each rank */
+  const char *own;    /* this node's partial of this rank's block */
+  char *block;
+} red_sink;
+
+static int red_take(void *ctx, int q, size_t off, const void *data,
+                    size_t len) {
+  const red_sink *s = ctx;
+  const int k = s->node_of[q], prev = k - 1 == s->j ? k - 2 : k - 1;
+  const size_t n = len / s->es;
+  char *dst = s->block + off;
+  if (prev < 0) { /* the first other node starts the sum */
+    if (s->j < k) sum_into(s->wt, dst, s->own + off, data, n);
+    else memcpy(dst, data, len);
+  } else {
+    if (prev < s->j && s->j < k) add_into(s->wt, dst, s->own + off, n);
+    add_into(s->wt, dst, data, n);
+  }
+  if (k == s->last && s->j > k) add_into(s->wt, dst, s->own + off, n);
+  return MKX_SUCCESS;
+}
+
 /* The network half: each node's partial of a block crosses the network
- * once, to its owner; this node's partial of this rank's block stays. */
+ * once, to its owner, which adds the pieces into `block` as they come;
+ * this node's partial of this rank's block stays. */
 static int reduce_column(MKX_Comm c, const grid *g, MKX_Datatype wt,
                          const char *colsum, int64_t n, void *block,
                          const col_bufs *b) {
   const size_t rb = (size_t)n * MKX_Type_size(wt);
   const int64_t mine = g->off[c->rank + 1] - g->off[c->rank];
-  char *got = b->got;
   const void **sp = b->sp;
-  void **rp = (void **)(sp + c->size);
   size_t *sl = b->sl, *rl = sl + c->size;
+  red_sink rs = {.wt = wt, .es = MKX_Type_size(wt), .j = g->j,
+                 .last = g->j == g->N - 1 ? g->N - 2 : g->N - 1,
+                 .node_of = c->place.node_of_rank, .block = block};
+  mkx_comm_net_sink sink = {.take = red_take, .ctx = &rs, .order = b->order};
   memset(sl, 0, sizeof *sl * 2 * (size_t)c->size);
   size_t at = 0;
   for (int k = 0; k < g->N; k++) {
     int q = g->at[k * g->G + g->l];
-    size_t b = (size_t)rows_of(g, k, g->l) * rb;
+    size_t bytes = (size_t)rows_of(g, k, g->l) * rb;
     if (q == c->rank) {
-      memcpy(got + (size_t)k * mine * rb, colsum + at, b);
+      rs.own = colsum + at;
     } else {
-      sp[q] = colsum + at, sl[q] = b;
-      rp[q] = got + (size_t)k * mine * rb, rl[q] = (size_t)mine * rb;
+      sp[q] = colsum + at, sl[q] = bytes;
+      rl[q] = (size_t)mine * rb;
+      b->order[sink.norder++] = q;
     }
-    at += b;
+    at += bytes;
   }
-  MKX_TRY(mkx_comm_net_exchange(c, sp, sl, rp, rl));
-  size_t len = (size_t)mine * (size_t)n;
-  memcpy(block, got, len * MKX_Type_size(wt));
-  for (int k = 1; k < g->N; k++)
-    add_into(wt, block, got + (size_t)k * mine * rb, len);
-  return MKX_SUCCESS;
+  return mkx_comm_net_exchange_to(c, sp, sl, rl, &sink);
 }
 
 int mkx_hier_column_reduce(MKX_Comm c, MKX_Datatype wt, const void *colsum,
@@ -306,7 +356,7 @@ int mkx_hier_column_reduce(MKX_Comm c, MKX_Datatype wt, const void *colsum,
   grid g;
   col_bufs b;
   int rc = grid_init(c, rows, &ar, &g);
-  if (!rc) rc = col_bufs_get(c, &g, (size_t)n * MKX_Type_size(wt), &ar, &b);
+  if (!rc) rc = col_bufs_get(c, &g, &ar, &b);
   rc = mkx_host_agree_rc(c, rc, "column reduce");
   if (!rc) rc = reduce_column(c, &g, wt, colsum, n, block, &b);
   mkx_arena_release(&ar, rc);
@@ -323,7 +373,7 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
   int rc = grid_init(c, rows, &ar, &g);
   if (!rc) rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
                                 (void **)&colsum, "column sums");
-  if (!rc) rc = col_bufs_get(c, &g, rb, &ar, &b);
+  if (!rc) rc = col_bufs_get(c, &g, &ar, &b);
   rc = mkx_host_agree_rc(c, rc, "hierarchical reduce");
   if (!rc) rc = rs_node(c, &g, wt, part, n, colsum, &ar);
   if (!rc) rc = reduce_column(c, &g, wt, colsum, n, block, &b);

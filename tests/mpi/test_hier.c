@@ -334,6 +334,210 @@ static void node_comm(MKX_Comm hier, const geo *g) {
            "columns' rows for M = 1..300 (%d mismatches)", bad);
 }
 
+/* ---- exchanges in small pieces ---- */
+
+/* Bytes rank `from` sends rank `to` in exchange `it`: some none, most of
+ * many 256-byte pieces, lengths not multiples of a piece or of 4. */
+static size_t xlen(int from, int to, int it) {
+  return (size_t)((from * 7 + to * 13 + it * 5) % 11) * 97 + (size_t)it % 3;
+}
+
+static unsigned char xbyte(int from, int to, int it, size_t i) {
+  return (unsigned char)(from * 31 + to * 17 + it * 5 + i * 7 + (i >> 8));
+}
+
+/* The sink's view: every piece where it belongs, in the promised order
+ * (rounds by offset, sources in the given order within a round). */
+typedef struct order_check {
+  unsigned char **got;
+  const int *pos;   /* [size]: place of each source in the order */
+  size_t last_off;
+  int last_pos, bad;
+} order_check;
+
+static int order_take(void *ctx, int src, size_t off, const void *data,
+                      size_t len) {
+  order_check *o = ctx;
+  const int pos = o->pos[src];
+  if (off < o->last_off || (off == o->last_off && pos <= o->last_pos))
+    o->bad++;
+  o->last_off = off, o->last_pos = pos;
+  memcpy(o->got[src] + off, data, len);
+  return MKX_SUCCESS;
+}
+
+/* One exchange with every rank; `reversed`: through a sink taking the
+ * sources in reverse rank order.  Returns the bytes this rank sent. */
+static uint64_t irregular_exchange(MKX_Comm c, int it, int reversed) {
+  const int p = mt.size, me = mt.rank;
+  const void **sp = calloc((size_t)p, sizeof *sp);
+  unsigned char **rp = calloc((size_t)p, sizeof *rp);
+  size_t *sl = calloc((size_t)p, sizeof *sl), *rl = calloc((size_t)p,
+                                                            sizeof *rl);
+  int *order = calloc((size_t)p, sizeof *order);
+  int *pos = calloc((size_t)p, sizeof *pos);
+  uint64_t sent = 0;
+  for (int q = 0; q < p; q++) {
+    if (q == me) continue;
+    sl[q] = xlen(me, q, it), rl[q] = xlen(q, me, it);
+    unsigned char *b = malloc(sl[q] + 1);
+    for (size_t i = 0; i < sl[q]; i++) b[i] = xbyte(me, q, it, i);
+    sp[q] = b, rp[q] = calloc(rl[q] + 1, 1), sent += sl[q];
+  }
+  for (int i = 0; i < p; i++) order[i] = p - 1 - i, pos[p - 1 - i] = i;
+  order_check oc = {.got = rp, .pos = pos, .last_pos = -1};
+  mkx_comm_net_sink sink = {.take = order_take, .ctx = &oc, .order = order,
+                            .norder = p};
+  int rc = reversed ? mkx_comm_net_exchange_to(c, sp, sl, rl, &sink)
+                    : mkx_comm_net_exchange(c, sp, sl, (void *const *)rp, rl);
+  mt_check_rc(rc, MKX_SUCCESS, "exchange %d in small pieces", it);
+  mt_check(oc.bad == 0, "exchange %d: %d pieces out of order", it, oc.bad);
+  int wrong = 0;
+  for (int q = 0; q < p; q++)
+    for (size_t i = 0; q != me && i < rl[q]; i++)
+      wrong += rp[q][i] != xbyte(q, me, it, i);
+  mt_check(wrong == 0, "exchange %d: %d bytes wrong", it, wrong);
+  for (int q = 0; q < p; q++) free((void *)sp[q]), free(rp[q]);
+  free(sp), free(rp), free(sl), free(rl), free(order), free(pos);
+  return sent;
+}
+
+/* Node j's partial of element e of a block: 1e8, -1e8 and small numbers
+ * in turn, so that fp32 sums taken in another order than node order
+ * ((p_0 + p_1) + p_2 ...) come out different. */
+static float node_part(int j, int64_t e, int N) {
+  const int r = (int)((e + j) % 3);
+  return r == 0 ? 1e8f : r == 1 ? -1e8f : (float)(1 + (e + N) % 5);
+}
+
+/* mkx_hier_column_reduce adds the nodes' partials in node order: every
+ * element exactly the sum computed here in that order. */
+static void column_reduce_order(MKX_Comm c, const geo *g, const char *what) {
+  const int64_t n = 70; /* rows of 280 bytes: pieces end inside rows */
+  int64_t *rows = malloc(sizeof *rows * (size_t)mt.size), col = 0;
+  for (int q = 0; q < mt.size; q++) rows[q] = 3 + (q * 5) % 4;
+  for (int k = 0; k < g->N; k++) col += rows[at(g, k, g->l)];
+  float *colsum = malloc(sizeof(float) * (size_t)(col * n));
+  const int64_t mine = rows[mt.rank];
+  float *block = calloc((size_t)(mine * n) + 1, sizeof(float));
+  float *want = calloc((size_t)(mine * n) + 1, sizeof(float));
+  int64_t off = 0;
+  for (int k = 0; k < g->N; k++) { /* this node's partial of k's block */
+    const int64_t len = rows[at(g, k, g->l)] * n;
+    for (int64_t e = 0; e < len; e++)
+      colsum[off + e] = node_part(g->j, e, g->N);
+    off += len;
+  }
+  for (int64_t e = 0; e < mine * n; e++) {
+    float sum = node_part(0, e, g->N);
+    for (int j = 1; j < g->N; j++) sum += node_part(j, e, g->N);
+    want[e] = sum;
+  }
+  mt_check_rc(mkx_hier_column_reduce(c, MKX_FP32, colsum, rows, n, block),
+              MKX_SUCCESS, "column reduce (%s)", what);
+  mt_check(memcmp(block, want, sizeof(float) * (size_t)(mine * n)) == 0,
+           "column reduce (%s): the nodes added in node order", what);
+  free(rows), free(colsum), free(block), free(want);
+}
+
+/* An exchange that rank 0 skips: every other rank gives up after the
+ * bound with MKX_ERR_TIMEOUT naming rank 0, instead of hanging. */
+static void missing_rank(const char *vs) {
+  MPI_Info info;
+  MKX_Comm c = NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_virtual_node_size", vs);
+  MPI_Info_set(info, "mkx_net", "tcp");
+  MPI_Info_set(info, "mkx_timeout_ms", "400");
+  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &c), MKX_SUCCESS,
+              "communicator with a 400 ms bound");
+  MPI_Info_free(&info);
+  if (!mt_all(c != NULL)) return;
+  char buf[2][1000] = {{0}};
+  const void **sp = calloc((size_t)mt.size, sizeof *sp);
+  void **rp = calloc((size_t)mt.size, sizeof *rp);
+  size_t *len = calloc((size_t)mt.size, sizeof *len);
+  for (int q = 0; q < mt.size; q++)
+    sp[q] = buf[0], rp[q] = buf[1], len[q] = q == mt.rank ? 0 : 10;
+  /* the first exchange sets up the regions: everyone takes part */
+  mt_check_rc(mkx_comm_net_exchange(c, sp, len, rp, len), MKX_SUCCESS,
+              "exchange before the missing one");
+  if (mt.rank != 0) {
+    double t = MPI_Wtime();
+    int rc = mkx_comm_net_exchange(c, sp, len, rp, len);
+    t = MPI_Wtime() - t;
+    mt_check_rc(rc, MKX_ERR_TIMEOUT, "exchange without rank 0");
+    mt_check(strstr(MKX_Get_last_error(), "rank 0") != NULL,
+             "the timeout names rank 0: %s", MKX_Get_last_error());
+    mt_check(t > 0.35 && t < 10, "gave up after %.2f s (bound 0.4 s)", t);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  free(sp), free(rp), free(len);
+  MKX_Comm_free(&c);
+}
+
+/* A communicator whose exchanges go in pieces of 256 bytes, so messages
+ * take many pieces, the 4 slots of each pair wrap again and again, and
+ * sources of unequal length leave the rounds early: direct exchanges
+ * (data, delivery order, bytes counted), then the column collectives
+ * against the default communicator: the same bits (the reduce adds the
+ * nodes in the same order whatever the pieces) and the same bytes. */
+static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
+                         const char *vs) {
+  MPI_Info info;
+  MKX_Comm tiny = NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_virtual_node_size", vs);
+  MPI_Info_set(info, "mkx_net", "tcp");
+  MPI_Info_set(info, "mkx_hier_gemm", "host");
+  mkx_comm_net_test_piece(256);
+  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &tiny), MKX_SUCCESS,
+              "communicator with 256-byte pieces");
+  mkx_comm_net_test_piece(0);
+  MPI_Info_free(&info);
+  if (!mt_all(tiny != NULL)) return;
+  for (int it = 0; it < 12; it++) {
+    uint64_t before = mkx_comm_net_bytes_sent(tiny);
+    uint64_t want = irregular_exchange(tiny, it, it % 2);
+    uint64_t sent = mkx_comm_net_bytes_sent(tiny) - before;
+    mt_check(sent == want, "exchange %d sent %llu bytes, want %llu", it,
+             (unsigned long long)sent, (unsigned long long)want);
+  }
+  column_reduce_order(hier, g, "whole pieces");
+  column_reduce_order(tiny, g, "small pieces");
+  static const int64_t t[][3] = {{16, 32, 24}, {37, 9, 70}, {5, 7, 3}};
+  for (int i = 0; i < 3; i++) {
+    allgather(tiny, flat, g, t[i][0], t[i][1], t[i][2]);
+    for (int all = 0; all < 2; all++) {
+      const int64_t M = t[i][0] * mt.size + i, kl = t[i][1], n = t[i][2];
+      const int64_t rows = all ? M : block_rows(M, mt.rank);
+      tbuf A, B, C[2];
+      make(&A, M * kl, 91 + mt.rank + i), make(&B, kl * n, 97 + mt.rank);
+      make(&C[0], rows * n, 0), make(&C[1], rows * n, 0);
+      uint64_t sent[2];
+      for (int v = 0; v < 2; v++) {
+        MKX_Comm c = v ? tiny : hier;
+        uint64_t before = mkx_comm_net_bytes_sent(c);
+        mt_check_rc(reduce_call(all, &A, M, kl, &B, n, &C[v], c),
+                    MKX_SUCCESS, "%s in %s pieces", all ? "allreduce"
+                    : "reduce-scatter", v ? "small" : "whole");
+        sent[v] = mkx_comm_net_bytes_sent(c) - before;
+      }
+      tbuf_download(&C[0]), tbuf_download(&C[1]);
+      mt_check(memcmp(C[0].host, C[1].host, sizeof(float) * rows * n) == 0,
+               "%s %lldx%lldx%lld: same bits in small pieces",
+               all ? "allreduce" : "reduce-scatter", (long long)M,
+               (long long)n, (long long)kl);
+      mt_check(sent[0] == sent[1], "%s: %llu bytes in small pieces, %llu "
+               "in whole ones", all ? "allreduce" : "reduce-scatter",
+               (unsigned long long)sent[1], (unsigned long long)sent[0]);
+      tbuf_free(&A), tbuf_free(&B), tbuf_free(&C[0]), tbuf_free(&C[1]);
+    }
+  }
+  MKX_Comm_free(&tiny);
+  missing_rank(vs);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int vnode = mt.device && mt.size < 4 ? 1 : 2;
@@ -377,6 +581,7 @@ int main(int argc, char **argv) {
            shapes[i][2], 1);
   }
   node_comm(hier, &g);
+  if (!mt.device) small_pieces(hier, flat, &g, vs);
 #ifdef MKX_TEST_CUDA
   if (!mt.device) nvlink_host(hier, flat, &g);
 #endif
