@@ -25,6 +25,11 @@ typedef struct hg_plan {
   void *daout;        /* device, AG with A_out: gathered A, permuted */
   float *hcol;        /* pinned host, RS/AR: dcol's copy (pageable memory
                          would make each slice's copy wait for its GEMM) */
+  /* Pinned host, made with the plan (fresh malloc'd ones cost page
+   * faults every call): AG this rank's rows of A (hsend) and its column's
+   * rows as gathered over the network (hrows); RS/AR this rank's fp32 sum
+   * (hsend), rounded (hrows), AR every rank's rounded rows (hout). */
+  char *hsend, *hrows, *hout;
   int host;           /* mkx_hier_nvlink_host: host buffers and memory */
 } hg_plan;
 

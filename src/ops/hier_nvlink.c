@@ -140,21 +140,31 @@ static int x_wait(const hg_plan *p, cudaEvent_t ev) {
  * column's rows of A, the permuted product and (A_out) gathered A. */
 static int alloc_bufs(MKX_Comm c, int op, const void *args, int64_t M,
                       hg_plan *p) {
-  (void)c;
   if (op == MKX_TP_OP_AG) {
     const mkx_ag_gemm_args *a = args;
     const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
-    MKX_TRY(x_alloc(p, &p->dtmp, (size_t)p->col_rows * (size_t)a->k * es, op));
+    const size_t row = (size_t)a->k * es;
+    MKX_TRY(x_alloc(p, &p->dtmp, (size_t)p->col_rows * row, op));
     MKX_TRY(x_alloc(p, &p->dcol, (size_t)M * (size_t)a->n * cs, op));
     if (a->A_out)
-      MKX_TRY(x_alloc(p, &p->daout, (size_t)M * (size_t)a->k * es, op));
-    return MKX_SUCCESS;
+      MKX_TRY(x_alloc(p, &p->daout, (size_t)M * row, op));
+    MKX_TRY(x_alloc_pinned(p, (void **)&p->hsend,
+                           (size_t)p->rows[c->rank] * row, op));
+    return x_alloc_pinned(p, (void **)&p->hrows, (size_t)p->col_rows * row,
+                          op);
   }
   const mkx_gemm_red_args *a = args;
   const size_t es = MKX_Type_size(a->dtype);
   const size_t col = (size_t)p->col_rows * (size_t)a->n * 4;
   MKX_TRY(x_alloc(p, &p->dtmp, (size_t)a->M * (size_t)a->k_local * es, op));
+  const size_t mine = (size_t)p->rows[c->rank] * (size_t)a->n;
+  const size_t cs = MKX_Type_size(a->ctype);
   MKX_TRY(x_alloc(p, &p->dcol, col, op));
+  MKX_TRY(x_alloc_pinned(p, (void **)&p->hsend, mine * 4, op));
+  MKX_TRY(x_alloc_pinned(p, (void **)&p->hrows, mine * cs, op));
+  if (op == MKX_TP_OP_AR)
+    MKX_TRY(x_alloc_pinned(p, (void **)&p->hout,
+                           (size_t)a->M * (size_t)a->n * cs, op));
   return x_alloc_pinned(p, (void **)&p->hcol, col, op);
 }
 
@@ -164,6 +174,9 @@ void mkx_hier_nvlink_free(hg_plan *p) {
   x_free(p, p->dcol, 0);
   x_free(p, p->daout, 0);
   x_free(p, p->hcol, 1);
+  x_free(p, p->hsend, 1);
+  x_free(p, p->hrows, 1);
+  x_free(p, p->hout, 1);
   free(p->rows);
   free(p);
 }
@@ -274,8 +287,8 @@ static int red_net(MKX_Comm c, const hg_plan *p, const mkx_gemm_red_args *a,
 }
 
 /* Every slice's result into C's columns, once the network is done with
- * them all (a copy from pageable memory waits for the whole stream, so an
- * earlier one would have stalled the later slices' network parts). */
+ * them all: the stream still holds the later slices' node parts, which a
+ * copy enqueued earlier would have waited behind. */
 static int red_copy_out(MKX_Comm c, const hg_plan *p,
                         const mkx_gemm_red_args *a, const int64_t *j, int S,
                         const char *conv, const char *out, cudaStream_t st) {
@@ -296,20 +309,13 @@ static int red_copy_out(MKX_Comm c, const hg_plan *p,
 static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
                      cudaStream_t st) {
   const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
-  const size_t n = (size_t)a->n, mine = (size_t)p->rows[c->rank];
+  const size_t mine = (size_t)p->rows[c->rank];
   int64_t j[MAX_SLICES + 1];
   cudaEvent_t ev[MAX_SLICES] = {0};
   const int S = slices_of(a->n, j);
-  float *colsum = p->hcol, *block = malloc(mine * n * 4 + 16);
-  /* out: AR's gathered blocks only */
-  char *conv = malloc(mine * n * cs + 16);
-  char *out = p->op == MKX_TP_OP_AR ? malloc((size_t)a->M * n * cs + 16)
-                                    : NULL;
-  int rc = block && conv && (out || p->op != MKX_TP_OP_AR)
-               ? MKX_SUCCESS
-               : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(p->op));
-  if (rc == MKX_SUCCESS)
-    rc = permute(c, p, (char *)a->A, a->lda, p->dtmp, a->k_local, a->k_local,
+  float *colsum = p->hcol, *block = (float *)p->hsend;
+  char *conv = p->hrows, *out = p->hout; /* out: AR's gathered blocks */
+  int rc = permute(c, p, (char *)a->A, a->lda, p->dtmp, a->k_local, a->k_local,
                  es, 1, st);
   for (int s = 0; rc == MKX_SUCCESS && s < S; s++) {
     rc = red_node(p, a, j[s], j[s + 1], colsum, st);
@@ -330,9 +336,6 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   const int src = x_sync(p, st);
   for (int s = 0; s < S; s++)
     if (ev[s]) cudaEventDestroy(ev[s]);
-  free(block);
-  free(conv);
-  free(out);
   /* the last slice's failure, or the stream's, on every rank */
   return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
@@ -410,11 +413,8 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   int64_t M = 0;
   for (int q = 0; q < c->size; q++) M += p->rows[q];
   ag_chunks ch = {0};
-  char *send = malloc(row * (size_t)a->m_local + 16);
-  char *col = malloc(row * (size_t)p->col_rows + 16);
+  char *send = p->hsend, *col = p->hrows;
   int rc = chunks_make(c, p, M, &ch);
-  if (rc == MKX_SUCCESS && (!send || !col))
-    rc = mkx_error(MKX_ERR_NOMEM, "%s: host rows", op_name(p->op));
   if (rc == MKX_SUCCESS)
     rc = x_copy2d(p, send, row, a->A, (size_t)a->lda * es, row,
                   (size_t)a->m_local, st);
@@ -425,11 +425,9 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
     if (rc != MKX_SUCCESS) break;
     rc = ag_chunk(c, p, a, &ch, k, send, col, st);
   }
-  /* the host rows are read by the copies above: wait before freeing */
+  /* the copies above read the host rows: done before the next start */
   const int src = x_sync(p, st);
   free(ch.rows);
-  free(send);
-  free(col);
   /* a node whose call failed must not leave the others reporting success */
   return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
