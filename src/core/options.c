@@ -74,8 +74,8 @@ static const mkx_option_desc option_table[] = {
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
      "not numbered node by node take gpu. Same results and network bytes "
-     "for all three (2 H200); nvlink ran 1.8-3.3x faster than gpu and "
-     "13-72x faster than host there (2 virtual nodes over tcp)."},
+     "for all three (2 H200); nvlink ran 3-8x faster than gpu and 9-48x "
+     "faster than host there (2 virtual nodes over tcp)."},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
