@@ -440,18 +440,29 @@ static void column_reduce_order(MKX_Comm c, const geo *g, const char *what) {
   free(rows), free(colsum), free(block), free(want);
 }
 
-/* An exchange that rank 0 skips: every other rank gives up after the
- * bound with MKX_ERR_TIMEOUT naming rank 0, instead of hanging. */
-static void missing_rank(const char *vs) {
+/* A communicator of virtual nodes of `vs` ranks over tcp, with option
+ * key = val as well (MPI_Info key "mkx_" key); NULL where it failed. */
+static MKX_Comm vnode_comm(const char *vs, const char *key, const char *val) {
+  char k[64];
   MPI_Info info;
   MKX_Comm c = NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_virtual_node_size", vs);
   MPI_Info_set(info, "mkx_net", "tcp");
-  MPI_Info_set(info, "mkx_timeout_ms", "400");
+  snprintf(k, sizeof k, "mkx_%s", key);
+  MPI_Info_set(info, k, val);
   mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &c), MKX_SUCCESS,
-              "communicator with a 400 ms bound");
+              "virtual-node communicator with %s=%s", key, val);
   MPI_Info_free(&info);
+  return c;
+}
+
+/* An exchange that rank 0 skips: every other rank gives up after the
+ * bound with MKX_ERR_TIMEOUT naming rank 0, instead of hanging. */
+static void missing_rank(const char *vs) {
+  /* not much shorter: the set-up exchange before must not time out on a
+   * loaded machine (2 cores, 4 ranks, tests running side by side) */
+  MKX_Comm c = vnode_comm(vs, "timeout_ms", "1500");
   if (!mt_all(c != NULL)) return;
   char buf[2][1000] = {{0}};
   const void **sp = calloc((size_t)mt.size, sizeof *sp);
@@ -469,7 +480,7 @@ static void missing_rank(const char *vs) {
     mt_check_rc(rc, MKX_ERR_TIMEOUT, "exchange without rank 0");
     mt_check(strstr(MKX_Get_last_error(), "rank 0") != NULL,
              "the timeout names rank 0: %s", MKX_Get_last_error());
-    mt_check(t > 0.35 && t < 10, "gave up after %.2f s (bound 0.4 s)", t);
+    mt_check(t > 1.4 && t < 20, "gave up after %.2f s (bound 1.5 s)", t);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   free(sp), free(rp), free(len);
@@ -484,17 +495,9 @@ static void missing_rank(const char *vs) {
  * nodes in the same order whatever the pieces) and the same bytes. */
 static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
                          const char *vs) {
-  MPI_Info info;
-  MKX_Comm tiny = NULL;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_virtual_node_size", vs);
-  MPI_Info_set(info, "mkx_net", "tcp");
-  MPI_Info_set(info, "mkx_hier_gemm", "host");
   mkx_comm_net_test_piece(256);
-  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &tiny), MKX_SUCCESS,
-              "communicator with 256-byte pieces");
+  MKX_Comm tiny = vnode_comm(vs, "hier_gemm", "host");
   mkx_comm_net_test_piece(0);
-  MPI_Info_free(&info);
   if (!mt_all(tiny != NULL)) return;
   for (int it = 0; it < 12; it++) {
     uint64_t before = mkx_comm_net_bytes_sent(tiny);
@@ -550,17 +553,9 @@ int main(int argc, char **argv) {
   }
   char vs[16];
   snprintf(vs, sizeof vs, "%d", vnode);
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_virtual_node_size", vs);
-  MPI_Info_set(info, "mkx_net", "tcp");
-  MPI_Info_set(info, "mkx_hier_gemm", "host"); /* the staged reference */
-  MKX_Comm hier = NULL, flat = NULL;
-  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &hier), MKX_SUCCESS,
-              "virtual-node communicator");
+  MKX_Comm hier = vnode_comm(vs, "hier_gemm", "host"), flat = NULL;
   mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat),
               MKX_SUCCESS, "one-node communicator");
-  MPI_Info_free(&info);
   if (!mt_all(hier && flat)) return mt_finish();
   geo g = {mt.size / vnode, vnode, mt.rank / vnode, mt.rank % vnode};
   int nodes = 0;
@@ -588,14 +583,7 @@ int main(int argc, char **argv) {
 #ifdef MKX_TEST_CUDA
   static const char *const modes[] = {"gpu", "nvlink"};
   for (int i = 0; mt.device && i < 2; i++) {
-    MKX_Comm gpu = NULL;
-    MPI_Info_create(&info);
-    MPI_Info_set(info, "mkx_virtual_node_size", vs);
-    MPI_Info_set(info, "mkx_net", "tcp");
-    MPI_Info_set(info, "mkx_hier_gemm", modes[i]);
-    mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &gpu), MKX_SUCCESS,
-                "virtual-node communicator with hier_gemm=%s", modes[i]);
-    MPI_Info_free(&info);
+    MKX_Comm gpu = vnode_comm(vs, "hier_gemm", modes[i]);
     long nv = mkx_hier_nvlink_starts();
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
     mt_check(mkx_hier_nvlink_starts() - nv == (i ? 12 : 0),
