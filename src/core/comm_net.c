@@ -3,22 +3,22 @@
  *
  * An exchange is pipelined in pieces of `piece` bytes through two small
  * registered host regions, fixed once per communicator: for every pair
- * (this rank, peer) the send region has `depth` piece slots and the
- * receive region `depth` slots per source.  The host thread copies piece
- * g of its message to q into send slot g % depth and posts it (a write
- * with a signal) to q's receive slot (rank, g % depth), while the proxy
+ * (this rank, peer) the send region has DEPTH (4) piece slots and the
+ * receive region DEPTH (4) slots per source.  The host thread copies piece
+ * g of its message to q into send slot g % DEPTH and posts it (a write
+ * with a signal) to q's receive slot (rank, g % DEPTH), while the proxy
  * thread sends the pieces before it and the peers' pieces arrive; each
  * arrived piece is handed to the caller (copied out, or added in place)
  * and a credit (a write of no bytes with a signal) tells its sender the
  * slot is free.  So the copies in and out overlap the transport, memory
  * does not grow with the message, and no barrier ends an exchange.
  *
- * Signals: data slot (source, i) is word source * depth + i, and its
+ * Signals: data slot (source, i) is word source * DEPTH + i, and its
  * value is the piece's number + 1 (counted over the communicator's life).
  * At most one write is in flight per word (a slot is reused only after
  * its credit), so providers that do not order writes (efa) still show
  * each piece's data before its signal.  Credits from peer q go to word
- * size * depth + q, holding how many of our pieces q has taken; it only
+ * size * DEPTH + q, holding how many of our pieces q has taken; it only
  * grows, which efa's rebuilt values keep even out of order. */
 #include <sched.h>
 #include <stdlib.h>
@@ -47,14 +47,13 @@ typedef struct mkx_comm_net {
   mkx_net *net;
   mkx_proxy *proxy;
   size_t piece;           /* bytes per piece slot */
-  uint32_t depth;         /* piece slots per pair and direction */
-  char *send, *recv;      /* staging regions: size * depth slots each */
+  char *send, *recv;      /* staging regions: size * DEPTH slots each */
   int ready;              /* the regions are registered everywhere */
   mkx_net_mr smr, rmr;
   mkx_net_rkey *skeys, *rkeys;
   uint64_t *sent_to;      /* pieces sent to each rank so far */
   uint64_t *got_from;     /* pieces taken from each rank so far */
-  uint64_t *slot_seq;     /* [size * depth]: last command per send slot */
+  uint64_t *slot_seq;     /* [size * DEPTH]: last command per send slot */
   size_t *done_to;        /* [size]: bytes of the current exchange posted */
 } mkx_comm_net;
 
@@ -68,9 +67,9 @@ static size_t test_piece;
 
 void mkx_comm_net_test_piece(size_t bytes) { test_piece = bytes; }
 
-static size_t piece_bytes(int size, uint32_t depth) {
-  size_t p = STAGE_BUDGET / ((size_t)size * depth);
+static size_t piece_bytes(int size) {
   if (test_piece) return (test_piece + 63) & ~(size_t)63;
+  size_t p = STAGE_BUDGET / ((size_t)size * DEPTH);
   p = p > PIECE_MAX ? PIECE_MAX : p < PIECE_MIN ? PIECE_MIN : p;
   return p & ~(size_t)63; /* pieces start 64-byte aligned */
 }
@@ -88,7 +87,7 @@ static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
   cn->rkeys = calloc(n, sizeof *cn->rkeys);
   cn->sent_to = calloc(n, sizeof *cn->sent_to);
   cn->got_from = calloc(n, sizeof *cn->got_from);
-  cn->slot_seq = calloc(n * cn->depth, sizeof *cn->slot_seq);
+  cn->slot_seq = calloc(n * DEPTH, sizeof *cn->slot_seq);
   cn->done_to = calloc(n, sizeof *cn->done_to);
   if (!cn->skeys || !cn->rkeys || !cn->sent_to || !cn->got_from ||
       !cn->slot_seq || !cn->done_to)
@@ -106,14 +105,13 @@ int mkx_comm_net_open(MKX_Comm c) {
   mkx_options opt = c->opt;
   if (!cn) return mkx_error(MKX_ERR_NOMEM, "network endpoint");
   c->net = cn;
-  cn->depth = DEPTH;
-  cn->piece = piece_bytes(c->size, cn->depth);
+  cn->piece = piece_bytes(c->size);
   MKX_TRY(alloc_tables(c, cn));
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
   mkx_net_params p = {.rank = c->rank, .size = c->size,
-                      .num_signals = (uint32_t)c->size * (cn->depth + 1),
+                      .num_signals = (uint32_t)c->size * (DEPTH + 1),
                       .timeout_ms = c->opt.timeout_ms, .opt = &opt,
                       .device = c->has_gpu_map && c->gpu_map.num_nics
                                     ? c->gpu_map.nic_names[0]
@@ -167,7 +165,7 @@ static int register_regions(MKX_Comm c, mkx_comm_net *cn, size_t bytes) {
  * so the key exchange is collective).  They are touched here, once, so
  * page faults never land in a transfer. */
 static int setup_regions(MKX_Comm c, mkx_comm_net *cn) {
-  size_t bytes = (size_t)c->size * cn->depth * cn->piece;
+  size_t bytes = (size_t)c->size * DEPTH * cn->piece;
   if (cn->ready) return MKX_SUCCESS;
   release_regions(cn); /* what a failed attempt left */
   cn->send = malloc(bytes);
@@ -198,23 +196,22 @@ typedef struct xchg {
   uint64_t last_seq;   /* the last data write posted */
 } xchg;
 
-static uint32_t data_word(const mkx_comm_net *cn, int src, uint64_t g) {
-  return (uint32_t)((uint64_t)src * cn->depth + g % cn->depth);
+static uint32_t data_word(int src, uint64_t g) {
+  return (uint32_t)((uint64_t)src * DEPTH + g % DEPTH);
 }
 
-static uint32_t credit_word(const MKX_Comm c, const mkx_comm_net *cn,
-                            int peer) {
-  return (uint32_t)c->size * cn->depth + (uint32_t)peer;
+static uint32_t credit_word(const MKX_Comm c, int peer) {
+  return (uint32_t)c->size * DEPTH + (uint32_t)peer;
 }
 
 /* A piece may go to q once q took the piece that last used the slot (its
  * credit) and the proxy is done with our copy in the send slot. */
 static int slot_free(const xchg *x, int q, uint64_t g) {
   const mkx_comm_net *cn = x->cn;
-  if (g >= cn->depth &&
-      mkx_net_signal(cn->net, credit_word(x->c, cn, q)) < g - cn->depth + 1)
+  if (g >= DEPTH &&
+      mkx_net_signal(cn->net, credit_word(x->c, q)) < g - DEPTH + 1)
     return 0;
-  uint64_t seq = cn->slot_seq[data_word(cn, q, g)];
+  uint64_t seq = cn->slot_seq[data_word(q, g)];
   return atomic_load_explicit(&x->ring->completed, memory_order_acquire) >=
          seq;
 }
@@ -222,15 +219,15 @@ static int slot_free(const xchg *x, int q, uint64_t g) {
 static int post_piece(xchg *x, int q) {
   mkx_comm_net *cn = x->cn;
   const uint64_t g = cn->sent_to[q];
-  const size_t off = cn->done_to[q], slot = data_word(cn, q, g);
+  const size_t off = cn->done_to[q], slot = data_word(q, g);
   const size_t left = x->send_len[q] - off;
   const size_t len = left < cn->piece ? left : cn->piece;
   memcpy(cn->send + slot * cn->piece, (const char *)x->send[q] + off, len);
   mkx_proxy_cmd cmd = {
       .op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0, .dst = 1,
       .src_off = slot * cn->piece,
-      .dst_off = (size_t)data_word(cn, x->c->rank, g) * cn->piece,
-      .len = len, .slot = data_word(cn, x->c->rank, g), .value = g + 1};
+      .dst_off = (size_t)data_word(x->c->rank, g) * cn->piece,
+      .len = len, .slot = data_word(x->c->rank, g), .value = g + 1};
   MKX_TRY(mkx_proxy_post(x->ring, &cmd, &x->last_seq, x->c->opt.timeout_ms));
   cn->slot_seq[slot] = x->last_seq;
   cn->sent_to[q] = g + 1;
@@ -263,7 +260,7 @@ static int post_credit(xchg *x, int q, uint64_t taken) {
   uint64_t seq;
   mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0,
                        .dst = 1, .len = 0,
-                       .slot = credit_word(x->c, x->cn, x->c->rank),
+                       .slot = credit_word(x->c, x->c->rank),
                        .value = taken};
   return mkx_proxy_post(x->ring, &cmd, &seq, x->c->opt.timeout_ms);
 }
@@ -274,11 +271,11 @@ static int recv_some(xchg *x, int *moved) {
   while (x->norder > 0) {
     const int q = x->order[x->at];
     const uint64_t g = cn->got_from[q];
-    if (mkx_net_signal(cn->net, data_word(cn, q, g)) < g + 1)
+    if (mkx_net_signal(cn->net, data_word(q, g)) < g + 1)
       return MKX_SUCCESS;
     const size_t off = x->round * cn->piece, left = x->recv_len[q] - off;
     const size_t len = left < cn->piece ? left : cn->piece;
-    const char *data = cn->recv + (size_t)data_word(cn, q, g) * cn->piece;
+    const char *data = cn->recv + (size_t)data_word(q, g) * cn->piece;
     MKX_TRY(x->sink->take(x->sink->ctx, q, off, data, len));
     cn->got_from[q] = g + 1;
     MKX_TRY(post_credit(x, q, g + 1));
