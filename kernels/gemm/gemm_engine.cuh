@@ -22,6 +22,8 @@
  *   LoadGate   : void wait_rows(int tile_m, int row0, int nrows);  called by the single producer
  *                thread before it issues the first TMA load of A rows [row0, row0+nrows) of a tile
  *                (e.g. spin on a ready flag written by a peer GPU, with acquire semantics).
+ *                void wait_k(int tile_m, int kb): called by the same thread before the loads of
+ *                K block kb of that tile (gates A that arrives in K chunks; no-op elsewhere).
  *   Epilogue   : template <int BN> void operator()(const TileCtx &t, float (&acc)[BN / 2]);
  *                called by all 128 threads of each consumer warpgroup once per tile; t gives the
  *                tile, the warpgroup's first row/column, its 16 KB staging smem, a warpgroup
@@ -347,6 +349,7 @@ struct RotatedTileOrder {
 /* No gate: every row of A may be loaded at once. */
 struct NoLoadGate {
   __device__ __forceinline__ void wait_rows(int, int, int) {}
+  __device__ __forceinline__ void wait_k(int, int) {}
 };
 
 /* Gate on per-tile-row flags: before loading A rows of tile row tm, spin until flags[tm] >= target
@@ -365,6 +368,7 @@ struct FlagLoadGate {
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
+  __device__ __forceinline__ void wait_k(int, int) {}
 };
 
 template <typename T> struct OutCvt;
@@ -540,6 +544,7 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
         gate.wait_rows(tm, row0, min(kBM, M - row0));
         const int col0 = tn * BN;
         for (int kb = 0; kb < nk; ++kb) {
+          gate.wait_k(tm, kb);
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
           tma_load_2d(sA + stage * Cfg::A_BYTES, tmA, &full[stage], kb * kBK, row0);

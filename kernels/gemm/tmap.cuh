@@ -51,11 +51,34 @@ static inline int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* The current device's SM count, asked once per device: small calls are
+ * timed from their enqueue, where every driver call shows. */
 static inline int num_sms(int *sms) {
+  static std::atomic<int> known[64];
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
-  return e == cudaSuccess ? 0 : (int)e;
+  if (e != cudaSuccess) return (int)e;
+  if (dev >= 0 && dev < 64 && (*sms = known[dev].load(std::memory_order_relaxed)) > 0) return 0;
+  e = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev);
+  if (e != cudaSuccess) return (int)e;
+  if (dev >= 0 && dev < 64) known[dev].store(*sms, std::memory_order_relaxed);
+  return 0;
+}
+
+/* cudaFuncSetAttribute(MaxDynamicSharedMemorySize) once per kernel and
+ * device, for the same reason; 0 or a cudaError_t. */
+template <auto Kern>
+static inline int smem_attr_once(int bytes) {
+  static std::atomic<uint64_t> done{0};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return (int)e;
+  const uint64_t bit = dev >= 0 && dev < 64 ? 1ull << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return 0;
+  e = cudaFuncSetAttribute(Kern, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e != cudaSuccess) return (int)e;
+  done.fetch_or(bit, std::memory_order_acq_rel);
+  return 0;
 }
 
 }  // namespace gemm

@@ -49,6 +49,7 @@ struct BoundedFlagGate {
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
+  __device__ __forceinline__ void wait_k(int, int) {}
 };
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
@@ -101,10 +102,10 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
+  rc = smem_attr_once<tp_ag_kernel<BN, STAGES, BKM, F16, OutT>>((int)Cfg::SMEM_BYTES);
+  if (rc) return rc;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, p, (int)d->m, (int)d->n, (int)d->k);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
 

@@ -422,10 +422,10 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   if (tiles == 0) return 0;
   const int ctas = sms < tiles ? sms : tiles;
   auto kern = tp_rs_kernel<BN, STAGES, BKM, F16>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
+  rc = smem_attr_once<tp_rs_kernel<BN, STAGES, BKM, F16>>((int)Cfg::SMEM_BYTES);
+  if (rc) return rc;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, peer_c, p, (int)d->m, (int)d->n, (int)d->k);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
 

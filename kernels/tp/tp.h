@@ -202,6 +202,27 @@ typedef struct mkx_tp_split_ag_desc {
 } mkx_tp_split_ag_desc;
 int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);
 
+/* AllGather+GEMM in one kernel (kernels/tp/ag_oneshot.cu), for products
+ * of at most 116 tiles: push CTAs store this rank's rows
+ * into every rank's gathered A (own first; the peers' after meeting them
+ * at bar) in units of (K chunk of chunk_kb 64-wide blocks, 128-row tile)
+ * and set the destination's flags [(rank * tiles_m + tile) * nkc + chunk]
+ * = epoch; GEMM CTAs (one tile each) wait for each chunk's flags just
+ * before loading it.  gemm.flags: this rank's, size * tiles_m * nkc ints;
+ * gemm.epoch unused (the kernel bumps the workspace's own); push: as for
+ * mkx_tp_split_push, wait_all unused. */
+typedef struct mkx_tp_ag1_desc {
+  mkx_tp_ag_desc gemm;
+  mkx_tp_split_ag_desc push;
+  int chunk_kb, nkc;
+} mkx_tp_ag1_desc;
+/* 1 and the engine tile, chunk_kb and nkc if the product (gemm's m, n, k,
+ * types, layout) suits the one-kernel path, else 0; any_k: also with
+ * K < 2048 (where it ran slower).  Depends only on the shape, so every
+ * rank decides alike. */
+int mkx_tp_ag1_shape(const mkx_tp_ag_desc *d, int any_k, int *tile, int *chunk_kb, int *nkc);
+int mkx_tp_ag1(const mkx_tp_ag1_desc *d, cudaStream_t st);
+
 /* ReduceScatter / AllReduce after a plain GEMM wrote each rank's partial
  * (m x n, dense, p_type) into its workspace: meet at bar (every partial is
  * complete), sum rows [r0, r1) of every rank's partial in rank order in

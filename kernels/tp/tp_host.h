@@ -97,10 +97,13 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn);
 void mkx_tp_blas_free(mkx_tp_blas *b);
 
-/* Calls started on the fused GPU path so far in this process, and how many
- * of them took the split path (for tests). */
+/* Calls started on the fused GPU path so far in this process, how many of
+ * them took the split path, and how many of those ran AllGather+GEMM as
+ * one kernel (for tests; mkx_tp_count_ag1 counts one). */
 long mkx_tp_fused_starts(void);
 long mkx_tp_split_starts(void);
+long mkx_tp_ag1_starts(void);
+void mkx_tp_count_ag1(void);
 
 /* An engine/launcher return code as an MKX error. */
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what);

@@ -66,6 +66,13 @@ static const mkx_option_desc option_table[] = {
      "keep the engine). Alone cuBLAS ran 1.2-1.5x faster than the engine on "
      "these small products, but inside the split path it was 0-14% slower "
      "on every one (2 H200), hence not the default."},
+    {"tp_ag_oneshot", MKX_OPT_ENUM, OPT(tp_ag_oneshot), "auto",
+     "auto|yes|no",
+     "AllGather+GEMM on the split path (tp_overlap) with the engine's GEMM. "
+     "yes: products of at most 116 GEMM tiles run as one kernel whose spare "
+     "CTAs copy the rows over NVLink in K chunks while the GEMM CTAs "
+     "consume them; no: a copy kernel, then the GEMM; auto: yes where "
+     "K >= 2048 (below, the one kernel ran slower on 2 H200)."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink", "host|gpu|nvlink",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "

@@ -13,6 +13,7 @@ enum { MKX_FUSED_OFF = 0, MKX_FUSED_AUTO };
 enum { MKX_PARTIALS_OUT = 0, MKX_PARTIALS_FP32 };
 enum { MKX_OVERLAP_AUTO = 0, MKX_OVERLAP_YES, MKX_OVERLAP_NO };
 enum { MKX_SPLIT_GEMM_ENGINE = 0, MKX_SPLIT_GEMM_CUBLAS };
+enum { MKX_ONESHOT_AUTO = 0, MKX_ONESHOT_YES, MKX_ONESHOT_NO };
 enum { MKX_HIER_GEMM_HOST = 0, MKX_HIER_GEMM_GPU, MKX_HIER_GEMM_NVLINK };
 
 /* Text options live in fixed arrays so mkx_options stays a plain value. */
@@ -30,6 +31,7 @@ typedef struct mkx_options {
   int fused_pad;         /* awkward shapes through padded temporaries */
   int tp_overlap;        /* MKX_OVERLAP_*: overlapped or split GPU path */
   int tp_split_gemm;     /* MKX_SPLIT_GEMM_*: the split path's GEMM */
+  int tp_ag_oneshot;     /* MKX_ONESHOT_*: split AllGather+GEMM in one kernel */
   int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
   int net;               /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */

@@ -10,10 +10,12 @@
  * rank's own rows first, then the other tiles as the flags of every rank
  * with rows in them arrive.  No SMs move data, so the GEMM keeps all of
  * them.  Small products take the split path instead (option tp_overlap):
- * one kernel stores the rows into every rank's gathered A with SM stores
- * and sets the flags (kernels/tp/split.cu), then the same gated GEMM runs;
- * with option tp_split_gemm=cublas that kernel also waits until every
- * rank's rows have landed and cuBLAS multiplies (src/ops/tp_blas.c). */
+ * products whose tiles fit in one wave run as one kernel whose spare CTAs
+ * store the rows into every rank's gathered A in K chunks while the GEMM
+ * CTAs consume them (kernels/tp/ag_oneshot.cu); larger ones store them in
+ * one kernel (kernels/tp/split.cu) before the same gated GEMM runs; with
+ * option tp_split_gemm=cublas that kernel also waits until every rank's
+ * rows have landed and cuBLAS multiplies (src/ops/tp_blas.c). */
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"
@@ -30,6 +32,7 @@ typedef struct ag_plan {
   mkx_tp_ws *ws;
   int64_t M, tiles_m, chunk_tiles, first_tile;
   int split;
+  int oneshot, chunk_kb, nkc;  /* split path in one kernel (ag_oneshot.cu) */
   int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
   int64_t row0, row1;          /* this rank's */
   size_t es;
@@ -72,6 +75,23 @@ int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
   return mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g);
 }
 
+/* The split path runs as one kernel (option tp_ag_oneshot) when the
+ * engine multiplies (option tp_split_gemm) and the product's tiles fit in one wave with SMs to
+ * spare: shape and options only, so every rank decides alike. */
+static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
+  mkx_gemm_desc g;
+  mkx_tp_gemm_of_ag(a, NULL, p->M, &g);
+  if (c->opt.tp_ag_oneshot == MKX_ONESHOT_NO || mkx_tp_split_blas(c, &g))
+    return 0;
+  mkx_tp_ag_desc d;
+  memset(&d, 0, sizeof d);
+  d.m = p->M, d.n = a->n, d.k = a->k;
+  d.ab_type = g.ab_type, d.c_type = g.c_type, d.b_kmajor = g.b_kmajor;
+  int tile;
+  return mkx_tp_ag1_shape(&d, c->opt.tp_ag_oneshot == MKX_ONESHOT_YES, &tile,
+                          &p->chunk_kb, &p->nkc);
+}
+
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, void **plan) {
   const mkx_ag_gemm_args *a = args;
@@ -106,8 +126,9 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
   p->split = mkx_tp_split_wanted(c, p->M);
+  p->oneshot = p->split && oneshot_fits(c, a, p);
   mkx_tp_need need = {p->split ? 0 : p->tiles_m,
-                      (int64_t)c->size * p->tiles_m,
+                      (int64_t)c->size * p->tiles_m * (p->oneshot ? p->nkc : 1),
                       (size_t)p->M * (size_t)a->k * p->es, p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
@@ -183,8 +204,9 @@ static int join_peers(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
   return MKX_SUCCESS;
 }
 
-static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                    cudaStream_t st) {
+/* The gated GEMM on this rank's gathered A. */
+static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                      mkx_tp_ag_desc *dp) {
   const int me = c->place.local_rank;
   mkx_tp_ag_desc d;
   memset(&d, 0, sizeof d);
@@ -207,14 +229,21 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.first_tile_m = (int)p->first_tile;
   d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   d.err = p->ws->err_dev;
+  *dp = d;
+}
+
+static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                    cudaStream_t st) {
+  mkx_tp_ag_desc d;
+  gemm_desc(c, p, a, &d);
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
 }
 
 /* The split path's copy: this rank's rows into every rank's gathered A and
  * its flags, by one kernel after the ranks meet; wait_all: and until every
  * rank's rows are here (a GEMM without the flag gate follows). */
-static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                      int wait_all, cudaStream_t st) {
+static void push_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                      int wait_all, mkx_tp_split_ag_desc *dp) {
   mkx_tp_split_ag_desc d;
   memset(&d, 0, sizeof d);
   d.a = a->A;
@@ -234,7 +263,26 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   }
   d.wait_all = wait_all;
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
+  *dp = d;
+}
+
+static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                      int wait_all, cudaStream_t st) {
+  mkx_tp_split_ag_desc d;
+  push_desc(c, p, a, wait_all, &d);
   return mkx_tp_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
+}
+
+/* The split path in one kernel: the copy in K chunks and the GEMM. */
+static int oneshot_run(MKX_Comm c, const ag_plan *p,
+                       const mkx_ag_gemm_args *a, cudaStream_t st) {
+  mkx_tp_ag1_desc d;
+  gemm_desc(c, p, a, &d.gemm);
+  push_desc(c, p, a, 0, &d.push);
+  d.chunk_kb = p->chunk_kb;
+  d.nkc = p->nkc;
+  mkx_tp_count_ag1();
+  return mkx_tp_launch_rc(mkx_tp_ag1(&d, st), FN, "AllGather+GEMM kernel");
 }
 
 /* The split path: the copy, then the gated engine, or cuBLAS (option
@@ -244,6 +292,7 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   mkx_gemm_desc g; /* the whole product from the gathered A */
   mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->M, &g);
   const int blas = mkx_tp_split_blas(c, &g);
+  if (p->oneshot) return oneshot_run(c, p, a, st);
   MKX_TRY(push_split(c, p, a, blas, st));
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, st);
 }

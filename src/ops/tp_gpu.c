@@ -16,9 +16,11 @@
 #include "gemm/gemm_engine.h"
 
 /* Fused calls started in this process (tests check the path was taken). */
-static atomic_long fused_starts, split_starts;
+static atomic_long fused_starts, split_starts, ag1_starts;
 long mkx_tp_fused_starts(void) { return atomic_load(&fused_starts); }
 long mkx_tp_split_starts(void) { return atomic_load(&split_starts); }
+long mkx_tp_ag1_starts(void) { return atomic_load(&ag1_starts); }
+void mkx_tp_count_ag1(void) { atomic_fetch_add(&ag1_starts, 1); }
 
 /* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
 

@@ -610,16 +610,25 @@ static MKX_Comm comm_with(const char *key, ...) {
   return c;
 }
 
-/* The shape, plan and graph parts on a communicator, path forced or not. */
-static void parts(MKX_Comm c, int mode, const char *only, const char *name) {
+/* The shape, plan and graph parts on a communicator, path forced or not,
+ * for the calls in `ops` (bit op).  ag1: whether split AllGather+GEMMs may
+ * run as one kernel (option tp_ag_oneshot with the engine): then most of
+ * the shapes do (at most 116 tiles), else none. */
+static void parts(MKX_Comm c, int mode, const char *only, const char *name,
+                  int ops, int ag1) {
   if (only && strcmp(only, name)) return;
   split_mode = mode;
+  long ag1_0 = mkx_tp_ag1_starts();
   for (int op = 0; op < 3; op++) {
+    if (!(ops >> op & 1)) continue;
     shapes(c, op);
     back_to_back(c, op);
     persistent(c, op);
     graph(c, op);
   }
+  const long n1 = mkx_tp_ag1_starts() - ag1_0;
+  mt_check(ag1 ? n1 > 1000 : n1 == 0, "%s: %ld AllGather+GEMM calls in one "
+           "kernel (expected %s)", name, n1, ag1 ? "> 1000" : "none");
   split_mode = -1;
 }
 
@@ -642,24 +651,29 @@ int main(int argc, char **argv) {
   MKX_Comm c = comm_with("mkx_fused", "auto", "mkx_fused_pad", "no", NULL);
   MKX_Comm cov = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "yes",
                            NULL);
+  /* split with AllGather+GEMM in one kernel wherever it fits (auto: only
+   * K >= 2048), and in two kernels */
   MKX_Comm csp = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
-                           NULL);
+                           "mkx_tp_ag_oneshot", "yes", NULL);
   MKX_Comm cbl = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
                            "mkx_tp_split_gemm", "cublas", NULL);
+  MKX_Comm ctwo = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
+                            "mkx_tp_ag_oneshot", "no", NULL);
   MKX_Comm off = comm_with("mkx_fused", "off", NULL); /* whatever MKX_FUSED says */
   MKX_Comm f32 = comm_with("mkx_tp_partials", "fp32", NULL);
   MKX_Comm cpad = comm_with("mkx_fused_pad", "yes", NULL);
   MKX_Comm cpov = comm_with("mkx_fused_pad", "yes", "mkx_tp_overlap", "yes",
                             NULL);
-  MKX_Comm all[] = {c, cov, csp, cbl, off, f32, cpad, cpov};
+  MKX_Comm all[] = {c, cov, csp, cbl, ctwo, off, f32, cpad, cpov};
   if (force_shared)
-    for (int i = 0; i < 8; i++) all[i]->gpu_shared = 0;
+    for (int i = 0; i < 9; i++) all[i]->gpu_shared = 0;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  /* overlap|split|split-cublas|auto|pad */
+  /* overlap|split|split-cublas|split-two|auto|pad */
   const char *only = getenv("MKX_TEST_PART");
-  parts(cov, 0, only, "overlap");
-  parts(csp, 1, only, "split");
-  parts(cbl, 1, only, "split-cublas");
+  parts(cov, 0, only, "overlap", 7, 0);
+  parts(csp, 1, only, "split", 7, 1);
+  parts(cbl, 1, only, "split-cublas", 7, 0);
+  parts(ctwo, 1, only, "split-two", 1, 0);
   if (!only || !strcmp(only, "overlap")) two_small_c(cov);
   if (!only || !strcmp(only, "auto")) {
     for (int op = 0; op < 3; op++) shapes(c, op);
@@ -677,6 +691,7 @@ int main(int argc, char **argv) {
   MKX_Comm_free(&cpov);
   MKX_Comm_free(&cpad);
   MKX_Comm_free(&cbl);
+  MKX_Comm_free(&ctwo);
   MKX_Comm_free(&csp);
   MKX_Comm_free(&cov);
   MKX_Comm_free(&f32);

@@ -17,6 +17,7 @@
  *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
  *               [--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE]
+ *               [--host-times]
  * Without --shape: M = 8192, N = K = 8192; --full: the issue's table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
  * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
@@ -27,7 +28,8 @@
  * several-node paths; cuBLAS + NCCL still run over NVLink on one node).
  * --versus KEY=VALUE: a second MKX communicator with that option too (e.g.
  * tp_overlap=no, tp_split_gemm=cublas), interleaved with the others: two
- * more columns, its time and serial / its time.
+ * more columns, its time and serial / its time.  --host-times: a comment
+ * line per shape with the host's time to enqueue each variant.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -85,6 +87,7 @@ static const char *const op_names[] = {"allgather_gemm", "gemm_rs",
 
 typedef struct env {
   int rank, size;
+  int host_times; /* --host-times: also the host's enqueue time per variant */
   MKX_Comm mkx, mkx2; /* mkx2: --versus, or NULL */
   ncclComm_t nccl;
   cublasHandle_t blas;
@@ -225,6 +228,15 @@ static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
   }
 }
 
+static double now_us(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
+}
+
+/* The host's time to enqueue the last sample's variant (us). */
+static float last_enqueue_us;
+
 /* One sample: both ranks start together (barrier), GPU time by events. */
 static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
                     bufs *b, cudaEvent_t e0, cudaEvent_t e1) {
@@ -232,7 +244,9 @@ static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
   PK(cudaStreamSynchronize(e->st));
   MPI_Barrier(MPI_COMM_WORLD);
   PK(cudaEventRecord(e0, e->st));
+  const double t0 = now_us();
   variant(e, v, op, M, N, K, b);
+  last_enqueue_us = (float)(now_us() - t0);
   PK(cudaEventRecord(e1, e->st));
   PK(cudaEventSynchronize(e1));
   PK(cudaEventElapsedTime(&ms, e0, e1));
@@ -244,22 +258,33 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   bufs b;
   cudaEvent_t e0, e1;
   float *t = malloc(sizeof *t * (size_t)(NV * reps)), med[NV];
+  float *h = malloc(sizeof *h * (size_t)(NV * reps)), hmed[NV];
   setup(e, op, M, N, K, &b);
   PK(cudaEventCreate(&e0));
   PK(cudaEventCreate(&e1));
   const int nv = e->mkx2 ? NV : V_MKX2; /* the variants this run has */
   for (int v = nv; v < NV; v++)
-    for (int r = 0; r < reps; r++) t[v * reps + r] = 0;
+    for (int r = 0; r < reps; r++) t[v * reps + r] = h[v * reps + r] = 0;
   for (int w = 0; w < 3; w++)
     for (int v = 0; v < nv; v++) sample(e, v, op, M, N, K, &b, e0, e1);
   for (int r = 0; r < reps; r++)
     for (int v = 0; v < nv; v++)
-      t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1);
+      t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1),
+      h[v * reps + r] = last_enqueue_us;
   for (int v = 0; v < NV; v++) {
     qsort(t + v * reps, (size_t)reps, sizeof *t, cmp_f);
+    qsort(h + v * reps, (size_t)reps, sizeof *h, cmp_f);
     med[v] = t[v * reps + reps / 2];
+    hmed[v] = h[v * reps + reps / 2];
   }
   MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
+  if (e->host_times && e->rank == 0)
+    printf("# %s %lldx%lldx%lld host enqueue (us, median, slowest rank): mkx "
+           "%.1f, serial %.1f, gemm %.1f, coll %.1f%s%.1f\n", op_names[op],
+           (long long)M, (long long)N, (long long)K, hmed[V_MKX],
+           hmed[V_SERIAL], hmed[V_GEMM], hmed[V_COLL],
+           e->mkx2 ? ", versus " : "", e->mkx2 ? hmed[V_MKX2] : 0.0f);
   float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
   if (e->rank == 0) {
     char line[320], more[64] = "";
@@ -280,6 +305,7 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   PK(cudaEventDestroy(e1));
   teardown(&b);
   free(t);
+  free(h);
 }
 
 /* An MKX communicator with the run's options and (versus) one more. */
@@ -363,6 +389,7 @@ int mkx_perf_tp(int argc, char **argv) {
   int nj = 0, reps = 10, ops = 7, full = 0, small = 0;
   const char *outname = NULL, *overlap = "auto", *vnode = NULL, *hier = "gpu";
   const char *versus = NULL;
+  int host_times = 0;
   int64_t shapes[16][3];
   int ns = 0;
   for (int i = 0; i < argc; i++) {
@@ -374,6 +401,7 @@ int mkx_perf_tp(int argc, char **argv) {
     else if (!strcmp(argv[i], "--vnode") && i + 1 < argc) vnode = argv[++i];
     else if (!strcmp(argv[i], "--hier") && i + 1 < argc) hier = argv[++i];
     else if (!strcmp(argv[i], "--versus") && i + 1 < argc) versus = argv[++i];
+    else if (!strcmp(argv[i], "--host-times")) host_times = 1;
     else if (!strcmp(argv[i], "--op") && i + 1 < argc) {
       const char *o = argv[++i];
       ops = !strcmp(o, "ag") ? 1 : !strcmp(o, "rs") ? 2 : !strcmp(o, "ar") ? 4 : 7;
@@ -398,6 +426,7 @@ int mkx_perf_tp(int argc, char **argv) {
     return 2;
   }
   env_init(&e, overlap, vnode, hier, versus);
+  e.host_times = host_times;
   FILE *out = NULL;
   if (e.rank == 0) {
     char dev[256] = "?";
