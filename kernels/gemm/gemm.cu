@@ -104,22 +104,11 @@ int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t 
   return e == cudaSuccess ? 0 : (int)e;
 }
 
-template <int BN, int STAGES, bool BKM, bool F16>
-int launch_out(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_t s) {
-  switch (d->c_type) {
-    case MKX_GEMM_BF16: return launch<BN, STAGES, BKM, F16, __nv_bfloat16>(d, ctas, g, s);
-    case MKX_GEMM_FP16: return launch<BN, STAGES, BKM, F16, __half>(d, ctas, g, s);
-    case MKX_GEMM_FP32: return launch<BN, STAGES, BKM, F16, float>(d, ctas, g, s);
-  }
-  return MKX_GEMM_EINVAL;
-}
-
 template <int BN, int STAGES>
 int launch_tile(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_t s) {
-  const bool f16 = d->ab_type == MKX_GEMM_FP16;
-  if (d->b_kmajor)
-    return f16 ? launch_out<BN, STAGES, true, true>(d, ctas, g, s) : launch_out<BN, STAGES, true, false>(d, ctas, g, s);
-  return f16 ? launch_out<BN, STAGES, false, true>(d, ctas, g, s) : launch_out<BN, STAGES, false, false>(d, ctas, g, s);
+  return with_types(d->ab_type, d->b_kmajor, d->c_type, [&](auto bkm, auto f16, auto out) {
+    return launch<BN, STAGES, decltype(bkm)::value, decltype(f16)::value, typename decltype(out)::type>(d, ctas, g, s);
+  });
 }
 
 int g_is_sm90[64];   // 0 unknown, 1 yes, 2 no

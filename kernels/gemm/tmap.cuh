@@ -2,8 +2,11 @@
  * tensor maps, tile counts, the SM count. */
 #pragma once
 #include <cuda.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <atomic>
+#include <type_traits>
 #include <stdint.h>
 #include "gemm/gemm_engine.h"
 
@@ -79,6 +82,29 @@ static inline int smem_attr_once(int bytes) {
   if (e != cudaSuccess) return (int)e;
   done.fetch_or(bit, std::memory_order_acq_rel);
   return 0;
+}
+
+template <typename T> struct type_tag { typedef T type; };
+
+/* f(bkm, f16, out) with the runtime B layout and operand type as
+ * std::true_type / std::false_type and C's type as a type_tag, so that a
+ * launcher instantiates its kernel for each: returns f's result, or
+ * MKX_GEMM_EINVAL for a C type the engine does not write. */
+template <typename F>
+static inline int with_types(int ab_type, int b_kmajor, int c_type, F &&f) {
+  auto ab = [&](auto out) {
+    if (b_kmajor)
+      return ab_type == MKX_GEMM_FP16 ? f(std::true_type{}, std::true_type{}, out)
+                                      : f(std::true_type{}, std::false_type{}, out);
+    return ab_type == MKX_GEMM_FP16 ? f(std::false_type{}, std::true_type{}, out)
+                                    : f(std::false_type{}, std::false_type{}, out);
+  };
+  switch (c_type) {
+    case MKX_GEMM_BF16: return ab(type_tag<__nv_bfloat16>{});
+    case MKX_GEMM_FP16: return ab(type_tag<__half>{});
+    case MKX_GEMM_FP32: return ab(type_tag<float>{});
+  }
+  return MKX_GEMM_EINVAL;
 }
 
 }  // namespace gemm

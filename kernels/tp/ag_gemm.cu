@@ -109,21 +109,11 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   return e == cudaSuccess ? 0 : (int)e;
 }
 
-template <int BN, int STAGES, bool BKM, bool F16>
-int launch_out(const mkx_tp_ag_desc *d, cudaStream_t s) {
-  switch (d->c_type) {
-    case MKX_GEMM_BF16: return launch<BN, STAGES, BKM, F16, __nv_bfloat16>(d, s);
-    case MKX_GEMM_FP16: return launch<BN, STAGES, BKM, F16, __half>(d, s);
-    case MKX_GEMM_FP32: return launch<BN, STAGES, BKM, F16, float>(d, s);
-  }
-  return MKX_GEMM_EINVAL;
-}
-
 template <int BN, int STAGES>
 int launch_tile(const mkx_tp_ag_desc *d, cudaStream_t s) {
-  const bool f16 = d->ab_type == MKX_GEMM_FP16;
-  if (d->b_kmajor) return f16 ? launch_out<BN, STAGES, true, true>(d, s) : launch_out<BN, STAGES, true, false>(d, s);
-  return f16 ? launch_out<BN, STAGES, false, true>(d, s) : launch_out<BN, STAGES, false, false>(d, s);
+  return with_types(d->ab_type, d->b_kmajor, d->c_type, [&](auto bkm, auto f16, auto out) {
+    return launch<BN, STAGES, decltype(bkm)::value, decltype(f16)::value, typename decltype(out)::type>(d, s);
+  });
 }
 
 }  // namespace
