@@ -88,12 +88,6 @@ __device__ __forceinline__ int take_epoch(const mkx_tp_sync &s) {
  * the call (as by the push CTAs) rather than as a missing chunk.  Before
  * loading K block kb: at the first block of each chunk, wait for that
  * chunk of every source with rows in the tile. */
-__device__ __forceinline__ int ld_relaxed(const int *p) {
-  int v;
-  asm volatile("ld.relaxed.sys.global.s32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 struct ChunkGate {
   const Ag1Params *p;
   int target;
@@ -108,22 +102,16 @@ struct ChunkGate {
         if (q != s.rank) mkx::tp::wait_geq(bar + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_BARRIER);
       }
   }
-  /* A flag already set costs a relaxed load (an acquire load costs a
-   * round trip more) and, once all are, one fence; only missing ones are
-   * waited for. */
+  /* An acquire load per flag: a relaxed load and one fence.acq_rel.sys
+   * per chunk instead made the producer stall and the GEMM ~25% slower
+   * (1 H200, 512 x 2048 x 2048: 0.035 against 0.028 ms). */
   __device__ __forceinline__ void wait_k(int tm, int kb) {
     if (kb % p->chunk_kb) return;
     const int kc = kb / p->chunk_kb;
-    bool all = true;
-    for (int s = 0; s < p->sync.size && all; ++s)
-      if (srcs >> s & 1) all = mkx::tp::geq(ld_relaxed(p->flags + flag_index(*p, s, tm, kc)), target);
-    if (all)
-      asm volatile("fence.acq_rel.sys;" ::: "memory");
-    else
-      for (int s = 0; s < p->sync.size; ++s)
-        if (srcs >> s & 1)
-          mkx::tp::wait_geq(p->flags + flag_index(*p, s, tm, kc), target, p->sync.timeout_ns, p->sync.err, s, tm,
-                            MKX_TP_AT_AG_TILE);
+    for (int s = 0; s < p->sync.size; ++s)
+      if (srcs >> s & 1)
+        mkx::tp::wait_geq(p->flags + flag_index(*p, s, tm, kc), target, p->sync.timeout_ns, p->sync.err, s, tm,
+                          MKX_TP_AT_AG_TILE);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
 };
