@@ -6,7 +6,8 @@
 #   carry: configure aclocal.m4 config.h.in Makefile.in config .carry
 # Logs go to $OUT.  Env: TP_PERF_ARGS (default: M = N = K = 8192, 10 reps),
 # TP_TORCH=0 skips the PyTorch script, TP_TESTS=0 skips the tests,
-# TP_SHARED=N adds N runs of the shared-GPU reproduction, TP_PERF_OVERLAP
+# TP_NPS: rank counts of the test (default "1 2"), TP_SHARED=N adds N runs of
+# the shared-GPU reproduction, TP_PERF_OVERLAP
 # lists values of option tp_overlap to benchmark (default: auto).
 set -o pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -54,7 +55,7 @@ run_test() {
   tail -n 3 "$out/$3"
 }
 if [ "${TP_TESTS:-1}" = 1 ]; then
-  for np in 1 2; do run_test test_fused_tp $np "test-np$np.log"; done
+  for np in ${TP_NPS:-1 2}; do run_test test_fused_tp $np "test-np$np.log"; done
   run_test test_fused_timeout 2 timeout-np2.log
 fi
 # TP_SHARED=N: N runs of the stale-results reproduction of docs/fused-tp.md
