@@ -72,7 +72,8 @@ static const mkx_option_desc option_table[] = {
      "yes: products of at most 116 GEMM tiles run as one kernel whose spare "
      "CTAs copy the rows over NVLink in K chunks while the GEMM CTAs "
      "consume them; no: a copy kernel, then the GEMM; auto: yes where "
-     "K >= 2048 (below, the one kernel ran slower on 2 H200)."},
+     "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free (on "
+     "2 H200 the one kernel was even or faster there, slower elsewhere)."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink", "host|gpu|nvlink",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "
