@@ -6,9 +6,11 @@
  * gather gains nothing: a tile of peers' rows can only start once its rows
  * are here, and then takes the whole K loop.  Here the rows travel in K
  * chunks instead, and the GEMM's producer waits for each chunk just before
- * it loads it, so peers' tiles start on the first chunk while the later
- * ones are still on NVLink, and the call costs about the GEMM plus one
- * chunk rather than the gather plus the GEMM.
+ * it loads it, so peers' tiles may start on the first chunk while the
+ * later ones are still on NVLink.  (On 2 H200 a tile's chunks still land
+ * close together, since all units run at once: what the one kernel saves
+ * there is the second launch, and own tiles start before the peers' rows
+ * are in; tests/perf/results/tp-h200x2.md.)
  *
  *   CTAs [0, npush)           copy this rank's rows with SM stores, unit by
  *                             unit (destination, K chunk, tile): first into

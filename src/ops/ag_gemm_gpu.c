@@ -76,8 +76,9 @@ int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
 }
 
 /* The split path runs as one kernel (option tp_ag_oneshot) when the
- * engine multiplies (option tp_split_gemm) and the product's tiles fit in one wave with SMs to
- * spare: shape and options only, so every rank decides alike. */
+ * engine multiplies (option tp_split_gemm) and the product's tiles fit in
+ * one wave with SMs to spare: shape and options only, so every rank
+ * decides alike. */
 static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
   mkx_gemm_desc g;
   mkx_tp_gemm_of_ag(a, NULL, p->M, &g);
@@ -128,7 +129,8 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   p->split = mkx_tp_split_wanted(c, p->M);
   p->oneshot = p->split && oneshot_fits(c, a, p);
   mkx_tp_need need = {p->split ? 0 : p->tiles_m,
-                      (int64_t)c->size * p->tiles_m * (p->oneshot ? p->nkc : 1),
+                      (int64_t)c->size * p->tiles_m *
+                          (p->oneshot ? p->nkc : 1),
                       (size_t)p->M * (size_t)a->k * p->es, p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
@@ -285,14 +287,14 @@ static int oneshot_run(MKX_Comm c, const ag_plan *p,
   return mkx_tp_launch_rc(mkx_tp_ag1(&d, st), FN, "AllGather+GEMM kernel");
 }
 
-/* The split path: the copy, then the gated engine, or cuBLAS (option
- * tp_split_gemm) once every rank's rows are here. */
+/* The split path: one kernel, or the copy, then the gated engine, or
+ * cuBLAS (option tp_split_gemm) once every rank's rows are here. */
 static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
+  if (p->oneshot) return oneshot_run(c, p, a, st);
   mkx_gemm_desc g; /* the whole product from the gathered A */
   mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->M, &g);
   const int blas = mkx_tp_split_blas(c, &g);
-  if (p->oneshot) return oneshot_run(c, p, a, st);
   MKX_TRY(push_split(c, p, a, blas, st));
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, st);
 }
