@@ -41,9 +41,9 @@ constexpr int kMinPush = 16;
  * on every rank whatever the part (see mkx_tp_ag1_shape). */
 constexpr int kFullSMs = 132;
 /* K chunks per row block: fewer means longer waits for the first one, more
- * means more flags and fences; and the shortest K loop (64-wide blocks)
- * taken. */
+ * means more flags to wait for. */
 constexpr int kChunks = 8;
+/* The shortest K loop (64-wide blocks) option tp_ag_oneshot=auto takes. */
 constexpr int kMinKBlocks = 32;
 
 struct Ag1Params {
@@ -66,21 +66,17 @@ __device__ __forceinline__ int64_t flag_index(const Ag1Params &p, int s, int t, 
   return ((int64_t)s * p.tiles_m + t) * p.nkc + kc;
 }
 
-__device__ __forceinline__ int *word(const mkx_tp_sync &s, int off) {
-  return reinterpret_cast<int *>(s.ws[s.rank] + off);
-}
-
 /* Thread 0 of every CTA: this call's epoch.  The last CTA to read the old
  * value stores the new one (nobody reads it after), so graph replays and
  * back-to-back calls need no host work. */
 __device__ __forceinline__ int take_epoch(const mkx_tp_sync &s) {
-  const int e = *(volatile const int *)word(s, MKX_TP_OFF_EPOCH) + 1;
+  const int e = *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH) + 1;
   __threadfence();
-  int *count = word(s, MKX_TP_OFF_COUNT);
+  int *count = mkx::tp::own_word(s, MKX_TP_OFF_COUNT);
   if (atomicAdd(count, 1) == (int)gridDim.x - 1) {
     *count = 0;
     __threadfence();
-    *(volatile int *)word(s, MKX_TP_OFF_EPOCH) = e;
+    *(volatile int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH) = e;
   }
   return e;
 }
@@ -96,7 +92,7 @@ struct ChunkGate {
   unsigned srcs = 0;           // sources with rows in the current tile row
   __device__ __forceinline__ void wait_rows(int, int row0, int nrows) {
     const mkx_tp_sync &s = p->sync;
-    const int *bar = reinterpret_cast<const int *>(s.ws[s.rank] + MKX_TP_OFF_BAR);
+    const int *bar = mkx::tp::own_word(s, MKX_TP_OFF_BAR);
     srcs = 0;
     for (int q = 0; q < s.size; ++q)
       if (p->bnd[q] < p->bnd[q + 1] && p->bnd[q] < row0 + nrows && p->bnd[q + 1] > row0) {

@@ -21,6 +21,11 @@ using sys::ld_acquire;
 using sys::st_release;
 using sys::globaltimer;
 
+/* The int at byte offset `off` of this rank's own workspace (MKX_TP_OFF_*). */
+__device__ __forceinline__ int *own_word(const mkx_tp_sync &s, int off) {
+  return reinterpret_cast<int *>(s.ws[s.rank] + off);
+}
+
 /* a >= b for counters that may wrap (epochs never differ by 2^31). */
 __device__ __forceinline__ bool geq(int a, int b) { return (int)((unsigned)a - (unsigned)b) >= 0; }
 
@@ -74,7 +79,7 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
     for (int q = 0; q < s.size; ++q) st_release(reinterpret_cast<int *>(s.ws[q] + off) + s.rank, epoch);
   }
   if ((int)threadIdx.x < s.size)
-    wait_geq(reinterpret_cast<const int *>(s.ws[s.rank] + off) + threadIdx.x, epoch, s.timeout_ns, s.err,
+    wait_geq(own_word(s, off) + threadIdx.x, epoch, s.timeout_ns, s.err,
              threadIdx.x, -1, where);
   __syncthreads();
 }
@@ -85,7 +90,7 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
  * last one does next (threadFenceReduction pattern at system scope). */
 __device__ __forceinline__ bool last_block(const mkx_tp_sync &s) {
   __threadfence_system();
-  int *count = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_COUNT);
+  int *count = own_word(s, MKX_TP_OFF_COUNT);
   if (atomicAdd(count, 1) != (int)gridDim.x - 1) return false;
   __threadfence_system();
   *count = 0;

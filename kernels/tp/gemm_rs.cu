@@ -33,22 +33,22 @@ namespace {
 
 __global__ void tp_prologue_kernel(mkx_tp_sync s) {
   __shared__ int e;
-  int *ep = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_EPOCH);
+  int *ep = mkx::tp::own_word(s, MKX_TP_OFF_EPOCH);
   if (threadIdx.x == 0) {
     e = *ep + 1;
     *ep = e;
   }
   __syncthreads();
-  int *src = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_SRC);
+  int *src = mkx::tp::own_word(s, MKX_TP_OFF_SRC);
   for (int i = threadIdx.x; i < s.src_n; i += blockDim.x) src[i] = e;
   /* counts start from zero whatever the last call left (one that failed
    * while being enqueued, say); nothing reads them before this kernel ends */
-  int *cnt = reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_COUNTERS);
+  int *cnt = mkx::tp::own_word(s, MKX_TP_OFF_COUNTERS);
   for (int i = threadIdx.x; i < MKX_TP_MAX * MKX_TP_MAXCH; i += blockDim.x) cnt[i] = 0;
   const int q = threadIdx.x;
   if (q < s.size) {
     mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_BAR) + s.rank, e);
-    mkx::tp::wait_geq(reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_BAR) + q, e, s.timeout_ns, s.err, q, -1,
+    mkx::tp::wait_geq(mkx::tp::own_word(s, MKX_TP_OFF_BAR) + q, e, s.timeout_ns, s.err, q, -1,
                       MKX_TP_AT_BARRIER);
   }
 }

@@ -21,10 +21,10 @@ using mkx::gemm::OutCvt;
 
 namespace {
 
-__device__ __forceinline__ int *epoch_of(const mkx_tp_sync &s) { return reinterpret_cast<int *>(s.ws[s.rank] + MKX_TP_OFF_EPOCH); }
+__device__ __forceinline__ int *epoch_of(const mkx_tp_sync &s) { return mkx::tp::own_word(s, MKX_TP_OFF_EPOCH); }
 
 __device__ __forceinline__ int next_epoch(const mkx_tp_sync &s) {
-  return *(volatile const int *)(s.ws[s.rank] + MKX_TP_OFF_EPOCH) + 1;
+  return *(volatile const int *)epoch_of(s) + 1;
 }
 
 /* Work items of 16 bytes (or 8 elements) spread over at most 2 blocks per

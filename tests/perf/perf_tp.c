@@ -105,6 +105,12 @@ static int cmp_f(const void *a, const void *b) {
   return x < y ? -1 : x > y;
 }
 
+/* The middle of n samples (sorted in place). */
+static float median_of(float *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_f);
+  return v[n / 2];
+}
+
 static void *dalloc(size_t bytes) {
   void *p = NULL;
   PK(cudaMalloc(&p, bytes ? bytes : 16));
@@ -234,19 +240,17 @@ static double now_us(void) {
   return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-/* The host's time to enqueue the last sample's variant (us). */
-static float last_enqueue_us;
-
-/* One sample: both ranks start together (barrier), GPU time by events. */
+/* One sample: both ranks start together (barrier), GPU time by events;
+ * *host_us: the host's time to enqueue the variant. */
 static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
-                    bufs *b, cudaEvent_t e0, cudaEvent_t e1) {
+                    bufs *b, cudaEvent_t e0, cudaEvent_t e1, float *host_us) {
   float ms = 0;
   PK(cudaStreamSynchronize(e->st));
   MPI_Barrier(MPI_COMM_WORLD);
   PK(cudaEventRecord(e0, e->st));
   const double t0 = now_us();
   variant(e, v, op, M, N, K, b);
-  last_enqueue_us = (float)(now_us() - t0);
+  *host_us = (float)(now_us() - t0);
   PK(cudaEventRecord(e1, e->st));
   PK(cudaEventSynchronize(e1));
   PK(cudaEventElapsedTime(&ms, e0, e1));
@@ -266,16 +270,16 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   for (int v = nv; v < NV; v++)
     for (int r = 0; r < reps; r++) t[v * reps + r] = h[v * reps + r] = 0;
   for (int w = 0; w < 3; w++)
-    for (int v = 0; v < nv; v++) sample(e, v, op, M, N, K, &b, e0, e1);
+    for (int v = 0; v < nv; v++) {
+      float warm_us;
+      sample(e, v, op, M, N, K, &b, e0, e1, &warm_us);
+    }
   for (int r = 0; r < reps; r++)
     for (int v = 0; v < nv; v++)
-      t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1),
-      h[v * reps + r] = last_enqueue_us;
+      t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1, h + v * reps + r);
   for (int v = 0; v < NV; v++) {
-    qsort(t + v * reps, (size_t)reps, sizeof *t, cmp_f);
-    qsort(h + v * reps, (size_t)reps, sizeof *h, cmp_f);
-    med[v] = t[v * reps + reps / 2];
-    hmed[v] = h[v * reps + reps / 2];
+    med[v] = median_of(t + v * reps, reps);
+    hmed[v] = median_of(h + v * reps, reps);
   }
   MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
