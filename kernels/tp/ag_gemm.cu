@@ -28,8 +28,7 @@ struct AgParams {
   int bnd[MKX_TP_MAX + 1];     // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
   int size;
   int first_tile_m, tiles_m, tiles_n, group_m;
-  uint64_t timeout_ns;
-  int *err;
+  mkx_tp_sync sync;
 };
 
 /* FlagLoadGate per (source, tile) with a bound: before the loads of rows
@@ -45,7 +44,7 @@ struct BoundedFlagGate {
     for (int s = 0; s < p->size; ++s, f += p->tiles_m) {
       const int b0 = p->bnd[s], b1 = p->bnd[s + 1];
       if (b0 < b1 && b0 < row1 && b1 > row0)
-        mkx::tp::wait_geq(f, target, p->timeout_ns, p->err, s, tm, MKX_TP_AT_AG_TILE);
+        mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
@@ -66,6 +65,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   BoundedFlagGate gate{&p, *(volatile const int *)p.epoch};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);   // the producer, after its last wait
 #endif
 }
 
@@ -97,8 +97,7 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
     if (d->bnd[q + 1] > d->bnd[q] && rows < p.group_m) p.group_m = rows > 0 ? rows : 1;
   }
   p.first_tile_m = d->first_tile_m % p.tiles_m;
-  p.timeout_ns = d->timeout_ns;
-  p.err = d->err;
+  p.sync = d->sync;
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;

@@ -97,7 +97,7 @@ struct ChunkGate {
     for (int q = 0; q < s.size; ++q)
       if (p->bnd[q] < p->bnd[q + 1] && p->bnd[q] < row0 + nrows && p->bnd[q + 1] > row0) {
         srcs |= 1u << q;
-        if (q != s.rank) mkx::tp::wait_geq(bar + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_BARRIER);
+        if (q != s.rank) mkx::tp::wait_geq(bar + q, target, s, q, -1, MKX_TP_AT_BARRIER);
       }
   }
   /* An acquire load per flag: a relaxed load and one fence.acq_rel.sys
@@ -108,8 +108,7 @@ struct ChunkGate {
     const int kc = kb / p->chunk_kb;
     for (int s = 0; s < p->sync.size; ++s)
       if (srcs >> s & 1)
-        mkx::tp::wait_geq(p->flags + flag_index(*p, s, tm, kc), target, p->sync.timeout_ns, p->sync.err, s, tm,
-                          MKX_TP_AT_AG_TILE);
+        mkx::tp::wait_geq(p->flags + flag_index(*p, s, tm, kc), target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
 };
@@ -188,6 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x - p.npush, (int)gridDim.x - p.npush, order, gate,
                   epi);
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);   // the producer, after its last wait
 #endif
 }
 

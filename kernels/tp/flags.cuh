@@ -29,28 +29,59 @@ __device__ __forceinline__ int *own_word(const mkx_tp_sync &s, int off) {
 /* a >= b for counters that may wrap (epochs never differ by 2^31). */
 __device__ __forceinline__ bool geq(int a, int b) { return (int)((unsigned)a - (unsigned)b) >= 0; }
 
-/* Record the first timeout of the plan in the host-mapped error word:
- * err[0] = MKX_TP_ERR_TIMEOUT, err[1] = the rank that did not arrive,
- * err[2] = what was waited for (tile index), err[3] = where (MKX_TP_AT_*). */
-__device__ __forceinline__ void report_timeout(volatile int *err, int peer, int tile, int where) {
-  if (!err) return;
-  if (atomicCAS((int *)err, 0, -1) == 0) {
-    err[1] = peer;
-    err[2] = tile;
-    err[3] = where;
-    __threadfence_system();
-    err[0] = MKX_TP_ERR_TIMEOUT;
-    __threadfence_system();
-  }
+/* A rank that gives up tells every peer, since a peer that was merely late
+ * would otherwise finish its run on what the one that gave up sent after
+ * giving up, and return success: told[q] (an int per rank at
+ * MKX_TP_OFF_TOLD of every workspace) = told_word(...) once rank q gave
+ * up.  Never reset: the communicator is unusable from then on. */
+__device__ __forceinline__ int told_word(int origin, int peer, int where) {
+  return 1 << 28 | origin << 20 | where << 8 | (peer + 1);
 }
 
-/* Spin until *flag >= target, at most timeout_ns (then report and return
- * false: the caller goes on with whatever data is there, so nothing hangs;
- * the call is then reported as MKX_ERR_TIMEOUT).  Once any wait of the
- * plan has timed out the others give up at once instead of each waiting
- * the full bound. */
-__device__ __forceinline__ bool wait_geq(const int *flag, int target, uint64_t timeout_ns, volatile int *err,
-                                         int peer, int tile, int where) {
+/* Record the first failure of the plan in the host-mapped error word
+ * (err[0] = code, err[1] = peer, err[2] = tile, err[3] = where), after
+ * telling the peers (first: another wait of this rank that sees err[0]
+ * set goes on and may publish garbage, and a peer that takes it must find
+ * the tell by then).  err[0] = -1 while it is being written. */
+__device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer, int tile, int where, int tell) {
+  volatile int *err = s.err;
+  if (!err || atomicCAS((int *)err, 0, -1) != 0) return;
+  for (int q = 0; q < s.size; ++q)
+    if (q != s.rank) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_TOLD) + s.rank, tell);
+  err[1] = peer;
+  err[2] = tile;
+  err[3] = where;
+  __threadfence_system();
+  err[0] = code;
+  __threadfence_system();
+}
+
+/* If a peer told this rank that it gave up (and no failure of this rank's
+ * own is recorded yet), record MKX_TP_ERR_PEER naming the rank that gave
+ * up first, the rank it waited for (as tile) and where, pass the tell on,
+ * and return true.  Called in every wait, and after a block's last wait:
+ * whatever the block took from the peers it took after any tell sent
+ * before it (release/acquire), so a tell found then voids the run. */
+__device__ __forceinline__ bool peer_gave_up(const mkx_tp_sync &s) {
+  /* relaxed loads, all in flight at once: they follow the caller's
+   * acquires in program order, which is all the order needed */
+  volatile const int *w = own_word(s, MKX_TP_OFF_TOLD);
+  for (int q = 0; q < s.size; ++q) {
+    const int v = w[q];
+    if (!v) continue;
+    give_up(s, MKX_TP_ERR_PEER, v >> 20 & 0xff, (v & 0xff) - 1, v >> 8 & 0xff, v);
+    return true;
+  }
+  return false;
+}
+
+/* Spin until *flag >= target, at most timeout_ns (then report, tell the
+ * peers and return false: the caller goes on with whatever data is there,
+ * so nothing hangs; the call is then reported as MKX_ERR_TIMEOUT).  Once
+ * any wait of the plan has given up, or a peer has, the others give up
+ * at once instead of each waiting the full bound. */
+__device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_tp_sync &s, int peer, int tile,
+                                         int where) {
   if (geq(ld_acquire(flag), target)) return true;
   const uint64_t t0 = globaltimer();
   for (unsigned i = 1;; ++i) {
@@ -60,9 +91,10 @@ __device__ __forceinline__ bool wait_geq(const int *flag, int target, uint64_t t
      * waiting CTA reading it each spin slowed other CTAs' system-scope
      * fences to ~0.7 ms on H200), so look every 256 spins */
     if (i % 256) continue;
-    if (err && err[0] != 0) return false;
-    if (globaltimer() - t0 > timeout_ns) {
-      report_timeout(err, peer, tile, where);
+    if (s.err && ((volatile const int *)s.err)[0] > 0) return false;
+    if (peer_gave_up(s)) return false;
+    if (globaltimer() - t0 > s.timeout_ns) {
+      give_up(s, MKX_TP_ERR_TIMEOUT, peer, tile, where, told_word(s.rank, peer, where));
       return false;
     }
   }
@@ -79,8 +111,7 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
     for (int q = 0; q < s.size; ++q) st_release(reinterpret_cast<int *>(s.ws[q] + off) + s.rank, epoch);
   }
   if ((int)threadIdx.x < s.size)
-    wait_geq(own_word(s, off) + threadIdx.x, epoch, s.timeout_ns, s.err,
-             threadIdx.x, -1, where);
+    wait_geq(own_word(s, off) + threadIdx.x, epoch, s, threadIdx.x, -1, where);
   __syncthreads();
 }
 

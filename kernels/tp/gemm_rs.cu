@@ -48,8 +48,7 @@ __global__ void tp_prologue_kernel(mkx_tp_sync s) {
   const int q = threadIdx.x;
   if (q < s.size) {
     mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_BAR) + s.rank, e);
-    mkx::tp::wait_geq(mkx::tp::own_word(s, MKX_TP_OFF_BAR) + q, e, s.timeout_ns, s.err, q, -1,
-                      MKX_TP_AT_BARRIER);
+    mkx::tp::wait_geq(mkx::tp::own_word(s, MKX_TP_OFF_BAR) + q, e, s, q, -1, MKX_TP_AT_BARRIER);
   }
 }
 
@@ -73,8 +72,7 @@ struct RsParams {
   const int *epoch;
   int64_t c_row0;
   int size, rank, allreduce, p_type, c_type;
-  uint64_t timeout_ns;
-  int *err;
+  mkx_tp_sync sync;
 };
 
 /* Groups of runs of whole tile rows, walked in order; inside a group down
@@ -212,8 +210,8 @@ struct RsEpilogue {
     if (t.tid != 0) return;
     for (int s = 0; s < p->size; ++s)
       if (s != p->rank)
-        mkx::tp::wait_geq(p->arrived + s * MKX_TP_MAXCH + chunk, epoch, p->timeout_ns, p->err, s,
-                          t.tile_m * 65536 + t.tile_n, MKX_TP_AT_RS_TILE);
+        mkx::tp::wait_geq(p->arrived + s * MKX_TP_MAXCH + chunk, epoch, p->sync, s, t.tile_m * 65536 + t.tile_n,
+                          MKX_TP_AT_RS_TILE);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
   template <int BN>
@@ -291,6 +289,7 @@ struct RsEpilogue {
     if (t.tid == 0) {
       flush();
       bulk_wait<0>();
+      mkx::tp::peer_gave_up(p->sync);   // after this warpgroup's last wait
     }
   }
 };
@@ -416,8 +415,7 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   p.allreduce = d->allreduce;
   p.p_type = d->p_type;
   p.c_type = d->c_type;
-  p.timeout_ns = d->timeout_ns;
-  p.err = d->err;
+  p.sync = d->sync;
   const int tiles = p.grp_first[p.ngrp];
   if (tiles == 0) return 0;
   const int ctas = sms < tiles ? sms : tiles;
@@ -457,6 +455,7 @@ template <typename OutT>
 __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mkx_tp_late_desc d) {
   const int epoch = *(volatile const int *)(d.sync.ws[d.sync.rank] + MKX_TP_OFF_EPOCH);
   mkx::tp::meet(d.sync, MKX_TP_OFF_LATE_READY, epoch, MKX_TP_AT_LATE);
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(d.sync);
   const int me = d.rank;
   const int64_t ncol4 = d.n / 4;
   for (int li = 0; li < d.nlate; ++li) {
@@ -495,8 +494,9 @@ __global__ void tp_ar_wait_kernel(mkx_tp_sync s, int late) {
   const int target = *(volatile const int *)(ws + MKX_TP_OFF_EPOCH / 4);
   const int q = threadIdx.x;
   if (q >= s.size || q == s.rank) return;
-  mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE / 4 + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_AR_DONE);
-  if (late) mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE_LATE / 4 + q, target, s.timeout_ns, s.err, q, -1, MKX_TP_AT_AR_DONE);
+  mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE / 4 + q, target, s, q, -1, MKX_TP_AT_AR_DONE);
+  if (late) mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE_LATE / 4 + q, target, s, q, -1, MKX_TP_AT_AR_DONE);
+  mkx::tp::peer_gave_up(s);
 }
 
 int last_error() {

@@ -59,7 +59,10 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
     for (int q = 0; q < s.size; ++q)
       for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
   if (d.wait_all) mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
-  if (threadIdx.x == 0) *epoch_of(s) = e;
+  if (threadIdx.x == 0) {
+    if (d.wait_all) mkx::tp::peer_gave_up(s);   // a plain GEMM reads the peers' rows next
+    *epoch_of(s) = e;
+  }
 }
 
 /* ---- ReduceScatter / AllReduce ------------------------------------------- */
@@ -111,6 +114,7 @@ __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_const
   const mkx_tp_sync &s = d.sync;
   const int e = next_epoch(s);
   mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(s);   // the partials are read next
   const int64_t vrow = d.n / 8, total = (d.r1 - d.r0) * vrow;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = d.r0 + i / vrow, col = (i % vrow) * 8, off = row * d.n + col;

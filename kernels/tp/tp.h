@@ -25,6 +25,8 @@
  *                                read every rank's partial (mkx_tp_split_reduce)
  *   +1600  int pushed[MKX_TP_MAX]   split path: epoch at which rank q's rows
  *                                of A had landed in every gathered A
+ *   +1664  int told[MKX_TP_MAX]  nonzero once rank q gave up on a run (a
+ *                                wait ran out, or it was told): flags.cuh
  *   +4096  int src[src_cap]      src[i] = epoch: the copy engine copies these
  *                                into peers' flags (graph-safe flag values)
  *   flags[flags_cap], data       at offsets fixed per workspace (tp_gpu.c)
@@ -55,11 +57,18 @@ extern "C" {
 #define MKX_TP_MAXCH 16            /* chunk slots per owner (at most 8 used) */
 #define MKX_TP_OFF_DRAINED 1536
 #define MKX_TP_OFF_PUSHED 1600
+#define MKX_TP_OFF_TOLD 1664
 #define MKX_TP_OFF_SRC 4096
 
-/* The error word (host-mapped, 4 ints): err[0] = MKX_TP_ERR_TIMEOUT once a
- * bounded wait ran out, err[1] = peer (or -1), err[2] = tile, err[3] = where. */
+/* The error word (host-mapped, 4 ints), the first failure of a run:
+ *   MKX_TP_ERR_TIMEOUT  a bounded wait of this rank ran out: err[1] = the
+ *                       peer waited for (or -1), err[2] = tile, err[3] = where;
+ *   MKX_TP_ERR_PEER     a peer gave up on the run: err[1] = the rank that
+ *                       gave up first, err[2] = the rank it waited for (or
+ *                       -1), err[3] = where it waited.
+ * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.) */
 #define MKX_TP_ERR_TIMEOUT 11
+#define MKX_TP_ERR_PEER 13
 enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,
        MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5, MKX_TP_AT_DRAINED = 6 };
 
@@ -95,8 +104,7 @@ typedef struct mkx_tp_ag_desc {
   int size;                                 /* source ranks */
   int64_t bnd[MKX_TP_MAX + 1];              /* bnd[0] = 0 ... bnd[size] = m */
   int first_tile_m;
-  uint64_t timeout_ns;
-  int *err;
+  mkx_tp_sync sync;                         /* bounds, error word, tells */
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
 
@@ -155,8 +163,7 @@ typedef struct mkx_tp_rs_desc {
    * leading dimension, and every rank's done[] flags */
   void *peer_c[MKX_TP_MAX]; int64_t peer_ldc[MKX_TP_MAX];
   int *peer_done[MKX_TP_MAX];
-  uint64_t timeout_ns;
-  int *err;
+  mkx_tp_sync sync;                         /* bounds, error word, tells */
 } mkx_tp_rs_desc;
 int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
 

@@ -24,6 +24,11 @@ int mkx_comm_check(MKX_Comm c) {
 int mkx_comm_fail(MKX_Comm c, int rc) {
   if (rc != MKX_ERR_TIMEOUT && rc != MKX_ERR_MPI && rc != MKX_ERR_NET)
     return rc;
+  return mkx_comm_break(c, rc);
+}
+
+int mkx_comm_break(MKX_Comm c, int rc) {
+  if (rc == MKX_SUCCESS) return rc;
   /* The first failure is the cause; later ones are its echoes. */
   const char *msg = MKX_Get_last_error();
   if (!c->broken)

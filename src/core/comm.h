@@ -56,5 +56,8 @@ int mkx_tp_async_error(MKX_Comm c);
  * behind, and GPU epochs out of step) and keep the current error message
  * for later calls; returns rc. */
 int mkx_comm_fail(MKX_Comm c, int rc);
+/* The same for any failure rc: the caller knows the ranks are out of step
+ * (a GPU run a peer gave up on). */
+int mkx_comm_break(MKX_Comm c, int rc);
 
 #endif

@@ -229,8 +229,7 @@ static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.size = c->size;
   for (int q = 0; q <= c->size; q++) d.bnd[q] = p->bnd[q];
   d.first_tile_m = (int)p->first_tile;
-  d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
-  d.err = p->ws->err_dev;
+  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
   *dp = d;
 }
 

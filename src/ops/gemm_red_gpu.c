@@ -231,8 +231,7 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
   d.counters = hdr_of(p, me, MKX_TP_OFF_COUNTERS);
   d.arrived = hdr_of(p, me, MKX_TP_OFF_ARRIVED);
   d.epoch = hdr_of(p, me, MKX_TP_OFF_EPOCH);
-  d.timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
-  d.err = p->ws->err_dev;
+  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
   for (int q = 0; p->allreduce && q < c->size; q++) {
     const int lq = c->place.local_rank_of[q];
     d.peer_c[q] = p->creg.peer[lq];

@@ -291,33 +291,49 @@ static const char *where_name(int w) {
   return "?";
 }
 
-/* A bounded wait of a run on `ws` ran out: the GPU left the error word in
- * host-mapped memory (readable without synchronising).  `fn` is the call
- * reporting it; earlier: the run was an earlier call's.  Kernels name a
- * node-local rank; on the fused path's one node that is the communicator
- * rank (the bootstrap numbers a node's ranks in rank order). */
+/* "rank 3" or "a peer" (-1). */
+static void rank_name(int r, char *buf, size_t len) {
+  if (r >= 0) snprintf(buf, len, "rank %d", r);
+  else snprintf(buf, len, "a peer");
+}
+
+/* A run on `ws` failed on the GPU: a bounded wait of this rank ran out, or
+ * a peer gave up on the run and told this rank.  The GPU left the error
+ * word in host-mapped memory (readable without synchronising).  `fn` is
+ * the call reporting it; earlier: the run was an earlier call's.  Kernels
+ * name a node-local rank; on the fused path's one node that is the
+ * communicator rank (the bootstrap numbers a node's ranks in rank order). */
 static int check_error(const mkx_tp_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
-  if (e[0] != MKX_TP_ERR_TIMEOUT) return MKX_SUCCESS;
-  const int peer = e[1], tile = e[2], where = e[3];
-  char head[96], who[32] = "a peer", at[32] = "";
+  const int code = e[0], peer = e[1], tile = e[2], where = e[3];
+  if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER)
+    return MKX_SUCCESS;
+  char head[96], who[32], waited[32], at[32] = "";
   if (earlier)
     snprintf(head, sizeof head, "%s: an earlier %s", fn,
              ws->fn ? ws->fn : "call");
   else
     snprintf(head, sizeof head, "%s", fn);
-  if (peer >= 0) snprintf(who, sizeof who, "rank %d", peer);
+  const long long ms = (long long)ws->comm->opt.timeout_ms;
+  if (code == MKX_TP_ERR_PEER) {
+    rank_name(peer, who, sizeof who);
+    rank_name(tile, waited, sizeof waited);
+    return mkx_error(MKX_ERR_PEER, "%s failed on the GPU: %s gave up on it "
+                     "after %lld ms (option timeout_ms) waiting for %s (%s), "
+                     "so this rank's result is void", head, who, ms, waited,
+                     where_name(where));
+  }
+  rank_name(peer, who, sizeof who);
   if (tile >= 0 && where == MKX_TP_AT_RS_TILE) /* tile_m * 65536 + tile_n */
     snprintf(at, sizeof at, ", tile (%d, %d)", tile / 65536, tile % 65536);
   else if (tile >= 0)
     snprintf(at, sizeof at, ", tile %d", tile);
   return mkx_error(MKX_ERR_TIMEOUT, "%s timed out on the GPU after %lld ms "
-                   "(option timeout_ms) waiting for %s (%s%s)", head,
-                   (long long)ws->comm->opt.timeout_ms, who,
+                   "(option timeout_ms) waiting for %s (%s%s)", head, ms, who,
                    where_name(where), at);
 }
 
-/* A run on any workspace of the communicator timed out: report it (a
+/* A run on any workspace of the communicator failed: report it (a
  * workspace may be reused or replaced by a call of another shape) and
  * mark the communicator unusable, since the ranks' epochs are now out of
  * step and a later call would pair mismatched runs. */
@@ -325,7 +341,7 @@ static int pool_error(MKX_Comm c, const char *fn) {
   tp_pool *pool;
   MKX_TRY(get_pool(c, &pool));
   for (const mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
-    MKX_TRY(mkx_comm_fail(c, check_error(ws, fn, 1)));
+    MKX_TRY(mkx_comm_break(c, check_error(ws, fn, 1)));
   return MKX_SUCCESS;
 }
 
@@ -333,7 +349,7 @@ static int pool_error(MKX_Comm c, const char *fn) {
 static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
   MKX_TRY(mkx_tp_cuda_rc(cudaStreamSynchronize(st), ws->fn,
                          "cudaStreamSynchronize (option blocking)"));
-  return mkx_comm_fail(ws->comm, check_error(ws, ws->fn, 0));
+  return mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0));
 }
 
 int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,

@@ -15,7 +15,12 @@
  *  3. the communicator is then unusable: the next start fails at once with
  *     MKX_ERR_INVALID_COMM naming the timeout.  Rank 1 waits at a barrier
  *     until the others are done; then every rank frees the request and the
- *     communicator, which must neither hang nor crash.
+ *     communicator, which must neither hang nor crash;
+ *  4. each case again with rank 1 late instead of absent: it makes the
+ *     start 2 x timeout_ms after the others, who time out as in 2.  Their
+ *     runs go on after giving up, so its run finds every flag set; it must
+ *     still fail, told by them: MKX_ERR_PEER naming the rank that gave up
+ *     and what it waited for, at once, reported as in 2, then 3.
  *
  * Persistent plans, because MKX_Start does no collective host work: a
  * skipped plain call would time out in its host agreement before any GPU
@@ -234,29 +239,52 @@ static int captured_start(prob *p, MKX_Request r) {
   return ok;
 }
 
-/* Rank LATE skips this start; on the others it must time out, naming it:
- * with blocking that start says so, else the next start or (query) the
- * asynchronous error query. */
+/* This phase's start: with blocking the start returns the run's status;
+ * without, it must only enqueue, and after the stream (which must come
+ * back: every wait is bounded) the asynchronous error query (query) or the
+ * next start reports the run's failure. */
+static int start_status(const char *name, MKX_Comm c, MKX_Request r,
+                        int blocking, int query) {
+  int rc = MKX_Start(r, st);
+  if (blocking) return rc;
+  mt_check_rc(rc, MKX_SUCCESS, "%s: a start that fails on the GPU only "
+              "enqueues", name);
+  CUDA(cudaStreamSynchronize(st));
+  if (!query) return MKX_Start(r, st);
+  int qrc = MKX_Comm_get_async_error(c, &rc);
+  mt_check_rc(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
+  return rc;
+}
+
+/* After a failure the communicator is unusable: the next start fails at
+ * once with MKX_ERR_INVALID_COMM and a message that says why. */
+static void check_unusable(const char *name, MKX_Request r, const char *why) {
+  int rc = MKX_Start(r, st);
+  mt_check_rc(rc, MKX_ERR_INVALID_COMM, "%s: communicator unusable after "
+              "the failure", name);
+  const char *msg = MKX_Get_last_error();
+  char late[16];
+  snprintf(late, sizeof late, "rank %d", LATE);
+  mt_check(strstr(msg, why) && strstr(msg, late), "%s: and says why: %s",
+           name, msg);
+  CUDA(cudaStreamSynchronize(st));
+}
+
+/* Rank LATE skips this start, or makes it too late; on the others it must
+ * time out, naming it: with blocking that start says so, else the next
+ * start or (query) the asynchronous error query.  With more than two ranks
+ * one of them may be told by another that gave up first (MKX_ERR_PEER,
+ * naming rank LATE as the one waited for). */
 static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
                          int blocking, int query) {
   const char *name = op_name[p->op];
   double t0 = now_s();
-  int rc = MKX_Start(r, st);
-  if (!blocking) {
-    mt_check_rc(rc, MKX_SUCCESS, "%s: the start rank %d skips only "
-                "enqueues", name, LATE);
-    CUDA(cudaStreamSynchronize(st)); /* returns: every wait is bounded */
-    if (query) {
-      int qrc = MKX_Comm_get_async_error(c, &rc);
-      mt_check_rc(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
-    } else {
-      rc = MKX_Start(r, st); /* the next call reports it */
-    }
-  }
+  int rc = start_status(name, c, r, blocking, query);
   double dt = now_s() - t0;
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
+  if (mt.size > 2 && rc == MKX_ERR_PEER) rc = MKX_ERR_TIMEOUT;
   mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
               name, LATE, blocking ? "same start" : query ? "async query"
                                                           : "next start");
@@ -266,19 +294,40 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
            BOUND_S);
   mt_check(dt >= 0.5e-3 * TIMEOUT_MS, "%s: not before the bound (%.3f s, "
            "timeout_ms=%d)", name, dt, TIMEOUT_MS);
-  rc = MKX_Start(r, st);
-  mt_check_rc(rc, MKX_ERR_INVALID_COMM, "%s: communicator unusable after "
-              "the timeout", name);
-  msg = MKX_Get_last_error();
-  mt_check(strstr(msg, "timed out") && strstr(msg, late), "%s: and says "
-           "why: %s", name, msg);
-  CUDA(cudaStreamSynchronize(st));
+  check_unusable(name, r, mt.size > 2 ? "" : "timed out");
 }
 
-static void run_case(int op, int blocking, const char *overlap) {
-  char what[64];
-  snprintf(what, sizeof what, "%s (blocking=%d, tp_overlap=%s)", op_name[op],
-           blocking, overlap);
+/* Rank LATE starts 2 x timeout_ms after the others, who have given up on
+ * it by then (missed_start) and gone on.  Its run must not succeed on what
+ * they sent after giving up: MKX_ERR_PEER, naming a rank that gave up
+ * waiting for it at the call barrier, reported as a timeout would be, and
+ * at once (it was told; it did not wait out a bound of its own). */
+static void late_start(const prob *p, MKX_Comm c, MKX_Request r,
+                       int blocking, int query) {
+  const char *name = op_name[p->op];
+  const struct timespec nap = {0, 2 * TIMEOUT_MS * 1000000L};
+  nanosleep(&nap, NULL);
+  double t0 = now_s();
+  int rc = start_status(name, c, r, blocking, query);
+  double dt = now_s() - t0;
+  const char *msg = MKX_Get_last_error();
+  char late[32];
+  snprintf(late, sizeof late, "waiting for rank %d", LATE);
+  mt_check_rc(rc, MKX_ERR_PEER, "%s: the late rank's run fails, reported "
+              "by the %s", name, blocking ? "same start" : query ?
+              "async query" : "next start");
+  mt_check(strstr(msg, "gave up") && strstr(msg, late) &&
+               strstr(msg, "call barrier"), "%s: message says that a peer "
+           "gave up %s at the call barrier: %s", name, late, msg);
+  mt_check(dt < 1e-3 * TIMEOUT_MS, "%s: told after %.3f s, sooner than its "
+           "own bound (timeout_ms=%d)", name, dt, TIMEOUT_MS);
+  check_unusable(name, r, "gave up");
+}
+
+static void run_case(int op, int blocking, const char *overlap, int tardy) {
+  char what[80];
+  snprintf(what, sizeof what, "%s (blocking=%d, tp_overlap=%s, rank %d %s)",
+           op_name[op], blocking, overlap, LATE, tardy ? "late" : "absent");
   guard(what);
   MKX_Comm c = make_comm(TIMEOUT_MS, blocking, overlap);
   MKX_Request r = NULL;
@@ -293,8 +342,9 @@ static void run_case(int op, int blocking, const char *overlap) {
   if (ok) ok = good_start(&p, r, blocking);
   if (ok && blocking) ok = captured_start(&p, r);
   MPI_Barrier(MPI_COMM_WORLD);
-  if (ok && mt.rank != LATE) missed_start(&p, c, r, blocking,
-                                           !strcmp(overlap, "no"));
+  const int query = !strcmp(overlap, "no");
+  if (ok && mt.rank != LATE) missed_start(&p, c, r, blocking, query);
+  if (ok && mt.rank == LATE && tardy) late_start(&p, c, r, blocking, query);
   MPI_Barrier(MPI_COMM_WORLD); /* LATE waits here until the others are done */
   if (r) mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free",
                      what);
@@ -344,11 +394,12 @@ int main(int argc, char **argv) {
   MKX_Comm_free(&c1);
   MKX_Comm_free(&c0);
   alarm(0);
-  for (int blocking = 0; blocking < 2; blocking++)
-    for (int op = 0; op < 3; op++) {
-      run_case(op, blocking, "yes");
-      run_case(op, blocking, "no");
-    }
+  for (int tardy = 0; tardy < 2; tardy++)
+    for (int blocking = 0; blocking < 2; blocking++)
+      for (int op = 0; op < 3; op++) {
+        run_case(op, blocking, "yes", tardy);
+        run_case(op, blocking, "no", tardy);
+      }
   CUDA(cudaStreamDestroy(st));
   return mt_finish();
 }
