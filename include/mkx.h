@@ -141,8 +141,10 @@ int MKX_Comm_device(MKX_Comm comm, int *device);
  * failure of GPU work that calls on `comm` enqueued earlier (with option
  * blocking off, a call returns once its work is enqueued): MKX_ERR_TIMEOUT
  * when a wait on the GPU for another rank ran out (MKX_Get_last_error()
- * names the rank and what it waited for; the communicator is then
- * unusable, later calls return MKX_ERR_INVALID_COMM), or
+ * names the rank and what it waited for), MKX_ERR_PEER when another rank
+ * gave up on a run this rank took part in (its result is void; the message
+ * names that rank and what it waited for) - either way the communicator is
+ * then unusable and later calls return MKX_ERR_INVALID_COMM - or
  * MKX_ERR_INVALID_COMM if it already was.  Poll it, e.g. while waiting on
  * the stream, to learn of a failure before the next call. */
 int MKX_Comm_get_async_error(MKX_Comm comm, int *async_error);

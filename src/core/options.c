@@ -36,7 +36,8 @@ static const mkx_option_desc option_table[] = {
     {"blocking", MKX_OPT_BOOL, OPT(blocking), "no", "yes|no",
      "yes: a call on the fused GPU path waits for its own GPU work before "
      "returning and returns its status (MKX_ERR_TIMEOUT naming the rank and "
-     "tile a wait ran out on, or MKX_ERR_CUDA); not while the stream is "
+     "tile a wait ran out on, MKX_ERR_PEER when another rank gave up on the "
+     "run, or MKX_ERR_CUDA); not while the stream is "
      "being captured into a CUDA graph. no: calls only enqueue work, and a "
      "timeout on the GPU is returned by the next fused call on the "
      "communicator."},
