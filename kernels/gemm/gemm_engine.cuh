@@ -24,6 +24,10 @@
  *                (e.g. spin on a ready flag written by a peer GPU, with acquire semantics).
  *                void wait_k(int tile_m, int kb): called by the same thread before the loads of
  *                K block kb of that tile (gates A that arrives in K chunks; no-op elsewhere).
+ *                void a_source(int tile_m, const CUtensorMap *&map, int &row): where that tile's
+ *                A rows are loaded from, called before wait_rows with map = tmA, row = tile_m *
+ *                128 (e.g. a rank's own rows from its own A, not from a gathered copy; no-op
+ *                elsewhere; another map must be a __grid_constant__ kernel parameter too).
  *   Epilogue   : template <int BN> void operator()(const TileCtx &t, float (&acc)[BN / 2]);
  *                called by all 128 threads of each consumer warpgroup once per tile; t gives the
  *                tile, the warpgroup's first row/column, its 16 KB staging smem, a warpgroup
@@ -348,6 +352,7 @@ struct RotatedTileOrder {
 
 /* No gate: every row of A may be loaded at once. */
 struct NoLoadGate {
+  __device__ __forceinline__ void a_source(int, const CUtensorMap *&, int &) {}
   __device__ __forceinline__ void wait_rows(int, int, int) {}
   __device__ __forceinline__ void wait_k(int, int) {}
 };
@@ -368,6 +373,7 @@ struct FlagLoadGate {
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
+  __device__ __forceinline__ void a_source(int, const CUtensorMap *&, int &) {}
   __device__ __forceinline__ void wait_k(int, int) {}
 };
 
@@ -541,13 +547,16 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
         int tm, tn;
         order.get(t, tm, tn);
         const int row0 = tm * kBM;
+        const CUtensorMap *ta = tmA;
+        int arow = row0;
+        gate.a_source(tm, ta, arow);
         gate.wait_rows(tm, row0, min(kBM, M - row0));
         const int col0 = tn * BN;
         for (int kb = 0; kb < nk; ++kb) {
           gate.wait_k(tm, kb);
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
-          tma_load_2d(sA + stage * Cfg::A_BYTES, tmA, &full[stage], kb * kBK, row0);
+          tma_load_2d(sA + stage * Cfg::A_BYTES, ta, &full[stage], kb * kBK, arow);
           uint8_t *b = sB + stage * Cfg::B_BYTES;
           if constexpr (Cfg::B_KMAJOR) {
             tma_load_2d(b, tmB, &full[stage], kb * kBK, col0);

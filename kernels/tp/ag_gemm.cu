@@ -9,7 +9,10 @@
  * rows of that tile have landed.  Before loading a tile the producer waits
  * for the flags of every source whose rows meet the tile.  The CTAs start
  * on this rank's own rows (first_tile_m), which land first (a local copy),
- * then walk on to the peers' rows as they arrive.
+ * then walk on to the peers' rows as they arrive.  The tiles that hold only
+ * this rank's rows are loaded from its own A in place (a second tensor
+ * map), so they start at once: copying them into the gathered A first
+ * held the GEMM back by the time of a local copy of A.
  */
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
@@ -28,6 +31,7 @@ struct AgParams {
   int bnd[MKX_TP_MAX + 1];     // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
   int size;
   int first_tile_m, tiles_m, tiles_n, group_m;
+  int own_t0, own_t1, own_row0;  // tiles read from this rank's own A (tmOwn)
   mkx_tp_sync sync;
 };
 
@@ -37,8 +41,16 @@ struct AgParams {
  * and tile) rather than hang the GPU on a peer that never arrives. */
 struct BoundedFlagGate {
   const AgParams *p;           // the kernel's __grid_constant__ parameters
+  const CUtensorMap *own;      // this rank's own A (kernel parameter)
   int target;
+  __device__ __forceinline__ bool in_place(int tm) const { return tm >= p->own_t0 && tm < p->own_t1; }
+  __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&map, int &row) {
+    if (!in_place(tm)) return;
+    map = own;
+    row = tm * kBM - p->own_row0;
+  }
   __device__ __forceinline__ void wait_rows(int tm, int row0, int nrows) {
+    if (in_place(tm)) return;   // the caller's A, ready before the kernel
     const int row1 = row0 + nrows;
     const int *f = p->flags + tm;
     for (int s = 0; s < p->size; ++s, f += p->tiles_m) {
@@ -54,15 +66,15 @@ struct BoundedFlagGate {
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
 __global__ void __launch_bounds__(kThreads, 1)
     tp_ag_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                 const __grid_constant__ CUtensorMap tmC, const __grid_constant__ AgParams p, int M, int N,
-                 int K) {
+                 const __grid_constant__ CUtensorMap tmC, const __grid_constant__ CUtensorMap tmOwn,
+                 const __grid_constant__ AgParams p, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   RotatedTileOrder order{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m};
   /* The epoch is read on the GPU (written by this call's prologue), so a
    * graph replay waits for its own epoch, not the captured one. */
-  BoundedFlagGate gate{&p, *(volatile const int *)p.epoch};
+  BoundedFlagGate gate{&p, &tmOwn, *(volatile const int *)p.epoch};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
   if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);   // the producer, after its last wait
@@ -72,9 +84,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
 int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
-  CUtensorMap tmA, tmB, tmC;
+  CUtensorMap tmA, tmB, tmC, tmOwn;
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
+  const bool own = d->own_t1 > d->own_t0;
   int rc = make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
+  /* without own tiles a copy of tmA stands in (never loaded from) */
+  if (!rc) rc = own ? make_tmap(&tmOwn, d->a_own, abt, d->k, d->own_rows, d->lda_own, kBM) : 0;
+  if (!own) tmOwn = tmA;
   if (!rc) rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
                     : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
   if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
@@ -97,13 +113,16 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
     if (d->bnd[q + 1] > d->bnd[q] && rows < p.group_m) p.group_m = rows > 0 ? rows : 1;
   }
   p.first_tile_m = d->first_tile_m % p.tiles_m;
+  p.own_t0 = own ? d->own_t0 : 0;
+  p.own_t1 = own ? d->own_t1 : 0;
+  p.own_row0 = (int)d->own_row0;
   p.sync = d->sync;
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;
   rc = smem_attr_once<tp_ag_kernel<BN, STAGES, BKM, F16, OutT>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, p, (int)d->m, (int)d->n, (int)d->k);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, tmOwn, p, (int)d->m, (int)d->n, (int)d->k);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -123,6 +142,11 @@ extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
   if (d->size < 1 || d->size > MKX_TP_MAX || d->bnd[0] != 0 || d->bnd[d->size] != d->m) return MKX_GEMM_EINVAL;
   for (int q = 0; q < d->size; ++q)
     if (d->bnd[q + 1] < d->bnd[q]) return MKX_GEMM_EINVAL;
+  /* own tiles: inside [0, tiles_m), and every row of them in a_own */
+  if (d->own_t1 > d->own_t0 &&
+      (!d->a_own || d->own_t0 < 0 || d->own_t1 > cdiv(d->m, kBM) || (int64_t)d->own_t0 * kBM < d->own_row0 ||
+       std::min((int64_t)d->own_t1 * kBM, d->m) > d->own_row0 + d->own_rows || d->lda_own < d->k))
+    return MKX_GEMM_EINVAL;
   mkx_gemm_desc g = {d->m, d->n, d->k, d->a, d->lda, d->b, d->ldb, d->b_kmajor, d->c, d->ldc,
                      d->ab_type, d->c_type, 0, 0};
   if (!mkx_gemm_supported(&g, nullptr)) return MKX_GEMM_EINVAL;

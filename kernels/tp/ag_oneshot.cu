@@ -90,6 +90,7 @@ struct ChunkGate {
   const Ag1Params *p;
   int target;
   unsigned srcs = 0;           // sources with rows in the current tile row
+  __device__ __forceinline__ void a_source(int, const CUtensorMap *&, int &) {}
   __device__ __forceinline__ void wait_rows(int, int row0, int nrows) {
     const mkx_tp_sync &s = p->sync;
     const int *bar = mkx::tp::own_word(s, MKX_TP_OFF_BAR);

@@ -104,6 +104,12 @@ typedef struct mkx_tp_ag_desc {
   int size;                                 /* source ranks */
   int64_t bnd[MKX_TP_MAX + 1];              /* bnd[0] = 0 ... bnd[size] = m */
   int first_tile_m;
+  /* Tiles [own_t0, own_t1) hold only this rank's rows, which need not be
+   * in the gathered A: row r of them is row r - own_row0 of a_own (own_rows
+   * rows, leading dimension lda_own, 16-byte aligned rows), loaded from
+   * there without a wait.  own_t1 <= own_t0: none. */
+  const void *a_own; int64_t lda_own, own_row0, own_rows;
+  int own_t0, own_t1;
   mkx_tp_sync sync;                         /* bounds, error word, tells */
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);

@@ -7,8 +7,9 @@
  * after each chunk the copy engine also copies the call's epoch into the
  * destination's ready flags [this rank][tile] of the tiles the chunk's rows
  * meet.  Meanwhile the gated GEMM engine on the user's stream computes this
- * rank's own rows first, then the other tiles as the flags of every rank
- * with rows in them arrive.  No SMs move data, so the GEMM keeps all of
+ * rank's own rows first, straight from its A (only the own rows of tiles
+ * shared with a neighbour are copied into its own gathered A), then the
+ * other tiles as the flags of every rank with rows in them arrive.  No SMs move data, so the GEMM keeps all of
  * them.  Small products take the split path instead (option tp_overlap):
  * products whose tiles fit in one wave run as one kernel whose spare CTAs
  * store the rows into every rank's gathered A in K chunks while the GEMM
@@ -35,6 +36,7 @@ typedef struct ag_plan {
   int oneshot, chunk_kb, nkc;  /* split path in one kernel (ag_oneshot.cu) */
   int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
   int64_t row0, row1;          /* this rank's */
+  int64_t own_t0, own_t1;      /* overlapped path: tiles of own rows only */
   size_t es;
 } ag_plan;
 
@@ -123,6 +125,10 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   if (a->m_local == 0 || p->first_tile * TILE >= p->row1)
     p->first_tile = p->row0 / TILE;
   p->first_tile %= p->tiles_m;
+  /* tiles with no other rank's rows (the last may end short at M) */
+  p->own_t0 = (p->row0 + TILE - 1) / TILE;
+  p->own_t1 = p->row1 == p->M ? p->tiles_m : p->row1 / TILE;
+  if (a->m_local == 0 || p->own_t1 < p->own_t0) p->own_t1 = p->own_t0;
   /* Agreed values only (M, size), so that every rank's pool takes the same
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
@@ -233,11 +239,32 @@ static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   *dp = d;
 }
 
+/* in_place: the tiles of own rows only come from A itself. */
 static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                    cudaStream_t st) {
+                    int in_place, cudaStream_t st) {
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, &d);
+  if (in_place && p->own_t1 > p->own_t0) {
+    d.a_own = a->A;
+    d.lda_own = a->lda;
+    d.own_row0 = p->row0;
+    d.own_rows = a->m_local;
+    d.own_t0 = (int)p->own_t0;
+    d.own_t1 = (int)p->own_t1;
+  }
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
+}
+
+/* The own rows the overlapped GEMM reads from the gathered A: those of
+ * tiles shared with a neighbour (all of them when no tile is own only). */
+static int push_own_edges(MKX_Comm c, const ag_plan *p,
+                          const mkx_ag_gemm_args *a, cudaStream_t st) {
+  if (p->own_t1 == p->own_t0)
+    return push_rows(c, p, a, c->rank, p->row0, p->row1, st);
+  const int64_t in0 = p->own_t0 * TILE, in1 = p->own_t1 * TILE;
+  if (p->row0 < in0) MKX_TRY(push_rows(c, p, a, c->rank, p->row0, in0, st));
+  if (in1 < p->row1) MKX_TRY(push_rows(c, p, a, c->rank, in1, p->row1, st));
+  return MKX_SUCCESS;
 }
 
 /* The split path's copy: this rank's rows into every rank's gathered A and
@@ -295,15 +322,21 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->M, &g);
   const int blas = mkx_tp_split_blas(c, &g);
   MKX_TRY(push_split(c, p, a, blas, st));
-  return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, st);
+  return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, 0, st);
 }
 
+/* The gathered A into A_out; own: this rank's rows from A (the
+ * overlapped path leaves most of them out of the gathered A). */
 static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
-                    cudaStream_t st) {
-  const size_t row = (size_t)a->k * p->es;
-  cudaError_t e = cudaMemcpy2DAsync(
-      a->A_out, (size_t)a->ld_aout * p->es, mkx_tp_ws_data(p->ws, me), row,
-      row, (size_t)p->M, cudaMemcpyDeviceToDevice, st);
+                    int own, cudaStream_t st) {
+  const size_t row = (size_t)a->k * p->es, ld = (size_t)a->ld_aout * p->es;
+  cudaError_t e = cudaMemcpy2DAsync(a->A_out, ld, mkx_tp_ws_data(p->ws, me),
+                                    row, row, (size_t)p->M,
+                                    cudaMemcpyDeviceToDevice, st);
+  if (e == cudaSuccess && own && a->m_local > 0)
+    e = cudaMemcpy2DAsync((char *)a->A_out + (size_t)p->row0 * ld, ld, a->A,
+                          (size_t)a->lda * p->es, row, (size_t)a->m_local,
+                          cudaMemcpyDeviceToDevice, st);
   return mkx_tp_cuda_rc(e, FN, "copy to A_out");
 }
 
@@ -317,18 +350,18 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   if (p->split) {
     MKX_TRY(mkx_tp_begin_split(c, p->ws, FN, stream));
     MKX_TRY(split_run(c, p, a, st));
-    if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, st));
+    if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));
     return mkx_tp_end(p->ws, stream);
   }
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m));
   MKX_TRY(push_peers(c, p, a, st));
-  /* Own rows on the user's stream, before the GEMM: a device-local copy
-   * may run as a kernel, which must not wait behind the persistent GEMM. */
-  if (a->m_local > 0)
-    MKX_TRY(push_rows(c, p, a, c->rank, p->row0, p->row1, st));
-  MKX_TRY(run_gemm(c, p, a, st));
+  /* Own rows of shared tiles on the user's stream, before the GEMM: a
+   * device-local copy may run as a kernel, which must not wait behind the
+   * persistent GEMM. */
+  if (a->m_local > 0) MKX_TRY(push_own_edges(c, p, a, st));
+  MKX_TRY(run_gemm(c, p, a, 1, st));
   MKX_TRY(join_peers(c, p, st));
-  if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, st));
+  if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 1, st));
   return mkx_tp_end(p->ws, stream);
 }
 #else
