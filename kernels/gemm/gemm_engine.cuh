@@ -19,6 +19,13 @@
  *
  * Hooks (all device functors, passed by reference; see the default ones below):
  *   TileOrder  : int num_tiles() const; void get(int idx, int &tile_m, int &tile_n) const;
+ *                CTA c takes tiles c, c + num_ctas, ...  Or, for orders that split tiles along
+ *                K between CTAs (stream-K: an uneven last wave spread over every CTA):
+ *                bool unit(int cta, int num_ctas, int i, int nk, Unit &u) const: the i-th piece
+ *                of work of CTA cta (false: no more); a kPartial piece ends with
+ *                store_partial(ctx, u, acc) instead of the epilogue, a kFinish piece calls
+ *                add_partials(ctx, u, acc) before it (both templates on the accumulator count,
+ *                by all 128 threads of each consumer warpgroup).
  *   LoadGate   : void wait_rows(int tile_m, int row0, int nrows);  called by the single producer
  *                thread before it issues the first TMA load of A rows [row0, row0+nrows) of a tile
  *                (e.g. spin on a ready flag written by a peer GPU, with acquire semantics).
@@ -58,6 +65,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
+#include <type_traits>
+#include <utility>
 
 namespace mkx {
 namespace gemm {
@@ -322,6 +331,37 @@ struct TileCtx {
   __device__ __forceinline__ int acc_col(int i) const { return (i >> 2) * 8 + (tid & 3) * 2 + (i & 1); }
 };
 
+/* A CTA's piece of work: K blocks [kb0, kb1) of tile (tm, tn).  part: kWhole (then the epilogue),
+ * kPartial (a share of a tile split along K: handed to the order, no epilogue) or kFinish (the
+ * share with the last K block: the other shares are added, then the epilogue); aux0, aux1: the
+ * order's own (e.g. where shares go). */
+enum { kWhole = 0, kPartial = 1, kFinish = 2 };
+struct Unit {
+  int tm, tn, kb0, kb1, part, aux0, aux1;
+};
+
+template <class O, class = void>
+struct HasUnits : std::false_type {};
+template <class O>
+struct HasUnits<O, decltype((void)std::declval<const O &>().unit(0, 0, 0, 0, std::declval<Unit &>()))>
+    : std::true_type {};
+
+/* The i-th piece of work of CTA cta: the order's own pieces, or whole tiles cta, cta + num_ctas, ... */
+template <class O>
+__device__ __forceinline__ bool next_unit(const O &o, int cta, int num_ctas, int i, int nk, Unit &u) {
+  if constexpr (HasUnits<O>::value) {
+    return o.unit(cta, num_ctas, i, nk, u);
+  } else {
+    const int t = cta + i * num_ctas;
+    if (t >= o.num_tiles()) return false;
+    o.get(t, u.tm, u.tn);
+    u.kb0 = 0;
+    u.kb1 = nk;
+    u.part = kWhole;
+    return true;
+  }
+}
+
 /* Tiles grouped GROUP_M tile-rows at a time; inside a group, walk down the rows then across. */
 struct GroupedTileOrder {
   int tiles_m, tiles_n, group_m;
@@ -521,7 +561,6 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
 
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int num_tiles = order.num_tiles();
   const int nk = (K + kBK - 1) / kBK;
 
   if (tid == 0) {
@@ -543,16 +582,16 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
     if (tid == 0) {
       int stage = 0;
       uint32_t phase = 0;
-      for (int t = cta_rank; t < num_tiles; t += num_ctas) {
-        int tm, tn;
-        order.get(t, tm, tn);
+      Unit u;
+      for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
+        const int tm = u.tm, tn = u.tn;
         const int row0 = tm * kBM;
         const CUtensorMap *ta = tmA;
         int arow = row0;
         gate.a_source(tm, ta, arow);
         gate.wait_rows(tm, row0, min(kBM, M - row0));
         const int col0 = tn * BN;
-        for (int kb = 0; kb < nk; ++kb) {
+        for (int kb = u.kb0; kb < u.kb1; ++kb) {
           gate.wait_k(tm, kb);
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
@@ -588,11 +627,11 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
     ctx.tid = ltid;
     ctx.epi_smem = sEpi + cw * Cfg::EPI_BYTES_PER_WG;
     ctx.epi_bar = epi_bars + 2 * cw;
-    for (int t = cta_rank; t < num_tiles; t += num_ctas) {
-      int tm, tn;
-      order.get(t, tm, tn);
+    Unit u;
+    for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
+      const int tm = u.tm, tn = u.tn;
       int prev = 0;
-      for (int kb = 0; kb < nk; ++kb) {
+      for (int kb = u.kb0; kb < u.kb1; ++kb) {
         mbar_wait(&full[stage], phase);
         const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
         const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
@@ -604,11 +643,11 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
           uint64_t db;
           if constexpr (Cfg::B_KMAJOR) db = make_desc(b_addr + 32 * k, 16, 1024);
           else db = make_desc(b_addr + 16 * 128 * k, 64 * 128, 1024);
-          wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kb > 0 || k > 0) ? 1 : 0);
+          wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kb > u.kb0 || k > 0) ? 1 : 0);
         }
         wgmma_commit();
         pin_acc(acc);
-        if (kb > 0) {
+        if (kb > u.kb0) {
           wgmma_wait<1>();
           pin_acc(acc);
           if (warp_leader) mbar_arrive(&empty[prev]);
@@ -618,11 +657,18 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
       }
       wgmma_wait<0>();
       pin_acc(acc);
-      if (nk > 0 && warp_leader) mbar_arrive(&empty[prev]);
+      if (u.kb1 > u.kb0 && warp_leader) mbar_arrive(&empty[prev]);
       ctx.tile_m = tm;
       ctx.tile_n = tn;
       ctx.row0 = tm * kBM + cw * 64;
       ctx.col0 = tn * BN;
+      if constexpr (HasUnits<TileOrder>::value) {
+        if (u.part == kPartial) {
+          order.template store_partial<Cfg::ACC>(ctx, u, acc);
+          continue;
+        }
+        if (u.part == kFinish) order.template add_partials<Cfg::ACC>(ctx, u, acc);
+      }
       epi.template operator()<BN>(ctx, acc);
     }
     epi.finish(ctx);

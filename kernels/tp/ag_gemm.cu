@@ -14,6 +14,8 @@
  * map), so they start at once: copying them into the gathered A first
  * held the GEMM back by the time of a local copy of A.
  */
+#include <algorithm>
+#include <atomic>
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
@@ -32,7 +34,69 @@ struct AgParams {
   int size;
   int first_tile_m, tiles_m, tiles_n, group_m;
   int own_t0, own_t1, own_row0;  // tiles read from this rank's own A (tmOwn)
+  int dp_tiles, sk_len;          // StreamKOrder
+  float *sk_part;
+  int *sk_flags;
   mkx_tp_sync sync;
+};
+
+/* Stream-K over the last, uneven wave: of T tiles on C CTAs, the first
+ * T - R (R = T % C) go whole to the CTAs in turn, and the K blocks of the
+ * last R are dealt out evenly, sk_len to each CTA, so that no CTA idles
+ * through that wave (2048 tiles of 128 x 256 at M = N = 8192 leave 68 for
+ * a last wave on 132 SMs: 1/16 of the call with half the SMs idle).  A
+ * CTA takes its shares last tile first: the share it does not finish (a
+ * tile's head, kPartial) goes to its slot before it waits, as finisher,
+ * for the heads of the tile whose last K block it has; so no CTA waits for
+ * one that is itself waiting.  The finisher adds the heads in CTA order:
+ * the same bits every run. */
+struct StreamKOrder {
+  RotatedTileOrder base;
+  const AgParams *p;
+  int target;
+  __device__ __forceinline__ bool unit(int cta, int n, int i, int nk, Unit &u) const {
+    const int dp = p->dp_tiles, nd = cta < dp ? (dp - cta + n - 1) / n : 0;
+    if (i < nd) {
+      base.get(cta + i * n, u.tm, u.tn);
+      u.kb0 = 0, u.kb1 = nk, u.part = kWhole;
+      return true;
+    }
+    const int len = p->sk_len, total = (base.num_tiles() - dp) * nk;
+    const int s = cta * len, e = min(s + len, total);
+    if (len == 0 || s >= e) return false;
+    const int t = (e - 1) / nk - (i - nd), t0 = t * nk;
+    if (t < s / nk) return false;
+    base.get(dp + t, u.tm, u.tn);
+    u.kb0 = max(s, t0) - t0;
+    u.kb1 = min(e, t0 + nk) - t0;
+    u.part = u.kb1 < nk ? kPartial : u.kb0 > 0 ? kFinish : kWhole;
+    u.aux0 = u.part == kPartial ? cta : t0 / len;   // own slot / first head's CTA
+    u.aux1 = cta;                                   // heads: CTAs [aux0, aux1)
+    return true;
+  }
+  __device__ __forceinline__ float *slot(int c, int wg, int n, int tid) const {
+    return p->sk_part + (int64_t)(2 * c + wg) * n * 128 + tid;
+  }
+  template <int N>
+  __device__ __forceinline__ void store_partial(const TileCtx &t, const Unit &u, float (&acc)[N]) const {
+    float *dst = slot(u.aux0, t.wg, N, t.tid);
+#pragma unroll
+    for (int i = 0; i < N; ++i) __stcg(dst + i * 128, acc[i]);
+    t.wg_sync();
+    if (t.tid == 0) mkx::tp::st_release(p->sk_flags + 2 * u.aux0 + t.wg, target);
+  }
+  template <int N>
+  __device__ __forceinline__ void add_partials(const TileCtx &t, const Unit &u, float (&acc)[N]) const {
+    if (t.tid == 0)
+      for (int c = u.aux0; c < u.aux1; ++c)
+        mkx::tp::wait_geq(p->sk_flags + 2 * c + t.wg, target, p->sync, p->sync.rank, u.tm, MKX_TP_AT_SPLIT_TILE);
+    t.wg_sync();
+    for (int c = u.aux0; c < u.aux1; ++c) {
+      const float *src = slot(c, t.wg, N, t.tid);
+#pragma unroll
+      for (int i = 0; i < N; ++i) acc[i] += __ldcg(src + i * 128);
+    }
+  }
 };
 
 /* FlagLoadGate per (source, tile) with a bound: before the loads of rows
@@ -71,14 +135,32 @@ __global__ void __launch_bounds__(kThreads, 1)
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
-  RotatedTileOrder order{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m};
   /* The epoch is read on the GPU (written by this call's prologue), so a
    * graph replay waits for its own epoch, not the captured one. */
-  BoundedFlagGate gate{&p, &tmOwn, *(volatile const int *)p.epoch};
+  const int epoch = *(volatile const int *)p.epoch;
+  StreamKOrder order{RotatedTileOrder{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m}, &p,
+                     epoch};
+  BoundedFlagGate gate{&p, &tmOwn, epoch};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
   if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);   // the producer, after its last wait
 #endif
+}
+
+std::atomic<long> g_sk_launches{0};
+
+/* Stream-K where the last wave is uneven enough to gain (under 90% full)
+ * and every CTA has a slot; else whole tiles only.  Shares of at least
+ * 1/8 of K: a finisher adds at most ~8 slots. */
+void split_last_wave(const mkx_tp_ag_desc *d, int tiles, int ctas, AgParams &p) {
+  const int r = tiles % ctas;
+  const bool sk = d->sk_part && d->sk_flags && tiles > ctas && r > 0 && 10 * r <= 9 * ctas && ctas <= MKX_TP_SK_SLOTS;
+  const int64_t nk = cdiv(d->k, kBK);
+  p.dp_tiles = sk ? tiles - r : tiles;
+  p.sk_len = sk ? (int)std::max(cdiv(r * nk, ctas), cdiv(nk, 8)) : 0;
+  p.sk_part = d->sk_part;
+  p.sk_flags = d->sk_flags;
+  if (sk) g_sk_launches.fetch_add(1, std::memory_order_relaxed);
 }
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
@@ -119,6 +201,7 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   p.sync = d->sync;
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
+  split_last_wave(d, tiles, ctas, p);
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;
   rc = smem_attr_once<tp_ag_kernel<BN, STAGES, BKM, F16, OutT>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
@@ -135,6 +218,8 @@ int launch_tile(const mkx_tp_ag_desc *d, cudaStream_t s) {
 }
 
 }  // namespace
+
+extern "C" long mkx_tp_ag_sk_launches(void) { return g_sk_launches.load(std::memory_order_relaxed); }
 
 extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || !d->flags || !d->epoch) return MKX_GEMM_EINVAL;

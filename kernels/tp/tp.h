@@ -70,7 +70,14 @@ extern "C" {
 #define MKX_TP_ERR_TIMEOUT 11
 #define MKX_TP_ERR_PEER 13
 enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,
-       MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5, MKX_TP_AT_DRAINED = 6 };
+       MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5, MKX_TP_AT_DRAINED = 6,
+       MKX_TP_AT_SPLIT_TILE = 7 };
+
+/* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
+ * one slot of fp32 accumulators per CTA (the most the tile of 128 x 256
+ * holds), two flags per slot (one per consumer warpgroup). */
+#define MKX_TP_SK_SLOTS 160
+#define MKX_TP_SK_SLOT_BYTES (128 * 256 * 4)
 
 /* What every kernel of a call needs to meet its peers. */
 typedef struct mkx_tp_sync {
@@ -110,9 +117,16 @@ typedef struct mkx_tp_ag_desc {
    * there without a wait.  own_t1 <= own_t0: none. */
   const void *a_own; int64_t lda_own, own_row0, own_rows;
   int own_t0, own_t1;
+  /* Stream-K (NULL: none): when the tiles leave the last wave uneven, its
+   * tiles are split along K over every CTA; sk_part: MKX_TP_SK_SLOTS slots
+   * of MKX_TP_SK_SLOT_BYTES, sk_flags: 2 * MKX_TP_SK_SLOTS flags (below
+   * the epoch before the first call), both local */
+  float *sk_part; int *sk_flags;
   mkx_tp_sync sync;                         /* bounds, error word, tells */
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
+/* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */
+long mkx_tp_ag_sk_launches(void);
 
 /* GEMM+ReduceScatter / GEMM+AllReduce (owner q holds product rows
  * [bnd[q], bnd[q+1])).  Which 128-row tile rows go which way, the same on

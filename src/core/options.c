@@ -75,6 +75,11 @@ static const mkx_option_desc option_table[] = {
      "consume them; no: a copy kernel, then the GEMM; auto: yes where "
      "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free (on "
      "2 H200 the one kernel was even or faster there, slower elsewhere)."},
+    {"tp_stream_k", MKX_OPT_BOOL, OPT(tp_stream_k), "yes", "yes|no",
+     "AllGather+GEMM on the overlapped path (tp_overlap). yes: when the "
+     "GEMM's tiles leave its last wave under 90% full, that wave's tiles "
+     "are split along K over every SM (stream-K; each tile's shares summed "
+     "in a fixed order, the same bits every run); no: whole tiles only."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink", "host|gpu|nvlink",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "

@@ -32,6 +32,7 @@ typedef struct mkx_options {
   int tp_overlap;        /* MKX_OVERLAP_*: overlapped or split GPU path */
   int tp_split_gemm;     /* MKX_SPLIT_GEMM_*: the split path's GEMM */
   int tp_ag_oneshot;     /* MKX_ONESHOT_*: split AllGather+GEMM in one kernel */
+  int tp_stream_k;       /* overlapped AllGather+GEMM: last wave split on K */
   int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
   int net;               /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */

@@ -34,6 +34,8 @@ typedef struct ag_plan {
   int64_t M, tiles_m, chunk_tiles, first_tile;
   int split;
   int oneshot, chunk_kb, nkc;  /* split path in one kernel (ag_oneshot.cu) */
+  int stream_k;                /* overlapped path: shares of the last wave */
+  size_t sk_off;               /* their slots in the workspace's data */
   int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
   int64_t row0, row1;          /* this rank's */
   int64_t own_t0, own_t1;      /* overlapped path: tiles of own rows only */
@@ -134,10 +136,16 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
    * flags one per (source, tile). */
   p->split = mkx_tp_split_wanted(c, p->M);
   p->oneshot = p->split && oneshot_fits(c, a, p);
+  p->stream_k = !p->split && c->opt.tp_stream_k;
+  p->sk_off = ((size_t)p->M * (size_t)a->k * p->es + 255) & ~(size_t)255;
   mkx_tp_need need = {p->split ? 0 : p->tiles_m,
                       (int64_t)c->size * p->tiles_m *
-                          (p->oneshot ? p->nkc : 1),
-                      (size_t)p->M * (size_t)a->k * p->es, p->split};
+                              (p->oneshot ? p->nkc : 1) +
+                          (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
+                      p->stream_k ? p->sk_off + (size_t)MKX_TP_SK_SLOTS *
+                                                    MKX_TP_SK_SLOT_BYTES
+                                  : (size_t)p->M * (size_t)a->k * p->es,
+                      p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -244,6 +252,12 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                     int in_place, cudaStream_t st) {
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, &d);
+  if (in_place && p->stream_k) { /* slots and flags after the tiles' */
+    d.sk_part = (float *)(mkx_tp_ws_data(p->ws, c->place.local_rank) +
+                          p->sk_off);
+    d.sk_flags = mkx_tp_ws_flags(p->ws, c->place.local_rank) +
+                 c->size * p->tiles_m;
+  }
   if (in_place && p->own_t1 > p->own_t0) {
     d.a_own = a->A;
     d.lda_own = a->lda;

@@ -287,6 +287,7 @@ static const char *where_name(int w) {
     case MKX_TP_AT_AR_DONE: return "reduced rows";
     case MKX_TP_AT_LATE: return "partials of rows shared by two owners";
     case MKX_TP_AT_DRAINED: return "end of its reads of the partials";
+    case MKX_TP_AT_SPLIT_TILE: return "another SM's share of a split tile";
   }
   return "?";
 }

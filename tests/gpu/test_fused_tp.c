@@ -328,6 +328,32 @@ static void shapes_ag_rows(MKX_Comm c) {
   }
 }
 
+/* AllGather+GEMM on the overlapped path with more tiles than SMs, so that
+ * the last wave is split along K (option tp_stream_k, on 132 SMs every
+ * shape here on 1 rank and most on 2): K of 1, 4, 9 and 16 blocks (shares
+ * of one block, tiles in up to ~8 shares), both tiles, fp16, fp32 C,
+ * unequal shares, A_out.  The caller checks that some launches split. */
+static void shapes_stream_k(MKX_Comm c) {
+  static const struct { int64_t m, m1, n, k; int vary; MKX_Trans tb;
+                        MKX_Datatype dt, ct; int aout; } t[] = {
+      {1100, 0, 4096, 256, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
+      {2055, 0, 2304, 520, 0, MKX_NO_TRANS, MKX_FP16, MKX_FP32, 1},
+      {2100, 0, 2048, 64, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
+      {1100, 700, 4096, 1024, 3, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
+      {8192, 0, 2560, 128, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+  };
+  for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.m = t[i].m, s.m1 = t[i].m1, s.n = t[i].n, s.k = t[i].k;
+    s.vary = t[i].vary;
+    s.tb = t[i].tb;
+    s.dt = t[i].dt, s.ct = t[i].ct;
+    s.aout = t[i].aout;
+    run_shape(c, OP_AG, &s, 70 + i);
+  }
+}
+
 /* 24 shapes per call, cycling through types, B storage, padding, shares
  * (AllGather+GEMM: 9 more, shapes_ag_rows). */
 /* Column-major operands: transposed through row-major temporaries around
@@ -674,7 +700,16 @@ int main(int argc, char **argv) {
   parts(csp, 1, only, "split", 7, 1);
   parts(cbl, 1, only, "split-cublas", 7, 0);
   parts(ctwo, 1, only, "split-two", 1, 0);
-  if (!only || !strcmp(only, "overlap")) two_small_c(cov);
+  if (!only || !strcmp(only, "overlap")) {
+    two_small_c(cov);
+    const long sk0 = mkx_tp_ag_sk_launches();
+    split_mode = 0;
+    shapes_stream_k(cov);
+    split_mode = -1;
+    const long nsk = mkx_tp_ag_sk_launches() - sk0;
+    mt_check(nsk > 0, "stream-k: %ld AllGather+GEMM launches split their "
+             "last wave", nsk);
+  }
   if (!only || !strcmp(only, "auto")) {
     for (int op = 0; op < 3; op++) shapes(c, op);
     contrast(off);
