@@ -8,11 +8,10 @@
  * tile], which s's copy engine sets to the call's epoch once all of s's
  * rows of that tile have landed.  Before loading a tile the producer waits
  * for the flags of every source whose rows meet the tile.  The CTAs start
- * on this rank's own rows (first_tile_m), which land first (a local copy),
- * then walk on to the peers' rows as they arrive.  The tiles that hold only
- * this rank's rows are loaded from its own A in place (a second tensor
- * map), so they start at once: copying them into the gathered A first
- * held the GEMM back by the time of a local copy of A.
+ * on this rank's own rows (first_tile_m), then walk on to the peers' rows
+ * as they arrive.  The tiles that hold only this rank's rows are loaded
+ * from its own A in place (a second tensor map) without a wait: copying
+ * them into the gathered A first held the GEMM back by a local copy of A.
  */
 #include <algorithm>
 #include <atomic>

@@ -9,14 +9,16 @@
  * meet.  Meanwhile the gated GEMM engine on the user's stream computes this
  * rank's own rows first, straight from its A (only the own rows of tiles
  * shared with a neighbour are copied into its own gathered A), then the
- * other tiles as the flags of every rank with rows in them arrive.  No SMs move data, so the GEMM keeps all of
- * them.  Small products take the split path instead (option tp_overlap):
- * products whose tiles fit in one wave run as one kernel whose spare CTAs
- * store the rows into every rank's gathered A in K chunks while the GEMM
- * CTAs consume them (kernels/tp/ag_oneshot.cu); larger ones store them in
- * one kernel (kernels/tp/split.cu) before the same gated GEMM runs; with
- * option tp_split_gemm=cublas that kernel also waits until every rank's
- * rows have landed and cuBLAS multiplies (src/ops/tp_blas.c). */
+ * other tiles as the flags of every rank with rows in them arrive.  No SMs
+ * move data, so the GEMM keeps all of them (its last wave split along K
+ * over every SM, option tp_stream_k).  Small products take the split path
+ * instead (option tp_overlap): products whose tiles fit in one wave run as
+ * one kernel whose spare CTAs store the rows into every rank's gathered A
+ * in K chunks while the GEMM CTAs consume them (kernels/tp/ag_oneshot.cu);
+ * larger ones store them in one kernel (kernels/tp/split.cu) before the
+ * same gated GEMM runs; with option tp_split_gemm=cublas that kernel also
+ * waits until every rank's rows have landed and cuBLAS multiplies
+ * (src/ops/tp_blas.c). */
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"

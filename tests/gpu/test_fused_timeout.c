@@ -239,21 +239,32 @@ static int captured_start(prob *p, MKX_Request r) {
   return ok;
 }
 
-/* This phase's start: with blocking the start returns the run's status;
- * without, it must only enqueue, and after the stream (which must come
- * back: every wait is bounded) the asynchronous error query (query) or the
- * next start reports the run's failure. */
+/* This phase's start, taking *dt seconds: with blocking the start returns
+ * the run's status; without, it must only enqueue, and after the stream
+ * (which must come back: every wait is bounded) the asynchronous error
+ * query (query) or the next start reports the run's failure. */
 static int start_status(const char *name, MKX_Comm c, MKX_Request r,
-                        int blocking, int query) {
+                        int blocking, int query, double *dt) {
+  const double t0 = now_s();
   int rc = MKX_Start(r, st);
-  if (blocking) return rc;
-  mt_check_rc(rc, MKX_SUCCESS, "%s: a start that fails on the GPU only "
-              "enqueues", name);
-  CUDA(cudaStreamSynchronize(st));
-  if (!query) return MKX_Start(r, st);
-  int qrc = MKX_Comm_get_async_error(c, &rc);
-  mt_check_rc(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
+  if (!blocking) {
+    mt_check_rc(rc, MKX_SUCCESS, "%s: a start that fails on the GPU only "
+                "enqueues", name);
+    CUDA(cudaStreamSynchronize(st));
+    if (query) {
+      int qrc = MKX_Comm_get_async_error(c, &rc);
+      mt_check_rc(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
+    } else {
+      rc = MKX_Start(r, st);
+    }
+  }
+  *dt = now_s() - t0;
   return rc;
+}
+
+/* Who reports a run's failure (start_status). */
+static const char *reporter(int blocking, int query) {
+  return blocking ? "same start" : query ? "async query" : "next start";
 }
 
 /* After a failure the communicator is unusable: the next start fails at
@@ -278,16 +289,14 @@ static void check_unusable(const char *name, MKX_Request r, const char *why) {
 static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
                          int blocking, int query) {
   const char *name = op_name[p->op];
-  double t0 = now_s();
-  int rc = start_status(name, c, r, blocking, query);
-  double dt = now_s() - t0;
+  double dt;
+  int rc = start_status(name, c, r, blocking, query, &dt);
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
   if (mt.size > 2 && rc == MKX_ERR_PEER) rc = MKX_ERR_TIMEOUT;
   mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
-              name, LATE, blocking ? "same start" : query ? "async query"
-                                                          : "next start");
+              name, LATE, reporter(blocking, query));
   mt_check(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
            "names %s and the call barrier: %s", name, late, msg);
   mt_check(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
@@ -307,15 +316,13 @@ static void late_start(const prob *p, MKX_Comm c, MKX_Request r,
   const char *name = op_name[p->op];
   const struct timespec nap = {0, 2 * TIMEOUT_MS * 1000000L};
   nanosleep(&nap, NULL);
-  double t0 = now_s();
-  int rc = start_status(name, c, r, blocking, query);
-  double dt = now_s() - t0;
+  double dt;
+  int rc = start_status(name, c, r, blocking, query, &dt);
   const char *msg = MKX_Get_last_error();
   char late[32];
   snprintf(late, sizeof late, "waiting for rank %d", LATE);
   mt_check_rc(rc, MKX_ERR_PEER, "%s: the late rank's run fails, reported "
-              "by the %s", name, blocking ? "same start" : query ?
-              "async query" : "next start");
+              "by the %s", name, reporter(blocking, query));
   mt_check(strstr(msg, "gave up") && strstr(msg, late) &&
                strstr(msg, "call barrier"), "%s: message says that a peer "
            "gave up %s at the call barrier: %s", name, late, msg);

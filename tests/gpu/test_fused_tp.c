@@ -299,33 +299,44 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   prob_free(&p);
 }
 
+/* A table row of AllGather+GEMM shapes: shares m (and m1, vary 3), n, k,
+ * padding, B storage, types, A_out. */
+typedef struct ag_row {
+  int64_t m, m1, n, k;
+  int vary, pad;
+  MKX_Trans tb;
+  MKX_Datatype dt, ct;
+  int aout;
+} ag_row;
+
+static void run_ag_rows(MKX_Comm c, const ag_row *t, int n, int seed0) {
+  for (int i = 0; i < n; i++) {
+    shape s;
+    memset(&s, 0, sizeof s);
+    s.m = t[i].m, s.m1 = t[i].m1, s.n = t[i].n, s.k = t[i].k;
+    s.vary = t[i].vary, s.pad = t[i].pad, s.tb = t[i].tb;
+    s.dt = t[i].dt, s.ct = t[i].ct;
+    s.aout = t[i].aout;
+    run_shape(c, OP_AG, &s, seed0 + i);
+  }
+}
+
 /* AllGather+GEMM with m_local not a multiple of the 128-row tile: tiles
  * holding rows of two ranks, ranks with 0 rows (first or last), unequal
  * shares, a tile cut by M, several chunks per rank, the smallest sizes. */
 static void shapes_ag_rows(MKX_Comm c) {
-  static const struct { int64_t m, m1, n, k; int pad; MKX_Trans tb;
-                        MKX_Datatype dt, ct; int aout; } t[] = {
-      {1, 0, 64, 64, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1},
-      {100, 29, 256, 128, 8, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0},
-      {129, 257, 200, 192, 0, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
-      {0, 300, 512, 256, 8, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
-      {300, 0, 264, 520, 0, MKX_TRANS, MKX_FP16, MKX_FP32, 0},
-      {1000, 77, 1000, 64, 8, MKX_TRANS, MKX_BF16, MKX_BF16, 1},
-      {2500, 1300, 1024, 512, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
-      {127, 129, 128, 1024, 0, MKX_TRANS, MKX_FP16, MKX_FP16, 1},
-      {3, 5, 8, 8, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+  static const ag_row t[] = {
+      {1, 0, 64, 64, 3, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1},
+      {100, 29, 256, 128, 3, 8, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0},
+      {129, 257, 200, 192, 3, 0, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
+      {0, 300, 512, 256, 3, 8, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+      {300, 0, 264, 520, 3, 0, MKX_TRANS, MKX_FP16, MKX_FP32, 0},
+      {1000, 77, 1000, 64, 3, 8, MKX_TRANS, MKX_BF16, MKX_BF16, 1},
+      {2500, 1300, 1024, 512, 3, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+      {127, 129, 128, 1024, 3, 0, MKX_TRANS, MKX_FP16, MKX_FP16, 1},
+      {3, 5, 8, 8, 3, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
   };
-  for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
-    shape s;
-    memset(&s, 0, sizeof s);
-    s.m = t[i].m, s.m1 = t[i].m1, s.n = t[i].n, s.k = t[i].k;
-    s.vary = 3;
-    s.pad = t[i].pad;
-    s.tb = t[i].tb;
-    s.dt = t[i].dt, s.ct = t[i].ct;
-    s.aout = t[i].aout;
-    run_shape(c, OP_AG, &s, 50 + i);
-  }
+  run_ag_rows(c, t, (int)(sizeof t / sizeof t[0]), 50);
 }
 
 /* AllGather+GEMM on the overlapped path with more tiles than SMs, so that
@@ -334,24 +345,14 @@ static void shapes_ag_rows(MKX_Comm c) {
  * of one block, tiles in up to ~8 shares), both tiles, fp16, fp32 C,
  * unequal shares, A_out.  The caller checks that some launches split. */
 static void shapes_stream_k(MKX_Comm c) {
-  static const struct { int64_t m, m1, n, k; int vary; MKX_Trans tb;
-                        MKX_Datatype dt, ct; int aout; } t[] = {
-      {1100, 0, 4096, 256, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
-      {2055, 0, 2304, 520, 0, MKX_NO_TRANS, MKX_FP16, MKX_FP32, 1},
-      {2100, 0, 2048, 64, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
-      {1100, 700, 4096, 1024, 3, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
-      {8192, 0, 2560, 128, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
+  static const ag_row t[] = {
+      {1100, 0, 4096, 256, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
+      {2055, 0, 2304, 520, 0, 0, MKX_NO_TRANS, MKX_FP16, MKX_FP32, 1},
+      {2100, 0, 2048, 64, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0},
+      {1100, 700, 4096, 1024, 3, 0, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
+      {8192, 0, 2560, 128, 0, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0},
   };
-  for (int i = 0; i < (int)(sizeof t / sizeof t[0]); i++) {
-    shape s;
-    memset(&s, 0, sizeof s);
-    s.m = t[i].m, s.m1 = t[i].m1, s.n = t[i].n, s.k = t[i].k;
-    s.vary = t[i].vary;
-    s.tb = t[i].tb;
-    s.dt = t[i].dt, s.ct = t[i].ct;
-    s.aout = t[i].aout;
-    run_shape(c, OP_AG, &s, 70 + i);
-  }
+  run_ag_rows(c, t, (int)(sizeof t / sizeof t[0]), 70);
 }
 
 /* 24 shapes per call, cycling through types, B storage, padding, shares
