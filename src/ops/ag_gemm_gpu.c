@@ -341,18 +341,35 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, 0, st);
 }
 
-/* The gathered A into A_out; own: this rank's rows from A (the
+/* Rows [r0, r1) of the gathered A into A_out, from src (leading dimension
+ * ld_src bytes, holding row r0 first). */
+static cudaError_t out_rows(const ag_plan *p, const mkx_ag_gemm_args *a,
+                           int64_t r0, int64_t r1, const void *src,
+                           size_t ld_src, cudaStream_t st) {
+  if (r1 <= r0) return cudaSuccess;
+  const size_t ld = (size_t)a->ld_aout * p->es;
+  return cudaMemcpy2DAsync((char *)a->A_out + (size_t)r0 * ld, ld, src,
+                           ld_src, (size_t)a->k * p->es, (size_t)(r1 - r0),
+                           cudaMemcpyDeviceToDevice, st);
+}
+
+/* The gathered A into A_out; own: this rank's rows from A instead (the
  * overlapped path leaves most of them out of the gathered A). */
 static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
                     int own, cudaStream_t st) {
-  const size_t row = (size_t)a->k * p->es, ld = (size_t)a->ld_aout * p->es;
-  cudaError_t e = cudaMemcpy2DAsync(a->A_out, ld, mkx_tp_ws_data(p->ws, me),
-                                    row, row, (size_t)p->M,
-                                    cudaMemcpyDeviceToDevice, st);
-  if (e == cudaSuccess && own && a->m_local > 0)
-    e = cudaMemcpy2DAsync((char *)a->A_out + (size_t)p->row0 * ld, ld, a->A,
-                          (size_t)a->lda * p->es, row, (size_t)a->m_local,
-                          cudaMemcpyDeviceToDevice, st);
+  const size_t row = (size_t)a->k * p->es;
+  const char *gathered = mkx_tp_ws_data(p->ws, me);
+  cudaError_t e;
+  if (!own) {
+    e = out_rows(p, a, 0, p->M, gathered, row, st);
+  } else {
+    e = out_rows(p, a, 0, p->row0, gathered, row, st);
+    if (e == cudaSuccess)
+      e = out_rows(p, a, p->row0, p->row1, a->A, (size_t)a->lda * p->es, st);
+    if (e == cudaSuccess)
+      e = out_rows(p, a, p->row1, p->M, gathered + (size_t)p->row1 * row,
+                   row, st);
+  }
   return mkx_tp_cuda_rc(e, FN, "copy to A_out");
 }
 
