@@ -68,6 +68,14 @@ static inline int num_sms(int *sms) {
   return 0;
 }
 
+/* The SM count, at most cap (> 0): the CTAs a kernel that waits for other
+ * ranks may take (mkx_tp_sync::ctas). */
+static inline int num_sms(int *sms, int cap) {
+  const int rc = num_sms(sms);
+  if (!rc && cap > 0 && cap < *sms) *sms = cap;
+  return rc;
+}
+
 /* cudaFuncSetAttribute(MaxDynamicSharedMemorySize) once per kernel and
  * device, for the same reason; 0 or a cudaError_t. */
 template <auto Kern>

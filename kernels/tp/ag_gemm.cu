@@ -176,7 +176,7 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
                     : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
   if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
   int sms = 0;
-  if (!rc) rc = num_sms(&sms);
+  if (!rc) rc = num_sms(&sms, d->sync.ctas);
   if (rc) return rc;
   AgParams p;
   p.flags = d->flags;
@@ -235,7 +235,7 @@ extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
                      d->ab_type, d->c_type, 0, 0};
   if (!mkx_gemm_supported(&g, nullptr)) return MKX_GEMM_EINVAL;
   int sms = 0;
-  int rc = num_sms(&sms);
+  int rc = num_sms(&sms, d->sync.ctas);
   if (rc) return rc;
   if (mkx_gemm_pick_tile(&g, sms) == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, s);
   return launch_tile<128, 6>(d, s);

@@ -214,7 +214,7 @@ int fill(const mkx_tp_ag1_desc *d, int bn, Ag1Params &p) {
   }
   p.sync = u.sync;
   int sms = 0;
-  const int rc = num_sms(&sms);
+  const int rc = num_sms(&sms, u.sync.ctas);
   if (rc) return rc;
   const int tiles = p.tiles_m * p.tiles_n, units = (p.t1 - p.t0) * p.nkc * p.sync.size;
   p.npush = max(kMinPush, sms - tiles);
@@ -266,11 +266,15 @@ extern "C" int mkx_tp_ag1_shape(const mkx_tp_ag_desc *d, int any_k, int *tile, i
    * plain engine takes on a full H100/H200, whose tiles must leave kMinPush
    * SMs free (a tile that only fits by growing ran up to 1.3x slower), and
    * unless any_k, a K loop long enough to hide the copy in (at K = 1024 the
-   * chunks' flags and the push CTAs' start cost more than they hid). */
+   * chunks' flags and the push CTAs' start cost more than they hid).  The
+   * whole grid must fit in the CTAs a rank may take (sync.ctas, agreed):
+   * on a GPU shared under MPS a GEMM CTA waiting for a peer's push CTA
+   * must not hold the SM that push CTA needs. */
   *tile = mkx_gemm_pick_tile(&g, kFullSMs);
+  const int sms = d->sync.ctas > 0 && d->sync.ctas < kFullSMs ? d->sync.ctas : kFullSMs;
   const int64_t tiles = cdiv(d->m, kBM) * cdiv(d->n, *tile == MKX_GEMM_TILE_128x256 ? 256 : 128);
   const int64_t nk = cdiv(d->k, kBK);
-  if (tiles > kFullSMs - kMinPush || (!any_k && nk < kMinKBlocks)) return 0;
+  if (tiles > sms - kMinPush || (!any_k && nk < kMinKBlocks)) return 0;
   *chunk_kb = (int)cdiv(nk, kChunks);
   *nkc = (int)cdiv(nk, *chunk_kb);
   return 1;

@@ -395,7 +395,7 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   for (int q = 0; !rc && d->allreduce && q < d->size; ++q)
     if (q != d->rank) rc = make_tmap(&peer_c.c[q], d->peer_c[q], d->c_type, d->n, d->m, d->peer_ldc[q], 64);
   int sms = 0;
-  if (!rc) rc = num_sms(&sms);
+  if (!rc) rc = num_sms(&sms, d->sync.ctas);
   if (rc) return rc;
   for (int q = 0; q <= d->size; ++q) p.bnd[q] = d->bnd[q];
   p.L = d->layout;
@@ -521,7 +521,9 @@ extern "C" int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t s) {
 
 extern "C" int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st) {
   if (!d || d->sync.size < 1 || d->sync.size > MKX_TP_MAX || d->n % 4) return MKX_GEMM_EINVAL;
-  const int blocks = 132;
+  /* every block meets the peers: on a GPU shared under MPS they must not
+   * sit on every SM */
+  const int blocks = d->sync.ctas > 0 && d->sync.ctas < 132 ? d->sync.ctas : 132;
   switch (d->c_type) {
     case MKX_GEMM_BF16: tp_late_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d); break;
     case MKX_GEMM_FP16: tp_late_kernel<__half><<<blocks, 256, 0, st>>>(*d); break;

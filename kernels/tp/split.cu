@@ -28,10 +28,13 @@ __device__ __forceinline__ int next_epoch(const mkx_tp_sync &s) {
 }
 
 /* Work items of 16 bytes (or 8 elements) spread over at most 2 blocks per
- * SM of H100/H200; at least one block, which still meets the peers. */
-int blocks_for(int64_t items) {
+ * SM of H100/H200, and at most the CTAs a waiting kernel may take (every
+ * block meets the peers: on a GPU shared under MPS they must not sit on
+ * every SM); at least one block, which still meets the peers. */
+int blocks_for(int64_t items, int ctas) {
+  const int64_t cap = ctas > 0 && ctas < 264 ? ctas : 264;
   const int64_t b = (items + 255) / 256;
-  return b < 1 ? 1 : b > 264 ? 264 : (int)b;
+  return b < 1 ? 1 : b > cap ? (int)cap : (int)b;
 }
 
 /* ---- AllGather ----------------------------------------------------------- */
@@ -156,7 +159,7 @@ extern "C" int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st)
       d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16) ||
       d->t0 < 0 || d->t1 < d->t0 || d->t1 > d->tiles_m)
     return MKX_GEMM_EINVAL;
-  const int blocks = blocks_for(d->rows * (d->k * d->esz / 16));
+  const int blocks = blocks_for(d->rows * (d->k * d->esz / 16), d->sync.ctas);
   tp_split_push_kernel<<<blocks, 256, 0, st>>>(*d);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
@@ -166,7 +169,7 @@ extern "C" int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t 
   if (!d || !sync_ok(d->sync) || d->n % 8 || d->ldc % 8 || d->r0 < 0 || d->r1 < d->r0 || d->r1 > d->m)
     return MKX_GEMM_EINVAL;
   if (d->p_type != MKX_GEMM_FP32 && d->p_type != d->c_type) return MKX_GEMM_EINVAL;
-  const int blocks = blocks_for((d->r1 - d->r0) * (d->n / 8));
+  const int blocks = blocks_for((d->r1 - d->r0) * (d->n / 8), d->sync.ctas);
   switch (d->c_type) {
     case MKX_GEMM_BF16: return launch_reduce<__nv_bfloat16>(d, blocks, st);
     case MKX_GEMM_FP16: return launch_reduce<__half>(d, blocks, st);

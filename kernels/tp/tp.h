@@ -86,6 +86,9 @@ typedef struct mkx_tp_sync {
   int src_n;                       /* ints of src[] the prologue fills */
   uint64_t timeout_ns;
   int *err;                        /* device pointer of the host-mapped error word */
+  int ctas;                        /* most CTAs of a kernel that waits for
+                                      peers (0: one per SM); ranks sharing a
+                                      GPU under MPS must not take them all */
 } mkx_tp_sync;
 
 /* Start of a call: epoch += 1 on this GPU, src[] = epoch, counters = 0,

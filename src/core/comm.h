@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include "mkx.h"
 #include "boot/bootstrap.h"
+#include "core/gpu_share.h"
 #include "core/options.h"
 #include "topo/topo.h"
 
@@ -25,7 +26,7 @@ struct MKX_Comm_s {
   void *symm;          /* symmetric memory state (src/mem/symm.c) */
   void *net;           /* network endpoint (src/core/comm_net.c) */
   int has_gpu_map;     /* gpu_map is valid */
-  int gpu_shared;      /* another rank of this node drives the same GPU */
+  mkx_gpu_share share; /* who else drives this GPU; CTAs of fused kernels */
   mkx_gpu_map gpu_map; /* nearest NICs, proxy cores, peer domain */
   char topo_desc[384]; /* the map in one line, for logs and mkx_info */
   struct MKX_Comm_s *node_comm; /* this node's ranks (mkx_comm_node) */

@@ -53,15 +53,53 @@ static int map_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   return rc;
 }
 
-/* Several ranks of a node on one GPU: the fused paths refuse that (see
- * mkx_tp_node_ok). */
-static int gpu_shared(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
-  const int node = c->place.node_of_rank[c->rank];
+/* Ranks of this host on this rank's GPU, itself included (across virtual
+ * nodes too: their kernels share the SMs all the same). */
+static int ranks_on_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
+  const int host = c->place.host_of_rank[c->rank];
+  int n = 0;
   for (int q = 0; mine[0] != '\0' && q < c->size; q++)
-    if (q != c->rank && c->place.node_of_rank[q] == node &&
-        strcmp(all[q], mine) == 0)
-      return 1;
-  return 0;
+    n += c->place.host_of_rank[q] == host && strcmp(all[q], mine) == 0;
+  return n > 0 ? n : 1;
+}
+
+/* Collective: c->share, from every rank's GPU, its SMs and MPS; a local
+ * failure fails every rank alike. */
+static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
+  mkx_gpu_share *s = &c->share;
+  mkx_device_sms d = {0, 0, 0};
+  int rc = c->device >= 0 ? mkx_device_sm_info(c->device, &d) : MKX_SUCCESS;
+  s->ranks = ranks_on_gpu(c, mine, all);
+  s->dev_sms = d.dev_sms;
+  s->ctx_sms = d.ctx_sms;
+  const int gpu = c->device >= 0 && d.dev_sms > 0;
+  int bid[3] = {rc, 0, 1 << 30}; /* rc, mode, CTAs (no GPU: no limit) */
+  if (gpu && s->ranks > 1)
+    bid[1] = d.mps ? MKX_SHARE_MPS : MKX_SHARE_TIMESLICED;
+  if (gpu)
+    bid[2] = mkx_gpu_share_bid(s->ranks, d.mps, d.dev_sms, d.ctx_sms,
+                               c->opt.gpu_ctas);
+  int(*got)[3] = malloc(sizeof *got * (size_t)c->size);
+  if (!got) return mkx_error(MKX_ERR_NOMEM, "GPU share agreement");
+  int orc = c->oob.allgather(c->oob.ctx, bid, got, sizeof bid,
+                             c->opt.timeout_ms);
+  s->mode = MKX_SHARE_NONE;
+  s->ctas = 1 << 30;
+  for (int q = 0; orc == MKX_SUCCESS && q < c->size; q++) {
+    if (got[q][0] != MKX_SUCCESS && rc == MKX_SUCCESS)
+      rc = mkx_error(MKX_ERR_PEER, "GPU share: rank %d failed (%s)", q,
+                     MKX_Error_string(got[q][0]));
+    if (got[q][1] > s->mode) s->mode = got[q][1];
+    if (got[q][2] < s->ctas) s->ctas = got[q][2];
+  }
+  free(got);
+  if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);
+  if (!gpu || s->ctas >= d.dev_sms) s->ctas = 0;
+  mkx_log(MKX_LOG_INFO, "GPU: %s, %d rank(s) on it, %d of %d SMs for this "
+          "rank's context, fused kernels take %d CTAs",
+          mkx_gpu_share_name(s->mode), s->ranks, s->ctx_sms, s->dev_sms,
+          s->ctas ? s->ctas : s->dev_sms);
+  return rc;
 }
 
 int mkx_comm_map_topology(MKX_Comm c) {
@@ -73,7 +111,6 @@ int mkx_comm_map_topology(MKX_Comm c) {
   int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof mine,
                             c->opt.timeout_ms);
   if (rc == MKX_SUCCESS) {
-    c->gpu_shared = gpu_shared(c, mine, all);
     snprintf(c->topo_desc, sizeof c->topo_desc, "no GPU");
     if (mine[0] != '\0' && map_gpu(c, mine, all) == MKX_SUCCESS)
       c->has_gpu_map = 1;
@@ -82,6 +119,7 @@ int mkx_comm_map_topology(MKX_Comm c) {
                MKX_Get_last_error());
     mkx_error_clear();
     mkx_log(MKX_LOG_INFO, "topology: %s", c->topo_desc);
+    rc = share_init(c, mine, all);
   }
   free(all);
   return rc;

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #if HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime.h>
 #endif
 
@@ -109,6 +110,60 @@ int mkx_stream_sync(void *stream) {
   return cuda_check(cudaStreamSynchronize((cudaStream_t)stream),
                     "cudaStreamSynchronize");
 }
+
+/* A driver entry point, or NULL: MKX never links libcuda (its stub would
+ * keep programs from starting where there is no driver). */
+static void *driver_fn(const char *name, unsigned version) {
+  void *p = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault,
+                                       &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess) {
+    (void)cudaGetLastError();
+    return NULL;
+  }
+  return p;
+}
+
+/* Contexts on the device are MPS clients (0 where the driver cannot say). */
+static int device_mps(int device) {
+  typedef CUresult (*get_fn)(CUdevice *, int);
+  typedef CUresult (*attr_fn)(int *, CUdevice_attribute, CUdevice);
+  get_fn get = (get_fn)driver_fn("cuDeviceGet", 2000);
+  attr_fn attr = (attr_fn)driver_fn("cuDeviceGetAttribute", 2000);
+  CUdevice d;
+  int on = 0;
+  if (!get || !attr || get(&d, device) != CUDA_SUCCESS ||
+      attr(&on, CU_DEVICE_ATTRIBUTE_MPS_ENABLED, d) != CUDA_SUCCESS)
+    return 0;
+  return on != 0;
+}
+
+/* SMs the current context may use; 0 where it has no SM limit of its own
+ * (the driver supports execution affinity under MPS only). */
+static int context_sms(void) {
+  typedef CUresult (*aff_fn)(CUexecAffinityParam *, CUexecAffinityType);
+  aff_fn aff = (aff_fn)driver_fn("cuCtxGetExecAffinity", 11040);
+  CUexecAffinityParam p;
+  memset(&p, 0, sizeof p);
+  if (!aff || aff(&p, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS)
+    return 0;
+  return (int)p.param.smCount.val;
+}
+
+int mkx_device_sm_info(int device, mkx_device_sms *out) {
+  memset(out, 0, sizeof *out);
+  /* the primary context must exist before its affinity can be read */
+  MKX_TRY(cuda_check(cudaFree(NULL), "cudaFree(NULL)"));
+  MKX_TRY(cuda_check(cudaDeviceGetAttribute(&out->dev_sms,
+                                            cudaDevAttrMultiProcessorCount,
+                                            device),
+                     "cudaDeviceGetAttribute"));
+  out->mps = device_mps(device);
+  const int ctx = context_sms();
+  out->ctx_sms = ctx > 0 && ctx < out->dev_sms ? ctx : out->dev_sms;
+  return MKX_SUCCESS;
+}
 #else
 int mkx_device_count(void) { return 0; }
 int mkx_device_set(int device) {
@@ -139,6 +194,10 @@ int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
   return mkx_device_set(0);
 }
 int mkx_stream_sync(void *stream) { (void)stream; return MKX_SUCCESS; }
+int mkx_device_sm_info(int device, mkx_device_sms *out) {
+  memset(out, 0, sizeof *out);
+  return mkx_device_set(device);
+}
 #endif
 
 int mkx_device_pick(int count, int path, int opt_device, int host_local_rank,

@@ -38,6 +38,16 @@ int mkx_device_pci_id(int device, char *buf, size_t len);
  * (can[i * n + j]); *n is 0 without a GPU. */
 int mkx_device_peer_matrix(int *n, char pcis[][32], int *can);
 
+/* The SMs of `device` and those this process's context on it may use
+ * (fewer under MPS with CUDA_MPS_ACTIVE_THREAD_PERCENTAGE or an execution
+ * affinity), and whether contexts on it are MPS clients: kernels of several
+ * processes then run at once on separate SMs, else the processes take
+ * turns in time slices.  The device must be current. */
+typedef struct mkx_device_sms {
+  int dev_sms, ctx_sms, mps;
+} mkx_device_sms;
+int mkx_device_sm_info(int device, mkx_device_sms *out);
+
 /* Device memory (aligned, as cudaMalloc) and plain copies. */
 int mkx_device_alloc(size_t bytes, void **p);
 int mkx_device_free(void *p);

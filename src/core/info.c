@@ -24,6 +24,11 @@ static void print_placement(MKX_Comm c, FILE *f) {
     snprintf(name, sizeof name, "device %d (name unavailable)", c->device);
   fprintf(f, "  GPU            %s\n", name);
   fprintf(f, "  topology       %s\n", c->topo_desc);
+  if (c->device >= 0)
+    fprintf(f, "  SMs            %d of %d for this rank (%s, %d rank(s) on "
+            "this GPU); fused kernels take %d CTAs\n", c->share.ctx_sms,
+            c->share.dev_sms, mkx_gpu_share_name(c->share.mode),
+            c->share.ranks, c->share.ctas ? c->share.ctas : c->share.dev_sms);
 }
 
 int MKX_Info_print(MKX_Comm comm, void *file) {

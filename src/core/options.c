@@ -80,6 +80,23 @@ static const mkx_option_desc option_table[] = {
      "GEMM's tiles leave its last wave under 90% full, that wave's tiles "
      "are split along K over every SM (stream-K; each tile's shares summed "
      "in a fixed order, the same bits every run); no: whole tiles only."},
+    {"shared_gpu", MKX_OPT_ENUM, OPT(shared_gpu), "auto",
+     "auto|fused|split|staged",
+     "Single-node GPU path of the tensor-parallel calls when ranks of a node "
+     "share a GPU. auto: under MPS as with one GPU per rank (tp_overlap), "
+     "with each rank's kernels sized to its share of the SMs (gpu_ctas); "
+     "without MPS (time slices) the split path, whose few waits cannot "
+     "starve a time slice; fused: as with one GPU per rank in both cases "
+     "(without MPS the overlapped path may wait for whole time slices, up "
+     "to timeout_ms); split: the split path; staged: the staged host path."},
+    {"gpu_ctas", MKX_OPT_INT, OPT(gpu_ctas), "0", "0:4096",
+     "Most CTAs a fused kernel that waits for other ranks may take (the "
+     "persistent GEMMs, the split path's copy and sum kernels). 0: one per "
+     "SM this rank has: the GPU's SMs, or its MPS context's "
+     "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); ranks sharing a GPU under MPS "
+     "split its SMs evenly and leave 2 each for copies and launches, so that "
+     "no kernel waits for a peer that cannot get an SM. The smallest value "
+     "of any rank is used."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink", "host|gpu|nvlink",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "

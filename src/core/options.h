@@ -15,6 +15,7 @@ enum { MKX_OVERLAP_AUTO = 0, MKX_OVERLAP_YES, MKX_OVERLAP_NO };
 enum { MKX_SPLIT_GEMM_ENGINE = 0, MKX_SPLIT_GEMM_CUBLAS };
 enum { MKX_ONESHOT_AUTO = 0, MKX_ONESHOT_YES, MKX_ONESHOT_NO };
 enum { MKX_HIER_GEMM_HOST = 0, MKX_HIER_GEMM_GPU, MKX_HIER_GEMM_NVLINK };
+enum { MKX_SHARED_AUTO = 0, MKX_SHARED_FUSED, MKX_SHARED_SPLIT, MKX_SHARED_STAGED };
 
 /* Text options live in fixed arrays so mkx_options stays a plain value. */
 #define MKX_OPT_STRING_MAX 64
@@ -33,6 +34,8 @@ typedef struct mkx_options {
   int tp_split_gemm;     /* MKX_SPLIT_GEMM_*: the split path's GEMM */
   int tp_ag_oneshot;     /* MKX_ONESHOT_*: split AllGather+GEMM in one kernel */
   int tp_stream_k;       /* overlapped AllGather+GEMM: last wave split on K */
+  int shared_gpu;        /* MKX_SHARED_*: ranks of a node on one GPU */
+  int gpu_ctas;          /* CTAs of a fused kernel that waits for peers; 0: auto */
   int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
   int net;               /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */

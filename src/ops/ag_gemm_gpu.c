@@ -94,6 +94,7 @@ static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
   memset(&d, 0, sizeof d);
   d.m = p->M, d.n = a->n, d.k = a->k;
   d.ab_type = g.ab_type, d.c_type = g.c_type, d.b_kmajor = g.b_kmajor;
+  d.sync.ctas = c->share.ctas; /* agreed: the grid must fit in it */
   int tile;
   return mkx_tp_ag1_shape(&d, c->opt.tp_ag_oneshot == MKX_ONESHOT_YES, &tile,
                           &p->chunk_kb, &p->nkc);

@@ -105,13 +105,11 @@ int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
   if (c->place.num_nodes != 1 || c->place.local_size != c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path is single-node "
                      "only (%d nodes)", fn, c->place.num_nodes);
-  /* Seen on one H200 shared by 2 ranks, and with other programs on the
-   * GPUs: persistent and graph-replayed fused calls now and then returned
-   * the previous run's results (cause not found; never with one process
-   * per GPU).  Until it is understood, such ranks take the staged path. */
-  if (c->gpu_shared)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path needs one GPU per "
-                     "rank (ranks of this node share a GPU)", fn);
+  if (c->share.mode != MKX_SHARE_NONE &&
+      c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: ranks of this node share a "
+                     "GPU (%s) and option shared_gpu=staged", fn,
+                     mkx_gpu_share_name(c->share.mode));
   if (c->size > MKX_TP_MAX)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path handles at most "
                      "%d ranks (%d)", fn, MKX_TP_MAX, c->size);
@@ -275,6 +273,7 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
   s->src_n = src_n;
   s->timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   s->err = ws->err_dev;
+  s->ctas = c->share.ctas;
 }
 
 /* ---- timeouts ------------------------------------------------------------ */
@@ -442,8 +441,11 @@ int mkx_tp_split_blas(MKX_Comm c, const mkx_gemm_desc *g) {
 int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
                       const char *fn) {
   tp_pool *pool;
-  if (!mkx_tp_split_blas(c, g))
-    return mkx_tp_launch_rc(mkx_gemm_run(g, st), fn, "GEMM");
+  if (!mkx_tp_split_blas(c, g)) {
+    mkx_gemm_desc capped = *g; /* a fair share of a GPU shared under MPS */
+    capped.num_ctas = c->share.ctas;
+    return mkx_tp_launch_rc(mkx_gemm_run(&capped, st), fn, "GEMM");
+  }
   MKX_TRY(get_pool(c, &pool));
   if (!pool->blas) MKX_TRY(mkx_device_set(c->device)); /* the handle's GPU */
   return mkx_tp_blas_gemm(&pool->blas, g, st, fn);
@@ -453,6 +455,18 @@ int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
  * 2 H200 (tests/perf/results/tp-h200x2.md): their fixed cost is larger
  * than what overlap can hide there. */
 int mkx_tp_split_wanted(MKX_Comm c, int64_t M) {
+  /* Without MPS the ranks of a GPU take turns: a persistent kernel that
+   * waits for a tile of a peer waits for the peer's next time slice, once
+   * per tile.  The split path meets the peers a few times per call. */
+  const int sliced = c->share.mode == MKX_SHARE_TIMESLICED &&
+                     c->opt.shared_gpu == MKX_SHARED_AUTO;
+  if (sliced || (c->share.mode != MKX_SHARE_NONE &&
+                 c->opt.shared_gpu == MKX_SHARED_SPLIT)) {
+    mkx_log(MKX_LOG_INFO, "fused tp: ranks share a GPU (%s): split path "
+            "(option shared_gpu=%s)", mkx_gpu_share_name(c->share.mode),
+            sliced ? "auto" : "split");
+    return 1;
+  }
   if (c->opt.tp_overlap != MKX_OVERLAP_AUTO)
     return c->opt.tp_overlap == MKX_OVERLAP_NO;
   return M < 1024 * (int64_t)c->size;

@@ -264,18 +264,6 @@ double mt_relerr(const double *out, const double *ref, size_t n) {
   return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-int mt_gpus_shared(int ngpu) {
-  MPI_Comm node;
-  int local = 1, shared;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
-                      &node);
-  MPI_Comm_size(node, &local);
-  MPI_Comm_free(&node);
-  shared = local > ngpu;
-  MPI_Allreduce(MPI_IN_PLACE, &shared, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  return shared;
-}
-
 double mt_tol(MKX_Datatype in, MKX_Datatype out) {
   double to, ta;
   switch (out) {
@@ -501,6 +489,39 @@ int mt_all(int cond) {
   return c;
 }
 
+/* ---- device set-up ---------------------------------------------------------- */
+
+#ifdef MKX_TEST_CUDA
+static void setup_ck(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return;
+  fprintf(stderr, "rank %d: %s: %s\n", mt.rank, what, cudaGetErrorString(e));
+  exit(1);
+}
+
+static void CUDART_CB hold(void *ms) { usleep((useconds_t)(intptr_t)ms * 1000); }
+
+static void setup_delay(void) {
+  const char *v = getenv("MKX_TEST_SETUP_DELAY_MS");
+  const long ms = v ? atol(v) : 0;
+  if (ms > 0)
+    setup_ck(cudaLaunchHostFunc(0, hold, (void *)(intptr_t)ms),
+             "cudaLaunchHostFunc (MKX_TEST_SETUP_DELAY_MS)");
+}
+
+void mt_dev_copy(void *dst, const void *src, size_t bytes, void *st) {
+  setup_delay();
+  setup_ck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+                           (cudaStream_t)st), "set-up copy");
+  setup_ck(cudaStreamSynchronize((cudaStream_t)st), "set-up copy (wait)");
+}
+
+void mt_dev_fill(void *dst, int byte, size_t bytes, void *st) {
+  setup_delay();
+  setup_ck(cudaMemsetAsync(dst, byte, bytes, (cudaStream_t)st), "set-up fill");
+  setup_ck(cudaStreamSynchronize((cudaStream_t)st), "set-up fill (wait)");
+}
+#endif
+
 /* ---- buffers ------------------------------------------------------------------ */
 
 int tbuf_alloc(tbuf *b, size_t bytes) {
@@ -518,7 +539,7 @@ int tbuf_alloc(tbuf *b, size_t bytes) {
       b->host = NULL;
       return 1;
     }
-    cudaMemcpy(b->dev, b->host, bytes, cudaMemcpyHostToDevice);
+    mt_dev_copy(b->dev, b->host, bytes, NULL);
   }
 #endif
   return 0;
@@ -528,7 +549,8 @@ void *tbuf_ptr(const tbuf *b) { return b->dev ? b->dev : b->host; }
 
 void tbuf_upload(tbuf *b) {
 #ifdef MKX_TEST_CUDA
-  if (b->dev) cudaMemcpy(b->dev, b->host, b->bytes, cudaMemcpyHostToDevice);
+  /* the calls under test may run on any stream: the copy must be done */
+  if (b->dev) mt_dev_copy(b->dev, b->host, b->bytes, NULL);
 #else
   (void)b;
 #endif

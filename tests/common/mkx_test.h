@@ -87,9 +87,17 @@ double mt_relerr_mat(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
 /* Same for two dense double arrays. */
 double mt_relerr(const double *out, const double *ref, size_t n);
 
-/* 1 on every rank if some node runs more ranks than it has GPUs (`ngpu`
- * visible to each rank): they share GPUs, which the fused paths refuse. */
-int mt_gpus_shared(int ngpu);
+/* Device set-up for calls that run on the stream `st` (a cudaStream_t):
+ * copy (any direction) or fill on st, then wait for st.  Not on the legacy
+ * default stream: a non-blocking stream does not wait for it, and
+ * cudaMemcpy between device buffers, cudaMemset and the end of a large
+ * cudaMemcpy from pageable memory return before the device is done, so the
+ * next call on st could read the previous inputs.  MKX_TEST_SETUP_DELAY_MS
+ * = N first holds the legacy default stream for N ms (a host function), as
+ * a GPU busy with another process's kernels does: set-up left on that
+ * stream then fails the checks.  Exits on a CUDA error. */
+void mt_dev_copy(void *dst, const void *src, size_t bytes, void *st);
+void mt_dev_fill(void *dst, int byte, size_t bytes, void *st);
 /* Tolerance for a result of type `out` computed from inputs of type `in`
  * (reference from the rounded inputs): output rounding vs accumulation. */
 double mt_tol(MKX_Datatype in, MKX_Datatype out);

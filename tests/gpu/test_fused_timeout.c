@@ -26,7 +26,8 @@
  * skipped plain call would time out in its host agreement before any GPU
  * work (that path is tests/mpi/test_bad_input's).  A case that hangs is
  * ended by alarm() after GUARD_S seconds and fails the test.  Skips (77)
- * without a GPU or with one rank.
+ * without a GPU or with one rank.  Ranks may share a GPU (MPS or time
+ * slices).
  */
 #include <signal.h>
 #include <stdio.h>
@@ -95,7 +96,7 @@ static void *upload(int64_t rows, int64_t cols, int q, int tensor,
   void *h = malloc(bytes), *d = NULL;
   mt_store(h, MKX_BF16, MKX_ROW_MAJOR, rows, cols, cols, *vals);
   CUDA(cudaMalloc(&d, bytes));
-  CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  mt_dev_copy(d, h, bytes, st);
   free(h);
   return d;
 }
@@ -135,7 +136,7 @@ static void prob_init(prob *p, int op) {
   p->B = upload(p->k, p->n, mt.rank, 2, &b);
   reference(p, b);
   CUDA(cudaMalloc(&p->C, (size_t)(p->crows * p->n) * 4));
-  CUDA(cudaMemset(p->C, 0xff, (size_t)(p->crows * p->n) * 4)); /* NaN */
+  mt_dev_fill(p->C, 0xff, (size_t)(p->crows * p->n) * 4, st); /* NaN */
   free(a), free(b);
 }
 
@@ -167,11 +168,11 @@ static int check_c(prob *p, const char *what) {
   size_t bytes = (size_t)(p->crows * p->n) * 4;
   float *h = malloc(bytes);
   CUDA(cudaStreamSynchronize(st));
-  CUDA(cudaMemcpy(h, p->C, bytes, cudaMemcpyDeviceToHost));
+  mt_dev_copy(h, p->C, bytes, st);
   double err = mt_relerr_mat(h, MKX_FP32, MKX_ROW_MAJOR, p->n, p->crows, p->n,
                              p->ref);
   free(h);
-  CUDA(cudaMemset(p->C, 0xff, bytes));
+  mt_dev_fill(p->C, 0xff, bytes, st);
   return mt_check(err <= mt_tol(MKX_BF16, MKX_FP32), "%s %s: relative error "
                   "%.2e", op_name[p->op], what, err);
 }
@@ -380,13 +381,10 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (!skip && mt.size >= 2 && mt_gpus_shared(mt_gpu_count())) skip = 2;
   if (skip || mt.size < 2) {
     if (mt.rank == 0)
       printf("1..0 # SKIP %s: %s\n", mt.prog,
-             skip == 2 ? "ranks share a GPU (the fused path needs one "
-                         "GPU per rank)"
-             : skip ? "no GPU" : "needs 2 ranks or more");
+             skip ? "no GPU" : "needs 2 ranks or more");
     MPI_Finalize();
     return MT_SKIP;
   }

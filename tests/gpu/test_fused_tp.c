@@ -1,8 +1,10 @@
 /*
- * The fused single-node GPU paths of the three tensor-parallel calls
- * (issue 4), checked against the host path (CBLAS + MPI) run through the
- * same MKX calls on host copies of the same inputs: an independent oracle.
- * Skips (77) without a GPU.
+ * The fused single-node GPU paths of the three tensor-parallel calls,
+ * checked against the host path (CBLAS + MPI) run through the same MKX
+ * calls on host copies of the same inputs: an independent oracle.  Runs
+ * with one GPU per rank and with ranks sharing a GPU (MPS or time slices;
+ * then the path and CTA rules of option shared_gpu apply).  Skips (77)
+ * without a GPU.
  *
  *  1. >= 20 shapes per call (bf16/fp16 in, bf16/fp16/fp32 out, B stored
  *     either way, padded leading dimensions, M not a multiple of the tile
@@ -14,6 +16,12 @@
  *  3. a persistent plan started repeatedly with inputs changed in between;
  *  4. a CUDA-graph-captured MKX_Start replayed with changing inputs;
  *  5. the same call on a communicator with fused=off takes the staged path.
+ *
+ * Inputs and poison are written on the test's stream and waited for
+ * (mt_dev_copy): the calls run on a non-blocking stream, which does not wait
+ * for set-up left on the legacy default stream.  MKX_TEST_PART runs one
+ * part: overlap, split, split-cublas, split-two, stream-k, auto, pad, or
+ * repeat (2-4 alone, on both paths).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -135,8 +143,8 @@ static void prob_fill(prob *p, int salt, int bsalt) {
   mt_store_B(p->hB, s->dt, p->order, s->tb, p->kl, s->n, p->ldb, b);
   free(a);
   free(b);
-  CUDA(cudaMemcpy(p->dA, p->hA, p->abytes, cudaMemcpyHostToDevice));
-  CUDA(cudaMemcpy(p->dB, p->hB, p->bbytes, cudaMemcpyHostToDevice));
+  mt_dev_copy(p->dA, p->hA, p->abytes, st);
+  mt_dev_copy(p->dB, p->hB, p->bbytes, st);
 }
 
 /* Run the call with host (dev = 0) or device (dev = 1) buffers. */
@@ -203,7 +211,7 @@ static cmp compare_host(const prob *p, const void *got, const void *ref) {
 
 static void *device_c(const prob *p, const void *dC) {
   void *got = malloc(p->cbytes + 16);
-  CUDA(cudaMemcpy(got, dC, p->cbytes, cudaMemcpyDeviceToHost));
+  mt_dev_copy(got, dC, p->cbytes, st);
   return got;
 }
 
@@ -227,7 +235,7 @@ static int compare_c(const prob *p, const void *dC, const char *what) {
 
 static int compare_aout(const prob *p) {
   void *got = malloc(p->aobytes + 16);
-  CUDA(cudaMemcpy(got, p->dAo, p->aobytes, cudaMemcpyDeviceToHost));
+  mt_dev_copy(got, p->dAo, p->aobytes, st);
   size_t es = MKX_Type_size(p->s.dt);
   int ok = 1;
   const int cm = p->order == MKX_COL_MAJOR;
@@ -245,7 +253,7 @@ static int compare_aout(const prob *p) {
 /* Allreduce: every rank holds the same bits. */
 static void check_same_bits(const prob *p) {
   void *mine = malloc(p->cbytes + 16);
-  CUDA(cudaMemcpy(mine, p->dC, p->cbytes, cudaMemcpyDeviceToHost));
+  mt_dev_copy(mine, p->dC, p->cbytes, st);
   uint64_t h = mt_hash(mine, p->cbytes, 1469598103934665603ull), h0 = h;
   MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
   mt_check(h == h0, "gemm_ar M=%lld n=%lld: same bits on every rank",
@@ -256,9 +264,12 @@ static void check_same_bits(const prob *p) {
 static int pad_mode; /* the communicator has option fused_pad=yes */
 /* its option tp_overlap: -1 auto, 0 yes (overlapped), 1 no (split) */
 static int split_mode = -1;
+/* ranks share a GPU without MPS: every call splits (option shared_gpu) */
+static int sliced;
 
 /* Does the call take the split path?  (auto: src/ops/tp_gpu.c) */
 static int expect_split(const prob *p) {
+  if (sliced) return 1;
   if (split_mode >= 0) return split_mode;
   return p->M < 1024 * (int64_t)mt.size;
 }
@@ -280,8 +291,8 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   mt_poison(p.hC, p.cbytes);
   int rc = prob_call(&p, c, 0, NULL);
   mt_check_rc(rc, MKX_SUCCESS, "host oracle %s", op_name[op]);
-  CUDA(cudaMemset(p.dC, 0xFF, p.cbytes));
-  if (p.dAo) CUDA(cudaMemset(p.dAo, 0xFF, p.aobytes));
+  mt_dev_fill(p.dC, 0xFF, p.cbytes, st);
+  if (p.dAo) mt_dev_fill(p.dAo, 0xFF, p.aobytes, st);
   long before = mkx_tp_fused_starts(), split0 = mkx_tp_split_starts();
   rc = prob_call(&p, c, 1, NULL);
   mt_check_rc(rc, MKX_SUCCESS, "device %s", op_name[op]);
@@ -449,9 +460,9 @@ static void variants_init(variants *v, MKX_Comm c, int op, const shape *s) {
     v->ref[i] = malloc(v->p.cbytes + 16);
     memcpy(v->ref[i], v->p.hC, v->p.cbytes);
     v->dA[i] = dev_alloc(v->p.abytes);
-    CUDA(cudaMemcpy(v->dA[i], v->p.dA, v->p.abytes, cudaMemcpyDeviceToDevice));
+    mt_dev_copy(v->dA[i], v->p.dA, v->p.abytes, st);
   }
-  CUDA(cudaMemset(v->p.dC, 0xFF, v->p.cbytes)); /* padding stays poison */
+  mt_dev_fill(v->p.dC, 0xFF, v->p.cbytes, st); /* padding stays poison */
 }
 
 static void variants_free(variants *v) {
@@ -605,7 +616,7 @@ static void two_small_c(MKX_Comm cov) {
     mt_check_rc(prob_init_plan(&p[i], cov, &r[i]), MKX_SUCCESS,
                 "gemm_ar plan %d of two on small C", i);
   for (int i = 0; i < 2; i++) {
-    CUDA(cudaMemset(p[i].dC, 0xFF, p[i].cbytes));
+    mt_dev_fill(p[i].dC, 0xFF, p[i].cbytes, st);
     if (r[i]) mt_check_rc(MKX_Start(r[i], st), MKX_SUCCESS, "start %d", i);
   }
   CUDA(cudaStreamSynchronize(st));
@@ -637,6 +648,33 @@ static MKX_Comm comm_with(const char *key, ...) {
   return c;
 }
 
+/* The repeated calls alone (back-to-back, persistent plans, graphs) on a
+ * communicator, path forced: the runs that once found stale inputs. */
+static void repeats(MKX_Comm c, int mode, const char *only) {
+  if (!only || strcmp(only, "repeat")) return;
+  split_mode = mode;
+  for (int op = 0; op < 3; op++) {
+    back_to_back(c, op);
+    persistent(c, op);
+    graph(c, op);
+  }
+  split_mode = -1;
+}
+
+/* AllGather+GEMM shapes with more tiles than the CTAs: stream-K splits
+ * some last waves, unless every call splits (time slices). */
+static void stream_k(MKX_Comm cov, const char *only) {
+  if (only && strcmp(only, "stream-k")) return;
+  const long sk0 = mkx_tp_ag_sk_launches();
+  split_mode = 0;
+  shapes_stream_k(cov);
+  split_mode = -1;
+  const long nsk = mkx_tp_ag_sk_launches() - sk0;
+  mt_check(sliced ? nsk == 0 : nsk > 0, "stream-k: %ld AllGather+GEMM "
+           "launches split their last wave (expected %s)", nsk,
+           sliced ? "none: split path" : "some");
+}
+
 /* The shape, plan and graph parts on a communicator, path forced or not,
  * for the calls in `ops` (bit op).  ag1: whether split AllGather+GEMMs may
  * run as one kernel (option tp_ag_oneshot with the engine): then most of
@@ -663,21 +701,18 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  /* MKX_TEST_SHARED_GPU=1: run even where ranks share a GPU, forcing the
-   * fused path there (to reproduce the stale results of docs/fused-tp.md) */
-  const char *force = getenv("MKX_TEST_SHARED_GPU");
-  const int force_shared = force && !strcmp(force, "1");
-  if (skip || (!force_shared && mt_gpus_shared(mt_gpu_count()))) {
-    if (mt.rank == 0)
-      printf("1..0 # SKIP %s: %s\n", mt.prog, skip ? "no GPU"
-             : "ranks share a GPU (the fused path needs one GPU per rank)");
+  if (skip) {
+    if (mt.rank == 0) printf("1..0 # SKIP %s: no GPU\n", mt.prog);
     MPI_Finalize();
     return MT_SKIP;
   }
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   /* fused_pad=no: the shapes that do not fit must stage (expect_fused) */
   MKX_Comm c = comm_with("mkx_fused", "auto", "mkx_fused_pad", "no", NULL);
+  /* tp_ag_oneshot=no: where every call splits (time slices) none runs as
+   * one kernel, as on the overlapped path */
   MKX_Comm cov = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "yes",
-                           NULL);
+                           "mkx_tp_ag_oneshot", "no", NULL);
   /* split with AllGather+GEMM in one kernel wherever it fits (auto: only
    * K >= 2048), and in two kernels */
   MKX_Comm csp = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
@@ -691,26 +726,21 @@ int main(int argc, char **argv) {
   MKX_Comm cpad = comm_with("mkx_fused_pad", "yes", NULL);
   MKX_Comm cpov = comm_with("mkx_fused_pad", "yes", "mkx_tp_overlap", "yes",
                             NULL);
-  MKX_Comm all[] = {c, cov, csp, cbl, ctwo, off, f32, cpad, cpov};
-  if (force_shared)
-    for (int i = 0; i < 9; i++) all[i]->gpu_shared = 0;
-  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  /* overlap|split|split-cublas|split-two|auto|pad */
+  sliced = c->share.mode == MKX_SHARE_TIMESLICED;
+  if (mt.rank == 0)
+    printf("# GPU %s, %d rank(s) on it, fused kernels take %d CTAs\n",
+           mkx_gpu_share_name(c->share.mode), c->share.ranks,
+           c->share.ctas ? c->share.ctas : c->share.dev_sms);
+  /* overlap|split|split-cublas|split-two|stream-k|auto|pad|repeat */
   const char *only = getenv("MKX_TEST_PART");
   parts(cov, 0, only, "overlap", 7, 0);
   parts(csp, 1, only, "split", 7, 1);
   parts(cbl, 1, only, "split-cublas", 7, 0);
   parts(ctwo, 1, only, "split-two", 1, 0);
-  if (!only || !strcmp(only, "overlap")) {
-    two_small_c(cov);
-    const long sk0 = mkx_tp_ag_sk_launches();
-    split_mode = 0;
-    shapes_stream_k(cov);
-    split_mode = -1;
-    const long nsk = mkx_tp_ag_sk_launches() - sk0;
-    mt_check(nsk > 0, "stream-k: %ld AllGather+GEMM launches split their "
-             "last wave", nsk);
-  }
+  if (!only || !strcmp(only, "overlap")) two_small_c(cov);
+  stream_k(cov, only);
+  repeats(cov, 0, only);
+  repeats(csp, 1, only);
   if (!only || !strcmp(only, "auto")) {
     for (int op = 0; op < 3; op++) shapes(c, op);
     contrast(off);

@@ -8,8 +8,11 @@
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
  *     the ratio.  --out appends the table as markdown (date UTC, GPU name).
  *
- *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--reps N] [--out FILE]
- *     The fused tensor-parallel calls against cuBLAS + NCCL (tests/perf/perf_tp.c).
+ *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
+ *                          [--out FILE] [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink]
+ *                          [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]
+ *     The fused tensor-parallel calls against cuBLAS + NCCL; without NCCL where ranks share a GPU
+ *     (MPS) or with --no-nccl; --one-rank: also the same call on rank 0 alone (tests/perf/perf_tp.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -238,7 +241,9 @@ static const subcommand kCommands[] = {
      "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]..."},
     {"tp", mkx_perf_tp,
      "fused tensor-parallel calls vs cuBLAS + NCCL (under mpirun): [--op ag|rs|ar|all] "
-     "[--shape MxNxK]... [--full] [--reps N] [--out FILE]"},
+     "[--shape MxNxK]... [--full] [--small] [--reps N] [--out FILE] [--overlap auto|yes|no] "
+     "[--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE] [--no-nccl] [--one-rank] "
+     "[--host-times] (tp --help)"},
 };
 
 static void usage(void) {

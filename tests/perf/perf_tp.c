@@ -1,7 +1,8 @@
 /*
  * mkx_perf tp: the fused tensor-parallel calls against what users would
  * otherwise run, in the same MPI run on the same GPUs (run with
- * `mpirun -np P mkx_perf tp ...`, one GPU per rank):
+ * `mpirun -np P mkx_perf tp ...`, one GPU per rank, or several ranks on one
+ * GPU under NVIDIA MPS):
  *
  *   mkx     the MKX call (persistent plan, MKX_Start), fused path
  *   serial  cuBLAS GEMM and NCCL collective on one stream, one after the other
@@ -10,37 +11,60 @@
  *   ideal   max(gemm, coll): perfect overlap
  *
  * bf16 in, bf16 out, B stored N x K (a weight as in nn.Linear).  Every sample
- * starts after an MPI barrier; the four variants are interleaved sample by
+ * starts after an MPI barrier; the variants are interleaved sample by
  * sample so that clocks and power state hit all alike.  Reported: medians
  * (ms) of the slowest rank, and ratios serial/mkx and ideal/mkx.
+ *
+ * Ranks that share a GPU (same host name and PCI bus id, e.g. under MPS):
+ * NCCL refuses two ranks on one device, so no NCCL communicator is made;
+ * serial, coll, ideal, serial/mkx and ideal/mkx print "-", gemm is every
+ * rank's cuBLAS GEMM at once on the shared GPU, and the table's first line
+ * says "N ranks on G x GPU" and that ranks share a GPU.
  *
  *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
  *               [--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE]
- *               [--host-times]
- * Without --shape: M = 8192, N = K = 8192; --full: the issue's table
+ *               [--no-nccl] [--one-rank] [--host-times] [--help]
+ * Without --shape: M = 8192, N = K = 8192; --full: the large-shape table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
  * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
  * (128 x 1024 x 1024 ... 2048 x 8192 x 8192), with --full after it.
- * M, N, K are the global GEMM sizes.  --overlap: MKX's option tp_overlap
- * (the overlapped or the split single-node path; default auto).  --vnode G:
+ * M, N, K are the global GEMM sizes: ag splits M over the ranks (each rank
+ * multiplies the gathered M x K by its own N x K weight), rs and ar split K.
+ * --out FILE: appends the table (date UTC, GPUs, options in its first line).
+ * --overlap: MKX's option tp_overlap (the overlapped or the split
+ * single-node path; default auto).  --vnode G:
  * MKX runs on virtual nodes of G ranks over tcp with option hier_gemm (the
  * several-node paths; cuBLAS + NCCL still run over NVLink on one node).
  * --versus KEY=VALUE: a second MKX communicator with that option too (e.g.
- * tp_overlap=no, tp_split_gemm=cublas), interleaved with the others: two
- * more columns, its time and serial / its time.  --host-times: a comment
- * line per shape with the host's time to enqueue each variant.
+ * tp_overlap=no, tp_split_gemm=cublas, fused=off), interleaved with the
+ * others: two more columns, `mkx (KEY=VALUE)`, its time, and `serial/that`,
+ * serial / its time ("-" without NCCL).  --no-nccl: as if ranks shared a
+ * GPU (no NCCL communicator, no serial, coll, ideal).  --one-rank: the
+ * job's whole product by the same MKX call on rank 0 alone (a communicator
+ * over MPI_COMM_SELF with the same options, on the same GPU, its own
+ * global-size buffers), interleaved with the others; while it runs the
+ * other ranks only join the sample's barrier.  ag: M x P*N x K (every
+ * rank's weight side by side), rs and ar: M x N x K.  Two more columns,
+ * after --versus's: `1 rank`, rank 0's time, and `mkx/1rank`, mkx / 1 rank
+ * to 3 decimals (what splitting a GPU's work over P ranks costs).  Ignored,
+ * with a note, when the job has one rank.
+ * A legend line under the title names the columns when --no-nccl,
+ * --one-rank or a shared GPU changes them.  --host-times: a comment line
+ * per shape with the host's time to enqueue each variant.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include "mkx.h"
 
 #define PK(x)                                                                \
@@ -79,16 +103,36 @@
       MPI_Abort(MPI_COMM_WORLD, 1);                                          \
     }                                                                        \
   } while (0)
+/* MPI's default handler aborts first; this covers a job that changed it. */
+#define PI(x)                                                                \
+  do {                                                                       \
+    int r_ = (x), n_ = 0;                                                    \
+    char s_[MPI_MAX_ERROR_STRING];                                           \
+    if (r_ != MPI_SUCCESS) {                                                 \
+      if (MPI_Error_string(r_, s_, &n_) != MPI_SUCCESS)                      \
+        snprintf(s_, sizeof s_, "MPI error %d", r_);                         \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
+    }                                                                        \
+  } while (0)
 
 enum { OP_AG, OP_RS, OP_AR };
-enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, NV };
+/* The variants, in the order one sample of each is interleaved. */
+enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, V_ONE, NV };
 static const char *const op_names[] = {"allgather_gemm", "gemm_rs",
                                        "gemm_ar"};
+static const char *const v_names[NV] = {"mkx",  "serial", "gemm",
+                                        "coll", "versus", "1 rank"};
 
 typedef struct env {
   int rank, size;
+  int gpus;       /* distinct GPUs of the job: fewer than size when shared */
+  int shared;     /* two ranks of the job on one GPU */
+  int nccl_on;    /* a NCCL communicator exists: not shared, no --no-nccl */
   int host_times; /* --host-times: also the host's enqueue time per variant */
-  MKX_Comm mkx, mkx2; /* mkx2: --versus, or NULL */
+  unsigned vmask; /* the variants this run times, 1u << V_* */
+  /* mkx2: --versus; mkx1: --one-rank, on rank 0 only; else NULL */
+  MKX_Comm mkx, mkx2, mkx1;
   ncclComm_t nccl;
   cublasHandle_t blas;
   cudaStream_t st;
@@ -99,6 +143,59 @@ typedef struct bufs {
   int64_t m_loc, k_loc, c_rows;
   MKX_Request req, req2;
 } bufs;
+
+/* One shape's buffers: this rank's share, and (--one-rank, rank 0) the
+ * whole job's operands of the 1-rank call, which is n_one wide. */
+typedef struct work {
+  bufs b, one;
+  int64_t n_one;
+} work;
+
+typedef struct job { int op; int64_t m, n, k; } job;
+
+typedef struct opts {
+  job jobs[96];
+  int nj, reps, ops, host_times, no_nccl, one_rank;
+  const char *outname, *overlap, *vnode, *hier, *versus;
+} opts;
+
+static const char tp_usage[] =
+    "usage: mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]...\n"
+    "         [--full] [--small] [--reps N] [--out FILE]\n"
+    "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink]\n"
+    "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]\n"
+    "  The fused tensor-parallel calls against cuBLAS + NCCL; --no-nccl (or\n"
+    "  ranks sharing a GPU) leaves NCCL out; --one-rank adds the same call\n"
+    "  on rank 0 alone.  tests/perf/perf_tp.c documents every option and "
+    "column.\n";
+
+static int on(const env *e, int v) { return (int)(e->vmask >> v) & 1; }
+
+static void *xcalloc(size_t n, size_t size) {
+  void *p = calloc(n ? n : 1, size ? size : 1);
+  if (p == NULL) {
+    fprintf(stderr, "mkx_perf tp: out of host memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return p;
+}
+
+/* Appends printf-style text to s (len bytes in all), truncating. */
+__attribute__((format(printf, 3, 4)))
+static void cat(char *s, size_t len, const char *fmt, ...) {
+  size_t used = strlen(s);
+  va_list ap;
+  if (used + 1 >= len) return;
+  va_start(ap, fmt);
+  vsnprintf(s + used, len - used, fmt, ap);
+  va_end(ap);
+}
+
+/* A table cell: x with prec decimals, or "-" for a variant not run. */
+static void cell(char *s, size_t len, int run, int prec, double x) {
+  if (run) cat(s, len, " %.*f |", prec, x);
+  else cat(s, len, " - |");
+}
 
 static int cmp_f(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
@@ -121,7 +218,7 @@ static void *dalloc(size_t bytes) {
 /* Small random bf16 values (exact small integers / 64), so sums stay finite. */
 static void fill(void *d, size_t count, unsigned seed) {
   size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
-  uint16_t *h = malloc(chunk * 2);
+  uint16_t *h = xcalloc(chunk, 2);
   for (size_t i = 0; i < chunk; i++) {
     seed = seed * 1103515245u + 12345u;
     float f = (float)((int)((seed >> 16) % 17) - 8) / 64.0f;
@@ -165,39 +262,72 @@ static void plan_on(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
                                req));
 }
 
-static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, bufs *b) {
+/* Rank r's operands when the job is split over p ranks; with `baselines`
+ * also the gathered A / the partial product of the cuBLAS variants. */
+static void alloc_share(int op, int64_t M, int64_t N, int64_t K, int p, int r,
+                        int baselines, bufs *b) {
   memset(b, 0, sizeof *b);
-  const int p = e->size;
   if (op == OP_AG) {
     b->m_loc = M / p;
     b->A = dalloc((size_t)(b->m_loc * K) * 2);
     b->B = dalloc((size_t)(N * K) * 2);
     b->C = dalloc((size_t)(M * N) * 2);
-    b->Afull = dalloc((size_t)(M * K) * 2);
-    fill(b->A, (size_t)(b->m_loc * K), 11u + (unsigned)e->rank);
-    fill(b->B, (size_t)(N * K), 23u + (unsigned)e->rank);
+    if (baselines) b->Afull = dalloc((size_t)(M * K) * 2);
+    fill(b->A, (size_t)(b->m_loc * K), 11u + (unsigned)r);
+    fill(b->B, (size_t)(N * K), 23u + (unsigned)r);
   } else {
     b->k_loc = K / p;
     int64_t first;
-    MKX_Block_range(M, p, e->rank, &first, &b->c_rows);
+    PM(MKX_Block_range(M, p, r, &first, &b->c_rows));
     if (op == OP_AR) b->c_rows = M;
     b->A = dalloc((size_t)(M * b->k_loc) * 2);
     b->B = dalloc((size_t)(N * b->k_loc) * 2);
     b->C = dalloc((size_t)(b->c_rows * N) * 2);
-    b->P = dalloc((size_t)(M * N) * 2);
-    fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)e->rank);
-    fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)e->rank);
+    if (baselines) b->P = dalloc((size_t)(M * N) * 2);
+    fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)r);
+    fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)r);
   }
-  plan_on(e->mkx, op, M, N, K, b, &b->req);
-  if (e->mkx2) plan_on(e->mkx2, op, M, N, K, b, &b->req2);
 }
 
-static void teardown(bufs *b) {
-  PM(MKX_Request_free(&b->req));
+/* N of the 1-rank call that does the whole job: on P ranks AllGather+GEMM
+ * multiplies the gathered A by every rank's own N x K weight (the column
+ * shards of one P*N-wide layer); the reducing calls split K, so their P
+ * products already sum to one M x N x K product. */
+static int64_t one_rank_n(int op, int64_t N, int p) {
+  return op == OP_AG ? N * p : N;
+}
+
+static void setup(env *e, int op, int64_t M, int64_t N, int64_t K,
+                  work *w) {
+  bufs *b = &w->b;
+  alloc_share(op, M, N, K, e->size, e->rank, 1, b);
+  /* Without NCCL nothing gathers into Afull; the GEMM alone must still
+   * read data, not zeros (power and clocks depend on the values). */
+  if (!e->nccl_on && b->Afull)
+    fill(b->Afull, (size_t)(M * K), 37u + (unsigned)e->rank);
+  plan_on(e->mkx, op, M, N, K, b, &b->req);
+  if (e->mkx2) plan_on(e->mkx2, op, M, N, K, b, &b->req2);
+  memset(&w->one, 0, sizeof w->one);
+  w->n_one = one_rank_n(op, N, e->size);
+  if (e->mkx1) {
+    alloc_share(op, M, w->n_one, K, 1, 0, 0, &w->one);
+    plan_on(e->mkx1, op, M, w->n_one, K, &w->one, &w->one.req);
+  }
+}
+
+static void bufs_free(bufs *b) {
+  if (b->req) PM(MKX_Request_free(&b->req));
   if (b->req2) PM(MKX_Request_free(&b->req2));
-  cudaFree(b->A), cudaFree(b->B), cudaFree(b->C);
-  if (b->Afull) cudaFree(b->Afull);
-  if (b->P) cudaFree(b->P);
+  PK(cudaFree(b->A));
+  PK(cudaFree(b->B));
+  PK(cudaFree(b->C));
+  PK(cudaFree(b->Afull));
+  PK(cudaFree(b->P));
+}
+
+static void teardown(work *w) {
+  bufs_free(&w->b);
+  bufs_free(&w->one);
 }
 
 static void coll(env *e, int op, int64_t M, int64_t N, bufs *b,
@@ -221,10 +351,12 @@ static void gemm_only(env *e, int op, int64_t M, int64_t N, int64_t K,
 }
 
 static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
-                    bufs *b) {
+                    work *w) {
+  bufs *b = &w->b;
   switch (v) {
     case V_MKX: PM(MKX_Start(b->req, e->st)); break;
     case V_MKX2: PM(MKX_Start(b->req2, e->st)); break;
+    case V_ONE: PM(MKX_Start(w->one.req, e->st)); break;
     case V_SERIAL:
       if (op == OP_AG) coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, b);
       else gemm_only(e, op, M, N, K, b), coll(e, op, M, N, b, K);
@@ -240,16 +372,21 @@ static double now_us(void) {
   return t.tv_sec * 1e6 + t.tv_nsec * 1e-3;
 }
 
-/* One sample: both ranks start together (barrier), GPU time by events;
- * *host_us: the host's time to enqueue the variant. */
+/* One sample: all ranks start together (barrier), GPU time by events;
+ * *host_us: the host's time to enqueue the variant.  0 on a rank that
+ * does not run it. */
 static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
-                    bufs *b, cudaEvent_t e0, cudaEvent_t e1, float *host_us) {
+                    work *w, cudaEvent_t e0, cudaEvent_t e1, float *host_us) {
   float ms = 0;
+  *host_us = 0;
   PK(cudaStreamSynchronize(e->st));
-  MPI_Barrier(MPI_COMM_WORLD);
+  PI(MPI_Barrier(MPI_COMM_WORLD));
+  /* The 1-rank call has the GPU to itself: the other ranks launch nothing
+   * and wait at the next sample's barrier until rank 0 is done. */
+  if (v == V_ONE && e->rank != 0) return 0;
   PK(cudaEventRecord(e0, e->st));
   const double t0 = now_us();
-  variant(e, v, op, M, N, K, b);
+  variant(e, v, op, M, N, K, w);
   *host_us = (float)(now_us() - t0);
   PK(cudaEventRecord(e1, e->st));
   PK(cudaEventSynchronize(e1));
@@ -257,112 +394,261 @@ static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
   return ms;
 }
 
+static void print_host_times(const env *e, int op, int64_t M, int64_t N,
+                             int64_t K, const float *hmed) {
+  char s[320] = "";
+  const char *sep = " ";
+  cat(s, sizeof s, "# %s %lldx%lldx%lld host enqueue (us, median, slowest "
+      "rank):", op_names[op], (long long)M, (long long)N, (long long)K);
+  for (int v = 0; v < NV; v++)
+    if (on(e, v)) {
+      cat(s, sizeof s, "%s%s %.1f", sep, v_names[v], hmed[v]);
+      sep = ", ";
+    }
+  printf("%s\n", s);
+}
+
+/* One table row (rank 0): times of the slowest rank, "-" where not run. */
+static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
+                      const float *med, FILE *out) {
+  const int nc = e->nccl_on;
+  const float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
+  char line[400] = "";
+  cat(line, sizeof line, "| %s | %lld | %lld | %lld |", op_names[op],
+      (long long)M, (long long)N, (long long)K);
+  cell(line, sizeof line, 1, 3, med[V_MKX]);
+  cell(line, sizeof line, nc, 3, med[V_SERIAL]);
+  cell(line, sizeof line, on(e, V_GEMM), 3, med[V_GEMM]);
+  cell(line, sizeof line, nc, 3, med[V_COLL]);
+  cell(line, sizeof line, nc, 3, ideal);
+  cell(line, sizeof line, nc, 2, med[V_SERIAL] / med[V_MKX]);
+  cell(line, sizeof line, nc, 2, ideal / med[V_MKX]);
+  if (on(e, V_MKX2)) {
+    cell(line, sizeof line, 1, 3, med[V_MKX2]);
+    cell(line, sizeof line, nc, 2, med[V_SERIAL] / med[V_MKX2]);
+  }
+  if (on(e, V_ONE)) {
+    cell(line, sizeof line, 1, 3, med[V_ONE]);
+    cell(line, sizeof line, 1, 3, med[V_MKX] / med[V_ONE]);
+  }
+  cat(line, sizeof line, "\n");
+  fputs(line, stdout);
+  fflush(stdout);
+  if (out) fputs(line, out), fflush(out);
+}
+
 static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
                   FILE *out) {
-  bufs b;
+  work w;
   cudaEvent_t e0, e1;
-  float *t = malloc(sizeof *t * (size_t)(NV * reps)), med[NV];
-  float *h = malloc(sizeof *h * (size_t)(NV * reps)), hmed[NV];
-  setup(e, op, M, N, K, &b);
+  float *t = xcalloc((size_t)(NV * reps), sizeof *t), med[NV];
+  float *h = xcalloc((size_t)(NV * reps), sizeof *h), hmed[NV];
+  setup(e, op, M, N, K, &w);
   PK(cudaEventCreate(&e0));
   PK(cudaEventCreate(&e1));
-  const int nv = e->mkx2 ? NV : V_MKX2; /* the variants this run has */
-  for (int v = nv; v < NV; v++)
-    for (int r = 0; r < reps; r++) t[v * reps + r] = h[v * reps + r] = 0;
-  for (int w = 0; w < 3; w++)
-    for (int v = 0; v < nv; v++) {
+  for (int r = 0; r < 3; r++)
+    for (int v = 0; v < NV; v++) {
       float warm_us;
-      sample(e, v, op, M, N, K, &b, e0, e1, &warm_us);
+      if (on(e, v)) sample(e, v, op, M, N, K, &w, e0, e1, &warm_us);
     }
   for (int r = 0; r < reps; r++)
-    for (int v = 0; v < nv; v++)
-      t[v * reps + r] = sample(e, v, op, M, N, K, &b, e0, e1, h + v * reps + r);
+    for (int v = 0; v < NV; v++)
+      if (on(e, v))
+        t[v * reps + r] =
+            sample(e, v, op, M, N, K, &w, e0, e1, h + v * reps + r);
   for (int v = 0; v < NV; v++) {
     med[v] = median_of(t + v * reps, reps);
     hmed[v] = median_of(h + v * reps, reps);
   }
-  MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
-  if (e->host_times && e->rank == 0)
-    printf("# %s %lldx%lldx%lld host enqueue (us, median, slowest rank): mkx "
-           "%.1f, serial %.1f, gemm %.1f, coll %.1f%s%.1f\n", op_names[op],
-           (long long)M, (long long)N, (long long)K, hmed[V_MKX],
-           hmed[V_SERIAL], hmed[V_GEMM], hmed[V_COLL],
-           e->mkx2 ? ", versus " : "", e->mkx2 ? hmed[V_MKX2] : 0.0f);
-  float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
-  if (e->rank == 0) {
-    char line[320], more[64] = "";
-    if (e->mkx2)
-      snprintf(more, sizeof more, " %.3f | %.2f |", med[V_MKX2],
-               med[V_SERIAL] / med[V_MKX2]);
-    snprintf(line, sizeof line,
-             "| %s | %lld | %lld | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | "
-             "%.2f | %.2f |%s\n",
-             op_names[op], (long long)M, (long long)N, (long long)K,
-             med[V_MKX], med[V_SERIAL], med[V_GEMM], med[V_COLL], ideal,
-             med[V_SERIAL] / med[V_MKX], ideal / med[V_MKX], more);
-    fputs(line, stdout);
-    fflush(stdout);
-    if (out) fputs(line, out), fflush(out);
-  }
+  /* The 1-rank time is 0 on the other ranks: the maximum is rank 0's. */
+  PI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX,
+                   MPI_COMM_WORLD));
+  PI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX,
+                   MPI_COMM_WORLD));
+  if (e->host_times && e->rank == 0) print_host_times(e, op, M, N, K, hmed);
+  if (e->rank == 0) print_row(e, op, M, N, K, med, out);
   PK(cudaEventDestroy(e0));
   PK(cudaEventDestroy(e1));
-  teardown(&b);
+  teardown(&w);
   free(t);
   free(h);
 }
 
-/* An MKX communicator with the run's options and (versus) one more. */
-static MKX_Comm mkx_comm(const char *overlap, const char *vnode,
-                         const char *hier, const char *versus) {
+/* An MKX communicator over comm with the run's options, (versus) one more,
+ * and (device >= 0) that GPU. */
+static MKX_Comm mkx_comm(MPI_Comm comm, const opts *o, const char *versus,
+                         int device) {
   MPI_Info info;
   MKX_Comm c = NULL;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_fused", "auto");
-  MPI_Info_set(info, "mkx_tp_overlap", overlap);
-  if (vnode) {
-    MPI_Info_set(info, "mkx_virtual_node_size", vnode);
-    MPI_Info_set(info, "mkx_net", "tcp");
-    MPI_Info_set(info, "mkx_hier_gemm", hier);
+  PI(MPI_Info_create(&info));
+  PI(MPI_Info_set(info, "mkx_fused", "auto"));
+  PI(MPI_Info_set(info, "mkx_tp_overlap", o->overlap));
+  if (o->vnode) {
+    PI(MPI_Info_set(info, "mkx_virtual_node_size", o->vnode));
+    PI(MPI_Info_set(info, "mkx_net", "tcp"));
+    PI(MPI_Info_set(info, "mkx_hier_gemm", o->hier));
+  }
+  if (device >= 0) {
+    char d[16];
+    snprintf(d, sizeof d, "%d", device);
+    PI(MPI_Info_set(info, "mkx_device", d));
   }
   char key[80];
   const char *eq = versus ? strchr(versus, '=') : NULL;
   if (eq && eq - versus < 70) {
     snprintf(key, sizeof key, "mkx_%.*s", (int)(eq - versus), versus);
-    MPI_Info_set(info, key, eq + 1);
+    PI(MPI_Info_set(info, key, eq + 1));
   }
-  PM(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
-  MPI_Info_free(&info);
+  PM(MKX_Comm_create(comm, info, &c));
+  PI(MPI_Info_free(&info));
   return c;
 }
 
-static void env_init(env *e, const char *overlap, const char *vnode,
-                     const char *hier, const char *versus) {
+typedef struct gpu_id {
+  char host[256];
+  char pci[32];
+} gpu_id;
+
+/* The job's distinct GPUs (host name, PCI bus id), and whether two ranks
+ * share one: NCCL refuses that ("Duplicate GPU detected"). */
+static int job_gpus(const env *e, int dev, int *shared) {
+  gpu_id mine;
+  gpu_id *all = xcalloc((size_t)e->size, sizeof *all);
+  int n = 0;
+  memset(&mine, 0, sizeof mine);
+  if (gethostname(mine.host, sizeof mine.host - 1) != 0) {
+    perror("mkx_perf tp: gethostname");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  PK(cudaDeviceGetPCIBusId(mine.pci, (int)sizeof mine.pci, dev));
+  PI(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
+                   MPI_BYTE, MPI_COMM_WORLD));
+  *shared = 0;
+  for (int q = 0; q < e->size; q++) {
+    int seen = 0;
+    for (int s = 0; s < q && !seen; s++)
+      seen = !strcmp(all[s].host, all[q].host) &&
+             !strcmp(all[s].pci, all[q].pci);
+    n += !seen;
+    *shared |= seen;
+  }
+  free(all);
+  return n;
+}
+
+static void nccl_init(env *e) {
   ncclUniqueId id;
-  MPI_Comm_rank(MPI_COMM_WORLD, &e->rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &e->size);
-  e->mkx = mkx_comm(overlap, vnode, hier, NULL);
-  e->mkx2 = versus ? mkx_comm(overlap, vnode, hier, versus) : NULL;
+  if (e->rank == 0) PN(ncclGetUniqueId(&id));
+  PI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  PN(ncclCommInitRank(&e->nccl, e->size, id, e->rank));
+}
+
+static unsigned variants(const env *e, const opts *o) {
+  unsigned m = 1u << V_MKX | 1u << V_GEMM;
+  if (e->nccl_on) m |= 1u << V_SERIAL | 1u << V_COLL;
+  if (e->mkx2) m |= 1u << V_MKX2;
+  if (o->one_rank && e->size > 1) m |= 1u << V_ONE;
+  return m;
+}
+
+static void env_init(env *e, const opts *o) {
+  memset(e, 0, sizeof *e);
+  PI(MPI_Comm_rank(MPI_COMM_WORLD, &e->rank));
+  PI(MPI_Comm_size(MPI_COMM_WORLD, &e->size));
+  e->host_times = o->host_times;
+  e->mkx = mkx_comm(MPI_COMM_WORLD, o, NULL, -1);
+  e->mkx2 = o->versus ? mkx_comm(MPI_COMM_WORLD, o, o->versus, -1) : NULL;
   int dev = -1;
   PM(MKX_Comm_device(e->mkx, &dev));
+  if (dev < 0) {
+    fprintf(stderr, "mkx_perf tp: rank %d has no GPU (MKX runs the host "
+            "path)\n", e->rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   PK(cudaSetDevice(dev));
-  if (e->rank == 0) PN(ncclGetUniqueId(&id));
-  MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD);
-  PN(ncclCommInitRank(&e->nccl, e->size, id, e->rank));
+  e->gpus = job_gpus(e, dev, &e->shared);
+  e->nccl_on = !e->shared && !o->no_nccl;
+  if (e->nccl_on) nccl_init(e);
+  /* Pinned to rank 0's GPU: on its own, a 1-rank communicator would choose
+   * by its local rank, which need not give the same device. */
+  if (o->one_rank && e->size > 1 && e->rank == 0)
+    e->mkx1 = mkx_comm(MPI_COMM_SELF, o, NULL, dev);
   PB(cublasCreate(&e->blas));
   PK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
   PB(cublasSetStream(e->blas, e->st));
+  e->vmask = variants(e, o);
 }
 
 static void env_fini(env *e) {
-  PN(ncclCommDestroy(e->nccl));
+  if (e->nccl_on) PN(ncclCommDestroy(e->nccl));
   PB(cublasDestroy(e->blas));
   PK(cudaStreamDestroy(e->st));
   PM(MKX_Comm_free(&e->mkx));
   if (e->mkx2) PM(MKX_Comm_free(&e->mkx2));
+  if (e->mkx1) PM(MKX_Comm_free(&e->mkx1));
 }
 
-typedef struct job { int op; int64_t m, n, k; } job;
+/* What the columns mean, where they differ from the default ones. */
+static void legend(const env *e, const opts *o, char *s, size_t len) {
+  if (e->nccl_on && !on(e, V_ONE)) return;
+  cat(s, len, "Columns: mkx: the MKX call on all %d ranks", e->size);
+  if (e->nccl_on)
+    cat(s, len, "; serial: cuBLAS GEMM then NCCL (or NCCL then GEMM); "
+        "gemm, coll: each alone; ideal: max(gemm, coll)");
+  else
+    cat(s, len, "; gemm: every rank's cuBLAS GEMM at once%s; serial, coll, "
+        "ideal and their ratios: not run (-), no NCCL",
+        e->shared ? " on the shared GPU" : "");
+  if (o->versus)
+    cat(s, len, "; mkx (%s): the MKX call with that option too; "
+        "serial/that: serial / its time", o->versus);
+  if (on(e, V_ONE))
+    cat(s, len, "; 1 rank: the whole job (ag: M x %d*N x K, every rank's "
+        "weight side by side; rs, ar: M x N x K) by the same MKX call on "
+        "rank 0 alone, same options and GPU, the other ranks idle, rank 0's "
+        "time; mkx/1rank: mkx / 1 rank", e->size);
+  cat(s, len, ".\n\n");
+}
+
+/* Rank 0: the table's title (date, GPUs, options), legend and column
+ * heads, on stdout and appended to --out (returned, or NULL). */
+static FILE *open_table(const env *e, const opts *o) {
+  char dev[256] = "?", gpus[320], day[32], head[2048] = "";
+  struct cudaDeviceProp prop;
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+    snprintf(dev, sizeof dev, "%s", prop.name);
+  if (e->gpus == e->size) snprintf(gpus, sizeof gpus, "%d x %s", e->size, dev);
+  else snprintf(gpus, sizeof gpus, "%d ranks on %d x %s", e->size, e->gpus,
+                dev);
+  time_t now = time(NULL);
+  strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
+  cat(head, sizeof head, "\n%s, %s, bf16, B stored N x K, MKX option "
+      "tp_overlap=%s%s%s%s%s, medians of %d (ms, slowest rank)", day, gpus,
+      o->overlap, o->vnode ? ", virtual nodes of " : "",
+      o->vnode ? o->vnode : "", o->vnode ? " over tcp, hier_gemm=" : "",
+      o->vnode ? o->hier : "", o->reps);
+  if (e->shared)
+    cat(head, sizeof head, "; ranks share a GPU, where NCCL cannot run: "
+        "no cuBLAS + NCCL baselines");
+  else if (!e->nccl_on)
+    cat(head, sizeof head, "; NCCL off (--no-nccl): no cuBLAS + NCCL "
+        "baselines");
+  cat(head, sizeof head, "\n\n");
+  legend(e, o, head, sizeof head);
+  cat(head, sizeof head, "| call | M | N | K | mkx | serial | gemm | coll | "
+      "ideal | serial/mkx | ideal/mkx |");
+  if (o->versus) cat(head, sizeof head, " mkx (%s) | serial/that |", o->versus);
+  if (on(e, V_ONE)) cat(head, sizeof head, " 1 rank | mkx/1rank |");
+  cat(head, sizeof head, "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+      "---:|---:|%s%s\n", o->versus ? "---:|---:|" : "",
+      on(e, V_ONE) ? "---:|---:|" : "");
+  fputs(head, stdout);
+  FILE *out = NULL;
+  if (o->outname && (out = fopen(o->outname, "a")) == NULL)
+    perror(o->outname);
+  if (out) fputs(head, out);
+  return out;
+}
 
 static int full_table(job *jobs) {
   static const int64_t ms[] = {4096, 8192, 16384, 32768};
@@ -388,79 +674,112 @@ static int small_table(job *jobs, int nj) {
   return nj;
 }
 
-int mkx_perf_tp(int argc, char **argv) {
-  job jobs[96];
-  int nj = 0, reps = 10, ops = 7, full = 0, small = 0;
-  const char *outname = NULL, *overlap = "auto", *vnode = NULL, *hier = "gpu";
-  const char *versus = NULL;
-  int host_times = 0;
-  int64_t shapes[16][3];
-  int ns = 0;
-  for (int i = 0; i < argc; i++) {
-    if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--out") && i + 1 < argc) outname = argv[++i];
-    else if (!strcmp(argv[i], "--full")) full = 1;
-    else if (!strcmp(argv[i], "--small")) small = 1;
-    else if (!strcmp(argv[i], "--overlap") && i + 1 < argc) overlap = argv[++i];
-    else if (!strcmp(argv[i], "--vnode") && i + 1 < argc) vnode = argv[++i];
-    else if (!strcmp(argv[i], "--hier") && i + 1 < argc) hier = argv[++i];
-    else if (!strcmp(argv[i], "--versus") && i + 1 < argc) versus = argv[++i];
-    else if (!strcmp(argv[i], "--host-times")) host_times = 1;
-    else if (!strcmp(argv[i], "--op") && i + 1 < argc) {
-      const char *o = argv[++i];
-      ops = !strcmp(o, "ag") ? 1 : !strcmp(o, "rs") ? 2 : !strcmp(o, "ar") ? 4 : 7;
-    } else if (!strcmp(argv[i], "--shape") && i + 1 < argc && ns < 16) {
-      long long m, n, k;
-      if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) == 3)
-        shapes[ns][0] = m, shapes[ns][1] = n, shapes[ns][2] = k, ns++;
-    }
+static int usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "mkx_perf tp: %s: %s\n%s", what, arg, tp_usage);
+  return 2;
+}
+
+/* Whether a is an option that takes a value (set_value knows them). */
+static int takes_value(const char *a) {
+  static const char *const names[] = {"--reps", "--out", "--overlap",
+                                      "--vnode", "--hier", "--versus",
+                                      "--op", "--shape"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+    if (!strcmp(a, names[i])) return 1;
+  return 0;
+}
+
+/* The options without a value; 0 if a is none of them. */
+static int set_flag(const char *a, opts *o, int *full, int *small) {
+  if (!strcmp(a, "--full")) *full = 1;
+  else if (!strcmp(a, "--small")) *small = 1;
+  else if (!strcmp(a, "--host-times")) o->host_times = 1;
+  else if (!strcmp(a, "--no-nccl")) o->no_nccl = 1;
+  else if (!strcmp(a, "--one-rank")) o->one_rank = 1;
+  else return 0;
+  return 1;
+}
+
+/* The options with a value; 0, or 2 after a message for a bad one. */
+static int set_value(const char *a, const char *v, opts *o,
+                     int64_t (*shapes)[3], int *ns) {
+  long long m, n, k;
+  char end;
+  if (!strcmp(a, "--reps")) o->reps = atoi(v);
+  else if (!strcmp(a, "--out")) o->outname = v;
+  else if (!strcmp(a, "--overlap")) o->overlap = v;
+  else if (!strcmp(a, "--vnode")) o->vnode = v;
+  else if (!strcmp(a, "--hier")) o->hier = v;
+  else if (!strcmp(a, "--versus")) {
+    if (!strchr(v, '=') || v[0] == '=')
+      return usage_error("--versus takes KEY=VALUE (an MKX option)", v);
+    o->versus = v;
+  } else if (!strcmp(a, "--op")) {
+    o->ops = !strcmp(v, "ag") ? 1 : !strcmp(v, "rs") ? 2
+           : !strcmp(v, "ar") ? 4 : !strcmp(v, "all") ? 7 : 0;
+    if (!o->ops) return usage_error("--op takes ag, rs, ar or all", v);
+  } else if (!strcmp(a, "--shape")) {
+    if (*ns == 16) return usage_error("at most 16 --shape", v);
+    if (sscanf(v, "%lldx%lldx%lld%c", &m, &n, &k, &end) != 3 || m < 1 ||
+        n < 1 || k < 1)
+      return usage_error("--shape takes MxNxK (positive)", v);
+    shapes[*ns][0] = m, shapes[*ns][1] = n, shapes[*ns][2] = k, ++*ns;
   }
-  if (reps < 1) reps = 1;
-  if (full) nj = full_table(jobs);
-  if (small) nj = small_table(jobs, nj);
+  return 0;
+}
+
+static void make_jobs(opts *o, int full, int small, int64_t (*shapes)[3],
+                      int ns) {
+  if (full) o->nj = full_table(o->jobs);
+  if (small) o->nj = small_table(o->jobs, o->nj);
   else if (!full && ns == 0)
     shapes[0][0] = shapes[0][1] = shapes[0][2] = 8192, ns = 1;
   for (int op = 0; !full && !small && op < 3; op++)
     for (int s = 0; s < ns; s++)
-      jobs[nj++] = (job){op, shapes[s][0], shapes[s][1], shapes[s][2]};
-  MPI_Init(NULL, NULL);
+      o->jobs[o->nj++] = (job){op, shapes[s][0], shapes[s][1], shapes[s][2]};
+}
+
+/* 0: run; 1: --help; 2: bad arguments (said on stderr). */
+static int parse_args(int argc, char **argv, opts *o) {
+  int64_t shapes[16][3];
+  int ns = 0, full = 0, small = 0;
+  memset(o, 0, sizeof *o);
+  o->reps = 10, o->ops = 7, o->overlap = "auto", o->hier = "gpu";
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+    if (set_flag(a, o, &full, &small)) continue;
+    if (!takes_value(a)) return usage_error("unknown option", a);
+    if (i + 1 >= argc) return usage_error("missing its value", a);
+    int rc = set_value(a, argv[++i], o, shapes, &ns);
+    if (rc) return rc;
+  }
+  if (o->reps < 1) o->reps = 1;
+  make_jobs(o, full, small, shapes, ns);
+  return 0;
+}
+
+int mkx_perf_tp(int argc, char **argv) {
+  opts o;
+  int rc = parse_args(argc, argv, &o);
+  if (rc == 1) fputs(tp_usage, stdout);
+  if (rc) return rc == 1 ? 0 : rc;
+  if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+    fprintf(stderr, "mkx_perf tp: MPI_Init failed\n");
+    return 1;
+  }
   env e;
-  if (versus && !strchr(versus, '=')) {
-    fprintf(stderr, "mkx_perf tp: --versus takes KEY=VALUE (an MKX option)\n");
-    return 2;
-  }
-  env_init(&e, overlap, vnode, hier, versus);
-  e.host_times = host_times;
-  FILE *out = NULL;
-  if (e.rank == 0) {
-    char dev[256] = "?";
-    struct cudaDeviceProp prop;
-    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-      snprintf(dev, sizeof dev, "%s", prop.name);
-    time_t now = time(NULL);
-    char day[32];
-    strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-    char head[768], cols[160] = "", rule[32] = "";
-    if (versus) {
-      snprintf(cols, sizeof cols, " mkx (%s) | serial/that |", versus);
-      snprintf(rule, sizeof rule, "---:|---:|");
-    }
-    snprintf(head, sizeof head,
-             "\n%s, %d x %s, bf16, B stored N x K, MKX option tp_overlap=%s%s%s%s%s, "
-             "medians of %d (ms, slowest rank)\n\n| call | M | N | K | mkx | serial | gemm | coll | "
-             "ideal | serial/mkx | ideal/mkx |%s\n|---|---:|---:|---:|---:|---:|"
-             "---:|---:|---:|---:|---:|%s\n", day, e.size, dev, overlap,
-             vnode ? ", virtual nodes of " : "", vnode ? vnode : "",
-             vnode ? " over tcp, hier_gemm=" : "", vnode ? hier : "", reps,
-             cols, rule);
-    fputs(head, stdout);
-    if (outname && (out = fopen(outname, "a"))) fputs(head, out);
-  }
-  for (int j = 0; j < nj; j++)
-    if (ops & (1 << jobs[j].op))
-      bench(&e, jobs[j].op, jobs[j].m, jobs[j].n, jobs[j].k, reps, out);
-  if (out) fclose(out);
+  env_init(&e, &o);
+  if (o.one_rank && e.size == 1 && e.rank == 0)
+    fprintf(stderr, "mkx_perf tp: --one-rank ignored: the job has one "
+            "rank, so the 1-rank call is the mkx column\n");
+  FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
+  for (int j = 0; j < o.nj; j++)
+    if (o.ops & (1 << o.jobs[j].op))
+      bench(&e, o.jobs[j].op, o.jobs[j].m, o.jobs[j].n, o.jobs[j].k, o.reps,
+            out);
+  if (out && fclose(out) != 0) perror(o.outname);
   env_fini(&e);
-  MPI_Finalize();
+  PI(MPI_Finalize());
   return 0;
 }
