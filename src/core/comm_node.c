@@ -20,6 +20,9 @@ static int make_node(MKX_Comm c, MKX_Comm *out) {
   if (rc != MKX_SUCCESS) return rc;
   (*out)->opt = c->opt; /* options given by MPI_Info reach it too */
   (*out)->opt.virtual_node_size = 0;
+  /* Every node's part runs at once: the ranks of the other (virtual)
+   * nodes on this GPU share its SMs too, which only the parent sees. */
+  (*out)->share = c->share;
   return MKX_SUCCESS;
 }
 

@@ -151,17 +151,37 @@ static int context_sms(void) {
   return (int)p.param.smCount.val;
 }
 
+/* CUDA_MPS_ACTIVE_THREAD_PERCENTAGE of this process, 0 if not set. */
+static int mps_percentage(void) {
+  const char *v = getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE");
+  char *end;
+  const double p = v ? strtod(v, &end) : 0;
+  return v && end != v && p > 0 && p < 100 ? (int)p : 0;
+}
+
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
+  int seen = 0;
   memset(out, 0, sizeof *out);
   /* the primary context must exist before its affinity can be read */
   MKX_TRY(cuda_check(cudaFree(NULL), "cudaFree(NULL)"));
-  MKX_TRY(cuda_check(cudaDeviceGetAttribute(&out->dev_sms,
+  /* under MPS this is already the client's share of the SMs */
+  MKX_TRY(cuda_check(cudaDeviceGetAttribute(&seen,
                                             cudaDevAttrMultiProcessorCount,
                                             device),
                      "cudaDeviceGetAttribute"));
   out->mps = device_mps(device);
   const int ctx = context_sms();
-  out->ctx_sms = ctx > 0 && ctx < out->dev_sms ? ctx : out->dev_sms;
+  out->ctx_sms = ctx > 0 && ctx < seen ? ctx : seen;
+  /* The GPU's own count, for sharing it fairly: a client limited by
+   * CUDA_MPS_ACTIVE_THREAD_PERCENTAGE = P sees P% of it, rounded one way
+   * or the other, so where that is not exact take the smaller count it
+   * may come from.  A limit set in the MPS daemon instead cannot be seen:
+   * the share then errs on the small side only. */
+  const int pct = out->mps ? mps_percentage() : 0;
+  out->dev_sms = !pct ? seen
+                 : seen * 100 % pct ? (seen - 1) * 100 / pct
+                                    : seen * 100 / pct;
+  if (out->dev_sms < seen) out->dev_sms = seen;
   return MKX_SUCCESS;
 }
 #else
