@@ -19,5 +19,12 @@ if [ -z "$launcher" ]; then
   [ "$(id -u)" = 0 ] && launcher="$launcher --allow-run-as-root"
 fi
 cmd=$(printf '%s' "$launcher" | sed "s/%N/$np/g")
+# The host oracle's BLAS: one share of the cores per rank (OpenBLAS's
+# threads spin, and np ranks of one thread per core each crawl).
+if [ -z "${OPENBLAS_NUM_THREADS:-}" ]; then
+  t=$(( $(nproc 2>/dev/null || echo 1) / np ))
+  OPENBLAS_NUM_THREADS=$(( t > 0 ? t : 1 ))
+  export OPENBLAS_NUM_THREADS
+fi
 # shellcheck disable=SC2086
 exec timeout -k 10 "${MKX_TEST_TIMEOUT:-600}" $cmd "$prog" $gpu
