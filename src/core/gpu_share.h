@@ -20,7 +20,7 @@ typedef struct mkx_gpu_share {
 /* SMs each rank sharing a GPU under MPS leaves to the work that its
  * waiting kernels may wait behind: a copy the driver runs as a kernel,
  * the next call's prologue.  Each one is an SM the GEMMs lose. */
-#define MKX_SHARE_SPARE_SMS 1
+#define MKX_SHARE_SPARE_SMS 2
 
 /* This rank's bid for `ctas` (the smallest bid wins): opt_ctas (option
  * gpu_ctas) if set, else the SMs its context has, and with `ranks` > 1

@@ -94,7 +94,7 @@ static const mkx_option_desc option_table[] = {
      "persistent GEMMs, the split path's copy and sum kernels). 0: one per "
      "SM this rank has: the GPU's SMs, or its MPS context's "
      "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); ranks sharing a GPU under MPS "
-     "split its SMs evenly and leave 1 each for copies and launches, so that "
+     "split its SMs evenly and leave 2 each for copies and launches, so that "
      "no kernel waits for a peer that cannot get an SM. The smallest value "
      "of any rank is used."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink", "host|gpu|nvlink",
