@@ -10,8 +10,7 @@
 # timeout test, the benchmark and PyTorch (default 2), TP_HIER_VNODE=G also
 # runs test_hier and the several-node benchmark on TP_RANKS ranks as
 # virtual nodes of G (issue 7: TP_RANKS=8 TP_NPS="4 8" TP_HIER_VNODE=4 on
-# 8 GPUs), TP_SHARED=N adds N runs of the shared-GPU reproduction,
-# TP_PERF_OVERLAP lists values of option tp_overlap to benchmark (default:
+# 8 GPUs), TP_PERF_OVERLAP lists values of option tp_overlap to benchmark (default:
 # auto).
 set -o pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -69,15 +68,6 @@ if [ "${TP_TESTS:-1}" = 1 ]; then
   [ -n "${TP_HIER_VNODE:-}" ] && MKX_TEST_VNODE=$TP_HIER_VNODE \
     run_test test_hier "$ranks" "hier-np$ranks.log" --device
 fi
-# TP_SHARED=N: N runs of the stale-results reproduction of docs/fused-tp.md
-# ("Known problem"): 2 ranks on GPU 0, fused path forced, the overlapped and
-# the split parts (shapes, back-to-back, plans, graphs); one line per run.
-for i in $(seq 1 "${TP_SHARED:-0}"); do
-  for part in overlap split; do
-    CUDA_VISIBLE_DEVICES=0 MKX_TEST_SHARED_GPU=1 MKX_TEST_PART=$part \
-      run_test test_fused_tp 2 "shared-$part-$i.log"
-  done
-done
 t0=$(date +%s)
 for ov in ${TP_PERF_OVERLAP:-auto}; do
   # shellcheck disable=SC2086

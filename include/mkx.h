@@ -23,6 +23,16 @@
  *    and a GPU wait that ran out is returned (MKX_ERR_TIMEOUT) by the next
  *    call; with option blocking (MKX_BLOCKING=yes) the call waits for its
  *    work and returns its status (not while `stream` is being captured).
+ *  - Inputs must be ready in `stream`'s order, as for NCCL: write them on
+ *    `stream`, or order the stream after the writes (an event).  Work on
+ *    the legacy default stream does not order a non-blocking stream, and
+ *    cudaMemcpy between device buffers, cudaMemset and the last part of a
+ *    large cudaMemcpy from pageable memory return before the device has
+ *    finished them: a call enqueued right after may read the old inputs.
+ *  - Several ranks of a node may drive one GPU (under MPS, or in time
+ *    slices without it): the fused kernels then take each rank's share of
+ *    the SMs, and without MPS the split path (options shared_gpu and
+ *    gpu_ctas; mkx_info prints what a rank has).
  *  - Calls are collective over the communicator: every rank calls them in
  *    the same order with arguments that agree (global sizes, types, order,
  *    transposition).  Disagreement is detected and returned as
