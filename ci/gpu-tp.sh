@@ -1,6 +1,6 @@
 #!/bin/bash
 # On the 2-GPU machine (device tool): build only what the fused tensor-parallel
-# paths need (issue 4) from the carried autotools files, run their test on 1
+# paths need from the carried autotools files, run their test on 1
 # and 2 ranks and the timeout test on 2, then a short benchmark (mkx_perf tp)
 # and PyTorch's async TP.
 #   carry: configure aclocal.m4 config.h.in Makefile.in config .carry
@@ -9,7 +9,7 @@
 # TP_NPS: rank counts of the test (default "1 2"), TP_RANKS: ranks of the
 # timeout test, the benchmark and PyTorch (default 2), TP_HIER_VNODE=G also
 # runs test_hier and the several-node benchmark on TP_RANKS ranks as
-# virtual nodes of G (issue 7: TP_RANKS=8 TP_NPS="4 8" TP_HIER_VNODE=4 on
+# virtual nodes of G (TP_RANKS=8 TP_NPS="4 8" TP_HIER_VNODE=4 on
 # 8 GPUs), TP_PERF_OVERLAP lists values of option tp_overlap to benchmark (default:
 # auto).
 set -o pipefail

@@ -1,5 +1,5 @@
 /*
- * The GPU side of the network proxy (issue 5): a kernel's producer for the
+ * The GPU side of the network proxy: a kernel's producer for the
  * command ring of src/proxy (proxy.h), and bounded waits for completions
  * and for signal words.  The ring and the signal words are host memory
  * mapped for the GPU (src/proxy/proxy_gpu.c); the descriptor is

@@ -1,5 +1,5 @@
 /*
- * What a kernel needs to drive the network proxy (issue 5): the device
+ * What a kernel needs to drive the network proxy: the device
  * addresses of a proxy's command ring and of the endpoint's signal words,
  * both host memory mapped for the GPU (src/proxy/proxy_gpu.h fills this),
  * the bound of every wait, and where to report the first failure.  Plain

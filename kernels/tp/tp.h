@@ -1,5 +1,5 @@
 /*
- * Fused tensor-parallel kernels inside one node (issue 4): C interface of
+ * Fused tensor-parallel kernels inside one node: C interface of
  * the kernels/tp .cu files, called by src/ops/tp_gpu.c, ag_gemm_gpu.c and
  * gemm_red_gpu.c.  Includable from C11 (needs cuda_runtime.h, stdint.h).
  *

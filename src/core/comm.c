@@ -9,7 +9,6 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "mem/symm.h"
 
 int mkx_comm_check(MKX_Comm c) {
   if (c == NULL || c->magic != MKX_COMM_MAGIC)
@@ -55,7 +54,12 @@ static void host_name(char *buf, size_t len) {
 static void comm_release(MKX_Comm c) {
   if (c->node_comm) comm_release(c->node_comm);
   if (c->oob.ctx) mkx_comm_net_close(c);
-  if (c->oob.ctx) mkx_symm_release(c);
+  while (c->hooks) {
+    mkx_comm_hook *h = c->hooks;
+    c->hooks = h->next;
+    if (c->oob.ctx && h->release) h->release(c);
+    free(h);
+  }
   mkx_placement_free(&c->place);
   mkx_oob_mpi_fini(&c->oob);
   if (c->node_mpi != MPI_COMM_NULL) MPI_Comm_free(&c->node_mpi);
@@ -176,7 +180,21 @@ int MKX_Comm_get_async_error(MKX_Comm c, int *async_error) {
     return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_get_async_error: "
                      "async_error is NULL");
   /* a broken communicator says why (its message) and stays broken */
-  *async_error = c->broken ? mkx_comm_check(c) : mkx_tp_async_error(c);
+  *async_error = c->broken ? mkx_comm_check(c) : MKX_SUCCESS;
+  for (const mkx_comm_hook *h = c->hooks; h && !*async_error; h = h->next)
+    if (h->async_error) *async_error = h->async_error(c);
+  return MKX_SUCCESS;
+}
+
+int mkx_comm_add_hook(MKX_Comm c, const void *key,
+                      void (*release)(MKX_Comm c),
+                      int (*async_error)(MKX_Comm c)) {
+  for (const mkx_comm_hook *h = c->hooks; h; h = h->next)
+    if (h->key == key) return MKX_SUCCESS;
+  mkx_comm_hook *h = malloc(sizeof *h);
+  if (!h) return mkx_error(MKX_ERR_NOMEM, "communicator hook");
+  *h = (mkx_comm_hook){key, release, async_error, c->hooks};
+  c->hooks = h;
   return MKX_SUCCESS;
 }
 

@@ -11,6 +11,18 @@
 
 #define MKX_COMM_MAGIC 0x4d4b5843u /* "MKXC" */
 
+/* State an upper layer keeps on a communicator, which core does not know:
+ * `release` (may be NULL) runs when the communicator is freed, the latest
+ * registered first, while its bootstrap still works; `async_error` (may be
+ * NULL) answers MKX_Comm_get_async_error with a failure of work enqueued
+ * earlier.  `key` names the registrant: registering it again does nothing. */
+typedef struct mkx_comm_hook {
+  const void *key;
+  void (*release)(struct MKX_Comm_s *c);
+  int (*async_error)(struct MKX_Comm_s *c);
+  struct mkx_comm_hook *next;
+} mkx_comm_hook;
+
 struct MKX_Comm_s {
   uint32_t magic;
   MPI_Comm mpi;        /* private duplicate of the user's communicator */
@@ -30,6 +42,7 @@ struct MKX_Comm_s {
   mkx_gpu_map gpu_map; /* nearest NICs, proxy cores, peer domain */
   char topo_desc[384]; /* the map in one line, for logs and mkx_info */
   struct MKX_Comm_s *node_comm; /* this node's ranks (mkx_comm_node) */
+  mkx_comm_hook *hooks; /* upper layers' state (mkx_comm_add_hook) */
 };
 
 /* MKX_SUCCESS if c is a live, usable communicator, else the error. */
@@ -49,9 +62,10 @@ int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
  * own, with c's options and GPU (made on first use, freed with c). */
 int mkx_comm_node(MKX_Comm c, MKX_Comm *node);
 
-/* The failure of GPU work enqueued earlier on c, read without
- * synchronising (src/ops/tp_gpu.c; MKX_SUCCESS without CUDA). */
-int mkx_tp_async_error(MKX_Comm c);
+/* Register an upper layer's hook (see mkx_comm_hook); MKX_ERR_NOMEM. */
+int mkx_comm_add_hook(MKX_Comm c, const void *key,
+                      void (*release)(MKX_Comm c),
+                      int (*async_error)(MKX_Comm c));
 
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state
  * behind, and GPU epochs out of step) and keep the current error message

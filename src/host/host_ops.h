@@ -5,7 +5,7 @@
 #define MKX_HOST_HOST_OPS_H
 
 #include "core/comm.h"
-#include "ops/op_args.h"
+#include "host/op_args.h"
 
 int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
                             const mkx_agreed *g);

@@ -200,8 +200,14 @@ int mkx_symm_ipc_capable(const void *ptr) {
   return ok != 0;
 }
 
+static void symm_release(MKX_Comm c);
+
+/* The communicator's state, made on first use; released with it. */
 static mkx_symm_state *state(MKX_Comm c) {
-  if (!c->symm) c->symm = calloc(1, sizeof(mkx_symm_state));
+  static const char hook_key = 0;
+  if (!c->symm &&
+      mkx_comm_add_hook(c, &hook_key, symm_release, NULL) == MKX_SUCCESS)
+    c->symm = calloc(1, sizeof(mkx_symm_state));
   return c->symm;
 }
 
@@ -433,7 +439,9 @@ int mkx_symm_free(MKX_Comm c, void *ptr) {
   return rc;
 }
 
-void mkx_symm_release(MKX_Comm c) {
+/* Close every mapping and free what mkx_symm_alloc allocated: the
+ * communicator's hook, run when it is freed. */
+static void symm_release(MKX_Comm c) {
   mkx_symm_state *s = c->symm;
   if (!s) return;
   while (s->maps) unmap(c, s->maps->rank, s->maps->id);
@@ -483,5 +491,4 @@ int mkx_symm_free(MKX_Comm c, void *ptr) {
   (void)c, (void)ptr;
   return no_cuda();
 }
-void mkx_symm_release(MKX_Comm c) { (void)c; }
 #endif

@@ -38,7 +38,4 @@ int mkx_symm_ipc_capable(const void *ptr);
 int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr);
 int mkx_symm_free(MKX_Comm c, void *ptr);
 
-/* Close every mapping and free what mkx_symm_alloc allocated (comm free). */
-void mkx_symm_release(MKX_Comm c);
-
 #endif

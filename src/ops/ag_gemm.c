@@ -4,7 +4,7 @@
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
-#include "tp/tp_host.h" /* the fused single-node path (ag_gemm_gpu.c) */
+#include "ops/tp_host.h" /* the fused single-node path (ag_gemm_gpu.c) */
 #endif
 
 static const char *const FN = "MKX_Allgather_gemm";

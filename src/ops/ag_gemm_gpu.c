@@ -1,4 +1,4 @@
-/* MKX_Allgather_gemm's fused single-node GPU path (issue 4).
+/* MKX_Allgather_gemm's fused single-node GPU path.
  *
  * Each rank copies its rows of A (any m_local, 0 included) into every node
  * rank's symmetric workspace (the gathered A) with the copy engine, one
@@ -25,7 +25,7 @@
 #include "ops/op.h"
 
 #if HAVE_CUDA
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
 static const char *const FN = "MKX_Allgather_gemm";

@@ -1,5 +1,5 @@
-/* MKX_Gemm_reduce_scatter / MKX_Gemm_allreduce: fused single-node GPU path
- * (issue 4).  The engine computes this rank's partial A_r B_r, peers' rows
+/* MKX_Gemm_reduce_scatter / MKX_Gemm_allreduce: fused single-node GPU
+ * path.  The engine computes this rank's partial A_r B_r, peers' rows
  * first, into a local staging buffer; the copy engines move each finished
  * chunk into its owner's receive slot (stream memory waits on the GEMM's
  * per-chunk counts), so the SMs never wait on NVLink.  The own rows come
@@ -17,7 +17,7 @@
 #include "ops/op.h"
 
 #if HAVE_CUDA
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
 typedef struct red_plan {

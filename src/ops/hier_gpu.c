@@ -1,4 +1,4 @@
-/* Device buffers on a communicator of several nodes (issue 5), option
+/* Device buffers on a communicator of several nodes, option
  * hier_gemm=gpu: the GEMM runs on the GPU (the engine), the communication
  * is the host path's hierarchical collectives (src/host/hier.c: inside a
  * node through MPI, between nodes through MKX's transport, each byte over
@@ -21,7 +21,7 @@
 #include "ops/op.h"
 
 #if HAVE_CUDA
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 #include "ops/hier_gpu.h"
 

@@ -1,4 +1,4 @@
-/* Device buffers on several nodes, option hier_gemm=nvlink (issue 5; the
+/* Device buffers on several nodes, option hier_gemm=nvlink (the
  * first step of docs/inter-node.md): the node's part of each call is the
  * single-node GPU call (fused over NVLink where it fits) on a communicator
  * of the node's ranks, and only the network part goes through the host
@@ -31,7 +31,7 @@
 
 #if HAVE_CUDA
 #include <stdatomic.h>
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
 
 static atomic_long nvlink_starts;

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "core/comm.h"
-#include "ops/op_args.h"
+#include "host/op_args.h"
 
 #define MKX_SIG_MAX 12  /* values that must agree across ranks */
 #define MKX_LATE_MAX 2  /* per-rank values checked once totals are known */

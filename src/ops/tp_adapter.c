@@ -1,4 +1,4 @@
-/* Operands the fused kernels cannot take as they are (issue 4): column-major
+/* Operands the fused kernels cannot take as they are: column-major
  * order, and (option fused_pad) k or n not a multiple of 8, leading
  * dimensions not a multiple of 8, pointers not 16-byte aligned, an
  * allreduce C that cannot be mapped into node peers.
@@ -22,7 +22,7 @@
 #include "ops/op.h"
 
 #if HAVE_CUDA
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
 /* What this rank copies, and the twin's padded sizes. */

@@ -8,11 +8,11 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
-#include "ops/op_args.h"
+#include "host/op_args.h"
 
 #if HAVE_CUDA
 #include <stdatomic.h>
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
 /* Fused calls started in this process (tests check the path was taken). */
@@ -25,14 +25,23 @@ void mkx_tp_count_ag1(void) { atomic_fetch_add(&ag1_starts, 1); }
 /* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
 
 /* The pool lives as an MPI attribute of c->mpi: MKX_Comm_free releases the
- * symmetric memory (mkx_symm_release) and then frees c->mpi, whose delete
- * callback frees the host side below.  No change to the comm struct. */
+ * symmetric memory (mem's hook on the communicator) and then frees c->mpi,
+ * whose delete callback frees the host side below. */
 typedef struct tp_pool {
   mkx_tp_ws *list;
   mkx_tp_blas *blas; /* the split path's cuBLAS handle */
 } tp_pool;
 
 static int pool_key = MPI_KEYVAL_INVALID;
+
+static int pool_error(MKX_Comm c, const char *fn);
+
+/* MKX_Comm_get_async_error: a run's timeout on any workspace, reported and
+ * the communicator marked (pool_error); host-mapped words, so no
+ * synchronisation. */
+static int pool_async_error(MKX_Comm c) {
+  return pool_error(c, "MKX_Comm_get_async_error");
+}
 
 static void ws_destroy_host(mkx_tp_ws *ws) {
   for (int i = 0; i < MKX_TP_MAX; i++) {
@@ -68,6 +77,7 @@ static int get_pool(MKX_Comm c, tp_pool **pool) {
   if (MPI_Comm_get_attr(c->mpi, pool_key, pool, &found) != MPI_SUCCESS)
     return mkx_error(MKX_ERR_MPI, "MPI_Comm_get_attr (tp pool)");
   if (found) return MKX_SUCCESS;
+  MKX_TRY(mkx_comm_add_hook(c, &pool_key, NULL, pool_async_error));
   *pool = calloc(1, sizeof **pool);
   if (!*pool) return mkx_error(MKX_ERR_NOMEM, "tp workspace pool");
   if (MPI_Comm_set_attr(c->mpi, pool_key, *pool) != MPI_SUCCESS) {
@@ -206,9 +216,6 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
   *out = ws;
   return MKX_SUCCESS;
 }
-
-/* Reports (and marks) a timed-out run on any workspace: see below. */
-static int pool_error(MKX_Comm c, const char *fn);
 
 /* Collective: free a pooled workspace (nothing may still use it). */
 static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
@@ -487,14 +494,6 @@ int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
                                 : MKX_SUCCESS;
 }
 
-/* A run's timeout on any workspace: reported and the communicator marked
- * (pool_error); host-mapped words, so no synchronisation. */
-int mkx_tp_async_error(MKX_Comm c) {
-  return pool_error(c, "MKX_Comm_get_async_error");
-}
 #else
-int mkx_tp_async_error(MKX_Comm c) {
-  (void)c;
-  return MKX_SUCCESS; /* the host path enqueues nothing */
-}
+typedef int mkx_tp_gpu_unused; /* ISO C: not an empty unit */
 #endif

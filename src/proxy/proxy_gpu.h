@@ -1,4 +1,4 @@
-/* A proxy a GPU drives (issue 5): its command ring is host memory mapped
+/* A proxy a GPU drives: its command ring is host memory mapped
  * for the GPU (cudaHostAlloc, mapped and portable), and so are the
  * endpoint's signal words (cudaHostRegister; mkx_net_signals_alloc makes
  * them whole pages), so a kernel can post commands and wait for

@@ -1,6 +1,6 @@
 /*
  * A rank that never arrives, on the fused GPU paths of the three
- * tensor-parallel calls (issue 4).  For each call, with and without option
+ * tensor-parallel calls.  For each call, with and without option
  * blocking, on a fresh communicator with mkx_timeout_ms=300:
  *
  *  1. every rank starts a persistent plan once: it must take the fused path
@@ -38,7 +38,7 @@
 #include <cuda_runtime.h>
 #include "mkx_test.h"
 #include "cuda_check.h"
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 
 #define TIMEOUT_MS 300 /* the communicators' bound on every wait */
 #define BOUND_S 20.0   /* a missing rank is reported within this */

@@ -31,7 +31,7 @@
 #include <cuda_runtime.h>
 #include "mkx_test.h"
 #include "cuda_check.h"
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 
 #define CUDA(call) MT_CUDA(call)
 

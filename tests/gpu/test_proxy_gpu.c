@@ -1,4 +1,4 @@
-/* The GPU-driven proxy (issue 5) on two GPUs as two nodes: each rank is
+/* The GPU-driven proxy on two GPUs as two nodes: each rank is
  * its own virtual node (virtual_node_size=1) with its own GPU, and the
  * ranks talk over tcp on loopback, device memory staged through pinned
  * host buffers.  Kernels post commands into the host-mapped ring

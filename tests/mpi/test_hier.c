@@ -17,9 +17,9 @@
 #include "mkx.h"
 #include "mkx_test.h"
 #ifdef MKX_TEST_CUDA
-#include "tp/tp_host.h"
+#include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
-#include "ops/op_args.h"
+#include "host/op_args.h"
 #endif
 
 typedef struct geo {

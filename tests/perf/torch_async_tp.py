@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch async tensor parallelism on the shapes of `mkx_perf tp` (issue 4).
+"""PyTorch async tensor parallelism on the shapes of `mkx_perf tp`.
 
     TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NCCL_NVLS_ENABLE=0 \
         torchrun --nproc_per_node 2 tests/perf/torch_async_tp.py [--full] [--reps N]

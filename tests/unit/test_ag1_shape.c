@@ -53,7 +53,7 @@ static void check_rule(int64_t m, int64_t n, int64_t k) {
 
 int main(void) {
   int tile, ckb, nkc;
-  /* measured (tests/perf/results/tp-h200x2.md, sixth session) */
+  /* measured (tests/perf/results/tp-h200x2.md) */
   CHECK(shape(512, 2048, 2048, 0, &tile, &ckb, &nkc) == 1 &&
             tile == MKX_GEMM_TILE_128x128 && ckb == 4 && nkc == 8,
         "512 x 2048 x 2048: one kernel, 128 x 128 tiles, 8 chunks of 4");

@@ -1,7 +1,7 @@
 /* The arguments of each operation, as one struct per operation, shared by
  * validation, the host path, staging and the GPU kernels' launchers. */
-#ifndef MKX_OPS_OP_ARGS_H
-#define MKX_OPS_OP_ARGS_H
+#ifndef MKX_HOST_OP_ARGS_H
+#define MKX_HOST_OP_ARGS_H
 
 #include <stdint.h>
 #include "mkx.h"

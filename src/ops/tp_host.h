@@ -3,8 +3,8 @@
  * pool of symmetric workspaces each communicator keeps, and helpers the
  * three operations share.  C11; only built with CUDA.
  */
-#ifndef MKX_KERNELS_TP_HOST_H
-#define MKX_KERNELS_TP_HOST_H
+#ifndef MKX_OPS_TP_HOST_H
+#define MKX_OPS_TP_HOST_H
 
 #include <stddef.h>
 #include <stdint.h>
