@@ -185,9 +185,8 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   for (int q = 0; q <= MKX_TP_MAX; ++q) p.bnd[q] = q <= d->size ? (int)d->bnd[q] : (int)d->m;
   p.tiles_m = (int)cdiv(d->m, kBM);
   p.tiles_n = (int)cdiv(d->n, BN);
-  /* Groups no taller than any source's rows: a group that mixed own and
-   * peers' rows made the first tiles wait for the peers' copies (M = 2048,
-   * N = K = 8192 on 2 H200: 0.96 ms against 0.42 ms for cuBLAS + NCCL). */
+  /* Groups no taller than any source's rows: a group that mixes own and
+   * peers' rows makes the first tiles wait for the peers' copies. */
   p.group_m = kGroupM < p.tiles_m ? kGroupM : p.tiles_m;
   for (int q = 0; q < d->size; ++q) {
     const int rows = (int)((d->bnd[q + 1] - d->bnd[q]) / kBM);

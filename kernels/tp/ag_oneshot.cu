@@ -7,10 +7,9 @@
  * are here, and then takes the whole K loop.  Here the rows travel in K
  * chunks instead, and the GEMM's producer waits for each chunk just before
  * it loads it, so peers' tiles may start on the first chunk while the
- * later ones are still on NVLink.  (On 2 H200 a tile's chunks still land
- * close together, since all units run at once: what the one kernel saves
- * there is the second launch, and own tiles start before the peers' rows
- * are in; tests/perf/results/tp-h200x2.md.)
+ * later ones are still on NVLink.  (All units run at once, so a tile's
+ * chunks land close together: what the one kernel saves is mostly the
+ * second launch, and own tiles start before the peers' rows are in.)
  *
  *   CTAs [0, npush)           copy this rank's rows with SM stores, unit by
  *                             unit (destination, K chunk, tile): first into
@@ -102,8 +101,7 @@ struct ChunkGate {
       }
   }
   /* An acquire load per flag: a relaxed load and one fence.acq_rel.sys
-   * per chunk instead made the producer stall and the GEMM ~25% slower
-   * (1 H200, 512 x 2048 x 2048: 0.035 against 0.028 ms). */
+   * per chunk instead stalls the producer on the fence. */
   __device__ __forceinline__ void wait_k(int tm, int kb) {
     if (kb % p->chunk_kb) return;
     const int kc = kb / p->chunk_kb;
@@ -264,7 +262,7 @@ extern "C" int mkx_tp_ag1_shape(const mkx_tp_ag_desc *d, int any_k, int *tile, i
     return 0;
   /* Agreed values only, so the same answer on every rank: the tile the
    * plain engine takes on a full H100/H200, whose tiles must leave kMinPush
-   * SMs free (a tile that only fits by growing ran up to 1.3x slower), and
+   * SMs free (a tile that only fits by growing is slower), and
    * unless any_k, a K loop long enough to hide the copy in (at K = 1024 the
    * chunks' flags and the push CTAs' start cost more than they hid).  The
    * whole grid must fit in the CTAs a rank may take (sync.ctas, agreed):

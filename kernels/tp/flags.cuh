@@ -87,9 +87,9 @@ __device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_
   for (unsigned i = 1;; ++i) {
     __nanosleep(100);
     if (geq(ld_acquire(flag), target)) return true;
-    /* the error word is host memory: every read crosses PCIe (and every
-     * waiting CTA reading it each spin slowed other CTAs' system-scope
-     * fences to ~0.7 ms on H200), so look every 256 spins */
+    /* the error word is host memory: every read crosses PCIe, and many
+     * waiting CTAs reading it each spin slow other CTAs' system-scope
+     * fences by orders of magnitude, so look every 256 spins */
     if (i % 256) continue;
     if (s.err && ((volatile const int *)s.err)[0] > 0) return false;
     if (peer_gave_up(s)) return false;

@@ -14,7 +14,7 @@
  *      them to the accumulators and rounds once into C.  Allreduce: the
  *      same TMA stores write each rounded own sub-tile into every peer's C
  *      too, so the broadcast ends with the GEMM (the copy engines broadcasting
- *      finished chunks left a tail of 0.07-0.12 ms on 2 H200).  Partials
+ *      finished chunks would leave a tail after it).  Partials
  *      never leave by SM: the copy engines move them while the GEMM runs.
  *   3. tp_late_kernel: the few tile rows shared by two owners, summed from
  *      every rank's fp32 partial after the GEMM.
@@ -231,7 +231,8 @@ struct RsEpilogue {
   /* acc += every peer's partial of this sub-tile, peers in rank order for
    * each element (same bits every run).  The slots come through the two
    * staging buffers by TMA, two loads in flight: register loads of them
-   * left the epilogue latency-bound (~10 us a tile on H200, 2026-11-30). */
+   * leave the epilogue latency-bound (few loads fit beside the
+   * accumulators). */
   template <typename P, int BN>
   __device__ __forceinline__ void add_peers_t(const TileCtx &t, float (&acc)[BN / 2]) {
     constexpr int ESZ = (int)sizeof(P), CH = 128 / ESZ, QPC = CH / 8, NCH = BN / CH;
@@ -348,10 +349,8 @@ struct RunBuilder {
 
 /* One chunk per group.  Larger groups stream B less often but finish
  * chunks in bursts, leaving the copy engines' stream waits unsatisfied for
- * longer; measured on 2 H200 (N = 8192, k_local = 4096): groups of 8 tile
- * rows cost 3x at M = 4096 and with fp32 partials, 16 / 32 rows 0.15 / 5+
- * ms per call at M = 8192, while one chunk per group held 0.84-0.99 of the
- * ideal on every shape of the benchmark. */
+ * longer: they were slower on every benchmark shape
+ * (tests/perf/results/tp-h200x2.md). */
 void make_runs(const mkx_tp_rs_desc *d, RsParams &p) {
   const mkx_tp_rs_layout &L = d->layout;
   const int gpush = 1, gown = 1;

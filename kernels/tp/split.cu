@@ -3,8 +3,7 @@
  * communication one after the other, each in one kernel, for shapes whose
  * GEMM is too short to hide a collective behind (option tp_overlap).  The
  * overlapped path pays a barrier kernel, copy-engine set-up and 4-5 launches
- * per call (10-30 us on 2 H200, measured 2026-11-30); here a call is two
- * kernels and each meets the other GPUs once in flags over NVLink.
+ * per call; here a call is two kernels and each meets the other GPUs once in flags over NVLink.
  *
  *   AllGather+GEMM:  tp_split_push_kernel, then the gated GEMM (ag_gemm.cu)
  *                    or cuBLAS (option tp_split_gemm)

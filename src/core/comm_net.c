@@ -34,9 +34,8 @@
 #define RING_ENTRIES 256
 /* Pieces of 2 MiB, 4 in flight per pair: a piece's copies overlap the
  * transfer of the others, and a piece is long enough that the per-piece
- * costs (a credit, a wake-up) vanish.  On the H200 host's loopback,
- * pieces of 0.5 to 8 MiB and 4 or 8 in flight moved the same within the
- * noise (docs/inter-node.md).  Each region is size * DEPTH pieces; large
+ * costs (a credit, a wake-up) vanish; smaller or larger pieces and more
+ * in flight moved the same on loopback (docs/inter-node.md).  Each region is size * DEPTH pieces; large
  * communicators get smaller pieces so that it stays within STAGE_BUDGET. */
 #define PIECE_MAX ((size_t)2 << 20)
 #define PIECE_MIN ((size_t)64 << 10)

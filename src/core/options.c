@@ -45,8 +45,7 @@ static const mkx_option_desc option_table[] = {
      "Type in which the fused GEMM+ReduceScatter and GEMM+AllReduce send "
      "each rank's partial product to the rank that sums it. out: C's type, "
      "as cuBLAS followed by NCCL would (the owner still adds in fp32 and "
-     "rounds once); fp32: unrounded partials, twice the NVLink bytes (about "
-     "7% slower at M = N = K = 8192 on 2 H200)."},
+     "rounds once); fp32: unrounded partials, twice the NVLink bytes."},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
      "alignment do not suit the fused kernels (multiples of 8 elements, "
@@ -59,22 +58,21 @@ static const mkx_option_desc option_table[] = {
      "the GEMM, then a separate one-shot NVLink collective kernel (two "
      "kernels, lower fixed cost, nothing overlapped); auto: no for small "
      "products (fewer than 1024 product rows per rank), where overlap "
-     "cannot pay for its 10-30 us of set-up, else yes."},
+     "cannot pay for its set-up, else yes."},
     {"tp_split_gemm", MKX_OPT_ENUM, OPT(tp_split_gemm), "engine",
      "engine|cublas",
      "The GEMM of the split path (tp_overlap). engine: MKX's; cublas: "
      "cuBLAS (not for fp16 inputs with bf16 output or the reverse, which "
-     "keep the engine). Alone cuBLAS ran 1.2-1.5x faster than the engine on "
-     "these small products, but inside the split path it was 0-14% slower "
-     "on every one (2 H200), hence not the default."},
+     "keep the engine). Faster than the engine alone on these small "
+     "products, but not inside the split path, hence not the default."},
     {"tp_ag_oneshot", MKX_OPT_ENUM, OPT(tp_ag_oneshot), "auto",
      "auto|yes|no",
      "AllGather+GEMM on the split path (tp_overlap) with the engine's GEMM. "
      "yes: products of at most 116 GEMM tiles run as one kernel whose spare "
      "CTAs copy the rows over NVLink in K chunks while the GEMM CTAs "
      "consume them; no: a copy kernel, then the GEMM; auto: yes where "
-     "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free (on "
-     "2 H200 the one kernel was even or faster there, slower elsewhere)."},
+     "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free, "
+     "where the one kernel was as fast or faster."},
     {"tp_stream_k", MKX_OPT_BOOL, OPT(tp_stream_k), "yes", "yes|no",
      "AllGather+GEMM on the overlapped path (tp_overlap). yes: when the "
      "GEMM's tiles leave its last wave under 90% full, that wave's tiles "
@@ -105,8 +103,7 @@ static const mkx_option_desc option_table[] = {
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
      "not numbered node by node take gpu. Same results and network bytes "
-     "for all three (2 H200); nvlink ran 3-8x faster than gpu and 9-48x "
-     "faster than host there (2 virtual nodes over tcp)."},
+     "for all three; nvlink is the fastest."},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "

@@ -369,8 +369,8 @@ static void undo_alloc(MKX_Comm c, const symm_record *all, void *ptr) {
 
 /* Whole 2 MiB blocks: the driver carves smaller cudaMalloc allocations out
  * of shared blocks, and a peer cannot open a second allocation of a block
- * it already maps ("resource already mapped", met on 2 H200 with two
- * small workspaces made one after the other). */
+ * it already maps (cudaErrorAlreadyMapped: two small workspaces made one
+ * after the other). */
 #define SYMM_BLOCK ((size_t)2 << 20)
 
 int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {

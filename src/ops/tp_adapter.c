@@ -12,8 +12,7 @@
  *     since the fused kernels gather and scatter whole rows of them;
  *   - other awkward operands are copied (cudaMemcpy2D) into the padded ones.
  * An operand that fits is used in place.  The copies read and write each
- * byte once (tens of microseconds at the benchmark's sizes, against a staged
- * host path 10-100x slower).  The temporaries live in one more pooled
+ * byte once, far less than the staged host path costs.  The temporaries live in one more pooled
  * symmetric workspace, so plain calls allocate nothing and allreduce can
  * register its C. */
 #include <stdlib.h>

@@ -1,9 +1,8 @@
 /* The split path's GEMM (kernels/tp/split.cu): cuBLAS, one handle per
- * communicator.  On the small products the split path serves, MKX's engine
- * ran at 0.68-0.82x of cuBLAS on 2 H200 (128 x 1024 x 1024 to
- * 512 x 2048 x 2048, 2026-11-30), about 4 us of a 40 us call: its 128-row
- * tiles leave most SMs idle there.  The overlapped path keeps the engine,
- * whose hooks it needs. */
+ * communicator.  On the small products the split path serves, the engine's
+ * 128-row tiles leave most SMs idle, and cuBLAS alone is faster there
+ * (tests/perf/results/tp-h200x2.md).  The overlapped path keeps the
+ * engine, whose hooks it needs. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"

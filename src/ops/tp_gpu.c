@@ -458,9 +458,8 @@ int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
   return mkx_tp_blas_gemm(&pool->blas, g, st, fn);
 }
 
-/* Below ~1024 rows per rank the overlapped calls lost to cuBLAS + NCCL on
- * 2 H200 (tests/perf/results/tp-h200x2.md): their fixed cost is larger
- * than what overlap can hide there. */
+/* Below ~1024 rows per rank the overlapped calls' fixed cost is larger
+ * than what overlap can hide (tests/perf/results/tp-h200x2.md). */
 int mkx_tp_split_wanted(MKX_Comm c, int64_t M) {
   /* Without MPS the ranks of a GPU take turns: a persistent kernel that
    * waits for a tile of a peer waits for the peer's next time slice, once
