@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/efadv.h>
+#include "net/ibv_common.h"
 #include "net/ibv_shim.h"
 
 /* The capability bit this build tests; 0: the header cannot say. */
@@ -257,41 +258,13 @@ static int efa_connect(mkx_net *n, const void *blobs, size_t len) {
   return MKX_SUCCESS;
 }
 
-static struct ibv_mr *reg_device(efa_impl *e, const mkx_net_reg_args *a,
-                                 int access) {
-#ifdef HAVE_IBV_REG_DMABUF_MR
-  if (a->dmabuf_fd >= 0) {
-    struct ibv_mr *mr = ibv_reg_dmabuf_mr(e->pd, a->dmabuf_offset, a->len,
-                                          (uint64_t)(uintptr_t)a->base,
-                                          a->dmabuf_fd, access);
-    if (mr) return mr;
-    mkx_log(MKX_LOG_INFO, "efa: ibv_reg_dmabuf_mr: %s; trying peer memory",
-            strerror(errno));
-  }
-#endif
-  return mkx_ibv_reg_mr(e->pd, a->base, a->len, access);
-}
-
 static int efa_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
-  efa_impl *e = impl_of(n);
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  struct ibv_mr *m = a->kind == MKX_NET_MEM_DEVICE
-                         ? reg_device(e, a, access)
-                         : mkx_ibv_reg_mr(e->pd, a->base, a->len, access);
-  if (!m)
-    return mkx_error(MKX_ERR_NET, "efa: registering %zu bytes at %p: %s",
-                     a->len, a->base, strerror(errno));
-  *mr = (mkx_net_mr){.kind = a->kind, .base = a->base, .len = a->len,
-                     .lkey = m->lkey, .rkey = m->rkey, .handle = m};
-  return MKX_SUCCESS;
+  return mkx_ibv_register("efa", impl_of(n)->pd, a, mr);
 }
 
 static int efa_dereg(mkx_net *n, mkx_net_mr *mr) {
   (void)n;
-  if (mr->handle && ibv_dereg_mr(mr->handle) != 0)
-    return mkx_error(MKX_ERR_NET, "efa: ibv_dereg_mr: %s", strerror(errno));
-  mr->handle = NULL;
-  return MKX_SUCCESS;
+  return mkx_ibv_deregister("efa", mr);
 }
 
 /* The 64-bit value nearest at or above `cur` whose low 16 bits are `low`;
@@ -449,6 +422,8 @@ static void efa_close(mkx_net *n) { (void)n; }
 
 const mkx_net_provider mkx_net_efa_provider = {
     .name = "efa",
+    .caps = MKX_NET_CAP_DEVICE_MEM, /* SRD delivers out of order */
+    .signal_bits = 16,              /* the immediate data's low half */
     .probe = efa_probe,
     .open = efa_open,
     .address = efa_address,

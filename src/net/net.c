@@ -96,8 +96,11 @@ int mkx_net_open_with(const mkx_net_provider *prov, const mkx_net_params *p,
     return rc;
   }
   *out = n;
-  mkx_log(MKX_LOG_INFO, "net: rank %d uses the %s transport", p->rank,
-          prov->name);
+  mkx_log(MKX_LOG_INFO, "net: rank %d uses the %s transport (GPU memory %s, "
+          "writes %s, %d-bit signals)", p->rank, prov->name,
+          prov->caps & MKX_NET_CAP_DEVICE_MEM ? "registered" : "staged",
+          prov->caps & MKX_NET_CAP_ORDERED ? "in order" : "unordered",
+          prov->signal_bits);
   return MKX_SUCCESS;
 }
 
@@ -285,6 +288,10 @@ uint64_t mkx_net_bytes_sent(const mkx_net *n, int peer) {
 const char *mkx_net_name(const mkx_net *n) {
   return n ? n->prov->name : "none";
 }
+
+unsigned mkx_net_caps(const mkx_net *n) { return n->prov->caps; }
+
+int mkx_net_signal_bits(const mkx_net *n) { return n->prov->signal_bits; }
 
 void mkx_net_close(mkx_net *n) {
   if (!n) return;

@@ -103,10 +103,22 @@ typedef struct mkx_net_completion {
   int peer;
 } mkx_net_completion;
 
+/* What a provider offers, for callers that adapt to it (a fourth provider
+ * says what it is here, not in the callers). */
+enum {
+  /* registers GPU memory itself (else it stages it through host memory) */
+  MKX_NET_CAP_DEVICE_MEM = 1u << 0,
+  /* a peer sees the writes to it in the order they were posted (else only
+   * each write's own data before its signal) */
+  MKX_NET_CAP_ORDERED = 1u << 1,
+};
+
 /* The provider table.  Every function returns an MKX error code and
  * records a message (mkx_error) on failure. */
 struct mkx_net_provider {
   const char *name;
+  unsigned caps;   /* MKX_NET_CAP_* */
+  int signal_bits; /* low bits of a signal value carried (64: all) */
   /* MKX_SUCCESS if this provider can run here (device present). */
   int (*probe)(const mkx_net_params *p);
   /* Fill n->impl; n->signals is allocated by the provider (it may need
@@ -173,6 +185,8 @@ int mkx_net_wait_signal(mkx_net *n, uint32_t slot, uint64_t value,
                         int64_t timeout_ms, int *completed);
 uint64_t mkx_net_bytes_sent(const mkx_net *n, int peer);
 const char *mkx_net_name(const mkx_net *n);
+unsigned mkx_net_caps(const mkx_net *n);
+int mkx_net_signal_bits(const mkx_net *n);
 void mkx_net_close(mkx_net *n);
 
 /* tcp only: the port this endpoint listens on (-1 for other providers),

@@ -800,6 +800,8 @@ int mkx_net_tcp_port(const mkx_net *n) {
 
 const mkx_net_provider mkx_net_tcp_provider = {
     .name = "tcp",
+    .caps = MKX_NET_CAP_ORDERED, /* one stream per peer; GPU memory staged */
+    .signal_bits = 64,
     .probe = tcp_probe,
     .open = tcp_open,
     .address = tcp_address,

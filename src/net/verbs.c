@@ -29,6 +29,7 @@
 
 #if HAVE_VERBS
 #include <errno.h>
+#include "net/ibv_common.h"
 #include "net/ibv_shim.h"
 #include "net/verbs_blob.h"
 
@@ -257,45 +258,13 @@ static int verbs_connect(mkx_net *n, const void *blobs, size_t len) {
   return MKX_SUCCESS;
 }
 
-/* Device memory: DMA-BUF where the library has it and a fd was given,
- * else the device pointer itself (nvidia-peermem resolves it). */
-static struct ibv_mr *reg_device(verbs_impl *v, const mkx_net_reg_args *a,
-                                 int access) {
-#ifdef HAVE_IBV_REG_DMABUF_MR
-  if (a->dmabuf_fd >= 0) {
-    struct ibv_mr *mr = ibv_reg_dmabuf_mr(v->pd, a->dmabuf_offset, a->len,
-                                          (uint64_t)(uintptr_t)a->base,
-                                          a->dmabuf_fd, access);
-    if (mr) return mr;
-    mkx_log(MKX_LOG_INFO, "verbs: ibv_reg_dmabuf_mr: %s; trying peer memory",
-            strerror(errno));
-  }
-#endif
-  return mkx_ibv_reg_mr(v->pd, a->base, a->len, access);
-}
-
 static int verbs_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
-  verbs_impl *v = impl_of(n);
-  int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  struct ibv_mr *m = a->kind == MKX_NET_MEM_DEVICE
-                         ? reg_device(v, a, access)
-                         : mkx_ibv_reg_mr(v->pd, a->base, a->len, access);
-  if (!m)
-    return mkx_error(MKX_ERR_NET, "verbs: registering %zu bytes of %s memory "
-                     "at %p: %s", a->len,
-                     a->kind == MKX_NET_MEM_DEVICE ? "device" : "host",
-                     a->base, strerror(errno));
-  *mr = (mkx_net_mr){.id = 0, .kind = a->kind, .base = a->base, .len = a->len,
-                     .lkey = m->lkey, .rkey = m->rkey, .handle = m};
-  return MKX_SUCCESS;
+  return mkx_ibv_register("verbs", impl_of(n)->pd, a, mr);
 }
 
 static int verbs_dereg(mkx_net *n, mkx_net_mr *mr) {
   (void)n;
-  if (mr->handle && ibv_dereg_mr(mr->handle) != 0)
-    return mkx_error(MKX_ERR_NET, "verbs: ibv_dereg_mr: %s", strerror(errno));
-  mr->handle = NULL;
-  return MKX_SUCCESS;
+  return mkx_ibv_deregister("verbs", mr);
 }
 
 static int wc_error(mkx_net *n, const struct ibv_wc *wc) {
@@ -431,6 +400,8 @@ static void verbs_close(mkx_net *n) { (void)n; }
 
 const mkx_net_provider mkx_net_verbs_provider = {
     .name = "verbs",
+    .caps = MKX_NET_CAP_DEVICE_MEM | MKX_NET_CAP_ORDERED, /* RC */
+    .signal_bits = 64,
     .probe = verbs_probe,
     .open = verbs_open,
     .address = verbs_address,

@@ -285,6 +285,9 @@ static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
   if (rc != MKX_SUCCESS) return rc;
   CHECK(strcmp(mkx_net_name(c->n), "tcp") == 0, "provider %s",
         mkx_net_name(c->n));
+  /* one stream per peer: in order; GPU memory staged, not registered */
+  CHECK(mkx_net_caps(c->n) == MKX_NET_CAP_ORDERED &&
+            mkx_net_signal_bits(c->n) == 64, "tcp capabilities");
   return MKX_SUCCESS;
 }
 

@@ -56,6 +56,9 @@ static void test_capability(void) {
   CHECK(mkx_net_open(&p, &n) == MKX_SUCCESS && n &&
             strcmp(mkx_net_name(n), "efa") == 0,
         "auto: efa when only EFA exists");
+  /* SRD: GPU memory registered, writes unordered, 16-bit immediates */
+  CHECK(n && mkx_net_caps(n) == MKX_NET_CAP_DEVICE_MEM &&
+            mkx_net_signal_bits(n) == 16, "efa capabilities");
   mkx_net_close(n);
 }
 

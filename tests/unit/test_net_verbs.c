@@ -47,6 +47,9 @@ static void test_no_device(void) {
   opt.net = MKX_NET_AUTO;
   CHECK(mkx_net_open(&p, &n) == MKX_SUCCESS, "auto opens verbs");
   CHECK(n && strcmp(mkx_net_name(n), "verbs") == 0, "auto prefers verbs");
+  /* RC: GPU memory registered, writes in order, whole 64-bit signals */
+  CHECK(n && mkx_net_caps(n) == (MKX_NET_CAP_DEVICE_MEM | MKX_NET_CAP_ORDERED)
+            && mkx_net_signal_bits(n) == 64, "verbs capabilities");
   mkx_net_close(n);
   CHECK(fake.opens == fake.closes, "every open device closed (%d/%d)",
         fake.opens, fake.closes);
