@@ -8,6 +8,7 @@
 #if HAVE_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include "core/cuda_rc.h"
 #endif
 
 /* Launchers publish the rank within the host under several names. */
@@ -29,12 +30,16 @@ static int launcher_local_rank(const char **var) {
 }
 
 #if HAVE_CUDA
-static int cuda_check(cudaError_t e, const char *what) {
+int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
+                   const char *file, int line) {
   if (e == cudaSuccess) return MKX_SUCCESS;
+  (void)cudaGetLastError();
+  mkx_log(MKX_LOG_DEBUG, "%s:%d: %s failed: %s", file, line, what,
+          cudaGetErrorName(e));
   return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
                                                   : MKX_ERR_CUDA,
-                   "%s: %s (%s)", what, cudaGetErrorString(e),
-                   cudaGetErrorName(e));
+                   "%s%s%s: %s (%s)", where ? where : "", where ? ": " : "",
+                   what, cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 int mkx_device_count(void) {
@@ -47,7 +52,7 @@ int mkx_device_count(void) {
 }
 
 int mkx_device_set(int device) {
-  return cuda_check(cudaSetDevice(device), "cudaSetDevice");
+  return mkx_cuda_rc(cudaSetDevice(device), NULL, "cudaSetDevice");
 }
 
 int mkx_pointer_kind(const void *p) {
@@ -63,8 +68,8 @@ int mkx_pointer_kind(const void *p) {
 
 int mkx_device_name(int device, char *buf, size_t len) {
   struct cudaDeviceProp prop;
-  int rc = cuda_check(cudaGetDeviceProperties(&prop, device),
-                      "cudaGetDeviceProperties");
+  int rc = mkx_cuda_rc(cudaGetDeviceProperties(&prop, device),
+                       NULL, "cudaGetDeviceProperties");
   if (rc == MKX_SUCCESS)
     snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name,
              prop.major, prop.minor, prop.multiProcessorCount,
@@ -73,8 +78,8 @@ int mkx_device_name(int device, char *buf, size_t len) {
 }
 
 int mkx_device_pci_id(int device, char *buf, size_t len) {
-  return cuda_check(cudaDeviceGetPCIBusId(buf, (int)len, device),
-                    "cudaDeviceGetPCIBusId");
+  return mkx_cuda_rc(cudaDeviceGetPCIBusId(buf, (int)len, device),
+                     NULL, "cudaDeviceGetPCIBusId");
 }
 
 int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
@@ -85,8 +90,8 @@ int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
     for (int j = 0; j < *n; j++) {
       int ok = i == j;
       if (i != j)
-        MKX_TRY(cuda_check(cudaDeviceCanAccessPeer(&ok, i, j),
-                           "cudaDeviceCanAccessPeer"));
+        MKX_TRY(mkx_cuda_rc(cudaDeviceCanAccessPeer(&ok, i, j),
+                            NULL, "cudaDeviceCanAccessPeer"));
       can[i * *n + j] = ok;
     }
   }
@@ -94,21 +99,23 @@ int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
 }
 
 int mkx_device_alloc(size_t bytes, void **p) {
-  return cuda_check(cudaMalloc(p, bytes ? bytes : 1), "cudaMalloc");
+  return mkx_cuda_rc(cudaMalloc(p, bytes ? bytes : 1), NULL, "cudaMalloc");
 }
 
-int mkx_device_free(void *p) { return cuda_check(cudaFree(p), "cudaFree"); }
+int mkx_device_free(void *p) { return mkx_cuda_rc(cudaFree(p),
+                                                  NULL, "cudaFree"); }
 
 int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
-  return cuda_check(cudaMemcpy(dst, src, bytes,
-                               to_device ? cudaMemcpyHostToDevice
-                                         : cudaMemcpyDeviceToHost),
-                    to_device ? "cudaMemcpy to device" : "cudaMemcpy to host");
+  return mkx_cuda_rc(cudaMemcpy(dst, src, bytes,
+                                to_device ? cudaMemcpyHostToDevice
+                                          : cudaMemcpyDeviceToHost),
+                     NULL, to_device ? "cudaMemcpy to device"
+                                     : "cudaMemcpy to host");
 }
 
 int mkx_stream_sync(void *stream) {
-  return cuda_check(cudaStreamSynchronize((cudaStream_t)stream),
-                    "cudaStreamSynchronize");
+  return mkx_cuda_rc(cudaStreamSynchronize((cudaStream_t)stream),
+                     NULL, "cudaStreamSynchronize");
 }
 
 /* A driver entry point, or NULL: MKX never links libcuda (its stub would
@@ -163,12 +170,11 @@ int mkx_device_sm_info(int device, mkx_device_sms *out) {
   int seen = 0;
   memset(out, 0, sizeof *out);
   /* the primary context must exist before its affinity can be read */
-  MKX_TRY(cuda_check(cudaFree(NULL), "cudaFree(NULL)"));
+  MKX_CUDA_TRY(cudaFree(NULL), NULL);
   /* under MPS this is already the client's share of the SMs */
-  MKX_TRY(cuda_check(cudaDeviceGetAttribute(&seen,
-                                            cudaDevAttrMultiProcessorCount,
-                                            device),
-                     "cudaDeviceGetAttribute"));
+  MKX_TRY(mkx_cuda_rc(cudaDeviceGetAttribute(
+                          &seen, cudaDevAttrMultiProcessorCount, device),
+                      NULL, "cudaDeviceGetAttribute"));
   out->mps = device_mps(device);
   const int ctx = context_sms();
   out->ctx_sms = ctx > 0 && ctx < seen ? ctx : seen;

@@ -12,6 +12,7 @@
 #if HAVE_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include "core/cuda_rc.h"
 #include <pthread.h>
 
 /* Peer allocations opened in this process, whatever communicator opened
@@ -149,13 +150,6 @@ typedef struct symm_record {
   uint64_t id, offset;       /* buffer id; ptr - base */
 } symm_record;
 
-static int cuda_fail(cudaError_t e, const char *what) {
-  (void)cudaGetLastError();
-  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
-                                                  : MKX_ERR_CUDA,
-                   "%s: %s", what, cudaGetErrorString(e));
-}
-
 typedef CUresult (*get_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
 
 /* The driver's cuPointerGetAttribute without linking libcuda (whose stub
@@ -242,7 +236,7 @@ static int describe(void *ptr, symm_record *r) {
   MKX_TRY(allocation_of(ptr, &base, &r->id));
   r->offset = (uint64_t)((char *)ptr - (char *)base);
   if ((e = cudaIpcGetMemHandle(&r->handle, base)) != cudaSuccess)
-    return cuda_fail(e, "cudaIpcGetMemHandle");
+    return mkx_cuda_rc(e, NULL, "cudaIpcGetMemHandle");
   return MKX_SUCCESS;
 }
 
@@ -269,7 +263,7 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
   }
   if (e != cudaSuccess) {
     free(m);
-    return cuda_fail(e, "cudaIpcOpenMemHandle of a node peer's buffer");
+    return mkx_cuda_rc(e, NULL, "cudaIpcOpenMemHandle of a node peer's buffer");
   }
   if (user) return *held = 1, MKX_SUCCESS;
   *m = (mapping){q, r->id, *base, s->maps};
@@ -434,7 +428,7 @@ int mkx_symm_free(MKX_Comm c, void *ptr) {
     *po = o->next;
     free(o);
     cudaError_t e = cudaFree(ptr);
-    if (e != cudaSuccess) rc = cuda_fail(e, "cudaFree");
+    if (e != cudaSuccess) rc = mkx_cuda_rc(e, NULL, "cudaFree");
   }
   return rc;
 }

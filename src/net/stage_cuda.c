@@ -9,6 +9,7 @@
 #include "net/net.h"
 #if HAVE_CUDA
 #include <cuda_runtime.h>
+#include "core/cuda_rc.h"
 
 /* 1 MiB: large enough that a copy costs more than its launch, small
  * enough to keep two per endpoint. */
@@ -18,14 +19,6 @@ typedef struct cuda_stage {
   int device;
   cudaStream_t out, in; /* device -> host (senders), host -> device */
 } cuda_stage;
-
-static int cuda_rc(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return MKX_SUCCESS;
-  (void)cudaGetLastError();
-  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
-                                                  : MKX_ERR_CUDA,
-                   "tcp staging: %s: %s", what, cudaGetErrorString(e));
-}
 
 static int device_of(const void *p) {
   int count = 0;
@@ -59,13 +52,13 @@ static int stage_open(int device, void **ctx) {
   *ctx = NULL;
   if (!s) return mkx_error(MKX_ERR_NOMEM, "tcp staging");
   s->device = device;
-  int rc = cuda_rc(cudaSetDevice(device), "cudaSetDevice");
+  int rc = mkx_cuda_rc(cudaSetDevice(device), "tcp staging", "cudaSetDevice");
   if (rc == MKX_SUCCESS)
-    rc = cuda_rc(cudaStreamCreateWithFlags(&s->out, cudaStreamNonBlocking),
-                 "cudaStreamCreateWithFlags");
+    rc = mkx_cuda_rc(cudaStreamCreateWithFlags(&s->out, cudaStreamNonBlocking),
+                     "tcp staging", "cudaStreamCreateWithFlags");
   if (rc == MKX_SUCCESS)
-    rc = cuda_rc(cudaStreamCreateWithFlags(&s->in, cudaStreamNonBlocking),
-                 "cudaStreamCreateWithFlags");
+    rc = mkx_cuda_rc(cudaStreamCreateWithFlags(&s->in, cudaStreamNonBlocking),
+                     "tcp staging", "cudaStreamCreateWithFlags");
   if (rc != MKX_SUCCESS) {
     stage_close(s);
     return rc;
@@ -76,9 +69,9 @@ static int stage_open(int device, void **ctx) {
 
 static int host_alloc(void *ctx, size_t bytes, void **p) {
   cuda_stage *s = ctx;
-  MKX_TRY(cuda_rc(cudaSetDevice(s->device), "cudaSetDevice"));
-  return cuda_rc(cudaHostAlloc(p, bytes, cudaHostAllocPortable),
-                 "cudaHostAlloc");
+  MKX_CUDA_TRY(cudaSetDevice(s->device), "tcp staging");
+  return mkx_cuda_rc(cudaHostAlloc(p, bytes, cudaHostAllocPortable),
+                     "tcp staging", "cudaHostAlloc");
 }
 
 static void host_free(void *ctx, void *p) {
@@ -90,12 +83,13 @@ static void host_free(void *ctx, void *p) {
 /* Each thread that copies makes the endpoint's device its own first. */
 static int copy(const cuda_stage *s, void *dst, const void *src, size_t len,
                 enum cudaMemcpyKind kind, cudaStream_t st) {
-  MKX_TRY(cuda_rc(cudaSetDevice(s->device), "cudaSetDevice"));
-  MKX_TRY(cuda_rc(cudaMemcpyAsync(dst, src, len, kind, st),
-                  kind == cudaMemcpyDeviceToHost ? "copy to the send stage"
-                                                 : "copy from the receive "
-                                                   "stage"));
-  return cuda_rc(cudaStreamSynchronize(st), "cudaStreamSynchronize");
+  MKX_CUDA_TRY(cudaSetDevice(s->device), "tcp staging");
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(dst, src, len, kind, st), "tcp staging",
+                      kind == cudaMemcpyDeviceToHost
+                          ? "copy to the send stage"
+                          : "copy from the receive stage"));
+  return mkx_cuda_rc(cudaStreamSynchronize(st), "tcp staging",
+                     "cudaStreamSynchronize");
 }
 
 static int to_host(void *ctx, void *dst, const void *src, size_t len) {

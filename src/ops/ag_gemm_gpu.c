@@ -183,13 +183,13 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                         cudaMemcpyDeviceToDevice, s)
       : cudaMemcpy2DAsync(dst, row, src, (size_t)a->lda * p->es, row,
                           (size_t)nrows, cudaMemcpyDeviceToDevice, s);
-  MKX_TRY(mkx_tp_cuda_rc(e, FN, "copy of A rows"));
+  MKX_TRY(mkx_cuda_rc(e, FN, "copy of A rows"));
   const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
   int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->tiles_m + t0;
   const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_SRC);
   e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)(t1 - t0 + 1),
                       cudaMemcpyDeviceToDevice, s);
-  return mkx_tp_cuda_rc(e, FN, "copy of ready flags");
+  return mkx_cuda_rc(e, FN, "copy of ready flags");
 }
 
 /* Peers' copies on the side streams (copy engines), in chunks, staggered:
@@ -197,11 +197,11 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                       cudaStream_t st) {
   mkx_tp_ws *ws = p->ws;
-  MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
   for (int i = 1; i < c->size; i++) {
     cudaStream_t s = ws->side[i];
     const int q = (c->rank + i) % c->size;
-    MKX_TRY(mkx_tp_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN,
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN,
                            "fork wait"));
     /* chunks of chunk_tiles tiles of the gathered A: the first starts at
      * row0 (maybe inside a tile), every other one on a tile boundary; each
@@ -211,14 +211,14 @@ static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
       if (g1 > p->row1) g1 = p->row1;
       MKX_TRY(push_rows(c, p, a, q, g0, g1, s));
     }
-    MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_join[i], s), FN, "join"));
+    MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[i], s), FN, "join"));
   }
   return MKX_SUCCESS;
 }
 
 static int join_peers(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
   for (int i = 1; i < c->size; i++)
-    MKX_TRY(mkx_tp_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
                            "join wait"));
   return MKX_SUCCESS;
 }
@@ -371,7 +371,7 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
       e = out_rows(p, a, p->row1, p->M, gathered + (size_t)p->row1 * row,
                    row, st);
   }
-  return mkx_tp_cuda_rc(e, FN, "copy to A_out");
+  return mkx_cuda_rc(e, FN, "copy to A_out");
 }
 
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,

@@ -243,7 +243,7 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 }
 
 static int cuda_rc(cudaError_t e, const red_plan *p, const char *what) {
-  return mkx_tp_cuda_rc(e, fn_name(p->allreduce), what);
+  return mkx_cuda_rc(e, fn_name(p->allreduce), what);
 }
 
 /* Copy engine, one step: wait for the GEMM's count of a chunk, copy it,

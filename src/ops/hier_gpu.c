@@ -39,7 +39,7 @@ const char *mkx_hier_op_name(int op) {
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
 static int cuda_rc(cudaError_t e, int op, const char *what) {
-  return mkx_tp_cuda_rc(e, op_name(op), what);
+  return mkx_cuda_rc(e, op_name(op), what);
 }
 
 /* The engine's GEMM of this call: AG: gathered A (dense, in dtmp) into C;

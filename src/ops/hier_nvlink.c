@@ -40,7 +40,7 @@ long mkx_hier_nvlink_starts(void) { return atomic_load(&nvlink_starts); }
 #define op_name mkx_hier_op_name
 
 static int cuda_rc(cudaError_t e, int op, const char *what) {
-  return mkx_tp_cuda_rc(e, op_name(op), what);
+  return mkx_cuda_rc(e, op_name(op), what);
 }
 
 static int rank_at(MKX_Comm c, int node, int local) {

@@ -223,7 +223,7 @@ int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
 }
 
 static int cuda_rc(cudaError_t e, const ad_plan *p, const char *what) {
-  return mkx_tp_cuda_rc(e, op_name(p->op), what);
+  return mkx_cuda_rc(e, op_name(p->op), what);
 }
 
 /* dst (rows x cols of esz bytes, leading dimension ldd) = src (lds). */

@@ -39,7 +39,7 @@ static int blas_create(mkx_tp_blas **out, const char *fn) {
   if (!b) return mkx_error(MKX_ERR_NOMEM, "%s: cuBLAS handle", fn);
   int rc = blas_rc(cublasCreate(&b->h), fn, "cublasCreate");
   if (rc == MKX_SUCCESS)
-    rc = mkx_tp_cuda_rc(cudaMalloc(&b->ws, BLAS_WS_BYTES), fn,
+    rc = mkx_cuda_rc(cudaMalloc(&b->ws, BLAS_WS_BYTES), fn,
                         "cuBLAS workspace");
   if (rc != MKX_SUCCESS) {
     mkx_tp_blas_free(b);

@@ -89,17 +89,9 @@ static int get_pool(MKX_Comm c, tp_pool **pool) {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-int mkx_tp_cuda_rc(cudaError_t e, const char *fn, const char *what) {
-  if (e == cudaSuccess) return MKX_SUCCESS;
-  (void)cudaGetLastError();
-  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
-                                                  : MKX_ERR_CUDA,
-                   "%s: %s: %s", fn, what, cudaGetErrorString(e));
-}
-
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what) {
   if (rc == 0) return MKX_SUCCESS;
-  if (rc > 0) return mkx_tp_cuda_rc((cudaError_t)rc, fn, what);
+  if (rc > 0) return mkx_cuda_rc((cudaError_t)rc, fn, what);
   return mkx_error(rc == MKX_GEMM_EINVAL ? MKX_ERR_INTERNAL : MKX_ERR_CUDA,
                    "%s: %s failed (engine code %d)", fn, what, rc);
 }
@@ -150,25 +142,25 @@ static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
 /* Local resources of a workspace (no communication). */
 static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
   const char *fn = "fused tp workspace";
-  MKX_TRY(mkx_tp_cuda_rc(cudaHostAlloc((void **)&ws->err_host,
+  MKX_TRY(mkx_cuda_rc(cudaHostAlloc((void **)&ws->err_host,
                                        4 * sizeof(int), cudaHostAllocMapped),
                          fn, "cudaHostAlloc"));
   memset(ws->err_host, 0, 4 * sizeof(int));
-  MKX_TRY(mkx_tp_cuda_rc(cudaHostGetDevicePointer((void **)&ws->err_dev,
+  MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer((void **)&ws->err_dev,
                                                   ws->err_host, 0),
                          fn, "cudaHostGetDevicePointer"));
   for (int i = 0; i < c->size; i++) {
-    MKX_TRY(mkx_tp_cuda_rc(cudaStreamCreateWithFlags(&ws->side[i],
+    MKX_TRY(mkx_cuda_rc(cudaStreamCreateWithFlags(&ws->side[i],
                                                      cudaStreamNonBlocking),
                            fn, "cudaStreamCreate"));
-    MKX_TRY(mkx_tp_cuda_rc(cudaEventCreateWithFlags(
+    MKX_TRY(mkx_cuda_rc(cudaEventCreateWithFlags(
                                &ws->ev_join[i], cudaEventDisableTiming),
                            fn, "cudaEventCreate"));
   }
-  MKX_TRY(mkx_tp_cuda_rc(cudaEventCreateWithFlags(&ws->ev_fork,
+  MKX_TRY(mkx_cuda_rc(cudaEventCreateWithFlags(&ws->ev_fork,
                                                   cudaEventDisableTiming),
                          fn, "cudaEventCreate"));
-  return mkx_tp_cuda_rc(cudaEventCreateWithFlags(&ws->ev_last,
+  return mkx_cuda_rc(cudaEventCreateWithFlags(&ws->ev_last,
                                                  cudaEventDisableTiming),
                         fn, "cudaEventCreate");
 }
@@ -177,9 +169,9 @@ static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
  * before the collective registration lets any peer write a flag here. */
 static int ws_zero(mkx_tp_ws *ws, void *base) {
   const char *fn = "fused tp workspace";
-  MKX_TRY(mkx_tp_cuda_rc(cudaMemset(base, 0, ws->data_off), fn,
+  MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, ws->data_off), fn,
                          "cudaMemset"));
-  return mkx_tp_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
+  return mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
 }
 
 /* Collective: a new workspace with at least `need` (and some slack for the
@@ -219,7 +211,7 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
 
 /* Collective: free a pooled workspace (nothing may still use it). */
 static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
-  int rc = agree(c, mkx_tp_cuda_rc(cudaDeviceSynchronize(), "fused tp",
+  int rc = agree(c, mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp",
                                    "cudaDeviceSynchronize"),
                  "tp workspace release");
   if (rc == MKX_SUCCESS) rc = mkx_symm_free(c, ws->buf.local);
@@ -354,7 +346,7 @@ static int pool_error(MKX_Comm c, const char *fn) {
 
 /* Option blocking: wait for this run and return its own status. */
 static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
-  MKX_TRY(mkx_tp_cuda_rc(cudaStreamSynchronize(st), ws->fn,
+  MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), ws->fn,
                          "cudaStreamSynchronize (option blocking)"));
   return mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0));
 }
@@ -380,13 +372,13 @@ int mkx_tp_free_other(MKX_Comm c, void *plan) {
 
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
                          "cudaStreamIsCapturing"));
   /* A call on another stream than the last one must not overtake it: it
    * would reuse the workspace under the previous call's feet.  (Inside a
    * capture the graph's own order is the user's to keep.) */
   if (ws->used && ws->last_stream != st && cap == cudaStreamCaptureStatusNone)
-    MKX_TRY(mkx_tp_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, ws->ev_last,
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, ws->ev_last,
                                                0), fn, "cudaStreamWaitEvent"));
   return MKX_SUCCESS;
 }
@@ -480,14 +472,14 @@ int mkx_tp_split_wanted(MKX_Comm c, int64_t M) {
 
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_tp_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
                          "fused tp", "cudaStreamIsCapturing"));
   /* Inside a capture nothing runs yet: no event, and option blocking has
    * nothing to wait for (a synchronise would end the capture). */
   if (cap != cudaStreamCaptureStatusNone) return MKX_SUCCESS;
   ws->used = 1;
   ws->last_stream = st;
-  MKX_TRY(mkx_tp_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
                          "fused tp", "cudaEventRecord"));
   return ws->comm->opt.blocking ? finish_blocking(ws, (cudaStream_t)st)
                                 : MKX_SUCCESS;

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <cuda_runtime.h>
 #include "core/comm.h"
+#include "core/cuda_rc.h"
 #include "mem/symm.h"
 #include "tp/tp.h"
 #include "gemm/gemm_engine.h"
@@ -107,7 +108,6 @@ void mkx_tp_count_ag1(void);
 
 /* An engine/launcher return code as an MKX error. */
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what);
-int mkx_tp_cuda_rc(cudaError_t e, const char *fn, const char *what);
 
 /* The GEMM engine's code for an MKX type the fused paths take. */
 int mkx_tp_gemm_type(MKX_Datatype t);

@@ -2,6 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cuda_runtime.h>
+#include "core/cuda_rc.h"
 #include "core/error.h"
 #include "core/log.h"
 #include "proxy/proxy_gpu.h"
@@ -25,14 +26,6 @@ struct mkx_proxy_gpu {
   int64_t timeout_ms;
 };
 
-static int cuda_rc(cudaError_t e, const char *what) {
-  if (e == cudaSuccess) return MKX_SUCCESS;
-  (void)cudaGetLastError();
-  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
-                                                  : MKX_ERR_CUDA,
-                   "GPU proxy: %s: %s", what, cudaGetErrorString(e));
-}
-
 /* The status record sits after the ring, on its own cache line. */
 static size_t status_offset(const mkx_proxy_gpu *g) {
   return (g->ring_bytes + 63) & ~(size_t)63;
@@ -46,12 +39,13 @@ static int map_signals(mkx_proxy_gpu *g) {
     return mkx_error(MKX_ERR_INTERNAL, "GPU proxy: the %s endpoint's signal "
                      "words are not page-aligned (mkx_net_signals_alloc)",
                      mkx_net_name(g->net));
-  MKX_TRY(cuda_rc(cudaHostRegister(host, bytes, cudaHostRegisterMapped |
-                                                    cudaHostRegisterPortable),
-                  "cudaHostRegister of the signal words"));
+  MKX_TRY(mkx_cuda_rc(cudaHostRegister(host, bytes,
+                                       cudaHostRegisterMapped |
+                                           cudaHostRegisterPortable),
+                      "GPU proxy", "cudaHostRegister of the signal words"));
   g->signals_host = host;
-  MKX_TRY(cuda_rc(cudaHostGetDevicePointer(&dev, host, 0),
-                  "cudaHostGetDevicePointer of the signal words"));
+  MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer(&dev, host, 0), "GPU proxy",
+                      "cudaHostGetDevicePointer of the signal words"));
   g->signals_dev = dev;
   return MKX_SUCCESS;
 }
@@ -61,16 +55,17 @@ static int setup(mkx_proxy_gpu *g, uint32_t entries) {
   if (entries == 0 || (entries & (entries - 1)) || entries > (1u << 20))
     return mkx_error(MKX_ERR_INVALID_ARG, "GPU proxy: ring entries %u is not "
                      "a power of two <= 2^20", entries);
-  MKX_TRY(cuda_rc(cudaSetDevice(g->device), "cudaSetDevice"));
+  MKX_TRY(mkx_cuda_rc(cudaSetDevice(g->device), "GPU proxy", "cudaSetDevice"));
   g->ring_bytes = mkx_proxy_ring_bytes(entries);
   size_t bytes = status_offset(g) + sizeof(mkx_proxy_dev_status);
   /* Not write-combined: the proxy thread reads the ring. */
-  MKX_TRY(cuda_rc(cudaHostAlloc(&g->mem, bytes, cudaHostAllocMapped |
-                                                    cudaHostAllocPortable),
-                  "cudaHostAlloc of the ring"));
+  MKX_TRY(mkx_cuda_rc(cudaHostAlloc(&g->mem, bytes,
+                                    cudaHostAllocMapped |
+                                        cudaHostAllocPortable),
+                      "GPU proxy", "cudaHostAlloc of the ring"));
   memset(g->mem, 0, bytes);
-  MKX_TRY(cuda_rc(cudaHostGetDevicePointer(&g->mem_dev, g->mem, 0),
-                  "cudaHostGetDevicePointer of the ring"));
+  MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer(&g->mem_dev, g->mem, 0),
+                      "GPU proxy", "cudaHostGetDevicePointer of the ring"));
   MKX_TRY(map_signals(g));
   return mkx_proxy_create(g->net, entries, g->mem, g->timeout_ms, &g->proxy);
 }
