@@ -232,7 +232,7 @@ int mkx_device_pick(int count, int path, int opt_device, int host_local_rank,
   *device = -1;
   if (count == 0) {
     snprintf(why, why_len, "no usable CUDA device");
-    return path == MKX_PATH_GPU
+    return path == MKX_PATH_OPT_GPU
                ? mkx_error(MKX_ERR_UNSUPPORTED,
                            "option path=gpu but no usable CUDA device")
                : MKX_SUCCESS;

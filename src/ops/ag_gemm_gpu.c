@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include "core/error.h"
 #include "ops/op.h"
+#include "ops/path.h"
 
 #if HAVE_CUDA
 #include "ops/tp_host.h"
@@ -326,7 +327,7 @@ static int oneshot_run(MKX_Comm c, const ag_plan *p,
   push_desc(c, p, a, 0, &d.push);
   d.chunk_kb = p->chunk_kb;
   d.nkc = p->nkc;
-  mkx_tp_count_ag1();
+  mkx_path_count(MKX_PATH_TP_ONE_KERNEL);
   return mkx_tp_launch_rc(mkx_tp_ag1(&d, st), FN, "AllGather+GEMM kernel");
 }
 

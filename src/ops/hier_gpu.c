@@ -19,16 +19,14 @@
 #include "host/hier.h"
 #include "host/xfer.h"
 #include "ops/op.h"
+#include "ops/path.h"
 
 #if HAVE_CUDA
 #include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 #include "ops/hier_gpu.h"
 
-#include <stdatomic.h>
 
-static atomic_long hier_gpu_starts;
-long mkx_hier_gpu_starts(void) { return atomic_load(&hier_gpu_starts); }
 
 const char *mkx_hier_op_name(int op) {
   return op == MKX_TP_OP_AG ? "MKX_Allgather_gemm"
@@ -238,8 +236,8 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream) {
   hg_plan *p = plan;
   cudaStream_t st = (cudaStream_t)stream;
-  atomic_fetch_add(&hier_gpu_starts, 1);
   if (p->nvlink) return mkx_hier_nvlink_start(c, p, args, st);
+  mkx_path_count(MKX_PATH_HIER_GPU);
   if (p->op == MKX_TP_OP_AG) return ag_start(c, p, args, st);
   return red_start(c, p, args, st);
 }

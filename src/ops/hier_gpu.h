@@ -42,8 +42,6 @@ int mkx_hier_nvlink_plan(MKX_Comm c, int op, const void *args,
 int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
                           cudaStream_t st);
 void mkx_hier_nvlink_free(hg_plan *p);
-/* Calls started on the nvlink variant in this process (for tests). */
-long mkx_hier_nvlink_starts(void);
 /* For the CPU tests of the nvlink variant's logic (row permutations,
  * slices, chunks, column collectives): one call on host buffers, its node
  * part as the host path's call on the node communicator.  op: MKX_TP_OP_*,

@@ -28,14 +28,12 @@
 #include "host/hier.h"
 #include "host/xfer.h"
 #include "ops/op.h"
+#include "ops/path.h"
 
 #if HAVE_CUDA
-#include <stdatomic.h>
 #include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
 
-static atomic_long nvlink_starts;
-long mkx_hier_nvlink_starts(void) { return atomic_load(&nvlink_starts); }
 
 #define op_name mkx_hier_op_name
 
@@ -434,7 +432,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
 
 int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
                           cudaStream_t st) {
-  atomic_fetch_add(&nvlink_starts, 1);
+  mkx_path_count(MKX_PATH_HIER_NVLINK);
   if (p->op == MKX_TP_OP_AG) return ag_start(c, p, args, st);
   return red_start(c, p, args, st);
 }

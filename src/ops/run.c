@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "ops/op.h"
+#include "ops/path.h"
 
 /* One rank's contribution to the agreement exchange. */
 typedef struct agree_record {
@@ -226,7 +227,11 @@ int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
     MKX_TRY(mkx_device_set(c->device));
     return mkx_comm_fail(c, p->cls->gpu_start(c, p->gpu, args, stream));
   }
-  if (p->staged) return run_staged(c, p, args, stream);
+  if (p->staged) {
+    mkx_path_count(MKX_PATH_STAGED);
+    return run_staged(c, p, args, stream);
+  }
+  mkx_path_count(MKX_PATH_HOST);
   return mkx_comm_fail(c, p->cls->host(c, args, &p->g));
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include "core/error.h"
 #include "ops/op.h"
+#include "ops/path.h"
 
 #if HAVE_CUDA
 #include "ops/tp_host.h"
@@ -301,6 +302,7 @@ int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
   const ad_shape *s = &p->s;
   cudaStream_t st = (cudaStream_t)stream;
   const ad_args v = view(p->op, args);
+  mkx_path_count(MKX_PATH_TP_ADAPTED);
   const void *twin = p->op == MKX_TP_OP_AG ? (const void *)&p->twin.ag
                                            : (const void *)&p->twin.red;
   const ad_args t = view(p->op, twin);

@@ -8,19 +8,13 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/path.h"
 #include "host/op_args.h"
 
 #if HAVE_CUDA
-#include <stdatomic.h>
 #include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
-/* Fused calls started in this process (tests check the path was taken). */
-static atomic_long fused_starts, split_starts, ag1_starts;
-long mkx_tp_fused_starts(void) { return atomic_load(&fused_starts); }
-long mkx_tp_split_starts(void) { return atomic_load(&split_starts); }
-long mkx_tp_ag1_starts(void) { return atomic_load(&ag1_starts); }
-void mkx_tp_count_ag1(void) { atomic_fetch_add(&ag1_starts, 1); }
 
 /* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
 
@@ -387,7 +381,6 @@ static int begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   MKX_TRY(pool_error(c, fn));
   ws->fn = fn;
   MKX_TRY(mkx_tp_after_last(ws, fn, st));
-  atomic_fetch_add(&fused_starts, 1);
   return MKX_SUCCESS;
 }
 
@@ -395,6 +388,7 @@ int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
                  int src_n) {
   mkx_tp_sync s;
   MKX_TRY(begin(c, ws, fn, st));
+  mkx_path_count(MKX_PATH_TP_OVERLAP);
   mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (overlapped)", fn);
   mkx_tp_sync_fill(c, ws, src_n, &s);
   return mkx_tp_launch_rc(mkx_tp_prologue(&s, (cudaStream_t)st), fn,
@@ -404,7 +398,7 @@ int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
 int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
                        MKX_Stream st) {
   MKX_TRY(begin(c, ws, fn, st));
-  atomic_fetch_add(&split_starts, 1);
+  mkx_path_count(MKX_PATH_TP_SPLIT);
   mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (split)", fn);
   return MKX_SUCCESS;
 }

@@ -98,13 +98,6 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn);
 void mkx_tp_blas_free(mkx_tp_blas *b);
 
-/* Calls started on the fused GPU path so far in this process, how many of
- * them took the split path, and how many of those ran AllGather+GEMM as
- * one kernel (for tests; mkx_tp_count_ag1 counts one). */
-long mkx_tp_fused_starts(void);
-long mkx_tp_split_starts(void);
-long mkx_tp_ag1_starts(void);
-void mkx_tp_count_ag1(void);
 
 /* An engine/launcher return code as an MKX error. */
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what);
@@ -152,7 +145,6 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream);
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
 /* Calls started on that path in this process (for tests). */
-long mkx_hier_gpu_starts(void);
 /* An adapter or several-node plan: run (or free) it and return 1 (the
  * run's status in *rc); a fused plan: return 0, the caller runs it. */
 int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,

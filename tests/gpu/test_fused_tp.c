@@ -31,9 +31,16 @@
 #include <cuda_runtime.h>
 #include "mkx_test.h"
 #include "cuda_check.h"
+#include "ops/path.h"
 #include "ops/tp_host.h"
 
 #define CUDA(call) MT_CUDA(call)
+
+/* Starts on the fused single-node paths so far (ops/path.h). */
+static long fused_starts(void) {
+  return mkx_path_starts(MKX_PATH_TP_OVERLAP) +
+         mkx_path_starts(MKX_PATH_TP_SPLIT);
+}
 
 enum { OP_AG = 0, OP_RS, OP_AR };
 static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
@@ -293,14 +300,14 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   mt_check_rc(rc, MKX_SUCCESS, "host oracle %s", op_name[op]);
   mt_dev_fill(p.dC, 0xFF, p.cbytes, st);
   if (p.dAo) mt_dev_fill(p.dAo, 0xFF, p.aobytes, st);
-  long before = mkx_tp_fused_starts(), split0 = mkx_tp_split_starts();
+  long before = fused_starts(), split0 = mkx_path_starts(MKX_PATH_TP_SPLIT);
   rc = prob_call(&p, c, 1, NULL);
   mt_check_rc(rc, MKX_SUCCESS, "device %s", op_name[op]);
   CUDA(cudaStreamSynchronize(st));
-  int fused = mkx_tp_fused_starts() > before, want = expect_fused(&p);
+  int fused = fused_starts() > before, want = expect_fused(&p);
   mt_check(fused == want, "%s took the %s path (expected %s)", op_name[op],
            fused ? "fused" : "staged", want ? "fused" : "staged");
-  int split = mkx_tp_split_starts() > split0, want_split = want && expect_split(&p);
+  int split = mkx_path_starts(MKX_PATH_TP_SPLIT) > split0, want_split = want && expect_split(&p);
   mt_check(split == want_split, "%s M=%lld: %s (expected %s)", op_name[op],
            (long long)p.M, split ? "split" : "not split",
            want_split ? "split" : "not split");
@@ -494,7 +501,7 @@ static void back_to_back(MKX_Comm c, int op) {
   variants_init(&v, c, op, &s);
   void *dC[4];
   for (int j = 0; j < 4; j++) dC[j] = dev_alloc(v.p.cbytes);
-  long before = mkx_tp_fused_starts(), split0 = mkx_tp_split_starts();
+  long before = fused_starts(), split0 = mkx_path_starts(MKX_PATH_TP_SPLIT);
   int rc = MKX_SUCCESS;
   for (int i = 0; i < 1000 && rc == MKX_SUCCESS; i++) {
     void *keep = v.p.dA;
@@ -508,9 +515,9 @@ static void back_to_back(MKX_Comm c, int op) {
     }
   }
   mt_check_rc(rc, MKX_SUCCESS, "%s: 1000 back-to-back calls", op_name[op]);
-  mt_check(mkx_tp_fused_starts() - before == 1000,
+  mt_check(fused_starts() - before == 1000,
            "%s: all 1000 calls fused", op_name[op]);
-  mt_check(mkx_tp_split_starts() - split0 == (expect_split(&v.p) ? 1000 : 0),
+  mt_check(mkx_path_starts(MKX_PATH_TP_SPLIT) - split0 == (expect_split(&v.p) ? 1000 : 0),
            "%s: 1000 calls on the %s path", op_name[op],
            expect_split(&v.p) ? "split" : "overlapped");
   for (int j = 0; j < 4; j++) cudaFree(dC[j]);
@@ -577,11 +584,13 @@ static void contrast(MKX_Comm off) {
     prob p;
     prob_init(&p, op, &s);
     prob_fill(&p, 7, 7);
-    long before = mkx_tp_fused_starts();
+    long before = fused_starts();
+    long staged0 = mkx_path_starts(MKX_PATH_STAGED);
     mt_check_rc(prob_call(&p, off, 1, NULL), MKX_SUCCESS, "fused=off call");
     CUDA(cudaStreamSynchronize(st));
-    mt_check(mkx_tp_fused_starts() == before, "%s with fused=off is staged",
-             op_name[op]);
+    mt_check(fused_starts() == before &&
+                 mkx_path_starts(MKX_PATH_STAGED) == staged0 + 1,
+             "%s with fused=off is staged", op_name[op]);
     prob_free(&p);
   }
 }
@@ -611,7 +620,7 @@ static void two_small_c(MKX_Comm cov) {
     mt_check_rc(prob_call(&p[i], cov, 0, NULL), MKX_SUCCESS,
                 "host oracle gemm_ar (two small C)");
   }
-  long split0 = mkx_tp_split_starts();
+  long split0 = mkx_path_starts(MKX_PATH_TP_SPLIT);
   for (int i = 0; i < 2; i++)
     mt_check_rc(prob_init_plan(&p[i], cov, &r[i]), MKX_SUCCESS,
                 "gemm_ar plan %d of two on small C", i);
@@ -628,7 +637,7 @@ static void two_small_c(MKX_Comm cov) {
   }
   if (mt.rank == 0)
     printf("# two small C: %ld of 2 starts took the split path\n",
-           mkx_tp_split_starts() - split0);
+           mkx_path_starts(MKX_PATH_TP_SPLIT) - split0);
 }
 
 /* A communicator with these MPI_Info keys and values (NULL-terminated). */
@@ -696,7 +705,7 @@ static void parts(MKX_Comm c, int mode, const char *only, const char *name,
                   int ops, int ag1) {
   if (only && strcmp(only, name)) return;
   split_mode = mode;
-  long ag1_0 = mkx_tp_ag1_starts();
+  long ag1_0 = mkx_path_starts(MKX_PATH_TP_ONE_KERNEL);
   for (int op = 0; op < 3; op++) {
     if (!(ops >> op & 1)) continue;
     shapes(c, op);
@@ -704,7 +713,7 @@ static void parts(MKX_Comm c, int mode, const char *only, const char *name,
     persistent(c, op);
     graph(c, op);
   }
-  const long n1 = mkx_tp_ag1_starts() - ag1_0;
+  const long n1 = mkx_path_starts(MKX_PATH_TP_ONE_KERNEL) - ag1_0;
   const int many = ag1 && (ops & 1) && b2b_fits_one_kernel(c);
   mt_check(many ? n1 > 1000 : ag1 ? n1 < 1000 : n1 == 0, "%s: %ld "
            "AllGather+GEMM calls in one kernel (expected %s)", name, n1,

@@ -17,6 +17,7 @@
 #include "mkx.h"
 #include "mkx_test.h"
 #ifdef MKX_TEST_CUDA
+#include "ops/path.h"
 #include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
 #include "host/op_args.h"
@@ -25,6 +26,12 @@
 typedef struct geo {
   int N, G, j, l;
 } geo;
+
+/* Starts on the several-node GPU paths so far (ops/path.h). */
+static long hier_starts(void) {
+  return mkx_path_starts(MKX_PATH_HIER_GPU) +
+         mkx_path_starts(MKX_PATH_HIER_NVLINK);
+}
 
 static float frand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
@@ -151,7 +158,7 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
   for (int v = 0; v < 2; v++) {
     MKX_Comm c = v ? gpu : staged;
     uint64_t before = mkx_comm_net_bytes_sent(c);
-    long starts = mkx_hier_gpu_starts();
+    long starts = hier_starts();
     int rc = op == 0
         ? MKX_Allgather_gemm(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
                              MKX_NO_TRANS, tbuf_ptr(&C[v]), n, NULL, 0,
@@ -165,7 +172,7 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
                              MKX_FP32, MKX_ROW_MAJOR, c, NULL);
     mt_check_rc(rc, MKX_SUCCESS, "%s bf16 %s", name[op],
                 v ? "hier_gemm=gpu" : "staged");
-    mt_check(mkx_hier_gpu_starts() - starts == v, "%s: %s path taken",
+    mt_check(hier_starts() - starts == v, "%s: %s path taken",
              name[op], v ? "GPU-GEMM" : "staged");
     if (v) sent = mkx_comm_net_bytes_sent(c) - before;
   }
@@ -587,11 +594,11 @@ int main(int argc, char **argv) {
   static const char *const modes[] = {"gpu", "nvlink"};
   for (int i = 0; mt.device && i < 2; i++) {
     MKX_Comm gpu = vnode_comm(vs, "hier_gemm", modes[i]);
-    long nv = mkx_hier_nvlink_starts();
+    long nv = mkx_path_starts(MKX_PATH_HIER_NVLINK);
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
-    mt_check(mkx_hier_nvlink_starts() - nv == (i ? 12 : 0),
+    mt_check(mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv == (i ? 12 : 0),
              "hier_gemm=%s: %ld calls took the nvlink variant", modes[i],
-             mkx_hier_nvlink_starts() - nv);
+             mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv);
     MKX_Comm_free(&gpu);
   }
 #endif

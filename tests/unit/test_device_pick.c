@@ -19,26 +19,26 @@ int main(void) {
                         "PALS_LOCAL_RANKID"};
   for (int i = 0; i < 5; i++) unsetenv(vars[i]);
 
-  CHECK(pick(0, MKX_PATH_AUTO, -1, 3, &dev) == MKX_SUCCESS && dev == -1,
+  CHECK(pick(0, MKX_PATH_OPT_AUTO, -1, 3, &dev) == MKX_SUCCESS && dev == -1,
         "no GPU: host path");
-  CHECK(pick(0, MKX_PATH_GPU, -1, 3, &dev) == MKX_ERR_UNSUPPORTED,
+  CHECK(pick(0, MKX_PATH_OPT_GPU, -1, 3, &dev) == MKX_ERR_UNSUPPORTED,
         "path=gpu without a GPU is an error");
-  CHECK(pick(1, MKX_PATH_AUTO, -1, 5, &dev) == MKX_SUCCESS && dev == 0,
+  CHECK(pick(1, MKX_PATH_OPT_AUTO, -1, 5, &dev) == MKX_SUCCESS && dev == 0,
         "one visible device (CUDA_VISIBLE_DEVICES narrowed it): device 0");
-  CHECK(pick(4, MKX_PATH_AUTO, -1, 6, &dev) == MKX_SUCCESS && dev == 2,
+  CHECK(pick(4, MKX_PATH_OPT_AUTO, -1, 6, &dev) == MKX_SUCCESS && dev == 2,
         "no launcher variable: MPI placement 6 %% 4 = 2, got %d", dev);
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
-  CHECK(pick(4, MKX_PATH_AUTO, -1, 0, &dev) == MKX_SUCCESS && dev == 3,
+  CHECK(pick(4, MKX_PATH_OPT_AUTO, -1, 0, &dev) == MKX_SUCCESS && dev == 3,
         "Open MPI local rank 3, got %d", dev);
   setenv("SLURM_LOCALID", "5", 1);
-  CHECK(pick(4, MKX_PATH_AUTO, -1, 0, &dev) == MKX_SUCCESS && dev == 1,
+  CHECK(pick(4, MKX_PATH_OPT_AUTO, -1, 0, &dev) == MKX_SUCCESS && dev == 1,
         "Slurm wins over Open MPI: 5 %% 4 = 1, got %d", dev);
   setenv("SLURM_LOCALID", "x", 1);
-  CHECK(pick(4, MKX_PATH_AUTO, -1, 0, &dev) == MKX_SUCCESS && dev == 3,
+  CHECK(pick(4, MKX_PATH_OPT_AUTO, -1, 0, &dev) == MKX_SUCCESS && dev == 3,
         "a malformed SLURM_LOCALID is skipped, got %d", dev);
-  CHECK(pick(4, MKX_PATH_AUTO, 1, 0, &dev) == MKX_SUCCESS && dev == 1,
+  CHECK(pick(4, MKX_PATH_OPT_AUTO, 1, 0, &dev) == MKX_SUCCESS && dev == 1,
         "option device wins, got %d", dev);
-  CHECK(pick(2, MKX_PATH_AUTO, 2, 0, &dev) == MKX_ERR_INVALID_ARG,
+  CHECK(pick(2, MKX_PATH_OPT_AUTO, 2, 0, &dev) == MKX_ERR_INVALID_ARG,
         "option device beyond the visible count is an error");
   CHECK(strstr(MKX_Get_last_error(), "device=2") != NULL,
         "message names the option: %s", MKX_Get_last_error());

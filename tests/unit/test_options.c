@@ -13,7 +13,7 @@ static void test_defaults(void) {
   mkx_options o;
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "defaults load");
   CHECK(o.log_level == MKX_LOG_WARN, "log_level default warn");
-  CHECK(o.path == MKX_PATH_AUTO, "path default auto");
+  CHECK(o.path == MKX_PATH_OPT_AUTO, "path default auto");
   CHECK(o.device == -1, "device default -1");
   CHECK(o.timeout_ms == 300000, "timeout default");
   CHECK(o.virtual_node_size == 0, "virtual nodes default off");
@@ -33,7 +33,7 @@ static void test_environment(void) {
   setenv("MKX_PATH", "HOST", 1);
   setenv("MKX_TIMEOUT_MS", "1500", 1);
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "env load");
-  CHECK(o.path == MKX_PATH_HOST, "env path=HOST (case-insensitive)");
+  CHECK(o.path == MKX_PATH_OPT_HOST, "env path=HOST (case-insensitive)");
   CHECK(o.timeout_ms == 1500, "env timeout");
   setenv("MKX_TIMEOUT_MS", "15x", 1);
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG,
@@ -99,7 +99,7 @@ static void test_format_roundtrip(void) {
   mkx_options o, p;
   char buf[64];
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "load");
-  o.path = MKX_PATH_GPU;
+  o.path = MKX_PATH_OPT_GPU;
   o.timeout_ms = 1234567;
   p = o;
   for (const mkx_option_desc *d = mkx_option_table(); d->name; d++) {

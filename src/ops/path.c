@@ -1,0 +1,28 @@
+/* Path names and per-process counters (path.h). */
+#include <stdatomic.h>
+#include "ops/path.h"
+
+static const char *const names[MKX_PATH_COUNT] = {
+    [MKX_PATH_HOST] = "host",
+    [MKX_PATH_STAGED] = "staged",
+    [MKX_PATH_TP_OVERLAP] = "fused overlapped",
+    [MKX_PATH_TP_SPLIT] = "fused split",
+    [MKX_PATH_TP_ONE_KERNEL] = "fused split in one kernel",
+    [MKX_PATH_TP_ADAPTED] = "fused, operands adapted",
+    [MKX_PATH_HIER_GPU] = "several nodes (hier_gemm=gpu)",
+    [MKX_PATH_HIER_NVLINK] = "several nodes (hier_gemm=nvlink)",
+};
+
+static atomic_long starts[MKX_PATH_COUNT];
+
+const char *mkx_path_name(mkx_path p) {
+  return p >= 0 && p < MKX_PATH_COUNT ? names[p] : "?";
+}
+
+void mkx_path_count(mkx_path p) {
+  if (p >= 0 && p < MKX_PATH_COUNT) atomic_fetch_add(&starts[p], 1);
+}
+
+long mkx_path_starts(mkx_path p) {
+  return p >= 0 && p < MKX_PATH_COUNT ? atomic_load(&starts[p]) : 0;
+}

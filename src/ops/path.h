@@ -1,0 +1,26 @@
+/* The paths an operation's call can take, named once for logs and counted
+ * per process, so that tests check the path a call took by asking for it
+ * by name. */
+#ifndef MKX_OPS_PATH_H
+#define MKX_OPS_PATH_H
+
+typedef enum mkx_path {
+  MKX_PATH_HOST,           /* host buffers: the host path */
+  MKX_PATH_STAGED,         /* device buffers through host memory */
+  MKX_PATH_TP_OVERLAP,     /* one node: a GEMM overlapped with the copies */
+  MKX_PATH_TP_SPLIT,       /* one node: the GEMM, then one-shot NVLink */
+  MKX_PATH_TP_ONE_KERNEL,  /* a split AllGather+GEMM in one kernel (also
+                              counted as MKX_PATH_TP_SPLIT) */
+  MKX_PATH_TP_ADAPTED,     /* operands adapted around a fused call */
+  MKX_PATH_HIER_GPU,       /* several nodes: GEMM on the GPU, network by host */
+  MKX_PATH_HIER_NVLINK,    /* several nodes: the node's part fused over NVLink */
+  MKX_PATH_COUNT
+} mkx_path;
+
+const char *mkx_path_name(mkx_path p);
+/* One more start on p (thread-safe). */
+void mkx_path_count(mkx_path p);
+/* Starts on p in this process so far. */
+long mkx_path_starts(mkx_path p);
+
+#endif
