@@ -285,6 +285,18 @@ double mt_tol_cond(double tol, const double *ref, const double *refabs,
   return t < cap ? t : cap;
 }
 
+int mt_within_cond(const void *buf, MKX_Datatype t, int64_t ld, int64_t rows,
+                   int64_t cols, const double *ref, const double *refabs,
+                   double tol) {
+  for (int64_t i = 0; i < rows; i++)
+    for (int64_t j = 0; j < cols; j++) {
+      const double g = mt_get(buf, t, (size_t)(i * ld + j));
+      const double e = ref[i * cols + j], a = refabs[i * cols + j];
+      if (!(fabs(g - e) <= tol * (fabs(e) + a))) return 0;
+    }
+  return 1;
+}
+
 int64_t mt_min_ld(MKX_Order o, int64_t rows, int64_t cols) {
   int64_t v = o == MKX_ROW_MAJOR ? cols : rows;
   return v > 0 ? v : 1;
