@@ -1,8 +1,10 @@
 #!/bin/sh
 # The layer rule of docs/architecture.md: every #include "..." of include/,
 # src/ and kernels/ names a header of its own layer or of one its table row
-# allows, and resolves in one include root only.  Reads the table from the
-# doc itself, so the two cannot drift.  Prints each breach; fails on any.
+# allows, and resolves in one include root only; in a build directory,
+# every mkx_* function an object file calls is defined in such a layer too.
+# Reads the table from the doc itself, so the two cannot drift.  Prints
+# each breach; fails on any.
 set -uf # -f: the patterns of the table are matched, never expanded
 top=${srcdir:-$(dirname "$0")/..}
 top=$(cd "$top" && pwd)
@@ -40,6 +42,7 @@ allowed() { # allowed LAYER TARGET
   done
 }
 
+build=$(pwd)
 cd "$top" || exit 1
 bad=0 n=0
 files=$(find include src kernels -type f \( -name '*.c' -o -name '*.h' \
@@ -68,4 +71,44 @@ for f in $files; do
   done
 done
 [ "$bad" = 0 ] && echo "ok - $n includes of $(echo "$files" | wc -l) files keep the layers"
+
+# Calls: in a build directory, every mkx_* function an object file uses is
+# defined in its own layer or one it may include (a kernel launcher counts
+# as kernel-api; the public MKX_* functions are the api's).
+objs=$(cd "$build" && find src kernels -path '*/.libs/*.o' 2>/dev/null | sort)
+[ -n "$objs" ] || objs=$(cd "$build" && find src kernels -name '*.o' 2>/dev/null | sort)
+if [ -z "$objs" ]; then
+  echo "ok - # SKIP calls: no object files under $build"
+  exit $bad
+fi
+# source_of OBJECT: src/core/.libs/comm.o (or src/core/comm.o) ->
+# src/core/comm.c
+source_of() {
+  d=$(dirname "$1") b=$(basename "$1" .o)
+  [ "$(basename "$d")" = .libs ] && d=$(dirname "$d")
+  b=${b#lib*_la-}
+  for ext in c cu F90; do [ -f "$d/$b.$ext" ] && { echo "$d/$b.$ext"; return; }; done
+}
+syms=$(for o in $objs; do
+  s=$(source_of "$o")
+  [ -n "$s" ] || continue
+  l=$(layer_of "$s")
+  [ "$l" = kernels ] && l=kernel-api # what other layers may reach of it
+  nm --defined-only -g "$build/$o" | awk -v f="$s" -v l="$l" \
+    '$3 ~ /^mkx_/ { print "D", $3, f, l }'
+  nm -u "$build/$o" | awk -v f="$s" -v l="$(layer_of "$s")" \
+    '$2 ~ /^mkx_/ { print "U", $2, f, l }'
+done)
+pairs=$(printf '%s\n' "$syms" | awk '
+  $1 == "D" { where[$2] = $3; layer[$2] = $4; next }
+  $1 == "U" && ($2 in where) && layer[$2] != $4 {
+    print $4, layer[$2], $3, $2, where[$2] }')
+ncalls=$(printf '%s\n' "$syms" | grep -c '^U')
+breaches=$(printf '%s\n' "$pairs" | sort -u | while read -r from to file sym def; do
+  [ -n "$from" ] || continue
+  [ -n "$(allowed "$from" "$to")" ] ||
+    echo "not ok - $file ($from) calls $sym of $def ($to)"
+done)
+if [ -n "$breaches" ]; then echo "$breaches"; bad=1; else
+  echo "ok - $ncalls calls to mkx_* functions keep the layers"; fi
 exit $bad
