@@ -144,7 +144,6 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
 int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream);
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
-/* Calls started on that path in this process (for tests). */
 /* An adapter or several-node plan: run (or free) it and return 1 (the
  * run's status in *rc); a fused plan: return 0, the caller runs it. */
 int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
