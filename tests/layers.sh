@@ -92,11 +92,11 @@ source_of() {
 syms=$(for o in $objs; do
   s=$(source_of "$o")
   [ -n "$s" ] || continue
-  l=$(layer_of "$s")
-  [ "$l" = kernels ] && l=kernel-api # what other layers may reach of it
-  nm --defined-only -g "$build/$o" | awk -v f="$s" -v l="$l" \
+  l=$(layer_of "$s") d=$l
+  [ "$l" = kernels ] && d=kernel-api # what other layers may reach of it
+  nm --defined-only -g "$build/$o" | awk -v f="$s" -v l="$d" \
     '$3 ~ /^mkx_/ { print "D", $3, f, l }'
-  nm -u "$build/$o" | awk -v f="$s" -v l="$(layer_of "$s")" \
+  nm -u "$build/$o" | awk -v f="$s" -v l="$l" \
     '$2 ~ /^mkx_/ { print "U", $2, f, l }'
 done)
 pairs=$(printf '%s\n' "$syms" | awk '

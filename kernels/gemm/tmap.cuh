@@ -68,11 +68,14 @@ static inline int num_sms(int *sms) {
   return 0;
 }
 
-/* The SM count, at most cap (> 0): the CTAs a kernel that waits for other
- * ranks may take (mkx_tp_sync::ctas). */
+/* n, or cap where 0 < cap < n: the CTAs a kernel that waits for other
+ * ranks may take (mkx_tp_sync::ctas; 0 is no limit). */
+static inline int at_most(int n, int cap) { return cap > 0 && cap < n ? cap : n; }
+
+/* The SM count, at most cap. */
 static inline int num_sms(int *sms, int cap) {
   const int rc = num_sms(sms);
-  if (!rc && cap > 0 && cap < *sms) *sms = cap;
+  if (!rc) *sms = at_most(*sms, cap);
   return rc;
 }
 

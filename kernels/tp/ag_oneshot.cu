@@ -269,7 +269,7 @@ extern "C" int mkx_tp_ag1_shape(const mkx_tp_ag_desc *d, int any_k, int *tile, i
    * on a GPU shared under MPS a GEMM CTA waiting for a peer's push CTA
    * must not hold the SM that push CTA needs. */
   *tile = mkx_gemm_pick_tile(&g, kFullSMs);
-  const int sms = d->sync.ctas > 0 && d->sync.ctas < kFullSMs ? d->sync.ctas : kFullSMs;
+  const int sms = at_most(kFullSMs, d->sync.ctas);
   const int64_t tiles = cdiv(d->m, kBM) * cdiv(d->n, *tile == MKX_GEMM_TILE_128x256 ? 256 : 128);
   const int64_t nk = cdiv(d->k, kBK);
   if (tiles > sms - kMinPush || (!any_k && nk < kMinKBlocks)) return 0;

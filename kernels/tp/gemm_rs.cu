@@ -522,7 +522,7 @@ extern "C" int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st) {
   if (!d || d->sync.size < 1 || d->sync.size > MKX_TP_MAX || d->n % 4) return MKX_GEMM_EINVAL;
   /* every block meets the peers: on a GPU shared under MPS they must not
    * sit on every SM */
-  const int blocks = d->sync.ctas > 0 && d->sync.ctas < 132 ? d->sync.ctas : 132;
+  const int blocks = at_most(132, d->sync.ctas);
   switch (d->c_type) {
     case MKX_GEMM_BF16: tp_late_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d); break;
     case MKX_GEMM_FP16: tp_late_kernel<__half><<<blocks, 256, 0, st>>>(*d); break;

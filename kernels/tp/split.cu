@@ -3,7 +3,8 @@
  * communication one after the other, each in one kernel, for shapes whose
  * GEMM is too short to hide a collective behind (option tp_overlap).  The
  * overlapped path pays a barrier kernel, copy-engine set-up and 4-5 launches
- * per call; here a call is two kernels and each meets the other GPUs once in flags over NVLink.
+ * per call; here a call is two kernels and each meets the other GPUs once
+ * in flags over NVLink.
  *
  *   AllGather+GEMM:  tp_split_push_kernel, then the gated GEMM (ag_gemm.cu)
  *                    or cuBLAS (option tp_split_gemm)
@@ -13,6 +14,7 @@
  */
 #include "gemm/gemm_engine.cuh"
 #include "gemm/gemm_engine.h"
+#include "gemm/tmap.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
 
@@ -31,8 +33,7 @@ __device__ __forceinline__ int next_epoch(const mkx_tp_sync &s) {
  * block meets the peers: on a GPU shared under MPS they must not sit on
  * every SM); at least one block, which still meets the peers. */
 int blocks_for(int64_t items, int ctas) {
-  const int64_t cap = ctas > 0 && ctas < 264 ? ctas : 264;
-  const int64_t b = (items + 255) / 256;
+  const int64_t cap = mkx::gemm::at_most(264, ctas), b = (items + 255) / 256;
   return b < 1 ? 1 : b > cap ? (int)cap : (int)b;
 }
 

@@ -35,8 +35,9 @@
 /* Pieces of 2 MiB, 4 in flight per pair: a piece's copies overlap the
  * transfer of the others, and a piece is long enough that the per-piece
  * costs (a credit, a wake-up) vanish; smaller or larger pieces and more
- * in flight moved the same on loopback (docs/inter-node.md).  Each region is size * DEPTH pieces; large
- * communicators get smaller pieces so that it stays within STAGE_BUDGET. */
+ * in flight moved the same on loopback (docs/inter-node.md).  Each region
+ * is size * DEPTH pieces; large communicators get smaller pieces so that
+ * it stays within STAGE_BUDGET. */
 #define PIECE_MAX ((size_t)2 << 20)
 #define PIECE_MIN ((size_t)64 << 10)
 #define DEPTH 4
