@@ -43,7 +43,8 @@ __device__ __forceinline__ int told_word(int origin, int peer, int where) {
  * telling the peers (first: another wait of this rank that sees err[0]
  * set goes on and may publish garbage, and a peer that takes it must find
  * the tell by then).  err[0] = -1 while it is being written. */
-__device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer, int tile, int where, int tell) {
+__device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer, int tile, int where, int tell,
+                                        int my_peer = -1, int my_tile = -1, int my_where = 0) {
   volatile int *err = s.err;
   if (!err || atomicCAS((int *)err, 0, -1) != 0) return;
   for (int q = 0; q < s.size; ++q)
@@ -51,6 +52,9 @@ __device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer
   err[1] = peer;
   err[2] = tile;
   err[3] = where;
+  err[4] = my_peer;
+  err[5] = my_tile;
+  err[6] = my_where;
   __threadfence_system();
   err[0] = code;
   __threadfence_system();
@@ -58,18 +62,20 @@ __device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer
 
 /* If a peer told this rank that it gave up (and no failure of this rank's
  * own is recorded yet), record MKX_TP_ERR_PEER naming the rank that gave
- * up first, the rank it waited for (as tile) and where, pass the tell on,
- * and return true.  Called in every wait, and after a block's last wait:
+ * up first, the rank it waited for (as tile) and where, and the wait this
+ * rank was in (my_*: none after its last wait), pass the tell on, and
+ * return true.  Called in every wait, and after a block's last wait:
  * whatever the block took from the peers it took after any tell sent
  * before it (release/acquire), so a tell found then voids the run. */
-__device__ __forceinline__ bool peer_gave_up(const mkx_tp_sync &s) {
+__device__ __forceinline__ bool peer_gave_up(const mkx_tp_sync &s, int my_peer = -1, int my_tile = -1,
+                                             int my_where = 0) {
   /* relaxed loads, all in flight at once: they follow the caller's
    * acquires in program order, which is all the order needed */
   volatile const int *w = own_word(s, MKX_TP_OFF_TOLD);
   for (int q = 0; q < s.size; ++q) {
     const int v = w[q];
     if (!v) continue;
-    give_up(s, MKX_TP_ERR_PEER, v >> 20 & 0xff, (v & 0xff) - 1, v >> 8 & 0xff, v);
+    give_up(s, MKX_TP_ERR_PEER, v >> 20 & 0xff, (v & 0xff) - 1, v >> 8 & 0xff, v, my_peer, my_tile, my_where);
     return true;
   }
   return false;
@@ -92,7 +98,7 @@ __device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_
      * fences by orders of magnitude, so look every 256 spins */
     if (i % 256) continue;
     if (s.err && ((volatile const int *)s.err)[0] > 0) return false;
-    if (peer_gave_up(s)) return false;
+    if (peer_gave_up(s, peer, tile, where)) return false;
     if (globaltimer() - t0 > s.timeout_ns) {
       give_up(s, MKX_TP_ERR_TIMEOUT, peer, tile, where, told_word(s.rank, peer, where));
       return false;

@@ -60,13 +60,18 @@ extern "C" {
 #define MKX_TP_OFF_TOLD 1664
 #define MKX_TP_OFF_SRC 4096
 
-/* The error word (host-mapped, 4 ints), the first failure of a run:
+/* The error word (host-mapped, MKX_TP_ERR_WORDS ints), the first failure
+ * of a run:
  *   MKX_TP_ERR_TIMEOUT  a bounded wait of this rank ran out: err[1] = the
  *                       peer waited for (or -1), err[2] = tile, err[3] = where;
  *   MKX_TP_ERR_PEER     a peer gave up on the run: err[1] = the rank that
  *                       gave up first, err[2] = the rank it waited for (or
- *                       -1), err[3] = where it waited.
+ *                       -1), err[3] = where it waited; err[4..6] = what
+ *                       this rank was waiting for when it was told (peer,
+ *                       tile, where; where 0: no wait, told after one).
+ * With both sides named, a stalled run says which rank waited on which.
  * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.) */
+#define MKX_TP_ERR_WORDS 8
 #define MKX_TP_ERR_TIMEOUT 11
 #define MKX_TP_ERR_PEER 13
 enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,

@@ -137,9 +137,10 @@ static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
 static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
   const char *fn = "fused tp workspace";
   MKX_TRY(mkx_cuda_rc(cudaHostAlloc((void **)&ws->err_host,
-                                       4 * sizeof(int), cudaHostAllocMapped),
+                                       MKX_TP_ERR_WORDS * sizeof(int),
+                                       cudaHostAllocMapped),
                          fn, "cudaHostAlloc"));
-  memset(ws->err_host, 0, 4 * sizeof(int));
+  memset(ws->err_host, 0, MKX_TP_ERR_WORDS * sizeof(int));
   MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer((void **)&ws->err_dev,
                                                   ws->err_host, 0),
                          fn, "cudaHostGetDevicePointer"));
@@ -296,12 +297,32 @@ static void rank_name(int r, char *buf, size_t len) {
  * the call reporting it; earlier: the run was an earlier call's.  Kernels
  * name a node-local rank; on the fused path's one node that is the
  * communicator rank (the bootstrap numbers a node's ranks in rank order). */
+/* ", tile 5", ", tile (2, 3)" or "" for a wait's tile. */
+static void tile_name(int tile, int where, char *buf, size_t len) {
+  buf[0] = 0;
+  if (tile >= 0 && where == MKX_TP_AT_RS_TILE) /* tile_m * 65536 + tile_n */
+    snprintf(buf, len, ", tile (%d, %d)", tile / 65536, tile % 65536);
+  else if (tile >= 0)
+    snprintf(buf, len, ", tile %d", tile);
+}
+
+/* "; this rank was waiting for rank 2 (gathered A tile, tile 5)" or "". */
+static void own_wait(volatile const int *e, char *buf, size_t len) {
+  char who[32], at[32];
+  buf[0] = 0;
+  if (e[6] <= 0) return;
+  rank_name(e[4], who, sizeof who);
+  tile_name(e[5], e[6], at, sizeof at);
+  snprintf(buf, len, "; this rank was then waiting for %s (%s%s)", who,
+           where_name(e[6]), at);
+}
+
 static int check_error(const mkx_tp_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
   if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER)
     return MKX_SUCCESS;
-  char head[96], who[32], waited[32], at[32] = "";
+  char head[96], who[32], waited[32], at[32], mine[192];
   if (earlier)
     snprintf(head, sizeof head, "%s: an earlier %s", fn,
              ws->fn ? ws->fn : "call");
@@ -311,16 +332,14 @@ static int check_error(const mkx_tp_ws *ws, const char *fn, int earlier) {
   if (code == MKX_TP_ERR_PEER) {
     rank_name(peer, who, sizeof who);
     rank_name(tile, waited, sizeof waited);
+    own_wait(e, mine, sizeof mine);
     return mkx_error(MKX_ERR_PEER, "%s failed on the GPU: %s gave up on it "
                      "after %lld ms (option timeout_ms) waiting for %s (%s), "
-                     "so this rank's result is void", head, who, ms, waited,
-                     where_name(where));
+                     "so this rank's result is void%s", head, who, ms, waited,
+                     where_name(where), mine);
   }
   rank_name(peer, who, sizeof who);
-  if (tile >= 0 && where == MKX_TP_AT_RS_TILE) /* tile_m * 65536 + tile_n */
-    snprintf(at, sizeof at, ", tile (%d, %d)", tile / 65536, tile % 65536);
-  else if (tile >= 0)
-    snprintf(at, sizeof at, ", tile %d", tile);
+  tile_name(tile, where, at, sizeof at);
   return mkx_error(MKX_ERR_TIMEOUT, "%s timed out on the GPU after %lld ms "
                    "(option timeout_ms) waiting for %s (%s%s)", head, ms, who,
                    where_name(where), at);

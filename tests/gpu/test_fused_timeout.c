@@ -302,7 +302,12 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
-  if (mt.size > 2 && rc == MKX_ERR_PEER) rc = MKX_ERR_TIMEOUT;
+  /* told while its own wait went on: the message says which one */
+  if (mt.size > 2 && rc == MKX_ERR_PEER) {
+    mt_check(strstr(msg, "this rank was then waiting for rank") != NULL,
+             "%s: told, and says what it was waiting for: %s", name, msg);
+    rc = MKX_ERR_TIMEOUT;
+  }
   mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
               name, LATE, reporter(blocking, query));
   mt_check(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
