@@ -317,11 +317,40 @@ static void own_wait(volatile const int *e, char *buf, size_t len) {
            where_name(e[6]), at);
 }
 
-static int check_error(const mkx_tp_ws *ws, const char *fn, int earlier) {
+/* At log level debug: this rank's flag words of a failed run (epoch,
+ * block count, and per rank the call barrier, pushed, drained and told
+ * words), read on a stream of their own so no kernel still waiting holds
+ * the read back.  Comparing the ranks' lines shows whose epoch is behind. */
+static void dump_sync(mkx_tp_ws *ws) {
+  if (mkx_log_level() < MKX_LOG_DEBUG || ws->dumped) return;
+  ws->dumped = 1;
+  int w[MKX_TP_OFF_TOLD / 4 + MKX_TP_MAX];
+  cudaStream_t s;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    return (void)cudaGetLastError();
+  const int me = ws->comm->place.local_rank, n = ws->comm->place.local_size;
+  cudaError_t e = cudaMemcpyAsync(w, mkx_tp_ws_peer(ws, me), sizeof w,
+                                  cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  if (e != cudaSuccess) return (void)cudaGetLastError();
+  char line[512];
+  int len = snprintf(line, sizeof line, "epoch %d count %d;",
+                     w[MKX_TP_OFF_EPOCH / 4], w[MKX_TP_OFF_COUNT / 4]);
+  for (int q = 0; q < n && len < (int)sizeof line - 64; q++)
+    len += snprintf(line + len, sizeof line - len,
+                    " rank %d: bar %d pushed %d drained %d told %#x;", q,
+                    w[MKX_TP_OFF_BAR / 4 + q], w[MKX_TP_OFF_PUSHED / 4 + q],
+                    w[MKX_TP_OFF_DRAINED / 4 + q], w[MKX_TP_OFF_TOLD / 4 + q]);
+  mkx_log(MKX_LOG_DEBUG, "fused tp workspace of the failed run: %s", line);
+}
+
+static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
   if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER)
     return MKX_SUCCESS;
+  dump_sync(ws);
   char head[96], who[32], waited[32], at[32], mine[192];
   if (earlier)
     snprintf(head, sizeof head, "%s: an earlier %s", fn,
@@ -352,7 +381,7 @@ static int check_error(const mkx_tp_ws *ws, const char *fn, int earlier) {
 static int pool_error(MKX_Comm c, const char *fn) {
   tp_pool *pool;
   MKX_TRY(get_pool(c, &pool));
-  for (const mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
+  for (mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
     MKX_TRY(mkx_comm_break(c, check_error(ws, fn, 1)));
   return MKX_SUCCESS;
 }

@@ -29,6 +29,7 @@ typedef struct mkx_tp_ws {
   mkx_symm_buf buf;             /* local base and node peers' mappings */
   size_t bytes, flags_off, data_off;
   int64_t src_cap, flags_cap;
+  int dumped;                   /* its flag words were logged (debug) */
   int *err_host, *err_dev;      /* host-mapped error word (MKX_TP_ERR_WORDS ints) */
   cudaStream_t side[MKX_TP_MAX];/* copy-engine streams (one per destination) */
   cudaEvent_t ev_fork, ev_join[MKX_TP_MAX], ev_last;
