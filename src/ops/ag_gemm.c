@@ -101,9 +101,7 @@ const mkx_op_class mkx_op_allgather_gemm = {
 #if HAVE_CUDA
     .gpu_check = mkx_ag_gemm_gpu_check,
     .gpu_adapt = mkx_ag_gemm_gpu_adapt,
-    .gpu_plan = mkx_ag_gemm_gpu_plan,
-    .gpu_start = mkx_ag_gemm_gpu_start,
-    .gpu_free = mkx_ag_gemm_gpu_free,
+    .gpu_choose = mkx_ag_gemm_gpu_choose,
 #endif
 };
 

@@ -32,7 +32,6 @@
 static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct ag_plan {
-  int kind;                    /* MKX_TP_PLAN_FUSED: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int64_t M, tiles_m, chunk_tiles, first_tile;
   int split;
@@ -102,11 +101,8 @@ static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
 }
 
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
-                         const struct mkx_agreed *g, void **plan) {
+                         const struct mkx_agreed *g, int split, void **plan) {
   const mkx_ag_gemm_args *a = args;
-  if (c->place.num_nodes > 1)
-    return mkx_hier_gpu_plan(c, MKX_TP_OP_AG, args, g, plan);
-  if (g->gpu_adapt) return mkx_tp_adapt_plan(c, MKX_TP_OP_AG, args, g, plan);
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   p->M = g->total;
@@ -138,7 +134,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   /* Agreed values only (M, size), so that every rank's pool takes the same
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
-  p->split = mkx_tp_split_wanted(c, p->M);
+  p->split = split;
   p->oneshot = p->split && oneshot_fits(c, a, p);
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->M * (size_t)a->k * p->es + 255) & ~(size_t)255;
@@ -161,7 +157,8 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
 
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   ag_plan *p = plan;
-  if (!p || mkx_tp_free_other(c, plan)) return;
+  (void)c;
+  if (!p) return;
   mkx_tp_ws_release(p->ws);
   free(p);
 }
@@ -378,8 +375,6 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream) {
   ag_plan *p = plan;
-  int rc;
-  if (mkx_tp_start_other(c, plan, args, stream, &rc)) return rc;
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {

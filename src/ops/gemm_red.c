@@ -102,9 +102,7 @@ const mkx_op_class mkx_op_gemm_reduce_scatter = {
 #if HAVE_CUDA
     .gpu_check = mkx_rs_gpu_check,
     .gpu_adapt = mkx_rs_gpu_adapt,
-    .gpu_plan = mkx_rs_gpu_plan,
-    .gpu_start = mkx_red_gpu_start,
-    .gpu_free = mkx_red_gpu_free,
+    .gpu_choose = mkx_rs_gpu_choose,
 #endif
 };
 
@@ -120,9 +118,7 @@ const mkx_op_class mkx_op_gemm_allreduce = {
 #if HAVE_CUDA
     .gpu_check = mkx_ar_gpu_check,
     .gpu_adapt = mkx_ar_gpu_adapt,
-    .gpu_plan = mkx_ar_gpu_plan,
-    .gpu_start = mkx_red_gpu_start,
-    .gpu_free = mkx_red_gpu_free,
+    .gpu_choose = mkx_ar_gpu_choose,
 #endif
 };
 

@@ -21,7 +21,6 @@
 #include "gemm/gemm_engine.h"
 
 typedef struct red_plan {
-  int kind;               /* MKX_TP_PLAN_FUSED: see mkx_tp_plan_head */
   mkx_tp_ws *ws;
   int allreduce, p_type, split;
   size_t pes, ces;        /* bytes per partial / C element */
@@ -122,7 +121,7 @@ static int acquire(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p,
 }
 
 static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
-                void **out) {
+                int split, void **out) {
   red_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_name(allreduce));
   p->allreduce = allreduce;
@@ -137,7 +136,7 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n),
                         &p->L);
-  int rc = acquire(c, a, p, mkx_tp_split_wanted(c, a->M));
+  int rc = acquire(c, a, p, split);
   /* The overlapped allreduce stores into the peers' C: a C the peers
    * cannot map (say, carved by the driver out of a block that another
    * mapped buffer of this rank lies in) takes the split path, which maps
@@ -162,12 +161,11 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   return MKX_SUCCESS;
 }
 
-static int plan_any(MKX_Comm c, int op, const void *args,
-                    const struct mkx_agreed *g, void **out) {
-  if (c->place.num_nodes > 1) return mkx_hier_gpu_plan(c, op, args, g, out);
-  if (g->gpu_adapt) return mkx_tp_adapt_plan(c, op, args, g, out);
-  return plan(c, args, op == MKX_TP_OP_AR, out);
+int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
+                     void **out) {
+  return plan(c, args, op == MKX_TP_OP_AR, split, out);
 }
+
 int mkx_rs_gpu_adapt(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g) {
   return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g);
@@ -176,18 +174,10 @@ int mkx_ar_gpu_adapt(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g) {
   return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g);
 }
-int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
-                    void **out) {
-  return plan_any(c, MKX_TP_OP_RS, args, g, out);
-}
-int mkx_ar_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
-                    void **out) {
-  return plan_any(c, MKX_TP_OP_AR, args, g, out);
-}
-
 void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
-  if (!p || mkx_tp_free_other(c, plan)) return;
+  (void)c;
+  if (!p) return;
   mkx_tp_ws_release(p->ws);
   mkx_symm_buf_free(&p->creg);
   free(p);
@@ -379,8 +369,6 @@ static int pin_if_captured(MKX_Comm c, const red_plan *p, cudaStream_t st) {
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
-  int rc;
-  if (mkx_tp_start_other(c, plan, args, stream, &rc)) return rc;
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;

@@ -11,6 +11,7 @@
  * hier_gemm=nvlink (the default, hier_nvlink.c) falls back to it where
  * the node-major numbering it needs does not hold. */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -53,14 +54,15 @@ static void engine_desc(int op, const void *args, const hg_plan *p,
     mkx_tp_gemm_of_red(args, tmp, MKX_GEMM_FP32, d);
 }
 
-/* hier_gemm=nvlink where its conditions hold (agreed values only, so
- * every rank decides alike), else the plain GPU-GEMM variant. */
-static int nvlink_fits(MKX_Comm c, int op, const void *args,
-                       const struct mkx_agreed *g) {
-  if (c->opt.hier_gemm != MKX_HIER_GEMM_NVLINK) return 0;
+int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g, char *why, size_t len) {
+  if (c->opt.hier_gemm != MKX_HIER_GEMM_NVLINK) {
+    snprintf(why, len, "option hier_gemm=gpu");
+    return 0;
+  }
   if (mkx_hier_nvlink_check(c, op, args, g) == MKX_SUCCESS) return 1;
-  mkx_log(MKX_LOG_INFO, "%s (hier_gemm=gpu instead of nvlink)",
-          MKX_Get_last_error());
+  snprintf(why, len, "%s (hier_gemm=gpu instead of nvlink)",
+           MKX_Get_last_error());
   mkx_error_clear();
   return 0;
 }
@@ -87,7 +89,9 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
   if (!is16(dt) || (!is16(ct) && ct != MKX_FP32) || order != MKX_ROW_MAJOR)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=gpu takes row-major "
                      "bf16/fp16 A, B and bf16/fp16/fp32 C", fn);
-  if (nvlink_fits(c, op, args, g)) return MKX_SUCCESS;
+  char why_not[192];
+  if (mkx_hier_nvlink_fits(c, op, args, g, why_not, sizeof why_not))
+    return MKX_SUCCESS;
   mkx_gemm_desc d;
   engine_desc(op, args, NULL, g->total, &d);
   if (!mkx_gemm_supported(&d, &why))
@@ -106,8 +110,6 @@ static size_t dtmp_bytes(int op, const void *args, int64_t M) {
 
 int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **out) {
-  if (nvlink_fits(c, op, args, g))
-    return mkx_hier_nvlink_plan(c, op, args, g, out);
   hg_plan *p = calloc(1, sizeof *p);
   int64_t *rows = calloc((size_t)c->size, sizeof *rows);
   int rc = p && rows ? MKX_SUCCESS
@@ -130,7 +132,6 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
     free(p);
     return rc;
   }
-  p->kind = MKX_TP_PLAN_HIER;
   p->op = op;
   p->rows = rows;
   *out = p;

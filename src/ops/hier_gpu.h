@@ -10,7 +10,6 @@
 struct mkx_agreed;
 
 typedef struct hg_plan {
-  int kind;           /* MKX_TP_PLAN_HIER: see mkx_tp_plan_head */
   int op;
   int64_t *rows;      /* [size]: AG each rank's m_local; RS/AR blocks */
   void *dtmp;         /* device: gathered A (AG) or fp32 partial (RS/AR);

@@ -199,7 +199,6 @@ static int plan_make(MKX_Comm c, int op, const void *args,
     mkx_hier_nvlink_free(p);
     return rc;
   }
-  p->kind = MKX_TP_PLAN_HIER;
   p->op = op;
   p->nvlink = 1;
   *out = p;

@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include "core/comm.h"
 #include "host/op_args.h"
+#include "ops/path.h"
 
 #define MKX_SIG_MAX 12  /* values that must agree across ranks */
 #define MKX_LATE_MAX 2  /* per-rank values checked once totals are known */
@@ -30,6 +31,28 @@ typedef struct mkx_signature {
   int64_t late[MKX_LATE_MAX];    /* per-rank, checked by post_check */
 } mkx_signature;
 
+/* One GPU path of an operation (the entries live beside the op's GPU
+ * code, e.g. src/ops/tp_paths.c).  op: the operation's id among those
+ * sharing the entry (MKX_TP_OP_* for the tensor-parallel calls).
+ * plan: collective set-up (workspace, registration, tuning), the same on
+ * every rank; start: enqueue one run on the stream, no collective host
+ * work; free: after the last start (a plan of a failed set-up is never
+ * freed: plan cleans up itself). */
+typedef struct mkx_path_ops {
+  mkx_path path;
+  int (*plan)(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
+              void **plan);
+  int (*start)(MKX_Comm c, void *plan, const void *args, MKX_Stream stream);
+  void (*free)(MKX_Comm c, void *plan);
+} mkx_path_ops;
+
+/* A path chosen for a call, and why (logged at info). */
+typedef struct mkx_path_choice {
+  const mkx_path_ops *ops;
+  int op;
+  char why[192];
+} mkx_path_choice;
+
 typedef struct mkx_op_class {
   const char *name;
   mkx_op_kind kind;
@@ -44,20 +67,17 @@ typedef struct mkx_op_class {
   int (*buffers)(MKX_Comm c, void *args, const mkx_agreed *g,
                  mkx_buffer *bufs);
   int (*host)(MKX_Comm c, const void *args, const mkx_agreed *g);
-  /* The fused GPU path (all NULL: none yet).  gpu_check: can this rank's
-   * arguments take it?  Local only, no communication: MKX_ERR_UNSUPPORTED
-   * with the reason if not (every rank's answer is then agreed).
-   * gpu_adapt (NULL: never): local, once gpu_check passed: 1 if this
-   * rank's operands need the adapter; agreed into g->gpu_adapt.
-   * gpu_plan: collective set-up (workspace, registration, tuning).
-   * gpu_start: enqueue one run on the stream, no collective host work. */
+  /* The GPU paths (all NULL: none yet).  gpu_check: can this rank's
+   * arguments take a fused path?  Local only, no communication:
+   * MKX_ERR_UNSUPPORTED with the reason if not (every rank's answer is then
+   * agreed).  gpu_adapt (NULL: never): local, once gpu_check passed: 1 if
+   * this rank's operands need the adapter; agreed into g->gpu_adapt.
+   * gpu_choose: once every rank passed gpu_check, the path from agreed
+   * values and options only, so that every rank chooses alike. */
   int (*gpu_check)(MKX_Comm c, const void *args, const mkx_agreed *g);
   int (*gpu_adapt)(MKX_Comm c, const void *args, const mkx_agreed *g);
-  int (*gpu_plan)(MKX_Comm c, const void *args, const mkx_agreed *g,
-                  void **plan);
-  int (*gpu_start)(MKX_Comm c, void *plan, const void *args,
-                   MKX_Stream stream);
-  void (*gpu_free)(MKX_Comm c, void *plan);
+  int (*gpu_choose)(MKX_Comm c, const void *args, const mkx_agreed *g,
+                    struct mkx_path_choice *out);
 } mkx_op_class;
 
 extern const mkx_op_class mkx_op_allgather_gemm, mkx_op_gemm_reduce_scatter,
@@ -68,8 +88,9 @@ extern const mkx_op_class mkx_op_allgather_gemm, mkx_op_gemm_reduce_scatter,
 typedef struct mkx_prepared {
   const mkx_op_class *cls;
   mkx_agreed g;
-  int staged; /* device buffers run through the host path */
-  void *gpu;  /* the fused GPU path's plan, or NULL */
+  int staged;                /* device buffers run through the host path */
+  const mkx_path_ops *gpu_ops; /* the GPU path taken, or NULL */
+  void *gpu;                 /* its plan */
 } mkx_prepared;
 
 /* Check, agree across ranks, choose the path.  pre_rc: a failure the

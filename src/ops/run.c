@@ -129,6 +129,20 @@ static int all_can(MKX_Comm c, int can, int adapt, int *all, int *any_adapt) {
   return MKX_SUCCESS;
 }
 
+/* The fused GPU path: every rank can take one (agreed), then the
+ * operation's choice among its paths, made alike on every rank. */
+static int plan_gpu(MKX_Comm c, const mkx_op_class *cls, void *args,
+                    mkx_prepared *p) {
+  mkx_path_choice ch;
+  memset(&ch, 0, sizeof ch);
+  MKX_TRY(cls->gpu_choose(c, args, &p->g, &ch));
+  mkx_log(MKX_LOG_INFO, "%s: %s path (%s)", cls->name,
+          mkx_path_name(ch.ops->path), ch.why);
+  MKX_TRY(ch.ops->plan(c, ch.op, args, &p->g, &p->gpu));
+  p->gpu_ops = ch.ops;
+  return MKX_SUCCESS;
+}
+
 static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
                            mkx_prepared *p) {
   char why[160] = "option fused=off";
@@ -143,11 +157,11 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
   }
   if (cls->gpu_check)
     MKX_TRY(all_can(c, can, adapt, &all, &p->g.gpu_adapt));
-  if (all) return cls->gpu_plan(c, args, &p->g, &p->gpu);
+  if (all) return plan_gpu(c, cls, args, p);
   p->staged = 1;
-  mkx_log(MKX_LOG_INFO, "%s: device buffers staged through the host path "
-          "(%s)", cls->name, can ? "another rank cannot take the fused "
-          "path" : why);
+  mkx_log(MKX_LOG_INFO, "%s: %s path (%s)", cls->name,
+          mkx_path_name(MKX_PATH_STAGED), can ? "another rank cannot take "
+          "the fused path" : why);
   return MKX_SUCCESS;
 }
 
@@ -174,8 +188,9 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
 }
 
 void mkx_prepared_free(MKX_Comm c, mkx_prepared *p) {
-  if (p->gpu && p->cls->gpu_free) p->cls->gpu_free(c, p->gpu);
+  if (p->gpu && p->gpu_ops) p->gpu_ops->free(c, p->gpu);
   p->gpu = NULL;
+  p->gpu_ops = NULL;
   free(p->g.local);
   p->g.local = NULL;
 }
@@ -223,9 +238,9 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
 int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream) {
   MKX_TRY(mkx_comm_check(c));
-  if (p->gpu) {
+  if (p->gpu_ops) {
     MKX_TRY(mkx_device_set(c->device));
-    return mkx_comm_fail(c, p->cls->gpu_start(c, p->gpu, args, stream));
+    return mkx_comm_fail(c, p->gpu_ops->start(c, p->gpu, args, stream));
   }
   if (p->staged) {
     mkx_path_count(MKX_PATH_STAGED);

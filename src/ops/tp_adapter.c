@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -36,9 +37,9 @@ typedef struct ad_shape {
 } ad_shape;
 
 typedef struct ad_plan {
-  int kind;     /* MKX_TP_PLAN_ADAPTED: see mkx_tp_plan_head */
   int op;
-  void *inner;  /* the twin's plan */
+  const mkx_path_ops *inner_ops; /* the twin's fused path */
+  void *inner;                   /* and its plan */
   mkx_tp_ws *tmp;
   ad_shape s;
   size_t a_off, b_off, c_off, ao_off;
@@ -185,22 +186,27 @@ static void make_twin(MKX_Comm c, ad_plan *p, const void *args) {
   }
 }
 
-/* The twin's operands fit on every rank: its plan is a fused one. */
+/* The twin's operands fit on every rank: its plan is a fused one, on the
+ * path a call of its shape would take. */
 static int inner_plan(MKX_Comm c, ad_plan *p, const struct mkx_agreed *g) {
   struct mkx_agreed gi = *g;
+  mkx_path_choice ch;
   gi.gpu_adapt = 0;
-  if (p->op == MKX_TP_OP_AG)
-    return mkx_ag_gemm_gpu_plan(c, &p->twin.ag, &gi, &p->inner);
-  if (p->op == MKX_TP_OP_RS)
-    return mkx_rs_gpu_plan(c, &p->twin.red, &gi, &p->inner);
-  return mkx_ar_gpu_plan(c, &p->twin.red, &gi, &p->inner);
+  const void *twin = p->op == MKX_TP_OP_AG ? (const void *)&p->twin.ag
+                                           : (const void *)&p->twin.red;
+  mkx_tp_choose_fused(c, p->op, p->op == MKX_TP_OP_AG ? g->total
+                                                     : p->twin.red.M, &ch);
+  mkx_log(MKX_LOG_INFO, "%s: adapted call on the %s path (%s)", op_name(p->op),
+          mkx_path_name(ch.ops->path), ch.why);
+  MKX_TRY(ch.ops->plan(c, p->op, twin, &gi, &p->inner));
+  p->inner_ops = ch.ops;
+  return MKX_SUCCESS;
 }
 
 int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **out) {
   ad_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
-  p->kind = MKX_TP_PLAN_ADAPTED;
   p->op = op;
   adapt_shape(c, op, args, g, &p->s);
   /* the workspace request must be the same on every rank (the pools
@@ -309,10 +315,7 @@ int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
   MKX_TRY(mkx_tp_after_last(p->tmp, op_name(p->op), stream));
   MKX_TRY(put_a(p, &v, (void *)t.A, st));
   MKX_TRY(put_b(p, &v, (void *)t.B, st));
-  if (p->op == MKX_TP_OP_AG)
-    MKX_TRY(mkx_ag_gemm_gpu_start(c, p->inner, twin, stream));
-  else
-    MKX_TRY(mkx_red_gpu_start(c, p->inner, twin, stream));
+  MKX_TRY(p->inner_ops->start(c, p->inner, twin, stream));
   if (s->c)
     MKX_TRY(get_out(p, (void *)v.C, v.ldc, t.C, s->c_rows, s->n, s->np,
                     s->ces, st));
@@ -325,10 +328,7 @@ int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
 void mkx_tp_adapt_free(MKX_Comm c, void *plan) {
   ad_plan *p = plan;
   if (!p) return;
-  if (p->op == MKX_TP_OP_AG)
-    mkx_ag_gemm_gpu_free(c, p->inner);
-  else
-    mkx_red_gpu_free(c, p->inner);
+  if (p->inner_ops) p->inner_ops->free(c, p->inner);
   mkx_tp_ws_release(p->tmp);
   free(p);
 }

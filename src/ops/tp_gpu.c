@@ -393,25 +393,6 @@ static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
   return mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0));
 }
 
-int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
-                       MKX_Stream stream, int *rc) {
-  const int kind = ((const mkx_tp_plan_head *)plan)->kind;
-  if (kind == MKX_TP_PLAN_ADAPTED)
-    *rc = mkx_tp_adapt_start(c, plan, args, stream);
-  else if (kind == MKX_TP_PLAN_HIER)
-    *rc = mkx_hier_gpu_start(c, plan, args, stream);
-  return kind != MKX_TP_PLAN_FUSED;
-}
-
-int mkx_tp_free_other(MKX_Comm c, void *plan) {
-  const int kind = ((const mkx_tp_plan_head *)plan)->kind;
-  if (kind == MKX_TP_PLAN_ADAPTED)
-    mkx_tp_adapt_free(c, plan);
-  else if (kind == MKX_TP_PLAN_HIER)
-    mkx_hier_gpu_free(c, plan);
-  return kind != MKX_TP_PLAN_FUSED;
-}
-
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
@@ -492,9 +473,9 @@ int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
   return mkx_tp_blas_gemm(&pool->blas, g, st, fn);
 }
 
-/* Below ~1024 rows per rank the overlapped calls' fixed cost is larger
+/* Below 1024 rows per rank the overlapped calls' fixed cost is larger
  * than what overlap can hide (tests/perf/results/tp-h200x2.md). */
-int mkx_tp_split_wanted(MKX_Comm c, int64_t M) {
+int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
   /* Without MPS the ranks of a GPU take turns: a persistent kernel that
    * waits for a tile of a peer waits for the peer's next time slice, once
    * per tile.  The split path meets the peers a few times per call. */
@@ -502,14 +483,19 @@ int mkx_tp_split_wanted(MKX_Comm c, int64_t M) {
                      c->opt.shared_gpu == MKX_SHARED_AUTO;
   if (sliced || (c->share.mode != MKX_SHARE_NONE &&
                  c->opt.shared_gpu == MKX_SHARED_SPLIT)) {
-    mkx_log(MKX_LOG_INFO, "fused tp: ranks share a GPU (%s): split path "
-            "(option shared_gpu=%s)", mkx_gpu_share_name(c->share.mode),
-            sliced ? "auto" : "split");
+    snprintf(why, len, "ranks share a GPU (%s), option shared_gpu=%s",
+             mkx_gpu_share_name(c->share.mode), sliced ? "auto" : "split");
     return 1;
   }
-  if (c->opt.tp_overlap != MKX_OVERLAP_AUTO)
+  if (c->opt.tp_overlap != MKX_OVERLAP_AUTO) {
+    snprintf(why, len, "option tp_overlap=%s",
+             c->opt.tp_overlap == MKX_OVERLAP_NO ? "no" : "yes");
     return c->opt.tp_overlap == MKX_OVERLAP_NO;
-  return M < 1024 * (int64_t)c->size;
+  }
+  const int split = M < 1024 * (int64_t)c->size;
+  snprintf(why, len, "M = %lld %s 1024 rows per rank, option tp_overlap=auto",
+           (long long)M, split ? "<" : ">=");
+  return split;
 }
 
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {

@@ -69,8 +69,8 @@ int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
 int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
                        MKX_Stream st);
 /* Split rather than overlap a call of M product rows (agreed values only,
- * so every rank decides alike): option tp_overlap. */
-int mkx_tp_split_wanted(MKX_Comm c, int64_t M);
+ * so every rank decides alike; options shared_gpu, tp_overlap), and why. */
+int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len);
 /* Order work on `st` after the last call on `ws` if that ran on another
  * stream (outside graph capture). */
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
@@ -111,13 +111,6 @@ int mkx_tp_gemm_type(MKX_Datatype t);
 int mkx_tp_rs_bn(int64_t n);
 
 struct mkx_agreed;
-/* Every GPU plan starts with its kind: a fused plan, an adapter
- * (src/ops/tp_adapter.c) around a row-major one, or a plan of several
- * nodes (src/ops/hier_gpu.c). */
-enum { MKX_TP_PLAN_FUSED = 0, MKX_TP_PLAN_ADAPTED, MKX_TP_PLAN_HIER };
-typedef struct mkx_tp_plan_head {
-  int kind;
-} mkx_tp_plan_head;
 enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
 /* Column-major calls, and (option fused_pad) k, n, leading dimensions or
  * pointers the kernels cannot take: a row-major call on dense temporaries
@@ -140,24 +133,24 @@ void mkx_tp_adapt_free(MKX_Comm c, void *plan);
  * path's hierarchical collectives for the communication (blocking). */
 int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
                        const struct mkx_agreed *g);
+/* Whether option hier_gemm=nvlink's conditions hold (agreed values only);
+ * if not, why (for the path choice's log). */
+int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g, char *why, size_t len);
 int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **plan);
 int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream);
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
-/* An adapter or several-node plan: run (or free) it and return 1 (the
- * run's status in *rc); a fused plan: return 0, the caller runs it. */
-int mkx_tp_start_other(MKX_Comm c, void *plan, const void *args,
-                       MKX_Stream stream, int *rc);
-int mkx_tp_free_other(MKX_Comm c, void *plan);
-
-/* The operations' fused-path hooks (see src/ops/op.h). */
+/* The operations' GPU hooks (see src/ops/op.h) and their fused paths'
+ * entry points (src/ops/tp_paths.c puts them in the path table).  split:
+ * the split path rather than the overlapped one. */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
-                         const struct mkx_agreed *g, void **plan);
+                         const struct mkx_agreed *g, int split, void **plan);
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream);
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan);
@@ -169,12 +162,27 @@ int mkx_rs_gpu_adapt(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g);
 int mkx_ar_gpu_adapt(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g);
-int mkx_rs_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
-                    void **plan);
-int mkx_ar_gpu_plan(MKX_Comm c, const void *args, const struct mkx_agreed *g,
-                    void **plan);
+/* op: MKX_TP_OP_RS or MKX_TP_OP_AR. */
+int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
+                     void **plan);
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream);
 void mkx_red_gpu_free(MKX_Comm c, void *plan);
+
+/* The path choice of the three calls (op classes' gpu_choose), and of the
+ * fused path alone for a call of M product rows (the adapter's inner
+ * call). */
+struct mkx_path_choice;
+int mkx_ag_gemm_gpu_choose(MKX_Comm c, const void *args,
+                           const struct mkx_agreed *g,
+                           struct mkx_path_choice *out);
+int mkx_rs_gpu_choose(MKX_Comm c, const void *args,
+                      const struct mkx_agreed *g,
+                      struct mkx_path_choice *out);
+int mkx_ar_gpu_choose(MKX_Comm c, const void *args,
+                      const struct mkx_agreed *g,
+                      struct mkx_path_choice *out);
+void mkx_tp_choose_fused(MKX_Comm c, int op, int64_t M,
+                         struct mkx_path_choice *out);
 
 #endif

@@ -1,0 +1,122 @@
+/* The GPU paths of the three tensor-parallel calls, as table entries
+ * (mkx_path_ops, src/ops/op.h), and the one place that chooses among them.
+ *
+ * The choice uses agreed values and options only (number of nodes, the
+ * agreed need of the adapter, M, the GPU sharing mode), so every rank
+ * takes the same path without another exchange:
+ *   several nodes        hier_nvlink, or hier_gpu (option hier_gemm, and
+ *                        whether the nvlink variant's conditions hold)
+ *   any rank's operands  adapted (a row-major call on padded temporaries,
+ *   need adapting        itself on the fused path chosen for its shape)
+ *   one node             split (shared GPU in time slices, options
+ *                        shared_gpu and tp_overlap, small M) or overlap
+ * A path's plan may still fall back within its family, and says so at
+ * info: the overlapped GEMM+AllReduce takes the split path where C cannot
+ * be mapped into the peers; the split AllGather+GEMM runs as one kernel
+ * where its tiles and push CTAs fit (counted as fused split in one
+ * kernel too). */
+#include <stdio.h>
+#include "core/error.h"
+#include "ops/op.h"
+#include "ops/path.h"
+
+#if HAVE_CUDA
+#include "ops/hier_gpu.h"
+#include "ops/tp_host.h"
+
+/* ---- plans of each path (op: MKX_TP_OP_*) --------------------------------- */
+
+static int ag_overlap_plan(MKX_Comm c, int op, const void *args,
+                           const mkx_agreed *g, void **plan) {
+  (void)op;
+  return mkx_ag_gemm_gpu_plan(c, args, g, 0, plan);
+}
+static int ag_split_plan(MKX_Comm c, int op, const void *args,
+                         const mkx_agreed *g, void **plan) {
+  (void)op;
+  return mkx_ag_gemm_gpu_plan(c, args, g, 1, plan);
+}
+static int red_overlap_plan(MKX_Comm c, int op, const void *args,
+                            const mkx_agreed *g, void **plan) {
+  (void)g;
+  return mkx_red_gpu_plan(c, op, args, 0, plan);
+}
+static int red_split_plan(MKX_Comm c, int op, const void *args,
+                          const mkx_agreed *g, void **plan) {
+  (void)g;
+  return mkx_red_gpu_plan(c, op, args, 1, plan);
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+static const mkx_path_ops ag_overlap = {MKX_PATH_TP_OVERLAP, ag_overlap_plan,
+                                        mkx_ag_gemm_gpu_start,
+                                        mkx_ag_gemm_gpu_free};
+static const mkx_path_ops ag_split = {MKX_PATH_TP_SPLIT, ag_split_plan,
+                                      mkx_ag_gemm_gpu_start,
+                                      mkx_ag_gemm_gpu_free};
+static const mkx_path_ops red_overlap = {MKX_PATH_TP_OVERLAP,
+                                         red_overlap_plan, mkx_red_gpu_start,
+                                         mkx_red_gpu_free};
+static const mkx_path_ops red_split = {MKX_PATH_TP_SPLIT, red_split_plan,
+                                       mkx_red_gpu_start, mkx_red_gpu_free};
+static const mkx_path_ops adapted = {MKX_PATH_TP_ADAPTED, mkx_tp_adapt_plan,
+                                     mkx_tp_adapt_start, mkx_tp_adapt_free};
+/* Both several-node variants share the plan type (hg_plan) and its start
+ * and free; only the set-up differs. */
+static const mkx_path_ops hier_gpu = {MKX_PATH_HIER_GPU, mkx_hier_gpu_plan,
+                                      mkx_hier_gpu_start, mkx_hier_gpu_free};
+static const mkx_path_ops hier_nvlink = {MKX_PATH_HIER_NVLINK,
+                                         mkx_hier_nvlink_plan,
+                                         mkx_hier_gpu_start,
+                                         mkx_hier_gpu_free};
+
+/* ---- the choice ---------------------------------------------------------- */
+
+void mkx_tp_choose_fused(MKX_Comm c, int op, int64_t M, mkx_path_choice *out) {
+  const int split = mkx_tp_split_why(c, M, out->why, sizeof out->why);
+  out->op = op;
+  if (op == MKX_TP_OP_AG)
+    out->ops = split ? &ag_split : &ag_overlap;
+  else
+    out->ops = split ? &red_split : &red_overlap;
+}
+
+static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
+                  int64_t M, mkx_path_choice *out) {
+  out->op = op;
+  if (c->place.num_nodes > 1) {
+    char why[160];
+    const int nvlink = mkx_hier_nvlink_fits(c, op, args, g, why, sizeof why);
+    out->ops = nvlink ? &hier_nvlink : &hier_gpu;
+    snprintf(out->why, sizeof out->why, "%d nodes, %s", c->place.num_nodes,
+             nvlink ? "option hier_gemm=nvlink" : why);
+    return MKX_SUCCESS;
+  }
+  if (g->gpu_adapt) {
+    out->ops = &adapted;
+    snprintf(out->why, sizeof out->why, "a rank's operands are column-major "
+             "or need padding (option fused_pad)");
+    return MKX_SUCCESS;
+  }
+  mkx_tp_choose_fused(c, op, M, out);
+  return MKX_SUCCESS;
+}
+
+int mkx_ag_gemm_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
+                           mkx_path_choice *out) {
+  return choose(c, MKX_TP_OP_AG, args, g, g->total, out);
+}
+int mkx_rs_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
+                      mkx_path_choice *out) {
+  return choose(c, MKX_TP_OP_RS, args, g,
+                ((const mkx_gemm_red_args *)args)->M, out);
+}
+int mkx_ar_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
+                      mkx_path_choice *out) {
+  return choose(c, MKX_TP_OP_AR, args, g,
+                ((const mkx_gemm_red_args *)args)->M, out);
+}
+#else
+typedef int mkx_tp_paths_unused; /* ISO C: not an empty unit */
+#endif
