@@ -1,7 +1,9 @@
 /* The bootstrap's out-of-band callbacks over MPI.  Waits poll a
  * non-blocking request against a deadline so that a missing rank turns
  * into MKX_ERR_TIMEOUT instead of a hang. */
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "boot/oob_mpi.h"
 #include "core/error.h"
@@ -41,23 +43,101 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what) {
   }
 }
 
+/* ---- operations MKX stopped waiting for ---------------------------------- */
+
+/* A request that timed out may still read or write its buffers when the
+ * late rank arrives, so they stay here, never freed while it is pending;
+ * completed ones are freed at the next abandon or reap.  Only a broken
+ * communicator abandons anything, so the list stays short. */
+typedef struct abandoned {
+  MPI_Request req;
+  void *owned;
+  struct abandoned *next;
+} abandoned;
+
+static abandoned *g_abandoned;
+static pthread_mutex_t g_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void mkx_mpi_reap(void) {
+  pthread_mutex_lock(&g_abandoned_lock);
+  for (abandoned **a = &g_abandoned; *a;) {
+    int done = 0;
+    if (MPI_Test(&(*a)->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+      done = 0; /* unknown: keep it */
+    if (!done) {
+      a = &(*a)->next;
+      continue;
+    }
+    abandoned *gone = *a;
+    *a = gone->next;
+    free(gone->owned);
+    free(gone);
+  }
+  pthread_mutex_unlock(&g_abandoned_lock);
+}
+
+void mkx_mpi_abandon(MPI_Request *req, void *owned) {
+  abandoned *a = malloc(sizeof *a);
+  mkx_mpi_reap();
+  if (!a) return; /* then `owned` leaks: never freed under MPI's feet */
+  a->req = *req;
+  a->owned = owned;
+  pthread_mutex_lock(&g_abandoned_lock);
+  a->next = g_abandoned;
+  g_abandoned = a;
+  pthread_mutex_unlock(&g_abandoned_lock);
+  *req = MPI_REQUEST_NULL;
+}
+
+int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
+                       const char *what) {
+  int rc = mkx_mpi_wait(req, timeout_ms, what);
+  if (rc == MKX_ERR_TIMEOUT) mkx_mpi_abandon(req, owned);
+  else free(owned);
+  return rc;
+}
+
+int mkx_mpi_allgather(const void *send, void *recv, size_t bytes,
+                      MPI_Comm comm, int64_t timeout_ms, const char *what) {
+  int size = 0;
+  MPI_Request req;
+  MKX_TRY(mkx_mpi_check(MPI_Comm_size(comm, &size), what));
+  if (bytes > (size_t)2147483647 / (size_t)(size + 1))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %zu bytes from each of %d "
+                     "ranks", what, bytes, size);
+  /* send and receive through MKX's own copy, which outlives a timeout */
+  char *own = malloc(bytes * (size_t)(size + 1) + 1);
+  if (!own) return mkx_error(MKX_ERR_NOMEM, "%s: %d ranks", what, size);
+  memcpy(own, send, bytes);
+  int rc = mkx_mpi_check(MPI_Iallgather(own, (int)bytes, MPI_BYTE,
+                                        own + bytes, (int)bytes, MPI_BYTE,
+                                        comm, &req), what);
+  if (rc != MKX_SUCCESS) {
+    free(own);
+    return rc;
+  }
+  rc = mkx_mpi_wait(&req, timeout_ms, what);
+  if (rc == MKX_ERR_TIMEOUT) {
+    mkx_mpi_abandon(&req, own);
+    return rc;
+  }
+  if (rc == MKX_SUCCESS) memcpy(recv, own + bytes, bytes * (size_t)size);
+  free(own);
+  return rc;
+}
+
 static int mpi_allgather(void *ctx, const void *send, void *recv,
                          size_t bytes, int64_t timeout_ms) {
-  MPI_Comm comm = *(MPI_Comm *)ctx;
-  MPI_Request req;
-  if (bytes > (size_t)2147483647)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "bootstrap blob of %zu bytes", bytes);
-  int rc = mkx_mpi_check(MPI_Iallgather(send, (int)bytes, MPI_BYTE, recv,
-                                        (int)bytes, MPI_BYTE, comm, &req),
-                         "bootstrap allgather");
-  return rc ? rc : mkx_mpi_wait(&req, timeout_ms, "bootstrap allgather");
+  return mkx_mpi_allgather(send, recv, bytes, *(MPI_Comm *)ctx, timeout_ms,
+                           "bootstrap allgather");
 }
 
 static int mpi_barrier(void *ctx, int64_t timeout_ms) {
   MPI_Request req;
   int rc = mkx_mpi_check(MPI_Ibarrier(*(MPI_Comm *)ctx, &req),
                          "bootstrap barrier");
-  return rc ? rc : mkx_mpi_wait(&req, timeout_ms, "bootstrap barrier");
+  return rc ? rc : mkx_mpi_wait_owned(&req, NULL, timeout_ms,
+                                      "bootstrap barrier");
 }
 
 int mkx_oob_mpi_init(mkx_oob *oob, MPI_Comm comm) {

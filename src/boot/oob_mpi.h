@@ -13,6 +13,22 @@ void mkx_oob_mpi_fini(mkx_oob *oob);
  * MKX_ERR_TIMEOUT naming `what`).  Every MPI wait in MKX goes through it. */
 int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what);
 
+/* Buffers of a non-blocking MPI operation MKX stopped waiting for (a
+ * timeout): MPI may still use them when a late rank arrives, so
+ * mkx_mpi_abandon keeps `owned` (malloc'd, may be NULL) with the request
+ * and frees it only once the request completed (mkx_mpi_reap, also called
+ * by every abandon).  *req becomes MPI_REQUEST_NULL. */
+void mkx_mpi_abandon(MPI_Request *req, void *owned);
+void mkx_mpi_reap(void);
+/* mkx_mpi_wait, then free `owned`, or abandon it on a timeout. */
+int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
+                       const char *what);
+/* A bounded allgather of `bytes` from every rank of comm into recv, sent
+ * and received through MKX's own buffer, so that neither send nor recv is
+ * touched after a timeout (MKX_ERR_TIMEOUT). */
+int mkx_mpi_allgather(const void *send, void *recv, size_t bytes,
+                      MPI_Comm comm, int64_t timeout_ms, const char *what);
+
 /* Turn an MPI return code into MKX_ERR_MPI with MPI's message. */
 int mkx_mpi_check(int mpi_rc, const char *what);
 

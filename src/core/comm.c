@@ -64,6 +64,7 @@ static void comm_release(MKX_Comm c) {
   mkx_oob_mpi_fini(&c->oob);
   if (c->node_mpi != MPI_COMM_NULL) MPI_Comm_free(&c->node_mpi);
   if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+  mkx_mpi_reap(); /* buffers of operations a late rank has completed */
   c->magic = 0;
   free(c);
 }
@@ -72,14 +73,19 @@ static void comm_release(MKX_Comm c) {
  * rank that failed must not leave the others waiting in the next
  * collective, so local steps are separated by this agreement. */
 static int agree_step(MKX_Comm c, int rc) {
-  int worst = rc;
-  MPI_Request req;
   /* Options may have failed to load: fall back to the default bound. */
   int64_t bound = c->opt.timeout_ms > 0 ? c->opt.timeout_ms : 300000;
-  int mrc = mkx_mpi_check(MPI_Iallreduce(&rc, &worst, 1, MPI_INT, MPI_MAX,
-                                         c->mpi, &req),
-                          "MKX_Comm_create agreement");
-  if (!mrc) mrc = mkx_mpi_wait(&req, bound, "MKX_Comm_create agreement");
+  int size = 0, worst = rc;
+  int mrc = mkx_mpi_check(MPI_Comm_size(c->mpi, &size), "MPI_Comm_size");
+  int *all = mrc ? NULL : malloc(sizeof *all * (size_t)size);
+  if (!mrc && !all)
+    mrc = mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create agreement");
+  if (!mrc)
+    mrc = mkx_mpi_allgather(&rc, all, sizeof rc, c->mpi, bound,
+                            "MKX_Comm_create agreement");
+  for (int q = 0; !mrc && q < size; q++)
+    if (all[q] > worst) worst = all[q];
+  free(all);
   if (mrc) return rc ? rc : mrc;
   if (rc == MKX_SUCCESS && worst != MKX_SUCCESS)
     return mkx_error(MKX_ERR_PEER, "MKX_Comm_create failed on another rank "
@@ -103,9 +109,26 @@ static int choose_device(MKX_Comm c) {
 static int dup_bounded(MKX_Comm c, MPI_Comm user) {
   MPI_Request req;
   int64_t bound = c->opt.timeout_ms > 0 ? c->opt.timeout_ms : 300000;
-  MKX_TRY(mkx_mpi_check(MPI_Comm_idup(user, &c->mpi, &req), "MPI_Comm_idup"));
-  int rc = mkx_mpi_wait(&req, bound, "MKX_Comm_create: duplicating comm");
-  if (rc != MKX_SUCCESS) c->mpi = MPI_COMM_NULL; /* not usable */
+  /* MPI writes the new handle when the duplicate completes, maybe after a
+   * timeout: into memory of its own, not into c. */
+  MPI_Comm *dup = malloc(sizeof *dup);
+  if (!dup) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create");
+  int rc = mkx_mpi_check(MPI_Comm_idup(user, dup, &req), "MPI_Comm_idup");
+  if (rc != MKX_SUCCESS) {
+    free(dup);
+    return rc;
+  }
+  rc = mkx_mpi_wait(&req, bound, "MKX_Comm_create: duplicating comm");
+  if (rc == MKX_ERR_TIMEOUT) {
+    mkx_mpi_abandon(&req, dup);
+    return rc;
+  }
+  if (rc == MKX_SUCCESS) c->mpi = *dup;
+  free(dup);
+  /* errors on MKX's own communicator come back as codes, never abort */
+  if (rc == MKX_SUCCESS)
+    rc = mkx_mpi_check(MPI_Comm_set_errhandler(c->mpi, MPI_ERRORS_RETURN),
+                       "MPI_Comm_set_errhandler");
   return rc;
 }
 

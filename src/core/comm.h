@@ -58,6 +58,12 @@ typedef enum { MKX_AGREE_MAX, MKX_AGREE_AND, MKX_AGREE_OR } mkx_agree_op;
 int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
                        uint64_t *out, const char *what);
 
+/* Collective (bounded): every rank learns whether every rank got through
+ * a local step.  rc: this rank's result; returns it if it failed (its
+ * message kept), else MKX_ERR_PEER naming the lowest failing rank and its
+ * code, else MKX_SUCCESS; a failed exchange breaks the communicator. */
+int mkx_comm_agree_rc(MKX_Comm c, int rc, const char *what);
+
 /* Collective over c: the ranks of this node as a communicator of their
  * own, with c's options and GPU (made on first use, freed with c). */
 int mkx_comm_node(MKX_Comm c, MKX_Comm *node);

@@ -1,6 +1,8 @@
 /* One number from every rank, combined the same way on every rank: the
- * small agreements a collective set-up needs (can every rank take this
- * path, does any rank need that, the largest size asked for). */
+ * small agreements a collective set-up needs (did every rank get through
+ * a local step, can every rank take this path, does any rank need that,
+ * the largest size asked for).  Through the bootstrap's allgather, whose
+ * buffers outlive a timeout (boot/oob_mpi.c). */
 #include <stdlib.h>
 #include "core/comm.h"
 #include "core/error.h"
@@ -21,4 +23,22 @@ int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
   if (rc != MKX_SUCCESS) return mkx_comm_fail(c, rc);
   *out = r;
   return MKX_SUCCESS;
+}
+
+int mkx_comm_agree_rc(MKX_Comm c, int rc, const char *what) {
+  int64_t *all = malloc(sizeof *all * (size_t)c->size);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s: agreement", what);
+  const int64_t mine = rc;
+  int orc = c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine,
+                             c->opt.timeout_ms);
+  int bad = -1;
+  for (int q = 0; orc == MKX_SUCCESS && q < c->size; q++)
+    if (all[q] != MKX_SUCCESS && bad < 0) bad = q;
+  const int bad_rc = bad >= 0 ? (int)all[bad] : MKX_SUCCESS;
+  free(all);
+  if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);
+  if (rc != MKX_SUCCESS) return rc; /* this rank's own message stands */
+  if (bad < 0) return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_PEER, "%s failed on rank %d (%s)", what, bad,
+                   MKX_Error_string(bad_rc));
 }

@@ -38,7 +38,7 @@ int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
   /* g and k agree on every rank, so these failures agree too. */
   MKX_TRY(mkx_host_bytes(1, k, es, &row_bytes, "allgather-GEMM: A row"));
   MKX_TRY(mkx_xfer_fit(c->size, g->local, row_bytes, "allgather-GEMM"));
-  int rc = mkx_host_agree_rc(c, ag_alloc(a, M, &ar, &b), "allgather-GEMM");
+  int rc = mkx_comm_agree_rc(c, ag_alloc(a, M, &ar, &b), "allgather-GEMM");
   if (rc)
     goto out;
   mkx_mat_pack(a->dtype, a->A, a->m_local, k, a->lda, a->order, a->dtype,

@@ -111,7 +111,7 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
   if (!rc)
     rc = mkx_arena_array(&ar, 2 * a->head_dim + p * a->seq_local, 1,
                          sizeof(double), (void **)&t.q, "scratch");
-  rc = mkx_host_agree_rc(c, rc, "ring attention");
+  rc = mkx_comm_agree_rc(c, rc, "ring attention");
   if (rc)
     goto out;
   memcpy(send, a->K, half * es);

@@ -110,7 +110,7 @@ int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_gemm_red_args *a,
   (void)g;
   int rc = red_blocks(c, a->M, &ar, &r);
   if (!rc)
-    rc = mkx_host_agree_rc(c, red_local(a, c->size, &ar, &r),
+    rc = mkx_comm_agree_rc(c, red_local(a, c->size, &ar, &r),
                            "GEMM+ReduceScatter");
   if (!rc)
     rc = red_exchange(c, a, &r);
@@ -147,7 +147,7 @@ int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
     int lrc = red_local(a, c->size, &ar, &r);
     if (!lrc)
       lrc = mkx_arena_array(&ar, a->M, a->n, cs, &full, "sum");
-    rc = mkx_host_agree_rc(c, lrc, "GEMM+AllReduce");
+    rc = mkx_comm_agree_rc(c, lrc, "GEMM+AllReduce");
   }
   if (!rc)
     rc = red_exchange(c, a, &r);

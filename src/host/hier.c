@@ -148,7 +148,7 @@ int mkx_hier_column_gather(MKX_Comm c, const void *send, const int64_t *rows,
   mkx_arena ar = {0};
   grid g;
   int rc = grid_init(c, rows, &ar, &g);
-  rc = mkx_host_agree_rc(c, rc, "column allgather");
+  rc = mkx_comm_agree_rc(c, rc, "column allgather");
   if (!rc) rc = ag_network(c, &g, send, row_bytes, col, &ar);
   mkx_arena_release(&ar, rc);
   return rc;
@@ -172,7 +172,7 @@ int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
   if (!rc) rc = mkx_arena_alloc(&ar, (size_t)bytes[g.l], (void **)&col, "column");
   if (!rc) rc = mkx_arena_array(&ar, g.off[c->size], (int64_t)row_bytes, 1,
                                 (void **)&all, "gathered rows");
-  rc = mkx_host_agree_rc(c, rc, "hierarchical allgather");
+  rc = mkx_comm_agree_rc(c, rc, "hierarchical allgather");
   if (!rc) rc = ag_network(c, &g, send, row_bytes, col, &ar);
   if (!rc)
     rc = wait_node(c, &req,
@@ -357,7 +357,7 @@ int mkx_hier_column_reduce(MKX_Comm c, MKX_Datatype wt, const void *colsum,
   col_bufs b;
   int rc = grid_init(c, rows, &ar, &g);
   if (!rc) rc = col_bufs_get(c, &g, &ar, &b);
-  rc = mkx_host_agree_rc(c, rc, "column reduce");
+  rc = mkx_comm_agree_rc(c, rc, "column reduce");
   if (!rc) rc = reduce_column(c, &g, wt, colsum, n, block, &b);
   mkx_arena_release(&ar, rc);
   return rc;
@@ -374,7 +374,7 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
   if (!rc) rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
                                 (void **)&colsum, "column sums");
   if (!rc) rc = col_bufs_get(c, &g, &ar, &b);
-  rc = mkx_host_agree_rc(c, rc, "hierarchical reduce");
+  rc = mkx_comm_agree_rc(c, rc, "hierarchical reduce");
   if (!rc) rc = rs_node(c, &g, wt, part, n, colsum, &ar);
   if (!rc) rc = reduce_column(c, &g, wt, colsum, n, block, &b);
   mkx_arena_release(&ar, rc);

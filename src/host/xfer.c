@@ -151,26 +151,23 @@ int mkx_xfer_wait(MKX_Comm c, mkx_xfer *x, const char *what) {
     return MKX_SUCCESS;
   }
   int rc = mkx_mpi_wait(&x->req, c->opt.timeout_ms, what);
-  if (rc != MKX_ERR_TIMEOUT)
-    xfer_release(x); /* else MPI still reads cnt */
+  if (rc == MKX_ERR_TIMEOUT) {
+    mkx_mpi_abandon(&x->req, x->cnt); /* MPI may still read cnt */
+    x->cnt = NULL;
+  }
+  xfer_release(x);
   return rc;
 }
 
 int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
                    mkx_host_status *bad, const char *what) {
   int p = c->size;
-  MPI_Request req;
   mkx_host_status *all = malloc((size_t)p * sizeof *all);
   *bad_rank = -1;
   if (!all)
     return mkx_error(MKX_ERR_NOMEM, "%s: status of %d ranks", what, p);
-  int rc = mkx_mpi_check(
-      MPI_Iallgather(mine, 4, MPI_INT64_T, all, 4, MPI_INT64_T, c->mpi, &req),
-      what);
-  if (!rc)
-    rc = mkx_mpi_wait(&req, c->opt.timeout_ms, what);
-  if (rc == MKX_ERR_TIMEOUT)
-    return rc; /* `all` may still be written */
+  int rc = mkx_mpi_allgather(mine, all, sizeof *mine, c->mpi,
+                             c->opt.timeout_ms, what);
   for (int q = 0; !rc && q < p; q++)
     if (all[q].rc != MKX_SUCCESS && (*bad_rank < 0 || all[q].rc < bad->rc)) {
       *bad_rank = q;
@@ -180,16 +177,3 @@ int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
   return rc;
 }
 
-int mkx_host_agree_rc(MKX_Comm c, int local_rc, const char *what) {
-  mkx_host_status mine = {local_rc, {0, 0, 0}}, bad;
-  int bad_rank;
-  int rc = mkx_host_agree(c, &mine, &bad_rank, &bad, what);
-  if (rc)
-    return rc;
-  if (local_rc)
-    return local_rc; /* keep this rank's own message */
-  if (bad_rank < 0)
-    return MKX_SUCCESS;
-  return mkx_error(MKX_ERR_PEER, "%s: rank %d failed (%s)", what, bad_rank,
-                   MKX_Error_string((int)bad.rc));
-}

@@ -55,7 +55,8 @@ int mkx_xfer_iallgatherv(MKX_Comm c, const void *send, void *recv,
 int mkx_xfer_ialltoallv(MKX_Comm c, const void *send, const int64_t *srows,
                         void *recv, const int64_t *rrows, size_t row_bytes,
                         mkx_xfer *x, const char *what);
-/* Bounded by c->opt.timeout_ms; releases x unless it timed out. */
+/* Bounded by c->opt.timeout_ms; releases x (after a timeout its counts
+ * stay with MPI: mkx_mpi_abandon). */
 int mkx_xfer_wait(MKX_Comm c, mkx_xfer *x, const char *what);
 
 /* ---- agreement --------------------------------------------------------- */
@@ -73,9 +74,5 @@ typedef struct mkx_host_status {
 int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
                    mkx_host_status *bad, const char *what);
 
-/* Agree on a local code so that one rank's failure (no memory, a size too
- * large) stops every rank before the exchange instead of leaving them to
- * time out: returns local_rc here, MKX_ERR_PEER naming the rank elsewhere. */
-int mkx_host_agree_rc(MKX_Comm c, int local_rc, const char *what);
 
 #endif

@@ -219,15 +219,6 @@ static int exchange(MKX_Comm c, symm_record *mine, symm_record *all,
   return MKX_SUCCESS;
 }
 
-static int agree(MKX_Comm c, int rc, const char *what) {
-  symm_record mine = {.rc = rc};
-  symm_record *all = malloc(sizeof *all * (size_t)c->size);
-  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s", what);
-  int out = exchange(c, &mine, all, what);
-  free(all);
-  return out;
-}
-
 static int describe(void *ptr, symm_record *r) {
   void *base = NULL;
   cudaError_t e;
@@ -314,7 +305,7 @@ int mkx_symm_register(MKX_Comm c, void *ptr, size_t bytes, mkx_symm_buf *b) {
   symm_record *all;
   int rc = share(c, ptr, buf_init(c, ptr, bytes, b), &all);
   if (rc == MKX_SUCCESS)
-    rc = agree(c, map_node(c, all, 1, b), "symmetric mapping");
+    rc = mkx_comm_agree_rc(c, map_node(c, all, 1, b), "symmetric mapping");
   free(all);
   if (rc != MKX_SUCCESS) mkx_symm_buf_free(b);
   return rc;
@@ -378,7 +369,7 @@ int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
   if (rc != MKX_SUCCESS) *ptr = NULL;
   rc = share(c, *ptr, rc ? rc : buf_init(c, *ptr, bytes, &b), &all);
   if (rc == MKX_SUCCESS)
-    rc = agree(c, map_node(c, all, 0, &b), "MKX_Alloc_mem mapping");
+    rc = mkx_comm_agree_rc(c, map_node(c, all, 0, &b), "MKX_Alloc_mem mapping");
   if (rc == MKX_SUCCESS) {
     *o = (owned){*ptr, all[c->rank].id, state(c)->mine};
     state(c)->mine = o;

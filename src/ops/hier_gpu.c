@@ -125,7 +125,7 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16),
                  op, "cudaMalloc");
-  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
     if (p && p->dtmp) cudaFree(p->dtmp);
     free(rows);
@@ -165,7 +165,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
     rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
                               (size_t)a->m_local, cudaMemcpyDeviceToHost),
                  op, "copy of A rows to the host");
-  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc == MKX_SUCCESS)
     rc = mkx_hier_allgather_rows(c, send, p->rows, row, full);
   if (rc == MKX_SUCCESS)
@@ -213,7 +213,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
                  "copy of the partial to the host");
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
-  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc == MKX_SUCCESS)
     rc = mkx_hier_reduce_rows(c, MKX_FP32, host, p->rows, a->n, sum);
   if (rc == MKX_SUCCESS && op == MKX_TP_OP_AR) {

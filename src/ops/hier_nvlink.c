@@ -194,7 +194,7 @@ static int plan_make(MKX_Comm c, int op, const void *args,
     p->col_rows = column_rows(c, p->rows, c->place.local_rank);
     rc = alloc_bufs(c, op, args, g->total, p);
   }
-  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
     mkx_hier_nvlink_free(p);
     return rc;
@@ -323,7 +323,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
    * buffers */
   for (int s = 0; s < S; s++) {
     if (rc == MKX_SUCCESS) rc = x_wait(p, ev[s]);
-    rc = mkx_host_agree_rc(c, rc, op_name(p->op));
+    rc = mkx_comm_agree_rc(c, rc, op_name(p->op));
     if (rc != MKX_SUCCESS) break;
     rc = red_net(c, p, a, j[s], j[s + 1], colsum, block + mine * j[s],
                  conv + mine * j[s] * cs,
@@ -334,7 +334,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   for (int s = 0; s < S; s++)
     if (ev[s]) cudaEventDestroy(ev[s]);
   /* the last slice's failure, or the stream's, on every rank */
-  return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
+  return mkx_comm_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
 
 /* AllGather+GEMM in up to 4 chunks of every rank's rows (agreed from M):
@@ -418,7 +418,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   if (rc == MKX_SUCCESS) rc = x_sync(p, st);
   /* every chunk's network part is collective: the ranks agree before each */
   for (int k = 0; k < ch.S; k++) {
-    rc = mkx_host_agree_rc(c, rc, op_name(p->op));
+    rc = mkx_comm_agree_rc(c, rc, op_name(p->op));
     if (rc != MKX_SUCCESS) break;
     rc = ag_chunk(c, p, a, &ch, k, send, col, st);
   }
@@ -426,7 +426,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   const int src = x_sync(p, st);
   free(ch.rows);
   /* a node whose call failed must not leave the others reporting success */
-  return mkx_host_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
+  return mkx_comm_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }
 
 int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
@@ -448,7 +448,7 @@ int mkx_hier_nvlink_host(MKX_Comm c, int op, const void *args) {
                    : mkx_error(MKX_ERR_NOMEM, "%s: sizes", op_name(op));
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) g.total += g.local[q];
   if (rc == MKX_SUCCESS) rc = mkx_hier_nvlink_check(c, op, args, &g);
-  rc = mkx_host_agree_rc(c, rc, op_name(op));
+  rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc == MKX_SUCCESS) rc = plan_make(c, op, args, &g, 1, &plan);
   if (rc == MKX_SUCCESS) rc = mkx_hier_nvlink_start(c, plan, args, NULL);
   mkx_hier_nvlink_free(plan);

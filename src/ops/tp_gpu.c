@@ -112,20 +112,6 @@ int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
   return MKX_SUCCESS;
 }
 
-/* Every rank learns whether every rank got through a local step. */
-static int agree(MKX_Comm c, int rc, const char *what) {
-  int *all = malloc(sizeof *all * (size_t)c->size);
-  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s", what);
-  int orc = c->oob.allgather(c->oob.ctx, &rc, all, sizeof rc,
-                             c->opt.timeout_ms);
-  for (int q = 0; orc == MKX_SUCCESS && rc == MKX_SUCCESS && q < c->size; q++)
-    if (all[q] != MKX_SUCCESS)
-      rc = mkx_error(MKX_ERR_PEER, "%s failed on rank %d (%s)", what, q,
-                     MKX_Error_string(all[q]));
-  free(all);
-  return orc != MKX_SUCCESS ? mkx_comm_fail(c, orc) : rc;
-}
-
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
@@ -185,13 +171,13 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
     ws->bytes = ws->data_off + round_up(need->data_bytes, 4096);
     rc = ws_local_init(c, ws);
   }
-  rc = agree(c, rc, "fused tp workspace set-up");
+  rc = mkx_comm_agree_rc(c, rc, "fused tp workspace set-up");
   if (rc != MKX_SUCCESS) {
     if (ws) ws_destroy_host(ws);
     return rc;
   }
   rc = mkx_symm_alloc(c, ws->bytes, &base);          /* collective, agreed */
-  if (rc == MKX_SUCCESS) rc = agree(c, ws_zero(ws, base), "tp workspace zero");
+  if (rc == MKX_SUCCESS) rc = mkx_comm_agree_rc(c, ws_zero(ws, base), "tp workspace zero");
   if (rc == MKX_SUCCESS) rc = mkx_symm_register(c, base, ws->bytes, &ws->buf);
   if (rc != MKX_SUCCESS) {
     if (base && !c->broken) mkx_symm_free(c, base);
@@ -206,7 +192,7 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
 
 /* Collective: free a pooled workspace (nothing may still use it). */
 static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
-  int rc = agree(c, mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp",
+  int rc = mkx_comm_agree_rc(c, mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp",
                                    "cudaDeviceSynchronize"),
                  "tp workspace release");
   if (rc == MKX_SUCCESS) rc = mkx_symm_free(c, ws->buf.local);

@@ -1,11 +1,71 @@
 /*
- * mkx_comm_agree_u64 (src/core/comm_agree.c) on 1-4 ranks: every rank gets
- * the same max / and / or of the ranks' numbers.  The numbers depend on the
- * rank, so a rank that combined only its own, or only some, would differ.
+ * mkx_comm_agree_u64 and mkx_comm_agree_rc (src/core/comm_agree.c) on 1-4
+ * ranks: every rank gets the same max / and / or of the ranks' numbers (they
+ * depend on the rank, so a rank that combined only its own, or only some,
+ * would differ), and the same verdict on a local step.  Then a rank that
+ * arrives after the others gave up: they time out within the bound, and
+ * the buffers of the exchange they abandoned are still MKX's when the late
+ * rank's data lands in them (under ASan a use-after-free otherwise).
  */
 #include <stdint.h>
+#include <string.h>
+#include <time.h>
 #include "core/comm.h"
 #include "mkx_test.h"
+
+static void agree_rc(MKX_Comm c) {
+  int rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "step");
+  mt_check_rc(rc, MKX_SUCCESS, "agree_rc: every rank got through");
+  const int bad = mt.size - 1;
+  int mine = mt.rank == bad ? MKX_ERR_NOMEM : MKX_SUCCESS;
+  rc = mkx_comm_agree_rc(c, mine, "step");
+  if (mt.rank == bad) {
+    mt_check_rc(rc, MKX_ERR_NOMEM, "agree_rc: the failing rank keeps its "
+                "code");
+  } else {
+    char who[32];
+    snprintf(who, sizeof who, "rank %d", bad);
+    mt_check_rc(rc, MKX_ERR_PEER, "agree_rc: the others learn it");
+    mt_check(strstr(MKX_Get_last_error(), who) != NULL, "agree_rc: message "
+             "names %s: %s", who, MKX_Get_last_error());
+  }
+}
+
+static double seconds(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* The last rank joins an agreement 3 bounds late. */
+static void late_rank(void) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "300");
+  MKX_Comm c = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create (timeout_ms=300)");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  const int late = mt.size - 1;
+  if (mt.rank == late) {
+    const struct timespec nap = {0, 900 * 1000000L};
+    nanosleep(&nap, NULL);
+  }
+  const double t0 = seconds();
+  rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
+  const double dt = seconds() - t0;
+  if (mt.rank != late) {
+    mt_check_rc(rc, MKX_ERR_TIMEOUT, "late rank: the others time out");
+    mt_check(dt < 3.0, "late rank: within the bound (%.2f s)", dt);
+    mt_check(mkx_comm_check(c) != MKX_SUCCESS, "late rank: the "
+             "communicator is unusable after the timeout");
+  }
+  /* the late rank's exchange completes into what the others abandoned;
+   * then every rank can still free the communicator */
+  MPI_Barrier(MPI_COMM_WORLD);
+  mt_check_rc(MKX_Comm_free(&c), MKX_SUCCESS, "late rank: MKX_Comm_free");
+}
 
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
@@ -30,6 +90,8 @@ int main(int argc, char **argv) {
            "or: every rank's bit (%llx)", (unsigned long long)got);
   rc = mkx_comm_agree_u64(c, mt.rank == 0 ? 2 : 0, MKX_AGREE_OR, &got, "or");
   mt_check(rc == MKX_SUCCESS && got == 2, "or: rank 0's bit alone");
+  agree_rc(c);
   MKX_Comm_free(&c);
+  if (mt.size > 1) late_rank();
   return mt_finish();
 }
