@@ -9,17 +9,24 @@
 #include "core/error.h"
 #include "mem/symm.h"
 
-static int agree_size(MKX_Comm c, size_t size) {
-  uint64_t mine = size, *all = malloc(sizeof *all * (size_t)c->size);
+/* Every rank takes part, even one whose own arguments are bad (local_rc),
+ * so that no rank is left in the next collective: all fail alike. */
+static int agree_size(MKX_Comm c, int local_rc, size_t size) {
+  typedef struct { int64_t rc; uint64_t size; } rec;
+  rec mine = {local_rc, size}, *all = malloc(sizeof *all * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
   int rc = c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine,
                             c->opt.timeout_ms);
+  if (rc == MKX_SUCCESS && local_rc != MKX_SUCCESS) rc = local_rc;
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
-    if (all[q] != mine)
+    if (all[q].rc != MKX_SUCCESS)
+      rc = mkx_error(MKX_ERR_PEER, "MKX_Alloc_mem failed on rank %d (%s)", q,
+                     MKX_Error_string((int)all[q].rc));
+    else if (all[q].size != mine.size)
       rc = mkx_error(MKX_ERR_SHAPE_MISMATCH,
                      "MKX_Alloc_mem: size %llu on rank %d but %llu on rank "
-                     "%d", (unsigned long long)mine, c->rank,
-                     (unsigned long long)all[q], q);
+                     "%d", (unsigned long long)mine.size, c->rank,
+                     (unsigned long long)all[q].size, q);
   free(all);
   return mkx_comm_fail(c, rc);
 }
@@ -27,10 +34,12 @@ static int agree_size(MKX_Comm c, size_t size) {
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
   mkx_error_clear();
   MKX_TRY(mkx_comm_check(comm));
+  int local_rc = MKX_SUCCESS;
   if (ptr == NULL)
-    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Alloc_mem: ptr is NULL");
-  *ptr = NULL;
-  MKX_TRY(agree_size(comm, size));
+    local_rc = mkx_error(MKX_ERR_NULL_POINTER, "MKX_Alloc_mem: ptr is NULL");
+  else
+    *ptr = NULL;
+  MKX_TRY(agree_size(comm, local_rc, size));
   if (comm->device >= 0) {
     MKX_TRY(mkx_device_set(comm->device));
     return mkx_symm_alloc(comm, size, ptr);

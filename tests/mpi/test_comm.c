@@ -228,6 +228,19 @@ static void memory(MKX_Comm c) {
   mt_check(MKX_Alloc_mem(c, 64, NULL) != MKX_SUCCESS, "MKX_Alloc_mem(ptr=NULL) fails");
   mt_check(MKX_Alloc_mem(NULL, 64, &p2) == MKX_ERR_INVALID_COMM,
            "MKX_Alloc_mem(comm=NULL) returns MKX_ERR_INVALID_COMM");
+  /* ptr NULL on the last rank only: it still joins the size agreement, so
+   * every rank fails and the next call pairs up */
+  const int bad = mt.size - 1;
+  p2 = (void *)&p2;
+  int rc = MKX_Alloc_mem(c, 64, mt.rank == bad ? NULL : &p2);
+  mt_check_rc(rc, mt.rank == bad ? MKX_ERR_NULL_POINTER
+                  : mt.size > 1 ? MKX_ERR_PEER : MKX_ERR_NULL_POINTER,
+              "MKX_Alloc_mem(ptr=NULL on rank %d)", bad);
+  mt_check(mt.rank == bad || p2 == NULL, "no memory handed out then");
+  rc = MKX_Alloc_mem(c, 64, &p2);
+  mt_check_rc(rc, MKX_SUCCESS, "MKX_Alloc_mem(64) afterwards");
+  if (rc == MKX_SUCCESS)
+    mt_check_rc(MKX_Free_mem(c, p2), MKX_SUCCESS, "MKX_Free_mem afterwards");
 }
 
 int main(int argc, char **argv) {
