@@ -25,6 +25,10 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
     return mkx_error(MKX_ERR_BAD_SIZE, "%s: heads_q = %lld is not a multiple "
                      "of heads_kv = %lld", FN, (long long)a->heads_q,
                      (long long)a->heads_kv);
+  MKX_TRY(MKX_CHECK_ELEMS(FN, "Q (batch x seq_local x heads_q x head_dim)",
+                          a->batch, a->seq_local, a->heads_q, a->head_dim));
+  MKX_TRY(MKX_CHECK_ELEMS(FN, "K (batch x seq_local x heads_kv x head_dim)",
+                          a->batch, a->seq_local, a->heads_kv, a->head_dim));
   if (isnan(a->scale) || isinf(a->scale))
     return mkx_error(MKX_ERR_INVALID_ARG, "%s: scale is not finite", FN);
   if (a->scale <= 0) a->scale = 1.0 / sqrt((double)a->head_dim);

@@ -23,6 +23,10 @@ static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
     return mkx_error(MKX_ERR_BAD_SIZE, "%s: num_experts = %lld is not a "
                      "multiple of the communicator size %d", fn,
                      (long long)a->num_experts, c->size);
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "X (num_tokens x hidden)", a->num_tokens,
+                          a->hidden));
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "topk_ids (num_tokens x topk)", a->num_tokens,
+                          a->topk));
   if (a->num_tokens > 0) {
     MKX_TRY(mkx_check_ptr(fn, "X", a->X));
     MKX_TRY(mkx_check_ptr(fn, "topk_ids", a->topk_ids));
@@ -47,6 +51,11 @@ static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(mkx_check_ptr(fn, "W", a->W));
   MKX_TRY(mkx_check_ptr(fn, "expert_rows", a->expert_rows));
   if (a->y_rows > 0) MKX_TRY(mkx_check_ptr(fn, "Y", a->Y));
+  const int64_t ep = a->num_experts / c->size;
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "W (local experts x hidden x n)", ep,
+                          a->hidden, a->n));
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "Y (y_rows x n)", a->y_rows, a->n));
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "origin (y_rows x 3)", a->y_rows, 3));
   signature(a, a->n, s);
   return MKX_SUCCESS;
 }
@@ -58,6 +67,11 @@ static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(mkx_check_size(fn, "ffn", a->ffn, 1));
   MKX_TRY(mkx_check_ptr(fn, "W1", a->W));
   MKX_TRY(mkx_check_ptr(fn, "W2", a->W2));
+  const int64_t ep = a->num_experts / c->size;
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "W1 (local experts x hidden x 2 ffn)", ep,
+                          a->hidden, 2, a->ffn));
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "W2 (local experts x ffn x hidden)", ep,
+                          a->ffn, a->hidden));
   if (a->num_tokens > 0) {
     MKX_TRY(mkx_check_ptr(fn, "topk_weight", a->topk_weight));
     MKX_TRY(mkx_check_ptr(fn, "out", a->out));

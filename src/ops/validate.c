@@ -20,6 +20,18 @@ int mkx_check_size(const char *fn, const char *name, int64_t v, int64_t min) {
   return MKX_SUCCESS;
 }
 
+int mkx_check_elems(const char *fn, const char *what, int n,
+                    const int64_t *f) {
+  int64_t p = 1;
+  for (int i = 0; i < n; i++)
+    if (f[i] < 0 || (f[i] > 0 && p > MKX_SIZE_LIMIT / f[i]))
+      return mkx_error(MKX_ERR_BAD_SIZE, "%s: %s holds more than 2^40 "
+                       "elements", fn, what);
+    else
+      p *= f[i];
+  return MKX_SUCCESS;
+}
+
 int mkx_check_dtype(const char *fn, const char *name, MKX_Datatype t) {
   if (MKX_Type_size(t) != 0) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_INVALID_ARG, "%s: %s = %d is not an MKX_Datatype",

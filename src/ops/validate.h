@@ -9,6 +9,16 @@
 
 int mkx_check_ptr(const char *fn, const char *name, const void *p);
 int mkx_check_size(const char *fn, const char *name, int64_t v, int64_t min);
+/* The product of the n sizes f[] (each already checked) is an element
+ * count of buffer `what` that byte counts can hold: MKX_ERR_BAD_SIZE naming
+ * it if not.  Every buffer size an operation computes goes through it
+ * first, so that no product of arguments overflows. */
+int mkx_check_elems(const char *fn, const char *what, int n,
+                    const int64_t *f);
+#define MKX_CHECK_ELEMS(fn, what, ...)                                     \
+  mkx_check_elems(fn, what, (int)(sizeof((int64_t[]){__VA_ARGS__}) /       \
+                                  sizeof(int64_t)),                        \
+                  (const int64_t[]){__VA_ARGS__})
 int mkx_check_dtype(const char *fn, const char *name, MKX_Datatype t);
 int mkx_check_order(const char *fn, MKX_Order order);
 int mkx_check_trans(const char *fn, MKX_Trans t);

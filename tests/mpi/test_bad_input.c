@@ -143,7 +143,25 @@ static void other_cases(void) {
     EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, ME(1), 0,
                               MKX_FP32, comm, NULL),
            -1, MKX_ERR_SHAPE_MISMATCH, "causal");
+  /* sizes each within bounds whose products are not: caught before any
+   * buffer is sized or read (one rank's, then every rank's) */
+  const int64_t big = (int64_t)1 << 39;
+  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, ME(LAST) ? big : 1, 2, 2, 2, 4,
+                            0, 0, MKX_FP32, comm, NULL),
+         LAST, MKX_ERR_BAD_SIZE, "2^40");
+  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, big, 2, 2, 4, 0, 0,
+                            MKX_FP32, comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "Q (batch");
   int64_t counts[4];
+  EXPECT(MKX_Moe_dispatch_gemm(A, ME(0) ? big : 1, 4, ids, w, 2, 2 * size, B,
+                               4, C, 8, counts, NULL, MKX_FP32, comm, NULL),
+         0, MKX_ERR_BAD_SIZE, "X (num_tokens");
+  EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size, B, big, C, 8,
+                               counts, NULL, MKX_FP32, comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "W (local experts");
+  EXPECT(MKX_Moe_layer(A, 1, big, ids, w, 1, size, B, B, 4, C, MKX_FP32,
+                       comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "W1 (local experts");
   EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size + 1, B, 4, C, 8,
                                counts, NULL, MKX_FP32, comm, NULL),
          size == 1 ? NO_RANK : -1, MKX_ERR_BAD_SIZE, "num_experts");
