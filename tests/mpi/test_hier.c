@@ -16,8 +16,8 @@
 #include "host/hier.h"
 #include "mkx.h"
 #include "mkx_test.h"
-#ifdef MKX_TEST_CUDA
 #include "ops/path.h"
+#ifdef MKX_TEST_CUDA
 #include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
 #include "host/op_args.h"
