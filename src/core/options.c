@@ -111,22 +111,6 @@ static const mkx_option_desc base_rows[] = {
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine."},
-    {"net", MKX_OPT_ENUM, OPT(net), "auto", "auto|verbs|efa|tcp",
-     "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
-     "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
-     "every rank must end up with the same choice."},
-    {"net_tcp_bind", MKX_OPT_STRING, OPT(net_tcp_bind), "",
-     "IPv4 address, host name or 'lo'",
-     "Where the tcp transport listens: an IPv4 address or host name, or "
-     "'lo' for 127.0.0.1 (empty: the address of this host's name)."},
-    {"net_tcp_port_range", MKX_OPT_STRING, OPT(net_tcp_port_range), "0",
-     "0 or lo-hi",
-     "TCP ports the tcp transport may listen on: 0 lets the kernel choose, "
-     "lo-hi tries each port of the range in turn (for firewalled hosts)."},
-    {"net_ib_gid_index", MKX_OPT_INT, OPT(net_ib_gid_index), "0", "0:255",
-     "GID table index the verbs transport uses for routed (RoCE or global "
-     "InfiniBand) addresses; RoCE v2 often needs the index 'show_gids' "
-     "lists for the IPv4 address."},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 

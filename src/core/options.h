@@ -1,7 +1,7 @@
 /* The options table: every MKX_* environment variable and mkx_* MPI_Info
  * key, with type, default and help.  Base owns the machinery (parsing,
- * precedence, printing) and its own rows; a layer above base owns the
- * rows of the options only it reads and registers them
+ * precedence, printing) and its own rows; a layer above base may own the
+ * rows of options only it reads (the transports do) and registers them
  * (mkx_options_add_rows), so base never names them.  mkx_info prints all
  * rows. */
 #ifndef MKX_CORE_OPTIONS_H
@@ -41,6 +41,8 @@ typedef struct mkx_options {
   int shared_gpu;        /* MKX_SHARED_*: ranks of a node on one GPU */
   int gpu_ctas;          /* CTAs of a fused kernel that waits for peers; 0: auto */
   int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
+  /* Set only through the rows the transports register (src/net), which
+   * own these fields; base stores them and never reads them. */
   int net;               /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */
   char net_tcp_port_range[MKX_OPT_STRING_MAX]; /* "0" or "lo-hi" */

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/options.h"
 #include "mkx.h"
+#include "net/net.h"
 #include "check.h"
 
 
@@ -120,6 +121,41 @@ static size_t count_rows(void) {
   return n;
 }
 
+/* The transports' rows, registered by net: after base's, in mkx_info's
+ * order, with their defaults, ranges and messages. */
+static void test_net_rows(void) {
+  static const char *const names[] = {"net", "net_tcp_bind",
+                                      "net_tcp_port_range",
+                                      "net_ib_gid_index"};
+  mkx_options o;
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_net", "tcp");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "mkx_net unknown before net registers its rows");
+  size_t n = count_rows();
+  CHECK(mkx_net_options_register() == MKX_SUCCESS &&
+            mkx_net_options_register() == MKX_SUCCESS && count_rows() == n + 4,
+        "net registers its 4 rows once");
+  for (size_t i = 0; i < 4; i++)
+    CHECK(strcmp(mkx_option_at(n + i)->name, names[i]) == 0,
+          "row %zu is %s", n + i, names[i]);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
+            o.net == MKX_NET_AUTO && strcmp(o.net_tcp_bind, "") == 0 &&
+            strcmp(o.net_tcp_port_range, "0") == 0 && o.net_ib_gid_index == 0,
+        "net defaults");
+  MPI_Info_set(info, "mkx_net_tcp_bind", "lo");
+  CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.net == MKX_NET_TCP &&
+            strcmp(o.net_tcp_bind, "lo") == 0, "net info keys");
+  setenv("MKX_NET_IB_GID_INDEX", "256", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG &&
+            strstr(MKX_Get_last_error(), "MKX_NET_IB_GID_INDEX: bad value "
+                   "'256' (expected 0:255)"),
+        "gid index range, named: %s", MKX_Get_last_error());
+  unsetenv("MKX_NET_IB_GID_INDEX");
+  MPI_Info_free(&info);
+}
+
 /* A row as a layer above base would add it (it borrows gpu_ctas's field). */
 static const mkx_option_desc extra_rows[] = {
     {"test_extra", MKX_OPT_INT, offsetof(mkx_options, gpu_ctas), "7", "0:9",
@@ -175,6 +211,7 @@ static void test_registered_rows(void) {
 
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  test_net_rows();
   test_defaults();
   test_environment();
   test_info();
