@@ -137,7 +137,7 @@ static int dup_bounded(MKX_Comm c, MPI_Comm user) {
 static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info,
                       int local_rc) {
   char host[MKX_HOSTNAME_MAX];
-  int rc = mkx_options_load(&c->opt, info);
+  int rc = mkx_comm_options_load(&c->opt, info);
   if (rc == MKX_SUCCESS) mkx_log_set_level(c->opt.log_level);
   MKX_TRY(dup_bounded(c, user));
   MKX_TRY(agree_step(c, local_rc ? local_rc : rc));

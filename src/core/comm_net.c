@@ -29,6 +29,7 @@
 #include "core/comm_net.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "net/net.h"
 #include "proxy/proxy.h"
 
 #define RING_ENTRIES 256
@@ -93,6 +94,11 @@ static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
       !cn->slot_seq || !cn->done_to)
     return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
   return MKX_SUCCESS;
+}
+
+int mkx_comm_options_load(mkx_options *opt, MPI_Info info) {
+  MKX_TRY(mkx_net_options_register());
+  return mkx_options_load(opt, info);
 }
 
 int mkx_comm_net_open(MKX_Comm c) {

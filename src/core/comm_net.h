@@ -7,7 +7,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "core/options.h"
 #include "mkx.h"
+
+/* mkx_options_load with the transports' rows registered first: comm is the
+ * layer that knows both base and net, so it hands net's rows over here,
+ * before every load of a communicator's options or of MKX_Info_print's. */
+int mkx_comm_options_load(mkx_options *opt, MPI_Info info);
 
 /* Collective; a no-op on a single node. */
 int mkx_comm_net_open(MKX_Comm c);

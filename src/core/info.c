@@ -1,6 +1,7 @@
 /* MKX_Info_print: what mkx_info shows, also callable from applications. */
 #include <stdio.h>
 #include "core/comm.h"
+#include "core/comm_net.h"
 #include "core/device.h"
 #include "core/error.h"
 
@@ -42,7 +43,7 @@ int MKX_Info_print(MKX_Comm comm, void *file) {
   if (comm != NULL) {
     opt = comm->opt;
   } else {
-    int rc = mkx_options_load(&opt, MPI_INFO_NULL);
+    int rc = mkx_comm_options_load(&opt, MPI_INFO_NULL);
     if (rc != MKX_SUCCESS) return rc;
   }
   fprintf(f, "Options (environment variable, MPI_Info key, current value):\n");

@@ -1,8 +1,11 @@
 /* The options table and its parsers.  Precedence: default < environment
- * (MKX_NAME) < MPI_Info key (mkx_name).  One table feeds the parser, the
- * printer and the man page of mkx_info, so they cannot drift apart. */
+ * (MKX_NAME) < MPI_Info key (mkx_name).  One table (base's rows and the
+ * registered ones) feeds the parser, the printer and the man page of
+ * mkx_info, so they cannot drift apart. */
 #include <ctype.h>
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -11,7 +14,7 @@
 
 #define OPT(field) offsetof(mkx_options, field)
 
-static const mkx_option_desc option_table[] = {
+static const mkx_option_desc base_rows[] = {
     {"log_level", MKX_OPT_ENUM, OPT(log_level), "warn",
      "none|error|warn|info|debug",
      "Messages printed on stderr: errors, warnings (default), the path each "
@@ -108,26 +111,71 @@ static const mkx_option_desc option_table[] = {
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine."},
-    {"net", MKX_OPT_ENUM, OPT(net), "auto", "auto|verbs|efa|tcp",
-     "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
-     "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
-     "every rank must end up with the same choice."},
-    {"net_tcp_bind", MKX_OPT_STRING, OPT(net_tcp_bind), "",
-     "IPv4 address, host name or 'lo'",
-     "Where the tcp transport listens: an IPv4 address or host name, or "
-     "'lo' for 127.0.0.1 (empty: the address of this host's name)."},
-    {"net_tcp_port_range", MKX_OPT_STRING, OPT(net_tcp_port_range), "0",
-     "0 or lo-hi",
-     "TCP ports the tcp transport may listen on: 0 lets the kernel choose, "
-     "lo-hi tries each port of the range in turn (for firewalled hosts)."},
-    {"net_ib_gid_index", MKX_OPT_INT, OPT(net_ib_gid_index), "0", "0:255",
-     "GID table index the verbs transport uses for routed (RoCE or global "
-     "InfiniBand) addresses; RoCE v2 often needs the index 'show_gids' "
-     "lists for the IPv4 address."},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
-const mkx_option_desc *mkx_option_table(void) { return option_table; }
+/* Base's rows, then the arrays of the layers above in the order they came.
+ * Slots are only appended: a reader takes the count (acquire), and the
+ * slots below it were written before it was published (release). */
+enum { MAX_TABLES = 8 };
+static const mkx_option_desc *tables[MAX_TABLES] = {base_rows};
+static atomic_size_t ntables = 1;
+static pthread_mutex_t add_lock = PTHREAD_MUTEX_INITIALIZER;
+
+const mkx_option_desc *mkx_option_at(size_t i) {
+  size_t n = atomic_load_explicit(&ntables, memory_order_acquire);
+  for (size_t t = 0; t < n; t++)
+    for (const mkx_option_desc *d = tables[t]; d->name; d++)
+      if (i-- == 0) return d;
+  return NULL;
+}
+
+static const mkx_option_desc *find_row(const char *name) {
+  const mkx_option_desc *d;
+  for (size_t i = 0; (d = mkx_option_at(i)); i++)
+    if (strcasecmp(d->name, name) == 0) return d;
+  return NULL;
+}
+
+static size_t field_size(mkx_opt_type type) {
+  return type == MKX_OPT_LONG     ? sizeof(int64_t)
+         : type == MKX_OPT_STRING ? MKX_OPT_STRING_MAX
+                                  : sizeof(int);
+}
+
+/* A bad row would write outside mkx_options or shadow another row: refused
+ * whole, before any of it is visible. */
+static int check_rows(const mkx_option_desc *rows) {
+  for (const mkx_option_desc *d = rows; d->name; d++) {
+    if (d->offset + field_size(d->type) > sizeof(mkx_options))
+      return mkx_error(MKX_ERR_INTERNAL, "option %s: field outside "
+                       "mkx_options", d->name);
+    if (find_row(d->name))
+      return mkx_error(MKX_ERR_INTERNAL, "option %s: registered twice",
+                       d->name);
+  }
+  return MKX_SUCCESS;
+}
+
+static int append_rows(const mkx_option_desc *rows) {
+  size_t n = atomic_load_explicit(&ntables, memory_order_relaxed);
+  for (size_t t = 0; t < n; t++)
+    if (tables[t] == rows) return MKX_SUCCESS;
+  if (n == MAX_TABLES)
+    return mkx_error(MKX_ERR_INTERNAL, "options: more than %d tables of "
+                     "rows", MAX_TABLES);
+  MKX_TRY(check_rows(rows));
+  tables[n] = rows;
+  atomic_store_explicit(&ntables, n + 1, memory_order_release);
+  return MKX_SUCCESS;
+}
+
+int mkx_options_add_rows(const mkx_option_desc *rows) {
+  pthread_mutex_lock(&add_lock);
+  int rc = append_rows(rows);
+  pthread_mutex_unlock(&add_lock);
+  return rc;
+}
 
 static int parse_enum(const mkx_option_desc *d, const char *v, int *out) {
   const char *p = d->choices;
@@ -233,9 +281,8 @@ static int load_info(mkx_options *opt, MPI_Info info) {
         MPI_Info_get(info, key, MPI_MAX_INFO_VAL, value, &flag) != MPI_SUCCESS)
       return mkx_error(MKX_ERR_MPI, "reading MPI_Info key %d failed", i);
     if (strncasecmp(key, "mkx_", 4) != 0 || !flag) continue;
-    const mkx_option_desc *d = option_table;
-    while (d->name && strcasecmp(d->name, key + 4) != 0) d++;
-    if (!d->name)
+    const mkx_option_desc *d = find_row(key + 4);
+    if (!d)
       return mkx_error(MKX_ERR_INVALID_ARG,
                        "MPI_Info key '%s' is not an MKX option (mkx_info "
                        "lists them)", key);
@@ -247,21 +294,27 @@ static int load_info(mkx_options *opt, MPI_Info info) {
   return MKX_SUCCESS;
 }
 
+static int load_env(const mkx_option_desc *d, mkx_options *opt) {
+  char name[64];
+  int rc = mkx_option_parse(d, d->defval, "default", opt);
+  if (rc != MKX_SUCCESS)
+    return mkx_error(MKX_ERR_INTERNAL, "bad default for %s", d->name);
+  env_name(d->name, name, sizeof name);
+  const char *v = getenv(name);
+  return v ? mkx_option_parse(d, v, name, opt) : MKX_SUCCESS;
+}
+
 int mkx_options_load(mkx_options *opt, MPI_Info info) {
-  for (const mkx_option_desc *d = option_table; d->name; d++) {
-    char name[64];
-    int rc = mkx_option_parse(d, d->defval, "default", opt);
-    if (rc != MKX_SUCCESS) return mkx_error(MKX_ERR_INTERNAL, "bad default for %s", d->name);
-    env_name(d->name, name, sizeof name);
-    const char *v = getenv(name);
-    if (v && (rc = mkx_option_parse(d, v, name, opt)) != MKX_SUCCESS)
-      return rc;
-  }
+  const mkx_option_desc *d;
+  /* Fields of rows not registered yet are zero, not stale. */
+  *opt = (mkx_options){0};
+  for (size_t i = 0; (d = mkx_option_at(i)); i++) MKX_TRY(load_env(d, opt));
   return load_info(opt, info);
 }
 
 void mkx_options_print(const mkx_options *opt, FILE *f) {
-  for (const mkx_option_desc *d = option_table; d->name; d++) {
+  const mkx_option_desc *d;
+  for (size_t i = 0; (d = mkx_option_at(i)); i++) {
     char env[64], cur[64];
     env_name(d->name, env, sizeof env);
     fprintf(f, "  %-24s info key mkx_%s\n", env, d->name);

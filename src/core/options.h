@@ -1,5 +1,9 @@
 /* The options table: every MKX_* environment variable and mkx_* MPI_Info
- * key, with type, default and help, in one place.  mkx_info prints it. */
+ * key, with type, default and help.  Base owns the machinery (parsing,
+ * precedence, printing) and its own rows; a layer above base may own the
+ * rows of options only it reads (the transports do) and registers them
+ * (mkx_options_add_rows), so base never names them.  mkx_info prints all
+ * rows. */
 #ifndef MKX_CORE_OPTIONS_H
 #define MKX_CORE_OPTIONS_H
 
@@ -37,6 +41,8 @@ typedef struct mkx_options {
   int shared_gpu;        /* MKX_SHARED_*: ranks of a node on one GPU */
   int gpu_ctas;          /* CTAs of a fused kernel that waits for peers; 0: auto */
   int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
+  /* Set only through the rows the transports register (src/net), which
+   * own these fields; base stores them and never reads them. */
   int net;               /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */
   char net_tcp_port_range[MKX_OPT_STRING_MAX]; /* "0" or "lo-hi" */
@@ -58,12 +64,32 @@ typedef struct mkx_option_desc {
   const char *help;
 } mkx_option_desc;
 
-/* The table, terminated by an entry with name == NULL. */
-const mkx_option_desc *mkx_option_table(void);
+/* The seam through which a layer above base adds its rows.
+ * - Owner: the layer that reads the options defines the rows (an array
+ *   ended by a row whose name is NULL) and their fields in mkx_options.
+ *   The array is static: it stays valid and unchanged for the life of the
+ *   process and is never removed.
+ * - When: before the options are loaded.  comm, which knows the layers
+ *   above base, registers their rows before it loads options for
+ *   MKX_Comm_create and MKX_Info_print; code that loads options without a
+ *   communicator (tests) registers them itself first.  A load does not see
+ *   rows registered after it: their fields stay zero, their MKX_* variables
+ *   are ignored and their mkx_* keys are unknown.
+ * - Registering the same array again does nothing, so comm does it for
+ *   every communicator; any thread may.  A name that is already a row's is
+ *   MKX_ERR_INTERNAL, and so is a field outside mkx_options.
+ * - Rows are listed (mkx_option_at, mkx_info) base's first, then each
+ *   array in the order it was first registered. */
+int mkx_options_add_rows(const mkx_option_desc *rows);
 
-/* Defaults, then MKX_* environment variables, then `info` keys (may be
- * MPI_INFO_NULL).  A bad value returns MKX_ERR_INVALID_ARG naming the
- * variable or key; an unknown mkx_* info key is an error too. */
+/* Row i of the table (base's rows, then the registered ones); NULL past
+ * the last. */
+const mkx_option_desc *mkx_option_at(size_t i);
+
+/* Every registered row: defaults, then MKX_* environment variables, then
+ * `info` keys (may be MPI_INFO_NULL).  A bad value returns
+ * MKX_ERR_INVALID_ARG naming the variable or key; an unknown mkx_* info
+ * key is an error too. */
 int mkx_options_load(mkx_options *opt, MPI_Info info);
 
 /* Parse one value for option `d` into `opt` (source names it in errors). */

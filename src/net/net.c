@@ -1,6 +1,7 @@
 /* Provider selection and the parts of the interface every provider shares:
  * the address exchange over the bootstrap, argument checks, counters and
  * the bounded signal wait. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,28 @@ static const mkx_net_provider *const by_option[] = {
     [MKX_NET_EFA] = &mkx_net_efa_provider,
     [MKX_NET_TCP] = &mkx_net_tcp_provider,
 };
+
+static const mkx_option_desc net_options[] = {
+    {"net", MKX_OPT_ENUM, offsetof(mkx_options, net), "auto",
+     "auto|verbs|efa|tcp",
+     "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
+     "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
+     "every rank must end up with the same choice."},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+/* The order mkx_info lists the providers' rows in: tcp, which runs
+ * everywhere, before the RDMA providers. */
+static const mkx_net_provider *const by_listing[] = {
+    &mkx_net_tcp_provider, &mkx_net_verbs_provider, &mkx_net_efa_provider};
+
+int mkx_net_options_register(void) {
+  MKX_TRY(mkx_options_add_rows(net_options));
+  for (size_t i = 0; i < sizeof by_listing / sizeof *by_listing; i++)
+    if (by_listing[i]->options)
+      MKX_TRY(mkx_options_add_rows(by_listing[i]->options));
+  return MKX_SUCCESS;
+}
 
 int64_t mkx_net_now_ms(void) {
   struct timespec ts;

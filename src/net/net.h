@@ -119,6 +119,9 @@ struct mkx_net_provider {
   const char *name;
   unsigned caps;   /* MKX_NET_CAP_* */
   int signal_bits; /* low bits of a signal value carried (64: all) */
+  /* The options only this provider reads (NULL: none), rows it owns and
+   * mkx_net_options_register hands to the options table. */
+  const mkx_option_desc *options;
   /* MKX_SUCCESS if this provider can run here (device present). */
   int (*probe)(const mkx_net_params *p);
   /* Fill n->impl; n->signals is allocated by the provider (it may need
@@ -155,6 +158,13 @@ struct mkx_net {
 extern const mkx_net_provider mkx_net_tcp_provider;
 extern const mkx_net_provider mkx_net_verbs_provider;
 extern const mkx_net_provider mkx_net_efa_provider;
+
+/* Registers the transports' option rows (the `net` choice, then each
+ * provider's) with the options table, as core/options.h says: before
+ * options are loaded, again as often as wanted.  comm calls it before
+ * it loads a communicator's options; tests that load options without a
+ * communicator call it first. */
+int mkx_net_options_register(void);
 
 /* Open with the provider the `net` option names (auto: verbs, efa, tcp,
  * the first whose probe succeeds). */

@@ -35,6 +35,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -798,10 +799,23 @@ int mkx_net_tcp_port(const mkx_net *n) {
   return ntohs(((const tcp_impl *)n->impl)->blob.port);
 }
 
+static const mkx_option_desc tcp_options[] = {
+    {"net_tcp_bind", MKX_OPT_STRING, offsetof(mkx_options, net_tcp_bind), "",
+     "IPv4 address, host name or 'lo'",
+     "Where the tcp transport listens: an IPv4 address or host name, or "
+     "'lo' for 127.0.0.1 (empty: the address of this host's name)."},
+    {"net_tcp_port_range", MKX_OPT_STRING,
+     offsetof(mkx_options, net_tcp_port_range), "0", "0 or lo-hi",
+     "TCP ports the tcp transport may listen on: 0 lets the kernel choose, "
+     "lo-hi tries each port of the range in turn (for firewalled hosts)."},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
 const mkx_net_provider mkx_net_tcp_provider = {
     .name = "tcp",
     .caps = MKX_NET_CAP_ORDERED, /* one stream per peer; GPU memory staged */
     .signal_bits = 64,
+    .options = tcp_options,
     .probe = tcp_probe,
     .open = tcp_open,
     .address = tcp_address,

@@ -20,6 +20,7 @@
  *
  * All calls that verbs.h inlines go through net/ibv_shim.c, so
  * tests/unit/test_net_verbs.c can run this file against a fake device. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -398,10 +399,20 @@ static int verbs_open(mkx_net *n, const mkx_net_params *p) {
 static void verbs_close(mkx_net *n) { (void)n; }
 #endif
 
+static const mkx_option_desc verbs_options[] = {
+    {"net_ib_gid_index", MKX_OPT_INT, offsetof(mkx_options, net_ib_gid_index),
+     "0", "0:255",
+     "GID table index the verbs transport uses for routed (RoCE or global "
+     "InfiniBand) addresses; RoCE v2 often needs the index 'show_gids' "
+     "lists for the IPv4 address."},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
 const mkx_net_provider mkx_net_verbs_provider = {
     .name = "verbs",
     .caps = MKX_NET_CAP_DEVICE_MEM | MKX_NET_CAP_ORDERED, /* RC */
     .signal_bits = 64,
+    .options = verbs_options,
     .probe = verbs_probe,
     .open = verbs_open,
     .address = verbs_address,

@@ -277,7 +277,9 @@ static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
   mkx_net_params p = {.rank = oob->rank, .size = oob->size,
                       .num_signals = (uint32_t)oob->size,
                       .timeout_ms = TIMEOUT_MS, .opt = opt};
-  CHECK(mkx_options_load(opt, MPI_INFO_NULL) == MKX_SUCCESS, "options");
+  CHECK(mkx_net_options_register() == MKX_SUCCESS &&
+            mkx_options_load(opt, MPI_INFO_NULL) == MKX_SUCCESS,
+        "options");
   opt->net = MKX_NET_TCP;
   strcpy(opt->net_tcp_bind, "lo"); /* tests stay on loopback */
   int rc = mkx_net_open(&p, &c->n);

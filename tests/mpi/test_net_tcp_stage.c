@@ -256,6 +256,7 @@ static int run(const mkx_oob *oob) {
   fk.other = calloc(1, fk.other_len);
   if (!fk.dev[0] || !fk.dev[1] || !fk.other)
     return mkx_error(MKX_ERR_NOMEM, "buffers");
+  MKX_TRY(mkx_net_options_register());
   MKX_TRY(mkx_options_load(&opt, MPI_INFO_NULL));
   opt.net = MKX_NET_TCP;
   strcpy(opt.net_tcp_bind, "lo");

@@ -88,6 +88,7 @@ static int run(const mkx_oob *oob) {
   uint32_t si, ri;
   unsigned char *send = calloc(CHUNKS, CHUNK);
   unsigned char *recv = calloc((size_t)size * CHUNKS, CHUNK);
+  MKX_TRY(mkx_net_options_register());
   MKX_TRY(mkx_options_load(&opt, MPI_INFO_NULL));
   opt.net = MKX_NET_TCP;
   strcpy(opt.net_tcp_bind, "lo"); /* tests stay on loopback */

@@ -211,7 +211,9 @@ static void test_errors(void) {
 }
 
 int main(void) {
-  CHECK(mkx_options_load(&opt, MPI_INFO_NULL) == MKX_SUCCESS, "options");
+  CHECK(mkx_net_options_register() == MKX_SUCCESS &&
+            mkx_options_load(&opt, MPI_INFO_NULL) == MKX_SUCCESS,
+        "options");
   test_capability();
   open_pair();
   check_transitions();

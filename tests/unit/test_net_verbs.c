@@ -258,7 +258,9 @@ static void test_device_memory(void) {
 }
 
 int main(void) {
-  CHECK(mkx_options_load(&opt, MPI_INFO_NULL) == MKX_SUCCESS, "options");
+  CHECK(mkx_net_options_register() == MKX_SUCCESS &&
+            mkx_options_load(&opt, MPI_INFO_NULL) == MKX_SUCCESS,
+        "options");
   test_no_device();
   open_and_connect();
   for (int me = 0; me < NR; me++)

@@ -1,11 +1,14 @@
-/* The options table: defaults, environment, MPI_Info precedence, and a
- * specific error naming the variable or key for every bad value. */
+/* The options table: defaults, environment, MPI_Info precedence, a
+ * specific error naming the variable or key for every bad value, and rows
+ * registered from above base. */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/log.h"
 #include "core/options.h"
 #include "mkx.h"
+#include "net/net.h"
 #include "check.h"
 
 
@@ -23,7 +26,8 @@ static void test_defaults(void) {
   CHECK(o.tp_overlap == MKX_OVERLAP_AUTO, "tp_overlap default auto");
   CHECK(o.hier_gemm == MKX_HIER_GEMM_NVLINK, "hier_gemm default nvlink");
   /* Every entry documents itself. */
-  for (const mkx_option_desc *d = mkx_option_table(); d->name; d++)
+  const mkx_option_desc *d;
+  for (size_t i = 0; (d = mkx_option_at(i)); i++)
     CHECK(d->help && strlen(d->help) > 20 && d->defval && d->choices,
           "option %s documented", d->name);
 }
@@ -102,7 +106,8 @@ static void test_format_roundtrip(void) {
   o.path = MKX_PATH_OPT_GPU;
   o.timeout_ms = 1234567;
   p = o;
-  for (const mkx_option_desc *d = mkx_option_table(); d->name; d++) {
+  const mkx_option_desc *d;
+  for (size_t i = 0; (d = mkx_option_at(i)); i++) {
     mkx_option_format(d, &o, buf, sizeof buf);
     CHECK(mkx_option_parse(d, buf, "roundtrip", &p) == MKX_SUCCESS,
           "%s value '%s' parses back", d->name, buf);
@@ -110,12 +115,108 @@ static void test_format_roundtrip(void) {
   CHECK(memcmp(&o, &p, sizeof o) == 0, "format/parse round trip");
 }
 
+static size_t count_rows(void) {
+  size_t n = 0;
+  while (mkx_option_at(n)) n++;
+  return n;
+}
+
+/* The transports' rows, registered by net: after base's, in mkx_info's
+ * order, with their defaults, ranges and messages. */
+static void test_net_rows(void) {
+  static const char *const names[] = {"net", "net_tcp_bind",
+                                      "net_tcp_port_range",
+                                      "net_ib_gid_index"};
+  mkx_options o;
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_net", "tcp");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "mkx_net unknown before net registers its rows");
+  size_t n = count_rows();
+  CHECK(mkx_net_options_register() == MKX_SUCCESS &&
+            mkx_net_options_register() == MKX_SUCCESS && count_rows() == n + 4,
+        "net registers its 4 rows once");
+  for (size_t i = 0; i < 4; i++)
+    CHECK(strcmp(mkx_option_at(n + i)->name, names[i]) == 0,
+          "row %zu is %s", n + i, names[i]);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
+            o.net == MKX_NET_AUTO && strcmp(o.net_tcp_bind, "") == 0 &&
+            strcmp(o.net_tcp_port_range, "0") == 0 && o.net_ib_gid_index == 0,
+        "net defaults");
+  MPI_Info_set(info, "mkx_net_tcp_bind", "lo");
+  CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.net == MKX_NET_TCP &&
+            strcmp(o.net_tcp_bind, "lo") == 0, "net info keys");
+  setenv("MKX_NET_IB_GID_INDEX", "256", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG &&
+            strstr(MKX_Get_last_error(), "MKX_NET_IB_GID_INDEX: bad value "
+                   "'256' (expected 0:255)"),
+        "gid index range, named: %s", MKX_Get_last_error());
+  unsetenv("MKX_NET_IB_GID_INDEX");
+  MPI_Info_free(&info);
+}
+
+/* A row as a layer above base would add it (it borrows gpu_ctas's field). */
+static const mkx_option_desc extra_rows[] = {
+    {"test_extra", MKX_OPT_INT, offsetof(mkx_options, gpu_ctas), "7", "0:9",
+     "A row registered by the test, as a transport registers its own."},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+static void test_refused_rows(size_t n) {
+  static const mkx_option_desc twice[] = {
+      {"PATH", MKX_OPT_INT, 0, "0", "0:1", "a second row named path"},
+      {NULL, 0, 0, NULL, NULL, NULL}};
+  static const mkx_option_desc outside[] = {
+      {"test_outside", MKX_OPT_LONG, sizeof(mkx_options) - 4, "0", "0:1",
+       "a field that ends past mkx_options"},
+      {NULL, 0, 0, NULL, NULL, NULL}};
+  CHECK(mkx_options_add_rows(twice) == MKX_ERR_INTERNAL &&
+            strstr(MKX_Get_last_error(), "PATH"),
+        "a name registered twice is refused: %s", MKX_Get_last_error());
+  CHECK(mkx_options_add_rows(outside) == MKX_ERR_INTERNAL &&
+            strstr(MKX_Get_last_error(), "test_outside"),
+        "a field outside mkx_options is refused: %s", MKX_Get_last_error());
+  CHECK(count_rows() == n, "refused rows are not added");
+}
+
+static void test_registered_rows(void) {
+  mkx_options o;
+  MPI_Info info;
+  size_t n = count_rows();
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_test_extra", "5");
+  CHECK(mkx_options_load(&o, info) == MKX_ERR_INVALID_ARG,
+        "key of a row not registered yet is unknown");
+  test_refused_rows(n);
+  CHECK(mkx_options_add_rows(extra_rows) == MKX_SUCCESS &&
+            mkx_options_add_rows(extra_rows) == MKX_SUCCESS &&
+            count_rows() == n + 1 && mkx_option_at(n) == extra_rows,
+        "registered once, listed last");
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
+            o.gpu_ctas == 7, "its default (%d)", o.gpu_ctas);
+  setenv("MKX_TEST_EXTRA", "3", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
+            o.gpu_ctas == 3, "its variable (%d)", o.gpu_ctas);
+  CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.gpu_ctas == 5,
+        "its info key (%d)", o.gpu_ctas);
+  setenv("MKX_TEST_EXTRA", "10", 1);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG &&
+            strstr(MKX_Get_last_error(), "MKX_TEST_EXTRA: bad value '10' "
+                   "(expected 0:9)"),
+        "its range, named: %s", MKX_Get_last_error());
+  unsetenv("MKX_TEST_EXTRA");
+  MPI_Info_free(&info);
+}
+
 int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
+  test_net_rows();
   test_defaults();
   test_environment();
   test_info();
   test_format_roundtrip();
+  test_registered_rows(); /* last: its row stays registered */
   printf("%d checks, %d failed\n", checks, failures);
   MPI_Finalize();
   return failures ? 1 : 0;
