@@ -93,6 +93,52 @@ static int agree_step(MKX_Comm c, int rc) {
   return rc;
 }
 
+/* FNV-1a of an option's value as text. */
+static uint64_t value_hash(const char *v) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *v; v++) h = (h ^ (unsigned char)*v) * 1099511628211ull;
+  return h;
+}
+
+/* The options whose rows say they must agree (they decide a collective
+ * path or protocol: a rank on another value would wait in a collective
+ * the others never join) are the same on every rank: one hash of each
+ * value from every rank.  If any two ranks differ every rank finds one
+ * that differs from itself, so all fail alike, naming the option. */
+static int agree_options(MKX_Comm c) {
+  enum { MAX = 64 };
+  const mkx_option_desc *rows[MAX];
+  uint64_t mine[MAX];
+  char buf[MKX_OPT_STRING_MAX + 32];
+  int n = 0, size = 0;
+  for (size_t i = 0; n < MAX; i++) {
+    const mkx_option_desc *d = mkx_option_at(i);
+    if (!d) break;
+    if (!d->agree) continue;
+    rows[n] = d;
+    mine[n++] = value_hash(mkx_option_format(d, &c->opt, buf, sizeof buf));
+  }
+  MKX_TRY(mkx_mpi_check(MPI_Comm_size(c->mpi, &size), "MPI_Comm_size"));
+  if (n == 0) return MKX_SUCCESS;
+  uint64_t *all = malloc(sizeof *all * (size_t)n * (size_t)size);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create: options");
+  int rank = 0, rc = mkx_mpi_check(MPI_Comm_rank(c->mpi, &rank),
+                                   "MPI_Comm_rank");
+  if (!rc)
+    rc = mkx_mpi_allgather(mine, all, sizeof *mine * (size_t)n, c->mpi,
+                           c->opt.timeout_ms, "MKX_Comm_create: options");
+  for (int q = 0; !rc && q < size; q++)
+    for (int j = 0; !rc && j < n; j++)
+      if (all[(size_t)q * (size_t)n + (size_t)j] != mine[j])
+        rc = mkx_error(MKX_ERR_INVALID_ARG, "MKX_Comm_create: option %s must "
+                       "be the same on every rank: %s on rank %d, another "
+                       "value on rank %d", rows[j]->name,
+                       mkx_option_format(rows[j], &c->opt, buf, sizeof buf),
+                       rank, q);
+  free(all);
+  return rc;
+}
+
 static int choose_device(MKX_Comm c) {
   char why[128];
   MKX_TRY(mkx_device_choose(&c->opt, c->place.host_local_rank, &c->device,
@@ -141,6 +187,7 @@ static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info,
   if (rc == MKX_SUCCESS) mkx_log_set_level(c->opt.log_level);
   MKX_TRY(dup_bounded(c, user));
   MKX_TRY(agree_step(c, local_rc ? local_rc : rc));
+  MKX_TRY(agree_options(c));
   MKX_TRY(mkx_oob_mpi_init(&c->oob, c->mpi));
   c->rank = c->oob.rank;
   c->size = c->oob.size;

@@ -35,7 +35,7 @@ static const mkx_option_desc base_rows[] = {
     {"fused", MKX_OPT_ENUM, OPT(fused), "auto", "off|auto",
      "Fused single-kernel GPU paths for device buffers. auto: used where "
      "the shape and types fit (else the staged path, logged at info); off: "
-     "device buffers always take the staged host path."},
+     "device buffers always take the staged host path.", 1},
     {"blocking", MKX_OPT_BOOL, OPT(blocking), "no", "yes|no",
      "yes: a call on the fused GPU path waits for its own GPU work before "
      "returning and returns its status (MKX_ERR_TIMEOUT naming the rank and "
@@ -48,26 +48,26 @@ static const mkx_option_desc base_rows[] = {
      "Type in which the fused GEMM+ReduceScatter and GEMM+AllReduce send "
      "each rank's partial product to the rank that sums it. out: C's type, "
      "as cuBLAS followed by NCCL would (the owner still adds in fp32 and "
-     "rounds once); fp32: unrounded partials, twice the NVLink bytes."},
+     "rounds once); fp32: unrounded partials, twice the NVLink bytes.", 1},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
      "alignment do not suit the fused kernels (multiples of 8 elements, "
      "16-byte aligned), or whose allreduce C cannot be mapped into node "
      "peers, go through padded, aligned temporaries on the GPU (one extra "
-     "copy of A, B and C); no: they take the staged host path."},
+     "copy of A, B and C); no: they take the staged host path.", 1},
     {"tp_overlap", MKX_OPT_ENUM, OPT(tp_overlap), "auto", "auto|yes|no",
      "Single-node GPU path of the three tensor-parallel calls. yes: one "
      "GEMM kernel overlapped with the NVLink transfers (copy engines); no: "
      "the GEMM, then a separate one-shot NVLink collective kernel (two "
      "kernels, lower fixed cost, nothing overlapped); auto: no for small "
      "products (fewer than 1024 product rows per rank), where overlap "
-     "cannot pay for its set-up, else yes."},
+     "cannot pay for its set-up, else yes.", 1},
     {"tp_split_gemm", MKX_OPT_ENUM, OPT(tp_split_gemm), "engine",
      "engine|cublas",
      "The GEMM of the split path (tp_overlap). engine: MKX's; cublas: "
      "cuBLAS (not for fp16 inputs with bf16 output or the reverse, which "
      "keep the engine). Faster than the engine alone on these small "
-     "products, but not inside the split path, hence not the default."},
+     "products, but not inside the split path, hence not the default.", 1},
     {"tp_ag_oneshot", MKX_OPT_ENUM, OPT(tp_ag_oneshot), "auto",
      "auto|yes|no",
      "AllGather+GEMM on the split path (tp_overlap) with the engine's GEMM. "
@@ -75,12 +75,12 @@ static const mkx_option_desc base_rows[] = {
      "CTAs copy the rows over NVLink in K chunks while the GEMM CTAs "
      "consume them; no: a copy kernel, then the GEMM; auto: yes where "
      "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free, "
-     "where the one kernel was as fast or faster."},
+     "where the one kernel was as fast or faster.", 1},
     {"tp_stream_k", MKX_OPT_BOOL, OPT(tp_stream_k), "yes", "yes|no",
      "AllGather+GEMM on the overlapped path (tp_overlap). yes: when the "
      "GEMM's tiles leave its last wave under 90% full, that wave's tiles "
      "are split along K over every SM (stream-K; each tile's shares summed "
-     "in a fixed order, the same bits every run); no: whole tiles only."},
+     "in a fixed order, the same bits every run); no: whole tiles only.", 1},
     {"shared_gpu", MKX_OPT_ENUM, OPT(shared_gpu), "auto",
      "auto|fused|split|staged",
      "Single-node GPU path of the tensor-parallel calls when ranks of a node "
@@ -89,7 +89,7 @@ static const mkx_option_desc base_rows[] = {
      "without MPS (time slices) the split path, whose few waits cannot "
      "starve a time slice; fused: as with one GPU per rank in both cases "
      "(without MPS the overlapped path may wait for whole time slices, up "
-     "to timeout_ms); split: the split path; staged: the staged host path."},
+     "to timeout_ms); split: the split path; staged: the staged host path.", 1},
     {"gpu_ctas", MKX_OPT_INT, OPT(gpu_ctas), "0", "0:4096",
      "Most CTAs a fused kernel that waits for other ranks may take (the "
      "persistent GEMMs, the split path's copy and sum kernels). 0: one per "
@@ -106,11 +106,11 @@ static const mkx_option_desc base_rows[] = {
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
      "not numbered node by node take gpu. Same results and network bytes "
-     "for all three; nvlink is the fastest."},
+     "for all three; nvlink is the fastest.", 1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
      "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
-     "(0: one node per host), so the inter-node path runs on one machine."},
+     "(0: one node per host), so the inter-node path runs on one machine.", 1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 

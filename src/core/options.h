@@ -62,6 +62,9 @@ typedef struct mkx_option_desc {
   const char *choices; /* enum: "a|b|c" (stored as the index); int: "min:max";
                           string: a description of the accepted form */
   const char *help;
+  int agree;           /* 1: every rank must hold the same value (it decides
+                          a collective path or protocol); MKX_Comm_create
+                          checks it */
 } mkx_option_desc;
 
 /* The seam through which a layer above base adds its rows.

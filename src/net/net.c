@@ -22,7 +22,7 @@ static const mkx_option_desc net_options[] = {
      "auto|verbs|efa|tcp",
      "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
      "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
-     "every rank must end up with the same choice."},
+     "every rank must end up with the same choice.", 1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 

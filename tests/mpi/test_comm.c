@@ -243,11 +243,36 @@ static void memory(MKX_Comm c) {
     mt_check_rc(MKX_Free_mem(c, p2), MKX_SUCCESS, "MKX_Free_mem afterwards");
 }
 
+/* An option that decides a collective protocol set differently on the
+ * last rank (virtual_node_size would split the ranks into nodes that do
+ * not match; tp_overlap would pair different kernels): every rank fails,
+ * naming it, without a hang; then a create with the same options works. */
+static void options_disagree(const char *key, const char *mine,
+                             const char *last) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, key, mt.rank == mt.size - 1 ? last : mine);
+  MKX_Comm c = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  mt_check_rc(rc, mt.size > 1 ? MKX_ERR_INVALID_ARG : MKX_SUCCESS,
+              "%s differing on the last rank", key);
+  if (mt.size > 1)
+    mt_check(strstr(MKX_Get_last_error(), key + 4) != NULL, "the message "
+             "names %s: %s", key + 4, MKX_Get_last_error());
+  if (rc == MKX_SUCCESS) MKX_Comm_free(&c);
+  rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
+  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create afterwards");
+  if (rc == MKX_SUCCESS) MKX_Comm_free(&c);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
 
   small_calls();
   block_range();
+  options_disagree("mkx_virtual_node_size", "1", "2");
+  options_disagree("mkx_tp_overlap", "auto", "no");
 
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
