@@ -27,12 +27,6 @@ typedef struct geo {
   int N, G, j, l;
 } geo;
 
-/* Starts on the several-node GPU paths so far (ops/path.h). */
-static long hier_starts(void) {
-  return mkx_path_starts(MKX_PATH_HIER_GPU) +
-         mkx_path_starts(MKX_PATH_HIER_NVLINK);
-}
-
 static float frand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
   return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
@@ -135,6 +129,12 @@ static void reduce(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t M,
 }
 
 #ifdef MKX_TEST_CUDA
+/* Starts on the several-node GPU paths so far (ops/path.h). */
+static long hier_starts(void) {
+  return mkx_path_starts(MKX_PATH_HIER_GPU) +
+         mkx_path_starts(MKX_PATH_HIER_NVLINK);
+}
+
 /* bf16 data from the seed, stored into a fresh buffer (uploaded). */
 static void make16(tbuf *b, int64_t rows, int64_t cols, int salt) {
   double *v = mt_gen(rows, cols, MKX_BF16, mt.seed, mt.rank, salt);
