@@ -6,7 +6,7 @@
 #include "core/log.h"
 #include "core/options.h"
 #include "mkx.h"
-#include "check.h"
+#include "../common/check.h"
 
 
 static void test_defaults(void) {
@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
   test_environment();
   test_info();
   test_format_roundtrip();
-  printf("%d checks, %d failed\n", checks, failures);
+  const int status = check_done("test_options");
   MPI_Finalize();
-  return failures ? 1 : 0;
+  return status;
 }
