@@ -406,9 +406,12 @@ void mt_init(int *argc, char ***argv) {
       fflush(stdout);
     }
     MPI_Finalize();
-    exit(MT_SKIP);
+    exit(CHECK_SKIP);
   }
   mt.device = want_device;
+  check_set_rank(mt.rank, mt.size);
+  check_show_passes(mt.rank == 0 || mt.verbose);
+  check_set_note("seed %llu", seed);
   if (mt.rank == 0) {
     printf("# %s: %d rank(s), %s memory, seed %llu (rerun: --seed %llu)\n",
            mt.prog, mt.size, mt.device ? "device" : "host", seed, seed);
@@ -417,7 +420,7 @@ void mt_init(int *argc, char ***argv) {
 }
 
 int mt_finish(void) {
-  int fails = mt.failed, total = 0, n = mt.n;
+  int fails = check_failed(), total = 0, n = check_count();
   MPI_Allreduce(&fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (fails || mt.verbose)
     printf("# [rank %d] %d checks, %d failed\n", mt.rank, n, fails);
@@ -435,54 +438,6 @@ int mt_finish(void) {
   }
   MPI_Finalize();
   return total ? 1 : 0;
-}
-
-static int vcheck(int cond, const char *extra, const char *fmt, va_list ap) {
-  char msg[1024];
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  mt.n++;
-  if (!cond) {
-    mt.failed++;
-    printf("not ok %d - [rank %d/%d] %s (seed %llu)\n", mt.n, mt.rank,
-           mt.size, msg, (unsigned long long)mt.seed);
-    if (extra && *extra) printf("#   %s\n", extra);
-  } else if (mt.rank == 0 || mt.verbose) {
-    if (mt.verbose)
-      printf("ok %d - [rank %d] %s\n", mt.n, mt.rank, msg);
-    else
-      printf("ok %d - %s\n", mt.n, msg);
-  }
-  fflush(stdout);
-  return cond;
-}
-
-int mt_check(int cond, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char extra[600] = "";
-  if (!cond) {
-    const char *le = MKX_Get_last_error();
-    if (le && *le) snprintf(extra, sizeof extra, "last MKX error: %s", le);
-  }
-  vcheck(cond, extra, fmt, ap);
-  va_end(ap);
-  return cond;
-}
-
-int mt_check_rc(int rc, int want, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  char extra[800] = "";
-  int cond = rc == want;
-  if (!cond) {
-    const char *le = MKX_Get_last_error();
-    const char *es = MKX_Error_string(rc);
-    snprintf(extra, sizeof extra, "returned %d (%s), wanted %d; last error: %s",
-             rc, es ? es : "(null)", want, le ? le : "(null)");
-  }
-  vcheck(cond, extra, fmt, ap);
-  va_end(ap);
-  return cond;
 }
 
 void mt_diag(const char *fmt, ...) {

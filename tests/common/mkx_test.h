@@ -5,8 +5,9 @@
  * Provides a seeded PRNG whose streams depend on (seed, rank, tensor) only
  * (so every rank can regenerate every other rank's inputs), bf16/fp16
  * conversions of its own, strided matrix fill/read for every MKX datatype,
- * poison/bounds checking, error norms and tolerances, a TAP-like counter
- * and a buffer layer (host memory, or device memory with --device).
+ * poison/bounds checking, error norms and tolerances, the MPI set-up and
+ * summary of the checks (check.h) and a buffer layer (host memory, or
+ * device memory with --device).
  */
 #ifndef MKX_TEST_H
 #define MKX_TEST_H
@@ -15,10 +16,8 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <mpi.h>
+#include "check.h"
 #include "mkx.h"
-
-/* exit code for "skipped" (automake convention) */
-#define MT_SKIP 77
 
 /* ---- PRNG: xoshiro256** seeded by splitmix64 ---------------------------- */
 
@@ -145,35 +144,21 @@ typedef struct mt_ctx {
   uint64_t seed;
   int device;   /* --device given (and usable) */
   int verbose;  /* -v: every rank prints ok lines */
-  int n;        /* checks so far */
-  int failed;   /* failed checks on this rank */
   const char *prog;
 } mt_ctx;
 
 extern mt_ctx mt;
 
-/* MPI_Init, parse --seed N, --device, -v; handle the skip cases (exits 77
- * after MPI_Finalize).  Seed: rank 0's (time-based unless given) is
- * broadcast and printed. */
+/* MPI_Init, parse --seed N, --device, -v; handle the skip cases (exits
+ * CHECK_SKIP after MPI_Finalize).  Seed: rank 0's (time-based unless given)
+ * is broadcast and printed, and named by every failed check.  Passes are
+ * printed by rank 0, or by every rank with -v. */
 void mt_init(int *argc, char ***argv);
-/* Collective: sums failures over ranks, prints a summary, MPI_Finalize.
- * Returns the exit code (0 all passed, 1 otherwise). */
+/* Collective: sums the failed checks over ranks, prints a TAP plan and a
+ * summary, MPI_Finalize.  Returns the exit code (0 all passed, 1
+ * otherwise). */
 int mt_finish(void);
 
-/* Record one check; prints "ok N - ..." / "not ok N - ..." (failures on
- * every rank, passes on rank 0 or with -v).  Returns cond. */
-int mt_check(int cond, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
-/* Check an MKX return code equals `want`; on mismatch prints the code's
- * string and MKX_Get_last_error(). */
-int mt_check_rc(int rc, int want, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 3, 4)))
-#endif
-    ;
 /* Diagnostic line prefixed with "# [rank r] ". */
 void mt_diag(const char *fmt, ...)
 #if defined(__GNUC__)

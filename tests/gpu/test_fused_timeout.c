@@ -180,8 +180,8 @@ static int check_c(prob *p, const char *what) {
                              p->ref);
   free(h);
   mt_dev_fill(p->C, 0xff, bytes, st);
-  return mt_check(err <= mt_tol(MKX_BF16, MKX_FP32), "%s %s: relative error "
-                  "%.2e", op_name[p->op], what, err);
+  return CHECK(err <= mt_tol(MKX_BF16, MKX_FP32), "%s %s: relative error "
+               "%.2e", op_name[p->op], what, err);
 }
 
 /* ---- the phases of a case -------------------------------------------------- */
@@ -199,8 +199,8 @@ static MKX_Comm make_comm(int timeout_ms, int blocking, const char *overlap) {
   MPI_Barrier(MPI_COMM_WORLD); /* start together: the bound is short */
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  mt_check_rc(rc, MKX_SUCCESS, "comm with timeout_ms=%d blocking=%d",
-              timeout_ms, blocking);
+  CHECK_RC(rc, MKX_SUCCESS, "comm with timeout_ms=%d blocking=%d",
+           timeout_ms, blocking);
   return rc == MKX_SUCCESS ? c : NULL;
 }
 
@@ -209,14 +209,14 @@ static int good_start(prob *p, MKX_Request r, int blocking) {
   long before = fused_starts();
   MPI_Barrier(MPI_COMM_WORLD);
   int rc = MKX_Start(r, st);
-  mt_check_rc(rc, MKX_SUCCESS, "%s: start by every rank", op_name[p->op]);
-  mt_check(fused_starts() == before + 1, "%s: fused path taken",
-           op_name[p->op]);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: start by every rank", op_name[p->op]);
+  CHECK(fused_starts() == before + 1, "%s: fused path taken",
+        op_name[p->op]);
   if (blocking) {
     cudaError_t idle = cudaStreamQuery(st);
     (void)cudaGetLastError(); /* a "not ready" must not reach a launch */
-    mt_check(idle == cudaSuccess, "%s: blocking start returns with its run "
-             "done (%s)", op_name[p->op], cudaGetErrorString(idle));
+    CHECK(idle == cudaSuccess, "%s: blocking start returns with its run "
+          "done (%s)", op_name[p->op], cudaGetErrorString(idle));
   }
   int ok = check_c(p, "good start") && rc == MKX_SUCCESS;
   return mt_all(ok);
@@ -230,10 +230,10 @@ static int captured_start(prob *p, MKX_Request r) {
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   int rc = MKX_Start(r, st);
   cudaError_t e = cudaStreamEndCapture(st, &g);
-  mt_check_rc(rc, MKX_SUCCESS, "%s: blocking start under capture",
-              op_name[p->op]);
-  mt_check(e == cudaSuccess, "%s: capture survives a blocking start (%s)",
-           op_name[p->op], cudaGetErrorString(e));
+  CHECK_RC(rc, MKX_SUCCESS, "%s: blocking start under capture",
+           op_name[p->op]);
+  CHECK(e == cudaSuccess, "%s: capture survives a blocking start (%s)",
+        op_name[p->op], cudaGetErrorString(e));
   int ok = mt_all(rc == MKX_SUCCESS && e == cudaSuccess &&
                   cudaGraphInstantiate(&ge, g, 0) == cudaSuccess);
   if (ok) {
@@ -256,12 +256,12 @@ static int start_status(const char *name, MKX_Comm c, MKX_Request r,
   const double t0 = now_s();
   int rc = MKX_Start(r, st);
   if (!blocking) {
-    mt_check_rc(rc, MKX_SUCCESS, "%s: a start that fails on the GPU only "
-                "enqueues", name);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: a start that fails on the GPU only "
+             "enqueues", name);
     CUDA(cudaStreamSynchronize(st));
     if (query) {
       int qrc = MKX_Comm_get_async_error(c, &rc);
-      mt_check_rc(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
+      CHECK_RC(qrc, MKX_SUCCESS, "%s: MKX_Comm_get_async_error", name);
     } else {
       rc = MKX_Start(r, st);
     }
@@ -279,13 +279,13 @@ static const char *reporter(int blocking, int query) {
  * once with MKX_ERR_INVALID_COMM and a message that says why. */
 static void check_unusable(const char *name, MKX_Request r, const char *why) {
   int rc = MKX_Start(r, st);
-  mt_check_rc(rc, MKX_ERR_INVALID_COMM, "%s: communicator unusable after "
-              "the failure", name);
+  CHECK_RC(rc, MKX_ERR_INVALID_COMM, "%s: communicator unusable after "
+           "the failure", name);
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
-  mt_check(strstr(msg, why) && strstr(msg, late), "%s: and says why: %s",
-           name, msg);
+  CHECK(strstr(msg, why) && strstr(msg, late), "%s: and says why: %s",
+        name, msg);
   CUDA(cudaStreamSynchronize(st));
 }
 
@@ -304,18 +304,18 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
   snprintf(late, sizeof late, "rank %d", LATE);
   /* told while its own wait went on: the message says which one */
   if (mt.size > 2 && rc == MKX_ERR_PEER) {
-    mt_check(strstr(msg, "this rank was then waiting for rank") != NULL,
-             "%s: told, and says what it was waiting for: %s", name, msg);
+    CHECK(strstr(msg, "this rank was then waiting for rank") != NULL,
+          "%s: told, and says what it was waiting for: %s", name, msg);
     rc = MKX_ERR_TIMEOUT;
   }
-  mt_check_rc(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
-              name, LATE, reporter(blocking, query));
-  mt_check(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
-           "names %s and the call barrier: %s", name, late, msg);
-  mt_check(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
-           BOUND_S);
-  mt_check(dt >= 0.5e-3 * TIMEOUT_MS, "%s: not before the bound (%.3f s, "
-           "timeout_ms=%d)", name, dt, TIMEOUT_MS);
+  CHECK_RC(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
+           name, LATE, reporter(blocking, query));
+  CHECK(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
+        "names %s and the call barrier: %s", name, late, msg);
+  CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
+        BOUND_S);
+  CHECK(dt >= 0.5e-3 * TIMEOUT_MS, "%s: not before the bound (%.3f s, "
+        "timeout_ms=%d)", name, dt, TIMEOUT_MS);
   check_unusable(name, r, mt.size > 2 ? "" : "timed out");
 }
 
@@ -334,13 +334,13 @@ static void late_start(const prob *p, MKX_Comm c, MKX_Request r,
   const char *msg = MKX_Get_last_error();
   char late[32];
   snprintf(late, sizeof late, "waiting for rank %d", LATE);
-  mt_check_rc(rc, MKX_ERR_PEER, "%s: the late rank's run fails, reported "
-              "by the %s", name, reporter(blocking, query));
-  mt_check(strstr(msg, "gave up") && strstr(msg, late) &&
-               strstr(msg, "call barrier"), "%s: message says that a peer "
-           "gave up %s at the call barrier: %s", name, late, msg);
-  mt_check(dt < 1e-3 * TIMEOUT_MS, "%s: told after %.3f s, sooner than its "
-           "own bound (timeout_ms=%d)", name, dt, TIMEOUT_MS);
+  CHECK_RC(rc, MKX_ERR_PEER, "%s: the late rank's run fails, reported "
+           "by the %s", name, reporter(blocking, query));
+  CHECK(strstr(msg, "gave up") && strstr(msg, late) &&
+            strstr(msg, "call barrier"), "%s: message says that a peer "
+        "gave up %s at the call barrier: %s", name, late, msg);
+  CHECK(dt < 1e-3 * TIMEOUT_MS, "%s: told after %.3f s, sooner than its "
+        "own bound (timeout_ms=%d)", name, dt, TIMEOUT_MS);
   check_unusable(name, r, "gave up");
 }
 
@@ -356,7 +356,7 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
   int ok = mt_all(c != NULL);
   if (ok) {
     int rc = plan_init(&p, c, &r);
-    mt_check_rc(rc, MKX_SUCCESS, "%s: plan", what);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: plan", what);
     ok = mt_all(rc == MKX_SUCCESS);
   }
   if (ok) ok = good_start(&p, r, blocking);
@@ -366,9 +366,9 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
   if (ok && mt.rank != LATE) missed_start(&p, c, r, blocking, query);
   if (ok && mt.rank == LATE && tardy) late_start(&p, c, r, blocking, query);
   MPI_Barrier(MPI_COMM_WORLD); /* LATE waits here until the others are done */
-  if (r) mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free",
-                     what);
-  if (c) mt_check_rc(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
+  if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free",
+                  what);
+  if (c) CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
   prob_free(&p);
   alarm(0);
 }
@@ -382,7 +382,7 @@ static void warm_up(MKX_Comm c) {
     prob_init(&p, op);
     int rc = plan_init(&p, c, &r);
     if (rc == MKX_SUCCESS) rc = MKX_Start(r, st);
-    mt_check_rc(rc, MKX_SUCCESS, "%s: warm-up start", op_name[op]);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: warm-up start", op_name[op]);
     check_c(&p, "warm-up");
     if (r) MKX_Request_free(&r);
     prob_free(&p);
@@ -398,7 +398,7 @@ int main(int argc, char **argv) {
       printf("1..0 # SKIP %s: %s\n", mt.prog,
              skip ? "no GPU" : "needs 2 ranks or more");
     MPI_Finalize();
-    return MT_SKIP;
+    return CHECK_SKIP;
   }
   signal(SIGALRM, on_alarm);
   guard("warm-up");

@@ -229,13 +229,13 @@ static int compare_c(const prob *p, const void *dC, const char *what) {
   void *got = device_c(p, dC);
   const cmp r = compare_host(p, got, p->hC);
   int ok = r.nan == 0 && r.bad_pad == 0 && r.rel <= 2 * mt_tol(s->dt, s->ct);
-  mt_check(ok, "%s %s%s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
-           "relerr %.2e nan %lld pad-writes %lld", what, op_name[p->op],
-           p->order == MKX_COL_MAJOR ? " col-major" : "",
-           (long long)p->M, (long long)s->n, (long long)s->k, s->vary, s->pad,
-           s->tb == MKX_TRANS ? "B^T" : "B", mt_type_name(s->dt),
-           mt_type_name(s->ct), r.rel, (long long)r.nan,
-           (long long)r.bad_pad);
+  CHECK(ok, "%s %s%s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
+        "relerr %.2e nan %lld pad-writes %lld", what, op_name[p->op],
+        p->order == MKX_COL_MAJOR ? " col-major" : "",
+        (long long)p->M, (long long)s->n, (long long)s->k, s->vary, s->pad,
+        s->tb == MKX_TRANS ? "B^T" : "B", mt_type_name(s->dt),
+        mt_type_name(s->ct), r.rel, (long long)r.nan,
+        (long long)r.bad_pad);
   free(got);
   return ok;
 }
@@ -251,8 +251,8 @@ static int compare_aout(const prob *p) {
     ok = !memcmp((char *)got + (size_t)(i * p->ld_aout) * es,
                  (char *)p->hAo + (size_t)(i * p->ld_aout) * es,
                  (size_t)len * es);
-  mt_check(ok, "allgather_gemm A_out M=%lld k=%lld bit-exact",
-           (long long)p->M, (long long)p->s.k);
+  CHECK(ok, "allgather_gemm A_out M=%lld k=%lld bit-exact",
+        (long long)p->M, (long long)p->s.k);
   free(got);
   return ok;
 }
@@ -263,8 +263,8 @@ static void check_same_bits(const prob *p) {
   mt_dev_copy(mine, p->dC, p->cbytes, st);
   uint64_t h = mt_hash(mine, p->cbytes, 1469598103934665603ull), h0 = h;
   MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-  mt_check(h == h0, "gemm_ar M=%lld n=%lld: same bits on every rank",
-           (long long)p->M, (long long)p->s.n);
+  CHECK(h == h0, "gemm_ar M=%lld n=%lld: same bits on every rank",
+        (long long)p->M, (long long)p->s.n);
   free(mine);
 }
 
@@ -297,20 +297,20 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   prob_fill(&p, salt, salt);
   mt_poison(p.hC, p.cbytes);
   int rc = prob_call(&p, c, 0, NULL);
-  mt_check_rc(rc, MKX_SUCCESS, "host oracle %s", op_name[op]);
+  CHECK_RC(rc, MKX_SUCCESS, "host oracle %s", op_name[op]);
   mt_dev_fill(p.dC, 0xFF, p.cbytes, st);
   if (p.dAo) mt_dev_fill(p.dAo, 0xFF, p.aobytes, st);
   long before = fused_starts(), split0 = mkx_path_starts(MKX_PATH_TP_SPLIT);
   rc = prob_call(&p, c, 1, NULL);
-  mt_check_rc(rc, MKX_SUCCESS, "device %s", op_name[op]);
+  CHECK_RC(rc, MKX_SUCCESS, "device %s", op_name[op]);
   CUDA(cudaStreamSynchronize(st));
   int fused = fused_starts() > before, want = expect_fused(&p);
-  mt_check(fused == want, "%s took the %s path (expected %s)", op_name[op],
-           fused ? "fused" : "staged", want ? "fused" : "staged");
+  CHECK(fused == want, "%s took the %s path (expected %s)", op_name[op],
+        fused ? "fused" : "staged", want ? "fused" : "staged");
   int split = mkx_path_starts(MKX_PATH_TP_SPLIT) > split0, want_split = want && expect_split(&p);
-  mt_check(split == want_split, "%s M=%lld: %s (expected %s)", op_name[op],
-           (long long)p.M, split ? "split" : "not split",
-           want_split ? "split" : "not split");
+  CHECK(split == want_split, "%s M=%lld: %s (expected %s)", op_name[op],
+        (long long)p.M, split ? "split" : "not split",
+        want_split ? "split" : "not split");
   compare_c(&p, p.dC, "shape");
   if (s->aout) compare_aout(&p);
   if (op == OP_AR) check_same_bits(&p);
@@ -463,7 +463,7 @@ static void variants_init(variants *v, MKX_Comm c, int op, const shape *s) {
   for (int i = 0; i < 3; i++) {
     prob_fill(&v->p, 1000 + 17 * i + op, 999 + op);
     mt_poison(v->p.hC, v->p.cbytes);
-    mt_check_rc(prob_call(&v->p, c, 0, NULL), MKX_SUCCESS, "oracle");
+    CHECK_RC(prob_call(&v->p, c, 0, NULL), MKX_SUCCESS, "oracle");
     v->ref[i] = malloc(v->p.cbytes + 16);
     memcpy(v->ref[i], v->p.hC, v->p.cbytes);
     v->dA[i] = dev_alloc(v->p.abytes);
@@ -514,12 +514,12 @@ static void back_to_back(MKX_Comm c, int op) {
         check_variant(&v, dC[(i - j) % 4], (i - j) % 3, "back-to-back");
     }
   }
-  mt_check_rc(rc, MKX_SUCCESS, "%s: 1000 back-to-back calls", op_name[op]);
-  mt_check(fused_starts() - before == 1000,
-           "%s: all 1000 calls fused", op_name[op]);
-  mt_check(mkx_path_starts(MKX_PATH_TP_SPLIT) - split0 == (expect_split(&v.p) ? 1000 : 0),
-           "%s: 1000 calls on the %s path", op_name[op],
-           expect_split(&v.p) ? "split" : "overlapped");
+  CHECK_RC(rc, MKX_SUCCESS, "%s: 1000 back-to-back calls", op_name[op]);
+  CHECK(fused_starts() - before == 1000,
+        "%s: all 1000 calls fused", op_name[op]);
+  CHECK(mkx_path_starts(MKX_PATH_TP_SPLIT) - split0 == (expect_split(&v.p) ? 1000 : 0),
+        "%s: 1000 calls on the %s path", op_name[op],
+        expect_split(&v.p) ? "split" : "overlapped");
   for (int j = 0; j < 4; j++) cudaFree(dC[j]);
   variants_free(&v);
 }
@@ -532,7 +532,7 @@ static void persistent(MKX_Comm c, int op) {
   variants_init(&v, c, op, &s);
   MKX_Request r;
   int rc = prob_init_plan(&v.p, c, &r);
-  mt_check_rc(rc, MKX_SUCCESS, "%s_init", op_name[op]);
+  CHECK_RC(rc, MKX_SUCCESS, "%s_init", op_name[op]);
   if (rc != MKX_SUCCESS) return variants_free(&v);
   for (int i = 0; i < 60 && rc == MKX_SUCCESS; i++) {
     CUDA(cudaMemcpyAsync(v.p.dA, v.dA[i % 3], v.p.abytes,
@@ -543,8 +543,8 @@ static void persistent(MKX_Comm c, int op) {
       check_variant(&v, v.p.dC, i % 3, "persistent");
     }
   }
-  mt_check_rc(rc, MKX_SUCCESS, "%s: 60 starts", op_name[op]);
-  mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "request free");
+  CHECK_RC(rc, MKX_SUCCESS, "%s: 60 starts", op_name[op]);
+  CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "request free");
   variants_free(&v);
 }
 
@@ -557,12 +557,12 @@ static void graph(MKX_Comm c, int op) {
   cudaGraph_t g;
   cudaGraphExec_t ge;
   int rc = prob_init_plan(&v.p, c, &r);
-  mt_check_rc(rc, MKX_SUCCESS, "%s_init for graph", op_name[op]);
+  CHECK_RC(rc, MKX_SUCCESS, "%s_init for graph", op_name[op]);
   if (rc != MKX_SUCCESS) return variants_free(&v);
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   rc = MKX_Start(r, st);
   CUDA(cudaStreamEndCapture(st, &g));
-  mt_check_rc(rc, MKX_SUCCESS, "%s: MKX_Start under capture", op_name[op]);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Start under capture", op_name[op]);
   CUDA(cudaGraphInstantiate(&ge, g, 0));
   for (int i = 0; i < 6; i++) {
     CUDA(cudaMemcpyAsync(v.p.dA, v.dA[i % 3], v.p.abytes,
@@ -573,7 +573,7 @@ static void graph(MKX_Comm c, int op) {
   }
   CUDA(cudaGraphExecDestroy(ge));
   CUDA(cudaGraphDestroy(g));
-  mt_check_rc(MKX_Request_free(&r), MKX_SUCCESS, "request free");
+  CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "request free");
   variants_free(&v);
 }
 
@@ -586,11 +586,11 @@ static void contrast(MKX_Comm off) {
     prob_fill(&p, 7, 7);
     long before = fused_starts();
     long staged0 = mkx_path_starts(MKX_PATH_STAGED);
-    mt_check_rc(prob_call(&p, off, 1, NULL), MKX_SUCCESS, "fused=off call");
+    CHECK_RC(prob_call(&p, off, 1, NULL), MKX_SUCCESS, "fused=off call");
     CUDA(cudaStreamSynchronize(st));
-    mt_check(fused_starts() == before &&
-                 mkx_path_starts(MKX_PATH_STAGED) == staged0 + 1,
-             "%s with fused=off is staged", op_name[op]);
+    CHECK(fused_starts() == before &&
+              mkx_path_starts(MKX_PATH_STAGED) == staged0 + 1,
+          "%s with fused=off is staged", op_name[op]);
     prob_free(&p);
   }
 }
@@ -617,16 +617,16 @@ static void two_small_c(MKX_Comm cov) {
   for (int i = 0; i < 2; i++) {
     prob_init(&p[i], OP_AR, &s);
     prob_fill(&p[i], 900 + i, 900 + i);
-    mt_check_rc(prob_call(&p[i], cov, 0, NULL), MKX_SUCCESS,
-                "host oracle gemm_ar (two small C)");
+    CHECK_RC(prob_call(&p[i], cov, 0, NULL), MKX_SUCCESS,
+             "host oracle gemm_ar (two small C)");
   }
   long split0 = mkx_path_starts(MKX_PATH_TP_SPLIT);
   for (int i = 0; i < 2; i++)
-    mt_check_rc(prob_init_plan(&p[i], cov, &r[i]), MKX_SUCCESS,
-                "gemm_ar plan %d of two on small C", i);
+    CHECK_RC(prob_init_plan(&p[i], cov, &r[i]), MKX_SUCCESS,
+             "gemm_ar plan %d of two on small C", i);
   for (int i = 0; i < 2; i++) {
     mt_dev_fill(p[i].dC, 0xFF, p[i].cbytes, st);
-    if (r[i]) mt_check_rc(MKX_Start(r[i], st), MKX_SUCCESS, "start %d", i);
+    if (r[i]) CHECK_RC(MKX_Start(r[i], st), MKX_SUCCESS, "start %d", i);
   }
   CUDA(cudaStreamSynchronize(st));
   for (int i = 0; i < 2; i++) {
@@ -652,7 +652,7 @@ static MKX_Comm comm_with(const char *key, ...) {
   va_end(ap);
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  if (!mt_check_rc(rc, MKX_SUCCESS, "comm with %s=...", key))
+  if (!CHECK_RC(rc, MKX_SUCCESS, "comm with %s=...", key))
     MPI_Abort(MPI_COMM_WORLD, 1);
   return c;
 }
@@ -679,9 +679,9 @@ static void stream_k(MKX_Comm cov, const char *only) {
   shapes_stream_k(cov);
   split_mode = -1;
   const long nsk = mkx_tp_ag_sk_launches() - sk0;
-  mt_check(sliced ? nsk == 0 : nsk > 0, "stream-k: %ld AllGather+GEMM "
-           "launches split their last wave (expected %s)", nsk,
-           sliced ? "none: split path" : "some");
+  CHECK(sliced ? nsk == 0 : nsk > 0, "stream-k: %ld AllGather+GEMM "
+        "launches split their last wave (expected %s)", nsk,
+        sliced ? "none: split path" : "some");
 }
 
 /* Does the back-to-back AllGather+GEMM fit in one kernel on c (tiles and
@@ -715,10 +715,10 @@ static void parts(MKX_Comm c, int mode, const char *only, const char *name,
   }
   const long n1 = mkx_path_starts(MKX_PATH_TP_ONE_KERNEL) - ag1_0;
   const int many = ag1 && (ops & 1) && b2b_fits_one_kernel(c);
-  mt_check(many ? n1 > 1000 : ag1 ? n1 < 1000 : n1 == 0, "%s: %ld "
-           "AllGather+GEMM calls in one kernel (expected %s)", name, n1,
-           many ? "> 1000" : ag1 ? "< 1000: not the back-to-back ones"
-                                 : "none");
+  CHECK(many ? n1 > 1000 : ag1 ? n1 < 1000 : n1 == 0, "%s: %ld "
+        "AllGather+GEMM calls in one kernel (expected %s)", name, n1,
+        many ? "> 1000" : ag1 ? "< 1000: not the back-to-back ones"
+                              : "none");
   split_mode = -1;
 }
 
@@ -729,7 +729,7 @@ int main(int argc, char **argv) {
   if (skip) {
     if (mt.rank == 0) printf("1..0 # SKIP %s: no GPU\n", mt.prog);
     MPI_Finalize();
-    return MT_SKIP;
+    return CHECK_SKIP;
   }
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   /* fused_pad=no: the shapes that do not fit must stage (expect_fused) */

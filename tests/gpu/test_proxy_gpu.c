@@ -32,11 +32,13 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "mkx.h"
-#include "../mpi/net_check.h"
 #include "net/net.h"
 #include "proxy/proxy_gpu.h"
 #include "proxy_gpu_kernels.h"
+#include "../common/check.h"
 #include "../common/cuda_check.h"
+
+static int rank, size;
 
 #define CUDA(call) MT_CUDA_AT(rank, call)
 #define MKX(call) MT_MKX_AT(rank, call)
@@ -330,8 +332,9 @@ int main(int argc, char **argv) {
       printf("1..0 # SKIP test_proxy_gpu needs a GPU per rank and 2..8 "
              "ranks\n");
     MPI_Finalize();
-    return 77;
+    return CHECK_SKIP;
   }
+  check_set_rank(rank, size);
   alarm(300); /* whatever happens, no hung test (SIGALRM ends it) */
   MPI_Info info;
   MPI_Info_create(&info);
@@ -348,11 +351,11 @@ int main(int argc, char **argv) {
   fflush(stdout);
   if (t.comm->device >= 0) run(&t);
   MKX_Comm_free(&t.comm);
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int failed = check_failed(), total = 0;
+  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0)
     printf("%s test_proxy_gpu: %d ranks, %d checks each, %d failures\n",
-           total ? "FAIL" : "PASS", size, checks, total);
+           total ? "FAIL" : "PASS", size, check_count(), total);
   MPI_Finalize();
   return total ? 1 : 0;
 }

@@ -9,9 +9,10 @@
 #include "core/comm.h"
 #include "mem/symm.h"
 #include "mkx.h"
+#include "../common/check.h"
 #include "../common/cuda_check.h"
 
-static int rank, failures;
+static int rank;
 
 #define CUDA(call) MT_CUDA_AT(rank, call)
 #define MKX(call) MT_MKX_AT(rank, call)
@@ -24,6 +25,14 @@ static void fill(void *dev, int owner, int salt) {
   CUDA(cudaMemcpy(dev, w, sizeof w, cudaMemcpyHostToDevice));
 }
 
+/* The first of the WORDS words that is not what `owner` filled with
+ * `salt`, or -1. */
+static int first_wrong(const unsigned *w, int owner, int salt) {
+  for (int i = 0; i < WORDS; i++)
+    if (w[i] != (unsigned)(owner * 7919 + salt * 104729 + i)) return i;
+  return -1;
+}
+
 /* Every node peer's buffer, read through this rank's mapping. */
 static void check_peers(const mkx_symm_buf *b, MKX_Comm c, int salt,
                         const char *what) {
@@ -31,19 +40,11 @@ static void check_peers(const mkx_symm_buf *b, MKX_Comm c, int salt,
   for (int q = 0; q < c->size; q++) {
     if (c->place.node_of_rank[q] != c->place.node) continue;
     int lr = c->place.local_rank_of[q];
-    if (!b->peer[lr]) {
-      printf("not ok - rank %d: %s: no mapping of rank %d\n", rank, what, q);
-      failures++;
+    if (!CHECK(b->peer[lr] != NULL, "%s: a mapping of rank %d", what, q))
       continue;
-    }
     CUDA(cudaMemcpy(w, b->peer[lr], sizeof w, cudaMemcpyDefault));
-    for (int i = 0; i < WORDS; i++)
-      if (w[i] != (unsigned)(q * 7919 + salt * 104729 + i)) {
-        printf("not ok - rank %d: %s: rank %d word %d = %u\n", rank, what, q,
-               i, w[i]);
-        failures++;
-        break;
-      }
+    const int i = first_wrong(w, q, salt);
+    CHECK(i < 0, "%s: rank %d word %d = %u", what, q, i, i < 0 ? 0 : w[i]);
   }
 }
 
@@ -70,8 +71,9 @@ int main(int argc, char **argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
     MPI_Finalize();
-    return 77;
+    return CHECK_SKIP;
   }
+  check_set_rank(rank, size);
   MKX_Comm c;
   MKX(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c));
   mkx_symm_buf b;
@@ -99,13 +101,9 @@ int main(int argc, char **argv) {
   {
     static unsigned w[WORDS];
     CUDA(cudaMemcpy(w, sym, sizeof w, cudaMemcpyDeviceToHost));
-    for (int i = 0; i < WORDS; i++)
-      if (w[i] != (unsigned)(prev_rank * 7919 + 2 * 104729 + i)) {
-        printf("not ok - rank %d: peer store from rank %d: word %d = %u\n",
-               rank, prev_rank, i, w[i]);
-        failures++;
-        break;
-      }
+    const int i = first_wrong(w, prev_rank, 2);
+    CHECK(i < 0, "peer store from rank %d: word %d = %u", prev_rank, i,
+          i < 0 ? 0 : w[i]);
   }
   mkx_symm_buf_free(&b);
   MPI_Barrier(MPI_COMM_WORLD);
@@ -128,18 +126,15 @@ int main(int argc, char **argv) {
     raw = register_raw(i % 2 ? c : c2, raw, 60 + i, "other communicator");
   MKX(MKX_Comm_free(&c2));
   int cached = mkx_symm_cached(), bound = 16 + c->place.local_size;
-  if (cached > bound) {
-    printf("not ok - rank %d: %d cached mappings of users' buffers after 40 "
-           "fresh ones (at most %d expected)\n", rank, cached, bound);
-    failures++;
-  }
+  CHECK(cached <= bound, "%d cached mappings of users' buffers after 40 "
+        "fresh ones (at most %d expected)", cached, bound);
 
   MKX(MKX_Free_mem(c, sym));
   MKX(MKX_Free_mem(c, NULL));
   MKX(MKX_Comm_free(&c));
   CUDA(cudaFree(raw));
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int failed = check_failed(), total = 0;
+  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0)
     printf("%s test_symm: %d ranks, %d failures\n", total ? "FAIL" : "PASS",
            size, total);

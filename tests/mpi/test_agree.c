@@ -15,18 +15,18 @@
 
 static void agree_rc(MKX_Comm c) {
   int rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "step");
-  mt_check_rc(rc, MKX_SUCCESS, "agree_rc: every rank got through");
+  CHECK_RC(rc, MKX_SUCCESS, "agree_rc: every rank got through");
   const int bad = mt.size - 1;
   int mine = mt.rank == bad ? MKX_ERR_NOMEM : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, mine, "step");
   if (mt.rank == bad) {
-    mt_check_rc(rc, MKX_ERR_NOMEM, "agree_rc: the failing rank keeps its "
+    CHECK_RC(rc, MKX_ERR_NOMEM, "agree_rc: the failing rank keeps its "
                 "code");
   } else {
     char who[32];
     snprintf(who, sizeof who, "rank %d", bad);
-    mt_check_rc(rc, MKX_ERR_PEER, "agree_rc: the others learn it");
-    mt_check(strstr(MKX_Get_last_error(), who) != NULL, "agree_rc: message "
+    CHECK_RC(rc, MKX_ERR_PEER, "agree_rc: the others learn it");
+    CHECK(strstr(MKX_Get_last_error(), who) != NULL, "agree_rc: message "
              "names %s: %s", who, MKX_Get_last_error());
   }
 }
@@ -45,7 +45,7 @@ static void late_rank(void) {
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create (timeout_ms=300)");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (timeout_ms=300)");
   if (!mt_all(rc == MKX_SUCCESS)) return;
   const int late = mt.size - 1;
   if (mt.rank == late) {
@@ -56,40 +56,40 @@ static void late_rank(void) {
   rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
   const double dt = seconds() - t0;
   if (mt.rank != late) {
-    mt_check_rc(rc, MKX_ERR_TIMEOUT, "late rank: the others time out");
-    mt_check(dt < 3.0, "late rank: within the bound (%.2f s)", dt);
-    mt_check(mkx_comm_check(c) != MKX_SUCCESS, "late rank: the "
+    CHECK_RC(rc, MKX_ERR_TIMEOUT, "late rank: the others time out");
+    CHECK(dt < 3.0, "late rank: within the bound (%.2f s)", dt);
+    CHECK(mkx_comm_check(c) != MKX_SUCCESS, "late rank: the "
              "communicator is unusable after the timeout");
   }
   /* the late rank's exchange completes into what the others abandoned;
    * then every rank can still free the communicator */
   MPI_Barrier(MPI_COMM_WORLD);
-  mt_check_rc(MKX_Comm_free(&c), MKX_SUCCESS, "late rank: MKX_Comm_free");
+  CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "late rank: MKX_Comm_free");
 }
 
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   const uint64_t big = (uint64_t)1 << 40; /* more than an int holds */
   uint64_t got = 0;
   rc = mkx_comm_agree_u64(c, big + 7 * (uint64_t)mt.rank, MKX_AGREE_MAX, &got,
                           "max");
-  mt_check(rc == MKX_SUCCESS && got == big + 7 * (uint64_t)(mt.size - 1),
-           "max of the ranks' numbers: %llu", (unsigned long long)got);
+  CHECK(rc == MKX_SUCCESS && got == big + 7 * (uint64_t)(mt.size - 1),
+        "max of the ranks' numbers: %llu", (unsigned long long)got);
   rc = mkx_comm_agree_u64(c, mt.rank == mt.size - 1 ? 0 : 1, MKX_AGREE_AND,
                           &got, "and");
-  mt_check(rc == MKX_SUCCESS && got == 0, "and: the last rank's 0 wins");
+  CHECK(rc == MKX_SUCCESS && got == 0, "and: the last rank's 0 wins");
   rc = mkx_comm_agree_u64(c, 1, MKX_AGREE_AND, &got, "and");
-  mt_check(rc == MKX_SUCCESS && got == 1, "and: every rank 1");
+  CHECK(rc == MKX_SUCCESS && got == 1, "and: every rank 1");
   rc = mkx_comm_agree_u64(c, (uint64_t)1 << mt.rank, MKX_AGREE_OR, &got,
                           "or");
-  mt_check(rc == MKX_SUCCESS && got == ((uint64_t)1 << mt.size) - 1,
-           "or: every rank's bit (%llx)", (unsigned long long)got);
+  CHECK(rc == MKX_SUCCESS && got == ((uint64_t)1 << mt.size) - 1,
+        "or: every rank's bit (%llx)", (unsigned long long)got);
   rc = mkx_comm_agree_u64(c, mt.rank == 0 ? 2 : 0, MKX_AGREE_OR, &got, "or");
-  mt_check(rc == MKX_SUCCESS && got == 2, "or: rank 0's bit alone");
+  CHECK(rc == MKX_SUCCESS && got == 2, "or: rank 0's bit alone");
   agree_rc(c);
   MKX_Comm_free(&c);
   if (mt.size > 1) late_rank();

@@ -124,21 +124,21 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
                               tbuf_ptr(&to),
                               A->with_lse ? (float *)tbuf_ptr(&tl) : NULL, B, S,
                               Hq, Hkv, d, A->causal, A->scale, dt, comm, NULL);
-  mt_check_rc(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS", desc);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS", desc);
   if (mt_all(rc == MKX_SUCCESS)) {
     tbuf_download(&to);
     tbuf_download(&tl);
     size_t oob, unw;
     mt_check_bounds(to.host, dt, MKX_ROW_MAJOR, 1, (int64_t)no,
                     (int64_t)(no + GUARD), no + GUARD, &oob, &unw);
-    mt_check(oob == 0 && unw == 0,
-             "%s: O fully written, nothing past it (%zu unwritten, %zu oob)",
-             desc, unw, oob);
+    CHECK(oob == 0 && unw == 0,
+          "%s: O fully written, nothing past it (%zu unwritten, %zu oob)",
+          desc, unw, oob);
     double *out = malloc(no * sizeof(double));
     for (size_t i = 0; i < no; i++) out[i] = mt_get(to.host, dt, i);
     double tol = 2 * mt_tol(dt, dt);
     double e = mt_relerr(out, refO, no);
-    mt_check(e <= tol, "%s: O rel err %.3g <= %.3g", desc, e, tol);
+    CHECK(e <= tol, "%s: O rel err %.3g <= %.3g", desc, e, tol);
     free(out);
     if (A->with_lse) {
       const float *L = tl.host;
@@ -149,17 +149,17 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
         if (!(err <= tl_)) bad++;
         if (!(err <= worst)) { worst = err; worst_i = i; }
       }
-      mt_check(bad == 0, "%s: LSE within %.1g (worst %.3g at %zu: %g vs %g)",
-               desc, tl_, worst, worst_i, (double)L[worst_i], refL[worst_i]);
+      CHECK(bad == 0, "%s: LSE within %.1g (worst %.3g at %zu: %g vs %g)",
+            desc, tl_, worst, worst_i, (double)L[worst_i], refL[worst_i]);
       size_t past = 0;
       for (size_t i = nl; i < nl + GUARD; i++)
         past += !mt_is_poison(tl.host, MKX_FP32, i);
-      mt_check(past == 0, "%s: nothing written past LSE", desc);
+      CHECK(past == 0, "%s: nothing written past LSE", desc);
     } else {
       size_t touched = 0;
       for (size_t i = 0; i < nl + GUARD; i++)
         touched += !mt_is_poison(tl.host, MKX_FP32, i);
-      mt_check(touched == 0, "%s: LSE NULL, spare buffer untouched", desc);
+      CHECK(touched == 0, "%s: LSE NULL, spare buffer untouched", desc);
     }
   }
   tbuf_free(&tq); tbuf_free(&tk); tbuf_free(&tv); tbuf_free(&to);
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   double t0 = MPI_Wtime();
   int c = 0;
@@ -197,6 +197,6 @@ int main(int argc, char **argv) {
   }
   if (mt.rank == 0) mt_diag("%d cases in %.2f s", c, MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();
 }

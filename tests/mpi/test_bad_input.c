@@ -8,19 +8,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include "mkx.h"
+#include "../common/check.h"
 
-static int rank, size, failures, checks;
+static int rank, size;
 static MKX_Comm comm;
 
 #define N 8 /* all matrices are N x N floats here, plenty for every case */
 static float A[N * N], B[N * N], C[4 * N * N];
-
-static void fail(int line, const char *what, int got, int want) {
-  failures++;
-  printf("not ok - rank %d line %d: %s: got %s (%d), want %s (%d); last "
-         "error: %s\n", rank, line, what, MKX_Error_string(got), got,
-         MKX_Error_string(want), want, MKX_Get_last_error());
-}
 
 static void poison_c(void) { memset(C, 0xff, sizeof C); }
 
@@ -32,25 +26,21 @@ static int c_untouched(void) {
 }
 
 /* The rank `bad` (every rank if bad is -1, none if NO_RANK) passed a bad
- * argument. */
+ * argument: it gets `code` and a message naming `word`, the others
+ * MKX_ERR_PEER, and C stays as it was. */
 #define NO_RANK (-2)
 #define EXPECT(call, bad, code, word)                                        \
   do {                                                                       \
     poison_c();                                                              \
     int rc_ = (call);                                                        \
     int want_ = ((bad) < 0 || (bad) == rank) ? (code) : MKX_ERR_PEER;        \
-    checks++;                                                                \
     if ((size == 1 && (bad) > 0) || (bad) == NO_RANK) want_ = MKX_SUCCESS; \
-    if (rc_ != want_) fail(__LINE__, #call, rc_, want_);                     \
-    else if (want_ == (code) && (word) && !strstr(MKX_Get_last_error(), (word))) { \
-      failures++;                                                            \
-      printf("not ok - rank %d line %d: message '%s' does not name '%s'\n",  \
-             rank, __LINE__, MKX_Get_last_error(), (word));                  \
-    } else if (want_ != MKX_SUCCESS && !c_untouched()) {                     \
-      failures++;                                                            \
-      printf("not ok - rank %d line %d: C written by a failed call\n", rank, \
-             __LINE__);                                                      \
-    }                                                                        \
+    if (CHECK_RC(rc_, want_, "%s", #call) &&                                 \
+        (want_ != (code) ||                                                  \
+         CHECK(strstr(MKX_Get_last_error(), (word)) != NULL,                 \
+               "the message names '%s'", (word))) &&                         \
+        want_ != MKX_SUCCESS)                                                \
+      CHECK(c_untouched(), "C not written by a failed call");               \
   } while (0)
 
 #define ME(r) (rank == (r))
@@ -176,37 +166,32 @@ static void other_cases(void) {
   poison_c();
   int rc = MKX_Moe_dispatch_gemm(A, 1, 4, bad_ids, w, 1, size, B, 4, C, 8,
                                  counts, NULL, MKX_FP32, comm, NULL);
-  checks++;
-  if (rc != MKX_ERR_INVALID_ARG && !(rank != 0 && rc == MKX_ERR_PEER))
-    fail(__LINE__, "expert id out of range", rc, MKX_ERR_INVALID_ARG);
+  CHECK(rc == MKX_ERR_INVALID_ARG || (rank != 0 && rc == MKX_ERR_PEER),
+        "expert id out of range: returned %d (%s)", rc,
+        MKX_Error_string(rc));
   /* So is an expert named twice by one token (the last rank's). */
   int32_t twice[2] = {0, ME(LAST) ? 0 : size > 1 ? 1 : 0};
   if (size > 1) {
     rc = MKX_Moe_dispatch_gemm(A, 1, 4, twice, w, 2, 2 * size, B, 4, C, 8,
                                counts, NULL, MKX_FP32, comm, NULL);
-    checks++;
-    if (rc != MKX_ERR_INVALID_ARG ||
-        (ME(LAST) && !strstr(MKX_Get_last_error(), "repeats")))
-      fail(__LINE__, "expert repeated within a token", rc,
-           MKX_ERR_INVALID_ARG);
+    if (CHECK_RC(rc, MKX_ERR_INVALID_ARG, "expert repeated within a token") &&
+        ME(LAST))
+      CHECK(strstr(MKX_Get_last_error(), "repeats") != NULL,
+            "the message says the expert repeats");
   }
 }
 
 static void handle_cases(void) {
   MKX_Request req = NULL;
-  checks += 4;
   int rc = MKX_Start(NULL, NULL);
-  if (rc != MKX_ERR_INVALID_REQUEST)
-    fail(__LINE__, "MKX_Start(NULL)", rc, MKX_ERR_INVALID_REQUEST);
+  CHECK_RC(rc, MKX_ERR_INVALID_REQUEST, "MKX_Start(NULL)");
   rc = MKX_Allgather_gemm(A, 1, N, N, B, N, N, MKX_NO_TRANS, C, N, NULL, 0,
                           MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, NULL, NULL);
-  if (rc != MKX_ERR_INVALID_COMM)
-    fail(__LINE__, "NULL communicator", rc, MKX_ERR_INVALID_COMM);
+  CHECK_RC(rc, MKX_ERR_INVALID_COMM, "NULL communicator");
   rc = MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
                                MPI_INFO_NULL, NULL);
-  if (rc != MKX_ERR_NULL_POINTER)
-    fail(__LINE__, "NULL request pointer", rc, MKX_ERR_NULL_POINTER);
+  CHECK_RC(rc, MKX_ERR_NULL_POINTER, "NULL request pointer");
   /* A NULL request or a bad info key on one rank: that rank gets its
    * code, the others MKX_ERR_PEER at once (not a timeout). */
   if (size > 1) {
@@ -214,10 +199,8 @@ static void handle_cases(void) {
     rc = MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
                                  MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
                                  MPI_INFO_NULL, rp);
-    checks++;
-    if (rc != (ME(LAST) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER))
-      fail(__LINE__, "_init with NULL request on one rank", rc,
-           ME(LAST) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER);
+    CHECK_RC(rc, ME(LAST) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER,
+             "_init with NULL request on one rank");
     MPI_Info bad;
     MPI_Info_create(&bad);
     if (ME(0)) MPI_Info_set(bad, "mkx_no_such_option", "1");
@@ -225,23 +208,28 @@ static void handle_cases(void) {
                                  MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, bad,
                                  &req);
     MPI_Info_free(&bad);
-    checks++;
-    if (rc != (ME(0) ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER) || req != NULL)
-      fail(__LINE__, "_init with an unknown info key on rank 0", rc,
-           ME(0) ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER);
+    CHECK_RC(rc, ME(0) ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER,
+             "_init with an unknown info key on rank 0");
+    CHECK(req == NULL, "_init with an unknown info key leaves no request");
     MKX_Comm c3 = NULL;
     rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, ME(1) ? NULL : &c3);
-    checks++;
-    if (rc != (ME(1) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER) || c3 != NULL)
-      fail(__LINE__, "MKX_Comm_create with NULL newcomm on rank 1", rc,
-           ME(1) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER);
+    CHECK_RC(rc, ME(1) ? MKX_ERR_NULL_POINTER : MKX_ERR_PEER,
+             "MKX_Comm_create with NULL newcomm on rank 1");
+    CHECK(c3 == NULL, "a failed MKX_Comm_create leaves no communicator");
   }
   /* A failed _init leaves no request behind. */
   rc = MKX_Gemm_allreduce_init(A, N, 2, 1, B, N, N, MKX_NO_TRANS, C, N,
                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
                                MPI_INFO_NULL, &req);
-  if (rc != MKX_ERR_BAD_LD || req != NULL)
-    fail(__LINE__, "_init with a bad lda", rc, MKX_ERR_BAD_LD);
+  CHECK_RC(rc, MKX_ERR_BAD_LD, "_init with a bad lda");
+  CHECK(req == NULL, "_init with a bad lda leaves no request");
+}
+
+/* The first of the N x N elements of C that is not `want`, or -1. */
+static int first_not(float want) {
+  for (int i = 0; i < N * N; i++)
+    if (C[i] != want) return i;
+  return -1;
 }
 
 /* After all of that the communicator still works and gives the right sum:
@@ -251,15 +239,9 @@ static void still_works(void) {
   poison_c();
   int rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
                               MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
-  checks++;
-  if (rc != MKX_SUCCESS) fail(__LINE__, "valid call after errors", rc, 0);
-  for (int i = 0; rc == MKX_SUCCESS && i < N * N; i++)
-    if (C[i] != 2.0f * size) {
-      failures++;
-      printf("not ok - rank %d: C[%d] = %g, want %d\n", rank, i, C[i],
-             2 * size);
-      break;
-    }
+  if (!CHECK_RC(rc, MKX_SUCCESS, "valid call after errors")) return;
+  const int i = first_not(2.0f * size);
+  CHECK(i < 0, "C[%d] = %g, want %d", i, i < 0 ? 0.0 : C[i], 2 * size);
 }
 
 /* The last rank never calls: the others get MKX_ERR_TIMEOUT, and the
@@ -271,23 +253,16 @@ static void missing_rank(void) {
   MPI_Info_set(info, "mkx_timeout_ms", "400");
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c2);
   MPI_Info_free(&info);
-  checks++;
-  if (rc != MKX_SUCCESS) {
-    fail(__LINE__, "MKX_Comm_create with a timeout", rc, 0);
-    return;
-  }
+  if (!CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create with a timeout")) return;
   if (rank != LAST) {
     rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
                             MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
-    checks += 2;
-    if (rc != MKX_ERR_TIMEOUT) fail(__LINE__, "missing rank", rc,
-                                    MKX_ERR_TIMEOUT);
+    CHECK_RC(rc, MKX_ERR_TIMEOUT, "missing rank");
     rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
                             MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
-    if (rc != MKX_ERR_INVALID_COMM)
-      fail(__LINE__, "call on a timed-out comm", rc, MKX_ERR_INVALID_COMM);
-    else if (!strstr(MKX_Get_last_error(), "timed out"))
-      fail(__LINE__, "timed-out comm says why", rc, MKX_ERR_INVALID_COMM);
+    if (CHECK_RC(rc, MKX_ERR_INVALID_COMM, "call on a timed-out comm"))
+      CHECK(strstr(MKX_Get_last_error(), "timed out") != NULL,
+            "timed-out comm says why");
   }
   /* Leave c2's pending collective unmatched: freeing it must not hang. */
   MKX_Comm_free(&c2);
@@ -297,11 +272,10 @@ int main(int argc, char **argv) {
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
-  if (rc != MKX_SUCCESS) {
-    printf("not ok - MKX_Comm_create: %s\n", MKX_Get_last_error());
+  check_set_rank(rank, size);
+  if (!CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm),
+                MKX_SUCCESS, "MKX_Comm_create"))
     MPI_Abort(MPI_COMM_WORLD, 1);
-  }
   for (int i = 0; i < N * N; i++) A[i] = B[i] = 0.5f;
   gemm_cases();
   other_cases();
@@ -309,10 +283,10 @@ int main(int argc, char **argv) {
   still_works();
   MKX_Comm_free(&comm);
   if (size > 1) missing_rank();
-  int total = 0;
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int failed = check_failed(), total = 0;
+  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) printf("%d checks on rank 0, %d failures on all ranks\n",
-                        checks, total);
+                        check_count(), total);
   MPI_Finalize();
   return total ? 1 : 0;
 }

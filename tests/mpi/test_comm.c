@@ -39,10 +39,10 @@ static void queries(MKX_Comm c, const char *what, int vnode) {
   rc |= MKX_Comm_local_rank(c, &lr);
   rc |= MKX_Comm_local_size(c, &ls);
   rc |= MKX_Comm_device(c, &dev);
-  mt_check(rc == MKX_SUCCESS, "%s: every query returns MKX_SUCCESS", what);
-  mt_check(rank == mt.rank && size == mt.size,
-           "%s: rank/size %d/%d equal MPI's %d/%d", what, rank, size, mt.rank,
-           mt.size);
+  CHECK(rc == MKX_SUCCESS, "%s: every query returns MKX_SUCCESS", what);
+  CHECK(rank == mt.rank && size == mt.size,
+        "%s: rank/size %d/%d equal MPI's %d/%d", what, rank, size, mt.rank,
+        mt.size);
 
   /* gather (node, local rank, local size) of every rank */
   int mine[3] = {node, lr, ls};
@@ -64,17 +64,17 @@ static void queries(MKX_Comm c, const char *what, int vnode) {
     for (int q = 0; q < mt.size; q++) found |= all[3 * q] == v;
     consistent &= found;
   }
-  mt_check(consistent,
-           "%s: node %d of %d, local rank %d of %d consistent over ranks", what,
-           node, nn, lr, ls);
+  CHECK(consistent,
+        "%s: node %d of %d, local rank %d of %d consistent over ranks", what,
+        node, nn, lr, ls);
 
   if (vnode > 0) {
     int want_nodes = (mt.size + vnode - 1) / vnode;
-    mt_check(nn == want_nodes, "%s: %d virtual nodes (want ceil(%d/%d) = %d)",
-             what, nn, mt.size, vnode, want_nodes);
-    mt_check(lr >= 0 && lr < vnode && ls <= vnode,
-             "%s: local rank %d < %d, local size %d <= %d", what, lr, vnode, ls,
-             vnode);
+    CHECK(nn == want_nodes, "%s: %d virtual nodes (want ceil(%d/%d) = %d)",
+          what, nn, mt.size, vnode, want_nodes);
+    CHECK(lr >= 0 && lr < vnode && ls <= vnode,
+          "%s: local rank %d < %d, local size %d <= %d", what, lr, vnode, ls,
+          vnode);
   } else {
     MPI_Comm shm;
     int slr, sls, leader, nleaders = 0;
@@ -85,20 +85,20 @@ static void queries(MKX_Comm c, const char *what, int vnode) {
     leader = slr == 0;
     MPI_Allreduce(&leader, &nleaders, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Comm_free(&shm);
-    mt_check(lr == slr && ls == sls && nn == nleaders,
-             "%s: local rank/size %d/%d, nodes %d match "
-             "MPI_COMM_TYPE_SHARED (%d/%d, %d)",
-             what, lr, ls, nn, slr, sls, nleaders);
+    CHECK(lr == slr && ls == sls && nn == nleaders,
+          "%s: local rank/size %d/%d, nodes %d match "
+          "MPI_COMM_TYPE_SHARED (%d/%d, %d)",
+          what, lr, ls, nn, slr, sls, nleaders);
     if (nleaders == 1)
-      mt_check(node == 0, "%s: one host -> node index 0 (got %d)", what, node);
+      CHECK(node == 0, "%s: one host -> node index 0 (got %d)", what, node);
   }
 
   if (mt.device)
-    mt_check(dev >= 0, "%s: --device: MKX_Comm_device %d >= 0", what, dev);
+    CHECK(dev >= 0, "%s: --device: MKX_Comm_device %d >= 0", what, dev);
   else if (!have_gpu_hint())
-    mt_check(dev == -1, "%s: no GPU: MKX_Comm_device is -1 (got %d)", what, dev);
+    CHECK(dev == -1, "%s: no GPU: MKX_Comm_device is -1 (got %d)", what, dev);
   else
-    mt_check(dev >= -1, "%s: MKX_Comm_device %d >= -1", what, dev);
+    CHECK(dev >= -1, "%s: MKX_Comm_device %d >= -1", what, dev);
   free(all);
 }
 
@@ -123,41 +123,41 @@ static void block_range(void) {
       }
       if (next != rows || mx - mn > 1) bad++;
     }
-  mt_check(badrc == 0, "MKX_Block_range returns MKX_SUCCESS on valid input");
-  mt_check(bad == 0,
-           "MKX_Block_range: blocks cover [0,rows) exactly in order, sizes "
-           "differ by <= 1, first rows%%nblocks blocks larger");
+  CHECK(badrc == 0, "MKX_Block_range returns MKX_SUCCESS on valid input");
+  CHECK(bad == 0,
+        "MKX_Block_range: blocks cover [0,rows) exactly in order, sizes "
+        "differ by <= 1, first rows%%nblocks blocks larger");
   int64_t f, c;
-  mt_check(MKX_Block_range(10, 0, 0, &f, &c) != MKX_SUCCESS,
-           "MKX_Block_range(nblocks=0) fails");
-  mt_check(MKX_Block_range(10, 3, 3, &f, &c) != MKX_SUCCESS &&
-               MKX_Block_range(10, 3, -1, &f, &c) != MKX_SUCCESS,
-           "MKX_Block_range(b outside [0,nblocks)) fails");
-  mt_check(MKX_Block_range(-1, 3, 0, &f, &c) != MKX_SUCCESS,
-           "MKX_Block_range(rows=-1) fails");
-  mt_check_rc(MKX_Block_range(10, 3, 0, NULL, &c), MKX_ERR_NULL_POINTER,
-              "MKX_Block_range(first=NULL) returns MKX_ERR_NULL_POINTER");
-  mt_check_rc(MKX_Block_range(10, 3, 0, &f, NULL), MKX_ERR_NULL_POINTER,
-              "MKX_Block_range(count=NULL) returns MKX_ERR_NULL_POINTER");
+  CHECK(MKX_Block_range(10, 0, 0, &f, &c) != MKX_SUCCESS,
+        "MKX_Block_range(nblocks=0) fails");
+  CHECK(MKX_Block_range(10, 3, 3, &f, &c) != MKX_SUCCESS &&
+            MKX_Block_range(10, 3, -1, &f, &c) != MKX_SUCCESS,
+        "MKX_Block_range(b outside [0,nblocks)) fails");
+  CHECK(MKX_Block_range(-1, 3, 0, &f, &c) != MKX_SUCCESS,
+        "MKX_Block_range(rows=-1) fails");
+  CHECK_RC(MKX_Block_range(10, 3, 0, NULL, &c), MKX_ERR_NULL_POINTER,
+           "MKX_Block_range(first=NULL) returns MKX_ERR_NULL_POINTER");
+  CHECK_RC(MKX_Block_range(10, 3, 0, &f, NULL), MKX_ERR_NULL_POINTER,
+           "MKX_Block_range(count=NULL) returns MKX_ERR_NULL_POINTER");
 }
 
 static void small_calls(void) {
-  mt_check(MKX_Type_size(MKX_BF16) == 2 && MKX_Type_size(MKX_FP16) == 2 &&
-               MKX_Type_size(MKX_FP32) == 4 && MKX_Type_size(MKX_FP64) == 8,
-           "MKX_Type_size: 2, 2, 4, 8");
-  mt_check(MKX_Type_size((MKX_Datatype)0) == 0 &&
-               MKX_Type_size((MKX_Datatype)5) == 0 &&
-               MKX_Type_size((MKX_Datatype)-3) == 0,
-           "MKX_Type_size of an invalid type is 0");
+  CHECK(MKX_Type_size(MKX_BF16) == 2 && MKX_Type_size(MKX_FP16) == 2 &&
+            MKX_Type_size(MKX_FP32) == 4 && MKX_Type_size(MKX_FP64) == 8,
+        "MKX_Type_size: 2, 2, 4, 8");
+  CHECK(MKX_Type_size((MKX_Datatype)0) == 0 &&
+            MKX_Type_size((MKX_Datatype)5) == 0 &&
+            MKX_Type_size((MKX_Datatype)-3) == 0,
+        "MKX_Type_size of an invalid type is 0");
 
   int ma = -1, mi = -1, pa = -1;
   int rc = MKX_Get_version(&ma, &mi, &pa);
-  mt_check(rc == MKX_SUCCESS && ma == MKX_VERSION_MAJOR &&
-               mi == MKX_VERSION_MINOR && pa == MKX_VERSION_PATCH,
-           "MKX_Get_version %d.%d.%d matches the header %d.%d.%d", ma, mi, pa,
-           MKX_VERSION_MAJOR, MKX_VERSION_MINOR, MKX_VERSION_PATCH);
-  mt_check(MKX_VERSION == MKX_VERSION_CODE(ma, mi, pa),
-           "MKX_VERSION matches MKX_VERSION_CODE of the linked version");
+  CHECK(rc == MKX_SUCCESS && ma == MKX_VERSION_MAJOR &&
+            mi == MKX_VERSION_MINOR && pa == MKX_VERSION_PATCH,
+        "MKX_Get_version %d.%d.%d matches the header %d.%d.%d", ma, mi, pa,
+        MKX_VERSION_MAJOR, MKX_VERSION_MINOR, MKX_VERSION_PATCH);
+  CHECK(MKX_VERSION == MKX_VERSION_CODE(ma, mi, pa),
+        "MKX_VERSION matches MKX_VERSION_CODE of the linked version");
 
   int ok = 1, distinct = 1;
   for (int e = 0; e <= MKX_ERR_LASTCODE; e++) {
@@ -168,11 +168,11 @@ static void small_calls(void) {
       if (t && !strcmp(s, t)) distinct = 0;
     }
   }
-  mt_check(ok, "MKX_Error_string non-empty for codes 0..MKX_ERR_LASTCODE");
-  mt_check(distinct, "MKX_Error_string distinct for codes 0..MKX_ERR_LASTCODE");
+  CHECK(ok, "MKX_Error_string non-empty for codes 0..MKX_ERR_LASTCODE");
+  CHECK(distinct, "MKX_Error_string distinct for codes 0..MKX_ERR_LASTCODE");
   const char *u1 = MKX_Error_string(MKX_ERR_LASTCODE + 1), *u2 = MKX_Error_string(-1);
-  mt_check(u1 && *u1 && u2 && *u2, "MKX_Error_string of an unknown code non-empty");
-  mt_check(MKX_Get_last_error() != NULL, "MKX_Get_last_error never NULL");
+  CHECK(u1 && *u1 && u2 && *u2, "MKX_Error_string of an unknown code non-empty");
+  CHECK(MKX_Get_last_error() != NULL, "MKX_Get_last_error never NULL");
 }
 
 /* Under srun, MKX's placement must agree with what Slurm says about this
@@ -183,11 +183,11 @@ static void slurm_placement(MKX_Comm c) {
   if (lid == NULL) return;
   MKX_Comm_local_rank(c, &lr);
   MKX_Comm_num_nodes(c, &nodes);
-  mt_check(lr == atoi(lid), "srun: MKX local rank %d equals SLURM_LOCALID %s",
-           lr, lid);
+  CHECK(lr == atoi(lid), "srun: MKX local rank %d equals SLURM_LOCALID %s",
+        lr, lid);
   if (nn)
-    mt_check(nodes == atoi(nn), "srun: %d MKX nodes equals SLURM_NNODES %s",
-             nodes, nn);
+    CHECK(nodes == atoi(nn), "srun: %d MKX nodes equals SLURM_NNODES %s",
+          nodes, nn);
 }
 
 static void memory(MKX_Comm c) {
@@ -198,10 +198,10 @@ static void memory(MKX_Comm c) {
     size_t sz = sizes[i];
     void *ptr = NULL;
     int rc = MKX_Alloc_mem(c, sz, &ptr);
-    mt_check_rc(rc, MKX_SUCCESS, "MKX_Alloc_mem(%zu)", sz);
+    CHECK_RC(rc, MKX_SUCCESS, "MKX_Alloc_mem(%zu)", sz);
     if (!mt_all(rc == MKX_SUCCESS)) continue;
-    mt_check(ptr != NULL && ((uintptr_t)ptr % 256) == 0,
-             "MKX_Alloc_mem(%zu): non-NULL, 256-byte aligned (%p)", sz, ptr);
+    CHECK(ptr != NULL && ((uintptr_t)ptr % 256) == 0,
+          "MKX_Alloc_mem(%zu): non-NULL, 256-byte aligned (%p)", sz, ptr);
     unsigned char *pat = malloc(sz), *back = malloc(sz);
     for (size_t j = 0; j < sz; j++) pat[j] = (unsigned char)(j * 131 + mt.rank * 7 + i);
     int same = 1;
@@ -216,31 +216,31 @@ static void memory(MKX_Comm c) {
              !memcmp(pat, back, sz);
 #endif
     }
-    mt_check(same, "MKX_Alloc_mem(%zu): written and read back (%s)", sz,
-             dev < 0 ? "host" : "device");
+    CHECK(same, "MKX_Alloc_mem(%zu): written and read back (%s)", sz,
+          dev < 0 ? "host" : "device");
     free(pat);
     free(back);
     rc = MKX_Free_mem(c, ptr);
-    mt_check_rc(rc, MKX_SUCCESS, "MKX_Free_mem(%zu)", sz);
+    CHECK_RC(rc, MKX_SUCCESS, "MKX_Free_mem(%zu)", sz);
     mt_all(1);
   }
   void *p2 = NULL;
-  mt_check(MKX_Alloc_mem(c, 64, NULL) != MKX_SUCCESS, "MKX_Alloc_mem(ptr=NULL) fails");
-  mt_check(MKX_Alloc_mem(NULL, 64, &p2) == MKX_ERR_INVALID_COMM,
+  CHECK(MKX_Alloc_mem(c, 64, NULL) != MKX_SUCCESS, "MKX_Alloc_mem(ptr=NULL) fails");
+  CHECK(MKX_Alloc_mem(NULL, 64, &p2) == MKX_ERR_INVALID_COMM,
            "MKX_Alloc_mem(comm=NULL) returns MKX_ERR_INVALID_COMM");
   /* ptr NULL on the last rank only: it still joins the size agreement, so
    * every rank fails and the next call pairs up */
   const int bad = mt.size - 1;
   p2 = (void *)&p2;
   int rc = MKX_Alloc_mem(c, 64, mt.rank == bad ? NULL : &p2);
-  mt_check_rc(rc, mt.rank == bad ? MKX_ERR_NULL_POINTER
+  CHECK_RC(rc, mt.rank == bad ? MKX_ERR_NULL_POINTER
                   : mt.size > 1 ? MKX_ERR_PEER : MKX_ERR_NULL_POINTER,
               "MKX_Alloc_mem(ptr=NULL on rank %d)", bad);
-  mt_check(mt.rank == bad || p2 == NULL, "no memory handed out then");
+  CHECK(mt.rank == bad || p2 == NULL, "no memory handed out then");
   rc = MKX_Alloc_mem(c, 64, &p2);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Alloc_mem(64) afterwards");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Alloc_mem(64) afterwards");
   if (rc == MKX_SUCCESS)
-    mt_check_rc(MKX_Free_mem(c, p2), MKX_SUCCESS, "MKX_Free_mem afterwards");
+    CHECK_RC(MKX_Free_mem(c, p2), MKX_SUCCESS, "MKX_Free_mem afterwards");
 }
 
 /* An option that decides a collective protocol set differently on the
@@ -255,14 +255,14 @@ static void options_disagree(const char *key, const char *mine,
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  mt_check_rc(rc, mt.size > 1 ? MKX_ERR_INVALID_ARG : MKX_SUCCESS,
+  CHECK_RC(rc, mt.size > 1 ? MKX_ERR_INVALID_ARG : MKX_SUCCESS,
               "%s differing on the last rank", key);
   if (mt.size > 1)
-    mt_check(strstr(MKX_Get_last_error(), key + 4) != NULL, "the message "
+    CHECK(strstr(MKX_Get_last_error(), key + 4) != NULL, "the message "
              "names %s: %s", key + 4, MKX_Get_last_error());
   if (rc == MKX_SUCCESS) MKX_Comm_free(&c);
   rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create afterwards");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create afterwards");
   if (rc == MKX_SUCCESS) MKX_Comm_free(&c);
 }
 
@@ -276,9 +276,9 @@ int main(int argc, char **argv) {
 
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL)");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL)");
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
-  mt_check(c != NULL, "MKX_Comm_create gives a handle");
+  CHECK(c != NULL, "MKX_Comm_create gives a handle");
   queries(c, "world comm", 0);
   slurm_placement(c);
   memory(c);
@@ -290,11 +290,11 @@ int main(int argc, char **argv) {
   MKX_Comm v = NULL;
   rc = MKX_Comm_create(MPI_COMM_WORLD, info, &v);
   MPI_Info_free(&info);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create with mkx_virtual_node_size=2");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create with mkx_virtual_node_size=2");
   if (mt_all(rc == MKX_SUCCESS)) {
     queries(v, "virtual_node_size=2", 2);
     rc = MKX_Comm_free(&v);
-    mt_check(rc == MKX_SUCCESS && v == NULL, "MKX_Comm_free(virtual) sets NULL");
+    CHECK(rc == MKX_SUCCESS && v == NULL, "MKX_Comm_free(virtual) sets NULL");
   }
 
   /* a communicator over a sub-communicator (odd world ranks reversed) */
@@ -305,41 +305,41 @@ int main(int argc, char **argv) {
   MPI_Comm_size(sub, &ssize);
   MKX_Comm s = NULL;
   rc = MKX_Comm_create(sub, MPI_INFO_NULL, &s);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create(split communicator)");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create(split communicator)");
   if (mt_all(rc == MKX_SUCCESS)) {
     int r2 = -1, s2 = -1;
     MKX_Comm_rank(s, &r2);
     MKX_Comm_size(s, &s2);
-    mt_check(r2 == srank && s2 == ssize,
-             "split comm: rank/size %d/%d equal MPI's %d/%d", r2, s2, srank, ssize);
+    CHECK(r2 == srank && s2 == ssize,
+          "split comm: rank/size %d/%d equal MPI's %d/%d", r2, s2, srank, ssize);
     MKX_Comm_free(&s);
   }
   MPI_Comm_free(&sub);
 
   /* bad input */
   int x;
-  mt_check_rc(MKX_Comm_rank(NULL, &x), MKX_ERR_INVALID_COMM,
-              "MKX_Comm_rank(NULL comm) returns MKX_ERR_INVALID_COMM");
-  mt_check(*MKX_Get_last_error() != '\0', "last error message set after a failure");
-  mt_check_rc(MKX_Comm_size(c, NULL), MKX_ERR_NULL_POINTER,
-              "MKX_Comm_size(comm, NULL) returns MKX_ERR_NULL_POINTER");
-  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, NULL),
-              MKX_ERR_NULL_POINTER,
-              "MKX_Comm_create(newcomm=NULL) returns MKX_ERR_NULL_POINTER");
+  CHECK_RC(MKX_Comm_rank(NULL, &x), MKX_ERR_INVALID_COMM,
+           "MKX_Comm_rank(NULL comm) returns MKX_ERR_INVALID_COMM");
+  CHECK(*MKX_Get_last_error() != '\0', "last error message set after a failure");
+  CHECK_RC(MKX_Comm_size(c, NULL), MKX_ERR_NULL_POINTER,
+           "MKX_Comm_size(comm, NULL) returns MKX_ERR_NULL_POINTER");
+  CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, NULL),
+           MKX_ERR_NULL_POINTER,
+           "MKX_Comm_create(newcomm=NULL) returns MKX_ERR_NULL_POINTER");
   x = -1;
-  mt_check_rc(MKX_Comm_get_async_error(c, &x), MKX_SUCCESS,
-              "MKX_Comm_get_async_error");
-  mt_check(x == MKX_SUCCESS, "no asynchronous error on a fresh communicator "
-           "(got %d)", x);
-  mt_check_rc(MKX_Comm_get_async_error(c, NULL), MKX_ERR_NULL_POINTER,
-              "MKX_Comm_get_async_error(comm, NULL)");
-  mt_check_rc(MKX_Comm_get_async_error(NULL, &x), MKX_ERR_INVALID_COMM,
-              "MKX_Comm_get_async_error(NULL comm)");
+  CHECK_RC(MKX_Comm_get_async_error(c, &x), MKX_SUCCESS,
+           "MKX_Comm_get_async_error");
+  CHECK(x == MKX_SUCCESS, "no asynchronous error on a fresh communicator "
+        "(got %d)", x);
+  CHECK_RC(MKX_Comm_get_async_error(c, NULL), MKX_ERR_NULL_POINTER,
+           "MKX_Comm_get_async_error(comm, NULL)");
+  CHECK_RC(MKX_Comm_get_async_error(NULL, &x), MKX_ERR_INVALID_COMM,
+           "MKX_Comm_get_async_error(NULL comm)");
 
   rc = MKX_Comm_free(&c);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
-  mt_check(c == NULL, "MKX_Comm_free sets the handle to NULL");
-  mt_check(MKX_Comm_free(&c) == MKX_ERR_INVALID_COMM,
-           "MKX_Comm_free of a NULL handle returns MKX_ERR_INVALID_COMM");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
+  CHECK(c == NULL, "MKX_Comm_free sets the handle to NULL");
+  CHECK(MKX_Comm_free(&c) == MKX_ERR_INVALID_COMM,
+        "MKX_Comm_free of a NULL handle returns MKX_ERR_INVALID_COMM");
   return mt_finish();
 }

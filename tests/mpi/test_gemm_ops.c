@@ -55,9 +55,9 @@ static void pick_layout(mt_rng *g, int c, layout *L) {
 static int unsupported_mix(int rc, const layout *L, const char *desc) {
   int mix = L->dt != L->ct && (L->dt == MKX_FP64 || L->ct == MKX_FP64);
   if (!mix) return 0;
-  mt_check(mt_all(rc == MKX_ERR_UNSUPPORTED),
-           "%s: fp64 mixed with %s gives MKX_ERR_UNSUPPORTED on every rank",
-           desc, mt_type_name(L->dt == MKX_FP64 ? L->ct : L->dt));
+  CHECK(mt_all(rc == MKX_ERR_UNSUPPORTED),
+        "%s: fp64 mixed with %s gives MKX_ERR_UNSUPPORTED on every rank",
+        desc, mt_type_name(L->dt == MKX_FP64 ? L->ct : L->dt));
   return 1;
 }
 
@@ -76,13 +76,13 @@ static void check_out(const char *what, const char *desc, const tbuf *b,
                       int64_t ld, size_t total, const double *ref, double tol) {
   size_t oob, unw;
   mt_check_bounds(b->host, t, o, rows, cols, ld, total, &oob, &unw);
-  mt_check(oob == 0, "%s %s: no write outside the %lldx%lld matrix (%zu found)",
-           what, desc, (long long)rows, (long long)cols, oob);
-  mt_check(unw == 0, "%s %s: every element written (%zu unwritten)", what, desc,
-           unw);
+  CHECK(oob == 0, "%s %s: no write outside the %lldx%lld matrix (%zu found)",
+        what, desc, (long long)rows, (long long)cols, oob);
+  CHECK(unw == 0, "%s %s: every element written (%zu unwritten)", what, desc,
+        unw);
   if (rows > 0 && cols > 0) {
     double e = mt_relerr_mat(b->host, t, o, ld, rows, cols, ref);
-    mt_check(e <= tol, "%s %s: rel err %.3g <= %.3g", what, desc, e, tol);
+    CHECK(e <= tol, "%s %s: rel err %.3g <= %.3g", what, desc, e, tol);
   }
 }
 
@@ -169,8 +169,8 @@ static void case_allgather(MKX_Comm comm, int c) {
                                 with_aout ? tbuf_ptr(&O) : NULL, ldo, L.dt,
                                 L.ct, L.order, comm, NULL);
     if (unsupported_mix(rc, &L, desc)) break;
-    mt_check_rc(rc, MKX_SUCCESS, "%s [call %d] returns MKX_SUCCESS", desc,
-                rep + 1);
+    CHECK_RC(rc, MKX_SUCCESS, "%s [call %d] returns MKX_SUCCESS", desc,
+             rep + 1);
     if (!mt_all(rc == MKX_SUCCESS)) break;
     tbuf_download(&C);
     tbuf_download(&O);
@@ -184,19 +184,19 @@ static void case_allgather(MKX_Comm comm, int c) {
           for (int64_t j = 0; j < k; j++)
             if (mt_mat_get(O.host, L.dt, L.order, ldo, i, j) != Aall[i * k + j])
               diff++;
-        mt_check(oob == 0 && unw == 0 && diff == 0,
-                 "A_out %s: exact gathered A (%zu differ, %zu oob, %zu "
-                 "unwritten)",
-                 desc, diff, oob, unw);
+        CHECK(oob == 0 && unw == 0 && diff == 0,
+              "A_out %s: exact gathered A (%zu differ, %zu oob, %zu "
+              "unwritten)",
+              desc, diff, oob, unw);
       } else {
         size_t bad = 0;
         for (size_t i = 0; i < no; i++) bad += !mt_is_poison(O.host, L.dt, i);
-        mt_check(bad == 0, "A_out NULL %s: untouched spare buffer", desc);
+        CHECK(bad == 0, "A_out NULL %s: untouched spare buffer", desc);
       }
       memcpy(first, C.host, nc * cs);
     } else {
-      mt_check(memcmp(first, C.host, nc * cs) == 0,
-               "%s: two calls give identical bits", desc);
+      CHECK(memcmp(first, C.host, nc * cs) == 0,
+            "%s: two calls give identical bits", desc);
     }
   }
   free(first);
@@ -286,8 +286,8 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
                                            tbuf_ptr(&C), ldc, L.dt, L.ct,
                                            L.order, comm, NULL);
     if (unsupported_mix(rc, &L, desc)) { ok_calls = 0; break; }
-    mt_check_rc(rc, MKX_SUCCESS, "%s [call %d] returns MKX_SUCCESS", desc,
-                rep + 1);
+    CHECK_RC(rc, MKX_SUCCESS, "%s [call %d] returns MKX_SUCCESS", desc,
+             rep + 1);
     if (!mt_all(rc == MKX_SUCCESS)) {
       ok_calls = 0;
       break;
@@ -299,8 +299,8 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
                             (size_t)(crow * n)));
       memcpy(firstc, C.host, nc * cs);
     } else {
-      mt_check(memcmp(firstc, C.host, nc * cs) == 0,
-               "%s: two calls give identical bits", desc);
+      CHECK(memcmp(firstc, C.host, nc * cs) == 0,
+            "%s: two calls give identical bits", desc);
     }
   }
   if (allreduce) {
@@ -315,7 +315,7 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
     int same = 1;
     for (int q = 0; q < p; q++) same &= all[q] == all[0];
     if (ok_calls)
-      mt_check(same, "%s: bit-identical C on every rank", desc);
+      CHECK(same, "%s: bit-identical C on every rank", desc);
     free(all);
   }
   free(firstc);
@@ -327,7 +327,7 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   if (!mt_all(rc == MKX_SUCCESS))
     return mt_finish();
   double t0 = MPI_Wtime();
@@ -336,6 +336,6 @@ int main(int argc, char **argv) {
   for (int c = 0; c < NCASES; c++) case_reduce(comm, c, 1);
   if (mt.rank == 0) mt_diag("%d cases in %.2f s", 3 * NCASES, MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();
 }

@@ -27,12 +27,6 @@ typedef struct geo {
   int N, G, j, l;
 } geo;
 
-/* Starts on the several-node GPU paths so far (ops/path.h). */
-static long hier_starts(void) {
-  return mkx_path_starts(MKX_PATH_HIER_GPU) +
-         mkx_path_starts(MKX_PATH_HIER_NVLINK);
-}
-
 static float frand(unsigned *s) {
   *s = *s * 1664525u + 1013904223u;
   return (float)((*s >> 8) & 0xffff) / 32768.0f - 1.0f;
@@ -40,7 +34,7 @@ static float frand(unsigned *s) {
 
 /* A buffer of n floats, filled from `seed` (or poisoned if seed is 0). */
 static void make(tbuf *b, size_t n, unsigned seed) {
-  mt_check(tbuf_alloc(b, n * sizeof(float) + sizeof(float)) == 0, "alloc");
+  CHECK(tbuf_alloc(b, n * sizeof(float) + sizeof(float)) == 0, "alloc");
   float *x = b->host;
   for (size_t i = 0; seed && i < n; i++) x[i] = frand(&seed);
   tbuf_upload(b);
@@ -75,18 +69,18 @@ static void allgather(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t m,
                               MKX_NO_TRANS, tbuf_ptr(&C1), n, NULL, 0,
                               MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, hier, NULL);
   uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
-  mt_check_rc(rc, MKX_SUCCESS, "hierarchical allgather-GEMM %lldx%lldx%lld",
-              (long long)M, (long long)n, (long long)k);
+  CHECK_RC(rc, MKX_SUCCESS, "hierarchical allgather-GEMM %lldx%lldx%lld",
+           (long long)M, (long long)n, (long long)k);
   rc = MKX_Allgather_gemm(tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n,
                           MKX_NO_TRANS, tbuf_ptr(&C2), n, NULL, 0, MKX_FP32,
                           MKX_FP32, MKX_ROW_MAJOR, flat, NULL);
-  mt_check_rc(rc, MKX_SUCCESS, "one-node allgather-GEMM");
+  CHECK_RC(rc, MKX_SUCCESS, "one-node allgather-GEMM");
   tbuf_download(&C1), tbuf_download(&C2);
-  mt_check(memcmp(C1.host, C2.host, sizeof(float) * M * n) == 0,
-           "allgather-GEMM: same bits as on one node");
+  CHECK(memcmp(C1.host, C2.host, sizeof(float) * M * n) == 0,
+        "allgather-GEMM: same bits as on one node");
   uint64_t want = (uint64_t)(g->N - 1) * m * k * sizeof(float);
-  mt_check(sent == want, "allgather-GEMM sent %llu bytes, minimum %llu",
-           (unsigned long long)sent, (unsigned long long)want);
+  CHECK(sent == want, "allgather-GEMM sent %llu bytes, minimum %llu",
+        (unsigned long long)sent, (unsigned long long)want);
   tbuf_free(&A), tbuf_free(&B), tbuf_free(&C1), tbuf_free(&C2);
 }
 
@@ -119,26 +113,32 @@ static void reduce(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t M,
   uint64_t before = mkx_comm_net_bytes_sent(hier);
   int rc = reduce_call(all, &A, M, kl, &B, n, &C1, hier);
   uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
-  mt_check_rc(rc, MKX_SUCCESS, "hierarchical %s %lldx%lldx%lld", what,
-              (long long)M, (long long)n, (long long)kl);
-  mt_check_rc(reduce_call(all, &A, M, kl, &B, n, &C2, flat), MKX_SUCCESS,
-              "one-node %s", what);
+  CHECK_RC(rc, MKX_SUCCESS, "hierarchical %s %lldx%lldx%lld", what,
+           (long long)M, (long long)n, (long long)kl);
+  CHECK_RC(reduce_call(all, &A, M, kl, &B, n, &C2, flat), MKX_SUCCESS,
+           "one-node %s", what);
   tbuf_download(&C1), tbuf_download(&C2);
   /* Another order of the same sums: equal to rounding. */
   double d = rel_diff(C1.host, C2.host, (size_t)(rows * n));
-  mt_check(d < 1e-5, "%s: equals the one-node result (rel %g)", what, d);
+  CHECK(d < 1e-5, "%s: equals the one-node result (rel %g)", what, d);
   uint64_t want = rs_bytes(g, M, n);
   if (all) want += (uint64_t)(g->N - 1) * block_rows(M, mt.rank) * n * 4;
-  mt_check(sent == want, "%s sent %llu bytes, minimum %llu", what,
-           (unsigned long long)sent, (unsigned long long)want);
+  CHECK(sent == want, "%s sent %llu bytes, minimum %llu", what,
+        (unsigned long long)sent, (unsigned long long)want);
   tbuf_free(&A), tbuf_free(&B), tbuf_free(&C1), tbuf_free(&C2);
 }
 
 #ifdef MKX_TEST_CUDA
+/* Starts on the several-node GPU paths so far (ops/path.h). */
+static long hier_starts(void) {
+  return mkx_path_starts(MKX_PATH_HIER_GPU) +
+         mkx_path_starts(MKX_PATH_HIER_NVLINK);
+}
+
 /* bf16 data from the seed, stored into a fresh buffer (uploaded). */
 static void make16(tbuf *b, int64_t rows, int64_t cols, int salt) {
   double *v = mt_gen(rows, cols, MKX_BF16, mt.seed, mt.rank, salt);
-  mt_check(tbuf_alloc(b, (size_t)(rows * cols) * 2 + 2) == 0, "alloc");
+  CHECK(tbuf_alloc(b, (size_t)(rows * cols) * 2 + 2) == 0, "alloc");
   mt_store(b->host, MKX_BF16, MKX_ROW_MAJOR, rows, cols, cols, v);
   free(v);
   tbuf_upload(b);
@@ -170,19 +170,19 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
         : MKX_Gemm_allreduce(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
                              MKX_NO_TRANS, tbuf_ptr(&C[v]), n, MKX_BF16,
                              MKX_FP32, MKX_ROW_MAJOR, c, NULL);
-    mt_check_rc(rc, MKX_SUCCESS, "%s bf16 %s", name[op],
-                v ? "hier_gemm=gpu" : "staged");
-    mt_check(hier_starts() - starts == v, "%s: %s path taken",
-             name[op], v ? "GPU-GEMM" : "staged");
+    CHECK_RC(rc, MKX_SUCCESS, "%s bf16 %s", name[op],
+             v ? "hier_gemm=gpu" : "staged");
+    CHECK(hier_starts() - starts == v, "%s: %s path taken",
+          name[op], v ? "GPU-GEMM" : "staged");
     if (v) sent = mkx_comm_net_bytes_sent(c) - before;
   }
   tbuf_download(&C[0]), tbuf_download(&C[1]);
   double d = rel_diff(C[1].host, C[0].host, (size_t)(crows * n));
-  mt_check(d < 1e-4, "%s bf16 %lldx%lldx%lld: GPU GEMM equals the staged "
-           "path (rel %g)", name[op], (long long)rows, (long long)n,
-           (long long)k, d);
-  mt_check(sent == want, "%s bf16 sent %llu bytes, minimum %llu", name[op],
-           (unsigned long long)sent, (unsigned long long)want);
+  CHECK(d < 1e-4, "%s bf16 %lldx%lldx%lld: GPU GEMM equals the staged "
+        "path (rel %g)", name[op], (long long)rows, (long long)n,
+        (long long)k, d);
+  CHECK(sent == want, "%s bf16 sent %llu bytes, minimum %llu", name[op],
+        (unsigned long long)sent, (unsigned long long)want);
   tbuf_free(&C[0]), tbuf_free(&C[1]);
 }
 
@@ -229,23 +229,23 @@ static void nvlink_host(MKX_Comm hier, MKX_Comm flat, const geo *g) {
     mkx_ag_gemm_args ag = {A.host, m, k, k, B.host, n, n, MKX_NO_TRANS,
                            C[0].host, n, Ao[0].host, k, MKX_FP32, MKX_FP32,
                            MKX_ROW_MAJOR};
-    mt_check_rc(mkx_hier_nvlink_host(hier, MKX_TP_OP_AG, &ag), MKX_SUCCESS,
-                "nvlink logic: allgather-GEMM %lldx%lldx%lld", (long long)M,
-                (long long)n, (long long)k);
+    CHECK_RC(mkx_hier_nvlink_host(hier, MKX_TP_OP_AG, &ag), MKX_SUCCESS,
+             "nvlink logic: allgather-GEMM %lldx%lldx%lld", (long long)M,
+             (long long)n, (long long)k);
     uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
-    mt_check_rc(MKX_Allgather_gemm(A.host, m, k, k, B.host, n, n,
-                                   MKX_NO_TRANS, C[1].host, n, Ao[1].host, k,
-                                   MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, flat,
-                                   NULL), MKX_SUCCESS, "one-node allgather");
+    CHECK_RC(MKX_Allgather_gemm(A.host, m, k, k, B.host, n, n,
+                                MKX_NO_TRANS, C[1].host, n, Ao[1].host, k,
+                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, flat,
+                                NULL), MKX_SUCCESS, "one-node allgather");
     double d = rel_diff(C[0].host, C[1].host, (size_t)(M * n));
-    mt_check(d < 1e-5, "nvlink logic: allgather-GEMM equals one node (rel "
-             "%g)", d);
-    mt_check(memcmp(Ao[0].host, Ao[1].host, sizeof(float) * M * k) == 0,
-             "nvlink logic: A_out bit-exact");
+    CHECK(d < 1e-5, "nvlink logic: allgather-GEMM equals one node (rel "
+          "%g)", d);
+    CHECK(memcmp(Ao[0].host, Ao[1].host, sizeof(float) * M * k) == 0,
+          "nvlink logic: A_out bit-exact");
     uint64_t want = (uint64_t)(g->N - 1) * m * k * sizeof(float);
-    mt_check(sent == want, "nvlink logic: allgather-GEMM sent %llu bytes, "
-             "minimum %llu", (unsigned long long)sent,
-             (unsigned long long)want);
+    CHECK(sent == want, "nvlink logic: allgather-GEMM sent %llu bytes, "
+          "minimum %llu", (unsigned long long)sent,
+          (unsigned long long)want);
     for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&Ao[v]);
     tbuf_free(&A);
     for (int all = 0; all < 2; all++) {
@@ -256,22 +256,22 @@ static void nvlink_host(MKX_Comm hier, MKX_Comm flat, const geo *g) {
                               C[0].host, n, MKX_FP32, MKX_FP32,
                               MKX_ROW_MAJOR};
       before = mkx_comm_net_bytes_sent(hier);
-      mt_check_rc(mkx_hier_nvlink_host(hier, all ? MKX_TP_OP_AR
-                                                 : MKX_TP_OP_RS, &rs),
-                  MKX_SUCCESS, "nvlink logic: %s %lldx%lldx%lld",
-                  all ? "allreduce" : "reduce-scatter", (long long)Mr,
-                  (long long)n, (long long)k);
+      CHECK_RC(mkx_hier_nvlink_host(hier, all ? MKX_TP_OP_AR
+                                              : MKX_TP_OP_RS, &rs),
+               MKX_SUCCESS, "nvlink logic: %s %lldx%lldx%lld",
+               all ? "allreduce" : "reduce-scatter", (long long)Mr,
+               (long long)n, (long long)k);
       sent = mkx_comm_net_bytes_sent(hier) - before;
-      mt_check_rc(reduce_call(all, &A, Mr, k, &B, n, &C[1], flat),
-                  MKX_SUCCESS, "one-node reduce");
+      CHECK_RC(reduce_call(all, &A, Mr, k, &B, n, &C[1], flat),
+               MKX_SUCCESS, "one-node reduce");
       d = rel_diff(C[0].host, C[1].host, (size_t)(rows * n));
-      mt_check(d < 1e-5, "nvlink logic: %s equals one node (rel %g)",
-               all ? "allreduce" : "reduce-scatter", d);
+      CHECK(d < 1e-5, "nvlink logic: %s equals one node (rel %g)",
+            all ? "allreduce" : "reduce-scatter", d);
       want = rs_bytes(g, Mr, n);
       if (all) want += (uint64_t)(g->N - 1) * block_rows(Mr, mt.rank) * n * 4;
-      mt_check(sent == want, "nvlink logic: %s sent %llu bytes, minimum %llu",
-               all ? "allreduce" : "reduce-scatter", (unsigned long long)sent,
-               (unsigned long long)want);
+      CHECK(sent == want, "nvlink logic: %s sent %llu bytes, minimum %llu",
+            all ? "allreduce" : "reduce-scatter", (unsigned long long)sent,
+            (unsigned long long)want);
       tbuf_free(&A), tbuf_free(&C[0]), tbuf_free(&C[1]);
     }
     tbuf_free(&B);
@@ -286,17 +286,17 @@ static void nvlink_host(MKX_Comm hier, MKX_Comm flat, const geo *g) {
 static void node_comm(MKX_Comm hier, const geo *g) {
   MKX_Comm node = NULL, again = NULL;
   int rc = mkx_comm_node(hier, &node);
-  mt_check_rc(rc, MKX_SUCCESS, "node communicator");
+  CHECK_RC(rc, MKX_SUCCESS, "node communicator");
   if (!mt_all(rc == MKX_SUCCESS)) return;
-  mt_check_rc(mkx_comm_node(hier, &again), MKX_SUCCESS, "node communicator "
-              "again");
-  mt_check(again == node, "made once");
+  CHECK_RC(mkx_comm_node(hier, &again), MKX_SUCCESS, "node communicator "
+           "again");
+  CHECK(again == node, "made once");
   int size = 0, rank = -1, nodes = 0;
   MKX_Comm_size(node, &size), MKX_Comm_rank(node, &rank);
   MKX_Comm_num_nodes(node, &nodes);
-  mt_check(size == g->G && rank == g->l && nodes == 1, "node communicator: "
-           "%d ranks, rank %d, %d node(s) (want %d, %d, 1)", size, rank, nodes,
-           g->G, g->l);
+  CHECK(size == g->G && rank == g->l && nodes == 1, "node communicator: "
+        "%d ranks, rank %d, %d node(s) (want %d, %d, 1)", size, rank, nodes,
+        g->G, g->l);
   /* an allreduce inside the node: the node's ranks' products summed */
   const int64_t M = 9, kl = 5, n = 6;
   tbuf A, B, C;
@@ -305,7 +305,7 @@ static void node_comm(MKX_Comm hier, const geo *g) {
   rc = MKX_Gemm_allreduce(tbuf_ptr(&A), M, kl, kl, tbuf_ptr(&B), n, n,
                           MKX_NO_TRANS, tbuf_ptr(&C), n, MKX_FP32, MKX_FP32,
                           MKX_ROW_MAJOR, node, NULL);
-  mt_check_rc(rc, MKX_SUCCESS, "allreduce on the node communicator");
+  CHECK_RC(rc, MKX_SUCCESS, "allreduce on the node communicator");
   tbuf_download(&C);
   float *want = calloc((size_t)(M * n), sizeof *want);
   for (int l = 0; l < g->G; l++) {
@@ -320,7 +320,7 @@ static void node_comm(MKX_Comm hier, const geo *g) {
     tbuf_free(&a), tbuf_free(&b);
   }
   double d = rel_diff(C.host, want, (size_t)(M * n));
-  mt_check(d < 1e-5, "node allreduce equals the node's sum (rel %g)", d);
+  CHECK(d < 1e-5, "node allreduce equals the node's sum (rel %g)", d);
   free(want);
   tbuf_free(&A), tbuf_free(&B), tbuf_free(&C);
   /* the slices of hier_gemm=nvlink's pipeline cover the columns */
@@ -334,11 +334,11 @@ static void node_comm(MKX_Comm hier, const geo *g) {
       ok = j[s + 1] > j[s] && (s == S - 1 || (j[s + 1] - j[s]) % 8 == 0);
     sbad += !ok;
   }
-  mt_check(sbad == 0, "column slices cover n = 0..700 (%d bad)", sbad);
+  CHECK(sbad == 0, "column slices cover n = 0..700 (%d bad)", sbad);
   int bad = 0;
   for (int64_t m = 1; m <= 300; m++) bad += !mkx_hier_split_matches(hier, m);
-  mt_check(bad == 0, "node-major ranks: the node's even split is the "
-           "columns' rows for M = 1..300 (%d mismatches)", bad);
+  CHECK(bad == 0, "node-major ranks: the node's even split is the "
+        "columns' rows for M = 1..300 (%d mismatches)", bad);
 }
 
 /* ---- exchanges in small pieces ---- */
@@ -397,13 +397,13 @@ static uint64_t irregular_exchange(MKX_Comm c, int it, int reversed) {
                             .norder = p};
   int rc = reversed ? mkx_comm_net_exchange_to(c, sp, sl, rl, &sink)
                     : mkx_comm_net_exchange(c, sp, sl, (void *const *)rp, rl);
-  mt_check_rc(rc, MKX_SUCCESS, "exchange %d in small pieces", it);
-  mt_check(oc.bad == 0, "exchange %d: %d pieces out of order", it, oc.bad);
+  CHECK_RC(rc, MKX_SUCCESS, "exchange %d in small pieces", it);
+  CHECK(oc.bad == 0, "exchange %d: %d pieces out of order", it, oc.bad);
   int wrong = 0;
   for (int q = 0; q < p; q++)
     for (size_t i = 0; q != me && i < rl[q]; i++)
       wrong += rp[q][i] != xbyte(q, me, it, i);
-  mt_check(wrong == 0, "exchange %d: %d bytes wrong", it, wrong);
+  CHECK(wrong == 0, "exchange %d: %d bytes wrong", it, wrong);
   for (int q = 0; q < p; q++) free((void *)sp[q]), free(rp[q]);
   free(sp), free(rp), free(sl), free(rl), free(order), free(pos);
   return sent;
@@ -440,10 +440,10 @@ static void column_reduce_order(MKX_Comm c, const geo *g, const char *what) {
     for (int j = 1; j < g->N; j++) sum += node_part(j, e, g->N);
     want[e] = sum;
   }
-  mt_check_rc(mkx_hier_column_reduce(c, MKX_FP32, colsum, rows, n, block),
-              MKX_SUCCESS, "column reduce (%s)", what);
-  mt_check(memcmp(block, want, sizeof(float) * (size_t)(mine * n)) == 0,
-           "column reduce (%s): the nodes added in node order", what);
+  CHECK_RC(mkx_hier_column_reduce(c, MKX_FP32, colsum, rows, n, block),
+           MKX_SUCCESS, "column reduce (%s)", what);
+  CHECK(memcmp(block, want, sizeof(float) * (size_t)(mine * n)) == 0,
+        "column reduce (%s): the nodes added in node order", what);
   free(rows), free(colsum), free(block), free(want);
 }
 
@@ -458,8 +458,8 @@ static MKX_Comm vnode_comm(const char *vs, const char *key, const char *val) {
   MPI_Info_set(info, "mkx_net", "tcp");
   snprintf(k, sizeof k, "mkx_%s", key);
   MPI_Info_set(info, k, val);
-  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, info, &c), MKX_SUCCESS,
-              "virtual-node communicator with %s=%s", key, val);
+  CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, info, &c), MKX_SUCCESS,
+           "virtual-node communicator with %s=%s", key, val);
   MPI_Info_free(&info);
   return c;
 }
@@ -478,16 +478,16 @@ static void missing_rank(const char *vs) {
   for (int q = 0; q < mt.size; q++)
     sp[q] = buf[0], rp[q] = buf[1], len[q] = q == mt.rank ? 0 : 10;
   /* the first exchange sets up the regions: everyone takes part */
-  mt_check_rc(mkx_comm_net_exchange(c, sp, len, rp, len), MKX_SUCCESS,
-              "exchange before the missing one");
+  CHECK_RC(mkx_comm_net_exchange(c, sp, len, rp, len), MKX_SUCCESS,
+           "exchange before the missing one");
   if (mt.rank != 0) {
     double t = MPI_Wtime();
     int rc = mkx_comm_net_exchange(c, sp, len, rp, len);
     t = MPI_Wtime() - t;
-    mt_check_rc(rc, MKX_ERR_TIMEOUT, "exchange without rank 0");
-    mt_check(strstr(MKX_Get_last_error(), "rank 0") != NULL,
-             "the timeout names rank 0: %s", MKX_Get_last_error());
-    mt_check(t > 1.4 && t < 20, "gave up after %.2f s (bound 1.5 s)", t);
+    CHECK_RC(rc, MKX_ERR_TIMEOUT, "exchange without rank 0");
+    CHECK(strstr(MKX_Get_last_error(), "rank 0") != NULL,
+          "the timeout names rank 0: %s", MKX_Get_last_error());
+    CHECK(t > 1.4 && t < 20, "gave up after %.2f s (bound 1.5 s)", t);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   free(sp), free(rp), free(len);
@@ -510,8 +510,8 @@ static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
     uint64_t before = mkx_comm_net_bytes_sent(tiny);
     uint64_t want = irregular_exchange(tiny, it, it % 2);
     uint64_t sent = mkx_comm_net_bytes_sent(tiny) - before;
-    mt_check(sent == want, "exchange %d sent %llu bytes, want %llu", it,
-             (unsigned long long)sent, (unsigned long long)want);
+    CHECK(sent == want, "exchange %d sent %llu bytes, want %llu", it,
+          (unsigned long long)sent, (unsigned long long)want);
   }
   column_reduce_order(hier, g, "whole pieces");
   column_reduce_order(tiny, g, "small pieces");
@@ -528,19 +528,19 @@ static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
       for (int v = 0; v < 2; v++) {
         MKX_Comm c = v ? tiny : hier;
         uint64_t before = mkx_comm_net_bytes_sent(c);
-        mt_check_rc(reduce_call(all, &A, M, kl, &B, n, &C[v], c),
-                    MKX_SUCCESS, "%s in %s pieces", all ? "allreduce"
-                    : "reduce-scatter", v ? "small" : "whole");
+        CHECK_RC(reduce_call(all, &A, M, kl, &B, n, &C[v], c),
+                 MKX_SUCCESS, "%s in %s pieces", all ? "allreduce"
+                 : "reduce-scatter", v ? "small" : "whole");
         sent[v] = mkx_comm_net_bytes_sent(c) - before;
       }
       tbuf_download(&C[0]), tbuf_download(&C[1]);
-      mt_check(memcmp(C[0].host, C[1].host, sizeof(float) * rows * n) == 0,
-               "%s %lldx%lldx%lld: same bits in small pieces",
-               all ? "allreduce" : "reduce-scatter", (long long)M,
-               (long long)n, (long long)kl);
-      mt_check(sent[0] == sent[1], "%s: %llu bytes in small pieces, %llu "
-               "in whole ones", all ? "allreduce" : "reduce-scatter",
-               (unsigned long long)sent[1], (unsigned long long)sent[0]);
+      CHECK(memcmp(C[0].host, C[1].host, sizeof(float) * rows * n) == 0,
+            "%s %lldx%lldx%lld: same bits in small pieces",
+            all ? "allreduce" : "reduce-scatter", (long long)M,
+            (long long)n, (long long)kl);
+      CHECK(sent[0] == sent[1], "%s: %llu bytes in small pieces, %llu "
+            "in whole ones", all ? "allreduce" : "reduce-scatter",
+            (unsigned long long)sent[1], (unsigned long long)sent[0]);
       tbuf_free(&A), tbuf_free(&B), tbuf_free(&C[0]), tbuf_free(&C[1]);
     }
   }
@@ -564,14 +564,14 @@ int main(int argc, char **argv) {
   char vs[16];
   snprintf(vs, sizeof vs, "%d", vnode);
   MKX_Comm hier = vnode_comm(vs, "hier_gemm", "host"), flat = NULL;
-  mt_check_rc(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat),
-              MKX_SUCCESS, "one-node communicator");
+  CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat),
+           MKX_SUCCESS, "one-node communicator");
   if (!mt_all(hier && flat)) return mt_finish();
   geo g = {mt.size / vnode, vnode, mt.rank / vnode, mt.rank % vnode};
   int nodes = 0;
   MKX_Comm_num_nodes(hier, &nodes);
-  mt_check(nodes == g.N, "%d virtual nodes (want %d)", nodes, g.N);
-  mt_check(mkx_comm_net_bytes_sent(flat) == 0, "no network on one node");
+  CHECK(nodes == g.N, "%d virtual nodes (want %d)", nodes, g.N);
+  CHECK(mkx_comm_net_bytes_sent(flat) == 0, "no network on one node");
   /* Fixed awkward shapes, then random ones from the seed. */
   int64_t shapes[8][3] = {{16, 32, 24}, {5, 7, 3}, {64, 8, 40}, {1, 1, 1}};
   unsigned s = (unsigned)mt.seed;
@@ -596,9 +596,9 @@ int main(int argc, char **argv) {
     MKX_Comm gpu = vnode_comm(vs, "hier_gemm", modes[i]);
     long nv = mkx_path_starts(MKX_PATH_HIER_NVLINK);
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
-    mt_check(mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv == (i ? 12 : 0),
-             "hier_gemm=%s: %ld calls took the nvlink variant", modes[i],
-             mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv);
+    CHECK(mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv == (i ? 12 : 0),
+          "hier_gemm=%s: %ld calls took the nvlink variant", modes[i],
+          mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv);
     MKX_Comm_free(&gpu);
   }
 #endif

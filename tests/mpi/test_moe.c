@@ -233,8 +233,8 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
       tbuf_ptr(&ty), y_rows, tbuf_ptr(&te), with_origin ? tbuf_ptr(&to) : NULL,
       m.dt, comm, NULL);
   int want = truncate && victim >= 0 ? MKX_ERR_TRUNCATE : MKX_SUCCESS;
-  mt_check_rc(rc, want, "%s: returns %s", desc,
-              want == MKX_SUCCESS ? "MKX_SUCCESS" : "MKX_ERR_TRUNCATE");
+  CHECK_RC(rc, want, "%s: returns %s", desc,
+           want == MKX_SUCCESS ? "MKX_SUCCESS" : "MKX_ERR_TRUNCATE");
   tbuf_download(&te);
   tbuf_download(&ty);
   tbuf_download(&to);
@@ -247,11 +247,11 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
     for (int64_t le = 0; le < m.epr && o + 24 < sizeof got; le++)
       o += (size_t)snprintf(got + o, sizeof got - o, "%lld/%lld ",
                             (long long)er[le], (long long)counts[le]);
-    mt_check(cnt_ok, "%s: expert_rows (got/want %s)", desc, got);
+    CHECK(cnt_ok, "%s: expert_rows (got/want %s)", desc, got);
     size_t past = 0;
     for (size_t i = (size_t)m.epr; i < (size_t)m.epr + 4; i++)
       past += !mt_is_poison(te.host, MKX_FP64, i);
-    mt_check(past == 0, "%s: nothing written past expert_rows", desc);
+    CHECK(past == 0, "%s: nothing written past expert_rows", desc);
   }
   if (rc == MKX_SUCCESS && want == MKX_SUCCESS) {
     /* Y rows: values and nothing past y_rows */
@@ -261,18 +261,18 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
     size_t past = 0;
     for (size_t i = (size_t)(y_rows * m.n); i < ny; i++)
       past += !mt_is_poison(ty.host, m.dt, i);
-    mt_check(unw == 0 && past == 0,
-             "%s: Y rows [0,%lld) written, nothing past y_rows=%lld (%zu "
-             "unwritten, %zu past)",
-             desc, (long long)total, (long long)y_rows, unw, past);
+    CHECK(unw == 0 && past == 0,
+          "%s: Y rows [0,%lld) written, nothing past y_rows=%lld (%zu "
+          "unwritten, %zu past)",
+          desc, (long long)total, (long long)y_rows, unw, past);
     if (total > 0) {
       double e = mt_relerr_mat(ty.host, m.dt, MKX_ROW_MAJOR, m.n, total, m.n, ref);
       double t0 = mt_tol(m.dt, m.dt);
       double tol = mt_tol_cond(t0, ref, refabs, (size_t)(total * m.n));
-      mt_check(e <= tol || mt_within_cond(ty.host, m.dt, m.n, total, m.n, ref,
-                                          refabs, t0),
-               "%s: Y rel err %.3g <= %.3g, or every element within the "
-               "componentwise bound", desc, e, tol);
+      CHECK(e <= tol || mt_within_cond(ty.host, m.dt, m.n, total, m.n, ref,
+                                       refabs, t0),
+            "%s: Y rel err %.3g <= %.3g, or every element within the "
+            "componentwise bound", desc, e, tol);
     }
     if (with_origin) {
       const int32_t *og = to.host;
@@ -286,21 +286,21 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
         mt_diag("origin row %lld: got (%d,%d,%d) want (%d,%d,%d)",
                 (long long)bad, og[3 * bad], og[3 * bad + 1], og[3 * bad + 2],
                 rows[3 * bad], rows[3 * bad + 1], rows[3 * bad + 2]);
-      mt_check(bad < 0 && opast == 0,
-               "%s: origin = (source rank, token, slot) in order, nothing "
-               "past 3*y_rows",
-               desc);
+      CHECK(bad < 0 && opast == 0,
+            "%s: origin = (source rank, token, slot) in order, nothing "
+            "past 3*y_rows",
+            desc);
     } else {
       size_t touched = 0;
       for (size_t i = 0; i < no; i++) touched += !mt_is_poison(to.host, MKX_FP32, i);
-      mt_check(touched == 0, "%s: origin NULL, spare buffer untouched", desc);
+      CHECK(touched == 0, "%s: origin NULL, spare buffer untouched", desc);
     }
   }
   if (truncate && r == victim) {
     size_t past = 0;
     for (size_t i = (size_t)(y_rows * m.n); i < ny; i++)
       past += !mt_is_poison(ty.host, m.dt, i);
-    mt_check(past == 0, "%s: nothing written past y_rows on the victim", desc);
+    CHECK(past == 0, "%s: nothing written past y_rows on the victim", desc);
   }
   mt_all(1);
   tbuf_free(&tx); tbuf_free(&ti); tbuf_free(&tg); tbuf_free(&tw);
@@ -377,22 +377,22 @@ static void case_layer(MKX_Comm comm, int c) {
   int rc = MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg),
                          m.topk, m.E, tbuf_ptr(&t1), tbuf_ptr(&t2), F,
                          tbuf_ptr(&tout), m.dt, comm, NULL);
-  mt_check_rc(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS", desc);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS", desc);
   if (mt_all(rc == MKX_SUCCESS)) {
     tbuf_download(&tout);
     size_t oob, unw;
     mt_check_bounds(tout.host, m.dt, MKX_ROW_MAJOR, nt, H, H, nout, &oob, &unw);
-    mt_check(oob == 0 && unw == 0,
-             "%s: out fully written, nothing past it (%zu unwritten, %zu oob)",
-             desc, unw, oob);
+    CHECK(oob == 0 && unw == 0,
+          "%s: out fully written, nothing past it (%zu unwritten, %zu oob)",
+          desc, unw, oob);
     if (nt > 0) {
       double e = mt_relerr_mat(tout.host, m.dt, MKX_ROW_MAJOR, H, nt, H, ref);
       double t0 = 2 * mt_tol(m.dt, m.dt);
       double tol = mt_tol_cond(t0, ref, refabs, (size_t)(nt * H));
-      mt_check(e <= tol || mt_within_cond(tout.host, m.dt, H, nt, H, ref,
-                                          refabs, t0),
-               "%s: out rel err %.3g <= %.3g, or every element within the "
-               "componentwise bound", desc, e, tol);
+      CHECK(e <= tol || mt_within_cond(tout.host, m.dt, H, nt, H, ref,
+                                       refabs, t0),
+            "%s: out rel err %.3g <= %.3g, or every element within the "
+            "componentwise bound", desc, e, tol);
     }
   }
   tbuf_free(&tx); tbuf_free(&ti); tbuf_free(&tg); tbuf_free(&t1);
@@ -406,7 +406,7 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   double t0 = MPI_Wtime();
   for (int c = 0; c < 16; c++) case_dispatch(comm, c, 0);
@@ -414,6 +414,6 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 16; c++) case_layer(comm, c);
   if (mt.rank == 0) mt_diag("36 cases in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();
 }

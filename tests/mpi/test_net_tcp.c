@@ -32,6 +32,7 @@
 #include "core/options.h"
 #include "mkx.h"
 #include "net/net.h"
+#include "../common/check.h"
 
 #define SLICE (8u << 20) /* per source rank: two halves of 4 MiB */
 #define HALF (SLICE / 2)
@@ -39,19 +40,7 @@
 #define LARGE_ITERS 4
 #define TIMEOUT_MS 20000
 
-static int failures, checks, me = -1;
-
-#define CHECK(cond, ...)                                                     \
-  do {                                                                       \
-    checks++;                                                                \
-    if (!(cond)) {                                                           \
-      failures++;                                                            \
-      printf("not ok - rank %d: %s:%d: ", me, __FILE__, __LINE__);           \
-      printf(__VA_ARGS__);                                                   \
-      printf(" [%s]\n", MKX_Get_last_error());                               \
-      fflush(stdout);                                                        \
-    }                                                                        \
-  } while (0)
+static int me = -1;
 
 /* ---- the relay: the child's oob goes through its parent to MPI ---- */
 
@@ -364,9 +353,9 @@ static void run(const mkx_oob *oob, int relay_fd) {
   CHECK(s.refused, "garbage during traffic refused");
   CHECK(oob->barrier(oob->ctx, TIMEOUT_MS) == MKX_SUCCESS, "barrier");
   if (oob->rank == victim && relay_fd >= 0) {
-    req v = {REQ_VERDICT, 0, (uint64_t)failures};
-    printf("rank %d (child): %d checks, %d failed; dying now\n", me, checks,
-           failures);
+    req v = {REQ_VERDICT, 0, (uint64_t)check_failed()};
+    printf("rank %d (child): %d checks, %d failed; dying now\n", me,
+           check_count(), check_failed());
     fflush(stdout);
     if (!io_full(relay_fd, &v, sizeof v, 1)) _exit(3);
     _exit(0); /* abrupt: no close, no goodbye */
@@ -410,17 +399,18 @@ int main(int argc, char **argv) {
   if (size < 2 || size > 64) {
     if (me == 0) printf("SKIP: needs 2 to 64 ranks\n");
     MPI_Finalize();
-    return 77;
+    return CHECK_SKIP;
   }
-  if (mkx_oob_mpi_init(&oob, MPI_COMM_WORLD) != MKX_SUCCESS) {
-    printf("not ok - rank %d: oob init\n", me);
+  check_set_rank(me, size);
+  if (!CHECK_RC(mkx_oob_mpi_init(&oob, MPI_COMM_WORLD), MKX_SUCCESS,
+                "oob init"))
     MPI_Abort(MPI_COMM_WORLD, 1);
-  }
   if (me == size - 1)
     run_victim(&oob);
   else
     run(&oob, -1);
-  MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  int failed = check_failed();
+  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (me == 0)
     printf("%s: tcp transport on %d ranks, %d failures\n",
            total ? "FAIL" : "PASS", size, total);

@@ -23,7 +23,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "mkx.h"
-#include "net_check.h"
+#include "net_main.h"
 #include "net/net.h"
 #include "proxy/proxy.h"
 
@@ -296,5 +296,5 @@ static int run(const mkx_oob *oob) {
 }
 
 int main(int argc, char **argv) {
-  return net_check_main(argc, argv, "test_net_tcp_stage", run);
+  return net_main(argc, argv, "test_net_tcp_stage", run);
 }

@@ -169,14 +169,14 @@ static void check(pcase *P, int it, const double *ref, const double *Aall) {
   size_t oob, unw;
   mt_check_bounds(P->C.host, P->ct, P->order, P->crow, P->n, P->ldc, P->nc,
                   &oob, &unw);
-  mt_check(oob == 0 && unw == 0,
-           "%s start %d: C fully written, nothing outside (%zu unwritten, %zu "
-           "oob)",
-           P->desc, it, unw, oob);
+  CHECK(oob == 0 && unw == 0,
+        "%s start %d: C fully written, nothing outside (%zu unwritten, %zu "
+        "oob)",
+        P->desc, it, unw, oob);
   if (P->crow > 0) {
     double e = mt_relerr_mat(P->C.host, P->ct, P->order, P->ldc, P->crow, P->n, ref);
     double tol = mt_tol(P->dt, P->ct);
-    mt_check(e <= tol, "%s start %d: C rel err %.3g <= %.3g", P->desc, it, e, tol);
+    CHECK(e <= tol, "%s start %d: C rel err %.3g <= %.3g", P->desc, it, e, tol);
   }
   if (P->kind == K_AG && P->with_aout) {
     size_t diff = 0;
@@ -184,13 +184,13 @@ static void check(pcase *P, int it, const double *ref, const double *Aall) {
       for (int64_t j = 0; j < P->k; j++)
         diff += mt_mat_get(P->O.host, P->dt, P->order, P->ldo, i, j) !=
                 Aall[i * P->k + j];
-    mt_check(diff == 0, "%s start %d: A_out is the gathered A (%zu differ)",
-             P->desc, it, diff);
+    CHECK(diff == 0, "%s start %d: A_out is the gathered A (%zu differ)",
+          P->desc, it, diff);
   }
   if (P->kind == K_AR) {
     uint64_t h = mt_hash(P->C.host, P->nc * mt_type_size(P->ct), 0), h0 = h;
     MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    mt_check(mt_all(h == h0), "%s start %d: same C bits on every rank", P->desc, it);
+    CHECK(mt_all(h == h0), "%s start %d: same C bits on every rank", P->desc, it);
   }
 }
 
@@ -205,7 +205,7 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_create");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   double t0 = MPI_Wtime();
 
@@ -226,23 +226,23 @@ int main(int argc, char **argv) {
       double *ref = fill(&P, 0, &Aall); /* inputs present at init */
       rc = init_plan(&P, comm, info);
       if (info != MPI_INFO_NULL) MPI_Info_free(&info);
-      mt_check_rc(rc, MKX_SUCCESS, "%s: _init returns MKX_SUCCESS", P.desc);
-      mt_check(rc != MKX_SUCCESS || P.req != NULL, "%s: _init gives a request",
-               P.desc);
+      CHECK_RC(rc, MKX_SUCCESS, "%s: _init returns MKX_SUCCESS", P.desc);
+      CHECK(rc != MKX_SUCCESS || P.req != NULL, "%s: _init gives a request",
+            P.desc);
       int ok = mt_all(rc == MKX_SUCCESS && P.req != NULL);
       for (int it = 0; ok && it < STARTS; it++) {
         if (it > 0) { free(ref); free(Aall); ref = fill(&P, it, &Aall); }
         rc = MKX_Start(P.req, NULL);
-        mt_check_rc(rc, MKX_SUCCESS, "%s start %d: MKX_Start", P.desc, it);
+        CHECK_RC(rc, MKX_SUCCESS, "%s start %d: MKX_Start", P.desc, it);
         if (!(ok = mt_all(rc == MKX_SUCCESS))) break;
         check(&P, it, ref, Aall);
       }
       free(ref); free(Aall);
       if (P.req) {
         rc = MKX_Request_free(&P.req);
-        mt_check_rc(rc, MKX_SUCCESS, "%s: MKX_Request_free", P.desc);
-        mt_check(P.req == NULL, "%s: MKX_Request_free sets the handle to NULL",
-                 P.desc);
+        CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Request_free", P.desc);
+        CHECK(P.req == NULL, "%s: MKX_Request_free sets the handle to NULL",
+              P.desc);
       }
       release(&P);
     }
@@ -259,14 +259,14 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
       ref[i] = fill(&P[i], 0, &Aall[i]);
       rc = init_plan(&P[i], comm, MPI_INFO_NULL);
-      mt_check_rc(rc, MKX_SUCCESS, "%s (concurrent): _init", P[i].desc);
+      CHECK_RC(rc, MKX_SUCCESS, "%s (concurrent): _init", P[i].desc);
       ok &= mt_all(rc == MKX_SUCCESS);
     }
     for (int it = 0; ok && it < 3; it++) {
       for (int i = 2; i >= 0 && ok; i--) {
         if (it > 0) { free(ref[i]); free(Aall[i]); ref[i] = fill(&P[i], it, &Aall[i]); }
         rc = MKX_Start(P[i].req, NULL);
-        mt_check_rc(rc, MKX_SUCCESS, "%s (concurrent) start %d", P[i].desc, it);
+        CHECK_RC(rc, MKX_SUCCESS, "%s (concurrent) start %d", P[i].desc, it);
         ok &= mt_all(rc == MKX_SUCCESS);
         if (ok) check(&P[i], it, ref[i], Aall[i]);
         /* an immediate call on other buffers between the starts */
@@ -281,7 +281,7 @@ int main(int argc, char **argv) {
           double want[4] = {0.5 * mt.size, -1.0 * mt.size, 1.0 * mt.size,
                             -2.0 * mt.size};
           for (int e = 0; e < 4; e++) good &= cc[e] == want[e];
-          mt_check(good, "immediate gemm_allreduce between plan starts (it %d)", it);
+          CHECK(good, "immediate gemm_allreduce between plan starts (it %d)", it);
           ok &= mt_all(rc == MKX_SUCCESS);
         }
       }
@@ -289,8 +289,8 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
       if (P[i].req) {
         rc = MKX_Request_free(&P[i].req);
-        mt_check_rc(rc, MKX_SUCCESS, "%s (concurrent): MKX_Request_free", P[i].desc);
-        mt_check(P[i].req == NULL, "%s (concurrent): handle NULL after free", P[i].desc);
+        CHECK_RC(rc, MKX_SUCCESS, "%s (concurrent): MKX_Request_free", P[i].desc);
+        CHECK(P[i].req == NULL, "%s (concurrent): handle NULL after free", P[i].desc);
       }
       free(ref[i]); free(Aall[i]);
       release(&P[i]);
@@ -299,18 +299,18 @@ int main(int argc, char **argv) {
 
   /* 3. NULL requests */
   rc = MKX_Start(NULL, NULL);
-  mt_check_rc(rc, MKX_ERR_INVALID_REQUEST, "MKX_Start(NULL) returns MKX_ERR_INVALID_REQUEST");
+  CHECK_RC(rc, MKX_ERR_INVALID_REQUEST, "MKX_Start(NULL) returns MKX_ERR_INVALID_REQUEST");
   {
     MKX_Request nr = NULL;
     rc = MKX_Start(nr, NULL);
-    mt_check_rc(rc, MKX_ERR_INVALID_REQUEST,
-                "MKX_Start on a freed (NULL) handle returns MKX_ERR_INVALID_REQUEST");
-    mt_check(*MKX_Get_last_error() != '\0', "MKX_Get_last_error set after MKX_Start(NULL)");
+    CHECK_RC(rc, MKX_ERR_INVALID_REQUEST,
+             "MKX_Start on a freed (NULL) handle returns MKX_ERR_INVALID_REQUEST");
+    CHECK(*MKX_Get_last_error() != '\0', "MKX_Get_last_error set after MKX_Start(NULL)");
   }
 
   if (mt.rank == 0) mt_diag("plans done in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
-  mt_check_rc(rc, MKX_SUCCESS, "MKX_Comm_free");
-  mt_check(comm == NULL, "MKX_Comm_free sets the handle to NULL");
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
+  CHECK(comm == NULL, "MKX_Comm_free sets the handle to NULL");
   return mt_finish();
 }

@@ -11,7 +11,7 @@
 #include "core/options.h"
 #include "proxy/proxy.h"
 #include "mkx.h"
-#include "net_check.h"
+#include "net_main.h"
 
 #define CHUNK 4096
 #define CHUNKS 16
@@ -126,5 +126,5 @@ static int run(const mkx_oob *oob) {
 }
 
 int main(int argc, char **argv) {
-  return net_check_main(argc, argv, "test_proxy_tcp", run);
+  return net_main(argc, argv, "test_proxy_tcp", run);
 }

@@ -8,7 +8,7 @@
 #include <time.h>
 #include "boot/bootstrap.h"
 #include "mkx.h"
-#include "check.h"
+#include "../common/check.h"
 
 #define MAX_RANKS 16
 
@@ -154,6 +154,5 @@ int main(void) {
       CHECK(t[r].rc == MKX_ERR_TIMEOUT, "rank %d with a missing peer: rc %d",
             r, t[r].rc);
 
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_bootstrap");
 }

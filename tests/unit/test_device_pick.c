@@ -5,7 +5,7 @@
 #include "core/device.h"
 #include "core/options.h"
 #include "mkx.h"
-#include "check.h"
+#include "../common/check.h"
 
 static int pick(int count, int path, int opt, int host_lr, int *dev) {
   char why[128];
@@ -42,6 +42,5 @@ int main(void) {
         "option device beyond the visible count is an error");
   CHECK(strstr(MKX_Get_last_error(), "device=2") != NULL,
         "message names the option: %s", MKX_Get_last_error());
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_device_pick");
 }

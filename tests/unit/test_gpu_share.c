@@ -3,7 +3,7 @@
  * kernels of all ranks on a GPU leave SMs free for what they wait behind. */
 #include <stdio.h>
 #include "core/gpu_share.h"
-#include "check.h"
+#include "../common/check.h"
 
 static void fixed_cases(void) {
   /* one GPU per rank: every SM, or what the MPS context has */
@@ -39,6 +39,5 @@ static void invariant(void) {
 int main(void) {
   fixed_cases();
   invariant();
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_gpu_share");
 }

@@ -13,7 +13,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "net/net.h"
-#include "check.h"
+#include "../common/check.h"
 
 #if HAVE_EFA
 #include "fake_ibv.h"
@@ -229,8 +229,7 @@ int main(void) {
   CHECK(fake.qps_destroyed == fake.qps && fake.mrs_freed == fake.mrs &&
             fake.ahs_destroyed == fake.ahs && fake.opens == fake.closes,
         "everything released");
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_net_efa");
 }
 #else
 int main(void) {

@@ -12,7 +12,7 @@
 #include "core/options.h"
 #include "net/net.h"
 #include "net/verbs_blob.h"
-#include "check.h"
+#include "../common/check.h"
 #include "fake_ibv.h"
 
 #define NR 3
@@ -283,6 +283,5 @@ int main(void) {
         "everything released (qps %d/%d, mrs %d/%d, devices %d/%d)",
         fake.qps_destroyed, fake.qps, fake.mrs_freed, fake.mrs, fake.closes,
         fake.opens);
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_net_verbs");
 }

@@ -9,7 +9,7 @@
 #include "core/options.h"
 #include "mkx.h"
 #include "net/net.h"
-#include "check.h"
+#include "../common/check.h"
 
 
 static void test_defaults(void) {
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
   test_info();
   test_format_roundtrip();
   test_registered_rows(); /* last: its row stays registered */
-  printf("%d checks, %d failed\n", checks, failures);
+  const int status = check_done("test_options");
   MPI_Finalize();
-  return failures ? 1 : 0;
+  return status;
 }

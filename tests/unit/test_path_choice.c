@@ -7,7 +7,7 @@
 #include "core/comm.h"
 #include "ops/op.h"
 #include "ops/tp_host.h"
-#include "check.h"
+#include "../common/check.h"
 
 typedef int (*choose_fn)(MKX_Comm, const void *, const mkx_agreed *,
                          mkx_path_choice *);
@@ -88,6 +88,5 @@ int main(void) {
     expect(&nodes, op, 8192, 1, MKX_PATH_HIER_GPU, "hier_gemm=gpu",
            "two nodes (before the adapter)");
   }
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_path_choice");
 }

@@ -11,7 +11,7 @@
 #include "core/error.h"
 #include "proxy/proxy.h"
 #include "mkx.h"
-#include "check.h"
+#include "../common/check.h"
 
 #define RANKS 4
 #define CHUNK 64
@@ -337,6 +337,5 @@ int main(void) {
   test_full_ring();
   test_transport_error();
   test_bad_command();
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_proxy");
 }

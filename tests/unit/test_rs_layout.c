@@ -7,7 +7,7 @@
 #include <string.h>
 #include "mkx.h"
 #include "tp/tp.h"
-#include "check.h"
+#include "../common/check.h"
 
 static int owner_of(const int64_t *bnd, int p, int64_t row) {
   int q = 0;
@@ -76,6 +76,5 @@ int main(void) {
       check_split(m, p, 8 * (1 + rand() % 64), bnd);
     }
   }
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_rs_layout");
 }

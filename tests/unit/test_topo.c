@@ -7,7 +7,7 @@
 #include <unistd.h>
 #include "mkx.h"
 #include "topo/topo.h"
-#include "check.h"
+#include "../common/check.h"
 
 #ifndef MKX_TOPO_DIR
 #define MKX_TOPO_DIR "tests/topo"
@@ -334,7 +334,7 @@ int main(void) {
     CHECK(mkx_topo_load(NULL, &t) == MKX_ERR_UNSUPPORTED && t == NULL,
           "without hwloc: unsupported");
     printf("# built without hwloc: skipped\n");
-    return failures ? 1 : 77;
+    return check_failed() ? 1 : CHECK_SKIP;
   }
   test_dgx();
   test_p5();
@@ -343,6 +343,5 @@ int main(void) {
   test_mixed();
   test_bad_input();
   test_this_machine();
-  printf("%d checks, %d failed\n", checks, failures);
-  return failures ? 1 : 0;
+  return check_done("test_topo");
 }
