@@ -35,6 +35,9 @@ struct MKX_Comm_s {
   int broken;          /* a timed-out collective is pending: unusable */
   char broken_why[256];/* the message of the failure that broke it */
   int live_requests;   /* persistent requests not yet freed */
+  int64_t calls;       /* operations agreed on so far (each rank's count
+                          goes into the agreement: a rank that missed one
+                          is out of step) */
   void *symm;          /* symmetric memory state (src/mem/symm.c) */
   void *net;           /* network endpoint (src/core/comm_net.c) */
   int has_gpu_map;     /* gpu_map is valid */

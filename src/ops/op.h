@@ -93,10 +93,18 @@ typedef struct mkx_prepared {
   void *gpu;                 /* its plan */
 } mkx_prepared;
 
+/* Which entry point prepares the operation: every rank must be in the
+ * same one (a plain call on one rank and an _init on another is an
+ * error on both). */
+typedef enum { MKX_VARIANT_CALL = 0, MKX_VARIANT_INIT } mkx_variant;
+
 /* Check, agree across ranks, choose the path.  pre_rc: a failure the
- * caller already found on this rank (agreed like the checks' own). */
-int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
-                   int pre_rc, mkx_prepared *p);
+ * caller already found on this rank (agreed like the checks' own).  The
+ * agreement also compares the operation, the variant and the
+ * communicator's call count, so that ranks in different calls fail
+ * instead of pairing up. */
+int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
+                   void *args, int pre_rc, mkx_prepared *p);
 /* Run a prepared operation (no collective checks). */
 int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream);

@@ -31,7 +31,8 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
     rc = mkx_error(MKX_ERR_NOMEM, "%s_init", cls->name);
   if (copy) memcpy(copy, args, cls->args_size);
   mkx_prepared prep;
-  rc = mkx_op_prepare(c, cls, copy ? copy : (void *)args, rc, &prep);
+  rc = mkx_op_prepare(c, cls, MKX_VARIANT_INIT, copy ? copy : (void *)args,
+                      rc, &prep);
   if (rc != MKX_SUCCESS) {
     free(r);
     free(copy);

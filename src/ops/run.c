@@ -11,11 +11,48 @@
 #include "ops/op.h"
 #include "ops/path.h"
 
-/* One rank's contribution to the agreement exchange. */
+/* One rank's contribution to the agreement exchange: which call it is in
+ * (operation, variant, its count of calls on the communicator), its
+ * verdict on its own arguments, and the values that must agree. */
 typedef struct agree_record {
+  int64_t op, variant, call;
   int64_t rc, path;
   mkx_signature s;
 } agree_record;
+
+static const char *op_name(int64_t kind) {
+  static const mkx_op_class *const all[] = {
+      &mkx_op_allgather_gemm, &mkx_op_gemm_reduce_scatter,
+      &mkx_op_gemm_allreduce, &mkx_op_ring_attention,
+      &mkx_op_moe_dispatch_gemm, &mkx_op_moe_layer};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+    if (all[i]->kind == kind) return all[i]->name;
+  return "an unknown operation";
+}
+
+/* Ranks in different calls: the operation or the entry point differ, or
+ * a rank missed a call (then the communicator stays out of step: it is
+ * broken).  Checked before anything else of the records is read. */
+static int other_call(MKX_Comm c, const agree_record *all) {
+  const agree_record *me = &all[c->rank];
+  for (int q = 0; q < c->size; q++) {
+    const agree_record *o = &all[q];
+    if (o->op != me->op || o->variant != me->variant)
+      return mkx_error(MKX_ERR_SHAPE_MISMATCH, "%s%s on rank %d but %s%s on "
+                       "rank %d: every rank must make the same call",
+                       op_name(me->op), me->variant ? "_init" : "", c->rank,
+                       op_name(o->op), o->variant ? "_init" : "", q);
+    if (o->call != me->call)
+      return mkx_comm_break(c, mkx_error(MKX_ERR_SHAPE_MISMATCH, "%s: call "
+                            "%lld on the communicator on rank %d but call "
+                            "%lld on rank %d: a rank missed a call (one that "
+                            "failed before reaching the other ranks, such as "
+                            "a NULL communicator)", op_name(me->op),
+                            (long long)me->call, c->rank, (long long)o->call,
+                            q));
+  }
+  return MKX_SUCCESS;
+}
 
 static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
                          const agree_record *all) {
@@ -76,7 +113,8 @@ static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
     free(all);
     return mkx_comm_fail(c, rc);
   }
-  if (mine->rc != MKX_SUCCESS) rc = (int)mine->rc;
+  if (rc == MKX_SUCCESS) rc = other_call(c, all);
+  if (rc == MKX_SUCCESS && mine->rc != MKX_SUCCESS) rc = (int)mine->rc;
   if (rc == MKX_SUCCESS) rc = first_failure(c, cls, all);
   if (rc == MKX_SUCCESS) rc = find_mismatch(c, cls, all);
   g->total = 0;
@@ -165,14 +203,17 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
   return MKX_SUCCESS;
 }
 
-int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, void *args,
-                   int pre_rc, mkx_prepared *p) {
+int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
+                   void *args, int pre_rc, mkx_prepared *p) {
   agree_record mine;
   int device = MKX_MEM_HOST;
   memset(&mine, 0, sizeof mine);
   memset(p, 0, sizeof *p);
   p->cls = cls;
   MKX_TRY(mkx_comm_check(c));
+  mine.op = cls->kind;
+  mine.variant = variant;
+  mine.call = c->calls++;
   mine.rc = pre_rc ? pre_rc : cls->check(c, args, &mine.s);
   if (mine.rc == MKX_SUCCESS) mine.rc = buffer_kind(c, cls, args, &device);
   mine.path = device;
@@ -254,7 +295,7 @@ int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,
                 MKX_Stream stream) {
   mkx_prepared p;
   mkx_error_clear();
-  MKX_TRY(mkx_op_prepare(c, cls, args, MKX_SUCCESS, &p));
+  MKX_TRY(mkx_op_prepare(c, cls, MKX_VARIANT_CALL, args, MKX_SUCCESS, &p));
   int rc = mkx_op_execute(c, &p, args, stream);
   mkx_prepared_free(c, &p);
   return rc;

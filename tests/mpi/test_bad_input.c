@@ -225,6 +225,38 @@ static void handle_cases(void) {
   CHECK(req == NULL, "_init with a bad lda leaves no request");
 }
 
+/* Ranks in different calls: each gets MKX_ERR_SHAPE_MISMATCH naming both
+ * calls (never a success paired with the wrong call), and the next calls
+ * still pair up. */
+static void mixed_calls(void) {
+  MKX_Request req = NULL;
+  if (size == 1) return;
+  poison_c();
+  int rc = ME(LAST)
+      ? MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                           MKX_FP32, MKX_ROW_MAJOR, comm, NULL)
+      : MKX_Gemm_reduce_scatter(A, N * size, 2, N, B, N, N, MKX_NO_TRANS, C,
+                                N, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                                NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "allreduce on the last rank, "
+               "reduce-scatter on the others"))
+    CHECK(strstr(MKX_Get_last_error(), "MKX_Gemm_allreduce") &&
+              strstr(MKX_Get_last_error(), "MKX_Gemm_reduce_scatter"),
+          "the message names both calls: %s", MKX_Get_last_error());
+  CHECK(c_untouched(), "C not written by the mismatched calls");
+  rc = ME(0) ? MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C,
+                                       N, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
+                                       comm, MPI_INFO_NULL, &req)
+             : MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                                  MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                                  NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "_init on rank 0, a plain call "
+               "on the others"))
+    CHECK(strstr(MKX_Get_last_error(), "_init") != NULL, "the message says "
+          "which rank is in _init: %s", MKX_Get_last_error());
+  CHECK(req == NULL, "no request from the mismatched _init");
+}
+
 /* The first of the N x N elements of C that is not `want`, or -1. */
 static int first_not(float want) {
   for (int i = 0; i < N * N; i++)
@@ -280,6 +312,7 @@ int main(int argc, char **argv) {
   gemm_cases();
   other_cases();
   handle_cases();
+  mixed_calls();
   still_works();
   MKX_Comm_free(&comm);
   if (size > 1) missing_rank();
