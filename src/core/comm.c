@@ -8,10 +8,13 @@
 #include "core/comm_net.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/handles.h"
 #include "core/log.h"
 
+int mkx_comm_live(MKX_Comm c) { return mkx_handle_is(c, MKX_HANDLE_COMM); }
+
 int mkx_comm_check(MKX_Comm c) {
-  if (c == NULL || c->magic != MKX_COMM_MAGIC)
+  if (!mkx_comm_live(c))
     return mkx_error(MKX_ERR_INVALID_COMM, "comm: NULL or freed communicator");
   if (c->broken)
     return mkx_error(MKX_ERR_INVALID_COMM,
@@ -65,7 +68,7 @@ static void comm_release(MKX_Comm c) {
   if (c->node_mpi != MPI_COMM_NULL) MPI_Comm_free(&c->node_mpi);
   if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
   mkx_mpi_reap(); /* buffers of operations a late rank has completed */
-  c->magic = 0;
+  mkx_handle_remove(c);
   free(c);
 }
 
@@ -214,10 +217,12 @@ int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
     *newcomm = NULL;
   MKX_Comm c = calloc(1, sizeof *c);
   if (c == NULL) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create");
-  c->magic = MKX_COMM_MAGIC;
   c->mpi = MPI_COMM_NULL;
   c->node_mpi = MPI_COMM_NULL;
   c->device = -1;
+  /* known from the start, so that set-up's own calls take it as live; a
+   * failure to note it is agreed like a bad argument */
+  if (local_rc == MKX_SUCCESS) local_rc = mkx_handle_add(c, MKX_HANDLE_COMM);
   int rc = comm_setup(c, comm, info, local_rc);
   if (rc != MKX_SUCCESS) {
     comm_release(c);
@@ -229,7 +234,7 @@ int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
 
 int MKX_Comm_free(MKX_Comm *comm) {
   mkx_error_clear();
-  if (comm == NULL || *comm == NULL || (*comm)->magic != MKX_COMM_MAGIC)
+  if (comm == NULL || !mkx_comm_live(*comm))
     return mkx_error(MKX_ERR_INVALID_COMM,
                      "MKX_Comm_free: NULL or freed communicator");
   if ((*comm)->live_requests > 0)
@@ -243,7 +248,7 @@ int MKX_Comm_free(MKX_Comm *comm) {
 
 int MKX_Comm_get_async_error(MKX_Comm c, int *async_error) {
   mkx_error_clear();
-  if (c == NULL || c->magic != MKX_COMM_MAGIC)
+  if (!mkx_comm_live(c))
     return mkx_error(MKX_ERR_INVALID_COMM, "MKX_Comm_get_async_error: NULL "
                      "or freed communicator");
   if (!async_error)
@@ -272,7 +277,7 @@ int mkx_comm_add_hook(MKX_Comm c, const void *key,
 #define COMM_QUERY(fn, expr)                                                 \
   int fn(MKX_Comm c, int *out) {                                             \
     mkx_error_clear();                                                       \
-    if (c == NULL || c->magic != MKX_COMM_MAGIC)                             \
+    if (!mkx_comm_live(c))                                                   \
       return mkx_error(MKX_ERR_INVALID_COMM, #fn ": invalid communicator");  \
     if (out == NULL)                                                         \
       return mkx_error(MKX_ERR_NULL_POINTER, #fn ": output pointer is NULL");\

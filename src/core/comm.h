@@ -9,7 +9,6 @@
 #include "core/options.h"
 #include "topo/topo.h"
 
-#define MKX_COMM_MAGIC 0x4d4b5843u /* "MKXC" */
 
 /* State an upper layer keeps on a communicator, which core does not know:
  * `release` (may be NULL) runs when the communicator is freed, the latest
@@ -24,7 +23,6 @@ typedef struct mkx_comm_hook {
 } mkx_comm_hook;
 
 struct MKX_Comm_s {
-  uint32_t magic;
   MPI_Comm mpi;        /* private duplicate of the user's communicator */
   MPI_Comm node_mpi;   /* the ranks of this node (several nodes only) */
   int rank, size;
@@ -48,6 +46,9 @@ struct MKX_Comm_s {
   mkx_comm_hook *hooks; /* upper layers' state (mkx_comm_add_hook) */
 };
 
+/* 1 if c is a communicator MKX made and has not freed (read from the
+ * handle table, never from the memory behind c). */
+int mkx_comm_live(MKX_Comm c);
 /* MKX_SUCCESS if c is a live, usable communicator, else the error. */
 int mkx_comm_check(MKX_Comm c);
 

@@ -7,6 +7,7 @@
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
+#include "core/handles.h"
 #include "mem/symm.h"
 
 /* Every rank takes part, even one whose own arguments are bad (local_rc),
@@ -47,20 +48,31 @@ int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
   if (size > SIZE_MAX - 255)
     return mkx_error(MKX_ERR_BAD_SIZE, "MKX_Alloc_mem: size %zu", size);
   size_t rounded = (size + 255) / 256 * 256;
-  *ptr = aligned_alloc(256, rounded ? rounded : 256);
-  return *ptr ? MKX_SUCCESS
-              : mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
+  void *p = aligned_alloc(256, rounded ? rounded : 256);
+  if (!p) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
+  int rc = mkx_handle_add(p, MKX_HANDLE_HOST_MEM);
+  if (rc != MKX_SUCCESS) {
+    free(p);
+    return rc;
+  }
+  *ptr = p;
+  return MKX_SUCCESS;
 }
 
 int MKX_Free_mem(MKX_Comm comm, void *ptr) {
   mkx_error_clear();
-  if (comm == NULL || comm->magic != MKX_COMM_MAGIC)
+  if (!mkx_comm_live(comm))
     return mkx_error(MKX_ERR_INVALID_COMM, "MKX_Free_mem: invalid comm");
   if (comm->device >= 0) {
     MKX_TRY(mkx_device_set(comm->device));
     return mkx_symm_free(comm, ptr);
   }
   if (ptr == NULL) return MKX_SUCCESS;
+  /* only what MKX_Alloc_mem handed out, and only once */
+  if (!mkx_handle_is(ptr, MKX_HANDLE_HOST_MEM))
+    return mkx_error(MKX_ERR_INVALID_ARG, "MKX_Free_mem: %p was not returned "
+                     "by MKX_Alloc_mem, or was freed already", ptr);
+  mkx_handle_remove(ptr);
   free(ptr);
   return MKX_SUCCESS;
 }

@@ -3,12 +3,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "core/handles.h"
 #include "ops/op.h"
 
-#define MKX_REQUEST_MAGIC 0x4d4b5852u /* "MKXR" */
-
 struct MKX_Request_s {
-  uint32_t magic;
   MKX_Comm comm;
   mkx_prepared prep;
   void *args; /* a copy of the _init arguments */
@@ -29,17 +27,18 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
   void *copy = malloc(cls->args_size);
   if (rc == MKX_SUCCESS && (!r || !copy))
     rc = mkx_error(MKX_ERR_NOMEM, "%s_init", cls->name);
+  if (rc == MKX_SUCCESS) rc = mkx_handle_add(r, MKX_HANDLE_REQUEST);
   if (copy) memcpy(copy, args, cls->args_size);
   mkx_prepared prep;
   rc = mkx_op_prepare(c, cls, MKX_VARIANT_INIT, copy ? copy : (void *)args,
                       rc, &prep);
   if (rc != MKX_SUCCESS) {
+    mkx_handle_remove(r);
     free(r);
     free(copy);
     return rc;
   }
   r->prep = prep;
-  r->magic = MKX_REQUEST_MAGIC;
   r->comm = c;
   r->args = copy;
   c->live_requests++;
@@ -48,7 +47,7 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
 }
 
 static int request_check(MKX_Request r, const char *fn) {
-  if (r == NULL || r->magic != MKX_REQUEST_MAGIC)
+  if (!mkx_handle_is(r, MKX_HANDLE_REQUEST))
     return mkx_error(MKX_ERR_INVALID_REQUEST, "%s: NULL or freed request",
                      fn);
   return MKX_SUCCESS;
@@ -70,7 +69,7 @@ int MKX_Request_free(MKX_Request *request) {
   r->comm->live_requests--;
   mkx_prepared_free(r->comm, &r->prep);
   free(r->args);
-  r->magic = 0;
+  mkx_handle_remove(r);
   free(r);
   *request = NULL;
   return MKX_SUCCESS;

@@ -217,6 +217,44 @@ static void handle_cases(void) {
              "MKX_Comm_create with NULL newcomm on rank 1");
     CHECK(c3 == NULL, "a failed MKX_Comm_create leaves no communicator");
   }
+  /* Handles used after their free, and memory MKX never gave out: told
+   * apart without reading the memory behind them (no crash, no abort). */
+  MKX_Comm gone = NULL;
+  rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &gone);
+  if (CHECK_RC(rc, MKX_SUCCESS, "a communicator to free")) {
+    MKX_Comm dangling = gone;
+    CHECK_RC(MKX_Comm_free(&gone), MKX_SUCCESS, "MKX_Comm_free");
+    int r = -1;
+    CHECK_RC(MKX_Comm_rank(dangling, &r), MKX_ERR_INVALID_COMM,
+             "MKX_Comm_rank on a freed communicator");
+    CHECK_RC(MKX_Comm_free(&dangling), MKX_ERR_INVALID_COMM,
+             "MKX_Comm_free twice");
+  }
+  rc = MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                               MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                               MPI_INFO_NULL, &req);
+  if (CHECK_RC(rc, MKX_SUCCESS, "a request to free")) {
+    MKX_Request dangling = req;
+    CHECK_RC(MKX_Request_free(&req), MKX_SUCCESS, "MKX_Request_free");
+    CHECK_RC(MKX_Start(dangling, NULL), MKX_ERR_INVALID_REQUEST,
+             "MKX_Start on a freed request");
+    CHECK_RC(MKX_Request_free(&dangling), MKX_ERR_INVALID_REQUEST,
+             "MKX_Request_free twice");
+  }
+  int dev = -1;
+  MKX_Comm_device(comm, &dev);
+  if (dev < 0) { /* host memory: a local free (device memory: collective) */
+    void *mine = NULL, *foreign = malloc(64);
+    CHECK_RC(MKX_Free_mem(comm, foreign), MKX_ERR_INVALID_ARG,
+             "MKX_Free_mem of malloc'd memory");
+    free(foreign);
+    if (CHECK_RC(MKX_Alloc_mem(comm, 64, &mine), MKX_SUCCESS,
+                 "MKX_Alloc_mem")) {
+      CHECK_RC(MKX_Free_mem(comm, mine), MKX_SUCCESS, "MKX_Free_mem");
+      CHECK_RC(MKX_Free_mem(comm, mine), MKX_ERR_INVALID_ARG,
+               "MKX_Free_mem twice");
+    }
+  }
   /* A failed _init leaves no request behind. */
   rc = MKX_Gemm_allreduce_init(A, N, 2, 1, B, N, N, MKX_NO_TRANS, C, N,
                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
