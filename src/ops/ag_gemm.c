@@ -35,19 +35,29 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(mkx_check_ld(FN, "lda", a->lda, a->m_local, a->k, a->order));
   b_dims(a, &br, &bc);
   MKX_TRY(mkx_check_ld(FN, "ldb", a->ldb, br, bc, a->order));
+  MKX_TRY(mkx_check_span(FN, "A", a->m_local, a->k, a->lda, a->order));
+  MKX_TRY(mkx_check_span(FN, "B", br, bc, a->ldb, a->order));
   /* C and A_out have M rows, known after the exchange: row-major needs
    * only the columns now, column-major waits for post_check. */
   if (a->order == MKX_ROW_MAJOR) {
     MKX_TRY(mkx_check_ld(FN, "ldc", a->ldc, 1, a->n, a->order));
     if (a->A_out) MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k,
                                        a->order));
+  } else {
+    MKX_TRY(MKX_CHECK_ELEMS(FN, "C (n columns of ldc)", a->n, a->ldc));
+    if (a->A_out)
+      MKX_TRY(MKX_CHECK_ELEMS(FN, "A_out (k columns of ld_aout)", a->k,
+                              a->ld_aout));
   }
+  const int64_t row_width = a->order == MKX_COL_MAJOR ? -1
+      : a->A_out && a->ld_aout > a->ldc ? a->ld_aout : a->ldc;
   *s = (mkx_signature){.sig = {a->k, a->dtype, a->ctype, a->order},
                        .local = a->m_local,
                        .late = {a->order == MKX_COL_MAJOR ? a->ldc : -1,
                                 a->order == MKX_COL_MAJOR && a->A_out
                                     ? a->ld_aout
-                                    : -1}};
+                                    : -1,
+                                row_width}};
   return MKX_SUCCESS;
 }
 
@@ -61,7 +71,10 @@ static int post_check(const int64_t *late, const mkx_agreed *g, int q) {
       return mkx_error(MKX_ERR_BAD_LD, "%s: %s = %lld on rank %d too small "
                        "for M = %lld column-major rows", FN, name[i],
                        (long long)late[i], q, (long long)g->total);
-  return MKX_SUCCESS;
+  /* row-major C and A_out span M (the ranks' m_local summed) lines */
+  return late[2] < 0 ? MKX_SUCCESS
+                     : MKX_CHECK_ELEMS(FN, "C or A_out (M rows of ldc or "
+                                       "ld_aout)", g->total, late[2]);
 }
 
 static int buffers(MKX_Comm c, void *args, const mkx_agreed *g,

@@ -42,7 +42,7 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
                                a->heads_kv, a->head_dim, a->causal,
                                scale_bits, a->dtype},
                        .local = a->seq_local,
-                       .late = {-1, -1}};
+                       .late = {-1, -1, -1}};
   return MKX_SUCCESS;
 }
 

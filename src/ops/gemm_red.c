@@ -45,9 +45,12 @@ static int check(MKX_Comm c, mkx_gemm_red_args *a, mkx_signature *s,
   b_dims(a, &br, &bc);
   MKX_TRY(mkx_check_ld(fn, "ldb", a->ldb, br, bc, a->order));
   MKX_TRY(mkx_check_ld(fn, "ldc", a->ldc, rows, a->n, a->order));
+  MKX_TRY(mkx_check_span(fn, "A", a->M, a->k_local, a->lda, a->order));
+  MKX_TRY(mkx_check_span(fn, "B", br, bc, a->ldb, a->order));
+  MKX_TRY(mkx_check_span(fn, "C", rows, a->n, a->ldc, a->order));
   *s = (mkx_signature){.sig = {a->M, a->n, a->dtype, a->ctype, a->order},
                        .local = a->k_local,
-                       .late = {-1, -1}};
+                       .late = {-1, -1, -1}};
   return MKX_SUCCESS;
 }
 

@@ -39,7 +39,7 @@ static void signature(const mkx_moe_args *a, int64_t width,
   *s = (mkx_signature){.sig = {a->hidden, a->topk, a->num_experts, width,
                                a->dtype},
                        .local = a->num_tokens,
-                       .late = {-1, -1}};
+                       .late = {-1, -1, -1}};
 }
 
 static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {

@@ -10,7 +10,7 @@
 #include "ops/path.h"
 
 #define MKX_SIG_MAX 12  /* values that must agree across ranks */
-#define MKX_LATE_MAX 2  /* per-rank values checked once totals are known */
+#define MKX_LATE_MAX 3  /* per-rank values checked once totals are known */
 
 enum { MKX_BUF_IN = 1, MKX_BUF_OUT = 2 };
 

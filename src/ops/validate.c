@@ -72,6 +72,12 @@ int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
                    order == MKX_ROW_MAJOR ? "row" : "column", (long long)need);
 }
 
+int mkx_check_span(const char *fn, const char *name, int64_t rows,
+                   int64_t cols, int64_t ld, MKX_Order order) {
+  const int64_t lines = order == MKX_ROW_MAJOR ? rows : cols;
+  return MKX_CHECK_ELEMS(fn, name, lines, ld);
+}
+
 size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld,
                         MKX_Order order, MKX_Datatype t) {
   if (rows <= 0 || cols <= 0) return 0;

@@ -28,6 +28,11 @@ int mkx_check_type_pair(const char *fn, MKX_Datatype dtype,
 /* ld of a rows x cols matrix stored in `order`. */
 int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
                  int64_t cols, MKX_Order order);
+/* The elements a rows x cols matrix with leading dimension ld spans (ld
+ * already checked) are within mkx_check_elems's bound: MKX_ERR_BAD_SIZE
+ * naming the matrix if not. */
+int mkx_check_span(const char *fn, const char *name, int64_t rows,
+                   int64_t cols, int64_t ld, MKX_Order order);
 /* Bytes spanned by a rows x cols matrix (0 if empty). */
 size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld,
                         MKX_Order order, MKX_Datatype t);

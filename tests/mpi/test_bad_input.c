@@ -255,6 +255,20 @@ static void handle_cases(void) {
                "MKX_Free_mem twice");
     }
   }
+  /* Sizes each within bounds whose matrices are not: a plan of them must
+   * fail at _init, not accept what no path can run. */
+  const int64_t huge = (int64_t)1 << 40;
+  rc = MKX_Allgather_gemm_init(A, huge, huge, huge, B, N, huge, MKX_TRANS, C,
+                               N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
+                               comm, MPI_INFO_NULL, &req);
+  if (CHECK_RC(rc, MKX_ERR_BAD_SIZE, "_init with m_local = k = 2^40"))
+    CHECK(strstr(MKX_Get_last_error(), "A holds") != NULL, "the message "
+          "names A: %s", MKX_Get_last_error());
+  CHECK(req == NULL, "no request from it");
+  rc = MKX_Gemm_reduce_scatter(A, huge, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                               MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
+  CHECK_RC(rc, MKX_ERR_BAD_SIZE, "reduce-scatter with M = 2^40 rows of "
+           "lda = 8");
   /* A failed _init leaves no request behind. */
   rc = MKX_Gemm_allreduce_init(A, N, 2, 1, B, N, N, MKX_NO_TRANS, C, N,
                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
