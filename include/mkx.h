@@ -428,8 +428,8 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
  * else every rank returns MKX_ERR_INVALID_ARG naming the rank, token and
  * slot) and gate weights (fp32, same shape).  num_tokens may be 0 on any
  * rank, or on every rank: such a rank passes no tokens (X, topk_ids,
- * topk_weight and its token outputs may be NULL) but takes part and still
- * serves its experts.  Weights are row-major, contiguous, type dtype,
+ * topk_weight, and MKX_Moe_layer's out, may be NULL) but takes part and
+ * still serves its experts.  Weights are row-major, contiguous, type dtype,
  * this rank's E/p experts in order.  Device buffers (routing arrays
  * included) take the staged path.
  *   agreed:   hidden, topk, num_experts (each >= 1, topk <= num_experts),
@@ -508,8 +508,10 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * Errors of MKX_Start: MKX_ERR_INVALID_REQUEST, MKX_ERR_INVALID_COMM, and
  * the run's own (MKX_ERR_TIMEOUT, MKX_ERR_PEER, MKX_ERR_MPI, MKX_ERR_NET,
  * MKX_ERR_CUDA, MKX_ERR_NOMEM).
- * MKX_Request_free releases the plan and sets *request to NULL; every rank
- * frees its request (the call itself waits for no other rank), and every
+ * MKX_Request_free releases the plan and sets *request to NULL.  It is
+ * collective in order: every rank frees its request at the same point
+ * among its calls on the communicator (GPU workspaces are reused across
+ * calls alike on every rank), though it waits for no other rank; every
  * request before MKX_Comm_free.  It waits for nothing: work already
  * enqueued is ordered by its stream, and the buffers must stay valid until
  * it completes.  Errors: MKX_ERR_NULL_POINTER (request),
@@ -536,7 +538,8 @@ int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
                             MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
-/* Every rank frees its request; waits for nothing; sets *request to NULL. */
+/* Collective in order (see above); waits for nothing; sets *request to
+ * NULL. */
 int MKX_Request_free(MKX_Request *request);
 
 /* ---- options ------------------------------------------------------------ */
