@@ -34,7 +34,8 @@
  * do device buffers on a communicator that runs the host path
  * (MKX_Comm_device() gives -1).  The kind must be the same on every rank.
  * NULL pointers allowed by a call (optional outputs, empty shares) do not
- * count.  Outputs must not overlap inputs or each other (not supported,
+ * count, and a rank whose buffers are all NULL counts as host memory (so
+ * it cannot join a device-buffer call that way).  Outputs must not overlap inputs or each other (not supported,
  * not checked).  Inputs are never written.  Padding between the rows (or
  * columns) of a matrix is left as it was.
  *  - Host buffers run the host path (CBLAS and MPI): the call is
@@ -107,9 +108,10 @@
  *
  * Timeouts.  Every wait for another rank, on the host and on the GPU, is
  * bounded by option timeout_ms (MKX_TIMEOUT_MS, default 300000 ms); then
- * the waiting rank gets MKX_ERR_TIMEOUT naming the rank (and, on the GPU,
- * the tile) it waited for.  Nothing hangs.  What a rank that arrives
- * after the others gave up gets depends on the path:
+ * the waiting rank gets MKX_ERR_TIMEOUT, whose message names the step it
+ * waited in (on the GPU: the rank and tile it waited for).  Nothing
+ * hangs.  What a rank that arrives after the others gave up gets depends
+ * on the path:
  *  - Host work (the host and staged paths, the several-node paths, and
  *    the checks and set-up of every call and _init, fused ones included):
  *    no guarantee.  The late rank may wait its whole timeout in a later
@@ -173,7 +175,7 @@ enum {
   MKX_ERR_CUDA = 8,           /* a CUDA runtime or library call failed */
   MKX_ERR_MPI = 9,            /* an MPI call failed */
   MKX_ERR_NET = 10,           /* a network transport failed */
-  MKX_ERR_TIMEOUT = 11,       /* a bounded wait ran out (peer and tile named) */
+  MKX_ERR_TIMEOUT = 11,       /* a bounded wait for another rank ran out */
   MKX_ERR_NOMEM = 12,         /* host or device memory exhausted */
   MKX_ERR_PEER = 13,          /* another rank failed during the call */
   MKX_ERR_INVALID_COMM = 14,  /* NULL or freed communicator */
@@ -310,11 +312,12 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr);
  * fp16 or fp32 with a 16/32-bit dtype; MKX_FP64 only with MKX_FP64: fp64
  * mixed with another type returns MKX_ERR_UNSUPPORTED).  Products
  * accumulate in fp32 (fp64 for MKX_FP64) and C is rounded once to ctype.
- * Both MKX_NO_TRANS and MKX_TRANS are per rank.
+ * transb is per rank: ranks may mix MKX_NO_TRANS and MKX_TRANS.
  * Fused GPU path (device buffers, one node): bf16/fp16 A and B, bf16, fp16
  * or fp32 C, up to 8 ranks, sizes below 2^31; GEMM+RS/AR also need
- * k_local > 0 on every rank.  Other cases, and option fused=off, take the
- * staged path.  Awkward k, n, leading dimensions or alignment go through
+ * k_local > 0 on every rank.  Other cases on one node, and option
+ * fused=off, take the staged path; several nodes take the path of option
+ * hier_gemm.  Awkward k, n, leading dimensions or alignment go through
  * padded GPU temporaries (option fused_pad).  Persistent plans: see
  * MKX_*_init below.
  * Errors (besides those of the contract at the top): MKX_ERR_INVALID_ARG
