@@ -1,44 +1,142 @@
 /*
  * mkx.h - the one public header of MKX, fused multi-GPU kernels for HPC.
  *
- * Every operation takes an MKX communicator (made once from an MPI_Comm)
- * and a CUDA stream, is enqueued on that stream like an NCCL call, and
- * returns an int error code (MKX_SUCCESS == 0).
+ * This header is the contract: what every call needs and what it
+ * guarantees.  The man pages (man mkx, man MKX_Allgather_gemm, ...) say
+ * the same at more length.  Anything not stated here is not promised.
  *
- * Conventions shared by every call:
- *  - Matrices are BLAS-like: a storage order (MKX_ROW_MAJOR or
- *    MKX_COL_MAJOR, one per call, for every matrix of the call), a leading
- *    dimension (>= columns for row-major, >= rows for column-major) and,
- *    for B, an optional transposition.  The element type of A and B is
- *    `dtype`; C may have its own type `ctype` among bf16, fp16 and fp32.
- *    Arithmetic accumulates in fp32.  fp64 runs end to end: MKX_FP64 in
- *    one of dtype and ctype requires it in the other, else the call
- *    returns MKX_ERR_UNSUPPORTED.
- *  - Pointers are either all device memory (cudaMalloc or MKX_Alloc_mem)
- *    or all host memory.  Host pointers run the host path: the call is
- *    synchronous and `stream` is ignored.  Device pointers run on the
- *    communicator's GPU, ordered on `stream`; where a shape or type has no
- *    fused GPU kernel MKX takes a correct slower path and logs the reason
- *    (MKX_LOG_LEVEL=info).  A fused call returns once its work is enqueued,
- *    and a GPU wait that ran out is returned (MKX_ERR_TIMEOUT) by the next
- *    call; with option blocking (MKX_BLOCKING=yes) the call waits for its
- *    work and returns its status (not while `stream` is being captured).
- *  - Inputs must be ready in `stream`'s order, as for NCCL: write them on
- *    `stream`, or order the stream after the writes (an event).  Work on
- *    the legacy default stream does not order a non-blocking stream, and
- *    cudaMemcpy between device buffers, cudaMemset and the last part of a
- *    large cudaMemcpy from pageable memory return before the device has
- *    finished them: a call enqueued right after may read the old inputs.
- *  - Several ranks of a node may drive one GPU (under MPS, or in time
- *    slices without it): the fused kernels then take each rank's share of
- *    the SMs, and without MPS the split path (options shared_gpu and
- *    gpu_ctas; mkx_info prints what a rank has).
- *  - Calls are collective over the communicator: every rank calls them in
- *    the same order with arguments that agree (global sizes, types, order,
- *    transposition).  Disagreement is detected and returned as
- *    MKX_ERR_SHAPE_MISMATCH on every rank, never a hang or a wrong answer.
- *  - After an error, MKX_Get_last_error() returns a message naming the
- *    argument or the peer at fault (per thread).
+ * ==== Rules shared by every call ==========================================
+ *
+ * Collective calls.  Every operation takes an MKX communicator (made once
+ * from an MPI_Comm by MKX_Comm_create) and a stream, and returns an int
+ * error code (MKX_SUCCESS == 0).  The operations, MKX_Comm_create,
+ * MKX_Comm_free, MKX_Alloc_mem, MKX_Free_mem, the _init calls, MKX_Start
+ * and MKX_Request_free are collective: every rank of the communicator
+ * makes them, in the same order.  Everything else (the MKX_Comm_rank
+ * family, MKX_Comm_get_async_error, MKX_Block_range, MKX_Type_size,
+ * MKX_Error_string, MKX_Get_last_error, MKX_Get_version, MKX_Info_print)
+ * is local.  Ranks that call different collective calls at the same point
+ * get undefined results (an error or a timeout, not reliably a message).
+ *
+ * Threads.  MKX makes MPI calls only on the thread that calls it (its
+ * helper threads, for the network transports and the GPU proxy, make
+ * none): MPI_THREAD_FUNNELED is enough when that thread also makes the
+ * program's MPI calls.  Calls on one communicator and its requests must
+ * not overlap in time: make them from one thread at a time.  Concurrent
+ * calls on different communicators from several threads are not
+ * supported.  MKX_Get_last_error() is per thread.  A call that uses the
+ * GPU may make the communicator's device current on the calling thread
+ * (cudaSetDevice) and leaves it so.
+ *
+ * Buffers and paths.  The buffers of one call are either all device
+ * memory (cudaMalloc, cudaMallocManaged, MKX_Alloc_mem) or all host memory
+ * (malloc, cudaMallocHost, ...); a mix returns MKX_ERR_INVALID_ARG, and so
+ * do device buffers on a communicator that runs the host path
+ * (MKX_Comm_device() gives -1).  The kind must be the same on every rank.
+ * NULL pointers allowed by a call (optional outputs, empty shares) do not
+ * count, and a rank whose buffers are all NULL counts as host memory (so
+ * it cannot join a device-buffer call that way).  Outputs must not overlap inputs or each other (not supported,
+ * not checked).  Inputs are never written.  Padding between the rows (or
+ * columns) of a matrix is left as it was.
+ *  - Host buffers run the host path (CBLAS and MPI): the call is
+ *    synchronous, outputs are complete on return, `stream` is ignored.
+ *  - Device buffers run on the communicator's GPU, ordered on `stream`.
+ *    Where a fused GPU path fits (the three tensor-parallel GEMM calls
+ *    with bf16/fp16 A and B on one node, see below and option fused), the
+ *    call returns once its work is enqueued, like NCCL.  Otherwise the
+ *    call takes the staged path: it synchronises `stream`, copies the
+ *    buffers to host memory, runs the host path and copies the outputs
+ *    back, and returns when they are in place.  MKX_Ring_attention and
+ *    both MoE calls always take the staged path (no GPU kernels yet).
+ *    On several nodes the GEMM calls run their GEMM on the GPU but move
+ *    data through the host, and synchronise `stream` (option hier_gemm).
+ *    MKX_LOG_LEVEL=info logs the path each call takes and why.
+ *
+ * Streams.  An MKX_Stream is a cudaStream_t (NULL: the legacy stream).
+ * Inputs must be ready in `stream`'s order, as for NCCL: write them on
+ * `stream`, or order the stream after the writes (an event).  Work on the
+ * legacy default stream does not order a non-blocking stream, and
+ * cudaMemcpy between device buffers, cudaMemset and the last part of a
+ * large cudaMemcpy from pageable memory return before the device has
+ * finished them: a call enqueued right after may read the old inputs.
+ * Outputs of a fused call are ready in `stream`'s order; its buffers
+ * must stay valid until the stream has passed the call.  Several ranks of
+ * a node may drive one GPU (under MPS, or in time slices without it):
+ * the fused kernels then take each rank's share of the SMs (options
+ * shared_gpu and gpu_ctas; mkx_info prints what a rank has).
+ *
+ * CUDA graphs.  Only MKX_Start of a persistent plan that took a fused
+ * single-node GPU path (logged at info as "fused overlapped", "fused
+ * split", "fused split in one kernel" or "fused, operands adapted") may
+ * be captured into a CUDA graph and replayed; every rank must replay its
+ * graphs the same number of times, in the same order with its other
+ * calls on the communicator.  Capturing a plain (one-shot) call, an _init,
+ * or MKX_Start of a plan on the staged, host or several-node path is not
+ * supported (they do host work and synchronise).
+ *
+ * Agreement across ranks.  Each call first checks its arguments on every
+ * rank, then exchanges the verdict and the values that must agree once,
+ * before any data moves.  Below, every argument is marked "agreed" (the
+ * same value on every rank) or "per rank" (may differ).
+ *  - A rank whose own arguments are bad returns their code; every other
+ *    rank returns MKX_ERR_PEER naming it.
+ *  - Ranks that differ on an agreed value, or where some pass host
+ *    buffers and others device buffers, all return MKX_ERR_SHAPE_MISMATCH
+ *    naming the value and two ranks.
+ *  - The options that choose a collective path or protocol (fused,
+ *    fused_pad, tp_*, shared_gpu, hier_gemm, virtual_node_size, net) are
+ *    agreed once, by MKX_Comm_create (MKX_ERR_INVALID_ARG on every rank,
+ *    naming the first that differs).  Other options may differ per rank.
+ * Not checked: buffer contents (except MoE expert ids) and that buffers
+ * are as large as their arguments say.
+ *
+ * Sizes.  Sizes, counts and leading dimensions are int64_t.  Each must be
+ * at most 2^40 (else MKX_ERR_BAD_SIZE, MKX_ERR_BAD_LD for a leading
+ * dimension).  For MKX_Ring_attention and the MoE calls every buffer
+ * whose size is a product of arguments must also hold at most 2^40
+ * elements (MKX_ERR_BAD_SIZE naming the buffer).  The GEMM calls do not
+ * check the products: matrices spanning more than 2^40 elements are not
+ * supported.
+ *
+ * Errors and outputs.  After a failed call MKX_Get_last_error() names the
+ * argument, rank or tile at fault.  A call that fails in its checks or in
+ * the agreement (MKX_ERR_INVALID_ARG, _NULL_POINTER, _BAD_SIZE, _BAD_LD,
+ * _UNSUPPORTED, _SHAPE_MISMATCH, MKX_ERR_PEER for a rank's arguments,
+ * MKX_ERR_INVALID_COMM) has written no output.  MKX_ERR_TRUNCATE writes
+ * only MKX_Moe_dispatch_gemm's expert_rows.  After any other failure the
+ * outputs are undefined (they may be partly written).
+ *
+ * Timeouts.  Every wait for another rank, on the host and on the GPU, is
+ * bounded by option timeout_ms (MKX_TIMEOUT_MS, default 300000 ms); then
+ * the waiting rank gets MKX_ERR_TIMEOUT, whose message names the step it
+ * waited in (on the GPU: the rank and tile it waited for).  Nothing
+ * hangs.  What a rank that arrives after the others gave up gets depends
+ * on the path:
+ *  - Host work (the host and staged paths, the several-node paths, and
+ *    the checks and set-up of every call and _init, fused ones included):
+ *    no guarantee.  The late rank may wait its whole timeout in a later
+ *    step and return MKX_ERR_TIMEOUT, or, where the others had already
+ *    joined every remaining exchange, complete and return MKX_SUCCESS.
+ *  - Fused single-node GPU paths (MKX_Start of a fused plan, and the GPU
+ *    part of a fused call): a rank that gives up tells its peers; a late
+ *    rank that was told reports MKX_ERR_PEER (naming the rank that gave
+ *    up), never success on a void result.  With more than two ranks, a
+ *    rank that was itself waiting may report that instead of its own
+ *    MKX_ERR_TIMEOUT.
+ * A fused call returns once enqueued, so a failure of its GPU work is
+ * reported later: by the next call or _init on the communicator that
+ * takes or sets up a fused path, by MKX_Comm_get_async_error, or, with
+ * option blocking (MKX_BLOCKING=yes, not while `stream` is being
+ * captured), by the call itself, which then waits for its work.  The
+ * outputs of such a run are undefined.
+ *
+ * The communicator after a failure.  MKX_ERR_TIMEOUT, MKX_ERR_MPI,
+ * MKX_ERR_NET, and a GPU failure reported as MKX_ERR_TIMEOUT or
+ * MKX_ERR_PEER, make the communicator unusable on the rank that gets them:
+ * later calls on it return MKX_ERR_INVALID_COMM quoting the first failure
+ * (the MKX_Comm_rank family still works); free it (MKX_Comm_free works,
+ * its waits are bounded) and create another.  There is no recovery in
+ * place.  After any other error the communicator stays usable.
  */
 #ifndef MKX_H
 #define MKX_H
@@ -77,7 +175,7 @@ enum {
   MKX_ERR_CUDA = 8,           /* a CUDA runtime or library call failed */
   MKX_ERR_MPI = 9,            /* an MPI call failed */
   MKX_ERR_NET = 10,           /* a network transport failed */
-  MKX_ERR_TIMEOUT = 11,       /* a bounded wait ran out (peer and tile named) */
+  MKX_ERR_TIMEOUT = 11,       /* a bounded wait for another rank ran out */
   MKX_ERR_NOMEM = 12,         /* host or device memory exhausted */
   MKX_ERR_PEER = 13,          /* another rank failed during the call */
   MKX_ERR_INVALID_COMM = 14,  /* NULL or freed communicator */
@@ -95,6 +193,8 @@ const char *MKX_Get_last_error(void);
 
 /* ---- types -------------------------------------------------------------- */
 
+/* Element types.  16-bit values are passed as their bit patterns (e.g.
+ * uint16_t).  Arithmetic accumulates in fp32, or fp64 for MKX_FP64. */
 typedef enum {
   MKX_BF16 = 1, /* bfloat16 */
   MKX_FP16 = 2, /* IEEE half */
@@ -102,6 +202,9 @@ typedef enum {
   MKX_FP64 = 4
 } MKX_Datatype;
 
+/* Storage order, one per call for every matrix of the call.  A leading
+ * dimension must be >= the columns (row-major) or rows (column-major) of
+ * its matrix, and >= 1, else MKX_ERR_BAD_LD. */
 typedef enum {
   MKX_ROW_MAJOR = 101, /* C order: element (i,j) at i*ld + j */
   MKX_COL_MAJOR = 102  /* Fortran order: element (i,j) at i + j*ld */
@@ -123,22 +226,38 @@ size_t MKX_Type_size(MKX_Datatype type);
 
 /* ---- communicators ------------------------------------------------------ */
 
-/* Collective over `comm`.  Splits ranks into nodes (same host name and,
- * under srun, same SLURM_NODEID; or virtual nodes, see option
- * virtual_node_size), picks this rank's GPU, and exchanges what the
- * transports need.  `info` may be MPI_INFO_NULL; its "mkx_*" keys override
- * the MKX_* environment variables (see mkx_info for the list).
+/* Collective over `comm`.  Duplicates it, reads the options, splits ranks
+ * into nodes (same host name and, under srun, same SLURM_NODEID; or
+ * virtual nodes, see option virtual_node_size), picks this rank's GPU,
+ * and exchanges what the transports need.  `info` may be MPI_INFO_NULL;
+ * its "mkx_*" keys override the MKX_* environment variables (see mkx_info
+ * for the list; other keys are ignored).  Options are fixed for the life
+ * of the communicator.  The options that choose a collective path or
+ * protocol (fused, fused_pad, tp_*, shared_gpu, hier_gemm,
+ * virtual_node_size, net) must be the same on every rank: else every rank
+ * returns MKX_ERR_INVALID_ARG naming the first that differs.
  * GPU choice, first match wins: option `device`; the only visible GPU;
  * the launcher's local rank (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK,
  * MPI_LOCALRANKID) modulo the visible GPU count; the local rank within
  * `comm` modulo the count.  CUDA_VISIBLE_DEVICES is honoured by the CUDA
  * runtime itself.  The chosen device becomes current on the calling thread.
- * With no usable GPU the communicator runs the host path. */
+ * With no usable GPU the communicator runs the host path.
+ * Errors: MKX_ERR_INVALID_ARG (comm is MPI_COMM_NULL, an unknown mkx_*
+ * key, a bad option value, options that differ), MKX_ERR_NULL_POINTER
+ * (newcomm), MKX_ERR_UNSUPPORTED (option path=gpu without a usable GPU),
+ * MKX_ERR_MPI, MKX_ERR_CUDA, MKX_ERR_NOMEM, MKX_ERR_TIMEOUT, MKX_ERR_PEER.
+ * A failure on one rank is a failure on every rank (*newcomm = NULL),
+ * except that a rank passing MPI_COMM_NULL returns at once and the others
+ * time out. */
 int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm);
 
-/* Collective.  Sets *comm to NULL.  Requests made on it must be freed first. */
+/* Collective.  Sets *comm to NULL.  Requests made on it must be freed
+ * first (else MKX_ERR_INVALID_ARG, nothing freed); memory from
+ * MKX_Alloc_mem should be freed before, and work enqueued with it must be
+ * complete.  Works on a communicator made unusable by a failure. */
 int MKX_Comm_free(MKX_Comm *comm);
 
+/* Local queries; they work on an unusable communicator too. */
 int MKX_Comm_rank(MKX_Comm comm, int *rank);
 int MKX_Comm_size(MKX_Comm comm, int *size);
 int MKX_Comm_node(MKX_Comm comm, int *node);           /* node index, 0-based */
@@ -149,14 +268,15 @@ int MKX_Comm_local_size(MKX_Comm comm, int *local_size); /* ranks in node */
 int MKX_Comm_device(MKX_Comm comm, int *device);
 /* Local, never blocks or synchronises: *async_error = MKX_SUCCESS, or the
  * failure of GPU work that calls on `comm` enqueued earlier (with option
- * blocking off, a call returns once its work is enqueued): MKX_ERR_TIMEOUT
- * when a wait on the GPU for another rank ran out (MKX_Get_last_error()
- * names the rank and what it waited for), MKX_ERR_PEER when another rank
- * gave up on a run this rank took part in (its result is void; the message
- * names that rank and what it waited for) - either way the communicator is
- * then unusable and later calls return MKX_ERR_INVALID_COMM - or
- * MKX_ERR_INVALID_COMM if it already was.  Poll it, e.g. while waiting on
- * the stream, to learn of a failure before the next call. */
+ * blocking off, a fused call returns once its work is enqueued):
+ * MKX_ERR_TIMEOUT when a wait on the GPU for another rank ran out
+ * (MKX_Get_last_error() names the rank and what it waited for),
+ * MKX_ERR_PEER when another rank gave up on a run this rank took part in
+ * (its result is void; the message names that rank and what it waited
+ * for) - either way the communicator is then unusable and later calls
+ * return MKX_ERR_INVALID_COMM - or MKX_ERR_INVALID_COMM if it already was.
+ * Poll it, e.g. while waiting on the stream, to learn of a failure before
+ * the next call. */
 int MKX_Comm_get_async_error(MKX_Comm comm, int *async_error);
 
 /* Rows owned by block b when `rows` rows are split over `nblocks` blocks:
@@ -167,23 +287,63 @@ int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
 
 /* ---- memory --------------------------------------------------------------- */
 
-/* Collective: every rank asks for the same `size`.  Returns memory on the
- * communicator's GPU (host memory on the host path) aligned to 256 bytes,
- * mapped into every GPU of the node (symmetric: MKX's kernels reach peers'
- * copies directly, no registration).  MKX_Free_mem is collective too:
- * every rank frees its corresponding pointer (or NULL everywhere). */
+/* Collective: every rank asks for the same `size` (agreed; else
+ * MKX_ERR_SHAPE_MISMATCH on every rank; 0 is allowed).  Returns memory on
+ * the communicator's GPU (host memory on the host path) aligned to 256
+ * bytes; device memory is mapped into every GPU of the node (symmetric:
+ * MKX's kernels reach peers' copies directly, no registration) and can be
+ * used as any buffer of any call and as ordinary device memory.
+ * A NULL `ptr` on one rank fails on every rank (MKX_ERR_NULL_POINTER
+ * there, MKX_ERR_PEER elsewhere), and so does a failed device allocation
+ * or mapping; on the host path a failed allocation (MKX_ERR_NOMEM) is
+ * this rank's alone.  On failure *ptr = NULL (ptr not NULL).
+ * MKX_Free_mem: every rank frees its corresponding pointer (or NULL
+ * everywhere, which does nothing); on a GPU communicator it is collective
+ * and MKX_ERR_INVALID_ARG if ptr did not come from MKX_Alloc_mem on this
+ * communicator.  Work using the memory must be complete before. */
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr);
 int MKX_Free_mem(MKX_Comm comm, void *ptr);
 
 /* ---- tensor-parallel GEMM operations ------------------------------------- */
 
 /*
- * AllGather + GEMM.  Rank r holds A_r, m_local x k (m_local may differ per
- * rank and may be 0; M = sum of m_local over ranks must be > 0), and B_r,
- * k x n (stored n x k when transb == MKX_TRANS).  On return
+ * Shared by the three calls below.  All matrices have storage order
+ * `order`; A, B (and A_out) have type `dtype`, C has type `ctype` (bf16,
+ * fp16 or fp32 with a 16/32-bit dtype; MKX_FP64 only with MKX_FP64: fp64
+ * mixed with another type returns MKX_ERR_UNSUPPORTED).  Products
+ * accumulate in fp32 (fp64 for MKX_FP64) and C is rounded once to ctype.
+ * transb is per rank: ranks may mix MKX_NO_TRANS and MKX_TRANS.
+ * Fused GPU path (device buffers, one node): bf16/fp16 A and B, bf16, fp16
+ * or fp32 C, up to 8 ranks, sizes below 2^31; GEMM+RS/AR also need
+ * k_local > 0 on every rank.  Other cases on one node, and option
+ * fused=off, take the staged path; several nodes take the path of option
+ * hier_gemm.  Awkward k, n, leading dimensions or alignment go through
+ * padded GPU temporaries (option fused_pad).  Persistent plans: see
+ * MKX_*_init below.
+ * Errors (besides those of the contract at the top): MKX_ERR_INVALID_ARG
+ * (dtype, ctype, order or transb not one of their enumerators; mixed or
+ * unusable buffer kinds), MKX_ERR_UNSUPPORTED (fp64 mixed),
+ * MKX_ERR_BAD_SIZE, MKX_ERR_NULL_POINTER, MKX_ERR_BAD_LD (listed per
+ * call), MKX_ERR_SHAPE_MISMATCH, MKX_ERR_PEER, MKX_ERR_TIMEOUT,
+ * MKX_ERR_MPI, MKX_ERR_NET, MKX_ERR_CUDA, MKX_ERR_NOMEM,
+ * MKX_ERR_INVALID_COMM.
+ */
+
+/*
+ * AllGather + GEMM.  Rank r holds A_r, m_local x k, and B_r, k x n (stored
+ * n x k when transb == MKX_TRANS).  On return
  *     C_r = [A_0; A_1; ...; A_{p-1}] x B_r        (M x n, rows in rank order)
- * If A_out is not NULL it receives the gathered A (M x k, leading dimension
- * ld_aout).  k must agree across ranks; n, B and C are per rank.
+ * where M = sum of m_local over ranks.
+ *   agreed:   k (>= 1), dtype, ctype, order, host or device buffers.
+ *   per rank: m_local (>= 0; M must be > 0), A (may be NULL if
+ *             m_local = 0), lda, B, n (>= 1), ldb, transb, C, ldc, A_out,
+ *             ld_aout.
+ * C: M x n, type ctype, leading dimension ldc.  If A_out is not NULL it
+ * receives the gathered A, M x k, type dtype, leading dimension ld_aout.
+ * Column-major ldc and ld_aout must be >= M, which is checked once M is
+ * known (the rank at fault gets MKX_ERR_BAD_LD, the others MKX_ERR_PEER).
+ * MKX_ERR_BAD_SIZE: m_local < 0, k or n < 1, or m_local = 0 on every rank.
+ * MKX_ERR_NULL_POINTER: B or C NULL, or A NULL with m_local > 0.
  */
 int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
                        const void *B, int64_t n, int64_t ldb, MKX_Trans transb,
@@ -193,13 +353,21 @@ int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
 
 /*
  * GEMM + ReduceScatter.  Rank r holds A_r, M x k_local, and B_r, k_local x n
- * (k_local may differ per rank and may be 0).  On return C_r holds rows
+ * (stored n x k_local when transb == MKX_TRANS).  On return C_r holds rows
  * [first, first + count) of sum_q A_q x B_q, where MKX_Block_range(M, p, r,
- * &first, &count) gives the split; C_r is count x n.  M and n must agree.
+ * &first, &count) gives the split; C_r is count x n, type ctype, leading
+ * dimension ldc.
+ *   agreed:   M (>= 1), n (>= 1), dtype, ctype, order, host or device
+ *             buffers.
+ *   per rank: k_local (>= 0; a rank with 0 contributes nothing and may
+ *             pass NULL A and B), A, lda, B, ldb, transb, C (may be NULL
+ *             when count = 0, i.e. M < p), ldc.
  * The sum is formed in fp32 (fp64 for MKX_FP64) in a fixed order (the same
  * bits every run) and rounded once.  On the fused GPU path each rank's
  * partial product crosses NVLink in C's type, as with cuBLAS followed by
  * NCCL, unless option tp_partials=fp32.
+ * MKX_ERR_BAD_SIZE: M or n < 1, k_local < 0.
+ * MKX_ERR_NULL_POINTER: A or B NULL with k_local > 0, C NULL with count > 0.
  */
 int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             int64_t lda, const void *B, int64_t n, int64_t ldb,
@@ -208,8 +376,10 @@ int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             MKX_Order order, MKX_Comm comm, MKX_Stream stream);
 
 /*
- * GEMM + AllReduce.  As MKX_Gemm_reduce_scatter, but every rank receives the
- * whole M x n sum in C, with the same bits on every rank.
+ * GEMM + AllReduce.  As MKX_Gemm_reduce_scatter (same agreed and per-rank
+ * arguments), but every rank receives the whole M x n sum in C (type
+ * ctype, leading dimension ldc, C never NULL), with the same bits on every
+ * rank.
  */
 int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
                        const void *B, int64_t n, int64_t ldb, MKX_Trans transb,
@@ -221,16 +391,28 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
 
 /*
  * Ring attention.  The sequence is sharded in contiguous blocks: rank r holds
- * global positions [r*seq_local, (r+1)*seq_local) of Q, K and V (seq_local
- * agrees across ranks).  Tensors are dense [batch][seq_local][heads][head_dim]
- * (heads_q for Q and O, heads_kv for K and V; heads_q must be a multiple of
- * heads_kv: grouped-query attention, query head h reads key/value head
+ * global positions [r*seq_local, (r+1)*seq_local) of Q, K and V.  Tensors
+ * are dense and row-major, no leading dimensions, all of type dtype:
+ * Q and O [batch][seq_local][heads_q][head_dim], K and V
+ * [batch][seq_local][heads_kv][head_dim]; heads_q must be a multiple of
+ * heads_kv (grouped-query attention: query head h reads key/value head
  * h / (heads_q / heads_kv)).  On return
  *     O_r = softmax(scale * Q_r K^T + mask) V      over the whole K, V
- * with the causal mask on global positions when `causal` is non-zero.
- * scale <= 0 selects 1/sqrt(head_dim).  If LSE is not NULL it receives the
- * natural log-sum-exp of each row, fp32 [batch][heads_q][seq_local]; a row
- * with no visible key gets O = 0 and LSE = -inf.
+ * (all ranks' positions), O of type dtype, rounded once.  causal != 0: the
+ * causal mask on global positions, query position i sees key positions
+ * j <= i (its own included, so every row has a visible key); causal = 0:
+ * no mask.  scale <= 0 selects 1/sqrt(head_dim).  If LSE is not NULL it
+ * receives the natural log-sum-exp of each row's scaled, visible scores,
+ * fp32 [batch][heads_q][seq_local].  The softmax is computed in double
+ * (every path runs the host code; device buffers are staged).
+ *   agreed:   batch, seq_local, heads_q, heads_kv, head_dim (each >= 1),
+ *             causal (as zero / non-zero), scale (bit for bit, after a
+ *             value <= 0 is replaced), dtype, host or device buffers.
+ *   per rank: Q, K, V, O, LSE (NULL or not).
+ * Errors: MKX_ERR_INVALID_ARG (dtype; scale NaN or infinite; buffer
+ * kinds), MKX_ERR_BAD_SIZE (a size < 1, heads_q not a multiple of
+ * heads_kv, Q or K over 2^40 elements), MKX_ERR_NULL_POINTER (Q, K, V or
+ * O), and those of the contract at the top.
  */
 int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
                        float *LSE, int64_t batch, int64_t seq_local,
@@ -241,26 +423,46 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
 /* ---- expert parallel MoE ------------------------------------------------- */
 
 /*
- * Experts are spread in blocks: with E = num_experts (a multiple of the
- * communicator size p) rank r owns experts [r*E/p, (r+1)*E/p).
- * Rank r holds its tokens X_r, num_tokens x hidden (row-major), and for
- * each token `topk` global expert ids (int32, [num_tokens][topk], each in
- * [0, E), distinct within a token: else every rank returns
- * MKX_ERR_INVALID_ARG naming the rank, token and slot) and gate weights
- * (fp32, same shape).
+ * Shared by the two calls below.  Experts are spread in blocks: with
+ * E = num_experts (a multiple of the communicator size p) rank r owns
+ * experts [r*E/p, (r+1)*E/p).  Rank r holds its tokens X_r, num_tokens x
+ * hidden, row-major, type dtype, and for each token `topk` global expert
+ * ids (int32, [num_tokens][topk], each in [0, E), distinct within a token:
+ * else every rank returns MKX_ERR_INVALID_ARG naming the rank, token and
+ * slot) and gate weights (fp32, same shape).  num_tokens may be 0 on any
+ * rank, or on every rank: such a rank passes no tokens (X, topk_ids,
+ * topk_weight, and MKX_Moe_layer's out, may be NULL) but takes part and
+ * still serves its experts.  Weights are row-major, contiguous, type dtype,
+ * this rank's E/p experts in order.  Device buffers (routing arrays
+ * included) take the staged path.
+ *   agreed:   hidden, topk, num_experts (each >= 1, topk <= num_experts),
+ *             n (dispatch) or ffn (layer) (>= 1), dtype, host or device
+ *             buffers.
+ *   per rank: num_tokens (>= 0) and every pointer; y_rows (dispatch).
+ * Errors: MKX_ERR_INVALID_ARG (dtype, expert ids, buffer kinds),
+ * MKX_ERR_BAD_SIZE (sizes, topk > num_experts, num_experts not a multiple
+ * of p, a buffer over 2^40 elements), MKX_ERR_NULL_POINTER (below),
+ * MKX_ERR_UNSUPPORTED (num_tokens, E/p or topk above 2^31 - 1), and those
+ * of the contract at the top.
  */
 
 /*
  * MoE dispatch + GEMM.  Each token row is sent to the owner of each of its
  * experts, and each local expert e multiplies the rows routed to it by its
- * weight W[e] (hidden x n, row-major; W is [E/p][hidden][n] contiguous).
- * Y receives the products grouped by local expert (expert 0's rows first);
- * within an expert rows are ordered by (source rank, token, slot).
- * If topk_weight is not NULL each row is scaled by its gate weight.
- * expert_rows[e] (int64, E/p entries) receives each local expert's row count.
- * If origin is not NULL, origin[3*i .. 3*i+2] = (source rank, token, slot)
- * of row i.  Y holds at most y_rows rows: if more arrive the call returns
- * MKX_ERR_TRUNCATE (every rank) and fills expert_rows with the counts needed.
+ * weight W[e] (hidden x n; W is [E/p][hidden][n]).
+ * Y (row-major, width n, type dtype, room for y_rows rows) receives the
+ * products grouped by local expert (expert 0's rows first); within an
+ * expert rows are ordered by (source rank, token, slot); rows past the
+ * last are not written.  If topk_weight is not NULL each row is scaled by
+ * its gate weight (in fp32, before the one rounding to dtype).
+ * expert_rows[e] (int64, E/p entries) receives each local expert's row
+ * count.  If origin is not NULL, origin[3*i .. 3*i+2] = (source rank,
+ * token, slot) of row i (room for y_rows triples).
+ * If more than y_rows rows arrive on any rank, every rank returns
+ * MKX_ERR_TRUNCATE (the message names the rank) and fills its expert_rows
+ * with the counts needed; Y and origin are not written.
+ * MKX_ERR_NULL_POINTER: W or expert_rows NULL; X or topk_ids NULL with
+ * num_tokens > 0; Y NULL with y_rows > 0.
  */
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
                           const int32_t *topk_ids, const float *topk_weight,
@@ -273,9 +475,15 @@ int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
  * Whole MoE layer with SwiGLU experts.  For each token t of rank r:
  *   out[t] = sum_j topk_weight[t][j] * FFN_{e_j}(X[t]),
  *   FFN_e(x) = (silu(x W1[e][:, 0:ffn]) * (x W1[e][:, ffn:2ffn])) W2[e]
+ * with e_j = topk_ids[t][j], silu(v) = v / (1 + exp(-v)), * elementwise.
  * W1 is [E/p][hidden][2*ffn] (gate columns, then up columns), W2 is
- * [E/p][ffn][hidden], both row-major.  out is num_tokens x hidden, on the
- * token's own rank, of type dtype.
+ * [E/p][ffn][hidden].  out is num_tokens x hidden, row-major, type dtype,
+ * on the token's own rank.  Intermediate values (x W1, the SwiGLU
+ * activation, each FFN output, the weighted sum) stay in fp32 (fp64 for
+ * MKX_FP64) and are not rounded to dtype; out is rounded once.  The sum
+ * over j runs in slot order.
+ * MKX_ERR_NULL_POINTER: W1 or W2 NULL; X, topk_ids, topk_weight or out
+ * NULL with num_tokens > 0 (topk_weight is required here).
  */
 int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
                   const int32_t *topk_ids, const float *topk_weight,
@@ -286,12 +494,31 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
 /* ---- persistent plans (MPI-4 style) --------------------------------------- */
 
 /*
- * `_init` takes the arguments of the call (buffers are bound: their contents
- * may change between starts, their addresses may not), validates them and
- * checks agreement across ranks once, and sets up, registers and tunes.
- * MKX_Start enqueues one run on `stream` and does no collective host
- * work, so it can be captured in a CUDA graph (GPU path).  `info` may be
- * MPI_INFO_NULL.  All three _init calls and MKX_Request_free are collective.
+ * `_init` takes the arguments of the call (same agreed and per-rank rules;
+ * buffers are bound: their contents may change between starts, their
+ * addresses may not), validates them and checks agreement across ranks
+ * once, chooses the path and sets it up (workspace, registration).  It is
+ * collective, and its errors are those of the call, agreed the same way.
+ * `info` may be MPI_INFO_NULL; its mkx_* keys are checked (an unknown key
+ * or a bad value: MKX_ERR_INVALID_ARG there, MKX_ERR_PEER elsewhere) but
+ * do not change the plan, which takes the communicator's options.
+ * MKX_Start enqueues one run on `stream`.  On a fused single-node GPU path
+ * it does no collective host work (so it may be captured in a CUDA graph,
+ * see the top), and it reports earlier GPU failures as the fused calls do;
+ * on the other paths it runs as the plain call would (host work, stream
+ * synchronised), without repeating the checks.  Every rank starts its
+ * request, in the same order as its other calls on the communicator.
+ * Errors of MKX_Start: MKX_ERR_INVALID_REQUEST, MKX_ERR_INVALID_COMM, and
+ * the run's own (MKX_ERR_TIMEOUT, MKX_ERR_PEER, MKX_ERR_MPI, MKX_ERR_NET,
+ * MKX_ERR_CUDA, MKX_ERR_NOMEM).
+ * MKX_Request_free releases the plan and sets *request to NULL.  It is
+ * collective in order: every rank frees its request at the same point
+ * among its calls on the communicator (GPU workspaces are reused across
+ * calls alike on every rank), though it waits for no other rank; every
+ * request before MKX_Comm_free.  It waits for nothing: work already
+ * enqueued is ordered by its stream, and the buffers must stay valid until
+ * it completes.  Errors: MKX_ERR_NULL_POINTER (request),
+ * MKX_ERR_INVALID_REQUEST (*request NULL or freed).
  */
 int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
                             int64_t lda, const void *B, int64_t n, int64_t ldb,
@@ -314,8 +541,8 @@ int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
                             MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
-/* Collective; waits for nothing (the stream orders work); sets *request
- * to NULL. */
+/* Collective in order (see above); waits for nothing; sets *request to
+ * NULL. */
 int MKX_Request_free(MKX_Request *request);
 
 /* ---- options ------------------------------------------------------------ */
