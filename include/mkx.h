@@ -92,11 +92,11 @@
  *
  * Sizes.  Sizes, counts and leading dimensions are int64_t.  Each must be
  * at most 2^40 (else MKX_ERR_BAD_SIZE, MKX_ERR_BAD_LD for a leading
- * dimension).  For MKX_Ring_attention and the MoE calls every buffer
- * whose size is a product of arguments must also hold at most 2^40
- * elements (MKX_ERR_BAD_SIZE naming the buffer).  The GEMM calls do not
- * check the products: matrices spanning more than 2^40 elements are not
- * supported.
+ * dimension).  Every buffer whose size is a product of arguments must
+ * also hold at most 2^40 elements: for the GEMM calls the elements a
+ * matrix spans (its rows, or columns, times its leading dimension), for
+ * MKX_Ring_attention and the MoE calls each tensor (MKX_ERR_BAD_SIZE
+ * naming the buffer, at the call or at _init).
  *
  * Errors and outputs.  After a failed call MKX_Get_last_error() names the
  * argument, rank or tile at fault.  A call that fails in its checks or in
