@@ -467,9 +467,9 @@ static MKX_Comm vnode_comm(const char *vs, const char *key, const char *val) {
 /* An exchange that rank 0 skips: every other rank gives up after the
  * bound with MKX_ERR_TIMEOUT naming rank 0, instead of hanging. */
 static void missing_rank(const char *vs) {
-  /* not much shorter: the set-up exchange before must not time out on a
-   * loaded machine (2 cores, 4 ranks, tests running side by side) */
-  MKX_Comm c = vnode_comm(vs, "timeout_ms", "1500");
+  /* not shorter: the set-up exchange before must not time out on a
+   * loaded machine (2 cores, 6 ranks, tests running side by side) */
+  MKX_Comm c = vnode_comm(vs, "timeout_ms", "3000");
   if (!mt_all(c != NULL)) return;
   char buf[2][1000] = {{0}};
   const void **sp = calloc((size_t)mt.size, sizeof *sp);
@@ -487,7 +487,7 @@ static void missing_rank(const char *vs) {
     CHECK_RC(rc, MKX_ERR_TIMEOUT, "exchange without rank 0");
     CHECK(strstr(MKX_Get_last_error(), "rank 0") != NULL,
           "the timeout names rank 0: %s", MKX_Get_last_error());
-    CHECK(t > 1.4 && t < 20, "gave up after %.2f s (bound 1.5 s)", t);
+    CHECK(t > 2.9 && t < 30, "gave up after %.2f s (bound 3 s)", t);
   }
   MPI_Barrier(MPI_COMM_WORLD);
   free(sp), free(rp), free(len);
