@@ -177,14 +177,45 @@ static int parse_ports(const char *s, unsigned *lo, unsigned *hi) {
                    "(expected 0 or lo-hi, 1 <= lo <= hi <= 65535)", s);
 }
 
-static int try_bind(int fd, struct in_addr ip, unsigned lo, unsigned hi) {
+/* One listening socket on ip:port; EADDRINUSE is left in errno so the
+ * caller can try the next port of the range. */
+static int listen_on(struct in_addr ip, unsigned port, int backlog,
+                     int *out) {
+  int one = 1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = ip,
+                           .sin_port = htons((uint16_t)port)};
+  /* Non-blocking: a connection reset between poll and accept must not
+   * stall anyone in accept. */
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  /* The connections a closed endpoint accepted linger in TIME_WAIT on its
+   * port for a minute; without SO_REUSEADDR the next endpoint could not
+   * listen there and a small port range runs dry.  Linux still refuses a
+   * second listener on a port, so two live endpoints never share one. */
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(fd, backlog) != 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  *out = fd;
+  return 0;
+}
+
+/* The first port of lo..hi we can listen on.  With SO_REUSEADDR two
+ * endpoints may both bind one port; the second then fails in listen, with
+ * EADDRINUSE too, and moves on to the next port. */
+static int listen_in_range(tcp_impl *t, struct in_addr ip, unsigned lo,
+                           unsigned hi, int backlog) {
+  char addr[INET_ADDRSTRLEN];
   for (unsigned port = lo;; port++) {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = ip,
-                             .sin_port = htons((uint16_t)port)};
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return MKX_SUCCESS;
+    if (listen_on(ip, port, backlog, &t->listen_fd) == 0) return MKX_SUCCESS;
     if (errno != EADDRINUSE || port >= hi)
-      return mkx_error(MKX_ERR_NET, "tcp: bind to %s, port %u to %u "
-                       "(MKX_NET_TCP_PORT_RANGE): %s", inet_ntoa(ip), lo, hi,
+      return mkx_error(MKX_ERR_NET, "tcp: listen on %s, port %u to %u "
+                       "(MKX_NET_TCP_PORT_RANGE): %s",
+                       inet_ntop(AF_INET, &ip, addr, sizeof addr), lo, hi,
                        strerror(errno));
   }
 }
@@ -194,18 +225,13 @@ static int open_listener(tcp_impl *t, const mkx_options *opt, int size) {
   unsigned lo, hi;
   MKX_TRY(resolve_bind(opt->net_tcp_bind, &ip));
   MKX_TRY(parse_ports(opt->net_tcp_port_range, &lo, &hi));
-  /* Non-blocking: a connection reset between poll and accept must not
-   * stall the progress thread in accept. */
-  t->listen_fd =
-      socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (t->listen_fd < 0)
-    return mkx_error(MKX_ERR_NET, "tcp: socket: %s", strerror(errno));
-  MKX_TRY(try_bind(t->listen_fd, ip, lo, hi));
+  /* Room for every peer and a few dozen strangers ahead of them, so a
+   * peer's connection is not dropped (and retried a second later). */
+  MKX_TRY(listen_in_range(t, ip, lo, hi, size + 64));
   struct sockaddr_in sa;
   socklen_t sl = sizeof sa;
-  if (getsockname(t->listen_fd, (struct sockaddr *)&sa, &sl) != 0 ||
-      listen(t->listen_fd, size + 16) != 0)
-    return mkx_error(MKX_ERR_NET, "tcp: listen: %s", strerror(errno));
+  if (getsockname(t->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
+    return mkx_error(MKX_ERR_NET, "tcp: getsockname: %s", strerror(errno));
   t->blob.magic = BLOB_MAGIC;
   t->blob.ipv4 = sa.sin_addr.s_addr;
   t->blob.port = sa.sin_port;
