@@ -52,6 +52,9 @@
 #define FRAME_MAGIC 0x4d4b5846u /* "MKXF" */
 #define BLOB_MAGIC 0x4d4b5841u  /* "MKXA" */
 #define SECRET_BYTES 16
+/* Refused connections are logged one by one up to this many, then only
+ * counted (a port scan must not flood the log); close reports the count. */
+#define REFUSALS_SHOWN 3
 
 enum { FRAME_DATA = 1, FRAME_BYE = 2 };
 enum { PEER_UP = 0, PEER_CLOSED, PEER_FAILED };
@@ -109,6 +112,8 @@ typedef struct tcp_impl {
   mkx_net_fifo done;
   int err_code;
   char err_msg[320];
+  /* Setup's thread, then the progress thread's: never both at once. */
+  unsigned refused;
   /* Staging of device memory (set up by the first device region). */
   const mkx_net_stager *stager; /* NULL: no device memory here */
   pthread_mutex_t stage_lock;   /* the send stage; the setup */
@@ -138,6 +143,30 @@ static void record_error(tcp_impl *t, tcp_peer *p, int code, const char *fmt,
     t->err_code = code;
   }
   pthread_mutex_unlock(&t->lock);
+}
+
+/* Close a connection we will not serve and say why, naming its source;
+ * only the first few are logged. */
+static void refuse(tcp_impl *t, int rank, int fd,
+                   const struct sockaddr_in *from, const char *why) {
+  char addr[INET_ADDRSTRLEN];
+  if (close(fd) != 0)
+    mkx_log(MKX_LOG_DEBUG, "tcp: close of a refused connection: %s",
+            strerror(errno));
+  if (++t->refused > REFUSALS_SHOWN) return;
+  if (!inet_ntop(AF_INET, &from->sin_addr, addr, sizeof addr))
+    strcpy(addr, "?");
+  mkx_log(MKX_LOG_WARN, "tcp: rank %d refused a connection from %s:%u: %s%s",
+          rank, addr, ntohs(from->sin_port), why,
+          t->refused == REFUSALS_SHOWN
+              ? " (more refusals are only counted until close)"
+              : "");
+}
+
+static void report_refusals(const tcp_impl *t, int rank) {
+  if (t->refused > REFUSALS_SHOWN)
+    mkx_log(MKX_LOG_WARN, "tcp: rank %d refused %u connections in all "
+            "(%u not shown)", rank, t->refused, t->refused - REFUSALS_SHOWN);
 }
 
 /* ---- address and listener ---- */
@@ -345,23 +374,28 @@ static int check_reply(mkx_net *n, int peer, int64_t deadline) {
 
 /* One incoming connection: a member of lower rank not yet connected, with
  * our secret, is kept; anything else is closed (returns 0). */
-static int admit(mkx_net *n, int fd, int64_t deadline) {
+static int admit(mkx_net *n, int fd, const struct sockaddr_in *from,
+                 int64_t deadline) {
   tcp_impl *t = impl_of(n);
   hello h;
   /* A silent prober may hold setup for at most two seconds. */
   int64_t dl = mkx_net_now_ms() + 2000;
   if (set_socket_options(fd) != MKX_SUCCESS ||
-      !io_all(fd, &h, sizeof h, 0, dl < deadline ? dl : deadline))
+      !io_all(fd, &h, sizeof h, 0, dl < deadline ? dl : deadline)) {
+    refuse(t, n->rank, fd, from, "no whole hello in time");
     return 0;
+  }
   if (h.magic != HELLO_MAGIC || !secret_equal(h.secret, t->blob.secret) ||
       h.rank >= (uint32_t)n->rank || t->peers[h.rank].fd >= 0) {
-    mkx_log(MKX_LOG_WARN, "tcp: rank %d refused a connection (bad "
-            "handshake, secret or rank)", n->rank);
+    refuse(t, n->rank, fd, from, "bad handshake, secret or rank");
     return 0;
   }
   hello r = {.magic = HELLO_MAGIC, .rank = (uint32_t)n->rank};
   memcpy(r.secret, t->remote[h.rank].secret, SECRET_BYTES);
-  if (!io_all(fd, &r, sizeof r, 1, deadline)) return 0;
+  if (!io_all(fd, &r, sizeof r, 1, deadline)) {
+    refuse(t, n->rank, fd, from, "the answer to its hello failed");
+    return 0;
+  }
   t->peers[h.rank].fd = fd;
   return 1;
 }
@@ -374,12 +408,12 @@ static int accept_lower(mkx_net *n, int64_t deadline) {
       return mkx_error(w ? MKX_ERR_NET : MKX_ERR_TIMEOUT,
                        "tcp: rank %d: %d of %d lower ranks connected in time",
                        n->rank, have, n->rank);
-    int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+    struct sockaddr_in from;
+    socklen_t fl = sizeof from;
+    int fd = accept4(t->listen_fd, (struct sockaddr *)&from, &fl,
+                     SOCK_CLOEXEC);
     if (fd < 0) continue; /* the caller gave up already (EAGAIN) */
-    if (admit(n, fd, deadline))
-      have++;
-    else
-      close(fd);
+    have += admit(n, fd, &from, deadline);
   }
   return MKX_SUCCESS;
 }
@@ -518,11 +552,10 @@ static int drain_peer(mkx_net *n, int peer) {
 
 /* After setup nobody may connect: close whatever arrives. */
 static void refuse_newcomer(tcp_impl *t, int rank) {
-  int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0) return;
-  close(fd);
-  mkx_log(MKX_LOG_WARN, "tcp: rank %d refused a connection after setup",
-          rank);
+  struct sockaddr_in from;
+  socklen_t fl = sizeof from;
+  int fd = accept4(t->listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
+  if (fd >= 0) refuse(t, rank, fd, &from, "setup is over");
 }
 
 static void *progress(void *arg) {
@@ -797,6 +830,7 @@ static void tcp_close(mkx_net *n) {
       mkx_log(MKX_LOG_DEBUG, "tcp: wake: %s", strerror(errno));
     pthread_join(t->thread, NULL);
   }
+  report_refusals(t, n->rank);
   for (int r = 0; t->peers && r < n->size; r++) {
     if (t->peers[r].fd >= 0) close(t->peers[r].fd);
     pthread_mutex_destroy(&t->peers[r].send_lock);
