@@ -7,7 +7,9 @@
  * of the communicator know it).  A connection opens with a hello carrying
  * the listener's secret and the caller's rank; the listener checks both
  * and answers with the caller's secret, so each side knows the other is a
- * member.  Anything else is closed.  Once every peer is connected the
+ * member.  Anything else is closed.  The listener serves the hellos side
+ * by side, each with its own deadline, so a stranger that connects and
+ * says nothing delays no member.  Once every peer is connected the
  * listener accepts nobody: each new connection is closed at once.
  *
  * Writes: the caller's thread sends a frame (header, then payload) on the
@@ -52,6 +54,9 @@
 #define FRAME_MAGIC 0x4d4b5846u /* "MKXF" */
 #define BLOB_MAGIC 0x4d4b5841u  /* "MKXA" */
 #define SECRET_BYTES 16
+/* Refused connections are logged one by one up to this many, then only
+ * counted (a port scan must not flood the log); close reports the count. */
+#define REFUSALS_SHOWN 3
 
 enum { FRAME_DATA = 1, FRAME_BYE = 2 };
 enum { PEER_UP = 0, PEER_CLOSED, PEER_FAILED };
@@ -109,6 +114,8 @@ typedef struct tcp_impl {
   mkx_net_fifo done;
   int err_code;
   char err_msg[320];
+  /* Setup's thread, then the progress thread's: never both at once. */
+  unsigned refused;
   /* Staging of device memory (set up by the first device region). */
   const mkx_net_stager *stager; /* NULL: no device memory here */
   pthread_mutex_t stage_lock;   /* the send stage; the setup */
@@ -138,6 +145,30 @@ static void record_error(tcp_impl *t, tcp_peer *p, int code, const char *fmt,
     t->err_code = code;
   }
   pthread_mutex_unlock(&t->lock);
+}
+
+/* Close a connection we will not serve and say why, naming its source;
+ * only the first few are logged. */
+static void refuse(tcp_impl *t, int rank, int fd,
+                   const struct sockaddr_in *from, const char *why) {
+  char addr[INET_ADDRSTRLEN];
+  if (close(fd) != 0)
+    mkx_log(MKX_LOG_DEBUG, "tcp: close of a refused connection: %s",
+            strerror(errno));
+  if (++t->refused > REFUSALS_SHOWN) return;
+  if (!inet_ntop(AF_INET, &from->sin_addr, addr, sizeof addr))
+    strcpy(addr, "?");
+  mkx_log(MKX_LOG_WARN, "tcp: rank %d refused a connection from %s:%u: %s%s",
+          rank, addr, ntohs(from->sin_port), why,
+          t->refused == REFUSALS_SHOWN
+              ? " (more refusals are only counted until close)"
+              : "");
+}
+
+static void report_refusals(const tcp_impl *t, int rank) {
+  if (t->refused > REFUSALS_SHOWN)
+    mkx_log(MKX_LOG_WARN, "tcp: rank %d refused %u connections in all "
+            "(%u not shown)", rank, t->refused, t->refused - REFUSALS_SHOWN);
 }
 
 /* ---- address and listener ---- */
@@ -177,14 +208,45 @@ static int parse_ports(const char *s, unsigned *lo, unsigned *hi) {
                    "(expected 0 or lo-hi, 1 <= lo <= hi <= 65535)", s);
 }
 
-static int try_bind(int fd, struct in_addr ip, unsigned lo, unsigned hi) {
+/* One listening socket on ip:port; EADDRINUSE is left in errno so the
+ * caller can try the next port of the range. */
+static int listen_on(struct in_addr ip, unsigned port, int backlog,
+                     int *out) {
+  int one = 1;
+  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = ip,
+                           .sin_port = htons((uint16_t)port)};
+  /* Non-blocking: a connection reset between poll and accept must not
+   * stall anyone in accept. */
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return -1;
+  /* The connections a closed endpoint accepted linger in TIME_WAIT on its
+   * port for a minute; without SO_REUSEADDR the next endpoint could not
+   * listen there and a small port range runs dry.  Linux still refuses a
+   * second listener on a port, so two live endpoints never share one. */
+  if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+      listen(fd, backlog) != 0) {
+    int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  *out = fd;
+  return 0;
+}
+
+/* The first port of lo..hi we can listen on.  With SO_REUSEADDR two
+ * endpoints may both bind one port; the second then fails in listen, with
+ * EADDRINUSE too, and moves on to the next port. */
+static int listen_in_range(tcp_impl *t, struct in_addr ip, unsigned lo,
+                           unsigned hi, int backlog) {
+  char addr[INET_ADDRSTRLEN];
   for (unsigned port = lo;; port++) {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = ip,
-                             .sin_port = htons((uint16_t)port)};
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0) return MKX_SUCCESS;
+    if (listen_on(ip, port, backlog, &t->listen_fd) == 0) return MKX_SUCCESS;
     if (errno != EADDRINUSE || port >= hi)
-      return mkx_error(MKX_ERR_NET, "tcp: bind to %s, port %u to %u "
-                       "(MKX_NET_TCP_PORT_RANGE): %s", inet_ntoa(ip), lo, hi,
+      return mkx_error(MKX_ERR_NET, "tcp: listen on %s, port %u to %u "
+                       "(MKX_NET_TCP_PORT_RANGE): %s",
+                       inet_ntop(AF_INET, &ip, addr, sizeof addr), lo, hi,
                        strerror(errno));
   }
 }
@@ -194,18 +256,13 @@ static int open_listener(tcp_impl *t, const mkx_options *opt, int size) {
   unsigned lo, hi;
   MKX_TRY(resolve_bind(opt->net_tcp_bind, &ip));
   MKX_TRY(parse_ports(opt->net_tcp_port_range, &lo, &hi));
-  /* Non-blocking: a connection reset between poll and accept must not
-   * stall the progress thread in accept. */
-  t->listen_fd =
-      socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-  if (t->listen_fd < 0)
-    return mkx_error(MKX_ERR_NET, "tcp: socket: %s", strerror(errno));
-  MKX_TRY(try_bind(t->listen_fd, ip, lo, hi));
+  /* Room for every peer and a few dozen strangers ahead of them, so a
+   * peer's connection is not dropped (and retried a second later). */
+  MKX_TRY(listen_in_range(t, ip, lo, hi, size + 64));
   struct sockaddr_in sa;
   socklen_t sl = sizeof sa;
-  if (getsockname(t->listen_fd, (struct sockaddr *)&sa, &sl) != 0 ||
-      listen(t->listen_fd, size + 16) != 0)
-    return mkx_error(MKX_ERR_NET, "tcp: listen: %s", strerror(errno));
+  if (getsockname(t->listen_fd, (struct sockaddr *)&sa, &sl) != 0)
+    return mkx_error(MKX_ERR_NET, "tcp: getsockname: %s", strerror(errno));
   t->blob.magic = BLOB_MAGIC;
   t->blob.ipv4 = sa.sin_addr.s_addr;
   t->blob.port = sa.sin_port;
@@ -317,45 +374,173 @@ static int check_reply(mkx_net *n, int peer, int64_t deadline) {
   return MKX_SUCCESS;
 }
 
-/* One incoming connection: a member of lower rank not yet connected, with
- * our secret, is kept; anything else is closed (returns 0). */
-static int admit(mkx_net *n, int fd, int64_t deadline) {
-  tcp_impl *t = impl_of(n);
+/* ---- the listener's side of setup: handshakes side by side ---- */
+
+/* How long a connection may take to send its hello, and how many may be
+ * waiting at once: strangers (scanners, half-open probes) wait in
+ * parallel with the real peers, never ahead of them. */
+#define HELLO_WAIT_MS 2000
+#define MAX_PENDING 64
+
+typedef struct pending {
+  int fd;
+  int64_t deadline;
+  size_t got;
   hello h;
-  /* A silent prober may hold setup for at most two seconds. */
-  int64_t dl = mkx_net_now_ms() + 2000;
-  if (set_socket_options(fd) != MKX_SUCCESS ||
-      !io_all(fd, &h, sizeof h, 0, dl < deadline ? dl : deadline))
-    return 0;
-  if (h.magic != HELLO_MAGIC || !secret_equal(h.secret, t->blob.secret) ||
-      h.rank >= (uint32_t)n->rank || t->peers[h.rank].fd >= 0) {
-    mkx_log(MKX_LOG_WARN, "tcp: rank %d refused a connection (bad "
-            "handshake, secret or rank)", n->rank);
-    return 0;
+  struct sockaddr_in from;
+} pending;
+
+typedef struct handshakes {
+  mkx_net *n;
+  int64_t deadline; /* of the whole setup */
+  int count, have;  /* waiting connections; lower ranks admitted */
+  pending v[MAX_PENDING];
+} handshakes;
+
+enum { HS_WAIT = 0, HS_ADMITTED, HS_CLOSED };
+
+/* A whole hello: a member of lower rank not yet connected, with our
+ * secret, is answered and kept; anything else is closed. */
+static int check_hello(handshakes *hs, pending *pe) {
+  mkx_net *n = hs->n;
+  tcp_impl *t = impl_of(n);
+  const hello *h = &pe->h;
+  if (h->magic != HELLO_MAGIC || !secret_equal(h->secret, t->blob.secret) ||
+      h->rank >= (uint32_t)n->rank) {
+    refuse(t, n->rank, pe->fd, &pe->from, "bad handshake, secret or rank");
+    return HS_CLOSED;
+  }
+  if (t->peers[h->rank].fd >= 0) {
+    refuse(t, n->rank, pe->fd, &pe->from, "a second connection claiming "
+           "a rank already connected");
+    return HS_CLOSED;
   }
   hello r = {.magic = HELLO_MAGIC, .rank = (uint32_t)n->rank};
-  memcpy(r.secret, t->remote[h.rank].secret, SECRET_BYTES);
-  if (!io_all(fd, &r, sizeof r, 1, deadline)) return 0;
-  t->peers[h.rank].fd = fd;
+  memcpy(r.secret, t->remote[h->rank].secret, SECRET_BYTES);
+  /* A fresh connection takes 24 bytes at once; the bound is for form. */
+  if (!io_all(pe->fd, &r, sizeof r, 1, hs->deadline)) {
+    refuse(t, n->rank, pe->fd, &pe->from, "the answer to its hello failed");
+    return HS_CLOSED;
+  }
+  t->peers[h->rank].fd = pe->fd;
+  return HS_ADMITTED;
+}
+
+/* Whatever part of the hello has arrived; HS_WAIT for more. */
+static int read_hello(handshakes *hs, pending *pe) {
+  tcp_impl *t = impl_of(hs->n);
+  ssize_t k = recv(pe->fd, (char *)&pe->h + pe->got, sizeof pe->h - pe->got,
+                   MSG_DONTWAIT);
+  if (k > 0) {
+    pe->got += (size_t)k;
+    return pe->got < sizeof pe->h ? HS_WAIT : check_hello(hs, pe);
+  }
+  const char *why = k == 0 ? "closed before its hello was whole"
+                           : strerror(errno);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    if (mkx_net_now_ms() < pe->deadline) return HS_WAIT;
+    why = "no whole hello within its time";
+  }
+  refuse(t, hs->n->rank, pe->fd, &pe->from, why);
+  return HS_CLOSED;
+}
+
+/* Take one connection off the backlog into the waiting set; when that is
+ * full the oldest makes room.  1: maybe more to take, 0: the backlog is
+ * empty, -1: accept failed (the error is set). */
+static int take_one(handshakes *hs) {
+  tcp_impl *t = impl_of(hs->n);
+  pending pe = {.deadline = mkx_net_now_ms() + HELLO_WAIT_MS};
+  socklen_t fl = sizeof pe.from;
+  int one = 1;
+  pe.fd = accept4(t->listen_fd, (struct sockaddr *)&pe.from, &fl,
+                  SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (pe.fd < 0 && (errno == EINTR || errno == ECONNABORTED))
+    return 1; /* that one gave up; others may wait behind it */
+  if (pe.fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+  if (pe.fd < 0) {
+    mkx_error(MKX_ERR_NET, "tcp: rank %d: accept: %s", hs->n->rank,
+              strerror(errno));
+    return -1;
+  }
+  if (setsockopt(pe.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) != 0) {
+    refuse(t, hs->n->rank, pe.fd, &pe.from, strerror(errno));
+    return 1;
+  }
+  if (hs->count == MAX_PENDING) { /* v[0] is the oldest */
+    refuse(t, hs->n->rank, hs->v[0].fd, &hs->v[0].from,
+           "too many connections waiting to say hello");
+    memmove(hs->v, hs->v + 1, (size_t)--hs->count * sizeof *hs->v);
+  }
+  if (pe.deadline > hs->deadline) pe.deadline = hs->deadline;
+  hs->v[hs->count++] = pe;
   return 1;
 }
 
-static int accept_lower(mkx_net *n, int64_t deadline) {
-  tcp_impl *t = impl_of(n);
-  for (int have = 0; have < n->rank;) {
-    int w = wait_fd(t->listen_fd, POLLIN, deadline);
-    if (w <= 0)
-      return mkx_error(w ? MKX_ERR_NET : MKX_ERR_TIMEOUT,
-                       "tcp: rank %d: %d of %d lower ranks connected in time",
-                       n->rank, have, n->rank);
-    int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-    if (fd < 0) continue; /* the caller gave up already (EAGAIN) */
-    if (admit(n, fd, deadline))
-      have++;
-    else
-      close(fd);
+/* "0, 2" for the lower ranks that have not connected. */
+static void missing_ranks(mkx_net *n, char *buf, size_t len) {
+  size_t used = 0;
+  buf[0] = 0;
+  for (int r = 0; r < n->rank && used < len; r++)
+    if (impl_of(n)->peers[r].fd < 0)
+      used += (size_t)snprintf(buf + used, len - used, "%s%d",
+                               used ? ", " : "", r);
+}
+
+/* One poll over the listener and every waiting connection. */
+static int handshake_round(handshakes *hs) {
+  mkx_net *n = hs->n;
+  struct pollfd pf[MAX_PENDING + 1];
+  int64_t now = mkx_net_now_ms(), wake = hs->deadline;
+  pf[0] = (struct pollfd){.fd = impl_of(n)->listen_fd, .events = POLLIN};
+  for (int i = 0; i < hs->count; i++) {
+    pf[i + 1] = (struct pollfd){.fd = hs->v[i].fd, .events = POLLIN};
+    if (hs->v[i].deadline < wake) wake = hs->v[i].deadline;
   }
-  return MKX_SUCCESS;
+  int64_t left = wake > now ? wake - now : 0;
+  if (poll(pf, (nfds_t)hs->count + 1, (int)(left > 1000 ? 1000 : left)) < 0 &&
+      errno != EINTR)
+    return mkx_error(MKX_ERR_NET, "tcp: rank %d: poll during setup: %s",
+                     n->rank, strerror(errno));
+  now = mkx_net_now_ms();
+  /* From the end, so the entry moved into a closed one's place has been
+   * seen already. */
+  for (int i = hs->count - 1; i >= 0; i--) {
+    if (!pf[i + 1].revents && now < hs->v[i].deadline) continue;
+    int st = read_hello(hs, &hs->v[i]);
+    if (st == HS_WAIT) continue;
+    hs->have += st == HS_ADMITTED;
+    memmove(hs->v + i, hs->v + i + 1,
+            (size_t)(--hs->count - i) * sizeof *hs->v);
+  }
+  int more = pf[0].revents != 0;
+  for (int k = 0; more > 0 && k < MAX_PENDING; k++) more = take_one(hs);
+  return more < 0 ? MKX_ERR_NET : MKX_SUCCESS;
+}
+
+/* Every lower rank's connection, each handshake bounded by its own
+ * deadline and all of them by the setup's. */
+static int accept_lower(mkx_net *n, int64_t deadline) {
+  handshakes *hs = calloc(1, sizeof *hs);
+  if (!hs) return mkx_error(MKX_ERR_NOMEM, "tcp: handshakes");
+  hs->n = n;
+  hs->deadline = deadline;
+  int rc = MKX_SUCCESS;
+  while (rc == MKX_SUCCESS && hs->have < n->rank) {
+    char missing[256];
+    missing_ranks(n, missing, sizeof missing);
+    if (mkx_net_now_ms() >= deadline)
+      rc = mkx_error(MKX_ERR_TIMEOUT, "tcp: rank %d: no hello from rank(s) "
+                     "%s within %lld ms", n->rank, missing,
+                     (long long)n->timeout_ms);
+    else
+      rc = handshake_round(hs);
+  }
+  for (int i = 0; i < hs->count; i++)
+    refuse(impl_of(n), n->rank, hs->v[i].fd, &hs->v[i].from,
+           "setup ended before its hello");
+  free(hs);
+  return rc;
 }
 
 static void *progress(void *arg);
@@ -492,11 +677,10 @@ static int drain_peer(mkx_net *n, int peer) {
 
 /* After setup nobody may connect: close whatever arrives. */
 static void refuse_newcomer(tcp_impl *t, int rank) {
-  int fd = accept4(t->listen_fd, NULL, NULL, SOCK_CLOEXEC);
-  if (fd < 0) return;
-  close(fd);
-  mkx_log(MKX_LOG_WARN, "tcp: rank %d refused a connection after setup",
-          rank);
+  struct sockaddr_in from;
+  socklen_t fl = sizeof from;
+  int fd = accept4(t->listen_fd, (struct sockaddr *)&from, &fl, SOCK_CLOEXEC);
+  if (fd >= 0) refuse(t, rank, fd, &from, "setup is over");
 }
 
 static void *progress(void *arg) {
@@ -771,6 +955,7 @@ static void tcp_close(mkx_net *n) {
       mkx_log(MKX_LOG_DEBUG, "tcp: wake: %s", strerror(errno));
     pthread_join(t->thread, NULL);
   }
+  report_refusals(t, n->rank);
   for (int r = 0; t->peers && r < n->size; r++) {
     if (t->peers[r].fd >= 0) close(t->peers[r].fd);
     pthread_mutex_destroy(&t->peers[r].send_lock);
