@@ -54,12 +54,20 @@ typedef struct mkx_moe_args {
 } mkx_moe_args;
 
 /* Values every rank learned in the agreement exchange of a call or plan. */
+/* Bits of an operation's gpu_local hook (src/ops/op.h). */
+enum {
+  MKX_GPU_LOCAL_ADAPT = 1,     /* this rank's operands need the adapter */
+  MKX_GPU_LOCAL_NO_ONE_KERNEL = 2 /* AllGather+GEMM: this rank's product
+                                     does not fit the one-kernel split path */
+};
+
 typedef struct mkx_agreed {
   int64_t *local;  /* [size]: each rank's per-rank size (m_local, k_local,
                       num_tokens) */
   int64_t total;   /* sum of local */
   int gpu_adapt;   /* fused path: some rank's operands need the adapter
                       (src/ops/tp_adapter.c), so every rank takes it */
+  unsigned gpu_any; /* MKX_GPU_LOCAL_* bits some rank's gpu_local set */
 } mkx_agreed;
 
 #endif

@@ -113,7 +113,7 @@ const mkx_op_class mkx_op_allgather_gemm = {
     .host = host,
 #if HAVE_CUDA
     .gpu_check = mkx_ag_gemm_gpu_check,
-    .gpu_adapt = mkx_ag_gemm_gpu_adapt,
+    .gpu_local = mkx_ag_gemm_gpu_local,
     .gpu_choose = mkx_ag_gemm_gpu_choose,
 #endif
 };

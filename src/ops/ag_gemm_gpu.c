@@ -76,28 +76,36 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
   return MKX_SUCCESS;
 }
 
-int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
-                          const struct mkx_agreed *g) {
-  return mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g);
-}
-
 /* The split path runs as one kernel (option tp_ag_oneshot) when the
  * engine multiplies (option tp_split_gemm) and the product's tiles fit in
- * one wave with SMs to spare: shape and options only, so every rank
- * decides alike. */
-static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
+ * one wave with SMs to spare.  The tiles depend on this rank's n and
+ * transb, which may differ between ranks: whether every rank's product
+ * fits is agreed (MKX_GPU_LOCAL_NO_ONE_KERNEL), and the plan takes one
+ * kernel only where none said no. */
+static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, int64_t M,
+                        int *chunk_kb, int *nkc) {
   mkx_gemm_desc g;
-  mkx_tp_gemm_of_ag(a, NULL, p->M, &g);
+  mkx_tp_gemm_of_ag(a, NULL, M, &g);
   if (c->opt.tp_ag_oneshot == MKX_ONESHOT_NO || mkx_tp_split_blas(c, &g))
     return 0;
   mkx_tp_ag_desc d;
   memset(&d, 0, sizeof d);
-  d.m = p->M, d.n = a->n, d.k = a->k;
+  d.m = M, d.n = a->n, d.k = a->k;
   d.ab_type = g.ab_type, d.c_type = g.c_type, d.b_kmajor = g.b_kmajor;
   d.sync.ctas = c->share.ctas; /* agreed: the grid must fit in it */
   int tile;
   return mkx_tp_ag1_shape(&d, c->opt.tp_ag_oneshot == MKX_ONESHOT_YES, &tile,
-                          &p->chunk_kb, &p->nkc);
+                          chunk_kb, nkc);
+}
+
+unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
+                               const struct mkx_agreed *g) {
+  int chunk_kb, nkc;
+  unsigned bits = mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g)
+                      ? MKX_GPU_LOCAL_ADAPT : 0;
+  if (!oneshot_fits(c, args, g->total, &chunk_kb, &nkc))
+    bits |= MKX_GPU_LOCAL_NO_ONE_KERNEL;
+  return bits;
 }
 
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
@@ -135,7 +143,8 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
   p->split = split;
-  p->oneshot = p->split && oneshot_fits(c, a, p);
+  p->oneshot = p->split && !(g->gpu_any & MKX_GPU_LOCAL_NO_ONE_KERNEL) &&
+               oneshot_fits(c, a, p->M, &p->chunk_kb, &p->nkc);
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->M * (size_t)a->k * p->es + 255) & ~(size_t)255;
   mkx_tp_need need = {p->split ? 0 : p->tiles_m,

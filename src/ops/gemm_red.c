@@ -104,7 +104,7 @@ const mkx_op_class mkx_op_gemm_reduce_scatter = {
     .host = rs_host,
 #if HAVE_CUDA
     .gpu_check = mkx_rs_gpu_check,
-    .gpu_adapt = mkx_rs_gpu_adapt,
+    .gpu_local = mkx_rs_gpu_local,
     .gpu_choose = mkx_rs_gpu_choose,
 #endif
 };
@@ -120,7 +120,7 @@ const mkx_op_class mkx_op_gemm_allreduce = {
     .host = ar_host,
 #if HAVE_CUDA
     .gpu_check = mkx_ar_gpu_check,
-    .gpu_adapt = mkx_ar_gpu_adapt,
+    .gpu_local = mkx_ar_gpu_local,
     .gpu_choose = mkx_ar_gpu_choose,
 #endif
 };

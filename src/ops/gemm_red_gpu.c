@@ -166,13 +166,15 @@ int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
   return plan(c, args, op == MKX_TP_OP_AR, split, out);
 }
 
-int mkx_rs_gpu_adapt(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g) {
-  return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g);
+unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g) {
+  return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g) ? MKX_GPU_LOCAL_ADAPT
+                                                      : 0;
 }
-int mkx_ar_gpu_adapt(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g) {
-  return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g);
+unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g) {
+  return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g) ? MKX_GPU_LOCAL_ADAPT
+                                                      : 0;
 }
 void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;

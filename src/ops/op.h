@@ -70,12 +70,15 @@ typedef struct mkx_op_class {
   /* The GPU paths (all NULL: none yet).  gpu_check: can this rank's
    * arguments take a fused path?  Local only, no communication:
    * MKX_ERR_UNSUPPORTED with the reason if not (every rank's answer is then
-   * agreed).  gpu_adapt (NULL: never): local, once gpu_check passed: 1 if
-   * this rank's operands need the adapter; agreed into g->gpu_adapt.
+   * agreed).  gpu_local (NULL: none): local, once gpu_check passed: bits
+   * of what this rank's operands need or cannot do (MKX_GPU_LOCAL_*), OR-ed
+   * over the ranks into g->gpu_any in the same exchange (and bit
+   * MKX_GPU_LOCAL_ADAPT into g->gpu_adapt): decisions on per-rank values
+   * that must come out alike on every rank.
    * gpu_choose: once every rank passed gpu_check, the path from agreed
    * values and options only, so that every rank chooses alike. */
   int (*gpu_check)(MKX_Comm c, const void *args, const mkx_agreed *g);
-  int (*gpu_adapt)(MKX_Comm c, const void *args, const mkx_agreed *g);
+  unsigned (*gpu_local)(MKX_Comm c, const void *args, const mkx_agreed *g);
   int (*gpu_choose)(MKX_Comm c, const void *args, const mkx_agreed *g,
                     struct mkx_path_choice *out);
 } mkx_op_class;

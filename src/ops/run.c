@@ -156,14 +156,16 @@ static int buffer_kind(MKX_Comm c, const mkx_op_class *cls, void *args,
 }
 
 /* Every rank learns whether every rank can take the fused path (it is
- * taken by all or by none, since its set-up is collective) and whether
- * any rank needs the adapter (then all take it), in one agreement. */
-static int all_can(MKX_Comm c, int can, int adapt, int *all, int *any_adapt) {
+ * taken by all or by none, since its set-up is collective) and the bits of
+ * the ranks' gpu_local hooks, in one agreement. */
+static int all_can(MKX_Comm c, int can, unsigned local, int *all,
+                   mkx_agreed *g) {
   uint64_t v = 0;
-  const uint64_t mine = (uint64_t)(!can) | (uint64_t)(adapt != 0) << 1;
+  const uint64_t mine = (uint64_t)(!can) | (uint64_t)local << 1;
   MKX_TRY(mkx_comm_agree_u64(c, mine, MKX_AGREE_OR, &v, "path agreement"));
   *all = !(v & 1);
-  *any_adapt = (v & 2) != 0;
+  g->gpu_any = (unsigned)(v >> 1);
+  g->gpu_adapt = (g->gpu_any & MKX_GPU_LOCAL_ADAPT) != 0;
   return MKX_SUCCESS;
 }
 
@@ -184,17 +186,18 @@ static int plan_gpu(MKX_Comm c, const mkx_op_class *cls, void *args,
 static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
                            mkx_prepared *p) {
   char why[160] = "option fused=off";
-  int can = 0, all = 0, adapt = 0;
+  int can = 0, all = 0;
+  unsigned local = 0;
   if (cls->gpu_check == NULL)
     snprintf(why, sizeof why, "no fused GPU kernel for this operation yet");
   else if (c->opt.fused != MKX_FUSED_OFF) {
     can = cls->gpu_check(c, args, &p->g) == MKX_SUCCESS;
-    if (can && cls->gpu_adapt) adapt = cls->gpu_adapt(c, args, &p->g);
+    if (can && cls->gpu_local) local = cls->gpu_local(c, args, &p->g);
     if (!can) snprintf(why, sizeof why, "%s", MKX_Get_last_error());
     mkx_error_clear();
   }
   if (cls->gpu_check)
-    MKX_TRY(all_can(c, can, adapt, &all, &p->g.gpu_adapt));
+    MKX_TRY(all_can(c, can, local, &all, &p->g));
   if (all) return plan_gpu(c, cls, args, p);
   p->staged = 1;
   mkx_log(MKX_LOG_INFO, "%s: %s path (%s)", cls->name,

@@ -116,8 +116,8 @@ enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
  * pointers the kernels cannot take: a row-major call on dense temporaries
  * with k and n padded to multiples of 8, operands transposed or copied in
  * and out.  mkx_tp_adapt_local: 1 when this rank's operands need it (the
- * op classes' gpu_adapt; every rank takes it when any rank does, agreed
- * into g->gpu_adapt with the path, src/ops/run.c). */
+ * op classes' gpu_local bit MKX_GPU_LOCAL_ADAPT; every rank takes it when
+ * any rank does, agreed into g->gpu_adapt with the path, src/ops/run.c). */
 int mkx_tp_adapt_local(MKX_Comm c, int op, const void *args,
                        const struct mkx_agreed *g);
 /* Why the kernels cannot take these operands without the adapter's
@@ -147,8 +147,8 @@ void mkx_hier_gpu_free(MKX_Comm c, void *plan);
  * the split path rather than the overlapped one. */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
-int mkx_ag_gemm_gpu_adapt(MKX_Comm c, const void *args,
-                          const struct mkx_agreed *g);
+unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
+                               const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, int split, void **plan);
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
@@ -158,10 +158,10 @@ int mkx_rs_gpu_check(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g);
 int mkx_ar_gpu_check(MKX_Comm c, const void *args,
                      const struct mkx_agreed *g);
-int mkx_rs_gpu_adapt(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g);
-int mkx_ar_gpu_adapt(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g);
+unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g);
+unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
+                          const struct mkx_agreed *g);
 /* op: MKX_TP_OP_RS or MKX_TP_OP_AR. */
 int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
                      void **plan);

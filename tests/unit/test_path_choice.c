@@ -35,7 +35,8 @@ static void expect(struct MKX_Comm_s *c, int op, int64_t M, int adapt,
   memset(&red, 0, sizeof red);
   memset(&ag, 0, sizeof ag);
   red.M = M;
-  mkx_agreed g = {NULL, op == 0 ? M : 0, adapt};
+  mkx_agreed g = {NULL, op == 0 ? M : 0, adapt, adapt ? MKX_GPU_LOCAL_ADAPT
+                                                     : 0};
   mkx_path_choice ch;
   memset(&ch, 0, sizeof ch);
   const int rc = fn[op](c, op == 0 ? (const void *)&ag : (const void *)&red,
@@ -52,6 +53,35 @@ static void expect(struct MKX_Comm_s *c, int op, int64_t M, int adapt,
     CHECK(ch.ops->start == (op == 0 ? mkx_ag_gemm_gpu_start
                                     : mkx_red_gpu_start),
           "%s: the call's own start", what);
+}
+
+/* AllGather+GEMM's local bits: whether this rank's product fits the
+ * one-kernel split path depends on its own n, so it goes into the
+ * agreement (MKX_GPU_LOCAL_NO_ONE_KERNEL) rather than being decided alone.
+ * Row-major bf16 operands with everything a multiple of 8: no adapter. */
+static void one_kernel_bit(void) {
+  struct MKX_Comm_s c = comm_of(2, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO,
+                                MKX_OVERLAP_AUTO);
+  static char buf[1024] __attribute__((aligned(256)));
+  mkx_ag_gemm_args a;
+  memset(&a, 0, sizeof a);
+  a.A = buf, a.B = buf, a.C = buf;
+  a.m_local = 128, a.k = 256, a.lda = 256, a.ldb = 256, a.ldc = 256;
+  a.transb = MKX_TRANS, a.dtype = a.ctype = MKX_BF16;
+  a.order = MKX_ROW_MAJOR;
+  mkx_agreed g = {NULL, 256, 0, 0};
+  for (int rep = 0; rep < 2; rep++) {
+    c.opt.tp_ag_oneshot = rep ? MKX_ONESHOT_NO : MKX_ONESHOT_YES;
+    a.n = 256, a.ldc = 256;
+    unsigned bits = mkx_ag_gemm_gpu_local(&c, &a, &g);
+    CHECK(!(bits & MKX_GPU_LOCAL_ADAPT), "aligned operands: no adapter");
+    CHECK(!(bits & MKX_GPU_LOCAL_NO_ONE_KERNEL) == !rep,
+          "n = 256, tp_ag_oneshot=%s: %s", rep ? "no" : "yes",
+          rep ? "never one kernel" : "fits one kernel");
+    a.n = 1 << 16, a.ldc = 1 << 16; /* 256 tiles on one rank: too many */
+    bits = mkx_ag_gemm_gpu_local(&c, &a, &g);
+    CHECK(bits & MKX_GPU_LOCAL_NO_ONE_KERNEL, "n = 65536: no one kernel");
+  }
 }
 
 int main(void) {
@@ -88,5 +118,6 @@ int main(void) {
     expect(&nodes, op, 8192, 1, MKX_PATH_HIER_GPU, "hier_gemm=gpu",
            "two nodes (before the adapter)");
   }
+  one_kernel_bit();
   return check_done("test_path_choice");
 }
