@@ -112,7 +112,7 @@ int mkx_comm_net_open(MKX_Comm c) {
   if (!cn) return mkx_error(MKX_ERR_NOMEM, "network endpoint");
   c->net = cn;
   cn->piece = piece_bytes(c->size);
-  MKX_TRY(alloc_tables(c, cn));
+  int rc = alloc_tables(c, cn);
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
@@ -122,7 +122,10 @@ int mkx_comm_net_open(MKX_Comm c) {
                       .device = c->has_gpu_map && c->gpu_map.num_nics
                                     ? c->gpu_map.nic_names[0]
                                     : NULL};
-  MKX_TRY(mkx_net_open(&p, &cn->net));
+  /* a rank whose transport did not open must not leave the others in
+   * the connect's exchange */
+  if (rc == MKX_SUCCESS) rc = mkx_net_open(&p, &cn->net);
+  MKX_TRY(mkx_comm_agree_rc(c, rc, "network open"));
   MKX_TRY(mkx_net_connect(cn->net, &c->oob));
   MKX_TRY(start_proxy(c, cn));
   mkx_log(MKX_LOG_INFO, "network: %s between %d nodes, pieces of %zu bytes",

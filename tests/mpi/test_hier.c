@@ -464,6 +464,28 @@ static MKX_Comm vnode_comm(const char *vs, const char *key, const char *val) {
   return c;
 }
 
+/* A transport that does not open on the last rank (a bind address that
+ * does not exist there): that rank gets its error, the others MKX_ERR_PEER
+ * at once instead of waiting in the connect for it. */
+static void open_fails(const char *vs) {
+  MPI_Info info;
+  MKX_Comm c = NULL;
+  const int last = mt.size - 1;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_virtual_node_size", vs);
+  MPI_Info_set(info, "mkx_net", "tcp");
+  if (mt.rank == last) MPI_Info_set(info, "mkx_net_tcp_bind", "192.0.2.1");
+  const double t0 = MPI_Wtime();
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  const double dt = MPI_Wtime() - t0;
+  MPI_Info_free(&info);
+  CHECK(rc != MKX_SUCCESS && (mt.rank == last || rc == MKX_ERR_PEER),
+        "transport not opening on rank %d: rc %d (%s)", last, rc,
+        MKX_Get_last_error());
+  CHECK(dt < 60, "told within %.1f s, not after the 300 s bound", dt);
+  if (rc == MKX_SUCCESS) MKX_Comm_free(&c);
+}
+
 /* An exchange that rank 0 skips: every other rank gives up after the
  * bound with MKX_ERR_TIMEOUT naming rank 0, instead of hanging. */
 static void missing_rank(const char *vs) {
@@ -546,6 +568,7 @@ static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
   }
   MKX_Comm_free(&tiny);
   missing_rank(vs);
+  open_fails(vs);
 }
 
 int main(int argc, char **argv) {
