@@ -32,8 +32,9 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what) {
     if (rc != MKX_SUCCESS || done) return rc;
     if (now_ms() > deadline)
       return mkx_error(MKX_ERR_TIMEOUT,
-                       "%s: no answer from every rank after %lld ms "
-                       "(option timeout_ms)", what, (long long)timeout_ms);
+                       "%s: not every rank took part within %lld ms (option "
+                       "timeout_ms): a rank that has not made this call, or "
+                       "is held before it", what, (long long)timeout_ms);
     /* Spin briefly for latency, then yield the core: ranks are often
      * oversubscribed on small machines. */
     if (spins > 1000) {

@@ -225,8 +225,11 @@ int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
   if (local_rc == MKX_SUCCESS) local_rc = mkx_handle_add(c, MKX_HANDLE_COMM);
   int rc = comm_setup(c, comm, info, local_rc);
   if (rc != MKX_SUCCESS) {
+    /* the cause, not what the clean-up met after it */
+    char why[512];
+    snprintf(why, sizeof why, "%s", MKX_Get_last_error());
     comm_release(c);
-    return rc;
+    return mkx_error(rc, "%s", why);
   }
   *newcomm = c;
   return MKX_SUCCESS;

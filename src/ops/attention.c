@@ -1,5 +1,6 @@
 /* MKX_Ring_attention: checks and entry point. */
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include "core/error.h"
 #include "host/host_ops.h"
@@ -69,9 +70,25 @@ static int host(MKX_Comm c, const void *args, const mkx_agreed *g) {
   return mkx_host_ring_attention(c, args, g);
 }
 
+/* scale travels as its bits (compared exactly); say it as a number */
+static int sig_text(int i, int64_t v, char *buf, size_t len) {
+  if (strcmp(sig_names[i], "scale")) return 0;
+  double d;
+  memcpy(&d, &v, sizeof d);
+  snprintf(buf, len, "%.17g", d);
+  return 1;
+}
+
 const mkx_op_class mkx_op_ring_attention = {
-    "MKX_Ring_attention", MKX_OP_RING_ATTENTION, sizeof(mkx_attn_args),
-    sig_names, check, NULL, buffers, host};
+    .name = "MKX_Ring_attention",
+    .kind = MKX_OP_RING_ATTENTION,
+    .args_size = sizeof(mkx_attn_args),
+    .sig_names = sig_names,
+    .sig_text = sig_text,
+    .check = check,
+    .buffers = buffers,
+    .host = host,
+};
 
 int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
                        float *LSE, int64_t batch, int64_t seq_local,

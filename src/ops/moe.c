@@ -137,12 +137,24 @@ static int layer_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
 }
 
 const mkx_op_class mkx_op_moe_dispatch_gemm = {
-    "MKX_Moe_dispatch_gemm", MKX_OP_MOE_DISPATCH_GEMM, sizeof(mkx_moe_args),
-    sig_names, dispatch_check, NULL, dispatch_buffers, dispatch_host};
+    .name = "MKX_Moe_dispatch_gemm",
+    .kind = MKX_OP_MOE_DISPATCH_GEMM,
+    .args_size = sizeof(mkx_moe_args),
+    .sig_names = sig_names,
+    .check = dispatch_check,
+    .buffers = dispatch_buffers,
+    .host = dispatch_host,
+};
 
 const mkx_op_class mkx_op_moe_layer = {
-    "MKX_Moe_layer", MKX_OP_MOE_LAYER, sizeof(mkx_moe_args), sig_names,
-    layer_check, NULL, layer_buffers, layer_host};
+    .name = "MKX_Moe_layer",
+    .kind = MKX_OP_MOE_LAYER,
+    .args_size = sizeof(mkx_moe_args),
+    .sig_names = sig_names,
+    .check = layer_check,
+    .buffers = layer_buffers,
+    .host = layer_host,
+};
 
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
                           const int32_t *topk_ids, const float *topk_weight,

@@ -58,6 +58,9 @@ typedef struct mkx_op_class {
   mkx_op_kind kind;
   size_t args_size;
   const char *const *sig_names;  /* names of sig[] entries, NULL-ended */
+  /* sig[i] as the user wrote it, for a mismatch's message (NULL, or 0
+   * returned: as an integer): a double kept as its bits, an enum. */
+  int (*sig_text)(int i, int64_t v, char *buf, size_t len);
   /* Local checks of one rank's arguments; fills *s on success. */
   int (*check)(MKX_Comm c, void *args, mkx_signature *s);
   /* Checks needing every rank's values (NULL if none): is rank q's `late`

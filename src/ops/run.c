@@ -54,6 +54,24 @@ static int other_call(MKX_Comm c, const agree_record *all) {
   return MKX_SUCCESS;
 }
 
+/* An agreed value as the user wrote it: the op's own text, a datatype's
+ * or layout's name, else the number. */
+static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
+                     size_t len) {
+  static const char *const types[] = {"?", "MKX_BF16", "MKX_FP16",
+                                      "MKX_FP32", "MKX_FP64"};
+  const char *name = cls->sig_names[i];
+  if (cls->sig_text && cls->sig_text(i, v, buf, len)) return;
+  if ((!strcmp(name, "dtype") || !strcmp(name, "ctype")) && v >= MKX_BF16 &&
+      v <= MKX_FP64)
+    snprintf(buf, len, "%s", types[v]);
+  else if (!strcmp(name, "order") && (v == MKX_ROW_MAJOR || v == MKX_COL_MAJOR))
+    snprintf(buf, len, "%s", v == MKX_ROW_MAJOR ? "MKX_ROW_MAJOR"
+                                                : "MKX_COL_MAJOR");
+  else
+    snprintf(buf, len, "%lld", (long long)v);
+}
+
 static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
                          const agree_record *all) {
   const agree_record *me = &all[c->rank];
@@ -65,12 +83,15 @@ static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
                        me->path ? "device" : "host", c->rank,
                        all[q].path ? "device" : "host", q);
     for (int i = 0; cls->sig_names[i]; i++)
-      if (all[q].s.sig[i] != me->s.sig[i])
+      if (all[q].s.sig[i] != me->s.sig[i]) {
+        char mine[48], other[48];
+        sig_text(cls, i, me->s.sig[i], mine, sizeof mine);
+        sig_text(cls, i, all[q].s.sig[i], other, sizeof other);
         return mkx_error(MKX_ERR_SHAPE_MISMATCH,
-                         "%s: %s = %lld on rank %d but %lld on rank %d",
-                         cls->name, cls->sig_names[i],
-                         (long long)me->s.sig[i], c->rank,
-                         (long long)all[q].s.sig[i], q);
+                         "%s: %s = %s on rank %d but %s on rank %d",
+                         cls->name, cls->sig_names[i], mine, c->rank, other,
+                         q);
+      }
   }
   return MKX_SUCCESS;
 }

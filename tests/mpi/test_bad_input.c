@@ -133,6 +133,14 @@ static void other_cases(void) {
     EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, ME(1), 0,
                               MKX_FP32, comm, NULL),
            -1, MKX_ERR_SHAPE_MISMATCH, "causal");
+  if (size > 1) /* told as numbers, not as the bits they travel as */
+    EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, 0,
+                              ME(1) ? 0.5 : 0.25, MKX_FP32, comm, NULL),
+           -1, MKX_ERR_SHAPE_MISMATCH, ME(1) ? "scale = 0.5 " : "scale = 0.25 ");
+  if (size > 1)
+    EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, 0, 0,
+                              ME(1) ? MKX_FP64 : MKX_FP32, comm, NULL),
+           -1, MKX_ERR_SHAPE_MISMATCH, "MKX_FP64");
   /* sizes each within bounds whose products are not: caught before any
    * buffer is sized or read (one rank's, then every rank's) */
   const int64_t big = (int64_t)1 << 39;
