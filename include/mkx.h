@@ -112,11 +112,15 @@
  * waited in (on the GPU: the rank and tile it waited for).  Nothing
  * hangs.  What a rank that arrives after the others gave up gets depends
  * on the path:
- *  - Host work (the host and staged paths, the several-node paths, and
- *    the checks and set-up of every call and _init, fused ones included):
- *    no guarantee.  The late rank may wait its whole timeout in a later
- *    step and return MKX_ERR_TIMEOUT, or, where the others had already
- *    joined every remaining exchange, complete and return MKX_SUCCESS.
+ *  - Host work (the host and staged paths, and the checks and set-up of
+ *    every call and _init, fused ones included): a rank that gives up
+ *    tells the others; a late rank whose exchange then completes with
+ *    what they had sent returns MKX_ERR_PEER (naming the rank that gave
+ *    up) at the end of that exchange or of the call, not success.  A tell
+ *    still in flight then is not waited for: the call's result stands and
+ *    the late rank's next call fails.  A late rank may also wait its own
+ *    timeout in a step the others never reached (MKX_ERR_TIMEOUT).  The
+ *    several-node GPU paths give no more than this.
  *  - Fused single-node GPU paths (MKX_Start of a fused plan, and the GPU
  *    part of a fused call): a rank that gives up tells its peers; a late
  *    rank that was told reports MKX_ERR_PEER (naming the rank that gave

@@ -23,10 +23,52 @@ int mkx_comm_check(MKX_Comm c) {
   return MKX_SUCCESS;
 }
 
+/* The tag of a tell on MKX's own duplicate of the user's communicator,
+ * where nothing else is point-to-point. */
+#define TELL_TAG 7321
+
+/* A rank that gave up waiting in a collective exchange tells the others,
+ * so that a late rank whose exchange then completes (with what this rank
+ * had sent) voids its result instead of returning success. */
+static void tell_peers(MKX_Comm c) {
+  static const int gave_up = 1;
+  int me = 0, size = 0;
+  if (c->mpi == MPI_COMM_NULL || c->told) return;
+  c->told = 1;
+  if (MPI_Comm_rank(c->mpi, &me) != MPI_SUCCESS ||
+      MPI_Comm_size(c->mpi, &size) != MPI_SUCCESS)
+    return;
+  for (int q = 0; q < size; q++) {
+    MPI_Request r;
+    if (q != me && MPI_Isend(&gave_up, 1, MPI_INT, q, TELL_TAG, c->mpi,
+                             &r) == MPI_SUCCESS)
+      MPI_Request_free(&r); /* a send from static memory: never waited */
+  }
+}
+
 int mkx_comm_fail(MKX_Comm c, int rc) {
   if (rc != MKX_ERR_TIMEOUT && rc != MKX_ERR_MPI && rc != MKX_ERR_NET)
     return rc;
+  if (rc == MKX_ERR_TIMEOUT) tell_peers(c);
   return mkx_comm_break(c, rc);
+}
+
+int mkx_comm_exchanged(MKX_Comm c, int rc) {
+  int told = 0, gave_up = 0;
+  MPI_Status st;
+  if (rc != MKX_SUCCESS) return mkx_comm_fail(c, rc);
+  if (c->mpi == MPI_COMM_NULL ||
+      MPI_Iprobe(MPI_ANY_SOURCE, TELL_TAG, c->mpi, &told, &st) !=
+          MPI_SUCCESS ||
+      !told)
+    return MKX_SUCCESS;
+  MPI_Recv(&gave_up, 1, MPI_INT, st.MPI_SOURCE, TELL_TAG, c->mpi,
+           MPI_STATUS_IGNORE);
+  c->told = 1; /* the others know: they sent it */
+  return mkx_comm_break(c, mkx_error(MKX_ERR_PEER, "rank %d gave up waiting "
+                        "for this rank (option timeout_ms) in an exchange "
+                        "of this or an earlier call, so this call's result "
+                        "is void", st.MPI_SOURCE));
 }
 
 int mkx_comm_break(MKX_Comm c, int rc) {

@@ -33,6 +33,8 @@ struct MKX_Comm_s {
   int broken;          /* a timed-out collective is pending: unusable */
   char broken_why[256];/* the message of the failure that broke it */
   int live_requests;   /* persistent requests not yet freed */
+  int told;            /* the other ranks know this one gave up, or told
+                          it that they did (mkx_comm_exchanged) */
   int64_t calls;       /* operations agreed on so far (each rank's count
                           goes into the agreement: a rank that missed one
                           is out of step) */
@@ -81,6 +83,12 @@ int mkx_comm_add_hook(MKX_Comm c, const void *key,
  * behind, and GPU epochs out of step) and keep the current error message
  * for later calls; returns rc. */
 int mkx_comm_fail(MKX_Comm c, int rc);
+/* After a collective exchange on c that returned rc: a failure as
+ * mkx_comm_fail (a timeout also tells the other ranks); success, unless
+ * another rank told this one that it gave up waiting for it, which voids
+ * the exchange (MKX_ERR_PEER naming that rank; c broken).  Every
+ * agreement goes through it, so a late rank learns it was late. */
+int mkx_comm_exchanged(MKX_Comm c, int rc);
 /* The same for any failure rc: the caller knows the ranks are out of step
  * (a GPU run a peer gave up on). */
 int mkx_comm_break(MKX_Comm c, int rc);

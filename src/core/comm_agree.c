@@ -20,7 +20,7 @@ int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
     else r |= all[q];
   }
   free(all);
-  if (rc != MKX_SUCCESS) return mkx_comm_fail(c, rc);
+  MKX_TRY(mkx_comm_exchanged(c, rc));
   *out = r;
   return MKX_SUCCESS;
 }
@@ -36,7 +36,7 @@ int mkx_comm_agree_rc(MKX_Comm c, int rc, const char *what) {
     if (all[q] != MKX_SUCCESS && bad < 0) bad = q;
   const int bad_rc = bad >= 0 ? (int)all[bad] : MKX_SUCCESS;
   free(all);
-  if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);
+  MKX_TRY(mkx_comm_exchanged(c, orc));
   if (rc != MKX_SUCCESS) return rc; /* this rank's own message stands */
   if (bad < 0) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_PEER, "%s failed on rank %d (%s)", what, bad,

@@ -128,11 +128,12 @@ static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
     free(all);
     return mkx_error(MKX_ERR_NOMEM, "%s: agreement buffers", cls->name);
   }
-  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine,
-                            c->opt.timeout_ms);
+  int rc = mkx_comm_exchanged(c, c->oob.allgather(c->oob.ctx, mine, all,
+                                                   sizeof *mine,
+                                                   c->opt.timeout_ms));
   if (rc != MKX_SUCCESS) {
     free(all);
-    return mkx_comm_fail(c, rc);
+    return rc;
   }
   if (rc == MKX_SUCCESS) rc = other_call(c, all);
   if (rc == MKX_SUCCESS && mine->rc != MKX_SUCCESS) rc = (int)mine->rc;
@@ -288,7 +289,8 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
       rc = mkx_device_copy(host[i], dev[i], bufs[i].bytes, 0);
     *bufs[i].field = host[i];
   }
-  if (rc == MKX_SUCCESS) rc = mkx_comm_fail(c, p->cls->host(c, copy, &p->g));
+  if (rc == MKX_SUCCESS)
+    rc = mkx_comm_exchanged(c, p->cls->host(c, copy, &p->g));
   int copy_back = rc == MKX_SUCCESS || rc == MKX_ERR_TRUNCATE;
   for (int i = 0; copy_back && i < n; i++) {
     if (!(bufs[i].dir & MKX_BUF_OUT) || host[i] == NULL) continue;
@@ -312,7 +314,7 @@ int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
     return run_staged(c, p, args, stream);
   }
   mkx_path_count(MKX_PATH_HOST);
-  return mkx_comm_fail(c, p->cls->host(c, args, &p->g));
+  return mkx_comm_exchanged(c, p->cls->host(c, args, &p->g));
 }
 
 int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,

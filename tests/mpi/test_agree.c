@@ -3,9 +3,10 @@
  * ranks: every rank gets the same max / and / or of the ranks' numbers (they
  * depend on the rank, so a rank that combined only its own, or only some,
  * would differ), and the same verdict on a local step.  Then a rank that
- * arrives after the others gave up: they time out within the bound, and
- * the buffers of the exchange they abandoned are still MKX's when the late
- * rank's data lands in them (under ASan a use-after-free otherwise).
+ * arrives after the others gave up: they time out within the bound, the
+ * buffers of the exchange they abandoned are still MKX's when the late
+ * rank's data lands in them (under ASan a use-after-free otherwise), and
+ * the late rank learns that the others gave up (MKX_ERR_PEER).
  */
 #include <stdint.h>
 #include <string.h>
@@ -61,8 +62,17 @@ static void late_rank(void) {
     CHECK(mkx_comm_check(c) != MKX_SUCCESS, "late rank: the "
              "communicator is unusable after the timeout");
   }
-  /* the late rank's exchange completes into what the others abandoned;
-   * then every rank can still free the communicator */
+  else {
+    /* its exchange completes with what the others sent before they gave
+     * up, and they told it so: void, not a success */
+    if (CHECK_RC(rc, MKX_ERR_PEER, "late rank: told that the others gave "
+                 "up"))
+      CHECK(strstr(MKX_Get_last_error(), "gave up waiting") != NULL,
+            "late rank: says so: %s", MKX_Get_last_error());
+    CHECK(mkx_comm_check(c) != MKX_SUCCESS, "late rank: its communicator "
+          "is unusable too");
+  }
+  /* then every rank can still free the communicator */
   MPI_Barrier(MPI_COMM_WORLD);
   CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "late rank: MKX_Comm_free");
 }
