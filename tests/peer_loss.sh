@@ -1,0 +1,27 @@
+#!/bin/sh
+# tests/mpi/test_peer_loss on 3 ranks under Open MPI's mpirun told to keep
+# the survivors alive when a rank exits (--enable-recovery): both
+# survivors must report and finalise (their "finalized, 0 failed" lines)
+# within the time bound.  Other launchers (MKX_TEST_LAUNCHER, srun) do not
+# keep survivors alive: skipped.
+set -u
+prog=tests/mpi/test_peer_loss
+[ -x "$prog" ] || { echo "not ok - no $prog here"; exit 1; }
+if [ -n "${MKX_TEST_LAUNCHER:-}" ] ||
+   ! mpirun --version 2>/dev/null | grep -q "Open MPI"; then
+  echo "skip: needs Open MPI's mpirun"
+  exit 77
+fi
+root=
+[ "$(id -u)" = 0 ] && root=--allow-run-as-root
+timeout -k 10 120 mpirun $root --oversubscribe --enable-recovery \
+  --mca orte_abort_on_non_zero_status 0 -np 3 "$prog" >peer_loss.out 2>&1
+ok=$(grep -c "^survivor [0-9]* finalized, 0 failed" peer_loss.out)
+if [ "$ok" = 2 ]; then
+  echo "ok - both survivors failed the call within the bound, freed the communicator and finalised"
+  rm -f peer_loss.out
+  exit 0
+fi
+echo "not ok - $ok of 2 survivors finished cleanly"
+cat peer_loss.out
+exit 1
