@@ -122,6 +122,8 @@ program tp_solver
 
   call MKX_Comm_free(comm, ierr)
   call require(ierr, "MKX_Comm_free")
+  ! The main program's arrays are never freed by the compiler at its end.
+  deallocate(A64, x64, y64, A32, x32, y32, Afull, b, xref, d)
   if (rank == 0) then
     print '(a,i0,a,i0,a,i0,a)', "tp_solver: N = ", n, ", ", steps, &
         " Jacobi steps on ", nranks, " ranks"

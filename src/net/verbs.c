@@ -155,7 +155,12 @@ static int register_signals(mkx_net *n, verbs_impl *v) {
 }
 
 static int fill_blob(mkx_net *n, verbs_impl *v) {
+  /* Padded to the struct's alignment: the allgather packs the blobs at
+   * multiples of this length, and with an odd rank count an unpadded one
+   * leaves every other peer's blob (with its 64-bit sig_addr) misaligned. */
+  size_t al = _Alignof(verbs_blob);
   v->blob_len = sizeof *v->blob + (size_t)n->size * sizeof(uint32_t);
+  v->blob_len = (v->blob_len + al - 1) / al * al;
   v->blob = calloc(1, v->blob_len);
   if (!v->blob) return mkx_error(MKX_ERR_NOMEM, "verbs: address blob");
   v->blob->magic = BLOB_MAGIC;

@@ -9,6 +9,9 @@
 #include <string.h>
 #include "mkx.h"
 #include "../common/check.h"
+#if MKX_SANITIZERS
+#include <sanitizer/lsan_interface.h>
+#endif
 
 static int rank, size;
 static MKX_Comm comm;
@@ -375,6 +378,19 @@ int main(int argc, char **argv) {
   mixed_calls();
   still_works();
   MKX_Comm_free(&comm);
+#if MKX_SANITIZERS
+  /* The collective that missing_rank leaves unmatched can never complete,
+   * and MPI cannot cancel it: MPI keeps its state (and the free-list
+   * chunks it came from) past MPI_Finalize, which LeakSanitizer would
+   * report at exit.  Check for leaks here instead (this turns the check
+   * at exit off): what missing_rank itself leaks goes unseen, but MKX's
+   * buffers of an abandoned collective are kept (mkx_mpi_abandon) and so
+   * never reported anyway. */
+  __lsan_do_leak_check();
+  /* The check takes a while on some ranks; missing_rank's short timeout
+   * must see the others arrive together. */
+  MPI_Barrier(MPI_COMM_WORLD);
+#endif
   if (size > 1) missing_rank();
   int failed = check_failed(), total = 0;
   MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
