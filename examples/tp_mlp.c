@@ -41,20 +41,20 @@ static double from_bf16(bf16 h) {
 
 /* Element (i, j) of global matrix `which`: the same on every rank. */
 static float value(int which, long i, long j) {
-  uint64_t x = (uint64_t)which * 0x9e3779b97f4a7c15ull ^ (uint64_t)i << 32 ^
-               (uint64_t)j;
+  uint64_t x =
+      (uint64_t)which * 0x9e3779b97f4a7c15ull ^ (uint64_t)i << 32 ^ (uint64_t)j;
   x ^= x >> 31, x *= 0xbf58476d1ce4e5b9ull, x ^= x >> 29;
   return (float)((x >> 11) * 0x1.0p-53 * 2.0 - 1.0);
 }
 
-#define CHECK(call)                                                          \
-  do {                                                                       \
-    int rc_ = (call);                                                        \
-    if (rc_ != MKX_SUCCESS) {                                                \
-      fprintf(stderr, "tp_mlp: %s failed: %s: %s\n", #call,                  \
-              MKX_Error_string(rc_), MKX_Get_last_error());                  \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
+#define CHECK(call)                                                            \
+  do {                                                                         \
+    int rc_ = (call);                                                          \
+    if (rc_ != MKX_SUCCESS) {                                                  \
+      fprintf(stderr, "tp_mlp: %s failed: %s: %s\n", #call,                    \
+              MKX_Error_string(rc_), MKX_Get_last_error());                    \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
 
 /* Buffers live where MKX runs: device memory on a GPU, host otherwise. */
@@ -63,8 +63,8 @@ static int on_gpu;
 static void copy(void *dst, const void *src, size_t bytes, int to_mkx) {
 #ifdef MKX_EXAMPLE_CUDA
   if (on_gpu) {
-    if (cudaMemcpy(dst, src, bytes, to_mkx ? cudaMemcpyHostToDevice
-                                           : cudaMemcpyDeviceToHost)) {
+    if (cudaMemcpy(dst, src, bytes,
+                   to_mkx ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost)) {
       fprintf(stderr, "tp_mlp: cudaMemcpy failed\n");
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -90,15 +90,23 @@ int main(int argc, char **argv) {
     long v = atol(optarg);
     if (v <= 0) opt = '?';
     switch (opt) {
-    case 'm': m = v; break;
-    case 'd': d = v; break;
-    case 'f': f = v; break;
-    case 'i': iters = v; break;
-    default:
-      fprintf(stderr, "usage: %s [-m rows] [-d hidden] [-f ffn] [-i iters]\n",
-              argv[0]);
-      MPI_Finalize();
-      return 2;
+      case 'm':
+        m = v;
+        break;
+      case 'd':
+        d = v;
+        break;
+      case 'f':
+        f = v;
+        break;
+      case 'i':
+        iters = v;
+        break;
+      default:
+        fprintf(stderr, "usage: %s [-m rows] [-d hidden] [-f ffn] [-i iters]\n",
+                argv[0]);
+        MPI_Finalize();
+        return 2;
     }
   }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -121,7 +129,8 @@ int main(int argc, char **argv) {
        *w2 = malloc(sizeof(bf16) * fl * d), *h = malloc(sizeof(bf16) * M * fl),
        *y = malloc(sizeof(bf16) * m * d);
   for (long i = 0; i < m; i++)
-    for (long j = 0; j < d; j++) x[i * d + j] = to_bf16(value(1, rank * m + i, j));
+    for (long j = 0; j < d; j++)
+      x[i * d + j] = to_bf16(value(1, rank * m + i, j));
   for (long i = 0; i < d; i++)
     for (long j = 0; j < fl; j++)
       w1[i * fl + j] = to_bf16(value(2, i, rank * fl + j) / sqrtf(d));
@@ -134,9 +143,8 @@ int main(int argc, char **argv) {
 
   double t0 = MPI_Wtime();
   for (long it = 0; it < iters; it++) {
-    CHECK(MKX_Allgather_gemm(X, m, d, d, W1, fl, fl, MKX_NO_TRANS, H, fl,
-                             NULL, 0, MKX_BF16, MKX_BF16, MKX_ROW_MAJOR, comm,
-                             NULL));
+    CHECK(MKX_Allgather_gemm(X, m, d, d, W1, fl, fl, MKX_NO_TRANS, H, fl, NULL,
+                             0, MKX_BF16, MKX_BF16, MKX_ROW_MAJOR, comm, NULL));
     copy(h, H, sizeof(bf16) * M * fl, 0);
     for (long i = 0; i < M * fl; i++)
       if (from_bf16(h[i]) < 0) h[i] = 0; /* relu */
@@ -173,10 +181,11 @@ int main(int argc, char **argv) {
   MPI_Allreduce(&rel, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   double flops = 2.0 * M * d * f * 2; /* two GEMMs over all ranks */
   if (rank == 0)
-    printf("tp_mlp: %d ranks (%s), tokens %ld, hidden %ld, ffn %ld: "
-           "%.3f ms/step, %.2f GFLOP/s, max rel error %.2e: %s\n",
-           p, on_gpu ? "GPU" : "host path", M, d, f, seconds * 1e3,
-           flops / seconds * 1e-9, worst, worst < 2e-2 ? "OK" : "FAILED");
+    printf(
+        "tp_mlp: %d ranks (%s), tokens %ld, hidden %ld, ffn %ld: "
+        "%.3f ms/step, %.2f GFLOP/s, max rel error %.2e: %s\n",
+        p, on_gpu ? "GPU" : "host path", M, d, f, seconds * 1e3,
+        flops / seconds * 1e-9, worst, worst < 2e-2 ? "OK" : "FAILED");
 
   MKX_Free_mem(comm, X), MKX_Free_mem(comm, W1), MKX_Free_mem(comm, W2);
   MKX_Free_mem(comm, H), MKX_Free_mem(comm, Y);

@@ -158,8 +158,8 @@ extern "C" {
 #define MKX_VERSION_MAJOR 0
 #define MKX_VERSION_MINOR 1
 #define MKX_VERSION_PATCH 0
-#define MKX_VERSION_CODE(a, b, c) ((a) * 10000 + (b) * 100 + (c))
-#define MKX_VERSION \
+#define MKX_VERSION_CODE(a, b, c) ((a)*10000 + (b)*100 + (c))
+#define MKX_VERSION                                                            \
   MKX_VERSION_CODE(MKX_VERSION_MAJOR, MKX_VERSION_MINOR, MKX_VERSION_PATCH)
 
 /* The version of the library actually linked (may differ from the header). */
@@ -169,22 +169,22 @@ int MKX_Get_version(int *major, int *minor, int *patch);
 
 enum {
   MKX_SUCCESS = 0,
-  MKX_ERR_INVALID_ARG = 1,    /* an argument is invalid (see the message) */
-  MKX_ERR_NULL_POINTER = 2,   /* a required pointer is NULL */
-  MKX_ERR_BAD_SIZE = 3,       /* a size is negative, zero or too large */
-  MKX_ERR_BAD_LD = 4,         /* a leading dimension is too small */
-  MKX_ERR_UNSUPPORTED = 5,    /* dtype/order/feature not supported here */
-  MKX_ERR_SHAPE_MISMATCH = 6, /* ranks disagree on a collective argument */
-  MKX_ERR_TRUNCATE = 7,       /* an output buffer is too small */
-  MKX_ERR_CUDA = 8,           /* a CUDA runtime or library call failed */
-  MKX_ERR_MPI = 9,            /* an MPI call failed */
-  MKX_ERR_NET = 10,           /* a network transport failed */
-  MKX_ERR_TIMEOUT = 11,       /* a bounded wait for another rank ran out */
-  MKX_ERR_NOMEM = 12,         /* host or device memory exhausted */
-  MKX_ERR_PEER = 13,          /* another rank failed during the call */
-  MKX_ERR_INVALID_COMM = 14,  /* NULL or freed communicator */
+  MKX_ERR_INVALID_ARG = 1,      /* an argument is invalid (see the message) */
+  MKX_ERR_NULL_POINTER = 2,     /* a required pointer is NULL */
+  MKX_ERR_BAD_SIZE = 3,         /* a size is negative, zero or too large */
+  MKX_ERR_BAD_LD = 4,           /* a leading dimension is too small */
+  MKX_ERR_UNSUPPORTED = 5,      /* dtype/order/feature not supported here */
+  MKX_ERR_SHAPE_MISMATCH = 6,   /* ranks disagree on a collective argument */
+  MKX_ERR_TRUNCATE = 7,         /* an output buffer is too small */
+  MKX_ERR_CUDA = 8,             /* a CUDA runtime or library call failed */
+  MKX_ERR_MPI = 9,              /* an MPI call failed */
+  MKX_ERR_NET = 10,             /* a network transport failed */
+  MKX_ERR_TIMEOUT = 11,         /* a bounded wait for another rank ran out */
+  MKX_ERR_NOMEM = 12,           /* host or device memory exhausted */
+  MKX_ERR_PEER = 13,            /* another rank failed during the call */
+  MKX_ERR_INVALID_COMM = 14,    /* NULL or freed communicator */
   MKX_ERR_INVALID_REQUEST = 15, /* NULL or freed persistent request */
-  MKX_ERR_INTERNAL = 16,      /* a bug in MKX: please report it */
+  MKX_ERR_INTERNAL = 16,        /* a bug in MKX: please report it */
   MKX_ERR_LASTCODE = 16
 };
 
@@ -264,7 +264,7 @@ int MKX_Comm_free(MKX_Comm *comm);
 /* Local queries; they work on an unusable communicator too. */
 int MKX_Comm_rank(MKX_Comm comm, int *rank);
 int MKX_Comm_size(MKX_Comm comm, int *size);
-int MKX_Comm_node(MKX_Comm comm, int *node);           /* node index, 0-based */
+int MKX_Comm_node(MKX_Comm comm, int *node); /* node index, 0-based */
 int MKX_Comm_num_nodes(MKX_Comm comm, int *num_nodes);
 int MKX_Comm_local_rank(MKX_Comm comm, int *local_rank); /* rank in node */
 int MKX_Comm_local_size(MKX_Comm comm, int *local_size); /* ranks in node */

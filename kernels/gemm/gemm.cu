@@ -17,13 +17,13 @@ using namespace mkx::gemm;
 
 namespace {
 
-constexpr int kGroupM = 16;   // tile rows per L2 group in the default tile order
+constexpr int kGroupM = 16;  // tile rows per L2 group in the default tile order
 
 /* Gate parameters of the gated variant (AllGather-style: A rows arrive while the GEMM runs). */
 struct GateArgs {
-  const int *flags;   // one int per 128-row tile row of A, in device (or mapped) memory
-  int target;         // wait until flags[tile_m] >= target
-  int first_tile_m;   // tile row to start from
+  const int *flags;  // one int per 128-row tile row of A, in device (or mapped) memory
+  int target;        // wait until flags[tile_m] >= target
+  int first_tile_m;  // tile row to start from
 };
 
 /* EPI: 0 = direct stores, 1 = TMA stores.  GATED: FlagLoadGate + RotatedTileOrder. */
@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-int group_m_setting() {   /* MKX_GEMM_GROUP_M: tile rows per L2 group (tuning knob) */
+int group_m_setting() { /* MKX_GEMM_GROUP_M: tile rows per L2 group (tuning knob) */
   static int v = -1;
   if (v < 0) {
     const char *e = getenv("MKX_GEMM_GROUP_M");
@@ -64,7 +64,7 @@ int group_m_setting() {   /* MKX_GEMM_GROUP_M: tile rows per L2 group (tuning kn
   return v;
 }
 
-int epi_direct() {   /* MKX_GEMM_EPI=direct selects the direct-store epilogue (for comparison) */
+int epi_direct() { /* MKX_GEMM_EPI=direct selects the direct-store epilogue (for comparison) */
   static int v = -1;
   if (v < 0) {
     const char *e = getenv("MKX_GEMM_EPI");
@@ -80,8 +80,10 @@ int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t 
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
   int rc = make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
   if (rc) return rc;
-  if (BKM) rc = make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN);
-  else rc = make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
+  if (BKM)
+    rc = make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN);
+  else
+    rc = make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
   if (rc) return rc;
   rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
   if (rc) return rc;
@@ -89,8 +91,8 @@ int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t 
   const int tiles = tiles_m * tiles_n;
   if (ctas > tiles) ctas = tiles;
   auto kern = gate           ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 1, true>
-               : epi_direct() ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 0, false>
-                              : mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 1, false>;
+              : epi_direct() ? mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 0, false>
+                             : mkx_gemm_kernel<BN, STAGES, BKM, F16, OutT, 1, false>;
   GateArgs ga = {nullptr, 0, 0};
   if (gate) {
     ga = *gate;
@@ -99,7 +101,8 @@ int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t 
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
   if (e != cudaSuccess) return (int)e;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (OutT *)d->c, d->ldc, (int)d->m, (int)d->n, (int)d->k,
-                                               tiles_m, tiles_n, group_m_setting() < tiles_m ? group_m_setting() : tiles_m, ga);
+                                               tiles_m, tiles_n,
+                                               group_m_setting() < tiles_m ? group_m_setting() : tiles_m, ga);
   e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -111,26 +114,40 @@ int launch_tile(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_
   });
 }
 
-int g_is_sm90[64];   // 0 unknown, 1 yes, 2 no
+int g_is_sm90[64];  // 0 unknown, 1 yes, 2 no
 
 }  // namespace
 
 extern "C" int mkx_gemm_supported(const mkx_gemm_desc *d, const char **why) {
   const char *w = nullptr;
-  if (!d) w = "null descriptor";
-  else if (d->ab_type != MKX_GEMM_BF16 && d->ab_type != MKX_GEMM_FP16) w = "A/B type must be bf16 or fp16";
-  else if (d->c_type != MKX_GEMM_BF16 && d->c_type != MKX_GEMM_FP16 && d->c_type != MKX_GEMM_FP32) w = "C type must be bf16, fp16 or fp32";
-  else if (d->m < 0 || d->n < 0 || d->k < 0) w = "negative size";
-  else if (d->m >= (1ll << 31) || d->n >= (1ll << 31) || d->k >= (1ll << 31)) w = "size >= 2^31";
-  else if (d->n % 8 || d->k % 8) w = "n and k must be multiples of 8";
-  else if (d->m > 0 && d->n > 0 && (!d->c)) w = "null C";
-  else if (d->m > 0 && d->n > 0 && d->k > 0 && (!d->a || !d->b)) w = "null A or B";
-  else if (d->lda < d->k || d->ldc < d->n || d->ldb < (d->b_kmajor ? d->k : d->n)) w = "leading dimension too small";
-  else if (d->lda % 8 || d->ldb % 8 || d->ldc % 8) w = "lda, ldb, ldc must be multiples of 8";
-  else if (((uintptr_t)d->a | (uintptr_t)d->b | (uintptr_t)d->c) & 15) w = "A, B, C must be 16-byte aligned";
-  else if (d->tile_override < 0 || d->tile_override > 2) w = "bad tile_override";
-  else if (d->num_ctas < 0) w = "num_ctas < 0";
-  else if ((uint64_t)cdiv(d->m, kBM) * (uint64_t)cdiv(d->n, 128) >= (1ull << 31)) w = "too many tiles";
+  if (!d)
+    w = "null descriptor";
+  else if (d->ab_type != MKX_GEMM_BF16 && d->ab_type != MKX_GEMM_FP16)
+    w = "A/B type must be bf16 or fp16";
+  else if (d->c_type != MKX_GEMM_BF16 && d->c_type != MKX_GEMM_FP16 && d->c_type != MKX_GEMM_FP32)
+    w = "C type must be bf16, fp16 or fp32";
+  else if (d->m < 0 || d->n < 0 || d->k < 0)
+    w = "negative size";
+  else if (d->m >= (1ll << 31) || d->n >= (1ll << 31) || d->k >= (1ll << 31))
+    w = "size >= 2^31";
+  else if (d->n % 8 || d->k % 8)
+    w = "n and k must be multiples of 8";
+  else if (d->m > 0 && d->n > 0 && (!d->c))
+    w = "null C";
+  else if (d->m > 0 && d->n > 0 && d->k > 0 && (!d->a || !d->b))
+    w = "null A or B";
+  else if (d->lda < d->k || d->ldc < d->n || d->ldb < (d->b_kmajor ? d->k : d->n))
+    w = "leading dimension too small";
+  else if (d->lda % 8 || d->ldb % 8 || d->ldc % 8)
+    w = "lda, ldb, ldc must be multiples of 8";
+  else if (((uintptr_t)d->a | (uintptr_t)d->b | (uintptr_t)d->c) & 15)
+    w = "A, B, C must be 16-byte aligned";
+  else if (d->tile_override < 0 || d->tile_override > 2)
+    w = "bad tile_override";
+  else if (d->num_ctas < 0)
+    w = "num_ctas < 0";
+  else if ((uint64_t)cdiv(d->m, kBM) * (uint64_t)cdiv(d->n, 128) >= (1ull << 31))
+    w = "too many tiles";
   if (why) *why = w ? w : "ok";
   return w ? 0 : 1;
 }

@@ -39,19 +39,23 @@ enum mkx_gemm_dtype { MKX_GEMM_BF16 = 1, MKX_GEMM_FP16 = 2, MKX_GEMM_FP32 = 3 };
 enum mkx_gemm_tile { MKX_GEMM_TILE_AUTO = 0, MKX_GEMM_TILE_128x128 = 1, MKX_GEMM_TILE_128x256 = 2 };
 
 /* error codes besides cudaError_t values (which are >= 0) */
-#define MKX_GEMM_EINVAL (-1)      /* bad arguments / unsupported problem (see mkx_gemm_supported) */
-#define MKX_GEMM_ENODEV (-2)      /* current device is not sm_90 */
-#define MKX_GEMM_ETMAP (-3)       /* cuTensorMapEncodeTiled unavailable or failed */
+#define MKX_GEMM_EINVAL (-1) /* bad arguments / unsupported problem (see mkx_gemm_supported) */
+#define MKX_GEMM_ENODEV (-2) /* current device is not sm_90 */
+#define MKX_GEMM_ETMAP (-3)  /* cuTensorMapEncodeTiled unavailable or failed */
 
 typedef struct {
   int64_t m, n, k;
-  const void *a; int64_t lda;               /* A row-major m x k */
-  const void *b; int64_t ldb; int b_kmajor; /* 1: B stored n x k (K contiguous); 0: k x n (N contiguous) */
-  void *c; int64_t ldc;                     /* C row-major m x n */
-  int ab_type;                              /* MKX_GEMM_BF16 or MKX_GEMM_FP16 */
-  int c_type;                               /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
-  int num_ctas;                             /* persistent CTAs; 0 = one per SM */
-  int tile_override;                        /* enum mkx_gemm_tile; 0 = heuristic */
+  const void *a;
+  int64_t lda; /* A row-major m x k */
+  const void *b;
+  int64_t ldb;
+  int b_kmajor; /* 1: B stored n x k (K contiguous); 0: k x n (N contiguous) */
+  void *c;
+  int64_t ldc;       /* C row-major m x n */
+  int ab_type;       /* MKX_GEMM_BF16 or MKX_GEMM_FP16 */
+  int c_type;        /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
+  int num_ctas;      /* persistent CTAs; 0 = one per SM */
+  int tile_override; /* enum mkx_gemm_tile; 0 = heuristic */
 } mkx_gemm_desc;
 
 /* 1 if the engine can run the problem, else 0 and (if why != NULL) a static reason string.

@@ -95,7 +95,10 @@ static inline int smem_attr_once(int bytes) {
   return 0;
 }
 
-template <typename T> struct type_tag { typedef T type; };
+template <typename T>
+struct type_tag {
+  typedef T type;
+};
 
 /* f(bkm, f16, out) with the runtime B layout and operand type as
  * std::true_type / std::false_type and C's type as a type_tag, so that a
@@ -111,9 +114,12 @@ static inline int with_types(int ab_type, int b_kmajor, int c_type, F &&f) {
                                     : f(std::false_type{}, std::false_type{}, out);
   };
   switch (c_type) {
-    case MKX_GEMM_BF16: return ab(type_tag<__nv_bfloat16>{});
-    case MKX_GEMM_FP16: return ab(type_tag<__half>{});
-    case MKX_GEMM_FP32: return ab(type_tag<float>{});
+    case MKX_GEMM_BF16:
+      return ab(type_tag<__nv_bfloat16>{});
+    case MKX_GEMM_FP16:
+      return ab(type_tag<__half>{});
+    case MKX_GEMM_FP32:
+      return ab(type_tag<float>{});
   }
   return MKX_GEMM_EINVAL;
 }

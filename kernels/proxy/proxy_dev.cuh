@@ -89,27 +89,22 @@ static_assert(MKX_PROXY_CMD_VALUE == 48 && MKX_PROXY_CMD_SEQ == 56, "store plan"
 
 __device__ __forceinline__ uint64_t fetch_add_sys(uint64_t *p, uint64_t v) {
   uint64_t old;
-  asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;"
-               : "=l"(old) : "l"(p), "l"(v) : "memory");
+  asm volatile("atom.relaxed.sys.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
   return old;
 }
 
-__device__ __forceinline__ RingHeader *header(const mkx_proxy_dev &d) {
-  return reinterpret_cast<RingHeader *>(d.ring);
-}
+__device__ __forceinline__ RingHeader *header(const mkx_proxy_dev &d) { return reinterpret_cast<RingHeader *>(d.ring); }
 __device__ __forceinline__ Cmd *slot_of(const mkx_proxy_dev &d, uint64_t seq) {
   return reinterpret_cast<Cmd *>(static_cast<char *>(d.ring) + MKX_PROXY_OFF_CMD) +
          ((seq - 1) & (uint64_t)(d.entries - 1));
 }
 
 /* The MKX code that stopped the proxy, 0 while it runs. */
-__device__ __forceinline__ int ring_error(const mkx_proxy_dev &d) {
-  return sys::ld_acquire(&header(d)->error);
-}
+__device__ __forceinline__ int ring_error(const mkx_proxy_dev &d) { return sys::ld_acquire(&header(d)->error); }
 
 /* Record the first failure of the kernels sharing d.status. */
-__device__ __forceinline__ void report(const mkx_proxy_dev &d, int code, int where,
-                                       uint32_t slot, uint64_t what, uint64_t seen) {
+__device__ __forceinline__ void report(const mkx_proxy_dev &d, int code, int where, uint32_t slot, uint64_t what,
+                                       uint64_t seen) {
   mkx_proxy_dev_status *st = d.status;
   if (!st || code == 0) return;
   if (atomicCAS_system(&st->code, 0, -1) == 0) {
@@ -145,10 +140,8 @@ __device__ __forceinline__ int wait_until(const mkx_proxy_dev &d, Ready ready) {
  * `slot` becomes `value`.  *seq receives the command's number (for
  * wait_complete), also on failure.  One thread; the data it names must be
  * written (and, if by other threads, synchronised with this one) before. */
-__device__ __forceinline__ int post(const mkx_proxy_dev &d, int peer, uint32_t src,
-                                    uint32_t dst, uint64_t src_off, uint64_t dst_off,
-                                    uint64_t len, uint32_t slot, uint64_t value,
-                                    uint64_t *seq) {
+__device__ __forceinline__ int post(const mkx_proxy_dev &d, int peer, uint32_t src, uint32_t dst, uint64_t src_off,
+                                    uint64_t dst_off, uint64_t len, uint32_t slot, uint64_t value, uint64_t *seq) {
   RingHeader *h = header(d);
   *seq = 0;
   int err = ring_error(d);
@@ -195,16 +188,14 @@ __device__ __forceinline__ int post(const mkx_proxy_dev &d, int peer, uint32_t s
 __device__ __forceinline__ int wait_complete(const mkx_proxy_dev &d, uint64_t seq) {
   RingHeader *h = header(d);
   int rc = wait_until(d, [&] { return sys::ld_acquire(&h->completed) >= seq; });
-  if (rc != 0)
-    report(d, rc, MKX_PROXY_AT_COMPLETE, 0, seq, sys::ld_acquire(&h->completed));
+  if (rc != 0) report(d, rc, MKX_PROXY_AT_COMPLETE, 0, seq, sys::ld_acquire(&h->completed));
   return rc;
 }
 
 /* Wait until this rank's signal word `slot` is >= value: the data of the
  * write that set it has landed (tcp copies it to the device before the
  * signal; verbs writes the signal after the data on one QP). */
-__device__ __forceinline__ int wait_signal(const mkx_proxy_dev &d, uint32_t slot,
-                                           uint64_t value) {
+__device__ __forceinline__ int wait_signal(const mkx_proxy_dev &d, uint32_t slot, uint64_t value) {
   if (slot >= d.num_signals) {
     report(d, MKX_PROXY_DEV_ERR_INVALID_ARG, MKX_PROXY_AT_SIGNAL, slot, value, 0);
     return MKX_PROXY_DEV_ERR_INVALID_ARG;
@@ -217,19 +208,14 @@ __device__ __forceinline__ int wait_signal(const mkx_proxy_dev &d, uint32_t slot
 
 /* ---- the same for a whole CTA (every thread calls; 1-D blocks) ---- */
 
-__device__ __forceinline__ bool cta_leader() {
-  return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0;
-}
+__device__ __forceinline__ bool cta_leader() { return threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0; }
 
-__device__ __forceinline__ int cta_post(const mkx_proxy_dev &d, int peer, uint32_t src,
-                                        uint32_t dst, uint64_t src_off, uint64_t dst_off,
-                                        uint64_t len, uint32_t slot, uint64_t value,
-                                        uint64_t *seq) {
+__device__ __forceinline__ int cta_post(const mkx_proxy_dev &d, int peer, uint32_t src, uint32_t dst, uint64_t src_off,
+                                        uint64_t dst_off, uint64_t len, uint32_t slot, uint64_t value, uint64_t *seq) {
   __shared__ int s_rc;
   __shared__ uint64_t s_seq;
   __syncthreads(); /* the CTA's writes of the data are done */
-  if (cta_leader())
-    s_rc = post(d, peer, src, dst, src_off, dst_off, len, slot, value, &s_seq);
+  if (cta_leader()) s_rc = post(d, peer, src, dst, src_off, dst_off, len, slot, value, &s_seq);
   __syncthreads();
   *seq = s_seq;
   return s_rc;
@@ -243,8 +229,7 @@ __device__ __forceinline__ int cta_wait_complete(const mkx_proxy_dev &d, uint64_
   return s_rc;
 }
 
-__device__ __forceinline__ int cta_wait_signal(const mkx_proxy_dev &d, uint32_t slot,
-                                               uint64_t value) {
+__device__ __forceinline__ int cta_wait_signal(const mkx_proxy_dev &d, uint32_t slot, uint64_t value) {
   __shared__ int s_rc;
   __syncthreads();
   if (cta_leader()) s_rc = wait_signal(d, slot, value);

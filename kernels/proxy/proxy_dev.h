@@ -32,18 +32,18 @@ enum {
  * error word, or MKX_ERR_TIMEOUT when a bound ran out), 0 if none. */
 typedef struct mkx_proxy_dev_status {
   int32_t code;
-  int32_t where;   /* MKX_PROXY_AT_* */
-  int32_t block;   /* blockIdx.x of the reporter */
-  uint32_t slot;   /* the signal slot (MKX_PROXY_AT_SIGNAL) */
-  uint64_t what;   /* the command's sequence number, or the signal value
+  int32_t where; /* MKX_PROXY_AT_* */
+  int32_t block; /* blockIdx.x of the reporter */
+  uint32_t slot; /* the signal slot (MKX_PROXY_AT_SIGNAL) */
+  uint64_t what; /* the command's sequence number, or the signal value
                       waited for */
-  uint64_t seen;   /* `completed`, or the signal word, when it gave up */
+  uint64_t seen; /* `completed`, or the signal word, when it gave up */
 } mkx_proxy_dev_status;
 
 typedef struct mkx_proxy_dev {
-  void *ring;                   /* the mkx_proxy_ring, as the GPU sees it */
-  const uint64_t *signals;      /* the endpoint's signal words, likewise */
-  uint32_t entries;             /* ring entries (a power of two) */
+  void *ring;              /* the mkx_proxy_ring, as the GPU sees it */
+  const uint64_t *signals; /* the endpoint's signal words, likewise */
+  uint32_t entries;        /* ring entries (a power of two) */
   uint32_t num_signals;
   uint64_t timeout_ns;          /* bound of every device wait */
   mkx_proxy_dev_status *status; /* may be NULL: nothing is reported */

@@ -27,9 +27,9 @@ namespace {
 constexpr int kGroupM = 16;
 
 struct AgParams {
-  const int *flags;            // flags[s * tiles_m + tile]: source s's rows of the tile are here
+  const int *flags;  // flags[s * tiles_m + tile]: source s's rows of the tile are here
   const int *epoch;
-  int bnd[MKX_TP_MAX + 1];     // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
+  int bnd[MKX_TP_MAX + 1];  // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
   int size;
   int first_tile_m, tiles_m, tiles_n, group_m;
   int own_t0, own_t1, own_row0;  // tiles read from this rank's own A (tmOwn)
@@ -69,8 +69,8 @@ struct StreamKOrder {
     u.kb0 = max(s, t0) - t0;
     u.kb1 = min(e, t0 + nk) - t0;
     u.part = u.kb1 < nk ? kPartial : u.kb0 > 0 ? kFinish : kWhole;
-    u.aux0 = u.part == kPartial ? cta : t0 / len;   // own slot / first head's CTA
-    u.aux1 = cta;                                   // heads: CTAs [aux0, aux1)
+    u.aux0 = u.part == kPartial ? cta : t0 / len;  // own slot / first head's CTA
+    u.aux1 = cta;                                  // heads: CTAs [aux0, aux1)
     return true;
   }
   __device__ __forceinline__ float *slot(int c, int wg, int n, int tid) const {
@@ -103,8 +103,8 @@ struct StreamKOrder {
  * gives up after timeout_ns (and leaves the error word naming the source
  * and tile) rather than hang the GPU on a peer that never arrives. */
 struct BoundedFlagGate {
-  const AgParams *p;           // the kernel's __grid_constant__ parameters
-  const CUtensorMap *own;      // this rank's own A (kernel parameter)
+  const AgParams *p;       // the kernel's __grid_constant__ parameters
+  const CUtensorMap *own;  // this rank's own A (kernel parameter)
   int target;
   __device__ __forceinline__ bool in_place(int tm) const { return tm >= p->own_t0 && tm < p->own_t1; }
   __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&map, int &row) {
@@ -113,13 +113,12 @@ struct BoundedFlagGate {
     row = tm * kBM - p->own_row0;
   }
   __device__ __forceinline__ void wait_rows(int tm, int row0, int nrows) {
-    if (in_place(tm)) return;   // the caller's A, ready before the kernel
+    if (in_place(tm)) return;  // the caller's A, ready before the kernel
     const int row1 = row0 + nrows;
     const int *f = p->flags + tm;
     for (int s = 0; s < p->size; ++s, f += p->tiles_m) {
       const int b0 = p->bnd[s], b1 = p->bnd[s + 1];
-      if (b0 < b1 && b0 < row1 && b1 > row0)
-        mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
+      if (b0 < b1 && b0 < row1 && b1 > row0) mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
@@ -137,12 +136,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   /* The epoch is read on the GPU (written by this call's prologue), so a
    * graph replay waits for its own epoch, not the captured one. */
   const int epoch = *(volatile const int *)p.epoch;
-  StreamKOrder order{RotatedTileOrder{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m}, &p,
-                     epoch};
+  StreamKOrder order{RotatedTileOrder{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m}, &p, epoch};
   BoundedFlagGate gate{&p, &tmOwn, epoch};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);   // the producer, after its last wait
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);  // the producer, after its last wait
 #endif
 }
 
@@ -172,8 +170,8 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   /* without own tiles a copy of tmA stands in (never loaded from) */
   if (!rc) rc = own ? make_tmap(&tmOwn, d->a_own, abt, d->k, d->own_rows, d->lda_own, kBM) : 0;
   if (!own) tmOwn = tmA;
-  if (!rc) rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
-                    : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
+  if (!rc)
+    rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN) : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
   if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
   int sms = 0;
   if (!rc) rc = num_sms(&sms, d->sync.ctas);
@@ -230,8 +228,8 @@ extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
       (!d->a_own || d->own_t0 < 0 || d->own_t1 > cdiv(d->m, kBM) || (int64_t)d->own_t0 * kBM < d->own_row0 ||
        std::min((int64_t)d->own_t1 * kBM, d->m) > d->own_row0 + d->own_rows || d->lda_own < d->k))
     return MKX_GEMM_EINVAL;
-  mkx_gemm_desc g = {d->m, d->n, d->k, d->a, d->lda, d->b, d->ldb, d->b_kmajor, d->c, d->ldc,
-                     d->ab_type, d->c_type, 0, 0};
+  mkx_gemm_desc g = {d->m,        d->n, d->k,   d->a,       d->lda,    d->b, d->ldb,
+                     d->b_kmajor, d->c, d->ldc, d->ab_type, d->c_type, 0,    0};
   if (!mkx_gemm_supported(&g, nullptr)) return MKX_GEMM_EINVAL;
   int sms = 0;
   int rc = num_sms(&sms, d->sync.ctas);

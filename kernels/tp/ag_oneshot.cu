@@ -47,16 +47,16 @@ constexpr int kMinKBlocks = 32;
 
 struct Ag1Params {
   /* GEMM CTAs */
-  const int *flags;            // this rank's, [(s * tiles_m + tile) * nkc + chunk]
-  int bnd[MKX_TP_MAX + 1];     // source s holds rows [bnd[s], bnd[s+1])
+  const int *flags;         // this rank's, [(s * tiles_m + tile) * nkc + chunk]
+  int bnd[MKX_TP_MAX + 1];  // source s holds rows [bnd[s], bnd[s+1])
   int tiles_m, tiles_n, npush, chunk_kb, nkc;
   /* push CTAs */
-  const char *a;               // this rank's rows, row stride a_ld bytes
-  int64_t a_ld, row_bytes;     // row_bytes = k * element size (the gathered A's stride)
-  int row0, rows;              // this rank's rows of the gathered A
-  int t0, t1;                  // the 128-row tiles they meet
-  char *gathered[MKX_TP_MAX];  // every rank's gathered A, mapped
-  int *peer_flags[MKX_TP_MAX]; // every rank's flags, mapped
+  const char *a;                // this rank's rows, row stride a_ld bytes
+  int64_t a_ld, row_bytes;      // row_bytes = k * element size (the gathered A's stride)
+  int row0, rows;               // this rank's rows of the gathered A
+  int t0, t1;                   // the 128-row tiles they meet
+  char *gathered[MKX_TP_MAX];   // every rank's gathered A, mapped
+  int *peer_flags[MKX_TP_MAX];  // every rank's flags, mapped
   mkx_tp_sync sync;
 };
 
@@ -88,7 +88,7 @@ __device__ __forceinline__ int take_epoch(const mkx_tp_sync &s) {
 struct ChunkGate {
   const Ag1Params *p;
   int target;
-  unsigned srcs = 0;           // sources with rows in the current tile row
+  unsigned srcs = 0;  // sources with rows in the current tile row
   __device__ __forceinline__ void a_source(int, const CUtensorMap *&, int &) {}
   __device__ __forceinline__ void wait_rows(int, int row0, int nrows) {
     const mkx_tp_sync &s = p->sync;
@@ -184,9 +184,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   ChunkGate gate{&p, threadIdx.x == 0 ? take_epoch(p.sync) : 0};
   GroupedTileOrder order{p.tiles_m, p.tiles_n, p.tiles_m};
   StoreCTma<OutT> epi{&tmC};
-  run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x - p.npush, (int)gridDim.x - p.npush, order, gate,
-                  epi);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);   // the producer, after its last wait
+  run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x - p.npush, (int)gridDim.x - p.npush, order, gate, epi);
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);  // the producer, after its last wait
 #endif
 }
 
@@ -236,7 +235,7 @@ int launch(const mkx_tp_ag1_desc *d, cudaStream_t s) {
   rc = smem_attr_once<tp_ag1_kernel<BN, STAGES, BKM, F16, OutT>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
   kern<<<p.npush + p.tiles_m * p.tiles_n, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, p, (int)g.m, (int)g.n,
-                                                                           (int)g.k);
+                                                                          (int)g.k);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -249,8 +248,8 @@ int launch_tile(const mkx_tp_ag1_desc *d, cudaStream_t s) {
 }
 
 mkx_gemm_desc engine_desc(const mkx_tp_ag_desc *d) {
-  mkx_gemm_desc g = {d->m, d->n, d->k, d->a, d->lda, d->b, d->ldb, d->b_kmajor, d->c, d->ldc,
-                     d->ab_type, d->c_type, 0, 0};
+  mkx_gemm_desc g = {d->m,        d->n, d->k,   d->a,       d->lda,    d->b, d->ldb,
+                     d->b_kmajor, d->c, d->ldc, d->ab_type, d->c_type, 0,    0};
   return g;
 }
 

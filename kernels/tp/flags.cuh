@@ -17,9 +17,9 @@
 namespace mkx {
 namespace tp {
 
+using sys::globaltimer;
 using sys::ld_acquire;
 using sys::st_release;
-using sys::globaltimer;
 
 /* The int at byte offset `off` of this rank's own workspace (MKX_TP_OFF_*). */
 __device__ __forceinline__ int *own_word(const mkx_tp_sync &s, int off) {
@@ -116,8 +116,7 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
     __threadfence_system();
     for (int q = 0; q < s.size; ++q) st_release(reinterpret_cast<int *>(s.ws[q] + off) + s.rank, epoch);
   }
-  if ((int)threadIdx.x < s.size)
-    wait_geq(own_word(s, off) + threadIdx.x, epoch, s, threadIdx.x, -1, where);
+  if ((int)threadIdx.x < s.size) wait_geq(own_word(s, off) + threadIdx.x, epoch, s, threadIdx.x, -1, where);
   __syncthreads();
 }
 

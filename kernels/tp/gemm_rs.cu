@@ -54,20 +54,20 @@ __global__ void tp_prologue_kernel(mkx_tp_sync s) {
 
 /* ---- the GEMM: tile order and epilogue by tile kind --------------------- */
 
-constexpr int kMaxSeg = MKX_TP_MAX + MKX_TP_MAX * 8 + 8;   // late rows, peers' chunks, own chunks
+constexpr int kMaxSeg = MKX_TP_MAX + MKX_TP_MAX * 8 + 8;  // late rows, peers' chunks, own chunks
 
 struct RsParams {
   int64_t bnd[MKX_TP_MAX + 1];
   mkx_tp_rs_layout L;
   int nrun, ngrp;
-  int run_tm0[kMaxSeg], run_ntr[kMaxSeg];                        // runs of whole tile rows
+  int run_tm0[kMaxSeg], run_ntr[kMaxSeg];  // runs of whole tile rows
   int grp_run0[kMaxSeg + 1], grp_rows[kMaxSeg], grp_first[kMaxSeg + 1];
-  int64_t stage_gap;            // rows of this rank: staging skips them
-  int64_t slot_rows;            // rows of one source's receive slot
+  int64_t stage_gap;  // rows of this rank: staging skips them
+  int64_t slot_rows;  // rows of one source's receive slot
   float *late;
   int *counters;
-  int own_subtiles;             // allreduce: sub-tiles of this rank's clean rows
-  int *peer_done[MKX_TP_MAX];   // allreduce: every rank's done[] (mkx_tp_ar_wait)
+  int own_subtiles;            // allreduce: sub-tiles of this rank's clean rows
+  int *peer_done[MKX_TP_MAX];  // allreduce: every rank's done[] (mkx_tp_ar_wait)
   const int *arrived;
   const int *epoch;
   int64_t c_row0;
@@ -97,8 +97,10 @@ struct GroupTileOrder {
 enum { kKindLate = 0, kKindPeer = 1, kKindOwn = 2 };
 
 /* An element pair of a 128B-swizzled staging buffer, as fp32. */
-template <typename T> __device__ __forceinline__ float2 ld_smem_pair(uint32_t addr);
-template <> __device__ __forceinline__ float2 ld_smem_pair<float>(uint32_t addr) {
+template <typename T>
+__device__ __forceinline__ float2 ld_smem_pair(uint32_t addr);
+template <>
+__device__ __forceinline__ float2 ld_smem_pair<float>(uint32_t addr) {
   float2 v;
   asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];" : "=f"(v.x), "=f"(v.y) : "r"(addr) : "memory");
   return v;
@@ -108,11 +110,13 @@ __device__ __forceinline__ uint32_t ld_smem_b32(uint32_t addr) {
   asm volatile("ld.shared.b32 %0, [%1];" : "=r"(u) : "r"(addr) : "memory");
   return u;
 }
-template <> __device__ __forceinline__ float2 ld_smem_pair<__nv_bfloat16>(uint32_t addr) {
+template <>
+__device__ __forceinline__ float2 ld_smem_pair<__nv_bfloat16>(uint32_t addr) {
   const uint32_t u = ld_smem_b32(addr);
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
 }
-template <> __device__ __forceinline__ float2 ld_smem_pair<__half>(uint32_t addr) {
+template <>
+__device__ __forceinline__ float2 ld_smem_pair<__half>(uint32_t addr) {
   const uint32_t u = ld_smem_b32(addr);
   return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
@@ -137,8 +141,8 @@ struct RsEpilogue {
   const CUtensorMap *tm_stage, *tm_c, *tm_slots;
   const PeerMaps *peer_c;
   int M, epoch;
-  int *pend;                    // counter to bump once this WG's stores landed (thread 0)
-  uint32_t ld_phase;            // parity of each staging buffer's mbarrier (bits 0, 1)
+  int *pend;          // counter to bump once this WG's stores landed (thread 0)
+  uint32_t ld_phase;  // parity of each staging buffer's mbarrier (bits 0, 1)
 
   __device__ __forceinline__ int owner_of(int64_t row) const {
     int q = 0;
@@ -184,15 +188,18 @@ struct RsEpilogue {
     if (kind == kKindLate) {
       store_late<BN>(t, acc, chunk);
     } else if (kind == kKindPeer) {
-      if (t.row0 < M) store_typed<BN>(t, acc, tm_stage, p->p_type, (int)(t.row0 - (t.row0 >= p->bnd[p->rank] ? p->stage_gap : 0)));
+      if (t.row0 < M)
+        store_typed<BN>(t, acc, tm_stage, p->p_type, (int)(t.row0 - (t.row0 >= p->bnd[p->rank] ? p->stage_gap : 0)));
       if (t.tid == 0) pend = p->counters + q * MKX_TP_MAXCH + chunk;
     } else {
       if (t.row0 < M) {
         wait_arrivals(t, chunk);
         add_peers<BN>(t, acc);
         const int y = (int)(t.row0 - p->c_row0);
-        if (p->allreduce) store_typed<BN>(t, acc, tm_c, p->c_type, y, PeerStores{peer_c, p->size, p->rank});
-        else store_typed<BN>(t, acc, tm_c, p->c_type, y);
+        if (p->allreduce)
+          store_typed<BN>(t, acc, tm_c, p->c_type, y, PeerStores{peer_c, p->size, p->rank});
+        else
+          store_typed<BN>(t, acc, tm_c, p->c_type, y);
       }
       if (p->allreduce && t.tid == 0) pend = own_count();
     }
@@ -200,9 +207,12 @@ struct RsEpilogue {
   template <int BN, class Extra = NoExtraStore>
   __device__ __forceinline__ void store_typed(const TileCtx &t, float (&acc)[BN / 2], const CUtensorMap *map, int type,
                                               int y, const Extra &extra = Extra()) {
-    if (type == MKX_GEMM_FP32) tma_store_subtile<float, BN>(t, acc, map, y, extra);
-    else if (type == MKX_GEMM_FP16) tma_store_subtile<__half, BN>(t, acc, map, y, extra);
-    else tma_store_subtile<__nv_bfloat16, BN>(t, acc, map, y, extra);
+    if (type == MKX_GEMM_FP32)
+      tma_store_subtile<float, BN>(t, acc, map, y, extra);
+    else if (type == MKX_GEMM_FP16)
+      tma_store_subtile<__half, BN>(t, acc, map, y, extra);
+    else
+      tma_store_subtile<__nv_bfloat16, BN>(t, acc, map, y, extra);
   }
   /* Thread 0 waits for every peer's partial of this chunk; the slot loads
    * (async proxy) come after it. */
@@ -216,9 +226,12 @@ struct RsEpilogue {
   }
   template <int BN>
   __device__ __forceinline__ void add_peers(const TileCtx &t, float (&acc)[BN / 2]) {
-    if (p->p_type == MKX_GEMM_FP32) add_peers_t<float, BN>(t, acc);
-    else if (p->p_type == MKX_GEMM_FP16) add_peers_t<__half, BN>(t, acc);
-    else add_peers_t<__nv_bfloat16, BN>(t, acc);
+    if (p->p_type == MKX_GEMM_FP32)
+      add_peers_t<float, BN>(t, acc);
+    else if (p->p_type == MKX_GEMM_FP16)
+      add_peers_t<__half, BN>(t, acc);
+    else
+      add_peers_t<__nv_bfloat16, BN>(t, acc);
   }
   /* Load i of a tile: column chunk i / np of peer i % np (rank order, own
    * rank skipped) into staging buffer i & 1, by TMA (thread 0). */
@@ -239,7 +252,7 @@ struct RsEpilogue {
     const int np = p->size - 1, n = NCH * np;
     if (n == 0) return;
     if (t.tid == 0) {
-      bulk_wait_read<0>();    // the last tile's stores have read the buffers
+      bulk_wait_read<0>();  // the last tile's stores have read the buffers
       issue_load(t, 0, np, CH);
       if (n > 1) issue_load(t, 1, np, CH);
     }
@@ -262,7 +275,7 @@ struct RsEpilogue {
           acc[4 * q + 2] += v1.x;
           acc[4 * q + 3] += v1.y;
         }
-        fence_proxy_async_smem();   // these reads before the next TMA write of the buffer
+        fence_proxy_async_smem();  // these reads before the next TMA write of the buffer
         t.wg_sync();
         if (t.tid == 0 && i + 2 < n) issue_load(t, i + 2, np, CH);
       }
@@ -290,7 +303,7 @@ struct RsEpilogue {
     if (t.tid == 0) {
       flush();
       bulk_wait<0>();
-      mkx::tp::peer_gave_up(p->sync);   // after this warpgroup's last wait
+      mkx::tp::peer_gave_up(p->sync);  // after this warpgroup's last wait
     }
   }
 };
@@ -382,8 +395,8 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   const int64_t own = d->bnd[d->rank + 1] - d->bnd[d->rank];
   const int64_t stage_rows = d->m - own, c_rows = d->allreduce ? d->m : own;
   int rc = make_tmap(&tmA, d->a, abt, d->k, d->m, d->lda, kBM);
-  if (!rc) rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN)
-                    : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
+  if (!rc)
+    rc = BKM ? make_tmap(&tmB, d->b, abt, d->k, d->n, d->ldb, BN) : make_tmap(&tmB, d->b, abt, d->n, d->k, d->ldb, 64);
   /* an empty tensor cannot be encoded: a 1-row stand-in never stored to */
   if (!rc) rc = make_tmap(&tmStage, d->stage, d->p_type, d->n, stage_rows > 0 ? stage_rows : 1, d->n, 64);
   if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, c_rows > 0 ? c_rows : 1, d->ldc, 64);
@@ -421,7 +434,8 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   auto kern = tp_rs_kernel<BN, STAGES, BKM, F16>;
   rc = smem_attr_once<tp_rs_kernel<BN, STAGES, BKM, F16>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, peer_c, p, (int)d->m, (int)d->n, (int)d->k);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, peer_c, p, (int)d->m, (int)d->n,
+                                               (int)d->k);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -480,7 +494,7 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
     }
   }
   if (!d.allreduce) return;
-  __threadfence_system();   // every thread's pushes, before the block counts itself
+  __threadfence_system();  // every thread's pushes, before the block counts itself
   __syncthreads();
   /* the last block to finish tells the peers */
   if (threadIdx.x == 0 && mkx::tp::last_block(d.sync))
@@ -524,10 +538,17 @@ extern "C" int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st) {
    * sit on every SM */
   const int blocks = at_most(132, d->sync.ctas);
   switch (d->c_type) {
-    case MKX_GEMM_BF16: tp_late_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d); break;
-    case MKX_GEMM_FP16: tp_late_kernel<__half><<<blocks, 256, 0, st>>>(*d); break;
-    case MKX_GEMM_FP32: tp_late_kernel<float><<<blocks, 256, 0, st>>>(*d); break;
-    default: return MKX_GEMM_EINVAL;
+    case MKX_GEMM_BF16:
+      tp_late_kernel<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d);
+      break;
+    case MKX_GEMM_FP16:
+      tp_late_kernel<__half><<<blocks, 256, 0, st>>>(*d);
+      break;
+    case MKX_GEMM_FP32:
+      tp_late_kernel<float><<<blocks, 256, 0, st>>>(*d);
+      break;
+    default:
+      return MKX_GEMM_EINVAL;
   }
   return last_error();
 }

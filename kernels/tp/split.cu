@@ -24,9 +24,7 @@ namespace {
 
 __device__ __forceinline__ int *epoch_of(const mkx_tp_sync &s) { return mkx::tp::own_word(s, MKX_TP_OFF_EPOCH); }
 
-__device__ __forceinline__ int next_epoch(const mkx_tp_sync &s) {
-  return *(volatile const int *)epoch_of(s) + 1;
-}
+__device__ __forceinline__ int next_epoch(const mkx_tp_sync &s) { return *(volatile const int *)epoch_of(s) + 1; }
 
 /* Work items of 16 bytes (or 8 elements) spread over at most 2 blocks per
  * SM of H100/H200, and at most the CTAs a waiting kernel may take (every
@@ -63,7 +61,7 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
       for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
   if (d.wait_all) mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
   if (threadIdx.x == 0) {
-    if (d.wait_all) mkx::tp::peer_gave_up(s);   // a plain GEMM reads the peers' rows next
+    if (d.wait_all) mkx::tp::peer_gave_up(s);  // a plain GEMM reads the peers' rows next
     *epoch_of(s) = e;
   }
 }
@@ -72,19 +70,25 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
 
 /* Eight elements of a partial as fp32 (16 or 32 bytes, through L2 only:
  * peers' memory). */
-template <typename P> __device__ __forceinline__ void load8(const P *p, float (&v)[8]);
-template <> __device__ __forceinline__ void load8<float>(const float *p, float (&v)[8]) {
+template <typename P>
+__device__ __forceinline__ void load8(const P *p, float (&v)[8]);
+template <>
+__device__ __forceinline__ void load8<float>(const float *p, float (&v)[8]) {
   const float4 a = __ldcg(reinterpret_cast<const float4 *>(p)), b = __ldcg(reinterpret_cast<const float4 *>(p) + 1);
   v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
 }
-template <typename H2> __device__ __forceinline__ float2 to_f2(uint32_t u);
-template <> __device__ __forceinline__ float2 to_f2<__nv_bfloat162>(uint32_t u) {
+template <typename H2>
+__device__ __forceinline__ float2 to_f2(uint32_t u);
+template <>
+__device__ __forceinline__ float2 to_f2<__nv_bfloat162>(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&u));
 }
-template <> __device__ __forceinline__ float2 to_f2<__half2>(uint32_t u) {
+template <>
+__device__ __forceinline__ float2 to_f2<__half2>(uint32_t u) {
   return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
-template <typename P> __device__ __forceinline__ void load8(const P *p, float (&v)[8]) {
+template <typename P>
+__device__ __forceinline__ void load8(const P *p, float (&v)[8]) {
   typedef typename OutCvt<P>::pair_t H2;
   const uint4 u = __ldcg(reinterpret_cast<const uint4 *>(p));
   const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -96,7 +100,8 @@ template <typename P> __device__ __forceinline__ void load8(const P *p, float (&
 }
 
 /* Eight fp32 values as OutT, rounded once. */
-template <typename OutT> __device__ __forceinline__ void store8(OutT *p, const float (&v)[8]) {
+template <typename OutT>
+__device__ __forceinline__ void store8(OutT *p, const float (&v)[8]) {
   if constexpr (sizeof(OutT) == 4) {
     reinterpret_cast<float4 *>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);
     reinterpret_cast<float4 *>(p)[1] = make_float4(v[4], v[5], v[6], v[7]);
@@ -117,13 +122,13 @@ __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_const
   const mkx_tp_sync &s = d.sync;
   const int e = next_epoch(s);
   mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(s);   // the partials are read next
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(s);  // the partials are read next
   const int64_t vrow = d.n / 8, total = (d.r1 - d.r0) * vrow;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = d.r0 + i / vrow, col = (i % vrow) * 8, off = row * d.n + col;
     float acc[8], v[8];
     load8(static_cast<const P *>(d.part[0]) + off, acc);
-    for (int q = 1; q < s.size; ++q) {   // rank order: the same bits on every rank
+    for (int q = 1; q < s.size; ++q) {  // rank order: the same bits on every rank
       load8(static_cast<const P *>(d.part[q]) + off, v);
 #pragma unroll
       for (int j = 0; j < 8; ++j) acc[j] += v[j];
@@ -144,8 +149,10 @@ __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_const
 template <typename OutT>
 int launch_reduce(const mkx_tp_split_red_desc *d, int blocks, cudaStream_t st) {
   /* partials in fp32 or in C's type (checked by the caller) */
-  if (d->p_type == MKX_GEMM_FP32) tp_split_reduce_kernel<OutT, float><<<blocks, 256, 0, st>>>(*d);
-  else tp_split_reduce_kernel<OutT, OutT><<<blocks, 256, 0, st>>>(*d);
+  if (d->p_type == MKX_GEMM_FP32)
+    tp_split_reduce_kernel<OutT, float><<<blocks, 256, 0, st>>>(*d);
+  else
+    tp_split_reduce_kernel<OutT, OutT><<<blocks, 256, 0, st>>>(*d);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -156,8 +163,8 @@ bool sync_ok(const mkx_tp_sync &s) { return s.size >= 1 && s.size <= MKX_TP_MAX 
 
 extern "C" int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st) {
   if (!d || !sync_ok(d->sync) || d->esz <= 0 || (d->k * d->esz) % 16 || (d->rows > 0 && (d->lda * d->esz) % 16) ||
-      d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16) ||
-      d->t0 < 0 || d->t1 < d->t0 || d->t1 > d->tiles_m)
+      d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16) || d->t0 < 0 || d->t1 < d->t0 ||
+      d->t1 > d->tiles_m)
     return MKX_GEMM_EINVAL;
   const int blocks = blocks_for(d->rows * (d->k * d->esz / 16), d->sync.ctas);
   tp_split_push_kernel<<<blocks, 256, 0, st>>>(*d);
@@ -171,9 +178,12 @@ extern "C" int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t 
   if (d->p_type != MKX_GEMM_FP32 && d->p_type != d->c_type) return MKX_GEMM_EINVAL;
   const int blocks = blocks_for((d->r1 - d->r0) * (d->n / 8), d->sync.ctas);
   switch (d->c_type) {
-    case MKX_GEMM_BF16: return launch_reduce<__nv_bfloat16>(d, blocks, st);
-    case MKX_GEMM_FP16: return launch_reduce<__half>(d, blocks, st);
-    case MKX_GEMM_FP32: return launch_reduce<float>(d, blocks, st);
+    case MKX_GEMM_BF16:
+      return launch_reduce<__nv_bfloat16>(d, blocks, st);
+    case MKX_GEMM_FP16:
+      return launch_reduce<__half>(d, blocks, st);
+    case MKX_GEMM_FP32:
+      return launch_reduce<float>(d, blocks, st);
   }
   return MKX_GEMM_EINVAL;
 }

@@ -45,7 +45,7 @@
 extern "C" {
 #endif
 
-#define MKX_TP_MAX 8               /* ranks of a node the kernels handle */
+#define MKX_TP_MAX 8 /* ranks of a node the kernels handle */
 #define MKX_TP_OFF_EPOCH 0
 #define MKX_TP_OFF_BAR 64
 #define MKX_TP_OFF_DONE 192
@@ -54,7 +54,7 @@ extern "C" {
 #define MKX_TP_OFF_LATE_READY 384
 #define MKX_TP_OFF_COUNTERS 512
 #define MKX_TP_OFF_ARRIVED 1024
-#define MKX_TP_MAXCH 16            /* chunk slots per owner (at most 8 used) */
+#define MKX_TP_MAXCH 16 /* chunk slots per owner (at most 8 used) */
 #define MKX_TP_OFF_DRAINED 1536
 #define MKX_TP_OFF_PUSHED 1600
 #define MKX_TP_OFF_TOLD 1664
@@ -74,9 +74,15 @@ extern "C" {
 #define MKX_TP_ERR_WORDS 8
 #define MKX_TP_ERR_TIMEOUT 11
 #define MKX_TP_ERR_PEER 13
-enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,
-       MKX_TP_AT_AR_DONE = 4, MKX_TP_AT_LATE = 5, MKX_TP_AT_DRAINED = 6,
-       MKX_TP_AT_SPLIT_TILE = 7 };
+enum {
+  MKX_TP_AT_BARRIER = 1,
+  MKX_TP_AT_AG_TILE = 2,
+  MKX_TP_AT_RS_TILE = 3,
+  MKX_TP_AT_AR_DONE = 4,
+  MKX_TP_AT_LATE = 5,
+  MKX_TP_AT_DRAINED = 6,
+  MKX_TP_AT_SPLIT_TILE = 7
+};
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
  * one slot of fp32 accumulators per CTA (the most the tile of 128 x 256
@@ -86,12 +92,12 @@ enum { MKX_TP_AT_BARRIER = 1, MKX_TP_AT_AG_TILE = 2, MKX_TP_AT_RS_TILE = 3,
 
 /* What every kernel of a call needs to meet its peers. */
 typedef struct mkx_tp_sync {
-  int rank, size;                  /* local rank and node size */
-  char *ws[MKX_TP_MAX];            /* every node rank's workspace, as mapped here */
-  int src_n;                       /* ints of src[] the prologue fills */
+  int rank, size;       /* local rank and node size */
+  char *ws[MKX_TP_MAX]; /* every node rank's workspace, as mapped here */
+  int src_n;            /* ints of src[] the prologue fills */
   uint64_t timeout_ns;
-  int *err;                        /* device pointer of the host-mapped error word */
-  int ctas;                        /* most CTAs of a kernel that waits for
+  int *err; /* device pointer of the host-mapped error word */
+  int ctas; /* most CTAs of a kernel that waits for
                                       peers (0: one per SM); ranks sharing a
                                       GPU under MPS must not take them all */
 } mkx_tp_sync;
@@ -110,27 +116,33 @@ int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st);
  * (bounded) for the flag of every source whose rows meet them. */
 typedef struct mkx_tp_ag_desc {
   int64_t m, n, k;
-  const void *a; int64_t lda;               /* the gathered A (workspace) */
-  const void *b; int64_t ldb; int b_kmajor;
-  void *c; int64_t ldc;
-  int ab_type, c_type;                      /* MKX_GEMM_* values */
-  const int *flags;                         /* local, size * ceil(m / 128) */
-  const int *epoch;                         /* local workspace epoch */
-  int size;                                 /* source ranks */
-  int64_t bnd[MKX_TP_MAX + 1];              /* bnd[0] = 0 ... bnd[size] = m */
+  const void *a;
+  int64_t lda; /* the gathered A (workspace) */
+  const void *b;
+  int64_t ldb;
+  int b_kmajor;
+  void *c;
+  int64_t ldc;
+  int ab_type, c_type;         /* MKX_GEMM_* values */
+  const int *flags;            /* local, size * ceil(m / 128) */
+  const int *epoch;            /* local workspace epoch */
+  int size;                    /* source ranks */
+  int64_t bnd[MKX_TP_MAX + 1]; /* bnd[0] = 0 ... bnd[size] = m */
   int first_tile_m;
   /* Tiles [own_t0, own_t1) hold only this rank's rows, which need not be
    * in the gathered A: row r of them is row r - own_row0 of a_own (own_rows
    * rows, leading dimension lda_own, 16-byte aligned rows), loaded from
    * there without a wait.  own_t1 <= own_t0: none. */
-  const void *a_own; int64_t lda_own, own_row0, own_rows;
+  const void *a_own;
+  int64_t lda_own, own_row0, own_rows;
   int own_t0, own_t1;
   /* Stream-K (NULL: none): when the tiles leave the last wave uneven, its
    * tiles are split along K over every CTA; sk_part: MKX_TP_SK_SLOTS slots
    * of MKX_TP_SK_SLOT_BYTES, sk_flags: 2 * MKX_TP_SK_SLOTS flags (below
    * the epoch before the first call), both local */
-  float *sk_part; int *sk_flags;
-  mkx_tp_sync sync;                         /* bounds, error word, tells */
+  float *sk_part;
+  int *sk_flags;
+  mkx_tp_sync sync; /* bounds, error word, tells */
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
 /* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */
@@ -175,23 +187,30 @@ int mkx_tp_rs_chunk_subtiles(const mkx_tp_rs_layout *L, int q, int c);
  *     [i * 128, i * 128 + 128) x n), summed later by mkx_tp_rs_late. */
 typedef struct mkx_tp_rs_desc {
   int64_t m, n, k;
-  const void *a; int64_t lda;
-  const void *b; int64_t ldb; int b_kmajor;
+  const void *a;
+  int64_t lda;
+  const void *b;
+  int64_t ldb;
+  int b_kmajor;
   int ab_type, p_type, c_type;
   int size, rank, allreduce;
   int64_t bnd[MKX_TP_MAX + 1];
   mkx_tp_rs_layout layout;
-  void *stage;                              /* local staging of p_type */
-  const void *slots; int64_t slot_stride;   /* local receive slots */
-  float *late;                              /* local late partials */
-  void *c; int64_t ldc, c_row0;
-  int *counters; const int *arrived;        /* this rank's workspace */
+  void *stage; /* local staging of p_type */
+  const void *slots;
+  int64_t slot_stride; /* local receive slots */
+  float *late;         /* local late partials */
+  void *c;
+  int64_t ldc, c_row0;
+  int *counters;
+  const int *arrived; /* this rank's workspace */
   const int *epoch;
   /* allreduce: every rank's C as mapped here (own entry unused) and its
    * leading dimension, and every rank's done[] flags */
-  void *peer_c[MKX_TP_MAX]; int64_t peer_ldc[MKX_TP_MAX];
+  void *peer_c[MKX_TP_MAX];
+  int64_t peer_ldc[MKX_TP_MAX];
   int *peer_done[MKX_TP_MAX];
-  mkx_tp_sync sync;                         /* bounds, error word, tells */
+  mkx_tp_sync sync; /* bounds, error word, tells */
 } mkx_tp_rs_desc;
 int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
 
@@ -201,13 +220,15 @@ int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
  * every peer's C, and the last block sets done_late[rank] = epoch there. */
 typedef struct mkx_tp_late_desc {
   int64_t m, n;
-  int rank;                                 /* in bnd, late[], peer_c[] */
+  int rank; /* in bnd, late[], peer_c[] */
   int64_t bnd[MKX_TP_MAX + 1];
   int nlate, late_tm[MKX_TP_MAX];
-  const float *late[MKX_TP_MAX];            /* every rank's late buffer, mapped */
+  const float *late[MKX_TP_MAX]; /* every rank's late buffer, mapped */
   int c_type, allreduce;
-  void *c; int64_t ldc, c_row0;
-  void *peer_c[MKX_TP_MAX]; int64_t peer_ldc[MKX_TP_MAX];
+  void *c;
+  int64_t ldc, c_row0;
+  void *peer_c[MKX_TP_MAX];
+  int64_t peer_ldc[MKX_TP_MAX];
   mkx_tp_sync sync;
 } mkx_tp_late_desc;
 int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
@@ -227,11 +248,12 @@ int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
  * (every rank's rows are in place here: a plain GEMM may follow), and bump
  * the epoch. */
 typedef struct mkx_tp_split_ag_desc {
-  const void *a; int64_t lda, rows, k;      /* this rank's rows of A */
-  int esz;                                  /* bytes per element: 2 */
-  int64_t row0;                             /* their first row in the gathered A */
-  void *gathered[MKX_TP_MAX];               /* every rank's gathered A (ld k), mapped */
-  int *flags[MKX_TP_MAX];                   /* every rank's flags, mapped */
+  const void *a;
+  int64_t lda, rows, k;       /* this rank's rows of A */
+  int esz;                    /* bytes per element: 2 */
+  int64_t row0;               /* their first row in the gathered A */
+  void *gathered[MKX_TP_MAX]; /* every rank's gathered A (ld k), mapped */
+  int *flags[MKX_TP_MAX];     /* every rank's flags, mapped */
   int tiles_m, t0, t1, wait_all;
   mkx_tp_sync sync;
 } mkx_tp_split_ag_desc;
@@ -267,9 +289,10 @@ int mkx_tp_ag1(const mkx_tp_ag1_desc *d, cudaStream_t st);
  * bump the epoch.  n, ldc multiples of 8, C 16-byte aligned. */
 typedef struct mkx_tp_split_red_desc {
   int64_t m, n, r0, r1;
-  const void *part[MKX_TP_MAX];             /* every rank's partial, mapped */
+  const void *part[MKX_TP_MAX]; /* every rank's partial, mapped */
   int p_type, c_type;
-  void *c; int64_t ldc, c_row0;
+  void *c;
+  int64_t ldc, c_row0;
   mkx_tp_sync sync;
 } mkx_tp_split_red_desc;
 int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t st);

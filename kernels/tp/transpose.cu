@@ -14,10 +14,10 @@ namespace {
 constexpr int kTile = 32, kRowsPerPass = 8;
 
 template <typename T>
-__global__ void __launch_bounds__(kTile * kRowsPerPass)
+__global__ void __launch_bounds__(kTile *kRowsPerPass)
     transpose_kernel(const T *__restrict__ src, int64_t rows, int64_t cols, int64_t lds, T *__restrict__ dst,
                      int64_t ldd) {
-  __shared__ T tile[kTile][kTile + 1];   // +1: no bank conflicts on the transposed read
+  __shared__ T tile[kTile][kTile + 1];  // +1: no bank conflicts on the transposed read
   const int64_t c0 = (int64_t)blockIdx.x * kTile;
   for (int64_t r0 = (int64_t)blockIdx.y * kTile; r0 < rows; r0 += (int64_t)gridDim.y * kTile) {
     for (int i = threadIdx.y; i < kTile; i += kRowsPerPass) {

@@ -16,7 +16,7 @@ static void assign_nodes(const char *names, int size, int vsize,
                          mkx_placement *pl) {
   int nodes = 0, hosts = 0;
   for (int r = 0; r < size; r++) {
-    int first = r; /* lowest rank on the same host */
+    int first = r;  /* lowest rank on the same host */
     int before = 0; /* earlier ranks on the same host */
     for (int q = 0; q < r; q++)
       if (same_host(names, q, r)) {

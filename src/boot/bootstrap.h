@@ -21,13 +21,13 @@ typedef struct mkx_oob {
 #define MKX_HOSTNAME_MAX 64
 
 typedef struct mkx_placement {
-  int node, num_nodes;       /* this rank's node and the node count */
+  int node, num_nodes; /* this rank's node and the node count */
   int local_rank, local_size;
-  int host_local_rank;       /* rank among the ranks of this host */
-  int equal_nodes;           /* every node has local_size ranks */
-  int *node_of_rank;         /* [size] */
-  int *local_rank_of;        /* [size] */
-  int *host_of_rank;         /* [size]: physical host, numbered like nodes */
+  int host_local_rank; /* rank among the ranks of this host */
+  int equal_nodes;     /* every node has local_size ranks */
+  int *node_of_rank;   /* [size] */
+  int *local_rank_of;  /* [size] */
+  int *host_of_rank;   /* [size]: physical host, numbered like nodes */
 } mkx_placement;
 
 /* Collective over oob.  Ranks with equal `host` strings share a node, nodes

@@ -34,7 +34,8 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what) {
       return mkx_error(MKX_ERR_TIMEOUT,
                        "%s: not every rank took part within %lld ms (option "
                        "timeout_ms): a rank that has not made this call, or "
-                       "is held before it", what, (long long)timeout_ms);
+                       "is held before it",
+                       what, (long long)timeout_ms);
     /* Spin briefly for latency, then yield the core: ranks are often
      * oversubscribed on small machines. */
     if (spins > 1000) {
@@ -93,26 +94,30 @@ void mkx_mpi_abandon(MPI_Request *req, void *owned) {
 int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
                        const char *what) {
   int rc = mkx_mpi_wait(req, timeout_ms, what);
-  if (rc == MKX_ERR_TIMEOUT) mkx_mpi_abandon(req, owned);
-  else free(owned);
+  if (rc == MKX_ERR_TIMEOUT)
+    mkx_mpi_abandon(req, owned);
+  else
+    free(owned);
   return rc;
 }
 
-int mkx_mpi_allgather(const void *send, void *recv, size_t bytes,
-                      MPI_Comm comm, int64_t timeout_ms, const char *what) {
+int mkx_mpi_allgather(const void *send, void *recv, size_t bytes, MPI_Comm comm,
+                      int64_t timeout_ms, const char *what) {
   int size = 0;
   MPI_Request req;
   MKX_TRY(mkx_mpi_check(MPI_Comm_size(comm, &size), what));
   if (bytes > (size_t)2147483647 / (size_t)(size + 1))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %zu bytes from each of %d "
-                     "ranks", what, bytes, size);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: %zu bytes from each of %d "
+                     "ranks",
+                     what, bytes, size);
   /* send and receive through MKX's own copy, which outlives a timeout */
   char *own = malloc(bytes * (size_t)(size + 1) + 1);
   if (!own) return mkx_error(MKX_ERR_NOMEM, "%s: %d ranks", what, size);
   memcpy(own, send, bytes);
-  int rc = mkx_mpi_check(MPI_Iallgather(own, (int)bytes, MPI_BYTE,
-                                        own + bytes, (int)bytes, MPI_BYTE,
-                                        comm, &req), what);
+  int rc = mkx_mpi_check(MPI_Iallgather(own, (int)bytes, MPI_BYTE, own + bytes,
+                                        (int)bytes, MPI_BYTE, comm, &req),
+                         what);
   if (rc != MKX_SUCCESS) {
     free(own);
     return rc;
@@ -127,18 +132,18 @@ int mkx_mpi_allgather(const void *send, void *recv, size_t bytes,
   return rc;
 }
 
-static int mpi_allgather(void *ctx, const void *send, void *recv,
-                         size_t bytes, int64_t timeout_ms) {
+static int mpi_allgather(void *ctx, const void *send, void *recv, size_t bytes,
+                         int64_t timeout_ms) {
   return mkx_mpi_allgather(send, recv, bytes, *(MPI_Comm *)ctx, timeout_ms,
                            "bootstrap allgather");
 }
 
 static int mpi_barrier(void *ctx, int64_t timeout_ms) {
   MPI_Request req;
-  int rc = mkx_mpi_check(MPI_Ibarrier(*(MPI_Comm *)ctx, &req),
-                         "bootstrap barrier");
-  return rc ? rc : mkx_mpi_wait_owned(&req, NULL, timeout_ms,
-                                      "bootstrap barrier");
+  int rc =
+      mkx_mpi_check(MPI_Ibarrier(*(MPI_Comm *)ctx, &req), "bootstrap barrier");
+  return rc ? rc
+            : mkx_mpi_wait_owned(&req, NULL, timeout_ms, "bootstrap barrier");
 }
 
 int mkx_oob_mpi_init(mkx_oob *oob, MPI_Comm comm) {

@@ -26,8 +26,8 @@ int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
 /* A bounded allgather of `bytes` from every rank of comm into recv, sent
  * and received through MKX's own buffer, so that neither send nor recv is
  * touched after a timeout (MKX_ERR_TIMEOUT). */
-int mkx_mpi_allgather(const void *send, void *recv, size_t bytes,
-                      MPI_Comm comm, int64_t timeout_ms, const char *what);
+int mkx_mpi_allgather(const void *send, void *recv, size_t bytes, MPI_Comm comm,
+                      int64_t timeout_ms, const char *what);
 
 /* Turn an MPI return code into MKX_ERR_MPI with MPI's message. */
 int mkx_mpi_check(int mpi_rc, const char *what);

@@ -19,7 +19,8 @@ int mkx_comm_check(MKX_Comm c) {
   if (c->broken)
     return mkx_error(MKX_ERR_INVALID_COMM,
                      "comm: unusable after an earlier failure (%s); free it "
-                     "and create another", c->broken_why);
+                     "and create another",
+                     c->broken_why);
   return MKX_SUCCESS;
 }
 
@@ -40,8 +41,8 @@ static void tell_peers(MKX_Comm c) {
     return;
   for (int q = 0; q < size; q++) {
     MPI_Request r;
-    if (q != me && MPI_Isend(&gave_up, 1, MPI_INT, q, TELL_TAG, c->mpi,
-                             &r) == MPI_SUCCESS)
+    if (q != me &&
+        MPI_Isend(&gave_up, 1, MPI_INT, q, TELL_TAG, c->mpi, &r) == MPI_SUCCESS)
       MPI_Request_free(&r); /* a send from static memory: never waited */
   }
 }
@@ -58,17 +59,19 @@ int mkx_comm_exchanged(MKX_Comm c, int rc) {
   MPI_Status st;
   if (rc != MKX_SUCCESS) return mkx_comm_fail(c, rc);
   if (c->mpi == MPI_COMM_NULL ||
-      MPI_Iprobe(MPI_ANY_SOURCE, TELL_TAG, c->mpi, &told, &st) !=
-          MPI_SUCCESS ||
+      MPI_Iprobe(MPI_ANY_SOURCE, TELL_TAG, c->mpi, &told, &st) != MPI_SUCCESS ||
       !told)
     return MKX_SUCCESS;
   MPI_Recv(&gave_up, 1, MPI_INT, st.MPI_SOURCE, TELL_TAG, c->mpi,
            MPI_STATUS_IGNORE);
   c->told = 1; /* the others know: they sent it */
-  return mkx_comm_break(c, mkx_error(MKX_ERR_PEER, "rank %d gave up waiting "
-                        "for this rank (option timeout_ms) in an exchange "
-                        "of this or an earlier call, so this call's result "
-                        "is void", st.MPI_SOURCE));
+  return mkx_comm_break(
+      c, mkx_error(MKX_ERR_PEER,
+                   "rank %d gave up waiting "
+                   "for this rank (option timeout_ms) in an exchange "
+                   "of this or an earlier call, so this call's result "
+                   "is void",
+                   st.MPI_SOURCE));
 }
 
 int mkx_comm_break(MKX_Comm c, int rc) {
@@ -123,8 +126,7 @@ static int agree_step(MKX_Comm c, int rc) {
   int size = 0, worst = rc;
   int mrc = mkx_mpi_check(MPI_Comm_size(c->mpi, &size), "MPI_Comm_size");
   int *all = mrc ? NULL : malloc(sizeof *all * (size_t)size);
-  if (!mrc && !all)
-    mrc = mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create agreement");
+  if (!mrc && !all) mrc = mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create agreement");
   if (!mrc)
     mrc = mkx_mpi_allgather(&rc, all, sizeof rc, c->mpi, bound,
                             "MKX_Comm_create agreement");
@@ -133,8 +135,10 @@ static int agree_step(MKX_Comm c, int rc) {
   free(all);
   if (mrc) return rc ? rc : mrc;
   if (rc == MKX_SUCCESS && worst != MKX_SUCCESS)
-    return mkx_error(MKX_ERR_PEER, "MKX_Comm_create failed on another rank "
-                     "(%s)", MKX_Error_string(worst));
+    return mkx_error(MKX_ERR_PEER,
+                     "MKX_Comm_create failed on another rank "
+                     "(%s)",
+                     MKX_Error_string(worst));
   return rc;
 }
 
@@ -167,17 +171,19 @@ static int agree_options(MKX_Comm c) {
   if (n == 0) return MKX_SUCCESS;
   uint64_t *all = malloc(sizeof *all * (size_t)n * (size_t)size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create: options");
-  int rank = 0, rc = mkx_mpi_check(MPI_Comm_rank(c->mpi, &rank),
-                                   "MPI_Comm_rank");
+  int rank = 0,
+      rc = mkx_mpi_check(MPI_Comm_rank(c->mpi, &rank), "MPI_Comm_rank");
   if (!rc)
     rc = mkx_mpi_allgather(mine, all, sizeof *mine * (size_t)n, c->mpi,
                            c->opt.timeout_ms, "MKX_Comm_create: options");
   for (int q = 0; !rc && q < size; q++)
     for (int j = 0; !rc && j < n; j++)
       if (all[(size_t)q * (size_t)n + (size_t)j] != mine[j])
-        rc = mkx_error(MKX_ERR_INVALID_ARG, "MKX_Comm_create: option %s must "
+        rc = mkx_error(MKX_ERR_INVALID_ARG,
+                       "MKX_Comm_create: option %s must "
                        "be the same on every rank: %s on rank %d, another "
-                       "value on rank %d", rows[j]->name,
+                       "value on rank %d",
+                       rows[j]->name,
                        mkx_option_format(rows[j], &c->opt, buf, sizeof buf),
                        rank, q);
   free(all);
@@ -186,8 +192,8 @@ static int agree_options(MKX_Comm c) {
 
 static int choose_device(MKX_Comm c) {
   char why[128];
-  MKX_TRY(mkx_device_choose(&c->opt, c->place.host_local_rank, &c->device,
-                            why, sizeof why));
+  MKX_TRY(mkx_device_choose(&c->opt, c->place.host_local_rank, &c->device, why,
+                            sizeof why));
   if (c->device >= 0) MKX_TRY(mkx_device_set(c->device));
   mkx_log(MKX_LOG_INFO, "node %d/%d local rank %d/%d, device %d: %s",
           c->place.node, c->place.num_nodes, c->place.local_rank,
@@ -225,8 +231,7 @@ static int dup_bounded(MKX_Comm c, MPI_Comm user) {
 
 /* local_rc: a failure of this rank's own arguments, agreed on at the first
  * step so that every rank fails alike. */
-static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info,
-                      int local_rc) {
+static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info, int local_rc) {
   char host[MKX_HOSTNAME_MAX];
   int rc = mkx_comm_options_load(&c->opt, info);
   if (rc == MKX_SUCCESS) mkx_log_set_level(c->opt.log_level);
@@ -253,7 +258,8 @@ int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "MKX_Comm_create: comm is MPI_COMM_NULL");
   if (newcomm == NULL)
-    local_rc = mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_create: newcomm "
+    local_rc = mkx_error(MKX_ERR_NULL_POINTER,
+                         "MKX_Comm_create: newcomm "
                          "is NULL");
   else
     *newcomm = NULL;
@@ -285,7 +291,8 @@ int MKX_Comm_free(MKX_Comm *comm) {
   if ((*comm)->live_requests > 0)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "MKX_Comm_free: %d persistent request(s) still live; "
-                     "MKX_Request_free them first", (*comm)->live_requests);
+                     "MKX_Request_free them first",
+                     (*comm)->live_requests);
   comm_release(*comm);
   *comm = NULL;
   return MKX_SUCCESS;
@@ -294,10 +301,12 @@ int MKX_Comm_free(MKX_Comm *comm) {
 int MKX_Comm_get_async_error(MKX_Comm c, int *async_error) {
   mkx_error_clear();
   if (!mkx_comm_live(c))
-    return mkx_error(MKX_ERR_INVALID_COMM, "MKX_Comm_get_async_error: NULL "
+    return mkx_error(MKX_ERR_INVALID_COMM,
+                     "MKX_Comm_get_async_error: NULL "
                      "or freed communicator");
   if (!async_error)
-    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Comm_get_async_error: "
+    return mkx_error(MKX_ERR_NULL_POINTER,
+                     "MKX_Comm_get_async_error: "
                      "async_error is NULL");
   /* a broken communicator says why (its message) and stays broken */
   *async_error = c->broken ? mkx_comm_check(c) : MKX_SUCCESS;
@@ -306,8 +315,7 @@ int MKX_Comm_get_async_error(MKX_Comm c, int *async_error) {
   return MKX_SUCCESS;
 }
 
-int mkx_comm_add_hook(MKX_Comm c, const void *key,
-                      void (*release)(MKX_Comm c),
+int mkx_comm_add_hook(MKX_Comm c, const void *key, void (*release)(MKX_Comm c),
                       int (*async_error)(MKX_Comm c)) {
   for (const mkx_comm_hook *h = c->hooks; h; h = h->next)
     if (h->key == key) return MKX_SUCCESS;
@@ -319,15 +327,15 @@ int mkx_comm_add_hook(MKX_Comm c, const void *key,
 }
 
 /* Queries work on a broken communicator too: they help diagnose it. */
-#define COMM_QUERY(fn, expr)                                                 \
-  int fn(MKX_Comm c, int *out) {                                             \
-    mkx_error_clear();                                                       \
-    if (!mkx_comm_live(c))                                                   \
-      return mkx_error(MKX_ERR_INVALID_COMM, #fn ": invalid communicator");  \
-    if (out == NULL)                                                         \
-      return mkx_error(MKX_ERR_NULL_POINTER, #fn ": output pointer is NULL");\
-    *out = (expr);                                                           \
-    return MKX_SUCCESS;                                                      \
+#define COMM_QUERY(fn, expr)                                                   \
+  int fn(MKX_Comm c, int *out) {                                               \
+    mkx_error_clear();                                                         \
+    if (!mkx_comm_live(c))                                                     \
+      return mkx_error(MKX_ERR_INVALID_COMM, #fn ": invalid communicator");    \
+    if (out == NULL)                                                           \
+      return mkx_error(MKX_ERR_NULL_POINTER, #fn ": output pointer is NULL");  \
+    *out = (expr);                                                             \
+    return MKX_SUCCESS;                                                        \
   }
 
 COMM_QUERY(MKX_Comm_rank, c->rank)
@@ -342,11 +350,14 @@ int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
                     int64_t *count) {
   mkx_error_clear();
   if (first == NULL || count == NULL)
-    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Block_range: first or count "
+    return mkx_error(MKX_ERR_NULL_POINTER,
+                     "MKX_Block_range: first or count "
                      "is NULL");
   if (rows < 0 || nblocks <= 0 || b < 0 || b >= nblocks)
-    return mkx_error(MKX_ERR_BAD_SIZE, "MKX_Block_range: rows=%lld "
-                     "nblocks=%d b=%d", (long long)rows, nblocks, b);
+    return mkx_error(MKX_ERR_BAD_SIZE,
+                     "MKX_Block_range: rows=%lld "
+                     "nblocks=%d b=%d",
+                     (long long)rows, nblocks, b);
   int64_t base = rows / nblocks, extra = rows % nblocks;
   *count = base + (b < extra);
   *first = b * base + (b < extra ? b : extra);
@@ -355,10 +366,13 @@ int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
 
 size_t MKX_Type_size(MKX_Datatype type) {
   switch (type) {
-  case MKX_BF16:
-  case MKX_FP16: return 2;
-  case MKX_FP32: return 4;
-  case MKX_FP64: return 8;
+    case MKX_BF16:
+    case MKX_FP16:
+      return 2;
+    case MKX_FP32:
+      return 4;
+    case MKX_FP64:
+      return 8;
   }
   return 0;
 }

@@ -9,7 +9,6 @@
 #include "core/options.h"
 #include "topo/topo.h"
 
-
 /* State an upper layer keeps on a communicator, which core does not know:
  * `release` (may be NULL) runs when the communicator is freed, the latest
  * registered first, while its bootstrap still works; `async_error` (may be
@@ -23,29 +22,29 @@ typedef struct mkx_comm_hook {
 } mkx_comm_hook;
 
 struct MKX_Comm_s {
-  MPI_Comm mpi;        /* private duplicate of the user's communicator */
-  MPI_Comm node_mpi;   /* the ranks of this node (several nodes only) */
+  MPI_Comm mpi;      /* private duplicate of the user's communicator */
+  MPI_Comm node_mpi; /* the ranks of this node (several nodes only) */
   int rank, size;
   mkx_placement place;
   mkx_options opt;
   mkx_oob oob;
-  int device;          /* CUDA ordinal, -1 on the host path */
-  int broken;          /* a timed-out collective is pending: unusable */
-  char broken_why[256];/* the message of the failure that broke it */
-  int live_requests;   /* persistent requests not yet freed */
-  int told;            /* the other ranks know this one gave up, or told
+  int device;           /* CUDA ordinal, -1 on the host path */
+  int broken;           /* a timed-out collective is pending: unusable */
+  char broken_why[256]; /* the message of the failure that broke it */
+  int live_requests;    /* persistent requests not yet freed */
+  int told;             /* the other ranks know this one gave up, or told
                           it that they did (mkx_comm_exchanged) */
-  int64_t calls;       /* operations agreed on so far (each rank's count
+  int64_t calls;        /* operations agreed on so far (each rank's count
                           goes into the agreement: a rank that missed one
                           is out of step) */
-  void *symm;          /* symmetric memory state (src/mem/symm.c) */
-  void *net;           /* network endpoint (src/core/comm_net.c) */
-  int has_gpu_map;     /* gpu_map is valid */
-  mkx_gpu_share share; /* who else drives this GPU; CTAs of fused kernels */
-  mkx_gpu_map gpu_map; /* nearest NICs, proxy cores, peer domain */
-  char topo_desc[384]; /* the map in one line, for logs and mkx_info */
+  void *symm;           /* symmetric memory state (src/mem/symm.c) */
+  void *net;            /* network endpoint (src/core/comm_net.c) */
+  int has_gpu_map;      /* gpu_map is valid */
+  mkx_gpu_share share;  /* who else drives this GPU; CTAs of fused kernels */
+  mkx_gpu_map gpu_map;  /* nearest NICs, proxy cores, peer domain */
+  char topo_desc[384];  /* the map in one line, for logs and mkx_info */
   struct MKX_Comm_s *node_comm; /* this node's ranks (mkx_comm_node) */
-  mkx_comm_hook *hooks; /* upper layers' state (mkx_comm_add_hook) */
+  mkx_comm_hook *hooks;         /* upper layers' state (mkx_comm_add_hook) */
 };
 
 /* 1 if c is a communicator MKX made and has not freed (read from the
@@ -75,8 +74,7 @@ int mkx_comm_agree_rc(MKX_Comm c, int rc, const char *what);
 int mkx_comm_node(MKX_Comm c, MKX_Comm *node);
 
 /* Register an upper layer's hook (see mkx_comm_hook); MKX_ERR_NOMEM. */
-int mkx_comm_add_hook(MKX_Comm c, const void *key,
-                      void (*release)(MKX_Comm c),
+int mkx_comm_add_hook(MKX_Comm c, const void *key, void (*release)(MKX_Comm c),
                       int (*async_error)(MKX_Comm c));
 
 /* Mark the communicator unusable after `rc` (timeouts leave MPI state

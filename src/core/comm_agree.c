@@ -11,13 +11,16 @@ int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
                        uint64_t *out, const char *what) {
   uint64_t *all = malloc(sizeof *all * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "%s: agreement", what);
-  int rc = c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine,
-                            c->opt.timeout_ms);
+  int rc =
+      c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine, c->opt.timeout_ms);
   uint64_t r = all[0];
   for (int q = 1; rc == MKX_SUCCESS && q < c->size; q++) {
-    if (op == MKX_AGREE_MAX) r = all[q] > r ? all[q] : r;
-    else if (op == MKX_AGREE_AND) r &= all[q];
-    else r |= all[q];
+    if (op == MKX_AGREE_MAX)
+      r = all[q] > r ? all[q] : r;
+    else if (op == MKX_AGREE_AND)
+      r &= all[q];
+    else
+      r |= all[q];
   }
   free(all);
   MKX_TRY(mkx_comm_exchanged(c, rc));
@@ -29,8 +32,8 @@ int mkx_comm_agree_rc(MKX_Comm c, int rc, const char *what) {
   int64_t *all = malloc(sizeof *all * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "%s: agreement", what);
   const int64_t mine = rc;
-  int orc = c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine,
-                             c->opt.timeout_ms);
+  int orc =
+      c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine, c->opt.timeout_ms);
   int bad = -1;
   for (int q = 0; orc == MKX_SUCCESS && q < c->size; q++)
     if (all[q] != MKX_SUCCESS && bad < 0) bad = q;

@@ -47,15 +47,15 @@
 typedef struct mkx_comm_net {
   mkx_net *net;
   mkx_proxy *proxy;
-  size_t piece;           /* bytes per piece slot */
-  char *send, *recv;      /* staging regions: size * DEPTH slots each */
-  int ready;              /* the regions are registered everywhere */
+  size_t piece;      /* bytes per piece slot */
+  char *send, *recv; /* staging regions: size * DEPTH slots each */
+  int ready;         /* the regions are registered everywhere */
   mkx_net_mr smr, rmr;
   mkx_net_rkey *skeys, *rkeys;
-  uint64_t *sent_to;      /* pieces sent to each rank so far */
-  uint64_t *got_from;     /* pieces taken from each rank so far */
-  uint64_t *slot_seq;     /* [size * DEPTH]: last command per send slot */
-  size_t *done_to;        /* [size]: bytes of the current exchange posted */
+  uint64_t *sent_to;  /* pieces sent to each rank so far */
+  uint64_t *got_from; /* pieces taken from each rank so far */
+  uint64_t *slot_seq; /* [size * DEPTH]: last command per send slot */
+  size_t *done_to;    /* [size]: bytes of the current exchange posted */
 } mkx_comm_net;
 
 static int one_host(MKX_Comm c) {
@@ -78,8 +78,7 @@ static size_t piece_bytes(int size) {
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   MKX_TRY(mkx_proxy_create(cn->net, RING_ENTRIES, NULL, c->opt.timeout_ms,
                            &cn->proxy));
-  return mkx_proxy_start(cn->proxy,
-                         c->has_gpu_map ? c->gpu_map.cpus : NULL);
+  return mkx_proxy_start(cn->proxy, c->has_gpu_map ? c->gpu_map.cpus : NULL);
 }
 
 static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
@@ -104,9 +103,9 @@ int mkx_comm_options_load(mkx_options *opt, MPI_Info info) {
 int mkx_comm_net_open(MKX_Comm c) {
   if (c->place.num_nodes < 2) return MKX_SUCCESS;
   /* Inside a node the host path talks MPI (standing for NVLink). */
-  MKX_TRY(mkx_mpi_check(MPI_Comm_split(c->mpi, c->place.node,
-                                       c->place.local_rank, &c->node_mpi),
-                        "MPI_Comm_split by node"));
+  MKX_TRY(mkx_mpi_check(
+      MPI_Comm_split(c->mpi, c->place.node, c->place.local_rank, &c->node_mpi),
+      "MPI_Comm_split by node"));
   mkx_comm_net *cn = calloc(1, sizeof *cn);
   mkx_options opt = c->opt;
   if (!cn) return mkx_error(MKX_ERR_NOMEM, "network endpoint");
@@ -116,9 +115,11 @@ int mkx_comm_net_open(MKX_Comm c) {
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
-  mkx_net_params p = {.rank = c->rank, .size = c->size,
+  mkx_net_params p = {.rank = c->rank,
+                      .size = c->size,
                       .num_signals = (uint32_t)c->size * (DEPTH + 1),
-                      .timeout_ms = c->opt.timeout_ms, .opt = &opt,
+                      .timeout_ms = c->opt.timeout_ms,
+                      .opt = &opt,
                       .device = c->has_gpu_map && c->gpu_map.num_nics
                                     ? c->gpu_map.nic_names[0]
                                     : NULL};
@@ -180,8 +181,7 @@ static int setup_regions(MKX_Comm c, mkx_comm_net *cn) {
   cn->send = malloc(bytes);
   cn->recv = malloc(bytes);
   if (!cn->send || !cn->recv)
-    return mkx_error(MKX_ERR_NOMEM, "staging regions of 2 x %zu bytes",
-                     bytes);
+    return mkx_error(MKX_ERR_NOMEM, "staging regions of 2 x %zu bytes", bytes);
   memset(cn->send, 0, bytes);
   memset(cn->recv, 0, bytes);
   MKX_TRY(register_regions(c, cn, bytes));
@@ -198,11 +198,11 @@ typedef struct xchg {
   const void *const *send;
   const size_t *send_len, *recv_len;
   const mkx_comm_net_sink *sink;
-  int *order, norder;  /* sources in delivery order (recv_len > 0) */
-  int at;              /* next source of this round: order[at] */
-  size_t round;        /* pieces [round * piece, ...) are being taken */
-  int held_by;         /* a rank whose credit holds our next piece back */
-  uint64_t last_seq;   /* the last data write posted */
+  int *order, norder; /* sources in delivery order (recv_len > 0) */
+  int at;             /* next source of this round: order[at] */
+  size_t round;       /* pieces [round * piece, ...) are being taken */
+  int held_by;        /* a rank whose credit holds our next piece back */
+  uint64_t last_seq;  /* the last data write posted */
 } xchg;
 
 static uint32_t data_word(int src, uint64_t g) {
@@ -221,8 +221,7 @@ static int slot_free(const xchg *x, int q, uint64_t g) {
       mkx_net_signal(cn->net, credit_word(x->c, q)) < g - DEPTH + 1)
     return 0;
   uint64_t seq = cn->slot_seq[data_word(q, g)];
-  return atomic_load_explicit(&x->ring->completed, memory_order_acquire) >=
-         seq;
+  return atomic_load_explicit(&x->ring->completed, memory_order_acquire) >= seq;
 }
 
 static int post_piece(xchg *x, int q) {
@@ -232,11 +231,15 @@ static int post_piece(xchg *x, int q) {
   const size_t left = x->send_len[q] - off;
   const size_t len = left < cn->piece ? left : cn->piece;
   memcpy(cn->send + slot * cn->piece, (const char *)x->send[q] + off, len);
-  mkx_proxy_cmd cmd = {
-      .op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0, .dst = 1,
-      .src_off = slot * cn->piece,
-      .dst_off = (size_t)data_word(x->c->rank, g) * cn->piece,
-      .len = len, .slot = data_word(x->c->rank, g), .value = g + 1};
+  mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE,
+                       .peer = q,
+                       .src = 0,
+                       .dst = 1,
+                       .src_off = slot * cn->piece,
+                       .dst_off = (size_t)data_word(x->c->rank, g) * cn->piece,
+                       .len = len,
+                       .slot = data_word(x->c->rank, g),
+                       .value = g + 1};
   MKX_TRY(mkx_proxy_post(x->ring, &cmd, &x->last_seq, x->c->opt.timeout_ms));
   cn->slot_seq[slot] = x->last_seq;
   cn->sent_to[q] = g + 1;
@@ -267,8 +270,11 @@ static int send_some(xchg *x, int *moved) {
 /* Tell q its piece g left our slot: it may write that slot again. */
 static int post_credit(xchg *x, int q, uint64_t taken) {
   uint64_t seq;
-  mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE, .peer = q, .src = 0,
-                       .dst = 1, .len = 0,
+  mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE,
+                       .peer = q,
+                       .src = 0,
+                       .dst = 1,
+                       .len = 0,
                        .slot = credit_word(x->c, x->c->rank),
                        .value = taken};
   return mkx_proxy_post(x->ring, &cmd, &seq, x->c->opt.timeout_ms);
@@ -280,8 +286,7 @@ static int recv_some(xchg *x, int *moved) {
   while (x->norder > 0) {
     const int q = x->order[x->at];
     const uint64_t g = cn->got_from[q];
-    if (mkx_net_signal(cn->net, data_word(q, g)) < g + 1)
-      return MKX_SUCCESS;
+    if (mkx_net_signal(cn->net, data_word(q, g)) < g + 1) return MKX_SUCCESS;
     const size_t off = x->round * cn->piece, left = x->recv_len[q] - off;
     const size_t len = left < cn->piece ? left : cn->piece;
     const char *data = cn->recv + (size_t)data_word(q, g) * cn->piece;
@@ -306,20 +311,24 @@ static int recv_some(xchg *x, int *moved) {
  * leave the cores to the proxy and transport threads. */
 static void backoff(long spins) {
   struct timespec nap = {0, 20000};
-  if (spins < 64) sched_yield();
-  else nanosleep(&nap, NULL);
+  if (spins < 64)
+    sched_yield();
+  else
+    nanosleep(&nap, NULL);
 }
 
 /* A timeout names whom we wait for: a source, or a peer not taking ours. */
 static int stalled(const xchg *x) {
   const long long tmo = (long long)x->c->opt.timeout_ms;
   if (x->norder > 0)
-    return mkx_error(MKX_ERR_TIMEOUT, "network exchange: no data from rank "
+    return mkx_error(MKX_ERR_TIMEOUT,
+                     "network exchange: no data from rank "
                      "%d for %lld ms (option timeout_ms)",
                      x->order[x->at], tmo);
-  return mkx_error(MKX_ERR_TIMEOUT, "network exchange: rank %d took none of "
-                   "our data for %lld ms (option timeout_ms)", x->held_by,
-                   tmo);
+  return mkx_error(MKX_ERR_TIMEOUT,
+                   "network exchange: rank %d took none of "
+                   "our data for %lld ms (option timeout_ms)",
+                   x->held_by, tmo);
 }
 
 static int run(xchg *x) {
@@ -365,8 +374,10 @@ static int set_order(xchg *x, const int *order, int norder) {
     if (x->recv_len[q] && !seen[q]) missing = q;
   free(seen);
   if (missing >= 0)
-    return mkx_error(MKX_ERR_INTERNAL, "exchange order: no place for rank "
-                     "%d's data", missing);
+    return mkx_error(MKX_ERR_INTERNAL,
+                     "exchange order: no place for rank "
+                     "%d's data",
+                     missing);
   return MKX_SUCCESS;
 }
 
@@ -378,9 +389,14 @@ int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
   if (send_len[c->rank] || recv_len[c->rank])
     return mkx_error(MKX_ERR_INTERNAL, "network exchange with oneself");
   MKX_TRY(setup_regions(c, cn));
-  xchg x = {.c = c, .cn = cn, .ring = mkx_proxy_ring_of(cn->proxy),
-            .send = send, .send_len = send_len, .recv_len = recv_len,
-            .sink = sink, .held_by = -1};
+  xchg x = {.c = c,
+            .cn = cn,
+            .ring = mkx_proxy_ring_of(cn->proxy),
+            .send = send,
+            .send_len = send_len,
+            .recv_len = recv_len,
+            .sink = sink,
+            .held_by = -1};
   if (!(x.order = malloc(sizeof *x.order * (size_t)c->size)))
     return mkx_error(MKX_ERR_NOMEM, "exchange order");
   memset(cn->done_to, 0, sizeof *cn->done_to * (size_t)c->size);
@@ -415,7 +431,6 @@ int mkx_comm_net_exchange(MKX_Comm c, const void *const *send,
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c) {
   mkx_comm_net *cn = c->net;
   uint64_t sum = 0;
-  for (int q = 0; cn && q < c->size; q++)
-    sum += mkx_net_bytes_sent(cn->net, q);
+  for (int q = 0; cn && q < c->size; q++) sum += mkx_net_bytes_sent(cn->net, q);
   return sum;
 }

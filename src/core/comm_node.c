@@ -37,7 +37,8 @@ int mkx_comm_node(MKX_Comm c, MKX_Comm *node) {
   int arc = mkx_comm_agree_u64(c, rc != MKX_SUCCESS, MKX_AGREE_OR, &bad,
                                "node communicator");
   if (arc == MKX_SUCCESS && bad && rc == MKX_SUCCESS)
-    arc = mkx_error(MKX_ERR_PEER, "node communicator: failed on another "
+    arc = mkx_error(MKX_ERR_PEER,
+                    "node communicator: failed on another "
                     "node");
   if (rc == MKX_SUCCESS) rc = arc;
   if (rc != MKX_SUCCESS) {

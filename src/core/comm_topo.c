@@ -38,8 +38,7 @@ static void set_peers(mkx_topo *t) {
 static int map_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   const char **ids = malloc(sizeof *ids * (size_t)c->size);
   mkx_topo *t = NULL;
-  int rc = ids ? mkx_topo_load(NULL, &t)
-               : mkx_error(MKX_ERR_NOMEM, "topology");
+  int rc = ids ? mkx_topo_load(NULL, &t) : mkx_error(MKX_ERR_NOMEM, "topology");
   if (rc == MKX_SUCCESS)
     rc = mkx_topo_set_gpus_in_use(t, gpus_on_host(c, all, ids), ids);
   if (rc == MKX_SUCCESS) {
@@ -81,8 +80,8 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
                                c->opt.gpu_ctas);
   int(*got)[3] = malloc(sizeof *got * (size_t)c->size);
   if (!got) return mkx_error(MKX_ERR_NOMEM, "GPU share agreement");
-  int orc = c->oob.allgather(c->oob.ctx, bid, got, sizeof bid,
-                             c->opt.timeout_ms);
+  int orc =
+      c->oob.allgather(c->oob.ctx, bid, got, sizeof bid, c->opt.timeout_ms);
   s->mode = MKX_SHARE_NONE;
   s->ctas = 1 << 30;
   for (int q = 0; orc == MKX_SUCCESS && q < c->size; q++) {
@@ -95,7 +94,8 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   free(got);
   if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);
   if (!gpu || s->ctas >= d.dev_sms) s->ctas = 0;
-  mkx_log(MKX_LOG_INFO, "GPU: %s, %d rank(s) on it, %d of %d SMs for this "
+  mkx_log(MKX_LOG_INFO,
+          "GPU: %s, %d rank(s) on it, %d of %d SMs for this "
           "rank's context, fused kernels take %d CTAs",
           mkx_gpu_share_name(s->mode), s->ranks, s->ctx_sms, s->dev_sms,
           s->ctas ? s->ctas : s->dev_sms);
@@ -104,12 +104,12 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
 
 int mkx_comm_map_topology(MKX_Comm c) {
   char mine[PCI_LEN] = "";
-  char (*all)[PCI_LEN] = malloc(sizeof *all * (size_t)c->size);
+  char(*all)[PCI_LEN] = malloc(sizeof *all * (size_t)c->size);
   if (all == NULL) return mkx_error(MKX_ERR_NOMEM, "topology exchange");
   if (c->device >= 0 && mkx_device_pci_id(c->device, mine, sizeof mine))
     mine[0] = '\0';
-  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof mine,
-                            c->opt.timeout_ms);
+  int rc =
+      c->oob.allgather(c->oob.ctx, mine, all, sizeof mine, c->opt.timeout_ms);
   if (rc == MKX_SUCCESS) {
     snprintf(c->topo_desc, sizeof c->topo_desc, "no GPU");
     if (mine[0] != '\0' && map_gpu(c, mine, all) == MKX_SUCCESS)

@@ -11,14 +11,14 @@
 
 int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
                    const char *file, int line);
-#define mkx_cuda_rc(e, where, what) \
+#define mkx_cuda_rc(e, where, what)                                            \
   mkx_cuda_rc_at((e), (where), (what), __FILE__, __LINE__)
 
 /* Return from the calling function on failure. */
-#define MKX_CUDA_TRY(call, where)                                       \
-  do {                                                                  \
-    const int mkx_rc_ = mkx_cuda_rc((call), (where), #call);            \
-    if (mkx_rc_ != 0) return mkx_rc_;                                   \
+#define MKX_CUDA_TRY(call, where)                                              \
+  do {                                                                         \
+    const int mkx_rc_ = mkx_cuda_rc((call), (where), #call);                   \
+    if (mkx_rc_ != 0) return mkx_rc_;                                          \
   } while (0)
 
 #endif

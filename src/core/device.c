@@ -13,8 +13,9 @@
 
 /* Launchers publish the rank within the host under several names. */
 static const char *const local_rank_vars[] = {
-    "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID",
-    "MV2_COMM_WORLD_LOCAL_RANK", "PALS_LOCAL_RANKID", NULL};
+    "SLURM_LOCALID",     "OMPI_COMM_WORLD_LOCAL_RANK",
+    "MPI_LOCALRANKID",   "MV2_COMM_WORLD_LOCAL_RANK",
+    "PALS_LOCAL_RANKID", NULL};
 
 static int launcher_local_rank(const char **var) {
   for (int i = 0; local_rank_vars[i]; i++) {
@@ -36,10 +37,10 @@ int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
   (void)cudaGetLastError();
   mkx_log(MKX_LOG_DEBUG, "%s:%d: %s failed: %s", file, line, what,
           cudaGetErrorName(e));
-  return mkx_error(e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM
-                                                  : MKX_ERR_CUDA,
-                   "%s%s%s: %s (%s)", where ? where : "", where ? ": " : "",
-                   what, cudaGetErrorString(e), cudaGetErrorName(e));
+  return mkx_error(
+      e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM : MKX_ERR_CUDA,
+      "%s%s%s: %s (%s)", where ? where : "", where ? ": " : "", what,
+      cudaGetErrorString(e), cudaGetErrorName(e));
 }
 
 int mkx_device_count(void) {
@@ -68,18 +69,18 @@ int mkx_pointer_kind(const void *p) {
 
 int mkx_device_name(int device, char *buf, size_t len) {
   struct cudaDeviceProp prop;
-  int rc = mkx_cuda_rc(cudaGetDeviceProperties(&prop, device),
-                       NULL, "cudaGetDeviceProperties");
+  int rc = mkx_cuda_rc(cudaGetDeviceProperties(&prop, device), NULL,
+                       "cudaGetDeviceProperties");
   if (rc == MKX_SUCCESS)
-    snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name,
-             prop.major, prop.minor, prop.multiProcessorCount,
+    snprintf(buf, len, "%s (sm_%d%d, %d SMs, %.0f GiB)", prop.name, prop.major,
+             prop.minor, prop.multiProcessorCount,
              prop.totalGlobalMem / 1073741824.0);
   return rc;
 }
 
 int mkx_device_pci_id(int device, char *buf, size_t len) {
-  return mkx_cuda_rc(cudaDeviceGetPCIBusId(buf, (int)len, device),
-                     NULL, "cudaDeviceGetPCIBusId");
+  return mkx_cuda_rc(cudaDeviceGetPCIBusId(buf, (int)len, device), NULL,
+                     "cudaDeviceGetPCIBusId");
 }
 
 int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
@@ -90,8 +91,8 @@ int mkx_device_peer_matrix(int *n, char pcis[][32], int *can) {
     for (int j = 0; j < *n; j++) {
       int ok = i == j;
       if (i != j)
-        MKX_TRY(mkx_cuda_rc(cudaDeviceCanAccessPeer(&ok, i, j),
-                            NULL, "cudaDeviceCanAccessPeer"));
+        MKX_TRY(mkx_cuda_rc(cudaDeviceCanAccessPeer(&ok, i, j), NULL,
+                            "cudaDeviceCanAccessPeer"));
       can[i * *n + j] = ok;
     }
   }
@@ -102,20 +103,20 @@ int mkx_device_alloc(size_t bytes, void **p) {
   return mkx_cuda_rc(cudaMalloc(p, bytes ? bytes : 1), NULL, "cudaMalloc");
 }
 
-int mkx_device_free(void *p) { return mkx_cuda_rc(cudaFree(p),
-                                                  NULL, "cudaFree"); }
+int mkx_device_free(void *p) {
+  return mkx_cuda_rc(cudaFree(p), NULL, "cudaFree");
+}
 
 int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
-  return mkx_cuda_rc(cudaMemcpy(dst, src, bytes,
-                                to_device ? cudaMemcpyHostToDevice
-                                          : cudaMemcpyDeviceToHost),
-                     NULL, to_device ? "cudaMemcpy to device"
-                                     : "cudaMemcpy to host");
+  return mkx_cuda_rc(
+      cudaMemcpy(dst, src, bytes,
+                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
+      NULL, to_device ? "cudaMemcpy to device" : "cudaMemcpy to host");
 }
 
 int mkx_stream_sync(void *stream) {
-  return mkx_cuda_rc(cudaStreamSynchronize((cudaStream_t)stream),
-                     NULL, "cudaStreamSynchronize");
+  return mkx_cuda_rc(cudaStreamSynchronize((cudaStream_t)stream), NULL,
+                     "cudaStreamSynchronize");
 }
 
 /* A driver entry point, or NULL: MKX never links libcuda (its stub would
@@ -153,8 +154,7 @@ static int context_sms(void) {
   aff_fn aff = (aff_fn)driver_fn("cuCtxGetExecAffinity", 11040);
   CUexecAffinityParam p;
   memset(&p, 0, sizeof p);
-  if (!aff || aff(&p, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS)
-    return 0;
+  if (!aff || aff(&p, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS) return 0;
   return (int)p.param.smCount.val;
 }
 
@@ -172,9 +172,9 @@ int mkx_device_sm_info(int device, mkx_device_sms *out) {
   /* the primary context must exist before its affinity can be read */
   MKX_CUDA_TRY(cudaFree(NULL), NULL);
   /* under MPS this is already the client's share of the SMs */
-  MKX_TRY(mkx_cuda_rc(cudaDeviceGetAttribute(
-                          &seen, cudaDevAttrMultiProcessorCount, device),
-                      NULL, "cudaDeviceGetAttribute"));
+  MKX_TRY(mkx_cuda_rc(
+      cudaDeviceGetAttribute(&seen, cudaDevAttrMultiProcessorCount, device),
+      NULL, "cudaDeviceGetAttribute"));
   out->mps = device_mps(device);
   const int ctx = context_sms();
   out->ctx_sms = ctx > 0 && ctx < seen ? ctx : seen;
@@ -184,7 +184,7 @@ int mkx_device_sm_info(int device, mkx_device_sms *out) {
    * may come from.  A limit set in the MPS daemon instead cannot be seen:
    * the share then errs on the small side only. */
   const int pct = out->mps ? mps_percentage() : 0;
-  out->dev_sms = !pct ? seen
+  out->dev_sms = !pct               ? seen
                  : seen * 100 % pct ? (seen - 1) * 100 / pct
                                     : seen * 100 / pct;
   if (out->dev_sms < seen) out->dev_sms = seen;
@@ -196,7 +196,10 @@ int mkx_device_set(int device) {
   return mkx_error(MKX_ERR_UNSUPPORTED, "device %d: MKX built without CUDA",
                    device);
 }
-int mkx_pointer_kind(const void *p) { (void)p; return MKX_MEM_HOST; }
+int mkx_pointer_kind(const void *p) {
+  (void)p;
+  return MKX_MEM_HOST;
+}
 int mkx_device_name(int device, char *buf, size_t len) {
   snprintf(buf, len, "none");
   return mkx_device_set(device);
@@ -214,12 +217,18 @@ int mkx_device_alloc(size_t bytes, void **p) {
   (void)bytes, (void)p;
   return mkx_device_set(0);
 }
-int mkx_device_free(void *p) { (void)p; return mkx_device_set(0); }
+int mkx_device_free(void *p) {
+  (void)p;
+  return mkx_device_set(0);
+}
 int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
   (void)dst, (void)src, (void)bytes, (void)to_device;
   return mkx_device_set(0);
 }
-int mkx_stream_sync(void *stream) { (void)stream; return MKX_SUCCESS; }
+int mkx_stream_sync(void *stream) {
+  (void)stream;
+  return MKX_SUCCESS;
+}
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
   memset(out, 0, sizeof *out);
   return mkx_device_set(device);
@@ -257,8 +266,8 @@ int mkx_device_pick(int count, int path, int opt_device, int host_local_rank,
   return MKX_SUCCESS;
 }
 
-int mkx_device_choose(const mkx_options *opt, int host_local_rank,
-                      int *device, char *why, size_t why_len) {
+int mkx_device_choose(const mkx_options *opt, int host_local_rank, int *device,
+                      char *why, size_t why_len) {
   return mkx_device_pick(mkx_device_count(), opt->path, opt->device,
                          host_local_rank, device, why, why_len);
 }

@@ -14,8 +14,8 @@ int mkx_device_count(void);
 
 /* Pick this rank's device (see MKX_Comm_create in mkx.h), or -1 for the
  * host path; `why` receives a short explanation for logs and mkx_info. */
-int mkx_device_choose(const mkx_options *opt, int host_local_rank,
-                      int *device, char *why, size_t why_len);
+int mkx_device_choose(const mkx_options *opt, int host_local_rank, int *device,
+                      char *why, size_t why_len);
 
 /* The choice itself, given the visible device count (unit-testable). */
 int mkx_device_pick(int count, int path, int opt_device, int host_local_rank,

@@ -19,10 +19,10 @@ int mkx_error(int code, const char *fmt, ...) MKX_PRINTF(2, 3);
 void mkx_error_clear(void);
 
 /* Propagate a non-success code without touching its message. */
-#define MKX_TRY(expr)                                                        \
-  do {                                                                       \
-    int mkx_try_rc_ = (expr);                                                \
-    if (mkx_try_rc_ != MKX_SUCCESS) return mkx_try_rc_;                      \
+#define MKX_TRY(expr)                                                          \
+  do {                                                                         \
+    int mkx_try_rc_ = (expr);                                                  \
+    if (mkx_try_rc_ != MKX_SUCCESS) return mkx_try_rc_;                        \
   } while (0)
 
 #endif

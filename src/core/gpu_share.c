@@ -20,9 +20,12 @@ int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms,
 
 const char *mkx_gpu_share_name(int mode) {
   switch (mode) {
-    case MKX_SHARE_NONE: return "one GPU per rank";
-    case MKX_SHARE_MPS: return "shared under MPS";
-    case MKX_SHARE_TIMESLICED: return "shared in time slices (no MPS)";
+    case MKX_SHARE_NONE:
+      return "one GPU per rank";
+    case MKX_SHARE_MPS:
+      return "shared under MPS";
+    case MKX_SHARE_TIMESLICED:
+      return "shared in time slices (no MPS)";
   }
   return "?";
 }

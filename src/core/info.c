@@ -7,8 +7,8 @@
 
 static void print_features(FILE *f) {
   fprintf(f, "Build features:\n");
-  fprintf(f, "  CUDA kernels   %s\n", HAVE_CUDA ? "yes (" MKX_NVCC_GENCODE ")"
-                                               : "no (host path only)");
+  fprintf(f, "  CUDA kernels   %s\n",
+          HAVE_CUDA ? "yes (" MKX_NVCC_GENCODE ")" : "no (host path only)");
   fprintf(f, "  BLAS           %s\n", MKX_BLAS_NAME);
   fprintf(f, "  hwloc          %s\n", HAVE_HWLOC ? "yes" : "no");
   fprintf(f, "  verbs          %s\n", HAVE_VERBS ? "yes" : "no");
@@ -26,10 +26,12 @@ static void print_placement(MKX_Comm c, FILE *f) {
   fprintf(f, "  GPU            %s\n", name);
   fprintf(f, "  topology       %s\n", c->topo_desc);
   if (c->device >= 0)
-    fprintf(f, "  SMs            %d of %d for this rank (%s, %d rank(s) on "
-            "this GPU); fused kernels take %d CTAs\n", c->share.ctx_sms,
-            c->share.dev_sms, mkx_gpu_share_name(c->share.mode),
-            c->share.ranks, c->share.ctas ? c->share.ctas : c->share.dev_sms);
+    fprintf(f,
+            "  SMs            %d of %d for this rank (%s, %d rank(s) on "
+            "this GPU); fused kernels take %d CTAs\n",
+            c->share.ctx_sms, c->share.dev_sms,
+            mkx_gpu_share_name(c->share.mode), c->share.ranks,
+            c->share.ctas ? c->share.ctas : c->share.dev_sms);
 }
 
 int MKX_Info_print(MKX_Comm comm, void *file) {

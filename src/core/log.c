@@ -10,8 +10,7 @@ static int log_level = -1; /* -1: not read from the environment yet */
 static int log_rank = -1;
 
 static int level_from_env(void) {
-  static const char *const names[] = {"none", "error", "warn", "info",
-                                      "debug"};
+  static const char *const names[] = {"none", "error", "warn", "info", "debug"};
   const char *v = getenv("MKX_LOG_LEVEL");
   if (v == NULL) return MKX_LOG_WARN;
   for (int i = 0; i < (int)(sizeof names / sizeof names[0]); i++)

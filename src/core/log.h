@@ -4,8 +4,13 @@
 
 #include "core/error.h"
 
-enum { MKX_LOG_NONE = 0, MKX_LOG_ERROR, MKX_LOG_WARN, MKX_LOG_INFO,
-       MKX_LOG_DEBUG };
+enum {
+  MKX_LOG_NONE = 0,
+  MKX_LOG_ERROR,
+  MKX_LOG_WARN,
+  MKX_LOG_INFO,
+  MKX_LOG_DEBUG
+};
 
 /* The level comes from MKX_LOG_LEVEL at first use; a communicator's info
  * key can raise or lower it for the whole process. */

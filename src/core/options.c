@@ -35,7 +35,8 @@ static const mkx_option_desc base_rows[] = {
     {"fused", MKX_OPT_ENUM, OPT(fused), "auto", "off|auto",
      "Fused single-kernel GPU paths for device buffers. auto: used where "
      "the shape and types fit (else the staged path, logged at info); off: "
-     "device buffers always take the staged host path.", 1},
+     "device buffers always take the staged host path.",
+     1},
     {"blocking", MKX_OPT_BOOL, OPT(blocking), "no", "yes|no",
      "yes: a call on the fused GPU path waits for its own GPU work before "
      "returning and returns its status (MKX_ERR_TIMEOUT naming the rank and "
@@ -48,39 +49,44 @@ static const mkx_option_desc base_rows[] = {
      "Type in which the fused GEMM+ReduceScatter and GEMM+AllReduce send "
      "each rank's partial product to the rank that sums it. out: C's type, "
      "as cuBLAS followed by NCCL would (the owner still adds in fp32 and "
-     "rounds once); fp32: unrounded partials, twice the NVLink bytes.", 1},
+     "rounds once); fp32: unrounded partials, twice the NVLink bytes.",
+     1},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
      "alignment do not suit the fused kernels (multiples of 8 elements, "
      "16-byte aligned), or whose allreduce C cannot be mapped into node "
      "peers, go through padded, aligned temporaries on the GPU (one extra "
-     "copy of A, B and C); no: they take the staged host path.", 1},
+     "copy of A, B and C); no: they take the staged host path.",
+     1},
     {"tp_overlap", MKX_OPT_ENUM, OPT(tp_overlap), "auto", "auto|yes|no",
      "Single-node GPU path of the three tensor-parallel calls. yes: one "
      "GEMM kernel overlapped with the NVLink transfers (copy engines); no: "
      "the GEMM, then a separate one-shot NVLink collective kernel (two "
      "kernels, lower fixed cost, nothing overlapped); auto: no for small "
      "products (fewer than 1024 product rows per rank), where overlap "
-     "cannot pay for its set-up, else yes.", 1},
+     "cannot pay for its set-up, else yes.",
+     1},
     {"tp_split_gemm", MKX_OPT_ENUM, OPT(tp_split_gemm), "engine",
      "engine|cublas",
      "The GEMM of the split path (tp_overlap). engine: MKX's; cublas: "
      "cuBLAS (not for fp16 inputs with bf16 output or the reverse, which "
      "keep the engine). Faster than the engine alone on these small "
-     "products, but not inside the split path, hence not the default.", 1},
-    {"tp_ag_oneshot", MKX_OPT_ENUM, OPT(tp_ag_oneshot), "auto",
-     "auto|yes|no",
+     "products, but not inside the split path, hence not the default.",
+     1},
+    {"tp_ag_oneshot", MKX_OPT_ENUM, OPT(tp_ag_oneshot), "auto", "auto|yes|no",
      "AllGather+GEMM on the split path (tp_overlap) with the engine's GEMM. "
      "yes: products of at most 116 GEMM tiles run as one kernel whose spare "
      "CTAs copy the rows over NVLink in K chunks while the GEMM CTAs "
      "consume them; no: a copy kernel, then the GEMM; auto: yes where "
      "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free, "
-     "where the one kernel was as fast or faster.", 1},
+     "where the one kernel was as fast or faster.",
+     1},
     {"tp_stream_k", MKX_OPT_BOOL, OPT(tp_stream_k), "yes", "yes|no",
      "AllGather+GEMM on the overlapped path (tp_overlap). yes: when the "
      "GEMM's tiles leave its last wave under 90% full, that wave's tiles "
      "are split along K over every SM (stream-K; each tile's shares summed "
-     "in a fixed order, the same bits every run); no: whole tiles only.", 1},
+     "in a fixed order, the same bits every run); no: whole tiles only.",
+     1},
     {"shared_gpu", MKX_OPT_ENUM, OPT(shared_gpu), "auto",
      "auto|fused|split|staged",
      "Single-node GPU path of the tensor-parallel calls when ranks of a node "
@@ -89,7 +95,8 @@ static const mkx_option_desc base_rows[] = {
      "without MPS (time slices) the split path, whose few waits cannot "
      "starve a time slice; fused: as with one GPU per rank in both cases "
      "(without MPS the overlapped path may wait for whole time slices, up "
-     "to timeout_ms); split: the split path; staged: the staged host path.", 1},
+     "to timeout_ms); split: the split path; staged: the staged host path.",
+     1},
     {"gpu_ctas", MKX_OPT_INT, OPT(gpu_ctas), "0", "0:4096",
      "Most CTAs a fused kernel that waits for other ranks may take (the "
      "persistent GEMMs, the split path's copy and sum kernels). 0: one per "
@@ -106,11 +113,12 @@ static const mkx_option_desc base_rows[] = {
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
      "not numbered node by node take gpu. Same results and network bytes "
-     "for all three; nvlink is the fastest.", 1},
-    {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0",
-     "0:65536",
+     "for all three; nvlink is the fastest.",
+     1},
+    {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
-     "(0: one node per host), so the inter-node path runs on one machine.", 1},
+     "(0: one node per host), so the inter-node path runs on one machine.",
+     1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -148,8 +156,10 @@ static size_t field_size(mkx_opt_type type) {
 static int check_rows(const mkx_option_desc *rows) {
   for (const mkx_option_desc *d = rows; d->name; d++) {
     if (d->offset + field_size(d->type) > sizeof(mkx_options))
-      return mkx_error(MKX_ERR_INTERNAL, "option %s: field outside "
-                       "mkx_options", d->name);
+      return mkx_error(MKX_ERR_INTERNAL,
+                       "option %s: field outside "
+                       "mkx_options",
+                       d->name);
     if (find_row(d->name))
       return mkx_error(MKX_ERR_INTERNAL, "option %s: registered twice",
                        d->name);
@@ -162,8 +172,10 @@ static int append_rows(const mkx_option_desc *rows) {
   for (size_t t = 0; t < n; t++)
     if (tables[t] == rows) return MKX_SUCCESS;
   if (n == MAX_TABLES)
-    return mkx_error(MKX_ERR_INTERNAL, "options: more than %d tables of "
-                     "rows", MAX_TABLES);
+    return mkx_error(MKX_ERR_INTERNAL,
+                     "options: more than %d tables of "
+                     "rows",
+                     MAX_TABLES);
   MKX_TRY(check_rows(rows));
   tables[n] = rows;
   atomic_store_explicit(&ntables, n + 1, memory_order_release);
@@ -219,23 +231,23 @@ int mkx_option_parse(const mkx_option_desc *d, const char *value,
   int ok = 0, iv = 0;
   int64_t lv = 0;
   switch (d->type) {
-  case MKX_OPT_ENUM:
-    if ((ok = parse_enum(d, value, &iv))) *(int *)field = iv;
-    break;
-  case MKX_OPT_BOOL:
-    if ((ok = parse_bool(value, &iv))) *(int *)field = iv;
-    break;
-  case MKX_OPT_INT:
-    if ((ok = parse_int(d, value, &lv))) *(int *)field = (int)lv;
-    break;
-  case MKX_OPT_LONG:
-    if ((ok = parse_int(d, value, &lv))) *(int64_t *)field = lv;
-    break;
-  case MKX_OPT_STRING:
-    /* strncpy zero-fills the rest, so equal texts compare equal bytewise. */
-    if ((ok = strlen(value) < MKX_OPT_STRING_MAX))
-      strncpy(field, value, MKX_OPT_STRING_MAX);
-    break;
+    case MKX_OPT_ENUM:
+      if ((ok = parse_enum(d, value, &iv))) *(int *)field = iv;
+      break;
+    case MKX_OPT_BOOL:
+      if ((ok = parse_bool(value, &iv))) *(int *)field = iv;
+      break;
+    case MKX_OPT_INT:
+      if ((ok = parse_int(d, value, &lv))) *(int *)field = (int)lv;
+      break;
+    case MKX_OPT_LONG:
+      if ((ok = parse_int(d, value, &lv))) *(int64_t *)field = lv;
+      break;
+    case MKX_OPT_STRING:
+      /* strncpy zero-fills the rest, so equal texts compare equal bytewise. */
+      if ((ok = strlen(value) < MKX_OPT_STRING_MAX))
+        strncpy(field, value, MKX_OPT_STRING_MAX);
+      break;
   }
   if (!ok)
     return mkx_error(MKX_ERR_INVALID_ARG, "%s: bad value '%s' (expected %s)",
@@ -285,7 +297,8 @@ static int load_info(mkx_options *opt, MPI_Info info) {
     if (!d)
       return mkx_error(MKX_ERR_INVALID_ARG,
                        "MPI_Info key '%s' is not an MKX option (mkx_info "
-                       "lists them)", key);
+                       "lists them)",
+                       key);
     char source[MPI_MAX_INFO_KEY + 16];
     snprintf(source, sizeof source, "MPI_Info key %s", key);
     int rc = mkx_option_parse(d, value, source, opt);

@@ -19,7 +19,12 @@ enum { MKX_OVERLAP_AUTO = 0, MKX_OVERLAP_YES, MKX_OVERLAP_NO };
 enum { MKX_SPLIT_GEMM_ENGINE = 0, MKX_SPLIT_GEMM_CUBLAS };
 enum { MKX_ONESHOT_AUTO = 0, MKX_ONESHOT_YES, MKX_ONESHOT_NO };
 enum { MKX_HIER_GEMM_HOST = 0, MKX_HIER_GEMM_GPU, MKX_HIER_GEMM_NVLINK };
-enum { MKX_SHARED_AUTO = 0, MKX_SHARED_FUSED, MKX_SHARED_SPLIT, MKX_SHARED_STAGED };
+enum {
+  MKX_SHARED_AUTO = 0,
+  MKX_SHARED_FUSED,
+  MKX_SHARED_SPLIT,
+  MKX_SHARED_STAGED
+};
 
 /* Text options live in fixed arrays so mkx_options stays a plain value. */
 #define MKX_OPT_STRING_MAX 64
@@ -39,30 +44,33 @@ typedef struct mkx_options {
   int tp_ag_oneshot;     /* MKX_ONESHOT_*: split AllGather+GEMM in one kernel */
   int tp_stream_k;       /* overlapped AllGather+GEMM: last wave split on K */
   int shared_gpu;        /* MKX_SHARED_*: ranks of a node on one GPU */
-  int gpu_ctas;          /* CTAs of a fused kernel that waits for peers; 0: auto */
-  int hier_gemm;         /* MKX_HIER_GEMM_*: device buffers on several nodes */
+  int gpu_ctas;  /* CTAs of a fused kernel that waits for peers; 0: auto */
+  int hier_gemm; /* MKX_HIER_GEMM_*: device buffers on several nodes */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
-  int net;               /* MKX_NET_* (src/net/net.h): transport */
+  int net; /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */
   char net_tcp_port_range[MKX_OPT_STRING_MAX]; /* "0" or "lo-hi" */
-  int net_ib_gid_index;  /* GID table index for RoCE/IB global routes */
+  int net_ib_gid_index; /* GID table index for RoCE/IB global routes */
 } mkx_options;
 
 typedef enum {
-  MKX_OPT_INT, MKX_OPT_LONG, MKX_OPT_BOOL, MKX_OPT_ENUM,
+  MKX_OPT_INT,
+  MKX_OPT_LONG,
+  MKX_OPT_BOOL,
+  MKX_OPT_ENUM,
   MKX_OPT_STRING /* char[MKX_OPT_STRING_MAX]; choices describes the form */
 } mkx_opt_type;
 
 typedef struct mkx_option_desc {
-  const char *name;    /* "log_level": env MKX_LOG_LEVEL, info key mkx_log_level */
+  const char *name; /* "log_level": env MKX_LOG_LEVEL, info key mkx_log_level */
   mkx_opt_type type;
-  size_t offset;       /* into mkx_options */
+  size_t offset; /* into mkx_options */
   const char *defval;
   const char *choices; /* enum: "a|b|c" (stored as the index); int: "min:max";
                           string: a description of the accepted form */
   const char *help;
-  int agree;           /* 1: every rank must hold the same value (it decides
+  int agree; /* 1: every rank must hold the same value (it decides
                           a collective path or protocol); MKX_Comm_create
                           checks it */
 } mkx_option_desc;

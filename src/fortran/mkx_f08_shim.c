@@ -64,19 +64,21 @@ static int arg_addr(const char *fn, const char *name, const CFI_cdesc_t *d,
     return shim_error(MKX_ERR_INVALID_ARG,
                       "%s: %s is a type(c_ptr) but the first buffer is an "
                       "array: pass arrays for every buffer, or type(c_ptr) "
-                      "for every buffer", fn, name);
+                      "for every buffer",
+                      fn, name);
   if (d->rank > 0 && d->dim[0].extent > 1 &&
       d->dim[0].sm != (CFI_index_t)d->elem_len)
     return shim_error(MKX_ERR_INVALID_ARG,
                       "%s: %s is not contiguous in its first dimension "
                       "(stride %lld bytes, elements of %zu bytes); the "
                       "leading dimension argument describes the other "
-                      "dimensions", fn, name, (long long)d->dim[0].sm,
-                      d->elem_len);
+                      "dimensions",
+                      fn, name, (long long)d->dim[0].sm, d->elem_len);
   if (want_size != 0 && d->elem_len != want_size)
     return shim_error(MKX_ERR_INVALID_ARG,
                       "%s: %s has %zu-byte elements but its datatype needs "
-                      "%zu bytes", fn, name, d->elem_len, want_size);
+                      "%zu bytes",
+                      fn, name, d->elem_len, want_size);
   if (want_type >= 0 && d->type != want_type)
     return shim_error(MKX_ERR_INVALID_ARG,
                       "%s: %s has the wrong type (want %s)", fn, name,
@@ -88,9 +90,9 @@ static int arg_addr(const char *fn, const char *name, const CFI_cdesc_t *d,
 }
 
 /* Collect the first shim error of a call. */
-#define ARG(name, desc, size, type, out)                                  \
-  do {                                                                    \
-    if (rc == MKX_SUCCESS) rc = arg_addr(fn, name, desc, size, type, out); \
+#define ARG(name, desc, size, type, out)                                       \
+  do {                                                                         \
+    if (rc == MKX_SUCCESS) rc = arg_addr(fn, name, desc, size, type, out);     \
   } while (0)
 
 /* Element size of a datatype, 0 (no check) for an invalid one. */
@@ -114,8 +116,10 @@ int mkx_f08_type_size(int type, int64_t *size) {
   shim_failed = 0;
   *size = (int64_t)MKX_Type_size((MKX_Datatype)type);
   if (*size == 0)
-    return shim_error(MKX_ERR_INVALID_ARG, "MKX_Type_size: datatype %d is "
-                      "not MKX_BF16, MKX_FP16, MKX_FP32 or MKX_FP64", type);
+    return shim_error(MKX_ERR_INVALID_ARG,
+                      "MKX_Type_size: datatype %d is "
+                      "not MKX_BF16, MKX_FP16, MKX_FP32 or MKX_FP64",
+                      type);
   return MKX_SUCCESS;
 }
 
@@ -128,8 +132,10 @@ int mkx_f08_alloc_mem(MKX_Comm comm, int64_t size, void **ptr) {
   shim_failed = 0;
   *ptr = NULL;
   if (size < 0)
-    return shim_error(MKX_ERR_BAD_SIZE, "MKX_Alloc_mem: size = %lld "
-                      "(must be >= 0)", (long long)size);
+    return shim_error(MKX_ERR_BAD_SIZE,
+                      "MKX_Alloc_mem: size = %lld "
+                      "(must be >= 0)",
+                      (long long)size);
   return MKX_Alloc_mem(comm, (size_t)size, ptr);
 }
 int mkx_f08_info_print(MKX_Comm comm, void *file);
@@ -153,20 +159,42 @@ int mkx_f08_info_print(MKX_Comm comm, void *file) {
 int mkx_f08_c_constant(const char *name, int *value);
 
 int mkx_f08_c_constant(const char *name, int *value) {
-#define K(x) {#x, (int)(x)}
+#define K(x)                                                                   \
+  { #x, (int)(x) }
   static const struct {
     const char *name;
     int value;
   } table[] = {
-      K(MKX_VERSION_MAJOR), K(MKX_VERSION_MINOR), K(MKX_VERSION_PATCH),
-      K(MKX_VERSION), K(MKX_SUCCESS), K(MKX_ERR_INVALID_ARG),
-      K(MKX_ERR_NULL_POINTER), K(MKX_ERR_BAD_SIZE), K(MKX_ERR_BAD_LD),
-      K(MKX_ERR_UNSUPPORTED), K(MKX_ERR_SHAPE_MISMATCH), K(MKX_ERR_TRUNCATE),
-      K(MKX_ERR_CUDA), K(MKX_ERR_MPI), K(MKX_ERR_NET), K(MKX_ERR_TIMEOUT),
-      K(MKX_ERR_NOMEM), K(MKX_ERR_PEER), K(MKX_ERR_INVALID_COMM),
-      K(MKX_ERR_INVALID_REQUEST), K(MKX_ERR_INTERNAL), K(MKX_ERR_LASTCODE),
-      K(MKX_BF16), K(MKX_FP16), K(MKX_FP32), K(MKX_FP64),
-      K(MKX_ROW_MAJOR), K(MKX_COL_MAJOR), K(MKX_NO_TRANS), K(MKX_TRANS),
+      K(MKX_VERSION_MAJOR),
+      K(MKX_VERSION_MINOR),
+      K(MKX_VERSION_PATCH),
+      K(MKX_VERSION),
+      K(MKX_SUCCESS),
+      K(MKX_ERR_INVALID_ARG),
+      K(MKX_ERR_NULL_POINTER),
+      K(MKX_ERR_BAD_SIZE),
+      K(MKX_ERR_BAD_LD),
+      K(MKX_ERR_UNSUPPORTED),
+      K(MKX_ERR_SHAPE_MISMATCH),
+      K(MKX_ERR_TRUNCATE),
+      K(MKX_ERR_CUDA),
+      K(MKX_ERR_MPI),
+      K(MKX_ERR_NET),
+      K(MKX_ERR_TIMEOUT),
+      K(MKX_ERR_NOMEM),
+      K(MKX_ERR_PEER),
+      K(MKX_ERR_INVALID_COMM),
+      K(MKX_ERR_INVALID_REQUEST),
+      K(MKX_ERR_INTERNAL),
+      K(MKX_ERR_LASTCODE),
+      K(MKX_BF16),
+      K(MKX_FP16),
+      K(MKX_FP32),
+      K(MKX_FP64),
+      K(MKX_ROW_MAJOR),
+      K(MKX_COL_MAJOR),
+      K(MKX_NO_TRANS),
+      K(MKX_TRANS),
   };
 #undef K
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)

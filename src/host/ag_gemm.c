@@ -39,36 +39,32 @@ int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
   MKX_TRY(mkx_host_bytes(1, k, es, &row_bytes, "allgather-GEMM: A row"));
   MKX_TRY(mkx_xfer_fit(c->size, g->local, row_bytes, "allgather-GEMM"));
   int rc = mkx_comm_agree_rc(c, ag_alloc(a, M, &ar, &b), "allgather-GEMM");
-  if (rc)
-    goto out;
+  if (rc) goto out;
   mkx_mat_pack(a->dtype, a->A, a->m_local, k, a->lda, a->order, a->dtype,
                b.send);
   if (mkx_hier_usable(c)) {
     /* Several nodes: each row crosses the network once per node. */
-    mkx_mat_pack(a->dtype, a->B, trans ? n : k, trans ? k : n, a->ldb,
-                 a->order, wt, b.Bw);
+    mkx_mat_pack(a->dtype, a->B, trans ? n : k, trans ? k : n, a->ldb, a->order,
+                 wt, b.Bw);
     rc = mkx_hier_allgather_rows(c, b.send, g->local, row_bytes, b.full);
     goto gathered;
   }
   rc = mkx_xfer_iallgatherv(c, b.send, b.full, g->local, row_bytes, &x,
                             "allgather-GEMM: gather A");
-  if (rc)
-    goto out;
+  if (rc) goto out;
   /* Convert B while A's rows travel. */
   mkx_mat_pack(a->dtype, a->B, trans ? n : k, trans ? k : n, a->ldb, a->order,
                wt, b.Bw);
   rc = mkx_xfer_wait(c, &x, "allgather-GEMM: gather A");
 gathered:
-  if (rc)
-    goto out;
+  if (rc) goto out;
   if (a->A_out)
     mkx_mat_unpack(a->dtype, b.full, M, k, a->dtype, a->A_out, a->ld_aout,
                    a->order);
   if (b.Aw != b.full)
     mkx_convert(a->dtype, b.full, 1, wt, b.Aw, 1, (size_t)M * (size_t)k);
   rc = mkx_host_gemm(wt, a->transb, M, n, k, b.Aw, b.Bw, b.Cw);
-  if (!rc)
-    mkx_mat_unpack(wt, b.Cw, M, n, a->ctype, a->C, a->ldc, a->order);
+  if (!rc) mkx_mat_unpack(wt, b.Cw, M, n, a->ctype, a->C, a->ldc, a->order);
 out:
   mkx_arena_release(&ar, rc);
   return rc;

@@ -39,11 +39,9 @@ static int64_t attn_scores(const attn_ctx *t, int64_t b, int64_t h,
         return nvis; /* later keys too */
       const double *k = kv_row(t, r, 0, b, s, g);
       double dot = 0.0;
-      for (int64_t d = 0; d < D; d++)
-        dot += t->q[d] * k[d];
+      for (int64_t d = 0; d < D; d++) dot += t->q[d] * k[d];
       t->score[nvis] = a->scale * dot;
-      if (t->score[nvis] > *mx)
-        *mx = t->score[nvis];
+      if (t->score[nvis] > *mx) *mx = t->score[nvis];
       nvis++;
     }
   return nvis;
@@ -66,8 +64,7 @@ static void attn_row(const attn_ctx *t, int64_t b, int64_t i, int64_t h) {
       double w = exp(t->score[n] - mx);
       const double *v = kv_row(t, r, 1, b, s, g);
       sum += w;
-      for (int64_t d = 0; d < D; d++)
-        t->acc[d] += w * v[d];
+      for (int64_t d = 0; d < D; d++) t->acc[d] += w * v[d];
     }
   for (int64_t d = 0; d < D; d++) /* no visible key: O = 0 */
     t->acc[d] = nvis ? t->acc[d] / sum : 0.0;
@@ -94,12 +91,9 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
                          "ring attention: K row"));
   int rc = mkx_arena_array(&ar, p, 1, sizeof *rows_of, (void **)&rows_of,
                            "row counts");
-  for (int q = 0; !rc && q < p; q++)
-    rows_of[q] = 2 * rows;
-  if (!rc)
-    rc = mkx_xfer_fit(p, rows_of, row_bytes, "ring attention");
-  if (rc)
-    goto out; /* sizes agree, so every rank stops here */
+  for (int q = 0; !rc && q < p; q++) rows_of[q] = 2 * rows;
+  if (!rc) rc = mkx_xfer_fit(p, rows_of, row_bytes, "ring attention");
+  if (rc) goto out; /* sizes agree, so every rank stops here */
   rc = mkx_arena_array(&ar, 2, (int64_t)half, es, &send, "K and V");
   if (!rc)
     rc = mkx_arena_array(&ar, 2 * (int64_t)p, (int64_t)half, es, &all,
@@ -112,16 +106,13 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
     rc = mkx_arena_array(&ar, 2 * a->head_dim + p * a->seq_local, 1,
                          sizeof(double), (void **)&t.q, "scratch");
   rc = mkx_comm_agree_rc(c, rc, "ring attention");
-  if (rc)
-    goto out;
+  if (rc) goto out;
   memcpy(send, a->K, half * es);
   memcpy((char *)send + half * es, a->V, half * es);
   rc = mkx_xfer_iallgatherv(c, send, all, rows_of, row_bytes, &x,
                             "ring attention: gather K and V");
-  if (!rc)
-    rc = mkx_xfer_wait(c, &x, "ring attention: gather K and V");
-  if (rc)
-    goto out;
+  if (!rc) rc = mkx_xfer_wait(c, &x, "ring attention: gather K and V");
+  if (rc) goto out;
   if ((void *)kvw != all)
     mkx_convert(a->dtype, all, 1, MKX_FP64, kvw, 1, 2 * (size_t)p * half);
   t.kv = kvw;
@@ -129,8 +120,7 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
   t.score = t.acc + a->head_dim;
   for (int64_t b = 0; b < a->batch; b++)
     for (int64_t i = 0; i < a->seq_local; i++)
-      for (int64_t h = 0; h < a->heads_q; h++)
-        attn_row(&t, b, i, h);
+      for (int64_t h = 0; h < a->heads_q; h++) attn_row(&t, b, i, h);
 out:
   mkx_arena_release(&ar, rc);
   return rc;

@@ -10,8 +10,7 @@
 int mkx_host_gemm(MKX_Datatype wtype, MKX_Trans transb, int64_t m, int64_t n,
                   int64_t k, const void *A, const void *B, void *C) {
   size_t es = wtype == MKX_FP64 ? sizeof(double) : sizeof(float);
-  if (m == 0 || n == 0)
-    return MKX_SUCCESS;
+  if (m == 0 || n == 0) return MKX_SUCCESS;
   if (k == 0) { /* CBLAS rejects lda = 0; the product is zero anyway */
     memset(C, 0, (size_t)m * (size_t)n * es);
     return MKX_SUCCESS;

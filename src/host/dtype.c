@@ -9,13 +9,10 @@
 static uint16_t encode_small(double d, int ebits, int mbits) {
   uint16_t sign = signbit(d) ? (uint16_t)(1u << (ebits + mbits)) : 0;
   uint16_t expmask = (uint16_t)(((1u << ebits) - 1u) << mbits);
-  if (isnan(d))
-    return (uint16_t)(sign | expmask | (1u << (mbits - 1)));
+  if (isnan(d)) return (uint16_t)(sign | expmask | (1u << (mbits - 1)));
   double a = fabs(d);
-  if (isinf(a))
-    return (uint16_t)(sign | expmask);
-  if (a == 0.0)
-    return sign;
+  if (isinf(a)) return (uint16_t)(sign | expmask);
+  if (a == 0.0) return sign;
   int bias = (1 << (ebits - 1)) - 1;
   int emin = 1 - bias, ex;
   (void)frexp(a, &ex);
@@ -25,11 +22,9 @@ static uint16_t encode_small(double d, int ebits, int mbits) {
     e++;
     r = ldexp(r, -1);
   }
-  if (e > bias)
-    return (uint16_t)(sign | expmask);
+  if (e > bias) return (uint16_t)(sign | expmask);
   uint32_t ri = (uint32_t)r;
-  if (ri < (1u << mbits))
-    return (uint16_t)(sign | ri); /* subnormal */
+  if (ri < (1u << mbits)) return (uint16_t)(sign | ri); /* subnormal */
   return (uint16_t)(sign | (uint32_t)(e + bias) << mbits |
                     (ri - (1u << mbits)));
 }
@@ -67,8 +62,7 @@ uint16_t mkx_float_to_fp16(float f) { return encode_small(f, 5, 10); }
 
 uint16_t mkx_double_to_bf16(double d) {
   float f = (float)d;
-  if ((double)f == d)
-    return mkx_float_to_bf16(f);
+  if ((double)f == d) return mkx_float_to_bf16(f);
   return encode_small(d, 8, 7);
 }
 
@@ -80,32 +74,32 @@ MKX_Datatype mkx_work_type(MKX_Datatype t) {
 
 double mkx_load_elem(MKX_Datatype t, const void *p, size_t i) {
   switch (t) {
-  case MKX_BF16:
-    return mkx_bf16_to_float(((const uint16_t *)p)[i]);
-  case MKX_FP16:
-    return mkx_fp16_to_float(((const uint16_t *)p)[i]);
-  case MKX_FP32:
-    return ((const float *)p)[i];
-  case MKX_FP64:
-    return ((const double *)p)[i];
+    case MKX_BF16:
+      return mkx_bf16_to_float(((const uint16_t *)p)[i]);
+    case MKX_FP16:
+      return mkx_fp16_to_float(((const uint16_t *)p)[i]);
+    case MKX_FP32:
+      return ((const float *)p)[i];
+    case MKX_FP64:
+      return ((const double *)p)[i];
   }
   return 0.0;
 }
 
 void mkx_store_elem(MKX_Datatype t, void *p, size_t i, double v) {
   switch (t) {
-  case MKX_BF16:
-    ((uint16_t *)p)[i] = mkx_double_to_bf16(v);
-    break;
-  case MKX_FP16:
-    ((uint16_t *)p)[i] = mkx_double_to_fp16(v);
-    break;
-  case MKX_FP32:
-    ((float *)p)[i] = (float)v;
-    break;
-  case MKX_FP64:
-    ((double *)p)[i] = v;
-    break;
+    case MKX_BF16:
+      ((uint16_t *)p)[i] = mkx_double_to_bf16(v);
+      break;
+    case MKX_FP16:
+      ((uint16_t *)p)[i] = mkx_double_to_fp16(v);
+      break;
+    case MKX_FP32:
+      ((float *)p)[i] = (float)v;
+      break;
+    case MKX_FP64:
+      ((double *)p)[i] = v;
+      break;
   }
 }
 
@@ -114,8 +108,7 @@ void mkx_convert(MKX_Datatype st, const void *src, size_t sstride,
   if (st == dt) { /* copy bits: NaN payloads and -0 survive */
     size_t es = MKX_Type_size(st);
     if (sstride == 1 && dstride == 1) {
-      if (count)
-        memcpy(dst, src, count * es);
+      if (count) memcpy(dst, src, count * es);
       return;
     }
     for (size_t i = 0; i < count; i++)

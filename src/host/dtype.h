@@ -17,7 +17,6 @@ uint16_t mkx_float_to_fp16(float f);
 uint16_t mkx_double_to_bf16(double d);
 uint16_t mkx_double_to_fp16(double d);
 
-
 /* MKX_FP64 for MKX_FP64 data, MKX_FP32 for every other type. */
 MKX_Datatype mkx_work_type(MKX_Datatype t);
 

@@ -27,12 +27,10 @@ static int red_blocks(MKX_Comm c, int64_t M, mkx_arena *ar, red_ctx *r) {
   for (int q = 0; q < c->size; q++) {
     int64_t first;
     MKX_TRY(MKX_Block_range(M, c->size, q, &first, &r->rows[q]));
-    if (q == c->rank)
-      r->first = first;
+    if (q == c->rank) r->first = first;
   }
   r->count = r->rows[c->rank];
-  for (int q = 0; q < c->size; q++)
-    r->rrows[q] = r->count;
+  for (int q = 0; q < c->size; q++) r->rrows[q] = r->count;
   /* Block 0 is the largest: checking it gives every rank one answer. */
   if (r->rows[0] > INT_MAX / c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED,
@@ -69,12 +67,10 @@ static void sum_in_rank_order(MKX_Datatype wt, void *recv, int p, size_t len) {
   for (int q = 1; q < p; q++) {
     if (wt == MKX_FP64) {
       double *s = recv, *t = s + (size_t)q * len;
-      for (size_t i = 0; i < len; i++)
-        s[i] += t[i];
+      for (size_t i = 0; i < len; i++) s[i] += t[i];
     } else {
       float *s = recv, *t = s + (size_t)q * len;
-      for (size_t i = 0; i < len; i++)
-        s[i] += t[i];
+      for (size_t i = 0; i < len; i++) s[i] += t[i];
     }
   }
 }
@@ -94,10 +90,8 @@ static int red_exchange(MKX_Comm c, const mkx_gemm_red_args *a, red_ctx *r) {
   int rc = mkx_xfer_ialltoallv(c, r->part, r->rows, r->recv, r->rrows,
                                (size_t)a->n * MKX_Type_size(wt), &x,
                                "GEMM reduction: exchange partials");
-  if (!rc)
-    rc = mkx_xfer_wait(c, &x, "GEMM reduction: exchange partials");
-  if (rc)
-    return rc;
+  if (!rc) rc = mkx_xfer_wait(c, &x, "GEMM reduction: exchange partials");
+  if (rc) return rc;
   sum_in_rank_order(wt, r->recv, p, len);
   mkx_convert(wt, r->recv, 1, a->ctype, r->blk, 1, len);
   return MKX_SUCCESS;
@@ -112,8 +106,7 @@ int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_gemm_red_args *a,
   if (!rc)
     rc = mkx_comm_agree_rc(c, red_local(a, c->size, &ar, &r),
                            "GEMM+ReduceScatter");
-  if (!rc)
-    rc = red_exchange(c, a, &r);
+  if (!rc) rc = red_exchange(c, a, &r);
   if (!rc)
     mkx_mat_unpack(a->ctype, r.blk, r.count, a->n, a->ctype, a->C, a->ldc,
                    a->order);
@@ -145,14 +138,11 @@ int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
   int rc = red_blocks(c, a->M, &ar, &r);
   if (!rc) {
     int lrc = red_local(a, c->size, &ar, &r);
-    if (!lrc)
-      lrc = mkx_arena_array(&ar, a->M, a->n, cs, &full, "sum");
+    if (!lrc) lrc = mkx_arena_array(&ar, a->M, a->n, cs, &full, "sum");
     rc = mkx_comm_agree_rc(c, lrc, "GEMM+AllReduce");
   }
-  if (!rc)
-    rc = red_exchange(c, a, &r);
-  if (!rc)
-    rc = gather_blocks(c, &r, (size_t)a->n * cs, full);
+  if (!rc) rc = red_exchange(c, a, &r);
+  if (!rc) rc = gather_blocks(c, &r, (size_t)a->n * cs, full);
   if (!rc)
     mkx_mat_unpack(a->ctype, full, a->M, a->n, a->ctype, a->C, a->ldc,
                    a->order);

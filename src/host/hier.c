@@ -12,26 +12,24 @@
 
 typedef struct grid {
   int N, G, j, l;
-  int *at;        /* [N * G]: the rank of (node, local rank) */
-  int64_t *off;   /* [p + 1]: first row of each rank, rank order */
+  int *at;      /* [N * G]: the rank of (node, local rank) */
+  int64_t *off; /* [p + 1]: first row of each rank, rank order */
 } grid;
 
 int mkx_hier_usable(MKX_Comm c) {
   /* Columns pair rank l of every node: all nodes need the same size. */
-  return c->net != NULL && c->node_mpi != MPI_COMM_NULL &&
-         c->place.equal_nodes;
+  return c->net != NULL && c->node_mpi != MPI_COMM_NULL && c->place.equal_nodes;
 }
 
-static int grid_init(MKX_Comm c, const int64_t *rows, mkx_arena *ar,
-                     grid *g) {
+static int grid_init(MKX_Comm c, const int64_t *rows, mkx_arena *ar, grid *g) {
   g->N = c->place.num_nodes;
   g->G = c->place.local_size;
   g->j = c->place.node;
   g->l = c->place.local_rank;
   MKX_TRY(mkx_arena_array(ar, g->N * g->G, 1, sizeof(int), (void **)&g->at,
                           "node grid"));
-  MKX_TRY(mkx_arena_array(ar, c->size + 1, 1, sizeof(int64_t),
-                          (void **)&g->off, "row offsets"));
+  MKX_TRY(mkx_arena_array(ar, c->size + 1, 1, sizeof(int64_t), (void **)&g->off,
+                          "row offsets"));
   for (int q = 0; q < c->size; q++)
     g->at[c->place.node_of_rank[q] * g->G + c->place.local_rank_of[q]] = q;
   g->off[0] = 0;
@@ -53,8 +51,10 @@ static int64_t column_rows(const grid *g, int local) {
 
 static int fits_int(int64_t bytes, const char *what) {
   if (bytes <= INT_MAX) return MKX_SUCCESS;
-  return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %lld bytes exceed MPI's int "
-                   "count", what, (long long)bytes);
+  return mkx_error(MKX_ERR_UNSUPPORTED,
+                   "%s: %lld bytes exceed MPI's int "
+                   "count",
+                   what, (long long)bytes);
 }
 
 /* Byte counts and displacements of one intra-node exchange. */
@@ -63,7 +63,8 @@ typedef struct counts {
 } counts;
 
 static int counts_init(const grid *g, mkx_arena *ar, counts *k) {
-  MKX_TRY(mkx_arena_array(ar, g->G, 1, sizeof(int), (void **)&k->cnt, "counts"));
+  MKX_TRY(
+      mkx_arena_array(ar, g->G, 1, sizeof(int), (void **)&k->cnt, "counts"));
   return mkx_arena_array(ar, g->G, 1, sizeof(int), (void **)&k->dsp, "displs");
 }
 
@@ -90,10 +91,14 @@ static int ag_network(MKX_Comm c, const grid *g, const void *send,
   const void **sp;
   void **rp;
   size_t *sl, *rl;
-  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(void *), (void **)&sp, "ptrs"));
-  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(void *), (void **)&rp, "ptrs"));
-  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(size_t), (void **)&sl, "lens"));
-  MKX_TRY(mkx_arena_array(ar, c->size, 1, sizeof(size_t), (void **)&rl, "lens"));
+  MKX_TRY(
+      mkx_arena_array(ar, c->size, 1, sizeof(void *), (void **)&sp, "ptrs"));
+  MKX_TRY(
+      mkx_arena_array(ar, c->size, 1, sizeof(void *), (void **)&rp, "ptrs"));
+  MKX_TRY(
+      mkx_arena_array(ar, c->size, 1, sizeof(size_t), (void **)&sl, "lens"));
+  MKX_TRY(
+      mkx_arena_array(ar, c->size, 1, sizeof(size_t), (void **)&rl, "lens"));
   memset(sl, 0, sizeof *sl * (size_t)c->size);
   memset(rl, 0, sizeof *rl * (size_t)c->size);
   size_t at = 0;
@@ -112,7 +117,7 @@ static int ag_network(MKX_Comm c, const grid *g, const void *send,
 }
 
 int mkx_hier_slices(int64_t n, int64_t *j) {
-  const int64_t want = n / 32 < 1 ? 1
+  const int64_t want = n / 32 < 1                     ? 1
                        : n / 32 > MKX_HIER_MAX_SLICES ? MKX_HIER_MAX_SLICES
                                                       : n / 32;
   /* ceil(n / want) rounded up to 8: never more than `want` slices */
@@ -164,20 +169,23 @@ int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
   MPI_Request req;
   int rc = grid_init(c, rows, &ar, &g);
   if (!rc) rc = counts_init(&g, &ar, &k);
-  if (!rc) rc = mkx_arena_array(&ar, g.G, 1, sizeof(int64_t), (void **)&bytes,
-                                "bytes");
+  if (!rc)
+    rc =
+        mkx_arena_array(&ar, g.G, 1, sizeof(int64_t), (void **)&bytes, "bytes");
   for (int l = 0; !rc && l < g.G; l++)
     bytes[l] = column_rows(&g, l) * (int64_t)row_bytes;
   if (!rc) rc = counts_set(&k, g.G, bytes);
-  if (!rc) rc = mkx_arena_alloc(&ar, (size_t)bytes[g.l], (void **)&col, "column");
-  if (!rc) rc = mkx_arena_array(&ar, g.off[c->size], (int64_t)row_bytes, 1,
-                                (void **)&all, "gathered rows");
+  if (!rc)
+    rc = mkx_arena_alloc(&ar, (size_t)bytes[g.l], (void **)&col, "column");
+  if (!rc)
+    rc = mkx_arena_array(&ar, g.off[c->size], (int64_t)row_bytes, 1,
+                         (void **)&all, "gathered rows");
   rc = mkx_comm_agree_rc(c, rc, "hierarchical allgather");
   if (!rc) rc = ag_network(c, &g, send, row_bytes, col, &ar);
   if (!rc)
     rc = wait_node(c, &req,
-                   MPI_Iallgatherv(col, k.cnt[g.l], MPI_BYTE, all, k.cnt,
-                                   k.dsp, MPI_BYTE, c->node_mpi, &req),
+                   MPI_Iallgatherv(col, k.cnt[g.l], MPI_BYTE, all, k.cnt, k.dsp,
+                                   MPI_BYTE, c->node_mpi, &req),
                    "hierarchical allgather: node");
   /* all: local rank l's column (nodes in order) for each l; put every
    * rank's rows at its place in rank order. */
@@ -197,40 +205,41 @@ int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
 /* d = a + b, or d += b where a is NULL.  The blocks of 16 with restrict
  * pointers are what -O2 vectorises (it leaves loops of unknown length
  * scalar): these sums run as the pieces arrive and must keep pace. */
-#define SUM_LOOP(T)                                                          \
-  static void sum_##T(T *restrict d, const T *restrict a,                    \
-                      const T *restrict b, size_t n) {                       \
-    size_t i = 0;                                                            \
-    if (a) {                                                                 \
-      for (; i + 16 <= n; i += 16)                                           \
-        for (size_t k = 0; k < 16; k++) d[i + k] = a[i + k] + b[i + k];      \
-      for (; i < n; i++) d[i] = a[i] + b[i];                                 \
-    } else {                                                                 \
-      for (; i + 16 <= n; i += 16)                                           \
-        for (size_t k = 0; k < 16; k++) d[i + k] += b[i + k];                \
-      for (; i < n; i++) d[i] += b[i];                                       \
-    }                                                                        \
+#define SUM_LOOP(T)                                                            \
+  static void sum_##T(T *restrict d, const T *restrict a, const T *restrict b, \
+                      size_t n) {                                              \
+    size_t i = 0;                                                              \
+    if (a) {                                                                   \
+      for (; i + 16 <= n; i += 16)                                             \
+        for (size_t k = 0; k < 16; k++) d[i + k] = a[i + k] + b[i + k];        \
+      for (; i < n; i++) d[i] = a[i] + b[i];                                   \
+    } else {                                                                   \
+      for (; i + 16 <= n; i += 16)                                             \
+        for (size_t k = 0; k < 16; k++) d[i + k] += b[i + k];                  \
+      for (; i < n; i++) d[i] += b[i];                                         \
+    }                                                                          \
   }
 SUM_LOOP(float)
 SUM_LOOP(double)
 #undef SUM_LOOP
 
 /* dst = a + b (a distinct from dst) in the working type. */
-static void sum_into(MKX_Datatype wt, void *dst, const void *a,
-                     const void *b, size_t len) {
-  if (wt == MKX_FP64) sum_double(dst, a, b, len);
-  else sum_float(dst, a, b, len);
+static void sum_into(MKX_Datatype wt, void *dst, const void *a, const void *b,
+                     size_t len) {
+  if (wt == MKX_FP64)
+    sum_double(dst, a, b, len);
+  else
+    sum_float(dst, a, b, len);
 }
 
-static void add_into(MKX_Datatype wt, void *dst, const void *src,
-                     size_t len) {
+static void add_into(MKX_Datatype wt, void *dst, const void *src, size_t len) {
   sum_into(wt, dst, NULL, src, len);
 }
 
 /* Node peers swap partials so that this rank holds its node's sum of
  * every block of its column (nodes in order) in `colsum`. */
-static int rs_node(MKX_Comm c, const grid *g, MKX_Datatype wt,
-                   const char *part, int64_t n, char *colsum, mkx_arena *ar) {
+static int rs_node(MKX_Comm c, const grid *g, MKX_Datatype wt, const char *part,
+                   int64_t n, char *colsum, mkx_arena *ar) {
   size_t rb = (size_t)n * MKX_Type_size(wt);
   counts sk, rk;
   int64_t *sb, *rbytes;
@@ -275,15 +284,14 @@ static int rs_node(MKX_Comm c, const grid *g, MKX_Datatype wt,
 typedef struct col_bufs {
   const void **sp;
   size_t *sl;
-  int *order;     /* the column's ranks but this one, nodes in order */
+  int *order; /* the column's ranks but this one, nodes in order */
 } col_bufs;
 
-static int col_bufs_get(MKX_Comm c, const grid *g, mkx_arena *ar,
-                        col_bufs *b) {
-  MKX_TRY(mkx_arena_array(ar, c->size, 2, sizeof(void *), (void **)&b->sp,
-                          "ptrs"));
-  MKX_TRY(mkx_arena_array(ar, g->N, 1, sizeof(int), (void **)&b->order,
-                          "order"));
+static int col_bufs_get(MKX_Comm c, const grid *g, mkx_arena *ar, col_bufs *b) {
+  MKX_TRY(
+      mkx_arena_array(ar, c->size, 2, sizeof(void *), (void **)&b->sp, "ptrs"));
+  MKX_TRY(
+      mkx_arena_array(ar, g->N, 1, sizeof(int), (void **)&b->order, "order"));
   return mkx_arena_array(ar, c->size, 2, sizeof(size_t), (void **)&b->sl,
                          "lens");
 }
@@ -309,8 +317,10 @@ static int red_take(void *ctx, int q, size_t off, const void *data,
   const size_t n = len / s->es;
   char *dst = s->block + off;
   if (prev < 0) { /* the first other node starts the sum */
-    if (s->j < k) sum_into(s->wt, dst, s->own + off, data, n);
-    else memcpy(dst, data, len);
+    if (s->j < k)
+      sum_into(s->wt, dst, s->own + off, data, n);
+    else
+      memcpy(dst, data, len);
   } else {
     if (prev < s->j && s->j < k) add_into(s->wt, dst, s->own + off, n);
     add_into(s->wt, dst, data, n);
@@ -329,9 +339,12 @@ static int reduce_column(MKX_Comm c, const grid *g, MKX_Datatype wt,
   const int64_t mine = g->off[c->rank + 1] - g->off[c->rank];
   const void **sp = b->sp;
   size_t *sl = b->sl, *rl = sl + c->size;
-  red_sink rs = {.wt = wt, .es = MKX_Type_size(wt), .j = g->j,
+  red_sink rs = {.wt = wt,
+                 .es = MKX_Type_size(wt),
+                 .j = g->j,
                  .last = g->j == g->N - 1 ? g->N - 2 : g->N - 1,
-                 .node_of = c->place.node_of_rank, .block = block};
+                 .node_of = c->place.node_of_rank,
+                 .block = block};
   mkx_comm_net_sink sink = {.take = red_take, .ctx = &rs, .order = b->order};
   memset(sl, 0, sizeof *sl * 2 * (size_t)c->size);
   size_t at = 0;
@@ -371,8 +384,9 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
   col_bufs b;
   size_t rb = (size_t)n * MKX_Type_size(wt);
   int rc = grid_init(c, rows, &ar, &g);
-  if (!rc) rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
-                                (void **)&colsum, "column sums");
+  if (!rc)
+    rc = mkx_arena_array(&ar, column_rows(&g, g.l), (int64_t)rb, 1,
+                         (void **)&colsum, "column sums");
   if (!rc) rc = col_bufs_get(c, &g, &ar, &b);
   rc = mkx_comm_agree_rc(c, rc, "hierarchical reduce");
   if (!rc) rc = rs_node(c, &g, wt, part, n, colsum, &ar);

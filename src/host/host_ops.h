@@ -17,7 +17,6 @@ int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
                             const mkx_agreed *g);
 int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
                                const mkx_agreed *g);
-int mkx_host_moe_layer(MKX_Comm c, const mkx_moe_args *a,
-                       const mkx_agreed *g);
+int mkx_host_moe_layer(MKX_Comm c, const mkx_moe_args *a, const mkx_agreed *g);
 
 #endif

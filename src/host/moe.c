@@ -114,8 +114,7 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
   mkx_host_status bad;
   int bad_rank;
   int rc = mkx_host_agree(m->c, mine, &bad_rank, &bad, what);
-  if (rc || bad_rank < 0)
-    return rc;
+  if (rc || bad_rank < 0) return rc;
   if (bad.rc == MKX_ERR_INVALID_ARG)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "%s: topk_ids[%lld][%lld] = %lld on rank %d %s", what,
@@ -129,8 +128,7 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
                      "%s: rank %d receives %lld rows but y_rows = %lld "
                      "(expert_rows holds the counts needed)",
                      what, bad_rank, (long long)bad.d[0], (long long)bad.d[1]);
-  if (mine->rc)
-    return (int)mine->rc; /* its message is already recorded */
+  if (mine->rc) return (int)mine->rc; /* its message is already recorded */
   return mkx_error(MKX_ERR_PEER, "%s: rank %d failed (%s)", what, bad_rank,
                    MKX_Error_string((int)bad.rc));
 }
@@ -157,15 +155,13 @@ static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
     st.rc =
         mkx_error(MKX_ERR_UNSUPPORTED, "%s: num_tokens = %lld exceeds an int",
                   what, (long long)a->num_tokens);
-  if (!st.rc)
-    st.rc = moe_alloc_send(m);
+  if (!st.rc) st.rc = moe_alloc_send(m);
   if (!st.rc) {
     moe_plan_send(m);
     st.rc = mkx_xfer_fit(m->p, m->srows, m->row, what);
   }
   int rc = moe_agree(m, &st, what);
-  if (!rc)
-    moe_fill_send(m);
+  if (!rc) moe_fill_send(m);
   return rc;
 }
 
@@ -177,19 +173,15 @@ static int moe_counts(moe_ctx *m, const char *what) {
       mkx_mpi_check(MPI_Ialltoall(m->scnt, (int)m->Ep, MPI_INT64_T, m->rcnt,
                                   (int)m->Ep, MPI_INT64_T, m->c->mpi, &req),
                     what);
-  if (!rc)
-    rc = mkx_mpi_wait(&req, m->c->opt.timeout_ms, what);
-  if (rc)
-    return rc;
+  if (!rc) rc = mkx_mpi_wait(&req, m->c->opt.timeout_ms, what);
+  if (rc) return rc;
   m->nrecv = m->maxrows = 0;
   m->eoff[0] = 0;
   for (int64_t e = 0; e < m->Ep; e++) {
     int64_t n = 0;
-    for (int q = 0; q < m->p; q++)
-      n += m->rcnt[(int64_t)q * m->Ep + e];
+    for (int q = 0; q < m->p; q++) n += m->rcnt[(int64_t)q * m->Ep + e];
     m->eoff[e + 1] = m->eoff[e] + n;
-    if (n > m->maxrows)
-      m->maxrows = n;
+    if (n > m->maxrows) m->maxrows = n;
   }
   for (int q = 0; q < m->p; q++) {
     m->rrows[q] = 0;
@@ -219,13 +211,10 @@ static int moe_exchange(moe_ctx *m, const char *what) {
   mkx_xfer x;
   int rc = mkx_xfer_ialltoallv(m->c, m->sbuf, m->srows, m->rbuf, m->rrows,
                                m->row, &x, what);
-  if (!rc)
-    rc = mkx_xfer_wait(m->c, &x, what);
-  if (rc)
-    return rc;
+  if (!rc) rc = mkx_xfer_wait(m->c, &x, what);
+  if (rc) return rc;
   int64_t first = (int64_t)m->c->rank * m->Ep;
-  for (int64_t e = 0; e < m->Ep; e++)
-    m->scnt[e] = m->eoff[e]; /* cursors */
+  for (int64_t e = 0; e < m->Ep; e++) m->scnt[e] = m->eoff[e]; /* cursors */
   for (int64_t i = 0; i < m->nrecv; i++) {
     int32_t meta[META_N];
     int64_t e = meta_of(m, i, meta)[META_EXPERT] - first;
@@ -257,11 +246,9 @@ static void moe_weight(const moe_ctx *m, const void *W, int64_t e, int64_t rows,
 
 static void scale_row(MKX_Datatype wt, void *y, int64_t n, float w) {
   if (wt == MKX_FP64)
-    for (int64_t d = 0; d < n; d++)
-      ((double *)y)[d] *= w;
+    for (int64_t d = 0; d < n; d++) ((double *)y)[d] *= w;
   else
-    for (int64_t d = 0; d < n; d++)
-      ((float *)y)[d] *= w;
+    for (int64_t d = 0; d < n; d++) ((float *)y)[d] *= w;
 }
 
 static int dispatch_expert(const moe_ctx *m, int64_t e, void *Xe, void *We,
@@ -270,8 +257,7 @@ static int dispatch_expert(const moe_ctx *m, int64_t e, void *Xe, void *We,
   MKX_Datatype wt = mkx_work_type(a->dtype);
   size_t ws = MKX_Type_size(wt), es = MKX_Type_size(a->dtype);
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
-  if (rows == 0)
-    return MKX_SUCCESS;
+  if (rows == 0) return MKX_SUCCESS;
   moe_gather_rows(m, e, wt, Xe);
   moe_weight(m, a->W, e, a->hidden, a->n, wt, We);
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, a->n, a->hidden, Xe, We, Ye));
@@ -283,8 +269,7 @@ static int dispatch_expert(const moe_ctx *m, int64_t e, void *Xe, void *We,
     memcpy(&w, &meta[META_WEIGHT], sizeof w);
     scale_row(wt, (char *)Ye + (size_t)k * (size_t)a->n * ws, a->n, w);
     if (a->origin)
-      for (int j = 0; j < 3; j++)
-        a->origin[3 * g + j] = meta[META_SRC + j];
+      for (int j = 0; j < 3; j++) a->origin[3 * g + j] = meta[META_SRC + j];
   }
   mkx_convert(wt, Ye, 1, a->dtype,
               (char *)a->Y + (size_t)m->eoff[e] * (size_t)a->n * es, 1,
@@ -301,16 +286,13 @@ int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
   moe_ctx m;
   (void)g;
   int rc = moe_setup(&m, c, a, what);
-  if (!rc)
-    rc = moe_counts(&m, what);
+  if (!rc) rc = moe_counts(&m, what);
   if (!rc) {
     mkx_host_status st = {MKX_SUCCESS, {m.nrecv, a->y_rows, 0}};
     for (int64_t e = 0; e < m.Ep; e++)
       a->expert_rows[e] = m.eoff[e + 1] - m.eoff[e];
-    if (m.nrecv > a->y_rows)
-      st.rc = MKX_ERR_TRUNCATE;
-    if (!st.rc)
-      st.rc = moe_alloc_recv(&m, what);
+    if (m.nrecv > a->y_rows) st.rc = MKX_ERR_TRUNCATE;
+    if (!st.rc) st.rc = moe_alloc_recv(&m, what);
     if (!st.rc)
       st.rc = mkx_arena_array(&m.ar, m.maxrows, a->hidden, ws, &Xe, "MoE rows");
     if (!st.rc)
@@ -319,8 +301,7 @@ int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
       st.rc = mkx_arena_array(&m.ar, m.maxrows, a->n, ws, &Ye, "MoE products");
     rc = moe_agree(&m, &st, what);
   }
-  if (!rc)
-    rc = moe_exchange(&m, what);
+  if (!rc) rc = moe_exchange(&m, what);
   for (int64_t e = 0; !rc && e < m.Ep; e++)
     rc = dispatch_expert(&m, e, Xe, We, Ye);
   mkx_arena_release(&m.ar, rc);
@@ -373,8 +354,7 @@ static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
   size_t rw = (size_t)a->hidden * MKX_Type_size(wt);
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
-  if (rows == 0)
-    return MKX_SUCCESS;
+  if (rows == 0) return MKX_SUCCESS;
   moe_gather_rows(m, e, wt, b->Xe);
   moe_weight(m, a->W, e, a->hidden, 2 * a->ffn, wt, b->W1);
   moe_weight(m, a->W2, e, a->ffn, a->hidden, wt, b->W2);
@@ -403,12 +383,10 @@ static void layer_combine(const moe_ctx *m, const layer_bufs *b) {
       float w = a->topk_weight[i];
       if (wt == MKX_FP64) {
         const double *y = (const double *)b->ret + (size_t)m->spos[i] * hsz;
-        for (size_t d = 0; d < hsz; d++)
-          ((double *)acc)[d] += (double)w * y[d];
+        for (size_t d = 0; d < hsz; d++) ((double *)acc)[d] += (double)w * y[d];
       } else {
         const float *y = (const float *)b->ret + (size_t)m->spos[i] * hsz;
-        for (size_t d = 0; d < hsz; d++)
-          ((float *)acc)[d] += w * y[d];
+        for (size_t d = 0; d < hsz; d++) ((float *)acc)[d] += w * y[d];
       }
     }
     mkx_convert(wt, acc, 1, a->dtype, (char *)a->out + (size_t)t * hsz * es, 1,
@@ -432,25 +410,19 @@ int mkx_host_moe_layer(MKX_Comm c, const mkx_moe_args *a, const mkx_agreed *g) {
   moe_ctx m;
   (void)g;
   int rc = moe_setup(&m, c, a, what);
-  if (!rc)
-    rc = moe_counts(&m, what);
+  if (!rc) rc = moe_counts(&m, what);
   if (!rc) {
     mkx_host_status st = {MKX_SUCCESS, {0, 0, 0}};
     st.rc = moe_alloc_recv(&m, what);
-    if (!st.rc)
-      st.rc = layer_alloc(&m, &b);
+    if (!st.rc) st.rc = layer_alloc(&m, &b);
     if (!st.rc) /* the return trip carries wider rows: check it here too */
       st.rc = mkx_xfer_fit(m.p, m.rrows, (size_t)a->hidden * 8, what);
     rc = moe_agree(&m, &st, what);
   }
-  if (!rc)
-    rc = moe_exchange(&m, what);
-  for (int64_t e = 0; !rc && e < m.Ep; e++)
-    rc = layer_expert(&m, e, &b);
-  if (!rc)
-    rc = layer_return(&m, &b, what);
-  if (!rc)
-    layer_combine(&m, &b);
+  if (!rc) rc = moe_exchange(&m, what);
+  for (int64_t e = 0; !rc && e < m.Ep; e++) rc = layer_expert(&m, e, &b);
+  if (!rc) rc = layer_return(&m, &b, what);
+  if (!rc) layer_combine(&m, &b);
   mkx_arena_release(&m.ar, rc);
   return rc;
 }

@@ -18,54 +18,77 @@ typedef enum {
 
 /* MKX_Allgather_gemm */
 typedef struct mkx_ag_gemm_args {
-  const void *A; int64_t m_local, k, lda;
-  const void *B; int64_t n, ldb; MKX_Trans transb;
-  void *C; int64_t ldc;
-  void *A_out; int64_t ld_aout;
-  MKX_Datatype dtype, ctype; MKX_Order order;
+  const void *A;
+  int64_t m_local, k, lda;
+  const void *B;
+  int64_t n, ldb;
+  MKX_Trans transb;
+  void *C;
+  int64_t ldc;
+  void *A_out;
+  int64_t ld_aout;
+  MKX_Datatype dtype, ctype;
+  MKX_Order order;
 } mkx_ag_gemm_args;
 
 /* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce */
 typedef struct mkx_gemm_red_args {
-  const void *A; int64_t M, k_local, lda;
-  const void *B; int64_t n, ldb; MKX_Trans transb;
-  void *C; int64_t ldc;
-  MKX_Datatype dtype, ctype; MKX_Order order;
+  const void *A;
+  int64_t M, k_local, lda;
+  const void *B;
+  int64_t n, ldb;
+  MKX_Trans transb;
+  void *C;
+  int64_t ldc;
+  MKX_Datatype dtype, ctype;
+  MKX_Order order;
 } mkx_gemm_red_args;
 
 /* MKX_Ring_attention */
 typedef struct mkx_attn_args {
-  const void *Q, *K, *V; void *O; float *LSE;
+  const void *Q, *K, *V;
+  void *O;
+  float *LSE;
   int64_t batch, seq_local, heads_q, heads_kv, head_dim;
-  int causal; double scale; /* scale already resolved (> 0) */
+  int causal;
+  double scale; /* scale already resolved (> 0) */
   MKX_Datatype dtype;
 } mkx_attn_args;
 
 /* MKX_Moe_dispatch_gemm (W, n, Y, y_rows, expert_rows, origin) and
  * MKX_Moe_layer (W = W1, W2, ffn, out). */
 typedef struct mkx_moe_args {
-  const void *X; int64_t num_tokens, hidden;
-  const int32_t *topk_ids; const float *topk_weight; int64_t topk;
+  const void *X;
+  int64_t num_tokens, hidden;
+  const int32_t *topk_ids;
+  const float *topk_weight;
+  int64_t topk;
   int64_t num_experts;
-  const void *W; int64_t n; void *Y; int64_t y_rows;
-  int64_t *expert_rows; int32_t *origin;
-  const void *W2; int64_t ffn; void *out;
+  const void *W;
+  int64_t n;
+  void *Y;
+  int64_t y_rows;
+  int64_t *expert_rows;
+  int32_t *origin;
+  const void *W2;
+  int64_t ffn;
+  void *out;
   MKX_Datatype dtype;
 } mkx_moe_args;
 
 /* Values every rank learned in the agreement exchange of a call or plan. */
 /* Bits of an operation's gpu_local hook (src/ops/op.h). */
 enum {
-  MKX_GPU_LOCAL_ADAPT = 1,     /* this rank's operands need the adapter */
+  MKX_GPU_LOCAL_ADAPT = 1,        /* this rank's operands need the adapter */
   MKX_GPU_LOCAL_NO_ONE_KERNEL = 2 /* AllGather+GEMM: this rank's product
                                      does not fit the one-kernel split path */
 };
 
 typedef struct mkx_agreed {
-  int64_t *local;  /* [size]: each rank's per-rank size (m_local, k_local,
+  int64_t *local;   /* [size]: each rank's per-rank size (m_local, k_local,
                       num_tokens) */
-  int64_t total;   /* sum of local */
-  int gpu_adapt;   /* fused path: some rank's operands need the adapter
+  int64_t total;    /* sum of local */
+  int gpu_adapt;    /* fused path: some rank's operands need the adapter
                       (src/ops/tp_adapter.c), so every rank takes it */
   unsigned gpu_any; /* MKX_GPU_LOCAL_* bits some rank's gpu_local set */
 } mkx_agreed;

@@ -22,8 +22,7 @@ int mkx_arena_alloc(mkx_arena *ar, size_t bytes, void **p, const char *what) {
   if (ar->n >= MKX_ARENA_MAX)
     return mkx_error(MKX_ERR_INTERNAL, "%s: host arena full", what);
   void *q = malloc(bytes ? bytes : 1);
-  if (!q)
-    return mkx_error(MKX_ERR_NOMEM, "%s: %zu bytes", what, bytes);
+  if (!q) return mkx_error(MKX_ERR_NOMEM, "%s: %zu bytes", what, bytes);
   ar->p[ar->n++] = q;
   *p = q;
   return MKX_SUCCESS;
@@ -39,8 +38,7 @@ int mkx_arena_array(mkx_arena *ar, int64_t a, int64_t b, size_t c, void **p,
 
 void mkx_arena_release(mkx_arena *ar, int rc) {
   if (rc != MKX_ERR_TIMEOUT)
-    for (int i = 0; i < ar->n; i++)
-      free(ar->p[i]);
+    for (int i = 0; i < ar->n; i++) free(ar->p[i]);
   ar->n = 0;
 }
 
@@ -80,11 +78,9 @@ static void fill_counts(int p, const int64_t *rows, int *cnt) {
 static int row_type(size_t row_bytes, MPI_Datatype *t, const char *what) {
   int rc =
       mkx_mpi_check(MPI_Type_contiguous((int)row_bytes, MPI_BYTE, t), what);
-  if (rc)
-    return rc;
+  if (rc) return rc;
   rc = mkx_mpi_check(MPI_Type_commit(t), what);
-  if (rc)
-    MPI_Type_free(t);
+  if (rc) MPI_Type_free(t);
   return rc;
 }
 
@@ -99,8 +95,7 @@ int mkx_xfer_iallgatherv(MKX_Comm c, const void *send, void *recv,
   int p = c->size;
   MPI_Datatype t;
   mkx_xfer_init(x);
-  if (row_bytes == 0)
-    return MKX_SUCCESS; /* agreed: nothing to move */
+  if (row_bytes == 0) return MKX_SUCCESS; /* agreed: nothing to move */
   MKX_TRY(mkx_xfer_fit(p, rows_of, row_bytes, what));
   if (!(x->cnt = malloc(2 * (size_t)p * sizeof *x->cnt)))
     return mkx_error(MKX_ERR_NOMEM, "%s: counts", what);
@@ -111,10 +106,8 @@ int mkx_xfer_iallgatherv(MKX_Comm c, const void *send, void *recv,
                                        x->cnt + p, t, c->mpi, &x->req),
                        what);
   /* Freeing a type in use is allowed: pending operations keep it. */
-  if (!rc)
-    rc = mkx_mpi_check(MPI_Type_free(&t), what);
-  if (rc)
-    xfer_release(x);
+  if (!rc) rc = mkx_mpi_check(MPI_Type_free(&t), what);
+  if (rc) xfer_release(x);
   return rc;
 }
 
@@ -124,8 +117,7 @@ int mkx_xfer_ialltoallv(MKX_Comm c, const void *send, const int64_t *srows,
   int p = c->size;
   MPI_Datatype t;
   mkx_xfer_init(x);
-  if (row_bytes == 0)
-    return MKX_SUCCESS;
+  if (row_bytes == 0) return MKX_SUCCESS;
   MKX_TRY(mkx_xfer_fit(p, srows, row_bytes, what));
   MKX_TRY(mkx_xfer_fit(p, rrows, row_bytes, what));
   if (!(x->cnt = malloc(4 * (size_t)p * sizeof *x->cnt)))
@@ -134,14 +126,12 @@ int mkx_xfer_ialltoallv(MKX_Comm c, const void *send, const int64_t *srows,
   fill_counts(p, rrows, x->cnt + 2 * p);
   int rc = row_type(row_bytes, &t, what);
   if (!rc)
-    rc = mkx_mpi_check(MPI_Ialltoallv(send, x->cnt, x->cnt + p, t, recv,
-                                      x->cnt + 2 * p, x->cnt + 3 * p, t, c->mpi,
-                                      &x->req),
-                       what);
-  if (!rc)
-    rc = mkx_mpi_check(MPI_Type_free(&t), what);
-  if (rc)
-    xfer_release(x);
+    rc = mkx_mpi_check(
+        MPI_Ialltoallv(send, x->cnt, x->cnt + p, t, recv, x->cnt + 2 * p,
+                       x->cnt + 3 * p, t, c->mpi, &x->req),
+        what);
+  if (!rc) rc = mkx_mpi_check(MPI_Type_free(&t), what);
+  if (rc) xfer_release(x);
   return rc;
 }
 
@@ -164,10 +154,9 @@ int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
   int p = c->size;
   mkx_host_status *all = malloc((size_t)p * sizeof *all);
   *bad_rank = -1;
-  if (!all)
-    return mkx_error(MKX_ERR_NOMEM, "%s: status of %d ranks", what, p);
-  int rc = mkx_mpi_allgather(mine, all, sizeof *mine, c->mpi,
-                             c->opt.timeout_ms, what);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s: status of %d ranks", what, p);
+  int rc = mkx_mpi_allgather(mine, all, sizeof *mine, c->mpi, c->opt.timeout_ms,
+                             what);
   for (int q = 0; !rc && q < p; q++)
     if (all[q].rc != MKX_SUCCESS && (*bad_rank < 0 || all[q].rc < bad->rc)) {
       *bad_rank = q;
@@ -176,4 +165,3 @@ int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
   free(all);
   return rc;
 }
-

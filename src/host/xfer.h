@@ -74,5 +74,4 @@ typedef struct mkx_host_status {
 int mkx_host_agree(MKX_Comm c, const mkx_host_status *mine, int *bad_rank,
                    mkx_host_status *bad, const char *what);
 
-
 #endif

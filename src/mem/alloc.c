@@ -13,11 +13,14 @@
 /* Every rank takes part, even one whose own arguments are bad (local_rc),
  * so that no rank is left in the next collective: all fail alike. */
 static int agree_size(MKX_Comm c, int local_rc, size_t size) {
-  typedef struct { int64_t rc; uint64_t size; } rec;
+  typedef struct {
+    int64_t rc;
+    uint64_t size;
+  } rec;
   rec mine = {local_rc, size}, *all = malloc(sizeof *all * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
-  int rc = c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine,
-                            c->opt.timeout_ms);
+  int rc =
+      c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine, c->opt.timeout_ms);
   if (rc == MKX_SUCCESS && local_rc != MKX_SUCCESS) rc = local_rc;
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     if (all[q].rc != MKX_SUCCESS)
@@ -26,7 +29,8 @@ static int agree_size(MKX_Comm c, int local_rc, size_t size) {
     else if (all[q].size != mine.size)
       rc = mkx_error(MKX_ERR_SHAPE_MISMATCH,
                      "MKX_Alloc_mem: size %llu on rank %d but %llu on rank "
-                     "%d", (unsigned long long)mine.size, c->rank,
+                     "%d",
+                     (unsigned long long)mine.size, c->rank,
                      (unsigned long long)all[q].size, q);
   free(all);
   return mkx_comm_fail(c, rc);
@@ -70,8 +74,10 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr) {
   if (ptr == NULL) return MKX_SUCCESS;
   /* only what MKX_Alloc_mem handed out, and only once */
   if (!mkx_handle_is(ptr, MKX_HANDLE_HOST_MEM))
-    return mkx_error(MKX_ERR_INVALID_ARG, "MKX_Free_mem: %p was not returned "
-                     "by MKX_Alloc_mem, or was freed already", ptr);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "MKX_Free_mem: %p was not returned "
+                     "by MKX_Alloc_mem, or was freed already",
+                     ptr);
   mkx_handle_remove(ptr);
   free(ptr);
   return MKX_SUCCESS;

@@ -64,8 +64,8 @@ static cudaError_t ipc_open_new(const cudaIpcMemHandle_t *h, int cached,
   ipc_open *o = calloc(1, sizeof *o);
   if (!o) return cudaErrorMemoryAllocation;
   if (cached && idle_count() >= SYMM_IDLE) close_idle();
-  cudaError_t e = cudaIpcOpenMemHandle(&o->base, *h,
-                                       cudaIpcMemLazyEnablePeerAccess);
+  cudaError_t e =
+      cudaIpcOpenMemHandle(&o->base, *h, cudaIpcMemLazyEnablePeerAccess);
   if (e == cudaErrorAlreadyMapped && idle_count() > 0) {
     (void)cudaGetLastError();
     close_idle();
@@ -158,9 +158,9 @@ static get_attr_fn driver_get_attr(void) {
   static get_attr_fn fn;
   void *p = NULL;
   enum cudaDriverEntryPointQueryResult q;
-  if (!fn && cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &p,
-                                              12000, cudaEnableDefault,
-                                              &q) == cudaSuccess &&
+  if (!fn &&
+      cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &p, 12000,
+                                       cudaEnableDefault, &q) == cudaSuccess &&
       q == cudaDriverEntryPointSuccess)
     fn = (get_attr_fn)p;
   return fn;
@@ -170,14 +170,12 @@ static int allocation_of(const void *ptr, void **base, uint64_t *id) {
   get_attr_fn get = driver_get_attr();
   CUdeviceptr start = 0;
   unsigned long long bid = 0;
-  if (!get)
-    return mkx_error(MKX_ERR_CUDA, "cuPointerGetAttribute unavailable");
+  if (!get) return mkx_error(MKX_ERR_CUDA, "cuPointerGetAttribute unavailable");
   if (get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
           (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
-      get(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID,
-          (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
-    return mkx_error(MKX_ERR_INVALID_ARG, "%p is not CUDA device memory",
-                     ptr);
+      get(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)ptr) !=
+          CUDA_SUCCESS)
+    return mkx_error(MKX_ERR_INVALID_ARG, "%p is not CUDA device memory", ptr);
   *base = (void *)(uintptr_t)start;
   *id = bid;
   return MKX_SUCCESS;
@@ -208,8 +206,8 @@ static mkx_symm_state *state(MKX_Comm c) {
 /* Gather one record per rank; the first failing rank fails every rank. */
 static int exchange(MKX_Comm c, symm_record *mine, symm_record *all,
                     const char *what) {
-  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine,
-                            c->opt.timeout_ms);
+  int rc =
+      c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine, c->opt.timeout_ms);
   if (rc != MKX_SUCCESS) return mkx_comm_fail(c, rc);
   if (mine->rc != MKX_SUCCESS) return mine->rc;
   for (int q = 0; q < c->size; q++)
@@ -246,11 +244,13 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
   if (e == cudaErrorAlreadyMapped) {
     free(m);
     (void)cudaGetLastError();
-    return mkx_error(MKX_ERR_CUDA, "cudaIpcOpenMemHandle of rank %d's "
+    return mkx_error(MKX_ERR_CUDA,
+                     "cudaIpcOpenMemHandle of rank %d's "
                      "buffer: resource already mapped (the driver carved it "
                      "out of the same block as another buffer of that rank "
                      "this process maps; allocate buffers the fused calls "
-                     "share with MKX_Alloc_mem, or of 2 MiB or more)", q);
+                     "share with MKX_Alloc_mem, or of 2 MiB or more)",
+                     q);
   }
   if (e != cudaSuccess) {
     free(m);
@@ -362,8 +362,8 @@ int mkx_symm_alloc(MKX_Comm c, size_t bytes, void **ptr) {
   mkx_symm_buf b = {0};
   symm_record *all = NULL;
   owned *o = calloc(1, sizeof *o);
-  bytes = bytes ? (bytes + SYMM_BLOCK - 1) / SYMM_BLOCK * SYMM_BLOCK
-                : SYMM_BLOCK;
+  bytes =
+      bytes ? (bytes + SYMM_BLOCK - 1) / SYMM_BLOCK * SYMM_BLOCK : SYMM_BLOCK;
   int rc = o ? mkx_device_alloc(bytes, ptr)
              : mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
   if (rc != MKX_SUCCESS) *ptr = NULL;
@@ -404,16 +404,17 @@ int mkx_symm_free(MKX_Comm c, void *ptr) {
   symm_record mine = {0}, *all = malloc(sizeof *all * (size_t)c->size);
   mine.rc = !all ? mkx_error(MKX_ERR_NOMEM, "MKX_Free_mem")
             : ptr && (!po || !*po)
-                ? mkx_error(MKX_ERR_INVALID_ARG, "MKX_Free_mem: %p was not "
-                            "returned by MKX_Alloc_mem on this comm", ptr)
+                ? mkx_error(MKX_ERR_INVALID_ARG,
+                            "MKX_Free_mem: %p was not "
+                            "returned by MKX_Alloc_mem on this comm",
+                            ptr)
                 : MKX_SUCCESS;
   mine.id = po && *po ? (*po)->id : 0;
   int rc = all ? exchange(c, &mine, all, "MKX_Free_mem") : mine.rc;
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     if (q != c->rank) unmap(c, q, all[q].id);
   free(all);
-  if (rc == MKX_SUCCESS)
-    rc = c->oob.barrier(c->oob.ctx, c->opt.timeout_ms);
+  if (rc == MKX_SUCCESS) rc = c->oob.barrier(c->oob.ctx, c->opt.timeout_ms);
   if (rc == MKX_SUCCESS && ptr) {
     owned *o = *po;
     *po = o->next;

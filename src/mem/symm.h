@@ -9,11 +9,11 @@
 #include "mkx.h"
 
 typedef struct mkx_symm_buf {
-  void *local;   /* this rank's buffer */
+  void *local; /* this rank's buffer */
   size_t bytes;
   int local_size;
-  void **peer;   /* [local_size]: node rank i's buffer, as mapped here */
-  void **held;   /* [local_size]: mappings of users' buffers held, or NULL */
+  void **peer; /* [local_size]: node rank i's buffer, as mapped here */
+  void **held; /* [local_size]: mappings of users' buffers held, or NULL */
 } mkx_symm_buf;
 
 /* Collective over the communicator: every rank passes its own buffer (of

@@ -37,7 +37,7 @@
 
 /* The capability bit this build tests; 0: the header cannot say. */
 #ifndef MKX_EFA_CAPS_RDMA_WRITE
-#if defined(HAVE_DECL_EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE) && \
+#if defined(HAVE_DECL_EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE) &&                    \
     HAVE_DECL_EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE
 #define MKX_EFA_CAPS_RDMA_WRITE EFADV_DEVICE_ATTR_CAPS_RDMA_WRITE
 #else
@@ -68,10 +68,10 @@ typedef struct efa_impl {
   struct efadv_device_attr attr;
   uint8_t port;
   uint32_t sq_depth, rq_depth;
-  struct ibv_ah **ah;     /* [size] */
-  efa_blob *remote;       /* [size] */
+  struct ibv_ah **ah; /* [size] */
+  efa_blob *remote;   /* [size] */
   efa_blob blob;
-  efa_pending *pend;      /* [sq_depth]; the wr_id is the index */
+  efa_pending *pend; /* [sq_depth]; the wr_id is the index */
   uint32_t inflight;
   mkx_net_fifo done;
 } efa_impl;
@@ -147,9 +147,13 @@ static int open_device(efa_impl *e, const mkx_net_params *p) {
 
 static int create_srd_qp(efa_impl *e) {
   struct ibv_qp_init_attr_ex ia = {
-      .qp_type = IBV_QPT_DRIVER, .send_cq = e->cq, .recv_cq = e->cq,
-      .cap = {.max_send_wr = e->sq_depth, .max_recv_wr = e->rq_depth,
-              .max_send_sge = 1, .max_recv_sge = 1},
+      .qp_type = IBV_QPT_DRIVER,
+      .send_cq = e->cq,
+      .recv_cq = e->cq,
+      .cap = {.max_send_wr = e->sq_depth,
+              .max_recv_wr = e->rq_depth,
+              .max_send_sge = 1,
+              .max_recv_sge = 1},
       .pd = e->pd,
       .comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
       .send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM};
@@ -163,10 +167,13 @@ static int create_srd_qp(efa_impl *e) {
 
 /* SRD is connectionless: INIT (port, qkey), RTR, RTS with no peer data. */
 static int bring_up(efa_impl *e) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0,
-                          .port_num = e->port, .qkey = QKEY};
-  if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX |
-                                   IBV_QP_PORT | IBV_QP_QKEY) != 0)
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
+                          .pkey_index = 0,
+                          .port_num = e->port,
+                          .qkey = QKEY};
+  if (ibv_modify_qp(
+          e->qp, &a,
+          IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY) != 0)
     return mkx_error(MKX_ERR_NET, "efa: QP to INIT: %s", strerror(errno));
   a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
   if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE) != 0)
@@ -196,8 +203,7 @@ static int fill_blob(efa_impl *e) {
   union ibv_gid gid;
   if (ibv_query_gid(e->ctx, e->port, 0, &gid) != 0)
     return mkx_error(MKX_ERR_NET, "efa: ibv_query_gid: %s", strerror(errno));
-  e->blob = (efa_blob){.magic = BLOB_MAGIC, .qpn = e->qp->qp_num,
-                       .qkey = QKEY};
+  e->blob = (efa_blob){.magic = BLOB_MAGIC, .qpn = e->qp->qp_num, .qkey = QKEY};
   memcpy(e->blob.gid, gid.raw, 16);
   return MKX_SUCCESS;
 }
@@ -302,10 +308,11 @@ static int on_send(mkx_net *n, const struct ibv_wc *wc) {
   pd->peer = -1;
   e->inflight--;
   if (wc->status != IBV_WC_SUCCESS)
-    return mkx_error(MKX_ERR_NET, "efa: rank %d: write to rank %d failed: %s "
-                     "(status %d, vendor error %#x)", n->rank, peer,
-                     ibv_wc_status_str(wc->status), (int)wc->status,
-                     wc->vendor_err);
+    return mkx_error(MKX_ERR_NET,
+                     "efa: rank %d: write to rank %d failed: %s "
+                     "(status %d, vendor error %#x)",
+                     n->rank, peer, ibv_wc_status_str(wc->status),
+                     (int)wc->status, wc->vendor_err);
   return mkx_net_fifo_push(&e->done, pd->cookie, peer);
 }
 
@@ -348,17 +355,21 @@ static int efa_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   efa_impl *e = impl_of(n);
   uint32_t idx = 0;
   if (len > e->attr.max_rdma_size)
-    return mkx_error(MKX_ERR_INVALID_ARG, "efa: write of %zu bytes exceeds "
-                     "the device's RDMA size %u: split it", len,
-                     e->attr.max_rdma_size);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "efa: write of %zu bytes exceeds "
+                     "the device's RDMA size %u: split it",
+                     len, e->attr.max_rdma_size);
   MKX_TRY(take_slot(n, &idx));
-  mkx_efa_write w = {
-      .ah = e->ah[peer], .remote_qpn = e->remote[peer].qpn,
-      .remote_qkey = e->remote[peer].qkey, .rkey = dst->rkey,
-      .remote_addr = dst->addr + dst_off, .lkey = src->lkey,
-      .local_addr = (uint64_t)(uintptr_t)src->base + src_off,
-      .len = (uint32_t)len, .imm = slot << 16 | (uint32_t)(value & 0xffff),
-      .wr_id = idx};
+  mkx_efa_write w = {.ah = e->ah[peer],
+                     .remote_qpn = e->remote[peer].qpn,
+                     .remote_qkey = e->remote[peer].qkey,
+                     .rkey = dst->rkey,
+                     .remote_addr = dst->addr + dst_off,
+                     .lkey = src->lkey,
+                     .local_addr = (uint64_t)(uintptr_t)src->base + src_off,
+                     .len = (uint32_t)len,
+                     .imm = slot << 16 | (uint32_t)(value & 0xffff),
+                     .wr_id = idx};
   int rc = mkx_efa_post_write_imm(e->qp, &w);
   if (rc != 0)
     return mkx_error(MKX_ERR_NET, "efa: posting a write to rank %d: %s", peer,
@@ -368,8 +379,7 @@ static int efa_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   return MKX_SUCCESS;
 }
 
-static int efa_poll(mkx_net *n, mkx_net_completion *done, int max,
-                    int *ndone) {
+static int efa_poll(mkx_net *n, mkx_net_completion *done, int max, int *ndone) {
   MKX_TRY(drain_cq(n));
   *ndone = mkx_net_fifo_pop(&impl_of(n)->done, done, max);
   return MKX_SUCCESS;
@@ -403,7 +413,8 @@ static void efa_close(mkx_net *n) {
 
 static int efa_probe(const mkx_net_params *p) {
   (void)p;
-  return mkx_error(MKX_ERR_UNSUPPORTED, "efa: MKX was configured without "
+  return mkx_error(MKX_ERR_UNSUPPORTED,
+                   "efa: MKX was configured without "
                    "efadv (libibverbs-dev with efadv.h, configure "
                    "--enable-efa)");
 }

@@ -13,12 +13,12 @@ static struct ibv_mr *reg_device(const char *prov, struct ibv_pd *pd,
                                  const mkx_net_reg_args *a, int access) {
 #ifdef HAVE_IBV_REG_DMABUF_MR
   if (a->dmabuf_fd >= 0) {
-    struct ibv_mr *mr = ibv_reg_dmabuf_mr(pd, a->dmabuf_offset, a->len,
-                                          (uint64_t)(uintptr_t)a->base,
-                                          a->dmabuf_fd, access);
+    struct ibv_mr *mr =
+        ibv_reg_dmabuf_mr(pd, a->dmabuf_offset, a->len,
+                          (uint64_t)(uintptr_t)a->base, a->dmabuf_fd, access);
     if (mr) return mr;
-    mkx_log(MKX_LOG_INFO, "%s: ibv_reg_dmabuf_mr: %s; trying peer memory",
-            prov, strerror(errno));
+    mkx_log(MKX_LOG_INFO, "%s: ibv_reg_dmabuf_mr: %s; trying peer memory", prov,
+            strerror(errno));
   }
 #else
   (void)prov;
@@ -33,12 +33,19 @@ int mkx_ibv_register(const char *prov, struct ibv_pd *pd,
                          ? reg_device(prov, pd, a, access)
                          : mkx_ibv_reg_mr(pd, a->base, a->len, access);
   if (!m)
-    return mkx_error(MKX_ERR_NET, "%s: registering %zu bytes of %s memory "
-                     "at %p: %s", prov, a->len,
-                     a->kind == MKX_NET_MEM_DEVICE ? "device" : "host",
-                     a->base, strerror(errno));
-  *mr = (mkx_net_mr){.id = 0, .kind = a->kind, .base = a->base, .len = a->len,
-                     .lkey = m->lkey, .rkey = m->rkey, .handle = m};
+    return mkx_error(MKX_ERR_NET,
+                     "%s: registering %zu bytes of %s memory "
+                     "at %p: %s",
+                     prov, a->len,
+                     a->kind == MKX_NET_MEM_DEVICE ? "device" : "host", a->base,
+                     strerror(errno));
+  *mr = (mkx_net_mr){.id = 0,
+                     .kind = a->kind,
+                     .base = a->base,
+                     .len = a->len,
+                     .lkey = m->lkey,
+                     .rkey = m->rkey,
+                     .handle = m};
   return MKX_SUCCESS;
 }
 

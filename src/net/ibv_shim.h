@@ -30,7 +30,7 @@ typedef struct mkx_efa_write {
   uint32_t lkey;
   uint64_t local_addr;
   uint32_t len;
-  uint32_t imm;      /* host order; sent big-endian */
+  uint32_t imm; /* host order; sent big-endian */
   uint64_t wr_id;
 } mkx_efa_write;
 int mkx_efa_post_write_imm(struct ibv_qp *qp, const mkx_efa_write *w);

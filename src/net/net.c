@@ -22,7 +22,8 @@ static const mkx_option_desc net_options[] = {
      "auto|verbs|efa|tcp",
      "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
      "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
-     "every rank must end up with the same choice.", 1},
+     "every rank must end up with the same choice.",
+     1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 
@@ -46,8 +47,8 @@ int64_t mkx_net_now_ms(void) {
 }
 
 int mkx_net_signals_alloc(uint32_t num, _Atomic uint64_t **out) {
-  size_t page = 4096, bytes = ((size_t)num * sizeof(uint64_t) + page - 1) &
-                              ~(page - 1);
+  size_t page = 4096,
+         bytes = ((size_t)num * sizeof(uint64_t) + page - 1) & ~(page - 1);
   void *mem = NULL;
   *out = NULL;
   if (posix_memalign(&mem, page, bytes ? bytes : page) != 0)
@@ -93,7 +94,8 @@ static int check_params(const mkx_net_params *p) {
   if (p->num_signals < 1 || p->num_signals > 65536)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "net: %u signal slots (1 to 65536: efa carries the "
-                     "slot in 16 bits of immediate data)", p->num_signals);
+                     "slot in 16 bits of immediate data)",
+                     p->num_signals);
   return MKX_SUCCESS;
 }
 
@@ -119,8 +121,10 @@ int mkx_net_open_with(const mkx_net_provider *prov, const mkx_net_params *p,
     return rc;
   }
   *out = n;
-  mkx_log(MKX_LOG_INFO, "net: rank %d uses the %s transport (GPU memory %s, "
-          "writes %s, %d-bit signals)", p->rank, prov->name,
+  mkx_log(MKX_LOG_INFO,
+          "net: rank %d uses the %s transport (GPU memory %s, "
+          "writes %s, %d-bit signals)",
+          p->rank, prov->name,
           prov->caps & MKX_NET_CAP_DEVICE_MEM ? "registered" : "staged",
           prov->caps & MKX_NET_CAP_ORDERED ? "in order" : "unordered",
           prov->signal_bits);
@@ -176,9 +180,9 @@ static int agree_on_provider(mkx_net *n, const mkx_oob *oob, size_t len) {
       rc = mkx_error(MKX_ERR_NET,
                      "net: rank %d chose transport '%.15s' (blob %llu "
                      "bytes), rank %d chose '%s' (%zu): set MKX_NET alike "
-                     "on every rank", r, all[r].provider,
-                     (unsigned long long)all[r].len, n->rank,
-                     n->prov->name, len);
+                     "on every rank",
+                     r, all[r].provider, (unsigned long long)all[r].len,
+                     n->rank, n->prov->name, len);
   free(all);
   return rc;
 }
@@ -201,8 +205,8 @@ int mkx_net_connect(mkx_net *n, const mkx_oob *oob) {
 int mkx_net_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
   if (!n || !a || !mr) return mkx_error(MKX_ERR_NULL_POINTER, "net: reg");
   if (!a->base || a->len == 0)
-    return mkx_error(MKX_ERR_INVALID_ARG, "net: reg of %p, %zu bytes",
-                     a->base, a->len);
+    return mkx_error(MKX_ERR_INVALID_ARG, "net: reg of %p, %zu bytes", a->base,
+                     a->len);
   if (a->kind != MKX_NET_MEM_HOST && a->kind != MKX_NET_MEM_DEVICE)
     return mkx_error(MKX_ERR_INVALID_ARG, "net: memory kind %d", a->kind);
   memset(mr, 0, sizeof *mr);
@@ -222,8 +226,8 @@ void mkx_net_rkey_of(const mkx_net_mr *mr, mkx_net_rkey *key) {
   key->id = mr->id;
 }
 
-int mkx_net_exchange_keys(mkx_net *n, const mkx_oob *oob,
-                          const mkx_net_mr *mr, mkx_net_rkey *keys) {
+int mkx_net_exchange_keys(mkx_net *n, const mkx_oob *oob, const mkx_net_mr *mr,
+                          mkx_net_rkey *keys) {
   mkx_net_rkey mine;
   if (!n || !oob || !mr || !keys)
     return mkx_error(MKX_ERR_NULL_POINTER, "net: exchange_keys");
@@ -232,23 +236,26 @@ int mkx_net_exchange_keys(mkx_net *n, const mkx_oob *oob,
 }
 
 int mkx_net_check_write(const mkx_net *n, int peer, const mkx_net_mr *src,
-                        size_t src_off, const mkx_net_rkey *dst,
-                        size_t dst_off, size_t len, uint32_t slot) {
+                        size_t src_off, const mkx_net_rkey *dst, size_t dst_off,
+                        size_t len, uint32_t slot) {
   if (!n->connected)
     return mkx_error(MKX_ERR_INVALID_ARG, "net: write before connect");
   if (peer < 0 || peer >= n->size || peer == n->rank)
-    return mkx_error(MKX_ERR_INVALID_ARG, "net: write to rank %d (this is "
-                     "rank %d of %d)", peer, n->rank, n->size);
-  if (!src || !dst)
-    return mkx_error(MKX_ERR_NULL_POINTER, "net: write region");
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "net: write to rank %d (this is "
+                     "rank %d of %d)",
+                     peer, n->rank, n->size);
+  if (!src || !dst) return mkx_error(MKX_ERR_NULL_POINTER, "net: write region");
   if (src_off > src->len || len > src->len - src_off)
-    return mkx_error(MKX_ERR_INVALID_ARG, "net: write of %zu bytes at %zu "
-                     "overruns the local region (%zu bytes)", len, src_off,
-                     src->len);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "net: write of %zu bytes at %zu "
+                     "overruns the local region (%zu bytes)",
+                     len, src_off, src->len);
   if (dst_off > dst->len || len > dst->len - dst_off)
-    return mkx_error(MKX_ERR_INVALID_ARG, "net: write of %zu bytes at %zu "
-                     "overruns rank %d's region (%llu bytes)", len, dst_off,
-                     peer, (unsigned long long)dst->len);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "net: write of %zu bytes at %zu "
+                     "overruns rank %d's region (%llu bytes)",
+                     len, dst_off, peer, (unsigned long long)dst->len);
   if (slot >= n->num_signals)
     return mkx_error(MKX_ERR_INVALID_ARG, "net: signal slot %u of %u", slot,
                      n->num_signals);
@@ -261,8 +268,8 @@ int mkx_net_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
                          uint64_t value, uint64_t cookie) {
   if (!n) return mkx_error(MKX_ERR_NULL_POINTER, "net: endpoint");
   MKX_TRY(mkx_net_check_write(n, peer, src, src_off, dst, dst_off, len, slot));
-  MKX_TRY(n->prov->write_signal(n, peer, src, src_off, dst, dst_off, len,
-                                slot, value, cookie));
+  MKX_TRY(n->prov->write_signal(n, peer, src, src_off, dst, dst_off, len, slot,
+                                value, cookie));
   /* Counted once posted: the hierarchical calls assert these totals. */
   atomic_fetch_add_explicit(&n->bytes_sent[peer], len, memory_order_relaxed);
   return MKX_SUCCESS;
@@ -292,8 +299,10 @@ int mkx_net_wait_signal(mkx_net *n, uint32_t slot, uint64_t value,
     if (completed) *completed += got;
     if (mkx_net_signal(n, slot) >= value) return MKX_SUCCESS;
     if (mkx_net_now_ms() > deadline)
-      return mkx_error(MKX_ERR_TIMEOUT, "net: rank %d: signal %u stayed at "
-                       "%llu, waiting for %llu, for %lld ms", n->rank, slot,
+      return mkx_error(MKX_ERR_TIMEOUT,
+                       "net: rank %d: signal %u stayed at "
+                       "%llu, waiting for %llu, for %lld ms",
+                       n->rank, slot,
                        (unsigned long long)mkx_net_signal(n, slot),
                        (unsigned long long)value, (long long)timeout_ms);
     if (!got) {

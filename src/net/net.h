@@ -71,22 +71,22 @@ typedef struct mkx_net_params {
 
 /* A registered region, local side. */
 typedef struct mkx_net_mr {
-  uint32_t id;     /* index in the endpoint's region table */
-  int kind;        /* MKX_NET_MEM_* */
+  uint32_t id; /* index in the endpoint's region table */
+  int kind;    /* MKX_NET_MEM_* */
   void *base;
   size_t len;
-  uint32_t lkey;   /* verbs/efa local key (0 on tcp) */
-  uint32_t rkey;   /* verbs/efa remote key (0 on tcp) */
-  void *handle;    /* provider's object (struct ibv_mr *) */
+  uint32_t lkey; /* verbs/efa local key (0 on tcp) */
+  uint32_t rkey; /* verbs/efa remote key (0 on tcp) */
+  void *handle;  /* provider's object (struct ibv_mr *) */
 } mkx_net_mr;
 
 /* What a peer needs to write into a region: exchanged by the caller
  * (mkx_net_exchange_keys), fixed size so it goes through an allgather. */
 typedef struct mkx_net_rkey {
-  uint64_t addr;   /* remote virtual address of byte 0 */
+  uint64_t addr; /* remote virtual address of byte 0 */
   uint64_t len;
-  uint32_t rkey;   /* verbs/efa remote key */
-  uint32_t id;     /* region id (tcp addresses regions by id) */
+  uint32_t rkey; /* verbs/efa remote key */
+  uint32_t id;   /* region id (tcp addresses regions by id) */
 } mkx_net_rkey;
 
 typedef struct mkx_net_reg_args {
@@ -134,9 +134,9 @@ struct mkx_net_provider {
   int (*reg)(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr);
   int (*dereg)(mkx_net *n, mkx_net_mr *mr);
   int (*write_signal)(mkx_net *n, int peer, const mkx_net_mr *src,
-                      size_t src_off, const mkx_net_rkey *dst,
-                      size_t dst_off, size_t len, uint32_t slot,
-                      uint64_t value, uint64_t cookie);
+                      size_t src_off, const mkx_net_rkey *dst, size_t dst_off,
+                      size_t len, uint32_t slot, uint64_t value,
+                      uint64_t cookie);
   /* Completions into done[0..max), count in *ndone; arrived signals are
    * applied to n->signals. */
   int (*poll)(mkx_net *n, mkx_net_completion *done, int max, int *ndone);
@@ -149,10 +149,10 @@ struct mkx_net {
   int rank, size;
   uint32_t num_signals;
   int64_t timeout_ms;
-  _Atomic uint64_t *signals; /* [num_signals], set by peers */
+  _Atomic uint64_t *signals;    /* [num_signals], set by peers */
   _Atomic uint64_t *bytes_sent; /* [size] payload bytes posted per peer */
   int connected;
-  void *impl;                /* provider state */
+  void *impl; /* provider state */
 };
 
 extern const mkx_net_provider mkx_net_tcp_provider;
@@ -179,8 +179,8 @@ int mkx_net_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr);
 int mkx_net_dereg(mkx_net *n, mkx_net_mr *mr);
 void mkx_net_rkey_of(const mkx_net_mr *mr, mkx_net_rkey *key);
 /* Collective: keys[r] = the rkey of rank r's `mr`. */
-int mkx_net_exchange_keys(mkx_net *n, const mkx_oob *oob,
-                          const mkx_net_mr *mr, mkx_net_rkey *keys);
+int mkx_net_exchange_keys(mkx_net *n, const mkx_oob *oob, const mkx_net_mr *mr,
+                          mkx_net_rkey *keys);
 int mkx_net_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
                          size_t src_off, const mkx_net_rkey *dst,
                          size_t dst_off, size_t len, uint32_t slot,
@@ -251,7 +251,7 @@ void mkx_net_fifo_free(mkx_net_fifo *f);
  * shared by every write_signal. */
 int64_t mkx_net_now_ms(void);
 int mkx_net_check_write(const mkx_net *n, int peer, const mkx_net_mr *src,
-                        size_t src_off, const mkx_net_rkey *dst,
-                        size_t dst_off, size_t len, uint32_t slot);
+                        size_t src_off, const mkx_net_rkey *dst, size_t dst_off,
+                        size_t len, uint32_t slot);
 
 #endif

@@ -82,22 +82,22 @@ typedef struct frame {
 
 typedef struct tcp_peer {
   int fd;
-  _Atomic int status;       /* PEER_* */
+  _Atomic int status; /* PEER_* */
   pthread_mutex_t send_lock;
   /* Receive state: the progress thread's alone. */
   frame hdr;
   size_t hdr_got;
-  char *dst;                /* where the next byte goes (device: flushed) */
+  char *dst; /* where the next byte goes (device: flushed) */
   size_t left;
-  int dev;                  /* the frame's region is device memory */
-  size_t staged;            /* bytes in the receive stage, not yet copied */
+  int dev;       /* the frame's region is device memory */
+  size_t staged; /* bytes in the receive stage, not yet copied */
 } tcp_peer;
 
 typedef struct tcp_region {
   char *base;
   size_t len;
   int used;
-  int dev;                  /* CUDA ordinal, -1: host memory */
+  int dev; /* CUDA ordinal, -1: host memory */
 } tcp_region;
 
 typedef struct tcp_impl {
@@ -109,7 +109,7 @@ typedef struct tcp_impl {
   int thread_started;
   int wake[2];
   _Atomic int stop;
-  pthread_mutex_t lock;     /* regions, completions, the first error */
+  pthread_mutex_t lock; /* regions, completions, the first error */
   tcp_region regions[TCP_MAX_REGIONS];
   mkx_net_fifo done;
   int err_code;
@@ -120,8 +120,8 @@ typedef struct tcp_impl {
   const mkx_net_stager *stager; /* NULL: no device memory here */
   pthread_mutex_t stage_lock;   /* the send stage; the setup */
   void *stage_ctx;
-  int stage_dev;                /* -1 until set up */
-  char *sstage, *rstage;        /* pinned, stager->stage_bytes each */
+  int stage_dev;         /* -1 until set up */
+  char *sstage, *rstage; /* pinned, stager->stage_bytes each */
 } tcp_impl;
 
 static tcp_impl *impl_of(mkx_net *n) { return n->impl; }
@@ -167,8 +167,10 @@ static void refuse(tcp_impl *t, int rank, int fd,
 
 static void report_refusals(const tcp_impl *t, int rank) {
   if (t->refused > REFUSALS_SHOWN)
-    mkx_log(MKX_LOG_WARN, "tcp: rank %d refused %u connections in all "
-            "(%u not shown)", rank, t->refused, t->refused - REFUSALS_SHOWN);
+    mkx_log(MKX_LOG_WARN,
+            "tcp: rank %d refused %u connections in all "
+            "(%u not shown)",
+            rank, t->refused, t->refused - REFUSALS_SHOWN);
 }
 
 /* ---- address and listener ---- */
@@ -188,13 +190,17 @@ static int resolve_bind(const char *want, struct in_addr *out) {
   struct addrinfo *res = NULL;
   int rc = getaddrinfo(name, NULL, &hints, &res);
   if (rc != 0 || !res)
-    return mkx_error(MKX_ERR_NET, "tcp: cannot resolve bind address '%s' "
-                     "(MKX_NET_TCP_BIND): %s", name, gai_strerror(rc));
+    return mkx_error(MKX_ERR_NET,
+                     "tcp: cannot resolve bind address '%s' "
+                     "(MKX_NET_TCP_BIND): %s",
+                     name, gai_strerror(rc));
   *out = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
   freeaddrinfo(res);
   if (out->s_addr == htonl(INADDR_ANY))
-    return mkx_error(MKX_ERR_INVALID_ARG, "tcp: bind address '%s' is the "
-                     "wildcard; peers need one address to reach", name);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "tcp: bind address '%s' is the "
+                     "wildcard; peers need one address to reach",
+                     name);
   return MKX_SUCCESS;
 }
 
@@ -204,17 +210,18 @@ static int parse_ports(const char *s, unsigned *lo, unsigned *hi) {
   if (sscanf(s, "%u-%u%c", lo, hi, &extra) == 2 && *lo >= 1 && *lo <= *hi &&
       *hi <= 65535)
     return MKX_SUCCESS;
-  return mkx_error(MKX_ERR_INVALID_ARG, "tcp: MKX_NET_TCP_PORT_RANGE '%s' "
-                   "(expected 0 or lo-hi, 1 <= lo <= hi <= 65535)", s);
+  return mkx_error(MKX_ERR_INVALID_ARG,
+                   "tcp: MKX_NET_TCP_PORT_RANGE '%s' "
+                   "(expected 0 or lo-hi, 1 <= lo <= hi <= 65535)",
+                   s);
 }
 
 /* One listening socket on ip:port; EADDRINUSE is left in errno so the
  * caller can try the next port of the range. */
-static int listen_on(struct in_addr ip, unsigned port, int backlog,
-                     int *out) {
+static int listen_on(struct in_addr ip, unsigned port, int backlog, int *out) {
   int one = 1;
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr = ip,
-                           .sin_port = htons((uint16_t)port)};
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_addr = ip, .sin_port = htons((uint16_t)port)};
   /* Non-blocking: a connection reset between poll and accept must not
    * stall anyone in accept. */
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -244,7 +251,8 @@ static int listen_in_range(tcp_impl *t, struct in_addr ip, unsigned lo,
   for (unsigned port = lo;; port++) {
     if (listen_on(ip, port, backlog, &t->listen_fd) == 0) return MKX_SUCCESS;
     if (errno != EADDRINUSE || port >= hi)
-      return mkx_error(MKX_ERR_NET, "tcp: listen on %s, port %u to %u "
+      return mkx_error(MKX_ERR_NET,
+                       "tcp: listen on %s, port %u to %u "
                        "(MKX_NET_TCP_PORT_RANGE): %s",
                        inet_ntop(AF_INET, &ip, addr, sizeof addr), lo, hi,
                        strerror(errno));
@@ -315,8 +323,8 @@ static int set_socket_options(int fd) {
 static int dial(const tcp_blob *b, int peer, int64_t deadline, int *out) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return mkx_error(MKX_ERR_NET, "tcp: socket: %s", strerror(errno));
-  struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = b->port,
-                           .sin_addr.s_addr = b->ipv4};
+  struct sockaddr_in sa = {
+      .sin_family = AF_INET, .sin_port = b->port, .sin_addr.s_addr = b->ipv4};
   int rc = set_socket_options(fd), err = 0;
   socklen_t el = sizeof err;
   if (rc == MKX_SUCCESS &&
@@ -368,9 +376,11 @@ static int check_reply(mkx_net *n, int peer, int64_t deadline) {
                      strerror(errno));
   if (h.magic != HELLO_MAGIC || h.rank != (uint32_t)peer ||
       !secret_equal(h.secret, t->blob.secret))
-    return mkx_error(MKX_ERR_NET, "tcp: rank %d's listener answered with a "
+    return mkx_error(MKX_ERR_NET,
+                     "tcp: rank %d's listener answered with a "
                      "wrong rank or secret: not a member of this "
-                     "communicator", peer);
+                     "communicator",
+                     peer);
   return MKX_SUCCESS;
 }
 
@@ -411,7 +421,8 @@ static int check_hello(handshakes *hs, pending *pe) {
     return HS_CLOSED;
   }
   if (t->peers[h->rank].fd >= 0) {
-    refuse(t, n->rank, pe->fd, &pe->from, "a second connection claiming "
+    refuse(t, n->rank, pe->fd, &pe->from,
+           "a second connection claiming "
            "a rank already connected");
     return HS_CLOSED;
   }
@@ -435,8 +446,8 @@ static int read_hello(handshakes *hs, pending *pe) {
     pe->got += (size_t)k;
     return pe->got < sizeof pe->h ? HS_WAIT : check_hello(hs, pe);
   }
-  const char *why = k == 0 ? "closed before its hello was whole"
-                           : strerror(errno);
+  const char *why =
+      k == 0 ? "closed before its hello was whole" : strerror(errno);
   if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
     if (mkx_net_now_ms() < pe->deadline) return HS_WAIT;
     why = "no whole hello within its time";
@@ -483,8 +494,8 @@ static void missing_ranks(mkx_net *n, char *buf, size_t len) {
   buf[0] = 0;
   for (int r = 0; r < n->rank && used < len; r++)
     if (impl_of(n)->peers[r].fd < 0)
-      used += (size_t)snprintf(buf + used, len - used, "%s%d",
-                               used ? ", " : "", r);
+      used +=
+          (size_t)snprintf(buf + used, len - used, "%s%d", used ? ", " : "", r);
 }
 
 /* One poll over the listener and every waiting connection. */
@@ -530,9 +541,10 @@ static int accept_lower(mkx_net *n, int64_t deadline) {
     char missing[256];
     missing_ranks(n, missing, sizeof missing);
     if (mkx_net_now_ms() >= deadline)
-      rc = mkx_error(MKX_ERR_TIMEOUT, "tcp: rank %d: no hello from rank(s) "
-                     "%s within %lld ms", n->rank, missing,
-                     (long long)n->timeout_ms);
+      rc = mkx_error(MKX_ERR_TIMEOUT,
+                     "tcp: rank %d: no hello from rank(s) "
+                     "%s within %lld ms",
+                     n->rank, missing, (long long)n->timeout_ms);
     else
       rc = handshake_round(hs);
   }
@@ -578,8 +590,10 @@ static int start_frame(mkx_net *n, tcp_peer *p, int peer) {
   frame *f = &p->hdr;
   if (f->magic != FRAME_MAGIC ||
       (f->type != FRAME_DATA && f->type != FRAME_BYE)) {
-    record_error(t, p, MKX_ERR_NET, "tcp: rank %d sent a malformed frame "
-                 "(magic %#x type %u)", peer, f->magic, f->type);
+    record_error(t, p, MKX_ERR_NET,
+                 "tcp: rank %d sent a malformed frame "
+                 "(magic %#x type %u)",
+                 peer, f->magic, f->type);
     return 0;
   }
   if (f->type == FRAME_BYE) {
@@ -594,7 +608,8 @@ static int start_frame(mkx_net *n, tcp_peer *p, int peer) {
   p->dev = ok && rg->dev >= 0;
   pthread_mutex_unlock(&t->lock);
   if (!ok) {
-    record_error(t, p, MKX_ERR_NET, "tcp: rank %d wrote %llu bytes at %llu "
+    record_error(t, p, MKX_ERR_NET,
+                 "tcp: rank %d wrote %llu bytes at %llu "
                  "of region %u, signal %u: outside what rank %d registered",
                  peer, (unsigned long long)f->len,
                  (unsigned long long)f->offset, f->region, f->slot, n->rank);
@@ -620,9 +635,10 @@ static int flush_stage(mkx_net *n, tcp_peer *p, int peer) {
   if (!p->staged) return 1;
   int rc = t->stager->to_device(t->stage_ctx, p->dst, t->rstage, p->staged);
   if (rc != MKX_SUCCESS) {
-    record_error(t, p, rc, "tcp: %zu bytes from rank %d into device memory "
-                 "at %p: %s", p->staged, peer, (void *)p->dst,
-                 MKX_Get_last_error());
+    record_error(t, p, rc,
+                 "tcp: %zu bytes from rank %d into device memory "
+                 "at %p: %s",
+                 p->staged, peer, (void *)p->dst, MKX_Get_last_error());
     return 0;
   }
   p->dst += p->staged;
@@ -645,8 +661,10 @@ static int drain_peer(mkx_net *n, int peer) {
     }
     ssize_t k = want ? recv(p->fd, dst, want, MSG_DONTWAIT) : 0;
     if (want && k == 0) {
-      record_error(t, p, MKX_ERR_PEER, "tcp: rank %d closed its connection "
-                   "without a goodbye (the process died?)", peer);
+      record_error(t, p, MKX_ERR_PEER,
+                   "tcp: rank %d closed its connection "
+                   "without a goodbye (the process died?)",
+                   peer);
       return 0;
     }
     if (k < 0) {
@@ -700,8 +718,8 @@ static void *progress(void *arg) {
     pf[np++] = (struct pollfd){.fd = t->listen_fd, .events = POLLIN};
     for (int r = 0; r < n->size; r++)
       if (r != n->rank && atomic_load(&t->peers[r].status) == PEER_UP)
-        who[np] = r, pf[np++] = (struct pollfd){.fd = t->peers[r].fd,
-                                                 .events = POLLIN};
+        who[np] = r,
+        pf[np++] = (struct pollfd){.fd = t->peers[r].fd, .events = POLLIN};
     if (poll(pf, (nfds_t)np, 200) < 0 && errno != EINTR) {
       record_error(t, NULL, MKX_ERR_NET, "tcp: poll: %s", strerror(errno));
       break;
@@ -768,7 +786,8 @@ static int stage_setup(tcp_impl *t, int dev) {
       s->close(ctx);
     }
   } else if (t->stage_dev != dev) {
-    rc = mkx_error(MKX_ERR_UNSUPPORTED, "tcp: memory of GPU %d on an "
+    rc = mkx_error(MKX_ERR_UNSUPPORTED,
+                   "tcp: memory of GPU %d on an "
                    "endpoint that stages for GPU %d (one GPU per endpoint)",
                    dev, t->stage_dev);
   }
@@ -781,9 +800,10 @@ static int tcp_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
   /* Device pointers are recognised whatever the caller called them. */
   int dev = t->stager ? t->stager->device_of(a->base) : -1;
   if (a->kind == MKX_NET_MEM_DEVICE && dev < 0)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "tcp: %p is not device memory%s, "
-                     "yet registered as such", a->base,
-                     t->stager ? "" : " (MKX built without CUDA)");
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "tcp: %p is not device memory%s, "
+                     "yet registered as such",
+                     a->base, t->stager ? "" : " (MKX built without CUDA)");
   if (dev >= 0) MKX_TRY(stage_setup(t, dev));
   pthread_mutex_lock(&t->lock);
   int id = 0;
@@ -796,7 +816,8 @@ static int tcp_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
                      TCP_MAX_REGIONS);
   *mr = (mkx_net_mr){.id = (uint32_t)id,
                      .kind = dev >= 0 ? MKX_NET_MEM_DEVICE : MKX_NET_MEM_HOST,
-                     .base = a->base, .len = a->len};
+                     .base = a->base,
+                     .len = a->len};
   return MKX_SUCCESS;
 }
 
@@ -819,14 +840,16 @@ static int send_iov(mkx_net *n, int peer, struct iovec *iov, int cnt,
   while (m.msg_iovlen) {
     ssize_t k = sendmsg(p->fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      record_error(t, p, MKX_ERR_PEER, "tcp: send to rank %d failed: %s",
-                   peer, strerror(errno));
+      record_error(t, p, MKX_ERR_PEER, "tcp: send to rank %d failed: %s", peer,
+                   strerror(errno));
       return mkx_error(MKX_ERR_PEER, "tcp: send to rank %d failed: %s", peer,
                        strerror(errno));
     }
     if (k < 0 && wait_fd(p->fd, POLLOUT, deadline) <= 0)
-      return mkx_error(MKX_ERR_TIMEOUT, "tcp: rank %d took no data for %lld "
-                       "ms", peer, (long long)n->timeout_ms);
+      return mkx_error(MKX_ERR_TIMEOUT,
+                       "tcp: rank %d took no data for %lld "
+                       "ms",
+                       peer, (long long)n->timeout_ms);
     for (size_t done = k > 0 ? (size_t)k : 0; m.msg_iovlen && done;) {
       size_t take = done < m.msg_iov->iov_len ? done : m.msg_iov->iov_len;
       m.msg_iov->iov_base = (char *)m.msg_iov->iov_base + take;
@@ -842,8 +865,7 @@ static int send_iov(mkx_net *n, int peer, struct iovec *iov, int cnt,
 /* The header and payload, whole, within the timeout. */
 static int send_frame(mkx_net *n, int peer, const frame *f, const void *data) {
   struct iovec iov[2] = {{(void *)f, sizeof *f}, {(void *)data, f->len}};
-  return send_iov(n, peer, iov, data ? 2 : 1,
-                  mkx_net_now_ms() + n->timeout_ms);
+  return send_iov(n, peer, iov, data ? 2 : 1, mkx_net_now_ms() + n->timeout_ms);
 }
 
 /* A frame whose payload is device memory: piece by piece through the send
@@ -870,10 +892,10 @@ static int send_frame_staged(mkx_net *n, int peer, const frame *f,
       rc = send_iov(n, peer, &iov, 1, deadline);
     }
     if (rc != MKX_SUCCESS)
-      record_error(t, &t->peers[peer], rc, "tcp: a write of %llu bytes to "
+      record_error(t, &t->peers[peer], rc,
+                   "tcp: a write of %llu bytes to "
                    "rank %d broke off after %zu bytes: %s",
-                   (unsigned long long)f->len, peer, off,
-                   MKX_Get_last_error());
+                   (unsigned long long)f->len, peer, off, MKX_Get_last_error());
   }
   pthread_mutex_unlock(&t->stage_lock);
   return rc;
@@ -902,22 +924,22 @@ static int tcp_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   frame f = {FRAME_MAGIC, FRAME_DATA, dst->id, slot, dst_off, len, value};
   int staged = len && src->kind == MKX_NET_MEM_DEVICE;
   if (staged && t->stage_dev < 0)
-    return mkx_error(MKX_ERR_INVALID_ARG, "tcp: region %u is device memory "
-                     "this endpoint did not register", src->id);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "tcp: region %u is device memory "
+                     "this endpoint did not register",
+                     src->id);
   MKX_TRY(peer_gone(n, peer));
   pthread_mutex_lock(&t->peers[peer].send_lock);
-  int rc = staged
-               ? send_frame_staged(n, peer, &f, (char *)src->base + src_off)
-               : send_frame(n, peer, &f,
-                            len ? (char *)src->base + src_off : NULL);
+  int rc = staged ? send_frame_staged(n, peer, &f, (char *)src->base + src_off)
+                  : send_frame(n, peer, &f,
+                               len ? (char *)src->base + src_off : NULL);
   pthread_mutex_unlock(&t->peers[peer].send_lock);
   MKX_TRY(rc);
   /* The kernel holds a copy now: the source may be reused. */
   return push_completion(t, cookie, peer);
 }
 
-static int tcp_poll(mkx_net *n, mkx_net_completion *done, int max,
-                    int *ndone) {
+static int tcp_poll(mkx_net *n, mkx_net_completion *done, int max, int *ndone) {
   tcp_impl *t = impl_of(n);
   pthread_mutex_lock(&t->lock);
   int code = t->err_code;

@@ -34,7 +34,7 @@
 #include "net/ibv_shim.h"
 #include "net/verbs_blob.h"
 
-#define SQ_DEPTH 256         /* per QP; a write takes two entries */
+#define SQ_DEPTH 256 /* per QP; a write takes two entries */
 #define MAX_INFLIGHT (SQ_DEPTH / 2)
 
 typedef struct verbs_peer {
@@ -111,11 +111,10 @@ static int open_port(verbs_impl *v, const mkx_net_params *p) {
   v->port = 1;
   v->gid_index = p->opt->net_ib_gid_index;
   if (mkx_ibv_query_port(v->ctx, v->port, &v->port_attr) != 0)
-    return mkx_error(MKX_ERR_NET, "verbs: ibv_query_port: %s",
-                     strerror(errno));
+    return mkx_error(MKX_ERR_NET, "verbs: ibv_query_port: %s", strerror(errno));
   if (v->port_attr.state != IBV_PORT_ACTIVE)
-    return mkx_error(MKX_ERR_NET, "verbs: port %u of %s is not active",
-                     v->port, ibv_get_device_name(v->ctx->device));
+    return mkx_error(MKX_ERR_NET, "verbs: port %u of %s is not active", v->port,
+                     ibv_get_device_name(v->ctx->device));
   /* IB without routing needs no GID; RoCE always does. */
   if (ibv_query_gid(v->ctx, v->port, v->gid_index, &v->gid) != 0)
     memset(&v->gid, 0, sizeof v->gid);
@@ -123,20 +122,26 @@ static int open_port(verbs_impl *v, const mkx_net_params *p) {
 }
 
 static int create_qp(verbs_impl *v, struct ibv_qp **out) {
-  struct ibv_qp_init_attr ia = {
-      .send_cq = v->cq, .recv_cq = v->cq, .qp_type = IBV_QPT_RC,
-      .cap = {.max_send_wr = SQ_DEPTH, .max_recv_wr = 1, .max_send_sge = 1,
-              .max_recv_sge = 1, .max_inline_data = 64}};
+  struct ibv_qp_init_attr ia = {.send_cq = v->cq,
+                                .recv_cq = v->cq,
+                                .qp_type = IBV_QPT_RC,
+                                .cap = {.max_send_wr = SQ_DEPTH,
+                                        .max_recv_wr = 1,
+                                        .max_send_sge = 1,
+                                        .max_recv_sge = 1,
+                                        .max_inline_data = 64}};
   struct ibv_qp *qp = ibv_create_qp(v->pd, &ia);
-  if (!qp) return mkx_error(MKX_ERR_NET, "verbs: ibv_create_qp: %s",
-                            strerror(errno));
+  if (!qp)
+    return mkx_error(MKX_ERR_NET, "verbs: ibv_create_qp: %s", strerror(errno));
   *out = qp;
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .pkey_index = 0,
-                          .port_num = v->port,
-                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE |
-                                             IBV_ACCESS_LOCAL_WRITE};
-  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                               IBV_QP_ACCESS_FLAGS) != 0)
+  struct ibv_qp_attr a = {
+      .qp_state = IBV_QPS_INIT,
+      .pkey_index = 0,
+      .port_num = v->port,
+      .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE};
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                        IBV_QP_ACCESS_FLAGS) != 0)
     return mkx_error(MKX_ERR_NET, "verbs: QP to INIT: %s", strerror(errno));
   return MKX_SUCCESS;
 }
@@ -145,9 +150,9 @@ static int register_signals(mkx_net *n, verbs_impl *v) {
   _Atomic uint64_t *mem = NULL;
   MKX_TRY(mkx_net_signals_alloc(n->num_signals, &mem));
   n->signals = mem;
-  v->sig_mr = mkx_ibv_reg_mr(v->pd, (void *)mem,
-                             n->num_signals * sizeof(uint64_t),
-                             IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+  v->sig_mr =
+      mkx_ibv_reg_mr(v->pd, (void *)mem, n->num_signals * sizeof(uint64_t),
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if (!v->sig_mr)
     return mkx_error(MKX_ERR_NET, "verbs: registering signal words: %s",
                      strerror(errno));
@@ -198,8 +203,8 @@ static int verbs_open(mkx_net *n, const mkx_net_params *p) {
   if (!v) return mkx_error(MKX_ERR_NOMEM, "verbs: endpoint");
   n->impl = v;
   v->peers = calloc((size_t)p->size, sizeof *v->peers);
-  int rc = v->peers ? open_all(n, v, p)
-                    : mkx_error(MKX_ERR_NOMEM, "verbs: peers");
+  int rc =
+      v->peers ? open_all(n, v, p) : mkx_error(MKX_ERR_NOMEM, "verbs: peers");
   if (rc != MKX_SUCCESS) verbs_close(n);
   return rc;
 }
@@ -210,11 +215,14 @@ static int verbs_address(mkx_net *n, const void **blob, size_t *len) {
   return MKX_SUCCESS;
 }
 
-static int to_rtr(verbs_impl *v, verbs_peer *pp, const verbs_blob *b,
-                  int me, int peer) {
+static int to_rtr(verbs_impl *v, verbs_peer *pp, const verbs_blob *b, int me,
+                  int peer) {
   struct ibv_qp_attr a = {
-      .qp_state = IBV_QPS_RTR, .path_mtu = (enum ibv_mtu)b->mtu,
-      .dest_qp_num = b->qpn[me], .rq_psn = b->psn, .max_dest_rd_atomic = 1,
+      .qp_state = IBV_QPS_RTR,
+      .path_mtu = (enum ibv_mtu)b->mtu,
+      .dest_qp_num = b->qpn[me],
+      .rq_psn = b->psn,
+      .max_dest_rd_atomic = 1,
       .min_rnr_timer = 12,
       .ah_attr = {.dlid = b->lid, .sl = 0, .port_num = v->port}};
   if (a.path_mtu > v->port_attr.active_mtu)
@@ -228,18 +236,21 @@ static int to_rtr(verbs_impl *v, verbs_peer *pp, const verbs_blob *b,
     a.ah_attr.grh.sgid_index = (uint8_t)v->gid_index;
     a.ah_attr.grh.hop_limit = 64;
   }
-  if (ibv_modify_qp(pp->qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                    IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER) != 0)
+  if (ibv_modify_qp(pp->qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                        IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER) != 0)
     return mkx_error(MKX_ERR_NET, "verbs: QP to rank %d to RTR: %s", peer,
                      strerror(errno));
   return MKX_SUCCESS;
 }
 
 static int to_rts(verbs_peer *pp, uint32_t my_psn, int peer) {
-  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = 14,
-                          .retry_cnt = 7, .rnr_retry = 7, .sq_psn = my_psn,
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS,
+                          .timeout = 14,
+                          .retry_cnt = 7,
+                          .rnr_retry = 7,
+                          .sq_psn = my_psn,
                           .max_rd_atomic = 1};
   int mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
              IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
@@ -275,10 +286,11 @@ static int verbs_dereg(mkx_net *n, mkx_net_mr *mr) {
 
 static int wc_error(mkx_net *n, const struct ibv_wc *wc) {
   int peer = (int)wc->wr_id;
-  return mkx_error(MKX_ERR_NET, "verbs: rank %d: write to rank %d failed: %s "
-                   "(status %d, vendor error %#x)", n->rank, peer,
-                   ibv_wc_status_str(wc->status), (int)wc->status,
-                   wc->vendor_err);
+  return mkx_error(MKX_ERR_NET,
+                   "verbs: rank %d: write to rank %d failed: %s "
+                   "(status %d, vendor error %#x)",
+                   n->rank, peer, ibv_wc_status_str(wc->status),
+                   (int)wc->status, wc->vendor_err);
 }
 
 /* Move CQ entries into the completion FIFO. */
@@ -310,8 +322,10 @@ static int wait_for_room(mkx_net *n, int peer) {
   while (pp->count == MAX_INFLIGHT) {
     MKX_TRY(drain_cq(n));
     if (pp->count == MAX_INFLIGHT && mkx_net_now_ms() > deadline)
-      return mkx_error(MKX_ERR_TIMEOUT, "verbs: writes to rank %d did not "
-                       "complete in %lld ms", peer, (long long)n->timeout_ms);
+      return mkx_error(MKX_ERR_TIMEOUT,
+                       "verbs: writes to rank %d did not "
+                       "complete in %lld ms",
+                       peer, (long long)n->timeout_ms);
   }
   return MKX_SUCCESS;
 }
@@ -323,23 +337,29 @@ static int verbs_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   verbs_impl *v = impl_of(n);
   verbs_peer *pp = &v->peers[peer];
   if (len > v->port_attr.max_msg_sz)
-    return mkx_error(MKX_ERR_INVALID_ARG, "verbs: write of %zu bytes exceeds "
-                     "the port's message size %u", len,
-                     v->port_attr.max_msg_sz);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "verbs: write of %zu bytes exceeds "
+                     "the port's message size %u",
+                     len, v->port_attr.max_msg_sz);
   MKX_TRY(wait_for_room(n, peer));
   uint64_t word = value; /* inline: the NIC copies it at post time */
   struct ibv_sge dsge = {(uint64_t)(uintptr_t)src->base + src_off,
                          (uint32_t)len, src->lkey};
   struct ibv_sge ssge = {(uint64_t)(uintptr_t)&word, sizeof word, 0};
   struct ibv_send_wr sig = {
-      .wr_id = (uint64_t)peer, .sg_list = &ssge, .num_sge = 1,
+      .wr_id = (uint64_t)peer,
+      .sg_list = &ssge,
+      .num_sge = 1,
       .opcode = IBV_WR_RDMA_WRITE,
       .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE,
       .wr.rdma = {pp->sig_addr + (uint64_t)slot * sizeof word, pp->sig_rkey}};
-  struct ibv_send_wr data = {
-      .wr_id = (uint64_t)peer, .next = &sig, .sg_list = &dsge, .num_sge = 1,
-      .opcode = IBV_WR_RDMA_WRITE, .send_flags = 0,
-      .wr.rdma = {dst->addr + dst_off, dst->rkey}};
+  struct ibv_send_wr data = {.wr_id = (uint64_t)peer,
+                             .next = &sig,
+                             .sg_list = &dsge,
+                             .num_sge = 1,
+                             .opcode = IBV_WR_RDMA_WRITE,
+                             .send_flags = 0,
+                             .wr.rdma = {dst->addr + dst_off, dst->rkey}};
   struct ibv_send_wr *bad = NULL;
   /* One chain, one QP: the data write precedes its signal on the wire. */
   int rc = mkx_ibv_post_send(pp->qp, len ? &data : &sig, &bad);
@@ -387,7 +407,8 @@ static void verbs_close(mkx_net *n) {
 
 static int verbs_probe(const mkx_net_params *p) {
   (void)p;
-  return mkx_error(MKX_ERR_UNSUPPORTED, "verbs: MKX was configured without "
+  return mkx_error(MKX_ERR_UNSUPPORTED,
+                   "verbs: MKX was configured without "
                    "libibverbs (install libibverbs-dev, configure "
                    "--with-verbs)");
 }

@@ -8,8 +8,7 @@
 #endif
 
 static const char *const FN = "MKX_Allgather_gemm";
-static const char *const sig_names[] = {"k", "dtype", "ctype", "order",
-                                        NULL};
+static const char *const sig_names[] = {"k", "dtype", "ctype", "order", NULL};
 
 /* Dimensions of B as stored. */
 static void b_dims(const mkx_ag_gemm_args *a, int64_t *rows, int64_t *cols) {
@@ -41,51 +40,56 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
    * only the columns now, column-major waits for post_check. */
   if (a->order == MKX_ROW_MAJOR) {
     MKX_TRY(mkx_check_ld(FN, "ldc", a->ldc, 1, a->n, a->order));
-    if (a->A_out) MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k,
-                                       a->order));
+    if (a->A_out)
+      MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k, a->order));
   } else {
     MKX_TRY(MKX_CHECK_ELEMS(FN, "C (n columns of ldc)", a->n, a->ldc));
     if (a->A_out)
       MKX_TRY(MKX_CHECK_ELEMS(FN, "A_out (k columns of ld_aout)", a->k,
                               a->ld_aout));
   }
-  const int64_t row_width = a->order == MKX_COL_MAJOR ? -1
-      : a->A_out && a->ld_aout > a->ldc ? a->ld_aout : a->ldc;
-  *s = (mkx_signature){.sig = {a->k, a->dtype, a->ctype, a->order},
-                       .local = a->m_local,
-                       .late = {a->order == MKX_COL_MAJOR ? a->ldc : -1,
-                                a->order == MKX_COL_MAJOR && a->A_out
-                                    ? a->ld_aout
-                                    : -1,
-                                row_width}};
+  const int64_t row_width = a->order == MKX_COL_MAJOR         ? -1
+                            : a->A_out && a->ld_aout > a->ldc ? a->ld_aout
+                                                              : a->ldc;
+  *s = (mkx_signature){
+      .sig = {a->k, a->dtype, a->ctype, a->order},
+      .local = a->m_local,
+      .late = {a->order == MKX_COL_MAJOR ? a->ldc : -1,
+               a->order == MKX_COL_MAJOR && a->A_out ? a->ld_aout : -1,
+               row_width}};
   return MKX_SUCCESS;
 }
 
 static int post_check(const int64_t *late, const mkx_agreed *g, int q) {
   if (g->total <= 0)
-    return mkx_error(MKX_ERR_BAD_SIZE, "%s: every rank has m_local = 0 "
-                     "(M must be > 0)", FN);
+    return mkx_error(MKX_ERR_BAD_SIZE,
+                     "%s: every rank has m_local = 0 "
+                     "(M must be > 0)",
+                     FN);
   const char *name[2] = {"ldc", "ld_aout"};
   for (int i = 0; i < 2; i++)
     if (late[i] >= 0 && late[i] < g->total)
-      return mkx_error(MKX_ERR_BAD_LD, "%s: %s = %lld on rank %d too small "
-                       "for M = %lld column-major rows", FN, name[i],
-                       (long long)late[i], q, (long long)g->total);
+      return mkx_error(MKX_ERR_BAD_LD,
+                       "%s: %s = %lld on rank %d too small "
+                       "for M = %lld column-major rows",
+                       FN, name[i], (long long)late[i], q, (long long)g->total);
   /* row-major C and A_out span M (the ranks' m_local summed) lines */
   return late[2] < 0 ? MKX_SUCCESS
-                     : MKX_CHECK_ELEMS(FN, "C or A_out (M rows of ldc or "
-                                       "ld_aout)", g->total, late[2]);
+                     : MKX_CHECK_ELEMS(FN,
+                                       "C or A_out (M rows of ldc or "
+                                       "ld_aout)",
+                                       g->total, late[2]);
 }
 
-static int buffers(MKX_Comm c, void *args, const mkx_agreed *g,
-                   mkx_buffer *b) {
+static int buffers(MKX_Comm c, void *args, const mkx_agreed *g, mkx_buffer *b) {
   mkx_ag_gemm_args *a = args;
   int64_t M = g ? g->total : 0, br, bc;
   (void)c;
   b_dims(a, &br, &bc);
-  b[0] = (mkx_buffer){"A", (void **)&a->A,
-                      mkx_matrix_bytes(a->m_local, a->k, a->lda, a->order,
-                                       a->dtype), MKX_BUF_IN};
+  b[0] = (mkx_buffer){
+      "A", (void **)&a->A,
+      mkx_matrix_bytes(a->m_local, a->k, a->lda, a->order, a->dtype),
+      MKX_BUF_IN};
   b[1] = (mkx_buffer){"B", (void **)&a->B,
                       mkx_matrix_bytes(br, bc, a->ldb, a->order, a->dtype),
                       MKX_BUF_IN};
@@ -93,8 +97,8 @@ static int buffers(MKX_Comm c, void *args, const mkx_agreed *g,
                       mkx_matrix_bytes(M, a->n, a->ldc, a->order, a->ctype),
                       MKX_BUF_OUT};
   b[3] = (mkx_buffer){"A_out", &a->A_out,
-                      mkx_matrix_bytes(M, a->k, a->ld_aout, a->order,
-                                       a->dtype), MKX_BUF_OUT};
+                      mkx_matrix_bytes(M, a->k, a->ld_aout, a->order, a->dtype),
+                      MKX_BUF_OUT};
   return 4;
 }
 
@@ -123,8 +127,8 @@ int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
                        void *C, int64_t ldc, void *A_out, int64_t ld_aout,
                        MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
                        MKX_Comm comm, MKX_Stream stream) {
-  mkx_ag_gemm_args a = {A, m_local, k, lda, B, n, ldb, transb, C, ldc,
-                        A_out, ld_aout, dtype, ctype, order};
+  mkx_ag_gemm_args a = {A, m_local, k,     lda,     B,     n,     ldb,  transb,
+                        C, ldc,     A_out, ld_aout, dtype, ctype, order};
   return mkx_op_call(comm, &mkx_op_allgather_gemm, &a, stream);
 }
 
@@ -134,7 +138,7 @@ int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
                             int64_t ld_aout, MKX_Datatype dtype,
                             MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
                             MPI_Info info, MKX_Request *request) {
-  mkx_ag_gemm_args a = {A, m_local, k, lda, B, n, ldb, transb, C, ldc,
-                        A_out, ld_aout, dtype, ctype, order};
+  mkx_ag_gemm_args a = {A, m_local, k,     lda,     B,     n,     ldb,  transb,
+                        C, ldc,     A_out, ld_aout, dtype, ctype, order};
   return mkx_plan_create(comm, &mkx_op_allgather_gemm, &a, info, request);
 }

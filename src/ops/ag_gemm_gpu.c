@@ -50,11 +50,15 @@ static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
 static int check_types(const mkx_ag_gemm_args *a) {
   if (!is16(a->dtype))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path takes bf16/fp16 "
-                     "A and B only", FN);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path takes bf16/fp16 "
+                     "A and B only",
+                     FN);
   if (!is16(a->ctype) && a->ctype != MKX_FP32)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path writes bf16, fp16 "
-                     "or fp32 C only", FN);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path writes bf16, fp16 "
+                     "or fp32 C only",
+                     FN);
   return MKX_SUCCESS;
 }
 
@@ -65,11 +69,13 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
     return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
   MKX_TRY(mkx_tp_node_ok(c, FN));
   MKX_TRY(check_types(a));
-  const char *why = c->opt.fused_pad ? NULL
-                                     : mkx_tp_adapt_misfit(MKX_TP_OP_AG, a);
+  const char *why =
+      c->opt.fused_pad ? NULL : mkx_tp_adapt_misfit(MKX_TP_OP_AG, a);
   if (why)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path: %s (option "
-                     "fused_pad=yes copies such operands)", FN, why);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path: %s (option "
+                     "fused_pad=yes copies such operands)",
+                     FN, why);
   if (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
       a->n >= (1ll << 31) - 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", FN);
@@ -101,8 +107,8 @@ static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, int64_t M,
 unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
                                const struct mkx_agreed *g) {
   int chunk_kb, nkc;
-  unsigned bits = mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g)
-                      ? MKX_GPU_LOCAL_ADAPT : 0;
+  unsigned bits =
+      mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
   if (!oneshot_fits(c, args, g->total, &chunk_kb, &nkc))
     bits |= MKX_GPU_LOCAL_NO_ONE_KERNEL;
   return bits;
@@ -121,8 +127,8 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   p->tiles_m = (p->M + TILE - 1) / TILE;
   /* tiles this rank's rows meet (the first and last may be shared with
    * the neighbouring ranks' rows) */
-  const int64_t ntiles = a->m_local > 0
-      ? (p->row1 - 1) / TILE - p->row0 / TILE + 1 : 0;
+  const int64_t ntiles =
+      a->m_local > 0 ? (p->row1 - 1) / TILE - p->row0 / TILE + 1 : 0;
   /* ~8 chunks per peer: the first tiles arrive early, and each chunk is
    * still megabytes (copy-engine set-up per copy is microseconds) */
   p->chunk_tiles = ntiles > 8 ? (ntiles + 7) / 8 : 1;
@@ -147,14 +153,13 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                oneshot_fits(c, a, p->M, &p->chunk_kb, &p->nkc);
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->M * (size_t)a->k * p->es + 255) & ~(size_t)255;
-  mkx_tp_need need = {p->split ? 0 : p->tiles_m,
-                      (int64_t)c->size * p->tiles_m *
-                              (p->oneshot ? p->nkc : 1) +
-                          (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
-                      p->stream_k ? p->sk_off + (size_t)MKX_TP_SK_SLOTS *
-                                                    MKX_TP_SK_SLOT_BYTES
-                                  : (size_t)p->M * (size_t)a->k * p->es,
-                      p->split};
+  mkx_tp_need need = {
+      p->split ? 0 : p->tiles_m,
+      (int64_t)c->size * p->tiles_m * (p->oneshot ? p->nkc : 1) +
+          (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
+      p->stream_k ? p->sk_off + (size_t)MKX_TP_SK_SLOTS * MKX_TP_SK_SLOT_BYTES
+                  : (size_t)p->M * (size_t)a->k * p->es,
+      p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -185,11 +190,12 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   const int64_t r0 = g0 - p->row0, nrows = g1 - g0;
   char *dst = mkx_tp_ws_data(p->ws, lq) + (size_t)g0 * row;
   const char *src = (const char *)a->A + (size_t)r0 * (size_t)a->lda * p->es;
-  cudaError_t e = a->lda == a->k
-      ? cudaMemcpyAsync(dst, src, row * (size_t)nrows,
-                        cudaMemcpyDeviceToDevice, s)
-      : cudaMemcpy2DAsync(dst, row, src, (size_t)a->lda * p->es, row,
-                          (size_t)nrows, cudaMemcpyDeviceToDevice, s);
+  cudaError_t e =
+      a->lda == a->k
+          ? cudaMemcpyAsync(dst, src, row * (size_t)nrows,
+                            cudaMemcpyDeviceToDevice, s)
+          : cudaMemcpy2DAsync(dst, row, src, (size_t)a->lda * p->es, row,
+                              (size_t)nrows, cudaMemcpyDeviceToDevice, s);
   MKX_TRY(mkx_cuda_rc(e, FN, "copy of A rows"));
   const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
   int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->tiles_m + t0;
@@ -208,8 +214,8 @@ static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   for (int i = 1; i < c->size; i++) {
     cudaStream_t s = ws->side[i];
     const int q = (c->rank + i) % c->size;
-    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN,
-                           "fork wait"));
+    MKX_TRY(
+        mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN, "fork wait"));
     /* chunks of chunk_tiles tiles of the gathered A: the first starts at
      * row0 (maybe inside a tile), every other one on a tile boundary; each
      * ends on a tile boundary or at row1 */
@@ -226,7 +232,7 @@ static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 static int join_peers(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
   for (int i = 1; i < c->size; i++)
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
-                           "join wait"));
+                        "join wait"));
   return MKX_SUCCESS;
 }
 
@@ -263,10 +269,10 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, &d);
   if (in_place && p->stream_k) { /* slots and flags after the tiles' */
-    d.sk_part = (float *)(mkx_tp_ws_data(p->ws, c->place.local_rank) +
-                          p->sk_off);
-    d.sk_flags = mkx_tp_ws_flags(p->ws, c->place.local_rank) +
-                 c->size * p->tiles_m;
+    d.sk_part =
+        (float *)(mkx_tp_ws_data(p->ws, c->place.local_rank) + p->sk_off);
+    d.sk_flags =
+        mkx_tp_ws_flags(p->ws, c->place.local_rank) + c->size * p->tiles_m;
   }
   if (in_place && p->own_t1 > p->own_t0) {
     d.a_own = a->A;
@@ -326,8 +332,8 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 }
 
 /* The split path in one kernel: the copy in K chunks and the GEMM. */
-static int oneshot_run(MKX_Comm c, const ag_plan *p,
-                       const mkx_ag_gemm_args *a, cudaStream_t st) {
+static int oneshot_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                       cudaStream_t st) {
   mkx_tp_ag1_desc d;
   gemm_desc(c, p, a, &d.gemm);
   push_desc(c, p, a, 0, &d.push);
@@ -352,12 +358,12 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 /* Rows [r0, r1) of the gathered A into A_out, from src (leading dimension
  * ld_src bytes, holding row r0 first). */
 static cudaError_t out_rows(const ag_plan *p, const mkx_ag_gemm_args *a,
-                           int64_t r0, int64_t r1, const void *src,
-                           size_t ld_src, cudaStream_t st) {
+                            int64_t r0, int64_t r1, const void *src,
+                            size_t ld_src, cudaStream_t st) {
   if (r1 <= r0) return cudaSuccess;
   const size_t ld = (size_t)a->ld_aout * p->es;
-  return cudaMemcpy2DAsync((char *)a->A_out + (size_t)r0 * ld, ld, src,
-                           ld_src, (size_t)a->k * p->es, (size_t)(r1 - r0),
+  return cudaMemcpy2DAsync((char *)a->A_out + (size_t)r0 * ld, ld, src, ld_src,
+                           (size_t)a->k * p->es, (size_t)(r1 - r0),
                            cudaMemcpyDeviceToDevice, st);
 }
 
@@ -375,8 +381,8 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
     if (e == cudaSuccess)
       e = out_rows(p, a, p->row0, p->row1, a->A, (size_t)a->lda * p->es, st);
     if (e == cudaSuccess)
-      e = out_rows(p, a, p->row1, p->M, gathered + (size_t)p->row1 * row,
-                   row, st);
+      e = out_rows(p, a, p->row1, p->M, gathered + (size_t)p->row1 * row, row,
+                   st);
   }
   return mkx_cuda_rc(e, FN, "copy to A_out");
 }

@@ -8,9 +8,9 @@
 #include "ops/validate.h"
 
 static const char *const FN = "MKX_Ring_attention";
-static const char *const sig_names[] = {
-    "batch", "seq_local", "heads_q", "heads_kv", "head_dim", "causal",
-    "scale", "dtype", NULL};
+static const char *const sig_names[] = {"batch",    "seq_local", "heads_q",
+                                        "heads_kv", "head_dim",  "causal",
+                                        "scale",    "dtype",     NULL};
 
 static int check(MKX_Comm c, void *args, mkx_signature *s) {
   mkx_attn_args *a = args;
@@ -23,9 +23,10 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(mkx_check_size(FN, "heads_kv", a->heads_kv, 1));
   MKX_TRY(mkx_check_size(FN, "head_dim", a->head_dim, 1));
   if (a->heads_q % a->heads_kv != 0)
-    return mkx_error(MKX_ERR_BAD_SIZE, "%s: heads_q = %lld is not a multiple "
-                     "of heads_kv = %lld", FN, (long long)a->heads_q,
-                     (long long)a->heads_kv);
+    return mkx_error(MKX_ERR_BAD_SIZE,
+                     "%s: heads_q = %lld is not a multiple "
+                     "of heads_kv = %lld",
+                     FN, (long long)a->heads_q, (long long)a->heads_kv);
   MKX_TRY(MKX_CHECK_ELEMS(FN, "Q (batch x seq_local x heads_q x head_dim)",
                           a->batch, a->seq_local, a->heads_q, a->head_dim));
   MKX_TRY(MKX_CHECK_ELEMS(FN, "K (batch x seq_local x heads_kv x head_dim)",
@@ -39,26 +40,24 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(mkx_check_ptr(FN, "O", a->O));
   a->causal = a->causal != 0;
   memcpy(&scale_bits, &a->scale, sizeof scale_bits);
-  *s = (mkx_signature){.sig = {a->batch, a->seq_local, a->heads_q,
-                               a->heads_kv, a->head_dim, a->causal,
-                               scale_bits, a->dtype},
+  *s = (mkx_signature){.sig = {a->batch, a->seq_local, a->heads_q, a->heads_kv,
+                               a->head_dim, a->causal, scale_bits, a->dtype},
                        .local = a->seq_local,
                        .late = {-1, -1, -1}};
   return MKX_SUCCESS;
 }
 
-static int buffers(MKX_Comm c, void *args, const mkx_agreed *g,
-                   mkx_buffer *b) {
+static int buffers(MKX_Comm c, void *args, const mkx_agreed *g, mkx_buffer *b) {
   mkx_attn_args *a = args;
   size_t es = MKX_Type_size(a->dtype);
   size_t rows = (size_t)(a->batch * a->seq_local);
   (void)c, (void)g;
-  b[0] = (mkx_buffer){"Q", (void **)&a->Q,
-                      rows * (size_t)(a->heads_q * a->head_dim) * es,
-                      MKX_BUF_IN};
-  b[1] = (mkx_buffer){"K", (void **)&a->K,
-                      rows * (size_t)(a->heads_kv * a->head_dim) * es,
-                      MKX_BUF_IN};
+  b[0] =
+      (mkx_buffer){"Q", (void **)&a->Q,
+                   rows * (size_t)(a->heads_q * a->head_dim) * es, MKX_BUF_IN};
+  b[1] =
+      (mkx_buffer){"K", (void **)&a->K,
+                   rows * (size_t)(a->heads_kv * a->head_dim) * es, MKX_BUF_IN};
   b[2] = (mkx_buffer){"V", (void **)&a->V, b[1].bytes, MKX_BUF_IN};
   b[3] = (mkx_buffer){"O", &a->O, b[0].bytes, MKX_BUF_OUT};
   b[4] = (mkx_buffer){"LSE", (void **)&a->LSE,
@@ -95,7 +94,8 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
                        int64_t heads_q, int64_t heads_kv, int64_t head_dim,
                        int causal, double scale, MKX_Datatype dtype,
                        MKX_Comm comm, MKX_Stream stream) {
-  mkx_attn_args a = {Q, K, V, O, LSE, batch, seq_local, heads_q, heads_kv,
-                     head_dim, causal, scale, dtype};
+  mkx_attn_args a = {Q,      K,         V,       O,        LSE,
+                     batch,  seq_local, heads_q, heads_kv, head_dim,
+                     causal, scale,     dtype};
   return mkx_op_call(comm, &mkx_op_ring_attention, &a, stream);
 }

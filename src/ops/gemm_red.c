@@ -8,8 +8,8 @@
 #include "ops/tp_host.h" /* the fused single-node path (gemm_red_gpu.c) */
 #endif
 
-static const char *const sig_names[] = {"M", "n", "dtype", "ctype", "order",
-                                        NULL};
+static const char *const sig_names[] = {"M",     "n",     "dtype",
+                                        "ctype", "order", NULL};
 
 /* Rows of C on this rank: its block for reduce-scatter, all for allreduce. */
 static int64_t c_rows(MKX_Comm c, const mkx_gemm_red_args *a, int scatter) {
@@ -58,15 +58,17 @@ static int buffers(MKX_Comm c, mkx_gemm_red_args *a, mkx_buffer *b,
                    int scatter) {
   int64_t br, bc;
   b_dims(a, &br, &bc);
-  b[0] = (mkx_buffer){"A", (void **)&a->A,
-                      mkx_matrix_bytes(a->M, a->k_local, a->lda, a->order,
-                                       a->dtype), MKX_BUF_IN};
+  b[0] = (mkx_buffer){
+      "A", (void **)&a->A,
+      mkx_matrix_bytes(a->M, a->k_local, a->lda, a->order, a->dtype),
+      MKX_BUF_IN};
   b[1] = (mkx_buffer){"B", (void **)&a->B,
                       mkx_matrix_bytes(br, bc, a->ldb, a->order, a->dtype),
                       MKX_BUF_IN};
-  b[2] = (mkx_buffer){"C", &a->C,
-                      mkx_matrix_bytes(c_rows(c, a, scatter), a->n, a->ldc,
-                                       a->order, a->ctype), MKX_BUF_OUT};
+  b[2] = (mkx_buffer){
+      "C", &a->C,
+      mkx_matrix_bytes(c_rows(c, a, scatter), a->n, a->ldc, a->order, a->ctype),
+      MKX_BUF_OUT};
   return 3;
 }
 
@@ -76,13 +78,11 @@ static int rs_check(MKX_Comm c, void *a, mkx_signature *s) {
 static int ar_check(MKX_Comm c, void *a, mkx_signature *s) {
   return check(c, a, s, 0);
 }
-static int rs_buffers(MKX_Comm c, void *a, const mkx_agreed *g,
-                      mkx_buffer *b) {
+static int rs_buffers(MKX_Comm c, void *a, const mkx_agreed *g, mkx_buffer *b) {
   (void)g;
   return buffers(c, a, b, 1);
 }
-static int ar_buffers(MKX_Comm c, void *a, const mkx_agreed *g,
-                      mkx_buffer *b) {
+static int ar_buffers(MKX_Comm c, void *a, const mkx_agreed *g, mkx_buffer *b) {
   (void)g;
   return buffers(c, a, b, 0);
 }
@@ -125,9 +125,9 @@ const mkx_op_class mkx_op_gemm_allreduce = {
 #endif
 };
 
-#define RED_ARGS                                                             \
-  mkx_gemm_red_args a = {A, M, k_local, lda, B, n, ldb, transb, C, ldc,    \
-                         dtype, ctype, order}
+#define RED_ARGS                                                               \
+  mkx_gemm_red_args a = {A,      M, k_local, lda,   B,     n,    ldb,          \
+                         transb, C, ldc,     dtype, ctype, order}
 
 int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             int64_t lda, const void *B, int64_t n, int64_t ldb,
@@ -155,8 +155,7 @@ int MKX_Gemm_reduce_scatter_init(const void *A, int64_t M, int64_t k_local,
                                  MKX_Comm comm, MPI_Info info,
                                  MKX_Request *request) {
   RED_ARGS;
-  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info,
-                         request);
+  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info, request);
 }
 
 int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,

@@ -23,11 +23,11 @@
 typedef struct red_plan {
   mkx_tp_ws *ws;
   int allreduce, p_type, split;
-  size_t pes, ces;        /* bytes per partial / C element */
+  size_t pes, ces; /* bytes per partial / C element */
   int64_t bnd[MKX_TP_MAX + 1], count_max;
   mkx_tp_rs_layout L;
   size_t slots_off, stage_off, late_off; /* in the workspace's data */
-  mkx_symm_buf creg;      /* allreduce: every rank's C */
+  mkx_symm_buf creg;                     /* allreduce: every rank's C */
   int64_t peer_ldc[MKX_TP_MAX];
 } red_plan;
 
@@ -40,30 +40,34 @@ static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
   const char *fn = fn_name(allreduce);
   MKX_TRY(mkx_tp_node_ok(c, fn));
   if (!is16(a->dtype) || (!is16(a->ctype) && a->ctype != MKX_FP32))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path takes bf16/fp16 "
-                     "A, B and bf16/fp16/fp32 C only", fn);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path takes bf16/fp16 "
+                     "A, B and bf16/fp16/fp32 C only",
+                     fn);
   if (a->k_local == 0)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: k_local = 0 on rank %d", fn,
                      c->rank);
-  const char *why = c->opt.fused_pad
-      ? NULL : mkx_tp_adapt_misfit(allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a);
+  const char *why =
+      c->opt.fused_pad
+          ? NULL
+          : mkx_tp_adapt_misfit(allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a);
   if (why)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path: %s (option "
-                     "fused_pad=yes copies such operands)", fn, why);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path: %s (option "
+                     "fused_pad=yes copies such operands)",
+                     fn, why);
   if (a->M >= (1ll << 31) || a->n >= (1ll << 31) - 8 ||
       a->k_local >= (1ll << 31) - 8)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: sizes >= 2^31", fn);
   return MKX_SUCCESS;
 }
 
-int mkx_rs_gpu_check(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g) {
+int mkx_rs_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_check(c, MKX_TP_OP_RS, args, g);
   return check(c, args, 0);
 }
-int mkx_ar_gpu_check(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g) {
+int mkx_ar_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_check(c, MKX_TP_OP_AR, args, g);
   return check(c, args, 1);
@@ -97,15 +101,14 @@ static int partial_type(MKX_Comm c, const mkx_gemm_red_args *a) {
 
 /* Data of the workspace: receive slots (one per source, of the largest
  * block), the staging of every row but the smallest block, late rows. */
-static size_t layout_data(MKX_Comm c, const mkx_gemm_red_args *a,
-                          red_plan *p) {
+static size_t layout_data(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p) {
   const int64_t count_min = p->bnd[c->size] - p->bnd[c->size - 1];
   p->count_max = p->bnd[1] - p->bnd[0]; /* block 0 is the largest */
   p->slots_off = 0;
-  p->stage_off = align256((size_t)c->size * (size_t)p->count_max *
-                          (size_t)a->n * p->pes);
-  p->late_off = p->stage_off + align256((size_t)(a->M - count_min) *
-                                        (size_t)a->n * p->pes);
+  p->stage_off =
+      align256((size_t)c->size * (size_t)p->count_max * (size_t)a->n * p->pes);
+  p->late_off = p->stage_off +
+                align256((size_t)(a->M - count_min) * (size_t)a->n * p->pes);
   return p->late_off + (size_t)p->L.nlate * 128 * (size_t)a->n * 4;
 }
 
@@ -134,8 +137,7 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   p->p_type = partial_type(c, a);
   p->pes = p->p_type == MKX_GEMM_FP32 ? 4 : 2;
   p->ces = MKX_Type_size(a->ctype);
-  mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n),
-                        &p->L);
+  mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
   int rc = acquire(c, a, p, split);
   /* The overlapped allreduce stores into the peers' C: a C the peers
    * cannot map (say, carved by the driver out of a block that another
@@ -145,8 +147,10 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   if (rc == MKX_SUCCESS && allreduce && !p->split) {
     rc = register_c(c, a, p);
     if (rc != MKX_SUCCESS && !c->broken) {
-      mkx_log(MKX_LOG_INFO, "%s: C cannot be mapped into the node's peers "
-              "(%s): split path", fn_name(1), MKX_Get_last_error());
+      mkx_log(MKX_LOG_INFO,
+              "%s: C cannot be mapped into the node's peers "
+              "(%s): split path",
+              fn_name(1), MKX_Get_last_error());
       mkx_tp_ws_release(p->ws);
       rc = acquire(c, a, p, 1);
     } else if (rc != MKX_SUCCESS) {
@@ -168,13 +172,11 @@ int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
 
 unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
-  return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g) ? MKX_GPU_LOCAL_ADAPT
-                                                      : 0;
+  return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
 }
 unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
-  return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g) ? MKX_GPU_LOCAL_ADAPT
-                                                      : 0;
+  return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
 }
 void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   red_plan *p = plan;
@@ -250,9 +252,9 @@ static int wait_count(const red_plan *p, int me, int q, int ch,
 }
 static int copy_flag(const red_plan *p, int me, int *dst, cudaStream_t s) {
   const int *src = hdr_of(p, me, MKX_TP_OFF_SRC);
-  return cuda_rc(cudaMemcpyAsync(dst, src, sizeof(int),
-                                 cudaMemcpyDeviceToDevice, s), p,
-                 "copy of a ready flag");
+  return cuda_rc(
+      cudaMemcpyAsync(dst, src, sizeof(int), cudaMemcpyDeviceToDevice, s), p,
+      "copy of a ready flag");
 }
 
 /* This rank's partials of owner q's chunks into q's slot [rank]. */
@@ -267,14 +269,14 @@ static int push_partials(MKX_Comm c, const red_plan *p, int q, int64_t n,
     const int64_t srow = r0 >= p->bnd[c->rank] ? r0 - own : r0;
     const int64_t drow = c->rank * p->count_max + (r0 - p->bnd[q]);
     MKX_TRY(wait_count(p, me, q, ch, s));
-    MKX_TRY(cuda_rc(cudaMemcpyAsync(
-        data_of(p, lq, p->slots_off) + (size_t)drow * row,
-        data_of(p, me, p->stage_off) + (size_t)srow * row,
-        (size_t)(r1 - r0) * row, cudaMemcpyDeviceToDevice, s), p,
-        "copy of partial rows"));
-    MKX_TRY(copy_flag(p, me,
-                      hdr_of(p, lq, MKX_TP_OFF_ARRIVED) +
-                          c->rank * MKX_TP_MAXCH + ch, s));
+    MKX_TRY(cuda_rc(
+        cudaMemcpyAsync(data_of(p, lq, p->slots_off) + (size_t)drow * row,
+                        data_of(p, me, p->stage_off) + (size_t)srow * row,
+                        (size_t)(r1 - r0) * row, cudaMemcpyDeviceToDevice, s),
+        p, "copy of partial rows"));
+    MKX_TRY(copy_flag(
+        p, me, hdr_of(p, lq, MKX_TP_OFF_ARRIVED) + c->rank * MKX_TP_MAXCH + ch,
+        s));
   }
   return MKX_SUCCESS;
 }
@@ -300,8 +302,8 @@ static int copy_engines(MKX_Comm c, const red_plan *p,
 
 static int join(MKX_Comm c, const red_plan *p, cudaStream_t st) {
   for (int i = 1; i < c->size; i++)
-    MKX_TRY(cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), p,
-                    "join wait"));
+    MKX_TRY(
+        cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), p, "join wait"));
   return MKX_SUCCESS;
 }
 

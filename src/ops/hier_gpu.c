@@ -27,10 +27,8 @@
 #include "gemm/gemm_engine.h"
 #include "ops/hier_gpu.h"
 
-
-
 const char *mkx_hier_op_name(int op) {
-  return op == MKX_TP_OP_AG ? "MKX_Allgather_gemm"
+  return op == MKX_TP_OP_AG   ? "MKX_Allgather_gemm"
          : op == MKX_TP_OP_RS ? "MKX_Gemm_reduce_scatter"
                               : "MKX_Gemm_allreduce";
 }
@@ -45,8 +43,8 @@ static int cuda_rc(cudaError_t e, int op, const char *what) {
  * RS/AR: the fp32 partial into dtmp.  Without a plan (the check), an
  * aligned stand-in for dtmp: cudaMalloc memory is aligned. */
 static void *const ALIGNED_STANDIN = (void *)(uintptr_t)4096;
-static void engine_desc(int op, const void *args, const hg_plan *p,
-                        int64_t M, mkx_gemm_desc *d) {
+static void engine_desc(int op, const void *args, const hg_plan *p, int64_t M,
+                        mkx_gemm_desc *d) {
   void *tmp = p ? p->dtmp : ALIGNED_STANDIN;
   if (op == MKX_TP_OP_AG)
     mkx_tp_gemm_of_ag(args, tmp, M, d);
@@ -80,15 +78,20 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
     dt = a->dtype, ct = a->ctype, order = a->order;
   }
   if (c->opt.hier_gemm == MKX_HIER_GEMM_HOST)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %d nodes: device buffers take "
-                     "the staged path (option hier_gemm=host)", fn,
-                     c->place.num_nodes);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: %d nodes: device buffers take "
+                     "the staged path (option hier_gemm=host)",
+                     fn, c->place.num_nodes);
   if (!mkx_hier_usable(c))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: nodes of unequal size or no "
-                     "network endpoint", fn);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: nodes of unequal size or no "
+                     "network endpoint",
+                     fn);
   if (!is16(dt) || (!is16(ct) && ct != MKX_FP32) || order != MKX_ROW_MAJOR)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=gpu takes row-major "
-                     "bf16/fp16 A, B and bf16/fp16/fp32 C", fn);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: hier_gemm=gpu takes row-major "
+                     "bf16/fp16 A, B and bf16/fp16/fp32 C",
+                     fn);
   char why_not[192];
   if (mkx_hier_nvlink_fits(c, op, args, g, why_not, sizeof why_not))
     return MKX_SUCCESS;
@@ -119,12 +122,12 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
     if (op == MKX_TP_OP_AG)
       rows[q] = g->local[q];
     else
-      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q,
-                      &first, &rows[q]);
+      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q, &first,
+                      &rows[q]);
   }
   if (rc == MKX_SUCCESS)
-    rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16),
-                 op, "cudaMalloc");
+    rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16), op,
+                 "cudaMalloc");
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
     if (p && p->dtmp) cudaFree(p->dtmp);
@@ -157,8 +160,9 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   for (int q = 0; q < c->size; q++) M += p->rows[q];
   char *send = malloc(row * (size_t)a->m_local + 16);
   char *full = malloc(row * (size_t)M + 16);
-  int rc = send && full ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM,
-                                                  "%s: host rows", op_name(op));
+  int rc = send && full
+               ? MKX_SUCCESS
+               : mkx_error(MKX_ERR_NOMEM, "%s: host rows", op_name(op));
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
   if (rc == MKX_SUCCESS && a->m_local > 0)
@@ -170,13 +174,12 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
     rc = mkx_hier_allgather_rows(c, send, p->rows, row, full);
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMemcpyAsync(p->dtmp, full, row * (size_t)M,
-                                 cudaMemcpyHostToDevice, st), op,
-                 "copy of the gathered A");
+                                 cudaMemcpyHostToDevice, st),
+                 op, "copy of the gathered A");
   if (rc == MKX_SUCCESS && a->A_out)
-    rc = cuda_rc(cudaMemcpy2DAsync(a->A_out, (size_t)a->ld_aout * es, full,
-                                   row, row, (size_t)M,
-                                   cudaMemcpyHostToDevice, st), op,
-                 "copy to A_out");
+    rc = cuda_rc(cudaMemcpy2DAsync(a->A_out, (size_t)a->ld_aout * es, full, row,
+                                   row, (size_t)M, cudaMemcpyHostToDevice, st),
+                 op, "copy to A_out");
   mkx_gemm_desc d;
   engine_desc(op, a, p, M, &d);
   if (rc == MKX_SUCCESS)
@@ -202,15 +205,15 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   float *host = malloc(part * sizeof(float) + 16);
   float *sum = malloc((size_t)c->size * blk * sizeof(float) + 16);
   char *out = malloc((size_t)out_rows * (size_t)a->n * cs + 16);
-  int rc = host && sum && out ? MKX_SUCCESS
-                              : mkx_error(MKX_ERR_NOMEM, "%s: host buffers",
-                                          op_name(op));
+  int rc = host && sum && out
+               ? MKX_SUCCESS
+               : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(op));
   if (rc == MKX_SUCCESS)
     rc = mkx_tp_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMemcpyAsync(host, p->dtmp, part * sizeof(float),
-                                 cudaMemcpyDeviceToHost, st), op,
-                 "copy of the partial to the host");
+                                 cudaMemcpyDeviceToHost, st),
+                 op, "copy of the partial to the host");
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
@@ -223,9 +226,9 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
     mkx_convert(MKX_FP32, sum, 1, a->ctype, out, 1, blk);
   }
   if (rc == MKX_SUCCESS && out_rows > 0)
-    rc = cuda_rc(cudaMemcpy2D(a->C, (size_t)a->ldc * cs, out,
-                              (size_t)a->n * cs, (size_t)a->n * cs,
-                              (size_t)out_rows, cudaMemcpyHostToDevice),
+    rc = cuda_rc(cudaMemcpy2D(a->C, (size_t)a->ldc * cs, out, (size_t)a->n * cs,
+                              (size_t)a->n * cs, (size_t)out_rows,
+                              cudaMemcpyHostToDevice),
                  op, "copy of C to the device");
   free(host);
   free(sum);

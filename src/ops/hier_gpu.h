@@ -11,25 +11,25 @@ struct mkx_agreed;
 
 typedef struct hg_plan {
   int op;
-  int64_t *rows;      /* [size]: AG each rank's m_local; RS/AR blocks */
-  void *dtmp;         /* device: gathered A (AG) or fp32 partial (RS/AR);
+  int64_t *rows;    /* [size]: AG each rank's m_local; RS/AR blocks */
+  void *dtmp;       /* device: gathered A (AG) or fp32 partial (RS/AR);
                          nvlink: row-permuted A (RS/AR) or this column's
                          rows of A (AG) */
-  int nvlink;         /* hier_gemm=nvlink: the fields below */
-  MKX_Comm node;      /* the node's ranks (owned by the communicator) */
-  int64_t col_rows;   /* rows of this rank's column (every node's rank of
+  int nvlink;       /* hier_gemm=nvlink: the fields below */
+  MKX_Comm node;    /* the node's ranks (owned by the communicator) */
+  int64_t col_rows; /* rows of this rank's column (every node's rank of
                          this local number) */
-  void *dcol;         /* device: RS/AR the node's fp32 sum of the column's
+  void *dcol;       /* device: RS/AR the node's fp32 sum of the column's
                          rows; AG the product in permuted row order */
-  void *daout;        /* device, AG with A_out: gathered A, permuted */
-  float *hcol;        /* pinned host, RS/AR: dcol's copy (pageable memory
+  void *daout;      /* device, AG with A_out: gathered A, permuted */
+  float *hcol;      /* pinned host, RS/AR: dcol's copy (pageable memory
                          would make each slice's copy wait for its GEMM) */
   /* Pinned host, made with the plan (fresh malloc'd ones cost page
    * faults every call): AG this rank's rows of A (hsend) and its column's
    * rows as gathered over the network (hrows); RS/AR this rank's fp32 sum
    * (hsend), rounded (hrows), AR every rank's rounded rows (hout). */
   char *hsend, *hrows, *hout;
-  int host;           /* mkx_hier_nvlink_host: host buffers and memory */
+  int host; /* mkx_hier_nvlink_host: host buffers and memory */
 } hg_plan;
 
 const char *mkx_hier_op_name(int op);

@@ -34,7 +34,6 @@
 #include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
 
-
 #define op_name mkx_hier_op_name
 
 static int cuda_rc(cudaError_t e, int op, const char *what) {
@@ -62,12 +61,16 @@ int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
   for (int k = 0; k < c->place.num_nodes; k++)
     for (int l = 0; l < c->place.local_size; l++)
       if (rank_at(c, k, l) < 0)
-        return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=nvlink: nodes "
-                         "of unequal size", op_name(op));
+        return mkx_error(MKX_ERR_UNSUPPORTED,
+                         "%s: hier_gemm=nvlink: nodes "
+                         "of unequal size",
+                         op_name(op));
   if (op != MKX_TP_OP_AG &&
       !mkx_hier_split_matches(c, ((const mkx_gemm_red_args *)args)->M))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: hier_gemm=nvlink needs ranks "
-                     "numbered node by node", op_name(op));
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: hier_gemm=nvlink needs ranks "
+                     "numbered node by node",
+                     op_name(op));
   return MKX_SUCCESS;
 }
 
@@ -80,8 +83,8 @@ static int rows_of_ranks(MKX_Comm c, int op, const void *args,
     if (op == MKX_TP_OP_AG)
       rows[q] = g->local[q];
     else
-      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q,
-                      &first, &rows[q]);
+      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q, &first,
+                      &rows[q]);
   }
   *out = rows;
   return MKX_SUCCESS;
@@ -93,22 +96,23 @@ static int rows_of_ranks(MKX_Comm c, int op, const void *args,
 static int x_alloc(const hg_plan *p, void **ptr, size_t bytes, int op) {
   if (!p->host) return cuda_rc(cudaMalloc(ptr, bytes + 16), op, "cudaMalloc");
   *ptr = malloc(bytes + 16);
-  return *ptr ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "%s: buffers",
-                                        op_name(op));
+  return *ptr ? MKX_SUCCESS
+              : mkx_error(MKX_ERR_NOMEM, "%s: buffers", op_name(op));
 }
-static int x_alloc_pinned(const hg_plan *p, void **ptr, size_t bytes,
-                          int op) {
+static int x_alloc_pinned(const hg_plan *p, void **ptr, size_t bytes, int op) {
   if (p->host) return x_alloc(p, ptr, bytes, op);
   return cuda_rc(cudaMallocHost(ptr, bytes + 16), op, "cudaMallocHost");
 }
 static void x_free(const hg_plan *p, void *ptr, int pinned) {
-  if (p->host) free(ptr);
-  else if (pinned) cudaFreeHost(ptr);
-  else cudaFree(ptr);
+  if (p->host)
+    free(ptr);
+  else if (pinned)
+    cudaFreeHost(ptr);
+  else
+    cudaFree(ptr);
 }
-static int x_copy2d(const hg_plan *p, void *dst, size_t dpitch,
-                    const void *src, size_t spitch, size_t width,
-                    size_t rows, cudaStream_t st) {
+static int x_copy2d(const hg_plan *p, void *dst, size_t dpitch, const void *src,
+                    size_t spitch, size_t width, size_t rows, cudaStream_t st) {
   if (rows == 0 || width == 0) return MKX_SUCCESS;
   if (!p->host)
     return cuda_rc(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows,
@@ -125,8 +129,8 @@ static int x_sync(const hg_plan *p, cudaStream_t st) {
 /* A point in the stream to wait for later (host: everything is done). */
 static int x_mark(const hg_plan *p, cudaEvent_t *ev, cudaStream_t st) {
   if (p->host) return MKX_SUCCESS;
-  MKX_TRY(cuda_rc(cudaEventCreateWithFlags(ev, cudaEventDisableTiming),
-                  p->op, "cudaEventCreate"));
+  MKX_TRY(cuda_rc(cudaEventCreateWithFlags(ev, cudaEventDisableTiming), p->op,
+                  "cudaEventCreate"));
   return cuda_rc(cudaEventRecord(*ev, st), p->op, "cudaEventRecord");
 }
 static int x_wait(const hg_plan *p, cudaEvent_t ev) {
@@ -144,12 +148,10 @@ static int alloc_bufs(MKX_Comm c, int op, const void *args, int64_t M,
     const size_t row = (size_t)a->k * es;
     MKX_TRY(x_alloc(p, &p->dtmp, (size_t)p->col_rows * row, op));
     MKX_TRY(x_alloc(p, &p->dcol, (size_t)M * (size_t)a->n * cs, op));
-    if (a->A_out)
-      MKX_TRY(x_alloc(p, &p->daout, (size_t)M * row, op));
+    if (a->A_out) MKX_TRY(x_alloc(p, &p->daout, (size_t)M * row, op));
     MKX_TRY(x_alloc_pinned(p, (void **)&p->hsend,
                            (size_t)p->rows[c->rank] * row, op));
-    return x_alloc_pinned(p, (void **)&p->hrows, (size_t)p->col_rows * row,
-                          op);
+    return x_alloc_pinned(p, (void **)&p->hrows, (size_t)p->col_rows * row, op);
   }
   const mkx_gemm_red_args *a = args;
   const size_t es = MKX_Type_size(a->dtype);
@@ -187,9 +189,10 @@ static int plan_make(MKX_Comm c, int op, const void *args,
              : mkx_error(MKX_ERR_NOMEM, "%s: plan", op_name(op));
   if (rc == MKX_SUCCESS) rc = mkx_comm_node(c, &p->node); /* collective */
   if (rc == MKX_SUCCESS && p->node->rank != c->place.local_rank)
-    rc = mkx_error(MKX_ERR_INTERNAL, "%s: node communicator rank %d, local "
-                   "rank %d", op_name(op), p->node->rank,
-                   c->place.local_rank);
+    rc = mkx_error(MKX_ERR_INTERNAL,
+                   "%s: node communicator rank %d, local "
+                   "rank %d",
+                   op_name(op), p->node->rank, c->place.local_rank);
   if (rc == MKX_SUCCESS) {
     p->col_rows = column_rows(c, p->rows, c->place.local_rank);
     rc = alloc_bufs(c, op, args, g->total, p);
@@ -234,16 +237,16 @@ static int permute_rows(MKX_Comm c, const hg_plan *p, const int64_t *rows,
 }
 
 /* The whole matrix: rank q's block starts after the ranks before it. */
-static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
-                   char *b, int64_t ldb, int64_t cols, size_t es, int to_col,
+static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda, char *b,
+                   int64_t ldb, int64_t cols, size_t es, int to_col,
                    cudaStream_t st) {
   int64_t *first = malloc(sizeof *first * (size_t)c->size);
-  if (!first) return mkx_error(MKX_ERR_NOMEM, "%s: row offsets",
-                               op_name(p->op));
+  if (!first)
+    return mkx_error(MKX_ERR_NOMEM, "%s: row offsets", op_name(p->op));
   for (int q = 0; q < c->size; q++)
     first[q] = q ? first[q - 1] + p->rows[q - 1] : 0;
-  int rc = permute_rows(c, p, p->rows, first, a, lda, b, ldb, cols, es,
-                        to_col, st);
+  int rc =
+      permute_rows(c, p, p->rows, first, a, lda, b, ldb, cols, es, to_col, st);
   free(first);
   return rc;
 }
@@ -257,7 +260,8 @@ static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda,
 static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
                     int64_t j1, float *colsum, cudaStream_t st) {
   const size_t bs = MKX_Type_size(a->dtype);
-  const char *b = (const char *)a->B +
+  const char *b =
+      (const char *)a->B +
       (a->transb == MKX_TRANS ? (size_t)j0 * (size_t)a->ldb : (size_t)j0) * bs;
   float *dsum = (float *)p->dcol + (size_t)p->col_rows * (size_t)j0;
   const size_t len = (size_t)p->col_rows * (size_t)(j1 - j0);
@@ -265,8 +269,8 @@ static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
                                   j1 - j0, a->ldb, a->transb, dsum, j1 - j0,
                                   a->dtype, MKX_FP32, MKX_ROW_MAJOR, p->node,
                                   (MKX_Stream)st));
-  return x_copy2d(p, colsum + (size_t)p->col_rows * (size_t)j0, len * 4,
-                  dsum, len * 4, len * 4, len > 0, st);
+  return x_copy2d(p, colsum + (size_t)p->col_rows * (size_t)j0, len * 4, dsum,
+                  len * 4, len * 4, len > 0, st);
 }
 
 /* One slice's network part: the column reduce, rounding, and for AR the
@@ -294,11 +298,10 @@ static int red_copy_out(MKX_Comm c, const hg_plan *p,
   const int64_t rows = ar ? a->M : p->rows[c->rank];
   for (int s = 0; rows > 0 && s < S; s++) {
     const size_t w = (size_t)(j[s + 1] - j[s]);
-    const char *src = ar ? out + (size_t)a->M * j[s] * cs
-                         : conv + (size_t)rows * j[s] * cs;
-    MKX_TRY(x_copy2d(p, (char *)a->C + (size_t)j[s] * cs,
-                     (size_t)a->ldc * cs, src, w * cs, w * cs, (size_t)rows,
-                     st));
+    const char *src =
+        ar ? out + (size_t)a->M * j[s] * cs : conv + (size_t)rows * j[s] * cs;
+    MKX_TRY(x_copy2d(p, (char *)a->C + (size_t)j[s] * cs, (size_t)a->ldc * cs,
+                     src, w * cs, w * cs, (size_t)rows, st));
   }
   return MKX_SUCCESS;
 }
@@ -313,7 +316,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
   float *colsum = p->hcol, *block = (float *)p->hsend;
   char *conv = p->hrows, *out = p->hout; /* out: AR's gathered blocks */
   int rc = permute(c, p, (char *)a->A, a->lda, p->dtmp, a->k_local, a->k_local,
-                 es, 1, st);
+                   es, 1, st);
   for (int s = 0; rc == MKX_SUCCESS && s < S; s++) {
     rc = red_node(p, a, j[s], j[s + 1], colsum, st);
     if (rc == MKX_SUCCESS) rc = x_mark(p, &ev[s], st);
@@ -341,15 +344,15 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
  * the GPUs multiply chunk c while chunk c + 1 crosses the network. */
 typedef struct ag_chunks {
   int S;
-  int64_t *rows, *first, *col0, *out0; /* [S * size], [S * size], [S+1], [S+1] */
+  int64_t *rows, *first, *col0,
+      *out0; /* [S * size], [S * size], [S+1], [S+1] */
 } ag_chunks;
 
 static int64_t chunk_start(int64_t rows, int c, int S) { return rows * c / S; }
 
 /* ch->S is set first (from the agreed M), so that every rank runs as
  * many chunk rounds whatever fails here. */
-static int chunks_make(MKX_Comm c, const hg_plan *p, int64_t M,
-                       ag_chunks *ch) {
+static int chunks_make(MKX_Comm c, const hg_plan *p, int64_t M, ag_chunks *ch) {
   const int P = c->size, me = c->place.local_rank;
   const int S = M / 256 < 1 ? 1 : M / 256 > 4 ? 4 : (int)(M / 256);
   ch->S = S;
@@ -395,13 +398,13 @@ static int ag_chunk(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
       row, hcol));
   MKX_TRY(x_copy2d(p, dcol, row, hcol, row, row, (size_t)ncol, st));
   MKX_TRY(MKX_Allgather_gemm(dcol, ncol, a->k, a->k, a->B, a->n, a->ldb,
-                             a->transb, dc, a->n, dao, a->k, a->dtype,
-                             a->ctype, MKX_ROW_MAJOR, p->node, (MKX_Stream)st));
-  MKX_TRY(permute_rows(c, p, rows, first, a->C, a->ldc, dc, a->n, a->n, cs,
-                       0, st));
+                             a->transb, dc, a->n, dao, a->k, a->dtype, a->ctype,
+                             MKX_ROW_MAJOR, p->node, (MKX_Stream)st));
+  MKX_TRY(
+      permute_rows(c, p, rows, first, a->C, a->ldc, dc, a->n, a->n, cs, 0, st));
   if (!a->A_out) return MKX_SUCCESS;
-  return permute_rows(c, p, rows, first, a->A_out, a->ld_aout, dao, a->k,
-                      a->k, es, 0, st);
+  return permute_rows(c, p, rows, first, a->A_out, a->ld_aout, dao, a->k, a->k,
+                      es, 0, st);
 }
 
 static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,

@@ -6,7 +6,7 @@
 #include "ops/op.h"
 #include "ops/validate.h"
 
-static const char *const sig_names[] = {"hidden", "topk", "num_experts",
+static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
                                         "n (or ffn)", "dtype", NULL};
 
 static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
@@ -16,15 +16,17 @@ static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
   MKX_TRY(mkx_check_size(fn, "num_experts", a->num_experts, 1));
   MKX_TRY(mkx_check_size(fn, "topk", a->topk, 1));
   if (a->topk > a->num_experts)
-    return mkx_error(MKX_ERR_BAD_SIZE, "%s: topk = %lld exceeds num_experts "
-                     "= %lld", fn, (long long)a->topk,
-                     (long long)a->num_experts);
+    return mkx_error(MKX_ERR_BAD_SIZE,
+                     "%s: topk = %lld exceeds num_experts "
+                     "= %lld",
+                     fn, (long long)a->topk, (long long)a->num_experts);
   if (a->num_experts % c->size != 0)
-    return mkx_error(MKX_ERR_BAD_SIZE, "%s: num_experts = %lld is not a "
-                     "multiple of the communicator size %d", fn,
-                     (long long)a->num_experts, c->size);
-  MKX_TRY(MKX_CHECK_ELEMS(fn, "X (num_tokens x hidden)", a->num_tokens,
-                          a->hidden));
+    return mkx_error(MKX_ERR_BAD_SIZE,
+                     "%s: num_experts = %lld is not a "
+                     "multiple of the communicator size %d",
+                     fn, (long long)a->num_experts, c->size);
+  MKX_TRY(
+      MKX_CHECK_ELEMS(fn, "X (num_tokens x hidden)", a->num_tokens, a->hidden));
   MKX_TRY(MKX_CHECK_ELEMS(fn, "topk_ids (num_tokens x topk)", a->num_tokens,
                           a->topk));
   if (a->num_tokens > 0) {
@@ -34,12 +36,11 @@ static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
   return MKX_SUCCESS;
 }
 
-static void signature(const mkx_moe_args *a, int64_t width,
-                      mkx_signature *s) {
-  *s = (mkx_signature){.sig = {a->hidden, a->topk, a->num_experts, width,
-                               a->dtype},
-                       .local = a->num_tokens,
-                       .late = {-1, -1, -1}};
+static void signature(const mkx_moe_args *a, int64_t width, mkx_signature *s) {
+  *s = (mkx_signature){
+      .sig = {a->hidden, a->topk, a->num_experts, width, a->dtype},
+      .local = a->num_tokens,
+      .late = {-1, -1, -1}};
 }
 
 static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
@@ -52,8 +53,8 @@ static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(mkx_check_ptr(fn, "expert_rows", a->expert_rows));
   if (a->y_rows > 0) MKX_TRY(mkx_check_ptr(fn, "Y", a->Y));
   const int64_t ep = a->num_experts / c->size;
-  MKX_TRY(MKX_CHECK_ELEMS(fn, "W (local experts x hidden x n)", ep,
-                          a->hidden, a->n));
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "W (local experts x hidden x n)", ep, a->hidden,
+                          a->n));
   MKX_TRY(MKX_CHECK_ELEMS(fn, "Y (y_rows x n)", a->y_rows, a->n));
   MKX_TRY(MKX_CHECK_ELEMS(fn, "origin (y_rows x 3)", a->y_rows, 3));
   signature(a, a->n, s);
@@ -70,8 +71,8 @@ static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
   const int64_t ep = a->num_experts / c->size;
   MKX_TRY(MKX_CHECK_ELEMS(fn, "W1 (local experts x hidden x 2 ffn)", ep,
                           a->hidden, 2, a->ffn));
-  MKX_TRY(MKX_CHECK_ELEMS(fn, "W2 (local experts x ffn x hidden)", ep,
-                          a->ffn, a->hidden));
+  MKX_TRY(MKX_CHECK_ELEMS(fn, "W2 (local experts x ffn x hidden)", ep, a->ffn,
+                          a->hidden));
   if (a->num_tokens > 0) {
     MKX_TRY(mkx_check_ptr(fn, "topk_weight", a->topk_weight));
     MKX_TRY(mkx_check_ptr(fn, "out", a->out));
@@ -102,8 +103,8 @@ static int dispatch_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
   (void)g;
   b[n++] = (mkx_buffer){"W", (void **)&a->W,
                         ep * (size_t)(a->hidden * a->n) * es, MKX_BUF_IN};
-  b[n++] = (mkx_buffer){"Y", &a->Y, (size_t)(a->y_rows * a->n) * es,
-                        MKX_BUF_OUT};
+  b[n++] =
+      (mkx_buffer){"Y", &a->Y, (size_t)(a->y_rows * a->n) * es, MKX_BUF_OUT};
   b[n++] = (mkx_buffer){"expert_rows", (void **)&a->expert_rows,
                         ep * sizeof(int64_t), MKX_BUF_OUT};
   b[n++] = (mkx_buffer){"origin", (void **)&a->origin,
@@ -119,13 +120,11 @@ static int layer_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
   int n = token_buffers(a, b);
   (void)g;
   b[n++] = (mkx_buffer){"W1", (void **)&a->W,
-                        ep * (size_t)(a->hidden * 2 * a->ffn) * es,
-                        MKX_BUF_IN};
+                        ep * (size_t)(a->hidden * 2 * a->ffn) * es, MKX_BUF_IN};
   b[n++] = (mkx_buffer){"W2", (void **)&a->W2,
                         ep * (size_t)(a->ffn * a->hidden) * es, MKX_BUF_IN};
   b[n++] = (mkx_buffer){"out", &a->out,
-                        (size_t)(a->num_tokens * a->hidden) * es,
-                        MKX_BUF_OUT};
+                        (size_t)(a->num_tokens * a->hidden) * es, MKX_BUF_OUT};
   return n;
 }
 
@@ -163,11 +162,20 @@ int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
                           int64_t *expert_rows, int32_t *origin,
                           MKX_Datatype dtype, MKX_Comm comm,
                           MKX_Stream stream) {
-  mkx_moe_args a = {.X = X, .num_tokens = num_tokens, .hidden = hidden,
-                    .topk_ids = topk_ids, .topk_weight = topk_weight,
-                    .topk = topk, .num_experts = num_experts, .W = W, .n = n,
-                    .Y = Y, .y_rows = y_rows, .expert_rows = expert_rows,
-                    .origin = origin, .dtype = dtype};
+  mkx_moe_args a = {.X = X,
+                    .num_tokens = num_tokens,
+                    .hidden = hidden,
+                    .topk_ids = topk_ids,
+                    .topk_weight = topk_weight,
+                    .topk = topk,
+                    .num_experts = num_experts,
+                    .W = W,
+                    .n = n,
+                    .Y = Y,
+                    .y_rows = y_rows,
+                    .expert_rows = expert_rows,
+                    .origin = origin,
+                    .dtype = dtype};
   return mkx_op_call(comm, &mkx_op_moe_dispatch_gemm, &a, stream);
 }
 
@@ -176,9 +184,17 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
                   int64_t topk, int64_t num_experts, const void *W1,
                   const void *W2, int64_t ffn, void *out, MKX_Datatype dtype,
                   MKX_Comm comm, MKX_Stream stream) {
-  mkx_moe_args a = {.X = X, .num_tokens = num_tokens, .hidden = hidden,
-                    .topk_ids = topk_ids, .topk_weight = topk_weight,
-                    .topk = topk, .num_experts = num_experts, .W = W1,
-                    .W2 = W2, .ffn = ffn, .out = out, .dtype = dtype};
+  mkx_moe_args a = {.X = X,
+                    .num_tokens = num_tokens,
+                    .hidden = hidden,
+                    .topk_ids = topk_ids,
+                    .topk_weight = topk_weight,
+                    .topk = topk,
+                    .num_experts = num_experts,
+                    .W = W1,
+                    .W2 = W2,
+                    .ffn = ffn,
+                    .out = out,
+                    .dtype = dtype};
   return mkx_op_call(comm, &mkx_op_moe_layer, &a, stream);
 }

@@ -9,8 +9,8 @@
 #include "host/op_args.h"
 #include "ops/path.h"
 
-#define MKX_SIG_MAX 12  /* values that must agree across ranks */
-#define MKX_LATE_MAX 3  /* per-rank values checked once totals are known */
+#define MKX_SIG_MAX 12 /* values that must agree across ranks */
+#define MKX_LATE_MAX 3 /* per-rank values checked once totals are known */
 
 enum { MKX_BUF_IN = 1, MKX_BUF_OUT = 2 };
 
@@ -26,9 +26,9 @@ typedef struct mkx_buffer {
 #define MKX_BUF_MAX 10
 
 typedef struct mkx_signature {
-  int64_t sig[MKX_SIG_MAX];      /* must be equal on every rank */
-  int64_t local;                 /* per-rank size, summed into total */
-  int64_t late[MKX_LATE_MAX];    /* per-rank, checked by post_check */
+  int64_t sig[MKX_SIG_MAX];   /* must be equal on every rank */
+  int64_t local;              /* per-rank size, summed into total */
+  int64_t late[MKX_LATE_MAX]; /* per-rank, checked by post_check */
 } mkx_signature;
 
 /* One GPU path of an operation (the entries live beside the op's GPU
@@ -57,7 +57,7 @@ typedef struct mkx_op_class {
   const char *name;
   mkx_op_kind kind;
   size_t args_size;
-  const char *const *sig_names;  /* names of sig[] entries, NULL-ended */
+  const char *const *sig_names; /* names of sig[] entries, NULL-ended */
   /* sig[i] as the user wrote it, for a mismatch's message (NULL, or 0
    * returned: as an integer): a double kept as its bits, an enum. */
   int (*sig_text)(int i, int64_t v, char *buf, size_t len);
@@ -67,8 +67,7 @@ typedef struct mkx_op_class {
    * consistent with the totals? */
   int (*post_check)(const int64_t *late, const mkx_agreed *g, int q);
   /* The buffers, sized with the agreed totals. */
-  int (*buffers)(MKX_Comm c, void *args, const mkx_agreed *g,
-                 mkx_buffer *bufs);
+  int (*buffers)(MKX_Comm c, void *args, const mkx_agreed *g, mkx_buffer *bufs);
   int (*host)(MKX_Comm c, const void *args, const mkx_agreed *g);
   /* The GPU paths (all NULL: none yet).  gpu_check: can this rank's
    * arguments take a fused path?  Local only, no communication:
@@ -94,9 +93,9 @@ extern const mkx_op_class mkx_op_allgather_gemm, mkx_op_gemm_reduce_scatter,
 typedef struct mkx_prepared {
   const mkx_op_class *cls;
   mkx_agreed g;
-  int staged;                /* device buffers run through the host path */
+  int staged;                  /* device buffers run through the host path */
   const mkx_path_ops *gpu_ops; /* the GPU path taken, or NULL */
-  void *gpu;                 /* its plan */
+  void *gpu;                   /* its plan */
 } mkx_prepared;
 
 /* Which entry point prepares the operation: every rank must be in the

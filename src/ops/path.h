@@ -5,15 +5,15 @@
 #define MKX_OPS_PATH_H
 
 typedef enum mkx_path {
-  MKX_PATH_HOST,           /* host buffers: the host path */
-  MKX_PATH_STAGED,         /* device buffers through host memory */
-  MKX_PATH_TP_OVERLAP,     /* one node: a GEMM overlapped with the copies */
-  MKX_PATH_TP_SPLIT,       /* one node: the GEMM, then one-shot NVLink */
-  MKX_PATH_TP_ONE_KERNEL,  /* a split AllGather+GEMM in one kernel (also
+  MKX_PATH_HOST,          /* host buffers: the host path */
+  MKX_PATH_STAGED,        /* device buffers through host memory */
+  MKX_PATH_TP_OVERLAP,    /* one node: a GEMM overlapped with the copies */
+  MKX_PATH_TP_SPLIT,      /* one node: the GEMM, then one-shot NVLink */
+  MKX_PATH_TP_ONE_KERNEL, /* a split AllGather+GEMM in one kernel (also
                               counted as MKX_PATH_TP_SPLIT) */
-  MKX_PATH_TP_ADAPTED,     /* operands adapted around a fused call */
-  MKX_PATH_HIER_GPU,       /* several nodes: GEMM on the GPU, network by host */
-  MKX_PATH_HIER_NVLINK,    /* several nodes: the node's part fused over NVLink */
+  MKX_PATH_TP_ADAPTED,    /* operands adapted around a fused call */
+  MKX_PATH_HIER_GPU,      /* several nodes: GEMM on the GPU, network by host */
+  MKX_PATH_HIER_NVLINK,   /* several nodes: the node's part fused over NVLink */
   MKX_PATH_COUNT
 } mkx_path;
 

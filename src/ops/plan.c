@@ -20,8 +20,10 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
   /* Local failures go through the agreement like bad arguments do, so
    * the other ranks fail at once instead of waiting for this one. */
   int rc = request ? mkx_options_load(&plan_opt, info)
-                   : mkx_error(MKX_ERR_NULL_POINTER, "%s_init: request is "
-                               "NULL", cls->name);
+                   : mkx_error(MKX_ERR_NULL_POINTER,
+                               "%s_init: request is "
+                               "NULL",
+                               cls->name);
   if (request) *request = NULL;
   MKX_Request r = calloc(1, sizeof *r);
   void *copy = malloc(cls->args_size);
@@ -30,8 +32,8 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
   if (rc == MKX_SUCCESS) rc = mkx_handle_add(r, MKX_HANDLE_REQUEST);
   if (copy) memcpy(copy, args, cls->args_size);
   mkx_prepared prep;
-  rc = mkx_op_prepare(c, cls, MKX_VARIANT_INIT, copy ? copy : (void *)args,
-                      rc, &prep);
+  rc = mkx_op_prepare(c, cls, MKX_VARIANT_INIT, copy ? copy : (void *)args, rc,
+                      &prep);
   if (rc != MKX_SUCCESS) {
     mkx_handle_remove(r);
     free(r);
@@ -48,8 +50,7 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
 
 static int request_check(MKX_Request r, const char *fn) {
   if (!mkx_handle_is(r, MKX_HANDLE_REQUEST))
-    return mkx_error(MKX_ERR_INVALID_REQUEST, "%s: NULL or freed request",
-                     fn);
+    return mkx_error(MKX_ERR_INVALID_REQUEST, "%s: NULL or freed request", fn);
   return MKX_SUCCESS;
 }
 
@@ -62,7 +63,8 @@ int MKX_Start(MKX_Request request, MKX_Stream stream) {
 int MKX_Request_free(MKX_Request *request) {
   mkx_error_clear();
   if (request == NULL)
-    return mkx_error(MKX_ERR_NULL_POINTER, "MKX_Request_free: request is "
+    return mkx_error(MKX_ERR_NULL_POINTER,
+                     "MKX_Request_free: request is "
                      "NULL");
   MKX_TRY(request_check(*request, "MKX_Request_free"));
   MKX_Request r = *request;

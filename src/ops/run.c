@@ -22,8 +22,8 @@ typedef struct agree_record {
 
 static const char *op_name(int64_t kind) {
   static const mkx_op_class *const all[] = {
-      &mkx_op_allgather_gemm, &mkx_op_gemm_reduce_scatter,
-      &mkx_op_gemm_allreduce, &mkx_op_ring_attention,
+      &mkx_op_allgather_gemm,    &mkx_op_gemm_reduce_scatter,
+      &mkx_op_gemm_allreduce,    &mkx_op_ring_attention,
       &mkx_op_moe_dispatch_gemm, &mkx_op_moe_layer};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
     if (all[i]->kind == kind) return all[i]->name;
@@ -38,18 +38,21 @@ static int other_call(MKX_Comm c, const agree_record *all) {
   for (int q = 0; q < c->size; q++) {
     const agree_record *o = &all[q];
     if (o->op != me->op || o->variant != me->variant)
-      return mkx_error(MKX_ERR_SHAPE_MISMATCH, "%s%s on rank %d but %s%s on "
+      return mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                       "%s%s on rank %d but %s%s on "
                        "rank %d: every rank must make the same call",
                        op_name(me->op), me->variant ? "_init" : "", c->rank,
                        op_name(o->op), o->variant ? "_init" : "", q);
     if (o->call != me->call)
-      return mkx_comm_break(c, mkx_error(MKX_ERR_SHAPE_MISMATCH, "%s: call "
-                            "%lld on the communicator on rank %d but call "
-                            "%lld on rank %d: a rank missed a call (one that "
-                            "failed before reaching the other ranks, such as "
-                            "a NULL communicator)", op_name(me->op),
-                            (long long)me->call, c->rank, (long long)o->call,
-                            q));
+      return mkx_comm_break(
+          c, mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                       "%s: call "
+                       "%lld on the communicator on rank %d but call "
+                       "%lld on rank %d: a rank missed a call (one that "
+                       "failed before reaching the other ranks, such as "
+                       "a NULL communicator)",
+                       op_name(me->op), (long long)me->call, c->rank,
+                       (long long)o->call, q));
   }
   return MKX_SUCCESS;
 }
@@ -58,16 +61,16 @@ static int other_call(MKX_Comm c, const agree_record *all) {
  * or layout's name, else the number. */
 static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
                      size_t len) {
-  static const char *const types[] = {"?", "MKX_BF16", "MKX_FP16",
-                                      "MKX_FP32", "MKX_FP64"};
+  static const char *const types[] = {"?", "MKX_BF16", "MKX_FP16", "MKX_FP32",
+                                      "MKX_FP64"};
   const char *name = cls->sig_names[i];
   if (cls->sig_text && cls->sig_text(i, v, buf, len)) return;
   if ((!strcmp(name, "dtype") || !strcmp(name, "ctype")) && v >= MKX_BF16 &&
       v <= MKX_FP64)
     snprintf(buf, len, "%s", types[v]);
   else if (!strcmp(name, "order") && (v == MKX_ROW_MAJOR || v == MKX_COL_MAJOR))
-    snprintf(buf, len, "%s", v == MKX_ROW_MAJOR ? "MKX_ROW_MAJOR"
-                                                : "MKX_COL_MAJOR");
+    snprintf(buf, len, "%s",
+             v == MKX_ROW_MAJOR ? "MKX_ROW_MAJOR" : "MKX_COL_MAJOR");
   else
     snprintf(buf, len, "%lld", (long long)v);
 }
@@ -79,8 +82,8 @@ static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
     if (all[q].path != me->path)
       return mkx_error(MKX_ERR_SHAPE_MISMATCH,
                        "%s: buffers are %s memory on rank %d but %s memory "
-                       "on rank %d", cls->name,
-                       me->path ? "device" : "host", c->rank,
+                       "on rank %d",
+                       cls->name, me->path ? "device" : "host", c->rank,
                        all[q].path ? "device" : "host", q);
     for (int i = 0; cls->sig_names[i]; i++)
       if (all[q].s.sig[i] != me->s.sig[i]) {
@@ -88,9 +91,8 @@ static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
         sig_text(cls, i, me->s.sig[i], mine, sizeof mine);
         sig_text(cls, i, all[q].s.sig[i], other, sizeof other);
         return mkx_error(MKX_ERR_SHAPE_MISMATCH,
-                         "%s: %s = %s on rank %d but %s on rank %d",
-                         cls->name, cls->sig_names[i], mine, c->rank, other,
-                         q);
+                         "%s: %s = %s on rank %d but %s on rank %d", cls->name,
+                         cls->sig_names[i], mine, c->rank, other, q);
       }
   }
   return MKX_SUCCESS;
@@ -100,9 +102,10 @@ static int first_failure(MKX_Comm c, const mkx_op_class *cls,
                          const agree_record *all) {
   for (int q = 0; q < c->size; q++)
     if (all[q].rc != MKX_SUCCESS)
-      return mkx_error(MKX_ERR_PEER, "%s: rank %d rejected its arguments "
-                       "(%s)", cls->name, q,
-                       MKX_Error_string((int)all[q].rc));
+      return mkx_error(MKX_ERR_PEER,
+                       "%s: rank %d rejected its arguments "
+                       "(%s)",
+                       cls->name, q, MKX_Error_string((int)all[q].rc));
   return MKX_SUCCESS;
 }
 
@@ -128,9 +131,9 @@ static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
     free(all);
     return mkx_error(MKX_ERR_NOMEM, "%s: agreement buffers", cls->name);
   }
-  int rc = mkx_comm_exchanged(c, c->oob.allgather(c->oob.ctx, mine, all,
-                                                   sizeof *mine,
-                                                   c->opt.timeout_ms));
+  int rc = mkx_comm_exchanged(
+      c,
+      c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine, c->opt.timeout_ms));
   if (rc != MKX_SUCCESS) {
     free(all);
     return rc;
@@ -172,8 +175,10 @@ static int buffer_kind(MKX_Comm c, const mkx_op_class *cls, void *args,
   }
   if (*device < 0) *device = MKX_MEM_HOST;
   if (*device == MKX_MEM_DEVICE && c->device < 0)
-    return mkx_error(MKX_ERR_INVALID_ARG, "%s: device buffers given but the "
-                     "communicator runs the host path", cls->name);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "%s: device buffers given but the "
+                     "communicator runs the host path",
+                     cls->name);
   return MKX_SUCCESS;
 }
 
@@ -218,13 +223,14 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
     if (!can) snprintf(why, sizeof why, "%s", MKX_Get_last_error());
     mkx_error_clear();
   }
-  if (cls->gpu_check)
-    MKX_TRY(all_can(c, can, local, &all, &p->g));
+  if (cls->gpu_check) MKX_TRY(all_can(c, can, local, &all, &p->g));
   if (all) return plan_gpu(c, cls, args, p);
   p->staged = 1;
   mkx_log(MKX_LOG_INFO, "%s: %s path (%s)", cls->name,
-          mkx_path_name(MKX_PATH_STAGED), can ? "another rank cannot take "
-          "the fused path" : why);
+          mkx_path_name(MKX_PATH_STAGED),
+          can ? "another rank cannot take "
+                "the fused path"
+              : why);
   return MKX_SUCCESS;
 }
 
@@ -283,8 +289,8 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
     if (dev[i] == NULL || bufs[i].bytes == 0) continue;
     host[i] = malloc(bufs[i].bytes);
     if (host[i] == NULL)
-      rc = mkx_error(MKX_ERR_NOMEM, "%s: staging %s (%zu bytes)",
-                     p->cls->name, bufs[i].name, bufs[i].bytes);
+      rc = mkx_error(MKX_ERR_NOMEM, "%s: staging %s (%zu bytes)", p->cls->name,
+                     bufs[i].name, bufs[i].bytes);
     else
       rc = mkx_device_copy(host[i], dev[i], bufs[i].bytes, 0);
     *bufs[i].field = host[i];

@@ -28,11 +28,11 @@
 
 /* What this rank copies, and the twin's padded sizes. */
 typedef struct ad_shape {
-  int cm;                  /* column-major call */
-  int a, b, c, ao;         /* copy A, B, C, A_out through temporaries */
-  int64_t k, kp, n, np;    /* k (AG) or k_local (RS/AR), n; padded to 8 */
+  int cm;               /* column-major call */
+  int a, b, c, ao;      /* copy A, B, C, A_out through temporaries */
+  int64_t k, kp, n, np; /* k (AG) or k_local (RS/AR), n; padded to 8 */
   int64_t a_rows, c_rows, ao_rows;
-  MKX_Trans tb;            /* the twin's transb */
+  MKX_Trans tb; /* the twin's transb */
   size_t es, ces;
 } ad_shape;
 
@@ -46,11 +46,11 @@ typedef struct ad_plan {
   union {
     mkx_ag_gemm_args ag;
     mkx_gemm_red_args red;
-  } twin;       /* the row-major call on the temporaries */
+  } twin; /* the row-major call on the temporaries */
 } ad_plan;
 
 static const char *op_name(int op) {
-  return op == MKX_TP_OP_AG ? "MKX_Allgather_gemm"
+  return op == MKX_TP_OP_AG   ? "MKX_Allgather_gemm"
          : op == MKX_TP_OP_RS ? "MKX_Gemm_reduce_scatter"
                               : "MKX_Gemm_allreduce";
 }
@@ -76,13 +76,14 @@ static ad_args view(int op, const void *args) {
   ad_args v;
   if (op == MKX_TP_OP_AG) {
     const mkx_ag_gemm_args *a = args;
-    v = (ad_args){a->A, a->B, a->C, a->A_out, a->lda, a->ldb, a->ldc,
-                  a->ld_aout, a->k, a->n, a->transb, a->dtype, a->ctype,
-                  a->order};
+    v = (ad_args){a->A,      a->B,     a->C,       a->A_out, a->lda,
+                  a->ldb,    a->ldc,   a->ld_aout, a->k,     a->n,
+                  a->transb, a->dtype, a->ctype,   a->order};
   } else {
     const mkx_gemm_red_args *a = args;
-    v = (ad_args){a->A, a->B, a->C, NULL, a->lda, a->ldb, a->ldc, 0,
-                  a->k_local, a->n, a->transb, a->dtype, a->ctype, a->order};
+    v = (ad_args){a->A,      a->B,     a->C,     NULL,       a->lda,
+                  a->ldb,    a->ldc,   0,        a->k_local, a->n,
+                  a->transb, a->dtype, a->ctype, a->order};
   }
   return v;
 }
@@ -90,8 +91,8 @@ static ad_args view(int op, const void *args) {
 const char *mkx_tp_adapt_misfit(int op, const void *args) {
   const ad_args v = view(op, args);
   const int cm = v.order == MKX_COL_MAJOR;
-  const int has_a = op != MKX_TP_OP_AG ||
-                    ((const mkx_ag_gemm_args *)args)->m_local > 0;
+  const int has_a =
+      op != MKX_TP_OP_AG || ((const mkx_ag_gemm_args *)args)->m_local > 0;
   if (odd(v.k) || odd(v.n) || odd(v.ldb) || (!cm && (odd(v.lda) || odd(v.ldc))))
     return "k, n, ldb (and lda, ldc when row-major) must be multiples of 8";
   if (misaligned(v.B) ||
@@ -194,8 +195,8 @@ static int inner_plan(MKX_Comm c, ad_plan *p, const struct mkx_agreed *g) {
   gi.gpu_adapt = 0;
   const void *twin = p->op == MKX_TP_OP_AG ? (const void *)&p->twin.ag
                                            : (const void *)&p->twin.red;
-  mkx_tp_choose_fused(c, p->op, p->op == MKX_TP_OP_AG ? g->total
-                                                     : p->twin.red.M, &ch);
+  mkx_tp_choose_fused(c, p->op,
+                      p->op == MKX_TP_OP_AG ? g->total : p->twin.red.M, &ch);
   mkx_log(MKX_LOG_INFO, "%s: adapted call on the %s path (%s)", op_name(p->op),
           mkx_path_name(ch.ops->path), ch.why);
   MKX_TRY(ch.ops->plan(c, p->op, twin, &gi, &p->inner));
@@ -212,8 +213,8 @@ int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
   /* the workspace request must be the same on every rank (the pools
    * decide alike): the largest of the ranks' needs */
   uint64_t bytes = 0;
-  int rc = mkx_comm_agree_u64(c, lay_out(p), MKX_AGREE_MAX, &bytes,
-                              op_name(op));
+  int rc =
+      mkx_comm_agree_u64(c, lay_out(p), MKX_AGREE_MAX, &bytes, op_name(op));
   mkx_tp_need need = {0, 0, (size_t)bytes};
   if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->tmp);
   if (rc == MKX_SUCCESS) {
@@ -248,22 +249,24 @@ static int copy2d(const ad_plan *p, void *dst, int64_t ldd, const void *src,
 static int zero_pad(const ad_plan *p, char *m, int64_t rows, int64_t rows_p,
                     int64_t cols, int64_t ld, size_t esz, cudaStream_t st) {
   if (ld > cols && rows > 0)
-    MKX_TRY(cuda_rc(cudaMemset2DAsync(m + (size_t)cols * esz, (size_t)ld * esz,
-                                      0, (size_t)(ld - cols) * esz,
-                                      (size_t)rows, st), p, "zero padding"));
+    MKX_TRY(
+        cuda_rc(cudaMemset2DAsync(m + (size_t)cols * esz, (size_t)ld * esz, 0,
+                                  (size_t)(ld - cols) * esz, (size_t)rows, st),
+                p, "zero padding"));
   if (rows_p > rows)
-    MKX_TRY(cuda_rc(cudaMemsetAsync(m + (size_t)rows * (size_t)ld * esz, 0,
-                                    (size_t)(rows_p - rows) * (size_t)ld * esz,
-                                    st), p, "zero padding"));
+    MKX_TRY(
+        cuda_rc(cudaMemsetAsync(m + (size_t)rows * (size_t)ld * esz, 0,
+                                (size_t)(rows_p - rows) * (size_t)ld * esz, st),
+                p, "zero padding"));
   return MKX_SUCCESS;
 }
 
 static int transpose(const ad_plan *p, const void *src, int64_t rows,
                      int64_t cols, int64_t lds, void *dst, int64_t ldd,
                      size_t esz, cudaStream_t st) {
-  return mkx_tp_launch_rc(mkx_tp_transpose(src, rows, cols, lds, dst, ldd,
-                                           (int)esz, st),
-                          op_name(p->op), "transpose of a column-major operand");
+  return mkx_tp_launch_rc(
+      mkx_tp_transpose(src, rows, cols, lds, dst, ldd, (int)esz, st),
+      op_name(p->op), "transpose of a column-major operand");
 }
 
 /* The twin's A (a_rows x kp): a column-major m x k A is a row-major k x m
@@ -317,8 +320,8 @@ int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
   MKX_TRY(put_b(p, &v, (void *)t.B, st));
   MKX_TRY(p->inner_ops->start(c, p->inner, twin, stream));
   if (s->c)
-    MKX_TRY(get_out(p, (void *)v.C, v.ldc, t.C, s->c_rows, s->n, s->np,
-                    s->ces, st));
+    MKX_TRY(get_out(p, (void *)v.C, v.ldc, t.C, s->c_rows, s->n, s->np, s->ces,
+                    st));
   if (s->ao)
     MKX_TRY(get_out(p, (void *)v.A_out, v.ld_aout, t.A_out, s->ao_rows, s->k,
                     s->kp, s->es, st));

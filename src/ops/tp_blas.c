@@ -22,9 +22,9 @@ struct mkx_tp_blas {
 
 static int blas_rc(cublasStatus_t s, const char *fn, const char *what) {
   if (s == CUBLAS_STATUS_SUCCESS) return MKX_SUCCESS;
-  return mkx_error(s == CUBLAS_STATUS_ALLOC_FAILED ? MKX_ERR_NOMEM
-                                                   : MKX_ERR_CUDA,
-                   "%s: %s: cuBLAS status %d", fn, what, (int)s);
+  return mkx_error(
+      s == CUBLAS_STATUS_ALLOC_FAILED ? MKX_ERR_NOMEM : MKX_ERR_CUDA,
+      "%s: %s: cuBLAS status %d", fn, what, (int)s);
 }
 
 void mkx_tp_blas_free(mkx_tp_blas *b) {
@@ -39,8 +39,7 @@ static int blas_create(mkx_tp_blas **out, const char *fn) {
   if (!b) return mkx_error(MKX_ERR_NOMEM, "%s: cuBLAS handle", fn);
   int rc = blas_rc(cublasCreate(&b->h), fn, "cublasCreate");
   if (rc == MKX_SUCCESS)
-    rc = mkx_cuda_rc(cudaMalloc(&b->ws, BLAS_WS_BYTES), fn,
-                        "cuBLAS workspace");
+    rc = mkx_cuda_rc(cudaMalloc(&b->ws, BLAS_WS_BYTES), fn, "cuBLAS workspace");
   if (rc != MKX_SUCCESS) {
     mkx_tp_blas_free(b);
     return rc;
@@ -66,14 +65,13 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
   /* cublasSetStream puts the default workspace back */
   MKX_TRY(blas_rc(cublasSetWorkspace((*b)->h, (*b)->ws, BLAS_WS_BYTES), fn,
                   "cublasSetWorkspace"));
-  return blas_rc(
-      cublasGemmEx((*b)->h, g->b_kmajor ? CUBLAS_OP_T : CUBLAS_OP_N,
-                   CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k, &one, g->b,
-                   cuda_type(g->ab_type), (int)g->ldb, g->a,
-                   cuda_type(g->ab_type), (int)g->lda, &zero, g->c,
-                   cuda_type(g->c_type), (int)g->ldc, CUBLAS_COMPUTE_32F,
-                   CUBLAS_GEMM_DEFAULT),
-      fn, "cublasGemmEx");
+  return blas_rc(cublasGemmEx((*b)->h, g->b_kmajor ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              CUBLAS_OP_N, (int)g->n, (int)g->m, (int)g->k,
+                              &one, g->b, cuda_type(g->ab_type), (int)g->ldb,
+                              g->a, cuda_type(g->ab_type), (int)g->lda, &zero,
+                              g->c, cuda_type(g->c_type), (int)g->ldc,
+                              CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 fn, "cublasGemmEx");
 }
 #else
 typedef int mkx_tp_blas_unused; /* ISO C: not an empty unit */

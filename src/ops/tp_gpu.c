@@ -15,7 +15,6 @@
 #include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
-
 /* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
 
 /* The pool lives as an MPI attribute of c->mpi: MKX_Comm_free releases the
@@ -93,65 +92,70 @@ int mkx_tp_launch_rc(int rc, const char *fn, const char *what) {
 int mkx_tp_rs_bn(int64_t n) { return n <= 128 ? 128 : 256; }
 
 int mkx_tp_gemm_type(MKX_Datatype t) {
-  return t == MKX_FP16 ? MKX_GEMM_FP16
-                       : t == MKX_FP32 ? MKX_GEMM_FP32 : MKX_GEMM_BF16;
+  return t == MKX_FP16   ? MKX_GEMM_FP16
+         : t == MKX_FP32 ? MKX_GEMM_FP32
+                         : MKX_GEMM_BF16;
 }
 
 int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
   if (c->place.num_nodes != 1 || c->place.local_size != c->size)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path is single-node "
-                     "only (%d nodes)", fn, c->place.num_nodes);
-  if (c->share.mode != MKX_SHARE_NONE &&
-      c->opt.shared_gpu == MKX_SHARED_STAGED)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: ranks of this node share a "
-                     "GPU (%s) and option shared_gpu=staged", fn,
-                     mkx_gpu_share_name(c->share.mode));
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path is single-node "
+                     "only (%d nodes)",
+                     fn, c->place.num_nodes);
+  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: ranks of this node share a "
+                     "GPU (%s) and option shared_gpu=staged",
+                     fn, mkx_gpu_share_name(c->share.mode));
   if (c->size > MKX_TP_MAX)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path handles at most "
-                     "%d ranks (%d)", fn, MKX_TP_MAX, c->size);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path handles at most "
+                     "%d ranks (%d)",
+                     fn, MKX_TP_MAX, c->size);
   return MKX_SUCCESS;
 }
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
-  return ws->split == n->split && ws->src_cap >= n->src_n && ws->flags_cap >= n->flags_n &&
+  return ws->split == n->split && ws->src_cap >= n->src_n &&
+         ws->flags_cap >= n->flags_n &&
          ws->bytes - ws->data_off >= n->data_bytes;
 }
 
 /* Local resources of a workspace (no communication). */
 static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
   const char *fn = "fused tp workspace";
-  MKX_TRY(mkx_cuda_rc(cudaHostAlloc((void **)&ws->err_host,
-                                       MKX_TP_ERR_WORDS * sizeof(int),
-                                       cudaHostAllocMapped),
-                         fn, "cudaHostAlloc"));
+  MKX_TRY(mkx_cuda_rc(
+      cudaHostAlloc((void **)&ws->err_host, MKX_TP_ERR_WORDS * sizeof(int),
+                    cudaHostAllocMapped),
+      fn, "cudaHostAlloc"));
   memset(ws->err_host, 0, MKX_TP_ERR_WORDS * sizeof(int));
-  MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer((void **)&ws->err_dev,
-                                                  ws->err_host, 0),
-                         fn, "cudaHostGetDevicePointer"));
+  MKX_TRY(mkx_cuda_rc(
+      cudaHostGetDevicePointer((void **)&ws->err_dev, ws->err_host, 0), fn,
+      "cudaHostGetDevicePointer"));
   for (int i = 0; i < c->size; i++) {
-    MKX_TRY(mkx_cuda_rc(cudaStreamCreateWithFlags(&ws->side[i],
-                                                     cudaStreamNonBlocking),
-                           fn, "cudaStreamCreate"));
-    MKX_TRY(mkx_cuda_rc(cudaEventCreateWithFlags(
-                               &ws->ev_join[i], cudaEventDisableTiming),
-                           fn, "cudaEventCreate"));
+    MKX_TRY(mkx_cuda_rc(
+        cudaStreamCreateWithFlags(&ws->side[i], cudaStreamNonBlocking), fn,
+        "cudaStreamCreate"));
+    MKX_TRY(mkx_cuda_rc(
+        cudaEventCreateWithFlags(&ws->ev_join[i], cudaEventDisableTiming), fn,
+        "cudaEventCreate"));
   }
-  MKX_TRY(mkx_cuda_rc(cudaEventCreateWithFlags(&ws->ev_fork,
-                                                  cudaEventDisableTiming),
-                         fn, "cudaEventCreate"));
-  return mkx_cuda_rc(cudaEventCreateWithFlags(&ws->ev_last,
-                                                 cudaEventDisableTiming),
-                        fn, "cudaEventCreate");
+  MKX_TRY(mkx_cuda_rc(
+      cudaEventCreateWithFlags(&ws->ev_fork, cudaEventDisableTiming), fn,
+      "cudaEventCreate"));
+  return mkx_cuda_rc(
+      cudaEventCreateWithFlags(&ws->ev_last, cudaEventDisableTiming), fn,
+      "cudaEventCreate");
 }
 
 /* Header, src[] and flags[] start at zero (epoch 0): zero them and wait,
  * before the collective registration lets any peer write a flag here. */
 static int ws_zero(mkx_tp_ws *ws, void *base) {
   const char *fn = "fused tp workspace";
-  MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, ws->data_off), fn,
-                         "cudaMemset"));
+  MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, ws->data_off), fn, "cudaMemset"));
   return mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
 }
 
@@ -176,8 +180,9 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
     if (ws) ws_destroy_host(ws);
     return rc;
   }
-  rc = mkx_symm_alloc(c, ws->bytes, &base);          /* collective, agreed */
-  if (rc == MKX_SUCCESS) rc = mkx_comm_agree_rc(c, ws_zero(ws, base), "tp workspace zero");
+  rc = mkx_symm_alloc(c, ws->bytes, &base); /* collective, agreed */
+  if (rc == MKX_SUCCESS)
+    rc = mkx_comm_agree_rc(c, ws_zero(ws, base), "tp workspace zero");
   if (rc == MKX_SUCCESS) rc = mkx_symm_register(c, base, ws->bytes, &ws->buf);
   if (rc != MKX_SUCCESS) {
     if (base && !c->broken) mkx_symm_free(c, base);
@@ -192,9 +197,10 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
 
 /* Collective: free a pooled workspace (nothing may still use it). */
 static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
-  int rc = mkx_comm_agree_rc(c, mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp",
-                                   "cudaDeviceSynchronize"),
-                 "tp workspace release");
+  int rc = mkx_comm_agree_rc(
+      c,
+      mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp", "cudaDeviceSynchronize"),
+      "tp workspace release");
   if (rc == MKX_SUCCESS) rc = mkx_symm_free(c, ws->buf.local);
   ws_destroy_host(ws);
   return rc;
@@ -260,21 +266,30 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
 
 static const char *where_name(int w) {
   switch (w) {
-    case MKX_TP_AT_BARRIER: return "call barrier";
-    case MKX_TP_AT_AG_TILE: return "gathered A tile";
-    case MKX_TP_AT_RS_TILE: return "partial sub-tile";
-    case MKX_TP_AT_AR_DONE: return "reduced rows";
-    case MKX_TP_AT_LATE: return "partials of rows shared by two owners";
-    case MKX_TP_AT_DRAINED: return "end of its reads of the partials";
-    case MKX_TP_AT_SPLIT_TILE: return "another SM's share of a split tile";
+    case MKX_TP_AT_BARRIER:
+      return "call barrier";
+    case MKX_TP_AT_AG_TILE:
+      return "gathered A tile";
+    case MKX_TP_AT_RS_TILE:
+      return "partial sub-tile";
+    case MKX_TP_AT_AR_DONE:
+      return "reduced rows";
+    case MKX_TP_AT_LATE:
+      return "partials of rows shared by two owners";
+    case MKX_TP_AT_DRAINED:
+      return "end of its reads of the partials";
+    case MKX_TP_AT_SPLIT_TILE:
+      return "another SM's share of a split tile";
   }
   return "?";
 }
 
 /* "rank 3" or "a peer" (-1). */
 static void rank_name(int r, char *buf, size_t len) {
-  if (r >= 0) snprintf(buf, len, "rank %d", r);
-  else snprintf(buf, len, "a peer");
+  if (r >= 0)
+    snprintf(buf, len, "rank %d", r);
+  else
+    snprintf(buf, len, "a peer");
 }
 
 /* A run on `ws` failed on the GPU: a bounded wait of this rank ran out, or
@@ -334,8 +349,7 @@ static void dump_sync(mkx_tp_ws *ws) {
 static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
-  if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER)
-    return MKX_SUCCESS;
+  if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER) return MKX_SUCCESS;
   dump_sync(ws);
   char head[96], who[32], waited[32], at[32], mine[192];
   if (earlier)
@@ -348,16 +362,18 @@ static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
     rank_name(peer, who, sizeof who);
     rank_name(tile, waited, sizeof waited);
     own_wait(e, mine, sizeof mine);
-    return mkx_error(MKX_ERR_PEER, "%s failed on the GPU: %s gave up on it "
+    return mkx_error(MKX_ERR_PEER,
+                     "%s failed on the GPU: %s gave up on it "
                      "after %lld ms (option timeout_ms) waiting for %s (%s), "
-                     "so this rank's result is void%s", head, who, ms, waited,
-                     where_name(where), mine);
+                     "so this rank's result is void%s",
+                     head, who, ms, waited, where_name(where), mine);
   }
   rank_name(peer, who, sizeof who);
   tile_name(tile, where, at, sizeof at);
-  return mkx_error(MKX_ERR_TIMEOUT, "%s timed out on the GPU after %lld ms "
-                   "(option timeout_ms) waiting for %s (%s%s)", head, ms, who,
-                   where_name(where), at);
+  return mkx_error(MKX_ERR_TIMEOUT,
+                   "%s timed out on the GPU after %lld ms "
+                   "(option timeout_ms) waiting for %s (%s%s)",
+                   head, ms, who, where_name(where), at);
 }
 
 /* A run on any workspace of the communicator failed: report it (a
@@ -375,20 +391,20 @@ static int pool_error(MKX_Comm c, const char *fn) {
 /* Option blocking: wait for this run and return its own status. */
 static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
   MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), ws->fn,
-                         "cudaStreamSynchronize (option blocking)"));
+                      "cudaStreamSynchronize (option blocking)"));
   return mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0));
 }
 
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
-                         "cudaStreamIsCapturing"));
+                      "cudaStreamIsCapturing"));
   /* A call on another stream than the last one must not overtake it: it
    * would reuse the workspace under the previous call's feet.  (Inside a
    * capture the graph's own order is the user's to keep.) */
   if (ws->used && ws->last_stream != st && cap == cudaStreamCaptureStatusNone)
-    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, ws->ev_last,
-                                               0), fn, "cudaStreamWaitEvent"));
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, ws->ev_last, 0),
+                        fn, "cudaStreamWaitEvent"));
   return MKX_SUCCESS;
 }
 
@@ -419,7 +435,7 @@ int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
 }
 
 void mkx_tp_gemm_of_ag(const mkx_ag_gemm_args *x, const void *a, int64_t M,
-                    mkx_gemm_desc *d) {
+                       mkx_gemm_desc *d) {
   memset(d, 0, sizeof *d);
   d->m = M, d->n = x->n, d->k = x->k;
   d->a = a, d->lda = x->k;
@@ -430,7 +446,7 @@ void mkx_tp_gemm_of_ag(const mkx_ag_gemm_args *x, const void *a, int64_t M,
 }
 
 void mkx_tp_gemm_of_red(const mkx_gemm_red_args *x, void *c, int c_type,
-                     mkx_gemm_desc *d) {
+                        mkx_gemm_desc *d) {
   memset(d, 0, sizeof *d);
   d->m = x->M, d->n = x->n, d->k = x->k_local;
   d->a = x->A, d->lda = x->lda;
@@ -486,15 +502,15 @@ int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
 
 int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
-                         "fused tp", "cudaStreamIsCapturing"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), "fused tp",
+                      "cudaStreamIsCapturing"));
   /* Inside a capture nothing runs yet: no event, and option blocking has
    * nothing to wait for (a synchronise would end the capture). */
   if (cap != cudaStreamCaptureStatusNone) return MKX_SUCCESS;
   ws->used = 1;
   ws->last_stream = st;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
-                         "fused tp", "cudaEventRecord"));
+                      "fused tp", "cudaEventRecord"));
   return ws->comm->opt.blocking ? finish_blocking(ws, (cudaStream_t)st)
                                 : MKX_SUCCESS;
 }

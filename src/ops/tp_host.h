@@ -26,17 +26,17 @@ typedef struct mkx_tp_need {
 /* One symmetric workspace.  Held by one plan (or one plain call) at a time,
  * so plans never share flags; returned to the communicator's pool after. */
 typedef struct mkx_tp_ws {
-  mkx_symm_buf buf;             /* local base and node peers' mappings */
+  mkx_symm_buf buf; /* local base and node peers' mappings */
   size_t bytes, flags_off, data_off;
   int64_t src_cap, flags_cap;
-  int dumped;                   /* its flag words were logged (debug) */
-  int *err_host, *err_dev;      /* host-mapped error word (MKX_TP_ERR_WORDS ints) */
-  cudaStream_t side[MKX_TP_MAX];/* copy-engine streams (one per destination) */
+  int dumped;              /* its flag words were logged (debug) */
+  int *err_host, *err_dev; /* host-mapped error word (MKX_TP_ERR_WORDS ints) */
+  cudaStream_t side[MKX_TP_MAX]; /* copy-engine streams (one per destination) */
   cudaEvent_t ev_fork, ev_join[MKX_TP_MAX], ev_last;
-  void *last_stream;            /* stream of the last call (serialisation) */
+  void *last_stream; /* stream of the last call (serialisation) */
   int used, busy, split;
-  MKX_Comm comm;                /* owner: options, and ranks in messages */
-  const char *fn;               /* the call that last started on it */
+  MKX_Comm comm;  /* owner: options, and ranks in messages */
+  const char *fn; /* the call that last started on it */
   struct mkx_tp_ws *next;
 } mkx_tp_ws;
 
@@ -84,9 +84,9 @@ int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
 struct mkx_ag_gemm_args;
 struct mkx_gemm_red_args;
 void mkx_tp_gemm_of_ag(const struct mkx_ag_gemm_args *args, const void *a,
-                    int64_t M, mkx_gemm_desc *d);
+                       int64_t M, mkx_gemm_desc *d);
 void mkx_tp_gemm_of_red(const struct mkx_gemm_red_args *args, void *c,
-                     int c_type, mkx_gemm_desc *d);
+                        int c_type, mkx_gemm_desc *d);
 
 /* The split path's GEMM (g as for mkx_gemm_run): the engine, or with
  * option tp_split_gemm=cublas (mkx_tp_split_blas says when) cuBLAS on the
@@ -98,7 +98,6 @@ typedef struct mkx_tp_blas mkx_tp_blas;
 int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn);
 void mkx_tp_blas_free(mkx_tp_blas *b);
-
 
 /* An engine/launcher return code as an MKX error. */
 int mkx_tp_launch_rc(int rc, const char *fn, const char *what);
@@ -154,10 +153,8 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream);
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan);
-int mkx_rs_gpu_check(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g);
-int mkx_ar_gpu_check(MKX_Comm c, const void *args,
-                     const struct mkx_agreed *g);
+int mkx_rs_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g);
+int mkx_ar_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g);
 unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
@@ -176,11 +173,9 @@ struct mkx_path_choice;
 int mkx_ag_gemm_gpu_choose(MKX_Comm c, const void *args,
                            const struct mkx_agreed *g,
                            struct mkx_path_choice *out);
-int mkx_rs_gpu_choose(MKX_Comm c, const void *args,
-                      const struct mkx_agreed *g,
+int mkx_rs_gpu_choose(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                       struct mkx_path_choice *out);
-int mkx_ar_gpu_choose(MKX_Comm c, const void *args,
-                      const struct mkx_agreed *g,
+int mkx_ar_gpu_choose(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                       struct mkx_path_choice *out);
 void mkx_tp_choose_fused(MKX_Comm c, int op, int64_t M,
                          struct mkx_path_choice *out);

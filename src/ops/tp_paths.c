@@ -55,9 +55,8 @@ static const mkx_path_ops ag_overlap = {MKX_PATH_TP_OVERLAP, ag_overlap_plan,
 static const mkx_path_ops ag_split = {MKX_PATH_TP_SPLIT, ag_split_plan,
                                       mkx_ag_gemm_gpu_start,
                                       mkx_ag_gemm_gpu_free};
-static const mkx_path_ops red_overlap = {MKX_PATH_TP_OVERLAP,
-                                         red_overlap_plan, mkx_red_gpu_start,
-                                         mkx_red_gpu_free};
+static const mkx_path_ops red_overlap = {MKX_PATH_TP_OVERLAP, red_overlap_plan,
+                                         mkx_red_gpu_start, mkx_red_gpu_free};
 static const mkx_path_ops red_split = {MKX_PATH_TP_SPLIT, red_split_plan,
                                        mkx_red_gpu_start, mkx_red_gpu_free};
 static const mkx_path_ops adapted = {MKX_PATH_TP_ADAPTED, mkx_tp_adapt_plan,
@@ -68,8 +67,7 @@ static const mkx_path_ops hier_gpu = {MKX_PATH_HIER_GPU, mkx_hier_gpu_plan,
                                       mkx_hier_gpu_start, mkx_hier_gpu_free};
 static const mkx_path_ops hier_nvlink = {MKX_PATH_HIER_NVLINK,
                                          mkx_hier_nvlink_plan,
-                                         mkx_hier_gpu_start,
-                                         mkx_hier_gpu_free};
+                                         mkx_hier_gpu_start, mkx_hier_gpu_free};
 
 /* ---- the choice ---------------------------------------------------------- */
 
@@ -95,7 +93,8 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   }
   if (g->gpu_adapt) {
     out->ops = &adapted;
-    snprintf(out->why, sizeof out->why, "a rank's operands are column-major "
+    snprintf(out->why, sizeof out->why,
+             "a rank's operands are column-major "
              "or need padding (option fused_pad)");
     return MKX_SUCCESS;
   }
@@ -109,13 +108,13 @@ int mkx_ag_gemm_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
 }
 int mkx_rs_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                       mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_RS, args, g,
-                ((const mkx_gemm_red_args *)args)->M, out);
+  return choose(c, MKX_TP_OP_RS, args, g, ((const mkx_gemm_red_args *)args)->M,
+                out);
 }
 int mkx_ar_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                       mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_AR, args, g,
-                ((const mkx_gemm_red_args *)args)->M, out);
+  return choose(c, MKX_TP_OP_AR, args, g, ((const mkx_gemm_red_args *)args)->M,
+                out);
 }
 #else
 typedef int mkx_tp_paths_unused; /* ISO C: not an empty unit */

@@ -20,13 +20,14 @@ int mkx_check_size(const char *fn, const char *name, int64_t v, int64_t min) {
   return MKX_SUCCESS;
 }
 
-int mkx_check_elems(const char *fn, const char *what, int n,
-                    const int64_t *f) {
+int mkx_check_elems(const char *fn, const char *what, int n, const int64_t *f) {
   int64_t p = 1;
   for (int i = 0; i < n; i++)
     if (f[i] < 0 || (f[i] > 0 && p > MKX_SIZE_LIMIT / f[i]))
-      return mkx_error(MKX_ERR_BAD_SIZE, "%s: %s holds more than 2^40 "
-                       "elements", fn, what);
+      return mkx_error(MKX_ERR_BAD_SIZE,
+                       "%s: %s holds more than 2^40 "
+                       "elements",
+                       fn, what);
     else
       p *= f[i];
   return MKX_SUCCESS;
@@ -57,7 +58,8 @@ int mkx_check_type_pair(const char *fn, MKX_Datatype dtype,
   if ((dtype == MKX_FP64) == (ctype == MKX_FP64)) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_UNSUPPORTED,
                    "%s: dtype %d with ctype %d: fp64 runs end to end in fp64 "
-                   "(use MKX_FP64 for both)", fn, (int)dtype, (int)ctype);
+                   "(use MKX_FP64 for both)",
+                   fn, (int)dtype, (int)ctype);
 }
 
 int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
@@ -67,19 +69,19 @@ int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
   if (ld >= need && ld <= MKX_SIZE_LIMIT) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_BAD_LD,
                    "%s: %s = %lld too small for a %lld x %lld %s-major "
-                   "matrix (needs >= %lld)", fn, name, (long long)ld,
-                   (long long)rows, (long long)cols,
+                   "matrix (needs >= %lld)",
+                   fn, name, (long long)ld, (long long)rows, (long long)cols,
                    order == MKX_ROW_MAJOR ? "row" : "column", (long long)need);
 }
 
-int mkx_check_span(const char *fn, const char *name, int64_t rows,
-                   int64_t cols, int64_t ld, MKX_Order order) {
+int mkx_check_span(const char *fn, const char *name, int64_t rows, int64_t cols,
+                   int64_t ld, MKX_Order order) {
   const int64_t lines = order == MKX_ROW_MAJOR ? rows : cols;
   return MKX_CHECK_ELEMS(fn, name, lines, ld);
 }
 
-size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld,
-                        MKX_Order order, MKX_Datatype t) {
+size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld, MKX_Order order,
+                        MKX_Datatype t) {
   if (rows <= 0 || cols <= 0) return 0;
   int64_t lines = order == MKX_ROW_MAJOR ? rows : cols;
   int64_t width = order == MKX_ROW_MAJOR ? cols : rows;

@@ -13,28 +13,26 @@ int mkx_check_size(const char *fn, const char *name, int64_t v, int64_t min);
  * count of buffer `what` that byte counts can hold: MKX_ERR_BAD_SIZE naming
  * it if not.  Every buffer size an operation computes goes through it
  * first, so that no product of arguments overflows. */
-int mkx_check_elems(const char *fn, const char *what, int n,
-                    const int64_t *f);
-#define MKX_CHECK_ELEMS(fn, what, ...)                                     \
-  mkx_check_elems(fn, what, (int)(sizeof((int64_t[]){__VA_ARGS__}) /       \
-                                  sizeof(int64_t)),                        \
+int mkx_check_elems(const char *fn, const char *what, int n, const int64_t *f);
+#define MKX_CHECK_ELEMS(fn, what, ...)                                         \
+  mkx_check_elems(fn, what,                                                    \
+                  (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)),   \
                   (const int64_t[]){__VA_ARGS__})
 int mkx_check_dtype(const char *fn, const char *name, MKX_Datatype t);
 int mkx_check_order(const char *fn, MKX_Order order);
 int mkx_check_trans(const char *fn, MKX_Trans t);
 /* The one unsupported combination: fp64 mixed with another type. */
-int mkx_check_type_pair(const char *fn, MKX_Datatype dtype,
-                        MKX_Datatype ctype);
+int mkx_check_type_pair(const char *fn, MKX_Datatype dtype, MKX_Datatype ctype);
 /* ld of a rows x cols matrix stored in `order`. */
 int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
                  int64_t cols, MKX_Order order);
 /* The elements a rows x cols matrix with leading dimension ld spans (ld
  * already checked) are within mkx_check_elems's bound: MKX_ERR_BAD_SIZE
  * naming the matrix if not. */
-int mkx_check_span(const char *fn, const char *name, int64_t rows,
-                   int64_t cols, int64_t ld, MKX_Order order);
+int mkx_check_span(const char *fn, const char *name, int64_t rows, int64_t cols,
+                   int64_t ld, MKX_Order order);
 /* Bytes spanned by a rows x cols matrix (0 if empty). */
-size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld,
-                        MKX_Order order, MKX_Datatype t);
+size_t mkx_matrix_bytes(int64_t rows, int64_t cols, int64_t ld, MKX_Order order,
+                        MKX_Datatype t);
 
 #endif

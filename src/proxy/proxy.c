@@ -16,8 +16,8 @@
 #define POLL_BATCH 64
 
 /* The GPU producer (kernels/proxy/proxy_dev.cuh) asserts the same offsets. */
-#define LAYOUT(field, off)                                                   \
-  _Static_assert(offsetof(mkx_proxy_ring, field) == (off),                   \
+#define LAYOUT(field, off)                                                     \
+  _Static_assert(offsetof(mkx_proxy_ring, field) == (off),                     \
                  "mkx_proxy_ring." #field " moved: fix proxy_layout.h")
 LAYOUT(reserved, MKX_PROXY_OFF_RESERVED);
 LAYOUT(consumed, MKX_PROXY_OFF_CONSUMED);
@@ -26,8 +26,8 @@ LAYOUT(error, MKX_PROXY_OFF_ERROR);
 LAYOUT(entries, MKX_PROXY_OFF_ENTRIES);
 LAYOUT(cmd, MKX_PROXY_OFF_CMD);
 #undef LAYOUT
-#define CMD_LAYOUT(field, off)                                               \
-  _Static_assert(offsetof(mkx_proxy_cmd, field) == (off),                    \
+#define CMD_LAYOUT(field, off)                                                 \
+  _Static_assert(offsetof(mkx_proxy_cmd, field) == (off),                      \
                  "mkx_proxy_cmd." #field " moved: fix proxy_layout.h")
 CMD_LAYOUT(op, MKX_PROXY_CMD_OP);
 CMD_LAYOUT(peer, MKX_PROXY_CMD_PEER);
@@ -59,13 +59,13 @@ struct mkx_proxy {
   mkx_proxy_ring *ring;
   int own_ring;
   int64_t timeout_ms;
-  uint8_t *done;       /* [entries]: command seq % entries has completed */
+  uint8_t *done; /* [entries]: command seq % entries has completed */
   region regions[MAX_REGIONS];
   uint32_t nregions;
   pthread_t thread;
   int running;
   _Atomic int stop;
-  char why[256];       /* message of the error that stopped the proxy */
+  char why[256]; /* message of the error that stopped the proxy */
 };
 
 size_t mkx_proxy_ring_bytes(uint32_t entries) {
@@ -76,11 +76,13 @@ int mkx_proxy_create(mkx_net *net, uint32_t entries, void *ring_mem,
                      int64_t timeout_ms, mkx_proxy **out) {
   *out = NULL;
   if (entries == 0 || (entries & (entries - 1)) || entries > (1u << 20))
-    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: ring entries %u is not a "
-                     "power of two <= 2^20", entries);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "proxy: ring entries %u is not a "
+                     "power of two <= 2^20",
+                     entries);
   mkx_proxy *p = calloc(1, sizeof *p);
-  void *mem = ring_mem ? ring_mem
-                       : aligned_alloc(64, mkx_proxy_ring_bytes(entries));
+  void *mem =
+      ring_mem ? ring_mem : aligned_alloc(64, mkx_proxy_ring_bytes(entries));
   if (p) p->done = calloc(entries, 1);
   if (!p || !mem || !p->done) {
     if (p) free(p->done);
@@ -104,11 +106,15 @@ int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,
                          const mkx_net_rkey *keys) {
   mkx_proxy_ring *r = p->ring;
   if (index > p->nregions || index >= MAX_REGIONS)
-    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: region %u of %u (at most "
-                     "%d)", index, p->nregions, MAX_REGIONS);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "proxy: region %u of %u (at most "
+                     "%d)",
+                     index, p->nregions, MAX_REGIONS);
   if (atomic_load(&r->completed) != atomic_load(&r->reserved))
-    return mkx_error(MKX_ERR_INTERNAL, "proxy: region %u changed while "
-                     "commands are in flight", index);
+    return mkx_error(MKX_ERR_INTERNAL,
+                     "proxy: region %u changed while "
+                     "commands are in flight",
+                     index);
   region *g = &p->regions[index];
   mkx_net_rkey *k = realloc(g->keys, sizeof *k * (size_t)p->net->size);
   if (!k) return mkx_error(MKX_ERR_NOMEM, "proxy region keys");
@@ -128,8 +134,7 @@ int mkx_proxy_add_region(mkx_proxy *p, const mkx_net_mr *mr,
 /* Stop with `rc`: producers and waiters read `error` and give up. */
 static void fail(mkx_proxy *p, int rc) {
   snprintf(p->why, sizeof p->why, "%s", MKX_Get_last_error());
-  mkx_log(MKX_LOG_ERROR, "proxy stopped: %s: %s", MKX_Error_string(rc),
-          p->why);
+  mkx_log(MKX_LOG_ERROR, "proxy stopped: %s: %s", MKX_Error_string(rc), p->why);
   atomic_store_explicit(&p->ring->error, rc, memory_order_release);
 }
 
@@ -138,9 +143,10 @@ static int check_cmd(const mkx_proxy *p, const mkx_proxy_cmd *c) {
     return mkx_error(MKX_ERR_INVALID_ARG, "proxy: command %llu has op %u",
                      (unsigned long long)c->seq, c->op);
   if (c->src >= p->nregions || c->dst >= p->nregions)
-    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: command %llu names region "
-                     "%u/%u of %u", (unsigned long long)c->seq, c->src,
-                     c->dst, p->nregions);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "proxy: command %llu names region "
+                     "%u/%u of %u",
+                     (unsigned long long)c->seq, c->src, c->dst, p->nregions);
   return MKX_SUCCESS; /* the transport checks peer, offsets and slot */
 }
 
@@ -148,8 +154,8 @@ static int post(mkx_proxy *p, const mkx_proxy_cmd *c) {
   const region *src = &p->regions[c->src], *dst = &p->regions[c->dst];
   MKX_TRY(check_cmd(p, c));
   return mkx_net_write_signal(p->net, c->peer, &src->mr, c->src_off,
-                              &dst->keys[c->peer], c->dst_off, c->len,
-                              c->slot, c->value, c->seq);
+                              &dst->keys[c->peer], c->dst_off, c->len, c->slot,
+                              c->value, c->seq);
 }
 
 /* Take every command whose slot is filled; returns how many. */
@@ -190,8 +196,10 @@ static int reap(mkx_proxy *p, int *rc) {
 
 static void idle(long spins) {
   struct timespec nap = {0, spins > 10000 ? 200000 : 5000};
-  if (spins > 100) nanosleep(&nap, NULL);
-  else sched_yield();
+  if (spins > 100)
+    nanosleep(&nap, NULL);
+  else
+    sched_yield();
 }
 
 /* The proxy thread between rounds of work.  While commands it took are
@@ -270,8 +278,8 @@ int mkx_proxy_start(mkx_proxy *p, const char *cpulist) {
 
 int mkx_proxy_stop(mkx_proxy *p) {
   if (!p->running) return MKX_SUCCESS;
-  int rc = mkx_proxy_wait(p->ring, atomic_load(&p->ring->reserved),
-                          p->timeout_ms);
+  int rc =
+      mkx_proxy_wait(p->ring, atomic_load(&p->ring->reserved), p->timeout_ms);
   /* On a timeout the thread may be stuck behind a lost peer: the error
    * word tells it to give up instead of finishing. */
   if (rc != MKX_SUCCESS) {
@@ -317,9 +325,10 @@ static int wait_until(mkx_proxy_ring *r, int (*ok)(mkx_proxy_ring *, uint64_t),
       return mkx_error(err, "%s: the proxy stopped (%s)", what,
                        MKX_Error_string(err));
     if (now_ms() > deadline)
-      return mkx_error(MKX_ERR_TIMEOUT, "%s: command %llu not done after "
-                       "%lld ms", what, (unsigned long long)arg,
-                       (long long)timeout_ms);
+      return mkx_error(MKX_ERR_TIMEOUT,
+                       "%s: command %llu not done after "
+                       "%lld ms",
+                       what, (unsigned long long)arg, (long long)timeout_ms);
     idle(spins);
   }
   return MKX_SUCCESS;

@@ -35,19 +35,19 @@
 /* One command: 64 bytes, so a producer writes it with a few 16-byte
  * stores and the slot never straddles cache lines. */
 typedef struct mkx_proxy_cmd {
-  uint32_t op;       /* MKX_PROXY_OP_* */
-  int32_t peer;      /* destination rank */
-  uint32_t src;      /* local region index (mkx_proxy_add_region) */
-  uint32_t dst;      /* region index at the peer (same numbering) */
+  uint32_t op;  /* MKX_PROXY_OP_* */
+  int32_t peer; /* destination rank */
+  uint32_t src; /* local region index (mkx_proxy_add_region) */
+  uint32_t dst; /* region index at the peer (same numbering) */
   uint64_t src_off, dst_off, len;
-  uint32_t slot;     /* the peer's signal word to set after the data */
+  uint32_t slot; /* the peer's signal word to set after the data */
   uint32_t pad;
-  uint64_t value;    /* the signal's new value */
+  uint64_t value;       /* the signal's new value */
   _Atomic uint64_t seq; /* written last: the slot holds command `seq` */
 } mkx_proxy_cmd;
 
 typedef struct mkx_proxy_ring {
-  _Atomic uint64_t reserved;  /* tickets handed to producers */
+  _Atomic uint64_t reserved; /* tickets handed to producers */
   char pad0[56];
   _Atomic uint64_t consumed;  /* commands taken by the proxy */
   _Atomic uint64_t completed; /* commands finished, in order */

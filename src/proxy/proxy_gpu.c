@@ -18,10 +18,10 @@ struct mkx_proxy_gpu {
   mkx_net *net;
   mkx_proxy *proxy;
   int device;
-  void *mem;                      /* ring, then status: host view */
-  void *mem_dev;                  /* the same, device view */
+  void *mem;     /* ring, then status: host view */
+  void *mem_dev; /* the same, device view */
   size_t ring_bytes;
-  void *signals_host;             /* registered range of net->signals */
+  void *signals_host; /* registered range of net->signals */
   const uint64_t *signals_dev;
   int64_t timeout_ms;
 };
@@ -36,13 +36,14 @@ static int map_signals(mkx_proxy_gpu *g) {
                  ~(size_t)(PAGE - 1);
   void *host = (void *)g->net->signals, *dev = NULL;
   if ((uintptr_t)host % PAGE)
-    return mkx_error(MKX_ERR_INTERNAL, "GPU proxy: the %s endpoint's signal "
+    return mkx_error(MKX_ERR_INTERNAL,
+                     "GPU proxy: the %s endpoint's signal "
                      "words are not page-aligned (mkx_net_signals_alloc)",
                      mkx_net_name(g->net));
-  MKX_TRY(mkx_cuda_rc(cudaHostRegister(host, bytes,
-                                       cudaHostRegisterMapped |
-                                           cudaHostRegisterPortable),
-                      "GPU proxy", "cudaHostRegister of the signal words"));
+  MKX_TRY(mkx_cuda_rc(
+      cudaHostRegister(host, bytes,
+                       cudaHostRegisterMapped | cudaHostRegisterPortable),
+      "GPU proxy", "cudaHostRegister of the signal words"));
   g->signals_host = host;
   MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer(&dev, host, 0), "GPU proxy",
                       "cudaHostGetDevicePointer of the signal words"));
@@ -53,16 +54,18 @@ static int map_signals(mkx_proxy_gpu *g) {
 static int setup(mkx_proxy_gpu *g, uint32_t entries) {
   /* Checked here so that a bad size fails before anything is mapped. */
   if (entries == 0 || (entries & (entries - 1)) || entries > (1u << 20))
-    return mkx_error(MKX_ERR_INVALID_ARG, "GPU proxy: ring entries %u is not "
-                     "a power of two <= 2^20", entries);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "GPU proxy: ring entries %u is not "
+                     "a power of two <= 2^20",
+                     entries);
   MKX_TRY(mkx_cuda_rc(cudaSetDevice(g->device), "GPU proxy", "cudaSetDevice"));
   g->ring_bytes = mkx_proxy_ring_bytes(entries);
   size_t bytes = status_offset(g) + sizeof(mkx_proxy_dev_status);
   /* Not write-combined: the proxy thread reads the ring. */
-  MKX_TRY(mkx_cuda_rc(cudaHostAlloc(&g->mem, bytes,
-                                    cudaHostAllocMapped |
-                                        cudaHostAllocPortable),
-                      "GPU proxy", "cudaHostAlloc of the ring"));
+  MKX_TRY(
+      mkx_cuda_rc(cudaHostAlloc(&g->mem, bytes,
+                                cudaHostAllocMapped | cudaHostAllocPortable),
+                  "GPU proxy", "cudaHostAlloc of the ring"));
   memset(g->mem, 0, bytes);
   MKX_TRY(mkx_cuda_rc(cudaHostGetDevicePointer(&g->mem_dev, g->mem, 0),
                       "GPU proxy", "cudaHostGetDevicePointer of the ring"));
@@ -85,8 +88,10 @@ int mkx_proxy_gpu_create(mkx_net *net, int device, uint32_t entries,
     mkx_proxy_gpu_destroy(g);
     return rc;
   }
-  mkx_log(MKX_LOG_INFO, "GPU proxy: %u-entry ring and %u signal words "
-          "mapped for device %d", entries, net->num_signals, device);
+  mkx_log(MKX_LOG_INFO,
+          "GPU proxy: %u-entry ring and %u signal words "
+          "mapped for device %d",
+          entries, net->num_signals, device);
   *out = g;
   return MKX_SUCCESS;
 }

@@ -19,9 +19,10 @@ int main(int argc, char **argv) {
   }
   if (MPI_Init(&argc, &argv) != MPI_SUCCESS) return 1;
   MKX_Comm comm = NULL;
-  int rc = no_comm ? MKX_SUCCESS
-                   : report(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL,
-                                            &comm), "MKX_Comm_create");
+  int rc = no_comm
+               ? MKX_SUCCESS
+               : report(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm),
+                        "MKX_Comm_create");
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);

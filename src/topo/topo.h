@@ -31,26 +31,27 @@ enum mkx_topo_distance {
 
 /* A GPU or NIC as found in the topology. */
 typedef struct {
-  char pci[MKX_TOPO_NAME_LEN];  /* "0000:1b:00.0" (lower case, hwloc style) */
-  char name[MKX_TOPO_NAME_LEN]; /* GPU: "cuda0"/"nvml0"/"" (bare PCI); NIC: "mlx5_0" */
-  int numa;                     /* NUMA node (OS index), -1 unknown */
+  char pci[MKX_TOPO_NAME_LEN]; /* "0000:1b:00.0" (lower case, hwloc style) */
+  char name
+      [MKX_TOPO_NAME_LEN]; /* GPU: "cuda0"/"nvml0"/"" (bare PCI); NIC: "mlx5_0" */
+  int numa;                /* NUMA node (OS index), -1 unknown */
 } mkx_topo_device;
 
 /* The map of one GPU (see mkx_topo_map_gpu). */
 typedef struct {
-  int gpu_index;                /* position among the node's GPUs, PCI order */
+  int gpu_index; /* position among the node's GPUs, PCI order */
   char pci[MKX_TOPO_NAME_LEN];
   char name[MKX_TOPO_NAME_LEN];
-  int numa;                     /* the GPU's NUMA node, -1 unknown */
-  int num_nics;                 /* 0: no RDMA device on the node */
-  int nics[MKX_TOPO_MAX_NICS];  /* indices for mkx_topo_nic() */
+  int numa;                    /* the GPU's NUMA node, -1 unknown */
+  int num_nics;                /* 0: no RDMA device on the node */
+  int nics[MKX_TOPO_MAX_NICS]; /* indices for mkx_topo_nic() */
   char nic_names[MKX_TOPO_MAX_NICS][MKX_TOPO_NAME_LEN];
-  int nic_distance;             /* enum mkx_topo_distance; -1 without NIC */
-  int nic_sharers;              /* GPUs in use on the busiest of these NICs (1: own) */
-  char cpus[256];               /* proxy-thread cpuset as a list, "0-13,112-125" */
-  int domain;                   /* peer domain: its lowest gpu_index; -1 unknown */
-  int domain_size;              /* GPUs in the domain (0 unknown) */
-  uint64_t domain_mask;         /* bit i: gpu_index i is in the domain (i < 64) */
+  int nic_distance;     /* enum mkx_topo_distance; -1 without NIC */
+  int nic_sharers;      /* GPUs in use on the busiest of these NICs (1: own) */
+  char cpus[256];       /* proxy-thread cpuset as a list, "0-13,112-125" */
+  int domain;           /* peer domain: its lowest gpu_index; -1 unknown */
+  int domain_size;      /* GPUs in the domain (0 unknown) */
+  uint64_t domain_mask; /* bit i: gpu_index i is in the domain (i < 64) */
 } mkx_gpu_map;
 
 /* Load the topology of this machine (xml_path NULL; hwloc then honours

@@ -19,7 +19,8 @@
 
 /* hwloc 3 turned the osdev type into a set of flags. */
 #if HWLOC_API_VERSION >= 0x00030000
-#define IS_OPENFABRICS(o) (((o)->attr->osdev.types & HWLOC_OBJ_OSDEV_OPENFABRICS) != 0)
+#define IS_OPENFABRICS(o)                                                      \
+  (((o)->attr->osdev.types & HWLOC_OBJ_OSDEV_OPENFABRICS) != 0)
 #else
 #define IS_OPENFABRICS(o) ((o)->attr->osdev.type == HWLOC_OBJ_OSDEV_OPENFABRICS)
 #endif
@@ -48,7 +49,8 @@ static char hop_kind(hwloc_obj_t o) {
 
 /* The NUMA node and package of the CPU-side object an I/O path ends at. */
 static void locate(hwloc_obj_t anchor, mkx_topo_dev *d) {
-  d->pub.numa = anchor && anchor->nodeset ? hwloc_bitmap_first(anchor->nodeset) : -1;
+  d->pub.numa =
+      anchor && anchor->nodeset ? hwloc_bitmap_first(anchor->nodeset) : -1;
   d->package = -1;
   for (hwloc_obj_t o = anchor; o; o = o->parent)
     if (o->type == HWLOC_OBJ_PACKAGE) {
@@ -138,12 +140,16 @@ static int collect_devices(mkx_topo *t, hwloc_topology_t h) {
 /* Append the cores inside `set` (PUs when the topology has no cores). */
 static int add_cores(mkx_topo *t, hwloc_topology_t h, hwloc_const_cpuset_t set,
                      int numa) {
-  hwloc_obj_type_t type = hwloc_get_nbobjs_inside_cpuset_by_type(h, set, HWLOC_OBJ_CORE) > 0
-                              ? HWLOC_OBJ_CORE : HWLOC_OBJ_PU;
+  hwloc_obj_type_t type =
+      hwloc_get_nbobjs_inside_cpuset_by_type(h, set, HWLOC_OBJ_CORE) > 0
+          ? HWLOC_OBJ_CORE
+          : HWLOC_OBJ_PU;
   hwloc_obj_t o = NULL;
-  while ((o = hwloc_get_next_obj_inside_cpuset_by_type(h, set, type, o)) != NULL) {
+  while ((o = hwloc_get_next_obj_inside_cpuset_by_type(h, set, type, o)) !=
+         NULL) {
     mkx_topo_core *c = grow((void **)&t->cores, &t->ncores, sizeof *c);
-    if (!c) return mkx_error(MKX_ERR_NOMEM, "topology: no memory for core list");
+    if (!c)
+      return mkx_error(MKX_ERR_NOMEM, "topology: no memory for core list");
     c->numa = numa;
     int pu;
     hwloc_bitmap_foreach_begin(pu, o->cpuset) {
@@ -165,7 +171,8 @@ static int collect_cores(mkx_topo *t, hwloc_topology_t h) {
 
 static int cmp_dev(const void *a, const void *b) {
   const mkx_topo_dev *x = a, *y = b;
-  unsigned kx[4] = {x->dom, x->bus, x->dev, x->fn}, ky[4] = {y->dom, y->bus, y->dev, y->fn};
+  unsigned kx[4] = {x->dom, x->bus, x->dev, x->fn},
+           ky[4] = {y->dom, y->bus, y->dev, y->fn};
   for (int i = 0; i < 4; i++)
     if (kx[i] != ky[i]) return kx[i] < ky[i] ? -1 : 1;
   return strcmp(x->pub.name, y->pub.name);
@@ -175,11 +182,13 @@ static int cmp_dev(const void *a, const void *b) {
 static int open_xml(hwloc_topology_t h, const char *path) {
   FILE *f = fopen(path, "r");
   if (!f)
-    return mkx_error(MKX_ERR_INVALID_ARG, "topology file %s: %s", path, strerror(errno));
+    return mkx_error(MKX_ERR_INVALID_ARG, "topology file %s: %s", path,
+                     strerror(errno));
   fclose(f);
   if (hwloc_topology_set_xml(h, path) != 0)
-    return mkx_error(MKX_ERR_INVALID_ARG, "topology file %s: hwloc cannot read it (%s)",
-                     path, strerror(errno));
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "topology file %s: hwloc cannot read it (%s)", path,
+                     strerror(errno));
   return MKX_SUCCESS;
 }
 
@@ -188,7 +197,8 @@ static int discover(mkx_topo *t, hwloc_topology_t h, const char *xml_path) {
   hwloc_topology_set_io_types_filter(h, HWLOC_TYPE_FILTER_KEEP_ALL);
   if (xml_path) MKX_TRY(open_xml(h, xml_path));
   if (hwloc_topology_load(h) != 0)
-    return mkx_error(MKX_ERR_INVALID_ARG, "topology %s: hwloc could not load it (%s)",
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "topology %s: hwloc could not load it (%s)",
                      xml_path ? xml_path : "of this machine", strerror(errno));
   MKX_TRY(collect_devices(t, h));
   MKX_TRY(collect_cores(t, h));
@@ -198,7 +208,9 @@ static int discover(mkx_topo *t, hwloc_topology_t h, const char *xml_path) {
 }
 
 int mkx_topo_load(const char *xml_path, mkx_topo **out) {
-  if (!out) return mkx_error(MKX_ERR_NULL_POINTER, "mkx_topo_load: topology pointer is NULL");
+  if (!out)
+    return mkx_error(MKX_ERR_NULL_POINTER,
+                     "mkx_topo_load: topology pointer is NULL");
   *out = NULL;
   mkx_topo *t = calloc(1, sizeof *t);
   hwloc_topology_t h;

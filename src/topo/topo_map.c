@@ -47,7 +47,8 @@ static int distance(const mkx_topo_dev *a, const mkx_topo_dev *b, int *hops) {
 
 /* One comparable number: class first, hops only inside a switch (beyond it,
  * the depth of a PCI tree says nothing about speed). */
-static int distance_key(const mkx_topo_dev *g, const mkx_topo_dev *n, int *cls) {
+static int distance_key(const mkx_topo_dev *g, const mkx_topo_dev *n,
+                        int *cls) {
   int hops;
   *cls = distance(g, n, &hops);
   return *cls * 1000 + (*cls == MKX_TOPO_SAME_SWITCH ? hops : 0);
@@ -63,7 +64,8 @@ static void find_candidates(const mkx_topo *t, unsigned char *cand, int *cls) {
       if (best < 0 || k < best) best = k, cls[g] = c;
     }
     for (int n = 0; n < t->nnics; n++)
-      cand[g * t->nnics + n] = distance_key(&t->gpus[g], &t->nics[n], &c) == best;
+      cand[g * t->nnics + n] =
+          distance_key(&t->gpus[g], &t->nics[n], &c) == best;
   }
 }
 
@@ -92,7 +94,8 @@ static void share_pool(const int *members, int k, const int *pool, int P,
   for (int i = 0; i < k; i++) {
     nic_choice *c = &ch[members[i]];
     if (P >= k) { /* a contiguous slice of P/k (or one more) NICs each */
-      for (int j = i * P / k; j < (i + 1) * P / k && c->n < MKX_TOPO_MAX_NICS; j++)
+      for (int j = i * P / k; j < (i + 1) * P / k && c->n < MKX_TOPO_MAX_NICS;
+           j++)
         c->nics[c->n++] = pool[j], load[pool[j]]++;
     } else { /* a contiguous group of k/P GPUs on each NIC */
       c->nics[c->n++] = pool[i * P / k];
@@ -103,11 +106,13 @@ static void share_pool(const int *members, int k, const int *pool, int P,
 
 /* Place one group: the GPUs whose candidate set equals the leader's. */
 static void place_group(const mkx_topo *t, const unsigned char *cand, int lead,
-                        unsigned char *done, int *load, int *scratch, nic_choice *ch) {
+                        unsigned char *done, int *load, int *scratch,
+                        nic_choice *ch) {
   const unsigned char *row = cand + lead * t->nnics;
   int *members = scratch, *pool = scratch + t->ngpus, k = 0, P = 0, nfree = 0;
   for (int g = 0; g < t->ngpus; g++)
-    if (t->in_use[g] && !done[g] && !memcmp(cand + g * t->nnics, row, (size_t)t->nnics))
+    if (t->in_use[g] && !done[g] &&
+        !memcmp(cand + g * t->nnics, row, (size_t)t->nnics))
       members[k++] = g, done[g] = 1;
   for (int n = 0; n < t->nnics; n++) nfree += row[n] && load[n] == 0;
   for (int n = 0; n < t->nnics; n++) /* untaken NICs if they suffice */
@@ -118,7 +123,8 @@ static void place_group(const mkx_topo *t, const unsigned char *cand, int lead,
 static int assign_nics(const mkx_topo *t, nic_choice *ch, int *load) {
   size_t G = (size_t)t->ngpus, N = (size_t)t->nnics;
   unsigned char *cand = calloc(G * N + 1, 1), *done = calloc(G, 1);
-  int *cls = calloc(G, sizeof *cls), *scratch = malloc((G + N) * sizeof *scratch);
+  int *cls = calloc(G, sizeof *cls),
+      *scratch = malloc((G + N) * sizeof *scratch);
   int rc = MKX_SUCCESS;
   if (!cand || !done || !cls || !scratch) {
     rc = mkx_error(MKX_ERR_NOMEM, "topology map: no memory");
@@ -145,7 +151,8 @@ static int fill_nics(const mkx_topo *t, int g, mkx_gpu_map *m) {
     for (int i = 0; i < ch[g].n; i++) {
       int n = ch[g].nics[i];
       m->nics[i] = n;
-      snprintf(m->nic_names[i], sizeof m->nic_names[i], "%s", t->nics[n].pub.name);
+      snprintf(m->nic_names[i], sizeof m->nic_names[i], "%s",
+               t->nics[n].pub.name);
       if (load[n] > m->nic_sharers) m->nic_sharers = load[n];
     }
   }
@@ -175,7 +182,8 @@ static void format_list(const int *v, int n, char *buf, size_t len) {
     int j = i;
     while (j + 1 < n && v[j + 1] == v[j] + 1) j++;
     char item[32];
-    int w = j > i ? snprintf(item, sizeof item, "%s%d-%d", used ? "," : "", v[i], v[j])
+    int w = j > i ? snprintf(item, sizeof item, "%s%d-%d", used ? "," : "",
+                             v[i], v[j])
                   : snprintf(item, sizeof item, "%s%d", used ? "," : "", v[i]);
     if (used + (size_t)w >= len) break;
     memcpy(buf + used, item, (size_t)w + 1);
@@ -193,13 +201,16 @@ static int fill_cpus(const mkx_topo *t, int g, mkx_gpu_map *m) {
     }
   for (int c = 0; c < t->ncores; c++) nc += t->cores[c].numa == node;
   if (nc == 0) return MKX_SUCCESS; /* no cores known: leave cpus empty */
-  int lo = nc >= k ? p * nc / k : p % nc, hi = nc >= k ? (p + 1) * nc / k : lo + 1;
-  int *pus = malloc((size_t)(hi - lo) * MKX_TOPO_MAX_SMT * sizeof *pus), npus = 0;
+  int lo = nc >= k ? p * nc / k : p % nc,
+      hi = nc >= k ? (p + 1) * nc / k : lo + 1;
+  int *pus = malloc((size_t)(hi - lo) * MKX_TOPO_MAX_SMT * sizeof *pus),
+      npus = 0;
   if (!pus) return mkx_error(MKX_ERR_NOMEM, "topology map: no memory");
   for (int c = 0, idx = 0; c < t->ncores; c++) {
     if (t->cores[c].numa != node) continue;
     if (idx >= lo && idx < hi)
-      for (int u = 0; u < t->cores[c].npus; u++) pus[npus++] = t->cores[c].pus[u];
+      for (int u = 0; u < t->cores[c].npus; u++)
+        pus[npus++] = t->cores[c].pus[u];
     idx++;
   }
   qsort(pus, (size_t)npus, sizeof *pus, cmp_int);
@@ -242,11 +253,13 @@ int mkx_topo_map_gpu(const mkx_topo *t, const char *gpu_pci, mkx_gpu_map *m) {
   memset(m, 0, sizeof *m);
   m->gpu_index = m->numa = m->nic_distance = m->domain = -1;
   if (t->ngpus == 0)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "topology has no GPU (asked for %s)", gpu_pci);
+    return mkx_error(MKX_ERR_UNSUPPORTED, "topology has no GPU (asked for %s)",
+                     gpu_pci);
   int g = mkx_topo_find_gpu(t, gpu_pci);
   if (g < 0) return -g;
   if (!t->in_use[g])
-    return mkx_error(MKX_ERR_INVALID_ARG, "GPU %s is not among the GPUs in use on the node",
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "GPU %s is not among the GPUs in use on the node",
                      gpu_pci);
   m->gpu_index = g;
   snprintf(m->pci, sizeof m->pci, "%s", t->gpus[g].pub.pci);
@@ -259,14 +272,16 @@ int mkx_topo_map_gpu(const mkx_topo *t, const char *gpu_pci, mkx_gpu_map *m) {
 
 const char *mkx_topo_distance_name(int d) {
   static const char *const names[] = {"same PCIe switch", "same host bridge",
-                                      "same NUMA node", "same package", "across sockets"};
+                                      "same NUMA node", "same package",
+                                      "across sockets"};
   return d >= 0 && d <= MKX_TOPO_SYSTEM ? names[d] : "none";
 }
 
 /* snprintf that appends and remembers whether anything was cut. */
-static void put(char *buf, size_t len, size_t *used, int *cut, const char *fmt, ...)
-    MKX_PRINTF(5, 6);
-static void put(char *buf, size_t len, size_t *used, int *cut, const char *fmt, ...) {
+static void put(char *buf, size_t len, size_t *used, int *cut, const char *fmt,
+                ...) MKX_PRINTF(5, 6);
+static void put(char *buf, size_t len, size_t *used, int *cut, const char *fmt,
+                ...) {
   va_list ap;
   va_start(ap, fmt);
   size_t room = *used < len ? len - *used : 0;
@@ -283,24 +298,29 @@ int mkx_topo_describe(const mkx_gpu_map *m, char *buf, size_t len) {
   int cut = 0;
   put(buf, len, &u, &cut, "GPU %d %s%s%s: NUMA ", m->gpu_index, m->pci,
       m->name[0] ? " " : "", m->name);
-  if (m->numa >= 0) put(buf, len, &u, &cut, "%d", m->numa);
-  else put(buf, len, &u, &cut, "?");
+  if (m->numa >= 0)
+    put(buf, len, &u, &cut, "%d", m->numa);
+  else
+    put(buf, len, &u, &cut, "?");
   put(buf, len, &u, &cut, ", cores %s, ", m->cpus[0] ? m->cpus : "any");
   if (m->num_nics == 0) put(buf, len, &u, &cut, "no RDMA NIC");
   for (int i = 0; i < m->num_nics; i++)
-    put(buf, len, &u, &cut, "%s%s", i ? "," : (m->num_nics > 1 ? "NICs " : "NIC "),
-        m->nic_names[i]);
+    put(buf, len, &u, &cut, "%s%s",
+        i ? "," : (m->num_nics > 1 ? "NICs " : "NIC "), m->nic_names[i]);
   if (m->num_nics > 0 && m->nic_sharers > 1)
     put(buf, len, &u, &cut, " (%s, shared by %d GPUs)",
         mkx_topo_distance_name(m->nic_distance), m->nic_sharers);
   else if (m->num_nics > 0)
-    put(buf, len, &u, &cut, " (%s, own)", mkx_topo_distance_name(m->nic_distance));
+    put(buf, len, &u, &cut, " (%s, own)",
+        mkx_topo_distance_name(m->nic_distance));
   if (m->domain >= 0)
-    put(buf, len, &u, &cut, ", peer domain %d (%d GPUs)", m->domain, m->domain_size);
+    put(buf, len, &u, &cut, ", peer domain %d (%d GPUs)", m->domain,
+        m->domain_size);
   else
     put(buf, len, &u, &cut, ", peer domain not probed");
   if (cut)
-    return mkx_error(MKX_ERR_TRUNCATE, "mkx_topo_describe: %zu bytes needed, %zu given",
-                     u + 1, len);
+    return mkx_error(MKX_ERR_TRUNCATE,
+                     "mkx_topo_describe: %zu bytes needed, %zu given", u + 1,
+                     len);
   return MKX_SUCCESS;
 }

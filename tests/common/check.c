@@ -80,7 +80,7 @@ static void why(char *buf, size_t size) {
  * an output do not interleave within a check. */
 int check_say(const char *fmt, ...) {
   char msg[1024], rank[32] = "", where[160] = "", tail[160] = "",
-       extra[1200] = "";
+                  extra[1200] = "";
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -94,8 +94,8 @@ int check_say(const char *fmt, ...) {
     if (*note) snprintf(tail, sizeof tail, " (%s)", note);
     why(extra, sizeof extra);
   }
-  printf("%s %d - %s%s%s%s\n%s", pending.ok ? "ok" : "not ok", pending.n,
-         rank, where, msg, tail, extra);
+  printf("%s %d - %s%s%s%s\n%s", pending.ok ? "ok" : "not ok", pending.n, rank,
+         where, msg, tail, extra);
   fflush(stdout);
   return pending.ok;
 }

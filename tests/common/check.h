@@ -18,13 +18,12 @@
 /* automake's exit status for a skipped test */
 #define CHECK_SKIP 77
 
-#define CHECK(cond, ...)                                                     \
+#define CHECK(cond, ...)                                                       \
   (check_at(__FILE__, __LINE__, (cond) ? 1 : 0) ? check_say(__VA_ARGS__) : 1)
 
 /* An MKX return code equals `want`; a failure also names both codes. */
-#define CHECK_RC(rc, want, ...)                                              \
-  (check_rc_at(__FILE__, __LINE__, (rc), (want)) ? check_say(__VA_ARGS__)   \
-                                                 : 1)
+#define CHECK_RC(rc, want, ...)                                                \
+  (check_rc_at(__FILE__, __LINE__, (rc), (want)) ? check_say(__VA_ARGS__) : 1)
 
 #if defined(__GNUC__)
 #define CHECK_PRINTF(f, a) __attribute__((format(printf, f, a)))

@@ -100,7 +100,7 @@ uint16_t mt_f32_to_f16(float f) {
     return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
   if (ax >= 0x477ff000u) /* >= 65520: rounds to inf */
     return (uint16_t)(sign | 0x7c00u);
-  if (ax < 0x38800000u) { /* below 2^-14: subnormal (or zero) */
+  if (ax < 0x38800000u) {             /* below 2^-14: subnormal (or zero) */
     float r = fabsf(f) * 16777216.0f; /* exact: scaling by 2^24 */
     r = rintf(r);                     /* round to nearest even */
     return (uint16_t)(sign | (uint16_t)r);
@@ -128,19 +128,27 @@ float mt_f16_to_f32(uint16_t h) {
 
 size_t mt_type_size(MKX_Datatype t) {
   switch (t) {
-  case MKX_BF16: case MKX_FP16: return 2;
-  case MKX_FP32: return 4;
-  case MKX_FP64: return 8;
+    case MKX_BF16:
+    case MKX_FP16:
+      return 2;
+    case MKX_FP32:
+      return 4;
+    case MKX_FP64:
+      return 8;
   }
   return 0;
 }
 
 const char *mt_type_name(MKX_Datatype t) {
   switch (t) {
-  case MKX_BF16: return "bf16";
-  case MKX_FP16: return "fp16";
-  case MKX_FP32: return "fp32";
-  case MKX_FP64: return "fp64";
+    case MKX_BF16:
+      return "bf16";
+    case MKX_FP16:
+      return "fp16";
+    case MKX_FP32:
+      return "fp32";
+    case MKX_FP64:
+      return "fp64";
   }
   return "?";
 }
@@ -151,30 +159,46 @@ const char *mt_order_name(MKX_Order o) {
 
 double mt_round(MKX_Datatype t, double v) {
   switch (t) {
-  case MKX_BF16: return mt_bf16_to_f32(mt_f32_to_bf16((float)v));
-  case MKX_FP16: return mt_f16_to_f32(mt_f32_to_f16((float)v));
-  case MKX_FP32: return (float)v;
-  case MKX_FP64: return v;
+    case MKX_BF16:
+      return mt_bf16_to_f32(mt_f32_to_bf16((float)v));
+    case MKX_FP16:
+      return mt_f16_to_f32(mt_f32_to_f16((float)v));
+    case MKX_FP32:
+      return (float)v;
+    case MKX_FP64:
+      return v;
   }
   return NAN;
 }
 
 double mt_get(const void *buf, MKX_Datatype t, size_t idx) {
   switch (t) {
-  case MKX_BF16: return mt_bf16_to_f32(((const uint16_t *)buf)[idx]);
-  case MKX_FP16: return mt_f16_to_f32(((const uint16_t *)buf)[idx]);
-  case MKX_FP32: return ((const float *)buf)[idx];
-  case MKX_FP64: return ((const double *)buf)[idx];
+    case MKX_BF16:
+      return mt_bf16_to_f32(((const uint16_t *)buf)[idx]);
+    case MKX_FP16:
+      return mt_f16_to_f32(((const uint16_t *)buf)[idx]);
+    case MKX_FP32:
+      return ((const float *)buf)[idx];
+    case MKX_FP64:
+      return ((const double *)buf)[idx];
   }
   return NAN;
 }
 
 void mt_set(void *buf, MKX_Datatype t, size_t idx, double v) {
   switch (t) {
-  case MKX_BF16: ((uint16_t *)buf)[idx] = mt_f32_to_bf16((float)v); break;
-  case MKX_FP16: ((uint16_t *)buf)[idx] = mt_f32_to_f16((float)v); break;
-  case MKX_FP32: ((float *)buf)[idx] = (float)v; break;
-  case MKX_FP64: ((double *)buf)[idx] = v; break;
+    case MKX_BF16:
+      ((uint16_t *)buf)[idx] = mt_f32_to_bf16((float)v);
+      break;
+    case MKX_FP16:
+      ((uint16_t *)buf)[idx] = mt_f32_to_f16((float)v);
+      break;
+    case MKX_FP32:
+      ((float *)buf)[idx] = (float)v;
+      break;
+    case MKX_FP64:
+      ((double *)buf)[idx] = v;
+      break;
   }
 }
 
@@ -222,9 +246,9 @@ int mt_is_poison(const void *buf, MKX_Datatype t, size_t idx) {
   return 1;
 }
 
-void mt_check_bounds(const void *buf, MKX_Datatype t, MKX_Order o,
-                     int64_t rows, int64_t cols, int64_t ld, size_t total,
-                     size_t *oob, size_t *unwritten) {
+void mt_check_bounds(const void *buf, MKX_Datatype t, MKX_Order o, int64_t rows,
+                     int64_t cols, int64_t ld, size_t total, size_t *oob,
+                     size_t *unwritten) {
   size_t bad = 0, unw = 0;
   for (size_t idx = 0; idx < total; idx++) {
     int64_t outer = (int64_t)(idx / (size_t)ld);
@@ -267,10 +291,18 @@ double mt_relerr(const double *out, const double *ref, size_t n) {
 double mt_tol(MKX_Datatype in, MKX_Datatype out) {
   double to, ta;
   switch (out) {
-  case MKX_BF16: to = 1e-2; break;
-  case MKX_FP16: to = 2e-3; break;
-  case MKX_FP32: to = 1e-5; break;
-  default: to = 1e-12; break;
+    case MKX_BF16:
+      to = 1e-2;
+      break;
+    case MKX_FP16:
+      to = 2e-3;
+      break;
+    case MKX_FP32:
+      to = 1e-5;
+      break;
+    default:
+      to = 1e-12;
+      break;
   }
   ta = in == MKX_FP64 ? 1e-12 : 1e-5; /* fp32 accumulation otherwise */
   return to > ta ? to : ta;
@@ -279,8 +311,10 @@ double mt_tol(MKX_Datatype in, MKX_Datatype out) {
 double mt_tol_cond(double tol, const double *ref, const double *refabs,
                    size_t n) {
   double r2 = 0, a2 = 0;
-  for (size_t i = 0; i < n; i++) r2 += ref[i] * ref[i], a2 += refabs[i] * refabs[i];
-  const double kappa = r2 > 0 ? sqrt(a2 / r2) : 1e300, cap = tol > 0.05 ? tol : 0.05;
+  for (size_t i = 0; i < n; i++)
+    r2 += ref[i] * ref[i], a2 += refabs[i] * refabs[i];
+  const double kappa = r2 > 0 ? sqrt(a2 / r2) : 1e300,
+               cap = tol > 0.05 ? tol : 0.05;
   const double t = kappa > 64 ? tol * kappa / 64 : tol;
   return t < cap ? t : cap;
 }
@@ -308,12 +342,12 @@ void mt_B_dims(MKX_Trans tb, int64_t k, int64_t n, int64_t *srows,
   *scols = tb == MKX_TRANS ? k : n;
 }
 
-void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb,
-                int64_t k, int64_t n, int64_t ldb, const double *Bv) {
+void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb, int64_t k,
+                int64_t n, int64_t ldb, const double *Bv) {
   for (int64_t kk = 0; kk < k; kk++)
     for (int64_t j = 0; j < n; j++) {
-      size_t off = tb == MKX_TRANS ? mt_off(o, ldb, j, kk)
-                                   : mt_off(o, ldb, kk, j);
+      size_t off =
+          tb == MKX_TRANS ? mt_off(o, ldb, j, kk) : mt_off(o, ldb, kk, j);
       mt_set(buf, t, off, Bv[kk * n + j]);
     }
 }
@@ -432,8 +466,8 @@ int mt_finish(void) {
       printf("# FAIL %s: %d failed check(s) over %d rank(s); seed %llu\n",
              mt.prog, total, mt.size, (unsigned long long)mt.seed);
     else
-      printf("# PASS %s: %d checks on each of %d rank(s); seed %llu\n",
-             mt.prog, n, mt.size, (unsigned long long)mt.seed);
+      printf("# PASS %s: %d checks on each of %d rank(s); seed %llu\n", mt.prog,
+             n, mt.size, (unsigned long long)mt.seed);
     fflush(stdout);
   }
   MPI_Finalize();
@@ -465,7 +499,9 @@ static void setup_ck(cudaError_t e, const char *what) {
   exit(1);
 }
 
-static void CUDART_CB hold(void *ms) { usleep((useconds_t)(intptr_t)ms * 1000); }
+static void CUDART_CB hold(void *ms) {
+  usleep((useconds_t)(intptr_t)ms * 1000);
+}
 
 static void setup_delay(void) {
   const char *v = getenv("MKX_TEST_SETUP_DELAY_MS");
@@ -477,8 +513,9 @@ static void setup_delay(void) {
 
 void mt_dev_copy(void *dst, const void *src, size_t bytes, void *st) {
   setup_delay();
-  setup_ck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-                           (cudaStream_t)st), "set-up copy");
+  setup_ck(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, (cudaStream_t)st),
+      "set-up copy");
   setup_ck(cudaStreamSynchronize((cudaStream_t)st), "set-up copy (wait)");
 }
 

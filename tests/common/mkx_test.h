@@ -21,14 +21,16 @@
 
 /* ---- PRNG: xoshiro256** seeded by splitmix64 ---------------------------- */
 
-typedef struct { uint64_t s[4]; } mt_rng;
+typedef struct {
+  uint64_t s[4];
+} mt_rng;
 
 uint64_t mt_splitmix64(uint64_t *x);
 /* A stream that depends only on (seed, rank, tensor). */
 void mt_rng_init(mt_rng *g, uint64_t seed, int rank, int tensor);
 uint64_t mt_rng_next(mt_rng *g);
-double mt_rng_unit(mt_rng *g);               /* [0,1) */
-double mt_rng_sym(mt_rng *g);                /* [-1,1], never exactly 0 */
+double mt_rng_unit(mt_rng *g); /* [0,1) */
+double mt_rng_sym(mt_rng *g);  /* [-1,1], never exactly 0 */
 int64_t mt_rng_int(mt_rng *g, int64_t lo, int64_t hi); /* inclusive */
 
 /* ---- number formats (round to nearest even, independent of MKX) -------- */
@@ -75,9 +77,9 @@ int mt_is_poison(const void *buf, MKX_Datatype t, size_t idx);
  * *oob = number of elements outside the logical matrix that are no longer
  * poison (written out of bounds), *unwritten = logical elements still
  * poison. */
-void mt_check_bounds(const void *buf, MKX_Datatype t, MKX_Order o,
-                     int64_t rows, int64_t cols, int64_t ld, size_t total,
-                     size_t *oob, size_t *unwritten);
+void mt_check_bounds(const void *buf, MKX_Datatype t, MKX_Order o, int64_t rows,
+                     int64_t cols, int64_t ld, size_t total, size_t *oob,
+                     size_t *unwritten);
 
 /* ||out - ref||_F / ||ref||_F ; ref dense row-major; NaN if out has NaN.
  * If ||ref|| == 0 the absolute norm is returned. */
@@ -124,8 +126,8 @@ int64_t mt_min_ld(MKX_Order o, int64_t rows, int64_t cols);
 void mt_B_dims(MKX_Trans tb, int64_t k, int64_t n, int64_t *srows,
                int64_t *scols);
 /* Store dense row-major logical k x n values Bv as the stored B. */
-void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb,
-                int64_t k, int64_t n, int64_t ldb, const double *Bv);
+void mt_store_B(void *buf, MKX_Datatype t, MKX_Order o, MKX_Trans tb, int64_t k,
+                int64_t n, int64_t ldb, const double *Bv);
 /* C (m x n dense row-major) += A (m x k dense) * B (k x n dense), double. */
 void mt_ref_gemm_acc(double *C, const double *A, const double *B, int64_t m,
                      int64_t k, int64_t n);
@@ -142,8 +144,8 @@ uint64_t mt_hash(const void *buf, size_t bytes, uint64_t h);
 typedef struct mt_ctx {
   int rank, size;
   uint64_t seed;
-  int device;   /* --device given (and usable) */
-  int verbose;  /* -v: every rank prints ok lines */
+  int device;  /* --device given (and usable) */
+  int verbose; /* -v: every rank prints ok lines */
   const char *prog;
 } mt_ctx;
 
@@ -171,8 +173,8 @@ int mt_all(int cond);
 /* ---- buffers: host, or device with --device ------------------------------ */
 
 typedef struct tbuf {
-  void *host;   /* staging copy on the host (always) */
-  void *dev;    /* device copy (device mode) or NULL */
+  void *host; /* staging copy on the host (always) */
+  void *dev;  /* device copy (device mode) or NULL */
   size_t bytes;
 } tbuf;
 

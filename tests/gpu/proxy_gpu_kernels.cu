@@ -22,7 +22,8 @@ __device__ void produce(const mkx_proxy_dev &d, const pg_exchange &x, int b) {
     uint32_t *w = reinterpret_cast<uint32_t *>(x.send + off);
     for (uint32_t k = threadIdx.x; k < words; k += blockDim.x)
       w[k] = pg_word(x.rank, b, i, k);
-    const uint64_t dst = (((uint64_t)x.rank * x.ctas + b) * x.msgs + i) * x.bytes;
+    const uint64_t dst =
+        (((uint64_t)x.rank * x.ctas + b) * x.msgs + i) * x.bytes;
     rc = cta_post(d, x.to, x.send_region, x.recv_region, off, dst, x.bytes,
                   (uint32_t)(x.rank * x.ctas + b), x.base + i + 1, &seq[c]);
     last = seq[c];
@@ -40,7 +41,8 @@ __device__ void consume(const mkx_proxy_dev &d, const pg_exchange &x, int b) {
   for (int i = 0; i < x.msgs && rc == 0; i++) {
     rc = cta_wait_signal(d, slot, x.base + i + 1);
     if (rc != 0) break;
-    const uint64_t at = (((uint64_t)x.from * x.ctas + b) * x.msgs + i) * x.bytes;
+    const uint64_t at =
+        (((uint64_t)x.from * x.ctas + b) * x.msgs + i) * x.bytes;
     const uint32_t *w = reinterpret_cast<const uint32_t *>(x.recv + at);
     for (uint32_t k = threadIdx.x; k < words; k += blockDim.x)
       bad += w[k] != pg_word(x.from, b, i, k);
@@ -55,7 +57,8 @@ __device__ void consume(const mkx_proxy_dev &d, const pg_exchange &x, int b) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) exchange_kernel(mkx_proxy_dev d, pg_exchange x) {
+__global__ void __launch_bounds__(kThreads)
+    exchange_kernel(mkx_proxy_dev d, pg_exchange x) {
   const int b = (int)blockIdx.x;
   if (b < x.ctas)
     produce(d, x, b);
@@ -63,8 +66,9 @@ __global__ void __launch_bounds__(kThreads) exchange_kernel(mkx_proxy_dev d, pg_
     consume(d, x, b - x.ctas);
 }
 
-__global__ void post_many_kernel(mkx_proxy_dev d, int to, uint32_t src, uint32_t dst,
-                                 uint32_t slot, int count, int *rc, int *posted) {
+__global__ void post_many_kernel(mkx_proxy_dev d, int to, uint32_t src,
+                                 uint32_t dst, uint32_t slot, int count,
+                                 int *rc, int *posted) {
   int r = 0, n = 0;
   uint64_t seq = 0;
   for (; n < count && r == 0; n++) {
@@ -75,7 +79,8 @@ __global__ void post_many_kernel(mkx_proxy_dev d, int to, uint32_t src, uint32_t
   *posted = n;
 }
 
-__global__ void wait_signal_kernel(mkx_proxy_dev d, uint32_t slot, uint64_t value, int *rc) {
+__global__ void wait_signal_kernel(mkx_proxy_dev d, uint32_t slot,
+                                   uint64_t value, int *rc) {
   rc[0] = wait_signal(d, slot, value);
 }
 
@@ -83,15 +88,13 @@ __global__ void bad_kernel(mkx_proxy_dev d, int to, uint32_t src, uint32_t dst,
                            uint32_t bad_region, uint32_t slot, int *rc) {
   uint64_t seq = 0;
   const int b = (int)blockIdx.x;
-  int r = cta_post(d, to, src, b == 0 ? bad_region : dst, 0, 16 * (uint64_t)b, 16,
-                   slot, 1, &seq);
+  int r = cta_post(d, to, src, b == 0 ? bad_region : dst, 0, 16 * (uint64_t)b,
+                   16, slot, 1, &seq);
   if (r == 0) r = cta_wait_complete(d, seq);
   if (cta_leader()) rc[b] = r;
 }
 
-int launched(cudaError_t e) {
-  return e == cudaSuccess ? 0 : (int)e;
-}
+int launched(cudaError_t e) { return e == cudaSuccess ? 0 : (int)e; }
 
 }  // namespace
 
@@ -102,22 +105,22 @@ extern "C" int pg_exchange_run(const mkx_proxy_dev *d, const pg_exchange *x,
   return launched(cudaGetLastError());
 }
 
-extern "C" int pg_post_many(const mkx_proxy_dev *d, int to, uint32_t src, uint32_t dst,
-                            uint32_t slot, int count, int *rc, int *posted,
-                            cudaStream_t s) {
+extern "C" int pg_post_many(const mkx_proxy_dev *d, int to, uint32_t src,
+                            uint32_t dst, uint32_t slot, int count, int *rc,
+                            int *posted, cudaStream_t s) {
   post_many_kernel<<<1, 1, 0, s>>>(*d, to, src, dst, slot, count, rc, posted);
   return launched(cudaGetLastError());
 }
 
-extern "C" int pg_wait_signal(const mkx_proxy_dev *d, uint32_t slot, uint64_t value,
-                              int *rc, cudaStream_t s) {
+extern "C" int pg_wait_signal(const mkx_proxy_dev *d, uint32_t slot,
+                              uint64_t value, int *rc, cudaStream_t s) {
   wait_signal_kernel<<<1, 1, 0, s>>>(*d, slot, value, rc);
   return launched(cudaGetLastError());
 }
 
-extern "C" int pg_bad_command(const mkx_proxy_dev *d, int ctas, int to, uint32_t src,
-                              uint32_t dst, uint32_t bad_region, uint32_t slot,
-                              int *rc, cudaStream_t s) {
+extern "C" int pg_bad_command(const mkx_proxy_dev *d, int ctas, int to,
+                              uint32_t src, uint32_t dst, uint32_t bad_region,
+                              uint32_t slot, int *rc, cudaStream_t s) {
   bad_kernel<<<ctas, kThreads, 0, s>>>(*d, to, src, dst, bad_region, slot, rc);
   return launched(cudaGetLastError());
 }

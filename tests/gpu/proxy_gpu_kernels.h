@@ -41,12 +41,12 @@ static inline PG_HD uint32_t pg_word(int src, int cta, int msg, uint32_t w) {
 typedef struct pg_exchange {
   int rank, to, from;
   int ctas, msgs, chunks;
-  uint32_t bytes;             /* a multiple of 16 */
-  uint64_t base;              /* signal values of this run start above it */
-  char *send;                 /* region send_region: ctas * chunks * bytes */
-  const char *recv;           /* region recv_region */
+  uint32_t bytes;   /* a multiple of 16 */
+  uint64_t base;    /* signal values of this run start above it */
+  char *send;       /* region send_region: ctas * chunks * bytes */
+  const char *recv; /* region recv_region */
   uint32_t send_region, recv_region;
-  int *rc;                    /* [2 * ctas] */
+  int *rc; /* [2 * ctas] */
   unsigned long long *bad;
 } pg_exchange;
 int pg_exchange_run(const mkx_proxy_dev *d, const pg_exchange *x,

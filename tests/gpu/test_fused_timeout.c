@@ -73,8 +73,10 @@ static void on_alarm(int sig) {
 
 /* Arm the guard for the next GUARD_S seconds, naming what would hang. */
 static void guard(const char *what) {
-  snprintf(hang_msg, sizeof hang_msg, "not ok - rank %d: %s still running "
-           "after %d s: a wait hangs\n", mt.rank, what, GUARD_S);
+  snprintf(hang_msg, sizeof hang_msg,
+           "not ok - rank %d: %s still running "
+           "after %d s: a wait hangs\n",
+           mt.rank, what, GUARD_S);
   hang_len = strlen(hang_msg);
   fflush(stdout); /* _exit would drop what is buffered */
   alarm(GUARD_S);
@@ -90,10 +92,10 @@ static double now_s(void) {
 
 typedef struct prob {
   int op;
-  int64_t m, k, n;   /* AG: m_local, k; RS/AR: M, k_local */
+  int64_t m, k, n;      /* AG: m_local, k; RS/AR: M, k_local */
   int64_t first, crows; /* this rank's C: rows [first, first + crows) */
-  void *A, *B, *C;   /* device */
-  double *ref;       /* expected C, crows x n */
+  void *A, *B, *C;      /* device */
+  double *ref;          /* expected C, crows x n */
 } prob;
 
 static void *upload(int64_t rows, int64_t cols, int q, int tensor,
@@ -115,8 +117,8 @@ static void reference(prob *p, const double *B) {
   double *full = calloc((size_t)(M * p->n), sizeof *full);
   for (int q = 0; q < mt.size; q++) {
     double *a = mt_gen(p->m, p->k, MKX_BF16, mt.seed, q, 1);
-    double *b = p->op == OP_AG ? NULL
-                               : mt_gen(p->k, p->n, MKX_BF16, mt.seed, q, 2);
+    double *b =
+        p->op == OP_AG ? NULL : mt_gen(p->k, p->n, MKX_BF16, mt.seed, q, 2);
     if (p->op == OP_AG)
       mt_ref_gemm_acc(full + q * p->m * p->n, a, B, p->m, p->k, p->n);
     else
@@ -137,8 +139,8 @@ static void prob_init(prob *p, int op) {
   p->k = 128;
   p->n = 256;
   p->crows = op == OP_AG ? p->m * mt.size : p->m;
-  if (op == OP_RS) MKX_Block_range(p->m, mt.size, mt.rank, &p->first,
-                                   &p->crows);
+  if (op == OP_RS)
+    MKX_Block_range(p->m, mt.size, mt.rank, &p->first, &p->crows);
   p->A = upload(p->m, p->k, mt.rank, 1, &a);
   p->B = upload(p->k, p->n, mt.rank, 2, &b);
   reference(p, b);
@@ -156,15 +158,13 @@ static void prob_free(prob *p) {
 
 static int plan_init(const prob *p, MKX_Comm c, MKX_Request *r) {
   if (p->op == OP_AG)
-    return MKX_Allgather_gemm_init(p->A, p->m, p->k, p->k, p->B, p->n, p->n,
-                                   MKX_NO_TRANS, p->C, p->n, NULL, 0,
-                                   MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
-                                   MPI_INFO_NULL, r);
+    return MKX_Allgather_gemm_init(
+        p->A, p->m, p->k, p->k, p->B, p->n, p->n, MKX_NO_TRANS, p->C, p->n,
+        NULL, 0, MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
   if (p->op == OP_RS)
-    return MKX_Gemm_reduce_scatter_init(p->A, p->m, p->k, p->k, p->B, p->n,
-                                        p->n, MKX_NO_TRANS, p->C, p->n,
-                                        MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
-                                        MPI_INFO_NULL, r);
+    return MKX_Gemm_reduce_scatter_init(
+        p->A, p->m, p->k, p->k, p->B, p->n, p->n, MKX_NO_TRANS, p->C, p->n,
+        MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
   return MKX_Gemm_allreduce_init(p->A, p->m, p->k, p->k, p->B, p->n, p->n,
                                  MKX_NO_TRANS, p->C, p->n, MKX_BF16, MKX_FP32,
                                  MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
@@ -176,12 +176,14 @@ static int check_c(prob *p, const char *what) {
   float *h = malloc(bytes);
   CUDA(cudaStreamSynchronize(st));
   mt_dev_copy(h, p->C, bytes, st);
-  double err = mt_relerr_mat(h, MKX_FP32, MKX_ROW_MAJOR, p->n, p->crows, p->n,
-                             p->ref);
+  double err =
+      mt_relerr_mat(h, MKX_FP32, MKX_ROW_MAJOR, p->n, p->crows, p->n, p->ref);
   free(h);
   mt_dev_fill(p->C, 0xff, bytes, st);
-  return CHECK(err <= mt_tol(MKX_BF16, MKX_FP32), "%s %s: relative error "
-               "%.2e", op_name[p->op], what, err);
+  return CHECK(err <= mt_tol(MKX_BF16, MKX_FP32),
+               "%s %s: relative error "
+               "%.2e",
+               op_name[p->op], what, err);
 }
 
 /* ---- the phases of a case -------------------------------------------------- */
@@ -199,8 +201,8 @@ static MKX_Comm make_comm(int timeout_ms, int blocking, const char *overlap) {
   MPI_Barrier(MPI_COMM_WORLD); /* start together: the bound is short */
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "comm with timeout_ms=%d blocking=%d",
-           timeout_ms, blocking);
+  CHECK_RC(rc, MKX_SUCCESS, "comm with timeout_ms=%d blocking=%d", timeout_ms,
+           blocking);
   return rc == MKX_SUCCESS ? c : NULL;
 }
 
@@ -210,13 +212,14 @@ static int good_start(prob *p, MKX_Request r, int blocking) {
   MPI_Barrier(MPI_COMM_WORLD);
   int rc = MKX_Start(r, st);
   CHECK_RC(rc, MKX_SUCCESS, "%s: start by every rank", op_name[p->op]);
-  CHECK(fused_starts() == before + 1, "%s: fused path taken",
-        op_name[p->op]);
+  CHECK(fused_starts() == before + 1, "%s: fused path taken", op_name[p->op]);
   if (blocking) {
     cudaError_t idle = cudaStreamQuery(st);
     (void)cudaGetLastError(); /* a "not ready" must not reach a launch */
-    CHECK(idle == cudaSuccess, "%s: blocking start returns with its run "
-          "done (%s)", op_name[p->op], cudaGetErrorString(idle));
+    CHECK(idle == cudaSuccess,
+          "%s: blocking start returns with its run "
+          "done (%s)",
+          op_name[p->op], cudaGetErrorString(idle));
   }
   int ok = check_c(p, "good start") && rc == MKX_SUCCESS;
   return mt_all(ok);
@@ -230,8 +233,7 @@ static int captured_start(prob *p, MKX_Request r) {
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   int rc = MKX_Start(r, st);
   cudaError_t e = cudaStreamEndCapture(st, &g);
-  CHECK_RC(rc, MKX_SUCCESS, "%s: blocking start under capture",
-           op_name[p->op]);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: blocking start under capture", op_name[p->op]);
   CHECK(e == cudaSuccess, "%s: capture survives a blocking start (%s)",
         op_name[p->op], cudaGetErrorString(e));
   int ok = mt_all(rc == MKX_SUCCESS && e == cudaSuccess &&
@@ -256,8 +258,10 @@ static int start_status(const char *name, MKX_Comm c, MKX_Request r,
   const double t0 = now_s();
   int rc = MKX_Start(r, st);
   if (!blocking) {
-    CHECK_RC(rc, MKX_SUCCESS, "%s: a start that fails on the GPU only "
-             "enqueues", name);
+    CHECK_RC(rc, MKX_SUCCESS,
+             "%s: a start that fails on the GPU only "
+             "enqueues",
+             name);
     CUDA(cudaStreamSynchronize(st));
     if (query) {
       int qrc = MKX_Comm_get_async_error(c, &rc);
@@ -279,13 +283,15 @@ static const char *reporter(int blocking, int query) {
  * once with MKX_ERR_INVALID_COMM and a message that says why. */
 static void check_unusable(const char *name, MKX_Request r, const char *why) {
   int rc = MKX_Start(r, st);
-  CHECK_RC(rc, MKX_ERR_INVALID_COMM, "%s: communicator unusable after "
-           "the failure", name);
+  CHECK_RC(rc, MKX_ERR_INVALID_COMM,
+           "%s: communicator unusable after "
+           "the failure",
+           name);
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
-  CHECK(strstr(msg, why) && strstr(msg, late), "%s: and says why: %s",
-        name, msg);
+  CHECK(strstr(msg, why) && strstr(msg, late), "%s: and says why: %s", name,
+        msg);
   CUDA(cudaStreamSynchronize(st));
 }
 
@@ -294,8 +300,8 @@ static void check_unusable(const char *name, MKX_Request r, const char *why) {
  * start or (query) the asynchronous error query.  With more than two ranks
  * one of them may be told by another that gave up first (MKX_ERR_PEER,
  * naming rank LATE as the one waited for). */
-static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
-                         int blocking, int query) {
+static void missed_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
+                         int query) {
   const char *name = op_name[p->op];
   double dt;
   int rc = start_status(name, c, r, blocking, query, &dt);
@@ -308,14 +314,17 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
           "%s: told, and says what it was waiting for: %s", name, msg);
     rc = MKX_ERR_TIMEOUT;
   }
-  CHECK_RC(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s",
-           name, LATE, reporter(blocking, query));
-  CHECK(strstr(msg, late) && strstr(msg, "call barrier"), "%s: message "
-        "names %s and the call barrier: %s", name, late, msg);
-  CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
-        BOUND_S);
-  CHECK(dt >= 0.5e-3 * TIMEOUT_MS, "%s: not before the bound (%.3f s, "
-        "timeout_ms=%d)", name, dt, TIMEOUT_MS);
+  CHECK_RC(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s", name,
+           LATE, reporter(blocking, query));
+  CHECK(strstr(msg, late) && strstr(msg, "call barrier"),
+        "%s: message "
+        "names %s and the call barrier: %s",
+        name, late, msg);
+  CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt, BOUND_S);
+  CHECK(dt >= 0.5e-3 * TIMEOUT_MS,
+        "%s: not before the bound (%.3f s, "
+        "timeout_ms=%d)",
+        name, dt, TIMEOUT_MS);
   check_unusable(name, r, mt.size > 2 ? "" : "timed out");
 }
 
@@ -324,8 +333,8 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r,
  * they sent after giving up: MKX_ERR_PEER, naming a rank that gave up
  * waiting for it at the call barrier, reported as a timeout would be, and
  * at once (it was told; it did not wait out a bound of its own). */
-static void late_start(const prob *p, MKX_Comm c, MKX_Request r,
-                       int blocking, int query) {
+static void late_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
+                       int query) {
   const char *name = op_name[p->op];
   const struct timespec nap = {0, 2 * TIMEOUT_MS * 1000000L};
   nanosleep(&nap, NULL);
@@ -334,13 +343,19 @@ static void late_start(const prob *p, MKX_Comm c, MKX_Request r,
   const char *msg = MKX_Get_last_error();
   char late[32];
   snprintf(late, sizeof late, "waiting for rank %d", LATE);
-  CHECK_RC(rc, MKX_ERR_PEER, "%s: the late rank's run fails, reported "
-           "by the %s", name, reporter(blocking, query));
+  CHECK_RC(rc, MKX_ERR_PEER,
+           "%s: the late rank's run fails, reported "
+           "by the %s",
+           name, reporter(blocking, query));
   CHECK(strstr(msg, "gave up") && strstr(msg, late) &&
-            strstr(msg, "call barrier"), "%s: message says that a peer "
-        "gave up %s at the call barrier: %s", name, late, msg);
-  CHECK(dt < 1e-3 * TIMEOUT_MS, "%s: told after %.3f s, sooner than its "
-        "own bound (timeout_ms=%d)", name, dt, TIMEOUT_MS);
+            strstr(msg, "call barrier"),
+        "%s: message says that a peer "
+        "gave up %s at the call barrier: %s",
+        name, late, msg);
+  CHECK(dt < 1e-3 * TIMEOUT_MS,
+        "%s: told after %.3f s, sooner than its "
+        "own bound (timeout_ms=%d)",
+        name, dt, TIMEOUT_MS);
   check_unusable(name, r, "gave up");
 }
 
@@ -366,8 +381,7 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
   if (ok && mt.rank != LATE) missed_start(&p, c, r, blocking, query);
   if (ok && mt.rank == LATE && tardy) late_start(&p, c, r, blocking, query);
   MPI_Barrier(MPI_COMM_WORLD); /* LATE waits here until the others are done */
-  if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free",
-                  what);
+  if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free", what);
   if (c) CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
   prob_free(&p);
   alarm(0);
@@ -402,7 +416,8 @@ int main(int argc, char **argv) {
   }
   signal(SIGALRM, on_alarm);
   guard("warm-up");
-  MKX_Comm c0 = make_comm(300000, 0, "yes"); /* also makes this rank's GPU current */
+  MKX_Comm c0 =
+      make_comm(300000, 0, "yes"); /* also makes this rank's GPU current */
   MKX_Comm c1 = make_comm(300000, 0, "no");
   if (!mt_all(c0 != NULL && c1 != NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));

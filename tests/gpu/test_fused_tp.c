@@ -46,16 +46,16 @@ enum { OP_AG = 0, OP_RS, OP_AR };
 static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
 
 typedef struct shape {
-  int64_t m, n, k;   /* AG: m_local, k; RS/AR: M, k_local */
-  int vary;          /* 1: per-rank share grows with rank; 2: rank 1 gets 0;
+  int64_t m, n, k; /* AG: m_local, k; RS/AR: M, k_local */
+  int vary;        /* 1: per-rank share grows with rank; 2: rank 1 gets 0;
                         3 (AG): even ranks m rows, odd ranks m1 (1 rank:
                         m + m1) */
-  int pad;           /* extra elements on every leading dimension */
+  int pad;         /* extra elements on every leading dimension */
   MKX_Trans tb;
   MKX_Datatype dt, ct;
-  int aout;          /* AG: ask for A_out */
-  int64_t m1;        /* vary 3 */
-  int colmajor;      /* MKX_COL_MAJOR operands (else row-major) */
+  int aout;     /* AG: ask for A_out */
+  int64_t m1;   /* vary 3 */
+  int colmajor; /* MKX_COL_MAJOR operands (else row-major) */
 } shape;
 
 /* One problem: host copies (oracle inputs/outputs) and device copies. */
@@ -66,16 +66,16 @@ typedef struct prob {
   int64_t rows, M, kl, lda, ldb, ldc, ld_aout, crow, arows;
   int64_t brows, bcols;
   size_t abytes, bbytes, cbytes, aobytes;
-  void *hA, *hB, *hC, *hAo;   /* host path */
-  void *dA, *dB, *dC, *dAo;   /* device path */
+  void *hA, *hB, *hC, *hAo; /* host path */
+  void *dA, *dB, *dC, *dAo; /* device path */
 } prob;
 
 static cudaStream_t st;
 
 static int64_t share(const shape *s, int granule) {
   if (s->vary == 2) return mt.rank == 1 ? 0 : s->m;
-  if (s->vary == 3) return mt.size == 1 ? s->m + s->m1
-                                        : mt.rank % 2 ? s->m1 : s->m;
+  if (s->vary == 3)
+    return mt.size == 1 ? s->m + s->m1 : mt.rank % 2 ? s->m1 : s->m;
   return s->m + (s->vary ? (int64_t)granule * mt.rank : 0);
 }
 
@@ -140,10 +140,9 @@ static void prob_free(prob *p) {
  * the device. */
 static void prob_fill(prob *p, int salt, int bsalt) {
   const shape *s = &p->s;
-  double *a = mt_gen(p->arows, p->kl, s->dt, mt.seed + (uint64_t)salt,
-                     mt.rank, 1);
-  double *b = mt_gen(p->kl, s->n, s->dt, mt.seed + (uint64_t)bsalt, mt.rank,
-                     2);
+  double *a =
+      mt_gen(p->arows, p->kl, s->dt, mt.seed + (uint64_t)salt, mt.rank, 1);
+  double *b = mt_gen(p->kl, s->n, s->dt, mt.seed + (uint64_t)bsalt, mt.rank, 2);
   memset(p->hA, 0, p->abytes);
   memset(p->hB, 0, p->bbytes);
   mt_store(p->hA, s->dt, p->order, p->arows, p->kl, p->lda, a);
@@ -161,16 +160,15 @@ static int prob_call(const prob *p, MKX_Comm c, int dev, void *C) {
   void *Ao = s->aout ? (dev ? p->dAo : p->hAo) : NULL;
   if (!C) C = dev ? p->dC : p->hC;
   if (p->op == OP_AG)
-    return MKX_Allgather_gemm(A, p->rows, s->k, p->lda, B, s->n, p->ldb,
-                              s->tb, C, p->ldc, Ao, p->ld_aout, s->dt, s->ct,
-                              p->order, c, dev ? st : NULL);
+    return MKX_Allgather_gemm(A, p->rows, s->k, p->lda, B, s->n, p->ldb, s->tb,
+                              C, p->ldc, Ao, p->ld_aout, s->dt, s->ct, p->order,
+                              c, dev ? st : NULL);
   if (p->op == OP_RS)
     return MKX_Gemm_reduce_scatter(A, p->M, p->kl, p->lda, B, s->n, p->ldb,
-                                   s->tb, C, p->ldc, s->dt, s->ct,
-                                   p->order, c, dev ? st : NULL);
-  return MKX_Gemm_allreduce(A, p->M, p->kl, p->lda, B, s->n, p->ldb, s->tb,
-                            C, p->ldc, s->dt, s->ct, p->order, c,
-                            dev ? st : NULL);
+                                   s->tb, C, p->ldc, s->dt, s->ct, p->order, c,
+                                   dev ? st : NULL);
+  return MKX_Gemm_allreduce(A, p->M, p->kl, p->lda, B, s->n, p->ldb, s->tb, C,
+                            p->ldc, s->dt, s->ct, p->order, c, dev ? st : NULL);
 }
 
 static int prob_init_plan(const prob *p, MKX_Comm c, MKX_Request *r) {
@@ -181,10 +179,9 @@ static int prob_init_plan(const prob *p, MKX_Comm c, MKX_Request *r) {
                                    s->aout ? p->dAo : NULL, p->ld_aout, s->dt,
                                    s->ct, p->order, c, MPI_INFO_NULL, r);
   if (p->op == OP_RS)
-    return MKX_Gemm_reduce_scatter_init(p->dA, p->M, p->kl, p->lda, p->dB,
-                                        s->n, p->ldb, s->tb, p->dC, p->ldc,
-                                        s->dt, s->ct, p->order, c,
-                                        MPI_INFO_NULL, r);
+    return MKX_Gemm_reduce_scatter_init(p->dA, p->M, p->kl, p->lda, p->dB, s->n,
+                                        p->ldb, s->tb, p->dC, p->ldc, s->dt,
+                                        s->ct, p->order, c, MPI_INFO_NULL, r);
   return MKX_Gemm_allreduce_init(p->dA, p->M, p->kl, p->lda, p->dB, s->n,
                                  p->ldb, s->tb, p->dC, p->ldc, s->dt, s->ct,
                                  p->order, c, MPI_INFO_NULL, r);
@@ -192,7 +189,10 @@ static int prob_init_plan(const prob *p, MKX_Comm c, MKX_Request *r) {
 
 /* Host copy `got` of the device C against `ref`: relative error over the
  * matrix, NaNs in it, and padding elements that are no longer poison. */
-typedef struct cmp { double rel; int64_t nan, bad_pad; } cmp;
+typedef struct cmp {
+  double rel;
+  int64_t nan, bad_pad;
+} cmp;
 static cmp compare_host(const prob *p, const void *got, const void *ref) {
   const shape *s = &p->s;
   cmp r = {0, 0, 0};
@@ -229,13 +229,13 @@ static int compare_c(const prob *p, const void *dC, const char *what) {
   void *got = device_c(p, dC);
   const cmp r = compare_host(p, got, p->hC);
   int ok = r.nan == 0 && r.bad_pad == 0 && r.rel <= 2 * mt_tol(s->dt, s->ct);
-  CHECK(ok, "%s %s%s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
-        "relerr %.2e nan %lld pad-writes %lld", what, op_name[p->op],
-        p->order == MKX_COL_MAJOR ? " col-major" : "",
+  CHECK(ok,
+        "%s %s%s M=%lld n=%lld k=%lld vary=%d pad=%d %s %s->%s: "
+        "relerr %.2e nan %lld pad-writes %lld",
+        what, op_name[p->op], p->order == MKX_COL_MAJOR ? " col-major" : "",
         (long long)p->M, (long long)s->n, (long long)s->k, s->vary, s->pad,
         s->tb == MKX_TRANS ? "B^T" : "B", mt_type_name(s->dt),
-        mt_type_name(s->ct), r.rel, (long long)r.nan,
-        (long long)r.bad_pad);
+        mt_type_name(s->ct), r.rel, (long long)r.nan, (long long)r.bad_pad);
   free(got);
   return ok;
 }
@@ -251,8 +251,8 @@ static int compare_aout(const prob *p) {
     ok = !memcmp((char *)got + (size_t)(i * p->ld_aout) * es,
                  (char *)p->hAo + (size_t)(i * p->ld_aout) * es,
                  (size_t)len * es);
-  CHECK(ok, "allgather_gemm A_out M=%lld k=%lld bit-exact",
-        (long long)p->M, (long long)p->s.k);
+  CHECK(ok, "allgather_gemm A_out M=%lld k=%lld bit-exact", (long long)p->M,
+        (long long)p->s.k);
   free(got);
   return ok;
 }
@@ -307,7 +307,8 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   int fused = fused_starts() > before, want = expect_fused(&p);
   CHECK(fused == want, "%s took the %s path (expected %s)", op_name[op],
         fused ? "fused" : "staged", want ? "fused" : "staged");
-  int split = mkx_path_starts(MKX_PATH_TP_SPLIT) > split0, want_split = want && expect_split(&p);
+  int split = mkx_path_starts(MKX_PATH_TP_SPLIT) > split0,
+      want_split = want && expect_split(&p);
   CHECK(split == want_split, "%s M=%lld: %s (expected %s)", op_name[op],
         (long long)p.M, split ? "split" : "not split",
         want_split ? "split" : "not split");
@@ -378,13 +379,17 @@ static void shapes_stream_k(MKX_Comm c) {
 /* Column-major operands: transposed through row-major temporaries around
  * the row-major fused call; odd M and m_local, padding, both B layouts. */
 static void shapes_colmajor(MKX_Comm c, int op) {
-  static const struct { int64_t m, n, k; int vary, pad; MKX_Trans tb;
-                        MKX_Datatype dt, ct; int aout; } t[] = {
-      {100, 256, 128, 0, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 1},
-      {777, 264, 64, 1, 8, MKX_TRANS, MKX_FP16, MKX_FP16, 0},
-      {256, 1024, 512, 0, 3, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
-      {1000, 64, 256, 2, 0, MKX_NO_TRANS, MKX_FP16, MKX_BF16, 0},
-      {3, 128, 8, 0, 8, MKX_TRANS, MKX_BF16, MKX_BF16, 1}};
+  static const struct {
+    int64_t m, n, k;
+    int vary, pad;
+    MKX_Trans tb;
+    MKX_Datatype dt, ct;
+    int aout;
+  } t[] = {{100, 256, 128, 0, 0, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 1},
+           {777, 264, 64, 1, 8, MKX_TRANS, MKX_FP16, MKX_FP16, 0},
+           {256, 1024, 512, 0, 3, MKX_TRANS, MKX_BF16, MKX_FP32, 1},
+           {1000, 64, 256, 2, 0, MKX_NO_TRANS, MKX_FP16, MKX_BF16, 0},
+           {3, 128, 8, 0, 8, MKX_TRANS, MKX_BF16, MKX_BF16, 1}};
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     shape s;
     memset(&s, 0, sizeof s);
@@ -399,10 +404,10 @@ static void shapes_colmajor(MKX_Comm c, int op) {
 
 static void shapes(MKX_Comm c, int op) {
   static const int64_t ms_ag[] = {128, 256, 384, 128, 512, 1024, 640, 128};
-  static const int64_t ms_red[] = {1, 64, 100, 129, 255, 777, 1024, 2048,
-                                   513, 4095, 3, 1000};
-  static const int64_t ns[] = {8, 64, 128, 200, 256, 264, 512, 1000, 1024,
-                               2056};
+  static const int64_t ms_red[] = {1,    64,   100, 129,  255, 777,
+                                   1024, 2048, 513, 4095, 3,   1000};
+  static const int64_t ns[] = {8,   64,  128,  200,  256,
+                               264, 512, 1000, 1024, 2056};
   static const int64_t ks[] = {8, 64, 128, 192, 256, 520, 1024};
   static const MKX_Datatype cts[] = {MKX_BF16, MKX_FP16, MKX_FP32};
   for (int i = 0; i < 24; i++) {
@@ -430,13 +435,17 @@ static void shapes(MKX_Comm c, int op) {
  * of 8 go through padded temporaries (src/ops/tp_adapter.c), both orders,
  * A_out, unequal k_local. */
 static void shapes_padded(MKX_Comm cpad, int op) {
-  static const struct { int64_t m, n, k; int vary, pad; MKX_Trans tb;
-                        MKX_Datatype dt, ct; int aout, cm; } t[] = {
-      {100, 250, 100, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1, 0},
-      {257, 64, 37, 1, 3, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0, 0},
-      {129, 1001, 64, 0, 5, MKX_TRANS, MKX_BF16, MKX_FP32, 1, 0},
-      {64, 128, 3, 0, 1, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0, 1},
-      {300, 99, 130, 1, 3, MKX_TRANS, MKX_FP16, MKX_BF16, 1, 1}};
+  static const struct {
+    int64_t m, n, k;
+    int vary, pad;
+    MKX_Trans tb;
+    MKX_Datatype dt, ct;
+    int aout, cm;
+  } t[] = {{100, 250, 100, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1, 0},
+           {257, 64, 37, 1, 3, MKX_NO_TRANS, MKX_FP16, MKX_FP16, 0, 0},
+           {129, 1001, 64, 0, 5, MKX_TRANS, MKX_BF16, MKX_FP32, 1, 0},
+           {64, 128, 3, 0, 1, MKX_NO_TRANS, MKX_BF16, MKX_BF16, 0, 1},
+           {300, 99, 130, 1, 3, MKX_TRANS, MKX_FP16, MKX_BF16, 1, 1}};
   pad_mode = 1;
   for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
     shape s;
@@ -486,9 +495,10 @@ static int check_variant(variants *v, const void *dC, int which,
   void *got = device_c(&v->p, dC);
   for (int i = 0; i < 3; i++)
     if (i != which)
-      printf("# [rank %d] %s: expected variant %d; relerr against variant "
-             "%d: %.2e\n", mt.rank, what, which, i,
-             compare_host(&v->p, got, v->ref[i]).rel);
+      printf(
+          "# [rank %d] %s: expected variant %d; relerr against variant "
+          "%d: %.2e\n",
+          mt.rank, what, which, i, compare_host(&v->p, got, v->ref[i]).rel);
   free(got);
   return 0;
 }
@@ -515,9 +525,10 @@ static void back_to_back(MKX_Comm c, int op) {
     }
   }
   CHECK_RC(rc, MKX_SUCCESS, "%s: 1000 back-to-back calls", op_name[op]);
-  CHECK(fused_starts() - before == 1000,
-        "%s: all 1000 calls fused", op_name[op]);
-  CHECK(mkx_path_starts(MKX_PATH_TP_SPLIT) - split0 == (expect_split(&v.p) ? 1000 : 0),
+  CHECK(fused_starts() - before == 1000, "%s: all 1000 calls fused",
+        op_name[op]);
+  CHECK(mkx_path_starts(MKX_PATH_TP_SPLIT) - split0 ==
+            (expect_split(&v.p) ? 1000 : 0),
         "%s: 1000 calls on the %s path", op_name[op],
         expect_split(&v.p) ? "split" : "overlapped");
   for (int j = 0; j < 4; j++) cudaFree(dC[j]);
@@ -679,9 +690,10 @@ static void stream_k(MKX_Comm cov, const char *only) {
   shapes_stream_k(cov);
   split_mode = -1;
   const long nsk = mkx_tp_ag_sk_launches() - sk0;
-  CHECK(sliced ? nsk == 0 : nsk > 0, "stream-k: %ld AllGather+GEMM "
-        "launches split their last wave (expected %s)", nsk,
-        sliced ? "none: split path" : "some");
+  CHECK(sliced ? nsk == 0 : nsk > 0,
+        "stream-k: %ld AllGather+GEMM "
+        "launches split their last wave (expected %s)",
+        nsk, sliced ? "none: split path" : "some");
 }
 
 /* Does the back-to-back AllGather+GEMM fit in one kernel on c (tiles and
@@ -715,10 +727,15 @@ static void parts(MKX_Comm c, int mode, const char *only, const char *name,
   }
   const long n1 = mkx_path_starts(MKX_PATH_TP_ONE_KERNEL) - ag1_0;
   const int many = ag1 && (ops & 1) && b2b_fits_one_kernel(c);
-  CHECK(many ? n1 > 1000 : ag1 ? n1 < 1000 : n1 == 0, "%s: %ld "
-        "AllGather+GEMM calls in one kernel (expected %s)", name, n1,
-        many ? "> 1000" : ag1 ? "< 1000: not the back-to-back ones"
-                              : "none");
+  CHECK(many  ? n1 > 1000
+        : ag1 ? n1 < 1000
+              : n1 == 0,
+        "%s: %ld "
+        "AllGather+GEMM calls in one kernel (expected %s)",
+        name, n1,
+        many  ? "> 1000"
+        : ag1 ? "< 1000: not the back-to-back ones"
+              : "none");
   split_mode = -1;
 }
 
@@ -746,11 +763,12 @@ int main(int argc, char **argv) {
                            "mkx_tp_split_gemm", "cublas", NULL);
   MKX_Comm ctwo = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
                             "mkx_tp_ag_oneshot", "no", NULL);
-  MKX_Comm off = comm_with("mkx_fused", "off", NULL); /* whatever MKX_FUSED says */
+  MKX_Comm off =
+      comm_with("mkx_fused", "off", NULL); /* whatever MKX_FUSED says */
   MKX_Comm f32 = comm_with("mkx_tp_partials", "fp32", NULL);
   MKX_Comm cpad = comm_with("mkx_fused_pad", "yes", NULL);
-  MKX_Comm cpov = comm_with("mkx_fused_pad", "yes", "mkx_tp_overlap", "yes",
-                            NULL);
+  MKX_Comm cpov =
+      comm_with("mkx_fused_pad", "yes", "mkx_tp_overlap", "yes", NULL);
   sliced = c->share.mode == MKX_SHARE_TIMESLICED;
   if (mt.rank == 0)
     printf("# GPU %s, %d rank(s) on it, fused kernels take %d CTAs\n",

@@ -17,7 +17,6 @@
 #include "cuda_check.h"
 #include "gemm_engine.h"
 
-
 /* ---- host fp16 / bf16 conversions ---- */
 static uint16_t f2bf(float f) {
   uint32_t x;
@@ -44,7 +43,8 @@ static uint16_t f2h(float f) {
     if (e < -10) return (uint16_t)sign;
     mant |= 0x800000u;
     int shift = 14 - e;
-    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1),
+             half = 1u << (shift - 1);
     if (rem > half || (rem == half && (h & 1))) h++;
     return (uint16_t)(sign | h);
   }
@@ -55,9 +55,12 @@ static uint16_t f2h(float f) {
 static float h2f(uint16_t h) {
   uint32_t sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
   float v;
-  if (e == 0) v = ldexpf((float)m, -24);
-  else if (e == 31) v = m ? NAN : INFINITY;
-  else v = ldexpf((float)(m | 0x400), (int)e - 25);
+  if (e == 0)
+    v = ldexpf((float)m, -24);
+  else if (e == 31)
+    v = m ? NAN : INFINITY;
+  else
+    v = ldexpf((float)(m | 0x400), (int)e - 25);
   return sign ? -v : v;
 }
 
@@ -68,19 +71,24 @@ static inline uint32_t rnd32(void) {
   g_rng ^= g_rng << 17;
   return (uint32_t)(g_rng >> 16);
 }
-static inline float rndf(void) { return (float)(rnd32() & 0xffffff) * (2.0f / 16777216.0f) - 1.0f; }
+static inline float rndf(void) {
+  return (float)(rnd32() & 0xffffff) * (2.0f / 16777216.0f) - 1.0f;
+}
 
 /* rows x cols matrix with leading dimension ld (elements), random in [-1, 1]; padding random too */
 static void fill16(uint16_t *h, int64_t rows, int64_t ld, int fp16) {
-  for (int64_t i = 0; i < rows * ld; ++i) h[i] = fp16 ? f2h(rndf()) : f2bf(rndf());
+  for (int64_t i = 0; i < rows * ld; ++i)
+    h[i] = fp16 ? f2h(rndf()) : f2bf(rndf());
 }
 
-static const char *tname(int t) { return t == MKX_GEMM_BF16 ? "bf16" : t == MKX_GEMM_FP16 ? "fp16" : "fp32"; }
+static const char *tname(int t) {
+  return t == MKX_GEMM_BF16 ? "bf16" : t == MKX_GEMM_FP16 ? "fp16" : "fp32";
+}
 
 typedef struct {
   int64_t m, n, k;
   int ab, ct, bkm;
-  int64_t pad_a, pad_b, pad_c;  /* extra elements per row (multiples of 8) */
+  int64_t pad_a, pad_b, pad_c; /* extra elements per row (multiples of 8) */
   int tile, ctas;
 } tcase;
 
@@ -90,8 +98,8 @@ static const int64_t kGuard = 4096; /* bytes of guard band on each side of C */
 
 /* Compare C (inside a guard band of kGuard bytes each side, poisoned 0xFF) with the fp32
  * reference; print one line; return 1 if it passes. */
-static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf, size_t cbytes, const float *dRef,
-                     const char *label) {
+static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf,
+                     size_t cbytes, const float *dRef, const char *label) {
   const int64_t m = tc->m, n = tc->n, k = tc->k;
   const int64_t ldc = d->ldc, lda = d->lda, ldb = d->ldb;
   const int esz = tc->ct == MKX_GEMM_FP32 ? 4 : 2;
@@ -100,7 +108,10 @@ static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf, size_
   {
     unsigned char *hC = (unsigned char *)malloc(cbuf_bytes);
     float *hR = (float *)malloc((size_t)(m * n) * 4 + 4);
-    if (!hC || !hR) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+    if (!hC || !hR) {
+      fprintf(stderr, "host alloc failed\n");
+      exit(1);
+    }
     CK(cudaMemcpy(hC, dCbuf, cbuf_bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hR, dRef, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
     int64_t guard_bad = 0, nan_bad = 0;
@@ -112,18 +123,23 @@ static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf, size_
     double num = 0, den = 0, maxerr = 0, maxref = 0;
     for (int64_t r = 0; r < m; ++r) {
       for (int64_t c = n; c < ldc; ++c)
-        for (int b = 0; b < esz; ++b) guard_bad += cp[(r * ldc + c) * esz + b] != 0xFF;
+        for (int b = 0; b < esz; ++b)
+          guard_bad += cp[(r * ldc + c) * esz + b] != 0xFF;
       for (int64_t c = 0; c < n; ++c) {
         float v;
         const unsigned char *e = cp + (r * ldc + c) * esz;
-        if (esz == 4) memcpy(&v, e, 4);
+        if (esz == 4)
+          memcpy(&v, e, 4);
         else {
           uint16_t h;
           memcpy(&h, e, 2);
           v = tc->ct == MKX_GEMM_BF16 ? bf2f(h) : h2f(h);
         }
         const double ref = hR[r * n + c];
-        if (!isfinite(v)) { nan_bad++; continue; }
+        if (!isfinite(v)) {
+          nan_bad++;
+          continue;
+        }
         const double df = (double)v - ref;
         num += df * df;
         den += ref * ref;
@@ -133,14 +149,21 @@ static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf, size_
     }
     const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
     const double tol = esz == 4 ? 2e-3 : 1e-2;
-    const double maxtol = esz == 4 ? 2e-3 * maxref + 1e-5 : 2e-2 * maxref + 1e-3;
-    ok = !guard_bad && !nan_bad && rel < tol && maxerr <= maxtol && isfinite(rel);
-    printf("case %3d %-4s %sm=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s lda=%lld ldb=%lld ldc=%lld tile=%d(%s) ctas=%d "
-           "rel=%.3e maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld\n",
-           g_cases, ok ? "PASS" : "FAIL", label, (long long)m, (long long)n, (long long)k, tname(tc->ab), tname(tc->ct),
-           tc->bkm ? "kmaj" : "nmaj", (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
-           mkx_gemm_pick_tile(d, 132) == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128", tc->ctas, rel, maxerr, maxref,
-           (long long)nan_bad, (long long)guard_bad);
+    const double maxtol =
+        esz == 4 ? 2e-3 * maxref + 1e-5 : 2e-2 * maxref + 1e-3;
+    ok = !guard_bad && !nan_bad && rel < tol && maxerr <= maxtol &&
+         isfinite(rel);
+    printf(
+        "case %3d %-4s %sm=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s lda=%lld "
+        "ldb=%lld ldc=%lld tile=%d(%s) ctas=%d "
+        "rel=%.3e maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld\n",
+        g_cases, ok ? "PASS" : "FAIL", label, (long long)m, (long long)n,
+        (long long)k, tname(tc->ab), tname(tc->ct), tc->bkm ? "kmaj" : "nmaj",
+        (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
+        mkx_gemm_pick_tile(d, 132) == MKX_GEMM_TILE_128x256 ? "128x256"
+                                                            : "128x128",
+        tc->ctas, rel, maxerr, maxref, (long long)nan_bad,
+        (long long)guard_bad);
     fflush(stdout);
     free(hC);
     free(hR);
@@ -159,7 +182,10 @@ static void run_case(const tcase *tc) {
 
   uint16_t *hA = (uint16_t *)malloc((size_t)(m * lda) * 2 + 2);
   uint16_t *hB = (uint16_t *)malloc((size_t)(brows * ldb) * 2 + 2);
-  if (!hA || !hB) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+  if (!hA || !hB) {
+    fprintf(stderr, "host alloc failed\n");
+    exit(1);
+  }
   fill16(hA, m, lda, fp16);
   fill16(hB, brows, ldb, fp16);
 
@@ -180,19 +206,28 @@ static void run_case(const tcase *tc) {
   /* reference: row-major C = A B  <=>  column-major C^T (n x m) = op(B') A' */
   const float one = 1.0f, zero = 0.0f;
   cudaDataType_t dt = fp16 ? CUDA_R_16F : CUDA_R_16BF;
-  CB(cublasGemmEx(g_blas, tc->bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dB, dt,
-                  (int)ldb, dA, dt, (int)lda, &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+  CB(cublasGemmEx(g_blas, tc->bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                  (int)n, (int)m, (int)k, &one, dB, dt, (int)ldb, dA, dt,
+                  (int)lda, &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
                   CUBLAS_GEMM_DEFAULT));
   CK(cudaGetLastError());
 
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
-  d.m = m; d.n = n; d.k = k;
-  d.a = dA; d.lda = lda;
-  d.b = dB; d.ldb = ldb; d.b_kmajor = tc->bkm;
-  d.c = dC; d.ldc = ldc;
-  d.ab_type = tc->ab; d.c_type = tc->ct;
-  d.num_ctas = tc->ctas; d.tile_override = tc->tile;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.a = dA;
+  d.lda = lda;
+  d.b = dB;
+  d.ldb = ldb;
+  d.b_kmajor = tc->bkm;
+  d.c = dC;
+  d.ldc = ldc;
+  d.ab_type = tc->ab;
+  d.c_type = tc->ct;
+  d.num_ctas = tc->ctas;
+  d.tile_override = tc->tile;
   const char *why = NULL;
   if (!mkx_gemm_supported(&d, &why)) {
     printf("case %3d FAIL unsupported: %s\n", g_cases, why);
@@ -222,10 +257,17 @@ out:
  * second stream copies A in 128-row blocks from pinned host memory (copy engine), each followed
  * by its ready flag, in the reverse of the GEMM's tile-row order.  A tile that loaded A before its
  * flag would show NaN. */
-static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m, int tile, int ct) {
+static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m,
+                           int tile, int ct) {
   tcase tc;
   memset(&tc, 0, sizeof tc);
-  tc.m = m; tc.n = n; tc.k = k; tc.ab = MKX_GEMM_BF16; tc.ct = ct; tc.bkm = 1; tc.tile = tile;
+  tc.m = m;
+  tc.n = n;
+  tc.k = k;
+  tc.ab = MKX_GEMM_BF16;
+  tc.ct = ct;
+  tc.bkm = 1;
+  tc.tile = tile;
   ++g_cases;
   const int64_t lda = k, ldb = k, ldc = n;
   const int esz = ct == MKX_GEMM_FP32 ? 4 : 2;
@@ -235,7 +277,10 @@ static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m, in
   CK(cudaMallocHost((void **)&hA, (size_t)(m * lda) * 2));
   CK(cudaMallocHost((void **)&hOnes, (size_t)tiles_m * sizeof(int)));
   hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
-  if (!hB) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+  if (!hB) {
+    fprintf(stderr, "host alloc failed\n");
+    exit(1);
+  }
   fill16(hA, m, lda, 0);
   fill16(hB, n, ldb, 0);
   for (int i = 0; i < tiles_m; ++i) hOnes[i] = 1;
@@ -258,43 +303,78 @@ static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m, in
   CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
-  d.m = m; d.n = n; d.k = k; d.a = dA; d.lda = lda; d.b = dB; d.ldb = ldb; d.b_kmajor = 1;
-  d.c = (char *)dCbuf + kGuard; d.ldc = ldc; d.ab_type = MKX_GEMM_BF16; d.c_type = ct; d.tile_override = tile;
+  d.m = m;
+  d.n = n;
+  d.k = k;
+  d.a = dA;
+  d.lda = lda;
+  d.b = dB;
+  d.ldb = ldb;
+  d.b_kmajor = 1;
+  d.c = (char *)dCbuf + kGuard;
+  d.ldc = ldc;
+  d.ab_type = MKX_GEMM_BF16;
+  d.c_type = ct;
+  d.tile_override = tile;
   int rc = mkx_gemm_run_gated(&d, dFlags, 1, first_tile_m, s1);
-  if (rc) { printf("case %3d FAIL mkx_gemm_run_gated returned %d\n", g_cases, rc); g_fail++; }
+  if (rc) {
+    printf("case %3d FAIL mkx_gemm_run_gated returned %d\n", g_cases, rc);
+    g_fail++;
+  }
   for (int i = 0; i < tiles_m; ++i) {
-    const int t = (first_tile_m + tiles_m - 1 - i) % tiles_m;      /* reverse of the GEMM's order */
+    const int t = (first_tile_m + tiles_m - 1 - i) %
+                  tiles_m; /* reverse of the GEMM's order */
     const int64_t r0 = (int64_t)t * 128, nr = m - r0 < 128 ? m - r0 : 128;
-    CK(cudaMemcpyAsync((uint16_t *)dA + r0 * lda, hA + r0 * lda, (size_t)(nr * lda) * 2, cudaMemcpyHostToDevice, s2));
-    CK(cudaMemcpyAsync(dFlags + t, hOnes + t, sizeof(int), cudaMemcpyHostToDevice, s2));
+    CK(cudaMemcpyAsync((uint16_t *)dA + r0 * lda, hA + r0 * lda,
+                       (size_t)(nr * lda) * 2, cudaMemcpyHostToDevice, s2));
+    CK(cudaMemcpyAsync(dFlags + t, hOnes + t, sizeof(int),
+                       cudaMemcpyHostToDevice, s2));
   }
   CK(cudaStreamSynchronize(s2));
   CK(cudaStreamSynchronize(s1));
   CK(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
-  CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dB, CUDA_R_16BF, (int)ldb, dA,
-                  CUDA_R_16BF, (int)lda, &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                  &one, dB, CUDA_R_16BF, (int)ldb, dA, CUDA_R_16BF, (int)lda,
+                  &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                  CUBLAS_GEMM_DEFAULT));
   CK(cudaDeviceSynchronize());
   if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef, "gated ")) g_fail++;
   CK(cudaStreamDestroy(s1));
   CK(cudaStreamDestroy(s2));
-  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dCbuf)); CK(cudaFree(dRef)); CK(cudaFree(dFlags));
-  CK(cudaFreeHost(hA)); CK(cudaFreeHost(hOnes));
+  CK(cudaFree(dA));
+  CK(cudaFree(dB));
+  CK(cudaFree(dCbuf));
+  CK(cudaFree(dRef));
+  CK(cudaFree(dFlags));
+  CK(cudaFreeHost(hA));
+  CK(cudaFreeHost(hOnes));
   free(hB);
 }
 
 /* Column-major caller served by operand swapping (see gemm_engine.h): Cc = op(Ac) * Bc, all
  * column-major, computed as Cc^T = Bc^T * op(Ac)^T by the row-major engine. */
-static void run_colmajor_case(int64_t m, int64_t n, int64_t k, int opA_T, int ct) {
-  tcase tc;   /* the engine's view: m' = n, n' = m */
+static void run_colmajor_case(int64_t m, int64_t n, int64_t k, int opA_T,
+                              int ct) {
+  tcase tc; /* the engine's view: m' = n, n' = m */
   memset(&tc, 0, sizeof tc);
-  tc.m = n; tc.n = m; tc.k = k; tc.ab = MKX_GEMM_FP16; tc.ct = ct; tc.bkm = opA_T;
+  tc.m = n;
+  tc.n = m;
+  tc.k = k;
+  tc.ab = MKX_GEMM_FP16;
+  tc.ct = ct;
+  tc.bkm = opA_T;
   ++g_cases;
-  const int64_t lda = (opA_T ? k : m) + 8, ldb = k + 16, ldc = m + 8;   /* column-major leading dims */
-  const int64_t a_cols = opA_T ? m : k;                                 /* Ac stored lda x a_cols */
+  const int64_t lda = (opA_T ? k : m) + 8, ldb = k + 16,
+                ldc = m + 8;            /* column-major leading dims */
+  const int64_t a_cols = opA_T ? m : k; /* Ac stored lda x a_cols */
   const int esz = ct == MKX_GEMM_FP32 ? 4 : 2;
-  uint16_t *hA = (uint16_t *)malloc((size_t)(a_cols * lda) * 2), *hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
-  if (!hA || !hB) { fprintf(stderr, "host alloc failed\n"); exit(1); }
+  uint16_t *hA = (uint16_t *)malloc((size_t)(a_cols * lda) * 2),
+           *hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
+  if (!hA || !hB) {
+    fprintf(stderr, "host alloc failed\n");
+    exit(1);
+  }
   fill16(hA, a_cols, lda, 1);
   fill16(hB, n, ldb, 1);
   void *dA, *dB, *dCbuf;
@@ -309,43 +389,69 @@ static void run_colmajor_case(int64_t m, int64_t n, int64_t k, int opA_T, int ct
   CK(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
   const float one = 1.0f, zero = 0.0f;
   /* reference, column-major m x n with ld m */
-  CB(cublasGemmEx(g_blas, opA_T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)m, (int)n, (int)k, &one, dA,
-                  CUDA_R_16F, (int)lda, dB, CUDA_R_16F, (int)ldb, &zero, dRef, CUDA_R_32F, (int)m,
+  CB(cublasGemmEx(g_blas, opA_T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                  (int)m, (int)n, (int)k, &one, dA, CUDA_R_16F, (int)lda, dB,
+                  CUDA_R_16F, (int)ldb, &zero, dRef, CUDA_R_32F, (int)m,
                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
-  d.m = n; d.n = m; d.k = k;
-  d.a = dB; d.lda = ldb;
-  d.b = dA; d.ldb = lda; d.b_kmajor = opA_T;
-  d.c = (char *)dCbuf + kGuard; d.ldc = ldc;
-  d.ab_type = MKX_GEMM_FP16; d.c_type = ct;
+  d.m = n;
+  d.n = m;
+  d.k = k;
+  d.a = dB;
+  d.lda = ldb;
+  d.b = dA;
+  d.ldb = lda;
+  d.b_kmajor = opA_T;
+  d.c = (char *)dCbuf + kGuard;
+  d.ldc = ldc;
+  d.ab_type = MKX_GEMM_FP16;
+  d.c_type = ct;
   int rc = mkx_gemm_run(&d, 0);
-  if (rc) { printf("case %3d FAIL mkx_gemm_run (col-major) returned %d\n", g_cases, rc); g_fail++; }
+  if (rc) {
+    printf("case %3d FAIL mkx_gemm_run (col-major) returned %d\n", g_cases, rc);
+    g_fail++;
+  }
   CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
-  if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef, opA_T ? "colmajor(A^T) " : "colmajor ")) g_fail++;
-  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dCbuf)); CK(cudaFree(dRef));
-  free(hA); free(hB);
+  if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef,
+                        opA_T ? "colmajor(A^T) " : "colmajor "))
+    g_fail++;
+  CK(cudaFree(dA));
+  CK(cudaFree(dB));
+  CK(cudaFree(dCbuf));
+  CK(cudaFree(dRef));
+  free(hA);
+  free(hB);
 }
 
 static void check_rejects(void) {
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
-  d.m = 16; d.n = 12; d.k = 16; d.lda = 16; d.ldb = 16; d.ldc = 16; d.b_kmajor = 1;
+  d.m = 16;
+  d.n = 12;
+  d.k = 16;
+  d.lda = 16;
+  d.ldb = 16;
+  d.ldc = 16;
+  d.b_kmajor = 1;
   d.a = d.b = d.c = (void *)(uintptr_t)256;
-  d.ab_type = MKX_GEMM_BF16; d.c_type = MKX_GEMM_BF16;
+  d.ab_type = MKX_GEMM_BF16;
+  d.c_type = MKX_GEMM_BF16;
   const char *why = NULL;
   ++g_cases;
   int bad = 0;
-  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* n % 8 != 0 */
+  if (mkx_gemm_supported(&d, &why)) bad = 1; /* n % 8 != 0 */
   d.n = 16;
   if (!mkx_gemm_supported(&d, &why)) bad = 1;
   d.ab_type = MKX_GEMM_FP32;
-  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* fp32 operands */
-  d.ab_type = MKX_GEMM_BF16; d.lda = 20;
-  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* lda % 8 */
-  d.lda = 16; d.a = (void *)(uintptr_t)258;
-  if (mkx_gemm_supported(&d, &why)) bad = 1;          /* misaligned */
+  if (mkx_gemm_supported(&d, &why)) bad = 1; /* fp32 operands */
+  d.ab_type = MKX_GEMM_BF16;
+  d.lda = 20;
+  if (mkx_gemm_supported(&d, &why)) bad = 1; /* lda % 8 */
+  d.lda = 16;
+  d.a = (void *)(uintptr_t)258;
+  if (mkx_gemm_supported(&d, &why)) bad = 1; /* misaligned */
   if (mkx_gemm_run(&d, 0) != MKX_GEMM_EINVAL) bad = 1;
   printf("case %3d %s argument checks\n", g_cases, bad ? "FAIL" : "PASS");
   g_fail += bad;
@@ -360,17 +466,26 @@ int main(int argc, char **argv) {
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   if (prop.major != 9) {
-    printf("SKIP: device %s is sm_%d%d, engine needs sm_90\n", prop.name, prop.major, prop.minor);
+    printf("SKIP: device %s is sm_%d%d, engine needs sm_90\n", prop.name,
+           prop.major, prop.minor);
     return 77;
   }
-  int quick = 0, small = 0;   /* --quick: a quarter of the cases; --small: no shape over 2^31 flop (for compute-sanitizer) */
+  int quick = 0,
+      small =
+          0; /* --quick: a quarter of the cases; --small: no shape over 2^31 flop (for compute-sanitizer) */
   for (int i = 1; i < argc; ++i) {
-    if (!strcmp(argv[i], "--quick")) quick = 1;
-    else if (!strcmp(argv[i], "--small")) small = 1;
-    else { fprintf(stderr, "usage: %s [--quick] [--small]\n", argv[0]); return 2; }
+    if (!strcmp(argv[i], "--quick"))
+      quick = 1;
+    else if (!strcmp(argv[i], "--small"))
+      small = 1;
+    else {
+      fprintf(stderr, "usage: %s [--quick] [--small]\n", argv[0]);
+      return 2;
+    }
   }
   g_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
-  printf("device: %s, %d SMs, seed %llu\n", prop.name, prop.multiProcessorCount, (unsigned long long)g_rng);
+  printf("device: %s, %d SMs, seed %llu\n", prop.name, prop.multiProcessorCount,
+         (unsigned long long)g_rng);
   CB(cublasCreate(&g_blas));
 
   check_rejects();
@@ -379,11 +494,14 @@ int main(int argc, char **argv) {
   const int abs_[2] = {MKX_GEMM_BF16, MKX_GEMM_FP16};
   const int cts[3] = {MKX_GEMM_BF16, MKX_GEMM_FP16, MKX_GEMM_FP32};
   static const int64_t shapes[][3] = {
-      {1, 8, 8},       {8, 64, 64},        {17, 136, 72},     {1, 4096, 4096}, {8, 8192, 1024},
-      {17, 1000, 520}, {128, 128, 64},     {128, 256, 64},    {129, 264, 200}, {255, 392, 136},
-      {256, 256, 256}, {300, 520, 1000},   {1000, 1000, 1000}, {1024, 2048, 512}, {2000, 3000, 808},
-      {777, 8192, 2048}, {4096, 1032, 8}, {513, 128, 4096},  {64, 24, 4104},  {3000, 4104, 16},
-      {2048, 2048, 2048}, {4096, 4096, 4096}, {1, 256, 8192}, {200, 40, 64}};
+      {1, 8, 8},          {8, 64, 64},       {17, 136, 72},
+      {1, 4096, 4096},    {8, 8192, 1024},   {17, 1000, 520},
+      {128, 128, 64},     {128, 256, 64},    {129, 264, 200},
+      {255, 392, 136},    {256, 256, 256},   {300, 520, 1000},
+      {1000, 1000, 1000}, {1024, 2048, 512}, {2000, 3000, 808},
+      {777, 8192, 2048},  {4096, 1032, 8},   {513, 128, 4096},
+      {64, 24, 4104},     {3000, 4104, 16},  {2048, 2048, 2048},
+      {4096, 4096, 4096}, {1, 256, 8192},    {200, 40, 64}};
   const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
   int ci = 0;
   for (int s = 0; s < nshapes; ++s) {
@@ -391,16 +509,24 @@ int main(int argc, char **argv) {
       for (int c = 0; c < 3; ++c)
         for (int bk = 1; bk >= 0; --bk) {
           if ((quick && ((ci + s) % 4)) ||
-              (small && shapes[s][0] * shapes[s][1] * shapes[s][2] > ((int64_t)1 << 30))) { ++ci; continue; }
+              (small && shapes[s][0] * shapes[s][1] * shapes[s][2] >
+                            ((int64_t)1 << 30))) {
+            ++ci;
+            continue;
+          }
           tcase t;
           memset(&t, 0, sizeof t);
-          t.m = shapes[s][0]; t.n = shapes[s][1]; t.k = shapes[s][2];
-          t.ab = abs_[a]; t.ct = cts[c]; t.bkm = bk;
+          t.m = shapes[s][0];
+          t.n = shapes[s][1];
+          t.k = shapes[s][2];
+          t.ab = abs_[a];
+          t.ct = cts[c];
+          t.bkm = bk;
           t.pad_a = (ci % 3 == 1) ? 8 : 0;
           t.pad_b = (ci % 4 == 2) ? 24 : 0;
           t.pad_c = (ci % 3 == 2) ? 8 * (1 + ci % 5) : 0;
-          t.tile = ci % 3;                      /* heuristic, forced 128x128, forced 128x256 */
-          t.ctas = (ci % 7 == 3) ? 5 : 0;       /* few CTAs: many tiles per CTA */
+          t.tile = ci % 3; /* heuristic, forced 128x128, forced 128x256 */
+          t.ctas = (ci % 7 == 3) ? 5 : 0; /* few CTAs: many tiles per CTA */
           run_case(&t);
           ++ci;
         }
@@ -409,13 +535,24 @@ int main(int argc, char **argv) {
   if (!small) {
     tcase t;
     memset(&t, 0, sizeof t);
-    t.m = 16384; t.n = 8192; t.k = 8192;
-    t.ab = MKX_GEMM_BF16; t.ct = MKX_GEMM_BF16; t.bkm = 1;
+    t.m = 16384;
+    t.n = 8192;
+    t.k = 8192;
+    t.ab = MKX_GEMM_BF16;
+    t.ct = MKX_GEMM_BF16;
+    t.bkm = 1;
     run_case(&t);
     if (!quick) {
-      t.ab = MKX_GEMM_FP16; t.ct = MKX_GEMM_FP32; t.bkm = 0; t.pad_c = 8;
+      t.ab = MKX_GEMM_FP16;
+      t.ct = MKX_GEMM_FP32;
+      t.bkm = 0;
+      t.pad_c = 8;
       run_case(&t);
-      t.ab = MKX_GEMM_BF16; t.ct = MKX_GEMM_FP16; t.bkm = 0; t.pad_c = 0; t.tile = MKX_GEMM_TILE_128x128;
+      t.ab = MKX_GEMM_BF16;
+      t.ct = MKX_GEMM_FP16;
+      t.bkm = 0;
+      t.pad_c = 0;
+      t.tile = MKX_GEMM_TILE_128x128;
       run_case(&t);
     }
   }
@@ -427,6 +564,7 @@ int main(int argc, char **argv) {
   run_gated_case(1000, 2056, 1032, 3, MKX_GEMM_TILE_128x128, MKX_GEMM_FP32);
   if (!small) run_gated_case(8192, 8192, 8192, 17, 0, MKX_GEMM_BF16);
   CB(cublasDestroy(g_blas));
-  printf("SUMMARY: %d cases, %d passed, %d failed\n", g_cases, g_cases - g_fail, g_fail);
+  printf("SUMMARY: %d cases, %d passed, %d failed\n", g_cases, g_cases - g_fail,
+         g_fail);
   return g_fail ? 1 : 0;
 }

@@ -48,9 +48,6 @@ static int rank, size;
 #define REGION_SEND 0
 #define REGION_RECV 1
 
-
-
-
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -64,8 +61,8 @@ static double finish(cudaStream_t s, double limit, const char *what) {
   cudaError_t e;
   while ((e = cudaStreamQuery(s)) == cudaErrorNotReady) {
     if (now_s() - t0 > limit) {
-      printf("not ok - rank %d: %s: kernel still running after %.0f s\n",
-             rank, what, limit);
+      printf("not ok - rank %d: %s: kernel still running after %.0f s\n", rank,
+             what, limit);
       fflush(stdout);
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
@@ -80,9 +77,9 @@ typedef struct setup {
   mkx_net *net;
   int to, from;
   cudaStream_t stream;
-  int *rc;            /* device [2 * MAX_CTAS + 1] */
+  int *rc; /* device [2 * MAX_CTAS + 1] */
   unsigned long long *bad;
-  char *send, *recv;  /* device */
+  char *send, *recv; /* device */
   size_t send_bytes, recv_bytes;
   mkx_net_mr smr, rmr;
   mkx_net_rkey skeys[8], rkeys[8];
@@ -99,8 +96,8 @@ static mkx_proxy_gpu *gpu_proxy(setup *t, uint32_t entries, int start) {
   MKX(mkx_proxy_add_region(p, &t->rmr, t->rkeys, &ri));
   CHECK(si == REGION_SEND && ri == REGION_RECV, "regions %u %u", si, ri);
   if (start)
-    MKX(mkx_proxy_start(p, t->comm->has_gpu_map ? t->comm->gpu_map.cpus
-                                                : NULL));
+    MKX(mkx_proxy_start(p,
+                        t->comm->has_gpu_map ? t->comm->gpu_map.cpus : NULL));
   return g;
 }
 
@@ -112,11 +109,20 @@ static void get_rc(const setup *t, int *rc, int n) {
 
 static void exchange(setup *t, int ctas, int msgs, int chunks, uint32_t bytes,
                      uint32_t entries, uint64_t base) {
-  pg_exchange x = {.rank = rank, .to = t->to, .from = t->from, .ctas = ctas,
-                   .msgs = msgs, .chunks = chunks, .bytes = bytes,
-                   .base = base, .send = t->send, .recv = t->recv,
-                   .send_region = REGION_SEND, .recv_region = REGION_RECV,
-                   .rc = t->rc, .bad = t->bad};
+  pg_exchange x = {.rank = rank,
+                   .to = t->to,
+                   .from = t->from,
+                   .ctas = ctas,
+                   .msgs = msgs,
+                   .chunks = chunks,
+                   .bytes = bytes,
+                   .base = base,
+                   .send = t->send,
+                   .recv = t->recv,
+                   .send_region = REGION_SEND,
+                   .recv_region = REGION_RECV,
+                   .rc = t->rc,
+                   .bad = t->bad};
   size_t per_source = (size_t)ctas * msgs * bytes;
   uint64_t sent0 = mkx_net_bytes_sent(t->net, t->to);
   CUDA(cudaMemset(t->recv, 0, (size_t)size * per_source));
@@ -132,12 +138,14 @@ static void exchange(setup *t, int ctas, int msgs, int chunks, uint32_t bytes,
   int rc[2 * MAX_CTAS];
   get_rc(t, rc, 2 * ctas);
   for (int b = 0; b < 2 * ctas; b++)
-    CHECK(rc[b] == MKX_SUCCESS, "%s CTA %d returned %d", b < ctas ? "producer"
-          : "consumer", b % ctas, rc[b]);
+    CHECK(rc[b] == MKX_SUCCESS, "%s CTA %d returned %d",
+          b < ctas ? "producer" : "consumer", b % ctas, rc[b]);
   const mkx_proxy_dev_status *st = mkx_proxy_gpu_status(g);
-  CHECK(st->code == 0, "status %d (where %d, CTA %d, slot %u, what %llu, "
-        "seen %llu)", st->code, st->where, st->block, st->slot,
-        (unsigned long long)st->what, (unsigned long long)st->seen);
+  CHECK(st->code == 0,
+        "status %d (where %d, CTA %d, slot %u, what %llu, "
+        "seen %llu)",
+        st->code, st->where, st->block, st->slot, (unsigned long long)st->what,
+        (unsigned long long)st->seen);
   unsigned long long bad = 0;
   CUDA(cudaMemcpy(&bad, t->bad, sizeof bad, cudaMemcpyDeviceToHost));
   CHECK(bad == 0, "%llu words differed when the kernel read them", bad);
@@ -168,15 +176,15 @@ static void exchange(setup *t, int ctas, int msgs, int chunks, uint32_t bytes,
   CHECK(atomic_load(&r->reserved) == n && atomic_load(&r->completed) == n,
         "ring: %llu reserved, %llu completed, want %llu",
         (unsigned long long)atomic_load(&r->reserved),
-        (unsigned long long)atomic_load(&r->completed),
-        (unsigned long long)n);
+        (unsigned long long)atomic_load(&r->completed), (unsigned long long)n);
   MPI_Barrier(MPI_COMM_WORLD); /* the peer has seen our last signal */
   CHECK(mkx_proxy_stop(mkx_proxy_gpu_proxy(g)) == MKX_SUCCESS, "clean stop");
   mkx_proxy_gpu_destroy(g);
   if (rank == 0)
-    printf("# exchange: %d CTAs x %d writes of %u bytes, %u-entry ring: "
-           "%.3f s, %.2f GB/s per direction\n", ctas, msgs, bytes, entries,
-           secs, per_source / secs / 1e9);
+    printf(
+        "# exchange: %d CTAs x %d writes of %u bytes, %u-entry ring: "
+        "%.3f s, %.2f GB/s per direction\n",
+        ctas, msgs, bytes, entries, secs, per_source / secs / 1e9);
 }
 
 /* ---- 2. a full ring with nobody draining it ---- */
@@ -189,8 +197,9 @@ static void ring_full(setup *t) {
   d.timeout_ns = 300u * 1000000u; /* a short bound: it will run out */
   int *posted;
   CUDA(cudaMalloc((void **)&posted, sizeof *posted));
-  CHECK(pg_post_many(&d, t->to, REGION_SEND, REGION_RECV, 0, 10, t->rc,
-                     posted, t->stream) == 0, "launch");
+  CHECK(pg_post_many(&d, t->to, REGION_SEND, REGION_RECV, 0, 10, t->rc, posted,
+                     t->stream) == 0,
+        "launch");
   double secs = finish(t->stream, 30, "ring full");
   int rc, n;
   get_rc(t, &rc, 1);
@@ -231,8 +240,10 @@ static void stopped(setup *t) {
   get_rc(t, &rc, 1);
   CHECK(rc == MKX_ERR_NET, "the kernel gave up with %d (want %d)", rc,
         MKX_ERR_NET);
-  CHECK(secs < TIMEOUT_MS / 1000.0 / 2, "at once (%.3f s), not at its "
-        "bound", secs);
+  CHECK(secs < TIMEOUT_MS / 1000.0 / 2,
+        "at once (%.3f s), not at its "
+        "bound",
+        secs);
   const mkx_proxy_dev_status *st = mkx_proxy_gpu_status(g);
   CHECK(st->code == MKX_ERR_NET && st->where == MKX_PROXY_AT_SIGNAL,
         "status %d where %d", st->code, st->where);
@@ -255,8 +266,8 @@ static void bad_command(setup *t) {
   get_rc(t, rc, ctas);
   CHECK(rc[0] == MKX_ERR_INVALID_ARG, "the bad command's CTA: %d", rc[0]);
   for (int b = 1; b < ctas; b++)
-    CHECK(rc[b] == MKX_SUCCESS || rc[b] == MKX_ERR_INVALID_ARG,
-          "CTA %d: %d", b, rc[b]);
+    CHECK(rc[b] == MKX_SUCCESS || rc[b] == MKX_ERR_INVALID_ARG, "CTA %d: %d", b,
+          rc[b]);
   CHECK(secs < TIMEOUT_MS / 1000.0 / 2, "at once (%.3f s)", secs);
   const mkx_proxy_dev_status *st = mkx_proxy_gpu_status(g);
   CHECK(st->code == MKX_ERR_INVALID_ARG, "status %d", st->code);
@@ -269,9 +280,11 @@ static void run(setup *t) {
   mkx_options opt = t->comm->opt;
   opt.net = MKX_NET_TCP;
   strcpy(opt.net_tcp_bind, "lo");
-  mkx_net_params prm = {.rank = rank, .size = size,
+  mkx_net_params prm = {.rank = rank,
+                        .size = size,
                         .num_signals = (uint32_t)(size * MAX_CTAS),
-                        .timeout_ms = TIMEOUT_MS, .opt = &opt};
+                        .timeout_ms = TIMEOUT_MS,
+                        .opt = &opt};
   MKX(mkx_net_open(&prm, &t->net));
   MKX(mkx_net_connect(t->net, &t->comm->oob));
   t->to = (rank + 1) % size;
@@ -329,8 +342,9 @@ int main(int argc, char **argv) {
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (skip) {
     if (rank == 0)
-      printf("1..0 # SKIP test_proxy_gpu needs a GPU per rank and 2..8 "
-             "ranks\n");
+      printf(
+          "1..0 # SKIP test_proxy_gpu needs a GPU per rank and 2..8 "
+          "ranks\n");
     MPI_Finalize();
     return CHECK_SKIP;
   }

@@ -21,7 +21,8 @@ enum { WORDS = 1 << 18 };
 
 static void fill(void *dev, int owner, int salt) {
   static unsigned w[WORDS];
-  for (int i = 0; i < WORDS; i++) w[i] = (unsigned)(owner * 7919 + salt * 104729 + i);
+  for (int i = 0; i < WORDS; i++)
+    w[i] = (unsigned)(owner * 7919 + salt * 104729 + i);
   CUDA(cudaMemcpy(dev, w, sizeof w, cudaMemcpyHostToDevice));
 }
 
@@ -126,8 +127,10 @@ int main(int argc, char **argv) {
     raw = register_raw(i % 2 ? c : c2, raw, 60 + i, "other communicator");
   MKX(MKX_Comm_free(&c2));
   int cached = mkx_symm_cached(), bound = 16 + c->place.local_size;
-  CHECK(cached <= bound, "%d cached mappings of users' buffers after 40 "
-        "fresh ones (at most %d expected)", cached, bound);
+  CHECK(cached <= bound,
+        "%d cached mappings of users' buffers after 40 "
+        "fresh ones (at most %d expected)",
+        cached, bound);
 
   MKX(MKX_Free_mem(c, sym));
   MKX(MKX_Free_mem(c, NULL));

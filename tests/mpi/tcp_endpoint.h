@@ -26,11 +26,12 @@ static inline int tcp_ep_open(const mkx_oob *oob, const char *ports,
   MKX_TRY(mkx_options_load(&opt, MPI_INFO_NULL));
   opt.net = MKX_NET_TCP;
   strcpy(opt.net_tcp_bind, "lo");
-  snprintf(opt.net_tcp_port_range, sizeof opt.net_tcp_port_range, "%s",
-           ports);
-  mkx_net_params p = {.rank = oob->rank, .size = oob->size,
+  snprintf(opt.net_tcp_port_range, sizeof opt.net_tcp_port_range, "%s", ports);
+  mkx_net_params p = {.rank = oob->rank,
+                      .size = oob->size,
                       .num_signals = (uint32_t)oob->size,
-                      .timeout_ms = timeout_ms, .opt = &opt};
+                      .timeout_ms = timeout_ms,
+                      .opt = &opt};
   return mkx_net_open(&p, n);
 }
 

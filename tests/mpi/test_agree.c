@@ -21,14 +21,17 @@ static void agree_rc(MKX_Comm c) {
   int mine = mt.rank == bad ? MKX_ERR_NOMEM : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, mine, "step");
   if (mt.rank == bad) {
-    CHECK_RC(rc, MKX_ERR_NOMEM, "agree_rc: the failing rank keeps its "
-                "code");
+    CHECK_RC(rc, MKX_ERR_NOMEM,
+             "agree_rc: the failing rank keeps its "
+             "code");
   } else {
     char who[32];
     snprintf(who, sizeof who, "rank %d", bad);
     CHECK_RC(rc, MKX_ERR_PEER, "agree_rc: the others learn it");
-    CHECK(strstr(MKX_Get_last_error(), who) != NULL, "agree_rc: message "
-             "names %s: %s", who, MKX_Get_last_error());
+    CHECK(strstr(MKX_Get_last_error(), who) != NULL,
+          "agree_rc: message "
+          "names %s: %s",
+          who, MKX_Get_last_error());
   }
 }
 
@@ -59,17 +62,19 @@ static void late_rank(void) {
   if (mt.rank != late) {
     CHECK_RC(rc, MKX_ERR_TIMEOUT, "late rank: the others time out");
     CHECK(dt < 3.0, "late rank: within the bound (%.2f s)", dt);
-    CHECK(mkx_comm_check(c) != MKX_SUCCESS, "late rank: the "
-             "communicator is unusable after the timeout");
-  }
-  else {
+    CHECK(mkx_comm_check(c) != MKX_SUCCESS,
+          "late rank: the "
+          "communicator is unusable after the timeout");
+  } else {
     /* its exchange completes with what the others sent before they gave
      * up, and they told it so: void, not a success */
-    if (CHECK_RC(rc, MKX_ERR_PEER, "late rank: told that the others gave "
+    if (CHECK_RC(rc, MKX_ERR_PEER,
+                 "late rank: told that the others gave "
                  "up"))
       CHECK(strstr(MKX_Get_last_error(), "gave up waiting") != NULL,
             "late rank: says so: %s", MKX_Get_last_error());
-    CHECK(mkx_comm_check(c) != MKX_SUCCESS, "late rank: its communicator "
+    CHECK(mkx_comm_check(c) != MKX_SUCCESS,
+          "late rank: its communicator "
           "is unusable too");
   }
   /* then every rank can still free the communicator */
@@ -94,8 +99,7 @@ int main(int argc, char **argv) {
   CHECK(rc == MKX_SUCCESS && got == 0, "and: the last rank's 0 wins");
   rc = mkx_comm_agree_u64(c, 1, MKX_AGREE_AND, &got, "and");
   CHECK(rc == MKX_SUCCESS && got == 1, "and: every rank 1");
-  rc = mkx_comm_agree_u64(c, (uint64_t)1 << mt.rank, MKX_AGREE_OR, &got,
-                          "or");
+  rc = mkx_comm_agree_u64(c, (uint64_t)1 << mt.rank, MKX_AGREE_OR, &got, "or");
   CHECK(rc == MKX_SUCCESS && got == ((uint64_t)1 << mt.size) - 1,
         "or: every rank's bit (%llx)", (unsigned long long)got);
   rc = mkx_comm_agree_u64(c, mt.rank == 0 ? 2 : 0, MKX_AGREE_OR, &got, "or");

@@ -21,7 +21,7 @@ enum { T_Q = 1, T_K = 2, T_V = 3 };
 typedef struct {
   int64_t batch, S, hq, hkv, d;
   int causal;
-  double scale;   /* as passed */
+  double scale; /* as passed */
   MKX_Datatype dt;
   int with_lse;
 } acase;
@@ -72,7 +72,13 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
         memcpy(K + dst, Kq + src, (size_t)(Hkv * d) * sizeof(double));
         memcpy(V + dst, Vq + src, (size_t)(Hkv * d) * sizeof(double));
       }
-    if (q == r) { myK = Kq; myV = Vq; } else { free(Kq); free(Vq); }
+    if (q == r) {
+      myK = Kq;
+      myV = Vq;
+    } else {
+      free(Kq);
+      free(Vq);
+    }
   }
   double *Q = mt_gen(B * S * Hq, d, dt, mt.seed, r, c * 16 + T_Q);
 
@@ -96,7 +102,10 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
           if (w[j] > mx) mx = w[j];
         }
         double sum = 0;
-        for (int64_t j = 0; j < nk; j++) { w[j] = exp(w[j] - mx); sum += w[j]; }
+        for (int64_t j = 0; j < nk; j++) {
+          w[j] = exp(w[j] - mx);
+          sum += w[j];
+        }
         double *o = refO + ((b * S + i) * Hq + h) * d;
         for (int64_t j = 0; j < nk; j++) {
           const double *v = V + ((b * N + j) * Hkv + hk) * d;
@@ -118,7 +127,9 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
     mt_set(tk.host, dt, i, myK[i]);
     mt_set(tv.host, dt, i, myV[i]);
   }
-  tbuf_upload(&tq); tbuf_upload(&tk); tbuf_upload(&tv);
+  tbuf_upload(&tq);
+  tbuf_upload(&tk);
+  tbuf_upload(&tv);
 
   int rc = MKX_Ring_attention(tbuf_ptr(&tq), tbuf_ptr(&tk), tbuf_ptr(&tv),
                               tbuf_ptr(&to),
@@ -132,8 +143,8 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
     mt_check_bounds(to.host, dt, MKX_ROW_MAJOR, 1, (int64_t)no,
                     (int64_t)(no + GUARD), no + GUARD, &oob, &unw);
     CHECK(oob == 0 && unw == 0,
-          "%s: O fully written, nothing past it (%zu unwritten, %zu oob)",
-          desc, unw, oob);
+          "%s: O fully written, nothing past it (%zu unwritten, %zu oob)", desc,
+          unw, oob);
     double *out = malloc(no * sizeof(double));
     for (size_t i = 0; i < no; i++) out[i] = mt_get(to.host, dt, i);
     double tol = 2 * mt_tol(dt, dt);
@@ -147,10 +158,13 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
       for (size_t i = 0; i < nl; i++) {
         double err = fabs((double)L[i] - refL[i]) / (1 + fabs(refL[i]));
         if (!(err <= tl_)) bad++;
-        if (!(err <= worst)) { worst = err; worst_i = i; }
+        if (!(err <= worst)) {
+          worst = err;
+          worst_i = i;
+        }
       }
-      CHECK(bad == 0, "%s: LSE within %.1g (worst %.3g at %zu: %g vs %g)",
-            desc, tl_, worst, worst_i, (double)L[worst_i], refL[worst_i]);
+      CHECK(bad == 0, "%s: LSE within %.1g (worst %.3g at %zu: %g vs %g)", desc,
+            tl_, worst, worst_i, (double)L[worst_i], refL[worst_i]);
       size_t past = 0;
       for (size_t i = nl; i < nl + GUARD; i++)
         past += !mt_is_poison(tl.host, MKX_FP32, i);
@@ -162,9 +176,18 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
       CHECK(touched == 0, "%s: LSE NULL, spare buffer untouched", desc);
     }
   }
-  tbuf_free(&tq); tbuf_free(&tk); tbuf_free(&tv); tbuf_free(&to);
+  tbuf_free(&tq);
+  tbuf_free(&tk);
+  tbuf_free(&tv);
+  tbuf_free(&to);
   tbuf_free(&tl);
-  free(K); free(V); free(myK); free(myV); free(Q); free(refO); free(refL);
+  free(K);
+  free(V);
+  free(myK);
+  free(myV);
+  free(Q);
+  free(refO);
+  free(refL);
   free(w);
 }
 

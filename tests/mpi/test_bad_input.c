@@ -32,18 +32,18 @@ static int c_untouched(void) {
  * argument: it gets `code` and a message naming `word`, the others
  * MKX_ERR_PEER, and C stays as it was. */
 #define NO_RANK (-2)
-#define EXPECT(call, bad, code, word)                                        \
-  do {                                                                       \
-    poison_c();                                                              \
-    int rc_ = (call);                                                        \
-    int want_ = ((bad) < 0 || (bad) == rank) ? (code) : MKX_ERR_PEER;        \
-    if ((size == 1 && (bad) > 0) || (bad) == NO_RANK) want_ = MKX_SUCCESS; \
-    if (CHECK_RC(rc_, want_, "%s", #call) &&                                 \
-        (want_ != (code) ||                                                  \
-         CHECK(strstr(MKX_Get_last_error(), (word)) != NULL,                 \
-               "the message names '%s'", (word))) &&                         \
-        want_ != MKX_SUCCESS)                                                \
-      CHECK(c_untouched(), "C not written by a failed call");               \
+#define EXPECT(call, bad, code, word)                                          \
+  do {                                                                         \
+    poison_c();                                                                \
+    int rc_ = (call);                                                          \
+    int want_ = ((bad) < 0 || (bad) == rank) ? (code) : MKX_ERR_PEER;          \
+    if ((size == 1 && (bad) > 0) || (bad) == NO_RANK) want_ = MKX_SUCCESS;     \
+    if (CHECK_RC(rc_, want_, "%s", #call) &&                                   \
+        (want_ != (code) ||                                                    \
+         CHECK(strstr(MKX_Get_last_error(), (word)) != NULL,                   \
+               "the message names '%s'", (word))) &&                           \
+        want_ != MKX_SUCCESS)                                                  \
+      CHECK(c_untouched(), "C not written by a failed call");                  \
   } while (0)
 
 #define ME(r) (rank == (r))
@@ -52,9 +52,10 @@ static int c_untouched(void) {
 static void gemm_cases(void) {
   const float *nil = NULL;
   /* NULL pointers. */
-  EXPECT(MKX_Allgather_gemm(ME(0) ? nil : A, 2, N, N, B, N, N, MKX_NO_TRANS,
-                            C, N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
-                            comm, NULL), 0, MKX_ERR_NULL_POINTER, "A");
+  EXPECT(MKX_Allgather_gemm(ME(0) ? nil : A, 2, N, N, B, N, N, MKX_NO_TRANS, C,
+                            N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                            NULL),
+         0, MKX_ERR_NULL_POINTER, "A");
   EXPECT(MKX_Gemm_reduce_scatter(A, N, 2, N, ME(LAST) ? nil : B, N, N,
                                  MKX_NO_TRANS, C, N, MKX_FP32, MKX_FP32,
                                  MKX_ROW_MAJOR, comm, NULL),
@@ -65,7 +66,8 @@ static void gemm_cases(void) {
   /* Negative and zero sizes. */
   EXPECT(MKX_Allgather_gemm(A, ME(LAST) ? -1 : 2, N, N, B, N, N, MKX_NO_TRANS,
                             C, N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
-                            comm, NULL), LAST, MKX_ERR_BAD_SIZE, "m_local");
+                            comm, NULL),
+         LAST, MKX_ERR_BAD_SIZE, "m_local");
   EXPECT(MKX_Allgather_gemm(A, 2, N, N, B, 0, N, MKX_NO_TRANS, C, N, NULL, 0,
                             MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
          -1, MKX_ERR_BAD_SIZE, "n");
@@ -75,16 +77,16 @@ static void gemm_cases(void) {
   EXPECT(MKX_Gemm_allreduce(A, 0, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
                             MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
          -1, MKX_ERR_BAD_SIZE, "M");
-  EXPECT(MKX_Gemm_reduce_scatter(A, N, ME(0) ? -3 : 2, N, B, N, N,
-                                 MKX_NO_TRANS, C, N, MKX_FP32, MKX_FP32,
-                                 MKX_ROW_MAJOR, comm, NULL),
-         0, MKX_ERR_BAD_SIZE, "k_local");
+  EXPECT(
+      MKX_Gemm_reduce_scatter(A, N, ME(0) ? -3 : 2, N, B, N, N, MKX_NO_TRANS, C,
+                              N, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+      0, MKX_ERR_BAD_SIZE, "k_local");
   /* Leading dimensions too small, row- and column-major. */
   EXPECT(MKX_Allgather_gemm(A, 2, N, N - 1, B, N, N, MKX_NO_TRANS, C, N, NULL,
                             0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
          -1, MKX_ERR_BAD_LD, "lda");
-  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, ME(LAST) ? 1 : N, MKX_TRANS, C,
-                            N, MKX_FP32, MKX_FP32, MKX_COL_MAJOR, comm, NULL),
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, ME(LAST) ? 1 : N, MKX_TRANS, C, N,
+                            MKX_FP32, MKX_FP32, MKX_COL_MAJOR, comm, NULL),
          LAST, MKX_ERR_BAD_LD, "ldb");
   /* Column-major C of the allgather has M rows, known only after the
    * exchange: rank 0's ldc fits its own rows but not M. */
@@ -93,23 +95,24 @@ static void gemm_cases(void) {
                             MKX_COL_MAJOR, comm, NULL),
          size > 1 ? 0 : NO_RANK, MKX_ERR_BAD_LD, "ldc");
   /* Types, orders, transposition. */
-  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
-                            (MKX_Datatype)42, MKX_FP32, MKX_ROW_MAJOR, comm,
-                            NULL), -1, MKX_ERR_INVALID_ARG, "dtype");
+  EXPECT(
+      MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                         (MKX_Datatype)42, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+      -1, MKX_ERR_INVALID_ARG, "dtype");
   EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP64,
                             MKX_BF16, MKX_ROW_MAJOR, comm, NULL),
          -1, MKX_ERR_UNSUPPORTED, "fp64");
   EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
                             MKX_FP32, (MKX_Order)0, comm, NULL),
          -1, MKX_ERR_INVALID_ARG, "order");
-  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, (MKX_Trans)'T', C, N,
-                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
+  EXPECT(MKX_Gemm_allreduce(A, N, 2, N, B, N, N, (MKX_Trans)'T', C, N, MKX_FP32,
+                            MKX_FP32, MKX_ROW_MAJOR, comm, NULL),
          -1, MKX_ERR_INVALID_ARG, "transb");
   /* Ranks that disagree on a collective argument. */
   if (size > 1) {
-    EXPECT(MKX_Allgather_gemm(A, 2, ME(1) ? N - 2 : N, N, B, N, N,
-                              MKX_NO_TRANS, C, N, NULL, 0, MKX_FP32, MKX_FP32,
-                              MKX_ROW_MAJOR, comm, NULL),
+    EXPECT(MKX_Allgather_gemm(A, 2, ME(1) ? N - 2 : N, N, B, N, N, MKX_NO_TRANS,
+                              C, N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
+                              comm, NULL),
            -1, MKX_ERR_SHAPE_MISMATCH, "k");
     EXPECT(MKX_Gemm_reduce_scatter(A, ME(LAST) ? N - 1 : N, 2, N, B, N, N,
                                    MKX_NO_TRANS, C, N, MKX_FP32, MKX_FP32,
@@ -126,9 +129,11 @@ static void other_cases(void) {
   int32_t ids[2] = {0, 1}; /* distinct experts, as the contract asks */
   float w[2] = {1, 1};
   EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 3, 2, 4, 0, 0, MKX_FP32,
-                            comm, NULL), -1, MKX_ERR_BAD_SIZE, "heads_kv");
+                            comm, NULL),
+         -1, MKX_ERR_BAD_SIZE, "heads_kv");
   EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, 0, NAN, MKX_FP32,
-                            comm, NULL), -1, MKX_ERR_INVALID_ARG, "scale");
+                            comm, NULL),
+         -1, MKX_ERR_INVALID_ARG, "scale");
   EXPECT(MKX_Ring_attention(A, A, ME(0) ? NULL : A, C, NULL, 1, 2, 2, 2, 4, 1,
                             0, MKX_FP32, comm, NULL),
          0, MKX_ERR_NULL_POINTER, "V");
@@ -139,7 +144,8 @@ static void other_cases(void) {
   if (size > 1) /* told as numbers, not as the bits they travel as */
     EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, 0,
                               ME(1) ? 0.5 : 0.25, MKX_FP32, comm, NULL),
-           -1, MKX_ERR_SHAPE_MISMATCH, ME(1) ? "scale = 0.5 " : "scale = 0.25 ");
+           -1, MKX_ERR_SHAPE_MISMATCH,
+           ME(1) ? "scale = 0.5 " : "scale = 0.25 ");
   if (size > 1)
     EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, 2, 2, 2, 4, 0, 0,
                               ME(1) ? MKX_FP64 : MKX_FP32, comm, NULL),
@@ -147,21 +153,21 @@ static void other_cases(void) {
   /* sizes each within bounds whose products are not: caught before any
    * buffer is sized or read (one rank's, then every rank's) */
   const int64_t big = (int64_t)1 << 39;
-  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, ME(LAST) ? big : 1, 2, 2, 2, 4,
-                            0, 0, MKX_FP32, comm, NULL),
+  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, ME(LAST) ? big : 1, 2, 2, 2, 4, 0,
+                            0, MKX_FP32, comm, NULL),
          LAST, MKX_ERR_BAD_SIZE, "2^40");
-  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, big, 2, 2, 4, 0, 0,
-                            MKX_FP32, comm, NULL),
+  EXPECT(MKX_Ring_attention(A, A, A, C, NULL, 1, big, 2, 2, 4, 0, 0, MKX_FP32,
+                            comm, NULL),
          -1, MKX_ERR_BAD_SIZE, "Q (batch");
   int64_t counts[4];
-  EXPECT(MKX_Moe_dispatch_gemm(A, ME(0) ? big : 1, 4, ids, w, 2, 2 * size, B,
-                               4, C, 8, counts, NULL, MKX_FP32, comm, NULL),
+  EXPECT(MKX_Moe_dispatch_gemm(A, ME(0) ? big : 1, 4, ids, w, 2, 2 * size, B, 4,
+                               C, 8, counts, NULL, MKX_FP32, comm, NULL),
          0, MKX_ERR_BAD_SIZE, "X (num_tokens");
   EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size, B, big, C, 8,
                                counts, NULL, MKX_FP32, comm, NULL),
          -1, MKX_ERR_BAD_SIZE, "W (local experts");
-  EXPECT(MKX_Moe_layer(A, 1, big, ids, w, 1, size, B, B, 4, C, MKX_FP32,
-                       comm, NULL),
+  EXPECT(MKX_Moe_layer(A, 1, big, ids, w, 1, size, B, B, 4, C, MKX_FP32, comm,
+                       NULL),
          -1, MKX_ERR_BAD_SIZE, "W1 (local experts");
   EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size + 1, B, 4, C, 8,
                                counts, NULL, MKX_FP32, comm, NULL),
@@ -178,8 +184,7 @@ static void other_cases(void) {
   int rc = MKX_Moe_dispatch_gemm(A, 1, 4, bad_ids, w, 1, size, B, 4, C, 8,
                                  counts, NULL, MKX_FP32, comm, NULL);
   CHECK(rc == MKX_ERR_INVALID_ARG || (rank != 0 && rc == MKX_ERR_PEER),
-        "expert id out of range: returned %d (%s)", rc,
-        MKX_Error_string(rc));
+        "expert id out of range: returned %d (%s)", rc, MKX_Error_string(rc));
   /* So is an expert named twice by one token (the last rank's). */
   int32_t twice[2] = {0, ME(LAST) ? 0 : size > 1 ? 1 : 0};
   if (size > 1) {
@@ -269,16 +274,19 @@ static void handle_cases(void) {
   /* Sizes each within bounds whose matrices are not: a plan of them must
    * fail at _init, not accept what no path can run. */
   const int64_t huge = (int64_t)1 << 40;
-  rc = MKX_Allgather_gemm_init(A, huge, huge, huge, B, N, huge, MKX_TRANS, C,
-                               N, NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
-                               comm, MPI_INFO_NULL, &req);
+  rc = MKX_Allgather_gemm_init(A, huge, huge, huge, B, N, huge, MKX_TRANS, C, N,
+                               NULL, 0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                               MPI_INFO_NULL, &req);
   if (CHECK_RC(rc, MKX_ERR_BAD_SIZE, "_init with m_local = k = 2^40"))
-    CHECK(strstr(MKX_Get_last_error(), "A holds") != NULL, "the message "
-          "names A: %s", MKX_Get_last_error());
+    CHECK(strstr(MKX_Get_last_error(), "A holds") != NULL,
+          "the message "
+          "names A: %s",
+          MKX_Get_last_error());
   CHECK(req == NULL, "no request from it");
   rc = MKX_Gemm_reduce_scatter(A, huge, 2, N, B, N, N, MKX_NO_TRANS, C, N,
                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
-  CHECK_RC(rc, MKX_ERR_BAD_SIZE, "reduce-scatter with M = 2^40 rows of "
+  CHECK_RC(rc, MKX_ERR_BAD_SIZE,
+           "reduce-scatter with M = 2^40 rows of "
            "lda = 8");
   /* A failed _init leaves no request behind. */
   rc = MKX_Gemm_allreduce_init(A, N, 2, 1, B, N, N, MKX_NO_TRANS, C, N,
@@ -295,28 +303,32 @@ static void mixed_calls(void) {
   MKX_Request req = NULL;
   if (size == 1) return;
   poison_c();
-  int rc = ME(LAST)
-      ? MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
-                           MKX_FP32, MKX_ROW_MAJOR, comm, NULL)
-      : MKX_Gemm_reduce_scatter(A, N * size, 2, N, B, N, N, MKX_NO_TRANS, C,
-                                N, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
-                                NULL);
-  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "allreduce on the last rank, "
+  int rc = ME(LAST) ? MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C,
+                                         N, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
+                                         comm, NULL)
+                    : MKX_Gemm_reduce_scatter(
+                          A, N * size, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                          MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH,
+               "allreduce on the last rank, "
                "reduce-scatter on the others"))
     CHECK(strstr(MKX_Get_last_error(), "MKX_Gemm_allreduce") &&
               strstr(MKX_Get_last_error(), "MKX_Gemm_reduce_scatter"),
           "the message names both calls: %s", MKX_Get_last_error());
   CHECK(c_untouched(), "C not written by the mismatched calls");
-  rc = ME(0) ? MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C,
-                                       N, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR,
-                                       comm, MPI_INFO_NULL, &req)
-             : MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
-                                  MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
-                                  NULL);
-  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "_init on rank 0, a plain call "
+  rc = ME(0)
+           ? MKX_Gemm_allreduce_init(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                                     MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm,
+                                     MPI_INFO_NULL, &req)
+           : MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
+                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH,
+               "_init on rank 0, a plain call "
                "on the others"))
-    CHECK(strstr(MKX_Get_last_error(), "_init") != NULL, "the message says "
-          "which rank is in _init: %s", MKX_Get_last_error());
+    CHECK(strstr(MKX_Get_last_error(), "_init") != NULL,
+          "the message says "
+          "which rank is in _init: %s",
+          MKX_Get_last_error());
   CHECK(req == NULL, "no request from the mismatched _init");
 }
 
@@ -332,8 +344,8 @@ static int first_not(float want) {
 static void still_works(void) {
   for (int i = 0; i < N * N; i++) A[i] = B[i] = 1.0f;
   poison_c();
-  int rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
-                              MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
+  int rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                              MKX_FP32, MKX_ROW_MAJOR, comm, NULL);
   if (!CHECK_RC(rc, MKX_SUCCESS, "valid call after errors")) return;
   const int i = first_not(2.0f * size);
   CHECK(i < 0, "C[%d] = %g, want %d", i, i < 0 ? 0.0 : C[i], 2 * size);
@@ -350,11 +362,11 @@ static void missing_rank(void) {
   MPI_Info_free(&info);
   if (!CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create with a timeout")) return;
   if (rank != LAST) {
-    rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
-                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
+    rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                            MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
     CHECK_RC(rc, MKX_ERR_TIMEOUT, "missing rank");
-    rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N,
-                            MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
+    rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                            MKX_FP32, MKX_ROW_MAJOR, c2, NULL);
     if (CHECK_RC(rc, MKX_ERR_INVALID_COMM, "call on a timed-out comm"))
       CHECK(strstr(MKX_Get_last_error(), "timed out") != NULL,
             "timed-out comm says why");
@@ -394,8 +406,9 @@ int main(int argc, char **argv) {
   if (size > 1) missing_rank();
   int failed = check_failed(), total = 0;
   MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-  if (rank == 0) printf("%d checks on rank 0, %d failures on all ranks\n",
-                        check_count(), total);
+  if (rank == 0)
+    printf("%d checks on rank 0, %d failures on all ranks\n", check_count(),
+           total);
   MPI_Finalize();
   return total ? 1 : 0;
 }

@@ -25,7 +25,8 @@ static int have_gpu_hint(void) {
   return n > 0;
 #else
   /* without the CUDA runtime: a GPU needs the NVIDIA device nodes */
-  return access("/dev/nvidiactl", F_OK) == 0 || access("/dev/nvidia0", F_OK) == 0;
+  return access("/dev/nvidiactl", F_OK) == 0 ||
+         access("/dev/nvidia0", F_OK) == 0;
 #endif
 }
 
@@ -162,7 +163,10 @@ static void small_calls(void) {
   int ok = 1, distinct = 1;
   for (int e = 0; e <= MKX_ERR_LASTCODE; e++) {
     const char *s = MKX_Error_string(e);
-    if (!s || !*s) { ok = 0; continue; }
+    if (!s || !*s) {
+      ok = 0;
+      continue;
+    }
     for (int f = 0; f < e; f++) {
       const char *t = MKX_Error_string(f);
       if (t && !strcmp(s, t)) distinct = 0;
@@ -170,8 +174,10 @@ static void small_calls(void) {
   }
   CHECK(ok, "MKX_Error_string non-empty for codes 0..MKX_ERR_LASTCODE");
   CHECK(distinct, "MKX_Error_string distinct for codes 0..MKX_ERR_LASTCODE");
-  const char *u1 = MKX_Error_string(MKX_ERR_LASTCODE + 1), *u2 = MKX_Error_string(-1);
-  CHECK(u1 && *u1 && u2 && *u2, "MKX_Error_string of an unknown code non-empty");
+  const char *u1 = MKX_Error_string(MKX_ERR_LASTCODE + 1),
+             *u2 = MKX_Error_string(-1);
+  CHECK(u1 && *u1 && u2 && *u2,
+        "MKX_Error_string of an unknown code non-empty");
   CHECK(MKX_Get_last_error() != NULL, "MKX_Get_last_error never NULL");
 }
 
@@ -183,11 +189,11 @@ static void slurm_placement(MKX_Comm c) {
   if (lid == NULL) return;
   MKX_Comm_local_rank(c, &lr);
   MKX_Comm_num_nodes(c, &nodes);
-  CHECK(lr == atoi(lid), "srun: MKX local rank %d equals SLURM_LOCALID %s",
-        lr, lid);
+  CHECK(lr == atoi(lid), "srun: MKX local rank %d equals SLURM_LOCALID %s", lr,
+        lid);
   if (nn)
-    CHECK(nodes == atoi(nn), "srun: %d MKX nodes equals SLURM_NNODES %s",
-          nodes, nn);
+    CHECK(nodes == atoi(nn), "srun: %d MKX nodes equals SLURM_NNODES %s", nodes,
+          nn);
 }
 
 static void memory(MKX_Comm c) {
@@ -203,7 +209,8 @@ static void memory(MKX_Comm c) {
     CHECK(ptr != NULL && ((uintptr_t)ptr % 256) == 0,
           "MKX_Alloc_mem(%zu): non-NULL, 256-byte aligned (%p)", sz, ptr);
     unsigned char *pat = malloc(sz), *back = malloc(sz);
-    for (size_t j = 0; j < sz; j++) pat[j] = (unsigned char)(j * 131 + mt.rank * 7 + i);
+    for (size_t j = 0; j < sz; j++)
+      pat[j] = (unsigned char)(j * 131 + mt.rank * 7 + i);
     int same = 1;
     if (dev < 0) {
       memcpy(ptr, pat, sz);
@@ -225,17 +232,20 @@ static void memory(MKX_Comm c) {
     mt_all(1);
   }
   void *p2 = NULL;
-  CHECK(MKX_Alloc_mem(c, 64, NULL) != MKX_SUCCESS, "MKX_Alloc_mem(ptr=NULL) fails");
+  CHECK(MKX_Alloc_mem(c, 64, NULL) != MKX_SUCCESS,
+        "MKX_Alloc_mem(ptr=NULL) fails");
   CHECK(MKX_Alloc_mem(NULL, 64, &p2) == MKX_ERR_INVALID_COMM,
-           "MKX_Alloc_mem(comm=NULL) returns MKX_ERR_INVALID_COMM");
+        "MKX_Alloc_mem(comm=NULL) returns MKX_ERR_INVALID_COMM");
   /* ptr NULL on the last rank only: it still joins the size agreement, so
    * every rank fails and the next call pairs up */
   const int bad = mt.size - 1;
   p2 = (void *)&p2;
   int rc = MKX_Alloc_mem(c, 64, mt.rank == bad ? NULL : &p2);
-  CHECK_RC(rc, mt.rank == bad ? MKX_ERR_NULL_POINTER
-                  : mt.size > 1 ? MKX_ERR_PEER : MKX_ERR_NULL_POINTER,
-              "MKX_Alloc_mem(ptr=NULL on rank %d)", bad);
+  CHECK_RC(rc,
+           mt.rank == bad ? MKX_ERR_NULL_POINTER
+           : mt.size > 1  ? MKX_ERR_PEER
+                          : MKX_ERR_NULL_POINTER,
+           "MKX_Alloc_mem(ptr=NULL on rank %d)", bad);
   CHECK(mt.rank == bad || p2 == NULL, "no memory handed out then");
   rc = MKX_Alloc_mem(c, 64, &p2);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Alloc_mem(64) afterwards");
@@ -256,10 +266,12 @@ static void options_disagree(const char *key, const char *mine,
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
   CHECK_RC(rc, mt.size > 1 ? MKX_ERR_INVALID_ARG : MKX_SUCCESS,
-              "%s differing on the last rank", key);
+           "%s differing on the last rank", key);
   if (mt.size > 1)
-    CHECK(strstr(MKX_Get_last_error(), key + 4) != NULL, "the message "
-             "names %s: %s", key + 4, MKX_Get_last_error());
+    CHECK(strstr(MKX_Get_last_error(), key + 4) != NULL,
+          "the message "
+          "names %s: %s",
+          key + 4, MKX_Get_last_error());
   if (rc == MKX_SUCCESS) MKX_Comm_free(&c);
   rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create afterwards");
@@ -311,7 +323,8 @@ int main(int argc, char **argv) {
     MKX_Comm_rank(s, &r2);
     MKX_Comm_size(s, &s2);
     CHECK(r2 == srank && s2 == ssize,
-          "split comm: rank/size %d/%d equal MPI's %d/%d", r2, s2, srank, ssize);
+          "split comm: rank/size %d/%d equal MPI's %d/%d", r2, s2, srank,
+          ssize);
     MKX_Comm_free(&s);
   }
   MPI_Comm_free(&sub);
@@ -320,7 +333,8 @@ int main(int argc, char **argv) {
   int x;
   CHECK_RC(MKX_Comm_rank(NULL, &x), MKX_ERR_INVALID_COMM,
            "MKX_Comm_rank(NULL comm) returns MKX_ERR_INVALID_COMM");
-  CHECK(*MKX_Get_last_error() != '\0', "last error message set after a failure");
+  CHECK(*MKX_Get_last_error() != '\0',
+        "last error message set after a failure");
   CHECK_RC(MKX_Comm_size(c, NULL), MKX_ERR_NULL_POINTER,
            "MKX_Comm_size(comm, NULL) returns MKX_ERR_NULL_POINTER");
   CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, NULL),
@@ -329,8 +343,10 @@ int main(int argc, char **argv) {
   x = -1;
   CHECK_RC(MKX_Comm_get_async_error(c, &x), MKX_SUCCESS,
            "MKX_Comm_get_async_error");
-  CHECK(x == MKX_SUCCESS, "no asynchronous error on a fresh communicator "
-        "(got %d)", x);
+  CHECK(x == MKX_SUCCESS,
+        "no asynchronous error on a fresh communicator "
+        "(got %d)",
+        x);
   CHECK_RC(MKX_Comm_get_async_error(c, NULL), MKX_ERR_NULL_POINTER,
            "MKX_Comm_get_async_error(comm, NULL)");
   CHECK_RC(MKX_Comm_get_async_error(NULL, &x), MKX_ERR_INVALID_COMM,

@@ -16,7 +16,8 @@ enum { T_A = 1, T_B = 2 };
 #define GUARD 37 /* extra poisoned elements after every output */
 #define NCASES 20
 
-static const int64_t sizes[] = {1, 2, 3, 5, 8, 16, 17, 31, 33, 64, 65, 100, 127, 150, 200};
+static const int64_t sizes[] = {1,  2,  3,  5,   8,   16,  17, 31,
+                                33, 64, 65, 100, 127, 150, 200};
 #define NSIZES ((int)(sizeof sizes / sizeof sizes[0]))
 
 static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
@@ -30,7 +31,8 @@ typedef struct {
 
 static int64_t pick_size(mt_rng *g, int64_t max) {
   int64_t v;
-  do v = sizes[mt_rng_int(g, 0, NSIZES - 1)]; while (v > max);
+  do v = sizes[mt_rng_int(g, 0, NSIZES - 1)];
+  while (v > max);
   return v;
 }
 
@@ -56,8 +58,8 @@ static int unsupported_mix(int rc, const layout *L, const char *desc) {
   int mix = L->dt != L->ct && (L->dt == MKX_FP64 || L->ct == MKX_FP64);
   if (!mix) return 0;
   CHECK(mt_all(rc == MKX_ERR_UNSUPPORTED),
-        "%s: fp64 mixed with %s gives MKX_ERR_UNSUPPORTED on every rank",
-        desc, mt_type_name(L->dt == MKX_FP64 ? L->ct : L->dt));
+        "%s: fp64 mixed with %s gives MKX_ERR_UNSUPPORTED on every rank", desc,
+        mt_type_name(L->dt == MKX_FP64 ? L->ct : L->dt));
   return 1;
 }
 
@@ -95,7 +97,8 @@ static void case_allgather(MKX_Comm comm, int c) {
   layout L;
   pick_layout(&g, c, &L);
   int64_t k = pick_size(&g, 200);
-  int64_t *ml = calloc((size_t)p, sizeof *ml), *nl = calloc((size_t)p, sizeof *nl);
+  int64_t *ml = calloc((size_t)p, sizeof *ml),
+          *nl = calloc((size_t)p, sizeof *nl);
   int64_t M = 0, mmax = p > 1 ? 200 / p : 200;
   for (int q = 0; q < p; q++) {
     ml[q] = mt_rng_int(&g, 0, 9) < 3 ? 0 : pick_size(&g, mmax);
@@ -107,7 +110,10 @@ static void case_allgather(MKX_Comm comm, int c) {
     M = 0;
     for (int q = 1; q < p; q++) M += ml[q];
   }
-  if (M == 0) { ml[p - 1] = 3; M = 3; }
+  if (M == 0) {
+    ml[p - 1] = 3;
+    M = 3;
+  }
   int with_aout = (int)mt_rng_int(&g, 0, 1);
   int64_t m = ml[r], n = nl[r];
 
@@ -123,10 +129,9 @@ static void case_allgather(MKX_Comm comm, int c) {
            "allgather_gemm case %d: M=%lld m_local=[%s] k=%lld n=%lld %s %s "
            "dtype=%s ctype=%s lda=%lld ldb=%lld ldc=%lld A_out=%s",
            c, (long long)M, fmt_list(ml, p, ms, sizeof ms), (long long)k,
-           (long long)n, mt_order_name(L.order),
-           L.tb == MKX_TRANS ? "T" : "N", mt_type_name(L.dt),
-           mt_type_name(L.ct), (long long)lda, (long long)ldb, (long long)ldc,
-           with_aout ? "yes" : "NULL");
+           (long long)n, mt_order_name(L.order), L.tb == MKX_TRANS ? "T" : "N",
+           mt_type_name(L.dt), mt_type_name(L.ct), (long long)lda,
+           (long long)ldb, (long long)ldc, with_aout ? "yes" : "NULL");
 
   /* inputs of every rank, regenerated; gathered A dense M x k */
   double *Aall = malloc((size_t)(M * k) * sizeof(double));
@@ -164,10 +169,9 @@ static void case_allgather(MKX_Comm comm, int c) {
   for (int rep = 0; rep < 2; rep++) {
     tbuf_poison(&C);
     tbuf_poison(&O);
-    int rc = MKX_Allgather_gemm(tbuf_ptr(&A), m, k, lda, tbuf_ptr(&B), n, ldb,
-                                L.tb, tbuf_ptr(&C), ldc,
-                                with_aout ? tbuf_ptr(&O) : NULL, ldo, L.dt,
-                                L.ct, L.order, comm, NULL);
+    int rc = MKX_Allgather_gemm(
+        tbuf_ptr(&A), m, k, lda, tbuf_ptr(&B), n, ldb, L.tb, tbuf_ptr(&C), ldc,
+        with_aout ? tbuf_ptr(&O) : NULL, ldo, L.dt, L.ct, L.order, comm, NULL);
     if (unsupported_mix(rc, &L, desc)) break;
     CHECK_RC(rc, MKX_SUCCESS, "%s [call %d] returns MKX_SUCCESS", desc,
              rep + 1);
@@ -200,8 +204,16 @@ static void case_allgather(MKX_Comm comm, int c) {
     }
   }
   free(first);
-  tbuf_free(&A); tbuf_free(&B); tbuf_free(&C); tbuf_free(&O);
-  free(Aall); free(Bv); free(ref); free(refabs); free(ml); free(nl);
+  tbuf_free(&A);
+  tbuf_free(&B);
+  tbuf_free(&C);
+  tbuf_free(&O);
+  free(Aall);
+  free(Bv);
+  free(ref);
+  free(refabs);
+  free(ml);
+  free(nl);
 }
 
 /* ---- GEMM + ReduceScatter / AllReduce ------------------------------------- */
@@ -221,8 +233,15 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
     kl[q] = mt_rng_int(&g, 0, 9) < 3 ? 0 : pick_size(&g, kmax);
     K += kl[q];
   }
-  if (c == 0 && p > 1) { kl[0] = 0; K = 0; for (int q = 1; q < p; q++) K += kl[q]; }
-  if (K == 0) { kl[p - 1] = 5; K = 5; }
+  if (c == 0 && p > 1) {
+    kl[0] = 0;
+    K = 0;
+    for (int q = 1; q < p; q++) K += kl[q];
+  }
+  if (K == 0) {
+    kl[p - 1] = 5;
+    K = 5;
+  }
   int64_t kloc = kl[r];
 
   int64_t first = 0, count;
@@ -257,7 +276,13 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
     double *Bq = mt_gen(kl[q], n, L.dt, mt.seed, q, c * 16 + T_B);
     mt_ref_gemm_acc(ref, Aq, Bq, M, kl[q], n);
     mt_ref_gemm_abs(refabs, Aq, Bq, M, kl[q], n);
-    if (q == r) { myA = Aq; myB = Bq; } else { free(Aq); free(Bq); }
+    if (q == r) {
+      myA = Aq;
+      myB = Bq;
+    } else {
+      free(Aq);
+      free(Bq);
+    }
   }
 
   size_t es = mt_type_size(L.dt), cs = mt_type_size(L.ct);
@@ -281,11 +306,13 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
                  ? MKX_Gemm_allreduce(tbuf_ptr(&A), M, kloc, lda, tbuf_ptr(&B),
                                       n, ldb, L.tb, tbuf_ptr(&C), ldc, L.dt,
                                       L.ct, L.order, comm, NULL)
-                 : MKX_Gemm_reduce_scatter(tbuf_ptr(&A), M, kloc, lda,
-                                           tbuf_ptr(&B), n, ldb, L.tb,
-                                           tbuf_ptr(&C), ldc, L.dt, L.ct,
-                                           L.order, comm, NULL);
-    if (unsupported_mix(rc, &L, desc)) { ok_calls = 0; break; }
+                 : MKX_Gemm_reduce_scatter(
+                       tbuf_ptr(&A), M, kloc, lda, tbuf_ptr(&B), n, ldb, L.tb,
+                       tbuf_ptr(&C), ldc, L.dt, L.ct, L.order, comm, NULL);
+    if (unsupported_mix(rc, &L, desc)) {
+      ok_calls = 0;
+      break;
+    }
     CHECK_RC(rc, MKX_SUCCESS, "%s [call %d] returns MKX_SUCCESS", desc,
              rep + 1);
     if (!mt_all(rc == MKX_SUCCESS)) {
@@ -314,13 +341,18 @@ static void case_reduce(MKX_Comm comm, int c, int allreduce) {
     MPI_Allgather(&h, 1, MPI_UINT64_T, all, 1, MPI_UINT64_T, MPI_COMM_WORLD);
     int same = 1;
     for (int q = 0; q < p; q++) same &= all[q] == all[0];
-    if (ok_calls)
-      CHECK(same, "%s: bit-identical C on every rank", desc);
+    if (ok_calls) CHECK(same, "%s: bit-identical C on every rank", desc);
     free(all);
   }
   free(firstc);
-  tbuf_free(&A); tbuf_free(&B); tbuf_free(&C);
-  free(myA); free(myB); free(ref); free(refabs); free(kl);
+  tbuf_free(&A);
+  tbuf_free(&B);
+  tbuf_free(&C);
+  free(myA);
+  free(myB);
+  free(ref);
+  free(refabs);
+  free(kl);
 }
 
 int main(int argc, char **argv) {
@@ -328,8 +360,7 @@ int main(int argc, char **argv) {
   MKX_Comm comm = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
-  if (!mt_all(rc == MKX_SUCCESS))
-    return mt_finish();
+  if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   double t0 = MPI_Wtime();
   for (int c = 0; c < NCASES; c++) case_allgather(comm, c);
   for (int c = 0; c < NCASES; c++) case_reduce(comm, c, 0);

@@ -66,8 +66,8 @@ static void allgather(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t m,
   make(&C1, M * n, 0), make(&C2, M * n, 0);
   uint64_t before = mkx_comm_net_bytes_sent(hier);
   int rc = MKX_Allgather_gemm(tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n,
-                              MKX_NO_TRANS, tbuf_ptr(&C1), n, NULL, 0,
-                              MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, hier, NULL);
+                              MKX_NO_TRANS, tbuf_ptr(&C1), n, NULL, 0, MKX_FP32,
+                              MKX_FP32, MKX_ROW_MAJOR, hier, NULL);
   uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
   CHECK_RC(rc, MKX_SUCCESS, "hierarchical allgather-GEMM %lldx%lldx%lld",
            (long long)M, (long long)n, (long long)k);
@@ -96,8 +96,8 @@ static int reduce_call(int all, tbuf *A, int64_t M, int64_t kl, tbuf *B,
                        int64_t n, tbuf *C, MKX_Comm c) {
   if (all)
     return MKX_Gemm_allreduce(tbuf_ptr(A), M, kl, kl, tbuf_ptr(B), n, n,
-                              MKX_NO_TRANS, tbuf_ptr(C), n, MKX_FP32,
-                              MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+                              MKX_NO_TRANS, tbuf_ptr(C), n, MKX_FP32, MKX_FP32,
+                              MKX_ROW_MAJOR, c, NULL);
   return MKX_Gemm_reduce_scatter(tbuf_ptr(A), M, kl, kl, tbuf_ptr(B), n, n,
                                  MKX_NO_TRANS, tbuf_ptr(C), n, MKX_FP32,
                                  MKX_FP32, MKX_ROW_MAJOR, c, NULL);
@@ -159,28 +159,30 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
     MKX_Comm c = v ? gpu : staged;
     uint64_t before = mkx_comm_net_bytes_sent(c);
     long starts = hier_starts();
-    int rc = op == 0
-        ? MKX_Allgather_gemm(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
-                             MKX_NO_TRANS, tbuf_ptr(&C[v]), n, NULL, 0,
-                             MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c, NULL)
+    int rc =
+        op == 0 ? MKX_Allgather_gemm(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
+                                     MKX_NO_TRANS, tbuf_ptr(&C[v]), n, NULL, 0,
+                                     MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c, NULL)
         : op == 1
-        ? MKX_Gemm_reduce_scatter(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
-                                  MKX_NO_TRANS, tbuf_ptr(&C[v]), n, MKX_BF16,
-                                  MKX_FP32, MKX_ROW_MAJOR, c, NULL)
-        : MKX_Gemm_allreduce(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
-                             MKX_NO_TRANS, tbuf_ptr(&C[v]), n, MKX_BF16,
-                             MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+            ? MKX_Gemm_reduce_scatter(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n,
+                                      n, MKX_NO_TRANS, tbuf_ptr(&C[v]), n,
+                                      MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
+                                      NULL)
+            : MKX_Gemm_allreduce(tbuf_ptr(A), rows, k, k, tbuf_ptr(B), n, n,
+                                 MKX_NO_TRANS, tbuf_ptr(&C[v]), n, MKX_BF16,
+                                 MKX_FP32, MKX_ROW_MAJOR, c, NULL);
     CHECK_RC(rc, MKX_SUCCESS, "%s bf16 %s", name[op],
              v ? "hier_gemm=gpu" : "staged");
-    CHECK(hier_starts() - starts == v, "%s: %s path taken",
-          name[op], v ? "GPU-GEMM" : "staged");
+    CHECK(hier_starts() - starts == v, "%s: %s path taken", name[op],
+          v ? "GPU-GEMM" : "staged");
     if (v) sent = mkx_comm_net_bytes_sent(c) - before;
   }
   tbuf_download(&C[0]), tbuf_download(&C[1]);
   double d = rel_diff(C[1].host, C[0].host, (size_t)(crows * n));
-  CHECK(d < 1e-4, "%s bf16 %lldx%lldx%lld: GPU GEMM equals the staged "
-        "path (rel %g)", name[op], (long long)rows, (long long)n,
-        (long long)k, d);
+  CHECK(d < 1e-4,
+        "%s bf16 %lldx%lldx%lld: GPU GEMM equals the staged "
+        "path (rel %g)",
+        name[op], (long long)rows, (long long)n, (long long)k, d);
   CHECK(sent == want, "%s bf16 sent %llu bytes, minimum %llu", name[op],
         (unsigned long long)sent, (unsigned long long)want);
   tbuf_free(&C[0]), tbuf_free(&C[1]);
@@ -190,8 +192,8 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
  * partials and blocks through the host) or nvlink (the node's part as a
  * single-node GPU call) on shapes the engine takes. */
 static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
-  static const int64_t t[][3] = {{37, 64, 48}, {128, 256, 136}, {1, 8, 8},
-                                 {200, 72, 16}};
+  static const int64_t t[][3] = {
+      {37, 64, 48}, {128, 256, 136}, {1, 8, 8}, {200, 72, 16}};
   for (int i = 0; i < 4; i++) {
     const int64_t m = t[i][0], k = t[i][1], n = t[i][2];
     const int64_t M = m * mt.size + i;
@@ -204,8 +206,8 @@ static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
     same_as_staged(1, staged, gpu, &A, M, k, &B, n, block_rows(M, mt.rank),
                    rs_bytes(g, M, n));
     same_as_staged(2, staged, gpu, &A, M, k, &B, n, M,
-                   rs_bytes(g, M, n) + (uint64_t)(g->N - 1) *
-                                           block_rows(M, mt.rank) * n * 4);
+                   rs_bytes(g, M, n) +
+                       (uint64_t)(g->N - 1) * block_rows(M, mt.rank) * n * 4);
     tbuf_free(&A), tbuf_free(&B);
   }
 }
@@ -217,53 +219,56 @@ static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
  * results of one node, A_out bit-exact, the minimum network bytes, on
  * shapes that take 1-4 column slices and 1-4 row chunks. */
 static void nvlink_host(MKX_Comm hier, MKX_Comm flat, const geo *g) {
-  static const int64_t t[][3] = {{37, 24, 48}, {130, 16, 130}, {300, 8, 72},
-                                 {1, 8, 8}, {200, 40, 136}};
+  static const int64_t t[][3] = {
+      {37, 24, 48}, {130, 16, 130}, {300, 8, 72}, {1, 8, 8}, {200, 40, 136}};
   for (int i = 0; i < 5; i++) {
     const int64_t m = t[i][0], k = t[i][1], n = t[i][2], M = m * mt.size;
     tbuf A, B, C[2], Ao[2];
     make(&A, m * k, 61 + mt.rank + i), make(&B, k * n, 67 + mt.rank + i);
-    for (int v = 0; v < 2; v++)
-      make(&C[v], M * n, 0), make(&Ao[v], M * k, 0);
+    for (int v = 0; v < 2; v++) make(&C[v], M * n, 0), make(&Ao[v], M * k, 0);
     uint64_t before = mkx_comm_net_bytes_sent(hier);
-    mkx_ag_gemm_args ag = {A.host, m, k, k, B.host, n, n, MKX_NO_TRANS,
-                           C[0].host, n, Ao[0].host, k, MKX_FP32, MKX_FP32,
-                           MKX_ROW_MAJOR};
+    mkx_ag_gemm_args ag = {
+        A.host,       m,         k, k,          B.host, n,        n,
+        MKX_NO_TRANS, C[0].host, n, Ao[0].host, k,      MKX_FP32, MKX_FP32,
+        MKX_ROW_MAJOR};
     CHECK_RC(mkx_hier_nvlink_host(hier, MKX_TP_OP_AG, &ag), MKX_SUCCESS,
              "nvlink logic: allgather-GEMM %lldx%lldx%lld", (long long)M,
              (long long)n, (long long)k);
     uint64_t sent = mkx_comm_net_bytes_sent(hier) - before;
-    CHECK_RC(MKX_Allgather_gemm(A.host, m, k, k, B.host, n, n,
-                                MKX_NO_TRANS, C[1].host, n, Ao[1].host, k,
-                                MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, flat,
-                                NULL), MKX_SUCCESS, "one-node allgather");
+    CHECK_RC(MKX_Allgather_gemm(A.host, m, k, k, B.host, n, n, MKX_NO_TRANS,
+                                C[1].host, n, Ao[1].host, k, MKX_FP32, MKX_FP32,
+                                MKX_ROW_MAJOR, flat, NULL),
+             MKX_SUCCESS, "one-node allgather");
     double d = rel_diff(C[0].host, C[1].host, (size_t)(M * n));
-    CHECK(d < 1e-5, "nvlink logic: allgather-GEMM equals one node (rel "
-          "%g)", d);
+    CHECK(d < 1e-5,
+          "nvlink logic: allgather-GEMM equals one node (rel "
+          "%g)",
+          d);
     CHECK(memcmp(Ao[0].host, Ao[1].host, sizeof(float) * M * k) == 0,
           "nvlink logic: A_out bit-exact");
     uint64_t want = (uint64_t)(g->N - 1) * m * k * sizeof(float);
-    CHECK(sent == want, "nvlink logic: allgather-GEMM sent %llu bytes, "
-          "minimum %llu", (unsigned long long)sent,
-          (unsigned long long)want);
+    CHECK(sent == want,
+          "nvlink logic: allgather-GEMM sent %llu bytes, "
+          "minimum %llu",
+          (unsigned long long)sent, (unsigned long long)want);
     for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&Ao[v]);
     tbuf_free(&A);
     for (int all = 0; all < 2; all++) {
       const int64_t Mr = M + i, rows = all ? Mr : block_rows(Mr, mt.rank);
       make(&A, Mr * k, 71 + mt.rank + i);
       make(&C[0], rows * n, 0), make(&C[1], rows * n, 0);
-      mkx_gemm_red_args rs = {A.host, Mr, k, k, B.host, n, n, MKX_NO_TRANS,
-                              C[0].host, n, MKX_FP32, MKX_FP32,
-                              MKX_ROW_MAJOR};
+      mkx_gemm_red_args rs = {
+          A.host,    Mr, k,        k,        B.host,       n, n, MKX_NO_TRANS,
+          C[0].host, n,  MKX_FP32, MKX_FP32, MKX_ROW_MAJOR};
       before = mkx_comm_net_bytes_sent(hier);
-      CHECK_RC(mkx_hier_nvlink_host(hier, all ? MKX_TP_OP_AR
-                                              : MKX_TP_OP_RS, &rs),
-               MKX_SUCCESS, "nvlink logic: %s %lldx%lldx%lld",
-               all ? "allreduce" : "reduce-scatter", (long long)Mr,
-               (long long)n, (long long)k);
+      CHECK_RC(
+          mkx_hier_nvlink_host(hier, all ? MKX_TP_OP_AR : MKX_TP_OP_RS, &rs),
+          MKX_SUCCESS, "nvlink logic: %s %lldx%lldx%lld",
+          all ? "allreduce" : "reduce-scatter", (long long)Mr, (long long)n,
+          (long long)k);
       sent = mkx_comm_net_bytes_sent(hier) - before;
-      CHECK_RC(reduce_call(all, &A, Mr, k, &B, n, &C[1], flat),
-               MKX_SUCCESS, "one-node reduce");
+      CHECK_RC(reduce_call(all, &A, Mr, k, &B, n, &C[1], flat), MKX_SUCCESS,
+               "one-node reduce");
       d = rel_diff(C[0].host, C[1].host, (size_t)(rows * n));
       CHECK(d < 1e-5, "nvlink logic: %s equals one node (rel %g)",
             all ? "allreduce" : "reduce-scatter", d);
@@ -288,15 +293,17 @@ static void node_comm(MKX_Comm hier, const geo *g) {
   int rc = mkx_comm_node(hier, &node);
   CHECK_RC(rc, MKX_SUCCESS, "node communicator");
   if (!mt_all(rc == MKX_SUCCESS)) return;
-  CHECK_RC(mkx_comm_node(hier, &again), MKX_SUCCESS, "node communicator "
+  CHECK_RC(mkx_comm_node(hier, &again), MKX_SUCCESS,
+           "node communicator "
            "again");
   CHECK(again == node, "made once");
   int size = 0, rank = -1, nodes = 0;
   MKX_Comm_size(node, &size), MKX_Comm_rank(node, &rank);
   MKX_Comm_num_nodes(node, &nodes);
-  CHECK(size == g->G && rank == g->l && nodes == 1, "node communicator: "
-        "%d ranks, rank %d, %d node(s) (want %d, %d, 1)", size, rank, nodes,
-        g->G, g->l);
+  CHECK(size == g->G && rank == g->l && nodes == 1,
+        "node communicator: "
+        "%d ranks, rank %d, %d node(s) (want %d, %d, 1)",
+        size, rank, nodes, g->G, g->l);
   /* an allreduce inside the node: the node's ranks' products summed */
   const int64_t M = 9, kl = 5, n = 6;
   tbuf A, B, C;
@@ -315,8 +322,8 @@ static void node_comm(MKX_Comm hier, const geo *g) {
     for (int64_t i = 0; i < M; i++)
       for (int64_t j = 0; j < n; j++)
         for (int64_t t = 0; t < kl; t++)
-          want[i * n + j] += ((float *)a.host)[i * kl + t] *
-                             ((float *)b.host)[t * n + j];
+          want[i * n + j] +=
+              ((float *)a.host)[i * kl + t] * ((float *)b.host)[t * n + j];
     tbuf_free(&a), tbuf_free(&b);
   }
   double d = rel_diff(C.host, want, (size_t)(M * n));
@@ -328,8 +335,7 @@ static void node_comm(MKX_Comm hier, const geo *g) {
   for (int64_t n = 0; n <= 700; n++) {
     int64_t j[MKX_HIER_MAX_SLICES + 1];
     const int S = mkx_hier_slices(n, j);
-    int ok = S >= (n > 0) && S <= MKX_HIER_MAX_SLICES && j[0] == 0 &&
-             j[S] == n;
+    int ok = S >= (n > 0) && S <= MKX_HIER_MAX_SLICES && j[0] == 0 && j[S] == n;
     for (int s = 0; ok && s < S; s++)
       ok = j[s + 1] > j[s] && (s == S - 1 || (j[s + 1] - j[s]) % 8 == 0);
     sbad += !ok;
@@ -337,8 +343,10 @@ static void node_comm(MKX_Comm hier, const geo *g) {
   CHECK(sbad == 0, "column slices cover n = 0..700 (%d bad)", sbad);
   int bad = 0;
   for (int64_t m = 1; m <= 300; m++) bad += !mkx_hier_split_matches(hier, m);
-  CHECK(bad == 0, "node-major ranks: the node's even split is the "
-        "columns' rows for M = 1..300 (%d mismatches)", bad);
+  CHECK(bad == 0,
+        "node-major ranks: the node's even split is the "
+        "columns' rows for M = 1..300 (%d mismatches)",
+        bad);
 }
 
 /* ---- exchanges in small pieces ---- */
@@ -357,7 +365,7 @@ static unsigned char xbyte(int from, int to, int it, size_t i) {
  * (rounds by offset, sources in the given order within a round). */
 typedef struct order_check {
   unsigned char **got;
-  const int *pos;   /* [size]: place of each source in the order */
+  const int *pos; /* [size]: place of each source in the order */
   size_t last_off;
   int last_pos, bad;
 } order_check;
@@ -366,8 +374,7 @@ static int order_take(void *ctx, int src, size_t off, const void *data,
                       size_t len) {
   order_check *o = ctx;
   const int pos = o->pos[src];
-  if (off < o->last_off || (off == o->last_off && pos <= o->last_pos))
-    o->bad++;
+  if (off < o->last_off || (off == o->last_off && pos <= o->last_pos)) o->bad++;
   o->last_off = off, o->last_pos = pos;
   memcpy(o->got[src] + off, data, len);
   return MKX_SUCCESS;
@@ -379,8 +386,8 @@ static uint64_t irregular_exchange(MKX_Comm c, int it, int reversed) {
   const int p = mt.size, me = mt.rank;
   const void **sp = calloc((size_t)p, sizeof *sp);
   unsigned char **rp = calloc((size_t)p, sizeof *rp);
-  size_t *sl = calloc((size_t)p, sizeof *sl), *rl = calloc((size_t)p,
-                                                            sizeof *rl);
+  size_t *sl = calloc((size_t)p, sizeof *sl),
+         *rl = calloc((size_t)p, sizeof *rl);
   int *order = calloc((size_t)p, sizeof *order);
   int *pos = calloc((size_t)p, sizeof *pos);
   uint64_t sent = 0;
@@ -393,8 +400,8 @@ static uint64_t irregular_exchange(MKX_Comm c, int it, int reversed) {
   }
   for (int i = 0; i < p; i++) order[i] = p - 1 - i, pos[p - 1 - i] = i;
   order_check oc = {.got = rp, .pos = pos, .last_pos = -1};
-  mkx_comm_net_sink sink = {.take = order_take, .ctx = &oc, .order = order,
-                            .norder = p};
+  mkx_comm_net_sink sink = {
+      .take = order_take, .ctx = &oc, .order = order, .norder = p};
   int rc = reversed ? mkx_comm_net_exchange_to(c, sp, sl, rl, &sink)
                     : mkx_comm_net_exchange(c, sp, sl, (void *const *)rp, rl);
   CHECK_RC(rc, MKX_SUCCESS, "exchange %d in small pieces", it);
@@ -550,19 +557,21 @@ static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
       for (int v = 0; v < 2; v++) {
         MKX_Comm c = v ? tiny : hier;
         uint64_t before = mkx_comm_net_bytes_sent(c);
-        CHECK_RC(reduce_call(all, &A, M, kl, &B, n, &C[v], c),
-                 MKX_SUCCESS, "%s in %s pieces", all ? "allreduce"
-                 : "reduce-scatter", v ? "small" : "whole");
+        CHECK_RC(reduce_call(all, &A, M, kl, &B, n, &C[v], c), MKX_SUCCESS,
+                 "%s in %s pieces", all ? "allreduce" : "reduce-scatter",
+                 v ? "small" : "whole");
         sent[v] = mkx_comm_net_bytes_sent(c) - before;
       }
       tbuf_download(&C[0]), tbuf_download(&C[1]);
       CHECK(memcmp(C[0].host, C[1].host, sizeof(float) * rows * n) == 0,
             "%s %lldx%lldx%lld: same bits in small pieces",
-            all ? "allreduce" : "reduce-scatter", (long long)M,
-            (long long)n, (long long)kl);
-      CHECK(sent[0] == sent[1], "%s: %llu bytes in small pieces, %llu "
-            "in whole ones", all ? "allreduce" : "reduce-scatter",
-            (unsigned long long)sent[1], (unsigned long long)sent[0]);
+            all ? "allreduce" : "reduce-scatter", (long long)M, (long long)n,
+            (long long)kl);
+      CHECK(sent[0] == sent[1],
+            "%s: %llu bytes in small pieces, %llu "
+            "in whole ones",
+            all ? "allreduce" : "reduce-scatter", (unsigned long long)sent[1],
+            (unsigned long long)sent[0]);
       tbuf_free(&A), tbuf_free(&B), tbuf_free(&C[0]), tbuf_free(&C[1]);
     }
   }
@@ -587,8 +596,8 @@ int main(int argc, char **argv) {
   char vs[16];
   snprintf(vs, sizeof vs, "%d", vnode);
   MKX_Comm hier = vnode_comm(vs, "hier_gemm", "host"), flat = NULL;
-  CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat),
-           MKX_SUCCESS, "one-node communicator");
+  CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &flat), MKX_SUCCESS,
+           "one-node communicator");
   if (!mt_all(hier && flat)) return mt_finish();
   geo g = {mt.size / vnode, vnode, mt.rank / vnode, mt.rank % vnode};
   int nodes = 0;

@@ -36,7 +36,8 @@ typedef struct {
   double **X;         /* [p][nt*hidden] rounded */
 } mcase;
 
-static void gen_case(mcase *m, int c, int kind /* 0 dispatch, 1 layer, 2 trunc */) {
+static void gen_case(mcase *m, int c,
+                     int kind /* 0 dispatch, 1 layer, 2 trunc */) {
   int p = mt.size;
   mt_rng g;
   mt_rng_init(&g, mt.seed, -1, 7000 + kind * 1000 + c);
@@ -82,7 +83,9 @@ static void gen_case(mcase *m, int c, int kind /* 0 dispatch, 1 layer, 2 trunc *
         for (int64_t e = 0; e < m->E; e++) perm[e] = (int32_t)e;
         for (int64_t j = 0; j < K; j++) { /* partial Fisher-Yates */
           int64_t s = mt_rng_int(&gi, j, m->E - 1);
-          int32_t tmp = perm[j]; perm[j] = perm[s]; perm[s] = tmp;
+          int32_t tmp = perm[j];
+          perm[j] = perm[s];
+          perm[s] = tmp;
           m->ids[q][t * K + j] = perm[j];
         }
       }
@@ -95,8 +98,15 @@ static void gen_case(mcase *m, int c, int kind /* 0 dispatch, 1 layer, 2 trunc *
 }
 
 static void free_case(mcase *m) {
-  for (int q = 0; q < mt.size; q++) { free(m->ids[q]); free(m->gw[q]); free(m->X[q]); }
-  free(m->ids); free(m->gw); free(m->X); free(m->nt);
+  for (int q = 0; q < mt.size; q++) {
+    free(m->ids[q]);
+    free(m->gw[q]);
+    free(m->X[q]);
+  }
+  free(m->ids);
+  free(m->gw);
+  free(m->X);
+  free(m->nt);
 }
 
 static void describe(const mcase *m, const char *op, char *buf, size_t len) {
@@ -150,12 +160,15 @@ static void load_inputs(const mcase *m, tbuf *tx, tbuf *ti, tbuf *tg) {
   tbuf_alloc(tx, (size_t)(nt * m->hidden) * es);
   tbuf_alloc(ti, (size_t)(nt * m->topk) * sizeof(int32_t));
   tbuf_alloc(tg, (size_t)(nt * m->topk) * sizeof(float));
-  for (int64_t i = 0; i < nt * m->hidden; i++) mt_set(tx->host, m->dt, (size_t)i, m->X[r][i]);
+  for (int64_t i = 0; i < nt * m->hidden; i++)
+    mt_set(tx->host, m->dt, (size_t)i, m->X[r][i]);
   if (nt) {
     memcpy(ti->host, m->ids[r], (size_t)(nt * m->topk) * sizeof(int32_t));
     memcpy(tg->host, m->gw[r], (size_t)(nt * m->topk) * sizeof(float));
   }
-  tbuf_upload(tx); tbuf_upload(ti); tbuf_upload(tg);
+  tbuf_upload(tx);
+  tbuf_upload(ti);
+  tbuf_upload(tg);
 }
 
 /* ---- dispatch + GEMM ---------------------------------------------------- */
@@ -184,7 +197,10 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
       int32_t *rr;
       int64_t tq = expected_rows(&m, q, tmpc, &rr);
       free(rr);
-      if (tq > best) { best = tq; victim = q; }
+      if (tq > best) {
+        best = tq;
+        victim = q;
+      }
     }
     free(tmpc);
     y_rows = total > 0 ? total : 1;
@@ -218,7 +234,8 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
   tbuf tx, ti, tg, tw, ty, te, to;
   load_inputs(&m, &tx, &ti, &tg);
   tbuf_alloc(&tw, (size_t)(m.epr * m.hidden * m.n) * es);
-  for (int64_t i = 0; i < m.epr * m.hidden * m.n; i++) mt_set(tw.host, m.dt, (size_t)i, W[i]);
+  for (int64_t i = 0; i < m.epr * m.hidden * m.n; i++)
+    mt_set(tw.host, m.dt, (size_t)i, W[i]);
   tbuf_upload(&tw);
   size_t ny = (size_t)(y_rows * m.n) + GUARD, no = (size_t)(3 * y_rows) + GUARD;
   tbuf_alloc(&ty, ny * es);
@@ -266,13 +283,15 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
           "unwritten, %zu past)",
           desc, (long long)total, (long long)y_rows, unw, past);
     if (total > 0) {
-      double e = mt_relerr_mat(ty.host, m.dt, MKX_ROW_MAJOR, m.n, total, m.n, ref);
+      double e =
+          mt_relerr_mat(ty.host, m.dt, MKX_ROW_MAJOR, m.n, total, m.n, ref);
       double t0 = mt_tol(m.dt, m.dt);
       double tol = mt_tol_cond(t0, ref, refabs, (size_t)(total * m.n));
-      CHECK(e <= tol || mt_within_cond(ty.host, m.dt, m.n, total, m.n, ref,
-                                       refabs, t0),
+      CHECK(e <= tol ||
+                mt_within_cond(ty.host, m.dt, m.n, total, m.n, ref, refabs, t0),
             "%s: Y rel err %.3g <= %.3g, or every element within the "
-            "componentwise bound", desc, e, tol);
+            "componentwise bound",
+            desc, e, tol);
     }
     if (with_origin) {
       const int32_t *og = to.host;
@@ -292,7 +311,8 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
             desc);
     } else {
       size_t touched = 0;
-      for (size_t i = 0; i < no; i++) touched += !mt_is_poison(to.host, MKX_FP32, i);
+      for (size_t i = 0; i < no; i++)
+        touched += !mt_is_poison(to.host, MKX_FP32, i);
       CHECK(touched == 0, "%s: origin NULL, spare buffer untouched", desc);
     }
   }
@@ -303,9 +323,18 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
     CHECK(past == 0, "%s: nothing written past y_rows on the victim", desc);
   }
   mt_all(1);
-  tbuf_free(&tx); tbuf_free(&ti); tbuf_free(&tg); tbuf_free(&tw);
-  tbuf_free(&ty); tbuf_free(&te); tbuf_free(&to);
-  free(W); free(ref); free(refabs); free(rows); free(counts);
+  tbuf_free(&tx);
+  tbuf_free(&ti);
+  tbuf_free(&tg);
+  tbuf_free(&tw);
+  tbuf_free(&ty);
+  tbuf_free(&te);
+  tbuf_free(&to);
+  free(W);
+  free(ref);
+  free(refabs);
+  free(rows);
+  free(counts);
   free_case(&m);
 }
 
@@ -321,7 +350,8 @@ static void case_layer(MKX_Comm comm, int c) {
   describe(&m, "moe_layer", desc, sizeof desc);
   int64_t H = m.hidden, F = m.ffn, nt = m.nt[r];
   /* every rank's W1, W2 */
-  double **W1 = calloc((size_t)p, sizeof *W1), **W2 = calloc((size_t)p, sizeof *W2);
+  double **W1 = calloc((size_t)p, sizeof *W1),
+         **W2 = calloc((size_t)p, sizeof *W2);
   for (int q = 0; q < p; q++) {
     W1[q] = mt_gen(m.epr * H, 2 * F, m.dt, mt.seed, q, m.c * 16 + T_W1);
     W2[q] = mt_gen(m.epr * F, H, m.dt, mt.seed, q, m.c * 16 + T_W2);
@@ -369,9 +399,12 @@ static void case_layer(MKX_Comm comm, int c) {
   load_inputs(&m, &tx, &ti, &tg);
   tbuf_alloc(&t1, (size_t)(m.epr * H * 2 * F) * es);
   tbuf_alloc(&t2, (size_t)(m.epr * F * H) * es);
-  for (int64_t i = 0; i < m.epr * H * 2 * F; i++) mt_set(t1.host, m.dt, (size_t)i, W1[r][i]);
-  for (int64_t i = 0; i < m.epr * F * H; i++) mt_set(t2.host, m.dt, (size_t)i, W2[r][i]);
-  tbuf_upload(&t1); tbuf_upload(&t2);
+  for (int64_t i = 0; i < m.epr * H * 2 * F; i++)
+    mt_set(t1.host, m.dt, (size_t)i, W1[r][i]);
+  for (int64_t i = 0; i < m.epr * F * H; i++)
+    mt_set(t2.host, m.dt, (size_t)i, W2[r][i]);
+  tbuf_upload(&t1);
+  tbuf_upload(&t2);
   size_t nout = (size_t)(nt * H) + GUARD;
   tbuf_alloc(&tout, nout * es);
   int rc = MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg),
@@ -389,16 +422,29 @@ static void case_layer(MKX_Comm comm, int c) {
       double e = mt_relerr_mat(tout.host, m.dt, MKX_ROW_MAJOR, H, nt, H, ref);
       double t0 = 2 * mt_tol(m.dt, m.dt);
       double tol = mt_tol_cond(t0, ref, refabs, (size_t)(nt * H));
-      CHECK(e <= tol || mt_within_cond(tout.host, m.dt, H, nt, H, ref,
-                                       refabs, t0),
+      CHECK(e <= tol ||
+                mt_within_cond(tout.host, m.dt, H, nt, H, ref, refabs, t0),
             "%s: out rel err %.3g <= %.3g, or every element within the "
-            "componentwise bound", desc, e, tol);
+            "componentwise bound",
+            desc, e, tol);
     }
   }
-  tbuf_free(&tx); tbuf_free(&ti); tbuf_free(&tg); tbuf_free(&t1);
-  tbuf_free(&t2); tbuf_free(&tout);
-  for (int q = 0; q < p; q++) { free(W1[q]); free(W2[q]); }
-  free(W1); free(W2); free(ref); free(refabs); free(a); free(a_err);
+  tbuf_free(&tx);
+  tbuf_free(&ti);
+  tbuf_free(&tg);
+  tbuf_free(&t1);
+  tbuf_free(&t2);
+  tbuf_free(&tout);
+  for (int q = 0; q < p; q++) {
+    free(W1[q]);
+    free(W2[q]);
+  }
+  free(W1);
+  free(W2);
+  free(ref);
+  free(refabs);
+  free(a);
+  free(a_err);
   free_case(&m);
 }
 

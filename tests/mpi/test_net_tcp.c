@@ -60,14 +60,17 @@ static int io_full(int fd, void *buf, size_t len, int out) {
   return 1;
 }
 
-typedef struct relay { int fd, rank, size; } relay;
+typedef struct relay {
+  int fd, rank, size;
+} relay;
 
 static int relay_allgather(void *ctx, const void *send, void *recv,
                            size_t bytes, int64_t timeout_ms) {
   relay *r = ctx;
   req q = {REQ_ALLGATHER, r->size, bytes};
   (void)timeout_ms;
-  if (!io_full(r->fd, &q, sizeof q, 1) || !io_full(r->fd, (void *)send, bytes, 1) ||
+  if (!io_full(r->fd, &q, sizeof q, 1) ||
+      !io_full(r->fd, (void *)send, bytes, 1) ||
       !io_full(r->fd, recv, bytes * (size_t)r->size, 0))
     return MKX_ERR_MPI;
   return MKX_SUCCESS;
@@ -151,7 +154,8 @@ static uint8_t pattern(int src, int dst, int iter, size_t i) {
 }
 
 static size_t msg_len(int iter, int large) {
-  return large ? HALF - (size_t)(iter % 8) * 4099 : 1 + (size_t)iter * 37 % 4000;
+  return large ? HALF - (size_t)(iter % 8) * 4099
+               : 1 + (size_t)iter * 37 % 4000;
 }
 
 static size_t msg_off(int iter, int large, size_t len) {
@@ -224,7 +228,6 @@ static int wait_for(ctx *c, uint32_t slot, uint64_t value) {
   return MKX_SUCCESS;
 }
 
-
 static void check_all(ctx *c, int iter, int large) {
   size_t len = msg_len(iter, large), off = msg_off(iter, large, len);
   for (int q = 0; q < c->size; q++) {
@@ -234,8 +237,8 @@ static void check_all(ctx *c, int iter, int large) {
     const uint8_t *d = c->dst + (size_t)q * SLICE + off;
     size_t bad = 0;
     while (bad < len && d[bad] == pattern(q, me, iter, bad)) bad++;
-    CHECK(bad == len, "data from %d, iteration %d: byte %zu of %zu wrong",
-          q, iter, bad, len);
+    CHECK(bad == len, "data from %d, iteration %d: byte %zu of %zu wrong", q,
+          iter, bad, len);
   }
 }
 
@@ -263,9 +266,11 @@ static void traffic(ctx *c) {
 /* ---- setup ---- */
 
 static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
-  mkx_net_params p = {.rank = oob->rank, .size = oob->size,
+  mkx_net_params p = {.rank = oob->rank,
+                      .size = oob->size,
                       .num_signals = (uint32_t)oob->size,
-                      .timeout_ms = TIMEOUT_MS, .opt = opt};
+                      .timeout_ms = TIMEOUT_MS,
+                      .opt = opt};
   CHECK(mkx_net_options_register() == MKX_SUCCESS &&
             mkx_options_load(opt, MPI_INFO_NULL) == MKX_SUCCESS,
         "options");
@@ -278,14 +283,18 @@ static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
         mkx_net_name(c->n));
   /* one stream per peer: in order; GPU memory staged, not registered */
   CHECK(mkx_net_caps(c->n) == MKX_NET_CAP_ORDERED &&
-            mkx_net_signal_bits(c->n) == 64, "tcp capabilities");
+            mkx_net_signal_bits(c->n) == 64,
+        "tcp capabilities");
   return MKX_SUCCESS;
 }
 
 /* A well-formed hello with a wrong secret, sent before setup: the
  * listener must not take it for the rank it names. */
 static int knock_wrong_secret(mkx_net *n) {
-  struct { uint32_t magic, rank; uint8_t secret[16]; } h = {0x4d4b5848u, 0, {0}};
+  struct {
+    uint32_t magic, rank;
+    uint8_t secret[16];
+  } h = {0x4d4b5848u, 0, {0}};
   memset(h.secret, 0x5a, sizeof h.secret);
   return knock(mkx_net_tcp_port(n), &h, sizeof h);
 }
@@ -311,8 +320,8 @@ static int register_buffers(ctx *c, const mkx_oob *oob) {
 /* Survivors: the dead rank shows up as an error, in time, on every one. */
 static void survive(ctx *c, int victim) {
   int64_t t0 = mkx_net_now_ms();
-  int rc = mkx_net_wait_signal(c->n, (uint32_t)victim, UINT64_MAX,
-                               TIMEOUT_MS, NULL);
+  int rc =
+      mkx_net_wait_signal(c->n, (uint32_t)victim, UINT64_MAX, TIMEOUT_MS, NULL);
   int64_t took = mkx_net_now_ms() - t0;
   char why[512];
   snprintf(why, sizeof why, "%s", MKX_Get_last_error());
@@ -325,8 +334,8 @@ static void survive(ctx *c, int victim) {
   rc = mkx_net_poll(c->n, done, 4, &got);
   CHECK(rc == MKX_ERR_PEER || rc == MKX_ERR_NET, "later polls fail too (%d)",
         rc);
-  rc = mkx_net_write_signal(c->n, victim, &c->src_mr, 0, &c->keys[victim],
-                            0, 64, (uint32_t)me, 1, 0);
+  rc = mkx_net_write_signal(c->n, victim, &c->src_mr, 0, &c->keys[victim], 0,
+                            64, (uint32_t)me, 1, 0);
   CHECK(rc == MKX_ERR_PEER || rc == MKX_ERR_NET || rc == MKX_ERR_TIMEOUT,
         "a write to the dead rank fails (%d)", rc);
   printf("rank %d: saw rank %d die after %lld ms: %s\n", me, victim,
@@ -385,7 +394,8 @@ static int run_victim(const mkx_oob *oob) {
   int verdict = serve_child(sv[0], oob), status = 0;
   close(sv[0]);
   CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
-            WEXITSTATUS(status) == 0, "child exit status %#x", status);
+            WEXITSTATUS(status) == 0,
+        "child exit status %#x", status);
   CHECK(verdict == 0, "child reported %d failures", verdict);
   return 0;
 }

@@ -55,8 +55,8 @@ static int exchange(const mkx_oob *oob, mkx_net *n, int cycle) {
                                 (uint32_t)rank, (uint64_t)cycle + 1, 0);
   for (int p = 0; p < size && rc == MKX_SUCCESS; p++)
     if (p != rank)
-      rc = mkx_net_wait_signal(n, (uint32_t)p, (uint64_t)cycle + 1,
-                               TIMEOUT_MS, NULL);
+      rc = mkx_net_wait_signal(n, (uint32_t)p, (uint64_t)cycle + 1, TIMEOUT_MS,
+                               NULL);
   if (rc == MKX_SUCCESS) rc = oob->barrier(oob->ctx, TIMEOUT_MS);
   mkx_net_dereg(n, &mr);
   return rc;
@@ -97,7 +97,8 @@ static int cycle(const mkx_oob *oob, const char *range, int lo, int c) {
 
 static int run(const mkx_oob *oob) {
   if (size > PORTS) {
-    if (rank == 0) printf("test_net_tcp_cycles: %d ranks, %d ports\n", size, PORTS);
+    if (rank == 0)
+      printf("test_net_tcp_cycles: %d ranks, %d ports\n", size, PORTS);
     return MKX_SUCCESS;
   }
   int lo = pick_base(), good = 0;
@@ -106,8 +107,8 @@ static int run(const mkx_oob *oob) {
   snprintf(range, sizeof range, "%d-%d", lo, lo + PORTS - 1);
   for (int c = 0; c < CYCLES; c++) good += cycle(oob, range, lo, c);
   if (rank == 0)
-    printf("test_net_tcp_cycles: %d of %d cycles succeeded on ports %s\n",
-           good, CYCLES, range);
+    printf("test_net_tcp_cycles: %d of %d cycles succeeded on ports %s\n", good,
+           CYCLES, range);
   CHECK(good == CYCLES, "%d of %d cycles succeeded", good, CYCLES);
   return MKX_SUCCESS;
 }

@@ -62,8 +62,7 @@ static void check_warnings(FILE *log) {
     unnamed += strstr(line, "127.0.0.1:") == NULL;
     printf("rank %d: %s", rank, line);
   }
-  CHECK(shown == SHOWN, "%d refusals shown one by one, want %d", shown,
-        SHOWN);
+  CHECK(shown == SHOWN, "%d refusals shown one by one, want %d", shown, SHOWN);
   CHECK(unnamed == 0, "%d refusal warnings without the address", unnamed);
   CHECK(summary == 1, "one summary of all 10 refusals (%d)", summary);
 }
@@ -84,8 +83,8 @@ static int64_t intruded_setup(const mkx_oob *oob) {
     int64_t left = until - mkx_net_now_ms();
     refused += fd[i] >= 0 && tcp_ep_refused(fd[i], left > 0 ? (int)left : 0);
   }
-  CHECK(refused == INTRUDERS, "%d of %d strangers closed unanswered",
-        refused, INTRUDERS);
+  CHECK(refused == INTRUDERS, "%d of %d strangers closed unanswered", refused,
+        INTRUDERS);
   MPI_Barrier(MPI_COMM_WORLD);
   mkx_net_close(n);
   if (saved >= 0) {
@@ -108,12 +107,13 @@ static int run(const mkx_oob *oob) {
   mkx_net_close(n);
   int64_t intruded = intruded_setup(oob);
   if (rank == 0)
-    printf("test_net_tcp_intruders: setup %lld ms clean, %lld ms with %d "
-           "strangers per rank\n", (long long)clean, (long long)intruded,
-           INTRUDERS);
+    printf(
+        "test_net_tcp_intruders: setup %lld ms clean, %lld ms with %d "
+        "strangers per rank\n",
+        (long long)clean, (long long)intruded, INTRUDERS);
   CHECK(clean >= 0 && intruded >= 0 && intruded <= clean + SLACK_MS,
-        "setup took %lld ms with strangers, %lld ms clean",
-        (long long)intruded, (long long)clean);
+        "setup took %lld ms with strangers, %lld ms clean", (long long)intruded,
+        (long long)clean);
   return MKX_SUCCESS;
 }
 

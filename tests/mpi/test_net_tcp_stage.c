@@ -33,13 +33,12 @@
 #define MSGS 300
 #define TIMEOUT_MS 20000
 
-
 /* ---- the fake stager: "device" memory is host memory it knows ---- */
 
 static struct {
-  char *dev[2];      /* device 0's send and receive buffers */
+  char *dev[2]; /* device 0's send and receive buffers */
   size_t len[2];
-  char *other;       /* "GPU 1" */
+  char *other; /* "GPU 1" */
   size_t other_len;
   pthread_mutex_t lock;
   uint64_t out_bytes, out_calls, in_bytes, in_calls, bad_copies;
@@ -70,7 +69,10 @@ static int fake_host_alloc(void *ctx, size_t bytes, void **p) {
   *p = malloc(bytes);
   return *p ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "fake stage");
 }
-static void fake_host_free(void *ctx, void *p) { (void)ctx; free(p); }
+static void fake_host_free(void *ctx, void *p) {
+  (void)ctx;
+  free(p);
+}
 
 static int fake_to_host(void *ctx, void *dst, const void *src, size_t len) {
   (void)ctx;
@@ -92,18 +94,21 @@ static int fake_to_device(void *ctx, void *dst, const void *src, size_t len) {
   (void)ctx;
   pthread_mutex_lock(&fk.lock);
   fk.in_bytes += len, fk.in_calls++;
-  if (len > STAGE || !in_range(dst, len, fk.dev[1], fk.len[1]))
-    fk.bad_copies++;
+  if (len > STAGE || !in_range(dst, len, fk.dev[1], fk.len[1])) fk.bad_copies++;
   pthread_mutex_unlock(&fk.lock);
   memcpy(dst, src, len);
   return MKX_SUCCESS;
 }
 
-static const mkx_net_stager fake = {
-    .name = "fake", .stage_bytes = STAGE, .device_of = fake_device_of,
-    .open = fake_open, .close = fake_close, .host_alloc = fake_host_alloc,
-    .host_free = fake_host_free, .to_host = fake_to_host,
-    .to_device = fake_to_device};
+static const mkx_net_stager fake = {.name = "fake",
+                                    .stage_bytes = STAGE,
+                                    .device_of = fake_device_of,
+                                    .open = fake_open,
+                                    .close = fake_close,
+                                    .host_alloc = fake_host_alloc,
+                                    .host_free = fake_host_free,
+                                    .to_host = fake_to_host,
+                                    .to_device = fake_to_device};
 
 /* ---- the traffic ---- */
 
@@ -124,14 +129,18 @@ static int produce(mkx_proxy_ring *ring, char *send) {
   for (int i = 0; i < MSGS; i++) {
     int dst = dest_of(rank, i), chunk = i % CHUNKS;
     size_t len = len_of(rank, i);
-    if (i >= CHUNKS)
-      MKX_TRY(mkx_proxy_wait(ring, seq[i - CHUNKS], TIMEOUT_MS));
+    if (i >= CHUNKS) MKX_TRY(mkx_proxy_wait(ring, seq[i - CHUNKS], TIMEOUT_MS));
     for (size_t b = 0; b < len; b++)
       send[(size_t)chunk * MAXLEN + b] = (char)pattern(rank, i, b);
-    mkx_proxy_cmd c = {.op = MKX_PROXY_OP_WRITE, .peer = dst, .src = 0,
-                       .dst = 1, .src_off = (uint64_t)chunk * MAXLEN,
-                       .dst_off = place(rank, i), .len = len,
-                       .slot = (uint32_t)rank, .value = ++count[dst]};
+    mkx_proxy_cmd c = {.op = MKX_PROXY_OP_WRITE,
+                       .peer = dst,
+                       .src = 0,
+                       .dst = 1,
+                       .src_off = (uint64_t)chunk * MAXLEN,
+                       .dst_off = place(rank, i),
+                       .len = len,
+                       .slot = (uint32_t)rank,
+                       .value = ++count[dst]};
     MKX_TRY(mkx_proxy_post(ring, &c, &seq[i], TIMEOUT_MS));
   }
   return mkx_proxy_wait(ring, seq[MSGS - 1], TIMEOUT_MS);
@@ -210,9 +219,8 @@ static void failed_copy(mkx_net *n, const mkx_net_mr *smr,
                         const mkx_net_rkey *rkeys, const mkx_oob *oob) {
   int peer = (rank + 1) % size, from = (rank + size - 1) % size;
   fk.fail_next_out = 1;
-  int rc = mkx_net_write_signal(n, peer, smr, 0, &rkeys[peer],
-                                place(rank, 0), 2 * STAGE, (uint32_t)rank,
-                                MSGS + 1, 1);
+  int rc = mkx_net_write_signal(n, peer, smr, 0, &rkeys[peer], place(rank, 0),
+                                2 * STAGE, (uint32_t)rank, MSGS + 1, 1);
   CHECK(rc == MKX_ERR_CUDA, "a failed copy is the writer's error: %d", rc);
   memset(fk.dev[0], 0x5a, 2 * STAGE);
   rc = mkx_net_write_signal(n, peer, smr, 0, &rkeys[peer], place(rank, 0),
@@ -261,9 +269,11 @@ static int run(const mkx_oob *oob) {
   opt.net = MKX_NET_TCP;
   strcpy(opt.net_tcp_bind, "lo");
   mkx_net_tcp_set_stager(&fake);
-  mkx_net_params prm = {.rank = rank, .size = size,
+  mkx_net_params prm = {.rank = rank,
+                        .size = size,
                         .num_signals = (uint32_t)size,
-                        .timeout_ms = TIMEOUT_MS, .opt = &opt};
+                        .timeout_ms = TIMEOUT_MS,
+                        .opt = &opt};
   MKX_TRY(mkx_net_open(&prm, &n));
   mkx_net_tcp_set_stager(NULL);
   CHECK((uintptr_t)n->signals % 4096 == 0, "signal words are page-aligned");

@@ -41,13 +41,15 @@ int main(int argc, char **argv) {
   rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
                           MKX_FP32, MKX_ROW_MAJOR, c, NULL);
   const double dt = MPI_Wtime() - t0;
-  CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER, "survivor: the call "
-        "fails (%d: %s)", rc, MKX_Get_last_error());
-  CHECK(dt < 10.0, "survivor: within the bound (%.1f s, timeout_ms 2000)",
-        dt);
+  CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER,
+        "survivor: the call "
+        "fails (%d: %s)",
+        rc, MKX_Get_last_error());
+  CHECK(dt < 10.0, "survivor: within the bound (%.1f s, timeout_ms 2000)", dt);
   rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
                           MKX_FP32, MKX_ROW_MAJOR, c, NULL);
-  CHECK_RC(rc, MKX_ERR_INVALID_COMM, "survivor: the communicator refuses "
+  CHECK_RC(rc, MKX_ERR_INVALID_COMM,
+           "survivor: the communicator refuses "
            "the next call");
   CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "survivor: MKX_Comm_free");
   const int failed = check_failed();

@@ -28,10 +28,10 @@ typedef struct {
   MKX_Order order;
   MKX_Trans tb;
   MKX_Datatype dt, ct;
-  int64_t *loc;        /* [p] m_local (AG) or k_local (RS/AR) */
-  int64_t M, k, n;     /* AG: k shared; RS/AR: M, n shared */
+  int64_t *loc;    /* [p] m_local (AG) or k_local (RS/AR) */
+  int64_t M, k, n; /* AG: k shared; RS/AR: M, n shared */
   int64_t lda, ldb, ldc, ldo;
-  int64_t crow, c0;    /* rows of C on this rank and their first global row */
+  int64_t crow, c0; /* rows of C on this rank and their first global row */
   int64_t sbr, sbc;
   tbuf A, B, C, O;
   size_t nc, no;
@@ -46,7 +46,12 @@ static void setup(pcase *P, int kind, int id, MKX_Order order, MKX_Trans tb,
   mt_rng g;
   mt_rng_init(&g, mt.seed, -1, 9000 + id);
   memset(P, 0, sizeof *P);
-  P->kind = kind; P->id = id; P->order = order; P->tb = tb; P->dt = dt; P->ct = ct;
+  P->kind = kind;
+  P->id = id;
+  P->order = order;
+  P->tb = tb;
+  P->dt = dt;
+  P->ct = ct;
   P->loc = calloc((size_t)p, sizeof *P->loc);
   int64_t tot = 0;
   for (int q = 0; q < p; q++) {
@@ -57,7 +62,8 @@ static void setup(pcase *P, int kind, int id, MKX_Order order, MKX_Trans tb,
   if (kind == K_AG) {
     P->M = tot;
     P->k = mt_rng_int(&g, 1, 45);
-    P->crow = P->M; P->c0 = 0;
+    P->crow = P->M;
+    P->c0 = 0;
   } else {
     P->M = mt_rng_int(&g, 1, 50);
     P->k = tot;
@@ -101,20 +107,19 @@ static int init_plan(pcase *P, MKX_Comm comm, MPI_Info info) {
   void *A = tbuf_ptr(&P->A), *B = tbuf_ptr(&P->B), *C = tbuf_ptr(&P->C);
   int r = mt.rank;
   switch (P->kind) {
-  case K_AG:
-    return MKX_Allgather_gemm_init(A, P->loc[r], P->k, P->lda, B, P->n, P->ldb,
-                                   P->tb, C, P->ldc,
-                                   P->with_aout ? tbuf_ptr(&P->O) : NULL,
-                                   P->ldo, P->dt, P->ct, P->order, comm, info,
-                                   &P->req);
-  case K_RS:
-    return MKX_Gemm_reduce_scatter_init(A, P->M, P->loc[r], P->lda, B, P->n,
-                                        P->ldb, P->tb, C, P->ldc, P->dt, P->ct,
-                                        P->order, comm, info, &P->req);
-  default:
-    return MKX_Gemm_allreduce_init(A, P->M, P->loc[r], P->lda, B, P->n, P->ldb,
-                                   P->tb, C, P->ldc, P->dt, P->ct, P->order,
-                                   comm, info, &P->req);
+    case K_AG:
+      return MKX_Allgather_gemm_init(
+          A, P->loc[r], P->k, P->lda, B, P->n, P->ldb, P->tb, C, P->ldc,
+          P->with_aout ? tbuf_ptr(&P->O) : NULL, P->ldo, P->dt, P->ct, P->order,
+          comm, info, &P->req);
+    case K_RS:
+      return MKX_Gemm_reduce_scatter_init(A, P->M, P->loc[r], P->lda, B, P->n,
+                                          P->ldb, P->tb, C, P->ldc, P->dt,
+                                          P->ct, P->order, comm, info, &P->req);
+    default:
+      return MKX_Gemm_allreduce_init(A, P->M, P->loc[r], P->lda, B, P->n,
+                                     P->ldb, P->tb, C, P->ldc, P->dt, P->ct,
+                                     P->order, comm, info, &P->req);
   }
 }
 
@@ -136,7 +141,8 @@ static double *fill(pcase *P, int it, double **Aall) {
     }
     double *Bv = mt_gen(P->k, P->n, P->dt, mt.seed, r, tB);
     mt_ref_gemm_acc(ref, all, Bv, P->M, P->k, P->n);
-    mt_store(P->A.host, P->dt, P->order, P->loc[r], P->k, P->lda, all + mine * P->k);
+    mt_store(P->A.host, P->dt, P->order, P->loc[r], P->k, P->lda,
+             all + mine * P->k);
     mt_store_B(P->B.host, P->dt, P->order, P->tb, P->k, P->n, P->ldb, Bv);
     free(Bv);
     *Aall = all;
@@ -148,9 +154,11 @@ static double *fill(pcase *P, int it, double **Aall) {
       mt_ref_gemm_acc(full, Aq, Bq, P->M, P->loc[q], P->n);
       if (q == r) {
         mt_store(P->A.host, P->dt, P->order, P->M, P->loc[q], P->lda, Aq);
-        mt_store_B(P->B.host, P->dt, P->order, P->tb, P->loc[q], P->n, P->ldb, Bq);
+        mt_store_B(P->B.host, P->dt, P->order, P->tb, P->loc[q], P->n, P->ldb,
+                   Bq);
       }
-      free(Aq); free(Bq);
+      free(Aq);
+      free(Bq);
     }
     memcpy(ref, full + P->c0 * P->n, (size_t)(P->crow * P->n) * sizeof(double));
     free(full);
@@ -174,7 +182,8 @@ static void check(pcase *P, int it, const double *ref, const double *Aall) {
         "oob)",
         P->desc, it, unw, oob);
   if (P->crow > 0) {
-    double e = mt_relerr_mat(P->C.host, P->ct, P->order, P->ldc, P->crow, P->n, ref);
+    double e =
+        mt_relerr_mat(P->C.host, P->ct, P->order, P->ldc, P->crow, P->n, ref);
     double tol = mt_tol(P->dt, P->ct);
     CHECK(e <= tol, "%s start %d: C rel err %.3g <= %.3g", P->desc, it, e, tol);
   }
@@ -190,12 +199,16 @@ static void check(pcase *P, int it, const double *ref, const double *Aall) {
   if (P->kind == K_AR) {
     uint64_t h = mt_hash(P->C.host, P->nc * mt_type_size(P->ct), 0), h0 = h;
     MPI_Bcast(&h0, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
-    CHECK(mt_all(h == h0), "%s start %d: same C bits on every rank", P->desc, it);
+    CHECK(mt_all(h == h0), "%s start %d: same C bits on every rank", P->desc,
+          it);
   }
 }
 
 static void release(pcase *P) {
-  tbuf_free(&P->A); tbuf_free(&P->B); tbuf_free(&P->C); tbuf_free(&P->O);
+  tbuf_free(&P->A);
+  tbuf_free(&P->B);
+  tbuf_free(&P->C);
+  tbuf_free(&P->O);
   free(P->loc);
 }
 
@@ -231,13 +244,18 @@ int main(int argc, char **argv) {
             P.desc);
       int ok = mt_all(rc == MKX_SUCCESS && P.req != NULL);
       for (int it = 0; ok && it < STARTS; it++) {
-        if (it > 0) { free(ref); free(Aall); ref = fill(&P, it, &Aall); }
+        if (it > 0) {
+          free(ref);
+          free(Aall);
+          ref = fill(&P, it, &Aall);
+        }
         rc = MKX_Start(P.req, NULL);
         CHECK_RC(rc, MKX_SUCCESS, "%s start %d: MKX_Start", P.desc, it);
         if (!(ok = mt_all(rc == MKX_SUCCESS))) break;
         check(&P, it, ref, Aall);
       }
-      free(ref); free(Aall);
+      free(ref);
+      free(Aall);
       if (P.req) {
         rc = MKX_Request_free(&P.req);
         CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Request_free", P.desc);
@@ -264,7 +282,11 @@ int main(int argc, char **argv) {
     }
     for (int it = 0; ok && it < 3; it++) {
       for (int i = 2; i >= 0 && ok; i--) {
-        if (it > 0) { free(ref[i]); free(Aall[i]); ref[i] = fill(&P[i], it, &Aall[i]); }
+        if (it > 0) {
+          free(ref[i]);
+          free(Aall[i]);
+          ref[i] = fill(&P[i], it, &Aall[i]);
+        }
         rc = MKX_Start(P[i].req, NULL);
         CHECK_RC(rc, MKX_SUCCESS, "%s (concurrent) start %d", P[i].desc, it);
         ok &= mt_all(rc == MKX_SUCCESS);
@@ -281,7 +303,8 @@ int main(int argc, char **argv) {
           double want[4] = {0.5 * mt.size, -1.0 * mt.size, 1.0 * mt.size,
                             -2.0 * mt.size};
           for (int e = 0; e < 4; e++) good &= cc[e] == want[e];
-          CHECK(good, "immediate gemm_allreduce between plan starts (it %d)", it);
+          CHECK(good, "immediate gemm_allreduce between plan starts (it %d)",
+                it);
           ok &= mt_all(rc == MKX_SUCCESS);
         }
       }
@@ -289,23 +312,29 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
       if (P[i].req) {
         rc = MKX_Request_free(&P[i].req);
-        CHECK_RC(rc, MKX_SUCCESS, "%s (concurrent): MKX_Request_free", P[i].desc);
-        CHECK(P[i].req == NULL, "%s (concurrent): handle NULL after free", P[i].desc);
+        CHECK_RC(rc, MKX_SUCCESS, "%s (concurrent): MKX_Request_free",
+                 P[i].desc);
+        CHECK(P[i].req == NULL, "%s (concurrent): handle NULL after free",
+              P[i].desc);
       }
-      free(ref[i]); free(Aall[i]);
+      free(ref[i]);
+      free(Aall[i]);
       release(&P[i]);
     }
   }
 
   /* 3. NULL requests */
   rc = MKX_Start(NULL, NULL);
-  CHECK_RC(rc, MKX_ERR_INVALID_REQUEST, "MKX_Start(NULL) returns MKX_ERR_INVALID_REQUEST");
+  CHECK_RC(rc, MKX_ERR_INVALID_REQUEST,
+           "MKX_Start(NULL) returns MKX_ERR_INVALID_REQUEST");
   {
     MKX_Request nr = NULL;
     rc = MKX_Start(nr, NULL);
-    CHECK_RC(rc, MKX_ERR_INVALID_REQUEST,
-             "MKX_Start on a freed (NULL) handle returns MKX_ERR_INVALID_REQUEST");
-    CHECK(*MKX_Get_last_error() != '\0', "MKX_Get_last_error set after MKX_Start(NULL)");
+    CHECK_RC(
+        rc, MKX_ERR_INVALID_REQUEST,
+        "MKX_Start on a freed (NULL) handle returns MKX_ERR_INVALID_REQUEST");
+    CHECK(*MKX_Get_last_error() != '\0',
+          "MKX_Get_last_error set after MKX_Start(NULL)");
   }
 
   if (mt.rank == 0) mt_diag("plans done in %.2f s", MPI_Wtime() - t0);

@@ -18,7 +18,6 @@
 #define MSGS 300
 #define TIMEOUT_MS 20000
 
-
 static int dest_of(int src, int i) { return (src + 1 + i % (size - 1)) % size; }
 
 static unsigned char pattern(int src, int dst, int i, int byte) {
@@ -35,10 +34,14 @@ static int produce(mkx_proxy_ring *ring, unsigned char *send) {
     if (i >= CHUNKS) MKX_TRY(mkx_proxy_wait(ring, seq[i - CHUNKS], TIMEOUT_MS));
     for (int b = 0; b < CHUNK; b++)
       send[chunk * CHUNK + b] = pattern(rank, dst, i, b);
-    mkx_proxy_cmd c = {.op = MKX_PROXY_OP_WRITE, .peer = dst, .src = 0,
-                       .dst = 1, .src_off = (uint64_t)chunk * CHUNK,
+    mkx_proxy_cmd c = {.op = MKX_PROXY_OP_WRITE,
+                       .peer = dst,
+                       .src = 0,
+                       .dst = 1,
+                       .src_off = (uint64_t)chunk * CHUNK,
                        .dst_off = ((uint64_t)rank * CHUNKS + chunk) * CHUNK,
-                       .len = CHUNK, .slot = (uint32_t)rank,
+                       .len = CHUNK,
+                       .slot = (uint32_t)rank,
                        .value = ++count[dst]};
     MKX_TRY(mkx_proxy_post(ring, &c, &seq[i], TIMEOUT_MS));
   }
@@ -92,14 +95,16 @@ static int run(const mkx_oob *oob) {
   MKX_TRY(mkx_options_load(&opt, MPI_INFO_NULL));
   opt.net = MKX_NET_TCP;
   strcpy(opt.net_tcp_bind, "lo"); /* tests stay on loopback */
-  mkx_net_params prm = {.rank = rank, .size = size,
+  mkx_net_params prm = {.rank = rank,
+                        .size = size,
                         .num_signals = (uint32_t)size,
-                        .timeout_ms = TIMEOUT_MS, .opt = &opt};
+                        .timeout_ms = TIMEOUT_MS,
+                        .opt = &opt};
   MKX_TRY(mkx_net_open(&prm, &n));
   MKX_TRY(mkx_net_connect(n, oob));
   mkx_net_reg_args sa = {send, (size_t)CHUNKS * CHUNK, MKX_NET_MEM_HOST, -1, 0};
-  mkx_net_reg_args ra = {recv, (size_t)size * CHUNKS * CHUNK,
-                         MKX_NET_MEM_HOST, -1, 0};
+  mkx_net_reg_args ra = {recv, (size_t)size * CHUNKS * CHUNK, MKX_NET_MEM_HOST,
+                         -1, 0};
   MKX_TRY(mkx_net_reg(n, &sa, &smr));
   MKX_TRY(mkx_net_reg(n, &ra, &rmr));
   MKX_TRY(mkx_net_exchange_keys(n, oob, &smr, skeys));

@@ -26,7 +26,6 @@
 #include "cuda_check.h"
 #include "gemm_engine.h"
 
-
 static int cmp_float(const void *a, const void *b) {
   float x = *(const float *)a, y = *(const float *)b;
   return x < y ? -1 : x > y;
@@ -41,10 +40,15 @@ static float median(float *v, int n) {
 static void fill_random_bf16(void *dst, size_t count, uint64_t seed) {
   const size_t chunk = (size_t)1 << 22;
   uint16_t *h = (uint16_t *)malloc(chunk * 2);
-  if (!h) { fprintf(stderr, "malloc failed\n"); exit(1); }
+  if (!h) {
+    fprintf(stderr, "malloc failed\n");
+    exit(1);
+  }
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < chunk; ++i) {
-    s ^= s << 13; s ^= s >> 7; s ^= s << 17;
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
     float f = (float)((s >> 20) & 0xffff) / 32768.0f - 1.0f;
     if (f == 0.0f) f = 0.5f;
     uint32_t x;
@@ -56,45 +60,75 @@ static void fill_random_bf16(void *dst, size_t count, uint64_t seed) {
   size_t first = count < chunk ? count : chunk;
   CK(cudaMemcpy(dst, h, first * 2, cudaMemcpyHostToDevice));
   done = first;
-  while (done < count) {   /* doubling device-to-device copies */
+  while (done < count) { /* doubling device-to-device copies */
     size_t n = done < count - done ? done : count - done;
-    CK(cudaMemcpy((char *)dst + done * 2, dst, n * 2, cudaMemcpyDeviceToDevice));
+    CK(cudaMemcpy((char *)dst + done * 2, dst, n * 2,
+                  cudaMemcpyDeviceToDevice));
     done += n;
   }
   free(h);
 }
 
-typedef struct { int64_t m, n, k; } shape_t;
+typedef struct {
+  int64_t m, n, k;
+} shape_t;
 
 static int cmd_gemm(int argc, char **argv) {
   const char *out = NULL;
-  int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0, prewarm_ms = 1500, cool_ms = 0;
+  int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0, prewarm_ms = 1500,
+      cool_ms = 0;
   shape_t shapes[64];
   int ns = 0;
   for (int i = 0; i < argc; ++i) {
-    if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
-    else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc) warmup = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--prewarm-ms") && i + 1 < argc) prewarm_ms = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--cool-ms") && i + 1 < argc) cool_ms = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--layout") && i + 1 < argc) bkm = argv[++i][0] != 'n';
-    else if (!strcmp(argv[i], "--tile") && i + 1 < argc) tile = atoi(argv[++i]);
-    else if (!strcmp(argv[i], "--ctas") && i + 1 < argc) ctas = atoi(argv[++i]);
+    if (!strcmp(argv[i], "--out") && i + 1 < argc)
+      out = argv[++i];
+    else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+      reps = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--warmup") && i + 1 < argc)
+      warmup = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--prewarm-ms") && i + 1 < argc)
+      prewarm_ms = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--cool-ms") && i + 1 < argc)
+      cool_ms = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--layout") && i + 1 < argc)
+      bkm = argv[++i][0] != 'n';
+    else if (!strcmp(argv[i], "--tile") && i + 1 < argc)
+      tile = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--ctas") && i + 1 < argc)
+      ctas = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc && ns < 64) {
       long long m, n, k;
-      if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) != 3) { fprintf(stderr, "bad --shape\n"); return 2; }
-      shapes[ns].m = m; shapes[ns].n = n; shapes[ns].k = k; ++ns;
-    } else { fprintf(stderr, "gemm: unknown argument %s\n", argv[i]); return 2; }
+      if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) != 3) {
+        fprintf(stderr, "bad --shape\n");
+        return 2;
+      }
+      shapes[ns].m = m;
+      shapes[ns].n = n;
+      shapes[ns].k = k;
+      ++ns;
+    } else {
+      fprintf(stderr, "gemm: unknown argument %s\n", argv[i]);
+      return 2;
+    }
   }
   if (reps < 1) reps = 1;
   if (ns == 0) {
-    static const int64_t nk[3][2] = {{8192, 8192}, {28672, 8192}, {8192, 28672}};
+    static const int64_t nk[3][2] = {
+        {8192, 8192}, {28672, 8192}, {8192, 28672}};
     static const int64_t ms[3] = {4096, 8192, 16384};
     for (int a = 0; a < 3; ++a)
-      for (int b = 0; b < 3; ++b) { shapes[ns].m = ms[a]; shapes[ns].n = nk[b][0]; shapes[ns].k = nk[b][1]; ++ns; }
+      for (int b = 0; b < 3; ++b) {
+        shapes[ns].m = ms[a];
+        shapes[ns].n = nk[b][0];
+        shapes[ns].k = nk[b][1];
+        ++ns;
+      }
   }
   int ndev = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) { fprintf(stderr, "no CUDA device\n"); return 77; }
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
+    fprintf(stderr, "no CUDA device\n");
+    return 77;
+  }
   struct cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   cublasHandle_t blas;
@@ -102,7 +136,7 @@ static int cmd_gemm(int argc, char **argv) {
   cudaStream_t st;
   CK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   CB(cublasSetStream(blas, st));
-  size_t ws_bytes = (size_t)64 << 20;   /* give cuBLAS a generous workspace */
+  size_t ws_bytes = (size_t)64 << 20; /* give cuBLAS a generous workspace */
   void *ws;
   CK(cudaMalloc(&ws, ws_bytes));
   CB(cublasSetWorkspace(blas, ws, ws_bytes));
@@ -121,50 +155,83 @@ static int cmd_gemm(int argc, char **argv) {
   fill_random_bf16(dA, (size_t)maxa, 1);
   fill_random_bf16(dB, (size_t)maxb, 2);
 
-  cudaEvent_t *ev = (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(4 * reps));
-  float *tm = (float *)malloc(sizeof(float) * (size_t)reps), *tb = (float *)malloc(sizeof(float) * (size_t)reps);
-  double *res_m = (double *)malloc(sizeof(double) * (size_t)ns), *res_b = (double *)malloc(sizeof(double) * (size_t)ns);
+  cudaEvent_t *ev =
+      (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(4 * reps));
+  float *tm = (float *)malloc(sizeof(float) * (size_t)reps),
+        *tb = (float *)malloc(sizeof(float) * (size_t)reps);
+  double *res_m = (double *)malloc(sizeof(double) * (size_t)ns),
+         *res_b = (double *)malloc(sizeof(double) * (size_t)ns);
   int *res_tile = (int *)malloc(sizeof(int) * (size_t)ns);
   for (int i = 0; i < 4 * reps; ++i) CK(cudaEventCreate(&ev[i]));
 
-  printf("mkx_perf gemm on %s (%d SMs): bf16 x bf16 -> bf16, fp32 accumulate, B %s, median of %d, %s\n", prop.name,
-         prop.multiProcessorCount, bkm ? "K-major (n x k)" : "N-major (k x n)", reps,
-         cool_ms > 0 ? "idle before each launch (burst)" : "back to back (sustained)");
-  printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s", "cuBLAS", "ratio", "tile");
+  printf(
+      "mkx_perf gemm on %s (%d SMs): bf16 x bf16 -> bf16, fp32 accumulate, B "
+      "%s, median of %d, %s\n",
+      prop.name, prop.multiProcessorCount,
+      bkm ? "K-major (n x k)" : "N-major (k x n)", reps,
+      cool_ms > 0 ? "idle before each launch (burst)"
+                  : "back to back (sustained)");
+  printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s",
+         "cuBLAS", "ratio", "tile");
   const float one = 1.0f, zero = 0.0f;
   for (int si = 0; si < ns; ++si) {
     const int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;
     mkx_gemm_desc d;
     memset(&d, 0, sizeof d);
-    d.m = m; d.n = n; d.k = k;
-    d.a = dA; d.lda = k;
-    d.b = dB; d.b_kmajor = bkm; d.ldb = bkm ? k : n;
-    d.c = dC; d.ldc = n;
-    d.ab_type = MKX_GEMM_BF16; d.c_type = MKX_GEMM_BF16;
-    d.num_ctas = ctas; d.tile_override = tile;
+    d.m = m;
+    d.n = n;
+    d.k = k;
+    d.a = dA;
+    d.lda = k;
+    d.b = dB;
+    d.b_kmajor = bkm;
+    d.ldb = bkm ? k : n;
+    d.c = dC;
+    d.ldc = n;
+    d.ab_type = MKX_GEMM_BF16;
+    d.c_type = MKX_GEMM_BF16;
+    d.num_ctas = ctas;
+    d.tile_override = tile;
     const char *why;
-    if (!mkx_gemm_supported(&d, &why)) { fprintf(stderr, "unsupported: %s\n", why); return 1; }
-    res_tile[si] = mkx_gemm_pick_tile(&d, ctas > 0 ? ctas : prop.multiProcessorCount);
-#define RUN_MKX()                                                         \
-    do {                                                                  \
-      int rc_ = mkx_gemm_run(&d, st);                                     \
-      if (rc_) { fprintf(stderr, "mkx_gemm_run: %d\n", rc_); exit(1); }   \
-    } while (0)
-#define RUN_BLAS()                                                                                             \
-    CB(cublasGemmEx(blas, bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one, dB,        \
-                    CUDA_R_16BF, (int)d.ldb, dA, CUDA_R_16BF, (int)k, &zero, dC2, CUDA_R_16BF, (int)n,           \
-                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))
-    if (si == 0 && prewarm_ms > 0) {   /* bring clocks and power to steady state first */
+    if (!mkx_gemm_supported(&d, &why)) {
+      fprintf(stderr, "unsupported: %s\n", why);
+      return 1;
+    }
+    res_tile[si] =
+        mkx_gemm_pick_tile(&d, ctas > 0 ? ctas : prop.multiProcessorCount);
+#define RUN_MKX()                                                              \
+  do {                                                                         \
+    int rc_ = mkx_gemm_run(&d, st);                                            \
+    if (rc_) {                                                                 \
+      fprintf(stderr, "mkx_gemm_run: %d\n", rc_);                              \
+      exit(1);                                                                 \
+    }                                                                          \
+  } while (0)
+#define RUN_BLAS()                                                             \
+  CB(cublasGemmEx(blas, bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)n,  \
+                  (int)m, (int)k, &one, dB, CUDA_R_16BF, (int)d.ldb, dA,       \
+                  CUDA_R_16BF, (int)k, &zero, dC2, CUDA_R_16BF, (int)n,        \
+                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))
+    if (si == 0 &&
+        prewarm_ms > 0) { /* bring clocks and power to steady state first */
       struct timespec t0, t1;
       clock_gettime(CLOCK_MONOTONIC, &t0);
       for (;;) {
-        for (int w = 0; w < 4; ++w) { RUN_MKX(); RUN_BLAS(); }
+        for (int w = 0; w < 4; ++w) {
+          RUN_MKX();
+          RUN_BLAS();
+        }
         CK(cudaStreamSynchronize(st));
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        if ((t1.tv_sec - t0.tv_sec) * 1000.0 + (t1.tv_nsec - t0.tv_nsec) / 1e6 > prewarm_ms) break;
+        if ((t1.tv_sec - t0.tv_sec) * 1000.0 + (t1.tv_nsec - t0.tv_nsec) / 1e6 >
+            prewarm_ms)
+          break;
       }
     }
-    for (int w = 0; w < warmup; ++w) { RUN_MKX(); RUN_BLAS(); }
+    for (int w = 0; w < warmup; ++w) {
+      RUN_MKX();
+      RUN_BLAS();
+    }
     CK(cudaStreamSynchronize(st));
     /* rep r: events 4r..4r+3 = start/stop of the first and of the second launch; the order of
      * MKX and cuBLAS alternates.  With --cool-ms the GPU idles before every timed launch (burst
@@ -174,11 +241,15 @@ static int cmd_gemm(int argc, char **argv) {
         const int is_mkx = (h == 0) == ((r & 1) == 0);
         if (cool_ms > 0) {
           CK(cudaStreamSynchronize(st));
-          struct timespec ts = {cool_ms / 1000, (long)(cool_ms % 1000) * 1000000L};
+          struct timespec ts = {cool_ms / 1000,
+                                (long)(cool_ms % 1000) * 1000000L};
           nanosleep(&ts, NULL);
         }
         CK(cudaEventRecord(ev[4 * r + 2 * h], st));
-        if (is_mkx) RUN_MKX(); else RUN_BLAS();
+        if (is_mkx)
+          RUN_MKX();
+        else
+          RUN_BLAS();
         CK(cudaEventRecord(ev[4 * r + 2 * h + 1], st));
       }
     }
@@ -188,42 +259,70 @@ static int cmd_gemm(int argc, char **argv) {
       float t1, t2;
       CK(cudaEventElapsedTime(&t1, ev[4 * r], ev[4 * r + 1]));
       CK(cudaEventElapsedTime(&t2, ev[4 * r + 2], ev[4 * r + 3]));
-      if (r & 1) { tb[r] = t1; tm[r] = t2; } else { tm[r] = t1; tb[r] = t2; }
+      if (r & 1) {
+        tb[r] = t1;
+        tm[r] = t2;
+      } else {
+        tm[r] = t1;
+        tb[r] = t2;
+      }
     }
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     res_m[si] = flop / (median(tm, reps) * 1e-3) / 1e12;
     res_b[si] = flop / (median(tb, reps) * 1e-3) / 1e12;
-    printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %8s\n", (long long)m, (long long)n, (long long)k, res_m[si],
-           res_b[si], res_m[si] / res_b[si], res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
+    printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %8s\n", (long long)m,
+           (long long)n, (long long)k, res_m[si], res_b[si],
+           res_m[si] / res_b[si],
+           res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
     fflush(stdout);
   }
   if (out) {
     FILE *f = fopen(out, "a");
-    if (!f) { perror(out); return 1; }
+    if (!f) {
+      perror(out);
+      return 1;
+    }
     char date[64];
     time_t now = time(NULL);
     struct tm g;
     gmtime_r(&now, &g);
     strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &g);
-    fprintf(f, "\n### mkx_perf gemm, %s, %s (%d SMs)\n\n", date, prop.name, prop.multiProcessorCount);
-    fprintf(f, "bf16 x bf16 -> bf16, fp32 accumulate, A row-major, B %s, median of %d interleaved launches"
-               " (CUDA events), %d warm-up, %s.\n\n",
+    fprintf(f, "\n### mkx_perf gemm, %s, %s (%d SMs)\n\n", date, prop.name,
+            prop.multiProcessorCount);
+    fprintf(f,
+            "bf16 x bf16 -> bf16, fp32 accumulate, A row-major, B %s, median "
+            "of %d interleaved launches"
+            " (CUDA events), %d warm-up, %s.\n\n",
             bkm ? "K-major (n x k)" : "N-major (k x n)", reps, warmup,
             cool_ms > 0 ? "GPU idle before each timed launch (burst clocks)"
-                        : "launches back to back after a 1.5 s pre-warm (sustained, power-capped clocks)");
-    fprintf(f, "| M | N | K | MKX TFLOP/s | cuBLAS TFLOP/s | MKX / cuBLAS | MKX tile |\n");
+                        : "launches back to back after a 1.5 s pre-warm "
+                          "(sustained, power-capped clocks)");
+    fprintf(f,
+            "| M | N | K | MKX TFLOP/s | cuBLAS TFLOP/s | MKX / cuBLAS | MKX "
+            "tile |\n");
     fprintf(f, "|---:|---:|---:|---:|---:|---:|---|\n");
     for (int si = 0; si < ns; ++si)
-      fprintf(f, "| %lld | %lld | %lld | %.1f | %.1f | %.3f | %s |\n", (long long)shapes[si].m, (long long)shapes[si].n,
-              (long long)shapes[si].k, res_m[si], res_b[si], res_m[si] / res_b[si],
+      fprintf(f, "| %lld | %lld | %lld | %.1f | %.1f | %.3f | %s |\n",
+              (long long)shapes[si].m, (long long)shapes[si].n,
+              (long long)shapes[si].k, res_m[si], res_b[si],
+              res_m[si] / res_b[si],
               res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
     fclose(f);
   }
   for (int i = 0; i < 4 * reps; ++i) CK(cudaEventDestroy(ev[i]));
-  CK(cudaFree(dA)); CK(cudaFree(dB)); CK(cudaFree(dC)); CK(cudaFree(dC2)); CK(cudaFree(ws));
+  CK(cudaFree(dA));
+  CK(cudaFree(dB));
+  CK(cudaFree(dC));
+  CK(cudaFree(dC2));
+  CK(cudaFree(ws));
   CB(cublasDestroy(blas));
   CK(cudaStreamDestroy(st));
-  free(ev); free(tm); free(tb); free(res_m); free(res_b); free(res_tile);
+  free(ev);
+  free(tm);
+  free(tb);
+  free(res_m);
+  free(res_b);
+  free(res_tile);
   return 0;
 }
 
@@ -237,12 +336,17 @@ int mkx_perf_tp(int argc, char **argv); /* tests/perf/perf_tp.c */
 
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
-     "time the Hopper GEMM engine against cuBLAS (bf16): [--out FILE] [--reps N] [--warmup N] "
-     "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]..."},
+     "time the Hopper GEMM engine against cuBLAS (bf16): [--out FILE] [--reps "
+     "N] [--warmup N] "
+     "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--cool-ms "
+     "MS] [--shape MxNxK]..."},
     {"tp", mkx_perf_tp,
-     "fused tensor-parallel calls vs cuBLAS + NCCL (under mpirun): [--op ag|rs|ar|all] "
-     "[--shape MxNxK]... [--full] [--small] [--reps N] [--out FILE] [--overlap auto|yes|no] "
-     "[--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE] [--no-nccl] [--one-rank] "
+     "fused tensor-parallel calls vs cuBLAS + NCCL (under mpirun): [--op "
+     "ag|rs|ar|all] "
+     "[--shape MxNxK]... [--full] [--small] [--reps N] [--out FILE] [--overlap "
+     "auto|yes|no] "
+     "[--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE] [--no-nccl] "
+     "[--one-rank] "
      "[--host-times] (tp --help)"},
 };
 
@@ -258,7 +362,8 @@ int main(int argc, char **argv) {
     return argc < 2 ? 2 : 0;
   }
   for (size_t i = 0; i < sizeof kCommands / sizeof kCommands[0]; ++i)
-    if (!strcmp(argv[1], kCommands[i].name)) return kCommands[i].fn(argc - 2, argv + 2);
+    if (!strcmp(argv[1], kCommands[i].name))
+      return kCommands[i].fn(argc - 2, argv + 2);
   fprintf(stderr, "mkx_perf: unknown subcommand '%s'\n", argv[1]);
   usage();
   return 2;

@@ -67,60 +67,59 @@
 #include <unistd.h>
 #include "mkx.h"
 
-#define PK(x)                                                                \
-  do {                                                                       \
-    cudaError_t e_ = (x);                                                    \
-    if (e_ != cudaSuccess) {                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
-              cudaGetErrorString(e_));                                       \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
+#define PK(x)                                                                  \
+  do {                                                                         \
+    cudaError_t e_ = (x);                                                      \
+    if (e_ != cudaSuccess) {                                                   \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+              cudaGetErrorString(e_));                                         \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
-#define PN(x)                                                                \
-  do {                                                                       \
-    ncclResult_t r_ = (x);                                                   \
-    if (r_ != ncclSuccess) {                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
-              ncclGetErrorString(r_));                                       \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
+#define PN(x)                                                                  \
+  do {                                                                         \
+    ncclResult_t r_ = (x);                                                     \
+    if (r_ != ncclSuccess) {                                                   \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+              ncclGetErrorString(r_));                                         \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
-#define PB(x)                                                                \
-  do {                                                                       \
-    cublasStatus_t s_ = (x);                                                 \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                       \
-      fprintf(stderr, "%s:%d: %s: cublas %d\n", __FILE__, __LINE__, #x,      \
-              (int)s_);                                                      \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
+#define PB(x)                                                                  \
+  do {                                                                         \
+    cublasStatus_t s_ = (x);                                                   \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      fprintf(stderr, "%s:%d: %s: cublas %d\n", __FILE__, __LINE__, #x,        \
+              (int)s_);                                                        \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
-#define PM(x)                                                                \
-  do {                                                                       \
-    int r_ = (x);                                                            \
-    if (r_ != MKX_SUCCESS) {                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,             \
-              MKX_Get_last_error());                                         \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
+#define PM(x)                                                                  \
+  do {                                                                         \
+    int r_ = (x);                                                              \
+    if (r_ != MKX_SUCCESS) {                                                   \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
+              MKX_Get_last_error());                                           \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
 /* MPI's default handler aborts first; this covers a job that changed it. */
-#define PI(x)                                                                \
-  do {                                                                       \
-    int r_ = (x), n_ = 0;                                                    \
-    char s_[MPI_MAX_ERROR_STRING];                                           \
-    if (r_ != MPI_SUCCESS) {                                                 \
-      if (MPI_Error_string(r_, s_, &n_) != MPI_SUCCESS)                      \
-        snprintf(s_, sizeof s_, "MPI error %d", r_);                         \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);        \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                          \
-    }                                                                        \
+#define PI(x)                                                                  \
+  do {                                                                         \
+    int r_ = (x), n_ = 0;                                                      \
+    char s_[MPI_MAX_ERROR_STRING];                                             \
+    if (r_ != MPI_SUCCESS) {                                                   \
+      if (MPI_Error_string(r_, s_, &n_) != MPI_SUCCESS)                        \
+        snprintf(s_, sizeof s_, "MPI error %d", r_);                           \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);          \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
 
 enum { OP_AG, OP_RS, OP_AR };
 /* The variants, in the order one sample of each is interleaved. */
 enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, V_ONE, NV };
-static const char *const op_names[] = {"allgather_gemm", "gemm_rs",
-                                       "gemm_ar"};
+static const char *const op_names[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
 static const char *const v_names[NV] = {"mkx",  "serial", "gemm",
                                         "coll", "versus", "1 rank"};
 
@@ -151,7 +150,10 @@ typedef struct work {
   int64_t n_one;
 } work;
 
-typedef struct job { int op; int64_t m, n, k; } job;
+typedef struct job {
+  int op;
+  int64_t m, n, k;
+} job;
 
 typedef struct opts {
   job jobs[96];
@@ -181,8 +183,8 @@ static void *xcalloc(size_t n, size_t size) {
 }
 
 /* Appends printf-style text to s (len bytes in all), truncating. */
-__attribute__((format(printf, 3, 4)))
-static void cat(char *s, size_t len, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static void cat(char *s, size_t len,
+                                                      const char *fmt, ...) {
   size_t used = strlen(s);
   va_list ap;
   if (used + 1 >= len) return;
@@ -193,8 +195,10 @@ static void cat(char *s, size_t len, const char *fmt, ...) {
 
 /* A table cell: x with prec decimals, or "-" for a variant not run. */
 static void cell(char *s, size_t len, int run, int prec, double x) {
-  if (run) cat(s, len, " %.*f |", prec, x);
-  else cat(s, len, " - |");
+  if (run)
+    cat(s, len, " %.*f |", prec, x);
+  else
+    cat(s, len, " - |");
 }
 
 static int cmp_f(const void *a, const void *b) {
@@ -251,15 +255,13 @@ static void plan_on(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
                                b->C, N, NULL, K, MKX_BF16, MKX_BF16,
                                MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
   else if (op == OP_RS)
-    PM(MKX_Gemm_reduce_scatter_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
-                                    b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
-                                    MKX_BF16, MKX_ROW_MAJOR, c,
-                                    MPI_INFO_NULL, req));
+    PM(MKX_Gemm_reduce_scatter_init(
+        b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc, MKX_TRANS, b->C, N,
+        MKX_BF16, MKX_BF16, MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
   else
-    PM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N,
-                               b->k_loc, MKX_TRANS, b->C, N, MKX_BF16,
-                               MKX_BF16, MKX_ROW_MAJOR, c, MPI_INFO_NULL,
-                               req));
+    PM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc,
+                               MKX_TRANS, b->C, N, MKX_BF16, MKX_BF16,
+                               MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
 }
 
 /* Rank r's operands when the job is split over p ranks; with `baselines`
@@ -297,8 +299,7 @@ static int64_t one_rank_n(int op, int64_t N, int p) {
   return op == OP_AG ? N * p : N;
 }
 
-static void setup(env *e, int op, int64_t M, int64_t N, int64_t K,
-                  work *w) {
+static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
   bufs *b = &w->b;
   alloc_share(op, M, N, K, e->size, e->rank, 1, b);
   /* Without NCCL nothing gathers into Afull; the GEMM alone must still
@@ -330,15 +331,14 @@ static void teardown(work *w) {
   bufs_free(&w->one);
 }
 
-static void coll(env *e, int op, int64_t M, int64_t N, bufs *b,
-                 int64_t K) {
+static void coll(env *e, int op, int64_t M, int64_t N, bufs *b, int64_t K) {
   const int p = e->size;
   if (op == OP_AG)
     PN(ncclAllGather(b->A, b->Afull, (size_t)(b->m_loc * K), ncclBfloat16,
                      e->nccl, e->st));
   else if (op == OP_RS)
-    PN(ncclReduceScatter(b->P, b->C, (size_t)(M / p * N), ncclBfloat16,
-                         ncclSum, e->nccl, e->st));
+    PN(ncclReduceScatter(b->P, b->C, (size_t)(M / p * N), ncclBfloat16, ncclSum,
+                         e->nccl, e->st));
   else
     PN(ncclAllReduce(b->P, b->C, (size_t)(M * N), ncclBfloat16, ncclSum,
                      e->nccl, e->st));
@@ -346,23 +346,37 @@ static void coll(env *e, int op, int64_t M, int64_t N, bufs *b,
 
 static void gemm_only(env *e, int op, int64_t M, int64_t N, int64_t K,
                       bufs *b) {
-  if (op == OP_AG) blas_gemm(e, b->Afull, b->B, b->C, M, N, K);
-  else blas_gemm(e, b->A, b->B, b->P, M, N, b->k_loc);
+  if (op == OP_AG)
+    blas_gemm(e, b->Afull, b->B, b->C, M, N, K);
+  else
+    blas_gemm(e, b->A, b->B, b->P, M, N, b->k_loc);
 }
 
 static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
                     work *w) {
   bufs *b = &w->b;
   switch (v) {
-    case V_MKX: PM(MKX_Start(b->req, e->st)); break;
-    case V_MKX2: PM(MKX_Start(b->req2, e->st)); break;
-    case V_ONE: PM(MKX_Start(w->one.req, e->st)); break;
-    case V_SERIAL:
-      if (op == OP_AG) coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, b);
-      else gemm_only(e, op, M, N, K, b), coll(e, op, M, N, b, K);
+    case V_MKX:
+      PM(MKX_Start(b->req, e->st));
       break;
-    case V_GEMM: gemm_only(e, op, M, N, K, b); break;
-    case V_COLL: coll(e, op, M, N, b, K); break;
+    case V_MKX2:
+      PM(MKX_Start(b->req2, e->st));
+      break;
+    case V_ONE:
+      PM(MKX_Start(w->one.req, e->st));
+      break;
+    case V_SERIAL:
+      if (op == OP_AG)
+        coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, b);
+      else
+        gemm_only(e, op, M, N, K, b), coll(e, op, M, N, b, K);
+      break;
+    case V_GEMM:
+      gemm_only(e, op, M, N, K, b);
+      break;
+    case V_COLL:
+      coll(e, op, M, N, b, K);
+      break;
   }
 }
 
@@ -398,8 +412,10 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
                              int64_t K, const float *hmed) {
   char s[320] = "";
   const char *sep = " ";
-  cat(s, sizeof s, "# %s %lldx%lldx%lld host enqueue (us, median, slowest "
-      "rank):", op_names[op], (long long)M, (long long)N, (long long)K);
+  cat(s, sizeof s,
+      "# %s %lldx%lldx%lld host enqueue (us, median, slowest "
+      "rank):",
+      op_names[op], (long long)M, (long long)N, (long long)K);
   for (int v = 0; v < NV; v++)
     if (on(e, v)) {
       cat(s, sizeof s, "%s%s %.1f", sep, v_names[v], hmed[v]);
@@ -461,10 +477,8 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
     hmed[v] = median_of(h + v * reps, reps);
   }
   /* The 1-rank time is 0 on the other ranks: the maximum is rank 0's. */
-  PI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
-  PI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
+  PI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
+  PI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   if (e->host_times && e->rank == 0) print_host_times(e, op, M, N, K, hmed);
   if (e->rank == 0) print_row(e, op, M, N, K, med, out);
   PK(cudaEventDestroy(e0));
@@ -527,8 +541,8 @@ static int job_gpus(const env *e, int dev, int *shared) {
   for (int q = 0; q < e->size; q++) {
     int seen = 0;
     for (int s = 0; s < q && !seen; s++)
-      seen = !strcmp(all[s].host, all[q].host) &&
-             !strcmp(all[s].pci, all[q].pci);
+      seen =
+          !strcmp(all[s].host, all[q].host) && !strcmp(all[s].pci, all[q].pci);
     n += !seen;
     *shared |= seen;
   }
@@ -561,8 +575,10 @@ static void env_init(env *e, const opts *o) {
   int dev = -1;
   PM(MKX_Comm_device(e->mkx, &dev));
   if (dev < 0) {
-    fprintf(stderr, "mkx_perf tp: rank %d has no GPU (MKX runs the host "
-            "path)\n", e->rank);
+    fprintf(stderr,
+            "mkx_perf tp: rank %d has no GPU (MKX runs the host "
+            "path)\n",
+            e->rank);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   PK(cudaSetDevice(dev));
@@ -593,20 +609,26 @@ static void legend(const env *e, const opts *o, char *s, size_t len) {
   if (e->nccl_on && !on(e, V_ONE)) return;
   cat(s, len, "Columns: mkx: the MKX call on all %d ranks", e->size);
   if (e->nccl_on)
-    cat(s, len, "; serial: cuBLAS GEMM then NCCL (or NCCL then GEMM); "
+    cat(s, len,
+        "; serial: cuBLAS GEMM then NCCL (or NCCL then GEMM); "
         "gemm, coll: each alone; ideal: max(gemm, coll)");
   else
-    cat(s, len, "; gemm: every rank's cuBLAS GEMM at once%s; serial, coll, "
+    cat(s, len,
+        "; gemm: every rank's cuBLAS GEMM at once%s; serial, coll, "
         "ideal and their ratios: not run (-), no NCCL",
         e->shared ? " on the shared GPU" : "");
   if (o->versus)
-    cat(s, len, "; mkx (%s): the MKX call with that option too; "
-        "serial/that: serial / its time", o->versus);
+    cat(s, len,
+        "; mkx (%s): the MKX call with that option too; "
+        "serial/that: serial / its time",
+        o->versus);
   if (on(e, V_ONE))
-    cat(s, len, "; 1 rank: the whole job (ag: M x %d*N x K, every rank's "
+    cat(s, len,
+        "; 1 rank: the whole job (ag: M x %d*N x K, every rank's "
         "weight side by side; rs, ar: M x N x K) by the same MKX call on "
         "rank 0 alone, same options and GPU, the other ranks idle, rank 0's "
-        "time; mkx/1rank: mkx / 1 rank", e->size);
+        "time; mkx/1rank: mkx / 1 rank",
+        e->size);
   cat(s, len, ".\n\n");
 }
 
@@ -617,35 +639,40 @@ static FILE *open_table(const env *e, const opts *o) {
   struct cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
     snprintf(dev, sizeof dev, "%s", prop.name);
-  if (e->gpus == e->size) snprintf(gpus, sizeof gpus, "%d x %s", e->size, dev);
-  else snprintf(gpus, sizeof gpus, "%d ranks on %d x %s", e->size, e->gpus,
-                dev);
+  if (e->gpus == e->size)
+    snprintf(gpus, sizeof gpus, "%d x %s", e->size, dev);
+  else
+    snprintf(gpus, sizeof gpus, "%d ranks on %d x %s", e->size, e->gpus, dev);
   time_t now = time(NULL);
   strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-  cat(head, sizeof head, "\n%s, %s, bf16, B stored N x K, MKX option "
-      "tp_overlap=%s%s%s%s%s, medians of %d (ms, slowest rank)", day, gpus,
-      o->overlap, o->vnode ? ", virtual nodes of " : "",
+  cat(head, sizeof head,
+      "\n%s, %s, bf16, B stored N x K, MKX option "
+      "tp_overlap=%s%s%s%s%s, medians of %d (ms, slowest rank)",
+      day, gpus, o->overlap, o->vnode ? ", virtual nodes of " : "",
       o->vnode ? o->vnode : "", o->vnode ? " over tcp, hier_gemm=" : "",
       o->vnode ? o->hier : "", o->reps);
   if (e->shared)
-    cat(head, sizeof head, "; ranks share a GPU, where NCCL cannot run: "
+    cat(head, sizeof head,
+        "; ranks share a GPU, where NCCL cannot run: "
         "no cuBLAS + NCCL baselines");
   else if (!e->nccl_on)
-    cat(head, sizeof head, "; NCCL off (--no-nccl): no cuBLAS + NCCL "
+    cat(head, sizeof head,
+        "; NCCL off (--no-nccl): no cuBLAS + NCCL "
         "baselines");
   cat(head, sizeof head, "\n\n");
   legend(e, o, head, sizeof head);
-  cat(head, sizeof head, "| call | M | N | K | mkx | serial | gemm | coll | "
+  cat(head, sizeof head,
+      "| call | M | N | K | mkx | serial | gemm | coll | "
       "ideal | serial/mkx | ideal/mkx |");
   if (o->versus) cat(head, sizeof head, " mkx (%s) | serial/that |", o->versus);
   if (on(e, V_ONE)) cat(head, sizeof head, " 1 rank | mkx/1rank |");
-  cat(head, sizeof head, "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-      "---:|---:|%s%s\n", o->versus ? "---:|---:|" : "",
-      on(e, V_ONE) ? "---:|---:|" : "");
+  cat(head, sizeof head,
+      "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+      "---:|---:|%s%s\n",
+      o->versus ? "---:|---:|" : "", on(e, V_ONE) ? "---:|---:|" : "");
   fputs(head, stdout);
   FILE *out = NULL;
-  if (o->outname && (out = fopen(o->outname, "a")) == NULL)
-    perror(o->outname);
+  if (o->outname && (out = fopen(o->outname, "a")) == NULL) perror(o->outname);
   if (out) fputs(head, out);
   return out;
 }
@@ -665,7 +692,7 @@ static int full_table(job *jobs) {
 /* Small and mid-size shapes, where the fused calls' fixed cost shows
  * (tests/perf/results/tp-h200x2.md): the automatic fallback's table. */
 static int small_table(job *jobs, int nj) {
-  static const int64_t sh[][3] = {{128, 1024, 1024}, {512, 2048, 2048},
+  static const int64_t sh[][3] = {{128, 1024, 1024},  {512, 2048, 2048},
                                   {1024, 4096, 4096}, {2048, 8192, 8192},
                                   {4096, 4096, 4096}, {1024, 8192, 28672}};
   for (int op = 0; op < 3; op++)
@@ -681,9 +708,9 @@ static int usage_error(const char *what, const char *arg) {
 
 /* Whether a is an option that takes a value (set_value knows them). */
 static int takes_value(const char *a) {
-  static const char *const names[] = {"--reps", "--out", "--overlap",
+  static const char *const names[] = {"--reps",  "--out",  "--overlap",
                                       "--vnode", "--hier", "--versus",
-                                      "--op", "--shape"};
+                                      "--op",    "--shape"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(a, names[i])) return 1;
   return 0;
@@ -691,12 +718,18 @@ static int takes_value(const char *a) {
 
 /* The options without a value; 0 if a is none of them. */
 static int set_flag(const char *a, opts *o, int *full, int *small) {
-  if (!strcmp(a, "--full")) *full = 1;
-  else if (!strcmp(a, "--small")) *small = 1;
-  else if (!strcmp(a, "--host-times")) o->host_times = 1;
-  else if (!strcmp(a, "--no-nccl")) o->no_nccl = 1;
-  else if (!strcmp(a, "--one-rank")) o->one_rank = 1;
-  else return 0;
+  if (!strcmp(a, "--full"))
+    *full = 1;
+  else if (!strcmp(a, "--small"))
+    *small = 1;
+  else if (!strcmp(a, "--host-times"))
+    o->host_times = 1;
+  else if (!strcmp(a, "--no-nccl"))
+    o->no_nccl = 1;
+  else if (!strcmp(a, "--one-rank"))
+    o->one_rank = 1;
+  else
+    return 0;
   return 1;
 }
 
@@ -705,18 +738,26 @@ static int set_value(const char *a, const char *v, opts *o,
                      int64_t (*shapes)[3], int *ns) {
   long long m, n, k;
   char end;
-  if (!strcmp(a, "--reps")) o->reps = atoi(v);
-  else if (!strcmp(a, "--out")) o->outname = v;
-  else if (!strcmp(a, "--overlap")) o->overlap = v;
-  else if (!strcmp(a, "--vnode")) o->vnode = v;
-  else if (!strcmp(a, "--hier")) o->hier = v;
+  if (!strcmp(a, "--reps"))
+    o->reps = atoi(v);
+  else if (!strcmp(a, "--out"))
+    o->outname = v;
+  else if (!strcmp(a, "--overlap"))
+    o->overlap = v;
+  else if (!strcmp(a, "--vnode"))
+    o->vnode = v;
+  else if (!strcmp(a, "--hier"))
+    o->hier = v;
   else if (!strcmp(a, "--versus")) {
     if (!strchr(v, '=') || v[0] == '=')
       return usage_error("--versus takes KEY=VALUE (an MKX option)", v);
     o->versus = v;
   } else if (!strcmp(a, "--op")) {
-    o->ops = !strcmp(v, "ag") ? 1 : !strcmp(v, "rs") ? 2
-           : !strcmp(v, "ar") ? 4 : !strcmp(v, "all") ? 7 : 0;
+    o->ops = !strcmp(v, "ag")    ? 1
+             : !strcmp(v, "rs")  ? 2
+             : !strcmp(v, "ar")  ? 4
+             : !strcmp(v, "all") ? 7
+                                 : 0;
     if (!o->ops) return usage_error("--op takes ag, rs, ar or all", v);
   } else if (!strcmp(a, "--shape")) {
     if (*ns == 16) return usage_error("at most 16 --shape", v);
@@ -731,7 +772,8 @@ static int set_value(const char *a, const char *v, opts *o,
 static void make_jobs(opts *o, int full, int small, int64_t (*shapes)[3],
                       int ns) {
   if (full) o->nj = full_table(o->jobs);
-  if (small) o->nj = small_table(o->jobs, o->nj);
+  if (small)
+    o->nj = small_table(o->jobs, o->nj);
   else if (!full && ns == 0)
     shapes[0][0] = shapes[0][1] = shapes[0][2] = 8192, ns = 1;
   for (int op = 0; !full && !small && op < 3; op++)
@@ -771,7 +813,8 @@ int mkx_perf_tp(int argc, char **argv) {
   env e;
   env_init(&e, &o);
   if (o.one_rank && e.size == 1 && e.rank == 0)
-    fprintf(stderr, "mkx_perf tp: --one-rank ignored: the job has one "
+    fprintf(stderr,
+            "mkx_perf tp: --one-rank ignored: the job has one "
             "rank, so the 1-rank call is the mkx column\n");
   FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
   for (int j = 0; j < o.nj; j++)

@@ -38,7 +38,10 @@ void fake_complete(struct ibv_cq *cq, const struct ibv_wc *wc) {
   if (!e) abort();
   e->cq = cq;
   e->wc = *wc;
-  if (cq_tail) cq_tail->next = e; else cq_head = e;
+  if (cq_tail)
+    cq_tail->next = e;
+  else
+    cq_head = e;
   cq_tail = e;
 }
 
@@ -173,8 +176,8 @@ static struct ibv_mr *new_mr(struct ibv_pd *pd, void *addr, size_t len) {
   return mr;
 }
 
-struct ibv_mr *__wrap_mkx_ibv_reg_mr(struct ibv_pd *pd, void *addr,
-                                     size_t len, int access) {
+struct ibv_mr *__wrap_mkx_ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len,
+                                     int access) {
   fake.last_reg_access = access;
   fake.plain_regs++;
   return new_mr(pd, addr, len);
@@ -219,8 +222,10 @@ int __wrap_ibv_destroy_ah(struct ibv_ah *ah) {
 /* ---- data path ---- */
 
 static void complete_send(struct ibv_qp *qp, uint64_t wr_id) {
-  struct ibv_wc wc = {.wr_id = wr_id, .status = fake.fail_next,
-                      .opcode = IBV_WC_RDMA_WRITE, .qp_num = qp->qp_num};
+  struct ibv_wc wc = {.wr_id = wr_id,
+                      .status = fake.fail_next,
+                      .opcode = IBV_WC_RDMA_WRITE,
+                      .qp_num = qp->qp_num};
   if (fake.fail_next) wc.vendor_err = 0x42;
   fake.fail_next = IBV_WC_SUCCESS;
   fake_complete(qp->send_cq ? qp->send_cq : NULL, &wc);
@@ -232,8 +237,10 @@ int __wrap_mkx_ibv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
   fake.post_calls++;
   for (; wr; wr = wr->next) {
     fake_wr *f = &fake.wr[fake.nwr < FAKE_MAX_LOG ? fake.nwr++ : 0];
-    *f = (fake_wr){.qp_num = qp->qp_num, .post_call = fake.post_calls,
-                   .wr_id = wr->wr_id, .opcode = wr->opcode,
+    *f = (fake_wr){.qp_num = qp->qp_num,
+                   .post_call = fake.post_calls,
+                   .wr_id = wr->wr_id,
+                   .opcode = wr->opcode,
                    .send_flags = wr->send_flags,
                    .remote_addr = wr->wr.rdma.remote_addr,
                    .rkey = wr->wr.rdma.rkey};
@@ -275,8 +282,8 @@ int __wrap_mkx_ibv_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc) {
 }
 
 #if HAVE_EFA
-int __wrap_efadv_query_device(struct ibv_context *c, struct efadv_device_attr *a,
-                              uint32_t inlen) {
+int __wrap_efadv_query_device(struct ibv_context *c,
+                              struct efadv_device_attr *a, uint32_t inlen) {
   if (c->device->node_type == IBV_NODE_CA) return EOPNOTSUPP;
   memset(a, 0, inlen);
   a->max_sq_wr = 128;

@@ -18,7 +18,7 @@
 
 typedef struct fake_wr {
   uint32_t qp_num;
-  int post_call;           /* which mkx_ibv_post_send call it came in */
+  int post_call; /* which mkx_ibv_post_send call it came in */
   uint64_t wr_id;
   int opcode;
   unsigned send_flags;
@@ -26,7 +26,7 @@ typedef struct fake_wr {
   uint32_t rkey;
   uint64_t sge_addr;
   uint32_t sge_len, sge_lkey;
-  uint64_t inline_word;    /* first 8 bytes when IBV_SEND_INLINE */
+  uint64_t inline_word; /* first 8 bytes when IBV_SEND_INLINE */
 } fake_wr;
 
 typedef struct fake_modify {
@@ -38,10 +38,10 @@ typedef struct fake_modify {
 typedef struct fake_state {
   struct ibv_device devs[4];
   int ndev;
-  int link_layer;            /* IBV_LINK_LAYER_* of every port */
-  uint32_t efa_caps;         /* device_caps efadv_query_device reports */
+  int link_layer;               /* IBV_LINK_LAYER_* of every port */
+  uint32_t efa_caps;            /* device_caps efadv_query_device reports */
   enum ibv_wc_status fail_next; /* status of the next completion queued */
-  int fail_dmabuf;           /* ibv_reg_dmabuf_mr fails */
+  int fail_dmabuf;              /* ibv_reg_dmabuf_mr fails */
   int opens, closes, qps, qps_destroyed, mrs, mrs_freed, ahs, ahs_destroyed;
   int post_calls, recvs_posted, dmabuf_regs, plain_regs;
   int last_reg_access, last_dmabuf_fd;
@@ -49,7 +49,7 @@ typedef struct fake_state {
   int nwr;
   fake_modify mod[FAKE_MAX_LOG];
   int nmod;
-  struct ibv_cq *cqs[64];    /* in creation order */
+  struct ibv_cq *cqs[64]; /* in creation order */
   int ncq;
   struct ibv_ah_attr ah_attr[64];
   int nah;

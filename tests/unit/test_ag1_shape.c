@@ -39,16 +39,16 @@ static void check_rule(int64_t m, int64_t n, int64_t k) {
   CHECK(fits == (fits1 && nk >= 32), "%lldx%lldx%lld: auto %d (any K %d)",
         (long long)m, (long long)n, (long long)k, fits, fits1);
   if (!fits1) return;
-  CHECK(tile1 == want, "%lldx%lldx%lld: tile %d, the engine's %d",
-        (long long)m, (long long)n, (long long)k, tile1, want);
+  CHECK(tile1 == want, "%lldx%lldx%lld: tile %d, the engine's %d", (long long)m,
+        (long long)n, (long long)k, tile1, want);
   CHECK(ckb1 >= 1 && nkc1 >= 1 && nkc1 <= 8 &&
             (int64_t)ckb1 * (nkc1 - 1) < nk && (int64_t)ckb1 * nkc1 >= nk,
         "%lldx%lldx%lld: %d chunks of %d K blocks for %lld", (long long)m,
         (long long)n, (long long)k, nkc1, ckb1, (long long)nk);
   if (fits)
     CHECK(tile == tile1 && ckb == ckb1 && nkc == nkc1,
-          "%lldx%lldx%lld: auto and any K disagree", (long long)m,
-          (long long)n, (long long)k);
+          "%lldx%lldx%lld: auto and any K disagree", (long long)m, (long long)n,
+          (long long)k);
 }
 
 int main(void) {

@@ -63,7 +63,6 @@ static void *run_rank(void *arg) {
   return NULL;
 }
 
-
 /* Run `size` threads with the given host names; skip < 0: all arrive. */
 static void run_group(int size, const char **hosts, int vsize, int skip,
                       thread_ctx *t) {
@@ -72,8 +71,8 @@ static void run_group(int size, const char **hosts, int vsize, int skip,
   pthread_mutex_init(&g.lock, NULL);
   pthread_cond_init(&g.cond, NULL);
   for (int r = 0; r < size; r++) {
-    t[r] = (thread_ctx){.g = &g, .host = hosts[r], .vsize = vsize,
-                        .skip = r == skip};
+    t[r] = (thread_ctx){
+        .g = &g, .host = hosts[r], .vsize = vsize, .skip = r == skip};
     t[r].oob = (mkx_oob){r, size, thread_allgather, NULL, &t[r]};
     pthread_create(&th[r], NULL, run_rank, &t[r]);
   }
@@ -82,15 +81,15 @@ static void run_group(int size, const char **hosts, int vsize, int skip,
   pthread_cond_destroy(&g.cond);
 }
 
-static void expect(int size, const char **hosts, int vsize,
-                   const int *node, const int *local, int nodes) {
+static void expect(int size, const char **hosts, int vsize, const int *node,
+                   const int *local, int nodes) {
   thread_ctx t[MAX_RANKS];
   run_group(size, hosts, vsize, -1, t);
   for (int r = 0; r < size; r++) {
     CHECK(t[r].rc == MKX_SUCCESS, "rank %d rc %d", r, t[r].rc);
     if (t[r].rc) continue;
-    CHECK(t[r].pl.node == node[r], "rank %d node %d, want %d", r,
-          t[r].pl.node, node[r]);
+    CHECK(t[r].pl.node == node[r], "rank %d node %d, want %d", r, t[r].pl.node,
+          node[r]);
     CHECK(t[r].pl.local_rank == local[r], "rank %d local %d, want %d", r,
           t[r].pl.local_rank, local[r]);
     CHECK(t[r].pl.num_nodes == nodes, "rank %d nodes %d, want %d", r,
@@ -113,8 +112,8 @@ static void expect(int size, const char **hosts, int vsize,
       for (int q = 0; q < size; q++) n += node[q] == k;
       equal &= n == size / nodes && size % nodes == 0;
     }
-    CHECK(t[r].pl.equal_nodes == equal, "rank %d equal_nodes %d, want %d",
-          r, t[r].pl.equal_nodes, equal);
+    CHECK(t[r].pl.equal_nodes == equal, "rank %d equal_nodes %d, want %d", r,
+          t[r].pl.equal_nodes, equal);
     CHECK(t[r].pl.local_size == lsize, "rank %d local size %d want %d", r,
           t[r].pl.local_size, lsize);
     mkx_placement_free(&t[r].pl);
@@ -151,8 +150,8 @@ int main(void) {
   run_group(4, four, 0, 2, t);
   for (int r = 0; r < 4; r++)
     if (r != 2)
-      CHECK(t[r].rc == MKX_ERR_TIMEOUT, "rank %d with a missing peer: rc %d",
-            r, t[r].rc);
+      CHECK(t[r].rc == MKX_ERR_TIMEOUT, "rank %d with a missing peer: rc %d", r,
+            t[r].rc);
 
   return check_done("test_bootstrap");
 }

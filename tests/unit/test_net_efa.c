@@ -25,8 +25,11 @@ static mkx_options opt;
 static mkx_net *ep[2];
 
 static mkx_net_params params(int rank) {
-  return (mkx_net_params){.rank = rank, .size = 2, .num_signals = NSIG,
-                          .timeout_ms = 2000, .opt = &opt};
+  return (mkx_net_params){.rank = rank,
+                          .size = 2,
+                          .num_signals = NSIG,
+                          .timeout_ms = 2000,
+                          .opt = &opt};
 }
 
 static void test_capability(void) {
@@ -58,7 +61,8 @@ static void test_capability(void) {
         "auto: efa when only EFA exists");
   /* SRD: GPU memory registered, writes unordered, 16-bit immediates */
   CHECK(n && mkx_net_caps(n) == MKX_NET_CAP_DEVICE_MEM &&
-            mkx_net_signal_bits(n) == 16, "efa capabilities");
+            mkx_net_signal_bits(n) == 16,
+        "efa capabilities");
   mkx_net_close(n);
 }
 
@@ -102,7 +106,8 @@ static void open_pair(void) {
   }
   for (int r = 0; r < 2; r++) {
     CHECK(mkx_net_efa_provider.connect(ep[r], blobs, sizeof(blob_view)) ==
-              MKX_SUCCESS, "connect %d: %s", r, MKX_Get_last_error());
+              MKX_SUCCESS,
+          "connect %d: %s", r, MKX_Get_last_error());
     ep[r]->connected = 1;
   }
   CHECK(fake.nah == 2 && fake.ah_attr[0].is_global &&
@@ -140,16 +145,18 @@ static void register_all(void) {
 /* What the target's NIC reports once a write with immediate is placed
  * (each endpoint made one CQ, in rank order). */
 static void arrive(int rank, uint32_t imm) {
-  struct ibv_wc wc = {.wr_id = UINT64_MAX, .status = IBV_WC_SUCCESS,
+  struct ibv_wc wc = {.wr_id = UINT64_MAX,
+                      .status = IBV_WC_SUCCESS,
                       .opcode = IBV_WC_RECV_RDMA_WITH_IMM,
-                      .wc_flags = IBV_WC_WITH_IMM, .imm_data = htonl(imm)};
+                      .wc_flags = IBV_WC_WITH_IMM,
+                      .imm_data = htonl(imm)};
   fake_complete(fake.cqs[rank], &wc);
 }
 
 static void test_write(void) {
   CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, 100, &keys[1], 2048, 5000, 3,
-                             0x10005, 77) == MKX_SUCCESS, "write: %s",
-        MKX_Get_last_error());
+                             0x10005, 77) == MKX_SUCCESS,
+        "write: %s", MKX_Get_last_error());
   CHECK(fake.nefa_wr == 1, "one work request");
   const mkx_efa_write *w = &fake.efa_wr[0];
   CHECK(w->remote_qpn == blobs[1].qpn && w->remote_qkey == blobs[1].qkey,
@@ -159,8 +166,10 @@ static void test_write(void) {
   CHECK(w->lkey == src_mr.lkey &&
             w->local_addr == (uint64_t)(uintptr_t)src + 100 && w->len == 5000,
         "local key, address, length");
-  CHECK(w->imm == (3u << 16 | 0x0005), "immediate carries slot and value "
-        "(%#x)", w->imm);
+  CHECK(w->imm == (3u << 16 | 0x0005),
+        "immediate carries slot and value "
+        "(%#x)",
+        w->imm);
   CHECK(w->ah != NULL, "address handle set");
   mkx_net_completion c[4];
   int got = 0;
@@ -183,8 +192,10 @@ static void test_signals(void) {
   arrive(1, 2u << 16 | 0x0001); /* 0x10001: across the boundary */
   arrive(1, 2u << 16 | 0xffff); /* 0xffff, arriving late */
   CHECK(mkx_net_poll(ep[1], c, 4, &got) == MKX_SUCCESS, "poll");
-  CHECK(mkx_net_signal(ep[1], 2) == 0x10001, "0xfffe -> 0x10001, not back "
-        "(%#llx)", (unsigned long long)mkx_net_signal(ep[1], 2));
+  CHECK(mkx_net_signal(ep[1], 2) == 0x10001,
+        "0xfffe -> 0x10001, not back "
+        "(%#llx)",
+        (unsigned long long)mkx_net_signal(ep[1], 2));
   arrive(1, (uint32_t)NSIG << 16 | 1);
   CHECK(mkx_net_poll(ep[1], c, 4, &got) == MKX_ERR_NET, "bad slot refused");
 }
@@ -194,7 +205,8 @@ static void test_errors(void) {
   int got = 0;
   fake.fail_next = IBV_WC_GENERAL_ERR;
   CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, 0, &keys[1], 0, 8, 0, 1, 5) ==
-            MKX_SUCCESS, "post");
+            MKX_SUCCESS,
+        "post");
   CHECK(mkx_net_poll(ep[0], c, 4, &got) == MKX_ERR_NET &&
             strstr(MKX_Get_last_error(), "to rank 1"),
         "error completion names the peer: %s", MKX_Get_last_error());

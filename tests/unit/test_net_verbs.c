@@ -21,8 +21,11 @@
 static mkx_options opt;
 
 static mkx_net_params params(int rank) {
-  return (mkx_net_params){.rank = rank, .size = NR, .num_signals = NSIG,
-                          .timeout_ms = 2000, .opt = &opt};
+  return (mkx_net_params){.rank = rank,
+                          .size = NR,
+                          .num_signals = NSIG,
+                          .timeout_ms = 2000,
+                          .opt = &opt};
 }
 
 static void test_no_device(void) {
@@ -48,13 +51,14 @@ static void test_no_device(void) {
   CHECK(mkx_net_open(&p, &n) == MKX_SUCCESS, "auto opens verbs");
   CHECK(n && strcmp(mkx_net_name(n), "verbs") == 0, "auto prefers verbs");
   /* RC: GPU memory registered, writes in order, whole 64-bit signals */
-  CHECK(n && mkx_net_caps(n) == (MKX_NET_CAP_DEVICE_MEM | MKX_NET_CAP_ORDERED)
-            && mkx_net_signal_bits(n) == 64, "verbs capabilities");
+  CHECK(n &&
+            mkx_net_caps(n) == (MKX_NET_CAP_DEVICE_MEM | MKX_NET_CAP_ORDERED) &&
+            mkx_net_signal_bits(n) == 64,
+        "verbs capabilities");
   mkx_net_close(n);
   CHECK(fake.opens == fake.closes, "every open device closed (%d/%d)",
         fake.opens, fake.closes);
 }
-
 
 static mkx_net *ep[NR];
 static char *blobs;
@@ -88,8 +92,8 @@ static void open_and_connect(void) {
     memcpy(blobs + blob_len * (size_t)r, b, blob_len);
   }
   for (int r = 0; r < NR; r++) {
-    CHECK(mkx_net_verbs_provider.connect(ep[r], blobs, blob_len) ==
-              MKX_SUCCESS, "connect rank %d: %s", r, MKX_Get_last_error());
+    CHECK(mkx_net_verbs_provider.connect(ep[r], blobs, blob_len) == MKX_SUCCESS,
+          "connect rank %d: %s", r, MKX_Get_last_error());
     ep[r]->connected = 1; /* what mkx_net_connect sets after the allgather */
   }
 }
@@ -109,18 +113,19 @@ static void check_transitions(int me, int peer) {
                 (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE),
         "%d->%d INIT", me, peer);
   CHECK(rtr && rtr->attr.qp_state == IBV_QPS_RTR &&
-            (rtr->mask & (IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                          IBV_QP_PATH_MTU | IBV_QP_MAX_DEST_RD_ATOMIC |
-                          IBV_QP_MIN_RNR_TIMER)) ==
-                (IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                 IBV_QP_PATH_MTU | IBV_QP_MAX_DEST_RD_ATOMIC |
-                 IBV_QP_MIN_RNR_TIMER),
+            (rtr->mask &
+             (IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU |
+              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) ==
+                (IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_PATH_MTU |
+                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
         "%d->%d RTR mask", me, peer);
-  CHECK(rtr && rtr->attr.dest_qp_num == pb->qpn[me], "%d->%d dest QPN %#x "
-        "is the peer's QP towards us %#x", me, peer,
-        rtr ? rtr->attr.dest_qp_num : 0, pb->qpn[me]);
-  CHECK(rtr && rtr->attr.rq_psn == pb->psn && rtr->attr.path_mtu == IBV_MTU_4096,
-        "%d->%d RTR psn and mtu", me, peer);
+  CHECK(rtr && rtr->attr.dest_qp_num == pb->qpn[me],
+        "%d->%d dest QPN %#x "
+        "is the peer's QP towards us %#x",
+        me, peer, rtr ? rtr->attr.dest_qp_num : 0, pb->qpn[me]);
+  CHECK(
+      rtr && rtr->attr.rq_psn == pb->psn && rtr->attr.path_mtu == IBV_MTU_4096,
+      "%d->%d RTR psn and mtu", me, peer);
   CHECK(rtr && rtr->attr.ah_attr.dlid == pb->lid &&
             rtr->attr.ah_attr.is_global == 1 &&
             memcmp(rtr->attr.ah_attr.grh.dgid.raw, pb->gid, 16) == 0 &&
@@ -142,7 +147,8 @@ static void register_all(void) {
   mkx_net_reg_args a = {src, sizeof src, MKX_NET_MEM_HOST, -1, 0};
   CHECK(mkx_net_reg(ep[0], &a, &src_mr) == MKX_SUCCESS, "reg src");
   CHECK(fake.last_reg_access ==
-            (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE), "access");
+            (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE),
+        "access");
   for (int r = 0; r < NR; r++) {
     a.base = dst[r];
     CHECK(mkx_net_reg(ep[r], &a, &dst_mr[r]) == MKX_SUCCESS, "reg dst");
@@ -155,9 +161,9 @@ static void register_all(void) {
 
 static void test_write(void) {
   int first = fake.nwr, calls = fake.post_calls;
-  CHECK(mkx_net_write_signal(ep[0], 2, &src_mr, 24, &keys[2], 4096, 1000, 5,
-                             42, 7) == MKX_SUCCESS, "write: %s",
-        MKX_Get_last_error());
+  CHECK(mkx_net_write_signal(ep[0], 2, &src_mr, 24, &keys[2], 4096, 1000, 5, 42,
+                             7) == MKX_SUCCESS,
+        "write: %s", MKX_Get_last_error());
   CHECK(fake.nwr == first + 2 && fake.post_calls == calls + 1,
         "two work requests in one post");
   const fake_wr *d = &fake.wr[first], *s = &fake.wr[first + 1];
@@ -170,8 +176,7 @@ static void test_write(void) {
         "data: local address, length, lkey");
   CHECK(d->remote_addr == keys[2].addr + 4096 && d->rkey == keys[2].rkey,
         "data: remote address and rkey");
-  CHECK(s->opcode == IBV_WR_RDMA_WRITE &&
-            (s->send_flags & IBV_SEND_SIGNALED) &&
+  CHECK(s->opcode == IBV_WR_RDMA_WRITE && (s->send_flags & IBV_SEND_SIGNALED) &&
             (s->send_flags & IBV_SEND_INLINE) && s->sge_len == 8,
         "signal: signaled inline 8-byte RDMA write after the data");
   CHECK(s->remote_addr == blob_of(2)->sig_addr + 5 * 8 &&
@@ -188,7 +193,8 @@ static void test_write(void) {
   /* Zero bytes: the signal alone. */
   first = fake.nwr;
   CHECK(mkx_net_write_signal(ep[1], 0, &dst_mr[1], 0, &keys[0], 0, 0, 1, 9,
-                             8) == MKX_SUCCESS, "empty write");
+                             8) == MKX_SUCCESS,
+        "empty write");
   CHECK(fake.nwr == first + 1 && fake.wr[first].inline_word == 9 &&
             fake.wr[first].remote_addr == blob_of(0)->sig_addr + 8,
         "an empty write posts only the signal");
@@ -199,9 +205,9 @@ static void test_write(void) {
 static void test_ring_wrap(void) {
   mkx_net_completion c[16];
   for (uint64_t i = 0; i < 1000; i++)
-    CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, 0, &keys[1], 0, 64, 0,
-                               i + 1, 100 + i) == MKX_SUCCESS, "write %llu",
-          (unsigned long long)i);
+    CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, 0, &keys[1], 0, 64, 0, i + 1,
+                               100 + i) == MKX_SUCCESS,
+          "write %llu", (unsigned long long)i);
   uint64_t next = 100;
   int got = 1;
   while (got > 0) {
@@ -219,7 +225,8 @@ static void test_error_completion(void) {
   int got = 0;
   fake.fail_next = IBV_WC_REM_ACCESS_ERR;
   CHECK(mkx_net_write_signal(ep[2], 1, &dst_mr[2], 0, &keys[1], 0, 8, 0, 1,
-                             1) == MKX_SUCCESS, "post");
+                             1) == MKX_SUCCESS,
+        "post");
   CHECK(mkx_net_poll(ep[2], c, 4, &got) == MKX_ERR_NET, "error completion");
   CHECK(strstr(MKX_Get_last_error(), "to rank 1") &&
             strstr(MKX_Get_last_error(), "remote access error"),
@@ -228,14 +235,17 @@ static void test_error_completion(void) {
 
 static void test_arguments(void) {
   CHECK(mkx_net_write_signal(ep[0], 0, &src_mr, 0, &keys[0], 0, 8, 0, 1, 1) ==
-            MKX_ERR_INVALID_ARG, "no write to self");
+            MKX_ERR_INVALID_ARG,
+        "no write to self");
   CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, 0, &keys[1], sizeof dst[1] - 4,
                              8, 0, 1, 1) == MKX_ERR_INVALID_ARG,
         "remote overrun");
   CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, sizeof src, &keys[1], 0, 1, 0,
-                             1, 1) == MKX_ERR_INVALID_ARG, "local overrun");
+                             1, 1) == MKX_ERR_INVALID_ARG,
+        "local overrun");
   CHECK(mkx_net_write_signal(ep[0], 1, &src_mr, 0, &keys[1], 0, 1, NSIG, 1,
-                             1) == MKX_ERR_INVALID_ARG, "signal slot range");
+                             1) == MKX_ERR_INVALID_ARG,
+        "signal slot range");
 }
 
 static void test_device_memory(void) {
@@ -244,7 +254,8 @@ static void test_device_memory(void) {
   mkx_net_mr mr;
 #ifdef HAVE_IBV_REG_DMABUF_MR
   CHECK(mkx_net_reg(ep[0], &a, &mr) == MKX_SUCCESS && fake.dmabuf_regs == 1 &&
-            fake.last_dmabuf_fd == 5, "device memory through DMA-BUF");
+            fake.last_dmabuf_fd == 5,
+        "device memory through DMA-BUF");
   CHECK(mkx_net_dereg(ep[0], &mr) == MKX_SUCCESS, "dereg");
   fake.fail_dmabuf = 1;
   int plain = fake.plain_regs;

@@ -11,7 +11,6 @@
 #include "net/net.h"
 #include "../common/check.h"
 
-
 static void test_defaults(void) {
   mkx_options o;
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS, "defaults load");
@@ -125,8 +124,7 @@ static size_t count_rows(void) {
  * order, with their defaults, ranges and messages. */
 static void test_net_rows(void) {
   static const char *const names[] = {"net", "net_tcp_bind",
-                                      "net_tcp_port_range",
-                                      "net_ib_gid_index"};
+                                      "net_tcp_port_range", "net_ib_gid_index"};
   mkx_options o;
   MPI_Info info;
   MPI_Info_create(&info);
@@ -138,18 +136,20 @@ static void test_net_rows(void) {
             mkx_net_options_register() == MKX_SUCCESS && count_rows() == n + 4,
         "net registers its 4 rows once");
   for (size_t i = 0; i < 4; i++)
-    CHECK(strcmp(mkx_option_at(n + i)->name, names[i]) == 0,
-          "row %zu is %s", n + i, names[i]);
+    CHECK(strcmp(mkx_option_at(n + i)->name, names[i]) == 0, "row %zu is %s",
+          n + i, names[i]);
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
             o.net == MKX_NET_AUTO && strcmp(o.net_tcp_bind, "") == 0 &&
             strcmp(o.net_tcp_port_range, "0") == 0 && o.net_ib_gid_index == 0,
         "net defaults");
   MPI_Info_set(info, "mkx_net_tcp_bind", "lo");
   CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.net == MKX_NET_TCP &&
-            strcmp(o.net_tcp_bind, "lo") == 0, "net info keys");
+            strcmp(o.net_tcp_bind, "lo") == 0,
+        "net info keys");
   setenv("MKX_NET_IB_GID_INDEX", "256", 1);
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG &&
-            strstr(MKX_Get_last_error(), "MKX_NET_IB_GID_INDEX: bad value "
+            strstr(MKX_Get_last_error(),
+                   "MKX_NET_IB_GID_INDEX: bad value "
                    "'256' (expected 0:255)"),
         "gid index range, named: %s", MKX_Get_last_error());
   unsetenv("MKX_NET_IB_GID_INDEX");
@@ -193,16 +193,17 @@ static void test_registered_rows(void) {
             mkx_options_add_rows(extra_rows) == MKX_SUCCESS &&
             count_rows() == n + 1 && mkx_option_at(n) == extra_rows,
         "registered once, listed last");
-  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
-            o.gpu_ctas == 7, "its default (%d)", o.gpu_ctas);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS && o.gpu_ctas == 7,
+        "its default (%d)", o.gpu_ctas);
   setenv("MKX_TEST_EXTRA", "3", 1);
-  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
-            o.gpu_ctas == 3, "its variable (%d)", o.gpu_ctas);
+  CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS && o.gpu_ctas == 3,
+        "its variable (%d)", o.gpu_ctas);
   CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.gpu_ctas == 5,
         "its info key (%d)", o.gpu_ctas);
   setenv("MKX_TEST_EXTRA", "10", 1);
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_ERR_INVALID_ARG &&
-            strstr(MKX_Get_last_error(), "MKX_TEST_EXTRA: bad value '10' "
+            strstr(MKX_Get_last_error(),
+                   "MKX_TEST_EXTRA: bad value '10' "
                    "(expected 0:9)"),
         "its range, named: %s", MKX_Get_last_error());
   unsetenv("MKX_TEST_EXTRA");

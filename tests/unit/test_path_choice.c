@@ -35,24 +35,24 @@ static void expect(struct MKX_Comm_s *c, int op, int64_t M, int adapt,
   memset(&red, 0, sizeof red);
   memset(&ag, 0, sizeof ag);
   red.M = M;
-  mkx_agreed g = {NULL, op == 0 ? M : 0, adapt, adapt ? MKX_GPU_LOCAL_ADAPT
-                                                     : 0};
+  mkx_agreed g = {NULL, op == 0 ? M : 0, adapt,
+                  adapt ? MKX_GPU_LOCAL_ADAPT : 0};
   mkx_path_choice ch;
   memset(&ch, 0, sizeof ch);
-  const int rc = fn[op](c, op == 0 ? (const void *)&ag : (const void *)&red,
-                        &g, &ch);
+  const int rc =
+      fn[op](c, op == 0 ? (const void *)&ag : (const void *)&red, &g, &ch);
   CHECK(rc == MKX_SUCCESS && ch.ops != NULL, "%s: chose", what);
   if (rc != MKX_SUCCESS || !ch.ops) return;
   CHECK(ch.ops->path == want, "%s: %s path, want %s", what,
         mkx_path_name(ch.ops->path), mkx_path_name(want));
   CHECK(ch.op == op, "%s: op %d, want %d", what, ch.op, op);
-  CHECK(strstr(ch.why, because) != NULL, "%s: reason \"%s\" names \"%s\"",
-        what, ch.why, because);
+  CHECK(strstr(ch.why, because) != NULL, "%s: reason \"%s\" names \"%s\"", what,
+        ch.why, because);
   /* the fused entries run the call's own start */
   if (want == MKX_PATH_TP_OVERLAP || want == MKX_PATH_TP_SPLIT)
-    CHECK(ch.ops->start == (op == 0 ? mkx_ag_gemm_gpu_start
-                                    : mkx_red_gpu_start),
-          "%s: the call's own start", what);
+    CHECK(
+        ch.ops->start == (op == 0 ? mkx_ag_gemm_gpu_start : mkx_red_gpu_start),
+        "%s: the call's own start", what);
 }
 
 /* AllGather+GEMM's local bits: whether this rank's product fits the
@@ -60,8 +60,8 @@ static void expect(struct MKX_Comm_s *c, int op, int64_t M, int adapt,
  * agreement (MKX_GPU_LOCAL_NO_ONE_KERNEL) rather than being decided alone.
  * Row-major bf16 operands with everything a multiple of 8: no adapter. */
 static void one_kernel_bit(void) {
-  struct MKX_Comm_s c = comm_of(2, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO,
-                                MKX_OVERLAP_AUTO);
+  struct MKX_Comm_s c =
+      comm_of(2, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
   static char buf[1024] __attribute__((aligned(256)));
   mkx_ag_gemm_args a;
   memset(&a, 0, sizeof a);
@@ -86,8 +86,8 @@ static void one_kernel_bit(void) {
 
 int main(void) {
   for (int op = 0; op < 3; op++) {
-    struct MKX_Comm_s own = comm_of(2, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO,
-                                    MKX_OVERLAP_AUTO);
+    struct MKX_Comm_s own =
+        comm_of(2, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
     expect(&own, op, 2047, 0, MKX_PATH_TP_SPLIT, "2047 < 1024", "small M");
     expect(&own, op, 2048, 0, MKX_PATH_TP_OVERLAP, "2048 >= 1024", "large M");
     expect(&own, op, 2048, 1, MKX_PATH_TP_ADAPTED, "fused_pad", "adapter");
@@ -98,23 +98,23 @@ int main(void) {
     expect(&own, op, 16, 0, MKX_PATH_TP_OVERLAP, "tp_overlap=yes",
            "option tp_overlap=yes");
 
-    struct MKX_Comm_s sliced = comm_of(2, 1, MKX_SHARE_TIMESLICED,
-                                       MKX_SHARED_AUTO, MKX_OVERLAP_YES);
+    struct MKX_Comm_s sliced =
+        comm_of(2, 1, MKX_SHARE_TIMESLICED, MKX_SHARED_AUTO, MKX_OVERLAP_YES);
     expect(&sliced, op, 1 << 20, 0, MKX_PATH_TP_SPLIT, "shared_gpu=auto",
            "time slices");
     sliced.opt.shared_gpu = MKX_SHARED_FUSED;
     expect(&sliced, op, 1 << 20, 0, MKX_PATH_TP_OVERLAP, "tp_overlap=yes",
            "time slices, option shared_gpu=fused");
 
-    struct MKX_Comm_s mps = comm_of(4, 1, MKX_SHARE_MPS, MKX_SHARED_AUTO,
-                                    MKX_OVERLAP_AUTO);
+    struct MKX_Comm_s mps =
+        comm_of(4, 1, MKX_SHARE_MPS, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
     expect(&mps, op, 8192, 0, MKX_PATH_TP_OVERLAP, ">= 1024", "MPS, large M");
     mps.opt.shared_gpu = MKX_SHARED_SPLIT;
     expect(&mps, op, 8192, 0, MKX_PATH_TP_SPLIT, "shared_gpu=split",
            "MPS, option shared_gpu=split");
 
-    struct MKX_Comm_s nodes = comm_of(4, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO,
-                                      MKX_OVERLAP_AUTO);
+    struct MKX_Comm_s nodes =
+        comm_of(4, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
     expect(&nodes, op, 8192, 1, MKX_PATH_HIER_GPU, "hier_gemm=gpu",
            "two nodes (before the adapter)");
   }

@@ -24,9 +24,9 @@ static struct {
   int npending;
   uint64_t posted[4096];
   int nposted;
-  uint64_t hold;     /* completion of this cookie is withheld */
-  int complete;      /* 0: never complete anything */
-  int fail_after;    /* poll fails with MKX_ERR_PEER after this many posts */
+  uint64_t hold;  /* completion of this cookie is withheld */
+  int complete;   /* 0: never complete anything */
+  int fail_after; /* poll fails with MKX_ERR_PEER after this many posts */
 } fake;
 
 static int fake_write(mkx_net *n, int peer, const mkx_net_mr *src,
@@ -48,8 +48,8 @@ static int fake_poll(mkx_net *n, mkx_net_completion *done, int max,
   (void)n;
   pthread_mutex_lock(&fake.lock);
   int failing = fake.fail_after && fake.nposted >= fake.fail_after;
-  for (int i = fake.npending - 1; !failing && fake.complete && i >= 0 &&
-                                  *ndone < max; i--) {
+  for (int i = fake.npending - 1;
+       !failing && fake.complete && i >= 0 && *ndone < max; i--) {
     if (fake.pending[i] == fake.hold) continue;
     done[(*ndone)++] = (mkx_net_completion){fake.pending[i], 1};
     memmove(&fake.pending[i], &fake.pending[i + 1],
@@ -63,9 +63,13 @@ static const mkx_net_provider fake_provider = {
     .name = "fake", .write_signal = fake_write, .poll = fake_poll};
 
 static _Atomic uint64_t signals[RANKS], bytes[RANKS];
-static mkx_net net = {.prov = &fake_provider, .rank = 0, .size = RANKS,
-                      .num_signals = RANKS, .timeout_ms = 2000,
-                      .signals = signals, .bytes_sent = bytes,
+static mkx_net net = {.prov = &fake_provider,
+                      .rank = 0,
+                      .size = RANKS,
+                      .num_signals = RANKS,
+                      .timeout_ms = 2000,
+                      .signals = signals,
+                      .bytes_sent = bytes,
                       .connected = 1};
 static char src_buf[CHUNK * 64], dst_buf[RANKS][CHUNK * 64];
 
@@ -93,10 +97,13 @@ static mkx_proxy *make_proxy(uint32_t entries) {
 }
 
 static mkx_proxy_cmd write_cmd(int peer, int chunk) {
-  return (mkx_proxy_cmd){.op = MKX_PROXY_OP_WRITE, .peer = peer,
+  return (mkx_proxy_cmd){.op = MKX_PROXY_OP_WRITE,
+                         .peer = peer,
                          .src_off = (uint64_t)chunk * CHUNK,
-                         .dst_off = (uint64_t)chunk * CHUNK, .len = CHUNK,
-                         .slot = 0, .value = 1};
+                         .dst_off = (uint64_t)chunk * CHUNK,
+                         .len = CHUNK,
+                         .slot = 0,
+                         .value = 1};
 }
 
 /* Two producers post 200 commands each through an 8-entry ring. */
@@ -125,7 +132,8 @@ static void test_wraparound(void) {
   CHECK(atomic_load(&r->completed) == 400, "completed %llu",
         (unsigned long long)atomic_load(&r->completed));
   int in_order = fake.nposted == 400;
-  for (int i = 0; in_order && i < 400; i++) in_order = fake.posted[i] == (uint64_t)i + 1;
+  for (int i = 0; in_order && i < 400; i++)
+    in_order = fake.posted[i] == (uint64_t)i + 1;
   CHECK(in_order, "the proxy posts commands in sequence order");
   CHECK(memcmp(dst_buf[1], src_buf, sizeof src_buf) == 0 &&
             memcmp(dst_buf[2], src_buf, sizeof src_buf) == 0,
@@ -150,8 +158,10 @@ static void test_in_order_completion(void) {
     CHECK(mkx_proxy_post(r, &c, NULL, 1000) == MKX_SUCCESS, "post %d", i);
   }
   sleep_ms(100);
-  CHECK(atomic_load(&r->completed) == 4, "completed stops before the held "
-        "command: %llu", (unsigned long long)atomic_load(&r->completed));
+  CHECK(atomic_load(&r->completed) == 4,
+        "completed stops before the held "
+        "command: %llu",
+        (unsigned long long)atomic_load(&r->completed));
   CHECK(mkx_proxy_wait(r, 10, 50) == MKX_ERR_TIMEOUT, "wait for 10 times out");
   fake.hold = 0;
   CHECK(mkx_proxy_wait(r, 10, 2000) == MKX_SUCCESS, "then completes");
@@ -222,9 +232,11 @@ static uint64_t *word(void *ring, size_t off) {
 static void raw_post(void *ring, uint32_t entries, int peer, int chunk,
                      uint64_t value) {
   uint64_t s = __atomic_fetch_add(word(ring, MKX_PROXY_OFF_RESERVED), 1,
-                                  __ATOMIC_RELAXED) + 1;
+                                  __ATOMIC_RELAXED) +
+               1;
   while (s - __atomic_load_n(word(ring, MKX_PROXY_OFF_COMPLETED),
-                             __ATOMIC_ACQUIRE) > entries)
+                             __ATOMIC_ACQUIRE) >
+         entries)
     sched_yield();
   char *slot = (char *)ring + MKX_PROXY_OFF_CMD +
                ((s - 1) & (entries - 1)) * MKX_PROXY_CMD_BYTES;
@@ -275,8 +287,10 @@ static void test_stopped_ring(void) {
   uint64_t seq;
   CHECK(mkx_proxy_post(r, &c, &seq, 1000) == MKX_SUCCESS, "post");
   CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "stop after the work is done");
-  CHECK(atomic_load(&r->error) == MKX_ERR_NET, "the ring is marked stopped: "
-        "%d", atomic_load(&r->error));
+  CHECK(atomic_load(&r->error) == MKX_ERR_NET,
+        "the ring is marked stopped: "
+        "%d",
+        atomic_load(&r->error));
   CHECK(mkx_proxy_wait(r, seq, 1000) == MKX_SUCCESS,
         "finished work still counts");
   struct timespec t0, t1;
@@ -284,8 +298,10 @@ static void test_stopped_ring(void) {
   int rc = mkx_proxy_post(r, &c, &seq, 5000);
   clock_gettime(CLOCK_MONOTONIC, &t1);
   double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
-  CHECK(rc == MKX_ERR_NET && ms < 1000, "a late post fails at once: %d after "
-        "%.0f ms", rc, ms);
+  CHECK(rc == MKX_ERR_NET && ms < 1000,
+        "a late post fails at once: %d after "
+        "%.0f ms",
+        rc, ms);
   mkx_proxy_destroy(p);
 }
 
@@ -309,8 +325,7 @@ static void test_gpu_setup(void) {
     mkx_proxy_dev d;
     mkx_proxy_gpu_dev(g, &d);
     CHECK(d.entries == 16 && d.num_signals == RANKS &&
-              d.timeout_ns == 1500000000ull && d.ring && d.signals &&
-              d.status,
+              d.timeout_ns == 1500000000ull && d.ring && d.signals && d.status,
           "descriptor");
     CHECK(mkx_proxy_ring_of(mkx_proxy_gpu_proxy(g))->entries == 16 &&
               mkx_proxy_gpu_status(g)->code == 0,

@@ -24,33 +24,39 @@ static void check_split(int64_t m, int p, int64_t n, const int64_t *bnd) {
     for (int c = 0; c < L.nchunk[q]; c++) {
       int64_t r0, r1;
       mkx_tp_rs_chunk_rows(&L, m, bnd, q, c, &r0, &r1);
-      CHECK(r0 < r1 && r0 % 128 == 0, "m=%lld p=%d q=%d chunk %d rows [%lld,%lld)",
-            (long long)m, p, q, c, (long long)r0, (long long)r1);
+      CHECK(r0 < r1 && r0 % 128 == 0,
+            "m=%lld p=%d q=%d chunk %d rows [%lld,%lld)", (long long)m, p, q, c,
+            (long long)r0, (long long)r1);
       for (int64_t r = r0; r < r1; r++) {
-        CHECK(owner_of(bnd, p, r) == q, "row %lld in owner %d's chunk", (long long)r, q);
+        CHECK(owner_of(bnd, p, r) == q, "row %lld in owner %d's chunk",
+              (long long)r, q);
         seen[r]++;
       }
       int t0 = (int)(r0 / 128), t1 = (int)((r1 + 127) / 128);
       CHECK(mkx_tp_rs_chunk_subtiles(&L, q, c) == 2 * (t1 - t0) * L.tiles_n,
             "sub-tile count of owner %d chunk %d", q, c);
     }
-  CHECK(L.nlate <= p - 1, "m=%lld p=%d: %d late tile rows", (long long)m, p, L.nlate);
+  CHECK(L.nlate <= p - 1, "m=%lld p=%d: %d late tile rows", (long long)m, p,
+        L.nlate);
   for (int i = 0; i < L.nlate; i++) {
     int64_t t0 = (int64_t)L.late_tm[i] * 128, t1 = t0 + 128 < m ? t0 + 128 : m;
-    CHECK(owner_of(bnd, p, t0) != owner_of(bnd, p, t1 - 1), "late tile row %d has one owner", L.late_tm[i]);
+    CHECK(owner_of(bnd, p, t0) != owner_of(bnd, p, t1 - 1),
+          "late tile row %d has one owner", L.late_tm[i]);
     for (int64_t r = t0; r < t1; r++) seen[r]++;
     rows_in_late += t1 - t0;
   }
   int64_t bad = 0;
   for (int64_t r = 0; r < m; r++) bad += seen[r] != 1;
-  CHECK(bad == 0, "m=%lld p=%d: %lld rows not covered exactly once", (long long)m, p, (long long)bad);
+  CHECK(bad == 0, "m=%lld p=%d: %lld rows not covered exactly once",
+        (long long)m, p, (long long)bad);
   CHECK(L.tiles_m == (int)((m + 127) / 128), "tiles_m");
   free(seen);
 }
 
 int main(void) {
   srand(7);
-  const int64_t fixed[] = {1, 3, 64, 100, 127, 128, 129, 255, 256, 513, 777, 1000, 4095, 4096, 8192, 12345};
+  const int64_t fixed[] = {1,   3,   64,  100,  127,  128,  129,  255,
+                           256, 513, 777, 1000, 4095, 4096, 8192, 12345};
   for (int p = 1; p <= 8; p++) {
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
       int64_t bnd[MKX_TP_MAX + 1];
@@ -62,7 +68,8 @@ int main(void) {
       }
       check_split(fixed[i], p, 8 * (1 + rand() % 64), bnd);
     }
-    for (int it = 0; it < 200; it++) { /* arbitrary boundaries, empty owners too */
+    for (int it = 0; it < 200;
+         it++) { /* arbitrary boundaries, empty owners too */
       int64_t m = 1 + rand() % 5000, bnd[MKX_TP_MAX + 1];
       bnd[0] = 0;
       bnd[p] = m;
