@@ -394,8 +394,15 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
 /* ---- sequence parallel attention ----------------------------------------- */
 
 /*
- * Ring attention.  The sequence is sharded in contiguous blocks: rank r holds
- * global positions [r*seq_local, (r+1)*seq_local) of Q, K and V.  Tensors
+ * Ring attention.  With p ranks the sequence has p*seq_local positions,
+ * and local position i of rank r's Q, K and V is global position
+ *   contiguous (option attn_layout, the default): r*seq_local + i;
+ *   zigzag: the sequence in 2p chunks of h = seq_local/2 (seq_local even,
+ *     else MKX_ERR_BAD_SIZE), rank r holding chunks r and 2p-1-r:
+ *     r*h + i for i < h, else (2p-1-r)*h + i - h; causal work is then
+ *     the same on every rank;
+ *   striped: i*p + r.
+ * The layout is a communicator option (agreed at MKX_Comm_create).  Tensors
  * are dense and row-major, no leading dimensions, all of type dtype:
  * Q and O [batch][seq_local][heads_q][head_dim], K and V
  * [batch][seq_local][heads_kv][head_dim]; heads_q must be a multiple of
@@ -403,8 +410,9 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * h / (heads_q / heads_kv)).  On return
  *     O_r = softmax(scale * Q_r K^T + mask) V      over the whole K, V
  * (all ranks' positions), O of type dtype, rounded once.  causal != 0: the
- * causal mask on global positions, query position i sees key positions
- * j <= i (its own included, so every row has a visible key); causal = 0:
+ * causal mask on global positions (in the layout): query position i sees
+ * key positions j <= i (its own included, so every row has a visible
+ * key); causal = 0:
  * no mask.  scale <= 0 selects 1/sqrt(head_dim).  If LSE is not NULL it
  * receives the natural log-sum-exp of each row's scaled, visible scores,
  * fp32 [batch][heads_q][seq_local].  The softmax is computed in double

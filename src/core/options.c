@@ -115,6 +115,15 @@ static const mkx_option_desc base_rows[] = {
      "not numbered node by node take gpu. Same results and network bytes "
      "for all three; nvlink is the fastest.",
      1},
+    {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
+     "contiguous|zigzag|striped",
+     "Which sequence positions each rank's Q, K and V of MKX_Ring_attention "
+     "hold (p ranks, seq_local positions each, sequence p x seq_local). "
+     "contiguous: rank r holds r*seq_local ... (r+1)*seq_local-1; zigzag: "
+     "the sequence in 2p chunks of seq_local/2 (seq_local even), rank r "
+     "holds chunks r and 2p-1-r, so that causal work is even; striped: "
+     "rank r holds r, r+p, r+2p, ...",
+     1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine.",

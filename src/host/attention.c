@@ -26,7 +26,16 @@ static const double *kv_row(const attn_ctx *t, int r, int which, int64_t b,
   return t->kv + i;
 }
 
-/* Scores of every visible key, in global key order; returns how many. */
+/* Whether the key at rank r's local position s is visible from the query
+ * at sequence position qpos (causal: not after it, in the layout). */
+static int visible(const attn_ctx *t, int r, int64_t s, int64_t qpos) {
+  const mkx_attn_args *a = t->a;
+  return !a->causal ||
+         mkx_attn_position(a->layout, t->p, r, a->seq_local, s) <= qpos;
+}
+
+/* Scores of every visible key, in rank and local order; returns how
+ * many. */
 static int64_t attn_scores(const attn_ctx *t, int64_t b, int64_t h,
                            int64_t qpos, double *mx) {
   const mkx_attn_args *a = t->a;
@@ -35,8 +44,7 @@ static int64_t attn_scores(const attn_ctx *t, int64_t b, int64_t h,
   *mx = -INFINITY;
   for (int r = 0; r < t->p; r++)
     for (int64_t s = 0; s < S; s++) {
-      if (a->causal && (int64_t)r * S + s > qpos)
-        return nvis; /* later keys too */
+      if (!visible(t, r, s, qpos)) continue;
       const double *k = kv_row(t, r, 0, b, s, g);
       double dot = 0.0;
       for (int64_t d = 0; d < D; d++) dot += t->q[d] * k[d];
@@ -57,11 +65,13 @@ static void attn_row(const attn_ctx *t, int64_t b, int64_t i, int64_t h) {
   double mx, sum = 0.0;
   mkx_convert(a->dtype, (const char *)a->Q + off, 1, MKX_FP64, t->q, 1,
               (size_t)D);
-  nvis = attn_scores(t, b, h, (int64_t)t->rank * S + i, &mx);
+  const int64_t qpos = mkx_attn_position(a->layout, t->p, t->rank, S, i);
+  nvis = attn_scores(t, b, h, qpos, &mx);
   memset(t->acc, 0, (size_t)D * sizeof *t->acc);
   for (int r = 0; r < t->p && n < nvis; r++)
-    for (int64_t s = 0; s < S && n < nvis; s++, n++) {
-      double w = exp(t->score[n] - mx);
+    for (int64_t s = 0; s < S && n < nvis; s++) {
+      if (!visible(t, r, s, qpos)) continue;
+      double w = exp(t->score[n++] - mx);
       const double *v = kv_row(t, r, 1, b, s, g);
       sum += w;
       for (int64_t d = 0; d < D; d++) t->acc[d] += w * v[d];

@@ -53,7 +53,21 @@ typedef struct mkx_attn_args {
   int causal;
   double scale; /* scale already resolved (> 0) */
   MKX_Datatype dtype;
+  int layout; /* MKX_ATTN_*, from option attn_layout (set by the checks) */
 } mkx_attn_args;
+
+/* The sequence position of local position i of rank r's shard (p ranks,
+ * S positions each) in layout MKX_ATTN_* (option attn_layout): 0
+ * contiguous, 1 zigzag (S even), 2 striped. */
+static inline int64_t mkx_attn_position(int layout, int p, int r, int64_t S,
+                                        int64_t i) {
+  if (layout == 2) return i * p + r;
+  if (layout == 1) {
+    const int64_t h = S / 2;
+    return i < h ? r * h + i : (2 * (int64_t)p - 1 - r) * h + (i - h);
+  }
+  return (int64_t)r * S + i;
+}
 
 /* MKX_Moe_dispatch_gemm (W, n, Y, y_rows, expert_rows, origin) and
  * MKX_Moe_layer (W = W1, W2, ffn, out). */

@@ -15,10 +15,15 @@ static const char *const sig_names[] = {"batch",    "seq_local", "heads_q",
 static int check(MKX_Comm c, void *args, mkx_signature *s) {
   mkx_attn_args *a = args;
   int64_t scale_bits;
-  (void)c;
   MKX_TRY(mkx_check_dtype(FN, "dtype", a->dtype));
   MKX_TRY(mkx_check_size(FN, "batch", a->batch, 1));
   MKX_TRY(mkx_check_size(FN, "seq_local", a->seq_local, 1));
+  a->layout = c->opt.attn_layout; /* agreed when the communicator was made */
+  if (a->layout == MKX_ATTN_ZIGZAG && a->seq_local % 2)
+    return mkx_error(MKX_ERR_BAD_SIZE,
+                     "%s: seq_local = %lld must be even "
+                     "with option attn_layout=zigzag (two halves per rank)",
+                     FN, (long long)a->seq_local);
   MKX_TRY(mkx_check_size(FN, "heads_q", a->heads_q, 1));
   MKX_TRY(mkx_check_size(FN, "heads_kv", a->heads_kv, 1));
   MKX_TRY(mkx_check_size(FN, "head_dim", a->head_dim, 1));

@@ -6,7 +6,9 @@
  *   mpirun -np P ./test_attention [--seed N] [--device] [-v]
  *
  * GQA mapping assumed (the usual one, as FlashAttention/PyTorch): query head
- * h uses key/value head h / (heads_q / heads_kv).
+ * h uses key/value head h / (heads_q / heads_kv).  Every case runs in each
+ * sequence layout (option attn_layout, as mkx.h describes it): the
+ * reference places each rank's shard at the positions the layout gives.
  */
 #include <math.h>
 #include <stdio.h>
@@ -42,6 +44,20 @@ static const acase fixed[] = {
 #define NFIXED ((int)(sizeof fixed / sizeof fixed[0]))
 #define NRANDOM 8
 
+enum { CONTIGUOUS, ZIGZAG, STRIPED, NLAYOUTS };
+static const char *const layout_names[NLAYOUTS] = {"contiguous", "zigzag",
+                                                   "striped"};
+static int layout;
+
+/* Sequence position of rank q's local position s (S per rank). */
+static int64_t seq_pos(int q, int64_t S, int64_t s) {
+  const int64_t p = mt.size, half = S / 2;
+  if (layout == STRIPED) return s * p + q;
+  if (layout == ZIGZAG)
+    return s < half ? q * half + s : (2 * p - 1 - q) * half + s - half;
+  return q * S + s;
+}
+
 static void run_case(MKX_Comm comm, int c, const acase *A) {
   int p = mt.size, r = mt.rank;
   int64_t B = A->batch, S = A->S, Hq = A->hq, Hkv = A->hkv, d = A->d;
@@ -52,10 +68,10 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
   snprintf(desc, sizeof desc,
            "ring_attention case %d: batch=%lld seq_local=%lld (seq=%lld) "
            "heads_q=%lld heads_kv=%lld head_dim=%lld causal=%d scale=%g "
-           "dtype=%s LSE=%s",
+           "dtype=%s LSE=%s layout=%s",
            c, (long long)B, (long long)S, (long long)N, (long long)Hq,
            (long long)Hkv, (long long)d, A->causal, A->scale, mt_type_name(dt),
-           A->with_lse ? "yes" : "NULL");
+           A->with_lse ? "yes" : "NULL", layout_names[layout]);
 
   /* K, V of every rank: global dense [b][N][hkv][d] */
   size_t kv_rank = (size_t)(B * S * Hkv * d);
@@ -68,7 +84,7 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
     for (int64_t b = 0; b < B; b++)
       for (int64_t s = 0; s < S; s++) {
         size_t src = (size_t)(((b * S + s) * Hkv) * d);
-        size_t dst = (size_t)(((b * N + q * S + s) * Hkv) * d);
+        size_t dst = (size_t)(((b * N + seq_pos(q, S, s)) * Hkv) * d);
         memcpy(K + dst, Kq + src, (size_t)(Hkv * d) * sizeof(double));
         memcpy(V + dst, Vq + src, (size_t)(Hkv * d) * sizeof(double));
       }
@@ -90,7 +106,7 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
     for (int64_t h = 0; h < Hq; h++) {
       int64_t hk = h / grp;
       for (int64_t i = 0; i < S; i++) {
-        int64_t gi = r * S + i;
+        int64_t gi = seq_pos(r, S, i);
         const double *q = Q + ((b * S + i) * Hq + h) * d;
         double mx = -INFINITY;
         int64_t nk = A->causal ? gi + 1 : N;
@@ -191,35 +207,67 @@ static void run_case(MKX_Comm comm, int c, const acase *A) {
   free(w);
 }
 
-int main(int argc, char **argv) {
-  mt_init(&argc, &argv);
+/* A communicator with option attn_layout set to the current layout. */
+static MKX_Comm layout_comm(void) {
+  MPI_Info info;
   MKX_Comm comm = NULL;
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &comm);
-  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
-  if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
-  double t0 = MPI_Wtime();
-  int c = 0;
-  for (int i = 0; i < NFIXED; i++) run_case(comm, c++, &fixed[i]);
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_attn_layout", layout_names[layout]);
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &comm);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (attn_layout=%s)",
+           layout_names[layout]);
+  return mt_all(rc == MKX_SUCCESS) ? comm : NULL;
+}
+
+static void random_case(int i, acase *a) {
   static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
   static const int64_t seqs[] = {1, 2, 3, 5, 7, 8, 13};
   static const int64_t dims[] = {8, 16, 17, 32, 48, 64};
-  for (int i = 0; i < NRANDOM; i++) {
-    mt_rng g;
-    mt_rng_init(&g, mt.seed, -1, 5000 + i);
-    acase a;
-    a.batch = mt_rng_int(&g, 1, 3);
-    a.S = seqs[mt_rng_int(&g, 0, 6)];
-    a.hkv = mt_rng_int(&g, 1, 3);
-    a.hq = a.hkv * (int64_t[]){1, 2, 4}[mt_rng_int(&g, 0, 2)];
-    a.d = dims[mt_rng_int(&g, 0, 5)];
-    a.causal = (int)mt_rng_int(&g, 0, 1);
-    a.scale = mt_rng_int(&g, 0, 1) ? 0.0 : 0.1 + 1.5 * mt_rng_unit(&g);
-    a.dt = types[i % 4];
-    a.with_lse = (int)mt_rng_int(&g, 0, 1);
-    run_case(comm, c++, &a);
+  mt_rng g;
+  mt_rng_init(&g, mt.seed, -1, 5000 + i);
+  a->batch = mt_rng_int(&g, 1, 3);
+  a->S = seqs[mt_rng_int(&g, 0, 6)];
+  a->hkv = mt_rng_int(&g, 1, 3);
+  a->hq = a->hkv * (int64_t[]){1, 2, 4}[mt_rng_int(&g, 0, 2)];
+  a->d = dims[mt_rng_int(&g, 0, 5)];
+  a->causal = (int)mt_rng_int(&g, 0, 1);
+  a->scale = mt_rng_int(&g, 0, 1) ? 0.0 : 0.1 + 1.5 * mt_rng_unit(&g);
+  a->dt = types[i % 4];
+  a->with_lse = (int)mt_rng_int(&g, 0, 1);
+}
+
+/* zigzag splits each shard in halves: an odd seq_local is refused on every
+ * rank, naming the option */
+static void zigzag_odd(MKX_Comm comm) {
+  float q[2 * 8] = {0}, o[2 * 8];
+  int rc = MKX_Ring_attention(q, q, q, o, NULL, 1, 1, 1, 1, 8, 1, 0, MKX_FP32,
+                              comm, NULL);
+  if (CHECK_RC(rc, MKX_ERR_BAD_SIZE, "zigzag with seq_local = 1"))
+    CHECK(strstr(MKX_Get_last_error(), "attn_layout=zigzag") != NULL,
+          "the message names the option: %s", MKX_Get_last_error());
+}
+
+int main(int argc, char **argv) {
+  mt_init(&argc, &argv);
+  double t0 = MPI_Wtime();
+  int c = 0;
+  for (layout = 0; layout < NLAYOUTS; layout++) {
+    MKX_Comm comm = layout_comm();
+    if (!comm) break;
+    for (int i = 0; i < NFIXED; i++)
+      if (layout != ZIGZAG || fixed[i].S % 2 == 0)
+        run_case(comm, c++, &fixed[i]);
+    /* the random shapes in every layout (zigzag: seq_local made even) */
+    for (int i = 0; i < NRANDOM; i++) {
+      acase a;
+      random_case(i, &a);
+      if (layout == ZIGZAG) a.S += a.S % 2;
+      run_case(comm, c++, &a);
+    }
+    if (layout == ZIGZAG) zigzag_odd(comm);
+    CHECK_RC(MKX_Comm_free(&comm), MKX_SUCCESS, "MKX_Comm_free");
   }
   if (mt.rank == 0) mt_diag("%d cases in %.2f s", c, MPI_Wtime() - t0);
-  rc = MKX_Comm_free(&comm);
-  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();
 }
