@@ -302,9 +302,10 @@ int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
  * or mapping; on the host path a failed allocation (MKX_ERR_NOMEM) is
  * this rank's alone.  On failure *ptr = NULL (ptr not NULL).
  * MKX_Free_mem: every rank frees its corresponding pointer (or NULL
- * everywhere, which does nothing); on a GPU communicator it is collective
- * and MKX_ERR_INVALID_ARG if ptr did not come from MKX_Alloc_mem on this
- * communicator.  Work using the memory must be complete before. */
+ * everywhere, which does nothing); on a GPU communicator it is collective,
+ * on the host path local.  A pointer MKX_Alloc_mem did not return on this
+ * communicator, or one freed already, is MKX_ERR_INVALID_ARG (never freed
+ * or read).  Work using the memory must be complete before. */
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr);
 int MKX_Free_mem(MKX_Comm comm, void *ptr);
 

@@ -123,22 +123,20 @@ static void comm_release(MKX_Comm c) {
 static int agree_step(MKX_Comm c, int rc) {
   /* Options may have failed to load: fall back to the default bound. */
   int64_t bound = c->opt.timeout_ms > 0 ? c->opt.timeout_ms : 300000;
-  int size = 0, worst = rc;
+  int size = 0, bad = -1, bad_rc = MKX_SUCCESS;
   int mrc = mkx_mpi_check(MPI_Comm_size(c->mpi, &size), "MPI_Comm_size");
   int *all = mrc ? NULL : malloc(sizeof *all * (size_t)size);
   if (!mrc && !all) mrc = mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create agreement");
   if (!mrc)
     mrc = mkx_mpi_allgather(&rc, all, sizeof rc, c->mpi, bound,
                             "MKX_Comm_create agreement");
-  for (int q = 0; !mrc && q < size; q++)
-    if (all[q] > worst) worst = all[q];
+  for (int q = 0; !mrc && q < size && bad < 0; q++)
+    if (all[q] != MKX_SUCCESS) bad = q, bad_rc = all[q];
   free(all);
   if (mrc) return rc ? rc : mrc;
-  if (rc == MKX_SUCCESS && worst != MKX_SUCCESS)
-    return mkx_error(MKX_ERR_PEER,
-                     "MKX_Comm_create failed on another rank "
-                     "(%s)",
-                     MKX_Error_string(worst));
+  if (rc == MKX_SUCCESS && bad >= 0)
+    return mkx_error(MKX_ERR_PEER, "MKX_Comm_create failed on rank %d (%s)",
+                     bad, MKX_Error_string(bad_rc));
   return rc;
 }
 
@@ -253,6 +251,7 @@ static int comm_setup(MKX_Comm c, MPI_Comm user, MPI_Info info, int local_rc) {
 int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
   int local_rc = MKX_SUCCESS;
   mkx_error_clear();
+  if (newcomm) *newcomm = NULL;
   /* A rank outside every communicator cannot take part at all. */
   if (comm == MPI_COMM_NULL)
     return mkx_error(MKX_ERR_INVALID_ARG,

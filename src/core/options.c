@@ -254,7 +254,8 @@ int mkx_option_parse(const mkx_option_desc *d, const char *value,
       break;
     case MKX_OPT_STRING:
       /* strncpy zero-fills the rest, so equal texts compare equal bytewise. */
-      if ((ok = strlen(value) < MKX_OPT_STRING_MAX))
+      if ((ok = strlen(value) < MKX_OPT_STRING_MAX &&
+                (!d->valid || d->valid(value))))
         strncpy(field, value, MKX_OPT_STRING_MAX);
       break;
   }

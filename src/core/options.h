@@ -75,6 +75,9 @@ typedef struct mkx_option_desc {
   int agree; /* 1: every rank must hold the same value (it decides
                           a collective path or protocol); MKX_Comm_create
                           checks it */
+  /* string options (NULL: any text that fits): 1 if value is of the
+   * form `choices` describes, checked when the options are loaded */
+  int (*valid)(const char *value);
 } mkx_option_desc;
 
 /* The seam through which a layer above base adds its rows.

@@ -38,19 +38,18 @@ static int agree_size(MKX_Comm c, int local_rc, size_t size) {
 
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
   mkx_error_clear();
+  if (ptr) *ptr = NULL;
   MKX_TRY(mkx_comm_check(comm));
   int local_rc = MKX_SUCCESS;
   if (ptr == NULL)
     local_rc = mkx_error(MKX_ERR_NULL_POINTER, "MKX_Alloc_mem: ptr is NULL");
-  else
-    *ptr = NULL;
   MKX_TRY(agree_size(comm, local_rc, size));
   if (comm->device >= 0) {
     MKX_TRY(mkx_device_set(comm->device));
     return mkx_symm_alloc(comm, size, ptr);
   }
   if (size > SIZE_MAX - 255)
-    return mkx_error(MKX_ERR_BAD_SIZE, "MKX_Alloc_mem: size %zu", size);
+    return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
   size_t rounded = (size + 255) / 256 * 256;
   void *p = aligned_alloc(256, rounded ? rounded : 256);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);

@@ -204,12 +204,23 @@ static int resolve_bind(const char *want, struct in_addr *out) {
   return MKX_SUCCESS;
 }
 
-static int parse_ports(const char *s, unsigned *lo, unsigned *hi) {
+/* "0" (or empty), or lo-hi with 1 <= lo <= hi <= 65535. */
+static int ports_ok(const char *s, unsigned *lo, unsigned *hi) {
   char extra;
-  if (strcmp(s, "0") == 0 || !*s) return *lo = *hi = 0, MKX_SUCCESS;
-  if (sscanf(s, "%u-%u%c", lo, hi, &extra) == 2 && *lo >= 1 && *lo <= *hi &&
-      *hi <= 65535)
-    return MKX_SUCCESS;
+  if (strcmp(s, "0") == 0 || !*s) return *lo = *hi = 0, 1;
+  return sscanf(s, "%u-%u%c", lo, hi, &extra) == 2 && *lo >= 1 && *lo <= *hi &&
+         *hi <= 65535;
+}
+
+/* The option row's check: a bad range fails when options are loaded, on
+ * every communicator, not only once a transport opens. */
+static int valid_ports(const char *s) {
+  unsigned lo, hi;
+  return ports_ok(s, &lo, &hi);
+}
+
+static int parse_ports(const char *s, unsigned *lo, unsigned *hi) {
+  if (ports_ok(s, lo, hi)) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_INVALID_ARG,
                    "tcp: MKX_NET_TCP_PORT_RANGE '%s' "
                    "(expected 0 or lo-hi, 1 <= lo <= hi <= 65535)",
@@ -1014,7 +1025,8 @@ static const mkx_option_desc tcp_options[] = {
     {"net_tcp_port_range", MKX_OPT_STRING,
      offsetof(mkx_options, net_tcp_port_range), "0", "0 or lo-hi",
      "TCP ports the tcp transport may listen on: 0 lets the kernel choose, "
-     "lo-hi tries each port of the range in turn (for firewalled hosts)."},
+     "lo-hi tries each port of the range in turn (for firewalled hosts).",
+     0, valid_ports},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
 

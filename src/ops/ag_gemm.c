@@ -43,10 +43,15 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
     if (a->A_out)
       MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k, a->order));
   } else {
+    /* the rows (M) come with the agreement; the bound on ld and the span
+     * of the columns can be checked now */
+    MKX_TRY(mkx_check_ld(FN, "ldc", a->ldc, 1, a->n, a->order));
     MKX_TRY(MKX_CHECK_ELEMS(FN, "C (n columns of ldc)", a->n, a->ldc));
-    if (a->A_out)
+    if (a->A_out) {
+      MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k, a->order));
       MKX_TRY(MKX_CHECK_ELEMS(FN, "A_out (k columns of ld_aout)", a->k,
                               a->ld_aout));
+    }
   }
   const int64_t row_width = a->order == MKX_COL_MAJOR         ? -1
                             : a->A_out && a->ld_aout > a->ldc ? a->ld_aout
