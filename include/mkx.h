@@ -552,6 +552,12 @@ int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
                             MKX_Datatype dtype, MKX_Datatype ctype,
                             MKX_Order order, MKX_Comm comm, MPI_Info info,
                             MKX_Request *request);
+int MKX_Ring_attention_init(const void *Q, const void *K, const void *V,
+                            void *O, float *LSE, int64_t batch,
+                            int64_t seq_local, int64_t heads_q,
+                            int64_t heads_kv, int64_t head_dim, int causal,
+                            double scale, MKX_Datatype dtype, MKX_Comm comm,
+                            MPI_Info info, MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to

@@ -104,3 +104,15 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
                      causal, scale,     dtype};
   return mkx_op_call(comm, &mkx_op_ring_attention, &a, stream);
 }
+
+int MKX_Ring_attention_init(const void *Q, const void *K, const void *V,
+                            void *O, float *LSE, int64_t batch,
+                            int64_t seq_local, int64_t heads_q,
+                            int64_t heads_kv, int64_t head_dim, int causal,
+                            double scale, MKX_Datatype dtype, MKX_Comm comm,
+                            MPI_Info info, MKX_Request *request) {
+  mkx_attn_args a = {Q,      K,         V,       O,        LSE,
+                     batch,  seq_local, heads_q, heads_kv, head_dim,
+                     causal, scale,     dtype};
+  return mkx_plan_create(comm, &mkx_op_ring_attention, &a, info, request);
+}
