@@ -4,6 +4,7 @@
 #define MKX_HOST_OP_ARGS_H
 
 #include <stdint.h>
+#include "core/options.h"
 #include "mkx.h"
 
 typedef enum {
@@ -57,12 +58,12 @@ typedef struct mkx_attn_args {
 } mkx_attn_args;
 
 /* The sequence position of local position i of rank r's shard (p ranks,
- * S positions each) in layout MKX_ATTN_* (option attn_layout): 0
- * contiguous, 1 zigzag (S even), 2 striped. */
+ * S positions each) in layout MKX_ATTN_* (option attn_layout; zigzag: S
+ * even). */
 static inline int64_t mkx_attn_position(int layout, int p, int r, int64_t S,
                                         int64_t i) {
-  if (layout == 2) return i * p + r;
-  if (layout == 1) {
+  if (layout == MKX_ATTN_STRIPED) return i * p + r;
+  if (layout == MKX_ATTN_ZIGZAG) {
     const int64_t h = S / 2;
     return i < h ? r * h + i : (2 * (int64_t)p - 1 - r) * h + (i - h);
   }
