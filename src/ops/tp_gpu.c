@@ -280,6 +280,8 @@ static const char *where_name(int w) {
       return "end of its reads of the partials";
     case MKX_TP_AT_SPLIT_TILE:
       return "another SM's share of a split tile";
+    case MKX_TP_AT_KV_CHUNK:
+      return "key/value chunk (tile = query row block)";
   }
   return "?";
 }

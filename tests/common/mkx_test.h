@@ -35,10 +35,7 @@ int64_t mt_rng_int(mt_rng *g, int64_t lo, int64_t hi); /* inclusive */
 
 /* ---- number formats (round to nearest even, independent of MKX) -------- */
 
-uint16_t mt_f32_to_bf16(float f);
-float mt_bf16_to_f32(uint16_t h);
-uint16_t mt_f32_to_f16(float f);
-float mt_f16_to_f32(uint16_t h);
+#include "num16.h"
 
 size_t mt_type_size(MKX_Datatype t);
 const char *mt_type_name(MKX_Datatype t);

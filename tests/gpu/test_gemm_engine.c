@@ -16,53 +16,7 @@
 
 #include "cuda_check.h"
 #include "gemm_engine.h"
-
-/* ---- host fp16 / bf16 conversions ---- */
-static uint16_t f2bf(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  x += 0x7fffu + ((x >> 16) & 1u);
-  return (uint16_t)(x >> 16);
-}
-static float bf2f(uint16_t h) {
-  uint32_t x = (uint32_t)h << 16;
-  float f;
-  memcpy(&f, &x, 4);
-  return f;
-}
-static uint16_t f2h(float f) {
-  uint32_t x;
-  memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int32_t e8 = (int32_t)((x >> 23) & 0xff);
-  uint32_t mant = x & 0x7fffffu;
-  if (e8 == 0xff) return (uint16_t)(sign | 0x7c00u | (mant ? 0x200u : 0));
-  int32_t e = e8 - 127 + 15;
-  if (e >= 31) return (uint16_t)(sign | 0x7c00u);
-  if (e <= 0) {
-    if (e < -10) return (uint16_t)sign;
-    mant |= 0x800000u;
-    int shift = 14 - e;
-    uint32_t h = mant >> shift, rem = mant & ((1u << shift) - 1),
-             half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (h & 1))) h++;
-    return (uint16_t)(sign | h);
-  }
-  uint32_t h = ((uint32_t)e << 10) | (mant >> 13), rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (h & 1))) h++;
-  return (uint16_t)(sign | h);
-}
-static float h2f(uint16_t h) {
-  uint32_t sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
-  float v;
-  if (e == 0)
-    v = ldexpf((float)m, -24);
-  else if (e == 31)
-    v = m ? NAN : INFINITY;
-  else
-    v = ldexpf((float)(m | 0x400), (int)e - 25);
-  return sign ? -v : v;
-}
+#include "num16.h"
 
 static uint64_t g_rng;
 static inline uint32_t rnd32(void) {
@@ -78,7 +32,7 @@ static inline float rndf(void) {
 /* rows x cols matrix with leading dimension ld (elements), random in [-1, 1]; padding random too */
 static void fill16(uint16_t *h, int64_t rows, int64_t ld, int fp16) {
   for (int64_t i = 0; i < rows * ld; ++i)
-    h[i] = fp16 ? f2h(rndf()) : f2bf(rndf());
+    h[i] = fp16 ? mt_f32_to_f16(rndf()) : mt_f32_to_bf16(rndf());
 }
 
 static const char *tname(int t) {
@@ -133,7 +87,7 @@ static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf,
         else {
           uint16_t h;
           memcpy(&h, e, 2);
-          v = tc->ct == MKX_GEMM_BF16 ? bf2f(h) : h2f(h);
+          v = tc->ct == MKX_GEMM_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
         }
         const double ref = hR[r * n + c];
         if (!isfinite(v)) {

@@ -1,0 +1,170 @@
+/*
+ * MKX attention engine: host launcher (C interface in attn_engine.h).
+ */
+#include "attention/attn_engine.h"
+#include "attention/attn_mainloop.cuh"
+#include "gemm/tmap.cuh"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+using namespace mkx::attn;
+
+namespace {
+
+template <class Cfg, typename OutT>
+__global__ void __launch_bounds__(kThreads, 1)
+    mkx_attn_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
+                    const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmKr,
+                    const __grid_constant__ CUtensorMap tmVr, const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  run<Cfg, OutT>(smem, p, &tmQ, &tmK, &tmV, &tmKr, &tmVr);
+#endif
+}
+
+/* A dense tensor of `rank` dimensions (innermost first, element strides
+ * strides[1..]), box {64, 1, ..., rows, ...} with 128B swizzle; 0 or
+ * MKX_ATTN_ETMAP. */
+int make_map(CUtensorMap *map, const void *ptr, int dtype, int rank, const int64_t *dims, const int64_t *strides,
+             const uint32_t *box) {
+  mkx::gemm::EncodeTiledFn enc = mkx::gemm::get_encode();
+  if (!enc) return MKX_ATTN_ETMAP;
+  cuuint64_t gd[5], gs[4];
+  cuuint32_t bx[5], es[5];
+  for (int i = 0; i < rank; ++i) {
+    gd[i] = (cuuint64_t)dims[i];
+    bx[i] = box[i];
+    es[i] = 1;
+    if (i) gs[i - 1] = (cuuint64_t)strides[i] * 2;
+  }
+  const CUtensorMapDataType dt =
+      dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  CUresult r = enc(map, dt, (cuuint32_t)rank, const_cast<void *>(ptr), gd, gs, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : MKX_ATTN_ETMAP;
+}
+
+/* K or V as {head dim, heads, seq, batch, chunks}, box of `rows` keys. */
+int make_kv_map(CUtensorMap *map, const void *ptr, const mkx_attn_desc *d, int chunks, int rows) {
+  const int64_t dims[5] = {d->head_dim, d->heads_kv, d->seq_k, d->batch, chunks};
+  const int64_t st[5] = {1, d->head_dim, d->heads_kv * d->head_dim, d->seq_k * d->heads_kv * d->head_dim,
+                         d->batch * d->seq_k * d->heads_kv * d->head_dim};
+  const uint32_t box[5] = {64, 1, (uint32_t)rows, 1, 1};
+  return make_map(map, ptr, d->dtype, 5, dims, st, box);
+}
+
+template <int D, int BN, int STAGES, bool F16>
+int launch(const mkx_attn_desc *d, cudaStream_t s) {
+  typedef Config<D, BN, STAGES, F16> Cfg;
+  typedef typename std::conditional<F16, __half, __nv_bfloat16>::type OutT;
+  CUtensorMap tmQ, tmK, tmV, tmKr, tmVr;
+  const int64_t qd[4] = {d->head_dim, d->heads_q, d->seq_q, d->batch};
+  const int64_t qs[4] = {1, d->head_dim, d->heads_q * d->head_dim, d->seq_q * d->heads_q * d->head_dim};
+  const uint32_t qb[4] = {64, 1, (uint32_t)kBM, 1};
+  int rc = make_map(&tmQ, d->q, d->dtype, 4, qd, qs, qb);
+  if (!rc) rc = make_kv_map(&tmK, d->k, d, 1, BN);
+  if (!rc) rc = make_kv_map(&tmV, d->v, d, 1, BN);
+  const bool ring = d->nchunks > 1;
+  if (!rc) rc = make_kv_map(&tmKr, ring ? d->k_ring : d->k, d, ring ? d->nchunks : 1, BN);
+  if (!rc) rc = make_kv_map(&tmVr, ring ? d->v_ring : d->v, d, ring ? d->nchunks : 1, BN);
+  if (rc) return rc;
+  Params p;
+  memset(&p, 0, sizeof p);
+  p.batch = (int)d->batch;
+  p.seq_q = (int)d->seq_q;
+  p.seq_k = (int)d->seq_k;
+  p.heads_q = (int)d->heads_q;
+  p.heads_kv = (int)d->heads_kv;
+  p.head_dim = (int)d->head_dim;
+  p.group = (int)(d->heads_q / d->heads_kv);
+  p.causal = d->causal != 0;
+  p.layout = d->layout;
+  p.nchunks = d->nchunks;
+  p.self = d->self;
+  p.scale = d->scale;
+  p.scale_log2 = d->scale * 1.4426950408889634f;
+  p.o = d->o;
+  p.lse = d->lse;
+  p.ready = d->ready;
+  p.ready_target = d->ready_target;
+  if (d->sync) p.sync = *d->sync;
+  int sms = 0;
+  rc = mkx::gemm::num_sms(&sms, d->sync ? d->sync->ctas : 0);
+  if (rc) return rc;
+  const int64_t tiles = d->batch * d->heads_q * mkx::gemm::cdiv(d->seq_q, kBM);
+  int ctas = d->num_ctas > 0 ? d->num_ctas : sms;
+  if (ctas > tiles) ctas = (int)tiles;
+  auto kern = mkx_attn_kernel<Cfg, OutT>;
+  rc = mkx::gemm::smem_attr_once<mkx_attn_kernel<Cfg, OutT>>((int)Cfg::SMEM_BYTES);
+  if (rc) return rc;
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmQ, tmK, tmV, tmKr, tmVr, p);
+  cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+int g_is_sm90[64];  // 0 unknown, 1 yes, 2 no
+
+bool device_is_sm90() {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  int *known = dev >= 0 && dev < 64 ? &g_is_sm90[dev] : nullptr;
+  if (known && *known) return *known == 1;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  const bool yes = major == 9 && minor == 0;
+  if (known) *known = yes ? 1 : 2;
+  return yes;
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+}  // namespace
+
+extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
+  const char *w = nullptr;
+  const int64_t lim = 1ll << 31;
+  if (!d)
+    w = "null descriptor";
+  else if (d->dtype != MKX_GEMM_BF16 && d->dtype != MKX_GEMM_FP16)
+    w = "type must be bf16 or fp16";
+  else if (d->batch < 1 || d->seq_q < 1 || d->seq_k < 1 || d->heads_q < 1 || d->heads_kv < 1 || d->head_dim < 1)
+    w = "a size is < 1";
+  else if (d->heads_q % d->heads_kv)
+    w = "heads_q is not a multiple of heads_kv";
+  else if (d->head_dim % 8)
+    w = "head_dim is not a multiple of 8";
+  else if (d->head_dim > 128)
+    w = "head_dim is over 128";
+  else if (d->batch * d->seq_q * d->heads_q * d->head_dim >= lim ||
+           (int64_t)d->nchunks * d->batch * d->seq_k * d->heads_kv * d->head_dim >= lim)
+    w = "a tensor has 2^31 elements or more";
+  else if (d->nchunks < 1 || d->nchunks > MKX_TP_MAX || d->self < 0 || d->self >= d->nchunks)
+    w = "chunk count or own chunk out of range";
+  else if (d->nchunks > 1 && (d->seq_q != d->seq_k || !d->k_ring || !d->v_ring || !d->ready || !d->sync))
+    w = "several chunks need equal shards, ring buffers, ready flags and a sync";
+  else if (d->layout < 0 || d->layout > 2 || (d->layout == 1 && d->nchunks > 1 && d->seq_k % 2))
+    w = "bad layout";
+  else if (!d->q || !d->k || !d->v || !d->o)
+    w = "null Q, K, V or O";
+  else if (!aligned16(d->q) || !aligned16(d->k) || !aligned16(d->v) || !aligned16(d->o) ||
+           (d->nchunks > 1 && (!aligned16(d->k_ring) || !aligned16(d->v_ring))))
+    w = "a tensor is not 16-byte aligned";
+  else if (!(d->scale > 0.f) || isinf(d->scale))
+    w = "scale must be positive and finite";
+  if (why) *why = w;
+  return w == nullptr;
+}
+
+extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
+  if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
+  if (!device_is_sm90()) return MKX_ATTN_ENODEV;
+  const bool f16 = d->dtype == MKX_GEMM_FP16;
+  if (d->head_dim <= 64) return f16 ? launch<64, 128, 2, true>(d, s) : launch<64, 128, 2, false>(d, s);
+  return f16 ? launch<128, 128, 2, true>(d, s) : launch<128, 128, 2, false>(d, s);
+}

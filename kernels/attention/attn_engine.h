@@ -1,0 +1,82 @@
+/*
+ * MKX Hopper attention engine (sm_90a): C interface of
+ * kernels/attention/attention.cu.  Includable from C11 (needs
+ * cuda_runtime.h and stdint.h).
+ *
+ *   O = softmax(scale * Q K^T + mask) V, LSE = log-sum-exp of each row's
+ *   scaled visible scores (natural log), forward only.
+ *
+ * Layouts (dense, row-major, the public MKX_Ring_attention's):
+ *   Q, O  [batch][seq_q][heads_q][head_dim]       type dtype
+ *   K, V  [batch][seq_k][heads_kv][head_dim]      one chunk, type dtype
+ *   LSE   [batch][heads_q][seq_q]                 fp32 (NULL: not written)
+ * Query head h reads key/value head h / (heads_q / heads_kv).
+ *
+ * Keys and values come in nchunks chunks of seq_k positions each (the
+ * ranks' shards of a sequence-parallel ring; one chunk on one GPU).
+ * Chunk `self` is read from k, v; chunk c != self from slot c of k_ring,
+ * v_ring ([nchunks][batch][seq_k][heads_kv][head_dim] each), once
+ * ready[c] >= ready_target (a bounded wait, reported through the error
+ * word of `sync`).  Queries are the shard of rank `self`.  Global
+ * positions follow `layout` (MKX_ATTN_*: contiguous, zigzag, striped, as
+ * mkx.h says, with p = nchunks and seq_local = seq_q = seq_k); causal
+ * masks on them, and blocks of keys no row of a query tile may see are
+ * skipped.  The softmax state of each row stays in fp32 registers across
+ * all chunks: partial results are never rounded or merged through memory.
+ *
+ * Rows with no visible key give O = 0 and LSE = -inf.
+ *
+ * Requirements (mkx_attn_supported says which fails): sm_90 device;
+ * head_dim % 8 == 0 and head_dim <= 128 (64 and 128 are the tuned sizes;
+ * others are zero-padded up to them); q, k, v, o, k_ring, v_ring 16-byte
+ * aligned; every size < 2^31.
+ */
+#ifndef MKX_ATTN_ENGINE_H
+#define MKX_ATTN_ENGINE_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include "tp/tp.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* error codes besides cudaError_t values (which are >= 0), as the GEMM
+ * engine's */
+#define MKX_ATTN_EINVAL (-1)
+#define MKX_ATTN_ENODEV (-2)
+#define MKX_ATTN_ETMAP (-3)
+
+typedef struct mkx_attn_desc {
+  int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+  const void *q, *k, *v;
+  void *o;
+  float *lse;
+  int dtype;  /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (the public values) */
+  int causal; /* 0 or 1 */
+  float scale;
+  int layout; /* MKX_ATTN_CONTIGUOUS, _ZIGZAG, _STRIPED (values of mkx.h) */
+  int nchunks, self;
+  const void *k_ring, *v_ring; /* NULL when nchunks == 1 */
+  const int *ready;            /* ready[c]: NULL when nchunks == 1 */
+  int ready_target;
+  const mkx_tp_sync *sync; /* bounded waits and their error word; NULL
+                              when nchunks == 1 */
+  int num_ctas;            /* persistent CTAs; 0: one per SM (at most
+                              sync->ctas) */
+} mkx_attn_desc;
+
+/* 1 if the engine can run d, else 0 and (if why != NULL) a static reason.
+ * Does not look at the device. */
+int mkx_attn_supported(const mkx_attn_desc *d, const char **why);
+
+/* Enqueue the attention on stream s (current device).  0, a cudaError_t
+ * value (> 0) or a negative MKX_ATTN_E* code. */
+int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MKX_ATTN_ENGINE_H */

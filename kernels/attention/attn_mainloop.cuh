@@ -1,0 +1,558 @@
+/*
+ * MKX Hopper attention engine (sm_90a): device side.
+ *
+ * One CTA = 384 threads = 3 warpgroups, one CTA per SM, persistent over
+ * query tiles of 128 rows of one (batch, query head):
+ *   warpgroup 0      producer: setmaxnreg 40; one thread loads the query
+ *                    tile (TMA, 128B swizzle, one box per 64 columns of the
+ *                    head dim) and then, for each key block the tile may
+ *                    see, K and V into a STAGES-deep ring (separate "full"
+ *                    and "empty" mbarriers for K and V, so S = Q K^T of a
+ *                    block starts before its V lands).  Chunks of other
+ *                    ranks are loaded once their ready flag says so.
+ *   warpgroups 1, 2  consumers (setmaxnreg 232), 64 query rows each:
+ *                    S = Q K^T (wgmma, both operands in shared memory),
+ *                    online softmax in fp32 registers (exp2 with the scale
+ *                    folded in), P converted in registers and fed as the A
+ *                    operand of O += P V (wgmma, A from registers, V
+ *                    MN-major).  The next block's Q K^T is issued before
+ *                    this block's softmax so the tensor cores and the
+ *                    exponentials overlap; O is rescaled once the P V of
+ *                    the previous block has completed.
+ * Every role walks the same tiles (Schedule) and, per tile, the same key
+ * blocks (Blocks), so the rings' phases agree without any other message.
+ *
+ * Shared memory (1024-aligned): Q (D/64 boxes of 128 x 128 bytes), K
+ * stages, V stages (D/64 boxes of BN x 128 bytes each), then mbarriers.
+ */
+#pragma once
+
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+#include "attention/attn_engine.h"
+#include "attention/wgmma_ops.cuh"
+#include "gemm/gemm_engine.cuh"
+#include "tp/flags.cuh"
+
+namespace mkx {
+namespace attn {
+
+using gemm::fence_proxy_async_smem;
+using gemm::make_desc;
+using gemm::mbar_arrive;
+using gemm::mbar_arrive_expect_tx;
+using gemm::mbar_init;
+using gemm::mbar_wait;
+using gemm::pin_acc;
+using gemm::prefetch_tmap;
+using gemm::setmaxnreg_dec;
+using gemm::setmaxnreg_inc;
+using gemm::smem_u32;
+using gemm::wgmma_commit;
+using gemm::wgmma_fence;
+using gemm::wgmma_wait;
+
+constexpr int kBM = 128;  // query rows per tile (2 consumer warpgroups x 64)
+constexpr int kThreads = 384;
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232;
+constexpr int kConsumerWarps = 8;
+
+enum { kContiguous = 0, kZigzag = 1, kStriped = 2 };
+
+template <int D_, int BN_, int STAGES_, bool FP16_>
+struct Config {
+  static constexpr int D = D_;  // head dim the kernel computes (the real one is zero-padded up)
+  static constexpr int BN = BN_;
+  static constexpr int STAGES = STAGES_;
+  static constexpr bool FP16 = FP16_;
+  static constexpr int ATOMS = D / 64;  // 128-byte swizzle atoms across the head dim
+  static constexpr uint32_t Q_BYTES = kBM * D * 2;
+  static constexpr uint32_t KV_BYTES = BN * D * 2;
+  static constexpr uint32_t BAR_BYTES = 1024;
+  static constexpr uint32_t SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + BAR_BYTES + 1024;
+  static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(BN % 16 == 0 && BN <= 256, "key block");
+  static_assert(SMEM_BYTES <= 232448, "too much shared memory");
+};
+
+/* Kernel arguments besides the tensor maps. */
+struct Params {
+  int batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
+  int group;  // heads_q / heads_kv
+  int causal, layout, nchunks, self;
+  float scale_log2;  // scale * log2(e)
+  float scale;
+  void *o;
+  float *lse;
+  const int *ready;
+  int ready_target;
+  mkx_tp_sync sync;
+};
+
+/* Global sequence position of local position i of chunk (rank) r. */
+__device__ __forceinline__ int64_t position(const Params &p, int r, int i) {
+  if (p.layout == kStriped) return (int64_t)i * p.nchunks + r;
+  if (p.layout == kZigzag) {
+    const int h = p.seq_k >> 1;
+    return i < h ? (int64_t)r * h + i : (int64_t)(2 * p.nchunks - 1 - r) * h + (i - h);
+  }
+  return (int64_t)r * p.seq_k + i;
+}
+
+/* Tile t of the CTA's walk: (batch, query head, row block).  Heads
+ * outermost so that the tiles in flight share K and V in L2; with the
+ * causal mask the longest row blocks of each head go first. */
+struct Tile {
+  int b, hq, mb;
+};
+struct Schedule {
+  int nm, heads_q, tiles;
+  bool reverse;
+  __device__ __forceinline__ Tile get(int t) const {
+    Tile x;
+    const int bh = t / nm;
+    const int m = t - bh * nm;
+    x.mb = reverse ? nm - 1 - m : m;
+    x.b = bh / heads_q;
+    x.hq = bh - x.b * heads_q;
+    return x;
+  }
+};
+
+/* The key blocks a query tile sees: chunks in ring order from its own
+ * (own first, then self-1, self-2, ...: the order chunks arrive in), in
+ * each the blocks that some row of the tile may see. */
+template <int BN>
+struct Blocks {
+  const Params *p;
+  int qmax_row;  // last query row of the tile (local)
+  int k;         // chunk index in ring order
+  int c;         // its chunk
+  int nb, nvis;  // block within chunk, visible blocks of chunk
+  __device__ __forceinline__ int visible(int chunk) const {
+    const int nblk = (p->seq_k + BN - 1) / BN;
+    if (!p->causal) return nblk;
+    const int64_t qmax = position(*p, p->self, qmax_row);
+    int n = 0;
+    while (n < nblk && position(*p, chunk, n * BN) <= qmax) ++n;
+    return n;
+  }
+  /* position on the first block; false: the tile sees no key */
+  __device__ __forceinline__ bool first(const Params *pp, int mb) {
+    p = pp;
+    qmax_row = min(p->seq_q, (mb + 1) * kBM) - 1;
+    k = -1;
+    nvis = 0;
+    nb = 0;
+    return next_chunk();
+  }
+  __device__ __forceinline__ bool next_chunk() {
+    for (++k; k < p->nchunks; ++k) {
+      c = p->self - k;
+      if (c < 0) c += p->nchunks;
+      nvis = visible(c);
+      nb = 0;
+      if (nvis > 0) return true;
+    }
+    return false;
+  }
+  __device__ __forceinline__ bool next() {
+    if (++nb < nvis) return true;
+    return next_chunk();
+  }
+  __device__ __forceinline__ int total() const {
+    int n = 0;
+    for (int kk = 0; kk < p->nchunks; ++kk) {
+      int cc = p->self - kk;
+      if (cc < 0) cc += p->nchunks;
+      n += visible(cc);
+    }
+    return n;
+  }
+};
+
+__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
+                                            int c3, int c4) {
+  asm volatile(
+      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], "
+      "[%2];" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
+
+__device__ __forceinline__ float ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+/* Two floats as the packed 16-bit pair of a wgmma A fragment. */
+template <bool FP16>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi) {
+  uint32_t r;
+  if constexpr (FP16) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    r = *reinterpret_cast<uint32_t *>(&h);
+  } else {
+    __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    r = *reinterpret_cast<uint32_t *>(&h);
+  }
+  return r;
+}
+
+/* Ring position of the producer and the consumers (same walk). */
+struct Ring {
+  int stage = 0;
+  uint32_t phase = 0;
+  template <int STAGES>
+  __device__ __forceinline__ void advance() {
+    if (++stage == STAGES) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+};
+
+/* ------------------------------------------------------------------------ */
+/* producer                                                                 */
+/* ------------------------------------------------------------------------ */
+template <class Cfg>
+__device__ __forceinline__ void produce(const Params &p, const Schedule &sched, const CUtensorMap *tmQ,
+                                        const CUtensorMap *tmK, const CUtensorMap *tmV, const CUtensorMap *tmKr,
+                                        const CUtensorMap *tmVr, uint8_t *sQ, uint8_t *sK, uint8_t *sV,
+                                        uint64_t *q_full, uint64_t *q_empty, uint64_t *k_full, uint64_t *k_empty,
+                                        uint64_t *v_full, uint64_t *v_empty) {
+  constexpr int BN = Cfg::BN;
+  Ring ring;
+  uint32_t q_phase = 0;
+  uint32_t ready_seen = 0;  // chunks whose ready flag was seen (bit per chunk)
+  for (int t = blockIdx.x; t < sched.tiles; t += gridDim.x) {
+    const Tile tile = sched.get(t);
+    const int hk = tile.hq / p.group;
+    Blocks<BN> blk;
+    const bool any = blk.first(&p, tile.mb);
+    mbar_wait(q_empty, q_phase ^ 1);
+    mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+#pragma unroll
+    for (int a = 0; a < Cfg::ATOMS; ++a)
+      tma_load_4d(sQ + a * (kBM * 128), tmQ, q_full, a * 64, tile.hq, tile.mb * kBM, tile.b);
+    q_phase ^= 1;
+    if (!any) continue;
+    do {
+      const bool own = blk.c == p.self;
+      if (!own && !(ready_seen >> blk.c & 1)) {
+        tp::wait_geq(p.ready + blk.c, p.ready_target, p.sync, blk.c, tile.mb, MKX_TP_AT_KV_CHUNK);
+        asm volatile("fence.proxy.async.global;" ::: "memory");
+        ready_seen |= 1u << blk.c;
+      }
+      const CUtensorMap *mk = own ? tmK : tmKr;
+      const CUtensorMap *mv = own ? tmV : tmVr;
+      const int cc = own ? 0 : blk.c;
+      const int row = blk.nb * BN;
+      mbar_wait(&k_empty[ring.stage], ring.phase ^ 1);
+      mbar_arrive_expect_tx(&k_full[ring.stage], Cfg::KV_BYTES);
+      uint8_t *dk = sK + ring.stage * Cfg::KV_BYTES;
+#pragma unroll
+      for (int a = 0; a < Cfg::ATOMS; ++a)
+        tma_load_5d(dk + a * (BN * 128), mk, &k_full[ring.stage], a * 64, hk, row, tile.b, cc);
+      mbar_wait(&v_empty[ring.stage], ring.phase ^ 1);
+      mbar_arrive_expect_tx(&v_full[ring.stage], Cfg::KV_BYTES);
+      uint8_t *dv = sV + ring.stage * Cfg::KV_BYTES;
+#pragma unroll
+      for (int a = 0; a < Cfg::ATOMS; ++a)
+        tma_load_5d(dv + a * (BN * 128), mv, &v_full[ring.stage], a * 64, hk, row, tile.b, cc);
+      ring.advance<Cfg::STAGES>();
+    } while (blk.next());
+  }
+}
+
+/* ------------------------------------------------------------------------ */
+/* consumers                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Row and column of accumulator i of thread tid (0..127) of a warpgroup's
+ * 64 x N result: rows warp*16 + lane/4 (+8), columns 8*(i/4) + 2*(lane%4)
+ * (+1). */
+__device__ __forceinline__ int acc_row(int tid, int half) { return (tid >> 5) * 16 + ((tid & 31) >> 2) + half * 8; }
+__device__ __forceinline__ int acc_col(int tid, int i) { return (i >> 2) * 8 + (tid & 3) * 2 + (i & 1); }
+
+/* S = Q K^T for this warpgroup's 64 rows: D/16 wgmmas, K-major operands. */
+template <class Cfg>
+__device__ __forceinline__ void issue_qk(float (&s)[Cfg::BN / 2], uint32_t q_base, uint32_t k_base) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::D / 16; ++kk) {
+    const uint32_t off = 32 * (kk & 3);
+    const uint64_t da = make_desc(q_base + (kk >> 2) * (kBM * 128) + off, 16, 1024);
+    const uint64_t db = make_desc(k_base + (kk >> 2) * (Cfg::BN * 128) + off, 16, 1024);
+    Wgmma<Cfg::BN, Cfg::FP16>::template ss<0>(s, da, db, kk > 0);
+  }
+}
+
+/* O += P V: BN/16 wgmmas, P from registers, V [key][head dim] MN-major. */
+template <class Cfg>
+__device__ __forceinline__ void issue_pv(float (&o)[Cfg::D / 2], const uint32_t (&pf)[Cfg::BN / 16][4],
+                                         uint32_t v_base) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BN / 16; ++kk) {
+    const uint64_t db = make_desc(v_base + kk * (16 * 128), Cfg::BN * 128, 1024);
+    Wgmma<Cfg::D, Cfg::FP16>::rs(o, pf[kk], db, 1);
+  }
+}
+
+/* Set the scores of keys this thread's rows may not see to -inf. */
+template <class Cfg>
+__device__ __forceinline__ void mask_block(const Params &p, float (&s)[Cfg::BN / 2], int tid, int row0, int c,
+                                           int col0) {
+  int64_t qpos[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) qpos[h] = position(p, p.self, row0 + acc_row(tid, h));
+#pragma unroll
+  for (int i = 0; i < Cfg::BN / 2; ++i) {
+    const int j = col0 + acc_col(tid, i);
+    bool off = j >= p.seq_k;
+    if (p.causal && !off) off = position(p, c, j) > qpos[(i >> 1) & 1];
+    if (off) s[i] = -INFINITY;
+  }
+}
+
+/* Does block nb of chunk c hide a key from a row of the warpgroup's 64
+ * (first row row0)?  Partial blocks, and blocks that reach past the first
+ * row's position under the causal mask. */
+template <int BN>
+__device__ __forceinline__ bool needs_mask(const Params &p, int c, int nb, int row0) {
+  const int j1 = min(p.seq_k, nb * BN + BN);
+  if (nb * BN + BN > p.seq_k) return true;
+  return p.causal && position(p, c, j1 - 1) > position(p, p.self, row0);
+}
+
+/* Row max over this thread's scores and its 3 partner lanes (same rows). */
+template <int N>
+__device__ __forceinline__ void row_max(const float (&s)[N], float (&mx)[2]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
+    mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
+  }
+}
+
+/* Online softmax of one block: m (raw score units) moves to the new row
+ * max, s becomes exp2(scale_log2 * (s - m)), rowsum gets this thread's
+ * share; alpha: the factor the old O and l are scaled by. */
+template <int N>
+__device__ __forceinline__ void softmax_block(float (&s)[N], float (&m)[2], float (&alpha)[2], float (&rowsum)[2],
+                                              float scale_log2) {
+  float mx[2] = {m[0], m[1]};
+  row_max<N>(s, mx);
+  float neg[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const float use = mx[h] == -INFINITY ? 0.f : mx[h];  // a row with nothing visible yet
+    alpha[h] = ex2((m[h] - use) * scale_log2);
+    neg[h] = -use * scale_log2;
+    m[h] = mx[h];
+    rowsum[h] = 0.f;
+  }
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    const int h = (i >> 1) & 1;
+    s[i] = ex2(fmaf(s[i], scale_log2, neg[h]));
+    rowsum[h] += s[i];
+  }
+}
+
+/* P as wgmma A fragments: 16 key columns per k step, the accumulator
+ * layout of S taken pairwise. */
+template <class Cfg>
+__device__ __forceinline__ void to_fragments(const float (&s)[Cfg::BN / 2], uint32_t (&pf)[Cfg::BN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < Cfg::BN / 16; ++kk) {
+    pf[kk][0] = pack2<Cfg::FP16>(s[8 * kk + 0], s[8 * kk + 1]);
+    pf[kk][1] = pack2<Cfg::FP16>(s[8 * kk + 2], s[8 * kk + 3]);
+    pf[kk][2] = pack2<Cfg::FP16>(s[8 * kk + 4], s[8 * kk + 5]);
+    pf[kk][3] = pack2<Cfg::FP16>(s[8 * kk + 6], s[8 * kk + 7]);
+  }
+}
+
+template <typename T>
+struct Pair;
+template <>
+struct Pair<__nv_bfloat16> {
+  __device__ __forceinline__ static uint32_t pack(float a, float b) { return pack2<false>(a, b); }
+};
+template <>
+struct Pair<__half> {
+  __device__ __forceinline__ static uint32_t pack(float a, float b) { return pack2<true>(a, b); }
+};
+
+/* O /= l, stored in the output type at rows < seq_q, columns < head_dim;
+ * LSE = scale * m + ln(l), or O = 0 and LSE = -inf where nothing was
+ * visible. */
+template <class Cfg, typename OutT>
+__device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int row0, int tid, float (&o)[Cfg::D / 2],
+                                         const float (&m)[2], float (&l)[2]) {
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    l[h] += __shfl_xor_sync(0xffffffff, l[h], 1);
+    l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
+    inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
+  }
+  OutT *out = reinterpret_cast<OutT *>(p.o);
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int i = row0 + acc_row(tid, h);
+    if (i >= p.seq_q) continue;
+    OutT *dst = out + (((int64_t)tile.b * p.seq_q + i) * p.heads_q + tile.hq) * p.head_dim;
+#pragma unroll
+    for (int q = 0; q < Cfg::D / 8; ++q) {
+      const int col = 8 * q + 2 * (tid & 3);
+      if (col < p.head_dim)
+        *reinterpret_cast<uint32_t *>(dst + col) =
+            Pair<OutT>::pack(o[4 * q + 2 * h] * inv[h], o[4 * q + 2 * h + 1] * inv[h]);
+    }
+    if (p.lse && (tid & 3) == 0)
+      p.lse[((int64_t)tile.b * p.heads_q + tile.hq) * p.seq_q + i] =
+          l[h] > 0.f ? m[h] * p.scale + logf(l[h]) : -INFINITY;
+  }
+}
+
+template <class Cfg, typename OutT>
+__device__ __forceinline__ void consume(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
+                                        uint8_t *sK, uint8_t *sV, uint64_t *q_full, uint64_t *q_empty, uint64_t *k_full,
+                                        uint64_t *k_empty, uint64_t *v_full, uint64_t *v_empty) {
+  constexpr int BN = Cfg::BN;
+  constexpr int D = Cfg::D;
+  const bool leader = (tid & 31) == 0;
+  const uint32_t q_base = smem_u32(sQ) + cw * (64 * 128);
+  const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV);
+  Ring ring;
+  uint32_t q_phase = 0;
+  for (int t = blockIdx.x; t < sched.tiles; t += gridDim.x) {
+    const Tile tile = sched.get(t);
+    const int row0 = tile.mb * kBM + cw * 64;
+    Blocks<BN> blk;
+    const bool any = blk.first(&p, tile.mb);
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    mbar_wait(q_full, q_phase);
+    q_phase ^= 1;
+    if (!any) {
+      if (leader) mbar_arrive(q_empty);
+      epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
+      continue;
+    }
+    const int total = blk.total();
+    float s[BN / 2];
+    uint32_t pf[BN / 16][4];
+    float alpha[2], rowsum[2];
+    /* block 0: S, softmax, P */
+    mbar_wait(&k_full[ring.stage], ring.phase);
+    wgmma_fence();
+    issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_acc(s);
+    if (leader) mbar_arrive(&k_empty[ring.stage]);
+    if (needs_mask<BN>(p, blk.c, blk.nb, row0)) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
+    softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+    l[0] = rowsum[0];
+    l[1] = rowsum[1];
+    to_fragments<Cfg>(s, pf);
+    Ring prev = ring;
+    ring.advance<Cfg::STAGES>();
+    for (int it = 1; it < total; ++it) {
+      blk.next();
+      mbar_wait(&k_full[ring.stage], ring.phase);
+      wgmma_fence();
+      issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
+      wgmma_commit();
+      mbar_wait(&v_full[prev.stage], prev.phase);
+      issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
+      wgmma_commit();
+      wgmma_wait<1>();
+      pin_acc(s);
+      if (leader) mbar_arrive(&k_empty[ring.stage]);
+      if (needs_mask<BN>(p, blk.c, blk.nb, row0)) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
+      softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+      wgmma_wait<0>();
+      pin_acc(o);
+      if (leader) mbar_arrive(&v_empty[prev.stage]);
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
+      to_fragments<Cfg>(s, pf);
+      prev = ring;
+      ring.advance<Cfg::STAGES>();
+    }
+    /* every Q K^T of the tile is done: the producer may load the next Q */
+    if (leader) mbar_arrive(q_empty);
+    mbar_wait(&v_full[prev.stage], prev.phase);
+    wgmma_fence();
+    issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
+    wgmma_commit();
+    wgmma_wait<0>();
+    pin_acc(o);
+    if (leader) mbar_arrive(&v_empty[prev.stage]);
+    epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
+  }
+}
+
+/* The whole engine for this CTA; all 384 threads call it. */
+template <class Cfg, typename OutT>
+__device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CUtensorMap *tmQ, const CUtensorMap *tmK,
+                                    const CUtensorMap *tmV, const CUtensorMap *tmKr, const CUtensorMap *tmVr) {
+  uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t *sQ = smem;
+  uint8_t *sK = sQ + Cfg::Q_BYTES;
+  uint8_t *sV = sK + Cfg::STAGES * Cfg::KV_BYTES;
+  uint64_t *bars = reinterpret_cast<uint64_t *>(sV + Cfg::STAGES * Cfg::KV_BYTES);
+  uint64_t *q_full = bars, *q_empty = bars + 1;
+  uint64_t *k_full = bars + 2, *k_empty = k_full + Cfg::STAGES;
+  uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+  const int tid = threadIdx.x;
+  const int nm = (p.seq_q + kBM - 1) / kBM;
+  const Schedule sched{nm, p.heads_q, p.batch * p.heads_q * nm, p.causal != 0};
+  if (tid == 0) {
+    mbar_init(q_full, 1);
+    mbar_init(q_empty, kConsumerWarps);
+    for (int s = 0; s < Cfg::STAGES; ++s) {
+      mbar_init(&k_full[s], 1);
+      mbar_init(&k_empty[s], kConsumerWarps);
+      mbar_init(&v_full[s], 1);
+      mbar_init(&v_empty[s], kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    fence_proxy_async_smem();
+    prefetch_tmap(tmQ);
+    prefetch_tmap(tmK);
+    prefetch_tmap(tmV);
+  }
+  __syncthreads();
+  const int wg = tid / 128;
+  if (wg == 0) {
+    setmaxnreg_dec<kProducerRegs>();
+    if (tid == 0)
+      produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, q_full, q_empty, k_full, k_empty, v_full, v_empty);
+  } else {
+    setmaxnreg_inc<kConsumerRegs>();
+    consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, q_full, q_empty, k_full, k_empty, v_full, v_empty);
+  }
+}
+
+}  // namespace attn
+}  // namespace mkx

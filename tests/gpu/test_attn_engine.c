@@ -1,0 +1,422 @@
+/*
+ * GPU test of the MKX attention engine (kernels/attention): mkx_attn_run
+ * against an fp64 reference of this file's own, on fresh random inputs:
+ * head dims 64, 128 and padded ones, grouped- and multi-query heads,
+ * causal and not, partial tiles, bf16 and fp16, and the ring's view of a
+ * sequence in chunks (every layout, every own chunk) with the ready flags
+ * already set, or never set (then the bounded wait must report a timeout).
+ * O and LSE are poisoned before each run and guarded past their ends.
+ * Exit 77 without an sm_90 GPU, 1 on any failure.
+ *   --bench   also time the engine on the shapes of the attention issue
+ *             table (bf16, one GPU) and print TFLOP/s (causal counts half)
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "attention/attn_engine.h"
+#include "cuda_check.h"
+#include "gemm/gemm_engine.h"
+#include "num16.h"
+
+static int g_fail, g_ok;
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static double rnd(void) { /* [-1, 1) */
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return (double)(g_rng >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+typedef struct {
+  int b, s, hq, hkv, d, causal, f16;
+  double spread; /* inputs of Q scaled by this: peaky or flat softmax */
+  int p, layout; /* chunks (1: one GPU's attention) and positions */
+} tcase;
+
+static uint16_t to16(double v, int f16) {
+  return f16 ? mt_f32_to_f16((float)v) : mt_f32_to_bf16((float)v);
+}
+static double from16(uint16_t h, int f16) {
+  return f16 ? mt_f16_to_f32(h) : mt_bf16_to_f32(h);
+}
+
+static int64_t pos(int layout, int p, int r, int64_t S, int64_t i) {
+  if (layout == 2) return i * p + r;
+  if (layout == 1) {
+    const int64_t h = S / 2;
+    return i < h ? r * h + i : (2 * (int64_t)p - 1 - r) * h + (i - h);
+  }
+  return (int64_t)r * S + i;
+}
+
+/* Reference of one query row: O (d values) and LSE over every chunk. */
+static void ref_row(const tcase *t, int self, const uint16_t *q,
+                    const uint16_t *kr, const uint16_t *vr, int b, int i, int h,
+                    double scale, double *o, double *lse) {
+  const int hk = h / (t->hq / t->hkv);
+  const int64_t qpos = pos(t->layout, t->p, self, t->s, i);
+  const uint16_t *qrow = q + (((int64_t)b * t->s + i) * t->hq + h) * t->d;
+  const int64_t n = (int64_t)t->p * t->s;
+  double *sc = malloc(sizeof(double) * (size_t)n);
+  double mx = -INFINITY;
+  for (int c = 0; c < t->p; ++c)
+    for (int j = 0; j < t->s; ++j) {
+      double v = -INFINITY;
+      if (!t->causal || pos(t->layout, t->p, c, t->s, j) <= qpos) {
+        const uint16_t *krow =
+            kr + ((((int64_t)c * t->b + b) * t->s + j) * t->hkv + hk) * t->d;
+        double acc = 0;
+        for (int e = 0; e < t->d; ++e)
+          acc += from16(qrow[e], t->f16) * from16(krow[e], t->f16);
+        v = acc * scale;
+      }
+      sc[(int64_t)c * t->s + j] = v;
+      if (v > mx) mx = v;
+    }
+  for (int e = 0; e < t->d; ++e) o[e] = 0;
+  if (mx == -INFINITY) {
+    *lse = -INFINITY;
+    free(sc);
+    return;
+  }
+  double sum = 0;
+  for (int c = 0; c < t->p; ++c)
+    for (int j = 0; j < t->s; ++j) {
+      const double w = exp(sc[(int64_t)c * t->s + j] - mx);
+      if (w == 0) continue;
+      sum += w;
+      const uint16_t *vrow =
+          vr + ((((int64_t)c * t->b + b) * t->s + j) * t->hkv + hk) * t->d;
+      for (int e = 0; e < t->d; ++e) o[e] += w * from16(vrow[e], t->f16);
+    }
+  for (int e = 0; e < t->d; ++e) o[e] /= sum;
+  *lse = mx + log(sum);
+  free(sc);
+}
+
+static void *dev_upload(const void *h, size_t bytes) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, bytes));
+  CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
+enum { GUARD = 4096 };
+
+/* One run of case t as chunk `self`; ready: set the other chunks' flags
+ * (else expect the bounded wait to time out). */
+static void run_case(const tcase *t, int self, int ready) {
+  const int64_t qn = (int64_t)t->b * t->s * t->hq * t->d,
+                kn = (int64_t)t->b * t->s * t->hkv * t->d;
+  const int64_t ln = (int64_t)t->b * t->hq * t->s;
+  uint16_t *q = malloc(2 * qn), *kr = malloc(2 * kn * t->p),
+           *vr = malloc(2 * kn * t->p);
+  for (int64_t x = 0; x < qn; ++x) q[x] = to16(rnd() * t->spread, t->f16);
+  for (int64_t x = 0; x < kn * t->p; ++x) kr[x] = to16(rnd(), t->f16);
+  for (int64_t x = 0; x < kn * t->p; ++x) vr[x] = to16(rnd(), t->f16);
+  void *dq = dev_upload(q, 2 * qn);
+  void *dk = dev_upload(kr + kn * self, 2 * kn),
+       *dv = dev_upload(vr + kn * self, 2 * kn);
+  void *dkr = NULL, *dvr = NULL;
+  uint8_t *do_ = NULL;
+  float *dl = NULL;
+  CK(cudaMalloc((void **)&do_, 2 * qn + GUARD));
+  CK(cudaMalloc((void **)&dl, 4 * ln + GUARD));
+  CK(cudaMemset(do_, 0xff, 2 * qn + GUARD));
+  CK(cudaMemset(dl, 0xff, 4 * ln + GUARD));
+  int *flags = NULL, *err = NULL, *derr = NULL;
+  char *ws = NULL;
+  mkx_tp_sync sync;
+  memset(&sync, 0, sizeof sync);
+  mkx_attn_desc d;
+  memset(&d, 0, sizeof d);
+  d.batch = t->b;
+  d.seq_q = d.seq_k = t->s;
+  d.heads_q = t->hq;
+  d.heads_kv = t->hkv;
+  d.head_dim = t->d;
+  d.q = dq;
+  d.k = dk;
+  d.v = dv;
+  d.o = do_;
+  d.lse = dl;
+  d.dtype = t->f16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
+  d.causal = t->causal;
+  d.scale = (float)(1.0 / sqrt((double)t->d));
+  d.layout = t->layout;
+  d.nchunks = t->p;
+  d.self = self;
+  if (t->p > 1) {
+    dkr = dev_upload(kr, 2 * kn * t->p);
+    dvr = dev_upload(vr, 2 * kn * t->p);
+    CK(cudaMalloc((void **)&flags, sizeof(int) * 8));
+    int host_flags[8];
+    for (int c = 0; c < 8; ++c) host_flags[c] = ready ? 5 : 4;
+    CK(cudaMemcpy(flags, host_flags, sizeof host_flags,
+                  cudaMemcpyHostToDevice));
+    CK(cudaMalloc((void **)&ws, 8192));
+    CK(cudaMemset(ws, 0, 8192));
+    CK(cudaHostAlloc((void **)&err, sizeof(int) * MKX_TP_ERR_WORDS,
+                     cudaHostAllocMapped));
+    memset(err, 0, sizeof(int) * MKX_TP_ERR_WORDS);
+    CK(cudaHostGetDevicePointer((void **)&derr, err, 0));
+    sync.rank = 0;
+    sync.size = 1;
+    sync.ws[0] = ws;
+    sync.timeout_ns = 200000000ull;
+    sync.err = derr;
+    d.k_ring = dkr;
+    d.v_ring = dvr;
+    d.ready = flags;
+    d.ready_target = 5;
+    d.sync = &sync;
+  }
+  const char *why = NULL;
+  char name[160];
+  snprintf(name, sizeof name,
+           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d%s",
+           t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
+           t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self,
+           ready ? "" : " (flags never set)");
+  if (!mkx_attn_supported(&d, &why)) {
+    printf("not ok - %s: unsupported: %s\n", name, why);
+    g_fail++;
+    goto out;
+  }
+  int rc = mkx_attn_run(&d, 0);
+  if (rc) {
+    printf("not ok - %s: mkx_attn_run = %d\n", name, rc);
+    g_fail++;
+    goto out;
+  }
+  CK(cudaDeviceSynchronize());
+  if (!ready) {
+    if (err[0] == MKX_TP_ERR_TIMEOUT && err[3] == MKX_TP_AT_KV_CHUNK &&
+        err[1] != self) {
+      g_ok++;
+      printf("ok - %s: timeout reported (chunk %d, row block %d)\n", name,
+             err[1], err[2]);
+    } else {
+      g_fail++;
+      printf(
+          "not ok - %s: error word %d %d %d %d, expected a timeout at a "
+          "key/value chunk\n",
+          name, err[0], err[1], err[2], err[3]);
+    }
+    goto out;
+  }
+  if (err && err[0]) {
+    printf("not ok - %s: error word %d\n", name, err[0]);
+    g_fail++;
+    goto out;
+  }
+  {
+    uint8_t *ho = malloc(2 * qn + GUARD);
+    float *hl = malloc(4 * ln + GUARD);
+    CK(cudaMemcpy(ho, do_, 2 * qn + GUARD, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(hl, dl, 4 * ln + GUARD, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    for (int64_t x = 2 * qn; x < 2 * qn + GUARD; ++x) bad += ho[x] != 0xff;
+    for (int64_t x = 4 * ln; x < 4 * ln + GUARD; ++x)
+      bad += ((uint8_t *)hl)[x] != 0xff;
+    if (bad) printf("# %s: %d guard bytes written\n", name, bad);
+    const double tol_o = t->f16 ? 4e-3 : 1.6e-2;
+    double worst_o = 0, worst_l = 0;
+    int64_t rows = (int64_t)t->b * t->s * t->hq, checked = 0;
+    double *o = malloc(sizeof(double) * t->d);
+    for (int64_t r = 0; r < rows; ++r) {
+      /* every row of small cases; else ~1500 rows at random, tile edges included */
+      const int i = (int)(r / t->hq % t->s);
+      if (rows > 3000 && (rnd() + 1) * rows > 3000 && i % 128 != 0 &&
+          i % 128 != 127 && i != t->s - 1)
+        continue;
+      const int b = (int)(r / ((int64_t)t->hq * t->s)), h = (int)(r % t->hq);
+      double lse;
+      ref_row(t, self, q, kr, vr, b, i, h, d.scale, o, &lse);
+      double omax = 0;
+      for (int e = 0; e < t->d; ++e) omax = fmax(omax, fabs(o[e]));
+      const uint16_t *got =
+          (const uint16_t *)ho + (((int64_t)b * t->s + i) * t->hq + h) * t->d;
+      for (int e = 0; e < t->d; ++e) {
+        const double g = from16(got[e], t->f16);
+        const double eo = fabs(g - o[e]) / (omax + 1e-30);
+        if (!(eo <= tol_o)) bad++;
+        if (!(eo <= worst_o)) worst_o = isnan(eo) ? INFINITY : eo;
+      }
+      const float gl = hl[((int64_t)b * t->hq + h) * t->s + i];
+      const double el = fabs((double)gl - lse);
+      if (!(el <= 2e-3 + 1e-4 * fabs(lse))) bad++;
+      if (!(el <= worst_l)) worst_l = isnan(el) ? INFINITY : el;
+      checked++;
+    }
+    if (bad) {
+      g_fail++;
+      printf(
+          "not ok - %s: %d bad values in %lld rows (worst O %.3g of the row's "
+          "max, LSE %.3g)\n",
+          name, bad, (long long)checked, worst_o, worst_l);
+    } else {
+      g_ok++;
+      printf("ok - %s: %lld rows, worst O %.3g, LSE %.3g\n", name,
+             (long long)checked, worst_o, worst_l);
+    }
+    free(o);
+    free(ho);
+    free(hl);
+  }
+out:
+  CK(cudaDeviceSynchronize());
+  free(q);
+  free(kr);
+  free(vr);
+  CK(cudaFree(dq));
+  CK(cudaFree(dk));
+  CK(cudaFree(dv));
+  CK(cudaFree(do_));
+  CK(cudaFree(dl));
+  if (dkr) CK(cudaFree(dkr));
+  if (dvr) CK(cudaFree(dvr));
+  if (flags) CK(cudaFree(flags));
+  if (ws) CK(cudaFree(ws));
+  if (err) CK(cudaFreeHost(err));
+}
+
+/* Engine time of the issue table's shapes, bf16, median of 10. */
+static void bench(void) {
+  static const int shapes[][5] = {{4, 4096, 16, 16, 128},
+                                  {4, 8192, 16, 16, 128},
+                                  {4, 16384, 16, 16, 128},
+                                  {1, 16384, 32, 8, 128},
+                                  {4, 8192, 16, 16, 64}};
+  printf(
+      "# engine, bf16: batch seq heads_q/heads_kv head_dim: TFLOP/s non-causal "
+      "/ causal\n");
+  for (size_t x = 0; x < sizeof shapes / sizeof shapes[0]; ++x) {
+    const int *s = shapes[x];
+    const size_t qn = (size_t)s[0] * s[1] * s[2] * s[4],
+                 kn = (size_t)s[0] * s[1] * s[3] * s[4];
+    void *q, *k, *v, *o;
+    float *l;
+    CK(cudaMalloc(&q, 2 * qn));
+    CK(cudaMalloc(&k, 2 * kn));
+    CK(cudaMalloc(&v, 2 * kn));
+    CK(cudaMalloc(&o, 2 * qn));
+    CK(cudaMalloc((void **)&l, 4 * (size_t)s[0] * s[2] * s[1]));
+    CK(cudaMemset(q, 0x3c, 2 * qn)); /* small finite values */
+    CK(cudaMemset(k, 0x3c, 2 * kn));
+    CK(cudaMemset(v, 0x3c, 2 * kn));
+    double tf[2];
+    for (int causal = 0; causal < 2; ++causal) {
+      mkx_attn_desc d;
+      memset(&d, 0, sizeof d);
+      d.batch = s[0];
+      d.seq_q = d.seq_k = s[1];
+      d.heads_q = s[2];
+      d.heads_kv = s[3];
+      d.head_dim = s[4];
+      d.q = q;
+      d.k = k;
+      d.v = v;
+      d.o = o;
+      d.lse = l;
+      d.dtype = MKX_GEMM_BF16;
+      d.causal = causal;
+      d.scale = 0.08f;
+      d.nchunks = 1;
+      cudaEvent_t e0, e1;
+      CK(cudaEventCreate(&e0));
+      CK(cudaEventCreate(&e1));
+      float ms[10];
+      for (int it = -2; it < 10; ++it) {
+        CK(cudaEventRecord(e0, 0));
+        if (mkx_attn_run(&d, 0)) {
+          printf("not ok - bench run failed\n");
+          g_fail++;
+          return;
+        }
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+      }
+      for (int a = 0; a < 10; ++a)
+        for (int b2 = a + 1; b2 < 10; ++b2)
+          if (ms[b2] < ms[a]) {
+            float tmp = ms[a];
+            ms[a] = ms[b2];
+            ms[b2] = tmp;
+          }
+      const double flops =
+          4.0 * s[0] * s[2] * (double)s[1] * s[1] * s[4] / (causal ? 2 : 1);
+      tf[causal] = flops / (ms[5] * 1e-3) / 1e12;
+      CK(cudaEventDestroy(e0));
+      CK(cudaEventDestroy(e1));
+    }
+    printf("# %d %d %d/%d %d: %.0f / %.0f\n", s[0], s[1], s[2], s[3], s[4],
+           tf[0], tf[1]);
+    CK(cudaFree(q));
+    CK(cudaFree(k));
+    CK(cudaFree(v));
+    CK(cudaFree(o));
+    CK(cudaFree(l));
+  }
+}
+
+int main(int argc, char **argv) {
+  int n = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    printf("# skip: no GPU\n");
+    return 77;
+  }
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  if (major != 9 || minor != 0) {
+    printf("# skip: not an sm_90 GPU\n");
+    return 77;
+  }
+  g_rng ^= (uint64_t)time(NULL);
+  printf("# seed %llu\n", (unsigned long long)g_rng);
+  static const tcase cases[] = {
+      /* b, s, hq, hkv, d, causal, f16, spread, p, layout */
+      {1, 1, 1, 1, 64, 0, 0, 1, 1, 0},
+      {1, 1, 1, 1, 128, 1, 0, 1, 1, 0},
+      {1, 77, 4, 1, 64, 1, 0, 4, 1, 0},
+      {2, 128, 8, 8, 128, 0, 0, 4, 1, 0},
+      {3, 1000, 4, 4, 128, 1, 0, 4, 1, 0},
+      {1, 1000, 8, 1, 64, 0, 0, 6, 1, 0},
+      {1, 4096, 8, 8, 128, 1, 0, 4, 1, 0},
+      {2, 300, 4, 2, 96, 1, 0, 4, 1, 0},
+      {1, 200, 2, 2, 40, 0, 0, 4, 1, 0},
+      {1, 129, 1, 1, 128, 1, 1, 4, 1, 0},
+      {2, 513, 8, 4, 64, 0, 1, 8, 1, 0},
+      {1, 4096, 4, 1, 128, 0, 1, 4, 1, 0},
+      {1, 2048, 4, 4, 128, 1, 0, 12, 1, 0},
+      {1, 8, 2, 2, 8, 1, 0, 4, 1, 0},
+      /* a sequence in chunks: every layout, every own chunk */
+      {1, 256, 4, 2, 128, 1, 0, 4, 2, 0},
+      {1, 256, 4, 2, 128, 1, 0, 4, 2, 1},
+      {1, 256, 4, 2, 128, 1, 0, 4, 2, 2},
+      {2, 200, 2, 1, 64, 1, 0, 4, 3, 1},
+      {2, 77, 2, 2, 64, 0, 1, 4, 4, 2},
+      {1, 1000, 2, 2, 128, 1, 0, 4, 4, 0},
+      {1, 1000, 2, 2, 128, 1, 0, 4, 4, 1},
+      {1, 1001, 2, 2, 64, 1, 1, 4, 3, 2},
+  };
+  for (size_t x = 0; x < sizeof cases / sizeof cases[0]; ++x) {
+    const tcase *t = &cases[x];
+    if (t->p == 1)
+      run_case(t, 0, 1);
+    else
+      for (int self = 0; self < t->p; ++self) run_case(t, self, 1);
+  }
+  run_case(&cases[14], 1, 0);
+  if (argc > 1 && !strcmp(argv[1], "--bench")) bench();
+  printf("# %d ok, %d failed\n", g_ok, g_fail);
+  return g_fail ? 1 : 0;
+}
