@@ -13,6 +13,12 @@
  *                          [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]
  *     The fused tensor-parallel calls against cuBLAS + NCCL; without NCCL where ranks share a GPU
  *     (MPS) or with --no-nccl; --one-rank: also the same call on rank 0 alone (tests/perf/perf_tp.c).
+ *
+ *   mpirun -np P mkx_perf attn [--shapes B,S,HQ,HKV,D ...] [--small] [--reps N] [--warmup N]
+ *                            [--versus FILE] [--out FILE.md] [--no-lse]
+ *     MKX_Ring_attention on device buffers, causal and not: TFLOP/s of the whole attention,
+ *     slowest rank; --versus: beside PyTorch SDPA's lines (tests/perf/torch_sdpa.py) on 1 rank
+ *     (tests/perf/perf_attn.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -332,7 +338,8 @@ typedef struct {
   const char *help;
 } subcommand;
 
-int mkx_perf_tp(int argc, char **argv); /* tests/perf/perf_tp.c */
+int mkx_perf_tp(int argc, char **argv);   /* tests/perf/perf_tp.c */
+int mkx_perf_attn(int argc, char **argv); /* tests/perf/perf_attn.c */
 
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
@@ -348,6 +355,10 @@ static const subcommand kCommands[] = {
      "[--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE] [--no-nccl] "
      "[--one-rank] "
      "[--host-times] (tp --help)"},
+    {"attn", mkx_perf_attn,
+     "MKX_Ring_attention on device buffers, TFLOP/s (under mpirun): "
+     "[--shapes B,S,HQ,HKV,D ...] [--small] [--reps N] [--warmup N] "
+     "[--versus SDPA_FILE] [--out FILE] [--no-lse] (attn --help)"},
 };
 
 static void usage(void) {

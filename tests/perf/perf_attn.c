@@ -1,0 +1,670 @@
+/*
+ * mkx_perf attn: MKX_Ring_attention on device buffers, timed (run with
+ * `mpirun -np P mkx_perf attn ...`; one rank is the main case, any number
+ * of ranks works, one GPU per rank or several ranks on one GPU under MPS).
+ *
+ *   mkx_perf attn [--shapes B,S,HQ,HKV,D ...] [--small] [--reps N]
+ *                 [--warmup N] [--versus FILE] [--out FILE.md] [--no-lse]
+ *                 [--help]
+ *
+ * For each shape and causal = 0, 1: Q, K, V, O and LSE in cudaMalloc'd
+ * memory (random bf16 in [-1, 1], uploaded once, a different seed per
+ * rank), scale 1/sqrt(D) (scale = 0), LSE written unless --no-lse, the
+ * communicator's options from the MKX_* environment only.  --warmup calls
+ * (default 2), then --reps timed calls (default 10) on one non-blocking
+ * stream, each after a stream synchronisation and an MPI barrier, between
+ * two CUDA events.  A staged call synchronises and computes on the host:
+ * the second event is recorded after it returns, so its time is the
+ * call's whole time.  Reported: the median of each rank, the slowest rank
+ * (MPI_Allreduce MAX), and TFLOP/s of the whole attention,
+ *     4 * B * HQ * (p*S)^2 * D  (causal: half)  / time,
+ * where S is the sequence per rank (the whole sequence is p*S on p ranks);
+ * the column "MKX path" names the path the timed calls took (ops/path.h,
+ * counted on rank 0).
+ *
+ * Shapes B,S,HQ,HKV,D (batch, sequence per rank, query heads, key/value
+ * heads, head dimension; HQ a multiple of HKV): by default the issue's
+ * table 4,4096,16,16,128  4,8192,16,16,128  4,16384,16,16,128
+ * 1,16384,32,8,128  4,8192,16,16,64; --small: 1,1024,4,4,128 2,2048,8,2,64
+ * (for slow paths); --shapes replaces the default list (with --small: the
+ * small list, then these).
+ *
+ * --versus FILE: lines of tests/perf/torch_sdpa.py
+ *     sdpa <backend> B S HQ HKV D causal ms tflops
+ *     sdpa <backend> B S HQ HKV D causal unavailable <why>
+ * (other lines are skipped).  On one rank the table gets one column per
+ * backend (in the order of the file; "n/a": unavailable there, "-": not in
+ * the file), each its TFLOP/s from its ms and the FLOP count above, and
+ * "MKX / best", MKX over the fastest backend of the row.  On several
+ * ranks --versus is ignored with a note (SDPA ran on one GPU).
+ *
+ * --out FILE.md appends a section: date (UTC), GPU name, ranks and GPUs,
+ * whether ranks share a GPU (GPU UUIDs compared over MPI_Allgather; MPS or
+ * time slices as MKX sees it), the MKX_* variables set, the method, and the
+ * table; its rows are written as each is measured.
+ *
+ * Exit: 0; 2 bad arguments; 77 no GPU on some rank (MKX runs the host path
+ * there, and this benchmark times device buffers); 1 on any failure of a
+ * CUDA, MPI or MKX call (the MKX error string and message are printed).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <errno.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "mkx.h"
+#include "core/device.h"
+#include "ops/path.h"
+#include "cuda_check.h"
+
+extern char **environ;
+
+/* A CUDA call, on this job's rank (cuda_check.h: a "not ok" line naming
+ * the rank and the call, then MPI_Abort). */
+#define AK(x) MT_CUDA_AT(g_rank, x)
+/* An MKX call: the error string and MKX's message, then MPI_Abort. */
+#define AM(x)                                                                  \
+  do {                                                                         \
+    int r_ = (x);                                                              \
+    if (r_ != MKX_SUCCESS) {                                                   \
+      fprintf(stderr, "mkx_perf attn: rank %d: %s:%d: %s: %s (%d): %s\n",      \
+              g_rank, __FILE__, __LINE__, #x, MKX_Error_string(r_), r_,        \
+              MKX_Get_last_error());                                           \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
+  } while (0)
+/* An MPI call (MPI's default handler aborts first; this covers a job that
+ * changed it). */
+#define AI(x)                                                                  \
+  do {                                                                         \
+    int r_ = (x), n_ = 0;                                                      \
+    char s_[MPI_MAX_ERROR_STRING];                                             \
+    if (r_ != MPI_SUCCESS) {                                                   \
+      if (MPI_Error_string(r_, s_, &n_) != MPI_SUCCESS)                        \
+        snprintf(s_, sizeof s_, "MPI error %d", r_);                           \
+      fprintf(stderr, "mkx_perf attn: rank %d: %s:%d: %s: %s\n", g_rank,       \
+              __FILE__, __LINE__, #x, s_);                                     \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
+  } while (0)
+
+enum { MAX_SHAPES = 32, MAX_BACKENDS = 8 };
+
+static int g_rank; /* for the messages of AK, AM, AI */
+
+typedef struct shape {
+  int64_t b, s, hq, hkv, d; /* s: sequence per rank */
+} shape;
+
+typedef struct opts {
+  shape shapes[MAX_SHAPES];
+  int ns, reps, warmup, lse;
+  const char *versus, *outname;
+} opts;
+
+typedef struct env {
+  int rank, size, dev;
+  int gpus;   /* distinct GPUs of the job */
+  int shared; /* two ranks of the job on one GPU */
+  int mps;    /* this rank's context is an MPS client (-1: unknown) */
+  int ctx_sms;
+  struct cudaDeviceProp prop;
+  MKX_Comm mkx;
+  cudaStream_t st;
+  cudaEvent_t e0, e1;
+} env;
+
+/* One measurement of torch_sdpa.py. */
+typedef struct sdpa_line {
+  int backend; /* index into baseline.names */
+  shape sh;    /* s: the whole sequence (one GPU) */
+  int causal, avail;
+  double ms;
+} sdpa_line;
+
+typedef struct baseline {
+  char names[MAX_BACKENDS][32];
+  int nb, nl, cap;
+  sdpa_line *lines;
+} baseline;
+
+typedef struct result {
+  double ms, tflops; /* slowest rank's median */
+  char path[160];    /* the paths the timed calls took (rank 0) */
+} result;
+
+static const char attn_usage[] =
+    "usage: mpirun -np P mkx_perf attn [--shapes B,S,HQ,HKV,D ...] [--small]\n"
+    "         [--reps N] [--warmup N] [--versus FILE] [--out FILE.md]\n"
+    "         [--no-lse]\n"
+    "  MKX_Ring_attention on device buffers (bf16), causal and not: median\n"
+    "  of N timed calls (default 10, after 2 warm-up calls), slowest rank,\n"
+    "  TFLOP/s of the whole attention, 4*B*HQ*(P*S)^2*D (causal: half) /\n"
+    "  time.  S is the sequence per rank.  Default shapes: 4,4096,16,16,128\n"
+    "  4,8192,16,16,128 4,16384,16,16,128 1,16384,32,8,128 4,8192,16,16,64;\n"
+    "  --small: 1,1024,4,4,128 2,2048,8,2,64 (slow paths).\n"
+    "  --versus FILE: lines of tests/perf/torch_sdpa.py (PyTorch SDPA on\n"
+    "  one GPU), set beside MKX on 1 rank with the ratio MKX / best.\n"
+    "  --out FILE.md: appends the table, with date, GPU and MKX_* options.\n"
+    "  --no-lse: LSE = NULL.  tests/perf/perf_attn.c says more.\n";
+
+static const shape default_shapes[] = {{4, 4096, 16, 16, 128},
+                                       {4, 8192, 16, 16, 128},
+                                       {4, 16384, 16, 16, 128},
+                                       {1, 16384, 32, 8, 128},
+                                       {4, 8192, 16, 16, 64}};
+static const shape small_shapes[] = {{1, 1024, 4, 4, 128}, {2, 2048, 8, 2, 64}};
+
+/* ---- arguments ------------------------------------------------------------ */
+
+static int usage_error(const char *what, const char *arg) {
+  fprintf(stderr, "mkx_perf attn: %s: %s\n%s", what, arg, attn_usage);
+  return 2;
+}
+
+/* An int in [lo, 1000000] from v into *x: 1, or 0 if v is not one. */
+static int int_arg(const char *v, int lo, int *x) {
+  char *end;
+  errno = 0;
+  long l = strtol(v, &end, 10);
+  if (errno || end == v || *end || l < lo || l > 1000000) return 0;
+  *x = (int)l;
+  return 1;
+}
+
+/* "B,S,HQ,HKV,D": 0, or 2 after a message. */
+static int parse_shape(const char *v, shape *sh) {
+  long long b, s, hq, hkv, d;
+  char end;
+  if (sscanf(v, "%lld,%lld,%lld,%lld,%lld%c", &b, &s, &hq, &hkv, &d, &end) !=
+          5 ||
+      b < 1 || s < 1 || hq < 1 || hkv < 1 || d < 1)
+    return usage_error("--shapes takes B,S,HQ,HKV,D (positive)", v);
+  if (hq % hkv) return usage_error("HQ must be a multiple of HKV", v);
+  *sh = (shape){b, s, hq, hkv, d};
+  return 0;
+}
+
+static void add_shapes(opts *o, const shape *list, int n) {
+  for (int i = 0; i < n && o->ns < MAX_SHAPES; i++)
+    o->shapes[o->ns++] = list[i];
+}
+
+/* 0: run; 1: --help; 2: bad arguments (said on stderr). */
+static int parse_args(int argc, char **argv, opts *o) {
+  shape given[MAX_SHAPES];
+  int ng = 0, small = 0;
+  memset(o, 0, sizeof *o);
+  o->reps = 10, o->warmup = 2, o->lse = 1;
+  for (int i = 0; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
+    if (!strcmp(a, "--small")) {
+      small = 1;
+    } else if (!strcmp(a, "--no-lse")) {
+      o->lse = 0;
+    } else if (!strcmp(a, "--shapes")) {
+      int before = ng;
+      for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2); i++) {
+        if (ng == MAX_SHAPES)
+          return usage_error("too many shapes", argv[i + 1]);
+        if (parse_shape(argv[i + 1], &given[ng++])) return 2;
+      }
+      if (ng == before) return usage_error("missing its value", a);
+    } else if (!strcmp(a, "--reps") || !strcmp(a, "--warmup") ||
+               !strcmp(a, "--versus") || !strcmp(a, "--out")) {
+      if (i + 1 >= argc) return usage_error("missing its value", a);
+      const char *v = argv[++i];
+      if (!strcmp(a, "--reps") && !int_arg(v, 1, &o->reps))
+        return usage_error("--reps takes a positive integer", v);
+      if (!strcmp(a, "--warmup") && !int_arg(v, 0, &o->warmup))
+        return usage_error("--warmup takes an integer >= 0", v);
+      if (!strcmp(a, "--versus")) o->versus = v;
+      if (!strcmp(a, "--out")) o->outname = v;
+    } else {
+      return usage_error("unknown option", a);
+    }
+  }
+  if (small) add_shapes(o, small_shapes, 2);
+  add_shapes(o, given, ng);
+  if (o->ns == 0) add_shapes(o, default_shapes, 5);
+  return 0;
+}
+
+/* ---- torch_sdpa.py's lines ------------------------------------------------ */
+
+static int backend_index(baseline *bl, const char *name) {
+  for (int i = 0; i < bl->nb; i++)
+    if (!strcmp(bl->names[i], name)) return i;
+  if (bl->nb == MAX_BACKENDS) return -1;
+  snprintf(bl->names[bl->nb], sizeof bl->names[0], "%s", name);
+  return bl->nb++;
+}
+
+/* Reads FILE (rank 0): 0, or 1 after a message. */
+static int load_sdpa(const char *path, baseline *bl) {
+  char line[512], name[32], tok[64];
+  long long b, s, hq, hkv, d;
+  int causal;
+  double tf;
+  FILE *f = fopen(path, "r");
+  memset(bl, 0, sizeof *bl);
+  if (!f) {
+    fprintf(stderr, "mkx_perf attn: --versus %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  while (fgets(line, sizeof line, f)) {
+    int n = sscanf(line, "sdpa %31s %lld %lld %lld %lld %lld %d %63s %lf", name,
+                   &b, &s, &hq, &hkv, &d, &causal, tok, &tf);
+    int avail = n == 9 && strcmp(tok, "unavailable"), bi;
+    if (!avail && !(n >= 8 && !strcmp(tok, "unavailable"))) continue;
+    if ((bi = backend_index(bl, name)) < 0) continue;
+    if (bl->nl == bl->cap) {
+      bl->cap = bl->cap ? 2 * bl->cap : 64;
+      bl->lines = realloc(bl->lines, (size_t)bl->cap * sizeof *bl->lines);
+      if (!bl->lines) {
+        fprintf(stderr, "mkx_perf attn: out of host memory\n");
+        fclose(f);
+        return 1;
+      }
+    }
+    bl->lines[bl->nl++] = (sdpa_line){
+        bi, {b, s, hq, hkv, d}, causal != 0, avail, avail ? atof(tok) : 0};
+  }
+  fclose(f);
+  if (bl->nl == 0)
+    fprintf(stderr, "mkx_perf attn: no sdpa lines in %s: no baseline\n", path);
+  return 0;
+}
+
+/* The last line of backend bi for this shape (whole sequence) and mask. */
+static const sdpa_line *sdpa_find(const baseline *bl, int bi, const shape *sh,
+                                  int causal) {
+  const sdpa_line *hit = NULL;
+  for (int i = 0; i < bl->nl; i++) {
+    const sdpa_line *l = &bl->lines[i];
+    if (l->backend == bi && l->causal == causal && l->sh.b == sh->b &&
+        l->sh.s == sh->s && l->sh.hq == sh->hq && l->sh.hkv == sh->hkv &&
+        l->sh.d == sh->d)
+      hit = l;
+  }
+  return hit;
+}
+
+/* ---- output --------------------------------------------------------------- */
+
+/* Appends printf-style text to s (len bytes in all), truncating. */
+__attribute__((format(printf, 3, 4))) static void cat(char *s, size_t len,
+                                                      const char *fmt, ...) {
+  size_t used = strlen(s);
+  va_list ap;
+  if (used + 1 >= len) return;
+  va_start(ap, fmt);
+  vsnprintf(s + used, len - used, fmt, ap);
+  va_end(ap);
+}
+
+/* FLOPs of the whole attention: p ranks of s positions each. */
+static double attn_flops(const shape *sh, int p, int causal) {
+  double seq = (double)p * (double)sh->s;
+  return 4.0 * (double)sh->b * (double)sh->hq * seq * seq * (double)sh->d /
+         (causal ? 2.0 : 1.0);
+}
+
+/* A rate or a time with as many digits as the slow paths need. */
+static void num(char *s, size_t len, double x) {
+  if (x >= 100)
+    cat(s, len, " %.1f |", x);
+  else if (x >= 1)
+    cat(s, len, " %.2f |", x);
+  else
+    cat(s, len, " %.3g |", x);
+}
+
+static int versus_on(const env *e, const opts *o) {
+  return o->versus && e->size == 1;
+}
+
+static void print_row(const env *e, const opts *o, const baseline *bl,
+                      const shape *sh, int causal, const result *r, FILE *out) {
+  char line[600] = "";
+  double best = 0;
+  cat(line, sizeof line, "| %lld,%lld,%lld,%lld,%lld | %d |", (long long)sh->b,
+      (long long)sh->s, (long long)sh->hq, (long long)sh->hkv, (long long)sh->d,
+      causal);
+  num(line, sizeof line, r->tflops);
+  for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++) {
+    const sdpa_line *l = sdpa_find(bl, bi, sh, causal);
+    if (!l) {
+      cat(line, sizeof line, " - |");
+    } else if (!l->avail || l->ms <= 0) {
+      cat(line, sizeof line, " n/a |");
+    } else {
+      double tf = attn_flops(sh, 1, causal) / (l->ms * 1e-3) / 1e12;
+      if (tf > best) best = tf;
+      num(line, sizeof line, tf);
+    }
+  }
+  if (versus_on(e, o)) {
+    if (best > 0)
+      cat(line, sizeof line, " %.3f |", r->tflops / best);
+    else
+      cat(line, sizeof line, " - |");
+  }
+  num(line, sizeof line, r->ms);
+  cat(line, sizeof line, " %s |\n", r->path);
+  fputs(line, stdout);
+  fflush(stdout);
+  if (out) fputs(line, out), fflush(out);
+}
+
+/* The MKX_* variables set, "none" if none. */
+static void mkx_environment(char *s, size_t len) {
+  int n = 0;
+  for (char **v = environ; v && *v; v++)
+    if (!strncmp(*v, "MKX_", 4)) cat(s, len, "%s`%s`", n++ ? ", " : "", *v);
+  if (n == 0) cat(s, len, "none");
+}
+
+/* Rank 0: the section's title, method, legend and column heads, on stdout
+ * and appended to --out (returned, or NULL). */
+static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
+  char head[4096] = "", day[32], envs[1024] = "";
+  time_t now = time(NULL);
+  struct tm g;
+  gmtime_r(&now, &g);
+  strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", &g);
+  mkx_environment(envs, sizeof envs);
+  cat(head, sizeof head,
+      "\n### mkx_perf attn, %s, %d rank%s on %d x %s (%d SMs)\n\n", day,
+      e->size, e->size > 1 ? "s" : "", e->gpus, e->prop.name,
+      e->prop.multiProcessorCount);
+  if (e->shared)
+    cat(head, sizeof head,
+        "Ranks share a GPU (same GPU UUID on several ranks), %s; this "
+        "rank's context has %d of its %d SMs.  ",
+        e->mps == 1   ? "under MPS"
+        : e->mps == 0 ? "in time slices (no MPS)"
+                      : "MPS unknown",
+        e->ctx_sms, e->prop.multiProcessorCount);
+  else
+    cat(head, sizeof head, "One GPU per rank (GPU UUIDs differ).  ");
+  char seq[32] = "S"; /* the whole sequence */
+  if (e->size > 1) snprintf(seq, sizeof seq, "%d*S", e->size);
+  cat(head, sizeof head,
+      "MKX_* environment: %s.\n\n"
+      "MKX_Ring_attention on device buffers (cudaMalloc), bf16, random "
+      "values in [-1, 1], scale 1/sqrt(D), LSE %s; shape B,S,HQ,HKV,D "
+      "with S the sequence per rank (whole sequence %s); median of %d "
+      "calls (CUDA events on one stream, each call after an MPI barrier), "
+      "%d warm-up, slowest rank; TFLOP/s of the whole attention: "
+      "4*B*HQ*(%s)^2*D (causal: half) / time; MKX path: the path the "
+      "timed calls took.",
+      envs, o->lse ? "written" : "not asked for (NULL)", seq, o->reps,
+      o->warmup, seq);
+  if (versus_on(e, o))
+    cat(head, sizeof head,
+        "  Beside it, TFLOP/s of PyTorch SDPA per backend on the same GPU "
+        "(`tests/perf/torch_sdpa.py`, lines of `%s`, from its ms and the "
+        "same FLOP count; n/a: unavailable there, -: not in the file); "
+        "MKX / best: MKX over the fastest backend.",
+        o->versus);
+  cat(head, sizeof head, "\n\n| shape | causal | MKX TFLOP/s |");
+  for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
+    cat(head, sizeof head, " %s |", bl->names[bi]);
+  if (versus_on(e, o)) cat(head, sizeof head, " MKX / best |");
+  cat(head, sizeof head, " MKX ms | MKX path |\n|---|---:|---:|");
+  for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
+    cat(head, sizeof head, "---:|");
+  cat(head, sizeof head, "%s---:|---|\n", versus_on(e, o) ? "---:|" : "");
+  fputs(head, stdout);
+  fflush(stdout);
+  FILE *out = NULL;
+  if (o->outname && (out = fopen(o->outname, "a")) == NULL) {
+    fprintf(stderr, "mkx_perf attn: --out %s: %s\n", o->outname,
+            strerror(errno));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (out) fputs(head, out), fflush(out);
+  return out;
+}
+
+/* ---- the job -------------------------------------------------------------- */
+
+/* Distinct GPUs of the job (UUIDs over MPI_Allgather), and whether two
+ * ranks share one. */
+static void job_gpus(env *e) {
+  unsigned char *all = calloc((size_t)e->size, 16);
+  if (!all) {
+    fprintf(stderr, "mkx_perf attn: out of host memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  AI(MPI_Allgather(e->prop.uuid.bytes, 16, MPI_BYTE, all, 16, MPI_BYTE,
+                   MPI_COMM_WORLD));
+  e->gpus = 0, e->shared = 0;
+  for (int q = 0; q < e->size; q++) {
+    int seen = 0;
+    for (int s = 0; s < q && !seen; s++)
+      seen = !memcmp(all + 16 * s, all + 16 * q, 16);
+    e->gpus += !seen;
+    e->shared |= seen;
+  }
+  free(all);
+}
+
+/* 0, or 77 (said on rank 0) when some rank has no GPU. */
+static int env_init(env *e) {
+  int mindev;
+  memset(e, 0, sizeof *e);
+  AI(MPI_Comm_rank(MPI_COMM_WORLD, &e->rank));
+  AI(MPI_Comm_size(MPI_COMM_WORLD, &e->size));
+  g_rank = e->rank;
+  AM(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &e->mkx));
+  AM(MKX_Comm_device(e->mkx, &e->dev));
+  AI(MPI_Allreduce(&e->dev, &mindev, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
+  if (mindev < 0) {
+    if (e->rank == 0)
+      fprintf(stderr,
+              "mkx_perf attn: no GPU on %s (MKX runs the host path "
+              "there); this benchmark times device buffers: skipped\n",
+              e->size > 1 ? "some rank" : "this machine");
+    AM(MKX_Comm_free(&e->mkx));
+    return 77;
+  }
+  AK(cudaSetDevice(e->dev));
+  AK(cudaGetDeviceProperties(&e->prop, e->dev));
+  mkx_device_sms sms;
+  if (mkx_device_sm_info(e->dev, &sms) == MKX_SUCCESS)
+    e->mps = sms.mps, e->ctx_sms = sms.ctx_sms;
+  else
+    e->mps = -1, e->ctx_sms = e->prop.multiProcessorCount;
+  job_gpus(e);
+  AK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
+  AK(cudaEventCreate(&e->e0));
+  AK(cudaEventCreate(&e->e1));
+  return 0;
+}
+
+static void env_fini(env *e) {
+  AK(cudaEventDestroy(e->e0));
+  AK(cudaEventDestroy(e->e1));
+  AK(cudaStreamDestroy(e->st));
+  AM(MKX_Comm_free(&e->mkx));
+}
+
+typedef struct bufs {
+  void *q, *k, *v, *o;
+  float *lse;
+} bufs;
+
+/* Random bf16 in [-1, 1] (never 0): a host chunk uploaded once, then
+ * doubled on the device; finished on return. */
+static void fill(const env *e, void *d, size_t count, uint64_t seed) {
+  size_t chunk = count < ((size_t)1 << 20) ? count : ((size_t)1 << 20);
+  uint16_t *h = malloc(chunk * 2);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  if (!h) {
+    fprintf(stderr, "mkx_perf attn: out of host memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (size_t i = 0; i < chunk; i++) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    float f = (float)((x >> 20) & 0xffff) / 32768.0f - 1.0f;
+    uint32_t u;
+    if (f == 0.0f) f = 0.5f;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    h[i] = (uint16_t)(u >> 16);
+  }
+  AK(cudaMemcpyAsync(d, h, chunk * 2, cudaMemcpyHostToDevice, e->st));
+  for (size_t done = chunk; done < count;) {
+    size_t n = done < count - done ? done : count - done;
+    AK(cudaMemcpyAsync((uint16_t *)d + done, d, n * 2, cudaMemcpyDeviceToDevice,
+                       e->st));
+    done += n;
+  }
+  AK(cudaStreamSynchronize(e->st));
+  free(h);
+}
+
+static void bufs_alloc(const env *e, const opts *o, const shape *sh, bufs *b) {
+  size_t rows = (size_t)(sh->b * sh->s);
+  size_t nq = rows * (size_t)(sh->hq * sh->d),
+         nk = rows * (size_t)(sh->hkv * sh->d);
+  uint64_t seed = 1000u * (uint64_t)(e->rank + 1);
+  memset(b, 0, sizeof *b);
+  AK(cudaMalloc(&b->q, nq * 2));
+  AK(cudaMalloc(&b->k, nk * 2));
+  AK(cudaMalloc(&b->v, nk * 2));
+  AK(cudaMalloc(&b->o, nq * 2));
+  AK(cudaMemsetAsync(b->o, 0, nq * 2, e->st));
+  if (o->lse) AK(cudaMalloc((void **)&b->lse, rows * (size_t)sh->hq * 4));
+  fill(e, b->q, nq, seed + 1);
+  fill(e, b->k, nk, seed + 2);
+  fill(e, b->v, nk, seed + 3);
+}
+
+static void bufs_free(bufs *b) {
+  AK(cudaFree(b->q));
+  AK(cudaFree(b->k));
+  AK(cudaFree(b->v));
+  AK(cudaFree(b->o));
+  AK(cudaFree(b->lse));
+}
+
+static void call(const env *e, const shape *sh, int causal, const bufs *b) {
+  AM(MKX_Ring_attention(b->q, b->k, b->v, b->o, b->lse, sh->b, sh->s, sh->hq,
+                        sh->hkv, sh->d, causal, 0.0, MKX_BF16, e->mkx, e->st));
+}
+
+static int cmp_f(const void *a, const void *b) {
+  float x = *(const float *)a, y = *(const float *)b;
+  return x < y ? -1 : x > y;
+}
+
+static float median_of(float *v, int n) {
+  qsort(v, (size_t)n, sizeof *v, cmp_f);
+  return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* The paths counted between before[] and now, with their counts where
+ * they are not every timed call. */
+static void paths_taken(const long *before, int reps, char *s, size_t len) {
+  int n = 0;
+  s[0] = '\0';
+  for (int p = 0; p < MKX_PATH_COUNT; p++) {
+    long d = mkx_path_starts((mkx_path)p) - before[p];
+    if (d <= 0) continue;
+    cat(s, len, "%s%s", n++ ? " + " : "", mkx_path_name((mkx_path)p));
+    if (d != reps) cat(s, len, " (%ld of %d)", d, reps);
+  }
+  if (n == 0) cat(s, len, "?");
+}
+
+static void bench(const env *e, const opts *o, const shape *sh, int causal,
+                  const bufs *b, result *r) {
+  float *t = calloc((size_t)o->reps, sizeof *t), med;
+  long before[MKX_PATH_COUNT];
+  int async = MKX_SUCCESS;
+  if (!t) {
+    fprintf(stderr, "mkx_perf attn: out of host memory\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  for (int w = 0; w < o->warmup; w++) call(e, sh, causal, b);
+  for (int p = 0; p < MKX_PATH_COUNT; p++)
+    before[p] = mkx_path_starts((mkx_path)p);
+  for (int i = 0; i < o->reps; i++) {
+    AK(cudaStreamSynchronize(e->st));
+    AI(MPI_Barrier(MPI_COMM_WORLD));
+    AK(cudaEventRecord(e->e0, e->st));
+    call(e, sh, causal, b);
+    AK(cudaEventRecord(e->e1, e->st));
+    AK(cudaEventSynchronize(e->e1));
+    AK(cudaEventElapsedTime(&t[i], e->e0, e->e1));
+  }
+  AK(cudaStreamSynchronize(e->st));
+  AK(cudaGetLastError());
+  /* GPU work that failed after its call returned: no number from it */
+  AM(MKX_Comm_get_async_error(e->mkx, &async));
+  if (async != MKX_SUCCESS) {
+    fprintf(stderr, "mkx_perf attn: rank %d: a timed call failed: %s: %s\n",
+            e->rank, MKX_Error_string(async), MKX_Get_last_error());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  paths_taken(before, o->reps, r->path, sizeof r->path);
+  med = median_of(t, o->reps);
+  AI(MPI_Allreduce(MPI_IN_PLACE, &med, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
+  r->ms = med;
+  r->tflops = attn_flops(sh, e->size, causal) / (med * 1e-3) / 1e12;
+  free(t);
+}
+
+int mkx_perf_attn(int argc, char **argv) {
+  opts o;
+  env e;
+  baseline bl;
+  int rc = parse_args(argc, argv, &o);
+  if (rc == 1) fputs(attn_usage, stdout);
+  if (rc) return rc == 1 ? 0 : rc;
+  if (MPI_Init(NULL, NULL) != MPI_SUCCESS) {
+    fprintf(stderr, "mkx_perf attn: MPI_Init failed\n");
+    return 1;
+  }
+  if ((rc = env_init(&e)) != 0) {
+    AI(MPI_Finalize());
+    return rc;
+  }
+  memset(&bl, 0, sizeof bl);
+  if (e.rank == 0 && o.versus && e.size > 1)
+    fprintf(stderr,
+            "mkx_perf attn: --versus ignored: SDPA ran on one GPU, this "
+            "job has %d ranks\n",
+            e.size);
+  if (e.rank == 0 && versus_on(&e, &o) && load_sdpa(o.versus, &bl))
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  FILE *out = e.rank == 0 ? open_table(&e, &o, &bl) : NULL;
+  for (int i = 0; i < o.ns; i++) {
+    bufs b;
+    bufs_alloc(&e, &o, &o.shapes[i], &b);
+    for (int causal = 0; causal < 2; causal++) {
+      result r;
+      bench(&e, &o, &o.shapes[i], causal, &b, &r);
+      if (e.rank == 0) print_row(&e, &o, &bl, &o.shapes[i], causal, &r, out);
+    }
+    bufs_free(&b);
+  }
+  if (out && fclose(out) != 0) {
+    fprintf(stderr, "mkx_perf attn: --out %s: %s\n", o.outname,
+            strerror(errno));
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  free(bl.lines);
+  env_fini(&e);
+  AI(MPI_Finalize());
+  return 0;
+}
