@@ -57,6 +57,19 @@ int make_kv_map(CUtensorMap *map, const void *ptr, const mkx_attn_desc *d, int c
   return make_map(map, ptr, d->dtype, 5, dims, st, box);
 }
 
+/* (batch, query head) pairs per section of the tile order: as many as
+ * keep their keys and values within about half of L2, a whole number of
+ * grouped-query groups. */
+int section_pairs(const mkx_attn_desc *d) {
+  const int64_t group = d->heads_q / d->heads_kv;
+  const int64_t kv_per_group = (int64_t)d->nchunks * d->seq_k * d->head_dim * 2 * 2;
+  int64_t groups = (24ll << 20) / (kv_per_group > 0 ? kv_per_group : 1);
+  if (groups < 1) groups = 1;
+  const int64_t pairs = d->batch * d->heads_q;
+  const int64_t n = groups * group;
+  return (int)(n < pairs ? n : pairs);
+}
+
 template <int D, int BN, int STAGES, bool F16>
 int launch(const mkx_attn_desc *d, cudaStream_t s) {
   typedef Config<D, BN, STAGES, F16> Cfg;
@@ -82,7 +95,7 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   p.head_dim = (int)d->head_dim;
   p.group = (int)(d->heads_q / d->heads_kv);
   p.causal = d->causal != 0;
-  p.layout = d->layout;
+  p.layout = d->nchunks > 1 ? d->layout : kContiguous;
   p.nchunks = d->nchunks;
   p.self = d->self;
   p.scale = d->scale;
@@ -92,6 +105,8 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   p.ready = d->ready;
   p.ready_target = d->ready_target;
   if (d->sync) p.sync = *d->sync;
+  p.tile_counter = d->tile_counter;
+  p.section = section_pairs(d);
   int sms = 0;
   rc = mkx::gemm::num_sms(&sms, d->sync ? d->sync->ctas : 0);
   if (rc) return rc;
@@ -101,6 +116,10 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   auto kern = mkx_attn_kernel<Cfg, OutT>;
   rc = mkx::gemm::smem_attr_once<mkx_attn_kernel<Cfg, OutT>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
+  if (d->tile_counter) {
+    cudaError_t e = cudaMemsetAsync(d->tile_counter, 0, sizeof(int), s);
+    if (e != cudaSuccess) return (int)e;
+  }
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmQ, tmK, tmV, tmKr, tmVr, p);
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;

@@ -56,7 +56,8 @@ typedef struct mkx_attn_desc {
   int dtype;  /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (the public values) */
   int causal; /* 0 or 1 */
   float scale;
-  int layout; /* MKX_ATTN_CONTIGUOUS, _ZIGZAG, _STRIPED (values of mkx.h) */
+  int layout; /* 0 contiguous, 1 zigzag, 2 striped: the values of the
+                 option attn_layout (MKX_ATTN_*) */
   int nchunks, self;
   const void *k_ring, *v_ring; /* NULL when nchunks == 1 */
   const int *ready;            /* ready[c]: NULL when nchunks == 1 */
@@ -65,6 +66,11 @@ typedef struct mkx_attn_desc {
                               when nchunks == 1 */
   int num_ctas;            /* persistent CTAs; 0: one per SM (at most
                               sync->ctas) */
+  int *tile_counter;       /* NULL: each CTA takes every num_ctas-th tile;
+                              else one int of device memory that the run
+                              zeroes on its stream and the CTAs take tiles
+                              from (balances the causal mask's uneven
+                              tiles); one per concurrent run */
 } mkx_attn_desc;
 
 /* 1 if the engine can run d, else 0 and (if why != NULL) a static reason.

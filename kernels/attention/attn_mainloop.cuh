@@ -88,6 +88,8 @@ struct Params {
   float *lse;
   const int *ready;
   int ready_target;
+  int *tile_counter;  // NULL: static round robin; else zero at launch, one atomicAdd per tile
+  int section;        // (batch, head) pairs per section of the tile order
   mkx_tp_sync sync;
 };
 
@@ -101,22 +103,54 @@ __device__ __forceinline__ int64_t position(const Params &p, int r, int i) {
   return (int64_t)r * p.seq_k + i;
 }
 
-/* Tile t of the CTA's walk: (batch, query head, row block).  Heads
- * outermost so that the tiles in flight share K and V in L2; with the
- * causal mask the longest row blocks of each head go first. */
+/* Keys of chunk c that a query at global position qpos may see under the
+ * causal mask: positions grow with the local index in every layout, so
+ * they are the first ones of the chunk. */
+__device__ __forceinline__ int visible_keys(const Params &p, int c, int64_t qpos) {
+  const int64_t S = p.seq_k;
+  int64_t n;
+  if (p.layout == kStriped) {
+    n = qpos < c ? 0 : (qpos - c) / p.nchunks + 1;
+  } else if (p.layout == kZigzag) {
+    const int64_t h = S >> 1;
+    const int64_t a = qpos - c * h + 1, b = qpos - (2 * p.nchunks - 1 - c) * h + 1;
+    n = (a < 0 ? 0 : a > h ? h : a) + (b < 0 ? 0 : b > h ? h : b);
+  } else {
+    n = qpos - c * S + 1;
+  }
+  return (int)(n < 0 ? 0 : n > S ? S : n);
+}
+
+/* Tile t of the walk: (batch, query head, row block).  The (batch, head)
+ * pairs go in sections small enough that their keys and values stay in L2
+ * while the section's tiles run.  Without the mask a section's heads go
+ * one after the other; with it every head's longest row block of the
+ * section first, then the next longest (longest processing time first:
+ * the last tiles are the short ones). */
 struct Tile {
   int b, hq, mb;
 };
 struct Schedule {
-  int nm, heads_q, tiles;
-  bool reverse;
+  int nm, heads_q, bh, tiles, section;
+  bool causal;
   __device__ __forceinline__ Tile get(int t) const {
+    const int per = section * nm;
+    const int sec = t / per;
+    const int first = sec * section;
+    const int n = min(section, bh - first);
+    const int r = t - sec * per;
+    int pair, mb;
+    if (causal) {
+      mb = nm - 1 - r / n;
+      pair = first + r % n;
+    } else {
+      pair = first + r / nm;
+      mb = r % nm;
+    }
     Tile x;
-    const int bh = t / nm;
-    const int m = t - bh * nm;
-    x.mb = reverse ? nm - 1 - m : m;
-    x.b = bh / heads_q;
-    x.hq = bh - x.b * heads_q;
+    x.mb = mb;
+    x.b = pair / heads_q;
+    x.hq = pair - x.b * heads_q;
     return x;
   }
 };
@@ -132,12 +166,8 @@ struct Blocks {
   int c;         // its chunk
   int nb, nvis;  // block within chunk, visible blocks of chunk
   __device__ __forceinline__ int visible(int chunk) const {
-    const int nblk = (p->seq_k + BN - 1) / BN;
-    if (!p->causal) return nblk;
-    const int64_t qmax = position(*p, p->self, qmax_row);
-    int n = 0;
-    while (n < nblk && position(*p, chunk, n * BN) <= qmax) ++n;
-    return n;
+    const int keys = p->causal ? visible_keys(*p, chunk, position(*p, p->self, qmax_row)) : p->seq_k;
+    return (keys + BN - 1) / BN;
   }
   /* position on the first block; false: the tile sees no key */
   __device__ __forceinline__ bool first(const Params *pp, int mb) {
@@ -226,27 +256,47 @@ struct Ring {
 /* ------------------------------------------------------------------------ */
 /* producer                                                                 */
 /* ------------------------------------------------------------------------ */
+
+/* Shared state of the CTA's roles: the mbarriers and the tile in hand.
+ * The producer writes `tile` (the next tile's index, -1 at the end) before
+ * it arms q_full; the consumers read it after q_full and before they
+ * release q_empty. */
+struct Shared {
+  uint64_t q_full, q_empty;
+  int tile;
+};
+
+__device__ __forceinline__ int next_tile(const Params &p, int t) {
+  return p.tile_counter ? atomicAdd(p.tile_counter, 1) : t + (int)gridDim.x;
+}
+
 template <class Cfg>
 __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, const CUtensorMap *tmQ,
                                         const CUtensorMap *tmK, const CUtensorMap *tmV, const CUtensorMap *tmKr,
-                                        const CUtensorMap *tmVr, uint8_t *sQ, uint8_t *sK, uint8_t *sV,
-                                        uint64_t *q_full, uint64_t *q_empty, uint64_t *k_full, uint64_t *k_empty,
-                                        uint64_t *v_full, uint64_t *v_empty) {
+                                        const CUtensorMap *tmVr, uint8_t *sQ, uint8_t *sK, uint8_t *sV, Shared *sh,
+                                        uint64_t *k_full, uint64_t *k_empty, uint64_t *v_full, uint64_t *v_empty) {
   constexpr int BN = Cfg::BN;
   Ring ring;
   uint32_t q_phase = 0;
   uint32_t ready_seen = 0;  // chunks whose ready flag was seen (bit per chunk)
-  for (int t = blockIdx.x; t < sched.tiles; t += gridDim.x) {
+  int t = p.tile_counter ? atomicAdd(p.tile_counter, 1) : (int)blockIdx.x;
+  for (;; t = next_tile(p, t)) {
+    mbar_wait(&sh->q_empty, q_phase ^ 1);
+    q_phase ^= 1;
+    if (t >= sched.tiles) {
+      *(volatile int *)&sh->tile = -1;
+      mbar_arrive(&sh->q_full);
+      break;
+    }
+    *(volatile int *)&sh->tile = t;
     const Tile tile = sched.get(t);
     const int hk = tile.hq / p.group;
     Blocks<BN> blk;
     const bool any = blk.first(&p, tile.mb);
-    mbar_wait(q_empty, q_phase ^ 1);
-    mbar_arrive_expect_tx(q_full, Cfg::Q_BYTES);
+    mbar_arrive_expect_tx(&sh->q_full, Cfg::Q_BYTES);
 #pragma unroll
     for (int a = 0; a < Cfg::ATOMS; ++a)
-      tma_load_4d(sQ + a * (kBM * 128), tmQ, q_full, a * 64, tile.hq, tile.mb * kBM, tile.b);
-    q_phase ^= 1;
+      tma_load_4d(sQ + a * (kBM * 128), tmQ, &sh->q_full, a * 64, tile.hq, tile.mb * kBM, tile.b);
     if (!any) continue;
     do {
       const bool own = blk.c == p.self;
@@ -313,26 +363,20 @@ __device__ __forceinline__ void issue_pv(float (&o)[Cfg::D / 2], const uint32_t 
 template <class Cfg>
 __device__ __forceinline__ void mask_block(const Params &p, float (&s)[Cfg::BN / 2], int tid, int row0, int c,
                                            int col0) {
-  int64_t qpos[2];
+  int lim[2];  // columns of the block each of the thread's rows sees
 #pragma unroll
-  for (int h = 0; h < 2; ++h) qpos[h] = position(p, p.self, row0 + acc_row(tid, h));
+  for (int h = 0; h < 2; ++h)
+    lim[h] = (p.causal ? visible_keys(p, c, position(p, p.self, row0 + acc_row(tid, h))) : p.seq_k) - col0;
+  const int cb = (tid & 3) * 2;
 #pragma unroll
-  for (int i = 0; i < Cfg::BN / 2; ++i) {
-    const int j = col0 + acc_col(tid, i);
-    bool off = j >= p.seq_k;
-    if (p.causal && !off) off = position(p, c, j) > qpos[(i >> 1) & 1];
-    if (off) s[i] = -INFINITY;
-  }
+  for (int i = 0; i < Cfg::BN / 2; ++i)
+    if ((i >> 2) * 8 + cb + (i & 1) >= lim[(i >> 1) & 1]) s[i] = -INFINITY;
 }
 
-/* Does block nb of chunk c hide a key from a row of the warpgroup's 64
- * (first row row0)?  Partial blocks, and blocks that reach past the first
- * row's position under the causal mask. */
-template <int BN>
-__device__ __forceinline__ bool needs_mask(const Params &p, int c, int nb, int row0) {
-  const int j1 = min(p.seq_k, nb * BN + BN);
-  if (nb * BN + BN > p.seq_k) return true;
-  return p.causal && position(p, c, j1 - 1) > position(p, p.self, row0);
+/* Keys of chunk c that every row of the warpgroup's 64 (first row row0)
+ * sees: a block reaching past them needs the mask. */
+__device__ __forceinline__ int unmasked_keys(const Params &p, int c, int row0) {
+  return p.causal ? visible_keys(p, c, position(p, p.self, row0)) : p.seq_k;
 }
 
 /* Row max over this thread's scores and its 3 partner lanes (same rows). */
@@ -428,10 +472,20 @@ __device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int 
   }
 }
 
+/* Ping-pong of the two consumer warpgroups (named barriers 1 and 2): a
+ * warpgroup issues its matrix products only in its turn and then hands
+ * the turn over, so one warpgroup's softmax runs while the other's
+ * products keep the tensor cores busy.  Both warpgroups walk the same
+ * tiles and blocks, so they take the same number of turns. */
+__device__ __forceinline__ void turn_wait(int cw) { gemm::named_bar_sync(1 + cw, 256); }
+__device__ __forceinline__ void turn_pass(int cw) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(1 + (cw ^ 1)), "r"(256) : "memory");
+}
+
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
-                                        uint8_t *sK, uint8_t *sV, uint64_t *q_full, uint64_t *q_empty, uint64_t *k_full,
-                                        uint64_t *k_empty, uint64_t *v_full, uint64_t *v_empty) {
+                                        uint8_t *sK, uint8_t *sV, Shared *sh, uint64_t *k_full, uint64_t *k_empty,
+                                        uint64_t *v_full, uint64_t *v_empty) {
   constexpr int BN = Cfg::BN;
   constexpr int D = Cfg::D;
   const bool leader = (tid & 31) == 0;
@@ -439,7 +493,12 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
   const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV);
   Ring ring;
   uint32_t q_phase = 0;
-  for (int t = blockIdx.x; t < sched.tiles; t += gridDim.x) {
+  if (cw == 1) turn_pass(cw);  // warpgroup 0 goes first
+  for (;;) {
+    mbar_wait(&sh->q_full, q_phase);
+    q_phase ^= 1;
+    const int t = *(volatile int *)&sh->tile;
+    if (t < 0) break;
     const Tile tile = sched.get(t);
     const int row0 = tile.mb * kBM + cw * 64;
     Blocks<BN> blk;
@@ -448,10 +507,8 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    mbar_wait(q_full, q_phase);
-    q_phase ^= 1;
     if (!any) {
-      if (leader) mbar_arrive(q_empty);
+      if (leader) mbar_arrive(&sh->q_empty);
       epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
       continue;
     }
@@ -461,13 +518,16 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     float alpha[2], rowsum[2];
     /* block 0: S, softmax, P */
     mbar_wait(&k_full[ring.stage], ring.phase);
+    turn_wait(cw);
     wgmma_fence();
     issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
     wgmma_commit();
+    turn_pass(cw);
     wgmma_wait<0>();
     pin_acc(s);
     if (leader) mbar_arrive(&k_empty[ring.stage]);
-    if (needs_mask<BN>(p, blk.c, blk.nb, row0)) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
+    int clear = unmasked_keys(p, blk.c, row0);
+    if (blk.nb * BN + BN > clear) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
     softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
     l[0] = rowsum[0];
     l[1] = rowsum[1];
@@ -476,17 +536,20 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     ring.advance<Cfg::STAGES>();
     for (int it = 1; it < total; ++it) {
       blk.next();
+      if (blk.nb == 0) clear = unmasked_keys(p, blk.c, row0);
       mbar_wait(&k_full[ring.stage], ring.phase);
+      mbar_wait(&v_full[prev.stage], prev.phase);
+      turn_wait(cw);
       wgmma_fence();
       issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
       wgmma_commit();
-      mbar_wait(&v_full[prev.stage], prev.phase);
       issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
       wgmma_commit();
+      turn_pass(cw);
       wgmma_wait<1>();
       pin_acc(s);
       if (leader) mbar_arrive(&k_empty[ring.stage]);
-      if (needs_mask<BN>(p, blk.c, blk.nb, row0)) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
+      if (blk.nb * BN + BN > clear) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
       softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
       wgmma_wait<0>();
       pin_acc(o);
@@ -500,11 +563,13 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
       ring.advance<Cfg::STAGES>();
     }
     /* every Q K^T of the tile is done: the producer may load the next Q */
-    if (leader) mbar_arrive(q_empty);
+    if (leader) mbar_arrive(&sh->q_empty);
     mbar_wait(&v_full[prev.stage], prev.phase);
+    turn_wait(cw);
     wgmma_fence();
     issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
     wgmma_commit();
+    turn_pass(cw);
     wgmma_wait<0>();
     pin_acc(o);
     if (leader) mbar_arrive(&v_empty[prev.stage]);
@@ -521,15 +586,16 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
   uint8_t *sK = sQ + Cfg::Q_BYTES;
   uint8_t *sV = sK + Cfg::STAGES * Cfg::KV_BYTES;
   uint64_t *bars = reinterpret_cast<uint64_t *>(sV + Cfg::STAGES * Cfg::KV_BYTES);
-  uint64_t *q_full = bars, *q_empty = bars + 1;
-  uint64_t *k_full = bars + 2, *k_empty = k_full + Cfg::STAGES;
+  uint64_t *k_full = bars, *k_empty = k_full + Cfg::STAGES;
   uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
+  Shared *sh = reinterpret_cast<Shared *>(v_empty + Cfg::STAGES);
   const int tid = threadIdx.x;
   const int nm = (p.seq_q + kBM - 1) / kBM;
-  const Schedule sched{nm, p.heads_q, p.batch * p.heads_q * nm, p.causal != 0};
+  const int pairs = p.batch * p.heads_q;
+  const Schedule sched{nm, p.heads_q, pairs, pairs * nm, p.section, p.causal != 0};
   if (tid == 0) {
-    mbar_init(q_full, 1);
-    mbar_init(q_empty, kConsumerWarps);
+    mbar_init(&sh->q_full, 1);
+    mbar_init(&sh->q_empty, kConsumerWarps);
     for (int s = 0; s < Cfg::STAGES; ++s) {
       mbar_init(&k_full[s], 1);
       mbar_init(&k_empty[s], kConsumerWarps);
@@ -546,11 +612,10 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
   const int wg = tid / 128;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0)
-      produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, q_full, q_empty, k_full, k_empty, v_full, v_empty);
+    if (tid == 0) produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, q_full, q_empty, k_full, k_empty, v_full, v_empty);
+    consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   }
 }
 

@@ -25,6 +25,8 @@
 #include "num16.h"
 
 static int g_fail, g_ok;
+static int g_runs; /* every other run takes its tiles from a counter */
+static int *g_counter;
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static double rnd(void) { /* [-1, 1) */
@@ -153,6 +155,7 @@ static void run_case(const tcase *t, int self, int ready) {
   d.layout = t->layout;
   d.nchunks = t->p;
   d.self = self;
+  d.tile_counter = g_runs++ % 2 ? g_counter : NULL;
   if (t->p > 1) {
     dkr = dev_upload(kr, 2 * kn * t->p);
     dvr = dev_upload(vr, 2 * kn * t->p);
@@ -181,10 +184,10 @@ static void run_case(const tcase *t, int self, int ready) {
   const char *why = NULL;
   char name[160];
   snprintf(name, sizeof name,
-           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d%s",
+           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d%s%s",
            t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
            t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self,
-           ready ? "" : " (flags never set)");
+           d.tile_counter ? " counter" : "", ready ? "" : " (flags never set)");
   if (!mkx_attn_supported(&d, &why)) {
     printf("not ok - %s: unsupported: %s\n", name, why);
     g_fail++;
@@ -234,7 +237,7 @@ static void run_case(const tcase *t, int self, int ready) {
     for (int64_t r = 0; r < rows; ++r) {
       /* every row of small cases; else ~1500 rows at random, tile edges included */
       const int i = (int)(r / t->hq % t->s);
-      if (rows > 3000 && (rnd() + 1) * rows > 3000 && i % 128 != 0 &&
+      if (rows > 1500 && (rnd() + 1) * rows > 3000 && i % 128 != 0 &&
           i % 128 != 127 && i != t->s - 1)
         continue;
       const int b = (int)(r / ((int64_t)t->hq * t->s)), h = (int)(r % t->hq);
@@ -330,6 +333,7 @@ static void bench(void) {
       d.causal = causal;
       d.scale = 0.08f;
       d.nchunks = 1;
+      d.tile_counter = g_counter;
       cudaEvent_t e0, e1;
       CK(cudaEventCreate(&e0));
       CK(cudaEventCreate(&e1));
@@ -381,6 +385,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   g_rng ^= (uint64_t)time(NULL);
+  CK(cudaMalloc((void **)&g_counter, sizeof(int)));
   printf("# seed %llu\n", (unsigned long long)g_rng);
   static const tcase cases[] = {
       /* b, s, hq, hkv, d, causal, f16, spread, p, layout */
