@@ -107,6 +107,7 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   if (d->sync) p.sync = *d->sync;
   p.tile_counter = d->tile_counter;
   p.section = section_pairs(d);
+  p.no_turns = d->no_turns;
   int sms = 0;
   rc = mkx::gemm::num_sms(&sms, d->sync ? d->sync->ctas : 0);
   if (rc) return rc;
@@ -165,7 +166,8 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
     w = "a tensor has 2^31 elements or more";
   else if (d->nchunks < 1 || d->nchunks > MKX_TP_MAX || d->self < 0 || d->self >= d->nchunks)
     w = "chunk count or own chunk out of range";
-  else if (d->nchunks > 1 && (d->seq_q != d->seq_k || !d->k_ring || !d->v_ring || !d->ready || !d->sync))
+  else if (d->nchunks > 1 &&
+           (d->seq_q != d->seq_k || !d->k_ring || !d->v_ring || !d->ready || !d->ready_target || !d->sync))
     w = "several chunks need equal shards, ring buffers, ready flags and a sync";
   else if (d->layout < 0 || d->layout > 2 || (d->layout == 1 && d->nchunks > 1 && d->seq_k % 2))
     w = "bad layout";
@@ -174,16 +176,30 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
   else if (!aligned16(d->q) || !aligned16(d->k) || !aligned16(d->v) || !aligned16(d->o) ||
            (d->nchunks > 1 && (!aligned16(d->k_ring) || !aligned16(d->v_ring))))
     w = "a tensor is not 16-byte aligned";
+  else if (d->block_n != 0 && d->block_n != 128 && !(d->block_n == 192 && d->head_dim <= 64))
+    w = "block_n must be 0, 128, or 192 with head_dim <= 64";
   else if (!(d->scale > 0.f) || isinf(d->scale))
     w = "scale must be positive and finite";
   if (why) *why = w;
   return w == nullptr;
 }
 
+/* Keys per block: 128, or 192 for head dims up to 64 without the causal
+ * mask (where no block is cut by the diagonal; larger blocks for larger
+ * head dims would not fit the consumers' registers); block_n chooses. */
+extern "C" int mkx_attn_block_n(const mkx_attn_desc *d) {
+  if (d->head_dim <= 64 && (d->block_n == 128 || d->block_n == 192)) return d->block_n;
+  return d->head_dim <= 64 && !d->causal ? 192 : 128;
+}
+
 extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
   if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
   if (!device_is_sm90()) return MKX_ATTN_ENODEV;
+  const int bn = mkx_attn_block_n(d);
   const bool f16 = d->dtype == MKX_GEMM_FP16;
-  if (d->head_dim <= 64) return f16 ? launch<64, 128, 2, true>(d, s) : launch<64, 128, 2, false>(d, s);
+  if (d->head_dim <= 64) {
+    if (bn == 192) return f16 ? launch<64, 192, 2, true>(d, s) : launch<64, 192, 2, false>(d, s);
+    return f16 ? launch<64, 128, 2, true>(d, s) : launch<64, 128, 2, false>(d, s);
+  }
   return f16 ? launch<128, 128, 2, true>(d, s) : launch<128, 128, 2, false>(d, s);
 }

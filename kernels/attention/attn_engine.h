@@ -16,7 +16,7 @@
  * ranks' shards of a sequence-parallel ring; one chunk on one GPU).
  * Chunk `self` is read from k, v; chunk c != self from slot c of k_ring,
  * v_ring ([nchunks][batch][seq_k][heads_kv][head_dim] each), once
- * ready[c] >= ready_target (a bounded wait, reported through the error
+ * ready[c] >= *ready_target (a bounded wait, reported through the error
  * word of `sync`).  Queries are the shard of rank `self`.  Global
  * positions follow `layout` (MKX_ATTN_*: contiguous, zigzag, striped, as
  * mkx.h says, with p = nchunks and seq_local = seq_q = seq_k); causal
@@ -61,21 +61,30 @@ typedef struct mkx_attn_desc {
   int nchunks, self;
   const void *k_ring, *v_ring; /* NULL when nchunks == 1 */
   const int *ready;            /* ready[c]: NULL when nchunks == 1 */
-  int ready_target;
-  const mkx_tp_sync *sync; /* bounded waits and their error word; NULL
+  const int *ready_target;     /* device int: the value ready[c] reaches
+                                  (the call's epoch, written on the GPU) */
+  const mkx_tp_sync *sync;     /* bounded waits and their error word; NULL
                               when nchunks == 1 */
-  int num_ctas;            /* persistent CTAs; 0: one per SM (at most
+  int num_ctas;                /* persistent CTAs; 0: one per SM (at most
                               sync->ctas) */
-  int *tile_counter;       /* NULL: each CTA takes every num_ctas-th tile;
+  int *tile_counter;           /* NULL: each CTA takes every num_ctas-th tile;
                               else one int of device memory that the run
                               zeroes on its stream and the CTAs take tiles
                               from (balances the causal mask's uneven
                               tiles); one per concurrent run */
+  int block_n;                 /* keys per block: 0 (mkx_attn_block_n picks),
+                              128, or 192 with head_dim <= 64 */
+  int no_turns;                /* 1: the two consumer warpgroups issue their
+                              products whenever ready instead of in turns
+                              (for measurements) */
 } mkx_attn_desc;
 
 /* 1 if the engine can run d, else 0 and (if why != NULL) a static reason.
  * Does not look at the device. */
 int mkx_attn_supported(const mkx_attn_desc *d, const char **why);
+
+/* The keys per block a run of d takes. */
+int mkx_attn_block_n(const mkx_attn_desc *d);
 
 /* Enqueue the attention on stream s (current device).  0, a cudaError_t
  * value (> 0) or a negative MKX_ATTN_E* code. */

@@ -87,9 +87,10 @@ struct Params {
   void *o;
   float *lse;
   const int *ready;
-  int ready_target;
+  const int *ready_target;
   int *tile_counter;  // NULL: static round robin; else zero at launch, one atomicAdd per tile
   int section;        // (batch, head) pairs per section of the tile order
+  int no_turns;       // consumer warpgroups issue their products without taking turns
   mkx_tp_sync sync;
 };
 
@@ -279,6 +280,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
   Ring ring;
   uint32_t q_phase = 0;
   uint32_t ready_seen = 0;  // chunks whose ready flag was seen (bit per chunk)
+  const int target = p.nchunks > 1 ? *p.ready_target : 0;
   int t = p.tile_counter ? atomicAdd(p.tile_counter, 1) : (int)blockIdx.x;
   for (;; t = next_tile(p, t)) {
     mbar_wait(&sh->q_empty, q_phase ^ 1);
@@ -301,7 +303,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
     do {
       const bool own = blk.c == p.self;
       if (!own && !(ready_seen >> blk.c & 1)) {
-        tp::wait_geq(p.ready + blk.c, p.ready_target, p.sync, blk.c, tile.mb, MKX_TP_AT_KV_CHUNK);
+        tp::wait_geq(p.ready + blk.c, target, p.sync, blk.c, tile.mb, MKX_TP_AT_KV_CHUNK);
         asm volatile("fence.proxy.async.global;" ::: "memory");
         ready_seen |= 1u << blk.c;
       }
@@ -477,10 +479,16 @@ __device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int 
  * the turn over, so one warpgroup's softmax runs while the other's
  * products keep the tensor cores busy.  Both warpgroups walk the same
  * tiles and blocks, so they take the same number of turns. */
-__device__ __forceinline__ void turn_wait(int cw) { gemm::named_bar_sync(1 + cw, 256); }
-__device__ __forceinline__ void turn_pass(int cw) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(1 + (cw ^ 1)), "r"(256) : "memory");
-}
+struct Turns {
+  bool on;
+  int cw;
+  __device__ __forceinline__ void wait() const {
+    if (on) gemm::named_bar_sync(1 + cw, 256);
+  }
+  __device__ __forceinline__ void pass() const {
+    if (on) asm volatile("bar.arrive %0, %1;" ::"r"(1 + (cw ^ 1)), "r"(256) : "memory");
+  }
+};
 
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
@@ -493,7 +501,8 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
   const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV);
   Ring ring;
   uint32_t q_phase = 0;
-  if (cw == 1) turn_pass(cw);  // warpgroup 0 goes first
+  const Turns turn{!p.no_turns, cw};
+  if (cw == 1) turn.pass();  // warpgroup 0 goes first
   for (;;) {
     mbar_wait(&sh->q_full, q_phase);
     q_phase ^= 1;
@@ -518,11 +527,11 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     float alpha[2], rowsum[2];
     /* block 0: S, softmax, P */
     mbar_wait(&k_full[ring.stage], ring.phase);
-    turn_wait(cw);
+    turn.wait();
     wgmma_fence();
     issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
     wgmma_commit();
-    turn_pass(cw);
+    turn.pass();
     wgmma_wait<0>();
     pin_acc(s);
     if (leader) mbar_arrive(&k_empty[ring.stage]);
@@ -539,13 +548,13 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
       if (blk.nb == 0) clear = unmasked_keys(p, blk.c, row0);
       mbar_wait(&k_full[ring.stage], ring.phase);
       mbar_wait(&v_full[prev.stage], prev.phase);
-      turn_wait(cw);
+      turn.wait();
       wgmma_fence();
       issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
       wgmma_commit();
       issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
       wgmma_commit();
-      turn_pass(cw);
+      turn.pass();
       wgmma_wait<1>();
       pin_acc(s);
       if (leader) mbar_arrive(&k_empty[ring.stage]);
@@ -554,8 +563,11 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
       wgmma_wait<0>();
       pin_acc(o);
       if (leader) mbar_arrive(&v_empty[prev.stage]);
+      /* once the row maxima settle, most blocks leave them alone */
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
 #pragma unroll
       for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
       to_fragments<Cfg>(s, pf);
@@ -565,11 +577,11 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     /* every Q K^T of the tile is done: the producer may load the next Q */
     if (leader) mbar_arrive(&sh->q_empty);
     mbar_wait(&v_full[prev.stage], prev.phase);
-    turn_wait(cw);
+    turn.wait();
     wgmma_fence();
     issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
     wgmma_commit();
-    turn_pass(cw);
+    turn.pass();
     wgmma_wait<0>();
     pin_acc(o);
     if (leader) mbar_arrive(&v_empty[prev.stage]);

@@ -398,7 +398,8 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));
     return mkx_tp_end(p->ws, stream);
   }
-  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m));
+  MKX_TRY(
+      mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m, MKX_PATH_TP_OVERLAP));
   MKX_TRY(push_peers(c, p, a, st));
   /* Own rows of shared tiles on the user's stream, before the GEMM: a
    * device-local copy may run as a kernel, which must not wait behind the

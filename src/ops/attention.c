@@ -6,6 +6,9 @@
 #include "host/host_ops.h"
 #include "ops/op.h"
 #include "ops/validate.h"
+#if HAVE_CUDA
+#include "ops/attn_gpu.h"
+#endif
 
 static const char *const FN = "MKX_Ring_attention";
 static const char *const sig_names[] = {"batch",    "seq_local", "heads_q",
@@ -92,6 +95,10 @@ const mkx_op_class mkx_op_ring_attention = {
     .check = check,
     .buffers = buffers,
     .host = host,
+#if HAVE_CUDA
+    .gpu_check = mkx_attn_gpu_check,
+    .gpu_choose = mkx_attn_gpu_choose,
+#endif
 };
 
 int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,

@@ -381,7 +381,7 @@ int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
     MKX_TRY(run_split(c, p, a, st));
     return mkx_tp_end(p->ws, stream);
   }
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1));
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_TP_OVERLAP));
   if (p->allreduce) MKX_TRY(pin_if_captured(c, p, st));
   /* fork before the GEMM: the side streams run alongside it */
   MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));

@@ -418,11 +418,11 @@ static int begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
 }
 
 int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
-                 int src_n) {
+                 int src_n, mkx_path path) {
   mkx_tp_sync s;
   MKX_TRY(begin(c, ws, fn, st));
-  mkx_path_count(MKX_PATH_TP_OVERLAP);
-  mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (overlapped)", fn);
+  mkx_path_count(path);
+  mkx_log(MKX_LOG_DEBUG, "%s: %s path", fn, mkx_path_name(path));
   mkx_tp_sync_fill(c, ws, src_n, &s);
   return mkx_tp_launch_rc(mkx_tp_prologue(&s, (cudaStream_t)st), fn,
                           "prologue kernel");

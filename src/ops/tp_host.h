@@ -12,6 +12,7 @@
 #include "core/comm.h"
 #include "core/cuda_rc.h"
 #include "mem/symm.h"
+#include "ops/path.h"
 #include "tp/tp.h"
 #include "gemm/gemm_engine.h"
 
@@ -62,9 +63,10 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
 
 /* Start of gpu_start: report an earlier timeout on any workspace of the
  * communicator (MKX_ERR_TIMEOUT naming rank and tile), order the call after
- * the last one on another stream, and enqueue the prologue. */
+ * the last one on another stream, count a start on `path` and enqueue the
+ * prologue. */
 int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
-                 int src_n);
+                 int src_n, mkx_path path);
 /* The same for the split path: no prologue (its kernels meet the peers). */
 int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
                        MKX_Stream st);

@@ -155,13 +155,17 @@ static void run_case(const tcase *t, int self, int ready) {
   d.layout = t->layout;
   d.nchunks = t->p;
   d.self = self;
-  d.tile_counter = g_runs++ % 2 ? g_counter : NULL;
+  d.tile_counter = g_runs % 2 ? g_counter : NULL;
+  /* either block size, whatever the mask */
+  d.block_n = g_runs++ % 3 == 2 || t->d > 64 ? 128 : 192;
   if (t->p > 1) {
     dkr = dev_upload(kr, 2 * kn * t->p);
     dvr = dev_upload(vr, 2 * kn * t->p);
-    CK(cudaMalloc((void **)&flags, sizeof(int) * 8));
-    int host_flags[8];
+    /* flags[0..7]: one per chunk; flags[8]: the value they must reach */
+    CK(cudaMalloc((void **)&flags, sizeof(int) * 9));
+    int host_flags[9];
     for (int c = 0; c < 8; ++c) host_flags[c] = ready ? 5 : 4;
+    host_flags[8] = 5;
     CK(cudaMemcpy(flags, host_flags, sizeof host_flags,
                   cudaMemcpyHostToDevice));
     CK(cudaMalloc((void **)&ws, 8192));
@@ -178,16 +182,17 @@ static void run_case(const tcase *t, int self, int ready) {
     d.k_ring = dkr;
     d.v_ring = dvr;
     d.ready = flags;
-    d.ready_target = 5;
+    d.ready_target = flags + 8;
     d.sync = &sync;
   }
   const char *why = NULL;
   char name[160];
-  snprintf(name, sizeof name,
-           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d%s%s",
-           t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
-           t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self,
-           d.tile_counter ? " counter" : "", ready ? "" : " (flags never set)");
+  snprintf(
+      name, sizeof name,
+      "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d bn %d%s%s",
+      t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
+      t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self, d.block_n,
+      d.tile_counter ? " counter" : "", ready ? "" : " (flags never set)");
   if (!mkx_attn_supported(&d, &why)) {
     printf("not ok - %s: unsupported: %s\n", name, why);
     g_fail++;
@@ -299,8 +304,9 @@ static void bench(void) {
                                   {1, 16384, 32, 8, 128},
                                   {4, 8192, 16, 16, 64}};
   printf(
-      "# engine, bf16: batch seq heads_q/heads_kv head_dim: TFLOP/s non-causal "
-      "/ causal\n");
+      "# engine, bf16: batch seq heads_q/heads_kv head_dim: TFLOP/s "
+      "non-causal, causal, each with 128 / 192 keys per block (192: head dim "
+      "64)\n");
   for (size_t x = 0; x < sizeof shapes / sizeof shapes[0]; ++x) {
     const int *s = shapes[x];
     const size_t qn = (size_t)s[0] * s[1] * s[2] * s[4],
@@ -315,8 +321,9 @@ static void bench(void) {
     CK(cudaMemset(q, 0x3c, 2 * qn)); /* small finite values */
     CK(cudaMemset(k, 0x3c, 2 * kn));
     CK(cudaMemset(v, 0x3c, 2 * kn));
-    double tf[2];
-    for (int causal = 0; causal < 2; ++causal) {
+    double tf[8];
+    for (int var = 0; var < 8; ++var) {
+      const int causal = var / 2 % 2;
       mkx_attn_desc d;
       memset(&d, 0, sizeof d);
       d.batch = s[0];
@@ -334,6 +341,8 @@ static void bench(void) {
       d.scale = 0.08f;
       d.nchunks = 1;
       d.tile_counter = g_counter;
+      d.block_n = var % 2 && s[4] <= 64 ? 192 : 128;
+      d.no_turns = var / 4;
       cudaEvent_t e0, e1;
       CK(cudaEventCreate(&e0));
       CK(cudaEventCreate(&e1));
@@ -358,12 +367,15 @@ static void bench(void) {
           }
       const double flops =
           4.0 * s[0] * s[2] * (double)s[1] * s[1] * s[4] / (causal ? 2 : 1);
-      tf[causal] = flops / (ms[5] * 1e-3) / 1e12;
+      tf[var] = flops / (ms[5] * 1e-3) / 1e12;
       CK(cudaEventDestroy(e0));
       CK(cudaEventDestroy(e1));
     }
-    printf("# %d %d %d/%d %d: %.0f / %.0f\n", s[0], s[1], s[2], s[3], s[4],
-           tf[0], tf[1]);
+    printf(
+        "# %d %d %d/%d %d: %.0f / %.0f, %.0f / %.0f; without turns %.0f / "
+        "%.0f, %.0f / %.0f\n",
+        s[0], s[1], s[2], s[3], s[4], tf[0], tf[1], tf[2], tf[3], tf[4], tf[5],
+        tf[6], tf[7]);
     CK(cudaFree(q));
     CK(cudaFree(k));
     CK(cudaFree(v));
