@@ -416,8 +416,12 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * key); causal = 0:
  * no mask.  scale <= 0 selects 1/sqrt(head_dim).  If LSE is not NULL it
  * receives the natural log-sum-exp of each row's scaled, visible scores,
- * fp32 [batch][heads_q][seq_local].  The softmax is computed in double
- * (every path runs the host code; device buffers are staged).
+ * fp32 [batch][heads_q][seq_local].  Host path: the softmax in double.
+ * GPU path (device buffers, bf16/fp16, head_dim a multiple of 8 up to 128,
+ * one rank or one node of at most 8 ranks; others are staged through the
+ * host path): the softmax in fp32 with the probabilities rounded to dtype
+ * before they multiply V, on the stream without host synchronisation;
+ * its errors are reported as the fused GEMM calls' are (option blocking).
  *   agreed:   batch, seq_local, heads_q, heads_kv, head_dim (each >= 1),
  *             causal (as zero / non-zero), scale (bit for bit, after a
  *             value <= 0 is replaced), dtype, host or device buffers.
