@@ -67,8 +67,8 @@
  *
  * CUDA graphs.  Only MKX_Start of a persistent plan that took a fused
  * single-node GPU path (logged at info as "fused overlapped", "fused
- * split", "fused split in one kernel" or "fused, operands adapted") may
- * be captured into a CUDA graph and replayed; every rank must replay its
+ * split", "fused split in one kernel", "fused, operands adapted",
+ * "attention engine" or "attention ring, one node") may be captured into a CUDA graph and replayed; every rank must replay its
  * graphs the same number of times, in the same order with its other
  * calls on the communicator.  Capturing a plain (one-shot) call, an _init,
  * or MKX_Start of a plan on the staged, host or several-node path is not
