@@ -107,11 +107,20 @@ int mkx_device_free(void *p) {
   return mkx_cuda_rc(cudaFree(p), NULL, "cudaFree");
 }
 
-int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
-  return mkx_cuda_rc(
-      cudaMemcpy(dst, src, bytes,
-                 to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost),
-      NULL, to_device ? "cudaMemcpy to device" : "cudaMemcpy to host");
+int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device,
+                    void *stream) {
+  /* From pageable memory cudaMemcpy may return before the data has
+   * landed, and work on a non-blocking stream is not ordered after it:
+   * copy on the caller's stream and wait for it. */
+  cudaStream_t s = (cudaStream_t)stream;
+  MKX_TRY(mkx_cuda_rc(
+      cudaMemcpyAsync(
+          dst, src, bytes,
+          to_device ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost, s),
+      NULL,
+      to_device ? "cudaMemcpyAsync to device" : "cudaMemcpyAsync to host"));
+  return mkx_cuda_rc(cudaStreamSynchronize(s), NULL,
+                     "cudaStreamSynchronize after a copy");
 }
 
 int mkx_stream_sync(void *stream) {
@@ -221,8 +230,9 @@ int mkx_device_free(void *p) {
   (void)p;
   return mkx_device_set(0);
 }
-int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device) {
-  (void)dst, (void)src, (void)bytes, (void)to_device;
+int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device,
+                    void *stream) {
+  (void)dst, (void)src, (void)bytes, (void)to_device, (void)stream;
   return mkx_device_set(0);
 }
 int mkx_stream_sync(void *stream) {

@@ -48,10 +48,13 @@ typedef struct mkx_device_sms {
 } mkx_device_sms;
 int mkx_device_sm_info(int device, mkx_device_sms *out);
 
-/* Device memory (aligned, as cudaMalloc) and plain copies. */
+/* Device memory (aligned, as cudaMalloc) and copies between host and
+ * device on `stream`, complete on return (work on any stream after it
+ * sees the data). */
 int mkx_device_alloc(size_t bytes, void **p);
 int mkx_device_free(void *p);
-int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device);
+int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device,
+                    void *stream);
 int mkx_stream_sync(void *stream);
 
 #endif

@@ -292,7 +292,7 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
       rc = mkx_error(MKX_ERR_NOMEM, "%s: staging %s (%zu bytes)", p->cls->name,
                      bufs[i].name, bufs[i].bytes);
     else
-      rc = mkx_device_copy(host[i], dev[i], bufs[i].bytes, 0);
+      rc = mkx_device_copy(host[i], dev[i], bufs[i].bytes, 0, stream);
     *bufs[i].field = host[i];
   }
   if (rc == MKX_SUCCESS)
@@ -300,7 +300,7 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
   int copy_back = rc == MKX_SUCCESS || rc == MKX_ERR_TRUNCATE;
   for (int i = 0; copy_back && i < n; i++) {
     if (!(bufs[i].dir & MKX_BUF_OUT) || host[i] == NULL) continue;
-    int crc = mkx_device_copy(dev[i], host[i], bufs[i].bytes, 1);
+    int crc = mkx_device_copy(dev[i], host[i], bufs[i].bytes, 1, stream);
     if (crc != MKX_SUCCESS) rc = crc, copy_back = 0;
   }
   free_staging(host, n);
