@@ -9,6 +9,7 @@
  * Exit 77 without an sm_90 GPU, 1 on any failure.
  *   --bench   also time the engine on the shapes of the attention issue
  *             table (bf16, one GPU) and print TFLOP/s (causal counts half)
+ *   --profile only one run of one shape, after two warm-ups (for ncu)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cuda_runtime.h>
@@ -296,34 +297,70 @@ out:
   if (err) CK(cudaFreeHost(err));
 }
 
-/* Engine time of the issue table's shapes, bf16, median of 10. */
-static void bench(void) {
+/* Random bf16 values in [-1, 1) for n elements of device memory. */
+static void *dev_random16(size_t n) {
+  uint16_t *h = malloc(2 * n);
+  for (size_t x = 0; x < n; ++x) h[x] = to16(rnd(), 0);
+  void *d = dev_upload(h, 2 * n);
+  free(h);
+  return d;
+}
+
+/* Median time (ms) of `reps` runs of d after two warm-ups; 0 on failure. */
+static float time_runs(const mkx_attn_desc *d, int reps) {
+  cudaEvent_t e0, e1;
+  float ms[16], med = 0;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int it = -2; it < reps; ++it) {
+    CK(cudaEventRecord(e0, 0));
+    if (mkx_attn_run(d, 0)) {
+      printf("not ok - bench run failed\n");
+      g_fail++;
+      return 0;
+    }
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+  }
+  for (int a = 0; a < reps; ++a)
+    for (int b = a + 1; b < reps; ++b)
+      if (ms[b] < ms[a]) {
+        const float t = ms[a];
+        ms[a] = ms[b];
+        ms[b] = t;
+      }
+  med = ms[reps / 2];
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return med;
+}
+
+/* Engine time of the issue table's shapes, bf16, random inputs (as
+ * torch_sdpa.py's), median of 10; profile: one shape, one run after the
+ * warm-ups (for ncu --launch-skip 2 --launch-count 1). */
+static void bench(int profile) {
   static const int shapes[][5] = {{4, 4096, 16, 16, 128},
                                   {4, 8192, 16, 16, 128},
                                   {4, 16384, 16, 16, 128},
                                   {1, 16384, 32, 8, 128},
                                   {4, 8192, 16, 16, 64}};
   printf(
-      "# engine, bf16: batch seq heads_q/heads_kv head_dim: TFLOP/s "
-      "non-causal, causal, each with 128 / 192 keys per block (192: head dim "
-      "64)\n");
-  for (size_t x = 0; x < sizeof shapes / sizeof shapes[0]; ++x) {
+      "# engine, bf16, random inputs: batch seq heads_q/heads_kv head_dim: "
+      "TFLOP/s non-causal, causal, each with 128 / 192 keys per block (192: "
+      "head dim 64)\n");
+  for (size_t x = profile ? 1 : 0; x < (profile ? 2 : 5); ++x) {
     const int *s = shapes[x];
     const size_t qn = (size_t)s[0] * s[1] * s[2] * s[4],
                  kn = (size_t)s[0] * s[1] * s[3] * s[4];
-    void *q, *k, *v, *o;
+    void *q = dev_random16(qn), *k = dev_random16(kn), *v = dev_random16(kn);
+    void *o;
     float *l;
-    CK(cudaMalloc(&q, 2 * qn));
-    CK(cudaMalloc(&k, 2 * kn));
-    CK(cudaMalloc(&v, 2 * kn));
     CK(cudaMalloc(&o, 2 * qn));
     CK(cudaMalloc((void **)&l, 4 * (size_t)s[0] * s[2] * s[1]));
-    CK(cudaMemset(q, 0x3c, 2 * qn)); /* small finite values */
-    CK(cudaMemset(k, 0x3c, 2 * kn));
-    CK(cudaMemset(v, 0x3c, 2 * kn));
-    double tf[8];
-    for (int var = 0; var < 8; ++var) {
-      const int causal = var / 2 % 2;
+    double tf[4] = {0, 0, 0, 0};
+    for (int var = 0; var < (profile ? 1 : 4); ++var) {
+      const int causal = var / 2;
       mkx_attn_desc d;
       memset(&d, 0, sizeof d);
       d.batch = s[0];
@@ -338,44 +375,17 @@ static void bench(void) {
       d.lse = l;
       d.dtype = MKX_GEMM_BF16;
       d.causal = causal;
-      d.scale = 0.08f;
+      d.scale = (float)(1.0 / sqrt((double)s[4]));
       d.nchunks = 1;
       d.tile_counter = g_counter;
       d.block_n = var % 2 && s[4] <= 64 ? 192 : 128;
-      d.no_turns = var / 4;
-      cudaEvent_t e0, e1;
-      CK(cudaEventCreate(&e0));
-      CK(cudaEventCreate(&e1));
-      float ms[10];
-      for (int it = -2; it < 10; ++it) {
-        CK(cudaEventRecord(e0, 0));
-        if (mkx_attn_run(&d, 0)) {
-          printf("not ok - bench run failed\n");
-          g_fail++;
-          return;
-        }
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
-      }
-      for (int a = 0; a < 10; ++a)
-        for (int b2 = a + 1; b2 < 10; ++b2)
-          if (ms[b2] < ms[a]) {
-            float tmp = ms[a];
-            ms[a] = ms[b2];
-            ms[b2] = tmp;
-          }
+      const float ms = time_runs(&d, profile ? 1 : 10);
       const double flops =
           4.0 * s[0] * s[2] * (double)s[1] * s[1] * s[4] / (causal ? 2 : 1);
-      tf[var] = flops / (ms[5] * 1e-3) / 1e12;
-      CK(cudaEventDestroy(e0));
-      CK(cudaEventDestroy(e1));
+      if (ms > 0) tf[var] = flops / (ms * 1e-3) / 1e12;
     }
-    printf(
-        "# %d %d %d/%d %d: %.0f / %.0f, %.0f / %.0f; without turns %.0f / "
-        "%.0f, %.0f / %.0f\n",
-        s[0], s[1], s[2], s[3], s[4], tf[0], tf[1], tf[2], tf[3], tf[4], tf[5],
-        tf[6], tf[7]);
+    printf("# %d %d %d/%d %d: %.0f / %.0f, %.0f / %.0f\n", s[0], s[1], s[2],
+           s[3], s[4], tf[0], tf[1], tf[2], tf[3]);
     CK(cudaFree(q));
     CK(cudaFree(k));
     CK(cudaFree(v));
@@ -398,6 +408,10 @@ int main(int argc, char **argv) {
   }
   g_rng ^= (uint64_t)time(NULL);
   CK(cudaMalloc((void **)&g_counter, sizeof(int)));
+  if (argc > 1 && !strcmp(argv[1], "--profile")) {
+    bench(1);
+    return g_fail ? 1 : 0;
+  }
   printf("# seed %llu\n", (unsigned long long)g_rng);
   static const tcase cases[] = {
       /* b, s, hq, hkv, d, causal, f16, spread, p, layout */
@@ -433,7 +447,7 @@ int main(int argc, char **argv) {
       for (int self = 0; self < t->p; ++self) run_case(t, self, 1);
   }
   run_case(&cases[14], 1, 0);
-  if (argc > 1 && !strcmp(argv[1], "--bench")) bench();
+  if (argc > 1 && !strcmp(argv[1], "--bench")) bench(0);
   printf("# %d ok, %d failed\n", g_ok, g_fail);
   return g_fail ? 1 : 0;
 }
