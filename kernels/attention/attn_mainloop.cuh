@@ -161,44 +161,42 @@ struct Schedule {
  * each the blocks that some row of the tile may see. */
 template <int BN>
 struct Blocks {
-  const Params *p;
   int qmax_row;  // last query row of the tile (local)
   int k;         // chunk index in ring order
   int c;         // its chunk
   int nb, nvis;  // block within chunk, visible blocks of chunk
-  __device__ __forceinline__ int visible(int chunk) const {
-    const int keys = p->causal ? visible_keys(*p, chunk, position(*p, p->self, qmax_row)) : p->seq_k;
+  __device__ __forceinline__ int visible(const Params &p, int chunk) const {
+    const int keys = p.causal ? visible_keys(p, chunk, position(p, p.self, qmax_row)) : p.seq_k;
     return (keys + BN - 1) / BN;
   }
   /* position on the first block; false: the tile sees no key */
-  __device__ __forceinline__ bool first(const Params *pp, int mb) {
-    p = pp;
-    qmax_row = min(p->seq_q, (mb + 1) * kBM) - 1;
+  __device__ __forceinline__ bool first(const Params &p, int mb) {
+    qmax_row = min(p.seq_q, (mb + 1) * kBM) - 1;
     k = -1;
     nvis = 0;
     nb = 0;
-    return next_chunk();
+    return next_chunk(p);
   }
-  __device__ __forceinline__ bool next_chunk() {
-    for (++k; k < p->nchunks; ++k) {
-      c = p->self - k;
-      if (c < 0) c += p->nchunks;
-      nvis = visible(c);
+  __device__ __forceinline__ bool next_chunk(const Params &p) {
+    for (++k; k < p.nchunks; ++k) {
+      c = p.self - k;
+      if (c < 0) c += p.nchunks;
+      nvis = visible(p, c);
       nb = 0;
       if (nvis > 0) return true;
     }
     return false;
   }
-  __device__ __forceinline__ bool next() {
+  __device__ __forceinline__ bool next(const Params &p) {
     if (++nb < nvis) return true;
-    return next_chunk();
+    return next_chunk(p);
   }
-  __device__ __forceinline__ int total() const {
+  __device__ __forceinline__ int total(const Params &p) const {
     int n = 0;
-    for (int kk = 0; kk < p->nchunks; ++kk) {
-      int cc = p->self - kk;
-      if (cc < 0) cc += p->nchunks;
-      n += visible(cc);
+    for (int kk = 0; kk < p.nchunks; ++kk) {
+      int cc = p.self - kk;
+      if (cc < 0) cc += p.nchunks;
+      n += visible(p, cc);
     }
     return n;
   }
@@ -294,7 +292,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
     const Tile tile = sched.get(t);
     const int hk = tile.hq / p.group;
     Blocks<BN> blk;
-    const bool any = blk.first(&p, tile.mb);
+    const bool any = blk.first(p, tile.mb);
     mbar_arrive_expect_tx(&sh->q_full, Cfg::Q_BYTES);
 #pragma unroll
     for (int a = 0; a < Cfg::ATOMS; ++a)
@@ -324,7 +322,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
       for (int a = 0; a < Cfg::ATOMS; ++a)
         tma_load_5d(dv + a * (BN * 128), mv, &v_full[ring.stage], a * 64, hk, row, tile.b, cc);
       ring.advance<Cfg::STAGES>();
-    } while (blk.next());
+    } while (blk.next(p));
   }
 }
 
@@ -338,56 +336,68 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
 __device__ __forceinline__ int acc_row(int tid, int half) { return (tid >> 5) * 16 + ((tid & 31) >> 2) + half * 8; }
 __device__ __forceinline__ int acc_col(int tid, int i) { return (i >> 2) * 8 + (tid & 3) * 2 + (i & 1); }
 
-/* S = Q K^T for this warpgroup's 64 rows: D/16 wgmmas, K-major operands. */
+/* Descriptors: the shared-memory address sits in the low bits in units
+ * of 16 bytes, so a descriptor of base + off is the base's plus off / 16
+ * (every address here is below 256 KB: the field cannot carry over). */
+__device__ __forceinline__ uint64_t desc_at(uint64_t base, uint32_t off) { return base + (off >> 4); }
+
+/* S = Q K^T for this warpgroup's 64 rows: D/16 wgmmas, K-major operands
+ * (dq, dk: descriptors of the warpgroup's Q rows and of the K stage). */
 template <class Cfg>
-__device__ __forceinline__ void issue_qk(float (&s)[Cfg::BN / 2], uint32_t q_base, uint32_t k_base) {
+__device__ __forceinline__ void issue_qk(float (&s)[Cfg::BN / 2], uint64_t dq, uint64_t dk) {
 #pragma unroll
   for (int kk = 0; kk < Cfg::D / 16; ++kk) {
     const uint32_t off = 32 * (kk & 3);
-    const uint64_t da = make_desc(q_base + (kk >> 2) * (kBM * 128) + off, 16, 1024);
-    const uint64_t db = make_desc(k_base + (kk >> 2) * (Cfg::BN * 128) + off, 16, 1024);
+    const uint64_t da = desc_at(dq, (kk >> 2) * (kBM * 128) + off);
+    const uint64_t db = desc_at(dk, (kk >> 2) * (Cfg::BN * 128) + off);
     Wgmma<Cfg::BN, Cfg::FP16>::template ss<0>(s, da, db, kk > 0);
   }
 }
 
 /* O += P V: BN/16 wgmmas, P from registers, V [key][head dim] MN-major. */
 template <class Cfg>
-__device__ __forceinline__ void issue_pv(float (&o)[Cfg::D / 2], const uint32_t (&pf)[Cfg::BN / 16][4],
-                                         uint32_t v_base) {
+__device__ __forceinline__ void issue_pv(float (&o)[Cfg::D / 2], const uint32_t (&pf)[Cfg::BN / 16][4], uint64_t dv) {
 #pragma unroll
-  for (int kk = 0; kk < Cfg::BN / 16; ++kk) {
-    const uint64_t db = make_desc(v_base + kk * (16 * 128), Cfg::BN * 128, 1024);
-    Wgmma<Cfg::D, Cfg::FP16>::rs(o, pf[kk], db, 1);
-  }
+  for (int kk = 0; kk < Cfg::BN / 16; ++kk) Wgmma<Cfg::D, Cfg::FP16>::rs(o, pf[kk], desc_at(dv, kk * (16 * 128)), 1);
 }
 
-/* Set the scores of keys this thread's rows may not see to -inf. */
-template <class Cfg>
-__device__ __forceinline__ void mask_block(const Params &p, float (&s)[Cfg::BN / 2], int tid, int row0, int c,
-                                           int col0) {
-  int lim[2];  // columns of the block each of the thread's rows sees
+/* The keys of chunk c each of this thread's two rows sees (a prefix of
+ * the chunk: visible_keys), set when the walk enters the chunk. */
+__device__ __forceinline__ void row_limits(const Params &p, int c, int tid, int row0, int (&lim)[2]) {
 #pragma unroll
   for (int h = 0; h < 2; ++h)
-    lim[h] = (p.causal ? visible_keys(p, c, position(p, p.self, row0 + acc_row(tid, h))) : p.seq_k) - col0;
-  const int cb = (tid & 3) * 2;
-#pragma unroll
-  for (int i = 0; i < Cfg::BN / 2; ++i)
-    if ((i >> 2) * 8 + cb + (i & 1) >= lim[(i >> 1) & 1]) s[i] = -INFINITY;
+    lim[h] = p.causal ? visible_keys(p, c, position(p, p.self, row0 + acc_row(tid, h))) : p.seq_k;
 }
 
-/* Keys of chunk c that every row of the warpgroup's 64 (first row row0)
- * sees: a block reaching past them needs the mask. */
-__device__ __forceinline__ int unmasked_keys(const Params &p, int c, int row0) {
-  return p.causal ? visible_keys(p, c, position(p, p.self, row0)) : p.seq_k;
+/* Set the scores of keys this thread's rows may not see to -inf, in the
+ * block of keys from col0 on.  Per thread: rows in one warp may differ. */
+template <class Cfg>
+__device__ __forceinline__ void mask_block(float (&s)[Cfg::BN / 2], int tid, const int (&lim)[2], int col0) {
+  if (col0 + Cfg::BN <= min(lim[0], lim[1])) return;
+  const int cb = (tid & 3) * 2;
+  const int l0 = lim[0] - col0, l1 = lim[1] - col0;
+#pragma unroll
+  for (int i = 0; i < Cfg::BN / 2; ++i)
+    if ((i >> 2) * 8 + cb + (i & 1) >= ((i >> 1) & 1 ? l1 : l0)) s[i] = -INFINITY;
 }
 
 /* Row max over this thread's scores and its 3 partner lanes (same rows). */
 template <int N>
 __device__ __forceinline__ void row_max(const float (&s)[N], float (&mx)[2]) {
+  /* four independent chains per row: the reduction is latency, not work */
+  float part[2][4];
 #pragma unroll
-  for (int i = 0; i < N; ++i) mx[(i >> 1) & 1] = fmaxf(mx[(i >> 1) & 1], s[i]);
+  for (int h = 0; h < 2; ++h)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) part[h][j] = mx[h];
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    float &a = part[(i >> 1) & 1][((i >> 2) & 1) * 2 + (i & 1)];
+    a = fmaxf(a, s[i]);
+  }
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
+    mx[h] = fmaxf(fmaxf(part[h][0], part[h][1]), fmaxf(part[h][2], part[h][3]));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 1));
     mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xffffffff, mx[h], 2));
   }
@@ -408,14 +418,16 @@ __device__ __forceinline__ void softmax_block(float (&s)[N], float (&m)[2], floa
     alpha[h] = ex2((m[h] - use) * scale_log2);
     neg[h] = -use * scale_log2;
     m[h] = mx[h];
-    rowsum[h] = 0.f;
   }
+  float part[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int h = (i >> 1) & 1;
     s[i] = ex2(fmaf(s[i], scale_log2, neg[h]));
-    rowsum[h] += s[i];
+    part[h][((i >> 2) & 1) * 2 + (i & 1)] += s[i];
   }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) rowsum[h] = (part[h][0] + part[h][1]) + (part[h][2] + part[h][3]);
 }
 
 /* P as wgmma A fragments: 16 key columns per k step, the accumulator
@@ -497,8 +509,9 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
   constexpr int BN = Cfg::BN;
   constexpr int D = Cfg::D;
   const bool leader = (tid & 31) == 0;
-  const uint32_t q_base = smem_u32(sQ) + cw * (64 * 128);
-  const uint32_t k_base = smem_u32(sK), v_base = smem_u32(sV);
+  const uint64_t dq = make_desc(smem_u32(sQ) + cw * (64 * 128), 16, 1024);
+  const uint64_t dk0 = make_desc(smem_u32(sK), 16, 1024);
+  const uint64_t dv0 = make_desc(smem_u32(sV), Cfg::BN * 128, 1024);
   Ring ring;
   uint32_t q_phase = 0;
   const Turns turn{!p.no_turns, cw};
@@ -511,7 +524,7 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     const Tile tile = sched.get(t);
     const int row0 = tile.mb * kBM + cw * 64;
     Blocks<BN> blk;
-    const bool any = blk.first(&p, tile.mb);
+    const bool any = blk.first(p, tile.mb);
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -521,7 +534,7 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
       epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
       continue;
     }
-    const int total = blk.total();
+    const int total = blk.total(p);
     float s[BN / 2];
     uint32_t pf[BN / 16][4];
     float alpha[2], rowsum[2];
@@ -529,14 +542,15 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     mbar_wait(&k_full[ring.stage], ring.phase);
     turn.wait();
     wgmma_fence();
-    issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
+    issue_qk<Cfg>(s, dq, desc_at(dk0, ring.stage * Cfg::KV_BYTES));
     wgmma_commit();
     turn.pass();
     wgmma_wait<0>();
     pin_acc(s);
     if (leader) mbar_arrive(&k_empty[ring.stage]);
-    int clear = unmasked_keys(p, blk.c, row0);
-    if (blk.nb * BN + BN > clear) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
+    int lim[2];
+    row_limits(p, blk.c, tid, row0, lim);
+    mask_block<Cfg>(s, tid, lim, blk.nb * BN);
     softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
     l[0] = rowsum[0];
     l[1] = rowsum[1];
@@ -544,21 +558,21 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     Ring prev = ring;
     ring.advance<Cfg::STAGES>();
     for (int it = 1; it < total; ++it) {
-      blk.next();
-      if (blk.nb == 0) clear = unmasked_keys(p, blk.c, row0);
+      blk.next(p);
+      if (blk.nb == 0) row_limits(p, blk.c, tid, row0, lim);
       mbar_wait(&k_full[ring.stage], ring.phase);
       mbar_wait(&v_full[prev.stage], prev.phase);
       turn.wait();
       wgmma_fence();
-      issue_qk<Cfg>(s, q_base, k_base + ring.stage * Cfg::KV_BYTES);
+      issue_qk<Cfg>(s, dq, desc_at(dk0, ring.stage * Cfg::KV_BYTES));
       wgmma_commit();
-      issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
+      issue_pv<Cfg>(o, pf, desc_at(dv0, prev.stage * Cfg::KV_BYTES));
       wgmma_commit();
       turn.pass();
       wgmma_wait<1>();
       pin_acc(s);
       if (leader) mbar_arrive(&k_empty[ring.stage]);
-      if (blk.nb * BN + BN > clear) mask_block<Cfg>(p, s, tid, row0, blk.c, blk.nb * BN);
+      mask_block<Cfg>(s, tid, lim, blk.nb * BN);
       softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
       wgmma_wait<0>();
       pin_acc(o);
@@ -579,7 +593,7 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     mbar_wait(&v_full[prev.stage], prev.phase);
     turn.wait();
     wgmma_fence();
-    issue_pv<Cfg>(o, pf, v_base + prev.stage * Cfg::KV_BYTES);
+    issue_pv<Cfg>(o, pf, desc_at(dv0, prev.stage * Cfg::KV_BYTES));
     wgmma_commit();
     turn.pass();
     wgmma_wait<0>();
