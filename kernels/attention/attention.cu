@@ -98,6 +98,8 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   p.layout = d->nchunks > 1 ? d->layout : kContiguous;
   p.nchunks = d->nchunks;
   p.self = d->self;
+  for (int k = 0; k < d->nchunks; ++k)
+    p.order[k] = (int8_t)(d->order ? d->order[k] : (d->self - k + d->nchunks) % d->nchunks);
   p.scale = d->scale;
   p.scale_log2 = d->scale * 1.4426950408889634f;
   p.o = d->o;
@@ -144,6 +146,16 @@ bool device_is_sm90() {
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+bool order_ok(const mkx_attn_desc *d) {
+  uint64_t seen = 0;
+  for (int k = 0; k < d->nchunks; ++k) {
+    const int c = d->order[k];
+    if (c < 0 || c >= d->nchunks || (seen >> c & 1)) return false;
+    seen |= 1ull << c;
+  }
+  return d->order[0] == d->self;
+}
+
 }  // namespace
 
 extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
@@ -164,8 +176,10 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
   else if (d->batch * d->seq_q * d->heads_q * d->head_dim >= lim ||
            (int64_t)d->nchunks * d->batch * d->seq_k * d->heads_kv * d->head_dim >= lim)
     w = "a tensor has 2^31 elements or more";
-  else if (d->nchunks < 1 || d->nchunks > MKX_TP_MAX || d->self < 0 || d->self >= d->nchunks)
+  else if (d->nchunks < 1 || d->nchunks > MKX_ATTN_MAX_CHUNKS || d->self < 0 || d->self >= d->nchunks)
     w = "chunk count or own chunk out of range";
+  else if (d->order && !order_ok(d))
+    w = "order is not every chunk once, own first";
   else if (d->nchunks > 1 &&
            (d->seq_q != d->seq_k || !d->k_ring || !d->v_ring || !d->ready || !d->ready_target || !d->sync))
     w = "several chunks need equal shards, ring buffers, ready flags and a sync";

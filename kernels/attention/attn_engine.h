@@ -48,6 +48,8 @@ extern "C" {
 #define MKX_ATTN_ENODEV (-2)
 #define MKX_ATTN_ETMAP (-3)
 
+#define MKX_ATTN_MAX_CHUNKS 32
+
 typedef struct mkx_attn_desc {
   int64_t batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
   const void *q, *k, *v;
@@ -61,6 +63,10 @@ typedef struct mkx_attn_desc {
   int nchunks, self;
   const void *k_ring, *v_ring; /* NULL when nchunks == 1 */
   const int *ready;            /* ready[c]: NULL when nchunks == 1 */
+  const int *order;            /* the chunks in the order to take them,
+                                  `self` first (NULL: the ring's, self,
+                                  self-1, self-2, ...: rank r sends to r+1
+                                  first) */
   const int *ready_target;     /* device int: the value ready[c] reaches
                                   (the call's epoch, written on the GPU) */
   const mkx_tp_sync *sync;     /* bounded waits and their error word; NULL

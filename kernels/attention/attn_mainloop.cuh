@@ -82,7 +82,8 @@ struct Params {
   int batch, seq_q, seq_k, heads_q, heads_kv, head_dim;
   int group;  // heads_q / heads_kv
   int causal, layout, nchunks, self;
-  float scale_log2;  // scale * log2(e)
+  int8_t order[MKX_ATTN_MAX_CHUNKS];  // chunks in the order the walk takes them, own first
+  float scale_log2;                   // scale * log2(e)
   float scale;
   void *o;
   float *lse;
@@ -156,9 +157,9 @@ struct Schedule {
   }
 };
 
-/* The key blocks a query tile sees: chunks in ring order from its own
- * (own first, then self-1, self-2, ...: the order chunks arrive in), in
- * each the blocks that some row of the tile may see. */
+/* The key blocks a query tile sees: chunks in the order of p.order (own
+ * first, then as they arrive), in each the blocks that some row of the
+ * tile may see. */
 template <int BN>
 struct Blocks {
   int qmax_row;  // last query row of the tile (local)
@@ -179,8 +180,7 @@ struct Blocks {
   }
   __device__ __forceinline__ bool next_chunk(const Params &p) {
     for (++k; k < p.nchunks; ++k) {
-      c = p.self - k;
-      if (c < 0) c += p.nchunks;
+      c = p.order[k];
       nvis = visible(p, c);
       nb = 0;
       if (nvis > 0) return true;
@@ -193,11 +193,7 @@ struct Blocks {
   }
   __device__ __forceinline__ int total(const Params &p) const {
     int n = 0;
-    for (int kk = 0; kk < p.nchunks; ++kk) {
-      int cc = p.self - kk;
-      if (cc < 0) cc += p.nchunks;
-      n += visible(p, cc);
-    }
+    for (int kk = 0; kk < p.nchunks; ++kk) n += visible(p, p.order[kk]);
     return n;
   }
 };

@@ -1,5 +1,6 @@
 /* MKX_Ring_attention's GPU paths: the attention engine
- * (kernels/attention) on one rank's buffers, and the ring of one node.
+ * (kernels/attention) on one rank's buffers, the ring of one node, and
+ * the ring over several nodes.
  *
  * The ring: every rank's K and V chunk travels, by the copy engine (no
  * SMs), into its slot of every other rank's symmetric workspace, the
@@ -18,7 +19,16 @@
  *                           [head_dim], rank `self`'s slot unused)
  *   [p*chunk, 2*p*chunk)    V, likewise
  *   counter                 the engine's tile counter (own runs only)
- * flags[c] = epoch once rank c's K and V have landed here. */
+ * flags[c] = epoch once rank c's K and V have landed here.
+ *
+ * Several nodes: the node's chunks travel as above; the others, after the
+ * engine has been launched, through the host: each rank sends its K and V
+ * over the network to the ranks of its column (the same local rank on
+ * every node, src/host/hier.c: each chunk crosses to each node once) and
+ * puts the column's chunks it receives into every node rank's workspace
+ * with their flags.  The engine computes the node's chunks meanwhile, and
+ * takes the other nodes' last.  The call returns once the exchange is done
+ * (host work: not capturable in a CUDA graph). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +39,7 @@
 
 #if HAVE_CUDA
 #include "ops/attn_gpu.h"
+#include "host/hier.h"
 #include "ops/tp_host.h"
 #include "attention/attn_engine.h"
 
@@ -37,8 +48,17 @@ static const char *const FN = "MKX_Ring_attention";
 typedef struct attn_plan {
   mkx_tp_ws *ws;
   int ring;           /* several ranks */
+  int hier;           /* several nodes */
   size_t chunk;       /* bytes of one rank's K (and of its V) */
   size_t counter_off; /* the tile counter, in the workspace's data */
+  /* Several nodes: the engine's order of chunks; this rank's K then V,
+   * and its column's K and V as gathered over the network (pinned host
+   * memory); the column's rank on each node; one row per rank (the
+   * gather's unit is a rank's K and V). */
+  int order[MKX_ATTN_MAX_CHUNKS];
+  char *hsend, *hcol;
+  int *col_rank;
+  int64_t *rows;
 } attn_plan;
 
 /* The engine's description of a call on this rank (ring pointers: NULL
@@ -76,6 +96,30 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
   d->v_ring = data + (size_t)c->size * p->chunk;
   d->ready = mkx_tp_ws_flags(p->ws, me);
   d->ready_target = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
+  if (p->hier) d->order = p->order;
+}
+
+/* Several nodes: equal nodes joined by MKX's transport (the column
+ * exchange of src/host/hier.c), at most MKX_TP_MAX ranks per node and
+ * MKX_ATTN_MAX_CHUNKS in all. */
+static int hier_ok(MKX_Comm c) {
+  if (!mkx_hier_usable(c))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path over several nodes needs nodes of equal "
+                     "size and a network transport",
+                     FN);
+  if (c->place.local_size > MKX_TP_MAX || c->size > MKX_ATTN_MAX_CHUNKS)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path takes at most %d ranks per node and %d "
+                     "in all (%d, %d)",
+                     FN, MKX_TP_MAX, MKX_ATTN_MAX_CHUNKS, c->place.local_size,
+                     c->size);
+  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: ranks of a node share a GPU and option "
+                     "shared_gpu=staged",
+                     FN);
+  return MKX_SUCCESS;
 }
 
 int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
@@ -86,7 +130,10 @@ int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
                      "%s: GPU path takes bf16 and fp16 "
                      "only",
                      FN);
-  if (c->size > 1) MKX_TRY(mkx_tp_node_ok(c, FN));
+  if (c->place.num_nodes > 1)
+    MKX_TRY(hier_ok(c));
+  else if (c->size > 1)
+    MKX_TRY(mkx_tp_node_ok(c, FN));
   mkx_attn_desc d;
   const char *why = NULL;
   desc_of(c, a, NULL, &d);
@@ -101,6 +148,50 @@ int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
   return MKX_SUCCESS;
 }
 
+/* The engine's order of chunks over several nodes: own, the node's other
+ * ranks (ring order inside the node), then the other nodes' (the nodes
+ * after this one first): the other nodes' chunks come last. */
+static void hier_order(MKX_Comm c, int *order) {
+  const int G = c->place.local_size, N = c->place.num_nodes;
+  int n = 0;
+  for (int dn = 0; dn < N; dn++)
+    for (int dl = 0; dl < G; dl++) {
+      const int node = (c->place.node + dn) % N;
+      const int l = (c->place.local_rank - dl + G) % G;
+      for (int q = 0; q < c->size; q++)
+        if (c->place.node_of_rank[q] == node && c->place.local_rank_of[q] == l)
+          order[n++] = q;
+    }
+}
+
+/* Several nodes: the order, who is in this rank's column, and the pinned
+ * host buffers of the network exchange. */
+static int hier_plan(MKX_Comm c, attn_plan *p) {
+  const int N = c->place.num_nodes;
+  hier_order(c, p->order);
+  p->col_rank = calloc((size_t)N, sizeof *p->col_rank);
+  p->rows = calloc((size_t)c->size, sizeof *p->rows);
+  if (!p->col_rank || !p->rows) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
+  for (int q = 0; q < c->size; q++) {
+    p->rows[q] = 1;
+    if (c->place.local_rank_of[q] == c->place.local_rank)
+      p->col_rank[c->place.node_of_rank[q]] = q;
+  }
+  MKX_TRY(mkx_cuda_rc(cudaHostAlloc((void **)&p->hsend, 2 * p->chunk, 0), FN,
+                      "cudaHostAlloc (send)"));
+  return mkx_cuda_rc(
+      cudaHostAlloc((void **)&p->hcol, (size_t)N * 2 * p->chunk, 0), FN,
+      "cudaHostAlloc (column)");
+}
+
+static void plan_free(attn_plan *p) {
+  if (p->hsend) cudaFreeHost(p->hsend);
+  if (p->hcol) cudaFreeHost(p->hcol);
+  free(p->col_rank);
+  free(p->rows);
+  free(p);
+}
+
 int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
                       void **plan) {
   const mkx_attn_args *a = args;
@@ -108,14 +199,17 @@ int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   attn_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   p->ring = c->size > 1;
+  p->hier = c->place.num_nodes > 1;
   p->chunk = (size_t)(a->batch * a->seq_local * a->heads_kv * a->head_dim) *
              MKX_Type_size(a->dtype);
   p->counter_off = p->ring ? 2 * (size_t)c->size * p->chunk : 0;
   /* agreed values only: every rank's pool takes the same decision */
   mkx_tp_need need = {1, c->size, p->counter_off + 256, 0};
-  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  int rc = p->hier ? hier_plan(c, p) : MKX_SUCCESS;
+  rc = mkx_comm_agree_rc(c, rc, "ring attention plan");
+  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
-    free(p);
+    plan_free(p);
     return rc;
   }
   *plan = p;
@@ -127,42 +221,66 @@ void mkx_attn_gpu_free(MKX_Comm c, void *plan) {
   (void)c;
   if (!p) return;
   mkx_tp_ws_release(p->ws);
-  free(p);
+  plan_free(p);
 }
 
-/* This rank's K and V into its slot of rank q's workspace, then the
- * epoch into q's flag of this rank, on stream s (stream order: the flag
- * after the data). */
-static int push_chunk(MKX_Comm c, const attn_plan *p, const mkx_attn_args *a,
-                      int q, cudaStream_t s) {
-  const int lq = c->place.local_rank_of[q], me = c->place.local_rank;
+/* Rank src's K and V (at k and v: device memory or pinned host memory)
+ * into slot src of node rank lq's workspace, then the epoch into lq's
+ * flag of src, on stream s (stream order: the flag after the data). */
+static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
+                      const void *v, int lq, cudaStream_t s) {
   char *data = mkx_tp_ws_data(p->ws, lq);
-  char *k = data + (size_t)c->rank * p->chunk;
-  char *v = data + ((size_t)c->size + (size_t)c->rank) * p->chunk;
-  MKX_TRY(mkx_cuda_rc(
-      cudaMemcpyAsync(k, a->K, p->chunk, cudaMemcpyDeviceToDevice, s), FN,
-      "copy of K"));
-  MKX_TRY(mkx_cuda_rc(
-      cudaMemcpyAsync(v, a->V, p->chunk, cudaMemcpyDeviceToDevice, s), FN,
-      "copy of V"));
-  const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_SRC);
-  return mkx_cuda_rc(
-      cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + c->rank, epoch, sizeof(int),
-                      cudaMemcpyDeviceToDevice, s),
-      FN, "copy of a ready flag");
+  char *kd = data + (size_t)src * p->chunk;
+  char *vd = data + ((size_t)c->size + (size_t)src) * p->chunk;
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(kd, k, p->chunk, cudaMemcpyDefault, s),
+                      FN, "copy of K"));
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, p->chunk, cudaMemcpyDefault, s),
+                      FN, "copy of V"));
+  const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, c->place.local_rank) +
+                                   MKX_TP_OFF_SRC);
+  return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + src, epoch,
+                                     sizeof(int), cudaMemcpyDeviceToDevice, s),
+                     FN, "copy of a ready flag");
 }
 
-/* One side stream per peer, forked from and joined back into st. */
+/* Side streams forked from st: side stream i (i >= 1) serves node rank
+ * me + i; side stream 0, the network part of several nodes.  This rank's
+ * chunk goes to every other rank of its node. */
 static int push_peers(MKX_Comm c, const attn_plan *p, const mkx_attn_args *a,
                       cudaStream_t st) {
   mkx_tp_ws *ws = p->ws;
+  const int G = c->place.local_size, me = c->place.local_rank;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
-  for (int i = 1; i < c->size; i++) {
-    cudaStream_t s = ws->side[i];
-    MKX_TRY(
-        mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN, "fork wait"));
-    MKX_TRY(push_chunk(c, p, a, (c->rank + i) % c->size, s));
-    MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[i], s), FN, "join"));
+  for (int i = p->hier ? 0 : 1; i < G; i++)
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(ws->side[i], ws->ev_fork, 0), FN,
+                        "fork wait"));
+  for (int i = 1; i < G; i++)
+    MKX_TRY(push_chunk(c, p, c->rank, a->K, a->V, (me + i) % G, ws->side[i]));
+  return MKX_SUCCESS;
+}
+
+/* Several nodes, on the host while the engine computes the node's chunks:
+ * this rank's K and V to the host (side stream 0), its column's from every
+ * node over the network, then each into every node rank's workspace with
+ * its flag (side stream i for node rank me + i). */
+static int hier_exchange(MKX_Comm c, const attn_plan *p,
+                         const mkx_attn_args *a) {
+  cudaStream_t s0 = p->ws->side[0];
+  const int G = c->place.local_size, N = c->place.num_nodes;
+  MKX_TRY(mkx_cuda_rc(
+      cudaMemcpyAsync(p->hsend, a->K, p->chunk, cudaMemcpyDeviceToHost, s0), FN,
+      "copy of K to the host"));
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(p->hsend + p->chunk, a->V, p->chunk,
+                                      cudaMemcpyDeviceToHost, s0),
+                      FN, "copy of V to the host"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(s0), FN, "copies to the host"));
+  MKX_TRY(mkx_hier_column_gather(c, p->hsend, p->rows, 2 * p->chunk, p->hcol));
+  for (int m = 0; m < N; m++) {
+    if (m == c->place.node) continue;
+    const char *k = p->hcol + (size_t)m * 2 * p->chunk;
+    for (int i = 0; i < G; i++)
+      MKX_TRY(push_chunk(c, p, p->col_rank[m], k, k + p->chunk,
+                         (c->place.local_rank + i) % G, p->ws->side[i]));
   }
   return MKX_SUCCESS;
 }
@@ -175,15 +293,21 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
   mkx_attn_desc d;
   mkx_tp_sync sync;
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1,
-                       p->ring ? MKX_PATH_ATTN_RING : MKX_PATH_ATTN));
+                       p->hier   ? MKX_PATH_ATTN_HIER
+                       : p->ring ? MKX_PATH_ATTN_RING
+                                 : MKX_PATH_ATTN));
   if (p->ring) MKX_TRY(push_peers(c, p, a, st));
   desc_of(c, a, p, &d);
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
   d.sync = &sync;
   MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
-  for (int i = 1; p->ring && i < c->size; i++)
+  if (p->hier) MKX_TRY(hier_exchange(c, p, a));
+  for (int i = p->hier ? 0 : 1; p->ring && i < c->place.local_size; i++) {
+    MKX_TRY(mkx_cuda_rc(cudaEventRecord(p->ws->ev_join[i], p->ws->side[i]), FN,
+                        "join"));
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
                         "join wait"));
+  }
   return mkx_tp_end(p->ws, stream);
 }
 
@@ -191,19 +315,28 @@ static const mkx_path_ops attn_one = {MKX_PATH_ATTN, mkx_attn_gpu_plan,
                                       mkx_attn_gpu_start, mkx_attn_gpu_free};
 static const mkx_path_ops attn_ring = {MKX_PATH_ATTN_RING, mkx_attn_gpu_plan,
                                        mkx_attn_gpu_start, mkx_attn_gpu_free};
+static const mkx_path_ops attn_hier = {MKX_PATH_ATTN_HIER, mkx_attn_gpu_plan,
+                                       mkx_attn_gpu_start, mkx_attn_gpu_free};
 
 int mkx_attn_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                         mkx_path_choice *out) {
   (void)args, (void)g;
   out->op = 0;
-  out->ops = c->size > 1 ? &attn_ring : &attn_one;
-  if (c->size > 1)
+  if (c->place.num_nodes > 1) {
+    out->ops = &attn_hier;
     snprintf(out->why, sizeof out->why,
-             "%d ranks of one node: key/value "
-             "chunks by the copy engine",
+             "%d nodes: the node's chunks by the copy engine, the others "
+             "over the network while the engine computes",
+             c->place.num_nodes);
+  } else if (c->size > 1) {
+    out->ops = &attn_ring;
+    snprintf(out->why, sizeof out->why,
+             "%d ranks of one node: key/value chunks by the copy engine",
              c->size);
-  else
+  } else {
+    out->ops = &attn_one;
     snprintf(out->why, sizeof out->why, "one rank");
+  }
   return MKX_SUCCESS;
 }
 #else

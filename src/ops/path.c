@@ -13,6 +13,7 @@ static const char *const names[MKX_PATH_COUNT] = {
     [MKX_PATH_HIER_NVLINK] = "several nodes (hier_gemm=nvlink)",
     [MKX_PATH_ATTN] = "attention engine",
     [MKX_PATH_ATTN_RING] = "attention ring, one node",
+    [MKX_PATH_ATTN_HIER] = "attention ring, several nodes",
 };
 
 static atomic_long starts[MKX_PATH_COUNT];

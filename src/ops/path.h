@@ -17,6 +17,9 @@ typedef enum mkx_path {
   MKX_PATH_ATTN,          /* attention engine on one rank's buffers */
   MKX_PATH_ATTN_RING,     /* one node: K/V chunks copied into every rank's
                              workspace while the engine runs on them */
+  MKX_PATH_ATTN_HIER,     /* several nodes: the ring inside each node, the
+                             other nodes' chunks over the network by the
+                             host while the engine runs */
   MKX_PATH_COUNT
 } mkx_path;
 
