@@ -418,8 +418,8 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * receives the natural log-sum-exp of each row's scaled, visible scores,
  * fp32 [batch][heads_q][seq_local].  Host path: the softmax in double.
  * GPU path (device buffers, bf16/fp16, head_dim a multiple of 8 up to 128,
- * one rank or one node of at most 8 ranks; others are staged through the
- * host path): the softmax in fp32 with the probabilities rounded to dtype
+ * at most 8 ranks per node and 32 in all on nodes of equal size; others
+ * are staged through the host path): the softmax in fp32 with the probabilities rounded to dtype
  * before they multiply V, on the stream without host synchronisation;
  * its errors are reported as the fused GEMM calls' are (option blocking).
  *   agreed:   batch, seq_local, heads_q, heads_kv, head_dim (each >= 1),
