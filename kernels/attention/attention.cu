@@ -16,7 +16,7 @@ using namespace mkx::attn;
 namespace {
 
 template <class Cfg, typename OutT>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(Cfg::THREADS, 1)
     mkx_attn_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmKr,
                     const __grid_constant__ CUtensorMap tmVr, const __grid_constant__ Params p) {
@@ -70,20 +70,19 @@ int section_pairs(const mkx_attn_desc *d) {
   return (int)(n < pairs ? n : pairs);
 }
 
-template <int D, int BN, int STAGES, bool F16>
+template <class Cfg>
 int launch(const mkx_attn_desc *d, cudaStream_t s) {
-  typedef Config<D, BN, STAGES, F16> Cfg;
-  typedef typename std::conditional<F16, __half, __nv_bfloat16>::type OutT;
+  typedef typename std::conditional<Cfg::FP16, __half, __nv_bfloat16>::type OutT;
   CUtensorMap tmQ, tmK, tmV, tmKr, tmVr;
   const int64_t qd[4] = {d->head_dim, d->heads_q, d->seq_q, d->batch};
   const int64_t qs[4] = {1, d->head_dim, d->heads_q * d->head_dim, d->seq_q * d->heads_q * d->head_dim};
-  const uint32_t qb[4] = {64, 1, (uint32_t)kBM, 1};
+  const uint32_t qb[4] = {64, 1, (uint32_t)Cfg::BM, 1};
   int rc = make_map(&tmQ, d->q, d->dtype, 4, qd, qs, qb);
-  if (!rc) rc = make_kv_map(&tmK, d->k, d, 1, BN);
-  if (!rc) rc = make_kv_map(&tmV, d->v, d, 1, BN);
+  if (!rc) rc = make_kv_map(&tmK, d->k, d, 1, Cfg::BN);
+  if (!rc) rc = make_kv_map(&tmV, d->v, d, 1, Cfg::BN);
   const bool ring = d->nchunks > 1;
-  if (!rc) rc = make_kv_map(&tmKr, ring ? d->k_ring : d->k, d, ring ? d->nchunks : 1, BN);
-  if (!rc) rc = make_kv_map(&tmVr, ring ? d->v_ring : d->v, d, ring ? d->nchunks : 1, BN);
+  if (!rc) rc = make_kv_map(&tmKr, ring ? d->k_ring : d->k, d, ring ? d->nchunks : 1, Cfg::BN);
+  if (!rc) rc = make_kv_map(&tmVr, ring ? d->v_ring : d->v, d, ring ? d->nchunks : 1, Cfg::BN);
   if (rc) return rc;
   Params p;
   memset(&p, 0, sizeof p);
@@ -113,7 +112,7 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   int sms = 0;
   rc = mkx::gemm::num_sms(&sms, d->sync ? d->sync->ctas : 0);
   if (rc) return rc;
-  const int64_t tiles = d->batch * d->heads_q * mkx::gemm::cdiv(d->seq_q, kBM);
+  const int64_t tiles = d->batch * d->heads_q * mkx::gemm::cdiv(d->seq_q, Cfg::BM);
   int ctas = d->num_ctas > 0 ? d->num_ctas : sms;
   if (ctas > tiles) ctas = (int)tiles;
   auto kern = mkx_attn_kernel<Cfg, OutT>;
@@ -123,7 +122,7 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
     cudaError_t e = cudaMemsetAsync(d->tile_counter, 0, sizeof(int), s);
     if (e != cudaSuccess) return (int)e;
   }
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmQ, tmK, tmV, tmKr, tmVr, p);
+  kern<<<ctas, Cfg::THREADS, Cfg::SMEM_BYTES, s>>>(tmQ, tmK, tmV, tmKr, tmVr, p);
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -192,6 +191,8 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
     w = "a tensor is not 16-byte aligned";
   else if (d->block_n != 0 && d->block_n != 128 && !(d->block_n == 192 && d->head_dim <= 64))
     w = "block_n must be 0, 128, or 192 with head_dim <= 64";
+  else if (d->warpgroups != 0 && d->warpgroups != 2 && !(d->warpgroups == 3 && d->head_dim <= 64 && d->block_n != 192))
+    w = "warpgroups must be 0, 2, or 3 with head_dim <= 64 and 128 keys per block";
   else if (!(d->scale > 0.f) || isinf(d->scale))
     w = "scale must be positive and finite";
   if (why) *why = w;
@@ -209,11 +210,11 @@ extern "C" int mkx_attn_block_n(const mkx_attn_desc *d) {
 extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
   if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
   if (!device_is_sm90()) return MKX_ATTN_ENODEV;
-  const int bn = mkx_attn_block_n(d);
   const bool f16 = d->dtype == MKX_GEMM_FP16;
-  if (d->head_dim <= 64) {
-    if (bn == 192) return f16 ? launch<64, 192, 2, true>(d, s) : launch<64, 192, 2, false>(d, s);
-    return f16 ? launch<64, 128, 2, true>(d, s) : launch<64, 128, 2, false>(d, s);
-  }
-  return f16 ? launch<128, 128, 2, true>(d, s) : launch<128, 128, 2, false>(d, s);
+  if (d->head_dim > 64) return f16 ? launch<Config<128, 128, 2, true>>(d, s) : launch<Config<128, 128, 2, false>>(d, s);
+  if (d->warpgroups == 3)
+    return f16 ? launch<Config<64, 128, 2, true, 3>>(d, s) : launch<Config<64, 128, 2, false, 3>>(d, s);
+  if (mkx_attn_block_n(d) == 192)
+    return f16 ? launch<Config<64, 192, 2, true>>(d, s) : launch<Config<64, 192, 2, false>>(d, s);
+  return f16 ? launch<Config<64, 128, 2, true>>(d, s) : launch<Config<64, 128, 2, false>>(d, s);
 }

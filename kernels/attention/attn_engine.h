@@ -80,9 +80,14 @@ typedef struct mkx_attn_desc {
                               tiles); one per concurrent run */
   int block_n;                 /* keys per block: 0 (mkx_attn_block_n picks),
                               128, or 192 with head_dim <= 64 */
-  int no_turns;                /* 1: the two consumer warpgroups issue their
-                              products whenever ready instead of in turns
-                              (for measurements) */
+  int warpgroups;              /* consumer warpgroups (64 query rows each):
+                                  0 or 2; 3 for head_dim <= 64 with 128
+                                  keys per block (more warps to hide the
+                                  softmax's latency where the products are
+                                  short) */
+  int no_turns;                /* 1: the consumer warpgroups issue their
+                                  products whenever ready instead of in
+                                  turns (for measurements) */
 } mkx_attn_desc;
 
 /* 1 if the engine can run d, else 0 and (if why != NULL) a static reason.

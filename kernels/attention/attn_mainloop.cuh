@@ -1,16 +1,18 @@
 /*
  * MKX Hopper attention engine (sm_90a): device side.
  *
- * One CTA = 384 threads = 3 warpgroups, one CTA per SM, persistent over
- * query tiles of 128 rows of one (batch, query head):
- *   warpgroup 0      producer: setmaxnreg 40; one thread loads the query
+ * One CTA per SM, persistent over query tiles of one (batch, query head),
+ * 64 rows per consumer warpgroup (Config: 2 or 3 of them, 384 or 512
+ * threads):
+ *   warpgroup 0      producer: setmaxnreg 40 (32); one thread loads the query
  *                    tile (TMA, 128B swizzle, one box per 64 columns of the
  *                    head dim) and then, for each key block the tile may
  *                    see, K and V into a STAGES-deep ring (separate "full"
  *                    and "empty" mbarriers for K and V, so S = Q K^T of a
  *                    block starts before its V lands).  Chunks of other
  *                    ranks are loaded once their ready flag says so.
- *   warpgroups 1, 2  consumers (setmaxnreg 232), 64 query rows each:
+ *   warpgroups 1..   consumers (setmaxnreg 232, or 160 with 3), 64 query
+ *                    rows each:
  *                    S = Q K^T (wgmma, both operands in shared memory),
  *                    online softmax in fp32 registers (exp2 with the scale
  *                    folded in), P converted in registers and fed as the A
@@ -22,7 +24,7 @@
  * Every role walks the same tiles (Schedule) and, per tile, the same key
  * blocks (Blocks), so the rings' phases agree without any other message.
  *
- * Shared memory (1024-aligned): Q (D/64 boxes of 128 x 128 bytes), K
+ * Shared memory (1024-aligned): Q (D/64 boxes of BM x 128 bytes), K
  * stages, V stages (D/64 boxes of BN x 128 bytes each), then mbarriers.
  */
 #pragma once
@@ -53,26 +55,31 @@ using gemm::wgmma_commit;
 using gemm::wgmma_fence;
 using gemm::wgmma_wait;
 
-constexpr int kBM = 128;  // query rows per tile (2 consumer warpgroups x 64)
-constexpr int kThreads = 384;
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232;
-constexpr int kConsumerWarps = 8;
-
 enum { kContiguous = 0, kZigzag = 1, kStriped = 2 };
 
-template <int D_, int BN_, int STAGES_, bool FP16_>
+/* WGS consumer warpgroups of 64 query rows each (2, or 3 where the
+ * registers allow: head dim 64 with 128 keys per block), and the register
+ * split of setmaxnreg for each (64K registers in all: 40 + 2 x 232 or
+ * 32 + 3 x 160 per thread of a warpgroup). */
+template <int D_, int BN_, int STAGES_, bool FP16_, int WGS_ = 2>
 struct Config {
   static constexpr int D = D_;  // head dim the kernel computes (the real one is zero-padded up)
   static constexpr int BN = BN_;
   static constexpr int STAGES = STAGES_;
   static constexpr bool FP16 = FP16_;
+  static constexpr int WGS = WGS_;
+  static constexpr int BM = 64 * WGS;  // query rows per tile
+  static constexpr int THREADS = 128 * (1 + WGS);
+  static constexpr int CONSUMER_WARPS = 4 * WGS;
+  static constexpr int PRODUCER_REGS = WGS == 2 ? 40 : 32;
+  static constexpr int CONSUMER_REGS = WGS == 2 ? 232 : 160;
   static constexpr int ATOMS = D / 64;  // 128-byte swizzle atoms across the head dim
-  static constexpr uint32_t Q_BYTES = kBM * D * 2;
+  static constexpr uint32_t Q_BYTES = BM * D * 2;
   static constexpr uint32_t KV_BYTES = BN * D * 2;
   static constexpr uint32_t BAR_BYTES = 1024;
   static constexpr uint32_t SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + BAR_BYTES + 1024;
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
+  static_assert(WGS == 2 || (WGS == 3 && D == 64 && BN == 128), "3 warpgroups: head dim 64, 128 keys");
   static_assert(BN % 16 == 0 && BN <= 256, "key block");
   static_assert(SMEM_BYTES <= 232448, "too much shared memory");
 };
@@ -160,7 +167,7 @@ struct Schedule {
 /* The key blocks a query tile sees: chunks in the order of p.order (own
  * first, then as they arrive), in each the blocks that some row of the
  * tile may see. */
-template <int BN>
+template <int BN, int BM>
 struct Blocks {
   int qmax_row;  // last query row of the tile (local)
   int k;         // chunk index in ring order
@@ -172,7 +179,7 @@ struct Blocks {
   }
   /* position on the first block; false: the tile sees no key */
   __device__ __forceinline__ bool first(const Params &p, int mb) {
-    qmax_row = min(p.seq_q, (mb + 1) * kBM) - 1;
+    qmax_row = min(p.seq_q, (mb + 1) * BM) - 1;
     k = -1;
     nvis = 0;
     nb = 0;
@@ -287,12 +294,12 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
     *(volatile int *)&sh->tile = t;
     const Tile tile = sched.get(t);
     const int hk = tile.hq / p.group;
-    Blocks<BN> blk;
+    Blocks<BN, Cfg::BM> blk;
     const bool any = blk.first(p, tile.mb);
     mbar_arrive_expect_tx(&sh->q_full, Cfg::Q_BYTES);
 #pragma unroll
     for (int a = 0; a < Cfg::ATOMS; ++a)
-      tma_load_4d(sQ + a * (kBM * 128), tmQ, &sh->q_full, a * 64, tile.hq, tile.mb * kBM, tile.b);
+      tma_load_4d(sQ + a * (Cfg::BM * 128), tmQ, &sh->q_full, a * 64, tile.hq, tile.mb * Cfg::BM, tile.b);
     if (!any) continue;
     do {
       const bool own = blk.c == p.self;
@@ -344,7 +351,7 @@ __device__ __forceinline__ void issue_qk(float (&s)[Cfg::BN / 2], uint64_t dq, u
 #pragma unroll
   for (int kk = 0; kk < Cfg::D / 16; ++kk) {
     const uint32_t off = 32 * (kk & 3);
-    const uint64_t da = desc_at(dq, (kk >> 2) * (kBM * 128) + off);
+    const uint64_t da = desc_at(dq, (kk >> 2) * (Cfg::BM * 128) + off);
     const uint64_t db = desc_at(dk, (kk >> 2) * (Cfg::BN * 128) + off);
     Wgmma<Cfg::BN, Cfg::FP16>::template ss<0>(s, da, db, kk > 0);
   }
@@ -482,19 +489,19 @@ __device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int 
   }
 }
 
-/* Ping-pong of the two consumer warpgroups (named barriers 1 and 2): a
- * warpgroup issues its matrix products only in its turn and then hands
- * the turn over, so one warpgroup's softmax runs while the other's
- * products keep the tensor cores busy.  Both warpgroups walk the same
- * tiles and blocks, so they take the same number of turns. */
+/* Turns of the consumer warpgroups (named barrier 1 + w is warpgroup w's
+ * turn): a warpgroup issues its matrix products only in its turn and then
+ * hands the turn to the next, so one warpgroup's softmax runs while the
+ * others' products keep the tensor cores busy.  Every warpgroup walks the
+ * same tiles and blocks, so they take the same number of turns. */
 struct Turns {
   bool on;
-  int cw;
+  int cw, next;
   __device__ __forceinline__ void wait() const {
     if (on) gemm::named_bar_sync(1 + cw, 256);
   }
   __device__ __forceinline__ void pass() const {
-    if (on) asm volatile("bar.arrive %0, %1;" ::"r"(1 + (cw ^ 1)), "r"(256) : "memory");
+    if (on) asm volatile("bar.arrive %0, %1;" ::"r"(1 + next), "r"(256) : "memory");
   }
 };
 
@@ -510,16 +517,16 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
   const uint64_t dv0 = make_desc(smem_u32(sV), Cfg::BN * 128, 1024);
   Ring ring;
   uint32_t q_phase = 0;
-  const Turns turn{!p.no_turns, cw};
-  if (cw == 1) turn.pass();  // warpgroup 0 goes first
+  const Turns turn{!p.no_turns, cw, cw + 1 == Cfg::WGS ? 0 : cw + 1};
+  if (cw + 1 == Cfg::WGS) turn.pass();  // warpgroup 0 goes first
   for (;;) {
     mbar_wait(&sh->q_full, q_phase);
     q_phase ^= 1;
     const int t = *(volatile int *)&sh->tile;
     if (t < 0) break;
     const Tile tile = sched.get(t);
-    const int row0 = tile.mb * kBM + cw * 64;
-    Blocks<BN> blk;
+    const int row0 = tile.mb * Cfg::BM + cw * 64;
+    Blocks<BN, Cfg::BM> blk;
     const bool any = blk.first(p, tile.mb);
     float o[D / 2];
 #pragma unroll
@@ -599,7 +606,90 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
   }
 }
 
-/* The whole engine for this CTA; all 384 threads call it. */
+/* The consumers without the overlap inside a warpgroup, for three
+ * warpgroups at 160 registers: S, then P, then O += P V, one after the
+ * other, so that S and P are never live together (the other warpgroups'
+ * turns keep the tensor cores busy meanwhile). */
+template <class Cfg, typename OutT>
+__device__ __forceinline__ void consume_serial(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
+                                               uint8_t *sK, uint8_t *sV, Shared *sh, uint64_t *k_full,
+                                               uint64_t *k_empty, uint64_t *v_full, uint64_t *v_empty) {
+  constexpr int BN = Cfg::BN;
+  constexpr int D = Cfg::D;
+  const bool leader = (tid & 31) == 0;
+  const uint64_t dq = make_desc(smem_u32(sQ) + cw * (64 * 128), 16, 1024);
+  const uint64_t dk0 = make_desc(smem_u32(sK), 16, 1024);
+  const uint64_t dv0 = make_desc(smem_u32(sV), Cfg::BN * 128, 1024);
+  Ring ring;
+  uint32_t q_phase = 0;
+  const Turns turn{!p.no_turns, cw, cw + 1 == Cfg::WGS ? 0 : cw + 1};
+  if (cw + 1 == Cfg::WGS) turn.pass();  // warpgroup 0 goes first
+  for (;;) {
+    mbar_wait(&sh->q_full, q_phase);
+    q_phase ^= 1;
+    const int t = *(volatile int *)&sh->tile;
+    if (t < 0) break;
+    const Tile tile = sched.get(t);
+    const int row0 = tile.mb * Cfg::BM + cw * 64;
+    Blocks<BN, Cfg::BM> blk;
+    const bool any = blk.first(p, tile.mb);
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
+    if (!any) {
+      if (leader) mbar_arrive(&sh->q_empty);
+      epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
+      continue;
+    }
+    const int total = blk.total(p);
+    int lim[2];
+    row_limits(p, blk.c, tid, row0, lim);
+    for (int it = 0; it < total; ++it) {
+      if (it > 0) {
+        blk.next(p);
+        if (blk.nb == 0) row_limits(p, blk.c, tid, row0, lim);
+      }
+      float s[BN / 2];
+      mbar_wait(&k_full[ring.stage], ring.phase);
+      turn.wait();
+      wgmma_fence();
+      issue_qk<Cfg>(s, dq, desc_at(dk0, ring.stage * Cfg::KV_BYTES));
+      wgmma_commit();
+      turn.pass();
+      wgmma_wait<0>();
+      pin_acc(s);
+      if (leader) {
+        mbar_arrive(&k_empty[ring.stage]);
+        if (it + 1 == total) mbar_arrive(&sh->q_empty);  // the tile's last Q K^T is done
+      }
+      mask_block<Cfg>(s, tid, lim, blk.nb * BN);
+      float alpha[2], rowsum[2];
+      softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
+      uint32_t pf[BN / 16][4];
+      to_fragments<Cfg>(s, pf);
+      mbar_wait(&v_full[ring.stage], ring.phase);
+      turn.wait();
+      wgmma_fence();
+      issue_pv<Cfg>(o, pf, desc_at(dv0, ring.stage * Cfg::KV_BYTES));
+      wgmma_commit();
+      turn.pass();
+      wgmma_wait<0>();
+      pin_acc(o);
+      if (leader) mbar_arrive(&v_empty[ring.stage]);
+      ring.advance<Cfg::STAGES>();
+    }
+    epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
+  }
+}
+
+/* The whole engine for this CTA; all Cfg::THREADS threads call it. */
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CUtensorMap *tmQ, const CUtensorMap *tmK,
                                     const CUtensorMap *tmV, const CUtensorMap *tmKr, const CUtensorMap *tmVr) {
@@ -612,17 +702,17 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
   uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
   Shared *sh = reinterpret_cast<Shared *>(v_empty + Cfg::STAGES);
   const int tid = threadIdx.x;
-  const int nm = (p.seq_q + kBM - 1) / kBM;
+  const int nm = (p.seq_q + Cfg::BM - 1) / Cfg::BM;
   const int pairs = p.batch * p.heads_q;
   const Schedule sched{nm, p.heads_q, pairs, pairs * nm, p.section, p.causal != 0};
   if (tid == 0) {
     mbar_init(&sh->q_full, 1);
-    mbar_init(&sh->q_empty, kConsumerWarps);
+    mbar_init(&sh->q_empty, Cfg::CONSUMER_WARPS);
     for (int s = 0; s < Cfg::STAGES; ++s) {
       mbar_init(&k_full[s], 1);
-      mbar_init(&k_empty[s], kConsumerWarps);
+      mbar_init(&k_empty[s], Cfg::CONSUMER_WARPS);
       mbar_init(&v_full[s], 1);
-      mbar_init(&v_empty[s], kConsumerWarps);
+      mbar_init(&v_empty[s], Cfg::CONSUMER_WARPS);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     fence_proxy_async_smem();
@@ -633,11 +723,14 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
   __syncthreads();
   const int wg = tid / 128;
   if (wg == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if (tid == 0) produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
-    consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
+    setmaxnreg_inc<Cfg::CONSUMER_REGS>();
+    if constexpr (Cfg::WGS == 2)
+      consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
+    else
+      consume_serial<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   }
 }
 

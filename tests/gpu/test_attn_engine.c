@@ -27,7 +27,7 @@
 #include "num16.h"
 
 static int g_fail, g_ok;
-static int g_runs; /* every other run takes its tiles from a counter */
+static int g_runs; /* runs vary: tile counter, block size, warpgroups */
 static int *g_counter;
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -157,9 +157,11 @@ static void run_case(const tcase *t, int self, int ready) {
   d.layout = t->layout;
   d.nchunks = t->p;
   d.self = self;
-  d.tile_counter = g_runs % 2 ? g_counter : NULL;
-  /* either block size, whatever the mask */
-  d.block_n = g_runs++ % 3 == 2 || t->d > 64 ? 128 : 192;
+  const int run = g_runs++;
+  d.tile_counter = run % 2 ? g_counter : NULL;
+  /* either block size, whatever the mask; head dim 64: 2 or 3 warpgroups */
+  d.block_n = run % 3 == 2 || t->d > 64 ? 128 : 192;
+  d.warpgroups = t->d <= 64 && d.block_n == 128 && run % 4 < 2 ? 3 : 0;
   if (t->p > 1) {
     dkr = dev_upload(kr, 2 * kn * t->p);
     dvr = dev_upload(vr, 2 * kn * t->p);
@@ -189,12 +191,14 @@ static void run_case(const tcase *t, int self, int ready) {
   }
   const char *why = NULL;
   char name[160];
-  snprintf(
-      name, sizeof name,
-      "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d bn %d%s%s",
-      t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
-      t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self, d.block_n,
-      d.tile_counter ? " counter" : "", ready ? "" : " (flags never set)");
+  snprintf(name, sizeof name,
+           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d bn "
+           "%d%s%s%s",
+           t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
+           t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self,
+           d.block_n, d.tile_counter ? " counter" : "",
+           d.warpgroups == 3 ? " 3 warpgroups" : "",
+           ready ? "" : " (flags never set)");
   if (!mkx_attn_supported(&d, &why)) {
     printf("not ok - %s: unsupported: %s\n", name, why);
     g_fail++;
@@ -348,8 +352,8 @@ static void bench(int profile) {
                                   {4, 8192, 16, 16, 64}};
   printf(
       "# engine, bf16, random inputs: batch seq heads_q/heads_kv head_dim: "
-      "TFLOP/s non-causal, causal, each with 128 / 192 keys per block (192: "
-      "head dim 64)\n");
+      "TFLOP/s non-causal, causal; head dim 64: each with 128 / 192 keys per "
+      "block / 3 warpgroups\n");
   for (size_t x = profile ? 1 : 0; x < (profile ? 2 : 5); ++x) {
     const int *s = shapes[x];
     const size_t qn = (size_t)s[0] * s[1] * s[2] * s[4],
@@ -359,9 +363,10 @@ static void bench(int profile) {
     float *l;
     CK(cudaMalloc(&o, 2 * qn));
     CK(cudaMalloc((void **)&l, 4 * (size_t)s[0] * s[2] * s[1]));
-    double tf[4] = {0, 0, 0, 0};
-    for (int var = 0; var < (profile ? 1 : 4); ++var) {
-      const int causal = var / 2;
+    double tf[6] = {0, 0, 0, 0, 0, 0};
+    for (int var = 0; var < (profile ? 1 : 6); ++var) {
+      const int causal = var / 3, kind = var % 3;
+      if (kind && s[4] > 64) continue;
       mkx_attn_desc d;
       memset(&d, 0, sizeof d);
       d.batch = s[0];
@@ -379,14 +384,19 @@ static void bench(int profile) {
       d.scale = (float)(1.0 / sqrt((double)s[4]));
       d.nchunks = 1;
       d.tile_counter = g_counter;
-      d.block_n = var % 2 && s[4] <= 64 ? 192 : 128;
+      d.block_n = kind == 1 ? 192 : 128;
+      d.warpgroups = kind == 2 ? 3 : 0;
       const float ms = time_runs(&d, profile ? 1 : 10);
       const double flops =
           4.0 * s[0] * s[2] * (double)s[1] * s[1] * s[4] / (causal ? 2 : 1);
       if (ms > 0) tf[var] = flops / (ms * 1e-3) / 1e12;
     }
-    printf("# %d %d %d/%d %d: %.0f / %.0f, %.0f / %.0f\n", s[0], s[1], s[2],
-           s[3], s[4], tf[0], tf[1], tf[2], tf[3]);
+    if (s[4] > 64)
+      printf("# %d %d %d/%d %d: %.0f, %.0f\n", s[0], s[1], s[2], s[3], s[4],
+             tf[0], tf[3]);
+    else
+      printf("# %d %d %d/%d %d: %.0f / %.0f / %.0f, %.0f / %.0f / %.0f\n", s[0],
+             s[1], s[2], s[3], s[4], tf[0], tf[1], tf[2], tf[3], tf[4], tf[5]);
     CK(cudaFree(q));
     CK(cudaFree(k));
     CK(cudaFree(v));
