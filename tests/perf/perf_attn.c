@@ -29,14 +29,21 @@
  * (for slow paths); --shapes replaces the default list (with --small: the
  * small list, then these).
  *
- * --versus FILE: lines of tests/perf/torch_sdpa.py
+ * --versus FILE, on one rank: lines of tests/perf/torch_sdpa.py
  *     sdpa <backend> B S HQ HKV D causal ms tflops
  *     sdpa <backend> B S HQ HKV D causal unavailable <why>
- * (other lines are skipped).  On one rank the table gets one column per
- * backend (in the order of the file; "n/a": unavailable there, "-": not in
- * the file), each its TFLOP/s from its ms and the FLOP count above, and
- * "MKX / best", MKX over the fastest backend of the row.  On several
- * ranks --versus is ignored with a note (SDPA ran on one GPU).
+ * (other lines are skipped).  The table gets one column per backend (in
+ * the order of the file; "n/a": unavailable there, "-": not in the file),
+ * each its TFLOP/s from its ms and the FLOP count above, and "MKX / best",
+ * MKX over the fastest backend of the row.
+ * On several ranks: lines of tests/perf/torch_ring_attn.py (PyTorch SDPA
+ * and an NCCL ring of K/V, serially, one rank per GPU)
+ *     ring B S HQ HKV D causal compute_ms ring_ms serial_ms tflops
+ *     ring B S HQ HKV D causal unavailable <why>
+ * with S the sequence per rank (other lines are skipped; a line
+ * "# torch_ring_attn.py: P ranks" whose P is not this job's size drops the
+ * file with a note).  The table gets "ring TFLOP/s" (from its serial ms and
+ * the FLOP count above), "MKX / ring" and "ring serial ms".
  *
  * --out FILE.md appends a section: date (UTC), GPU name, ranks and GPUs,
  * whether ranks share a GPU (GPU UUIDs compared over MPI_Allgather; MPS or
@@ -119,17 +126,19 @@ typedef struct env {
   cudaEvent_t e0, e1;
 } env;
 
-/* One measurement of torch_sdpa.py. */
+/* One measurement of torch_sdpa.py, or of torch_ring_attn.py (backend
+ * "ring"). */
 typedef struct sdpa_line {
   int backend; /* index into baseline.names */
-  shape sh;    /* s: the whole sequence (one GPU) */
+  shape sh;    /* s: the whole sequence (one GPU); ring: per rank */
   int causal, avail;
-  double ms;
+  double ms; /* ring: the serial loop's */
 } sdpa_line;
 
 typedef struct baseline {
   char names[MAX_BACKENDS][32];
   int nb, nl, cap;
+  int ranks; /* ring: the ranks its header names (0: none named) */
   sdpa_line *lines;
 } baseline;
 
@@ -148,8 +157,10 @@ static const char attn_usage[] =
     "  time.  S is the sequence per rank.  Default shapes: 4,4096,16,16,128\n"
     "  4,8192,16,16,128 4,16384,16,16,128 1,16384,32,8,128 4,8192,16,16,64;\n"
     "  --small: 1,1024,4,4,128 2,2048,8,2,64 (slow paths).\n"
-    "  --versus FILE: lines of tests/perf/torch_sdpa.py (PyTorch SDPA on\n"
-    "  one GPU), set beside MKX on 1 rank with the ratio MKX / best.\n"
+    "  --versus FILE: on 1 rank, lines of tests/perf/torch_sdpa.py (PyTorch\n"
+    "  SDPA on one GPU), set beside MKX with the ratio MKX / best; on P\n"
+    "  ranks, lines of tests/perf/torch_ring_attn.py (SDPA + NCCL ring on\n"
+    "  the same P GPUs), with MKX / ring.\n"
     "  --out FILE.md: appends the table, with date, GPU and MKX_* options.\n"
     "  --no-lse: LSE = NULL.  tests/perf/perf_attn.c says more.\n";
 
@@ -236,7 +247,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   return 0;
 }
 
-/* ---- torch_sdpa.py's lines ------------------------------------------------ */
+/* ---- torch_sdpa.py's and torch_ring_attn.py's lines ---------------------- */
 
 static int backend_index(baseline *bl, const char *name) {
   for (int i = 0; i < bl->nb; i++)
@@ -246,8 +257,24 @@ static int backend_index(baseline *bl, const char *name) {
   return bl->nb++;
 }
 
-/* Reads FILE (rank 0): 0, or 1 after a message. */
-static int load_sdpa(const char *path, baseline *bl) {
+/* A "ring" line of torch_ring_attn.py into the fields of an sdpa line
+ * (name "ring", tok the compute ms or "unavailable", *ms the serial ms):
+ * the count of fields read, as sscanf's for an sdpa line (8: unavailable,
+ * 9: a measurement, else neither). */
+static int scan_ring(const char *line, char *name, long long *b, long long *s,
+                     long long *hq, long long *hkv, long long *d, int *causal,
+                     char *tok, double *ms) {
+  double ring, tf;
+  int n = sscanf(line, "ring %lld %lld %lld %lld %lld %d %63s %lf %lf %lf", b,
+                 s, hq, hkv, d, causal, tok, &ring, ms, &tf);
+  strcpy(name, "ring");
+  if (n >= 7 && !strcmp(tok, "unavailable")) return 8;
+  return n == 10 ? 9 : 0;
+}
+
+/* Reads FILE (rank 0): sdpa lines, or with ring set ring lines and the
+ * header's rank count; 0, or 1 after a message. */
+static int load_versus(const char *path, int ring, baseline *bl) {
   char line[512], name[32], tok[64];
   long long b, s, hq, hkv, d;
   int causal;
@@ -259,11 +286,19 @@ static int load_sdpa(const char *path, baseline *bl) {
     return 1;
   }
   while (fgets(line, sizeof line, f)) {
-    int n = sscanf(line, "sdpa %31s %lld %lld %lld %lld %lld %d %63s %lf", name,
-                   &b, &s, &hq, &hkv, &d, &causal, tok, &tf);
-    int avail = n == 9 && strcmp(tok, "unavailable"), bi;
+    int n, avail, bi, p;
+    double ms;
+    if (ring && sscanf(line, "# torch_ring_attn.py: %d ranks", &p) == 1)
+      bl->ranks = p;
+    if (ring)
+      n = scan_ring(line, name, &b, &s, &hq, &hkv, &d, &causal, tok, &tf);
+    else
+      n = sscanf(line, "sdpa %31s %lld %lld %lld %lld %lld %d %63s %lf", name,
+                 &b, &s, &hq, &hkv, &d, &causal, tok, &tf);
+    avail = n == 9 && strcmp(tok, "unavailable");
     if (!avail && !(n >= 8 && !strcmp(tok, "unavailable"))) continue;
     if ((bi = backend_index(bl, name)) < 0) continue;
+    ms = !avail ? 0 : ring ? tf : atof(tok);
     if (bl->nl == bl->cap) {
       bl->cap = bl->cap ? 2 * bl->cap : 64;
       bl->lines = realloc(bl->lines, (size_t)bl->cap * sizeof *bl->lines);
@@ -273,12 +308,13 @@ static int load_sdpa(const char *path, baseline *bl) {
         return 1;
       }
     }
-    bl->lines[bl->nl++] = (sdpa_line){
-        bi, {b, s, hq, hkv, d}, causal != 0, avail, avail ? atof(tok) : 0};
+    bl->lines[bl->nl++] =
+        (sdpa_line){bi, {b, s, hq, hkv, d}, causal != 0, avail, ms};
   }
   fclose(f);
   if (bl->nl == 0)
-    fprintf(stderr, "mkx_perf attn: no sdpa lines in %s: no baseline\n", path);
+    fprintf(stderr, "mkx_perf attn: no %s lines in %s: no baseline\n",
+            ring ? "ring" : "sdpa", path);
   return 0;
 }
 
@@ -326,8 +362,21 @@ static void num(char *s, size_t len, double x) {
     cat(s, len, " %.3g |", x);
 }
 
+/* --versus with torch_sdpa.py's lines (one rank) */
 static int versus_on(const env *e, const opts *o) {
   return o->versus && e->size == 1;
+}
+
+/* --versus with torch_ring_attn.py's lines (several ranks) */
+static int ring_on(const env *e, const opts *o) {
+  return o->versus && e->size > 1;
+}
+
+/* The ring line of this shape and mask, or NULL. */
+static const sdpa_line *ring_find(const env *e, const opts *o,
+                                  const baseline *bl, const shape *sh,
+                                  int causal) {
+  return ring_on(e, o) ? sdpa_find(bl, 0, sh, causal) : NULL;
 }
 
 static void print_row(const env *e, const opts *o, const baseline *bl,
@@ -356,7 +405,24 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     else
       cat(line, sizeof line, " - |");
   }
+  const sdpa_line *ring = ring_find(e, o, bl, sh, causal);
+  int ring_ok = ring && ring->avail && ring->ms > 0;
+  if (ring_on(e, o)) {
+    if (ring_ok) {
+      double tf = attn_flops(sh, e->size, causal) / (ring->ms * 1e-3) / 1e12;
+      num(line, sizeof line, tf);
+      cat(line, sizeof line, " %.3f |", r->tflops / tf);
+    } else {
+      cat(line, sizeof line, ring ? " n/a | - |" : " - | - |");
+    }
+  }
   num(line, sizeof line, r->ms);
+  if (ring_on(e, o)) {
+    if (ring_ok)
+      num(line, sizeof line, ring->ms);
+    else
+      cat(line, sizeof line, ring ? " n/a |" : " - |");
+  }
   cat(line, sizeof line, " %s |\n", r->path);
   fputs(line, stdout);
   fflush(stdout);
@@ -414,14 +480,28 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
         "same FLOP count; n/a: unavailable there, -: not in the file); "
         "MKX / best: MKX over the fastest backend.",
         o->versus);
+  if (ring_on(e, o))
+    cat(head, sizeof head,
+        "  Beside it, what a user runs instead on the same %d GPUs "
+        "(`tests/perf/torch_ring_attn.py`, lines of `%s`): PyTorch SDPA "
+        "(cuDNN, else flash) of each rank's Q against each K/V chunk in "
+        "turn, the partial outputs merged by their LSE in fp32, the chunks "
+        "passed to the next rank by NCCL, compute and exchange serially; "
+        "ring TFLOP/s from its serial ms and the same FLOP count (n/a: "
+        "unavailable there, -: not in the file); MKX / ring: MKX over it.",
+        e->size, o->versus);
   cat(head, sizeof head, "\n\n| shape | causal | MKX TFLOP/s |");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
     cat(head, sizeof head, " %s |", bl->names[bi]);
   if (versus_on(e, o)) cat(head, sizeof head, " MKX / best |");
-  cat(head, sizeof head, " MKX ms | MKX path |\n|---|---:|---:|");
+  if (ring_on(e, o)) cat(head, sizeof head, " ring TFLOP/s | MKX / ring |");
+  cat(head, sizeof head, " MKX ms |%s MKX path |\n|---|---:|---:|",
+      ring_on(e, o) ? " ring serial ms |" : "");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
     cat(head, sizeof head, "---:|");
-  cat(head, sizeof head, "%s---:|---|\n", versus_on(e, o) ? "---:|" : "");
+  if (versus_on(e, o)) cat(head, sizeof head, "---:|");
+  if (ring_on(e, o)) cat(head, sizeof head, "---:|---:|");
+  cat(head, sizeof head, "---:|%s---|\n", ring_on(e, o) ? "---:|" : "");
   fputs(head, stdout);
   fflush(stdout);
   FILE *out = NULL;
@@ -640,13 +720,15 @@ int mkx_perf_attn(int argc, char **argv) {
     return rc;
   }
   memset(&bl, 0, sizeof bl);
-  if (e.rank == 0 && o.versus && e.size > 1)
-    fprintf(stderr,
-            "mkx_perf attn: --versus ignored: SDPA ran on one GPU, this "
-            "job has %d ranks\n",
-            e.size);
-  if (e.rank == 0 && versus_on(&e, &o) && load_sdpa(o.versus, &bl))
+  if (e.rank == 0 && o.versus && load_versus(o.versus, e.size > 1, &bl))
     MPI_Abort(MPI_COMM_WORLD, 2);
+  if (e.rank == 0 && ring_on(&e, &o) && bl.ranks && bl.ranks != e.size) {
+    fprintf(stderr,
+            "mkx_perf attn: --versus %s: the ring ran on %d ranks, this job "
+            "has %d: no baseline\n",
+            o.versus, bl.ranks, e.size);
+    bl.nl = bl.nb = 0;
+  }
   FILE *out = e.rank == 0 ? open_table(&e, &o, &bl) : NULL;
   for (int i = 0; i < o.ns; i++) {
     bufs b;
