@@ -1,11 +1,14 @@
 /* The path choice of the three tensor-parallel calls (src/ops/tp_paths.c)
- * on communicators described by hand: every branch picks the entry it
- * should, of the right call (AllGather+GEMM's starts differ from the
- * reductions'), and says why. */
+ * and of ring attention (src/ops/attn_gpu.c) on communicators described
+ * by hand: every branch picks the entry it should, of the right call
+ * (AllGather+GEMM's starts differ from the reductions'), and says why;
+ * attention's check turns away what its engine cannot take, saying why. */
 #include <stdio.h>
 #include <string.h>
 #include "core/comm.h"
+#include "core/error.h"
 #include "ops/op.h"
+#include "ops/attn_gpu.h"
 #include "ops/tp_host.h"
 #include "../common/check.h"
 
@@ -84,6 +87,66 @@ static void one_kernel_bit(void) {
   }
 }
 
+/* Ring attention: one rank, one node, several nodes; and the check's
+ * reasons for what stays on the staged path. */
+static void attention(void) {
+  static char buf[4096] __attribute__((aligned(256)));
+  mkx_attn_args a;
+  memset(&a, 0, sizeof a);
+  a.Q = a.K = a.V = buf;
+  a.O = buf;
+  a.batch = 1, a.seq_local = 16, a.heads_q = 4, a.heads_kv = 2;
+  a.head_dim = 64, a.scale = 0.125, a.dtype = MKX_BF16;
+  mkx_agreed g = {NULL, 16, 0, 0};
+  static const struct {
+    int size, nodes;
+    mkx_path want;
+    const char *because;
+  } ch[] = {{1, 1, MKX_PATH_ATTN, "one rank"},
+            {4, 1, MKX_PATH_ATTN_RING, "4 ranks of one node"},
+            {4, 2, MKX_PATH_ATTN_HIER, "2 nodes"}};
+  for (size_t i = 0; i < sizeof ch / sizeof ch[0]; i++) {
+    struct MKX_Comm_s c = comm_of(ch[i].size, ch[i].nodes, MKX_SHARE_NONE,
+                                  MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+    mkx_path_choice out;
+    memset(&out, 0, sizeof out);
+    const int rc = mkx_attn_gpu_choose(&c, &a, &g, &out);
+    CHECK(rc == MKX_SUCCESS && out.ops && out.ops->path == ch[i].want,
+          "attention, %d ranks on %d node(s): %s path", ch[i].size, ch[i].nodes,
+          out.ops ? mkx_path_name(out.ops->path) : "no");
+    CHECK(strstr(out.why, ch[i].because) != NULL,
+          "attention: reason \"%s\" names \"%s\"", out.why, ch[i].because);
+  }
+  static const struct {
+    MKX_Datatype dt;
+    int64_t head_dim;
+    int nodes;
+    const char *because;
+  } no[] = {{MKX_FP32, 64, 1, "bf16 and fp16"},
+            {MKX_BF16, 136, 1, "head_dim is over 128"},
+            {MKX_FP16, 36, 1, "multiple of 8"},
+            {MKX_BF16, 64, 2, "network transport"}};
+  for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+    struct MKX_Comm_s c =
+        comm_of(no[i].nodes == 1 ? 1 : 4, no[i].nodes, MKX_SHARE_NONE,
+                MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+    a.dtype = no[i].dt, a.head_dim = no[i].head_dim;
+    mkx_error_clear();
+    const int rc = mkx_attn_gpu_check(&c, &a, &g);
+    CHECK(rc == MKX_ERR_UNSUPPORTED, "attention check, case %zu: unsupported",
+          i);
+    CHECK(strstr(MKX_Get_last_error(), no[i].because) != NULL,
+          "attention check: \"%s\" names \"%s\"", MKX_Get_last_error(),
+          no[i].because);
+  }
+  a.dtype = MKX_BF16, a.head_dim = 96; /* padded to 128: still the GPU's */
+  struct MKX_Comm_s one =
+      comm_of(1, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+  CHECK(mkx_attn_gpu_check(&one, &a, &g) == MKX_SUCCESS,
+        "attention check: head_dim 96 on one rank takes the GPU path (%s)",
+        MKX_Get_last_error());
+}
+
 int main(void) {
   for (int op = 0; op < 3; op++) {
     struct MKX_Comm_s own =
@@ -119,5 +182,6 @@ int main(void) {
            "two nodes (before the adapter)");
   }
   one_kernel_bit();
+  attention();
   return check_done("test_path_choice");
 }
