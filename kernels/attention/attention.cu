@@ -94,7 +94,7 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   p.head_dim = (int)d->head_dim;
   p.group = (int)(d->heads_q / d->heads_kv);
   p.causal = d->causal != 0;
-  p.layout = d->nchunks > 1 ? d->layout : kContiguous;
+  p.layout = d->nchunks > 1 ? d->layout : MKX_ATTN_POS_CONTIGUOUS;
   p.nchunks = d->nchunks;
   p.self = d->self;
   for (int k = 0; k < d->nchunks; ++k)

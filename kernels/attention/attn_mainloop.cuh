@@ -33,6 +33,7 @@
 #include <math.h>
 #include <stdint.h>
 #include "attention/attn_engine.h"
+#include "attention/attn_positions.h"
 #include "attention/wgmma_ops.cuh"
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
@@ -54,8 +55,6 @@ using gemm::smem_u32;
 using gemm::wgmma_commit;
 using gemm::wgmma_fence;
 using gemm::wgmma_wait;
-
-enum { kContiguous = 0, kZigzag = 1, kStriped = 2 };
 
 /* WGS consumer warpgroups of 64 query rows each (2, or 3 where the
  * registers allow: head dim 64 with 128 keys per block), and the register
@@ -102,32 +101,13 @@ struct Params {
   mkx_tp_sync sync;
 };
 
-/* Global sequence position of local position i of chunk (rank) r. */
+/* Global sequence position of local position i of chunk (rank) r, and
+ * the keys of chunk c a query at position qpos sees (attn_positions.h). */
 __device__ __forceinline__ int64_t position(const Params &p, int r, int i) {
-  if (p.layout == kStriped) return (int64_t)i * p.nchunks + r;
-  if (p.layout == kZigzag) {
-    const int h = p.seq_k >> 1;
-    return i < h ? (int64_t)r * h + i : (int64_t)(2 * p.nchunks - 1 - r) * h + (i - h);
-  }
-  return (int64_t)r * p.seq_k + i;
+  return mkx_attn_pos(p.layout, p.nchunks, p.seq_k, r, i);
 }
-
-/* Keys of chunk c that a query at global position qpos may see under the
- * causal mask: positions grow with the local index in every layout, so
- * they are the first ones of the chunk. */
 __device__ __forceinline__ int visible_keys(const Params &p, int c, int64_t qpos) {
-  const int64_t S = p.seq_k;
-  int64_t n;
-  if (p.layout == kStriped) {
-    n = qpos < c ? 0 : (qpos - c) / p.nchunks + 1;
-  } else if (p.layout == kZigzag) {
-    const int64_t h = S >> 1;
-    const int64_t a = qpos - c * h + 1, b = qpos - (2 * p.nchunks - 1 - c) * h + 1;
-    n = (a < 0 ? 0 : a > h ? h : a) + (b < 0 ? 0 : b > h ? h : b);
-  } else {
-    n = qpos - c * S + 1;
-  }
-  return (int)(n < 0 ? 0 : n > S ? S : n);
+  return mkx_attn_visible(p.layout, p.nchunks, p.seq_k, c, qpos);
 }
 
 /* Tile t of the walk: (batch, query head, row block).  The (batch, head)
