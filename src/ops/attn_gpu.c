@@ -285,6 +285,23 @@ static int hier_exchange(MKX_Comm c, const attn_plan *p,
   return MKX_SUCCESS;
 }
 
+/* The exchange between nodes failed: raise the flags of the other nodes'
+ * chunks in this rank's column all the same, so that the engine, already
+ * running, ends now instead of at its wait's bound (its output is void:
+ * the call reports the failure).  Best effort: the failure is what counts. */
+static void release_column(MKX_Comm c, const attn_plan *p) {
+  const int G = c->place.local_size;
+  const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, c->place.local_rank) +
+                                   MKX_TP_OFF_SRC);
+  for (int m = 0; m < c->place.num_nodes; m++) {
+    if (m == c->place.node) continue;
+    for (int lq = 0; lq < G; lq++)
+      (void)cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + p->col_rank[m], epoch,
+                            sizeof(int), cudaMemcpyDeviceToDevice,
+                            p->ws->side[0]);
+  }
+}
+
 int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream) {
   attn_plan *p = plan;
@@ -301,7 +318,13 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
   d.sync = &sync;
   MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
-  if (p->hier) MKX_TRY(hier_exchange(c, p, a));
+  if (p->hier) {
+    const int rc = hier_exchange(c, p, a);
+    if (rc != MKX_SUCCESS) {
+      release_column(c, p);
+      return rc;
+    }
+  }
   for (int i = p->hier ? 0 : 1; p->ring && i < c->place.local_size; i++) {
     MKX_TRY(mkx_cuda_rc(cudaEventRecord(p->ws->ev_join[i], p->ws->side[i]), FN,
                         "join"));
