@@ -34,7 +34,7 @@
 #include <stdint.h>
 #include "attention/attn_engine.h"
 #include "attention/attn_positions.h"
-#include "attention/wgmma_ops.cuh"
+#include "common/wgmma_ops.cuh"
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
 
@@ -55,6 +55,7 @@ using gemm::smem_u32;
 using gemm::wgmma_commit;
 using gemm::wgmma_fence;
 using gemm::wgmma_wait;
+using wgmma::Wgmma;
 
 /* WGS consumer warpgroups of 64 query rows each (2, or 3 where the
  * registers allow: head dim 64 with 128 keys per block), and the register

@@ -7,7 +7,7 @@
 #include <stdint.h>
 
 namespace mkx {
-namespace attn {
+namespace wgmma {
 
 template <int N, bool FP16>
 struct Wgmma;
@@ -322,5 +322,5 @@ struct Wgmma<256, true> {
   }
 };
 
-}  // namespace attn
+}  // namespace wgmma
 }  // namespace mkx

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Writes wgmma_ops.cuh: the wgmma.mma_async wrappers the attention engine
-uses (m64nNk16, fp32 accumulators; A from shared memory or from registers).
+"""Writes wgmma_ops.cuh: the wgmma.mma_async wrappers of the GEMM and
+attention engines (m64nNk16, fp32 accumulators; A from shared memory or
+from registers).
 Run from this directory when a shape is added, then clang-format -i the
 output (it is committed)."""
 import sys
 
-SHAPES_SS = (64, 128, 176, 192, 256)  # S = Q K^T: N = keys per block
+SHAPES_SS = (64, 128, 176, 192, 256)  # GEMM tiles; S = Q K^T: keys per block
 SHAPES_RS = (64, 128)                 # O += P V: N = head dim
 
 def acc_list(n):
@@ -44,7 +45,7 @@ def main():
              " * from shared-memory descriptors, TRANS_B 0 = B K-major; rs: A from four\n"
              " * registers (the accumulator layout of a 64x16 slice, packed in pairs), B\n"
              " * MN-major (transpose bit 1).  Wgmma<N, FP16>: FP16 false = bf16. */\n")
-    o.append("#pragma once\n#include <stdint.h>\n\nnamespace mkx {\nnamespace attn {\n\n")
+    o.append("#pragma once\n#include <stdint.h>\n\nnamespace mkx {\nnamespace wgmma {\n\n")
     o.append("template <int N, bool FP16>\nstruct Wgmma;\n\n")
     for f16, ty in ((False, "bf16"), (True, "f16")):
         for n in sorted(set(SHAPES_SS) | set(SHAPES_RS)):
@@ -54,7 +55,7 @@ def main():
             if n in SHAPES_RS:
                 o.append(rs(n, ty))
             o.append("};\n\n")
-    o.append("}  // namespace attn\n}  // namespace mkx\n")
+    o.append("}  // namespace wgmma\n}  // namespace mkx\n")
     sys.stdout.write("".join(o))
 
 main()
