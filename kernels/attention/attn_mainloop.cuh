@@ -486,20 +486,169 @@ struct Turns {
   }
 };
 
+/* What a consumer warpgroup carries from tile to tile: its descriptors
+ * (its Q rows, the K and V rings), the rings' barriers and position, its
+ * turn. */
+struct Walk {
+  uint64_t dq, dk0, dv0;
+  Shared *sh;
+  uint64_t *k_full, *k_empty, *v_full, *v_empty;
+  Ring ring;
+  Turns turn;
+  int tid;
+  bool leader;
+};
+
+/* O and l follow the moved row maxima (alpha) and take this block's sums;
+ * once the maxima settle, most blocks leave O alone. */
+template <int D>
+__device__ __forceinline__ void rescale(float (&o)[D / 2], float (&l)[2], const float (&alpha)[2],
+                                        const float (&rowsum)[2]) {
+  if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
+}
+
+/* The key blocks of one tile, two warpgroups: the next block's Q K^T is
+ * issued with this one's P V, before this block's softmax. */
+template <class Cfg>
+__device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Blocks<Cfg::BN, Cfg::BM> &blk, int row0,
+                                                  int total, float (&o)[Cfg::D / 2], float (&m)[2], float (&l)[2]) {
+  constexpr int BN = Cfg::BN;
+  Ring &ring = w.ring;
+  float s[BN / 2];
+  uint32_t pf[BN / 16][4];
+  float alpha[2], rowsum[2];
+  /* block 0: S, softmax, P */
+  mbar_wait(&w.k_full[ring.stage], ring.phase);
+  w.turn.wait();
+  wgmma_fence();
+  issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, ring.stage * Cfg::KV_BYTES));
+  wgmma_commit();
+  w.turn.pass();
+  wgmma_wait<0>();
+  pin_acc(s);
+  if (w.leader) mbar_arrive(&w.k_empty[ring.stage]);
+  int lim[2];
+  row_limits(p, blk.c, w.tid, row0, lim);
+  mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
+  softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+  l[0] = rowsum[0];
+  l[1] = rowsum[1];
+  to_fragments<Cfg>(s, pf);
+  Ring prev = ring;
+  ring.advance<Cfg::STAGES>();
+  for (int it = 1; it < total; ++it) {
+    blk.next(p);
+    if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+    mbar_wait(&w.k_full[ring.stage], ring.phase);
+    mbar_wait(&w.v_full[prev.stage], prev.phase);
+    w.turn.wait();
+    wgmma_fence();
+    issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, ring.stage * Cfg::KV_BYTES));
+    wgmma_commit();
+    issue_pv<Cfg>(o, pf, desc_at(w.dv0, prev.stage * Cfg::KV_BYTES));
+    wgmma_commit();
+    w.turn.pass();
+    wgmma_wait<1>();
+    pin_acc(s);
+    if (w.leader) mbar_arrive(&w.k_empty[ring.stage]);
+    mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
+    softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+    wgmma_wait<0>();
+    pin_acc(o);
+    if (w.leader) mbar_arrive(&w.v_empty[prev.stage]);
+    rescale<Cfg::D>(o, l, alpha, rowsum);
+    to_fragments<Cfg>(s, pf);
+    prev = ring;
+    ring.advance<Cfg::STAGES>();
+  }
+  /* every Q K^T of the tile is done: the producer may load the next Q */
+  if (w.leader) mbar_arrive(&w.sh->q_empty);
+  mbar_wait(&w.v_full[prev.stage], prev.phase);
+  w.turn.wait();
+  wgmma_fence();
+  issue_pv<Cfg>(o, pf, desc_at(w.dv0, prev.stage * Cfg::KV_BYTES));
+  wgmma_commit();
+  w.turn.pass();
+  wgmma_wait<0>();
+  pin_acc(o);
+  if (w.leader) mbar_arrive(&w.v_empty[prev.stage]);
+}
+
+/* The key blocks of one tile without the overlap inside a warpgroup, for
+ * three warpgroups at 160 registers: S, then P, then O += P V, one after
+ * the other, so that S and P are never live together (the other
+ * warpgroups' turns keep the tensor cores busy meanwhile). */
+template <class Cfg>
+__device__ __forceinline__ void blocks_serial(const Params &p, Walk &w, Blocks<Cfg::BN, Cfg::BM> &blk, int row0,
+                                              int total, float (&o)[Cfg::D / 2], float (&m)[2], float (&l)[2]) {
+  constexpr int BN = Cfg::BN;
+  Ring &ring = w.ring;
+  int lim[2];
+  row_limits(p, blk.c, w.tid, row0, lim);
+  for (int it = 0; it < total; ++it) {
+    if (it > 0) {
+      blk.next(p);
+      if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+    }
+    float s[BN / 2];
+    mbar_wait(&w.k_full[ring.stage], ring.phase);
+    w.turn.wait();
+    wgmma_fence();
+    issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, ring.stage * Cfg::KV_BYTES));
+    wgmma_commit();
+    w.turn.pass();
+    wgmma_wait<0>();
+    pin_acc(s);
+    if (w.leader) {
+      mbar_arrive(&w.k_empty[ring.stage]);
+      if (it + 1 == total) mbar_arrive(&w.sh->q_empty);  // the tile's last Q K^T is done
+    }
+    mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
+    float alpha[2], rowsum[2];
+    softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+    rescale<Cfg::D>(o, l, alpha, rowsum);
+    uint32_t pf[BN / 16][4];
+    to_fragments<Cfg>(s, pf);
+    mbar_wait(&w.v_full[ring.stage], ring.phase);
+    w.turn.wait();
+    wgmma_fence();
+    issue_pv<Cfg>(o, pf, desc_at(w.dv0, ring.stage * Cfg::KV_BYTES));
+    wgmma_commit();
+    w.turn.pass();
+    wgmma_wait<0>();
+    pin_acc(o);
+    if (w.leader) mbar_arrive(&w.v_empty[ring.stage]);
+    ring.advance<Cfg::STAGES>();
+  }
+}
+
+/* A consumer warpgroup: the tiles the producer announces, each tile's
+ * blocks (overlapped with two warpgroups, serial with three), the
+ * epilogue. */
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
                                         uint8_t *sK, uint8_t *sV, Shared *sh, uint64_t *k_full, uint64_t *k_empty,
                                         uint64_t *v_full, uint64_t *v_empty) {
-  constexpr int BN = Cfg::BN;
   constexpr int D = Cfg::D;
-  const bool leader = (tid & 31) == 0;
-  const uint64_t dq = make_desc(smem_u32(sQ) + cw * (64 * 128), 16, 1024);
-  const uint64_t dk0 = make_desc(smem_u32(sK), 16, 1024);
-  const uint64_t dv0 = make_desc(smem_u32(sV), Cfg::BN * 128, 1024);
-  Ring ring;
+  Walk w{make_desc(smem_u32(sQ) + cw * (64 * 128), 16, 1024),
+         make_desc(smem_u32(sK), 16, 1024),
+         make_desc(smem_u32(sV), Cfg::BN * 128, 1024),
+         sh,
+         k_full,
+         k_empty,
+         v_full,
+         v_empty,
+         Ring(),
+         Turns{!p.no_turns, cw, cw + 1 == Cfg::WGS ? 0 : cw + 1},
+         tid,
+         (tid & 31) == 0};
   uint32_t q_phase = 0;
-  const Turns turn{!p.no_turns, cw, cw + 1 == Cfg::WGS ? 0 : cw + 1};
-  if (cw + 1 == Cfg::WGS) turn.pass();  // warpgroup 0 goes first
+  if (cw + 1 == Cfg::WGS) w.turn.pass();  // warpgroup 0 goes first
   for (;;) {
     mbar_wait(&sh->q_full, q_phase);
     q_phase ^= 1;
@@ -507,164 +656,18 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     if (t < 0) break;
     const Tile tile = sched.get(t);
     const int row0 = tile.mb * Cfg::BM + cw * 64;
-    Blocks<BN, Cfg::BM> blk;
+    Blocks<Cfg::BN, Cfg::BM> blk;
     const bool any = blk.first(p, tile.mb);
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     if (!any) {
-      if (leader) mbar_arrive(&sh->q_empty);
-      epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
-      continue;
-    }
-    const int total = blk.total(p);
-    float s[BN / 2];
-    uint32_t pf[BN / 16][4];
-    float alpha[2], rowsum[2];
-    /* block 0: S, softmax, P */
-    mbar_wait(&k_full[ring.stage], ring.phase);
-    turn.wait();
-    wgmma_fence();
-    issue_qk<Cfg>(s, dq, desc_at(dk0, ring.stage * Cfg::KV_BYTES));
-    wgmma_commit();
-    turn.pass();
-    wgmma_wait<0>();
-    pin_acc(s);
-    if (leader) mbar_arrive(&k_empty[ring.stage]);
-    int lim[2];
-    row_limits(p, blk.c, tid, row0, lim);
-    mask_block<Cfg>(s, tid, lim, blk.nb * BN);
-    softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
-    l[0] = rowsum[0];
-    l[1] = rowsum[1];
-    to_fragments<Cfg>(s, pf);
-    Ring prev = ring;
-    ring.advance<Cfg::STAGES>();
-    for (int it = 1; it < total; ++it) {
-      blk.next(p);
-      if (blk.nb == 0) row_limits(p, blk.c, tid, row0, lim);
-      mbar_wait(&k_full[ring.stage], ring.phase);
-      mbar_wait(&v_full[prev.stage], prev.phase);
-      turn.wait();
-      wgmma_fence();
-      issue_qk<Cfg>(s, dq, desc_at(dk0, ring.stage * Cfg::KV_BYTES));
-      wgmma_commit();
-      issue_pv<Cfg>(o, pf, desc_at(dv0, prev.stage * Cfg::KV_BYTES));
-      wgmma_commit();
-      turn.pass();
-      wgmma_wait<1>();
-      pin_acc(s);
-      if (leader) mbar_arrive(&k_empty[ring.stage]);
-      mask_block<Cfg>(s, tid, lim, blk.nb * BN);
-      softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
-      wgmma_wait<0>();
-      pin_acc(o);
-      if (leader) mbar_arrive(&v_empty[prev.stage]);
-      /* once the row maxima settle, most blocks leave them alone */
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
-      to_fragments<Cfg>(s, pf);
-      prev = ring;
-      ring.advance<Cfg::STAGES>();
-    }
-    /* every Q K^T of the tile is done: the producer may load the next Q */
-    if (leader) mbar_arrive(&sh->q_empty);
-    mbar_wait(&v_full[prev.stage], prev.phase);
-    turn.wait();
-    wgmma_fence();
-    issue_pv<Cfg>(o, pf, desc_at(dv0, prev.stage * Cfg::KV_BYTES));
-    wgmma_commit();
-    turn.pass();
-    wgmma_wait<0>();
-    pin_acc(o);
-    if (leader) mbar_arrive(&v_empty[prev.stage]);
-    epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
-  }
-}
-
-/* The consumers without the overlap inside a warpgroup, for three
- * warpgroups at 160 registers: S, then P, then O += P V, one after the
- * other, so that S and P are never live together (the other warpgroups'
- * turns keep the tensor cores busy meanwhile). */
-template <class Cfg, typename OutT>
-__device__ __forceinline__ void consume_serial(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
-                                               uint8_t *sK, uint8_t *sV, Shared *sh, uint64_t *k_full,
-                                               uint64_t *k_empty, uint64_t *v_full, uint64_t *v_empty) {
-  constexpr int BN = Cfg::BN;
-  constexpr int D = Cfg::D;
-  const bool leader = (tid & 31) == 0;
-  const uint64_t dq = make_desc(smem_u32(sQ) + cw * (64 * 128), 16, 1024);
-  const uint64_t dk0 = make_desc(smem_u32(sK), 16, 1024);
-  const uint64_t dv0 = make_desc(smem_u32(sV), Cfg::BN * 128, 1024);
-  Ring ring;
-  uint32_t q_phase = 0;
-  const Turns turn{!p.no_turns, cw, cw + 1 == Cfg::WGS ? 0 : cw + 1};
-  if (cw + 1 == Cfg::WGS) turn.pass();  // warpgroup 0 goes first
-  for (;;) {
-    mbar_wait(&sh->q_full, q_phase);
-    q_phase ^= 1;
-    const int t = *(volatile int *)&sh->tile;
-    if (t < 0) break;
-    const Tile tile = sched.get(t);
-    const int row0 = tile.mb * Cfg::BM + cw * 64;
-    Blocks<BN, Cfg::BM> blk;
-    const bool any = blk.first(p, tile.mb);
-    float o[D / 2];
-#pragma unroll
-    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
-    if (!any) {
-      if (leader) mbar_arrive(&sh->q_empty);
-      epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
-      continue;
-    }
-    const int total = blk.total(p);
-    int lim[2];
-    row_limits(p, blk.c, tid, row0, lim);
-    for (int it = 0; it < total; ++it) {
-      if (it > 0) {
-        blk.next(p);
-        if (blk.nb == 0) row_limits(p, blk.c, tid, row0, lim);
-      }
-      float s[BN / 2];
-      mbar_wait(&k_full[ring.stage], ring.phase);
-      turn.wait();
-      wgmma_fence();
-      issue_qk<Cfg>(s, dq, desc_at(dk0, ring.stage * Cfg::KV_BYTES));
-      wgmma_commit();
-      turn.pass();
-      wgmma_wait<0>();
-      pin_acc(s);
-      if (leader) {
-        mbar_arrive(&k_empty[ring.stage]);
-        if (it + 1 == total) mbar_arrive(&sh->q_empty);  // the tile's last Q K^T is done
-      }
-      mask_block<Cfg>(s, tid, lim, blk.nb * BN);
-      float alpha[2], rowsum[2];
-      softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
-      if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
-      }
-#pragma unroll
-      for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
-      uint32_t pf[BN / 16][4];
-      to_fragments<Cfg>(s, pf);
-      mbar_wait(&v_full[ring.stage], ring.phase);
-      turn.wait();
-      wgmma_fence();
-      issue_pv<Cfg>(o, pf, desc_at(dv0, ring.stage * Cfg::KV_BYTES));
-      wgmma_commit();
-      turn.pass();
-      wgmma_wait<0>();
-      pin_acc(o);
-      if (leader) mbar_arrive(&v_empty[ring.stage]);
-      ring.advance<Cfg::STAGES>();
+      if (w.leader) mbar_arrive(&sh->q_empty);
+    } else if constexpr (Cfg::WGS == 2) {
+      blocks_overlapped<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
+    } else {
+      blocks_serial<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
     }
     epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
   }
@@ -708,10 +711,7 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
     if (tid == 0) produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   } else {
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-    if constexpr (Cfg::WGS == 2)
-      consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
-    else
-      consume_serial<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
+    consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   }
 }
 
