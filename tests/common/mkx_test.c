@@ -5,6 +5,7 @@
 #include "mkx_test.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,36 @@
 #endif
 
 mt_ctx mt;
+
+/* ---- hang guard ----------------------------------------------------------- */
+
+static char hang_msg[192];
+static size_t hang_len;
+
+static void on_alarm(int sig) {
+  (void)sig;
+  ssize_t n = write(STDOUT_FILENO, hang_msg, hang_len); /* signal-safe */
+  (void)n;
+  _exit(1); /* the launcher then ends the other ranks */
+}
+
+void mt_guard(const char *what, int seconds) {
+  snprintf(hang_msg, sizeof hang_msg,
+           "not ok - rank %d: %s still running after %d s: a wait hangs\n",
+           mt.rank, what, seconds);
+  hang_len = strlen(hang_msg);
+  fflush(stdout); /* _exit would drop what is buffered */
+  signal(SIGALRM, on_alarm);
+  alarm((unsigned)seconds);
+}
+
+void mt_guard_off(void) { alarm(0); }
+
+double mt_now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
 
 /* ---- PRNG ----------------------------------------------------------------- */
 

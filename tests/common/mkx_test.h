@@ -158,6 +158,14 @@ void mt_init(int *argc, char ***argv);
  * otherwise). */
 int mt_finish(void);
 
+/* A hang guard for cases that wait on other ranks: unless mt_guard_off()
+ * comes first, `seconds` after mt_guard the process prints "not ok - rank
+ * r: WHAT still running after S s: a wait hangs" and exits 1 (the launcher
+ * then ends the other ranks).  mt_now_s: monotonic seconds. */
+void mt_guard(const char *what, int seconds);
+void mt_guard_off(void);
+double mt_now_s(void);
+
 /* Diagnostic line prefixed with "# [rank r] ". */
 void mt_diag(const char *fmt, ...)
 #if defined(__GNUC__)

@@ -29,12 +29,10 @@
  * without a GPU or with one rank.  Ranks may share a GPU (MPS or time
  * slices).
  */
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include <cuda_runtime.h>
 #include "mkx_test.h"
 #include "cuda_check.h"
@@ -58,35 +56,6 @@ enum { OP_AG = 0, OP_RS, OP_AR };
 static const char *const op_name[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
 
 static cudaStream_t st;
-
-/* ---- the hang guard ------------------------------------------------------- */
-
-static char hang_msg[160];
-static size_t hang_len;
-
-static void on_alarm(int sig) {
-  (void)sig;
-  ssize_t n = write(STDOUT_FILENO, hang_msg, hang_len); /* signal-safe */
-  (void)n;
-  _exit(1); /* the launcher then ends the other ranks */
-}
-
-/* Arm the guard for the next GUARD_S seconds, naming what would hang. */
-static void guard(const char *what) {
-  snprintf(hang_msg, sizeof hang_msg,
-           "not ok - rank %d: %s still running "
-           "after %d s: a wait hangs\n",
-           mt.rank, what, GUARD_S);
-  hang_len = strlen(hang_msg);
-  fflush(stdout); /* _exit would drop what is buffered */
-  alarm(GUARD_S);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
 /* ---- one problem per call: small shapes the fused path takes ------------- */
 
@@ -255,7 +224,7 @@ static int captured_start(prob *p, MKX_Request r) {
  * query (query) or the next start reports the run's failure. */
 static int start_status(const char *name, MKX_Comm c, MKX_Request r,
                         int blocking, int query, double *dt) {
-  const double t0 = now_s();
+  const double t0 = mt_now_s();
   int rc = MKX_Start(r, st);
   if (!blocking) {
     CHECK_RC(rc, MKX_SUCCESS,
@@ -270,7 +239,7 @@ static int start_status(const char *name, MKX_Comm c, MKX_Request r,
       rc = MKX_Start(r, st);
     }
   }
-  *dt = now_s() - t0;
+  *dt = mt_now_s() - t0;
   return rc;
 }
 
@@ -363,7 +332,7 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
   char what[80];
   snprintf(what, sizeof what, "%s (blocking=%d, tp_overlap=%s, rank %d %s)",
            op_name[op], blocking, overlap, LATE, tardy ? "late" : "absent");
-  guard(what);
+  mt_guard(what, GUARD_S);
   MKX_Comm c = make_comm(TIMEOUT_MS, blocking, overlap);
   MKX_Request r = NULL;
   prob p;
@@ -384,7 +353,7 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
   if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free", what);
   if (c) CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
   prob_free(&p);
-  alarm(0);
+  mt_guard_off();
 }
 
 /* First use of each call, on a comm with the default bound: CUDA context,
@@ -414,8 +383,7 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return CHECK_SKIP;
   }
-  signal(SIGALRM, on_alarm);
-  guard("warm-up");
+  mt_guard("warm-up", GUARD_S);
   MKX_Comm c0 =
       make_comm(300000, 0, "yes"); /* also makes this rank's GPU current */
   MKX_Comm c1 = make_comm(300000, 0, "no");
@@ -425,7 +393,7 @@ int main(int argc, char **argv) {
   warm_up(c1);
   MKX_Comm_free(&c1);
   MKX_Comm_free(&c0);
-  alarm(0);
+  mt_guard_off();
   for (int tardy = 0; tardy < 2; tardy++)
     for (int blocking = 0; blocking < 2; blocking++)
       for (int op = 0; op < 3; op++) {

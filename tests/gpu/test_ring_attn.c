@@ -60,12 +60,10 @@
  * multiply-adds of Q K^T per rank, about 2 s.
  */
 #include <math.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 #include <cuda_runtime.h>
 #include "mkx_test.h"
 #include "cuda_check.h"
@@ -711,31 +709,6 @@ static void graph(variants *w) {
 
 /* ---- 5. a missing rank ---------------------------------------------------- */
 
-static char hang_msg[160];
-static size_t hang_len;
-
-static void on_alarm(int sig) {
-  (void)sig;
-  ssize_t n = write(STDOUT_FILENO, hang_msg, hang_len); /* signal-safe */
-  (void)n;
-  _exit(1); /* the launcher then ends the other ranks */
-}
-
-static void guard(const char *what) {
-  snprintf(hang_msg, sizeof hang_msg,
-           "not ok - rank %d: %s still running after %d s: a wait hangs\n",
-           mt.rank, what, GUARD_S);
-  hang_len = strlen(hang_msg);
-  fflush(stdout); /* _exit would drop what is buffered */
-  alarm(GUARD_S);
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 /* A communicator with these MPI_Info keys and values (NULL-terminated
  * pairs); NULL on failure (checked). */
 static MKX_Comm comm_with(const char *const *kv) {
@@ -782,7 +755,7 @@ static int good_start(aprob *p, MKX_Comm c, MKX_Request r, int blocking) {
  * communicator is unusable. */
 static void missed_start(aprob *p, MKX_Comm c, MKX_Request r, int blocking) {
   const char *name = p->desc;
-  const double t0 = now_s();
+  const double t0 = mt_now_s();
   int rc = MKX_Start(r, st);
   if (!blocking) {
     CHECK_RC(rc, MKX_SUCCESS,
@@ -793,7 +766,7 @@ static void missed_start(aprob *p, MKX_Comm c, MKX_Request r, int blocking) {
     CHECK_RC(MKX_Comm_get_async_error(c, &rc), MKX_SUCCESS,
              "%s: MKX_Comm_get_async_error", name);
   }
-  const double dt = now_s() - t0;
+  const double dt = mt_now_s() - t0;
   char msg[512];
   snprintf(msg, sizeof msg, "%s", MKX_Get_last_error());
   char late[16];
@@ -821,7 +794,7 @@ static void missing_rank(aprob *p, int blocking) {
   snprintf(what, sizeof what, "missing rank %d (blocking=%s)", LATE,
            blocking ? "yes" : "no");
   describe(p, what);
-  guard(what);
+  mt_guard(what, GUARD_S);
   const char *const kv[] = {"mkx_timeout_ms",
                             "300",
                             "mkx_fused",
@@ -846,7 +819,7 @@ static void missing_rank(aprob *p, int blocking) {
   MPI(MPI_Barrier(MPI_COMM_WORLD)); /* LATE waits here for the others */
   if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free", what);
   if (c) CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
-  alarm(0);
+  mt_guard_off();
 }
 
 static void missing_rank_cases(void) {
@@ -859,7 +832,6 @@ static void missing_rank_cases(void) {
   prob_init(&p, &a, "missing rank");
   prob_fill(&p, 900);
   oracle(&p); /* on comms[CONTIGUOUS]: the fresh ones have the same layout */
-  signal(SIGALRM, on_alarm);
   missing_rank(&p, 0);
   missing_rank(&p, 1);
   prob_free(&p);
