@@ -31,49 +31,7 @@
 
 #include "cuda_check.h"
 #include "gemm_engine.h"
-
-static int cmp_float(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-static float median(float *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_float);
-  return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
-}
-
-/* Fill a device buffer of `count` 16-bit elements with random bf16 in [-1, 1] (non-zero): a
- * random host chunk is uploaded once and replicated on the device. */
-static void fill_random_bf16(void *dst, size_t count, uint64_t seed) {
-  const size_t chunk = (size_t)1 << 22;
-  uint16_t *h = (uint16_t *)malloc(chunk * 2);
-  if (!h) {
-    fprintf(stderr, "malloc failed\n");
-    exit(1);
-  }
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < chunk; ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    float f = (float)((s >> 20) & 0xffff) / 32768.0f - 1.0f;
-    if (f == 0.0f) f = 0.5f;
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    h[i] = (uint16_t)(x >> 16);
-  }
-  size_t done = 0;
-  size_t first = count < chunk ? count : chunk;
-  CK(cudaMemcpy(dst, h, first * 2, cudaMemcpyHostToDevice));
-  done = first;
-  while (done < count) { /* doubling device-to-device copies */
-    size_t n = done < count - done ? done : count - done;
-    CK(cudaMemcpy((char *)dst + done * 2, dst, n * 2,
-                  cudaMemcpyDeviceToDevice));
-    done += n;
-  }
-  free(h);
-}
+#include "perf_util.h"
 
 typedef struct {
   int64_t m, n, k;
@@ -158,8 +116,8 @@ static int cmd_gemm(int argc, char **argv) {
   CK(cudaMalloc(&dB, (size_t)maxb * 2));
   CK(cudaMalloc(&dC, (size_t)maxc * 2));
   CK(cudaMalloc(&dC2, (size_t)maxc * 2));
-  fill_random_bf16(dA, (size_t)maxa, 1);
-  fill_random_bf16(dB, (size_t)maxb, 2);
+  perf_fill_bf16(dA, (size_t)maxa, 1, 0);
+  perf_fill_bf16(dB, (size_t)maxb, 2, 0);
 
   cudaEvent_t *ev =
       (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(4 * reps));
@@ -274,8 +232,8 @@ static int cmd_gemm(int argc, char **argv) {
       }
     }
     const double flop = 2.0 * (double)m * (double)n * (double)k;
-    res_m[si] = flop / (median(tm, reps) * 1e-3) / 1e12;
-    res_b[si] = flop / (median(tb, reps) * 1e-3) / 1e12;
+    res_m[si] = flop / (perf_median(tm, reps) * 1e-3) / 1e12;
+    res_b[si] = flop / (perf_median(tb, reps) * 1e-3) / 1e12;
     printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %8s\n", (long long)m,
            (long long)n, (long long)k, res_m[si], res_b[si],
            res_m[si] / res_b[si],

@@ -68,6 +68,7 @@
 #include "core/device.h"
 #include "ops/path.h"
 #include "cuda_check.h"
+#include "perf_util.h"
 
 extern char **environ;
 
@@ -334,17 +335,6 @@ static const sdpa_line *sdpa_find(const baseline *bl, int bi, const shape *sh,
 
 /* ---- output --------------------------------------------------------------- */
 
-/* Appends printf-style text to s (len bytes in all), truncating. */
-__attribute__((format(printf, 3, 4))) static void cat(char *s, size_t len,
-                                                      const char *fmt, ...) {
-  size_t used = strlen(s);
-  va_list ap;
-  if (used + 1 >= len) return;
-  va_start(ap, fmt);
-  vsnprintf(s + used, len - used, fmt, ap);
-  va_end(ap);
-}
-
 /* FLOPs of the whole attention: p ranks of s positions each. */
 static double attn_flops(const shape *sh, int p, int causal) {
   double seq = (double)p * (double)sh->s;
@@ -355,11 +345,11 @@ static double attn_flops(const shape *sh, int p, int causal) {
 /* A rate or a time with as many digits as the slow paths need. */
 static void num(char *s, size_t len, double x) {
   if (x >= 100)
-    cat(s, len, " %.1f |", x);
+    perf_cat(s, len, " %.1f |", x);
   else if (x >= 1)
-    cat(s, len, " %.2f |", x);
+    perf_cat(s, len, " %.2f |", x);
   else
-    cat(s, len, " %.3g |", x);
+    perf_cat(s, len, " %.3g |", x);
 }
 
 /* --versus with torch_sdpa.py's lines (one rank) */
@@ -383,16 +373,16 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
                       const shape *sh, int causal, const result *r, FILE *out) {
   char line[600] = "";
   double best = 0;
-  cat(line, sizeof line, "| %lld,%lld,%lld,%lld,%lld | %d |", (long long)sh->b,
-      (long long)sh->s, (long long)sh->hq, (long long)sh->hkv, (long long)sh->d,
-      causal);
+  perf_cat(line, sizeof line, "| %lld,%lld,%lld,%lld,%lld | %d |",
+           (long long)sh->b, (long long)sh->s, (long long)sh->hq,
+           (long long)sh->hkv, (long long)sh->d, causal);
   num(line, sizeof line, r->tflops);
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++) {
     const sdpa_line *l = sdpa_find(bl, bi, sh, causal);
     if (!l) {
-      cat(line, sizeof line, " - |");
+      perf_cat(line, sizeof line, " - |");
     } else if (!l->avail || l->ms <= 0) {
-      cat(line, sizeof line, " n/a |");
+      perf_cat(line, sizeof line, " n/a |");
     } else {
       double tf = attn_flops(sh, 1, causal) / (l->ms * 1e-3) / 1e12;
       if (tf > best) best = tf;
@@ -401,9 +391,9 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
   }
   if (versus_on(e, o)) {
     if (best > 0)
-      cat(line, sizeof line, " %.3f |", r->tflops / best);
+      perf_cat(line, sizeof line, " %.3f |", r->tflops / best);
     else
-      cat(line, sizeof line, " - |");
+      perf_cat(line, sizeof line, " - |");
   }
   const sdpa_line *ring = ring_find(e, o, bl, sh, causal);
   int ring_ok = ring && ring->avail && ring->ms > 0;
@@ -411,9 +401,9 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     if (ring_ok) {
       double tf = attn_flops(sh, e->size, causal) / (ring->ms * 1e-3) / 1e12;
       num(line, sizeof line, tf);
-      cat(line, sizeof line, " %.3f |", r->tflops / tf);
+      perf_cat(line, sizeof line, " %.3f |", r->tflops / tf);
     } else {
-      cat(line, sizeof line, ring ? " n/a | - |" : " - | - |");
+      perf_cat(line, sizeof line, ring ? " n/a | - |" : " - | - |");
     }
   }
   num(line, sizeof line, r->ms);
@@ -421,9 +411,9 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     if (ring_ok)
       num(line, sizeof line, ring->ms);
     else
-      cat(line, sizeof line, ring ? " n/a |" : " - |");
+      perf_cat(line, sizeof line, ring ? " n/a |" : " - |");
   }
-  cat(line, sizeof line, " %s |\n", r->path);
+  perf_cat(line, sizeof line, " %s |\n", r->path);
   fputs(line, stdout);
   fflush(stdout);
   if (out) fputs(line, out), fflush(out);
@@ -433,8 +423,9 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
 static void mkx_environment(char *s, size_t len) {
   int n = 0;
   for (char **v = environ; v && *v; v++)
-    if (!strncmp(*v, "MKX_", 4)) cat(s, len, "%s`%s`", n++ ? ", " : "", *v);
-  if (n == 0) cat(s, len, "none");
+    if (!strncmp(*v, "MKX_", 4))
+      perf_cat(s, len, "%s`%s`", n++ ? ", " : "", *v);
+  if (n == 0) perf_cat(s, len, "none");
 }
 
 /* Rank 0: the section's title, method, legend and column heads, on stdout
@@ -446,42 +437,43 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
   gmtime_r(&now, &g);
   strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", &g);
   mkx_environment(envs, sizeof envs);
-  cat(head, sizeof head,
-      "\n### mkx_perf attn, %s, %d rank%s on %d x %s (%d SMs)\n\n", day,
-      e->size, e->size > 1 ? "s" : "", e->gpus, e->prop.name,
-      e->prop.multiProcessorCount);
+  perf_cat(head, sizeof head,
+           "\n### mkx_perf attn, %s, %d rank%s on %d x %s (%d SMs)\n\n", day,
+           e->size, e->size > 1 ? "s" : "", e->gpus, e->prop.name,
+           e->prop.multiProcessorCount);
   if (e->shared)
-    cat(head, sizeof head,
-        "Ranks share a GPU (same GPU UUID on several ranks), %s; this "
-        "rank's context has %d of its %d SMs.  ",
-        e->mps == 1   ? "under MPS"
-        : e->mps == 0 ? "in time slices (no MPS)"
-                      : "MPS unknown",
-        e->ctx_sms, e->prop.multiProcessorCount);
+    perf_cat(head, sizeof head,
+             "Ranks share a GPU (same GPU UUID on several ranks), %s; this "
+             "rank's context has %d of its %d SMs.  ",
+             e->mps == 1   ? "under MPS"
+             : e->mps == 0 ? "in time slices (no MPS)"
+                           : "MPS unknown",
+             e->ctx_sms, e->prop.multiProcessorCount);
   else
-    cat(head, sizeof head, "One GPU per rank (GPU UUIDs differ).  ");
+    perf_cat(head, sizeof head, "One GPU per rank (GPU UUIDs differ).  ");
   char seq[32] = "S"; /* the whole sequence */
   if (e->size > 1) snprintf(seq, sizeof seq, "%d*S", e->size);
-  cat(head, sizeof head,
-      "MKX_* environment: %s.\n\n"
-      "MKX_Ring_attention on device buffers (cudaMalloc), bf16, random "
-      "values in [-1, 1], scale 1/sqrt(D), LSE %s; shape B,S,HQ,HKV,D "
-      "with S the sequence per rank (whole sequence %s); median of %d "
-      "calls (CUDA events on one stream, each call after an MPI barrier), "
-      "%d warm-up, slowest rank; TFLOP/s of the whole attention: "
-      "4*B*HQ*(%s)^2*D (causal: half) / time; MKX path: the path the "
-      "timed calls took.",
-      envs, o->lse ? "written" : "not asked for (NULL)", seq, o->reps,
-      o->warmup, seq);
+  perf_cat(head, sizeof head,
+           "MKX_* environment: %s.\n\n"
+           "MKX_Ring_attention on device buffers (cudaMalloc), bf16, random "
+           "values in [-1, 1], scale 1/sqrt(D), LSE %s; shape B,S,HQ,HKV,D "
+           "with S the sequence per rank (whole sequence %s); median of %d "
+           "calls (CUDA events on one stream, each call after an MPI barrier), "
+           "%d warm-up, slowest rank; TFLOP/s of the whole attention: "
+           "4*B*HQ*(%s)^2*D (causal: half) / time; MKX path: the path the "
+           "timed calls took.",
+           envs, o->lse ? "written" : "not asked for (NULL)", seq, o->reps,
+           o->warmup, seq);
   if (versus_on(e, o))
-    cat(head, sizeof head,
-        "  Beside it, TFLOP/s of PyTorch SDPA per backend on the same GPU "
-        "(`tests/perf/torch_sdpa.py`, lines of `%s`, from its ms and the "
-        "same FLOP count; n/a: unavailable there, -: not in the file); "
-        "MKX / best: MKX over the fastest backend.",
-        o->versus);
+    perf_cat(head, sizeof head,
+             "  Beside it, TFLOP/s of PyTorch SDPA per backend on the same GPU "
+             "(`tests/perf/torch_sdpa.py`, lines of `%s`, from its ms and the "
+             "same FLOP count; n/a: unavailable there, -: not in the file); "
+             "MKX / best: MKX over the fastest backend.",
+             o->versus);
   if (ring_on(e, o))
-    cat(head, sizeof head,
+    perf_cat(
+        head, sizeof head,
         "  Beside it, what a user runs instead on the same %d GPUs "
         "(`tests/perf/torch_ring_attn.py`, lines of `%s`): PyTorch SDPA "
         "(cuDNN, else flash) of each rank's Q against each K/V chunk in "
@@ -490,18 +482,19 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
         "ring TFLOP/s from its serial ms and the same FLOP count (n/a: "
         "unavailable there, -: not in the file); MKX / ring: MKX over it.",
         e->size, o->versus);
-  cat(head, sizeof head, "\n\n| shape | causal | MKX TFLOP/s |");
+  perf_cat(head, sizeof head, "\n\n| shape | causal | MKX TFLOP/s |");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
-    cat(head, sizeof head, " %s |", bl->names[bi]);
-  if (versus_on(e, o)) cat(head, sizeof head, " MKX / best |");
-  if (ring_on(e, o)) cat(head, sizeof head, " ring TFLOP/s | MKX / ring |");
-  cat(head, sizeof head, " MKX ms |%s MKX path |\n|---|---:|---:|",
-      ring_on(e, o) ? " ring serial ms |" : "");
+    perf_cat(head, sizeof head, " %s |", bl->names[bi]);
+  if (versus_on(e, o)) perf_cat(head, sizeof head, " MKX / best |");
+  if (ring_on(e, o))
+    perf_cat(head, sizeof head, " ring TFLOP/s | MKX / ring |");
+  perf_cat(head, sizeof head, " MKX ms |%s MKX path |\n|---|---:|---:|",
+           ring_on(e, o) ? " ring serial ms |" : "");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
-    cat(head, sizeof head, "---:|");
-  if (versus_on(e, o)) cat(head, sizeof head, "---:|");
-  if (ring_on(e, o)) cat(head, sizeof head, "---:|---:|");
-  cat(head, sizeof head, "---:|%s---|\n", ring_on(e, o) ? "---:|" : "");
+    perf_cat(head, sizeof head, "---:|");
+  if (versus_on(e, o)) perf_cat(head, sizeof head, "---:|");
+  if (ring_on(e, o)) perf_cat(head, sizeof head, "---:|---:|");
+  perf_cat(head, sizeof head, "---:|%s---|\n", ring_on(e, o) ? "---:|" : "");
   fputs(head, stdout);
   fflush(stdout);
   FILE *out = NULL;
@@ -582,36 +575,6 @@ typedef struct bufs {
   float *lse;
 } bufs;
 
-/* Random bf16 in [-1, 1] (never 0): a host chunk uploaded once, then
- * doubled on the device; finished on return. */
-static void fill(const env *e, void *d, size_t count, uint64_t seed) {
-  size_t chunk = count < ((size_t)1 << 20) ? count : ((size_t)1 << 20);
-  uint16_t *h = malloc(chunk * 2);
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  if (!h) {
-    fprintf(stderr, "mkx_perf attn: out of host memory\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  for (size_t i = 0; i < chunk; i++) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    float f = (float)((x >> 20) & 0xffff) / 32768.0f - 1.0f;
-    uint32_t u;
-    if (f == 0.0f) f = 0.5f;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
-    h[i] = (uint16_t)(u >> 16);
-  }
-  AK(cudaMemcpyAsync(d, h, chunk * 2, cudaMemcpyHostToDevice, e->st));
-  for (size_t done = chunk; done < count;) {
-    size_t n = done < count - done ? done : count - done;
-    AK(cudaMemcpyAsync((uint16_t *)d + done, d, n * 2, cudaMemcpyDeviceToDevice,
-                       e->st));
-    done += n;
-  }
-  AK(cudaStreamSynchronize(e->st));
-  free(h);
-}
-
 static void bufs_alloc(const env *e, const opts *o, const shape *sh, bufs *b) {
   size_t rows = (size_t)(sh->b * sh->s);
   size_t nq = rows * (size_t)(sh->hq * sh->d),
@@ -624,9 +587,9 @@ static void bufs_alloc(const env *e, const opts *o, const shape *sh, bufs *b) {
   AK(cudaMalloc(&b->o, nq * 2));
   AK(cudaMemsetAsync(b->o, 0, nq * 2, e->st));
   if (o->lse) AK(cudaMalloc((void **)&b->lse, rows * (size_t)sh->hq * 4));
-  fill(e, b->q, nq, seed + 1);
-  fill(e, b->k, nk, seed + 2);
-  fill(e, b->v, nk, seed + 3);
+  perf_fill_bf16(b->q, nq, seed + 1, e->st);
+  perf_fill_bf16(b->k, nk, seed + 2, e->st);
+  perf_fill_bf16(b->v, nk, seed + 3, e->st);
 }
 
 static void bufs_free(bufs *b) {
@@ -642,16 +605,6 @@ static void call(const env *e, const shape *sh, int causal, const bufs *b) {
                         sh->hkv, sh->d, causal, 0.0, MKX_BF16, e->mkx, e->st));
 }
 
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
-}
-
-static float median_of(float *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_f);
-  return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* The paths counted between before[] and now, with their counts where
  * they are not every timed call. */
 static void paths_taken(const long *before, int reps, char *s, size_t len) {
@@ -660,10 +613,10 @@ static void paths_taken(const long *before, int reps, char *s, size_t len) {
   for (int p = 0; p < MKX_PATH_COUNT; p++) {
     long d = mkx_path_starts((mkx_path)p) - before[p];
     if (d <= 0) continue;
-    cat(s, len, "%s%s", n++ ? " + " : "", mkx_path_name((mkx_path)p));
-    if (d != reps) cat(s, len, " (%ld of %d)", d, reps);
+    perf_cat(s, len, "%s%s", n++ ? " + " : "", mkx_path_name((mkx_path)p));
+    if (d != reps) perf_cat(s, len, " (%ld of %d)", d, reps);
   }
-  if (n == 0) cat(s, len, "?");
+  if (n == 0) perf_cat(s, len, "?");
 }
 
 static void bench(const env *e, const opts *o, const shape *sh, int causal,
@@ -697,7 +650,7 @@ static void bench(const env *e, const opts *o, const shape *sh, int causal,
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   paths_taken(before, o->reps, r->path, sizeof r->path);
-  med = median_of(t, o->reps);
+  med = perf_median(t, o->reps);
   AI(MPI_Allreduce(MPI_IN_PLACE, &med, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   r->ms = med;
   r->tflops = attn_flops(sh, e->size, causal) / (med * 1e-3) / 1e12;

@@ -66,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "mkx.h"
+#include "perf_util.h"
 
 #define PK(x)                                                                  \
   do {                                                                         \
@@ -182,33 +183,17 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-/* Appends printf-style text to s (len bytes in all), truncating. */
-__attribute__((format(printf, 3, 4))) static void cat(char *s, size_t len,
-                                                      const char *fmt, ...) {
-  size_t used = strlen(s);
-  va_list ap;
-  if (used + 1 >= len) return;
-  va_start(ap, fmt);
-  vsnprintf(s + used, len - used, fmt, ap);
-  va_end(ap);
-}
-
 /* A table cell: x with prec decimals, or "-" for a variant not run. */
 static void cell(char *s, size_t len, int run, int prec, double x) {
   if (run)
-    cat(s, len, " %.*f |", prec, x);
+    perf_cat(s, len, " %.*f |", prec, x);
   else
-    cat(s, len, " - |");
-}
-
-static int cmp_f(const void *a, const void *b) {
-  float x = *(const float *)a, y = *(const float *)b;
-  return x < y ? -1 : x > y;
+    perf_cat(s, len, " - |");
 }
 
 /* The middle of n samples (sorted in place). */
 static float median_of(float *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_f);
+  qsort(v, (size_t)n, sizeof *v, perf_cmp_float);
   return v[n / 2];
 }
 
@@ -412,13 +397,13 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
                              int64_t K, const float *hmed) {
   char s[320] = "";
   const char *sep = " ";
-  cat(s, sizeof s,
-      "# %s %lldx%lldx%lld host enqueue (us, median, slowest "
-      "rank):",
-      op_names[op], (long long)M, (long long)N, (long long)K);
+  perf_cat(s, sizeof s,
+           "# %s %lldx%lldx%lld host enqueue (us, median, slowest "
+           "rank):",
+           op_names[op], (long long)M, (long long)N, (long long)K);
   for (int v = 0; v < NV; v++)
     if (on(e, v)) {
-      cat(s, sizeof s, "%s%s %.1f", sep, v_names[v], hmed[v]);
+      perf_cat(s, sizeof s, "%s%s %.1f", sep, v_names[v], hmed[v]);
       sep = ", ";
     }
   printf("%s\n", s);
@@ -430,8 +415,8 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
   const int nc = e->nccl_on;
   const float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
   char line[400] = "";
-  cat(line, sizeof line, "| %s | %lld | %lld | %lld |", op_names[op],
-      (long long)M, (long long)N, (long long)K);
+  perf_cat(line, sizeof line, "| %s | %lld | %lld | %lld |", op_names[op],
+           (long long)M, (long long)N, (long long)K);
   cell(line, sizeof line, 1, 3, med[V_MKX]);
   cell(line, sizeof line, nc, 3, med[V_SERIAL]);
   cell(line, sizeof line, on(e, V_GEMM), 3, med[V_GEMM]);
@@ -447,7 +432,7 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
     cell(line, sizeof line, 1, 3, med[V_ONE]);
     cell(line, sizeof line, 1, 3, med[V_MKX] / med[V_ONE]);
   }
-  cat(line, sizeof line, "\n");
+  perf_cat(line, sizeof line, "\n");
   fputs(line, stdout);
   fflush(stdout);
   if (out) fputs(line, out), fflush(out);
@@ -607,29 +592,30 @@ static void env_fini(env *e) {
 /* What the columns mean, where they differ from the default ones. */
 static void legend(const env *e, const opts *o, char *s, size_t len) {
   if (e->nccl_on && !on(e, V_ONE)) return;
-  cat(s, len, "Columns: mkx: the MKX call on all %d ranks", e->size);
+  perf_cat(s, len, "Columns: mkx: the MKX call on all %d ranks", e->size);
   if (e->nccl_on)
-    cat(s, len,
-        "; serial: cuBLAS GEMM then NCCL (or NCCL then GEMM); "
-        "gemm, coll: each alone; ideal: max(gemm, coll)");
+    perf_cat(s, len,
+             "; serial: cuBLAS GEMM then NCCL (or NCCL then GEMM); "
+             "gemm, coll: each alone; ideal: max(gemm, coll)");
   else
-    cat(s, len,
-        "; gemm: every rank's cuBLAS GEMM at once%s; serial, coll, "
-        "ideal and their ratios: not run (-), no NCCL",
-        e->shared ? " on the shared GPU" : "");
+    perf_cat(s, len,
+             "; gemm: every rank's cuBLAS GEMM at once%s; serial, coll, "
+             "ideal and their ratios: not run (-), no NCCL",
+             e->shared ? " on the shared GPU" : "");
   if (o->versus)
-    cat(s, len,
-        "; mkx (%s): the MKX call with that option too; "
-        "serial/that: serial / its time",
-        o->versus);
+    perf_cat(s, len,
+             "; mkx (%s): the MKX call with that option too; "
+             "serial/that: serial / its time",
+             o->versus);
   if (on(e, V_ONE))
-    cat(s, len,
+    perf_cat(
+        s, len,
         "; 1 rank: the whole job (ag: M x %d*N x K, every rank's "
         "weight side by side; rs, ar: M x N x K) by the same MKX call on "
         "rank 0 alone, same options and GPU, the other ranks idle, rank 0's "
         "time; mkx/1rank: mkx / 1 rank",
         e->size);
-  cat(s, len, ".\n\n");
+  perf_cat(s, len, ".\n\n");
 }
 
 /* Rank 0: the table's title (date, GPUs, options), legend and column
@@ -645,31 +631,32 @@ static FILE *open_table(const env *e, const opts *o) {
     snprintf(gpus, sizeof gpus, "%d ranks on %d x %s", e->size, e->gpus, dev);
   time_t now = time(NULL);
   strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
-  cat(head, sizeof head,
-      "\n%s, %s, bf16, B stored N x K, MKX option "
-      "tp_overlap=%s%s%s%s%s, medians of %d (ms, slowest rank)",
-      day, gpus, o->overlap, o->vnode ? ", virtual nodes of " : "",
-      o->vnode ? o->vnode : "", o->vnode ? " over tcp, hier_gemm=" : "",
-      o->vnode ? o->hier : "", o->reps);
+  perf_cat(head, sizeof head,
+           "\n%s, %s, bf16, B stored N x K, MKX option "
+           "tp_overlap=%s%s%s%s%s, medians of %d (ms, slowest rank)",
+           day, gpus, o->overlap, o->vnode ? ", virtual nodes of " : "",
+           o->vnode ? o->vnode : "", o->vnode ? " over tcp, hier_gemm=" : "",
+           o->vnode ? o->hier : "", o->reps);
   if (e->shared)
-    cat(head, sizeof head,
-        "; ranks share a GPU, where NCCL cannot run: "
-        "no cuBLAS + NCCL baselines");
+    perf_cat(head, sizeof head,
+             "; ranks share a GPU, where NCCL cannot run: "
+             "no cuBLAS + NCCL baselines");
   else if (!e->nccl_on)
-    cat(head, sizeof head,
-        "; NCCL off (--no-nccl): no cuBLAS + NCCL "
-        "baselines");
-  cat(head, sizeof head, "\n\n");
+    perf_cat(head, sizeof head,
+             "; NCCL off (--no-nccl): no cuBLAS + NCCL "
+             "baselines");
+  perf_cat(head, sizeof head, "\n\n");
   legend(e, o, head, sizeof head);
-  cat(head, sizeof head,
-      "| call | M | N | K | mkx | serial | gemm | coll | "
-      "ideal | serial/mkx | ideal/mkx |");
-  if (o->versus) cat(head, sizeof head, " mkx (%s) | serial/that |", o->versus);
-  if (on(e, V_ONE)) cat(head, sizeof head, " 1 rank | mkx/1rank |");
-  cat(head, sizeof head,
-      "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-      "---:|---:|%s%s\n",
-      o->versus ? "---:|---:|" : "", on(e, V_ONE) ? "---:|---:|" : "");
+  perf_cat(head, sizeof head,
+           "| call | M | N | K | mkx | serial | gemm | coll | "
+           "ideal | serial/mkx | ideal/mkx |");
+  if (o->versus)
+    perf_cat(head, sizeof head, " mkx (%s) | serial/that |", o->versus);
+  if (on(e, V_ONE)) perf_cat(head, sizeof head, " 1 rank | mkx/1rank |");
+  perf_cat(head, sizeof head,
+           "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+           "---:|---:|%s%s\n",
+           o->versus ? "---:|---:|" : "", on(e, V_ONE) ? "---:|---:|" : "");
   fputs(head, stdout);
   FILE *out = NULL;
   if (o->outname && (out = fopen(o->outname, "a")) == NULL) perror(o->outname);
