@@ -199,7 +199,7 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   MKX_TRY(mkx_cuda_rc(e, FN, "copy of A rows"));
   const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
   int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->tiles_m + t0;
-  const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_SRC);
+  const int *epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_SRC);
   e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)(t1 - t0 + 1),
                       cudaMemcpyDeviceToDevice, s);
   return mkx_cuda_rc(e, FN, "copy of ready flags");
@@ -255,7 +255,7 @@ static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.ab_type = mkx_tp_gemm_type(a->dtype);
   d.c_type = mkx_tp_gemm_type(a->ctype);
   d.flags = mkx_tp_ws_flags(p->ws, me);
-  d.epoch = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
+  d.epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
   d.size = c->size;
   for (int q = 0; q <= c->size; q++) d.bnd[q] = p->bnd[q];
   d.first_tile_m = (int)p->first_tile;

@@ -95,7 +95,7 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
   d->k_ring = data;
   d->v_ring = data + (size_t)c->size * p->chunk;
   d->ready = mkx_tp_ws_flags(p->ws, me);
-  d->ready_target = (const int *)(mkx_tp_ws_peer(p->ws, me) + MKX_TP_OFF_EPOCH);
+  d->ready_target = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
   if (p->hier) d->order = p->order;
 }
 
@@ -236,8 +236,7 @@ static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
                       FN, "copy of K"));
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, p->chunk, cudaMemcpyDefault, s),
                       FN, "copy of V"));
-  const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, c->place.local_rank) +
-                                   MKX_TP_OFF_SRC);
+  const int *epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_SRC);
   return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + src, epoch,
                                      sizeof(int), cudaMemcpyDeviceToDevice, s),
                      FN, "copy of a ready flag");
@@ -291,8 +290,7 @@ static int hier_exchange(MKX_Comm c, const attn_plan *p,
  * the call reports the failure).  Best effort: the failure is what counts. */
 static void release_column(MKX_Comm c, const attn_plan *p) {
   const int G = c->place.local_size;
-  const int *epoch = (const int *)(mkx_tp_ws_peer(p->ws, c->place.local_rank) +
-                                   MKX_TP_OFF_SRC);
+  const int *epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_SRC);
   for (int m = 0; m < c->place.num_nodes; m++) {
     if (m == c->place.node) continue;
     for (int lq = 0; lq < G; lq++)

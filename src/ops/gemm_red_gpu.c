@@ -190,10 +190,6 @@ void mkx_red_gpu_free(MKX_Comm c, void *plan) {
 static char *data_of(const red_plan *p, int local_rank, size_t off) {
   return mkx_tp_ws_data(p->ws, local_rank) + off;
 }
-static int *hdr_of(const red_plan *p, int local_rank, size_t off) {
-  return (int *)(mkx_tp_ws_peer(p->ws, local_rank) + off);
-}
-
 static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                     cudaStream_t st) {
   const int me = c->place.local_rank;
@@ -222,15 +218,15 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
   d.c = a->C;
   d.ldc = a->ldc;
   d.c_row0 = p->allreduce ? 0 : p->bnd[c->rank];
-  d.counters = hdr_of(p, me, MKX_TP_OFF_COUNTERS);
-  d.arrived = hdr_of(p, me, MKX_TP_OFF_ARRIVED);
-  d.epoch = hdr_of(p, me, MKX_TP_OFF_EPOCH);
+  d.counters = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_COUNTERS);
+  d.arrived = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_ARRIVED);
+  d.epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
   for (int q = 0; p->allreduce && q < c->size; q++) {
     const int lq = c->place.local_rank_of[q];
     d.peer_c[q] = p->creg.peer[lq];
     d.peer_ldc[q] = p->peer_ldc[lq];
-    d.peer_done[q] = hdr_of(p, lq, MKX_TP_OFF_DONE);
+    d.peer_done[q] = mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE);
   }
   return mkx_tp_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
                           "GEMM with staged partials");
@@ -245,13 +241,14 @@ static int cuda_rc(cudaError_t e, const red_plan *p, const char *what) {
  * destination's flag after it (stream order). */
 static int wait_count(const red_plan *p, int me, int q, int ch,
                       cudaStream_t s) {
-  int *cnt = hdr_of(p, me, MKX_TP_OFF_COUNTERS) + q * MKX_TP_MAXCH + ch;
+  int *cnt =
+      mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_COUNTERS) + q * MKX_TP_MAXCH + ch;
   return mkx_tp_launch_rc(
       mkx_tp_stream_wait_geq(s, cnt, mkx_tp_rs_chunk_subtiles(&p->L, q, ch)),
       fn_name(p->allreduce), "stream wait on a chunk count");
 }
 static int copy_flag(const red_plan *p, int me, int *dst, cudaStream_t s) {
-  const int *src = hdr_of(p, me, MKX_TP_OFF_SRC);
+  const int *src = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_SRC);
   return cuda_rc(
       cudaMemcpyAsync(dst, src, sizeof(int), cudaMemcpyDeviceToDevice, s), p,
       "copy of a ready flag");
@@ -274,9 +271,10 @@ static int push_partials(MKX_Comm c, const red_plan *p, int q, int64_t n,
                         data_of(p, me, p->stage_off) + (size_t)srow * row,
                         (size_t)(r1 - r0) * row, cudaMemcpyDeviceToDevice, s),
         p, "copy of partial rows"));
-    MKX_TRY(copy_flag(
-        p, me, hdr_of(p, lq, MKX_TP_OFF_ARRIVED) + c->rank * MKX_TP_MAXCH + ch,
-        s));
+    MKX_TRY(copy_flag(p, me,
+                      mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_ARRIVED) +
+                          c->rank * MKX_TP_MAXCH + ch,
+                      s));
   }
   return MKX_SUCCESS;
 }
@@ -294,7 +292,8 @@ static int copy_engines(MKX_Comm c, const red_plan *p,
     MKX_TRY(cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), p, "fork wait"));
     MKX_TRY(push_partials(c, p, q, a->n, s));
     if (p->allreduce && p->L.nchunk[c->rank] == 0)
-      MKX_TRY(copy_flag(p, me, hdr_of(p, lq, MKX_TP_OFF_DONE) + me, s));
+      MKX_TRY(
+          copy_flag(p, me, mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE) + me, s));
     MKX_TRY(cuda_rc(cudaEventRecord(ws->ev_join[i], s), p, "join"));
   }
   return MKX_SUCCESS;

@@ -243,6 +243,9 @@ void mkx_tp_ws_release(mkx_tp_ws *ws) {
 }
 
 char *mkx_tp_ws_peer(const mkx_tp_ws *ws, int lr) { return ws->buf.peer[lr]; }
+int *mkx_tp_ws_word(const mkx_tp_ws *ws, int lr, size_t off) {
+  return (int *)(mkx_tp_ws_peer(ws, lr) + off);
+}
 int *mkx_tp_ws_flags(const mkx_tp_ws *ws, int lr) {
   return (int *)(mkx_tp_ws_peer(ws, lr) + ws->flags_off);
 }

@@ -52,8 +52,10 @@ int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws);
 /* Local: back to the pool (the stream keeps ordering its in-flight use). */
 void mkx_tp_ws_release(mkx_tp_ws *ws);
 
-/* Local pointers into a rank's workspace. */
+/* Local pointers into a rank's workspace; mkx_tp_ws_word: the int at
+ * byte offset `off` of its header (MKX_TP_OFF_*). */
 char *mkx_tp_ws_peer(const mkx_tp_ws *ws, int local_rank);
+int *mkx_tp_ws_word(const mkx_tp_ws *ws, int local_rank, size_t off);
 int *mkx_tp_ws_flags(const mkx_tp_ws *ws, int local_rank);
 char *mkx_tp_ws_data(const mkx_tp_ws *ws, int local_rank);
 
