@@ -193,18 +193,27 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
     w = "block_n must be 0, 128, or 192 with head_dim <= 64";
   else if (d->warpgroups != 0 && d->warpgroups != 2 && !(d->warpgroups == 3 && d->head_dim <= 64 && d->block_n != 192))
     w = "warpgroups must be 0, 2, or 3 with head_dim <= 64 and 128 keys per block";
+  else if (d->warpgroups == 3 && d->block_n == 192)
+    w = "192 keys per block take 2 warpgroups";
   else if (!(d->scale > 0.f) || isinf(d->scale))
     w = "scale must be positive and finite";
   if (why) *why = w;
   return w == nullptr;
 }
 
-/* Keys per block: 128, or 192 for head dims up to 64 without the causal
- * mask (where no block is cut by the diagonal; larger blocks for larger
- * head dims would not fit the consumers' registers); block_n chooses. */
+/* Keys per block: 128 unless block_n asks for 192 (head dims up to 64,
+ * two warpgroups; larger blocks for larger head dims would not fit the
+ * consumers' registers). */
 extern "C" int mkx_attn_block_n(const mkx_attn_desc *d) {
-  if (d->head_dim <= 64 && (d->block_n == 128 || d->block_n == 192)) return d->block_n;
-  return d->head_dim <= 64 && !d->causal ? 192 : 128;
+  return d->head_dim <= 64 && d->block_n == 192 ? 192 : 128;
+}
+
+/* Consumer warpgroups: three for head dims up to 64 (the products are
+ * short there, and a third warpgroup's softmax hides under the other two's
+ * products) unless 192 keys per block or two are asked for. */
+extern "C" int mkx_attn_warpgroups(const mkx_attn_desc *d) {
+  if (d->head_dim > 64 || d->warpgroups == 2 || mkx_attn_block_n(d) == 192) return 2;
+  return 3;
 }
 
 extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
@@ -212,7 +221,7 @@ extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
   if (!device_is_sm90()) return MKX_ATTN_ENODEV;
   const bool f16 = d->dtype == MKX_GEMM_FP16;
   if (d->head_dim > 64) return f16 ? launch<Config<128, 128, 2, true>>(d, s) : launch<Config<128, 128, 2, false>>(d, s);
-  if (d->warpgroups == 3)
+  if (mkx_attn_warpgroups(d) == 3)
     return f16 ? launch<Config<64, 128, 2, true, 3>>(d, s) : launch<Config<64, 128, 2, false, 3>>(d, s);
   if (mkx_attn_block_n(d) == 192)
     return f16 ? launch<Config<64, 192, 2, true>>(d, s) : launch<Config<64, 192, 2, false>>(d, s);

@@ -78,13 +78,12 @@ typedef struct mkx_attn_desc {
                               zeroes on its stream and the CTAs take tiles
                               from (balances the causal mask's uneven
                               tiles); one per concurrent run */
-  int block_n;                 /* keys per block: 0 (mkx_attn_block_n picks),
-                              128, or 192 with head_dim <= 64 */
+  int block_n;                 /* keys per block: 0 or 128; 192 with
+                                  head_dim <= 64 and 2 warpgroups */
   int warpgroups;              /* consumer warpgroups (64 query rows each):
-                                  0 or 2; 3 for head_dim <= 64 with 128
-                                  keys per block (more warps to hide the
-                                  softmax's latency where the products are
-                                  short) */
+                                  0 (mkx_attn_warpgroups picks), 2, or 3
+                                  with head_dim <= 64 and 128 keys per
+                                  block */
   int no_turns;                /* 1: the consumer warpgroups issue their
                                   products whenever ready instead of in
                                   turns (for measurements) */
@@ -94,8 +93,9 @@ typedef struct mkx_attn_desc {
  * Does not look at the device. */
 int mkx_attn_supported(const mkx_attn_desc *d, const char **why);
 
-/* The keys per block a run of d takes. */
+/* The keys per block and the consumer warpgroups a run of d takes. */
 int mkx_attn_block_n(const mkx_attn_desc *d);
+int mkx_attn_warpgroups(const mkx_attn_desc *d);
 
 /* Enqueue the attention on stream s (current device).  0, a cudaError_t
  * value (> 0) or a negative MKX_ATTN_E* code. */

@@ -512,8 +512,8 @@ __device__ __forceinline__ void rescale(float (&o)[D / 2], float (&l)[2], const 
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
 }
 
-/* The key blocks of one tile, two warpgroups: the next block's Q K^T is
- * issued with this one's P V, before this block's softmax. */
+/* The key blocks of one tile: the next block's Q K^T is issued with this
+ * one's P V, before this block's softmax. */
 template <class Cfg>
 __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Blocks<Cfg::BN, Cfg::BM> &blk, int row0,
                                                   int total, float (&o)[Cfg::D / 2], float (&m)[2], float (&l)[2]) {
@@ -579,57 +579,8 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
   if (w.leader) mbar_arrive(&w.v_empty[prev.stage]);
 }
 
-/* The key blocks of one tile without the overlap inside a warpgroup, for
- * three warpgroups at 160 registers: S, then P, then O += P V, one after
- * the other, so that S and P are never live together (the other
- * warpgroups' turns keep the tensor cores busy meanwhile). */
-template <class Cfg>
-__device__ __forceinline__ void blocks_serial(const Params &p, Walk &w, Blocks<Cfg::BN, Cfg::BM> &blk, int row0,
-                                              int total, float (&o)[Cfg::D / 2], float (&m)[2], float (&l)[2]) {
-  constexpr int BN = Cfg::BN;
-  Ring &ring = w.ring;
-  int lim[2];
-  row_limits(p, blk.c, w.tid, row0, lim);
-  for (int it = 0; it < total; ++it) {
-    if (it > 0) {
-      blk.next(p);
-      if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
-    }
-    float s[BN / 2];
-    mbar_wait(&w.k_full[ring.stage], ring.phase);
-    w.turn.wait();
-    wgmma_fence();
-    issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, ring.stage * Cfg::KV_BYTES));
-    wgmma_commit();
-    w.turn.pass();
-    wgmma_wait<0>();
-    pin_acc(s);
-    if (w.leader) {
-      mbar_arrive(&w.k_empty[ring.stage]);
-      if (it + 1 == total) mbar_arrive(&w.sh->q_empty);  // the tile's last Q K^T is done
-    }
-    mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
-    float alpha[2], rowsum[2];
-    softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
-    rescale<Cfg::D>(o, l, alpha, rowsum);
-    uint32_t pf[BN / 16][4];
-    to_fragments<Cfg>(s, pf);
-    mbar_wait(&w.v_full[ring.stage], ring.phase);
-    w.turn.wait();
-    wgmma_fence();
-    issue_pv<Cfg>(o, pf, desc_at(w.dv0, ring.stage * Cfg::KV_BYTES));
-    wgmma_commit();
-    w.turn.pass();
-    wgmma_wait<0>();
-    pin_acc(o);
-    if (w.leader) mbar_arrive(&w.v_empty[ring.stage]);
-    ring.advance<Cfg::STAGES>();
-  }
-}
-
 /* A consumer warpgroup: the tiles the producer announces, each tile's
- * blocks (overlapped with two warpgroups, serial with three), the
- * epilogue. */
+ * blocks, the epilogue. */
 template <class Cfg, typename OutT>
 __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
                                         uint8_t *sK, uint8_t *sV, Shared *sh, uint64_t *k_full, uint64_t *k_empty,
@@ -664,10 +615,8 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
     if (!any) {
       if (w.leader) mbar_arrive(&sh->q_empty);
-    } else if constexpr (Cfg::WGS == 2) {
-      blocks_overlapped<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
     } else {
-      blocks_serial<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
+      blocks_overlapped<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
     }
     epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
   }

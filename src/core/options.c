@@ -125,10 +125,10 @@ static const mkx_option_desc base_rows[] = {
      "rank r holds r, r+p, r+2p, ...",
      1},
     {"attn_block_n", MKX_OPT_ENUM, OPT(attn_block_n), "auto", "auto|128|192",
-     "Keys per block of MKX_Ring_attention's GPU engine. auto: 192 for head "
-     "dims up to 64 without the causal mask (measured faster there), else "
-     "128; 192 applies to head dims up to 64 only (larger ones take 128). "
-     "Results may differ between sizes in the last bits."},
+     "Keys per block of MKX_Ring_attention's GPU engine. auto and 128: 128 "
+     "keys (head dims up to 64 with three consumer warpgroups, measured "
+     "fastest); 192: head dims up to 64 with two warpgroups (larger head "
+     "dims take 128). Results may differ between sizes in the last bits."},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine.",
