@@ -26,26 +26,11 @@ __global__ void __launch_bounds__(Cfg::THREADS, 1)
 #endif
 }
 
-/* A dense tensor of `rank` dimensions (innermost first, element strides
- * strides[1..]), box {64, 1, ..., rows, ...} with 128B swizzle; 0 or
- * MKX_ATTN_ETMAP. */
+/* A dense tensor of `rank` dimensions (tmap.cuh), box {64, 1, ..., rows,
+ * ...}; 0 or MKX_ATTN_ETMAP. */
 int make_map(CUtensorMap *map, const void *ptr, int dtype, int rank, const int64_t *dims, const int64_t *strides,
              const uint32_t *box) {
-  mkx::gemm::EncodeTiledFn enc = mkx::gemm::get_encode();
-  if (!enc) return MKX_ATTN_ETMAP;
-  cuuint64_t gd[5], gs[4];
-  cuuint32_t bx[5], es[5];
-  for (int i = 0; i < rank; ++i) {
-    gd[i] = (cuuint64_t)dims[i];
-    bx[i] = box[i];
-    es[i] = 1;
-    if (i) gs[i - 1] = (cuuint64_t)strides[i] * 2;
-  }
-  const CUtensorMapDataType dt =
-      dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  CUresult r = enc(map, dt, (cuuint32_t)rank, const_cast<void *>(ptr), gd, gs, bx, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : MKX_ATTN_ETMAP;
+  return mkx::gemm::make_tmap_nd(map, ptr, dtype, rank, dims, strides, box) ? MKX_ATTN_ETMAP : 0;
 }
 
 /* K or V as {head dim, heads, seq, batch, chunks}, box of `rows` keys. */
@@ -127,21 +112,6 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   return e == cudaSuccess ? 0 : (int)e;
 }
 
-int g_is_sm90[64];  // 0 unknown, 1 yes, 2 no
-
-bool device_is_sm90() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  int *known = dev >= 0 && dev < 64 ? &g_is_sm90[dev] : nullptr;
-  if (known && *known) return *known == 1;
-  int major = 0, minor = 0;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
-    return false;
-  const bool yes = major == 9 && minor == 0;
-  if (known) *known = yes ? 1 : 2;
-  return yes;
-}
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
@@ -218,7 +188,7 @@ extern "C" int mkx_attn_warpgroups(const mkx_attn_desc *d) {
 
 extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
   if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
-  if (!device_is_sm90()) return MKX_ATTN_ENODEV;
+  if (!mkx::gemm::device_is_sm90()) return MKX_ATTN_ENODEV;
   const bool f16 = d->dtype == MKX_GEMM_FP16;
   if (d->head_dim > 64) return f16 ? launch<Config<128, 128, 2, true>>(d, s) : launch<Config<128, 128, 2, false>>(d, s);
   if (mkx_attn_warpgroups(d) == 3)

@@ -31,6 +31,8 @@
  *                (e.g. spin on a ready flag written by a peer GPU, with acquire semantics).
  *                void wait_k(int tile_m, int kb): called by the same thread before the loads of
  *                K block kb of that tile (gates A that arrives in K chunks; no-op elsewhere).
+ *                void b_chunk(int tile_m, int tile_n, int j, int &col, int &z) (optional, K x N B
+ *                only): column and third coordinate of the tile's 64-column B chunk j (HasBChunk).
  *                void a_source(int tile_m, const CUtensorMap *&map, int &row): where that tile's
  *                A rows are loaded from, called before wait_rows with map = tmA, row = tile_m *
  *                128 (e.g. a rank's own rows from its own A, not from a gathered copy; no-op
@@ -135,6 +137,13 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
+__device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap *map, const void *src, int c0, int c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];" ::"l"(
                    reinterpret_cast<uint64_t>(map)),
@@ -234,6 +243,15 @@ enum { kWhole = 0, kPartial = 1, kFinish = 2 };
 struct Unit {
   int tm, tn, kb0, kb1, part, aux0, aux1;
 };
+
+/* A load gate with b_chunk(tile_m, tile_n, j, col, z) picks, for 64-column chunk j of a tile's B
+ * (K x N layout only), the column (col0 + 64 j on entry) and the index z of B's third dimension
+ * (a 3-D tmB {N, K, Z}, box {64, 64, 1}): one B per group of tile rows, e.g. per expert. */
+template <class G, class = void>
+struct HasBChunk : std::false_type {};
+template <class G>
+struct HasBChunk<G, decltype((void)std::declval<G &>().b_chunk(0, 0, 0, std::declval<int &>(),
+                                                                 std::declval<int &>()))> : std::true_type {};
 
 template <class O, class = void>
 struct HasUnits : std::false_type {};
@@ -500,8 +518,15 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
             tma_load_2d(b, tmB, &full[stage], kb * kBK, col0);
           } else {
 #pragma unroll
-            for (int j = 0; j < BN / 64; ++j)
-              tma_load_2d(b + j * (64 * 128), tmB, &full[stage], col0 + 64 * j, kb * kBK);
+            for (int j = 0; j < BN / 64; ++j) {
+              if constexpr (HasBChunk<LoadGate>::value) {
+                int col = col0 + 64 * j, z = 0;
+                gate.b_chunk(tm, tn, j, col, z);
+                tma_load_3d(b + j * (64 * 128), tmB, &full[stage], col, kb * kBK, z);
+              } else {
+                tma_load_2d(b + j * (64 * 128), tmB, &full[stage], col0 + 64 * j, kb * kBK);
+              }
+            }
           }
           if (++stage == STAGES) {
             stage = 0;

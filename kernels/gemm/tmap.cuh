@@ -33,23 +33,41 @@ static inline EncodeTiledFn get_encode() {
   return f;
 }
 
+static inline CUtensorMapDataType tmap_type(int dtype) {
+  return dtype == MKX_GEMM_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
+/* A dense tensor of `rank` (<= 5) dimensions, innermost first, element
+ * strides strides[1..rank-1] (strides[0] is 1), box box[0..rank-1] (box[0]
+ * covering 128 bytes), 128B swizzle; 0 or MKX_GEMM_ETMAP. */
+static inline int make_tmap_nd(CUtensorMap *map, const void *ptr, int dtype, int rank, const int64_t *dims,
+                               const int64_t *strides, const uint32_t *box) {
+  EncodeTiledFn enc = get_encode();
+  if (!enc || rank < 1 || rank > 5) return MKX_GEMM_ETMAP;
+  const int esz = dtype == MKX_GEMM_FP32 ? 4 : 2;
+  cuuint64_t gd[5], gs[4];
+  cuuint32_t bx[5], es[5];
+  for (int i = 0; i < rank; ++i) {
+    gd[i] = (cuuint64_t)dims[i];
+    bx[i] = box[i];
+    es[i] = 1;
+    if (i) gs[i - 1] = (cuuint64_t)strides[i] * esz;
+  }
+  CUresult r = enc(map, tmap_type(dtype), (cuuint32_t)rank, const_cast<void *>(ptr), gd, gs, bx, es,
+                   CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  return r == CUDA_SUCCESS ? 0 : MKX_GEMM_ETMAP;
+}
+
 /* 2-D tensor {inner, outer}, row stride ld elements, box {128 bytes of
- * inner, box_outer}, 128B swizzle; 0 or MKX_GEMM_ETMAP. */
+ * inner, box_outer}; 0 or MKX_GEMM_ETMAP. */
 static inline int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_t inner, int64_t outer, int64_t ld,
                             int box_outer) {
-  EncodeTiledFn enc = get_encode();
-  if (!enc) return MKX_GEMM_ETMAP;
-  const int esz = dtype == MKX_GEMM_FP32 ? 4 : 2;
-  const CUtensorMapDataType dt = dtype == MKX_GEMM_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-                                 : dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                                          : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
-  cuuint64_t dims[2] = {(cuuint64_t)inner, (cuuint64_t)outer};
-  cuuint64_t strides[1] = {(cuuint64_t)(ld * esz)};
-  cuuint32_t box[2] = {(cuuint32_t)(128 / esz), (cuuint32_t)box_outer};
-  cuuint32_t estr[2] = {1u, 1u};
-  CUresult r = enc(map, dt, 2, const_cast<void *>(ptr), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  return r == CUDA_SUCCESS ? 0 : MKX_GEMM_ETMAP;
+  const int64_t dims[2] = {inner, outer}, strides[2] = {1, ld};
+  const uint32_t box[2] = {(uint32_t)(dtype == MKX_GEMM_FP32 ? 32 : 64), (uint32_t)box_outer};
+  return make_tmap_nd(map, ptr, dtype, 2, dims, strides, box);
 }
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -66,6 +84,24 @@ static inline int num_sms(int *sms) {
   if (e != cudaSuccess) return (int)e;
   if (dev >= 0 && dev < 64) known[dev].store(*sms, std::memory_order_relaxed);
   return 0;
+}
+
+/* Whether the current device is sm_90 (the engines' wgmma and TMA code),
+ * asked once per device. */
+static inline bool device_is_sm90() {
+  static std::atomic<int> known[64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  std::atomic<int> *k = dev >= 0 && dev < 64 ? &known[dev] : nullptr;
+  const int v = k ? k->load(std::memory_order_relaxed) : 0;
+  if (v) return v == 1;
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess)
+    return false;
+  const bool yes = major == 9 && minor == 0;
+  if (k) k->store(yes ? 1 : 2, std::memory_order_relaxed);
+  return yes;
 }
 
 /* n, or cap where 0 < cap < n: the CTAs a kernel that waits for other

@@ -1,0 +1,252 @@
+/*
+ * MKX grouped expert GEMM: the Hopper GEMM engine (gemm_engine.cuh) over
+ * the tiles of every local expert in one persistent launch (C interface in
+ * moe_engine.h).
+ *
+ * Tile rows are numbered across experts: expert e owns tile rows
+ * [prefix[e], prefix[e+1]), prefix[e] = sum over e' < e of
+ * ceil(rows(e') / 128), computed on the GPU by a one-block scan before the
+ * GEMM so the host never sees a count.  Each hook finds a tile row's
+ * expert by binary search in the prefix: the producer once per tile (and
+ * keeps it for the tile's B chunks), each consumer thread once per tile in
+ * the epilogue.  A tile's last rows may belong to the next expert (A is
+ * loaded whole); their products are computed and never stored.
+ */
+#include "gemm/gemm_engine.cuh"
+#include "gemm/tmap.cuh"
+#include "moe/moe_engine.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+using namespace mkx::gemm;
+
+namespace {
+
+constexpr int kScanThreads = 1024;
+constexpr int kGroupM = 8;  // tile rows walked before moving across columns (L2 reuse of W[e])
+
+/* Rows of expert e: [lo, hi), offsets clamped to [0, a_rows]. */
+struct MoeRows {
+  const int *off;
+  const int *prefix;  // E + 1 tile-row prefix (workspace)
+  int experts, a_rows;
+  __device__ __forceinline__ void span(int e, int &lo, int &hi) const {
+    lo = min(max(off[e], 0), a_rows);
+    hi = max(lo, min(max(off[e + 1], 0), a_rows));
+  }
+  /* the expert owning tile row v < prefix[E]: the last e with prefix[e] <= v */
+  __device__ __forceinline__ int expert_of(int v) const {
+    int lo = 0, hi = experts - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (prefix[mid] <= v)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+  /* first row of tile row v, and the end of its expert's rows */
+  __device__ __forceinline__ int first_row(int v, int &e, int &end) const {
+    e = expert_of(v);
+    int lo;
+    span(e, lo, end);
+    return lo + (v - prefix[e]) * kBM;
+  }
+};
+
+/* Tile-row prefix over experts into work[0..E]. */
+__global__ void tile_prefix_kernel(MoeRows r, int *work) {
+  __shared__ int part[kScanThreads];
+  const int t = threadIdx.x;
+  const int per = (r.experts + kScanThreads - 1) / kScanThreads;
+  const int e0 = min(r.experts, t * per), e1 = min(r.experts, e0 + per);
+  int sum = 0;
+  for (int e = e0; e < e1; ++e) {
+    int lo, hi;
+    r.span(e, lo, hi);
+    sum += (hi - lo + kBM - 1) / kBM;
+  }
+  part[t] = sum;
+  __syncthreads();
+  for (int d = 1; d < kScanThreads; d <<= 1) {  // inclusive scan
+    const int v = t >= d ? part[t - d] : 0;
+    __syncthreads();
+    part[t] += v;
+    __syncthreads();
+  }
+  int run = t ? part[t - 1] : 0;
+  for (int e = e0; e < e1; ++e) {
+    work[e] = run;
+    int lo, hi;
+    r.span(e, lo, hi);
+    run += (hi - lo + kBM - 1) / kBM;
+  }
+  if (t == kScanThreads - 1) work[r.experts] = part[t];
+}
+
+/* Producer hooks: A rows of the tile's expert, B chunks from W[e] (the
+ * gate and up halves of the same output columns with SwiGLU). */
+template <int BN, bool SWIGLU>
+struct MoeGate {
+  MoeRows r;
+  int n;
+  int e;  // expert of the tile in hand (set by a_source)
+  __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&, int &row) {
+    int end;
+    row = r.first_row(tm, e, end);
+  }
+  __device__ __forceinline__ void wait_rows(int, int, int) {}
+  __device__ __forceinline__ void wait_k(int, int) {}
+  __device__ __forceinline__ void b_chunk(int, int tn, int j, int &col, int &z) {
+    z = e;
+    if constexpr (SWIGLU) {
+      constexpr int H = BN / 128;  // gate chunks, then as many up chunks
+      col = j < H ? tn * (BN / 2) + 64 * j : n + tn * (BN / 2) + 64 * (j - H);
+    }
+  }
+};
+
+__device__ __forceinline__ float silu(float v) { return v / (1.f + __expf(-v)); }
+
+/* Epilogue: rows of the tile's expert only, scaled, SwiGLU combined, in
+ * pairs of columns straight to C. */
+template <typename OutT, bool SWIGLU>
+struct MoeStore {
+  MoeRows r;
+  OutT *c;
+  int64_t ldc;
+  int n;
+  const float *scale;
+  template <int BN>
+  __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
+    typedef typename OutCvt<OutT>::pair_t P;
+    constexpr int W = SWIGLU ? BN / 2 : BN;  // output columns of a tile
+    int e, end;
+    const int row = r.first_row(t.tile_m, e, end) + t.wg * 64 + t.acc_row(0);
+    const bool ok0 = row < end, ok1 = row + 8 < end;
+    const float s0 = scale && ok0 ? scale[row] : 1.f, s1 = scale && ok1 ? scale[row + 8] : 1.f;
+    const int col = t.tile_n * W + t.acc_col(0);
+    OutT *p0 = c + (int64_t)row * ldc + col;
+    OutT *p1 = p0 + 8 * ldc;
+#pragma unroll
+    for (int q = 0; q < W / 8; ++q) {
+      if (col + 8 * q >= n) break;
+      float v[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+        v[i] = SWIGLU ? silu(acc[4 * q + i]) * acc[4 * q + i + BN / 4] : acc[4 * q + i];
+      if (ok0) *reinterpret_cast<P *>(p0 + 8 * q) = OutCvt<OutT>::pack(v[0] * s0, v[1] * s0);
+      if (ok1) *reinterpret_cast<P *>(p1 + 8 * q) = OutCvt<OutT>::pack(v[2] * s1, v[3] * s1);
+    }
+  }
+  __device__ __forceinline__ void finish(const TileCtx &) {}
+};
+
+struct MoeParams {
+  MoeRows rows;
+  void *c;
+  int64_t ldc;
+  const float *scale;
+  int n, k, tiles_n;
+};
+
+template <int BN, int STAGES, bool F16, typename OutT, bool SWIGLU>
+__global__ void __launch_bounds__(kThreads, 1)
+    mkx_moe_gemm_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmW,
+                        const __grid_constant__ MoeParams p) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  typedef Config<BN, STAGES, false, F16> Cfg;
+  const int tiles_m = p.rows.prefix[p.rows.experts];
+  GroupedTileOrder order{tiles_m, p.tiles_n, max(1, min(kGroupM, tiles_m))};
+  MoeGate<BN, SWIGLU> gate{p.rows, p.n, 0};
+  MoeStore<OutT, SWIGLU> epi{p.rows, reinterpret_cast<OutT *>(p.c), p.ldc, p.n, p.scale};
+  run_engine<Cfg>(smem, &tmA, &tmW, tiles_m * kBM, p.n, p.k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
+#endif
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
+
+template <int BN, int STAGES, bool F16, typename OutT, bool SWIGLU>
+int launch(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s) {
+  typedef Config<BN, STAGES, false, F16> Cfg;
+  auto kern = mkx_moe_gemm_kernel<BN, STAGES, F16, OutT, SWIGLU>;
+  CUtensorMap tmA, tmW;
+  int rc = make_tmap(&tmA, d->a, d->ab_type, d->k, d->a_rows, d->lda, kBM);
+  const int64_t wcols = SWIGLU ? 2 * d->n : d->n;
+  const int64_t dims[3] = {wcols, d->k, d->experts}, strides[3] = {1, d->ldw, d->k * d->ldw};
+  const uint32_t box[3] = {64, 64, 1};
+  if (!rc) rc = make_tmap_nd(&tmW, d->w, d->ab_type, 3, dims, strides, box);
+  int sms = 0;
+  if (!rc) rc = num_sms(&sms, d->num_ctas);
+  if (!rc) rc = smem_attr_once<mkx_moe_gemm_kernel<BN, STAGES, F16, OutT, SWIGLU>>((int)Cfg::SMEM_BYTES);
+  if (rc) return rc;
+  MoeParams p = {rows, d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)cdiv(d->n, SWIGLU ? BN / 2 : BN)};
+  kern<<<sms, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmW, p);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+template <int BN, int STAGES>
+int launch_tile(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s) {
+  return with_types(d->ab_type, 0, d->c_type, [&](auto, auto f16, auto out) {
+    typedef typename decltype(out)::type OutT;
+    constexpr bool F16 = decltype(f16)::value;
+    return d->swiglu ? launch<BN, STAGES, F16, OutT, true>(d, rows, s) : launch<BN, STAGES, F16, OutT, false>(d, rows, s);
+  });
+}
+
+}  // namespace
+
+extern "C" int64_t mkx_moe_gemm_work_ints(int experts) { return experts < 0 ? 1 : (int64_t)experts + 1; }
+
+extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **why) {
+  const char *w = nullptr;
+  const int64_t lim = 1ll << 31;
+  if (!d)
+    w = "null descriptor";
+  else if (d->ab_type != MKX_GEMM_BF16 && d->ab_type != MKX_GEMM_FP16)
+    w = "A/W type must be bf16 or fp16";
+  else if (d->c_type != MKX_GEMM_BF16 && d->c_type != MKX_GEMM_FP16 && d->c_type != MKX_GEMM_FP32)
+    w = "C type must be bf16, fp16 or fp32";
+  else if (d->experts < 1 || d->k < 1 || d->n < 1 || d->a_rows < 0)
+    w = "experts, k or n < 1, or a_rows < 0";
+  else if (d->k >= lim || d->n >= lim / 2 || d->a_rows >= lim || (int64_t)d->experts * d->k >= lim)
+    w = "a size is 2^31 or more";
+  else if (d->k % 8 || d->n % 8 || d->lda % 8 || d->ldw % 8 || d->ldc % 2)
+    w = "k, n, lda and ldw must be multiples of 8, ldc even";
+  else if (d->lda < d->k || d->ldc < d->n || d->ldw < (d->swiglu ? 2 * d->n : d->n))
+    w = "leading dimension too small";
+  else if (!d->offsets || !d->work || !d->w || (d->a_rows > 0 && (!d->a || !d->c)))
+    w = "null offsets, work, W, A or C";
+  else if (!aligned16(d->a) || !aligned16(d->w) || !aligned16(d->c))
+    w = "A, W and C must be 16-byte aligned";
+  else if (d->block_n != 0 && d->block_n != 128 && d->block_n != 256)
+    w = "block_n must be 0, 128 or 256";
+  else if (d->num_ctas < 0)
+    w = "num_ctas < 0";
+  if (why) *why = w ? w : "ok";
+  return w ? 0 : 1;
+}
+
+/* 256 columns of W per tile where the output is wide enough to fill the
+ * SMs with them (the engine's faster tile), else 128. */
+static int pick_block_n(const mkx_moe_gemm_desc *d) {
+  if (d->block_n) return d->block_n;
+  const int64_t wcols = d->swiglu ? 2 * d->n : d->n;
+  return wcols >= 2048 ? 256 : 128;
+}
+
+extern "C" int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s) {
+  if (!mkx_moe_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
+  if (d->a_rows == 0) return 0;
+  if (!device_is_sm90()) return MKX_GEMM_ENODEV;
+  const MoeRows rows = {d->offsets, d->work, d->experts, (int)d->a_rows};
+  tile_prefix_kernel<<<1, kScanThreads, 0, s>>>(rows, d->work);
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return (int)e;
+  return pick_block_n(d) == 256 ? launch_tile<256, 4>(d, rows, s) : launch_tile<128, 6>(d, rows, s);
+}

@@ -1,0 +1,72 @@
+/*
+ * MKX grouped expert GEMM for Hopper: C interface (kernels/moe/grouped_gemm.cu).
+ * Includable from C11; needs only cuda_runtime.h and stdint.h.
+ *
+ * One persistent launch over every local expert.  The rows of expert e are
+ * rows [offsets[e], offsets[e+1]) of A (row-major, lda), back to back in
+ * expert order; the counts live in device memory and are never read by the
+ * host, so the rows may be placed by an earlier kernel on the same stream.
+ *   plain:   C[r, :]  = scale[r] * (A[r, :] W[e])                  (n columns)
+ *   SwiGLU:  C[r, j]  = scale[r] * silu(G[r, j]) * U[r, j],  G = A[r,:] W[e][:, 0:n],
+ *                       U = A[r,:] W[e][:, n:2n],  silu(v) = v / (1 + exp(-v))
+ * with scale[r] = row_scale[r], or 1 if row_scale is NULL; W is
+ * [experts][k][ldw] row-major (N contiguous), n (plain) or 2n (SwiGLU)
+ * columns used.  C has the rows of A (same row index, ldc); rows of C
+ * outside [offsets[0], offsets[E]) are not written.  Operands bf16 or
+ * fp16 (the same), fp32 accumulation, C bf16, fp16 or fp32, rounded once.
+ *
+ * Tiles are 128 rows of one expert by 128 or 256 columns (SwiGLU: the
+ * gate and up halves of the same output columns in one tile), so an
+ * expert with r rows costs ceil(r / 128) tile rows.
+ *
+ * Offsets are clamped to [0, a_rows] and made nondecreasing on the GPU, so
+ * bad offsets never make the kernel read or write outside A and C; the
+ * caller computes them (MKX's routing does).
+ */
+#ifndef MKX_MOE_ENGINE_H
+#define MKX_MOE_ENGINE_H
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+  int experts;          /* E >= 1 */
+  int64_t k;            /* inner size: columns of A, rows of each W[e] */
+  int64_t n;            /* columns of C */
+  const void *a;        /* a_rows x k, row stride lda */
+  int64_t lda, a_rows;  /* a_rows: rows A and C hold (a bound, not a count) */
+  const int *offsets;   /* device: E + 1 row offsets */
+  const void *w;        /* [E][k][ldw] */
+  int64_t ldw;          /* >= n, or >= 2n with swiglu */
+  void *c;              /* a_rows x n, row stride ldc */
+  int64_t ldc;
+  const float *row_scale; /* device, a_rows entries, or NULL */
+  int ab_type;          /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (gemm_engine.h) */
+  int c_type;           /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
+  int swiglu;           /* 1: the SwiGLU form above */
+  int num_ctas;         /* persistent CTAs; 0: one per SM */
+  int block_n;          /* 0 (picked), 128 or 256: tile columns of W */
+  int *work;            /* device, mkx_moe_gemm_work_ints(E) ints, one per concurrent run */
+} mkx_moe_gemm_desc;
+
+/* Ints of device workspace a run needs (the tile-row prefix over experts). */
+int64_t mkx_moe_gemm_work_ints(int experts);
+
+/* 1 if the engine can run d, else 0 and (if why != NULL) a static reason:
+ * k, n, lda, ldw multiples of 8, ldc even, 16-byte aligned A, W, C, sizes
+ * below 2^31.  Does not look at the device. */
+int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **why);
+
+/* Enqueue the grouped GEMM on stream s (current device): 0, a cudaError_t
+ * (> 0), or a negative MKX_GEMM_E* code of gemm_engine.h. */
+int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* MKX_MOE_ENGINE_H */

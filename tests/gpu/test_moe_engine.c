@@ -1,0 +1,368 @@
+/*
+ * GPU test of the grouped expert GEMM (kernels/moe): mkx_moe_gemm_run
+ * against an fp64 reference of this file's own, on fresh random inputs and
+ * row counts: experts with no rows, one row, exactly a tile, a tile and
+ * one; skewed counts; many experts; plain and SwiGLU; row scales; bf16 and
+ * fp16; C in bf16, fp16 and fp32; both tile widths; padded leading
+ * dimensions; rows outside the experts' range; offsets that are out of
+ * range or decreasing (no write may leave C).  C is poisoned before each
+ * run and guarded past its end.
+ * Exit 77 without an sm_90 GPU, 1 on any failure.
+ *   --bench       also time the expert GEMMs of the MoE issue's two shapes
+ *   --bench-only  the timings alone
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda_check.h"
+#include "gemm/gemm_engine.h"
+#include "moe/moe_engine.h"
+#include "num16.h"
+
+static int g_fail, g_ok;
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd_u64(void) {
+  g_rng ^= g_rng << 13;
+  g_rng ^= g_rng >> 7;
+  g_rng ^= g_rng << 17;
+  return g_rng;
+}
+static double rnd(void) { /* [-1, 1) */
+  return (double)(rnd_u64() >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+typedef struct {
+  const char *name;
+  int experts, k, n, swiglu, f16, c_type, block_n, scale;
+  int lda_pad, ldw_pad, ldc_pad;
+  int first, spare; /* rows before the first expert's, after the last's */
+  int bad;          /* 1: offsets out of range and decreasing */
+  int counts[8];    /* counts of the first experts (-1: random) */
+  int max_rows;     /* random counts in [0, max_rows] */
+} tcase;
+
+static uint16_t to16(double v, int f16) {
+  return f16 ? mt_f32_to_f16((float)v) : mt_f32_to_bf16((float)v);
+}
+static double from16(uint16_t h, int f16) {
+  return f16 ? mt_f16_to_f32(h) : mt_bf16_to_f32(h);
+}
+static int esize(int t) { return t == MKX_GEMM_FP32 ? 4 : 2; }
+static double c_value(const void *c, int64_t i, int t) {
+  if (t == MKX_GEMM_FP32) return ((const float *)c)[i];
+  return from16(((const uint16_t *)c)[i], t == MKX_GEMM_FP16);
+}
+static int is_poison(const void *c, int64_t i, int t) {
+  if (t == MKX_GEMM_FP32) return ((const uint32_t *)c)[i] == 0xFFFFFFFFu;
+  return ((const uint16_t *)c)[i] == 0xFFFFu;
+}
+
+static void *dev_upload(const void *h, size_t bytes) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, bytes ? bytes : 16));
+  if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
+enum { GUARD_ROWS = 3 };
+
+static void run_case(const tcase *t) {
+  const int E = t->experts, k = t->k, n = t->n, f16 = t->f16;
+  const int wcols = t->swiglu ? 2 * n : n;
+  const int64_t lda = k + t->lda_pad, ldw = wcols + t->ldw_pad,
+                ldc = n + t->ldc_pad;
+  int *off = malloc(sizeof(int) * (size_t)(E + 1));
+  off[0] = t->first;
+  for (int e = 0; e < E; ++e) {
+    const int c = e < 8 && t->counts[e] >= 0
+                      ? t->counts[e]
+                      : (int)(rnd_u64() % (uint64_t)(t->max_rows + 1));
+    off[e + 1] = off[e] + c;
+  }
+  const int64_t a_rows = off[E] + t->spare;
+  if (t->bad && E >= 3) { /* an end past a_rows, a decreasing pair, a negative start */
+    off[E] = (int)a_rows + 1000;
+    off[1] = off[2] + 5;
+    off[0] = -7;
+  }
+  const int64_t arows_alloc = a_rows > 0 ? a_rows : 1;
+  uint16_t *a = malloc(2 * (size_t)(arows_alloc * lda));
+  uint16_t *w = malloc(2 * (size_t)E * k * ldw);
+  float *sc = malloc(sizeof(float) * (size_t)arows_alloc);
+  for (int64_t i = 0; i < arows_alloc * lda; ++i) a[i] = to16(rnd(), f16);
+  for (int64_t i = 0; i < (int64_t)E * k * ldw; ++i) w[i] = to16(rnd(), f16);
+  for (int64_t i = 0; i < arows_alloc; ++i) sc[i] = (float)(0.25 + rnd() * rnd());
+  const int cs = esize(t->c_type);
+  const size_t cbytes = (size_t)((a_rows + GUARD_ROWS) * ldc) * (size_t)cs;
+  void *da = dev_upload(a, 2 * (size_t)(arows_alloc * lda));
+  void *dw = dev_upload(w, 2 * (size_t)E * k * ldw);
+  float *dsc = dev_upload(sc, sizeof(float) * (size_t)arows_alloc);
+  int *doff = dev_upload(off, sizeof(int) * (size_t)(E + 1));
+  int *work = NULL;
+  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
+  void *dc = NULL;
+  CK(cudaMalloc(&dc, cbytes));
+  CK(cudaMemset(dc, 0xFF, cbytes));
+  mkx_moe_gemm_desc d;
+  memset(&d, 0, sizeof d);
+  d.experts = E;
+  d.k = k;
+  d.n = n;
+  d.a = da;
+  d.lda = lda;
+  d.a_rows = a_rows;
+  d.offsets = doff;
+  d.w = dw;
+  d.ldw = ldw;
+  d.c = dc;
+  d.ldc = ldc;
+  d.row_scale = t->scale ? dsc : NULL;
+  d.ab_type = f16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
+  d.c_type = t->c_type;
+  d.swiglu = t->swiglu;
+  d.block_n = t->block_n;
+  d.work = work;
+  const char *why = NULL;
+  if (!mkx_moe_gemm_supported(&d, &why)) {
+    printf("not ok - %s: unsupported: %s\n", t->name, why);
+    g_fail++;
+    goto out;
+  }
+  const int rc = mkx_moe_gemm_run(&d, 0);
+  const cudaError_t se = cudaDeviceSynchronize();
+  if (rc || se != cudaSuccess) {
+    printf("not ok - %s: run %d, sync %s\n", t->name, rc, cudaGetErrorString(se));
+    g_fail++;
+    goto out;
+  }
+  uint8_t *c = malloc(cbytes);
+  CK(cudaMemcpy(c, dc, cbytes, cudaMemcpyDeviceToHost));
+  /* which expert each row belongs to (-1: none), as the header clamps */
+  int *owner = malloc(sizeof(int) * (size_t)(a_rows + GUARD_ROWS));
+  for (int64_t r = 0; r < a_rows + GUARD_ROWS; ++r) owner[r] = -1;
+  for (int e = 0; e < E; ++e) {
+    int64_t lo = off[e] < 0 ? 0 : off[e] > a_rows ? a_rows : off[e];
+    int64_t hi = off[e + 1] < 0 ? 0 : off[e + 1] > a_rows ? a_rows : off[e + 1];
+    for (int64_t r = lo; r < hi; ++r) owner[r] = owner[r] < 0 ? e : -2;
+  }
+  double worst = 0;
+  int64_t bad = 0, stray = 0, checked = 0;
+  for (int64_t r = 0; r < a_rows + GUARD_ROWS; ++r) {
+    const int e = owner[r];
+    for (int64_t j = 0; j < ldc; ++j) {
+      const int64_t i = r * ldc + j;
+      if (e == -1 || j >= n) { /* nothing may be written here */
+        if (!is_poison(c, i, t->c_type)) stray++;
+        continue;
+      }
+      if (e == -2 || t->bad) continue; /* overlapping or bad ranges: unspecified */
+      double g = 0, u = 0;
+      for (int q = 0; q < k; ++q) {
+        const double x = from16(a[r * lda + q], f16);
+        g += x * from16(w[((int64_t)e * k + q) * ldw + j], f16);
+        if (t->swiglu) u += x * from16(w[((int64_t)e * k + q) * ldw + n + j], f16);
+      }
+      double ref = t->swiglu ? g / (1 + exp(-g)) * u : g;
+      if (t->scale) ref *= sc[r];
+      const double got = c_value(c, i, t->c_type);
+      const double tol = 2e-2 * fabs(ref) + 2e-3 * sqrt((double)k) * (t->swiglu ? sqrt((double)k) : 1);
+      const double err = fabs(got - ref);
+      checked++;
+      if (!(err <= tol)) {
+        if (bad < 3)
+          printf("# %s: row %lld (expert %d) col %lld: got %g want %g\n", t->name, (long long)r, e,
+                 (long long)j, got, ref);
+        bad++;
+      }
+      if (err / (fabs(ref) + 1) > worst) worst = err / (fabs(ref) + 1);
+    }
+  }
+  if (bad || stray) {
+    printf("not ok - %s: %lld wrong of %lld, %lld stray writes\n", t->name, (long long)bad,
+           (long long)checked, (long long)stray);
+    g_fail++;
+  } else {
+    printf("ok - %s: %lld values, worst %.2e, rows %lld\n", t->name, (long long)checked, worst,
+           (long long)a_rows);
+    g_ok++;
+  }
+  free(owner);
+  free(c);
+out:
+  CK(cudaFree(da));
+  CK(cudaFree(dw));
+  CK(cudaFree(dsc));
+  CK(cudaFree(doff));
+  CK(cudaFree(work));
+  CK(cudaFree(dc));
+  free(a);
+  free(w);
+  free(sc);
+  free(off);
+}
+
+#define R8 {-1, -1, -1, -1, -1, -1, -1, -1}
+static const tcase cases[] = {
+    /* name, E, k, n, swiglu, f16, c_type, block_n, scale, pads(lda, ldw, ldc), first, spare, bad, counts, max */
+    {"one expert, 77 rows", 1, 64, 8, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {77, -1, -1, -1, -1, -1, -1, -1}, 0},
+    {"tile edges, scaled", 8, 256, 200, 0, 0, MKX_GEMM_BF16, 0, 1, 0, 0, 0, 0, 0, 0, {0, 1, 127, 128, 129, 300, 0, 5}, 0},
+    {"tile edges, SwiGLU, fp32 C", 8, 192, 136, 1, 0, MKX_GEMM_FP32, 0, 0, 0, 0, 0, 0, 0, 0, {0, 1, 127, 128, 129, 300, 0, 5}, 0},
+    {"64 experts, 128 wide", 64, 512, 384, 0, 0, MKX_GEMM_BF16, 128, 0, 0, 0, 0, 0, 0, 0, R8, 150},
+    {"64 experts, 256 wide", 64, 512, 384, 0, 0, MKX_GEMM_BF16, 256, 0, 0, 0, 0, 0, 0, 0, R8, 150},
+    {"64 experts, SwiGLU 256 wide, scaled", 64, 256, 264, 1, 0, MKX_GEMM_BF16, 256, 1, 0, 0, 0, 0, 0, 0, R8, 100},
+    {"256 experts, skewed", 256, 128, 2048, 1, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {1000, 0, 3, -1, -1, -1, -1, -1}, 3},
+    {"fp16, fp16 C", 8, 320, 96, 0, 1, MKX_GEMM_FP16, 0, 1, 0, 0, 0, 0, 0, 0, R8, 260},
+    {"fp16 SwiGLU, fp32 C", 8, 128, 64, 1, 1, MKX_GEMM_FP32, 128, 0, 0, 0, 0, 0, 0, 0, R8, 200},
+    {"padded leading dims, spare rows", 5, 136, 72, 0, 0, MKX_GEMM_BF16, 0, 1, 24, 40, 6, 9, 33, 0, R8, 140},
+    {"padded, SwiGLU, spare rows", 5, 136, 72, 1, 0, MKX_GEMM_BF16, 0, 0, 8, 16, 2, 130, 5, 0, R8, 140},
+    {"no rows at all", 8, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 0},
+    {"no rows, spare rows", 8, 64, 64, 1, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 3, 200, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 0},
+    {"bad offsets stay inside C", 6, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 10, 1, R8, 90},
+};
+
+/* ---- benchmark --------------------------------------------------------- */
+
+/* n random 16-bit values: a 32 MB random block repeated (random values
+ * draw the power the comparison runs at; constant ones run faster). */
+static void *dev_fill_random(size_t n) {
+  const size_t blk = (size_t)16 << 20;
+  uint16_t *h = malloc(2 * blk);
+  for (size_t i = 0; i < blk; ++i) h[i] = to16(rnd(), 0);
+  void *d = NULL;
+  CK(cudaMalloc(&d, 2 * n));
+  for (size_t at = 0; at < n; at += blk) {
+    const size_t m = n - at < blk ? n - at : blk;
+    CK(cudaMemcpy((uint16_t *)d + at, h, 2 * m, cudaMemcpyHostToDevice));
+  }
+  free(h);
+  return d;
+}
+
+/* Row counts of `tokens` tokens routed uniformly to topk distinct experts. */
+static void route(int tokens, int topk, int E, int *off) {
+  int *cnt = calloc((size_t)E, sizeof(int));
+  int *pick = malloc(sizeof(int) * (size_t)topk);
+  for (int t = 0; t < tokens; ++t)
+    for (int j = 0; j < topk; ++j) {
+      int e, dup;
+      do {
+        e = (int)(rnd_u64() % (uint64_t)E);
+        dup = 0;
+        for (int q = 0; q < j; ++q) dup |= pick[q] == e;
+      } while (dup);
+      pick[j] = e;
+      cnt[e]++;
+    }
+  off[0] = 0;
+  for (int e = 0; e < E; ++e) off[e + 1] = off[e] + cnt[e];
+  free(cnt);
+  free(pick);
+}
+
+static float time_runs(const mkx_moe_gemm_desc *d, int reps) {
+  cudaEvent_t e0, e1;
+  float ms[16], med = 0;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int it = -2; it < reps; ++it) {
+    CK(cudaEventRecord(e0, 0));
+    if (mkx_moe_gemm_run(d, 0)) {
+      printf("not ok - bench run failed\n");
+      g_fail++;
+      return 0;
+    }
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+  }
+  for (int i = 0; i < reps; ++i) /* median */
+    for (int j = i + 1; j < reps; ++j)
+      if (ms[j] < ms[i]) {
+        const float x = ms[i];
+        ms[i] = ms[j];
+        ms[j] = x;
+      }
+  med = ms[reps / 2];
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return med;
+}
+
+static void bench(void) {
+  /* name, tokens, topk, experts, hidden, ffn */
+  static const struct {
+    const char *name;
+    int tokens, topk, E, hidden, ffn;
+  } shapes[] = {{"DeepSeek-V3-like", 4096, 8, 256, 7168, 2048}, {"Mixtral-like", 4096, 2, 8, 4096, 14336}};
+  printf("# grouped expert GEMMs, bf16, random inputs and routing: TFLOP/s (ms) of W1 with SwiGLU, of W2; "
+         "each at 128 / 256 W columns per tile\n");
+  for (int s = 0; s < 2; ++s) {
+    const int E = shapes[s].E, H = shapes[s].hidden, F = shapes[s].ffn;
+    int *off = malloc(sizeof(int) * (size_t)(E + 1));
+    route(shapes[s].tokens, shapes[s].topk, E, off);
+    const int64_t rows = off[E];
+    int *doff = dev_upload(off, sizeof(int) * (size_t)(E + 1)), *work = NULL;
+    CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
+    void *x = dev_fill_random((size_t)rows * H);
+    void *w1 = dev_fill_random((size_t)E * H * 2 * F);
+    void *act = dev_fill_random((size_t)rows * F);
+    void *y = NULL;
+    CK(cudaMalloc(&y, 4 * (size_t)rows * H));
+    double tf[4] = {0, 0, 0, 0}, msv[4] = {0, 0, 0, 0};
+    for (int v = 0; v < 2; ++v) { /* W1 */
+      mkx_moe_gemm_desc d = {E, H, F, x, H, rows, doff, w1, 2 * F, act, F, NULL,
+                             MKX_GEMM_BF16, MKX_GEMM_BF16, 1, 0, v ? 256 : 128, work};
+      const float ms = time_runs(&d, 10);
+      msv[v] = ms;
+      if (ms > 0) tf[v] = 2.0 * rows * H * 2.0 * F / (ms * 1e-3) / 1e12;
+    }
+    CK(cudaFree(w1));
+    void *w2 = dev_fill_random((size_t)E * F * H);
+    for (int v = 0; v < 2; ++v) { /* W2, fp32 out as the layer keeps it */
+      mkx_moe_gemm_desc d = {E, F, H, act, F, rows, doff, w2, H, y, H, NULL,
+                             MKX_GEMM_BF16, MKX_GEMM_FP32, 0, 0, v ? 256 : 128, work};
+      const float ms = time_runs(&d, 10);
+      msv[2 + v] = ms;
+      if (ms > 0) tf[2 + v] = 2.0 * rows * F * H / (ms * 1e-3) / 1e12;
+    }
+    printf("# %s (%lld rows, %d experts, hidden %d, ffn %d): W1 %.0f (%.3f) / %.0f (%.3f), W2 %.0f (%.3f) / %.0f "
+           "(%.3f)\n",
+           shapes[s].name, (long long)rows, E, H, F, tf[0], msv[0], tf[1], msv[1], tf[2], msv[2], tf[3], msv[3]);
+    CK(cudaFree(w2));
+    CK(cudaFree(x));
+    CK(cudaFree(act));
+    CK(cudaFree(y));
+    CK(cudaFree(doff));
+    CK(cudaFree(work));
+    free(off);
+  }
+}
+
+int main(int argc, char **argv) {
+  int n = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    printf("# skip: no GPU\n");
+    return 77;
+  }
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  if (major != 9 || minor != 0) {
+    printf("# skip: not an sm_90 GPU\n");
+    return 77;
+  }
+  g_rng ^= (uint64_t)time(NULL);
+  printf("# seed %llu\n", (unsigned long long)g_rng);
+  const int only = argc > 1 && !strcmp(argv[1], "--bench-only");
+  if (!only)
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i]);
+  if (only || (argc > 1 && !strcmp(argv[1], "--bench"))) bench();
+  printf("# %d ok, %d failed\n", g_ok, g_fail);
+  return g_fail ? 1 : 0;
+}
