@@ -451,7 +451,12 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
  * topk_weight, and MKX_Moe_layer's out, may be NULL) but takes part and
  * still serves its experts.  Weights are row-major, contiguous, type dtype,
  * this rank's E/p experts in order.  Device buffers (routing arrays
- * included) take the staged path.
+ * included): on one rank in bf16 or fp16 the call runs on the GPU
+ * (routing, grouped expert GEMMs, and the layer's SwiGLU and combine); it
+ * waits once for its routing (a few bytes back to the host) so that bad
+ * ids and truncation are its own return value, and so cannot be captured
+ * in a CUDA graph.  Several ranks, and fp32 or fp64, take the staged
+ * path.
  *   agreed:   hidden, topk, num_experts (each >= 1, topk <= num_experts),
  *             n (dispatch) or ffn (layer) (>= 1), dtype, host or device
  *             buffers.
@@ -497,8 +502,10 @@ int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
  * [E/p][ffn][hidden].  out is num_tokens x hidden, row-major, type dtype,
  * on the token's own rank.  Intermediate values (x W1, the SwiGLU
  * activation, each FFN output, the weighted sum) stay in fp32 (fp64 for
- * MKX_FP64) and are not rounded to dtype; out is rounded once.  The sum
- * over j runs in slot order.
+ * MKX_FP64) and are not rounded to dtype, except on the GPU, where the
+ * SwiGLU activation is rounded to dtype once as the input of the W2
+ * product; out is rounded once.  The sum over j runs in slot order (the
+ * same bits every run).
  * MKX_ERR_NULL_POINTER: W1 or W2 NULL; X, topk_ids, topk_weight or out
  * NULL with num_tokens > 0 (topk_weight is required here).
  */

@@ -15,6 +15,7 @@
 #include "gemm/gemm_engine.cuh"
 #include "gemm/tmap.cuh"
 #include "moe/moe_engine.h"
+#include "moe/scan.cuh"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -35,6 +36,11 @@ struct MoeRows {
   __device__ __forceinline__ void span(int e, int &lo, int &hi) const {
     lo = min(max(off[e], 0), a_rows);
     hi = max(lo, min(max(off[e + 1], 0), a_rows));
+  }
+  __device__ __forceinline__ int tiles(int e) const {
+    int lo, hi;
+    span(e, lo, hi);
+    return (hi - lo + kBM - 1) / kBM;
   }
   /* the expert owning tile row v < prefix[E]: the last e with prefix[e] <= v */
   __device__ __forceinline__ int expert_of(int v) const {
@@ -57,34 +63,21 @@ struct MoeRows {
   }
 };
 
-/* Tile-row prefix over experts into work[0..E]. */
+/* Tile-row prefix over experts into work[0..E]: each thread sums a run of
+ * consecutive experts, one block scan places the runs. */
 __global__ void tile_prefix_kernel(MoeRows r, int *work) {
-  __shared__ int part[kScanThreads];
   const int t = threadIdx.x;
   const int per = (r.experts + kScanThreads - 1) / kScanThreads;
   const int e0 = min(r.experts, t * per), e1 = min(r.experts, e0 + per);
   int sum = 0;
-  for (int e = e0; e < e1; ++e) {
-    int lo, hi;
-    r.span(e, lo, hi);
-    sum += (hi - lo + kBM - 1) / kBM;
-  }
-  part[t] = sum;
-  __syncthreads();
-  for (int d = 1; d < kScanThreads; d <<= 1) {  // inclusive scan
-    const int v = t >= d ? part[t - d] : 0;
-    __syncthreads();
-    part[t] += v;
-    __syncthreads();
-  }
-  int run = t ? part[t - 1] : 0;
+  for (int e = e0; e < e1; ++e) sum += r.tiles(e);
+  int total;
+  int run = mkx::moe::block_exclusive_scan<kScanThreads>(sum, total);
   for (int e = e0; e < e1; ++e) {
     work[e] = run;
-    int lo, hi;
-    r.span(e, lo, hi);
-    run += (hi - lo + kBM - 1) / kBM;
+    run += r.tiles(e);
   }
-  if (t == kScanThreads - 1) work[r.experts] = part[t];
+  if (t == 0) work[r.experts] = total;
 }
 
 /* Producer hooks: A rows of the tile's expert, B chunks from W[e] (the
@@ -131,6 +124,7 @@ struct MoeStore {
     const int col = t.tile_n * W + t.acc_col(0);
     OutT *p0 = c + (int64_t)row * ldc + col;
     OutT *p1 = p0 + 8 * ldc;
+    const bool pairs = (ldc & 1) == 0;  // else element pairs are not aligned
 #pragma unroll
     for (int q = 0; q < W / 8; ++q) {
       if (col + 8 * q >= n) break;
@@ -138,9 +132,20 @@ struct MoeStore {
 #pragma unroll
       for (int i = 0; i < 4; ++i)
         v[i] = SWIGLU ? silu(acc[4 * q + i]) * acc[4 * q + i + BN / 4] : acc[4 * q + i];
-      if (ok0) *reinterpret_cast<P *>(p0 + 8 * q) = OutCvt<OutT>::pack(v[0] * s0, v[1] * s0);
-      if (ok1) *reinterpret_cast<P *>(p1 + 8 * q) = OutCvt<OutT>::pack(v[2] * s1, v[3] * s1);
+      if (pairs && col + 8 * q + 1 < n) {
+        if (ok0) *reinterpret_cast<P *>(p0 + 8 * q) = OutCvt<OutT>::pack(v[0] * s0, v[1] * s0);
+        if (ok1) *reinterpret_cast<P *>(p1 + 8 * q) = OutCvt<OutT>::pack(v[2] * s1, v[3] * s1);
+      } else {
+        const bool two = col + 8 * q + 1 < n;
+        if (ok0) store1(p0 + 8 * q, v[0] * s0, v[1] * s0, two);
+        if (ok1) store1(p1 + 8 * q, v[2] * s1, v[3] * s1, two);
+      }
     }
+  }
+  /* one or two elements, one at a time (odd ldc, or the last column) */
+  __device__ __forceinline__ static void store1(OutT *p, float a, float b, bool two) {
+    p[0] = OutCvt<OutT>::pack(a, a).x;
+    if (two) p[1] = OutCvt<OutT>::pack(b, b).x;
   }
   __device__ __forceinline__ void finish(const TileCtx &) {}
 };
@@ -216,8 +221,8 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "experts, k or n < 1, or a_rows < 0";
   else if (d->k >= lim || d->n >= lim / 2 || d->a_rows >= lim || (int64_t)d->experts * d->k >= lim)
     w = "a size is 2^31 or more";
-  else if (d->k % 8 || d->n % 8 || d->lda % 8 || d->ldw % 8 || d->ldc % 2)
-    w = "k, n, lda and ldw must be multiples of 8, ldc even";
+  else if (d->lda % 8 || d->ldw % 8)
+    w = "lda and ldw must be multiples of 8";
   else if (d->lda < d->k || d->ldc < d->n || d->ldw < (d->swiglu ? 2 * d->n : d->n))
     w = "leading dimension too small";
   else if (!d->offsets || !d->work || !d->w || (d->a_rows > 0 && (!d->a || !d->c)))

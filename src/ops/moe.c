@@ -5,6 +5,9 @@
 #include "host/host_ops.h"
 #include "ops/op.h"
 #include "ops/validate.h"
+#if HAVE_CUDA
+#include "ops/moe_gpu.h"
+#endif
 
 static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
                                         "n (or ffn)", "dtype", NULL};
@@ -143,6 +146,10 @@ const mkx_op_class mkx_op_moe_dispatch_gemm = {
     .check = dispatch_check,
     .buffers = dispatch_buffers,
     .host = dispatch_host,
+#if HAVE_CUDA
+    .gpu_check = mkx_moe_dispatch_gpu_check,
+    .gpu_choose = mkx_moe_dispatch_gpu_choose,
+#endif
 };
 
 const mkx_op_class mkx_op_moe_layer = {
@@ -153,6 +160,10 @@ const mkx_op_class mkx_op_moe_layer = {
     .check = layer_check,
     .buffers = layer_buffers,
     .host = layer_host,
+#if HAVE_CUDA
+    .gpu_check = mkx_moe_layer_gpu_check,
+    .gpu_choose = mkx_moe_layer_gpu_choose,
+#endif
 };
 
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,

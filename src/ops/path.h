@@ -20,6 +20,8 @@ typedef enum mkx_path {
   MKX_PATH_ATTN_HIER,     /* several nodes: the ring inside each node, the
                              other nodes' chunks over the network by the
                              host while the engine runs */
+  MKX_PATH_MOE,           /* one rank: routing, grouped expert GEMMs (and the
+                             layer's SwiGLU and combine) on the GPU */
   MKX_PATH_COUNT
 } mkx_path;
 

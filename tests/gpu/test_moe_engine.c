@@ -224,8 +224,218 @@ static const tcase cases[] = {
     {"padded, SwiGLU, spare rows", 5, 136, 72, 1, 0, MKX_GEMM_BF16, 0, 0, 8, 16, 2, 130, 5, 0, R8, 140},
     {"no rows at all", 8, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 0},
     {"no rows, spare rows", 8, 64, 64, 1, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 3, 200, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 0},
+    {"odd sizes: k 77, n 13, odd ldc", 7, 77, 13, 0, 0, MKX_GEMM_BF16, 0, 1, 3, 3, 0, 2, 4, 0, R8, 150},
+    {"odd sizes, SwiGLU: k 77, n 77, odd ldc", 7, 77, 77, 1, 0, MKX_GEMM_FP32, 0, 0, 3, 6, 0, 0, 0, 0, R8, 150},
     {"bad offsets stay inside C", 6, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 10, 1, R8, 90},
 };
+
+/* ---- routing ------------------------------------------------------------ */
+
+/* Route `tokens` tokens of topk distinct random ids among E experts, the
+ * local ones [first, first + local); bad: 0 none, 1 an id out of range,
+ * 2 a repeat within a token (at random slots, the least one expected);
+ * then gather (with weights and origins) and combine against the host. */
+static void route_case(int64_t tokens, int topk, int E, int first, int local, int bad) {
+  char name[128];
+  snprintf(name, sizeof name, "route %lld tokens, top-%d of %d, local [%d, %d), bad %d", (long long)tokens, topk, E,
+           first, first + local, bad);
+  const int64_t N = tokens * topk;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N + 1));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < topk; ++j) {
+      int e, dup;
+      do {
+        e = (int)(rnd_u64() % (uint64_t)E);
+        dup = 0;
+        for (int q = 0; q < j; ++q) dup |= ids[t * topk + q] == e;
+      } while (dup);
+      ids[t * topk + j] = e;
+    }
+  int64_t want_bad = MKX_MOE_NO_BAD_SLOT;
+  for (int k = 0; bad && k < 3 && N > 1; ++k) {
+    const int64_t i = (int64_t)(rnd_u64() % (uint64_t)N);
+    if (bad == 2 && i % topk == 0) continue;
+    ids[i] = bad == 1 ? (k & 1 ? -1 : E + k) : ids[i - 1];
+    if (i < want_bad) want_bad = i;
+  }
+  /* host: expected offsets and rows (stable counting sort) */
+  int *off = calloc((size_t)local + 1, sizeof(int));
+  int *rows = malloc(sizeof(int) * (size_t)(N + 1));
+  for (int64_t i = 0; i < N; ++i) {
+    const int e = ids[i];
+    if (e >= first && e < first + local) off[e - first + 1]++;
+  }
+  for (int le = 0; le < local; ++le) off[le + 1] += off[le];
+  int *fill = malloc(sizeof(int) * (size_t)local);
+  memcpy(fill, off, sizeof(int) * (size_t)local);
+  for (int64_t i = 0; i < N; ++i) {
+    const int e = ids[i];
+    rows[i] = e >= first && e < first + local ? fill[e - first]++ : -1;
+  }
+  int32_t *dids = dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
+  int *doff = NULL, *drows = NULL, *dstatus = NULL, *work = NULL;
+  CK(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(local + 1)));
+  CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
+  CK(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
+  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(tokens, topk, local)));
+  mkx_moe_route_desc d = {tokens, topk, E, first, local, dids, doff, drows, dstatus, work};
+  int fails = 0;
+  int status[2] = {0, 0};
+  for (int rep = 0; rep < 2 && !fails; ++rep) { /* twice: the same rows */
+    CK(cudaMemset(drows, 0x55, sizeof(int) * (size_t)(N + 1)));
+    const int rc = mkx_moe_route_run(&d, 0);
+    CK(cudaDeviceSynchronize());
+    int *got_off = malloc(sizeof(int) * (size_t)(local + 1)), *got_rows = malloc(sizeof(int) * (size_t)(N + 1));
+    CK(cudaMemcpy(status, dstatus, sizeof status, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_off, doff, sizeof(int) * (size_t)(local + 1), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_rows, drows, sizeof(int) * (size_t)(N + 1), cudaMemcpyDeviceToHost));
+    if (rc) {
+      printf("# %s: run %d\n", name, rc);
+      fails++;
+    }
+    if (status[0] != (int)want_bad) {
+      printf("# %s: first bad slot %d, want %lld\n", name, status[0], (long long)want_bad);
+      fails++;
+    }
+    if (!bad) {
+      if (status[1] != off[local] || memcmp(got_off, off, sizeof(int) * (size_t)(local + 1))) {
+        printf("# %s: offsets differ (total %d, want %d)\n", name, status[1], off[local]);
+        fails++;
+      }
+      for (int64_t i = 0; i < N && fails < 4; ++i)
+        if (got_rows[i] != rows[i]) {
+          printf("# %s: slot %lld row %d, want %d\n", name, (long long)i, got_rows[i], rows[i]);
+          fails++;
+        }
+      if (got_rows[N] != 0x55555555) {
+        printf("# %s: row_of_slot written past its end\n", name);
+        fails++;
+      }
+    }
+    free(got_off);
+    free(got_rows);
+  }
+  /* gather and combine: every slot's row carries its token, combine of
+   * rows y[row][h] = token + h gives sum_j w_j (t + h) */
+  if (!bad && !fails && N > 0) {
+    const int64_t H = 24, lda = 32, R = off[local];
+    uint16_t *x = malloc(2 * (size_t)(tokens * H));
+    for (int64_t i = 0; i < tokens * H; ++i) x[i] = mt_f32_to_bf16((float)(i % 251));
+    float *w = malloc(sizeof(float) * (size_t)N);
+    for (int64_t i = 0; i < N; ++i) w[i] = (float)rnd();
+    void *dx = dev_upload(x, 2 * (size_t)(tokens * H));
+    float *dw = dev_upload(w, sizeof(float) * (size_t)N);
+    uint16_t *da = NULL;
+    float *dsc = NULL, *dy = NULL;
+    int32_t *dorig = NULL;
+    CK(cudaMalloc((void **)&da, 2 * (size_t)((R + 1) * lda)));
+    CK(cudaMalloc((void **)&dsc, sizeof(float) * (size_t)(R + 1)));
+    CK(cudaMalloc((void **)&dorig, 3 * sizeof(int32_t) * (size_t)(R + 1)));
+    CK(cudaMemset(da, 0xFF, 2 * (size_t)((R + 1) * lda)));
+    int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, da, lda, dsc, dorig, 0);
+    uint16_t *a = malloc(2 * (size_t)((R + 1) * lda));
+    float *sc = malloc(sizeof(float) * (size_t)(R + 1));
+    int32_t *orig = malloc(3 * sizeof(int32_t) * (size_t)(R + 1));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(a, da, 2 * (size_t)((R + 1) * lda), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(sc, dsc, sizeof(float) * (size_t)R, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(orig, dorig, 3 * sizeof(int32_t) * (size_t)R, cudaMemcpyDeviceToHost));
+    for (int64_t i = 0; i < N && !rc && fails < 4; ++i) {
+      const int r = rows[i];
+      if (r < 0) continue;
+      const int64_t t = i / topk;
+      for (int64_t h = 0; h < lda; ++h)
+        if (a[r * lda + h] != (h < H ? x[t * H + h] : 0)) {
+          printf("# %s: gathered row %d col %lld\n", name, r, (long long)h);
+          fails++;
+          break;
+        }
+      if (sc[r] != w[i] || orig[3 * r] != 5 || orig[3 * r + 1] != t || orig[3 * r + 2] != i % topk) {
+        printf("# %s: row %d scale or origin\n", name, r);
+        fails++;
+      }
+    }
+    if (a[R * lda] != 0xFFFF) {
+      printf("# %s: gather wrote past the rows\n", name);
+      fails++;
+    }
+    float *y = malloc(sizeof(float) * (size_t)((R + 1) * H));
+    for (int64_t r = 0; r < R; ++r)
+      for (int64_t h = 0; h < H; ++h) y[r * H + h] = 0;
+    for (int64_t i = 0; i < N; ++i)
+      if (rows[i] >= 0)
+        for (int64_t h = 0; h < H; ++h) y[rows[i] * H + h] = (float)(i / topk + h);
+    dy = dev_upload(y, sizeof(float) * (size_t)((R + 1) * H));
+    void *dout = NULL;
+    CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H + 1)));
+    CK(cudaMemset(dout, 0xFF, 2 * (size_t)(tokens * H + 1)));
+    if (!rc) rc = mkx_moe_combine_run(dy, H, drows, dw, tokens, topk, H, dout, MKX_GEMM_BF16, 0);
+    uint16_t *out = malloc(2 * (size_t)(tokens * H + 1));
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H + 1), cudaMemcpyDeviceToHost));
+    for (int64_t t = 0; t < tokens && !rc && fails < 4; ++t)
+      for (int64_t h = 0; h < H; ++h) {
+        double ref = 0;
+        for (int j = 0; j < topk; ++j)
+          if (rows[t * topk + j] >= 0) ref += (double)w[t * topk + j] * (double)(t + h);
+        const double got = mt_bf16_to_f32(out[t * H + h]);
+        if (fabs(got - ref) > 1e-2 * fabs(ref) + 1e-3 * (t + h + 1)) {
+          printf("# %s: combine token %lld col %lld: %g, want %g\n", name, (long long)t, (long long)h, got, ref);
+          fails++;
+          break;
+        }
+      }
+    if (out[tokens * H] != 0xFFFF) {
+      printf("# %s: combine wrote past out\n", name);
+      fails++;
+    }
+    if (rc) {
+      printf("# %s: gather/combine %d\n", name, rc);
+      fails++;
+    }
+    CK(cudaFree(dx));
+    CK(cudaFree(dw));
+    CK(cudaFree(da));
+    CK(cudaFree(dsc));
+    CK(cudaFree(dorig));
+    CK(cudaFree(dy));
+    CK(cudaFree(dout));
+    free(x);
+    free(w);
+    free(a);
+    free(sc);
+    free(orig);
+    free(y);
+    free(out);
+  }
+  if (fails) {
+    printf("not ok - %s\n", name);
+    g_fail++;
+  } else {
+    printf("ok - %s\n", name);
+    g_ok++;
+  }
+  CK(cudaFree(dids));
+  CK(cudaFree(doff));
+  CK(cudaFree(drows));
+  CK(cudaFree(dstatus));
+  CK(cudaFree(work));
+  free(ids);
+  free(off);
+  free(rows);
+  free(fill);
+}
+
+static void route_cases(void) {
+  route_case(1, 1, 1, 0, 1, 0);
+  route_case(0, 2, 8, 0, 8, 0);
+  route_case(4096, 8, 256, 0, 256, 0);
+  route_case(4096, 2, 8, 0, 8, 0);
+  route_case(3000, 4, 64, 16, 16, 0);  /* one rank of four */
+  route_case(20000, 8, 9000, 0, 8192, 0);
+  route_case(1500, 3, 12, 0, 12, 1);
+  route_case(1500, 3, 12, 0, 6, 2);
+}
 
 /* ---- benchmark --------------------------------------------------------- */
 
@@ -362,6 +572,7 @@ int main(int argc, char **argv) {
   const int only = argc > 1 && !strcmp(argv[1], "--bench-only");
   if (!only)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i]);
+  if (!only) route_cases();
   if (only || (argc > 1 && !strcmp(argv[1], "--bench"))) bench();
   printf("# %d ok, %d failed\n", g_ok, g_fail);
   return g_fail ? 1 : 0;

@@ -1,0 +1,257 @@
+/*
+ * MKX MoE routing on the GPU (C interface in moe_engine.h): the rows of
+ * token slots on the owners of their experts (a stable counting sort in
+ * three kernels), the gather of token rows into them, the weighted
+ * combine back in slot order, and the per-expert counts.
+ *
+ * Sort, over chunks of CHUNK slots (one block each):
+ *   count  per chunk, how many of its slots go to each local expert
+ *          (shared-memory atomics: counts, so the order of atomics does not
+ *          matter), and the first bad slot (atomicMin: the least index);
+ *   scan   one block: for each expert the chunks' counts become the rows
+ *          before each chunk, and the experts' totals the group offsets;
+ *   rows   per chunk, a slot's row is its expert's offset, plus the rows of
+ *          earlier chunks, plus the earlier slots of its chunk with the same
+ *          expert.
+ * Workspace: [chunks][local_experts] counts (then bases), then
+ * local_experts totals.
+ */
+#include "gemm/gemm_engine.h"
+#include "moe/moe_engine.h"
+#include "moe/scan.cuh"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+constexpr int CHUNK = 1024;  // slots per block of count and rows
+constexpr int SCAN = 1024;   // threads of the scan
+constexpr int MAX_LOCAL = 8192;
+
+struct Route {
+  const int32_t *ids;
+  int64_t slots;
+  int topk, experts, first, local;
+  int *work, *offsets, *row_of_slot, *status;
+  __host__ __device__ int64_t chunks() const { return (slots + CHUNK - 1) / CHUNK; }
+};
+
+/* Local expert of slot i; -1: another rank's; -2: bad (out of range, or a
+ * repeat within its token). */
+__device__ __forceinline__ int slot_expert(const Route &r, int64_t i) {
+  const int e = r.ids[i];
+  if (e < 0 || e >= r.experts) return -2;
+  for (int64_t q = i - i % r.topk; q < i; ++q)
+    if (r.ids[q] == e) return -2;
+  const int le = e - r.first;
+  return le >= 0 && le < r.local ? le : -1;
+}
+
+__global__ void route_count(Route r) {
+  extern __shared__ int hist[];
+  for (int le = threadIdx.x; le < r.local; le += blockDim.x) hist[le] = 0;
+  __syncthreads();
+  const int64_t i = (int64_t)blockIdx.x * CHUNK + threadIdx.x;
+  if (i < r.slots) {
+    const int le = slot_expert(r, i);
+    if (le == -2)
+      atomicMin(&r.status[0], (int)i);
+    else if (le >= 0)
+      atomicAdd(&hist[le], 1);
+  }
+  __syncthreads();
+  int *row = r.work + (int64_t)blockIdx.x * r.local;
+  for (int le = threadIdx.x; le < r.local; le += blockDim.x) row[le] = hist[le];
+}
+
+__global__ void route_scan(Route r) {
+  const int64_t nc = r.chunks();
+  const int per = (r.local + SCAN - 1) / SCAN;
+  const int e0 = min(r.local, (int)threadIdx.x * per), e1 = min(r.local, e0 + per);
+  int *totals = r.work + nc * r.local;
+  int sum = 0;
+  for (int le = e0; le < e1; ++le) {
+    int run = 0;
+    for (int64_t c = 0; c < nc; ++c) {
+      int *w = r.work + c * r.local + le;
+      const int v = *w;
+      *w = run;
+      run += v;
+    }
+    totals[le] = run;
+    sum += run;
+  }
+  int total;
+  int off = mkx::moe::block_exclusive_scan<SCAN>(sum, total);
+  for (int le = e0; le < e1; ++le) {
+    r.offsets[le] = off;
+    off += totals[le];
+  }
+  if (threadIdx.x == 0) {
+    r.offsets[r.local] = total;
+    r.status[1] = total;
+  }
+}
+
+__global__ void route_rows(Route r) {
+  __shared__ int sle[CHUNK];
+  const int64_t i = (int64_t)blockIdx.x * CHUNK + threadIdx.x;
+  const int le = i < r.slots ? slot_expert(r, i) : -1;
+  sle[threadIdx.x] = le;
+  __syncthreads();
+  if (i >= r.slots) return;
+  if (le < 0) {
+    r.row_of_slot[i] = -1;
+    return;
+  }
+  int before = 0;
+  for (int q = 0; q < (int)threadIdx.x; ++q) before += sle[q] == le;
+  r.row_of_slot[i] = r.offsets[le] + r.work[(int64_t)blockIdx.x * r.local + le] + before;
+}
+
+/* One warp per slot: the token's row into A (16-byte pieces where sizes
+ * and addresses allow, else element by element), zeros up to lda. */
+__global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t hidden, int elem, const int *rows,
+                            const float *weight, int origin_rank, uint8_t *a, int64_t lda, float *row_scale,
+                            int32_t *origin) {
+  const int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (i >= slots) return;
+  const int row = rows[i];
+  if (row < 0) return;
+  const int64_t t = i / topk;
+  const uint8_t *src = x + t * hidden * elem;
+  uint8_t *dst = a + (int64_t)row * lda * elem;
+  const int64_t bytes = hidden * elem, padded = lda * elem;
+  const bool vec = bytes % 16 == 0 && padded % 16 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)a & 15) == 0;
+  if (vec) {
+    for (int64_t b = 16 * lane; b < bytes; b += 16 * 32)
+      *reinterpret_cast<uint4 *>(dst + b) = *reinterpret_cast<const uint4 *>(src + b);
+  } else if (elem == 2) {
+    for (int64_t h = lane; h < hidden; h += 32)
+      reinterpret_cast<uint16_t *>(dst)[h] = reinterpret_cast<const uint16_t *>(src)[h];
+  } else {
+    for (int64_t h = lane; h < hidden; h += 32)
+      reinterpret_cast<uint32_t *>(dst)[h] = reinterpret_cast<const uint32_t *>(src)[h];
+  }
+  for (int64_t b = bytes + lane; b < padded; b += 32) dst[b] = 0;
+  if (lane == 0) {
+    if (row_scale) row_scale[row] = weight ? weight[i] : 1.f;
+    if (origin) {
+      origin[3 * (int64_t)row] = origin_rank;
+      origin[3 * (int64_t)row + 1] = (int32_t)t;
+      origin[3 * (int64_t)row + 2] = (int32_t)(i - t * topk);
+    }
+  }
+}
+
+template <typename OutT>
+__device__ __forceinline__ OutT round_to(float v);
+template <>
+__device__ __forceinline__ __nv_bfloat16 round_to<__nv_bfloat16>(float v) {
+  return __float2bfloat16_rn(v);
+}
+template <>
+__device__ __forceinline__ __half round_to<__half>(float v) {
+  return __float2half_rn(v);
+}
+
+/* One block per token: the weighted sum of its slots' rows in slot order. */
+template <typename OutT>
+__global__ void combine_rows(const float *y, int64_t ldy, const int *rows, const float *weight, int topk,
+                             int64_t hidden, OutT *out) {
+  const int64_t t = blockIdx.x;
+  for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
+    float acc = 0.f;
+    for (int j = 0; j < topk; ++j) {
+      const int row = rows[t * topk + j];
+      if (row >= 0) acc = fmaf(weight[t * topk + j], y[(int64_t)row * ldy + h], acc);
+    }
+    out[t * hidden + h] = round_to<OutT>(acc);
+  }
+}
+
+__global__ void expert_counts(const int *offsets, int local, int64_t *expert_rows) {
+  for (int le = threadIdx.x; le < local; le += blockDim.x) expert_rows[le] = offsets[le + 1] - offsets[le];
+}
+
+int launched() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+}  // namespace
+
+extern "C" int64_t mkx_moe_route_work_ints(int64_t tokens, int topk, int local_experts) {
+  const int64_t chunks = (tokens * topk + CHUNK - 1) / CHUNK;
+  return (chunks + 1) * (local_experts > 0 ? local_experts : 1);
+}
+
+extern "C" int mkx_moe_route_supported(const mkx_moe_route_desc *d, const char **why) {
+  const char *w = nullptr;
+  if (!d)
+    w = "null descriptor";
+  else if (d->tokens < 0 || d->topk < 1 || d->experts < 1 || d->local_experts < 1 || d->first_expert < 0)
+    w = "a size is out of range";
+  else if (d->local_experts > MAX_LOCAL || d->first_expert + (int64_t)d->local_experts > d->experts)
+    w = "more than 8192 local experts, or local experts past the last";
+  else if (d->tokens * d->topk >= MKX_MOE_NO_BAD_SLOT)
+    w = "tokens x topk is 0x7F7F7F7F or more";
+  else if (!d->offsets || !d->status || !d->work || (d->tokens > 0 && (!d->ids || !d->row_of_slot)))
+    w = "a null pointer";
+  if (why) *why = w ? w : "ok";
+  return w ? 0 : 1;
+}
+
+extern "C" int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s) {
+  if (!mkx_moe_route_supported(d, nullptr)) return MKX_GEMM_EINVAL;
+  Route r = {d->ids,   d->tokens * d->topk, d->topk,        d->experts,    d->first_expert, d->local_experts,
+             d->work,  d->offsets,          d->row_of_slot, d->status};
+  cudaError_t e = cudaMemsetAsync(d->status, 0x7F, sizeof(int), s);
+  if (e != cudaSuccess) return (int)e;
+  const int64_t nc = r.chunks();
+  if (nc > 0) {
+    route_count<<<(unsigned)nc, CHUNK, sizeof(int) * (size_t)r.local, s>>>(r);
+    if (int rc = launched()) return rc;
+  }
+  route_scan<<<1, SCAN, 0, s>>>(r);
+  if (int rc = launched()) return rc;
+  if (nc > 0) route_rows<<<(unsigned)nc, CHUNK, 0, s>>>(r);
+  return launched();
+}
+
+extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem,
+                                  const int *row_of_slot, const float *weight, int origin_rank, void *a, int64_t lda,
+                                  float *row_scale, int32_t *origin, cudaStream_t s) {
+  const int64_t slots = tokens * topk;
+  if (slots == 0) return 0;
+  if ((elem != 2 && elem != 4) || lda < hidden || !x || !a || !row_of_slot) return MKX_GEMM_EINVAL;
+  const int per_block = 8;  // warps
+  gather_rows<<<(unsigned)((slots + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
+      (const uint8_t *)x, slots, topk, hidden, elem, row_of_slot, weight, origin_rank, (uint8_t *)a, lda, row_scale,
+      origin);
+  return launched();
+}
+
+extern "C" int mkx_moe_combine_run(const float *y, int64_t ldy, const int *row_of_slot, const float *weight,
+                                   int64_t tokens, int topk, int64_t hidden, void *out, int out_type,
+                                   cudaStream_t s) {
+  if (tokens == 0) return 0;
+  if (!y || !row_of_slot || !weight || !out || ldy < hidden) return MKX_GEMM_EINVAL;
+  if (out_type == MKX_GEMM_BF16)
+    combine_rows<__nv_bfloat16><<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden,
+                                                                 (__nv_bfloat16 *)out);
+  else if (out_type == MKX_GEMM_FP16)
+    combine_rows<__half><<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden, (__half *)out);
+  else
+    return MKX_GEMM_EINVAL;
+  return launched();
+}
+
+extern "C" int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, cudaStream_t s) {
+  expert_counts<<<1, 256, 0, s>>>(offsets, local_experts, expert_rows);
+  return launched();
+}
