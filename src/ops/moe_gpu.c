@@ -18,8 +18,9 @@
  * Weights whose row length is not a multiple of 8 elements (the tensor
  * maps' stride rule) are first copied into a padded workspace copy.
  *
- * Workspace (stream-ordered allocation, freed on the stream at the end;
- * N = num_tokens x topk rows at most; sizes rounded up to 256 bytes):
+ * Workspace (the data of one of the communicator's pooled workspaces,
+ * held by the plan; N = num_tokens x topk rows at most; each piece
+ * rounded up to 256 bytes):
  *   A       N x round8(hidden)      dtype, the gathered rows
  *   scale   N                       fp32 (dispatch with weights)
  *   act     N x round8(ffn)         dtype (layer)
@@ -131,10 +132,11 @@ static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w, si
   return p.at;
 }
 
-static int ws_alloc(const mkx_moe_args *a, int op, int64_t ep, cudaStream_t st, moe_ws *w) {
+/* The pieces at base. */
+static void ws_place(const mkx_moe_args *a, int op, int64_t ep, char *base, moe_ws *w) {
   size_t off[11];
   const size_t bytes = ws_layout(a, op, ep, w, off);
-  MKX_CUDA_TRY(cudaMallocAsync((void **)&w->base, bytes, st), fn_of(op));
+  w->base = base;
   w->a = w->base + off[0];
   w->scale = (float *)(w->base + off[1]);
   w->act = w->base + off[2];
@@ -146,7 +148,6 @@ static int ws_alloc(const mkx_moe_args *a, int op, int64_t ep, cudaStream_t st, 
   w->gemm_work = (int *)(w->base + off[8]);
   w->w1 = off[9] != off[10] ? w->base + off[9] : NULL;
   w->w2 = bytes != off[10] ? w->base + off[10] : NULL;
-  return MKX_SUCCESS;
 }
 
 /* The user's weights, or their padded copy (rows of `cols` elements to
@@ -238,20 +239,35 @@ static int layer(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w,
 
 typedef struct moe_plan {
   int op;
+  mkx_tp_ws *ws;
 } moe_plan;
 
+/* One rank: its own sizes are the agreed ones, so the pool's collective
+ * decision is trivially alike. */
 int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g, void **plan) {
+  const mkx_moe_args *a = args;
   moe_plan *p = calloc(1, sizeof *p);
-  (void)c, (void)args, (void)g;
+  (void)g;
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
   p->op = op;
+  moe_ws w;
+  size_t off[11];
+  mkx_tp_need need = {1, 1, ws_layout(a, op, a->num_experts / c->size, &w, off), 0};
+  const int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  if (rc != MKX_SUCCESS) {
+    free(p);
+    return rc;
+  }
   *plan = p;
   return MKX_SUCCESS;
 }
 
 void mkx_moe_gpu_free(MKX_Comm c, void *plan) {
+  moe_plan *p = plan;
   (void)c;
-  free(plan);
+  if (!p) return;
+  mkx_tp_ws_release(p->ws);
+  free(p);
 }
 
 int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args, MKX_Stream stream) {
@@ -260,11 +276,10 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args, MKX_Stream strea
   cudaStream_t st = (cudaStream_t)stream;
   const int64_t ep = a->num_experts / c->size;
   moe_ws w;
-  mkx_path_count(MKX_PATH_MOE);
-  MKX_TRY(ws_alloc(a, p->op, ep, st, &w));
-  int rc = p->op == MOE_LAYER ? layer(c, a, ep, &w, st) : dispatch(c, a, ep, &w, st);
-  const int frc = mkx_cuda_rc(cudaFreeAsync(w.base, st), fn_of(p->op), "cudaFreeAsync");
-  return rc ? rc : frc;
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1, MKX_PATH_MOE));
+  ws_place(a, p->op, ep, mkx_tp_ws_data(p->ws, c->place.local_rank), &w);
+  MKX_TRY(p->op == MOE_LAYER ? layer(c, a, ep, &w, st) : dispatch(c, a, ep, &w, st));
+  return mkx_tp_end(p->ws, stream);
 }
 
 static const mkx_path_ops moe_one = {MKX_PATH_MOE, mkx_moe_gpu_plan, mkx_moe_gpu_start, mkx_moe_gpu_free};
