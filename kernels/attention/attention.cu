@@ -112,7 +112,6 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   return e == cudaSuccess ? 0 : (int)e;
 }
 
-
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
 bool order_ok(const mkx_attn_desc *d) {
@@ -174,9 +173,7 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
 /* Keys per block: 128 unless block_n asks for 192 (head dims up to 64,
  * two warpgroups; larger blocks for larger head dims would not fit the
  * consumers' registers). */
-extern "C" int mkx_attn_block_n(const mkx_attn_desc *d) {
-  return d->head_dim <= 64 && d->block_n == 192 ? 192 : 128;
-}
+extern "C" int mkx_attn_block_n(const mkx_attn_desc *d) { return d->head_dim <= 64 && d->block_n == 192 ? 192 : 128; }
 
 /* Consumer warpgroups: three for head dims up to 64 (the products are
  * short there, and a third warpgroup's softmax hides under the other two's

@@ -139,8 +139,8 @@ __device__ __forceinline__ void tma_load_2d(void *dst, const CUtensorMap *map, u
 }
 __device__ __forceinline__ void tma_load_3d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::"r"(
-          smem_u32(dst)),
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];" ::
+          "r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
@@ -250,8 +250,8 @@ struct Unit {
 template <class G, class = void>
 struct HasBChunk : std::false_type {};
 template <class G>
-struct HasBChunk<G, decltype((void)std::declval<G &>().b_chunk(0, 0, 0, std::declval<int &>(),
-                                                                 std::declval<int &>()))> : std::true_type {};
+struct HasBChunk<G, decltype((void)std::declval<G &>().b_chunk(0, 0, 0, std::declval<int &>(), std::declval<int &>()))>
+    : std::true_type {};
 
 template <class O, class = void>
 struct HasUnits : std::false_type {};

@@ -130,8 +130,7 @@ struct MoeStore {
       if (col + 8 * q >= n) break;
       float v[4];
 #pragma unroll
-      for (int i = 0; i < 4; ++i)
-        v[i] = SWIGLU ? silu(acc[4 * q + i]) * acc[4 * q + i + BN / 4] : acc[4 * q + i];
+      for (int i = 0; i < 4; ++i) v[i] = SWIGLU ? silu(acc[4 * q + i]) * acc[4 * q + i + BN / 4] : acc[4 * q + i];
       if (pairs && col + 8 * q + 1 < n) {
         if (ok0) *reinterpret_cast<P *>(p0 + 8 * q) = OutCvt<OutT>::pack(v[0] * s0, v[1] * s0);
         if (ok1) *reinterpret_cast<P *>(p1 + 8 * q) = OutCvt<OutT>::pack(v[2] * s1, v[3] * s1);
@@ -200,7 +199,8 @@ int launch_tile(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s)
   return with_types(d->ab_type, 0, d->c_type, [&](auto, auto f16, auto out) {
     typedef typename decltype(out)::type OutT;
     constexpr bool F16 = decltype(f16)::value;
-    return d->swiglu ? launch<BN, STAGES, F16, OutT, true>(d, rows, s) : launch<BN, STAGES, F16, OutT, false>(d, rows, s);
+    return d->swiglu ? launch<BN, STAGES, F16, OutT, true>(d, rows, s)
+                     : launch<BN, STAGES, F16, OutT, false>(d, rows, s);
   });
 }
 

@@ -34,23 +34,23 @@ extern "C" {
 #endif
 
 typedef struct {
-  int experts;          /* E >= 1 */
-  int64_t k;            /* inner size: columns of A, rows of each W[e] */
-  int64_t n;            /* columns of C */
-  const void *a;        /* a_rows x k, row stride lda */
-  int64_t lda, a_rows;  /* a_rows: rows A and C hold (a bound, not a count) */
-  const int *offsets;   /* device: E + 1 row offsets */
-  const void *w;        /* [E][k][ldw] */
-  int64_t ldw;          /* >= n, or >= 2n with swiglu */
-  void *c;              /* a_rows x n, row stride ldc */
+  int experts;         /* E >= 1 */
+  int64_t k;           /* inner size: columns of A, rows of each W[e] */
+  int64_t n;           /* columns of C */
+  const void *a;       /* a_rows x k, row stride lda */
+  int64_t lda, a_rows; /* a_rows: rows A and C hold (a bound, not a count) */
+  const int *offsets;  /* device: E + 1 row offsets */
+  const void *w;       /* [E][k][ldw] */
+  int64_t ldw;         /* >= n, or >= 2n with swiglu */
+  void *c;             /* a_rows x n, row stride ldc */
   int64_t ldc;
   const float *row_scale; /* device, a_rows entries, or NULL */
-  int ab_type;          /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (gemm_engine.h) */
-  int c_type;           /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
-  int swiglu;           /* 1: the SwiGLU form above */
-  int num_ctas;         /* persistent CTAs; 0: one per SM */
-  int block_n;          /* 0 (picked), 128 or 256: tile columns of W */
-  int *work;            /* device, mkx_moe_gemm_work_ints(E) ints, one per concurrent run */
+  int ab_type;            /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (gemm_engine.h) */
+  int c_type;             /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
+  int swiglu;             /* 1: the SwiGLU form above */
+  int num_ctas;           /* persistent CTAs; 0: one per SM */
+  int block_n;            /* 0 (picked), 128 or 256: tile columns of W */
+  int *work;              /* device, mkx_moe_gemm_work_ints(E) ints, one per concurrent run */
 } mkx_moe_gemm_desc;
 
 /* Ints of device workspace a run needs (the tile-row prefix over experts). */
@@ -89,13 +89,13 @@ int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s);
 
 typedef struct {
   int64_t tokens;
-  int topk, experts;           /* experts: in all (global ids) */
+  int topk, experts; /* experts: in all (global ids) */
   int first_expert, local_experts;
-  const int32_t *ids;          /* device, tokens x topk */
-  int *offsets;                /* device, local_experts + 1 */
-  int *row_of_slot;            /* device, tokens x topk */
-  int *status;                 /* device, 2 ints */
-  int *work;                   /* device, mkx_moe_route_work_ints() ints */
+  const int32_t *ids; /* device, tokens x topk */
+  int *offsets;       /* device, local_experts + 1 */
+  int *row_of_slot;   /* device, tokens x topk */
+  int *status;        /* device, 2 ints */
+  int *work;          /* device, mkx_moe_route_work_ints() ints */
 } mkx_moe_route_desc;
 
 int64_t mkx_moe_route_work_ints(int64_t tokens, int topk, int local_experts);

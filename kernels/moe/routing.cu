@@ -208,8 +208,8 @@ extern "C" int mkx_moe_route_supported(const mkx_moe_route_desc *d, const char *
 
 extern "C" int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s) {
   if (!mkx_moe_route_supported(d, nullptr)) return MKX_GEMM_EINVAL;
-  Route r = {d->ids,   d->tokens * d->topk, d->topk,        d->experts,    d->first_expert, d->local_experts,
-             d->work,  d->offsets,          d->row_of_slot, d->status};
+  Route r = {d->ids,  d->tokens * d->topk, d->topk,        d->experts, d->first_expert, d->local_experts,
+             d->work, d->offsets,          d->row_of_slot, d->status};
   cudaError_t e = cudaMemsetAsync(d->status, 0x7F, sizeof(int), s);
   if (e != cudaSuccess) return (int)e;
   const int64_t nc = r.chunks();
@@ -237,13 +237,12 @@ extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64
 }
 
 extern "C" int mkx_moe_combine_run(const float *y, int64_t ldy, const int *row_of_slot, const float *weight,
-                                   int64_t tokens, int topk, int64_t hidden, void *out, int out_type,
-                                   cudaStream_t s) {
+                                   int64_t tokens, int topk, int64_t hidden, void *out, int out_type, cudaStream_t s) {
   if (tokens == 0) return 0;
   if (!y || !row_of_slot || !weight || !out || ldy < hidden) return MKX_GEMM_EINVAL;
   if (out_type == MKX_GEMM_BF16)
-    combine_rows<__nv_bfloat16><<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden,
-                                                                 (__nv_bfloat16 *)out);
+    combine_rows<__nv_bfloat16>
+        <<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden, (__nv_bfloat16 *)out);
   else if (out_type == MKX_GEMM_FP16)
     combine_rows<__half><<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden, (__half *)out);
   else

@@ -56,6 +56,18 @@ int mkx_device_set(int device) {
   return mkx_cuda_rc(cudaSetDevice(device), NULL, "cudaSetDevice");
 }
 
+int mkx_device_hopper(int device) {
+  int major = 0, minor = 0;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                             device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                             device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return major == 9 && minor == 0;
+}
+
 int mkx_pointer_kind(const void *p) {
   struct cudaPointerAttributes at;
   if (p == NULL || cudaPointerGetAttributes(&at, p) != cudaSuccess) {
@@ -201,6 +213,10 @@ int mkx_device_sm_info(int device, mkx_device_sms *out) {
 }
 #else
 int mkx_device_count(void) { return 0; }
+int mkx_device_hopper(int device) {
+  (void)device;
+  return 0;
+}
 int mkx_device_set(int device) {
   return mkx_error(MKX_ERR_UNSUPPORTED, "device %d: MKX built without CUDA",
                    device);

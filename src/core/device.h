@@ -30,6 +30,9 @@ int mkx_pointer_kind(const void *p);
 
 int mkx_device_name(int device, char *buf, size_t len);
 
+/* 1 if `device` is sm_90 (the fused kernels are Hopper code), else 0. */
+int mkx_device_hopper(int device);
+
 /* PCI bus id of a device, "0000:1b:00.0" (as cudaDeviceGetPCIBusId). */
 int mkx_device_pci_id(int device, char *buf, size_t len);
 

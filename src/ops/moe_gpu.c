@@ -60,23 +60,29 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a) {
   const int64_t ep = a->num_experts / (c->size > 0 ? c->size : 1);
   const int64_t width = op == MOE_LAYER ? a->ffn : a->n;
   if (a->dtype != MKX_BF16 && a->dtype != MKX_FP16)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: GPU path takes bf16 and fp16 only", fn);
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path takes bf16 and fp16 only", fn);
   if (c->size > 1)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: GPU path takes one rank (%d ranks)", fn, c->size);
-  if (a->num_tokens * a->topk >= MKX_MOE_NO_BAD_SLOT || ep > 8192 || a->hidden >= (1ll << 30) ||
-      width >= (1ll << 29) || a->num_experts >= (1ll << 31))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path takes one rank (%d ranks)", fn, c->size);
+  if (a->num_tokens * a->topk >= MKX_MOE_NO_BAD_SLOT || ep > 8192 ||
+      a->hidden >= (1ll << 30) || width >= (1ll << 29) ||
+      a->num_experts >= (1ll << 31))
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path takes num_tokens x topk below 2^31 - 2^24, "
                      "at most 8192 local experts, hidden below 2^30 and n or "
                      "ffn below 2^29",
                      fn);
-  if (!aligned16(a->W) || (op == MOE_LAYER && !aligned16(a->W2)) || (op == MOE_DISPATCH && !aligned16(a->Y)))
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: GPU path needs the weights%s 16-byte aligned", fn,
+  if (!aligned16(a->W) || (op == MOE_LAYER && !aligned16(a->W2)) ||
+      (op == MOE_DISPATCH && !aligned16(a->Y)))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path needs the weights%s 16-byte aligned", fn,
                      op == MOE_DISPATCH ? " and Y" : "");
   return MKX_SUCCESS;
 }
 
-int mkx_moe_dispatch_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
+int mkx_moe_dispatch_gpu_check(MKX_Comm c, const void *args,
+                               const mkx_agreed *g) {
   (void)g;
   return check(c, MOE_DISPATCH, args);
 }
@@ -108,7 +114,8 @@ static size_t take(ws_plan *p, size_t bytes) {
 
 /* Offsets of every piece in one allocation; weights padded where their
  * row length is not a multiple of 8. */
-static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w, size_t *off) {
+static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w,
+                        size_t *off) {
   const size_t es = MKX_Type_size(a->dtype);
   const int64_t N = a->num_tokens * a->topk;
   const int layer = op == MOE_LAYER;
@@ -125,15 +132,19 @@ static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w, si
   off[4] = take(&p, (size_t)N * sizeof(int));
   off[5] = take(&p, (size_t)(ep + 1) * sizeof(int));
   off[6] = take(&p, 2 * sizeof(int));
-  off[7] = take(&p, (size_t)mkx_moe_route_work_ints(a->num_tokens, (int)a->topk, (int)ep) * sizeof(int));
+  off[7] = take(&p, (size_t)mkx_moe_route_work_ints(a->num_tokens, (int)a->topk,
+                                                    (int)ep) *
+                        sizeof(int));
   off[8] = take(&p, (size_t)mkx_moe_gemm_work_ints((int)ep) * sizeof(int));
   off[9] = take(&p, wcols1 % 8 ? (size_t)(ep * a->hidden * w->ldw1) * es : 0);
-  off[10] = take(&p, layer && a->hidden % 8 ? (size_t)(ep * a->ffn * w->ldw2) * es : 0);
+  off[10] = take(
+      &p, layer && a->hidden % 8 ? (size_t)(ep * a->ffn * w->ldw2) * es : 0);
   return p.at;
 }
 
 /* The pieces at base. */
-static void ws_place(const mkx_moe_args *a, int op, int64_t ep, char *base, moe_ws *w) {
+static void ws_place(const mkx_moe_args *a, int op, int64_t ep, char *base,
+                     moe_ws *w) {
   size_t off[11];
   const size_t bytes = ws_layout(a, op, ep, w, off);
   w->base = base;
@@ -152,11 +163,13 @@ static void ws_place(const mkx_moe_args *a, int op, int64_t ep, char *base, moe_
 
 /* The user's weights, or their padded copy (rows of `cols` elements to
  * rows of ld). */
-static int weights(const void *src, int64_t rows, int64_t cols, int64_t ld, void *copy, size_t es,
-                   cudaStream_t st, const char *fn, const void **out) {
+static int weights(const void *src, int64_t rows, int64_t cols, int64_t ld,
+                   void *copy, size_t es, cudaStream_t st, const char *fn,
+                   const void **out) {
   *out = src;
   if (cols == ld) return MKX_SUCCESS;
-  MKX_CUDA_TRY(cudaMemcpy2DAsync(copy, (size_t)ld * es, src, (size_t)cols * es, (size_t)cols * es, (size_t)rows,
+  MKX_CUDA_TRY(cudaMemcpy2DAsync(copy, (size_t)ld * es, src, (size_t)cols * es,
+                                 (size_t)cols * es, (size_t)rows,
                                  cudaMemcpyDeviceToDevice, st),
                fn);
   *out = copy;
@@ -167,74 +180,99 @@ static int weights(const void *src, int64_t rows, int64_t cols, int64_t ld, void
 
 /* Routing, and its status on the host: bad ids and truncation are the
  * call's result, as on the host path. */
-static int route(MKX_Comm c, int op, const mkx_moe_args *a, int64_t ep, const moe_ws *w, cudaStream_t st,
-                 int64_t *total) {
+static int route(MKX_Comm c, int op, const mkx_moe_args *a, int64_t ep,
+                 const moe_ws *w, cudaStream_t st, int64_t *total) {
   const char *fn = fn_of(op);
-  mkx_moe_route_desc r = {a->num_tokens, (int)a->topk, (int)a->num_experts, 0, (int)ep, a->topk_ids,
-                          w->offsets,    w->rows,      w->status,           w->route_work};
+  mkx_moe_route_desc r = {
+      a->num_tokens, (int)a->topk, (int)a->num_experts, 0,
+      (int)ep,       a->topk_ids,  w->offsets,          w->rows,
+      w->status,     w->route_work};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
   int status[2];
-  MKX_CUDA_TRY(cudaMemcpyAsync(status, w->status, sizeof status, cudaMemcpyDeviceToHost, st), fn);
+  MKX_CUDA_TRY(cudaMemcpyAsync(status, w->status, sizeof status,
+                               cudaMemcpyDeviceToHost, st),
+               fn);
   MKX_CUDA_TRY(cudaStreamSynchronize(st), fn);
   *total = status[1];
   if (status[0] != MKX_MOE_NO_BAD_SLOT) {
     int32_t id = 0;
-    MKX_CUDA_TRY(cudaMemcpy(&id, a->topk_ids + status[0], sizeof id, cudaMemcpyDeviceToHost), fn);
-    return mkx_error(MKX_ERR_INVALID_ARG, "%s: topk_ids[%lld][%lld] = %d on rank %d %s", fn,
-                     (long long)(status[0] / a->topk), (long long)(status[0] % a->topk), (int)id, c->rank,
-                     id >= 0 && id < a->num_experts ? "repeats an expert of the same token"
-                                                    : "is outside [0, num_experts)");
+    MKX_CUDA_TRY(cudaMemcpy(&id, a->topk_ids + status[0], sizeof id,
+                            cudaMemcpyDeviceToHost),
+                 fn);
+    return mkx_error(
+        MKX_ERR_INVALID_ARG, "%s: topk_ids[%lld][%lld] = %d on rank %d %s", fn,
+        (long long)(status[0] / a->topk), (long long)(status[0] % a->topk),
+        (int)id, c->rank,
+        id >= 0 && id < a->num_experts ? "repeats an expert of the same token"
+                                       : "is outside [0, num_experts)");
   }
   return MKX_SUCCESS;
 }
 
-static int dispatch(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w, cudaStream_t st) {
+static int dispatch(MKX_Comm c, const mkx_moe_args *a, int64_t ep,
+                    const moe_ws *w, cudaStream_t st) {
   const char *fn = fn_of(MOE_DISPATCH);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   int64_t total = 0;
   MKX_TRY(route(c, MOE_DISPATCH, a, ep, w, st, &total));
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, st), fn, "counts"));
+  MKX_TRY(mkx_tp_launch_rc(
+      mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, st), fn,
+      "counts"));
   if (total > a->y_rows)
     return mkx_error(MKX_ERR_TRUNCATE,
                      "%s: rank %d receives %lld rows but y_rows = %lld "
                      "(expert_rows holds the counts needed)",
                      fn, c->rank, (long long)total, (long long)a->y_rows);
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es, w->rows,
-                                              a->topk_weight, c->rank, w->a, w->lda,
-                                              a->topk_weight ? w->scale : NULL, a->origin, st),
-                           fn, "gather"));
+  MKX_TRY(mkx_tp_launch_rc(
+      mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es,
+                         w->rows, a->topk_weight, c->rank, w->a, w->lda,
+                         a->topk_weight ? w->scale : NULL, a->origin, st),
+      fn, "gather"));
   const void *wt = NULL;
-  MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st, fn, &wt));
-  mkx_moe_gemm_desc g = {(int)ep,   a->hidden, a->n, w->a,   w->lda,    total,
-                         w->offsets, wt,       w->ldw1, a->Y, a->n,
-                         a->topk_weight ? w->scale : NULL,
-                         ty,         ty,       0,    0,      0,         w->gemm_work};
+  MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st,
+                  fn, &wt));
+  mkx_moe_gemm_desc g = {
+      (int)ep, a->hidden,   a->n,       w->a,
+      w->lda,  total,       w->offsets, wt,
+      w->ldw1, a->Y,        a->n,       a->topk_weight ? w->scale : NULL,
+      ty,      ty,          0,          0,
+      0,       w->gemm_work};
   return mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM");
 }
 
-static int layer(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w, cudaStream_t st) {
+static int layer(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w,
+                 cudaStream_t st) {
   const char *fn = fn_of(MOE_LAYER);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   int64_t total = 0;
   MKX_TRY(route(c, MOE_LAYER, a, ep, w, st, &total));
   if (a->num_tokens == 0) return MKX_SUCCESS;
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es, w->rows, NULL,
-                                              c->rank, w->a, w->lda, NULL, NULL, st),
-                           fn, "gather"));
+  MKX_TRY(mkx_tp_launch_rc(
+      mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es,
+                         w->rows, NULL, c->rank, w->a, w->lda, NULL, NULL, st),
+      fn, "gather"));
   const void *w1 = NULL, *w2 = NULL;
-  MKX_TRY(weights(a->W, ep * a->hidden, 2 * a->ffn, w->ldw1, w->w1, (size_t)es, st, fn, &w1));
-  MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st, fn, &w2));
-  mkx_moe_gemm_desc g1 = {(int)ep,    a->hidden, a->ffn, w->a, w->lda,  total,  w->offsets, w1, w->ldw1,
-                          w->act,     w->ldact,  NULL,   ty,   ty,      1,      0,          0,  w->gemm_work};
+  MKX_TRY(weights(a->W, ep * a->hidden, 2 * a->ffn, w->ldw1, w->w1, (size_t)es,
+                  st, fn, &w1));
+  MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
+                  fn, &w2));
+  mkx_moe_gemm_desc g1 = {(int)ep,  a->hidden,  a->ffn,      w->a,    w->lda,
+                          total,    w->offsets, w1,          w->ldw1, w->act,
+                          w->ldact, NULL,       ty,          ty,      1,
+                          0,        0,          w->gemm_work};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
-  mkx_moe_gemm_desc g2 = {(int)ep, a->ffn, a->hidden, w->act, w->ldact, total, w->offsets, w2, w->ldw2,
-                          w->y,    a->hidden, NULL, ty, MKX_GEMM_FP32, 0, 0, 0, w->gemm_work};
+  mkx_moe_gemm_desc g2 = {
+      (int)ep, a->ffn,  a->hidden, w->act,      w->ldact, total, w->offsets,
+      w2,      w->ldw2, w->y,      a->hidden,   NULL,     ty,    MKX_GEMM_FP32,
+      0,       0,       0,         w->gemm_work};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
-  return mkx_tp_launch_rc(mkx_moe_combine_run(w->y, a->hidden, w->rows, a->topk_weight, a->num_tokens,
-                                              (int)a->topk, a->hidden, a->out, ty, st),
-                          fn, "combine");
+  return mkx_tp_launch_rc(
+      mkx_moe_combine_run(w->y, a->hidden, w->rows, a->topk_weight,
+                          a->num_tokens, (int)a->topk, a->hidden, a->out, ty,
+                          st),
+      fn, "combine");
 }
 
 typedef struct moe_plan {
@@ -244,7 +282,8 @@ typedef struct moe_plan {
 
 /* One rank: its own sizes are the agreed ones, so the pool's collective
  * decision is trivially alike. */
-int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g, void **plan) {
+int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
+                     void **plan) {
   const mkx_moe_args *a = args;
   moe_plan *p = calloc(1, sizeof *p);
   (void)g;
@@ -252,7 +291,8 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g, 
   p->op = op;
   moe_ws w;
   size_t off[11];
-  mkx_tp_need need = {1, 1, ws_layout(a, op, a->num_experts / c->size, &w, off), 0};
+  mkx_tp_need need = {1, 1, ws_layout(a, op, a->num_experts / c->size, &w, off),
+                      0};
   const int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -270,7 +310,8 @@ void mkx_moe_gpu_free(MKX_Comm c, void *plan) {
   free(p);
 }
 
-int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args, MKX_Stream stream) {
+int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
+                      MKX_Stream stream) {
   const moe_plan *p = plan;
   const mkx_moe_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
@@ -278,11 +319,13 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args, MKX_Stream strea
   moe_ws w;
   MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1, MKX_PATH_MOE));
   ws_place(a, p->op, ep, mkx_tp_ws_data(p->ws, c->place.local_rank), &w);
-  MKX_TRY(p->op == MOE_LAYER ? layer(c, a, ep, &w, st) : dispatch(c, a, ep, &w, st));
+  MKX_TRY(p->op == MOE_LAYER ? layer(c, a, ep, &w, st)
+                             : dispatch(c, a, ep, &w, st));
   return mkx_tp_end(p->ws, stream);
 }
 
-static const mkx_path_ops moe_one = {MKX_PATH_MOE, mkx_moe_gpu_plan, mkx_moe_gpu_start, mkx_moe_gpu_free};
+static const mkx_path_ops moe_one = {MKX_PATH_MOE, mkx_moe_gpu_plan,
+                                     mkx_moe_gpu_start, mkx_moe_gpu_free};
 
 static int choose(int op, mkx_path_choice *out) {
   out->ops = &moe_one;
@@ -293,12 +336,14 @@ static int choose(int op, mkx_path_choice *out) {
   return MKX_SUCCESS;
 }
 
-int mkx_moe_dispatch_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g, mkx_path_choice *out) {
+int mkx_moe_dispatch_gpu_choose(MKX_Comm c, const void *args,
+                                const mkx_agreed *g, mkx_path_choice *out) {
   (void)c, (void)args, (void)g;
   return choose(MOE_DISPATCH, out);
 }
 
-int mkx_moe_layer_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g, mkx_path_choice *out) {
+int mkx_moe_layer_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
+                             mkx_path_choice *out) {
   (void)c, (void)args, (void)g;
   return choose(MOE_LAYER, out);
 }

@@ -217,6 +217,9 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
   unsigned local = 0;
   if (cls->gpu_check == NULL)
     snprintf(why, sizeof why, "no fused GPU kernel for this operation yet");
+  else if (c->opt.fused != MKX_FUSED_OFF && !mkx_device_hopper(c->device))
+    snprintf(why, sizeof why,
+             "the GPU is not sm_90: the fused kernels are Hopper code");
   else if (c->opt.fused != MKX_FUSED_OFF) {
     can = cls->gpu_check(c, args, &p->g) == MKX_SUCCESS;
     if (can && cls->gpu_local) local = cls->gpu_local(c, args, &p->g);

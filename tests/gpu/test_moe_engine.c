@@ -87,7 +87,8 @@ static void run_case(const tcase *t) {
     off[e + 1] = off[e] + c;
   }
   const int64_t a_rows = off[E] + t->spare;
-  if (t->bad && E >= 3) { /* an end past a_rows, a decreasing pair, a negative start */
+  if (t->bad &&
+      E >= 3) { /* an end past a_rows, a decreasing pair, a negative start */
     off[E] = (int)a_rows + 1000;
     off[1] = off[2] + 5;
     off[0] = -7;
@@ -98,7 +99,8 @@ static void run_case(const tcase *t) {
   float *sc = malloc(sizeof(float) * (size_t)arows_alloc);
   for (int64_t i = 0; i < arows_alloc * lda; ++i) a[i] = to16(rnd(), f16);
   for (int64_t i = 0; i < (int64_t)E * k * ldw; ++i) w[i] = to16(rnd(), f16);
-  for (int64_t i = 0; i < arows_alloc; ++i) sc[i] = (float)(0.25 + rnd() * rnd());
+  for (int64_t i = 0; i < arows_alloc; ++i)
+    sc[i] = (float)(0.25 + rnd() * rnd());
   const int cs = esize(t->c_type);
   const size_t cbytes = (size_t)((a_rows + GUARD_ROWS) * ldc) * (size_t)cs;
   void *da = dev_upload(a, 2 * (size_t)(arows_alloc * lda));
@@ -106,7 +108,8 @@ static void run_case(const tcase *t) {
   float *dsc = dev_upload(sc, sizeof(float) * (size_t)arows_alloc);
   int *doff = dev_upload(off, sizeof(int) * (size_t)(E + 1));
   int *work = NULL;
-  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
+  CK(cudaMalloc((void **)&work,
+                sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
   void *dc = NULL;
   CK(cudaMalloc(&dc, cbytes));
   CK(cudaMemset(dc, 0xFF, cbytes));
@@ -138,7 +141,8 @@ static void run_case(const tcase *t) {
   const int rc = mkx_moe_gemm_run(&d, 0);
   const cudaError_t se = cudaDeviceSynchronize();
   if (rc || se != cudaSuccess) {
-    printf("not ok - %s: run %d, sync %s\n", t->name, rc, cudaGetErrorString(se));
+    printf("not ok - %s: run %d, sync %s\n", t->name, rc,
+           cudaGetErrorString(se));
     g_fail++;
     goto out;
   }
@@ -162,35 +166,39 @@ static void run_case(const tcase *t) {
         if (!is_poison(c, i, t->c_type)) stray++;
         continue;
       }
-      if (e == -2 || t->bad) continue; /* overlapping or bad ranges: unspecified */
+      if (e == -2 || t->bad)
+        continue; /* overlapping or bad ranges: unspecified */
       double g = 0, u = 0;
       for (int q = 0; q < k; ++q) {
         const double x = from16(a[r * lda + q], f16);
         g += x * from16(w[((int64_t)e * k + q) * ldw + j], f16);
-        if (t->swiglu) u += x * from16(w[((int64_t)e * k + q) * ldw + n + j], f16);
+        if (t->swiglu)
+          u += x * from16(w[((int64_t)e * k + q) * ldw + n + j], f16);
       }
       double ref = t->swiglu ? g / (1 + exp(-g)) * u : g;
       if (t->scale) ref *= sc[r];
       const double got = c_value(c, i, t->c_type);
-      const double tol = 2e-2 * fabs(ref) + 2e-3 * sqrt((double)k) * (t->swiglu ? sqrt((double)k) : 1);
+      const double tol =
+          2e-2 * fabs(ref) +
+          2e-3 * sqrt((double)k) * (t->swiglu ? sqrt((double)k) : 1);
       const double err = fabs(got - ref);
       checked++;
       if (!(err <= tol)) {
         if (bad < 3)
-          printf("# %s: row %lld (expert %d) col %lld: got %g want %g\n", t->name, (long long)r, e,
-                 (long long)j, got, ref);
+          printf("# %s: row %lld (expert %d) col %lld: got %g want %g\n",
+                 t->name, (long long)r, e, (long long)j, got, ref);
         bad++;
       }
       if (err / (fabs(ref) + 1) > worst) worst = err / (fabs(ref) + 1);
     }
   }
   if (bad || stray) {
-    printf("not ok - %s: %lld wrong of %lld, %lld stray writes\n", t->name, (long long)bad,
-           (long long)checked, (long long)stray);
+    printf("not ok - %s: %lld wrong of %lld, %lld stray writes\n", t->name,
+           (long long)bad, (long long)checked, (long long)stray);
     g_fail++;
   } else {
-    printf("ok - %s: %lld values, worst %.2e, rows %lld\n", t->name, (long long)checked, worst,
-           (long long)a_rows);
+    printf("ok - %s: %lld values, worst %.2e, rows %lld\n", t->name,
+           (long long)checked, worst, (long long)a_rows);
     g_ok++;
   }
   free(owner);
@@ -208,25 +216,132 @@ out:
   free(off);
 }
 
-#define R8 {-1, -1, -1, -1, -1, -1, -1, -1}
+#define R8                                                                     \
+  { -1, -1, -1, -1, -1, -1, -1, -1 }
 static const tcase cases[] = {
     /* name, E, k, n, swiglu, f16, c_type, block_n, scale, pads(lda, ldw, ldc), first, spare, bad, counts, max */
-    {"one expert, 77 rows", 1, 64, 8, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {77, -1, -1, -1, -1, -1, -1, -1}, 0},
-    {"tile edges, scaled", 8, 256, 200, 0, 0, MKX_GEMM_BF16, 0, 1, 0, 0, 0, 0, 0, 0, {0, 1, 127, 128, 129, 300, 0, 5}, 0},
-    {"tile edges, SwiGLU, fp32 C", 8, 192, 136, 1, 0, MKX_GEMM_FP32, 0, 0, 0, 0, 0, 0, 0, 0, {0, 1, 127, 128, 129, 300, 0, 5}, 0},
-    {"64 experts, 128 wide", 64, 512, 384, 0, 0, MKX_GEMM_BF16, 128, 0, 0, 0, 0, 0, 0, 0, R8, 150},
-    {"64 experts, 256 wide", 64, 512, 384, 0, 0, MKX_GEMM_BF16, 256, 0, 0, 0, 0, 0, 0, 0, R8, 150},
-    {"64 experts, SwiGLU 256 wide, scaled", 64, 256, 264, 1, 0, MKX_GEMM_BF16, 256, 1, 0, 0, 0, 0, 0, 0, R8, 100},
-    {"256 experts, skewed", 256, 128, 2048, 1, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {1000, 0, 3, -1, -1, -1, -1, -1}, 3},
-    {"fp16, fp16 C", 8, 320, 96, 0, 1, MKX_GEMM_FP16, 0, 1, 0, 0, 0, 0, 0, 0, R8, 260},
-    {"fp16 SwiGLU, fp32 C", 8, 128, 64, 1, 1, MKX_GEMM_FP32, 128, 0, 0, 0, 0, 0, 0, 0, R8, 200},
-    {"padded leading dims, spare rows", 5, 136, 72, 0, 0, MKX_GEMM_BF16, 0, 1, 24, 40, 6, 9, 33, 0, R8, 140},
-    {"padded, SwiGLU, spare rows", 5, 136, 72, 1, 0, MKX_GEMM_BF16, 0, 0, 8, 16, 2, 130, 5, 0, R8, 140},
-    {"no rows at all", 8, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 0},
-    {"no rows, spare rows", 8, 64, 64, 1, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 3, 200, 0, {0, 0, 0, 0, 0, 0, 0, 0}, 0},
-    {"odd sizes: k 77, n 13, odd ldc", 7, 77, 13, 0, 0, MKX_GEMM_BF16, 0, 1, 3, 3, 0, 2, 4, 0, R8, 150},
-    {"odd sizes, SwiGLU: k 77, n 77, odd ldc", 7, 77, 77, 1, 0, MKX_GEMM_FP32, 0, 0, 3, 6, 0, 0, 0, 0, R8, 150},
-    {"bad offsets stay inside C", 6, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0, 0, 10, 1, R8, 90},
+    {"one expert, 77 rows",
+     1,
+     64,
+     8,
+     0,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {77, -1, -1, -1, -1, -1, -1, -1},
+     0},
+    {"tile edges, scaled",
+     8,
+     256,
+     200,
+     0,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {0, 1, 127, 128, 129, 300, 0, 5},
+     0},
+    {"tile edges, SwiGLU, fp32 C",
+     8,
+     192,
+     136,
+     1,
+     0,
+     MKX_GEMM_FP32,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {0, 1, 127, 128, 129, 300, 0, 5},
+     0},
+    {"64 experts, 128 wide", 64, 512, 384, 0, 0, MKX_GEMM_BF16, 128, 0, 0, 0, 0,
+     0, 0, 0, R8, 150},
+    {"64 experts, 256 wide", 64, 512, 384, 0, 0, MKX_GEMM_BF16, 256, 0, 0, 0, 0,
+     0, 0, 0, R8, 150},
+    {"64 experts, SwiGLU 256 wide, scaled", 64, 256, 264, 1, 0, MKX_GEMM_BF16,
+     256, 1, 0, 0, 0, 0, 0, 0, R8, 100},
+    {"256 experts, skewed",
+     256,
+     128,
+     2048,
+     1,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {1000, 0, 3, -1, -1, -1, -1, -1},
+     3},
+    {"fp16, fp16 C", 8, 320, 96, 0, 1, MKX_GEMM_FP16, 0, 1, 0, 0, 0, 0, 0, 0,
+     R8, 260},
+    {"fp16 SwiGLU, fp32 C", 8, 128, 64, 1, 1, MKX_GEMM_FP32, 128, 0, 0, 0, 0, 0,
+     0, 0, R8, 200},
+    {"padded leading dims, spare rows", 5, 136, 72, 0, 0, MKX_GEMM_BF16, 0, 1,
+     24, 40, 6, 9, 33, 0, R8, 140},
+    {"padded, SwiGLU, spare rows", 5, 136, 72, 1, 0, MKX_GEMM_BF16, 0, 0, 8, 16,
+     2, 130, 5, 0, R8, 140},
+    {"no rows at all",
+     8,
+     64,
+     64,
+     0,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {0, 0, 0, 0, 0, 0, 0, 0},
+     0},
+    {"no rows, spare rows",
+     8,
+     64,
+     64,
+     1,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     0,
+     0,
+     0,
+     0,
+     3,
+     200,
+     0,
+     {0, 0, 0, 0, 0, 0, 0, 0},
+     0},
+    {"odd sizes: k 77, n 13, odd ldc", 7, 77, 13, 0, 0, MKX_GEMM_BF16, 0, 1, 3,
+     3, 0, 2, 4, 0, R8, 150},
+    {"odd sizes, SwiGLU: k 77, n 77, odd ldc", 7, 77, 77, 1, 0, MKX_GEMM_FP32,
+     0, 0, 3, 6, 0, 0, 0, 0, R8, 150},
+    {"bad offsets stay inside C", 6, 64, 64, 0, 0, MKX_GEMM_BF16, 0, 0, 0, 0, 0,
+     0, 10, 1, R8, 90},
 };
 
 /* ---- routing ------------------------------------------------------------ */
@@ -235,10 +350,12 @@ static const tcase cases[] = {
  * local ones [first, first + local); bad: 0 none, 1 an id out of range,
  * 2 a repeat within a token (at random slots, the least one expected);
  * then gather (with weights and origins) and combine against the host. */
-static void route_case(int64_t tokens, int topk, int E, int first, int local, int bad) {
+static void route_case(int64_t tokens, int topk, int E, int first, int local,
+                       int bad) {
   char name[128];
-  snprintf(name, sizeof name, "route %lld tokens, top-%d of %d, local [%d, %d), bad %d", (long long)tokens, topk, E,
-           first, first + local, bad);
+  snprintf(name, sizeof name,
+           "route %lld tokens, top-%d of %d, local [%d, %d), bad %d",
+           (long long)tokens, topk, E, first, first + local, bad);
   const int64_t N = tokens * topk;
   int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N + 1));
   for (int64_t t = 0; t < tokens; ++t)
@@ -277,34 +394,43 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local, in
   CK(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(local + 1)));
   CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
   CK(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
-  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(tokens, topk, local)));
-  mkx_moe_route_desc d = {tokens, topk, E, first, local, dids, doff, drows, dstatus, work};
+  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(
+                                                  tokens, topk, local)));
+  mkx_moe_route_desc d = {tokens, topk, E,     first,   local,
+                          dids,   doff, drows, dstatus, work};
   int fails = 0;
   int status[2] = {0, 0};
   for (int rep = 0; rep < 2 && !fails; ++rep) { /* twice: the same rows */
     CK(cudaMemset(drows, 0x55, sizeof(int) * (size_t)(N + 1)));
     const int rc = mkx_moe_route_run(&d, 0);
     CK(cudaDeviceSynchronize());
-    int *got_off = malloc(sizeof(int) * (size_t)(local + 1)), *got_rows = malloc(sizeof(int) * (size_t)(N + 1));
+    int *got_off = malloc(sizeof(int) * (size_t)(local + 1)),
+        *got_rows = malloc(sizeof(int) * (size_t)(N + 1));
     CK(cudaMemcpy(status, dstatus, sizeof status, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(got_off, doff, sizeof(int) * (size_t)(local + 1), cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(got_rows, drows, sizeof(int) * (size_t)(N + 1), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_off, doff, sizeof(int) * (size_t)(local + 1),
+                  cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(got_rows, drows, sizeof(int) * (size_t)(N + 1),
+                  cudaMemcpyDeviceToHost));
     if (rc) {
       printf("# %s: run %d\n", name, rc);
       fails++;
     }
     if (status[0] != (int)want_bad) {
-      printf("# %s: first bad slot %d, want %lld\n", name, status[0], (long long)want_bad);
+      printf("# %s: first bad slot %d, want %lld\n", name, status[0],
+             (long long)want_bad);
       fails++;
     }
     if (!bad) {
-      if (status[1] != off[local] || memcmp(got_off, off, sizeof(int) * (size_t)(local + 1))) {
-        printf("# %s: offsets differ (total %d, want %d)\n", name, status[1], off[local]);
+      if (status[1] != off[local] ||
+          memcmp(got_off, off, sizeof(int) * (size_t)(local + 1))) {
+        printf("# %s: offsets differ (total %d, want %d)\n", name, status[1],
+               off[local]);
         fails++;
       }
       for (int64_t i = 0; i < N && fails < 4; ++i)
         if (got_rows[i] != rows[i]) {
-          printf("# %s: slot %lld row %d, want %d\n", name, (long long)i, got_rows[i], rows[i]);
+          printf("# %s: slot %lld row %d, want %d\n", name, (long long)i,
+                 got_rows[i], rows[i]);
           fails++;
         }
       if (got_rows[N] != 0x55555555) {
@@ -320,7 +446,8 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local, in
   if (!bad && !fails && N > 0) {
     const int64_t H = 24, lda = 32, R = off[local];
     uint16_t *x = malloc(2 * (size_t)(tokens * H));
-    for (int64_t i = 0; i < tokens * H; ++i) x[i] = mt_f32_to_bf16((float)(i % 251));
+    for (int64_t i = 0; i < tokens * H; ++i)
+      x[i] = mt_f32_to_bf16((float)(i % 251));
     float *w = malloc(sizeof(float) * (size_t)N);
     for (int64_t i = 0; i < N; ++i) w[i] = (float)rnd();
     void *dx = dev_upload(x, 2 * (size_t)(tokens * H));
@@ -332,14 +459,16 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local, in
     CK(cudaMalloc((void **)&dsc, sizeof(float) * (size_t)(R + 1)));
     CK(cudaMalloc((void **)&dorig, 3 * sizeof(int32_t) * (size_t)(R + 1)));
     CK(cudaMemset(da, 0xFF, 2 * (size_t)((R + 1) * lda)));
-    int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, da, lda, dsc, dorig, 0);
+    int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, da, lda,
+                                dsc, dorig, 0);
     uint16_t *a = malloc(2 * (size_t)((R + 1) * lda));
     float *sc = malloc(sizeof(float) * (size_t)(R + 1));
     int32_t *orig = malloc(3 * sizeof(int32_t) * (size_t)(R + 1));
     CK(cudaDeviceSynchronize());
     CK(cudaMemcpy(a, da, 2 * (size_t)((R + 1) * lda), cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(sc, dsc, sizeof(float) * (size_t)R, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(orig, dorig, 3 * sizeof(int32_t) * (size_t)R, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(orig, dorig, 3 * sizeof(int32_t) * (size_t)R,
+                  cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < N && !rc && fails < 4; ++i) {
       const int r = rows[i];
       if (r < 0) continue;
@@ -350,7 +479,8 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local, in
           fails++;
           break;
         }
-      if (sc[r] != w[i] || orig[3 * r] != 5 || orig[3 * r + 1] != t || orig[3 * r + 2] != i % topk) {
+      if (sc[r] != w[i] || orig[3 * r] != 5 || orig[3 * r + 1] != t ||
+          orig[3 * r + 2] != i % topk) {
         printf("# %s: row %d scale or origin\n", name, r);
         fails++;
       }
@@ -364,23 +494,29 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local, in
       for (int64_t h = 0; h < H; ++h) y[r * H + h] = 0;
     for (int64_t i = 0; i < N; ++i)
       if (rows[i] >= 0)
-        for (int64_t h = 0; h < H; ++h) y[rows[i] * H + h] = (float)(i / topk + h);
+        for (int64_t h = 0; h < H; ++h)
+          y[rows[i] * H + h] = (float)(i / topk + h);
     dy = dev_upload(y, sizeof(float) * (size_t)((R + 1) * H));
     void *dout = NULL;
     CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H + 1)));
     CK(cudaMemset(dout, 0xFF, 2 * (size_t)(tokens * H + 1)));
-    if (!rc) rc = mkx_moe_combine_run(dy, H, drows, dw, tokens, topk, H, dout, MKX_GEMM_BF16, 0);
+    if (!rc)
+      rc = mkx_moe_combine_run(dy, H, drows, dw, tokens, topk, H, dout,
+                               MKX_GEMM_BF16, 0);
     uint16_t *out = malloc(2 * (size_t)(tokens * H + 1));
     CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H + 1), cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H + 1),
+                  cudaMemcpyDeviceToHost));
     for (int64_t t = 0; t < tokens && !rc && fails < 4; ++t)
       for (int64_t h = 0; h < H; ++h) {
         double ref = 0;
         for (int j = 0; j < topk; ++j)
-          if (rows[t * topk + j] >= 0) ref += (double)w[t * topk + j] * (double)(t + h);
+          if (rows[t * topk + j] >= 0)
+            ref += (double)w[t * topk + j] * (double)(t + h);
         const double got = mt_bf16_to_f32(out[t * H + h]);
         if (fabs(got - ref) > 1e-2 * fabs(ref) + 1e-3 * (t + h + 1)) {
-          printf("# %s: combine token %lld col %lld: %g, want %g\n", name, (long long)t, (long long)h, got, ref);
+          printf("# %s: combine token %lld col %lld: %g, want %g\n", name,
+                 (long long)t, (long long)h, got, ref);
           fails++;
           break;
         }
@@ -431,7 +567,7 @@ static void route_cases(void) {
   route_case(0, 2, 8, 0, 8, 0);
   route_case(4096, 8, 256, 0, 256, 0);
   route_case(4096, 2, 8, 0, 8, 0);
-  route_case(3000, 4, 64, 16, 16, 0);  /* one rank of four */
+  route_case(3000, 4, 64, 16, 16, 0); /* one rank of four */
   route_case(20000, 8, 9000, 0, 8192, 0);
   route_case(1500, 3, 12, 0, 12, 1);
   route_case(1500, 3, 12, 0, 6, 2);
@@ -510,16 +646,20 @@ static void bench(void) {
   static const struct {
     const char *name;
     int tokens, topk, E, hidden, ffn;
-  } shapes[] = {{"DeepSeek-V3-like", 4096, 8, 256, 7168, 2048}, {"Mixtral-like", 4096, 2, 8, 4096, 14336}};
-  printf("# grouped expert GEMMs, bf16, random inputs and routing: TFLOP/s (ms) of W1 with SwiGLU, of W2; "
-         "each at 128 / 256 W columns per tile\n");
+  } shapes[] = {{"DeepSeek-V3-like", 4096, 8, 256, 7168, 2048},
+                {"Mixtral-like", 4096, 2, 8, 4096, 14336}};
+  printf(
+      "# grouped expert GEMMs, bf16, random inputs and routing: TFLOP/s (ms) "
+      "of W1 with SwiGLU, of W2; "
+      "each at 128 / 256 W columns per tile\n");
   for (int s = 0; s < 2; ++s) {
     const int E = shapes[s].E, H = shapes[s].hidden, F = shapes[s].ffn;
     int *off = malloc(sizeof(int) * (size_t)(E + 1));
     route(shapes[s].tokens, shapes[s].topk, E, off);
     const int64_t rows = off[E];
     int *doff = dev_upload(off, sizeof(int) * (size_t)(E + 1)), *work = NULL;
-    CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
+    CK(cudaMalloc((void **)&work,
+                  sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
     void *x = dev_fill_random((size_t)rows * H);
     void *w1 = dev_fill_random((size_t)E * H * 2 * F);
     void *act = dev_fill_random((size_t)rows * F);
@@ -527,8 +667,24 @@ static void bench(void) {
     CK(cudaMalloc(&y, 4 * (size_t)rows * H));
     double tf[4] = {0, 0, 0, 0}, msv[4] = {0, 0, 0, 0};
     for (int v = 0; v < 2; ++v) { /* W1 */
-      mkx_moe_gemm_desc d = {E, H, F, x, H, rows, doff, w1, 2 * F, act, F, NULL,
-                             MKX_GEMM_BF16, MKX_GEMM_BF16, 1, 0, v ? 256 : 128, work};
+      mkx_moe_gemm_desc d = {E,
+                             H,
+                             F,
+                             x,
+                             H,
+                             rows,
+                             doff,
+                             w1,
+                             2 * F,
+                             act,
+                             F,
+                             NULL,
+                             MKX_GEMM_BF16,
+                             MKX_GEMM_BF16,
+                             1,
+                             0,
+                             v ? 256 : 128,
+                             work};
       const float ms = time_runs(&d, 10);
       msv[v] = ms;
       if (ms > 0) tf[v] = 2.0 * rows * H * 2.0 * F / (ms * 1e-3) / 1e12;
@@ -536,15 +692,34 @@ static void bench(void) {
     CK(cudaFree(w1));
     void *w2 = dev_fill_random((size_t)E * F * H);
     for (int v = 0; v < 2; ++v) { /* W2, fp32 out as the layer keeps it */
-      mkx_moe_gemm_desc d = {E, F, H, act, F, rows, doff, w2, H, y, H, NULL,
-                             MKX_GEMM_BF16, MKX_GEMM_FP32, 0, 0, v ? 256 : 128, work};
+      mkx_moe_gemm_desc d = {E,
+                             F,
+                             H,
+                             act,
+                             F,
+                             rows,
+                             doff,
+                             w2,
+                             H,
+                             y,
+                             H,
+                             NULL,
+                             MKX_GEMM_BF16,
+                             MKX_GEMM_FP32,
+                             0,
+                             0,
+                             v ? 256 : 128,
+                             work};
       const float ms = time_runs(&d, 10);
       msv[2 + v] = ms;
       if (ms > 0) tf[2 + v] = 2.0 * rows * F * H / (ms * 1e-3) / 1e12;
     }
-    printf("# %s (%lld rows, %d experts, hidden %d, ffn %d): W1 %.0f (%.3f) / %.0f (%.3f), W2 %.0f (%.3f) / %.0f "
-           "(%.3f)\n",
-           shapes[s].name, (long long)rows, E, H, F, tf[0], msv[0], tf[1], msv[1], tf[2], msv[2], tf[3], msv[3]);
+    printf(
+        "# %s (%lld rows, %d experts, hidden %d, ffn %d): W1 %.0f (%.3f) / "
+        "%.0f (%.3f), W2 %.0f (%.3f) / %.0f "
+        "(%.3f)\n",
+        shapes[s].name, (long long)rows, E, H, F, tf[0], msv[0], tf[1], msv[1],
+        tf[2], msv[2], tf[3], msv[3]);
     CK(cudaFree(w2));
     CK(cudaFree(x));
     CK(cudaFree(act));
@@ -571,7 +746,8 @@ int main(int argc, char **argv) {
   printf("# seed %llu\n", (unsigned long long)g_rng);
   const int only = argc > 1 && !strcmp(argv[1], "--bench-only");
   if (!only)
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) run_case(&cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
+      run_case(&cases[i]);
   if (!only) route_cases();
   if (only || (argc > 1 && !strcmp(argv[1], "--bench"))) bench();
   printf("# %d ok, %d failed\n", g_ok, g_fail);
