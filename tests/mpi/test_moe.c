@@ -6,19 +6,47 @@
  * gate scaling on/off, Y row order / expert_rows / origin, and
  * MKX_ERR_TRUNCATE on every rank when one rank's Y is too small.
  *
+ * With --device on one rank, the bf16 and fp16 calls must take the GPU
+ * path where the GPU is sm_90 (counted by path).
+ *
  *   mpirun -np P ./test_moe [--seed N] [--device] [-v]
  */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef MKX_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #include "mkx_test.h"
+#include "ops/path.h"
 
 enum { T_X = 1, T_IDS = 2, T_GATE = 3, T_W = 4, T_W1 = 5, T_W2 = 6, T_NT = 7 };
 #define GUARD 23
 
 static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
+
+/* Calls that should have taken the GPU path (see gpu_eligible). */
+static long gpu_calls;
+static int gpu_hopper = -1;
+
+static void gpu_eligible(MKX_Datatype dt) {
+  if (gpu_hopper < 0) {
+    gpu_hopper = 0;
+#ifdef MKX_TEST_CUDA
+    int dev = -1, major = 0, minor = 0;
+    if (mt.device && cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor,
+                               dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor,
+                               dev) == cudaSuccess)
+      gpu_hopper = major == 9 && minor == 0;
+#endif
+  }
+  if (gpu_hopper && mt.size == 1 && (dt == MKX_BF16 || dt == MKX_FP16))
+    gpu_calls++;
+}
 
 typedef enum { ROUTE_RANDOM = 0, ROUTE_ONE = 1 } route_kind;
 
@@ -244,6 +272,7 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
   int with_origin = truncate ? 1 : (int)mt_rng_int(&g, 0, 3) != 0;
   /* with_origin must agree? it is a per-rank output pointer: vary per rank */
 
+  gpu_eligible(m.dt);
   int rc = MKX_Moe_dispatch_gemm(
       tbuf_ptr(&tx), m.nt[r], m.hidden, tbuf_ptr(&ti),
       m.gate ? tbuf_ptr(&tg) : NULL, m.topk, m.E, tbuf_ptr(&tw), m.n,
@@ -407,6 +436,7 @@ static void case_layer(MKX_Comm comm, int c) {
   tbuf_upload(&t2);
   size_t nout = (size_t)(nt * H) + GUARD;
   tbuf_alloc(&tout, nout * es);
+  gpu_eligible(m.dt);
   int rc = MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg),
                          m.topk, m.E, tbuf_ptr(&t1), tbuf_ptr(&t2), F,
                          tbuf_ptr(&tout), m.dt, comm, NULL);
@@ -448,6 +478,69 @@ static void case_layer(MKX_Comm comm, int c) {
   free_case(&m);
 }
 
+/* ---- bad expert ids ------------------------------------------------------
+ * In bf16 (the GPU path on one rank with --device, else the staged or host
+ * path): an id out of range, or one repeated within a token, on the last
+ * rank gives MKX_ERR_INVALID_ARG on every rank, naming the rank, and
+ * neither Y nor out is written. */
+static void case_bad_ids(MKX_Comm comm, int repeat, int layer) {
+  const int p = mt.size, last = p - 1;
+  const int64_t nt = 3, K = 2, E = 2 * p, H = 16, F = 8, N = 24;
+  int32_t ids[6] = {0, 1, 1, 0, 0, 1};
+  float gw[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
+  if (mt.rank == last && repeat) ids[5] = ids[4]; /* token 2 */
+  if (mt.rank == last && !repeat) ids[4] = (int32_t)(E + 3);
+  tbuf tx, ti, tg, tw, tw2, ty, tc;
+  tbuf_alloc(&tx, (size_t)(nt * H) * 2);
+  tbuf_alloc(&ti, sizeof ids);
+  tbuf_alloc(&tg, sizeof gw);
+  tbuf_alloc(&tw, (size_t)(2 * H * 2 * F) * 2);
+  tbuf_alloc(&tw2, (size_t)(2 * F * H) * 2);
+  tbuf_alloc(&ty, (size_t)(p * nt * K * N) * 2);
+  tbuf_alloc(&tc, 2 * sizeof(int64_t));
+  memset(tx.host, 0, (size_t)(nt * H) * 2);
+  memset(tw.host, 0, (size_t)(2 * H * 2 * F) * 2);
+  memset(tw2.host, 0, (size_t)(2 * F * H) * 2);
+  memcpy(ti.host, ids, sizeof ids);
+  memcpy(tg.host, gw, sizeof gw);
+  tbuf_upload(&tx);
+  tbuf_upload(&ti);
+  tbuf_upload(&tg);
+  tbuf_upload(&tw);
+  tbuf_upload(&tw2);
+  tbuf_poison(&ty);
+  gpu_eligible(MKX_BF16);
+  int rc =
+      layer ? MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg),
+                            K, E, tbuf_ptr(&tw), tbuf_ptr(&tw2), F,
+                            tbuf_ptr(&ty), MKX_BF16, comm, NULL)
+            : MKX_Moe_dispatch_gemm(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
+                                    tbuf_ptr(&tg), K, E, tbuf_ptr(&tw), N,
+                                    tbuf_ptr(&ty), p * nt * K, tbuf_ptr(&tc),
+                                    NULL, MKX_BF16, comm, NULL);
+  char want[32];
+  snprintf(want, sizeof want, "on rank %d", last);
+  CHECK(rc == MKX_ERR_INVALID_ARG && strstr(MKX_Get_last_error(), want) &&
+            strstr(MKX_Get_last_error(), repeat ? "repeats" : "outside"),
+        "%s, expert id %s on rank %d: MKX_ERR_INVALID_ARG naming the rank (got "
+        "%d: %s)",
+        layer ? "moe_layer" : "moe_dispatch_gemm",
+        repeat ? "repeated" : "out of range", last, rc, MKX_Get_last_error());
+  tbuf_download(&ty);
+  int untouched = 1;
+  for (size_t i = 0; i < (size_t)(p * nt * K * N); i++)
+    untouched &= ((uint16_t *)ty.host)[i] == ((uint16_t *)ty.host)[0];
+  CHECK(untouched, "%s with a bad id writes no output",
+        layer ? "moe_layer" : "moe_dispatch_gemm");
+  tbuf_free(&tx);
+  tbuf_free(&ti);
+  tbuf_free(&tg);
+  tbuf_free(&tw);
+  tbuf_free(&tw2);
+  tbuf_free(&ty);
+  tbuf_free(&tc);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
@@ -458,6 +551,10 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 16; c++) case_dispatch(comm, c, 0);
   for (int c = 0; c < 4; c++) case_dispatch(comm, c, 1);
   for (int c = 0; c < 16; c++) case_layer(comm, c);
+  for (int k = 0; k < 4; k++) case_bad_ids(comm, k & 1, k >> 1);
+  CHECK(mkx_path_starts(MKX_PATH_MOE) == gpu_calls,
+        "%ld of %ld eligible calls took the GPU path",
+        mkx_path_starts(MKX_PATH_MOE), gpu_calls);
   if (mt.rank == 0) mt_diag("36 cases in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
