@@ -19,6 +19,12 @@
  *     MKX_Ring_attention on device buffers, causal and not: TFLOP/s of the whole attention,
  *     slowest rank; --versus: beside PyTorch SDPA's lines (tests/perf/torch_sdpa.py) on 1 rank
  *     (tests/perf/perf_attn.c).
+ *
+ *   mpirun -np P mkx_perf moe [--shapes T,H,E,K,F ...] [--small] [--reps N] [--warmup N]
+ *                           [--versus FILE] [--out FILE.md]
+ *     MKX_Moe_layer and MKX_Moe_dispatch_gemm on device buffers: ms and TFLOP/s of the expert
+ *     GEMMs, slowest rank; --versus: beside the PyTorch chain around torch._grouped_mm
+ *     (tests/perf/torch_moe.py) on 1 rank (tests/perf/perf_moe.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -298,6 +304,7 @@ typedef struct {
 
 int mkx_perf_tp(int argc, char **argv);   /* tests/perf/perf_tp.c */
 int mkx_perf_attn(int argc, char **argv); /* tests/perf/perf_attn.c */
+int mkx_perf_moe(int argc, char **argv);  /* tests/perf/perf_moe.c */
 
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
@@ -317,6 +324,10 @@ static const subcommand kCommands[] = {
      "MKX_Ring_attention on device buffers, TFLOP/s (under mpirun): "
      "[--shapes B,S,HQ,HKV,D ...] [--small] [--reps N] [--warmup N] "
      "[--versus SDPA_FILE] [--out FILE] [--no-lse] (attn --help)"},
+    {"moe", mkx_perf_moe,
+     "MKX_Moe_layer and MKX_Moe_dispatch_gemm on device buffers, ms and "
+     "TFLOP/s (under mpirun): [--shapes T,H,E,K,F ...] [--small] [--reps N] "
+     "[--warmup N] [--versus TORCH_MOE_FILE] [--out FILE] (moe --help)"},
 };
 
 static void usage(void) {

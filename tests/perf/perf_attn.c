@@ -67,43 +67,10 @@
 #include "mkx.h"
 #include "core/device.h"
 #include "ops/path.h"
-#include "cuda_check.h"
+#include "perf_job.h"
 #include "perf_util.h"
 
-extern char **environ;
-
-/* A CUDA call, on this job's rank (cuda_check.h: a "not ok" line naming
- * the rank and the call, then MPI_Abort). */
-#define AK(x) MT_CUDA_AT(g_rank, x)
-/* An MKX call: the error string and MKX's message, then MPI_Abort. */
-#define AM(x)                                                                  \
-  do {                                                                         \
-    int r_ = (x);                                                              \
-    if (r_ != MKX_SUCCESS) {                                                   \
-      fprintf(stderr, "mkx_perf attn: rank %d: %s:%d: %s: %s (%d): %s\n",      \
-              g_rank, __FILE__, __LINE__, #x, MKX_Error_string(r_), r_,        \
-              MKX_Get_last_error());                                           \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-/* An MPI call (MPI's default handler aborts first; this covers a job that
- * changed it). */
-#define AI(x)                                                                  \
-  do {                                                                         \
-    int r_ = (x), n_ = 0;                                                      \
-    char s_[MPI_MAX_ERROR_STRING];                                             \
-    if (r_ != MPI_SUCCESS) {                                                   \
-      if (MPI_Error_string(r_, s_, &n_) != MPI_SUCCESS)                        \
-        snprintf(s_, sizeof s_, "MPI error %d", r_);                           \
-      fprintf(stderr, "mkx_perf attn: rank %d: %s:%d: %s: %s\n", g_rank,       \
-              __FILE__, __LINE__, #x, s_);                                     \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-
-enum { MAX_SHAPES = 32, MAX_BACKENDS = 8 };
-
-static int g_rank; /* for the messages of AK, AM, AI */
+enum { MAX_SHAPES = PERF_MAX_SHAPES, MAX_BACKENDS = 8 };
 
 typedef struct shape {
   int64_t b, s, hq, hkv, d; /* s: sequence per rank */
@@ -115,17 +82,7 @@ typedef struct opts {
   const char *versus, *outname;
 } opts;
 
-typedef struct env {
-  int rank, size, dev;
-  int gpus;   /* distinct GPUs of the job */
-  int shared; /* two ranks of the job on one GPU */
-  int mps;    /* this rank's context is an MPS client (-1: unknown) */
-  int ctx_sms;
-  struct cudaDeviceProp prop;
-  MKX_Comm mkx;
-  cudaStream_t st;
-  cudaEvent_t e0, e1;
-} env;
+typedef perf_env env;
 
 /* One measurement of torch_sdpa.py, or of torch_ring_attn.py (backend
  * "ring"). */
@@ -175,18 +132,7 @@ static const shape small_shapes[] = {{1, 1024, 4, 4, 128}, {2, 2048, 8, 2, 64}};
 /* ---- arguments ------------------------------------------------------------ */
 
 static int usage_error(const char *what, const char *arg) {
-  fprintf(stderr, "mkx_perf attn: %s: %s\n%s", what, arg, attn_usage);
-  return 2;
-}
-
-/* An int in [lo, 1000000] from v into *x: 1, or 0 if v is not one. */
-static int int_arg(const char *v, int lo, int *x) {
-  char *end;
-  errno = 0;
-  long l = strtol(v, &end, 10);
-  if (errno || end == v || *end || l < lo || l > 1000000) return 0;
-  *x = (int)l;
-  return 1;
+  return perf_usage_error("mkx_perf attn", attn_usage, what, arg);
 }
 
 /* "B,S,HQ,HKV,D": 0, or 2 after a message. */
@@ -209,41 +155,29 @@ static void add_shapes(opts *o, const shape *list, int n) {
 
 /* 0: run; 1: --help; 2: bad arguments (said on stderr). */
 static int parse_args(int argc, char **argv, opts *o) {
-  shape given[MAX_SHAPES];
-  int ng = 0, small = 0;
+  perf_args a;
+  perf_args_init(&a);
   memset(o, 0, sizeof *o);
-  o->reps = 10, o->warmup = 2, o->lse = 1;
+  o->lse = 1;
   for (int i = 0; i < argc; i++) {
-    const char *a = argv[i];
-    if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;
-    if (!strcmp(a, "--small")) {
-      small = 1;
-    } else if (!strcmp(a, "--no-lse")) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    if (!strcmp(argv[i], "--no-lse")) {
       o->lse = 0;
-    } else if (!strcmp(a, "--shapes")) {
-      int before = ng;
-      for (; i + 1 < argc && strncmp(argv[i + 1], "--", 2); i++) {
-        if (ng == MAX_SHAPES)
-          return usage_error("too many shapes", argv[i + 1]);
-        if (parse_shape(argv[i + 1], &given[ng++])) return 2;
-      }
-      if (ng == before) return usage_error("missing its value", a);
-    } else if (!strcmp(a, "--reps") || !strcmp(a, "--warmup") ||
-               !strcmp(a, "--versus") || !strcmp(a, "--out")) {
-      if (i + 1 >= argc) return usage_error("missing its value", a);
-      const char *v = argv[++i];
-      if (!strcmp(a, "--reps") && !int_arg(v, 1, &o->reps))
-        return usage_error("--reps takes a positive integer", v);
-      if (!strcmp(a, "--warmup") && !int_arg(v, 0, &o->warmup))
-        return usage_error("--warmup takes an integer >= 0", v);
-      if (!strcmp(a, "--versus")) o->versus = v;
-      if (!strcmp(a, "--out")) o->outname = v;
-    } else {
-      return usage_error("unknown option", a);
+      continue;
     }
+    const int r =
+        perf_common_arg(argc, argv, &i, &a, "mkx_perf attn", attn_usage);
+    if (r == 2) return 2;
+    if (r == 0) return usage_error("unknown option", argv[i]);
   }
-  if (small) add_shapes(o, small_shapes, 2);
-  add_shapes(o, given, ng);
+  o->reps = a.reps, o->warmup = a.warmup;
+  o->versus = a.versus, o->outname = a.outname;
+  if (a.small) add_shapes(o, small_shapes, 2);
+  for (int g = 0; g < a.ng; g++) {
+    shape sh;
+    if (parse_shape(a.shapes[g], &sh)) return 2;
+    add_shapes(o, &sh, 1);
+  }
   if (o->ns == 0) add_shapes(o, default_shapes, 5);
   return 0;
 }
@@ -419,38 +353,12 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
   if (out) fputs(line, out), fflush(out);
 }
 
-/* The MKX_* variables set, "none" if none. */
-static void mkx_environment(char *s, size_t len) {
-  int n = 0;
-  for (char **v = environ; v && *v; v++)
-    if (!strncmp(*v, "MKX_", 4))
-      perf_cat(s, len, "%s`%s`", n++ ? ", " : "", *v);
-  if (n == 0) perf_cat(s, len, "none");
-}
-
 /* Rank 0: the section's title, method, legend and column heads, on stdout
  * and appended to --out (returned, or NULL). */
 static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
-  char head[4096] = "", day[32], envs[1024] = "";
-  time_t now = time(NULL);
-  struct tm g;
-  gmtime_r(&now, &g);
-  strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", &g);
-  mkx_environment(envs, sizeof envs);
-  perf_cat(head, sizeof head,
-           "\n### mkx_perf attn, %s, %d rank%s on %d x %s (%d SMs)\n\n", day,
-           e->size, e->size > 1 ? "s" : "", e->gpus, e->prop.name,
-           e->prop.multiProcessorCount);
-  if (e->shared)
-    perf_cat(head, sizeof head,
-             "Ranks share a GPU (same GPU UUID on several ranks), %s; this "
-             "rank's context has %d of its %d SMs.  ",
-             e->mps == 1   ? "under MPS"
-             : e->mps == 0 ? "in time slices (no MPS)"
-                           : "MPS unknown",
-             e->ctx_sms, e->prop.multiProcessorCount);
-  else
-    perf_cat(head, sizeof head, "One GPU per rank (GPU UUIDs differ).  ");
+  char head[4096] = "", envs[1024] = "";
+  perf_mkx_environment(envs, sizeof envs);
+  perf_table_title(e, head, sizeof head);
   char seq[32] = "S"; /* the whole sequence */
   if (e->size > 1) snprintf(seq, sizeof seq, "%d*S", e->size);
   perf_cat(head, sizeof head,
@@ -495,80 +403,10 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
   if (versus_on(e, o)) perf_cat(head, sizeof head, "---:|");
   if (ring_on(e, o)) perf_cat(head, sizeof head, "---:|---:|");
   perf_cat(head, sizeof head, "---:|%s---|\n", ring_on(e, o) ? "---:|" : "");
-  fputs(head, stdout);
-  fflush(stdout);
-  FILE *out = NULL;
-  if (o->outname && (out = fopen(o->outname, "a")) == NULL) {
-    fprintf(stderr, "mkx_perf attn: --out %s: %s\n", o->outname,
-            strerror(errno));
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  if (out) fputs(head, out), fflush(out);
-  return out;
+  return perf_table_open(head, o->outname);
 }
 
 /* ---- the job -------------------------------------------------------------- */
-
-/* Distinct GPUs of the job (UUIDs over MPI_Allgather), and whether two
- * ranks share one. */
-static void job_gpus(env *e) {
-  unsigned char *all = calloc((size_t)e->size, 16);
-  if (!all) {
-    fprintf(stderr, "mkx_perf attn: out of host memory\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  AI(MPI_Allgather(e->prop.uuid.bytes, 16, MPI_BYTE, all, 16, MPI_BYTE,
-                   MPI_COMM_WORLD));
-  e->gpus = 0, e->shared = 0;
-  for (int q = 0; q < e->size; q++) {
-    int seen = 0;
-    for (int s = 0; s < q && !seen; s++)
-      seen = !memcmp(all + 16 * s, all + 16 * q, 16);
-    e->gpus += !seen;
-    e->shared |= seen;
-  }
-  free(all);
-}
-
-/* 0, or 77 (said on rank 0) when some rank has no GPU. */
-static int env_init(env *e) {
-  int mindev;
-  memset(e, 0, sizeof *e);
-  AI(MPI_Comm_rank(MPI_COMM_WORLD, &e->rank));
-  AI(MPI_Comm_size(MPI_COMM_WORLD, &e->size));
-  g_rank = e->rank;
-  AM(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &e->mkx));
-  AM(MKX_Comm_device(e->mkx, &e->dev));
-  AI(MPI_Allreduce(&e->dev, &mindev, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD));
-  if (mindev < 0) {
-    if (e->rank == 0)
-      fprintf(stderr,
-              "mkx_perf attn: no GPU on %s (MKX runs the host path "
-              "there); this benchmark times device buffers: skipped\n",
-              e->size > 1 ? "some rank" : "this machine");
-    AM(MKX_Comm_free(&e->mkx));
-    return 77;
-  }
-  AK(cudaSetDevice(e->dev));
-  AK(cudaGetDeviceProperties(&e->prop, e->dev));
-  mkx_device_sms sms;
-  if (mkx_device_sm_info(e->dev, &sms) == MKX_SUCCESS)
-    e->mps = sms.mps, e->ctx_sms = sms.ctx_sms;
-  else
-    e->mps = -1, e->ctx_sms = e->prop.multiProcessorCount;
-  job_gpus(e);
-  AK(cudaStreamCreateWithFlags(&e->st, cudaStreamNonBlocking));
-  AK(cudaEventCreate(&e->e0));
-  AK(cudaEventCreate(&e->e1));
-  return 0;
-}
-
-static void env_fini(env *e) {
-  AK(cudaEventDestroy(e->e0));
-  AK(cudaEventDestroy(e->e1));
-  AK(cudaStreamDestroy(e->st));
-  AM(MKX_Comm_free(&e->mkx));
-}
 
 typedef struct bufs {
   void *q, *k, *v, *o;
@@ -605,56 +443,25 @@ static void call(const env *e, const shape *sh, int causal, const bufs *b) {
                         sh->hkv, sh->d, causal, 0.0, MKX_BF16, e->mkx, e->st));
 }
 
-/* The paths counted between before[] and now, with their counts where
- * they are not every timed call. */
-static void paths_taken(const long *before, int reps, char *s, size_t len) {
-  int n = 0;
-  s[0] = '\0';
-  for (int p = 0; p < MKX_PATH_COUNT; p++) {
-    long d = mkx_path_starts((mkx_path)p) - before[p];
-    if (d <= 0) continue;
-    perf_cat(s, len, "%s%s", n++ ? " + " : "", mkx_path_name((mkx_path)p));
-    if (d != reps) perf_cat(s, len, " (%ld of %d)", d, reps);
-  }
-  if (n == 0) perf_cat(s, len, "?");
+/* One call of bench's case. */
+typedef struct call_ctx {
+  const shape *sh;
+  int causal;
+  const bufs *b;
+} call_ctx;
+
+static void timed_call(const env *e, const void *ctx) {
+  const call_ctx *c = ctx;
+  call(e, c->sh, c->causal, c->b);
 }
 
 static void bench(const env *e, const opts *o, const shape *sh, int causal,
                   const bufs *b, result *r) {
-  float *t = calloc((size_t)o->reps, sizeof *t), med;
-  long before[MKX_PATH_COUNT];
-  int async = MKX_SUCCESS;
-  if (!t) {
-    fprintf(stderr, "mkx_perf attn: out of host memory\n");
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  for (int w = 0; w < o->warmup; w++) call(e, sh, causal, b);
-  for (int p = 0; p < MKX_PATH_COUNT; p++)
-    before[p] = mkx_path_starts((mkx_path)p);
-  for (int i = 0; i < o->reps; i++) {
-    AK(cudaStreamSynchronize(e->st));
-    AI(MPI_Barrier(MPI_COMM_WORLD));
-    AK(cudaEventRecord(e->e0, e->st));
-    call(e, sh, causal, b);
-    AK(cudaEventRecord(e->e1, e->st));
-    AK(cudaEventSynchronize(e->e1));
-    AK(cudaEventElapsedTime(&t[i], e->e0, e->e1));
-  }
-  AK(cudaStreamSynchronize(e->st));
-  AK(cudaGetLastError());
-  /* GPU work that failed after its call returned: no number from it */
-  AM(MKX_Comm_get_async_error(e->mkx, &async));
-  if (async != MKX_SUCCESS) {
-    fprintf(stderr, "mkx_perf attn: rank %d: a timed call failed: %s: %s\n",
-            e->rank, MKX_Error_string(async), MKX_Get_last_error());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-  paths_taken(before, o->reps, r->path, sizeof r->path);
-  med = perf_median(t, o->reps);
-  AI(MPI_Allreduce(MPI_IN_PLACE, &med, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
+  const call_ctx c = {sh, causal, b};
+  const float med = perf_time_calls(e, o->warmup, o->reps, timed_call, &c,
+                                    r->path, sizeof r->path);
   r->ms = med;
   r->tflops = attn_flops(sh, e->size, causal) / (med * 1e-3) / 1e12;
-  free(t);
 }
 
 int mkx_perf_attn(int argc, char **argv) {
@@ -668,7 +475,7 @@ int mkx_perf_attn(int argc, char **argv) {
     fprintf(stderr, "mkx_perf attn: MPI_Init failed\n");
     return 1;
   }
-  if ((rc = env_init(&e)) != 0) {
+  if ((rc = perf_env_init(&e, "mkx_perf attn")) != 0) {
     AI(MPI_Finalize());
     return rc;
   }
@@ -699,7 +506,7 @@ int mkx_perf_attn(int argc, char **argv) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   free(bl.lines);
-  env_fini(&e);
+  perf_env_fini(&e);
   AI(MPI_Finalize());
   return 0;
 }

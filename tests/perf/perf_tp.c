@@ -66,6 +66,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "mkx.h"
+#include "perf_job.h"
 #include "perf_util.h"
 
 #define PK(x)                                                                  \
@@ -95,28 +96,6 @@
       MPI_Abort(MPI_COMM_WORLD, 1);                                            \
     }                                                                          \
   } while (0)
-#define PM(x)                                                                  \
-  do {                                                                         \
-    int r_ = (x);                                                              \
-    if (r_ != MKX_SUCCESS) {                                                   \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,               \
-              MKX_Get_last_error());                                           \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-/* MPI's default handler aborts first; this covers a job that changed it. */
-#define PI(x)                                                                  \
-  do {                                                                         \
-    int r_ = (x), n_ = 0;                                                      \
-    char s_[MPI_MAX_ERROR_STRING];                                             \
-    if (r_ != MPI_SUCCESS) {                                                   \
-      if (MPI_Error_string(r_, s_, &n_) != MPI_SUCCESS)                        \
-        snprintf(s_, sizeof s_, "MPI error %d", r_);                           \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, s_);          \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
-    }                                                                          \
-  } while (0)
-
 enum { OP_AG, OP_RS, OP_AR };
 /* The variants, in the order one sample of each is interleaved. */
 enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, V_ONE, NV };
@@ -236,15 +215,15 @@ static void blas_gemm(env *e, const void *A, const void *B, void *C, int64_t m,
 static void plan_on(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
                     bufs *b, MKX_Request *req) {
   if (op == OP_AG)
-    PM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
+    AM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
                                b->C, N, NULL, K, MKX_BF16, MKX_BF16,
                                MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
   else if (op == OP_RS)
-    PM(MKX_Gemm_reduce_scatter_init(
+    AM(MKX_Gemm_reduce_scatter_init(
         b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc, MKX_TRANS, b->C, N,
         MKX_BF16, MKX_BF16, MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
   else
-    PM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc,
+    AM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc,
                                MKX_TRANS, b->C, N, MKX_BF16, MKX_BF16,
                                MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
 }
@@ -265,7 +244,7 @@ static void alloc_share(int op, int64_t M, int64_t N, int64_t K, int p, int r,
   } else {
     b->k_loc = K / p;
     int64_t first;
-    PM(MKX_Block_range(M, p, r, &first, &b->c_rows));
+    AM(MKX_Block_range(M, p, r, &first, &b->c_rows));
     if (op == OP_AR) b->c_rows = M;
     b->A = dalloc((size_t)(M * b->k_loc) * 2);
     b->B = dalloc((size_t)(N * b->k_loc) * 2);
@@ -302,8 +281,8 @@ static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
 }
 
 static void bufs_free(bufs *b) {
-  if (b->req) PM(MKX_Request_free(&b->req));
-  if (b->req2) PM(MKX_Request_free(&b->req2));
+  if (b->req) AM(MKX_Request_free(&b->req));
+  if (b->req2) AM(MKX_Request_free(&b->req2));
   PK(cudaFree(b->A));
   PK(cudaFree(b->B));
   PK(cudaFree(b->C));
@@ -342,13 +321,13 @@ static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
   bufs *b = &w->b;
   switch (v) {
     case V_MKX:
-      PM(MKX_Start(b->req, e->st));
+      AM(MKX_Start(b->req, e->st));
       break;
     case V_MKX2:
-      PM(MKX_Start(b->req2, e->st));
+      AM(MKX_Start(b->req2, e->st));
       break;
     case V_ONE:
-      PM(MKX_Start(w->one.req, e->st));
+      AM(MKX_Start(w->one.req, e->st));
       break;
     case V_SERIAL:
       if (op == OP_AG)
@@ -379,7 +358,7 @@ static float sample(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
   float ms = 0;
   *host_us = 0;
   PK(cudaStreamSynchronize(e->st));
-  PI(MPI_Barrier(MPI_COMM_WORLD));
+  AI(MPI_Barrier(MPI_COMM_WORLD));
   /* The 1-rank call has the GPU to itself: the other ranks launch nothing
    * and wait at the next sample's barrier until rank 0 is done. */
   if (v == V_ONE && e->rank != 0) return 0;
@@ -462,8 +441,8 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
     hmed[v] = median_of(h + v * reps, reps);
   }
   /* The 1-rank time is 0 on the other ranks: the maximum is rank 0's. */
-  PI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
-  PI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
+  AI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
+  AI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   if (e->host_times && e->rank == 0) print_host_times(e, op, M, N, K, hmed);
   if (e->rank == 0) print_row(e, op, M, N, K, med, out);
   PK(cudaEventDestroy(e0));
@@ -479,27 +458,27 @@ static MKX_Comm mkx_comm(MPI_Comm comm, const opts *o, const char *versus,
                          int device) {
   MPI_Info info;
   MKX_Comm c = NULL;
-  PI(MPI_Info_create(&info));
-  PI(MPI_Info_set(info, "mkx_fused", "auto"));
-  PI(MPI_Info_set(info, "mkx_tp_overlap", o->overlap));
+  AI(MPI_Info_create(&info));
+  AI(MPI_Info_set(info, "mkx_fused", "auto"));
+  AI(MPI_Info_set(info, "mkx_tp_overlap", o->overlap));
   if (o->vnode) {
-    PI(MPI_Info_set(info, "mkx_virtual_node_size", o->vnode));
-    PI(MPI_Info_set(info, "mkx_net", "tcp"));
-    PI(MPI_Info_set(info, "mkx_hier_gemm", o->hier));
+    AI(MPI_Info_set(info, "mkx_virtual_node_size", o->vnode));
+    AI(MPI_Info_set(info, "mkx_net", "tcp"));
+    AI(MPI_Info_set(info, "mkx_hier_gemm", o->hier));
   }
   if (device >= 0) {
     char d[16];
     snprintf(d, sizeof d, "%d", device);
-    PI(MPI_Info_set(info, "mkx_device", d));
+    AI(MPI_Info_set(info, "mkx_device", d));
   }
   char key[80];
   const char *eq = versus ? strchr(versus, '=') : NULL;
   if (eq && eq - versus < 70) {
     snprintf(key, sizeof key, "mkx_%.*s", (int)(eq - versus), versus);
-    PI(MPI_Info_set(info, key, eq + 1));
+    AI(MPI_Info_set(info, key, eq + 1));
   }
-  PM(MKX_Comm_create(comm, info, &c));
-  PI(MPI_Info_free(&info));
+  AM(MKX_Comm_create(comm, info, &c));
+  AI(MPI_Info_free(&info));
   return c;
 }
 
@@ -520,7 +499,7 @@ static int job_gpus(const env *e, int dev, int *shared) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   PK(cudaDeviceGetPCIBusId(mine.pci, (int)sizeof mine.pci, dev));
-  PI(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
+  AI(MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine,
                    MPI_BYTE, MPI_COMM_WORLD));
   *shared = 0;
   for (int q = 0; q < e->size; q++) {
@@ -538,7 +517,7 @@ static int job_gpus(const env *e, int dev, int *shared) {
 static void nccl_init(env *e) {
   ncclUniqueId id;
   if (e->rank == 0) PN(ncclGetUniqueId(&id));
-  PI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
+  AI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, MPI_COMM_WORLD));
   PN(ncclCommInitRank(&e->nccl, e->size, id, e->rank));
 }
 
@@ -552,13 +531,15 @@ static unsigned variants(const env *e, const opts *o) {
 
 static void env_init(env *e, const opts *o) {
   memset(e, 0, sizeof *e);
-  PI(MPI_Comm_rank(MPI_COMM_WORLD, &e->rank));
-  PI(MPI_Comm_size(MPI_COMM_WORLD, &e->size));
+  perf_cmd = "mkx_perf tp";
+  AI(MPI_Comm_rank(MPI_COMM_WORLD, &e->rank));
+  perf_rank = e->rank;
+  AI(MPI_Comm_size(MPI_COMM_WORLD, &e->size));
   e->host_times = o->host_times;
   e->mkx = mkx_comm(MPI_COMM_WORLD, o, NULL, -1);
   e->mkx2 = o->versus ? mkx_comm(MPI_COMM_WORLD, o, o->versus, -1) : NULL;
   int dev = -1;
-  PM(MKX_Comm_device(e->mkx, &dev));
+  AM(MKX_Comm_device(e->mkx, &dev));
   if (dev < 0) {
     fprintf(stderr,
             "mkx_perf tp: rank %d has no GPU (MKX runs the host "
@@ -584,9 +565,9 @@ static void env_fini(env *e) {
   if (e->nccl_on) PN(ncclCommDestroy(e->nccl));
   PB(cublasDestroy(e->blas));
   PK(cudaStreamDestroy(e->st));
-  PM(MKX_Comm_free(&e->mkx));
-  if (e->mkx2) PM(MKX_Comm_free(&e->mkx2));
-  if (e->mkx1) PM(MKX_Comm_free(&e->mkx1));
+  AM(MKX_Comm_free(&e->mkx));
+  if (e->mkx2) AM(MKX_Comm_free(&e->mkx2));
+  if (e->mkx1) AM(MKX_Comm_free(&e->mkx1));
 }
 
 /* What the columns mean, where they differ from the default ones. */
@@ -810,6 +791,6 @@ int mkx_perf_tp(int argc, char **argv) {
             out);
   if (out && fclose(out) != 0) perror(o.outname);
   env_fini(&e);
-  PI(MPI_Finalize());
+  AI(MPI_Finalize());
   return 0;
 }

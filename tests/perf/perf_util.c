@@ -1,5 +1,6 @@
 /* Helpers the mkx_perf subcommands share (perf_util.h). */
 #include "perf_util.h"
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,4 +51,58 @@ void perf_cat(char *s, size_t len, const char *fmt, ...) {
   va_start(ap, fmt);
   vsnprintf(s + used, len - used, fmt, ap);
   va_end(ap);
+}
+
+void perf_args_init(perf_args *a) {
+  memset(a, 0, sizeof *a);
+  a->reps = 10, a->warmup = 2;
+}
+
+int perf_usage_error(const char *cmd, const char *usage, const char *what,
+                     const char *arg) {
+  fprintf(stderr, "%s: %s: %s\n%s", cmd, what, arg, usage);
+  return 2;
+}
+
+/* An int in [lo, 1000000] from v into *x: 1, or 0 if v is not one. */
+static int int_arg(const char *v, int lo, int *x) {
+  char *end;
+  errno = 0;
+  long l = strtol(v, &end, 10);
+  if (errno || end == v || *end || l < lo || l > 1000000) return 0;
+  *x = (int)l;
+  return 1;
+}
+
+int perf_common_arg(int argc, char **argv, int *i, perf_args *a,
+                    const char *cmd, const char *usage) {
+  const char *o = argv[*i];
+  if (!strcmp(o, "--small")) {
+    a->small = 1;
+    return 1;
+  }
+  if (!strcmp(o, "--shapes")) {
+    const int before = a->ng;
+    for (; *i + 1 < argc && strncmp(argv[*i + 1], "--", 2); ++*i) {
+      if (a->ng == PERF_MAX_SHAPES)
+        return perf_usage_error(cmd, usage, "too many shapes", argv[*i + 1]);
+      a->shapes[a->ng++] = argv[*i + 1];
+    }
+    return a->ng == before
+               ? perf_usage_error(cmd, usage, "missing its value", o)
+               : 1;
+  }
+  if (strcmp(o, "--reps") && strcmp(o, "--warmup") && strcmp(o, "--versus") &&
+      strcmp(o, "--out"))
+    return 0;
+  if (*i + 1 >= argc)
+    return perf_usage_error(cmd, usage, "missing its value", o);
+  const char *v = argv[++*i];
+  if (!strcmp(o, "--reps") && !int_arg(v, 1, &a->reps))
+    return perf_usage_error(cmd, usage, "--reps takes a positive integer", v);
+  if (!strcmp(o, "--warmup") && !int_arg(v, 0, &a->warmup))
+    return perf_usage_error(cmd, usage, "--warmup takes an integer >= 0", v);
+  if (!strcmp(o, "--versus")) a->versus = v;
+  if (!strcmp(o, "--out")) a->outname = v;
+  return 1;
 }

@@ -18,4 +18,23 @@ void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st);
 __attribute__((format(printf, 3, 4))) void perf_cat(char *s, size_t len,
                                                     const char *fmt, ...);
 
+/* ---- arguments of the subcommands that time a list of shapes ---- */
+#define PERF_MAX_SHAPES 32
+typedef struct perf_args {
+  int reps, warmup, small; /* --reps N (default 10), --warmup N (2), --small */
+  const char *versus, *outname;        /* --versus FILE, --out FILE */
+  int ng;                              /* --shapes values given */
+  const char *shapes[PERF_MAX_SHAPES]; /* parsed by the subcommand */
+} perf_args;
+void perf_args_init(perf_args *a);
+/* argv[*i] is an option: --small, --shapes V..., --reps, --warmup,
+ * --versus, --out are taken (*i advanced past their values): returns 1;
+ * another option: 0; a bad or missing value: 2, said on stderr with
+ * `usage` under the name cmd. */
+int perf_common_arg(int argc, char **argv, int *i, perf_args *a,
+                    const char *cmd, const char *usage);
+/* 2, after "cmd: what: arg" and usage on stderr. */
+int perf_usage_error(const char *cmd, const char *usage, const char *what,
+                     const char *arg);
+
 #endif

@@ -38,7 +38,6 @@ machines).
 import argparse
 import math
 import os
-import statistics
 import sys
 
 os.environ.setdefault("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1")
@@ -47,6 +46,7 @@ os.environ.setdefault("NCCL_NVLS_ENABLE", "0")
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from torch_timing import timed  # noqa: E402
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 SHAPES = ["4,4096,16,16,128", "4,8192,16,16,128", "4,16384,16,16,128",
@@ -199,24 +199,6 @@ def check(name, sdpa, shape):
     return passed
 
 
-def timed(fn, reps, warmup):
-    """This rank's median GPU time (ms) of fn, ranks started together."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        torch.cuda.synchronize()
-        dist.barrier()
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
-
-
 def bench(shape, verified, a):
     b, s, hq, hkv, d = shape
     rank, p = dist.get_rank(), dist.get_world_size()
@@ -254,10 +236,11 @@ def bench(shape, verified, a):
     say(f"# {b},{s},{hq},{hkv},{d}: SDPA backend {name}")
     for causal, tag in zip((0, 1), tags):
         times = [timed(lambda: r.forward(sdpa, causal, exchange=False),
-                       a.reps, a.warmup),
+                       a.reps, a.warmup, dist.barrier),
                  timed(lambda: r.forward(sdpa, causal, compute=False),
-                       a.reps, a.warmup),
-                 timed(lambda: r.forward(sdpa, causal), a.reps, a.warmup)]
+                       a.reps, a.warmup, dist.barrier),
+                 timed(lambda: r.forward(sdpa, causal),
+                       a.reps, a.warmup, dist.barrier)]
         compute, ring, serial = agree_max(times)
         flops = 4.0 * b * hq * (p * s) ** 2 * d / (2 if causal else 1)
         say(f"{tag} {compute:.4f} {ring:.4f} {serial:.4f} "

@@ -12,32 +12,16 @@ measurement:  sdpa <backend> B S HQ HKV D causal ms tflops
 (or "... unavailable <why>").
 """
 import argparse
-import statistics
 
 import torch
 import torch.nn.functional as F
+from torch_timing import timed
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 SHAPES = ["4,4096,16,16,128", "4,8192,16,16,128", "4,16384,16,16,128",
           "1,16384,32,8,128", "4,8192,16,16,64"]
 BACKENDS = [("cudnn", SDPBackend.CUDNN_ATTENTION),
             ("flash", SDPBackend.FLASH_ATTENTION)]
-
-
-def timed(fn, reps):
-    """Median GPU time (ms) of fn over reps, after warm-up."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(reps):
-        e0 = torch.cuda.Event(enable_timing=True)
-        e1 = torch.cuda.Event(enable_timing=True)
-        e0.record()
-        fn()
-        e1.record()
-        e1.synchronize()
-        times.append(e0.elapsed_time(e1))
-    return statistics.median(times)
 
 
 def main():
