@@ -85,8 +85,8 @@ __global__ void tile_prefix_kernel(MoeRows r, int *work) {
 template <int BN, bool SWIGLU>
 struct MoeGate {
   MoeRows r;
-  int n;
-  int e;  // expert of the tile in hand (set by a_source)
+  int up;  // SwiGLU: first column of the up half
+  int e;   // expert of the tile in hand (set by a_source)
   __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&, int &row) {
     int end;
     row = r.first_row(tm, e, end);
@@ -97,7 +97,7 @@ struct MoeGate {
     z = e;
     if constexpr (SWIGLU) {
       constexpr int H = BN / 128;  // gate chunks, then as many up chunks
-      col = j < H ? tn * (BN / 2) + 64 * j : n + tn * (BN / 2) + 64 * (j - H);
+      col = j < H ? tn * (BN / 2) + 64 * j : up + tn * (BN / 2) + 64 * (j - H);
     }
   }
 };
@@ -154,7 +154,7 @@ struct MoeParams {
   void *c;
   int64_t ldc;
   const float *scale;
-  int n, k, tiles_n;
+  int n, k, tiles_n, up;
 };
 
 template <int BN, int STAGES, bool F16, typename OutT, bool SWIGLU>
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<BN, STAGES, false, F16> Cfg;
   const int tiles_m = p.rows.prefix[p.rows.experts];
   GroupedTileOrder order{tiles_m, p.tiles_n, max(1, min(kGroupM, tiles_m))};
-  MoeGate<BN, SWIGLU> gate{p.rows, p.n, 0};
+  MoeGate<BN, SWIGLU> gate{p.rows, p.up, 0};
   MoeStore<OutT, SWIGLU> epi{p.rows, reinterpret_cast<OutT *>(p.c), p.ldc, p.n, p.scale};
   run_engine<Cfg>(smem, &tmA, &tmW, tiles_m * kBM, p.n, p.k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
@@ -174,13 +174,16 @@ __global__ void __launch_bounds__(kThreads, 1)
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* SwiGLU: the first column of W's up half. */
+int64_t up_of(const mkx_moe_gemm_desc *d) { return d->up_col ? d->up_col : d->n; }
+
 template <int BN, int STAGES, bool F16, typename OutT, bool SWIGLU>
 int launch(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s) {
   typedef Config<BN, STAGES, false, F16> Cfg;
   auto kern = mkx_moe_gemm_kernel<BN, STAGES, F16, OutT, SWIGLU>;
   CUtensorMap tmA, tmW;
   int rc = make_tmap(&tmA, d->a, d->ab_type, d->k, d->a_rows, d->lda, kBM);
-  const int64_t wcols = SWIGLU ? 2 * d->n : d->n;
+  const int64_t wcols = SWIGLU ? up_of(d) + d->n : d->n;
   const int64_t dims[3] = {wcols, d->k, d->experts}, strides[3] = {1, d->ldw, d->k * d->ldw};
   const uint32_t box[3] = {64, 64, 1};
   if (!rc) rc = make_tmap_nd(&tmW, d->w, d->ab_type, 3, dims, strides, box);
@@ -188,7 +191,8 @@ int launch(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s) {
   if (!rc) rc = num_sms(&sms, d->num_ctas);
   if (!rc) rc = smem_attr_once<mkx_moe_gemm_kernel<BN, STAGES, F16, OutT, SWIGLU>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  MoeParams p = {rows, d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)cdiv(d->n, SWIGLU ? BN / 2 : BN)};
+  MoeParams p = {rows,         d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)cdiv(d->n, SWIGLU ? BN / 2 : BN),
+                 (int)up_of(d)};
   kern<<<sms, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmW, p);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
@@ -223,7 +227,9 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "a size is 2^31 or more";
   else if (d->lda % 8 || d->ldw % 8)
     w = "lda and ldw must be multiples of 8";
-  else if (d->lda < d->k || d->ldc < d->n || d->ldw < (d->swiglu ? 2 * d->n : d->n))
+  else if (d->swiglu && (d->up_col < 0 || (d->up_col && d->up_col < d->n) || up_of(d) % 8))
+    w = "SwiGLU: the up half must start at a multiple of 8 columns, at or after n";
+  else if (d->lda < d->k || d->ldc < d->n || d->ldw < (d->swiglu ? up_of(d) + d->n : d->n))
     w = "leading dimension too small";
   else if (!d->offsets || !d->work || !d->w || (d->a_rows > 0 && (!d->a || !d->c)))
     w = "null offsets, work, W, A or C";

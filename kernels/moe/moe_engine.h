@@ -8,10 +8,11 @@
  * host, so the rows may be placed by an earlier kernel on the same stream.
  *   plain:   C[r, :]  = scale[r] * (A[r, :] W[e])                  (n columns)
  *   SwiGLU:  C[r, j]  = scale[r] * silu(G[r, j]) * U[r, j],  G = A[r,:] W[e][:, 0:n],
- *                       U = A[r,:] W[e][:, n:2n],  silu(v) = v / (1 + exp(-v))
+ *                       U = A[r,:] W[e][:, u:u+n],  silu(v) = v / (1 + exp(-v))
  * with scale[r] = row_scale[r], or 1 if row_scale is NULL; W is
- * [experts][k][ldw] row-major (N contiguous), n (plain) or 2n (SwiGLU)
- * columns used.  C has the rows of A (same row index, ldc); rows of C
+ * [experts][k][ldw] row-major (N contiguous), n (plain) or u + n (SwiGLU)
+ * columns used; u = up_col, or n if up_col is 0, a multiple of 8 (the
+ * tensor map's loads of the up half start on 16-byte boundaries).  C has the rows of A (same row index, ldc); rows of C
  * outside [offsets[0], offsets[E]) are not written.  Operands bf16 or
  * fp16 (the same), fp32 accumulation, C bf16, fp16 or fp32, rounded once.
  *
@@ -41,7 +42,7 @@ typedef struct {
   int64_t lda, a_rows; /* a_rows: rows A and C hold (a bound, not a count) */
   const int *offsets;  /* device: E + 1 row offsets */
   const void *w;       /* [E][k][ldw] */
-  int64_t ldw;         /* >= n, or >= 2n with swiglu */
+  int64_t ldw;         /* >= n, or >= u + n with swiglu */
   void *c;             /* a_rows x n, row stride ldc */
   int64_t ldc;
   const float *row_scale; /* device, a_rows entries, or NULL */
@@ -51,6 +52,7 @@ typedef struct {
   int num_ctas;           /* persistent CTAs; 0: one per SM */
   int block_n;            /* 0 (picked), 128 or 256: tile columns of W */
   int *work;              /* device, mkx_moe_gemm_work_ints(E) ints, one per concurrent run */
+  int64_t up_col;         /* SwiGLU: first column of the up half (0: n) */
 } mkx_moe_gemm_desc;
 
 /* Ints of device workspace a run needs (the tile-row prefix over experts). */

@@ -119,7 +119,9 @@ static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w,
   const size_t es = MKX_Type_size(a->dtype);
   const int64_t N = a->num_tokens * a->topk;
   const int layer = op == MOE_LAYER;
-  const int64_t wcols1 = layer ? 2 * a->ffn : a->n;
+  /* the layer's W1 copy puts the up half at a multiple of 8 columns */
+  const int64_t wcols1 = layer ? 2 * round8(a->ffn) : a->n;
+  const int copy1 = layer ? a->ffn % 8 != 0 : a->n % 8 != 0;
   ws_plan p = {0};
   w->lda = round8(a->hidden);
   w->ldact = round8(a->ffn);
@@ -136,7 +138,7 @@ static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w,
                                                     (int)ep) *
                         sizeof(int));
   off[8] = take(&p, (size_t)mkx_moe_gemm_work_ints((int)ep) * sizeof(int));
-  off[9] = take(&p, wcols1 % 8 ? (size_t)(ep * a->hidden * w->ldw1) * es : 0);
+  off[9] = take(&p, copy1 ? (size_t)(ep * a->hidden * w->ldw1) * es : 0);
   off[10] = take(
       &p, layer && a->hidden % 8 ? (size_t)(ep * a->ffn * w->ldw2) * es : 0);
   return p.at;
@@ -173,6 +175,26 @@ static int weights(const void *src, int64_t rows, int64_t cols, int64_t ld,
                                  cudaMemcpyDeviceToDevice, st),
                fn);
   *out = copy;
+  return MKX_SUCCESS;
+}
+
+/* The layer's W1: the user's where ffn is a multiple of 8, else a copy
+ * with the gate half at column 0 and the up half at column round8(ffn)
+ * (ldw1), so that the up half's loads start on 16-byte boundaries. */
+static int w1_weights(const mkx_moe_args *a, int64_t ep, const moe_ws *w,
+                      size_t es, cudaStream_t st, const void **out) {
+  const char *fn = fn_of(MOE_LAYER);
+  const size_t spitch = (size_t)(2 * a->ffn) * es, half = (size_t)a->ffn * es;
+  *out = a->W;
+  if (a->ffn % 8 == 0) return MKX_SUCCESS;
+  for (int h = 0; h < 2; h++)
+    MKX_CUDA_TRY(
+        cudaMemcpy2DAsync(
+            (char *)w->w1 + (size_t)h * (size_t)round8(a->ffn) * es,
+            (size_t)w->ldw1 * es, (const char *)a->W + h * half, spitch, half,
+            (size_t)(ep * a->hidden), cudaMemcpyDeviceToDevice, st),
+        fn);
+  *out = w->w1;
   return MKX_SUCCESS;
 }
 
@@ -254,14 +276,28 @@ static int layer(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w,
                          w->rows, NULL, c->rank, w->a, w->lda, NULL, NULL, st),
       fn, "gather"));
   const void *w1 = NULL, *w2 = NULL;
-  MKX_TRY(weights(a->W, ep * a->hidden, 2 * a->ffn, w->ldw1, w->w1, (size_t)es,
-                  st, fn, &w1));
+  MKX_TRY(w1_weights(a, ep, w, (size_t)es, st, &w1));
   MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
                   fn, &w2));
-  mkx_moe_gemm_desc g1 = {(int)ep,  a->hidden,  a->ffn,      w->a,    w->lda,
-                          total,    w->offsets, w1,          w->ldw1, w->act,
-                          w->ldact, NULL,       ty,          ty,      1,
-                          0,        0,          w->gemm_work};
+  mkx_moe_gemm_desc g1 = {(int)ep,
+                          a->hidden,
+                          a->ffn,
+                          w->a,
+                          w->lda,
+                          total,
+                          w->offsets,
+                          w1,
+                          w1 == a->W ? 2 * a->ffn : w->ldw1,
+                          w->act,
+                          w->ldact,
+                          NULL,
+                          ty,
+                          ty,
+                          1,
+                          0,
+                          0,
+                          w->gemm_work,
+                          w1 == a->W ? 0 : round8(a->ffn)};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
   mkx_moe_gemm_desc g2 = {
       (int)ep, a->ffn,  a->hidden, w->act,      w->ldact, total, w->offsets,

@@ -485,7 +485,8 @@ static void case_layer(MKX_Comm comm, int c) {
  * neither Y nor out is written. */
 static void case_bad_ids(MKX_Comm comm, int repeat, int layer) {
   const int p = mt.size, last = p - 1;
-  const int64_t nt = 3, K = 2, E = 2 * p, H = 16, F = 8, N = 24;
+  /* dispatch takes W1 as its weights: n = 2F */
+  const int64_t nt = 3, K = 2, E = 2 * p, H = 16, F = 8, N = 2 * F;
   int32_t ids[6] = {0, 1, 1, 0, 0, 1};
   float gw[6] = {0.5f, 0.5f, 0.5f, 0.5f, 0.5f, 0.5f};
   if (mt.rank == last && repeat) ids[5] = ids[4]; /* token 2 */
