@@ -569,6 +569,20 @@ int MKX_Ring_attention_init(const void *Q, const void *K, const void *V,
                             int64_t heads_kv, int64_t head_dim, int causal,
                             double scale, MKX_Datatype dtype, MKX_Comm comm,
                             MPI_Info info, MKX_Request *request);
+/* The MoE plans wait for their routing in each start, as the calls do
+ * (see the MoE section), so they cannot be captured in a CUDA graph: a
+ * start on a capturing stream returns MKX_ERR_UNSUPPORTED. */
+int MKX_Moe_dispatch_gemm_init(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
+    int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
+    MKX_Datatype dtype, MKX_Comm comm, MPI_Info info, MKX_Request *request);
+int MKX_Moe_layer_init(const void *X, int64_t num_tokens, int64_t hidden,
+                       const int32_t *topk_ids, const float *topk_weight,
+                       int64_t topk, int64_t num_experts, const void *W1,
+                       const void *W2, int64_t ffn, void *out,
+                       MKX_Datatype dtype, MKX_Comm comm, MPI_Info info,
+                       MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to

@@ -166,6 +166,49 @@ const mkx_op_class mkx_op_moe_layer = {
 #endif
 };
 
+/* The arguments of a dispatch call, or of a layer call (W2 != NULL). */
+static mkx_moe_args dispatch_args(const void *X, int64_t num_tokens,
+                                  int64_t hidden, const int32_t *topk_ids,
+                                  const float *topk_weight, int64_t topk,
+                                  int64_t num_experts, const void *W, int64_t n,
+                                  void *Y, int64_t y_rows, int64_t *expert_rows,
+                                  int32_t *origin, MKX_Datatype dtype) {
+  return (mkx_moe_args){.X = X,
+                        .num_tokens = num_tokens,
+                        .hidden = hidden,
+                        .topk_ids = topk_ids,
+                        .topk_weight = topk_weight,
+                        .topk = topk,
+                        .num_experts = num_experts,
+                        .W = W,
+                        .n = n,
+                        .Y = Y,
+                        .y_rows = y_rows,
+                        .expert_rows = expert_rows,
+                        .origin = origin,
+                        .dtype = dtype};
+}
+
+static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
+                               int64_t hidden, const int32_t *topk_ids,
+                               const float *topk_weight, int64_t topk,
+                               int64_t num_experts, const void *W1,
+                               const void *W2, int64_t ffn, void *out,
+                               MKX_Datatype dtype) {
+  return (mkx_moe_args){.X = X,
+                        .num_tokens = num_tokens,
+                        .hidden = hidden,
+                        .topk_ids = topk_ids,
+                        .topk_weight = topk_weight,
+                        .topk = topk,
+                        .num_experts = num_experts,
+                        .W = W1,
+                        .W2 = W2,
+                        .ffn = ffn,
+                        .out = out,
+                        .dtype = dtype};
+}
+
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
                           const int32_t *topk_ids, const float *topk_weight,
                           int64_t topk, int64_t num_experts, const void *W,
@@ -173,21 +216,21 @@ int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
                           int64_t *expert_rows, int32_t *origin,
                           MKX_Datatype dtype, MKX_Comm comm,
                           MKX_Stream stream) {
-  mkx_moe_args a = {.X = X,
-                    .num_tokens = num_tokens,
-                    .hidden = hidden,
-                    .topk_ids = topk_ids,
-                    .topk_weight = topk_weight,
-                    .topk = topk,
-                    .num_experts = num_experts,
-                    .W = W,
-                    .n = n,
-                    .Y = Y,
-                    .y_rows = y_rows,
-                    .expert_rows = expert_rows,
-                    .origin = origin,
-                    .dtype = dtype};
+  mkx_moe_args a =
+      dispatch_args(X, num_tokens, hidden, topk_ids, topk_weight, topk,
+                    num_experts, W, n, Y, y_rows, expert_rows, origin, dtype);
   return mkx_op_call(comm, &mkx_op_moe_dispatch_gemm, &a, stream);
+}
+
+int MKX_Moe_dispatch_gemm_init(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
+    int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
+    MKX_Datatype dtype, MKX_Comm comm, MPI_Info info, MKX_Request *request) {
+  mkx_moe_args a =
+      dispatch_args(X, num_tokens, hidden, topk_ids, topk_weight, topk,
+                    num_experts, W, n, Y, y_rows, expert_rows, origin, dtype);
+  return mkx_plan_create(comm, &mkx_op_moe_dispatch_gemm, &a, info, request);
 }
 
 int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
@@ -195,17 +238,18 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
                   int64_t topk, int64_t num_experts, const void *W1,
                   const void *W2, int64_t ffn, void *out, MKX_Datatype dtype,
                   MKX_Comm comm, MKX_Stream stream) {
-  mkx_moe_args a = {.X = X,
-                    .num_tokens = num_tokens,
-                    .hidden = hidden,
-                    .topk_ids = topk_ids,
-                    .topk_weight = topk_weight,
-                    .topk = topk,
-                    .num_experts = num_experts,
-                    .W = W1,
-                    .W2 = W2,
-                    .ffn = ffn,
-                    .out = out,
-                    .dtype = dtype};
+  mkx_moe_args a = layer_args(X, num_tokens, hidden, topk_ids, topk_weight,
+                              topk, num_experts, W1, W2, ffn, out, dtype);
   return mkx_op_call(comm, &mkx_op_moe_layer, &a, stream);
+}
+
+int MKX_Moe_layer_init(const void *X, int64_t num_tokens, int64_t hidden,
+                       const int32_t *topk_ids, const float *topk_weight,
+                       int64_t topk, int64_t num_experts, const void *W1,
+                       const void *W2, int64_t ffn, void *out,
+                       MKX_Datatype dtype, MKX_Comm comm, MPI_Info info,
+                       MKX_Request *request) {
+  mkx_moe_args a = layer_args(X, num_tokens, hidden, topk_ids, topk_weight,
+                              topk, num_experts, W1, W2, ffn, out, dtype);
+  return mkx_plan_create(comm, &mkx_op_moe_layer, &a, info, request);
 }

@@ -353,6 +353,13 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
   cudaStream_t st = (cudaStream_t)stream;
   const int64_t ep = a->num_experts / c->size;
   moe_ws w;
+  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  MKX_CUDA_TRY(cudaStreamIsCapturing(st, &cs), fn_of(p->op));
+  if (cs != cudaStreamCaptureStatusNone)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: cannot be captured in a CUDA graph (each run waits "
+                     "for its routing)",
+                     fn_of(p->op));
   MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1, MKX_PATH_MOE));
   ws_place(a, p->op, ep, mkx_tp_ws_data(p->ws, c->place.local_rank), &w);
   MKX_TRY(p->op == MOE_LAYER ? layer(c, a, ep, &w, st)

@@ -542,6 +542,99 @@ static void case_bad_ids(MKX_Comm comm, int repeat, int layer) {
   tbuf_free(&tc);
 }
 
+/* ---- persistent plans -----------------------------------------------------
+ * A plan (MKX_Moe_*_init) started with changing inputs in its bound
+ * buffers (routing included) gives, bit for bit, what the plain call gives
+ * on the same inputs.  bf16: the GPU path where one rank has a GPU. */
+static void fill_plan_inputs(tbuf *tx, tbuf *ti, tbuf *tg, int64_t nt,
+                             int64_t K, int64_t E, int64_t H, int it) {
+  for (int64_t i = 0; i < nt * H; i++)
+    mt_set(tx->host, MKX_BF16, (size_t)i,
+           (double)((i * 7 + it * 3 + mt.rank) % 11) / 8 - 0.5);
+  for (int64_t t = 0; t < nt; t++)
+    for (int64_t j = 0; j < K; j++) { /* distinct within a token */
+      ((int32_t *)ti->host)[t * K + j] =
+          (int32_t)((t * 3 + it + mt.rank + j) % E);
+      ((float *)tg->host)[t * K + j] = (float)(0.25 + 0.125 * (double)j);
+    }
+  tbuf_upload(tx);
+  tbuf_upload(ti);
+  tbuf_upload(tg);
+}
+
+static void plan_case(MKX_Comm comm, int layer) {
+  const int p = mt.size;
+  const int64_t nt = 5, K = 2, E = 2 * p, H = 16, F = 8, N = 2 * F;
+  const int64_t rows = p * nt * K, nout = layer ? nt * H : rows * N;
+  const char *what =
+      layer ? "MKX_Moe_layer_init" : "MKX_Moe_dispatch_gemm_init";
+  tbuf tx, ti, tg, tw, tw2, to, tref, tc, tcref;
+  tbuf_alloc(&tx, (size_t)(nt * H) * 2);
+  tbuf_alloc(&ti, (size_t)(nt * K) * sizeof(int32_t));
+  tbuf_alloc(&tg, (size_t)(nt * K) * sizeof(float));
+  tbuf_alloc(&tw, (size_t)(2 * H * 2 * F) * 2);
+  tbuf_alloc(&tw2, (size_t)(2 * F * H) * 2);
+  tbuf_alloc(&to, (size_t)nout * 2);
+  tbuf_alloc(&tref, (size_t)nout * 2);
+  tbuf_alloc(&tc, 2 * sizeof(int64_t));
+  tbuf_alloc(&tcref, 2 * sizeof(int64_t));
+  for (int64_t i = 0; i < 2 * H * 2 * F; i++)
+    mt_set(tw.host, MKX_BF16, (size_t)i, (double)(i % 13) / 16 - 0.4);
+  for (int64_t i = 0; i < 2 * F * H; i++)
+    mt_set(tw2.host, MKX_BF16, (size_t)i, (double)(i % 7) / 8 - 0.3);
+  tbuf_upload(&tw);
+  tbuf_upload(&tw2);
+  MKX_Request req = NULL;
+  int rc = layer ? MKX_Moe_layer_init(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
+                                      tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
+                                      tbuf_ptr(&tw2), F, tbuf_ptr(&to),
+                                      MKX_BF16, comm, MPI_INFO_NULL, &req)
+                 : MKX_Moe_dispatch_gemm_init(
+                       tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
+                       tbuf_ptr(&tw), N, tbuf_ptr(&to), rows, tbuf_ptr(&tc),
+                       NULL, MKX_BF16, comm, MPI_INFO_NULL, &req);
+  if (CHECK_RC(rc, MKX_SUCCESS, "%s", what)) {
+    for (int it = 0; it < 3; it++) {
+      fill_plan_inputs(&tx, &ti, &tg, nt, K, E, H, it);
+      tbuf_poison(&tref);
+      tbuf_poison(&tcref);
+      gpu_eligible(MKX_BF16);
+      rc = layer ? MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
+                                 tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
+                                 tbuf_ptr(&tw2), F, tbuf_ptr(&tref), MKX_BF16,
+                                 comm, NULL)
+                 : MKX_Moe_dispatch_gemm(
+                       tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
+                       tbuf_ptr(&tw), N, tbuf_ptr(&tref), rows,
+                       tbuf_ptr(&tcref), NULL, MKX_BF16, comm, NULL);
+      CHECK_RC(rc, MKX_SUCCESS, "%s: plain call, inputs %d", what, it);
+      tbuf_poison(&to);
+      tbuf_poison(&tc);
+      gpu_eligible(MKX_BF16);
+      rc = MKX_Start(req, NULL);
+      CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Start, inputs %d", what, it);
+      tbuf_download(&to);
+      tbuf_download(&tref);
+      tbuf_download(&tc);
+      tbuf_download(&tcref);
+      CHECK(!memcmp(to.host, tref.host, (size_t)nout * 2) &&
+                (layer || !memcmp(tc.host, tcref.host, 2 * sizeof(int64_t))),
+            "%s: the plan's output equals the plain call's, inputs %d", what,
+            it);
+    }
+    CHECK_RC(MKX_Request_free(&req), MKX_SUCCESS, "%s: MKX_Request_free", what);
+  }
+  tbuf_free(&tx);
+  tbuf_free(&ti);
+  tbuf_free(&tg);
+  tbuf_free(&tw);
+  tbuf_free(&tw2);
+  tbuf_free(&to);
+  tbuf_free(&tref);
+  tbuf_free(&tc);
+  tbuf_free(&tcref);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
@@ -553,6 +646,8 @@ int main(int argc, char **argv) {
   for (int c = 0; c < 4; c++) case_dispatch(comm, c, 1);
   for (int c = 0; c < 16; c++) case_layer(comm, c);
   for (int k = 0; k < 4; k++) case_bad_ids(comm, k & 1, k >> 1);
+  plan_case(comm, 0);
+  plan_case(comm, 1);
   CHECK(mkx_path_starts(MKX_PATH_MOE) == gpu_calls,
         "%ld of %ld eligible calls took the GPU path",
         mkx_path_starts(MKX_PATH_MOE), gpu_calls);
