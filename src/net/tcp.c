@@ -48,8 +48,8 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "net/net.h"
+#include "net/regions.h"
 
-#define TCP_MAX_REGIONS 256
 #define HELLO_MAGIC 0x4d4b5848u /* "MKXH" */
 #define FRAME_MAGIC 0x4d4b5846u /* "MKXF" */
 #define BLOB_MAGIC 0x4d4b5841u  /* "MKXA" */
@@ -93,13 +93,6 @@ typedef struct tcp_peer {
   size_t staged; /* bytes in the receive stage, not yet copied */
 } tcp_peer;
 
-typedef struct tcp_region {
-  char *base;
-  size_t len;
-  int used;
-  int dev; /* CUDA ordinal, -1: host memory */
-} tcp_region;
-
 typedef struct tcp_impl {
   int listen_fd;
   tcp_blob blob;
@@ -109,19 +102,13 @@ typedef struct tcp_impl {
   int thread_started;
   int wake[2];
   _Atomic int stop;
-  pthread_mutex_t lock; /* regions, completions, the first error */
-  tcp_region regions[TCP_MAX_REGIONS];
+  pthread_mutex_t lock; /* completions, the first error */
+  mkx_net_regions rg;   /* registered regions, GPU-memory staging */
   mkx_net_fifo done;
   int err_code;
   char err_msg[320];
   /* Setup's thread, then the progress thread's: never both at once. */
   unsigned refused;
-  /* Staging of device memory (set up by the first device region). */
-  const mkx_net_stager *stager; /* NULL: no device memory here */
-  pthread_mutex_t stage_lock;   /* the send stage; the setup */
-  void *stage_ctx;
-  int stage_dev;         /* -1 until set up */
-  char *sstage, *rstage; /* pinned, stager->stage_bytes each */
 } tcp_impl;
 
 static tcp_impl *impl_of(mkx_net *n) { return n->impl; }
@@ -611,13 +598,11 @@ static int start_frame(mkx_net *n, tcp_peer *p, int peer) {
     atomic_store(&p->status, PEER_CLOSED);
     return 0;
   }
-  pthread_mutex_lock(&t->lock);
-  tcp_region *rg = f->region < TCP_MAX_REGIONS ? &t->regions[f->region] : NULL;
-  int ok = rg && rg->used && f->offset <= rg->len &&
-           f->len <= rg->len - f->offset && f->slot < n->num_signals;
-  p->dst = ok ? rg->base + f->offset : NULL;
-  p->dev = ok && rg->dev >= 0;
-  pthread_mutex_unlock(&t->lock);
+  mkx_net_region rg;
+  int ok = mkx_net_regions_find(&t->rg, f->region, f->offset, f->len, &rg) &&
+           f->slot < n->num_signals;
+  p->dst = ok ? rg.base + f->offset : NULL;
+  p->dev = ok && rg.dev >= 0;
   if (!ok) {
     record_error(t, p, MKX_ERR_NET,
                  "tcp: rank %d wrote %llu bytes at %llu "
@@ -644,7 +629,8 @@ static void finish_frame(mkx_net *n, tcp_peer *p) {
 static int flush_stage(mkx_net *n, tcp_peer *p, int peer) {
   tcp_impl *t = impl_of(n);
   if (!p->staged) return 1;
-  int rc = t->stager->to_device(t->stage_ctx, p->dst, t->rstage, p->staged);
+  int rc =
+      t->rg.stager->to_device(t->rg.stage_ctx, p->dst, t->rg.rstage, p->staged);
   if (rc != MKX_SUCCESS) {
     record_error(t, p, rc,
                  "tcp: %zu bytes from rank %d into device memory "
@@ -666,8 +652,8 @@ static int drain_peer(mkx_net *n, int peer) {
     char *dst = in_hdr ? (char *)&p->hdr + p->hdr_got : p->dst;
     size_t want = in_hdr ? sizeof p->hdr - p->hdr_got : p->left;
     if (!in_hdr && p->dev) { /* into the stage, never past it */
-      size_t room = t->stager->stage_bytes - p->staged;
-      dst = t->rstage + p->staged;
+      size_t room = t->rg.stager->stage_bytes - p->staged;
+      dst = t->rg.rstage + p->staged;
       want = want < room ? want : room;
     }
     ssize_t k = want ? recv(p->fd, dst, want, MSG_DONTWAIT) : 0;
@@ -692,7 +678,7 @@ static int drain_peer(mkx_net *n, int peer) {
     } else if (p->dev) {
       p->staged += (size_t)k;
       p->left -= (size_t)k;
-      if ((p->left == 0 || p->staged == t->stager->stage_bytes) &&
+      if ((p->left == 0 || p->staged == t->rg.stager->stage_bytes) &&
           !flush_stage(n, p, peer))
         return 0;
       if (p->left == 0) finish_frame(n, p); /* after the copy */
@@ -756,10 +742,9 @@ static int tcp_open(mkx_net *n, const mkx_net_params *p) {
   if (!t) return mkx_error(MKX_ERR_NOMEM, "tcp: endpoint");
   n->impl = t;
   t->listen_fd = t->wake[0] = t->wake[1] = -1;
-  t->stage_dev = -1;
-  t->stager = stager_override ? stager_override : mkx_net_cuda_stager();
+  mkx_net_regions_init(
+      &t->rg, "tcp", stager_override ? stager_override : mkx_net_cuda_stager());
   pthread_mutex_init(&t->lock, NULL);
-  pthread_mutex_init(&t->stage_lock, NULL);
   t->peers = calloc((size_t)p->size, sizeof *t->peers);
   int rc = t->peers ? mkx_net_signals_alloc(p->num_signals, &n->signals)
                     : mkx_error(MKX_ERR_NOMEM, "tcp: peers");
@@ -778,68 +763,12 @@ static int tcp_address(mkx_net *n, const void **blob, size_t *len) {
   return MKX_SUCCESS;
 }
 
-/* The staging buffers, made with the first device region; one GPU per
- * endpoint (a rank drives one). */
-static int stage_setup(tcp_impl *t, int dev) {
-  const mkx_net_stager *s = t->stager;
-  int rc = MKX_SUCCESS;
-  pthread_mutex_lock(&t->stage_lock);
-  if (t->stage_dev < 0) {
-    void *ctx = NULL, *out = NULL, *in = NULL;
-    rc = s->open(dev, &ctx);
-    if (rc == MKX_SUCCESS) rc = s->host_alloc(ctx, s->stage_bytes, &out);
-    if (rc == MKX_SUCCESS) rc = s->host_alloc(ctx, s->stage_bytes, &in);
-    if (rc == MKX_SUCCESS) {
-      t->stage_ctx = ctx, t->sstage = out, t->rstage = in;
-      t->stage_dev = dev;
-    } else if (ctx) {
-      s->host_free(ctx, out);
-      s->close(ctx);
-    }
-  } else if (t->stage_dev != dev) {
-    rc = mkx_error(MKX_ERR_UNSUPPORTED,
-                   "tcp: memory of GPU %d on an "
-                   "endpoint that stages for GPU %d (one GPU per endpoint)",
-                   dev, t->stage_dev);
-  }
-  pthread_mutex_unlock(&t->stage_lock);
-  return rc;
-}
-
 static int tcp_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
-  tcp_impl *t = impl_of(n);
-  /* Device pointers are recognised whatever the caller called them. */
-  int dev = t->stager ? t->stager->device_of(a->base) : -1;
-  if (a->kind == MKX_NET_MEM_DEVICE && dev < 0)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "tcp: %p is not device memory%s, "
-                     "yet registered as such",
-                     a->base, t->stager ? "" : " (MKX built without CUDA)");
-  if (dev >= 0) MKX_TRY(stage_setup(t, dev));
-  pthread_mutex_lock(&t->lock);
-  int id = 0;
-  while (id < TCP_MAX_REGIONS && t->regions[id].used) id++;
-  if (id < TCP_MAX_REGIONS)
-    t->regions[id] = (tcp_region){a->base, a->len, 1, dev};
-  pthread_mutex_unlock(&t->lock);
-  if (id == TCP_MAX_REGIONS)
-    return mkx_error(MKX_ERR_NOMEM, "tcp: more than %d regions",
-                     TCP_MAX_REGIONS);
-  *mr = (mkx_net_mr){.id = (uint32_t)id,
-                     .kind = dev >= 0 ? MKX_NET_MEM_DEVICE : MKX_NET_MEM_HOST,
-                     .base = a->base,
-                     .len = a->len};
-  return MKX_SUCCESS;
+  return mkx_net_regions_reg(&impl_of(n)->rg, a, mr);
 }
 
 static int tcp_dereg(mkx_net *n, mkx_net_mr *mr) {
-  tcp_impl *t = impl_of(n);
-  if (mr->id >= TCP_MAX_REGIONS)
-    return mkx_error(MKX_ERR_INVALID_ARG, "tcp: region %u", mr->id);
-  pthread_mutex_lock(&t->lock);
-  t->regions[mr->id].used = 0;
-  pthread_mutex_unlock(&t->lock);
-  return MKX_SUCCESS;
+  return mkx_net_regions_dereg(&impl_of(n)->rg, mr);
 }
 
 /* iov[0..cnt), whole, before the deadline. */
@@ -886,20 +815,21 @@ static int send_frame(mkx_net *n, int peer, const frame *f, const void *data) {
 static int send_frame_staged(mkx_net *n, int peer, const frame *f,
                              const char *src) {
   tcp_impl *t = impl_of(n);
-  const mkx_net_stager *s = t->stager;
+  mkx_net_regions *g = &t->rg;
+  const mkx_net_stager *s = g->stager;
   int64_t deadline = mkx_net_now_ms() + n->timeout_ms;
   size_t off = 0, k = f->len < s->stage_bytes ? f->len : s->stage_bytes;
-  pthread_mutex_lock(&t->stage_lock);
-  int rc = s->to_host(t->stage_ctx, t->sstage, src, k);
+  pthread_mutex_lock(&g->stage_lock);
+  int rc = s->to_host(g->stage_ctx, g->sstage, src, k);
   if (rc == MKX_SUCCESS) {
-    struct iovec iov[2] = {{(void *)f, sizeof *f}, {t->sstage, k}};
+    struct iovec iov[2] = {{(void *)f, sizeof *f}, {g->sstage, k}};
     rc = send_iov(n, peer, iov, 2, deadline);
   }
   for (off = k; rc == MKX_SUCCESS && off < f->len; off += k) {
     k = f->len - off < s->stage_bytes ? f->len - off : s->stage_bytes;
-    rc = s->to_host(t->stage_ctx, t->sstage, src + off, k);
+    rc = s->to_host(g->stage_ctx, g->sstage, src + off, k);
     if (rc == MKX_SUCCESS) {
-      struct iovec iov = {t->sstage, k};
+      struct iovec iov = {g->sstage, k};
       rc = send_iov(n, peer, &iov, 1, deadline);
     }
     if (rc != MKX_SUCCESS)
@@ -908,7 +838,7 @@ static int send_frame_staged(mkx_net *n, int peer, const frame *f,
                    "rank %d broke off after %zu bytes: %s",
                    (unsigned long long)f->len, peer, off, MKX_Get_last_error());
   }
-  pthread_mutex_unlock(&t->stage_lock);
+  pthread_mutex_unlock(&g->stage_lock);
   return rc;
 }
 
@@ -934,7 +864,7 @@ static int tcp_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   tcp_impl *t = impl_of(n);
   frame f = {FRAME_MAGIC, FRAME_DATA, dst->id, slot, dst_off, len, value};
   int staged = len && src->kind == MKX_NET_MEM_DEVICE;
-  if (staged && t->stage_dev < 0)
+  if (staged && t->rg.stage_dev < 0)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "tcp: region %u is device memory "
                      "this endpoint did not register",
@@ -996,12 +926,7 @@ static void tcp_close(mkx_net *n) {
   for (int i = 0; i < 2; i++)
     if (t->wake[i] >= 0) close(t->wake[i]);
   if (t->listen_fd >= 0) close(t->listen_fd);
-  if (t->stage_dev >= 0) {
-    t->stager->host_free(t->stage_ctx, t->sstage);
-    t->stager->host_free(t->stage_ctx, t->rstage);
-    t->stager->close(t->stage_ctx);
-  }
-  pthread_mutex_destroy(&t->stage_lock);
+  mkx_net_regions_fini(&t->rg);
   pthread_mutex_destroy(&t->lock);
   free((void *)t->remote);
   free(t->peers);
