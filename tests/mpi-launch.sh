@@ -1,6 +1,7 @@
 #!/bin/sh
-# Run one MPI test named like tests/mpi/test_x-np3.mpi (or -np3-gpu.mpi):
-# the program tests/mpi/test_x on 3 ranks (with --device for -gpu).
+# Run one MPI test named like tests/mpi/test_x-np3.mpi (or -np3-gpu.mpi,
+# -np3-WORD.mpi): the program tests/mpi/test_x on 3 ranks (with --device
+# for -gpu, --WORD for another word).
 # MKX_TEST_LAUNCHER picks the launcher, with %N for the rank count, e.g.
 #   MKX_TEST_LAUNCHER='srun -n %N --mpi=pmix'
 # Default: mpirun, oversubscribed (CI has 2 cores).  A run that hangs is
@@ -9,7 +10,10 @@ set -u
 name=$1
 base=${name%.mpi}
 gpu=
-case $base in *-gpu) gpu=--device; base=${base%-gpu} ;; esac
+case $base in
+  *-gpu) gpu=--device; base=${base%-gpu} ;;
+  *-np*-*) gpu=--${base##*-}; base=${base%-*} ;;
+esac
 np=${base##*-np}
 prog=${base%-np*}
 [ -x "$prog" ] || prog=./$prog

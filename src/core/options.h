@@ -55,7 +55,10 @@ typedef struct mkx_options {
   int net; /* MKX_NET_* (src/net/net.h): transport */
   char net_tcp_bind[MKX_OPT_STRING_MAX];       /* "": the hostname's address */
   char net_tcp_port_range[MKX_OPT_STRING_MAX]; /* "0" or "lo-hi" */
-  int net_ib_gid_index; /* GID table index for RoCE/IB global routes */
+  int net_ib_gid_index;      /* GID table index for RoCE/IB global routes */
+  int64_t net_shm_bandwidth; /* shm: MB/s of the emulated link, 0: none */
+  int net_shm_latency_us;    /* shm: emulated latency */
+  int64_t net_shm_ring;      /* shm: bytes of each ring */
 } mkx_options;
 
 typedef enum {

@@ -15,14 +15,17 @@ static const mkx_net_provider *const by_option[] = {
     [MKX_NET_VERBS] = &mkx_net_verbs_provider,
     [MKX_NET_EFA] = &mkx_net_efa_provider,
     [MKX_NET_TCP] = &mkx_net_tcp_provider,
+    [MKX_NET_SHM] = &mkx_net_shm_provider,
 };
 
 static const mkx_option_desc net_options[] = {
     {"net", MKX_OPT_ENUM, offsetof(mkx_options, net), "auto",
-     "auto|verbs|efa|tcp",
+     "auto|verbs|efa|tcp|shm",
      "Network transport between nodes. auto: verbs if an RDMA (InfiniBand "
      "or RoCE) device exists, else efa if an EFA device exists, else tcp; "
-     "every rank must end up with the same choice.",
+     "every rank must end up with the same choice. shm (never chosen by "
+     "auto): shared memory between the virtual nodes of one host, with an "
+     "optional emulated link (net_shm_bandwidth, net_shm_latency_us).",
      1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };
@@ -30,7 +33,8 @@ static const mkx_option_desc net_options[] = {
 /* The order mkx_info lists the providers' rows in: tcp, which runs
  * everywhere, before the RDMA providers. */
 static const mkx_net_provider *const by_listing[] = {
-    &mkx_net_tcp_provider, &mkx_net_verbs_provider, &mkx_net_efa_provider};
+    &mkx_net_tcp_provider, &mkx_net_verbs_provider, &mkx_net_efa_provider,
+    &mkx_net_shm_provider};
 
 int mkx_net_options_register(void) {
   MKX_TRY(mkx_options_add_rows(net_options));
@@ -152,7 +156,7 @@ int mkx_net_open(const mkx_net_params *p, mkx_net **out) {
   int choice = p->opt->net;
   if (choice == MKX_NET_AUTO) {
     MKX_TRY(pick_auto(p, &prov));
-  } else if (choice >= MKX_NET_VERBS && choice <= MKX_NET_TCP) {
+  } else if (choice >= MKX_NET_VERBS && choice <= MKX_NET_SHM) {
     prov = by_option[choice];
     MKX_TRY(prov->probe(p)); /* asked for by name: its reason is the error */
   } else {

@@ -53,8 +53,9 @@
 #include "boot/bootstrap.h"
 #include "core/options.h"
 
-/* Values of the `net` option (order of its choices "auto|verbs|efa|tcp"). */
-enum { MKX_NET_AUTO = 0, MKX_NET_VERBS, MKX_NET_EFA, MKX_NET_TCP };
+/* Values of the `net` option (order of its choices
+ * "auto|verbs|efa|tcp|shm"). */
+enum { MKX_NET_AUTO = 0, MKX_NET_VERBS, MKX_NET_EFA, MKX_NET_TCP, MKX_NET_SHM };
 
 enum { MKX_NET_MEM_HOST = 0, MKX_NET_MEM_DEVICE = 1 };
 
@@ -158,6 +159,7 @@ struct mkx_net {
 extern const mkx_net_provider mkx_net_tcp_provider;
 extern const mkx_net_provider mkx_net_verbs_provider;
 extern const mkx_net_provider mkx_net_efa_provider;
+extern const mkx_net_provider mkx_net_shm_provider;
 
 /* Registers the transports' option rows (the `net` choice, then each
  * provider's) with the options table, as core/options.h says: before

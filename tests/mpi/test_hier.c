@@ -6,7 +6,8 @@
  * other node (AllReduce).  Host buffers: nodes of 2 ranks.  With --device:
  * on 2 or 3 ranks one rank per node, so 2 GPUs are 2 nodes over tcp; on 4
  * or more ranks nodes of 2 (4 ranks on 2 GPUs: each node has both GPUs,
- * so hier_gemm=nvlink's node part runs over NVLink). */
+ * so hier_gemm=nvlink's node part runs over NVLink).  --shm: the virtual
+ * nodes over the shm transport instead of tcp. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -454,15 +455,19 @@ static void column_reduce_order(MKX_Comm c, const geo *g, const char *what) {
   free(rows), free(colsum), free(block), free(want);
 }
 
-/* A communicator of virtual nodes of `vs` ranks over tcp, with option
- * key = val as well (MPI_Info key "mkx_" key); NULL where it failed. */
+/* The transport between virtual nodes: tcp, or shm with --shm. */
+static const char *vnode_net = "tcp";
+
+/* A communicator of virtual nodes of `vs` ranks over vnode_net, with
+ * option key = val as well (MPI_Info key "mkx_" key); NULL where it
+ * failed. */
 static MKX_Comm vnode_comm(const char *vs, const char *key, const char *val) {
   char k[64];
   MPI_Info info;
   MKX_Comm c = NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_virtual_node_size", vs);
-  MPI_Info_set(info, "mkx_net", "tcp");
+  MPI_Info_set(info, "mkx_net", vnode_net);
   snprintf(k, sizeof k, "mkx_%s", key);
   MPI_Info_set(info, k, val);
   CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, info, &c), MKX_SUCCESS,
@@ -582,6 +587,8 @@ static void small_pieces(MKX_Comm hier, MKX_Comm flat, const geo *g,
 
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--shm")) vnode_net = "shm";
   int vnode = mt.device && mt.size < 4 ? 1 : 2;
   /* MKX_TEST_VNODE=G: virtual nodes of G ranks (e.g. 8 GPUs as 2 of 4) */
   const char *vn = getenv("MKX_TEST_VNODE");

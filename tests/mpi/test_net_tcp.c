@@ -13,7 +13,15 @@
  * aborts the whole job when a rank exits without MPI_Finalize; this way
  * the exit is as abrupt (sockets closed by the kernel, no goodbye) and
  * MPI still finishes cleanly.  The child reaches the bootstrap through its
- * parent, which relays allgathers and barriers to MPI. */
+ * parent, which relays allgathers and barriers to MPI.
+ *
+ * With --shm (test_net_tcp-npN-shm.mpi) the same traffic and the same death
+ * run over the shm transport (rings of 1 MiB, so the 4 MiB writes go in
+ * pieces and the rings wrap); the strangers (a tcp matter) stay home.
+ * Then an shm endpoint with an emulated link (1000 MB/s, 400 us): a 4 MiB
+ * write from rank 0 to rank 1 and an 8-byte answer must take at least
+ * their transfer time plus two latencies (the cap holds; no upper bound
+ * is asserted). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -41,6 +49,7 @@
 #define TIMEOUT_MS 20000
 
 static int me = -1;
+static int use_shm; /* --shm: the shm transport instead of tcp */
 
 /* ---- the relay: the child's oob goes through its parent to MPI ---- */
 
@@ -274,17 +283,18 @@ static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
   CHECK(mkx_net_options_register() == MKX_SUCCESS &&
             mkx_options_load(opt, MPI_INFO_NULL) == MKX_SUCCESS,
         "options");
-  opt->net = MKX_NET_TCP;
+  opt->net = use_shm ? MKX_NET_SHM : MKX_NET_TCP;
   strcpy(opt->net_tcp_bind, "lo"); /* tests stay on loopback */
+  if (use_shm && opt->net_shm_ring == 8388608) opt->net_shm_ring = 1 << 20;
   int rc = mkx_net_open(&p, &c->n);
   CHECK(rc == MKX_SUCCESS, "open");
   if (rc != MKX_SUCCESS) return rc;
-  CHECK(strcmp(mkx_net_name(c->n), "tcp") == 0, "provider %s",
+  CHECK(strcmp(mkx_net_name(c->n), use_shm ? "shm" : "tcp") == 0, "provider %s",
         mkx_net_name(c->n));
-  /* one stream per peer: in order; GPU memory staged, not registered */
+  /* one stream (ring) per peer: in order; GPU memory staged */
   CHECK(mkx_net_caps(c->n) == MKX_NET_CAP_ORDERED &&
             mkx_net_signal_bits(c->n) == 64,
-        "tcp capabilities");
+        "%s capabilities", mkx_net_name(c->n));
   return MKX_SUCCESS;
 }
 
@@ -313,7 +323,7 @@ static int register_buffers(ctx *c, const mkx_oob *oob) {
   a.kind = MKX_NET_MEM_DEVICE;
   mkx_net_mr dev;
   CHECK(mkx_net_reg(c->n, &a, &dev) == MKX_ERR_UNSUPPORTED,
-        "tcp refuses device memory");
+        "host memory registered as device memory is refused");
   return mkx_net_exchange_keys(c->n, oob, &c->dst_mr, c->keys);
 }
 
@@ -342,25 +352,85 @@ static void survive(ctx *c, int victim) {
          (long long)took, why);
 }
 
+/* shm's emulated link: a 4 MiB write 0 -> 1 and 8 bytes back take at
+ * least 4 MiB / bandwidth plus two latencies, measured by rank 0. */
+#define CAP_MBPS 1000
+#define CAP_US 400
+static void capped_link(const mkx_oob *oob) {
+  mkx_options opt;
+  ctx c = {.size = oob->size};
+  if (open_endpoint(oob, &opt, &c) != MKX_SUCCESS) return;
+  mkx_net_close(c.n); /* open_endpoint loaded the options; cap them */
+  opt.net_shm_bandwidth = CAP_MBPS;
+  opt.net_shm_latency_us = CAP_US;
+  mkx_net_params p = {.rank = oob->rank,
+                      .size = oob->size,
+                      .num_signals = (uint32_t)oob->size,
+                      .timeout_ms = TIMEOUT_MS,
+                      .opt = &opt};
+  int rc = mkx_net_open(&p, &c.n);
+  CHECK(rc == MKX_SUCCESS, "capped endpoint");
+  if (rc != MKX_SUCCESS) return;
+  CHECK(mkx_net_connect(c.n, oob) == MKX_SUCCESS, "capped connect");
+  CHECK(register_buffers(&c, oob) == MKX_SUCCESS, "capped register");
+  const size_t big = 4u << 20;
+  if (oob->rank == 0) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    rc =
+        mkx_net_write_signal(c.n, 1, &c.src_mr, 0, &c.keys[1], 0, big, 0, 1, 0);
+    if (rc == MKX_SUCCESS)
+      rc = mkx_net_wait_signal(c.n, 1, 1, TIMEOUT_MS, NULL);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    const int64_t took_us =
+        (t1.tv_sec - t0.tv_sec) * 1000000 + (t1.tv_nsec - t0.tv_nsec) / 1000;
+    /* bytes / (MB/s) is microseconds */
+    const int64_t least_us = (int64_t)big / CAP_MBPS + 2 * CAP_US;
+    CHECK(rc == MKX_SUCCESS && took_us >= least_us,
+          "capped round trip: %lld us, at least %lld (rc %d)",
+          (long long)took_us, (long long)least_us, rc);
+  } else if (oob->rank == 1) {
+    rc = mkx_net_wait_signal(c.n, 0, 1, TIMEOUT_MS, NULL);
+    if (rc == MKX_SUCCESS)
+      rc =
+          mkx_net_write_signal(c.n, 0, &c.src_mr, 0, &c.keys[0], 0, 8, 1, 1, 0);
+    CHECK(rc == MKX_SUCCESS, "capped answer");
+  }
+  int got = 0;
+  mkx_net_completion done[4];
+  for (int64_t end = mkx_net_now_ms() + 1000; mkx_net_now_ms() < end;)
+    if (mkx_net_poll(c.n, done, 4, &got) != MKX_SUCCESS) break;
+  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS) == MKX_SUCCESS, "capped barrier");
+  mkx_net_close(c.n);
+  free(c.dst);
+  free(c.src);
+  free(c.keys);
+}
+
 /* Everything one endpoint does; the victim dies inside (never returns). */
 static void run(const mkx_oob *oob, int relay_fd) {
   mkx_options opt;
   ctx c = {.size = oob->size};
   int victim = oob->size - 1;
   if (open_endpoint(oob, &opt, &c) != MKX_SUCCESS) return;
-  int knocked = knock_wrong_secret(c.n);
+  int knocked = use_shm ? 0 : knock_wrong_secret(c.n);
   CHECK(knocked >= 0, "stranger connects");
   CHECK(mkx_net_connect(c.n, oob) == MKX_SUCCESS, "connect");
-  CHECK(knocked >= 0 && was_refused(knocked, 5000), "wrong secret refused");
+  if (!use_shm)
+    CHECK(knocked >= 0 && was_refused(knocked, 5000), "wrong secret refused");
   CHECK(register_buffers(&c, oob) == MKX_SUCCESS, "register and exchange");
   static const char junk[] = "GET / HTTP/1.0\r\n\r\n garbage garbage";
-  stranger s = {mkx_net_tcp_port(c.n), 0, junk, sizeof junk};
+  stranger s = {use_shm ? -1 : mkx_net_tcp_port(c.n), 0, junk, sizeof junk};
   pthread_t th;
-  CHECK(pthread_create(&th, NULL, stranger_main, &s) == 0, "stranger");
+  if (!use_shm)
+    CHECK(pthread_create(&th, NULL, stranger_main, &s) == 0, "stranger");
   traffic(&c);
-  pthread_join(th, NULL);
-  CHECK(s.refused, "garbage during traffic refused");
+  if (!use_shm) {
+    pthread_join(th, NULL);
+    CHECK(s.refused, "garbage during traffic refused");
+  }
   CHECK(oob->barrier(oob->ctx, TIMEOUT_MS) == MKX_SUCCESS, "barrier");
+  if (use_shm) capped_link(oob);
   if (oob->rank == victim && relay_fd >= 0) {
     req v = {REQ_VERDICT, 0, (uint64_t)check_failed()};
     printf("rank %d (child): %d checks, %d failed; dying now\n", me,
@@ -412,6 +482,7 @@ int main(int argc, char **argv) {
     return CHECK_SKIP;
   }
   check_set_rank(me, size);
+  use_shm = argc > 1 && !strcmp(argv[1], "--shm");
   if (!CHECK_RC(mkx_oob_mpi_init(&oob, MPI_COMM_WORLD), MKX_SUCCESS,
                 "oob init"))
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -422,8 +493,8 @@ int main(int argc, char **argv) {
   int failed = check_failed();
   MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   if (me == 0)
-    printf("%s: tcp transport on %d ranks, %d failures\n",
-           total ? "FAIL" : "PASS", size, total);
+    printf("%s: %s transport on %d ranks, %d failures\n",
+           total ? "FAIL" : "PASS", use_shm ? "shm" : "tcp", size, total);
   mkx_oob_mpi_fini(&oob);
   MPI_Finalize();
   return total ? 1 : 0;

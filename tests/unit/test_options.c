@@ -123,8 +123,14 @@ static size_t count_rows(void) {
 /* The transports' rows, registered by net: after base's, in mkx_info's
  * order, with their defaults, ranges and messages. */
 static void test_net_rows(void) {
-  static const char *const names[] = {"net", "net_tcp_bind",
-                                      "net_tcp_port_range", "net_ib_gid_index"};
+  static const char *const names[] = {"net",
+                                      "net_tcp_bind",
+                                      "net_tcp_port_range",
+                                      "net_ib_gid_index",
+                                      "net_shm_bandwidth",
+                                      "net_shm_latency_us",
+                                      "net_shm_ring"};
+  const size_t nrows = sizeof names / sizeof *names;
   mkx_options o;
   MPI_Info info;
   MPI_Info_create(&info);
@@ -133,14 +139,17 @@ static void test_net_rows(void) {
         "mkx_net unknown before net registers its rows");
   size_t n = count_rows();
   CHECK(mkx_net_options_register() == MKX_SUCCESS &&
-            mkx_net_options_register() == MKX_SUCCESS && count_rows() == n + 4,
-        "net registers its 4 rows once");
-  for (size_t i = 0; i < 4; i++)
+            mkx_net_options_register() == MKX_SUCCESS &&
+            count_rows() == n + nrows,
+        "net registers its %zu rows once", nrows);
+  for (size_t i = 0; i < nrows; i++)
     CHECK(strcmp(mkx_option_at(n + i)->name, names[i]) == 0, "row %zu is %s",
           n + i, names[i]);
   CHECK(mkx_options_load(&o, MPI_INFO_NULL) == MKX_SUCCESS &&
             o.net == MKX_NET_AUTO && strcmp(o.net_tcp_bind, "") == 0 &&
-            strcmp(o.net_tcp_port_range, "0") == 0 && o.net_ib_gid_index == 0,
+            strcmp(o.net_tcp_port_range, "0") == 0 && o.net_ib_gid_index == 0 &&
+            o.net_shm_bandwidth == 0 && o.net_shm_latency_us == 0 &&
+            o.net_shm_ring == 8388608,
         "net defaults");
   MPI_Info_set(info, "mkx_net_tcp_bind", "lo");
   CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.net == MKX_NET_TCP &&

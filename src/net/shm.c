@@ -1,0 +1,590 @@
+/* The shm provider: the network path between ranks of one host through
+ * shared memory, for virtual nodes (option virtual_node_size), with an
+ * optional bandwidth and latency cap so that a host can emulate a NIC's
+ * rail (options net_shm_bandwidth, net_shm_latency_us).  A test and
+ * emulation tool: `net=auto` never picks it; `net=shm` does.
+ *
+ * Rings: each endpoint creates one POSIX shared-memory segment (a random
+ * name, published in its address blob, so only ranks of the communicator
+ * learn it) holding one ring per sending rank.  A write appends records
+ * (a 64-byte header, then the payload, 64-byte aligned) to the receiver's
+ * ring from this rank; a payload larger than a quarter of the ring goes
+ * in several records, the last one carrying the signal.  Records never
+ * wrap: one that does not fit before the ring's end is preceded by a skip
+ * record.  The ring's head (the sender's) and tail (the receiver's) are
+ * byte counts that only grow, published with release stores.
+ *
+ * Delivery: a progress thread of the receiver takes each ring's records in
+ * order once their delivery time has come, copies the payload into the
+ * registered region (GPU memory through the staging buffers, as tcp does)
+ * and then sets the signal word with a release store, so data is visible
+ * before its signal.  The send buffer is reusable once the payload is in
+ * the ring: that is when the completion is reported.
+ *
+ * The cap: the sends of an endpoint share one emulated link.  A record of
+ * len bytes leaves at max(now, the link's free time), holds the link for
+ * len / bandwidth and is delivered `latency` after it has left.
+ *
+ * Failures: a peer's process id is in its blob.  A peer that closes says
+ * so in its segment; one whose process is gone without that is
+ * MKX_ERR_PEER on the next poll, and a write waiting for ring space to a
+ * closed or dead peer fails the same way.  A record outside what the
+ * receiver registered is MKX_ERR_NET. */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include "core/error.h"
+#include "core/log.h"
+#include "net/net.h"
+#include "net/regions.h"
+
+#define SEG_MAGIC 0x4d4b5853u  /* "MKXS" */
+#define REC_MAGIC 0x4d4b5852u  /* "MKXR" */
+#define BLOB_MAGIC 0x4d4b5842u /* "MKXB" */
+#define REC_BYTES 64
+#define HDR_BYTES 4096
+#define NO_SLOT 0xffffffffu
+
+enum { REC_DATA = 1, REC_SKIP = 2 };
+
+typedef struct shm_blob {
+  uint32_t magic;
+  int32_t pid;
+  uint64_t ring_bytes;
+  char name[48];
+} shm_blob;
+
+/* The segment's first page. */
+typedef struct seg_hdr {
+  uint32_t magic;
+  int32_t size;
+  uint64_t ring_bytes;
+  _Atomic int closed; /* the owner closed its endpoint */
+  _Atomic int mapped; /* peers that have mapped it (the owner unlinks) */
+} seg_hdr;
+
+/* One ring's control words, each on its own cache line. */
+typedef struct ring_ctl {
+  _Alignas(64) _Atomic uint64_t head; /* bytes written (the sender) */
+  _Alignas(64) _Atomic uint64_t tail; /* bytes taken (the receiver) */
+} ring_ctl;
+
+typedef struct rec {
+  uint32_t magic, type, region, slot;
+  uint64_t offset, len, value;
+  int64_t deliver_ns;
+  uint8_t pad[REC_BYTES - 48];
+} rec;
+_Static_assert(sizeof(rec) == REC_BYTES, "record header");
+
+typedef struct shm_impl {
+  shm_blob blob;
+  char *own; /* this endpoint's segment (receiving) */
+  size_t seg_bytes;
+  char **peer; /* [size] peers' segments (sending into), own at self */
+  shm_blob *remote;
+  int unlinked;
+  pthread_t thread;
+  int thread_started;
+  _Atomic int stop;
+  pthread_mutex_t lock; /* completions, the first error */
+  mkx_net_fifo done;
+  int err_code;
+  char err_msg[320];
+  mkx_net_regions rg;
+  /* the emulated link (the sending side; one thread drives an endpoint) */
+  double ns_per_byte;
+  int64_t latency_ns, link_free_ns;
+} shm_impl;
+
+static shm_impl *impl_of(mkx_net *n) { return n->impl; }
+
+static int64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static uint64_t round_rec(uint64_t b) {
+  return (b + REC_BYTES - 1) / REC_BYTES * REC_BYTES;
+}
+
+static size_t seg_size(int size, uint64_t ring_bytes) {
+  return HDR_BYTES + (size_t)size * (sizeof(ring_ctl) + ring_bytes);
+}
+
+/* Ring of sender `from` in segment seg. */
+static ring_ctl *ring_ctl_of(char *seg, int from, uint64_t ring_bytes) {
+  return (ring_ctl *)(seg + HDR_BYTES +
+                      (size_t)from * (sizeof(ring_ctl) + ring_bytes));
+}
+static char *ring_data(char *seg, int from, uint64_t ring_bytes) {
+  return (char *)(ring_ctl_of(seg, from, ring_bytes) + 1);
+}
+
+static void record_error(shm_impl *s, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void record_error(shm_impl *s, int code, const char *fmt, ...) {
+  pthread_mutex_lock(&s->lock);
+  if (!s->err_code) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err_msg, sizeof s->err_msg, fmt, ap);
+    va_end(ap);
+    s->err_code = code;
+  }
+  pthread_mutex_unlock(&s->lock);
+}
+
+static int peer_alive(const shm_impl *s, int peer) {
+  return kill(s->remote[peer].pid, 0) == 0 || errno != ESRCH;
+}
+
+/* ---- receiving ------------------------------------------------------------ */
+
+/* Copy a record's payload into its region, then set its signal: 1 done,
+ * 0 the endpoint failed (recorded). */
+static int deliver(mkx_net *n, int from, const rec *r, const char *payload) {
+  shm_impl *s = impl_of(n);
+  mkx_net_region rg;
+  if (!mkx_net_regions_find(&s->rg, r->region, r->offset, r->len, &rg) ||
+      (r->slot != NO_SLOT && r->slot >= n->num_signals)) {
+    record_error(s, MKX_ERR_NET,
+                 "shm: rank %d wrote %llu bytes at %llu of region %u, "
+                 "signal %u: outside what rank %d registered",
+                 from, (unsigned long long)r->len,
+                 (unsigned long long)r->offset, r->region, r->slot, n->rank);
+    return 0;
+  }
+  char *dst = rg.base + r->offset;
+  if (rg.dev < 0) {
+    memcpy(dst, payload, r->len);
+  } else { /* through the receive stage: the progress thread's alone */
+    const mkx_net_stager *st = s->rg.stager;
+    for (uint64_t off = 0; off < r->len; off += st->stage_bytes) {
+      const size_t k = r->len - off < st->stage_bytes ? (size_t)(r->len - off)
+                                                      : st->stage_bytes;
+      memcpy(s->rg.rstage, payload + off, k);
+      const int rc = st->to_device(s->rg.stage_ctx, dst + off, s->rg.rstage, k);
+      if (rc != MKX_SUCCESS) {
+        record_error(s, rc,
+                     "shm: %zu bytes from rank %d into device memory "
+                     "at %p: %s",
+                     k, from, (void *)(dst + off), MKX_Get_last_error());
+        return 0;
+      }
+    }
+  }
+  if (r->slot != NO_SLOT)
+    atomic_store_explicit(&n->signals[r->slot], r->value, memory_order_release);
+  return 1;
+}
+
+/* The records of sender `from` that are due; *wait_ns: the time to the
+ * next one that is not (or unchanged); *moved: set if one was taken.  0
+ * once the endpoint failed. */
+static int drain_ring(mkx_net *n, int from, int64_t *wait_ns, int *moved) {
+  shm_impl *s = impl_of(n);
+  const uint64_t rb = s->blob.ring_bytes;
+  ring_ctl *c = ring_ctl_of(s->own, from, rb);
+  char *data = ring_data(s->own, from, rb);
+  uint64_t tail = atomic_load_explicit(&c->tail, memory_order_relaxed);
+  const uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
+  while (tail < head) {
+    const rec *r = (const rec *)(data + tail % rb);
+    if (r->magic != REC_MAGIC || (r->type != REC_DATA && r->type != REC_SKIP)) {
+      record_error(s, MKX_ERR_NET, "shm: a malformed record from rank %d",
+                   from);
+      return 0;
+    }
+    if (r->type == REC_SKIP) {
+      tail += rb - tail % rb;
+    } else {
+      const int64_t left = r->deliver_ns - now_ns();
+      if (left > 0) {
+        if (left < *wait_ns) *wait_ns = left;
+        break;
+      }
+      if (!deliver(n, from, r, (const char *)(r + 1))) return 0;
+      tail += REC_BYTES + round_rec(r->len);
+    }
+    atomic_store_explicit(&c->tail, tail, memory_order_release);
+    *moved = 1;
+  }
+  return 1;
+}
+
+/* Spins while records come (a microsecond's latency must stay one), and
+ * sleeps in steps of at most 20 us once idle for a while. */
+static void *progress(void *arg) {
+  mkx_net *n = arg;
+  shm_impl *s = impl_of(n);
+  int ok = 1, idle = 0;
+  while (ok && !atomic_load(&s->stop)) {
+    int64_t wait_ns = INT64_MAX;
+    int moved = 0;
+    for (int r = 0; ok && r < n->size; r++)
+      if (r != n->rank) ok = drain_ring(n, r, &wait_ns, &moved);
+    idle = moved ? 0 : idle + 1;
+    if (wait_ns < INT64_MAX) idle = 0; /* a record is due soon: stay near */
+    if (idle > 20000) {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    } else if (idle > 200) {
+      sched_yield();
+    }
+  }
+  return NULL;
+}
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+static int shm_probe(const mkx_net_params *p) {
+  (void)p;
+  return MKX_SUCCESS; /* open reports a shm_open failure */
+}
+
+static int make_segment(shm_impl *s, int size) {
+  uint8_t rnd[16];
+  if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+    return mkx_error(MKX_ERR_NET, "shm: getrandom: %s", strerror(errno));
+  int k = snprintf(s->blob.name, sizeof s->blob.name, "/mkx-shm-%d-",
+                   (int)getpid());
+  for (size_t i = 0; i < sizeof rnd && k + 2 < (int)sizeof s->blob.name; i++)
+    k += snprintf(s->blob.name + k, sizeof s->blob.name - (size_t)k, "%02x",
+                  rnd[i]);
+  s->seg_bytes = seg_size(size, s->blob.ring_bytes);
+  int fd = shm_open(s->blob.name, O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0)
+    return mkx_error(MKX_ERR_NET, "shm: shm_open %s: %s", s->blob.name,
+                     strerror(errno));
+  int rc = ftruncate(fd, (off_t)s->seg_bytes) == 0
+               ? MKX_SUCCESS
+               : mkx_error(MKX_ERR_NOMEM, "shm: %zu bytes of shared memory: %s",
+                           s->seg_bytes, strerror(errno));
+  void *m =
+      rc ? MAP_FAILED
+         : mmap(NULL, s->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (!rc && m == MAP_FAILED)
+    rc = mkx_error(MKX_ERR_NOMEM, "shm: mmap: %s", strerror(errno));
+  if (rc) {
+    shm_unlink(s->blob.name);
+    return rc;
+  }
+  s->own = m;
+  seg_hdr *h = (seg_hdr *)s->own;
+  h->magic = SEG_MAGIC;
+  h->size = size;
+  h->ring_bytes = s->blob.ring_bytes;
+  return MKX_SUCCESS;
+}
+
+static int shm_open_ep(mkx_net *n, const mkx_net_params *p) {
+  shm_impl *s = calloc(1, sizeof *s);
+  if (!s) return mkx_error(MKX_ERR_NOMEM, "shm: endpoint");
+  n->impl = s;
+  pthread_mutex_init(&s->lock, NULL);
+  mkx_net_regions_init(&s->rg, "shm", mkx_net_cuda_stager());
+  s->blob.magic = BLOB_MAGIC;
+  s->blob.pid = (int32_t)getpid();
+  s->blob.ring_bytes = round_rec((uint64_t)p->opt->net_shm_ring);
+  s->ns_per_byte = p->opt->net_shm_bandwidth > 0
+                       ? 1000.0 / (double)p->opt->net_shm_bandwidth
+                       : 0; /* MB/s: 1e9 ns / 1e6 bytes */
+  s->latency_ns = (int64_t)p->opt->net_shm_latency_us * 1000;
+  s->peer = calloc((size_t)p->size, sizeof *s->peer);
+  int rc = s->peer ? mkx_net_signals_alloc(p->num_signals, &n->signals)
+                   : mkx_error(MKX_ERR_NOMEM, "shm: peers");
+  if (rc == MKX_SUCCESS) rc = make_segment(s, p->size);
+  if (rc != MKX_SUCCESS) n->prov->close(n);
+  return rc;
+}
+
+static int shm_address(mkx_net *n, const void **blob, size_t *len) {
+  *blob = &impl_of(n)->blob;
+  *len = sizeof(shm_blob);
+  return MKX_SUCCESS;
+}
+
+static int map_peer(shm_impl *s, int r, int size) {
+  const shm_blob *b = &s->remote[r];
+  if (b->magic != BLOB_MAGIC || b->ring_bytes != s->blob.ring_bytes)
+    return mkx_error(MKX_ERR_NET,
+                     "shm: rank %d's address is not an shm endpoint with "
+                     "rings of %llu bytes (option net_shm_ring must agree)",
+                     r, (unsigned long long)s->blob.ring_bytes);
+  int fd = shm_open(b->name, O_RDWR, 0);
+  if (fd < 0)
+    return mkx_error(MKX_ERR_NET,
+                     "shm: rank %d's segment %s: %s (shm needs every rank "
+                     "on one host)",
+                     r, b->name, strerror(errno));
+  void *m = mmap(NULL, s->seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  if (m == MAP_FAILED)
+    return mkx_error(MKX_ERR_NET, "shm: mmap rank %d's segment: %s", r,
+                     strerror(errno));
+  seg_hdr *h = m;
+  if (h->magic != SEG_MAGIC || h->size != size) {
+    munmap(m, s->seg_bytes);
+    return mkx_error(MKX_ERR_NET,
+                     "shm: rank %d's segment is not one of %d "
+                     "ranks",
+                     r, size);
+  }
+  s->peer[r] = m;
+  atomic_fetch_add(&h->mapped, 1);
+  return MKX_SUCCESS;
+}
+
+static int shm_connect(mkx_net *n, const void *blobs, size_t len) {
+  shm_impl *s = impl_of(n);
+  if (len != sizeof(shm_blob))
+    return mkx_error(MKX_ERR_NET, "shm: address of %zu bytes", len);
+  s->remote = malloc((size_t)n->size * sizeof *s->remote);
+  if (!s->remote) return mkx_error(MKX_ERR_NOMEM, "shm: addresses");
+  memcpy(s->remote, blobs, (size_t)n->size * sizeof *s->remote);
+  for (int r = 0; r < n->size; r++)
+    if (r != n->rank) MKX_TRY(map_peer(s, r, n->size));
+  s->peer[n->rank] = s->own;
+  if (pthread_create(&s->thread, NULL, progress, n) != 0)
+    return mkx_error(MKX_ERR_NET, "shm: progress thread");
+  s->thread_started = 1;
+  return MKX_SUCCESS;
+}
+
+static int shm_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
+  return mkx_net_regions_reg(&impl_of(n)->rg, a, mr);
+}
+
+static int shm_dereg(mkx_net *n, mkx_net_mr *mr) {
+  return mkx_net_regions_dereg(&impl_of(n)->rg, mr);
+}
+
+/* ---- sending ------------------------------------------------------------------ */
+
+/* MKX_SUCCESS while peer may take records, else MKX_ERR_PEER. */
+static int peer_usable(const shm_impl *s, int peer) {
+  const seg_hdr *h = (const seg_hdr *)s->peer[peer];
+  if (atomic_load(&h->closed))
+    return mkx_error(MKX_ERR_PEER, "shm: rank %d closed its endpoint", peer);
+  if (!peer_alive(s, peer))
+    return mkx_error(MKX_ERR_PEER, "shm: rank %d (process %d) is gone", peer,
+                     (int)s->remote[peer].pid);
+  return MKX_SUCCESS;
+}
+
+/* Room for `need` contiguous bytes in ring (c, data) at *head, waiting for
+ * the receiver within the deadline; a skip record first where the ring's
+ * end is too close. */
+static int make_room(mkx_net *n, int peer, ring_ctl *c, char *data,
+                     uint64_t *head, uint64_t need, int64_t deadline_ms) {
+  shm_impl *s = impl_of(n);
+  const uint64_t rb = s->blob.ring_bytes;
+  const uint64_t to_end = rb - *head % rb;
+  const uint64_t total = need > to_end ? to_end + need : need;
+  for (int spins = 0;; spins++) {
+    const uint64_t tail = atomic_load_explicit(&c->tail, memory_order_acquire);
+    if (rb - (*head - tail) >= total) break;
+    if (spins % 1024 == 1023) {
+      MKX_TRY(peer_usable(s, peer));
+      if (mkx_net_now_ms() > deadline_ms)
+        return mkx_error(MKX_ERR_TIMEOUT,
+                         "shm: rank %d took no data for %lld ms (its ring "
+                         "is full)",
+                         peer, (long long)n->timeout_ms);
+      sched_yield();
+    }
+  }
+  if (total > need) {
+    rec *skip = (rec *)(data + *head % rb);
+    *skip = (rec){.magic = REC_MAGIC, .type = REC_SKIP};
+    *head += to_end;
+  }
+  return MKX_SUCCESS;
+}
+
+/* One record of `len` payload bytes from src (device memory: staged). */
+static int put_record(mkx_net *n, int peer, const mkx_net_mr *src,
+                      const char *from, const rec *hdr, int64_t deadline_ms) {
+  shm_impl *s = impl_of(n);
+  const uint64_t rb = s->blob.ring_bytes;
+  ring_ctl *c = ring_ctl_of(s->peer[peer], n->rank, rb);
+  char *data = ring_data(s->peer[peer], n->rank, rb);
+  uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
+  MKX_TRY(make_room(n, peer, c, data, &head, REC_BYTES + round_rec(hdr->len),
+                    deadline_ms));
+  rec *r = (rec *)(data + head % rb);
+  *r = *hdr;
+  char *payload = (char *)(r + 1);
+  if (hdr->len && src->kind == MKX_NET_MEM_DEVICE) {
+    mkx_net_regions *g = &s->rg;
+    pthread_mutex_lock(&g->stage_lock);
+    int rc = MKX_SUCCESS;
+    for (uint64_t off = 0; rc == MKX_SUCCESS && off < hdr->len;
+         off += g->stager->stage_bytes) {
+      const size_t k = hdr->len - off < g->stager->stage_bytes
+                           ? (size_t)(hdr->len - off)
+                           : g->stager->stage_bytes;
+      rc = g->stager->to_host(g->stage_ctx, g->sstage, from + off, k);
+      if (rc == MKX_SUCCESS) memcpy(payload + off, g->sstage, k);
+    }
+    pthread_mutex_unlock(&g->stage_lock);
+    MKX_TRY(rc);
+  } else if (hdr->len) {
+    memcpy(payload, from, hdr->len);
+  }
+  atomic_store_explicit(&c->head, head + REC_BYTES + round_rec(hdr->len),
+                        memory_order_release);
+  return MKX_SUCCESS;
+}
+
+/* When a record of len bytes sent now is delivered (the link's model). */
+static int64_t delivery(shm_impl *s, uint64_t len) {
+  const int64_t now = now_ns();
+  if (s->ns_per_byte <= 0) return now + s->latency_ns;
+  const int64_t start = s->link_free_ns > now ? s->link_free_ns : now;
+  s->link_free_ns = start + (int64_t)(s->ns_per_byte * (double)len);
+  return s->link_free_ns + s->latency_ns;
+}
+
+static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
+                            size_t src_off, const mkx_net_rkey *dst,
+                            size_t dst_off, size_t len, uint32_t slot,
+                            uint64_t value, uint64_t cookie) {
+  shm_impl *s = impl_of(n);
+  if (len && src->kind == MKX_NET_MEM_DEVICE && s->rg.stage_dev < 0)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "shm: region %u is device memory this endpoint did not "
+                     "register",
+                     src->id);
+  MKX_TRY(peer_usable(s, peer));
+  const uint64_t piece = s->blob.ring_bytes / 4 - REC_BYTES;
+  const int64_t deadline_ms = mkx_net_now_ms() + n->timeout_ms;
+  const char *from = len ? (const char *)src->base + src_off : NULL;
+  size_t off = 0;
+  do {
+    const uint64_t k = len - off < piece ? len - off : piece;
+    const int last = off + k == len;
+    const rec hdr = {.magic = REC_MAGIC,
+                     .type = REC_DATA,
+                     .region = dst->id,
+                     .slot = last ? slot : NO_SLOT,
+                     .offset = dst_off + off,
+                     .len = k,
+                     .value = value,
+                     .deliver_ns = delivery(s, k)};
+    MKX_TRY(
+        put_record(n, peer, src, from ? from + off : NULL, &hdr, deadline_ms));
+    off += k;
+  } while (off < len);
+  /* The payload is in the ring: the source may be reused. */
+  pthread_mutex_lock(&s->lock);
+  const int rc = mkx_net_fifo_push(&s->done, cookie, peer);
+  pthread_mutex_unlock(&s->lock);
+  return rc;
+}
+
+/* Peers whose process is gone without closing: MKX_ERR_PEER. */
+static void check_peers(mkx_net *n) {
+  shm_impl *s = impl_of(n);
+  for (int r = 0; s->remote && r < n->size; r++) {
+    if (r == n->rank || !s->peer[r]) continue;
+    const seg_hdr *h = (const seg_hdr *)s->peer[r];
+    if (!atomic_load(&h->closed) && !peer_alive(s, r))
+      record_error(s, MKX_ERR_PEER, "shm: rank %d (process %d) is gone", r,
+                   (int)s->remote[r].pid);
+  }
+}
+
+static int shm_poll(mkx_net *n, mkx_net_completion *done, int max, int *ndone) {
+  shm_impl *s = impl_of(n);
+  seg_hdr *h = (seg_hdr *)s->own;
+  /* every peer has the segment mapped: its name may go */
+  if (!s->unlinked && s->remote && atomic_load(&h->mapped) == n->size - 1) {
+    shm_unlink(s->blob.name);
+    s->unlinked = 1;
+  }
+  check_peers(n);
+  pthread_mutex_lock(&s->lock);
+  const int code = s->err_code;
+  *ndone = code ? 0 : mkx_net_fifo_pop(&s->done, done, max);
+  pthread_mutex_unlock(&s->lock);
+  if (code) return mkx_error(code, "%s (seen by rank %d)", s->err_msg, n->rank);
+  return MKX_SUCCESS;
+}
+
+static void shm_close(mkx_net *n) {
+  shm_impl *s = impl_of(n);
+  if (!s) return;
+  if (s->own) atomic_store(&((seg_hdr *)s->own)->closed, 1);
+  if (s->thread_started) {
+    atomic_store(&s->stop, 1);
+    pthread_join(s->thread, NULL);
+  }
+  for (int r = 0; s->peer && r < n->size; r++)
+    if (s->peer[r] && r != n->rank) munmap(s->peer[r], s->seg_bytes);
+  if (s->own) {
+    if (!s->unlinked) shm_unlink(s->blob.name);
+    munmap(s->own, s->seg_bytes);
+  }
+  mkx_net_regions_fini(&s->rg);
+  pthread_mutex_destroy(&s->lock);
+  free(s->peer);
+  free(s->remote);
+  mkx_net_fifo_free(&s->done);
+  free((void *)n->signals);
+  free(s);
+  n->impl = NULL;
+  n->signals = NULL;
+}
+
+static const mkx_option_desc shm_options[] = {
+    {"net_shm_bandwidth", MKX_OPT_LONG,
+     offsetof(mkx_options, net_shm_bandwidth), "0", "0:100000000",
+     "The shm transport's emulated link: MB/s an endpoint's writes share "
+     "(0: as fast as memory copies go), e.g. 50000 for a 400 Gb/s rail.",
+     1},
+    {"net_shm_latency_us", MKX_OPT_INT,
+     offsetof(mkx_options, net_shm_latency_us), "0", "0:1000000",
+     "The shm transport's emulated latency: microseconds from a write "
+     "leaving the link to its delivery.",
+     1},
+    {"net_shm_ring", MKX_OPT_LONG, offsetof(mkx_options, net_shm_ring),
+     "8388608", "65536:1073741824",
+     "Bytes of each shm ring (one per pair of ranks, in the receiver's shared "
+     "memory); writes larger than a quarter of it go in pieces.",
+     1},
+    {NULL, 0, 0, NULL, NULL, NULL},
+};
+
+const mkx_net_provider mkx_net_shm_provider = {
+    .name = "shm",
+    .caps = MKX_NET_CAP_ORDERED, /* one ring per pair; GPU memory staged */
+    .signal_bits = 64,
+    .options = shm_options,
+    .probe = shm_probe,
+    .open = shm_open_ep,
+    .address = shm_address,
+    .connect = shm_connect,
+    .reg = shm_reg,
+    .dereg = shm_dereg,
+    .write_signal = shm_write_signal,
+    .poll = shm_poll,
+    .close = shm_close,
+};
