@@ -60,4 +60,52 @@ static inline int mt_gpu_count(void) {
   return n;
 }
 
+/* Median time (ms) of `reps` (at most 64) runs of run(ctx) on the legacy
+ * stream after two warm-ups, each between two CUDA events; -1 if a run
+ * returned non-zero. */
+static inline float mt_gpu_median_ms(int (*run)(const void *ctx),
+                                     const void *ctx, int reps) {
+  cudaEvent_t e0, e1;
+  float ms[64], med = -1;
+  if (reps < 1 || reps > 64) return -1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  for (int it = -2; it < reps; ++it) {
+    CK(cudaEventRecord(e0, 0));
+    if (run(ctx)) goto out;
+    CK(cudaEventRecord(e1, 0));
+    CK(cudaEventSynchronize(e1));
+    if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+  }
+  for (int a = 0; a < reps; ++a)
+    for (int b = a + 1; b < reps; ++b)
+      if (ms[b] < ms[a]) {
+        const float t = ms[a];
+        ms[a] = ms[b];
+        ms[b] = t;
+      }
+  med = ms[reps / 2];
+out:
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return med;
+}
+
+/* 1 if GPU 0 is sm_90 (the engines' tests run there), else 0 after a
+ * "# skip" line saying why (the caller exits 77). */
+static inline int mt_sm90_here(void) {
+  int n = 0, major = 0, minor = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
+    printf("# skip: no GPU\n");
+    return 0;
+  }
+  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
+  if (major != 9 || minor != 0) {
+    printf("# skip: not an sm_90 GPU\n");
+    return 0;
+  }
+  return 1;
+}
+
 #endif

@@ -312,34 +312,17 @@ static void *dev_random16(size_t n) {
   return d;
 }
 
+static int run_once(const void *d) { return mkx_attn_run(d, 0); }
+
 /* Median time (ms) of `reps` runs of d after two warm-ups; 0 on failure. */
 static float time_runs(const mkx_attn_desc *d, int reps) {
-  cudaEvent_t e0, e1;
-  float ms[16], med = 0;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int it = -2; it < reps; ++it) {
-    CK(cudaEventRecord(e0, 0));
-    if (mkx_attn_run(d, 0)) {
-      printf("not ok - bench run failed\n");
-      g_fail++;
-      return 0;
-    }
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+  const float ms = mt_gpu_median_ms(run_once, d, reps);
+  if (ms < 0) {
+    printf("not ok - bench run failed\n");
+    g_fail++;
+    return 0;
   }
-  for (int a = 0; a < reps; ++a)
-    for (int b = a + 1; b < reps; ++b)
-      if (ms[b] < ms[a]) {
-        const float t = ms[a];
-        ms[a] = ms[b];
-        ms[b] = t;
-      }
-  med = ms[reps / 2];
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return med;
+  return ms;
 }
 
 /* Engine time of the issue table's shapes, bf16, random inputs (as
@@ -407,17 +390,7 @@ static void bench(int profile) {
 }
 
 int main(int argc, char **argv) {
-  int n = 0, major = 0, minor = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
-    printf("# skip: no GPU\n");
-    return 77;
-  }
-  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-  if (major != 9 || minor != 0) {
-    printf("# skip: not an sm_90 GPU\n");
-    return 77;
-  }
+  if (!mt_sm90_here()) return 77;
   g_rng ^= (uint64_t)time(NULL);
   CK(cudaMalloc((void **)&g_counter, sizeof(int)));
   if (argc > 1 &&

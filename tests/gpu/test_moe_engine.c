@@ -615,33 +615,17 @@ static void route(int tokens, int topk, int E, int *off) {
   free(pick);
 }
 
+static int run_once(const void *d) { return mkx_moe_gemm_run(d, 0); }
+
+/* Median time (ms) of `reps` runs of d after two warm-ups; 0 on failure. */
 static float time_runs(const mkx_moe_gemm_desc *d, int reps) {
-  cudaEvent_t e0, e1;
-  float ms[16], med = 0;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  for (int it = -2; it < reps; ++it) {
-    CK(cudaEventRecord(e0, 0));
-    if (mkx_moe_gemm_run(d, 0)) {
-      printf("not ok - bench run failed\n");
-      g_fail++;
-      return 0;
-    }
-    CK(cudaEventRecord(e1, 0));
-    CK(cudaEventSynchronize(e1));
-    if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+  const float ms = mt_gpu_median_ms(run_once, d, reps);
+  if (ms < 0) {
+    printf("not ok - bench run failed\n");
+    g_fail++;
+    return 0;
   }
-  for (int i = 0; i < reps; ++i) /* median */
-    for (int j = i + 1; j < reps; ++j)
-      if (ms[j] < ms[i]) {
-        const float x = ms[i];
-        ms[i] = ms[j];
-        ms[j] = x;
-      }
-  med = ms[reps / 2];
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
-  return med;
+  return ms;
 }
 
 static void bench(void) {
@@ -734,17 +718,7 @@ static void bench(void) {
 }
 
 int main(int argc, char **argv) {
-  int n = 0, major = 0, minor = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess || n < 1) {
-    printf("# skip: no GPU\n");
-    return 77;
-  }
-  CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
-  CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0));
-  if (major != 9 || minor != 0) {
-    printf("# skip: not an sm_90 GPU\n");
-    return 77;
-  }
+  if (!mt_sm90_here()) return 77;
   g_rng ^= (uint64_t)time(NULL);
   printf("# seed %llu\n", (unsigned long long)g_rng);
   const int only = argc > 1 && !strcmp(argv[1], "--bench-only");

@@ -136,7 +136,8 @@ static int usage_error(const char *what, const char *arg) {
 }
 
 /* "B,S,HQ,HKV,D": 0, or 2 after a message. */
-static int parse_shape(const char *v, shape *sh) {
+static int parse_shape(const char *v, void *out) {
+  shape *sh = out;
   long long b, s, hq, hkv, d;
   char end;
   if (sscanf(v, "%lld,%lld,%lld,%lld,%lld%c", &b, &s, &hq, &hkv, &d, &end) !=
@@ -146,11 +147,6 @@ static int parse_shape(const char *v, shape *sh) {
   if (hq % hkv) return usage_error("HQ must be a multiple of HKV", v);
   *sh = (shape){b, s, hq, hkv, d};
   return 0;
-}
-
-static void add_shapes(opts *o, const shape *list, int n) {
-  for (int i = 0; i < n && o->ns < MAX_SHAPES; i++)
-    o->shapes[o->ns++] = list[i];
 }
 
 /* 0: run; 1: --help; 2: bad arguments (said on stderr). */
@@ -172,14 +168,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   }
   o->reps = a.reps, o->warmup = a.warmup;
   o->versus = a.versus, o->outname = a.outname;
-  if (a.small) add_shapes(o, small_shapes, 2);
-  for (int g = 0; g < a.ng; g++) {
-    shape sh;
-    if (parse_shape(a.shapes[g], &sh)) return 2;
-    add_shapes(o, &sh, 1);
-  }
-  if (o->ns == 0) add_shapes(o, default_shapes, 5);
-  return 0;
+  return perf_shapes(&a, parse_shape, sizeof(shape), small_shapes, 2,
+                     default_shapes, 5, o->shapes, MAX_SHAPES, &o->ns);
 }
 
 /* ---- torch_sdpa.py's and torch_ring_attn.py's lines ---------------------- */

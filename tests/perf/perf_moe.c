@@ -143,7 +143,8 @@ static int usage_error(const char *what, const char *arg) {
 /* "T,H,E,K,F": 0, or 2 after a message.  The bound keeps expert ids in
  * int32 and the products of two sizes in int64 (check_shapes bounds the
  * buffers). */
-static int parse_shape(const char *v, shape *sh) {
+static int parse_shape(const char *v, void *out) {
+  shape *sh = out;
   long long t, h, e, k, f;
   char end;
   const long long big = 1LL << 24;
@@ -155,11 +156,6 @@ static int parse_shape(const char *v, shape *sh) {
   if (k > e) return usage_error("K (experts per token) is over E", v);
   *sh = (shape){t, h, e, k, f};
   return 0;
-}
-
-static void add_shapes(opts *o, const shape *list, int n) {
-  for (int i = 0; i < n && o->ns < MAX_SHAPES; i++)
-    o->shapes[o->ns++] = list[i];
 }
 
 /* 0: run; 1: --help; 2: bad arguments (said on stderr). */
@@ -176,14 +172,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   }
   o->reps = a.reps, o->warmup = a.warmup;
   o->versus = a.versus, o->outname = a.outname;
-  if (a.small) add_shapes(o, small_shapes, 2);
-  for (int g = 0; g < a.ng; g++) {
-    shape sh;
-    if (parse_shape(a.shapes[g], &sh)) return 2;
-    add_shapes(o, &sh, 1);
-  }
-  if (o->ns == 0) add_shapes(o, default_shapes, 2);
-  return 0;
+  return perf_shapes(&a, parse_shape, sizeof(shape), small_shapes, 2,
+                     default_shapes, 2, o->shapes, MAX_SHAPES, &o->ns);
 }
 
 /* Every shape fits the job of p ranks: E a multiple of p, and no buffer

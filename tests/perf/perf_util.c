@@ -106,3 +106,21 @@ int perf_common_arg(int argc, char **argv, int *i, perf_args *a,
   if (!strcmp(o, "--out")) a->outname = v;
   return 1;
 }
+
+static void add_shapes(const void *from, int k, size_t size, void *list,
+                       int max, int *n) {
+  for (int i = 0; i < k && *n < max; i++, ++*n)
+    memcpy((char *)list + (size_t)*n * size, (const char *)from + i * size,
+           size);
+}
+
+int perf_shapes(const perf_args *a, int (*parse)(const char *, void *),
+                size_t size, const void *small, int nsmall, const void *dflt,
+                int ndflt, void *list, int max, int *n) {
+  *n = 0;
+  if (a->small) add_shapes(small, nsmall, size, list, max, n);
+  for (int g = 0; g < a->ng && *n < max; g++, ++*n)
+    if (parse(a->shapes[g], (char *)list + (size_t)*n * size)) return 2;
+  if (*n == 0) add_shapes(dflt, ndflt, size, list, max, n);
+  return 0;
+}

@@ -33,6 +33,12 @@ void perf_args_init(perf_args *a);
  * `usage` under the name cmd. */
 int perf_common_arg(int argc, char **argv, int *i, perf_args *a,
                     const char *cmd, const char *usage);
+/* The shapes to run into list (room for max of `size` bytes each), *n
+ * of them: --small's (small, nsmall), then each --shapes value through
+ * parse (0, or 2 after its message), or else the defaults.  0 or 2. */
+int perf_shapes(const perf_args *a, int (*parse)(const char *, void *),
+                size_t size, const void *small, int nsmall, const void *dflt,
+                int ndflt, void *list, int max, int *n);
 /* 2, after "cmd: what: arg" and usage on stderr. */
 int perf_usage_error(const char *cmd, const char *usage, const char *what,
                      const char *arg);
