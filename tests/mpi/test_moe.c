@@ -635,6 +635,57 @@ static void plan_case(MKX_Comm comm, int layer) {
   tbuf_free(&tcref);
 }
 
+/* ---- determinism and repetition ------------------------------------------
+ * bf16 layer on fixed inputs: 10 calls give the same bits (the combine
+ * sums in slot order, the routing is a stable sort), and `calls` back-to-
+ * back calls on one stream (no synchronisation between them) end with the
+ * same bits as well. */
+static void repeat_case(MKX_Comm comm, int calls) {
+  const int p = mt.size;
+  const int64_t nt = 37, K = 3, E = 4 * p, H = 40, F = 24;
+  tbuf tx, ti, tg, tw, tw2, to, tfirst;
+  tbuf_alloc(&tx, (size_t)(nt * H) * 2);
+  tbuf_alloc(&ti, (size_t)(nt * K) * sizeof(int32_t));
+  tbuf_alloc(&tg, (size_t)(nt * K) * sizeof(float));
+  tbuf_alloc(&tw, (size_t)(E / p * H * 2 * F) * 2);
+  tbuf_alloc(&tw2, (size_t)(E / p * F * H) * 2);
+  tbuf_alloc(&to, (size_t)(nt * H) * 2);
+  tbuf_alloc(&tfirst, (size_t)(nt * H) * 2);
+  fill_plan_inputs(&tx, &ti, &tg, nt, K, E, H, 5);
+  for (int64_t i = 0; i < E / p * H * 2 * F; i++)
+    mt_set(tw.host, MKX_BF16, (size_t)i, (double)((i * 5) % 17) / 16 - 0.5);
+  for (int64_t i = 0; i < E / p * F * H; i++)
+    mt_set(tw2.host, MKX_BF16, (size_t)i, (double)((i * 3) % 11) / 8 - 0.6);
+  tbuf_upload(&tw);
+  tbuf_upload(&tw2);
+  int same = 1, rc = MKX_SUCCESS;
+  for (int r = 0; r < 10 + calls && rc == MKX_SUCCESS; r++) {
+    if (r < 10) tbuf_poison(&to);
+    gpu_eligible(MKX_BF16);
+    rc = MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
+                       tbuf_ptr(&tw), tbuf_ptr(&tw2), F, tbuf_ptr(&to),
+                       MKX_BF16, comm, NULL);
+    if (r >= 10 && r + 1 < 10 + calls) continue; /* back to back */
+    tbuf_download(&to);
+    if (r == 0)
+      memcpy(tfirst.host, to.host, (size_t)(nt * H) * 2);
+    else
+      same &= !memcmp(tfirst.host, to.host, (size_t)(nt * H) * 2);
+  }
+  CHECK_RC(rc, MKX_SUCCESS, "moe_layer repeated");
+  CHECK(same,
+        "moe_layer: the same bits over 10 calls and after %d more "
+        "back to back",
+        calls);
+  tbuf_free(&tx);
+  tbuf_free(&ti);
+  tbuf_free(&tg);
+  tbuf_free(&tw);
+  tbuf_free(&tw2);
+  tbuf_free(&to);
+  tbuf_free(&tfirst);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
@@ -648,6 +699,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < 4; k++) case_bad_ids(comm, k & 1, k >> 1);
   plan_case(comm, 0);
   plan_case(comm, 1);
+  repeat_case(comm, mt.device ? 1000 : 20);
   CHECK(mkx_path_starts(MKX_PATH_MOE) == gpu_calls,
         "%ld of %ld eligible calls took the GPU path",
         mkx_path_starts(MKX_PATH_MOE), gpu_calls);
