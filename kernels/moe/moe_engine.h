@@ -80,12 +80,15 @@ int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s);
  *            (the first bad slot, or MKX_MOE_NO_BAD_SLOT), status[1] (rows
  *            in all = offsets[local_experts]).  Deterministic: the same ids
  *            give the same rows.
- *   gather:  A[row_of_slot[i]][0:hidden] = X[token(i)][0:hidden] (the
- *            columns up to lda zeroed), and where not NULL row_scale[row] =
- *            weight[i], origin[3 row ..] = (origin_rank, token, slot).
+ *   gather:  slot i's row of X, X[token(i)][0:hidden], into row r of
+ *            A on rank q (mkx_moe_place: on one rank r = row_of_slot[i],
+ *            q = 0), the columns up to lda zeroed; where not NULL
+ *            scale[q][r] = weight[i] (1 without weights), origin[q][3r ..]
+ *            = (origin_rank, token, slot), dest_row[i] = r (-1: no row).
  *   combine: out[t][h] = sum over j in slot order of weight[t][j] *
- *            Y[row_of_slot[t*topk+j]][h] (fp32 Y, slots without a row
- *            skipped), rounded once to out's type.
+ *            Y_q[r][h] for slot t*topk+j at row r (rows[], e.g. dest_row)
+ *            of rank q (fp32 Y, slots without a row skipped), rounded once
+ *            to out's type.
  *   counts:  expert_rows[le] = offsets[le+1] - offsets[le] (int64). */
 #define MKX_MOE_NO_BAD_SLOT 0x7F7F7F7F
 
@@ -105,13 +108,50 @@ int64_t mkx_moe_route_work_ints(int64_t tokens, int topk, int local_experts);
 int mkx_moe_route_supported(const mkx_moe_route_desc *d, const char **why);
 int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s);
 
-/* elem: 2 (bf16, fp16) or 4 bytes; lda >= hidden. */
+/* Where the rows of this rank's slots go.  One rank: base NULL, ranks 1.
+ * Several ranks of a node: slot i (expert e = ids[i]) goes to rank
+ * e / experts_per_rank at row base[e] + row_of_slot[i] - own_offsets[e]
+ * (the route of this rank's slots over every expert gives own_offsets and
+ * row_of_slot; base[e], from every rank's counts: where this rank's rows
+ * of expert e start on the owner). */
+#define MKX_MOE_MAX_RANKS 8
+typedef struct {
+  const int32_t *ids;
+  const int *base;        /* device, experts ints, or NULL */
+  const int *own_offsets; /* device, experts + 1 ints */
+  int experts_per_rank;
+  int ranks;
+} mkx_moe_place;
+
+/* Each rank's A (row stride lda), and optional scale and origin arrays
+ * (device pointers this GPU can write: peers' through their mappings). */
+typedef struct {
+  void *a[MKX_MOE_MAX_RANKS];
+  float *scale[MKX_MOE_MAX_RANKS];
+  int32_t *origin[MKX_MOE_MAX_RANKS];
+  int64_t lda;
+} mkx_moe_rows_at;
+
+/* Each rank's fp32 expert outputs (row stride ldy). */
+typedef struct {
+  const float *y[MKX_MOE_MAX_RANKS];
+  int64_t ldy;
+} mkx_moe_outs_at;
+
+/* elem: 2 (bf16, fp16) or 4 bytes; lda >= hidden; dest_row may be NULL. */
 int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem, const int *row_of_slot,
-                       const float *weight, int origin_rank, void *a, int64_t lda, float *row_scale, int32_t *origin,
-                       cudaStream_t s);
-/* out_type: MKX_GEMM_BF16 or MKX_GEMM_FP16; y: fp32 rows, row stride ldy. */
-int mkx_moe_combine_run(const float *y, int64_t ldy, const int *row_of_slot, const float *weight, int64_t tokens,
-                        int topk, int64_t hidden, void *out, int out_type, cudaStream_t s);
+                       const float *weight, int origin_rank, const mkx_moe_place *pl, const mkx_moe_rows_at *at,
+                       int *dest_row, cudaStream_t s);
+/* out_type: MKX_GEMM_BF16 or MKX_GEMM_FP16; rows: each slot's row on its
+ * owner (-1: none). */
+int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_at *y, const int *rows, const float *weight,
+                        int64_t tokens, int topk, int64_t hidden, void *out, int out_type, cudaStream_t s);
+/* Several ranks of a node: all meet at workspace byte offset off (an int
+ * per rank, MKX_TP_OFF_* of tp.h) for the call's epoch, so the stream's
+ * earlier writes into peers are visible to every rank after it; a bounded
+ * wait that runs out reports `where` (MKX_TP_AT_*) in the error word. */
+struct mkx_tp_sync;
+int mkx_moe_meet_run(const struct mkx_tp_sync *s, int off, int where, cudaStream_t st);
 int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, cudaStream_t s);
 
 #ifdef __cplusplus

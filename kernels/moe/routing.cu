@@ -19,6 +19,7 @@
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 #include "moe/scan.cuh"
+#include "tp/flags.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -112,20 +113,36 @@ __global__ void route_rows(Route r) {
   r.row_of_slot[i] = r.offsets[le] + r.work[(int64_t)blockIdx.x * r.local + le] + before;
 }
 
-/* One warp per slot: the token's row into A (16-byte pieces where sizes
- * and addresses allow, else element by element), zeros up to lda. */
+/* Where slot i's row goes (moe_engine.h, mkx_moe_place): its rank and
+ * row there. */
+__device__ __forceinline__ int place_of(const mkx_moe_place &pl, int64_t i, int row, int &rank) {
+  if (!pl.base) {
+    rank = 0;
+    return row;
+  }
+  const int e = pl.ids[i];
+  rank = e / pl.experts_per_rank;
+  return pl.base[e] + row - pl.own_offsets[e];
+}
+
+/* One warp per slot: the token's row into its owner's A (16-byte pieces
+ * where sizes and addresses allow, else element by element), zeros up to
+ * lda. */
 __global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t hidden, int elem, const int *rows,
-                            const float *weight, int origin_rank, uint8_t *a, int64_t lda, float *row_scale,
-                            int32_t *origin) {
+                            const float *weight, int origin_rank, const mkx_moe_place pl, mkx_moe_rows_at at,
+                            int *dest_row) {
   const int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
   if (i >= slots) return;
-  const int row = rows[i];
+  int rank;
+  const int row = rows[i] < 0 ? -1 : place_of(pl, i, rows[i], rank);
+  if (lane == 0 && dest_row) dest_row[i] = row;
   if (row < 0) return;
   const int64_t t = i / topk;
+  uint8_t *a = (uint8_t *)at.a[rank];
   const uint8_t *src = x + t * hidden * elem;
-  uint8_t *dst = a + (int64_t)row * lda * elem;
-  const int64_t bytes = hidden * elem, padded = lda * elem;
+  uint8_t *dst = a + (int64_t)row * at.lda * elem;
+  const int64_t bytes = hidden * elem, padded = at.lda * elem;
   const bool vec = bytes % 16 == 0 && padded % 16 == 0 && ((uintptr_t)x & 15) == 0 && ((uintptr_t)a & 15) == 0;
   if (vec) {
     for (int64_t b = 16 * lane; b < bytes; b += 16 * 32)
@@ -139,11 +156,12 @@ __global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t h
   }
   for (int64_t b = bytes + lane; b < padded; b += 32) dst[b] = 0;
   if (lane == 0) {
-    if (row_scale) row_scale[row] = weight ? weight[i] : 1.f;
-    if (origin) {
-      origin[3 * (int64_t)row] = origin_rank;
-      origin[3 * (int64_t)row + 1] = (int32_t)t;
-      origin[3 * (int64_t)row + 2] = (int32_t)(i - t * topk);
+    if (at.scale[rank]) at.scale[rank][row] = weight ? weight[i] : 1.f;
+    if (at.origin[rank]) {
+      int32_t *o = at.origin[rank] + 3 * (int64_t)row;
+      o[0] = origin_rank;
+      o[1] = (int32_t)t;
+      o[2] = (int32_t)(i - t * topk);
     }
   }
 }
@@ -159,19 +177,31 @@ __device__ __forceinline__ __half round_to<__half>(float v) {
   return __float2half_rn(v);
 }
 
-/* One block per token: the weighted sum of its slots' rows in slot order. */
+/* One block per token: the weighted sum of its slots' rows in slot order
+ * (each from its owner's Y). */
 template <typename OutT>
-__global__ void combine_rows(const float *y, int64_t ldy, const int *rows, const float *weight, int topk,
+__global__ void combine_rows(const mkx_moe_place pl, mkx_moe_outs_at y, const int *rows, const float *weight, int topk,
                              int64_t hidden, OutT *out) {
   const int64_t t = blockIdx.x;
   for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
     float acc = 0.f;
     for (int j = 0; j < topk; ++j) {
-      const int row = rows[t * topk + j];
-      if (row >= 0) acc = fmaf(weight[t * topk + j], y[(int64_t)row * ldy + h], acc);
+      const int64_t i = t * topk + j;
+      const int row = rows[i];
+      if (row < 0) continue;
+      const int rank = pl.base ? pl.ids[i] / pl.experts_per_rank : 0;
+      acc = fmaf(weight[i], y.y[rank][(int64_t)row * y.ldy + h], acc);
     }
     out[t * hidden + h] = round_to<OutT>(acc);
   }
+}
+
+/* Every rank of the node meets at `off` for this call's epoch: the
+ * stream's earlier kernels (the rows pushed into the owners' workspaces,
+ * or the owners' expert outputs) are visible to every peer after it. */
+__global__ void meet_kernel(mkx_tp_sync s, int off, int where) {
+  const int epoch = *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH);
+  mkx::tp::meet(s, off, epoch, where);
 }
 
 __global__ void expert_counts(const int *offsets, int local, int64_t *expert_rows) {
@@ -223,30 +253,46 @@ extern "C" int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s) {
   return launched();
 }
 
+static bool place_ok(const mkx_moe_place *pl) {
+  return pl && pl->ranks >= 1 && pl->ranks <= MKX_MOE_MAX_RANKS &&
+         (!pl->base || (pl->ids && pl->own_offsets && pl->experts_per_rank >= 1)) && (pl->base || pl->ranks == 1);
+}
+
 extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem,
-                                  const int *row_of_slot, const float *weight, int origin_rank, void *a, int64_t lda,
-                                  float *row_scale, int32_t *origin, cudaStream_t s) {
+                                  const int *row_of_slot, const float *weight, int origin_rank, const mkx_moe_place *pl,
+                                  const mkx_moe_rows_at *at, int *dest_row, cudaStream_t s) {
   const int64_t slots = tokens * topk;
   if (slots == 0) return 0;
-  if ((elem != 2 && elem != 4) || lda < hidden || !x || !a || !row_of_slot) return MKX_GEMM_EINVAL;
+  if ((elem != 2 && elem != 4) || !at || at->lda < hidden || !x || !row_of_slot || !place_ok(pl))
+    return MKX_GEMM_EINVAL;
+  for (int r = 0; r < pl->ranks; ++r)
+    if (!at->a[r]) return MKX_GEMM_EINVAL;
   const int per_block = 8;  // warps
   gather_rows<<<(unsigned)((slots + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
-      (const uint8_t *)x, slots, topk, hidden, elem, row_of_slot, weight, origin_rank, (uint8_t *)a, lda, row_scale,
-      origin);
+      (const uint8_t *)x, slots, topk, hidden, elem, row_of_slot, weight, origin_rank, *pl, *at, dest_row);
   return launched();
 }
 
-extern "C" int mkx_moe_combine_run(const float *y, int64_t ldy, const int *row_of_slot, const float *weight,
-                                   int64_t tokens, int topk, int64_t hidden, void *out, int out_type, cudaStream_t s) {
+extern "C" int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_at *y, const int *rows,
+                                   const float *weight, int64_t tokens, int topk, int64_t hidden, void *out,
+                                   int out_type, cudaStream_t s) {
   if (tokens == 0) return 0;
-  if (!y || !row_of_slot || !weight || !out || ldy < hidden) return MKX_GEMM_EINVAL;
+  if (!y || !rows || !weight || !out || y->ldy < hidden || !place_ok(pl)) return MKX_GEMM_EINVAL;
+  for (int r = 0; r < pl->ranks; ++r)
+    if (!y->y[r]) return MKX_GEMM_EINVAL;
   if (out_type == MKX_GEMM_BF16)
     combine_rows<__nv_bfloat16>
-        <<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden, (__nv_bfloat16 *)out);
+        <<<(unsigned)tokens, 256, 0, s>>>(*pl, *y, rows, weight, topk, hidden, (__nv_bfloat16 *)out);
   else if (out_type == MKX_GEMM_FP16)
-    combine_rows<__half><<<(unsigned)tokens, 256, 0, s>>>(y, ldy, row_of_slot, weight, topk, hidden, (__half *)out);
+    combine_rows<__half><<<(unsigned)tokens, 256, 0, s>>>(*pl, *y, rows, weight, topk, hidden, (__half *)out);
   else
     return MKX_GEMM_EINVAL;
+  return launched();
+}
+
+extern "C" int mkx_moe_meet_run(const mkx_tp_sync *s, int off, int where, cudaStream_t st) {
+  if (!s || s->size < 1 || s->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
+  meet_kernel<<<1, 32, 0, st>>>(*s, off, where);
   return launched();
 }
 

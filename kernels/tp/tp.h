@@ -82,7 +82,9 @@ enum {
   MKX_TP_AT_LATE = 5,
   MKX_TP_AT_DRAINED = 6,
   MKX_TP_AT_SPLIT_TILE = 7,
-  MKX_TP_AT_KV_CHUNK = 8
+  MKX_TP_AT_KV_CHUNK = 8,
+  MKX_TP_AT_MOE_ROWS = 9,
+  MKX_TP_AT_MOE_OUT = 10
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):

@@ -129,6 +129,12 @@ static const mkx_option_desc base_rows[] = {
      "keys (head dims up to 64 with three consumer warpgroups, measured "
      "fastest); 192: head dims up to 64 with two warpgroups (larger head "
      "dims take 128). Results may differ between sizes in the last bits."},
+    {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "one", "one|all|off",
+     "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
+     "take the staged path). one: those of a one-rank communicator; all: "
+     "also those of several ranks of one node, whose token rows go into the "
+     "experts' owners' workspaces by GPU stores over NVLink; off: none.",
+     1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine.",

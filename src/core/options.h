@@ -27,6 +27,7 @@ enum {
 };
 enum { MKX_ATTN_CONTIGUOUS = 0, MKX_ATTN_ZIGZAG, MKX_ATTN_STRIPED };
 enum { MKX_ATTN_BLOCK_AUTO = 0, MKX_ATTN_BLOCK_128, MKX_ATTN_BLOCK_192 };
+enum { MKX_MOE_GPU_ONE = 0, MKX_MOE_GPU_ALL, MKX_MOE_GPU_OFF };
 
 /* Text options live in fixed arrays so mkx_options stays a plain value. */
 #define MKX_OPT_STRING_MAX 64
@@ -39,6 +40,7 @@ typedef struct mkx_options {
   int virtual_node_size; /* 0: one node per host */
   int attn_layout;       /* MKX_ATTN_*: which positions a rank's shard holds */
   int attn_block_n;      /* MKX_ATTN_BLOCK_*: keys per block of the engine */
+  int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
   int fused;             /* MKX_FUSED_*: fused GPU kernels */
   int blocking;          /* GPU-path calls wait for their run and report it */
   int tp_partials;       /* MKX_PARTIALS_*: type of fused RS/AR partials */

@@ -1,32 +1,45 @@
-/* MKX_Moe_dispatch_gemm and MKX_Moe_layer on the GPU, one rank
- * (kernels/moe).  Several ranks take the staged path.
+/* MKX_Moe_dispatch_gemm and MKX_Moe_layer on the GPU (kernels/moe): one
+ * rank, or with option moe_gpu=all several ranks of one node.
  *
  * A call, all on the user's stream:
- *   1. routing (mkx_moe_route_run): each slot's row in the grouped layout,
- *      the experts' offsets, the first bad slot and the total;
- *   2. the status (8 bytes) back to the host, stream synchronised: bad ids
- *      and truncation are returned by the call itself, as on the host
- *      path, and nothing is written after either.  This wait is why the
- *      path cannot be captured in a CUDA graph;
- *   3. the token rows gathered into the grouped layout (with the gate
- *      weight as row scale for dispatch, origins where asked);
+ *   1. routing (mkx_moe_route_run): each slot's row, grouped by expert in
+ *      slot order, the experts' offsets, the first bad slot and the total.
+ *      One rank routes over its own experts; several ranks route each
+ *      rank's slots over every expert.
+ *   2. the status back to the host, stream synchronised: bad ids and
+ *      truncation are returned by the call itself, as on the host path, and
+ *      nothing is written after either.  Several ranks also exchange their
+ *      counts per expert (MPI_Allgather): each owner's expert offsets, and
+ *      where each rank's rows of an expert start on its owner (in source
+ *      rank order, so the contract's (source rank, token, slot) order
+ *      holds).  This wait is why the path cannot be captured in a CUDA
+ *      graph; it also orders calls: every rank's previous call has ended on
+ *      its GPU before any rank writes into another's workspace.
+ *   3. the token rows gathered into the owners' grouped rows (several
+ *      ranks: GPU stores into the owners' workspaces, then all ranks meet
+ *      on the GPU), with the gate weight as row scale for dispatch, and
+ *      origins where asked;
  *   4. dispatch: one grouped GEMM into Y, rows scaled, then expert_rows;
  *      layer: the W1 grouped GEMM with SwiGLU in its epilogue (the
  *      activation rounded to dtype, the input of W2's tensor-core product),
- *      the W2 grouped GEMM in fp32, and the weighted combine in slot order
- *      into out, rounded once.
+ *      the W2 grouped GEMM in fp32, (several ranks: the ranks meet again)
+ *      and the weighted combine in slot order, each slot's output read
+ *      from its owner, into out, rounded once.
  * Weights whose row length is not a multiple of 8 elements (the tensor
  * maps' stride rule) are first copied into a padded workspace copy.
  *
- * Workspace (the data of one of the communicator's pooled workspaces,
- * held by the plan; N = num_tokens x topk rows at most; each piece
- * rounded up to 256 bytes):
- *   A       N x round8(hidden)      dtype, the gathered rows
+ * Workspace (the data of one of the communicator's pooled workspaces, held
+ * by the plan, the same layout on every rank; N = rows it can receive:
+ * num_tokens x topk on one rank, every rank's tokens x topk on several;
+ * each piece rounded up to 256 bytes).  Written or read by peers:
+ *   A       N x round8(hidden)      dtype, the grouped rows
  *   scale   N                       fp32 (dispatch with weights)
+ *   origin  N x 3                   int (several ranks, dispatch)
  *   act     N x round8(ffn)         dtype (layer)
  *   y       N x hidden              fp32 (layer)
- *   rows    N                       int, row of each slot
- *   offsets Ep + 1, status 2, route work, prefix work   int
+ * This rank's own:
+ *   rows, dest N                    int: each slot's row here / on its owner
+ *   offsets Ep + 1, own E + 1, base E, status 2, route and GEMM work  int
  *   W copy  padded weights          dtype (only where needed) */
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +56,7 @@
 #include "moe/moe_engine.h"
 #include "ops/moe_gpu.h"
 #include "ops/tp_host.h"
+#include "boot/oob_mpi.h"
 
 enum { MOE_DISPATCH = 0, MOE_LAYER = 1 };
 
@@ -55,21 +69,31 @@ static size_t round256(size_t v) { return (v + 255) / 256 * 256; }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
-static int check(MKX_Comm c, int op, const mkx_moe_args *a) {
+static int check(MKX_Comm c, int op, const mkx_moe_args *a,
+                 const mkx_agreed *g) {
   const char *fn = fn_of(op);
   const int64_t ep = a->num_experts / (c->size > 0 ? c->size : 1);
   const int64_t width = op == MOE_LAYER ? a->ffn : a->n;
   if (a->dtype != MKX_BF16 && a->dtype != MKX_FP16)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path takes bf16 and fp16 only", fn);
-  if (c->size > 1)
+  if (c->opt.moe_gpu == MKX_MOE_GPU_OFF)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: option moe_gpu=off", fn);
+  if (c->size > 1 && c->opt.moe_gpu != MKX_MOE_GPU_ALL)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %d ranks and option moe_gpu=one",
+                     fn, c->size);
+  if (c->size > 1) MKX_TRY(mkx_tp_node_ok(c, fn));
+  if (c->size > MKX_MOE_MAX_RANKS || (c->size > 1 && a->num_experts > 8192))
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: GPU path takes one rank (%d ranks)", fn, c->size);
-  if (a->num_tokens * a->topk >= MKX_MOE_NO_BAD_SLOT || ep > 8192 ||
+                     "%s: GPU path takes at most %d ranks, and on several "
+                     "ranks at most 8192 experts",
+                     fn, MKX_MOE_MAX_RANKS);
+  if (g->total * a->topk >= MKX_MOE_NO_BAD_SLOT || ep > 8192 ||
       a->hidden >= (1ll << 30) || width >= (1ll << 29) ||
       a->num_experts >= (1ll << 31))
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: GPU path takes num_tokens x topk below 2^31 - 2^24, "
+                     "%s: GPU path takes every rank's num_tokens x topk "
+                     "below 2^31 - 2^24, "
                      "at most 8192 local experts, hidden below 2^30 and n or "
                      "ffn below 2^29",
                      fn);
@@ -83,84 +107,121 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a) {
 
 int mkx_moe_dispatch_gpu_check(MKX_Comm c, const void *args,
                                const mkx_agreed *g) {
-  (void)g;
-  return check(c, MOE_DISPATCH, args);
+  return check(c, MOE_DISPATCH, args, g);
 }
 
 int mkx_moe_layer_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
-  (void)g;
-  return check(c, MOE_LAYER, args);
+  return check(c, MOE_LAYER, args, g);
 }
 
 /* ---- workspace ---- */
 
+enum {
+  W_A,
+  W_SCALE,
+  W_ORIGIN,
+  W_ACT,
+  W_Y,
+  W_ROWS,
+  W_DEST,
+  W_OFFSETS,
+  W_OWN,
+  W_BASE,
+  W_STATUS,
+  W_ROUTE,
+  W_GEMM,
+  W_W1,
+  W_W2,
+  W_END
+};
+
 typedef struct moe_ws {
-  char *base;
   void *a, *act, *w1, *w2;
   float *scale, *y;
-  int *rows, *offsets, *status, *route_work, *gemm_work;
+  int32_t *origin;
+  int *rows, *dest, *offsets, *own, *base, *status, *route_work, *gemm_work;
   int64_t lda, ldact, ldw1, ldw2;
 } moe_ws;
 
-typedef struct ws_plan {
-  size_t at;
-} ws_plan;
+/* The plan: the workspace and where each piece sits in it (off[W_END]:
+ * the bytes in all), the same on every rank. */
+typedef struct moe_plan {
+  int op, multi;
+  int64_t tcap; /* tokens the rows are sized for */
+  size_t off[W_END + 1];
+  int64_t lda, ldact, ldw1, ldw2;
+  mkx_tp_ws *ws;
+} moe_plan;
 
-static size_t take(ws_plan *p, size_t bytes) {
-  const size_t at = p->at;
-  p->at += round256(bytes);
-  return at;
-}
-
-/* Offsets of every piece in one allocation; weights padded where their
- * row length is not a multiple of 8. */
-static size_t ws_layout(const mkx_moe_args *a, int op, int64_t ep, moe_ws *w,
-                        size_t *off) {
+/* The layout for tcap tokens (agreed values only); weights padded where
+ * their row length is not a multiple of 8. */
+static void ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
   const size_t es = MKX_Type_size(a->dtype);
-  const int64_t N = a->num_tokens * a->topk;
-  const int layer = op == MOE_LAYER;
+  const int64_t E = a->num_experts, ep = E / c->size, N = p->tcap * a->topk;
+  const int layer = p->op == MOE_LAYER, multi = p->multi;
   /* the layer's W1 copy puts the up half at a multiple of 8 columns */
   const int64_t wcols1 = layer ? 2 * round8(a->ffn) : a->n;
   const int copy1 = layer ? a->ffn % 8 != 0 : a->n % 8 != 0;
-  ws_plan p = {0};
-  w->lda = round8(a->hidden);
-  w->ldact = round8(a->ffn);
-  w->ldw1 = round8(wcols1);
-  w->ldw2 = round8(a->hidden);
-  off[0] = take(&p, (size_t)(N * w->lda) * es);
-  off[1] = take(&p, layer ? 0 : (size_t)N * sizeof(float));
-  off[2] = take(&p, layer ? (size_t)(N * w->ldact) * es : 0);
-  off[3] = take(&p, layer ? (size_t)(N * a->hidden) * sizeof(float) : 0);
-  off[4] = take(&p, (size_t)N * sizeof(int));
-  off[5] = take(&p, (size_t)(ep + 1) * sizeof(int));
-  off[6] = take(&p, 2 * sizeof(int));
-  off[7] = take(&p, (size_t)mkx_moe_route_work_ints(a->num_tokens, (int)a->topk,
-                                                    (int)ep) *
-                        sizeof(int));
-  off[8] = take(&p, (size_t)mkx_moe_gemm_work_ints((int)ep) * sizeof(int));
-  off[9] = take(&p, copy1 ? (size_t)(ep * a->hidden * w->ldw1) * es : 0);
-  off[10] = take(
-      &p, layer && a->hidden % 8 ? (size_t)(ep * a->ffn * w->ldw2) * es : 0);
-  return p.at;
+  const size_t sizes[W_END] = {
+      [W_A] = (size_t)(N * round8(a->hidden)) * es,
+      [W_SCALE] = layer ? 0 : (size_t)N * sizeof(float),
+      [W_ORIGIN] = layer || !multi ? 0 : (size_t)N * 3 * sizeof(int32_t),
+      [W_ACT] = layer ? (size_t)(N * round8(a->ffn)) * es : 0,
+      [W_Y] = layer ? (size_t)(N * a->hidden) * sizeof(float) : 0,
+      [W_ROWS] = (size_t)N * sizeof(int),
+      [W_DEST] = multi ? (size_t)N * sizeof(int) : 0,
+      [W_OFFSETS] = (size_t)(ep + 1) * sizeof(int),
+      [W_OWN] = multi ? (size_t)(E + 1) * sizeof(int) : 0,
+      [W_BASE] = multi ? (size_t)E * sizeof(int) : 0,
+      [W_STATUS] = 2 * sizeof(int),
+      [W_ROUTE] = (size_t)mkx_moe_route_work_ints(p->tcap, (int)a->topk,
+                                                  (int)(multi ? E : ep)) *
+                  sizeof(int),
+      [W_GEMM] = (size_t)mkx_moe_gemm_work_ints((int)ep) * sizeof(int),
+      [W_W1] = copy1 ? (size_t)(ep * a->hidden * round8(wcols1)) * es : 0,
+      [W_W2] = layer && a->hidden % 8
+                   ? (size_t)(ep * a->ffn * round8(a->hidden)) * es
+                   : 0};
+  size_t at = 0;
+  for (int k = 0; k < W_END; k++) {
+    p->off[k] = at;
+    at += round256(sizes[k]);
+  }
+  p->off[W_END] = at;
+  p->lda = round8(a->hidden);
+  p->ldact = round8(a->ffn);
+  p->ldw1 = round8(wcols1);
+  p->ldw2 = round8(a->hidden);
 }
 
-/* The pieces at base. */
-static void ws_place(const mkx_moe_args *a, int op, int64_t ep, char *base,
-                     moe_ws *w) {
-  size_t off[11];
-  const size_t bytes = ws_layout(a, op, ep, w, off);
-  w->base = base;
-  w->a = w->base + off[0];
-  w->scale = (float *)(w->base + off[1]);
-  w->act = w->base + off[2];
-  w->y = (float *)(w->base + off[3]);
-  w->rows = (int *)(w->base + off[4]);
-  w->offsets = (int *)(w->base + off[5]);
-  w->status = (int *)(w->base + off[6]);
-  w->route_work = (int *)(w->base + off[7]);
-  w->gemm_work = (int *)(w->base + off[8]);
-  w->w1 = off[9] != off[10] ? w->base + off[9] : NULL;
-  w->w2 = bytes != off[10] ? w->base + off[10] : NULL;
+/* Piece k of the workspace of global rank q, as this rank maps it; NULL
+ * where the piece is empty. */
+static char *piece(MKX_Comm c, const moe_plan *p, int q, int k) {
+  if (p->off[k + 1] == p->off[k]) return NULL;
+  return mkx_tp_ws_data(p->ws, c->place.local_rank_of[q]) + p->off[k];
+}
+
+static void ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {
+  const int me = c->rank;
+  w->a = piece(c, p, me, W_A);
+  w->scale = (float *)piece(c, p, me, W_SCALE);
+  w->origin = (int32_t *)piece(c, p, me, W_ORIGIN);
+  w->act = piece(c, p, me, W_ACT);
+  w->y = (float *)piece(c, p, me, W_Y);
+  w->rows = (int *)piece(c, p, me, W_ROWS);
+  w->dest = (int *)piece(c, p, me, W_DEST);
+  w->offsets = (int *)piece(c, p, me, W_OFFSETS);
+  w->own = (int *)piece(c, p, me, W_OWN);
+  w->base = (int *)piece(c, p, me, W_BASE);
+  w->status = (int *)piece(c, p, me, W_STATUS);
+  w->route_work = (int *)piece(c, p, me, W_ROUTE);
+  w->gemm_work = (int *)piece(c, p, me, W_GEMM);
+  w->w1 = piece(c, p, me, W_W1);
+  w->w2 = piece(c, p, me, W_W2);
+  w->lda = p->lda;
+  w->ldact = p->ldact;
+  w->ldw1 = p->ldw1;
+  w->ldw2 = p->ldw2;
 }
 
 /* The user's weights, or their padded copy (rows of `cols` elements to
@@ -200,10 +261,30 @@ static int w1_weights(const mkx_moe_args *a, int64_t ep, const moe_ws *w,
 
 /* ---- the call ---- */
 
-/* Routing, and its status on the host: bad ids and truncation are the
- * call's result, as on the host path. */
-static int route(MKX_Comm c, int op, const mkx_moe_args *a, int64_t ep,
-                 const moe_ws *w, cudaStream_t st, int64_t *total) {
+/* A bad expert id as the call's error (every rank's message names the
+ * rank it is on). */
+static int bad_id(int op, const mkx_moe_args *a, int rank, int64_t slot,
+                  int64_t id) {
+  return mkx_error(
+      MKX_ERR_INVALID_ARG, "%s: topk_ids[%lld][%lld] = %lld on rank %d %s",
+      fn_of(op), (long long)(slot / a->topk), (long long)(slot % a->topk),
+      (long long)id, rank,
+      id >= 0 && id < a->num_experts ? "repeats an expert of the same token"
+                                     : "is outside [0, num_experts)");
+}
+
+/* The id of slot `slot` (device memory), or -1 if it cannot be read. */
+static int64_t id_at(const mkx_moe_args *a, int64_t slot) {
+  int32_t id = -1;
+  if (cudaMemcpy(&id, a->topk_ids + slot, sizeof id, cudaMemcpyDeviceToHost) !=
+      cudaSuccess)
+    (void)cudaGetLastError();
+  return id;
+}
+
+/* One rank: routing over its experts, and its status on the host. */
+static int route_one(MKX_Comm c, int op, const mkx_moe_args *a, int64_t ep,
+                     const moe_ws *w, cudaStream_t st, int64_t *total) {
   const char *fn = fn_of(op);
   mkx_moe_route_desc r = {
       a->num_tokens, (int)a->topk, (int)a->num_experts, 0,
@@ -216,41 +297,187 @@ static int route(MKX_Comm c, int op, const mkx_moe_args *a, int64_t ep,
                fn);
   MKX_CUDA_TRY(cudaStreamSynchronize(st), fn);
   *total = status[1];
-  if (status[0] != MKX_MOE_NO_BAD_SLOT) {
-    int32_t id = 0;
-    MKX_CUDA_TRY(cudaMemcpy(&id, a->topk_ids + status[0], sizeof id,
-                            cudaMemcpyDeviceToHost),
-                 fn);
-    return mkx_error(
-        MKX_ERR_INVALID_ARG, "%s: topk_ids[%lld][%lld] = %d on rank %d %s", fn,
-        (long long)(status[0] / a->topk), (long long)(status[0] % a->topk),
-        (int)id, c->rank,
-        id >= 0 && id < a->num_experts ? "repeats an expert of the same token"
-                                       : "is outside [0, num_experts)");
-  }
+  if (status[0] != MKX_MOE_NO_BAD_SLOT)
+    return bad_id(op, a, c->rank, status[0], id_at(a, status[0]));
   return MKX_SUCCESS;
 }
 
-static int dispatch(MKX_Comm c, const mkx_moe_args *a, int64_t ep,
+/* What each rank tells the others after its routing. */
+enum { X_RC, X_BAD, X_ID, X_YROWS, X_COUNTS };
+
+/* This rank's record: its routing over every expert, waited for. */
+static int my_record(int op, const mkx_moe_args *a, const moe_ws *w,
+                     cudaStream_t st, int64_t *rec) {
+  const char *fn = fn_of(op);
+  const int64_t E = a->num_experts;
+  mkx_moe_route_desc r = {a->num_tokens, (int)a->topk, (int)E, 0,
+                          (int)E,        a->topk_ids,  w->own, w->rows,
+                          w->status,     w->route_work};
+  int *own = malloc((size_t)(E + 1) * sizeof *own);
+  int status[2] = {MKX_MOE_NO_BAD_SLOT, 0};
+  int rc = own ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "%s: counts", fn);
+  if (rc == MKX_SUCCESS)
+    rc = mkx_tp_launch_rc(mkx_moe_route_run(&r, st), fn, "routing");
+  if (rc == MKX_SUCCESS)
+    rc = mkx_cuda_rc(cudaMemcpyAsync(own, w->own, (size_t)(E + 1) * sizeof *own,
+                                     cudaMemcpyDeviceToHost, st),
+                     fn, "counts to the host");
+  if (rc == MKX_SUCCESS)
+    rc = mkx_cuda_rc(cudaMemcpyAsync(status, w->status, sizeof status,
+                                     cudaMemcpyDeviceToHost, st),
+                     fn, "status to the host");
+  if (rc == MKX_SUCCESS)
+    rc = mkx_cuda_rc(cudaStreamSynchronize(st), fn, "sync");
+  rec[X_RC] = rc;
+  rec[X_BAD] = rc || status[0] == MKX_MOE_NO_BAD_SLOT ? -1 : status[0];
+  rec[X_ID] = rec[X_BAD] >= 0 ? id_at(a, rec[X_BAD]) : 0;
+  rec[X_YROWS] = op == MOE_DISPATCH ? a->y_rows : 0;
+  for (int64_t e = 0; e < E; e++)
+    rec[X_COUNTS + e] = rc ? 0 : own[e + 1] - own[e];
+  free(own);
+  return rc;
+}
+
+/* Several ranks: every rank's counts per expert.  Sets this rank's local
+ * expert offsets and, for each expert, where this rank's rows of it start
+ * on the owner (both on the GPU); *total: the rows this rank receives;
+ * *trunc: the first rank that receives more than its y_rows (dispatch),
+ * or -1.  Bad ids and failures are every rank's error. */
+static int exchange(MKX_Comm c, int op, const mkx_moe_args *a, const moe_ws *w,
+                    cudaStream_t st, int64_t *total, int *trunc) {
+  const char *fn = fn_of(op);
+  const int P = c->size, me = c->rank;
+  const int64_t E = a->num_experts, ep = E / P, n = X_COUNTS + E;
+  int64_t *all = calloc((size_t)(P + 1) * (size_t)n, sizeof *all);
+  int *base = malloc((size_t)(E + ep + 1) * sizeof *base);
+  if (!all || !base) {
+    free(all);
+    free(base);
+    return mkx_error(MKX_ERR_NOMEM, "%s: counts", fn);
+  }
+  int64_t *mine = all + (size_t)P * (size_t)n;
+  int *local = base + E;
+  const int rc = my_record(op, a, w, st, mine);
+  int out = mkx_mpi_check(MPI_Allgather(mine, (int)n, MPI_INT64_T, all, (int)n,
+                                        MPI_INT64_T, c->mpi),
+                          "MoE counts");
+  for (int q = 0; out == MKX_SUCCESS && q < P; q++) {
+    const int64_t *r = all + (size_t)q * (size_t)n;
+    if (r[X_RC])
+      out = q == me ? rc
+                    : mkx_error(MKX_ERR_PEER, "%s: rank %d failed (%s)", fn, q,
+                                MKX_Error_string((int)r[X_RC]));
+    else if (r[X_BAD] >= 0)
+      out = bad_id(op, a, q, r[X_BAD], r[X_ID]);
+  }
+  *trunc = -1;
+  for (int d = 0; out == MKX_SUCCESS && d < P; d++) {
+    int64_t run = 0; /* rows owner d receives before its expert le */
+    for (int64_t le = 0; le < ep; le++) {
+      const int64_t e = d * ep + le, start = run;
+      int64_t before = 0; /* rows of expert e from the ranks before me */
+      for (int q = 0; q < P; q++) {
+        const int64_t k = all[(size_t)q * (size_t)n + X_COUNTS + e];
+        if (q < me) before += k;
+        run += k;
+      }
+      base[e] = (int)(start + before);
+      if (d == me) local[le] = (int)start;
+    }
+    if (d == me) {
+      local[ep] = (int)run;
+      *total = run;
+    }
+    if (op == MOE_DISPATCH && *trunc < 0 &&
+        run > all[(size_t)d * (size_t)n + X_YROWS])
+      *trunc = d;
+  }
+  if (out == MKX_SUCCESS)
+    out = mkx_cuda_rc(cudaMemcpyAsync(w->base, base, (size_t)E * sizeof *base,
+                                      cudaMemcpyHostToDevice, st),
+                      fn, "row bases to the GPU");
+  if (out == MKX_SUCCESS)
+    out = mkx_cuda_rc(
+        cudaMemcpyAsync(w->offsets, local, (size_t)(ep + 1) * sizeof *local,
+                        cudaMemcpyHostToDevice, st),
+        fn, "offsets to the GPU");
+  /* pageable copies: done with the host arrays once these return, but
+   * wait anyway, so nothing depends on that rule */
+  if (out == MKX_SUCCESS)
+    out = mkx_cuda_rc(cudaStreamSynchronize(st), fn, "sync");
+  free(all);
+  free(base);
+  return out;
+}
+
+/* Where this rank's slots' rows go: its own workspace (one rank), or the
+ * owners' (several). */
+static void targets(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                    const moe_ws *w, int scale, int origin, mkx_moe_place *pl,
+                    mkx_moe_rows_at *at) {
+  memset(at, 0, sizeof *at);
+  at->lda = w->lda;
+  if (!p->multi) {
+    *pl = (mkx_moe_place){NULL, NULL, NULL, 1, 1};
+    at->a[0] = w->a;
+    at->scale[0] = scale ? w->scale : NULL;
+    at->origin[0] = origin ? a->origin : NULL;
+    return;
+  }
+  *pl = (mkx_moe_place){a->topk_ids, w->base, w->own,
+                        (int)(a->num_experts / c->size), c->size};
+  for (int q = 0; q < c->size; q++) {
+    at->a[q] = piece(c, p, q, W_A);
+    at->scale[q] = scale ? (float *)piece(c, p, q, W_SCALE) : NULL;
+    at->origin[q] = origin ? (int32_t *)piece(c, p, q, W_ORIGIN) : NULL;
+  }
+}
+
+/* Several ranks: all meet on the GPU at workspace word `off`. */
+static int meet(MKX_Comm c, const moe_plan *p, int off, int where,
+                cudaStream_t st, const char *fn) {
+  mkx_tp_sync sync;
+  mkx_tp_sync_fill(c, p->ws, 1, &sync);
+  return mkx_tp_launch_rc(mkx_moe_meet_run(&sync, off, where, st), fn,
+                          "meeting of the ranks");
+}
+
+/* Routing and its status: *total, the rows this rank receives; *trunc,
+ * a rank that receives more than its y_rows (dispatch) or -1. */
+static int route(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                 const moe_ws *w, cudaStream_t st, int64_t *total, int *trunc) {
+  if (p->multi) return exchange(c, p->op, a, w, st, total, trunc);
+  MKX_TRY(route_one(c, p->op, a, a->num_experts, w, st, total));
+  *trunc = p->op == MOE_DISPATCH && *total > a->y_rows ? c->rank : -1;
+  return MKX_SUCCESS;
+}
+
+static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                     const moe_ws *w, cudaStream_t st) {
   const char *fn = fn_of(MOE_DISPATCH);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
+  const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
-  MKX_TRY(route(c, MOE_DISPATCH, a, ep, w, st, &total));
+  int trunc = -1;
+  MKX_TRY(route(c, p, a, w, st, &total, &trunc));
   MKX_TRY(mkx_tp_launch_rc(
       mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, st), fn,
       "counts"));
-  if (total > a->y_rows)
+  if (trunc >= 0)
     return mkx_error(MKX_ERR_TRUNCATE,
-                     "%s: rank %d receives %lld rows but y_rows = %lld "
+                     "%s: rank %d receives more rows than its y_rows "
                      "(expert_rows holds the counts needed)",
-                     fn, c->rank, (long long)total, (long long)a->y_rows);
+                     fn, trunc);
+  mkx_moe_place pl;
+  mkx_moe_rows_at at;
+  targets(c, p, a, w, a->topk_weight != NULL, a->origin != NULL, &pl, &at);
   MKX_TRY(mkx_tp_launch_rc(
       mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es,
-                         w->rows, a->topk_weight, c->rank, w->a, w->lda,
-                         a->topk_weight ? w->scale : NULL, a->origin, st),
+                         w->rows, a->topk_weight, c->rank, &pl, &at, NULL, st),
       fn, "gather"));
+  if (p->multi)
+    MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
   const void *wt = NULL;
   MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st,
                   fn, &wt));
@@ -260,21 +487,35 @@ static int dispatch(MKX_Comm c, const mkx_moe_args *a, int64_t ep,
       w->ldw1, a->Y,        a->n,       a->topk_weight ? w->scale : NULL,
       ty,      ty,          0,          0,
       0,       w->gemm_work};
-  return mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM");
+  MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
+  if (p->multi && a->origin && total > 0)
+    MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(a->origin, w->origin,
+                                        (size_t)total * 3 * sizeof(int32_t),
+                                        cudaMemcpyDeviceToDevice, st),
+                        fn, "origins"));
+  return MKX_SUCCESS;
 }
 
-static int layer(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w,
-                 cudaStream_t st) {
+static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                 const moe_ws *w, cudaStream_t st) {
   const char *fn = fn_of(MOE_LAYER);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
+  const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
-  MKX_TRY(route(c, MOE_LAYER, a, ep, w, st, &total));
-  if (a->num_tokens == 0) return MKX_SUCCESS;
+  int trunc = -1;
+  MKX_TRY(route(c, p, a, w, st, &total, &trunc));
+  /* one rank without tokens has nothing to do; several still serve */
+  if (!p->multi && a->num_tokens == 0) return MKX_SUCCESS;
+  mkx_moe_place pl;
+  mkx_moe_rows_at at;
+  targets(c, p, a, w, 0, 0, &pl, &at);
   MKX_TRY(mkx_tp_launch_rc(
       mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es,
-                         w->rows, NULL, c->rank, w->a, w->lda, NULL, NULL, st),
+                         w->rows, NULL, c->rank, &pl, &at, w->dest, st),
       fn, "gather"));
+  if (p->multi)
+    MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
   const void *w1 = NULL, *w2 = NULL;
   MKX_TRY(w1_weights(a, ep, w, (size_t)es, st, &w1));
   MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
@@ -304,31 +545,30 @@ static int layer(MKX_Comm c, const mkx_moe_args *a, int64_t ep, const moe_ws *w,
       w2,      w->ldw2, w->y,      a->hidden,   NULL,     ty,    MKX_GEMM_FP32,
       0,       0,       0,         w->gemm_work};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
+  mkx_moe_outs_at y = {{w->y}, a->hidden};
+  if (p->multi) {
+    MKX_TRY(meet(c, p, MKX_TP_OFF_DONE_LATE, MKX_TP_AT_MOE_OUT, st, fn));
+    for (int q = 0; q < c->size; q++) y.y[q] = (float *)piece(c, p, q, W_Y);
+  }
   return mkx_tp_launch_rc(
-      mkx_moe_combine_run(w->y, a->hidden, w->rows, a->topk_weight,
+      mkx_moe_combine_run(&pl, &y, p->multi ? w->dest : w->rows, a->topk_weight,
                           a->num_tokens, (int)a->topk, a->hidden, a->out, ty,
                           st),
       fn, "combine");
 }
 
-typedef struct moe_plan {
-  int op;
-  mkx_tp_ws *ws;
-} moe_plan;
-
-/* One rank: its own sizes are the agreed ones, so the pool's collective
- * decision is trivially alike. */
+/* The workspace is sized by agreed values only (every rank's tokens on
+ * several ranks), so every rank's pool takes the same decision. */
 int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
                      void **plan) {
   const mkx_moe_args *a = args;
   moe_plan *p = calloc(1, sizeof *p);
-  (void)g;
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
   p->op = op;
-  moe_ws w;
-  size_t off[11];
-  mkx_tp_need need = {1, 1, ws_layout(a, op, a->num_experts / c->size, &w, off),
-                      0};
+  p->multi = c->size > 1;
+  p->tcap = p->multi ? g->total : a->num_tokens;
+  ws_layout(a, c, p);
+  mkx_tp_need need = {1, c->size, p->off[W_END], 0};
   const int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -351,7 +591,6 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
   const moe_plan *p = plan;
   const mkx_moe_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
-  const int64_t ep = a->num_experts / c->size;
   moe_ws w;
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   MKX_CUDA_TRY(cudaStreamIsCapturing(st, &cs), fn_of(p->op));
@@ -360,35 +599,44 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
                      "%s: cannot be captured in a CUDA graph (each run waits "
                      "for its routing)",
                      fn_of(p->op));
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1, MKX_PATH_MOE));
-  ws_place(a, p->op, ep, mkx_tp_ws_data(p->ws, c->place.local_rank), &w);
-  MKX_TRY(p->op == MOE_LAYER ? layer(c, a, ep, &w, st)
-                             : dispatch(c, a, ep, &w, st));
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1,
+                       p->multi ? MKX_PATH_MOE_NODE : MKX_PATH_MOE));
+  ws_place(c, p, &w);
+  MKX_TRY(p->op == MOE_LAYER ? layer(c, p, a, &w, st)
+                             : dispatch(c, p, a, &w, st));
   return mkx_tp_end(p->ws, stream);
 }
 
 static const mkx_path_ops moe_one = {MKX_PATH_MOE, mkx_moe_gpu_plan,
                                      mkx_moe_gpu_start, mkx_moe_gpu_free};
+static const mkx_path_ops moe_node = {MKX_PATH_MOE_NODE, mkx_moe_gpu_plan,
+                                      mkx_moe_gpu_start, mkx_moe_gpu_free};
 
-static int choose(int op, mkx_path_choice *out) {
-  out->ops = &moe_one;
+static int choose(MKX_Comm c, int op, mkx_path_choice *out) {
+  const char *what = op == MOE_LAYER ? ", SwiGLU and combine" : "";
   out->op = op;
-  snprintf(out->why, sizeof out->why,
-           "one rank: routing, grouped expert GEMMs%s on the GPU",
-           op == MOE_LAYER ? ", SwiGLU and combine" : "");
+  out->ops = c->size > 1 ? &moe_node : &moe_one;
+  if (c->size > 1)
+    snprintf(out->why, sizeof out->why,
+             "%d ranks of one node: token rows pushed into the owners by GPU "
+             "stores; routing, grouped expert GEMMs%s on the GPU",
+             c->size, what);
+  else
+    snprintf(out->why, sizeof out->why,
+             "one rank: routing, grouped expert GEMMs%s on the GPU", what);
   return MKX_SUCCESS;
 }
 
 int mkx_moe_dispatch_gpu_choose(MKX_Comm c, const void *args,
                                 const mkx_agreed *g, mkx_path_choice *out) {
-  (void)c, (void)args, (void)g;
-  return choose(MOE_DISPATCH, out);
+  (void)args, (void)g;
+  return choose(c, MOE_DISPATCH, out);
 }
 
 int mkx_moe_layer_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                              mkx_path_choice *out) {
-  (void)c, (void)args, (void)g;
-  return choose(MOE_LAYER, out);
+  (void)args, (void)g;
+  return choose(c, MOE_LAYER, out);
 }
 #else
 typedef int mkx_moe_gpu_unused; /* ISO C: not an empty unit */

@@ -22,6 +22,8 @@ typedef enum mkx_path {
                              host while the engine runs */
   MKX_PATH_MOE,           /* one rank: routing, grouped expert GEMMs (and the
                              layer's SwiGLU and combine) on the GPU */
+  MKX_PATH_MOE_NODE,      /* several ranks of one node: the same, token rows
+                             pushed into the owners by GPU stores */
   MKX_PATH_COUNT
 } mkx_path;
 

@@ -285,6 +285,10 @@ static const char *where_name(int w) {
       return "another SM's share of a split tile";
     case MKX_TP_AT_KV_CHUNK:
       return "key/value chunk (tile = query row block)";
+    case MKX_TP_AT_MOE_ROWS:
+      return "token rows pushed to the experts' owners";
+    case MKX_TP_AT_MOE_OUT:
+      return "expert outputs of the owners";
   }
   return "?";
 }

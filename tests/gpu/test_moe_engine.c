@@ -462,8 +462,10 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     CK(cudaMalloc((void **)&dsc, sizeof(float) * (size_t)(R + 1)));
     CK(cudaMalloc((void **)&dorig, 3 * sizeof(int32_t) * (size_t)(R + 1)));
     CK(cudaMemset(da, 0xFF, 2 * (size_t)((R + 1) * lda)));
-    int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, da, lda,
-                                dsc, dorig, 0);
+    const mkx_moe_place one = {NULL, NULL, NULL, 1, 1};
+    const mkx_moe_rows_at at = {{da}, {dsc}, {dorig}, lda};
+    int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, &one, &at,
+                                NULL, 0);
     uint16_t *a = malloc(2 * (size_t)((R + 1) * lda));
     float *sc = malloc(sizeof(float) * (size_t)(R + 1));
     int32_t *orig = malloc(3 * sizeof(int32_t) * (size_t)(R + 1));
@@ -503,8 +505,9 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     void *dout = NULL;
     CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H + 1)));
     CK(cudaMemset(dout, 0xFF, 2 * (size_t)(tokens * H + 1)));
+    const mkx_moe_outs_at ys = {{dy}, H};
     if (!rc)
-      rc = mkx_moe_combine_run(dy, H, drows, dw, tokens, topk, H, dout,
+      rc = mkx_moe_combine_run(&one, &ys, drows, dw, tokens, topk, H, dout,
                                MKX_GEMM_BF16, 0);
     uint16_t *out = malloc(2 * (size_t)(tokens * H + 1));
     CK(cudaDeviceSynchronize());
@@ -565,6 +568,188 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
   free(fill);
 }
 
+/* Several ranks' placement, simulated on one GPU: this rank (me of P)
+ * routes its slots over every expert, the other ranks' counts per expert
+ * are drawn, and the rows must land in owner q's buffer at base[e] plus
+ * their rank among this rank's slots of e; rows for the other sources stay
+ * untouched; the combine reads each slot's output from its owner. */
+static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
+  char name[128];
+  const int E = P * ep;
+  snprintf(name, sizeof name,
+           "placement: rank %d of %d, %lld tokens, top-%d, %d experts", me, P,
+           (long long)tokens, topk, E);
+  const int64_t N = tokens * topk, H = 40, lda = 48;
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N + 1));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < topk; ++j) {
+      int e, dup;
+      do {
+        e = (int)(rnd_u64() % (uint64_t)E);
+        dup = 0;
+        for (int q = 0; q < j; ++q) dup |= ids[t * topk + q] == e;
+      } while (dup);
+      ids[t * topk + j] = e;
+    }
+  /* counts per (source rank, expert): mine from ids, the others drawn */
+  int64_t *cnt = calloc((size_t)P * (size_t)E, sizeof *cnt);
+  for (int64_t i = 0; i < N; ++i)
+    cnt[(size_t)me * (size_t)E + (size_t)ids[i]]++;
+  for (int q = 0; q < P; ++q)
+    if (q != me)
+      for (int e = 0; e < E; ++e)
+        cnt[(size_t)q * (size_t)E + (size_t)e] = (int64_t)(rnd_u64() % 60);
+  int *base = malloc(sizeof(int) * (size_t)E);
+  int64_t *owner_rows = calloc((size_t)P, sizeof *owner_rows);
+  for (int d = 0; d < P; ++d)
+    for (int le = 0; le < ep; ++le) {
+      const int e = d * ep + le;
+      int64_t before = 0;
+      for (int q = 0; q < P; ++q) {
+        if (q < me) before += cnt[(size_t)q * (size_t)E + (size_t)e];
+      }
+      base[e] = (int)(owner_rows[d] + before);
+      for (int q = 0; q < P; ++q)
+        owner_rows[d] += cnt[(size_t)q * (size_t)E + (size_t)e];
+    }
+  int32_t *dids = dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
+  int *dbase = dev_upload(base, sizeof(int) * (size_t)E);
+  int *down = NULL, *drows = NULL, *dstatus = NULL, *work = NULL, *ddest = NULL;
+  CK(cudaMalloc((void **)&down, sizeof(int) * (size_t)(E + 1)));
+  CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
+  CK(cudaMalloc((void **)&ddest, sizeof(int) * (size_t)(N + 1)));
+  CK(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
+  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(
+                                                  tokens, topk, E)));
+  mkx_moe_route_desc r = {tokens, topk, E,     0,       E,
+                          dids,   down, drows, dstatus, work};
+  uint16_t *x = malloc(2 * (size_t)(tokens * H));
+  for (int64_t i = 0; i < tokens * H; ++i)
+    x[i] = mt_f32_to_bf16((float)((i * 7) % 251));
+  float *wt = malloc(sizeof(float) * (size_t)N);
+  for (int64_t i = 0; i < N; ++i) wt[i] = (float)rnd();
+  void *dx = dev_upload(x, 2 * (size_t)(tokens * H));
+  float *dw = dev_upload(wt, sizeof(float) * (size_t)N);
+  mkx_moe_rows_at at;
+  mkx_moe_outs_at ys;
+  memset(&at, 0, sizeof at);
+  memset(&ys, 0, sizeof ys);
+  at.lda = lda;
+  ys.ldy = H;
+  float *yh[MKX_MOE_MAX_RANKS];
+  for (int q = 0; q < P; ++q) {
+    const size_t rows = (size_t)owner_rows[q] + 1;
+    CK(cudaMalloc(&at.a[q], 2 * rows * (size_t)lda));
+    CK(cudaMemset(at.a[q], 0xFF, 2 * rows * (size_t)lda));
+    yh[q] = malloc(sizeof(float) * rows * (size_t)H);
+    for (size_t k = 0; k < rows * (size_t)H; ++k)
+      yh[q][k] = (float)(q * 1000 + (int)(k % 977));
+    ys.y[q] = dev_upload(yh[q], sizeof(float) * rows * (size_t)H);
+  }
+  const mkx_moe_place pl = {dids, dbase, down, ep, P};
+  int rc = mkx_moe_route_run(&r, 0);
+  if (!rc)
+    rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, me, &pl, &at,
+                            ddest, 0);
+  void *dout = NULL;
+  CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H)));
+  if (!rc)
+    rc = mkx_moe_combine_run(&pl, &ys, ddest, dw, tokens, topk, H, dout,
+                             MKX_GEMM_BF16, 0);
+  CK(cudaDeviceSynchronize());
+  int fails = rc != 0;
+  int *dest = malloc(sizeof(int) * (size_t)N);
+  CK(cudaMemcpy(dest, ddest, sizeof(int) * (size_t)N, cudaMemcpyDeviceToHost));
+  /* expected rows: base[e] + rank of the slot among my slots of e */
+  int *seen = calloc((size_t)E, sizeof *seen);
+  for (int64_t i = 0; i < N && fails < 4; ++i) {
+    const int e = ids[i], want = base[e] + seen[e]++;
+    if (dest[i] != want) {
+      printf("# %s: slot %lld row %d, want %d\n", name, (long long)i, dest[i],
+             want);
+      fails++;
+    }
+  }
+  for (int q = 0; q < P && fails < 4;
+       ++q) { /* my rows carry the token, the rest untouched */
+    const size_t rows = (size_t)owner_rows[q];
+    uint16_t *a = malloc(2 * (rows + 1) * (size_t)lda);
+    CK(cudaMemcpy(a, at.a[q], 2 * (rows + 1) * (size_t)lda,
+                  cudaMemcpyDeviceToHost));
+    char *mine = calloc(rows + 1, 1);
+    for (int64_t i = 0; i < N; ++i)
+      if (ids[i] / ep == q) {
+        mine[dest[i]] = 1;
+        for (int64_t h = 0; h < lda; ++h)
+          if (a[(size_t)dest[i] * (size_t)lda + (size_t)h] !=
+              (h < H ? x[(i / topk) * H + h] : 0)) {
+            printf("# %s: owner %d row %d col %lld\n", name, q, dest[i],
+                   (long long)h);
+            fails++;
+            break;
+          }
+      }
+    for (size_t rw = 0; rw <= rows; ++rw)
+      if (!mine[rw] && a[rw * (size_t)lda] != 0xFFFF) {
+        printf("# %s: owner %d row %zu written by the wrong source\n", name, q,
+               rw);
+        fails++;
+        break;
+      }
+    free(a);
+    free(mine);
+  }
+  uint16_t *out = malloc(2 * (size_t)(tokens * H));
+  CK(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H), cudaMemcpyDeviceToHost));
+  for (int64_t t = 0; t < tokens && fails < 4; ++t)
+    for (int64_t h = 0; h < H; ++h) {
+      double ref = 0;
+      for (int j = 0; j < topk; ++j) {
+        const int64_t i = t * topk + j;
+        ref += (double)wt[i] *
+               yh[ids[i] / ep][(size_t)dest[i] * (size_t)H + (size_t)h];
+      }
+      const double got = mt_bf16_to_f32(out[t * H + h]);
+      if (fabs(got - ref) > 1e-2 * fabs(ref) + 1e-2) {
+        printf("# %s: combine token %lld col %lld: %g, want %g\n", name,
+               (long long)t, (long long)h, got, ref);
+        fails++;
+        break;
+      }
+    }
+  if (fails) {
+    printf("not ok - %s\n", name);
+    g_fail++;
+  } else {
+    printf("ok - %s\n", name);
+    g_ok++;
+  }
+  for (int q = 0; q < P; ++q) {
+    CK(cudaFree(at.a[q]));
+    CK(cudaFree((void *)ys.y[q]));
+    free(yh[q]);
+  }
+  CK(cudaFree(dids));
+  CK(cudaFree(dbase));
+  CK(cudaFree(down));
+  CK(cudaFree(drows));
+  CK(cudaFree(ddest));
+  CK(cudaFree(dstatus));
+  CK(cudaFree(work));
+  CK(cudaFree(dx));
+  CK(cudaFree(dw));
+  CK(cudaFree(dout));
+  free(ids);
+  free(cnt);
+  free(base);
+  free(owner_rows);
+  free(x);
+  free(wt);
+  free(dest);
+  free(seen);
+  free(out);
+}
+
 static void route_cases(void) {
   route_case(1, 1, 1, 0, 1, 0);
   route_case(0, 2, 8, 0, 8, 0);
@@ -574,6 +759,9 @@ static void route_cases(void) {
   route_case(20000, 8, 9000, 0, 8192, 0);
   route_case(1500, 3, 12, 0, 12, 1);
   route_case(1500, 3, 12, 0, 6, 2);
+  place_case(500, 3, 3, 1, 4);
+  place_case(2000, 8, 2, 0, 32);
+  place_case(64, 2, 8, 7, 2);
 }
 
 /* ---- benchmark --------------------------------------------------------- */
