@@ -349,6 +349,23 @@ static const tcase cases[] = {
 
 /* ---- routing ------------------------------------------------------------ */
 
+/* tokens x topk expert ids, topk distinct uniformly random ones of E per
+ * token (room for one more, for guard checks). */
+static int32_t *random_ids(int64_t tokens, int topk, int E) {
+  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(tokens * topk + 1));
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int j = 0; j < topk; ++j) {
+      int e, dup;
+      do {
+        e = (int)(rnd_u64() % (uint64_t)E);
+        dup = 0;
+        for (int q = 0; q < j; ++q) dup |= ids[t * topk + q] == e;
+      } while (dup);
+      ids[t * topk + j] = e;
+    }
+  return ids;
+}
+
 /* Route `tokens` tokens of topk distinct random ids among E experts, the
  * local ones [first, first + local); bad: 0 none, 1 an id out of range,
  * 2 a repeat within a token (at random slots, the least one expected);
@@ -360,17 +377,7 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
            "route %lld tokens, top-%d of %d, local [%d, %d), bad %d",
            (long long)tokens, topk, E, first, first + local, bad);
   const int64_t N = tokens * topk;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N + 1));
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int j = 0; j < topk; ++j) {
-      int e, dup;
-      do {
-        e = (int)(rnd_u64() % (uint64_t)E);
-        dup = 0;
-        for (int q = 0; q < j; ++q) dup |= ids[t * topk + q] == e;
-      } while (dup);
-      ids[t * topk + j] = e;
-    }
+  int32_t *ids = random_ids(tokens, topk, E);
   int64_t want_bad = MKX_MOE_NO_BAD_SLOT;
   for (int k = 0; bad && k < 3 && N > 1; ++k) {
     const int64_t i = (int64_t)(rnd_u64() % (uint64_t)N);
@@ -580,17 +587,7 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
            "placement: rank %d of %d, %lld tokens, top-%d, %d experts", me, P,
            (long long)tokens, topk, E);
   const int64_t N = tokens * topk, H = 40, lda = 48;
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(N + 1));
-  for (int64_t t = 0; t < tokens; ++t)
-    for (int j = 0; j < topk; ++j) {
-      int e, dup;
-      do {
-        e = (int)(rnd_u64() % (uint64_t)E);
-        dup = 0;
-        for (int q = 0; q < j; ++q) dup |= ids[t * topk + q] == e;
-      } while (dup);
-      ids[t * topk + j] = e;
-    }
+  int32_t *ids = random_ids(tokens, topk, E);
   /* counts per (source rank, expert): mine from ids, the others drawn */
   int64_t *cnt = calloc((size_t)P * (size_t)E, sizeof *cnt);
   for (int64_t i = 0; i < N; ++i)
@@ -784,23 +781,13 @@ static void *dev_fill_random(size_t n) {
 
 /* Row counts of `tokens` tokens routed uniformly to topk distinct experts. */
 static void route(int tokens, int topk, int E, int *off) {
+  int32_t *ids = random_ids(tokens, topk, E);
   int *cnt = calloc((size_t)E, sizeof(int));
-  int *pick = malloc(sizeof(int) * (size_t)topk);
-  for (int t = 0; t < tokens; ++t)
-    for (int j = 0; j < topk; ++j) {
-      int e, dup;
-      do {
-        e = (int)(rnd_u64() % (uint64_t)E);
-        dup = 0;
-        for (int q = 0; q < j; ++q) dup |= pick[q] == e;
-      } while (dup);
-      pick[j] = e;
-      cnt[e]++;
-    }
+  for (int64_t i = 0; i < (int64_t)tokens * topk; ++i) cnt[ids[i]]++;
   off[0] = 0;
   for (int e = 0; e < E; ++e) off[e + 1] = off[e] + cnt[e];
   free(cnt);
-  free(pick);
+  free(ids);
 }
 
 static int run_once(const void *d) { return mkx_moe_gemm_run(d, 0); }
