@@ -349,6 +349,14 @@ static const tcase cases[] = {
 
 /* ---- routing ------------------------------------------------------------ */
 
+static void verdict(const char *name, int fails) {
+  printf("%s - %s\n", fails ? "not ok" : "ok", name);
+  if (fails)
+    g_fail++;
+  else
+    g_ok++;
+}
+
 /* tokens x topk expert ids, topk distinct uniformly random ones of E per
  * token (room for one more, for guard checks). */
 static int32_t *random_ids(int64_t tokens, int topk, int E) {
@@ -557,13 +565,7 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     free(y);
     free(out);
   }
-  if (fails) {
-    printf("not ok - %s\n", name);
-    g_fail++;
-  } else {
-    printf("ok - %s\n", name);
-    g_ok++;
-  }
+  verdict(name, fails);
   CK(cudaFree(dids));
   CK(cudaFree(doff));
   CK(cudaFree(drows));
@@ -714,13 +716,7 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
         break;
       }
     }
-  if (fails) {
-    printf("not ok - %s\n", name);
-    g_fail++;
-  } else {
-    printf("ok - %s\n", name);
-    g_ok++;
-  }
+  verdict(name, fails);
   for (int q = 0; q < P; ++q) {
     CK(cudaFree(at.a[q]));
     CK(cudaFree((void *)ys.y[q]));
