@@ -5,7 +5,11 @@
  * GPU under MPS).
  *
  *   mkx_perf moe [--shapes T,H,E,K,F ...] [--small] [--reps N] [--warmup N]
- *                [--versus FILE] [--out FILE.md] [--help]
+ *                [--versus FILE] [--out FILE.md] [--skew] [--help]
+ *
+ * --skew: every token's first expert is expert 0, the others uniformly
+ * random (expert 0 then takes 1/K of the rows, the most one expert can with
+ * distinct experts per token), for the skewed against uniform time.
  *
  * Shapes T,H,E,K,F: tokens per rank, hidden size, experts in all (a
  * multiple of P), experts per token (top-k, at most E), FFN size of one
@@ -91,6 +95,7 @@ typedef struct shape {
 typedef struct opts {
   shape shapes[MAX_SHAPES];
   int ns, reps, warmup;
+  int skew; /* --skew: every token's first expert is expert 0 */
   const char *versus, *outname;
 } opts;
 
@@ -127,6 +132,8 @@ static const char moe_usage[] =
     "  in PyTorch around torch._grouped_mm on one GPU), set beside MKX with\n"
     "  the ratio chain / MKX layer.\n"
     "  --out FILE.md: appends the table, with date, GPU and MKX_* options.\n"
+    "  --skew: every token's first expert is expert 0 (the most one expert\n"
+    "  can take with distinct experts per token: 1/K of the rows).\n"
     "  tests/perf/perf_moe.c says more.\n";
 
 static const shape default_shapes[] = {{4096, 7168, 256, 8, 2048},
@@ -165,6 +172,10 @@ static int parse_args(int argc, char **argv, opts *o) {
   memset(o, 0, sizeof *o);
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    if (!strcmp(argv[i], "--skew")) {
+      o->skew = 1;
+      continue;
+    }
     const int r =
         perf_common_arg(argc, argv, &i, &a, "mkx_perf moe", moe_usage);
     if (r == 2) return 2;
@@ -346,12 +357,15 @@ static void table_method(const env *e, const opts *o, char *s, size_t len) {
       "T*K*P rows) on device buffers (cudaMalloc), bf16, random values in "
       "[-1, 1], P = %d rank%s; shape T,H,E,K,F: tokens per rank, hidden, "
       "experts of the job (E/P per rank), experts per token, FFN size; K "
-      "distinct uniformly random experts per token, random positive gate "
+      "distinct experts per token, %s, random positive gate "
       "weights summing to 1; median of %d calls (CUDA events on one stream, "
       "each call after an MPI barrier), %d warm-up, slowest rank; TFLOP/s of "
       "the expert GEMMs per rank with R = T*K rows%s: layer 2*R*H*2F + "
       "2*R*F*H, dispatch 2*R*H*2F; MKX path: the path the timed calls took.",
-      envs, e->size, e->size > 1 ? "s" : "", o->reps, o->warmup,
+      envs, e->size, e->size > 1 ? "s" : "",
+      o->skew ? "skewed: the first expert 0, the others uniformly random"
+              : "uniformly random",
+      o->reps, o->warmup,
       e->size > 1 ? " (the average a rank's experts receive)" : "");
   if (versus_on(e, o))
     perf_cat(
@@ -411,7 +425,7 @@ static uint64_t next_random(uint64_t *s) {
  * permutation of [0, E) from token to token, so it is never reset.  Gate
  * weights in (0, 1], then scaled to sum to 1 as a softmax over the chosen
  * experts would. */
-static void make_routing(const shape *sh, uint64_t seed, int32_t *ids,
+static void make_routing(const shape *sh, uint64_t seed, int skew, int32_t *ids,
                          float *wts, int32_t *perm) {
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 7;
   for (int64_t x = 0; x < sh->e; x++) perm[x] = (int32_t)x;
@@ -419,6 +433,8 @@ static void make_routing(const shape *sh, uint64_t seed, int32_t *ids,
     float sum = 0;
     for (int64_t j = 0; j < sh->k; j++) {
       int64_t pick = j + (int64_t)(next_random(&s) % (uint64_t)(sh->e - j));
+      if (skew && j == 0) /* expert 0 first, wherever the shuffles put it */
+        for (pick = 0; perm[pick] != 0; pick++) continue;
       int32_t keep = perm[j];
       perm[j] = perm[pick], perm[pick] = keep;
       ids[t * sh->k + j] = perm[j];
@@ -430,7 +446,7 @@ static void make_routing(const shape *sh, uint64_t seed, int32_t *ids,
 }
 
 static void routing_upload(const env *e, const shape *sh, uint64_t seed,
-                           bufs *b) {
+                           int skew, bufs *b) {
   size_t n = (size_t)(sh->t * sh->k);
   int32_t *ids = malloc(n * sizeof *ids), *perm = malloc((size_t)sh->e * 4);
   float *wts = malloc(n * sizeof *wts);
@@ -438,7 +454,7 @@ static void routing_upload(const env *e, const shape *sh, uint64_t seed,
     fprintf(stderr, "mkx_perf moe: out of host memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  make_routing(sh, seed, ids, wts, perm);
+  make_routing(sh, seed, skew, ids, wts, perm);
   AK(cudaMalloc((void **)&b->ids, n * sizeof *ids));
   AK(cudaMalloc((void **)&b->wts, n * sizeof *wts));
   AK(cudaMemcpyAsync(b->ids, ids, n * sizeof *ids, cudaMemcpyHostToDevice,
@@ -451,7 +467,7 @@ static void routing_upload(const env *e, const shape *sh, uint64_t seed,
   free(wts);
 }
 
-static void bufs_alloc(const env *e, const shape *sh, bufs *b) {
+static void bufs_alloc(const env *e, const shape *sh, int skew, bufs *b) {
   size_t el = (size_t)(sh->e / e->size);
   size_t nx = (size_t)(sh->t * sh->h), nw1 = el * (size_t)(sh->h * 2 * sh->f),
          nw2 = el * (size_t)(sh->f * sh->h);
@@ -467,7 +483,7 @@ static void bufs_alloc(const env *e, const shape *sh, bufs *b) {
   perf_fill_bf16(b->x, nx, seed + 1, e->st);
   perf_fill_bf16(b->w1, nw1, seed + 2, e->st);
   perf_fill_bf16(b->w2, nw2, seed + 3, e->st);
-  routing_upload(e, sh, seed + 4, b);
+  routing_upload(e, sh, seed + 4, skew, b);
 }
 
 static void bufs_free(bufs *b) {
@@ -533,7 +549,7 @@ static void run_all(const env *e, const opts *o, const baseline *bl) {
     bufs b;
     result r;
     memset(&r, 0, sizeof r);
-    bufs_alloc(e, &o->shapes[i], &b);
+    bufs_alloc(e, &o->shapes[i], o->skew, &b);
     for (int op = 0; op < OP_COUNT; op++)
       bench(e, o, &o->shapes[i], op, &b, &r);
     if (e->rank == 0) print_row(e, o, bl, &o->shapes[i], &r, out);
