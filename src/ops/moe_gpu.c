@@ -452,6 +452,25 @@ static int route(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   return MKX_SUCCESS;
 }
 
+/* This rank's token rows into their owners' grouped rows, scaled by
+ * weight where given (several ranks: then all meet, so every owner has
+ * all its rows). */
+static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                     const moe_ws *w, cudaStream_t st, const float *weight,
+                     int origin, int *dest, mkx_moe_place *pl) {
+  const char *fn = fn_of(p->op);
+  mkx_moe_rows_at at;
+  targets(c, p, a, w, weight != NULL, origin, pl, &at);
+  MKX_TRY(mkx_tp_launch_rc(
+      mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden,
+                         (int)MKX_Type_size(a->dtype), w->rows, weight, c->rank,
+                         pl, &at, dest, st),
+      fn, "gather"));
+  if (p->multi)
+    MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
+  return MKX_SUCCESS;
+}
+
 static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                     const moe_ws *w, cudaStream_t st) {
   const char *fn = fn_of(MOE_DISPATCH);
@@ -470,14 +489,8 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                      "(expert_rows holds the counts needed)",
                      fn, trunc);
   mkx_moe_place pl;
-  mkx_moe_rows_at at;
-  targets(c, p, a, w, a->topk_weight != NULL, a->origin != NULL, &pl, &at);
-  MKX_TRY(mkx_tp_launch_rc(
-      mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es,
-                         w->rows, a->topk_weight, c->rank, &pl, &at, NULL, st),
-      fn, "gather"));
-  if (p->multi)
-    MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
+  MKX_TRY(
+      push_rows(c, p, a, w, st, a->topk_weight, a->origin != NULL, NULL, &pl));
   const void *wt = NULL;
   MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st,
                   fn, &wt));
@@ -508,14 +521,7 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   /* one rank without tokens has nothing to do; several still serve */
   if (!p->multi && a->num_tokens == 0) return MKX_SUCCESS;
   mkx_moe_place pl;
-  mkx_moe_rows_at at;
-  targets(c, p, a, w, 0, 0, &pl, &at);
-  MKX_TRY(mkx_tp_launch_rc(
-      mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden, es,
-                         w->rows, NULL, c->rank, &pl, &at, w->dest, st),
-      fn, "gather"));
-  if (p->multi)
-    MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
+  MKX_TRY(push_rows(c, p, a, w, st, NULL, 0, w->dest, &pl));
   const void *w1 = NULL, *w2 = NULL;
   MKX_TRY(w1_weights(a, ep, w, (size_t)es, st, &w1));
   MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
