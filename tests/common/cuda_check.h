@@ -108,4 +108,13 @@ static inline int mt_sm90_here(void) {
   return 1;
 }
 
+/* A device copy of bytes of host memory h (a 16-byte allocation when
+ * bytes is 0, so every buffer has an address). */
+static inline void *mt_dev_upload(const void *h, size_t bytes) {
+  void *d = NULL;
+  CK(cudaMalloc(&d, bytes ? bytes : 16));
+  if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
+
 #endif

@@ -105,13 +105,6 @@ static void ref_row(const tcase *t, int self, const uint16_t *q,
   free(sc);
 }
 
-static void *dev_upload(const void *h, size_t bytes) {
-  void *d = NULL;
-  CK(cudaMalloc(&d, bytes));
-  CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-  return d;
-}
-
 enum { GUARD = 4096 };
 
 /* One run of case t as chunk `self`; ready: set the other chunks' flags
@@ -125,9 +118,9 @@ static void run_case(const tcase *t, int self, int ready) {
   for (int64_t x = 0; x < qn; ++x) q[x] = to16(rnd() * t->spread, t->f16);
   for (int64_t x = 0; x < kn * t->p; ++x) kr[x] = to16(rnd(), t->f16);
   for (int64_t x = 0; x < kn * t->p; ++x) vr[x] = to16(rnd(), t->f16);
-  void *dq = dev_upload(q, 2 * qn);
-  void *dk = dev_upload(kr + kn * self, 2 * kn),
-       *dv = dev_upload(vr + kn * self, 2 * kn);
+  void *dq = mt_dev_upload(q, 2 * qn);
+  void *dk = mt_dev_upload(kr + kn * self, 2 * kn),
+       *dv = mt_dev_upload(vr + kn * self, 2 * kn);
   void *dkr = NULL, *dvr = NULL;
   uint8_t *do_ = NULL;
   float *dl = NULL;
@@ -164,8 +157,8 @@ static void run_case(const tcase *t, int self, int ready) {
   d.block_n = run % 3 == 2 || t->d > 64 ? 128 : 192;
   d.warpgroups = run % 4 < 2 ? 0 : 2;
   if (t->p > 1) {
-    dkr = dev_upload(kr, 2 * kn * t->p);
-    dvr = dev_upload(vr, 2 * kn * t->p);
+    dkr = mt_dev_upload(kr, 2 * kn * t->p);
+    dvr = mt_dev_upload(vr, 2 * kn * t->p);
     /* flags[0..7]: one per chunk; flags[8]: the value they must reach */
     CK(cudaMalloc((void **)&flags, sizeof(int) * 9));
     int host_flags[9];
@@ -307,7 +300,7 @@ out:
 static void *dev_random16(size_t n) {
   uint16_t *h = malloc(2 * n);
   for (size_t x = 0; x < n; ++x) h[x] = to16(rnd(), 0);
-  void *d = dev_upload(h, 2 * n);
+  void *d = mt_dev_upload(h, 2 * n);
   free(h);
   return d;
 }

@@ -64,13 +64,6 @@ static int is_poison(const void *c, int64_t i, int t) {
   return ((const uint16_t *)c)[i] == 0xFFFFu;
 }
 
-static void *dev_upload(const void *h, size_t bytes) {
-  void *d = NULL;
-  CK(cudaMalloc(&d, bytes ? bytes : 16));
-  if (bytes) CK(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-  return d;
-}
-
 enum { GUARD_ROWS = 3 };
 
 static void run_case(const tcase *t) {
@@ -105,10 +98,10 @@ static void run_case(const tcase *t) {
     sc[i] = (float)(0.25 + rnd() * rnd());
   const int cs = esize(t->c_type);
   const size_t cbytes = (size_t)((a_rows + GUARD_ROWS) * ldc) * (size_t)cs;
-  void *da = dev_upload(a, 2 * (size_t)(arows_alloc * lda));
-  void *dw = dev_upload(w, 2 * (size_t)E * k * ldw);
-  float *dsc = dev_upload(sc, sizeof(float) * (size_t)arows_alloc);
-  int *doff = dev_upload(off, sizeof(int) * (size_t)(E + 1));
+  void *da = mt_dev_upload(a, 2 * (size_t)(arows_alloc * lda));
+  void *dw = mt_dev_upload(w, 2 * (size_t)E * k * ldw);
+  float *dsc = mt_dev_upload(sc, sizeof(float) * (size_t)arows_alloc);
+  int *doff = mt_dev_upload(off, sizeof(int) * (size_t)(E + 1));
   int *work = NULL;
   CK(cudaMalloc((void **)&work,
                 sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
@@ -407,7 +400,7 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     const int e = ids[i];
     rows[i] = e >= first && e < first + local ? fill[e - first]++ : -1;
   }
-  int32_t *dids = dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
+  int32_t *dids = mt_dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
   int *doff = NULL, *drows = NULL, *dstatus = NULL, *work = NULL;
   CK(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(local + 1)));
   CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
@@ -468,8 +461,8 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
       x[i] = mt_f32_to_bf16((float)(i % 251));
     float *w = malloc(sizeof(float) * (size_t)N);
     for (int64_t i = 0; i < N; ++i) w[i] = (float)rnd();
-    void *dx = dev_upload(x, 2 * (size_t)(tokens * H));
-    float *dw = dev_upload(w, sizeof(float) * (size_t)N);
+    void *dx = mt_dev_upload(x, 2 * (size_t)(tokens * H));
+    float *dw = mt_dev_upload(w, sizeof(float) * (size_t)N);
     uint16_t *da = NULL;
     float *dsc = NULL, *dy = NULL;
     int32_t *dorig = NULL;
@@ -516,7 +509,7 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
       if (rows[i] >= 0)
         for (int64_t h = 0; h < H; ++h)
           y[rows[i] * H + h] = (float)(i / topk + h);
-    dy = dev_upload(y, sizeof(float) * (size_t)((R + 1) * H));
+    dy = mt_dev_upload(y, sizeof(float) * (size_t)((R + 1) * H));
     void *dout = NULL;
     CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H + 1)));
     CK(cudaMemset(dout, 0xFF, 2 * (size_t)(tokens * H + 1)));
@@ -611,8 +604,8 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
       for (int q = 0; q < P; ++q)
         owner_rows[d] += cnt[(size_t)q * (size_t)E + (size_t)e];
     }
-  int32_t *dids = dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
-  int *dbase = dev_upload(base, sizeof(int) * (size_t)E);
+  int32_t *dids = mt_dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
+  int *dbase = mt_dev_upload(base, sizeof(int) * (size_t)E);
   int *down = NULL, *drows = NULL, *dstatus = NULL, *work = NULL, *ddest = NULL;
   CK(cudaMalloc((void **)&down, sizeof(int) * (size_t)(E + 1)));
   CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
@@ -627,8 +620,8 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
     x[i] = mt_f32_to_bf16((float)((i * 7) % 251));
   float *wt = malloc(sizeof(float) * (size_t)N);
   for (int64_t i = 0; i < N; ++i) wt[i] = (float)rnd();
-  void *dx = dev_upload(x, 2 * (size_t)(tokens * H));
-  float *dw = dev_upload(wt, sizeof(float) * (size_t)N);
+  void *dx = mt_dev_upload(x, 2 * (size_t)(tokens * H));
+  float *dw = mt_dev_upload(wt, sizeof(float) * (size_t)N);
   mkx_moe_rows_at at;
   mkx_moe_outs_at ys;
   memset(&at, 0, sizeof at);
@@ -643,7 +636,7 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
     yh[q] = malloc(sizeof(float) * rows * (size_t)H);
     for (size_t k = 0; k < rows * (size_t)H; ++k)
       yh[q][k] = (float)(q * 1000 + (int)(k % 977));
-    ys.y[q] = dev_upload(yh[q], sizeof(float) * rows * (size_t)H);
+    ys.y[q] = mt_dev_upload(yh[q], sizeof(float) * rows * (size_t)H);
   }
   const mkx_moe_place pl = {dids, dbase, down, ep, P};
   int rc = mkx_moe_route_run(&r, 0);
@@ -815,7 +808,7 @@ static void bench(void) {
     int *off = malloc(sizeof(int) * (size_t)(E + 1));
     route(shapes[s].tokens, shapes[s].topk, E, off);
     const int64_t rows = off[E];
-    int *doff = dev_upload(off, sizeof(int) * (size_t)(E + 1)), *work = NULL;
+    int *doff = mt_dev_upload(off, sizeof(int) * (size_t)(E + 1)), *work = NULL;
     CK(cudaMalloc((void **)&work,
                   sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
     void *x = dev_fill_random((size_t)rows * H);

@@ -274,7 +274,10 @@ static void traffic(ctx *c) {
 
 /* ---- setup ---- */
 
-static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
+/* An endpoint of the transport under test; shm with an emulated link of
+ * cap_mbps MB/s and cap_us latency (0: none). */
+static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c,
+                         int64_t cap_mbps, int cap_us) {
   mkx_net_params p = {.rank = oob->rank,
                       .size = oob->size,
                       .num_signals = (uint32_t)oob->size,
@@ -286,6 +289,8 @@ static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c) {
   opt->net = use_shm ? MKX_NET_SHM : MKX_NET_TCP;
   strcpy(opt->net_tcp_bind, "lo"); /* tests stay on loopback */
   if (use_shm && opt->net_shm_ring == 8388608) opt->net_shm_ring = 1 << 20;
+  opt->net_shm_bandwidth = cap_mbps;
+  opt->net_shm_latency_us = cap_us;
   int rc = mkx_net_open(&p, &c->n);
   CHECK(rc == MKX_SUCCESS, "open");
   if (rc != MKX_SUCCESS) return rc;
@@ -359,18 +364,8 @@ static void survive(ctx *c, int victim) {
 static void capped_link(const mkx_oob *oob) {
   mkx_options opt;
   ctx c = {.size = oob->size};
-  if (open_endpoint(oob, &opt, &c) != MKX_SUCCESS) return;
-  mkx_net_close(c.n); /* open_endpoint loaded the options; cap them */
-  opt.net_shm_bandwidth = CAP_MBPS;
-  opt.net_shm_latency_us = CAP_US;
-  mkx_net_params p = {.rank = oob->rank,
-                      .size = oob->size,
-                      .num_signals = (uint32_t)oob->size,
-                      .timeout_ms = TIMEOUT_MS,
-                      .opt = &opt};
-  int rc = mkx_net_open(&p, &c.n);
-  CHECK(rc == MKX_SUCCESS, "capped endpoint");
-  if (rc != MKX_SUCCESS) return;
+  if (open_endpoint(oob, &opt, &c, CAP_MBPS, CAP_US) != MKX_SUCCESS) return;
+  int rc;
   CHECK(mkx_net_connect(c.n, oob) == MKX_SUCCESS, "capped connect");
   CHECK(register_buffers(&c, oob) == MKX_SUCCESS, "capped register");
   const size_t big = 4u << 20;
@@ -412,7 +407,7 @@ static void run(const mkx_oob *oob, int relay_fd) {
   mkx_options opt;
   ctx c = {.size = oob->size};
   int victim = oob->size - 1;
-  if (open_endpoint(oob, &opt, &c) != MKX_SUCCESS) return;
+  if (open_endpoint(oob, &opt, &c, 0, 0) != MKX_SUCCESS) return;
   int knocked = use_shm ? 0 : knock_wrong_secret(c.n);
   CHECK(knocked >= 0, "stranger connects");
   CHECK(mkx_net_connect(c.n, oob) == MKX_SUCCESS, "connect");
