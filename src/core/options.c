@@ -129,7 +129,7 @@ static const mkx_option_desc base_rows[] = {
      "keys (head dims up to 64 with three consumer warpgroups, measured "
      "fastest); 192: head dims up to 64 with two warpgroups (larger head "
      "dims take 128). Results may differ between sizes in the last bits."},
-    {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "one", "one|all|off",
+    {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
      "take the staged path). one: those of a one-rank communicator; all: "
      "also those of several ranks of one node, whose token rows go into the "

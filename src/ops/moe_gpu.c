@@ -486,8 +486,10 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                      "(expert_rows holds the counts needed)",
                      fn, trunc);
   mkx_moe_place pl;
-  MKX_TRY(
-      push_rows(c, p, a, w, st, a->topk_weight, a->origin != NULL, NULL, &pl));
+  /* an owner's origins come from every source rank, so with several ranks
+   * all write them, whether or not this rank asked for its own */
+  MKX_TRY(push_rows(c, p, a, w, st, a->topk_weight,
+                    p->multi || a->origin != NULL, NULL, &pl));
   const void *wt = NULL;
   MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st,
                   fn, &wt));

@@ -6,9 +6,9 @@
  * gate scaling on/off, Y row order / expert_rows / origin, and
  * MKX_ERR_TRUNCATE on every rank when one rank's Y is too small.
  *
- * With --device on one rank (on several with MKX_MOE_GPU=all), the bf16
- * and fp16 calls must take the GPU path where the GPU is sm_90 (counted by
- * path).
+ * With --device (on several ranks unless MKX_MOE_GPU=one; never with
+ * MKX_MOE_GPU=off), the bf16 and fp16 calls must take the GPU path where
+ * the GPU is sm_90 (counted by path).
  *
  *   mpirun -np P ./test_moe [--seed N] [--device] [-v]
  */
@@ -45,10 +45,10 @@ static void gpu_eligible(MKX_Datatype dt) {
       gpu_hopper = major == 9 && minor == 0;
 #endif
   }
-  /* several ranks: with option moe_gpu=all (the tests run on one node) */
+  /* several ranks: unless option moe_gpu=one (the tests run on one node) */
   const char *opt = getenv("MKX_MOE_GPU");
-  const int ranks_ok =
-      mt.size == 1 || (opt && !strcmp(opt, "all") && mt.size <= 8);
+  const int off = opt && !strcmp(opt, "off"), one = opt && !strcmp(opt, "one");
+  const int ranks_ok = !off && (mt.size == 1 || (!one && mt.size <= 8));
   if (gpu_hopper && ranks_ok && (dt == MKX_BF16 || dt == MKX_FP16)) gpu_calls++;
 }
 
@@ -273,8 +273,8 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
   tbuf_alloc(&ty, ny * es);
   tbuf_alloc(&te, ((size_t)m.epr + 4) * sizeof(int64_t));
   tbuf_alloc(&to, no * sizeof(int32_t));
+  /* origin is a per-rank output: NULL on some ranks, not on others */
   int with_origin = truncate ? 1 : (int)mt_rng_int(&g, 0, 3) != 0;
-  /* with_origin must agree? it is a per-rank output pointer: vary per rank */
 
   gpu_eligible(m.dt);
   int rc = MKX_Moe_dispatch_gemm(
