@@ -68,7 +68,9 @@
  * CUDA graphs.  Only MKX_Start of a persistent plan that took a fused
  * single-node GPU path (logged at info as "fused overlapped", "fused
  * split", "fused split in one kernel", "fused, operands adapted",
- * "attention engine" or "attention ring, one node") may be captured into a CUDA graph and replayed; every rank must replay its
+ * "attention engine" or "attention ring, one node"), or on the MoE GPU
+ * paths ("MoE on one rank's GPU", "MoE on one node's GPUs") with option
+ * moe_sync=no, may be captured into a CUDA graph and replayed; every rank must replay its
  * graphs the same number of times, in the same order with its other
  * calls on the communicator.  Capturing a plain (one-shot) call, an _init,
  * or MKX_Start of a plan on the staged, host or several-node path is not
@@ -451,12 +453,18 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
  * topk_weight, and MKX_Moe_layer's out, may be NULL) but takes part and
  * still serves its experts.  Weights are row-major, contiguous, type dtype,
  * this rank's E/p experts in order.  Device buffers (routing arrays
- * included): on one rank in bf16 or fp16 the call runs on the GPU
- * (routing, grouped expert GEMMs, and the layer's SwiGLU and combine); it
- * waits once for its routing (a few bytes back to the host) so that bad
- * ids and truncation are its own return value, and so cannot be captured
- * in a CUDA graph.  Several ranks, and fp32 or fp64, take the staged
- * path.
+ * included) in bf16 or fp16, on one rank or on several ranks of one node
+ * (option moe_gpu): the call runs on the GPU (routing, token rows pushed
+ * into the owners, grouped expert GEMMs, and the layer's SwiGLU and
+ * combine).  With option moe_sync=yes (the default) it waits once for its
+ * routing (a few bytes back to the host) so that bad ids and truncation
+ * are its own return value, and so cannot be captured in a CUDA graph.
+ * With moe_sync=no it only enqueues work: a run with bad ids writes
+ * nothing, one with too many rows only expert_rows, on every rank, and the
+ * error (the same code and message) is returned by MKX_Comm_get_async_error
+ * once the stream has passed the run, or with option blocking by the call
+ * itself; the communicator stays usable.  Ranks of several nodes, and fp32
+ * or fp64, take the staged path.
  *   agreed:   hidden, topk, num_experts (each >= 1, topk <= num_experts),
  *             n (dispatch) or ffn (layer) (>= 1), dtype, host or device
  *             buffers.
@@ -569,9 +577,11 @@ int MKX_Ring_attention_init(const void *Q, const void *K, const void *V,
                             int64_t heads_kv, int64_t head_dim, int causal,
                             double scale, MKX_Datatype dtype, MKX_Comm comm,
                             MPI_Info info, MKX_Request *request);
-/* The MoE plans wait for their routing in each start, as the calls do
- * (see the MoE section), so they cannot be captured in a CUDA graph: a
- * start on a capturing stream returns MKX_ERR_UNSUPPORTED. */
+/* With option moe_sync=yes the MoE plans wait for their routing in each
+ * start, as the calls do (see the MoE section), so they cannot be captured
+ * in a CUDA graph: a start on a capturing stream returns
+ * MKX_ERR_UNSUPPORTED.  With moe_sync=no a start on the GPU path may be
+ * captured. */
 int MKX_Moe_dispatch_gemm_init(
     const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
     const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,

@@ -33,6 +33,7 @@ struct MoeRows {
   const int *off;
   const int *prefix;  // E + 1 tile-row prefix (workspace)
   int experts, a_rows;
+  const int *gate;  // nonzero: no tiles (a run the verdict stopped)
   __device__ __forceinline__ void span(int e, int &lo, int &hi) const {
     lo = min(max(off[e], 0), a_rows);
     hi = max(lo, min(max(off[e + 1], 0), a_rows));
@@ -69,13 +70,14 @@ __global__ void tile_prefix_kernel(MoeRows r, int *work) {
   const int t = threadIdx.x;
   const int per = (r.experts + kScanThreads - 1) / kScanThreads;
   const int e0 = min(r.experts, t * per), e1 = min(r.experts, e0 + per);
+  const bool stop = r.gate && *r.gate;
   int sum = 0;
-  for (int e = e0; e < e1; ++e) sum += r.tiles(e);
+  for (int e = e0; e < e1; ++e) sum += stop ? 0 : r.tiles(e);
   int total;
   int run = mkx::moe::block_exclusive_scan<kScanThreads>(sum, total);
   for (int e = e0; e < e1; ++e) {
     work[e] = run;
-    run += r.tiles(e);
+    run += stop ? 0 : r.tiles(e);
   }
   if (t == 0) work[r.experts] = total;
 }
@@ -255,7 +257,7 @@ extern "C" int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s) {
   if (!mkx_moe_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
   if (d->a_rows == 0) return 0;
   if (!device_is_sm90()) return MKX_GEMM_ENODEV;
-  const MoeRows rows = {d->offsets, d->work, d->experts, (int)d->a_rows};
+  const MoeRows rows = {d->offsets, d->work, d->experts, (int)d->a_rows, d->gate};
   tile_prefix_kernel<<<1, kScanThreads, 0, s>>>(rows, d->work);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return (int)e;

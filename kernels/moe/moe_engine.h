@@ -53,6 +53,7 @@ typedef struct {
   int block_n;            /* 0 (picked), 128 or 256: tile columns of W */
   int *work;              /* device, mkx_moe_gemm_work_ints(E) ints, one per concurrent run */
   int64_t up_col;         /* SwiGLU: first column of the up half (0: n) */
+  const int *gate;        /* device, or NULL: nonzero = no tiles (mkx_moe_settle_run) */
 } mkx_moe_gemm_desc;
 
 /* Ints of device workspace a run needs (the tile-row prefix over experts). */
@@ -121,6 +122,7 @@ typedef struct {
   const int *own_offsets; /* device, experts + 1 ints */
   int experts_per_rank;
   int ranks;
+  const int *gate; /* device, or NULL: gather and combine do nothing where nonzero */
 } mkx_moe_place;
 
 /* Each rank's A (row stride lda), and optional scale and origin arrays
@@ -152,7 +154,56 @@ int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_at *y, const
  * wait that runs out reports `where` (MKX_TP_AT_*) in the error word. */
 struct mkx_tp_sync;
 int mkx_moe_meet_run(const struct mkx_tp_sync *s, int off, int where, cudaStream_t st);
-int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, cudaStream_t s);
+/* gate: device or NULL; nothing written where it is MKX_MOE_GATE_BAD. */
+int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, const int *gate, cudaStream_t s);
+
+/* ---- the verdict on the GPU (no host wait) -------------------------------
+ * A call that does not wait for its routing decides on the GPU whether its
+ * run goes on: the gate word is 0 (go), MKX_MOE_GATE_TRUNC (more rows
+ * than y_rows on some rank: only expert_rows is written) or
+ * MKX_MOE_GATE_BAD (a bad expert id somewhere: nothing written), and the
+ * first such failure goes into the input record of the host-mapped error
+ * word (tp.h, err + MKX_TP_ERR_INPUT):
+ *   [0] MKX_MOE_ERR_ID     [1] rank [2] token [3] slot [4] id [5] 1: a
+ *                          repeat within its token, 0: out of range
+ *   [0] MKX_MOE_ERR_TRUNC  [1] rank [2] rows it receives [3] its y_rows
+ * (the values of MKX_ERR_INVALID_ARG and MKX_ERR_TRUNCATE).  A record
+ * already there (not yet reported) is kept. */
+#define MKX_MOE_GATE_TRUNC 1
+#define MKX_MOE_GATE_BAD 2
+#define MKX_MOE_ERR_ID 1
+#define MKX_MOE_ERR_TRUNC 7
+
+/* One rank: from the routing's status (first bad slot, rows in all) and
+ * y_rows (-1: no limit). */
+int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows, int rank,
+                        int *gate, int *err_input, cudaStream_t s);
+
+/* Several ranks of a node.  Each rank's record (MKX_MOE_REC_HEAD ints,
+ * then its rows per expert over every expert), in slot `rank` of every
+ * rank's records area (rec[q]: rank q's area as mapped here, ranks x
+ * (MKX_MOE_REC_HEAD + experts) ints, then experts + 1 ints of scratch):
+ * first bad slot (or MKX_MOE_NO_BAD_SLOT), its id, y_rows (clamped below
+ * 2^31; -1: no limit), 0.  `own` is the route of this rank's slots over
+ * every expert.  Then all ranks meet (mkx_moe_meet_run), and settle reads
+ * every record here and writes this rank's local expert offsets
+ * (experts / ranks + 1), the row bases of its own slots on their owners
+ * (base, mkx_moe_place), the gate and, first bad rank or truncated rank
+ * first, the input record: every rank reaches the same verdict. */
+#define MKX_MOE_REC_HEAD 4
+typedef struct {
+  int *rec[MKX_MOE_MAX_RANKS];
+} mkx_moe_records;
+int64_t mkx_moe_records_ints(int ranks, int experts);
+int mkx_moe_record_run(const mkx_moe_records *r, int ranks, int rank, int experts, const int *own, const int *status,
+                       const int32_t *ids, int64_t y_rows, cudaStream_t s);
+int mkx_moe_settle_run(int *records, int ranks, int rank, int experts, int topk, int *offsets, int *base, int *gate,
+                       int *err_input, cudaStream_t s);
+
+/* The owner's origins (3 ints per row, offsets[local_experts] rows) from
+ * src to dst, unless the gate is nonzero. */
+int mkx_moe_origin_copy_run(const int32_t *src, int32_t *dst, const int *offsets, int local_experts, const int *gate,
+                            cudaStream_t s);
 
 #ifdef __cplusplus
 }

@@ -133,7 +133,7 @@ __global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t h
                             int *dest_row) {
   const int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
-  if (i >= slots) return;
+  if (i >= slots || (pl.gate && *pl.gate)) return;
   int rank;
   const int row = rows[i] < 0 ? -1 : place_of(pl, i, rows[i], rank);
   if (lane == 0 && dest_row) dest_row[i] = row;
@@ -183,6 +183,7 @@ template <typename OutT>
 __global__ void combine_rows(const mkx_moe_place pl, mkx_moe_outs_at y, const int *rows, const float *weight, int topk,
                              int64_t hidden, OutT *out) {
   const int64_t t = blockIdx.x;
+  if (pl.gate && *pl.gate) return;
   for (int64_t h = threadIdx.x; h < hidden; h += blockDim.x) {
     float acc = 0.f;
     for (int j = 0; j < topk; ++j) {
@@ -204,8 +205,113 @@ __global__ void meet_kernel(mkx_tp_sync s, int off, int where) {
   mkx::tp::meet(s, off, epoch, where);
 }
 
-__global__ void expert_counts(const int *offsets, int local, int64_t *expert_rows) {
+__global__ void expert_counts(const int *offsets, int local, int64_t *expert_rows, const int *gate) {
+  if (gate && *gate == MKX_MOE_GATE_BAD) return;
   for (int le = threadIdx.x; le < local; le += blockDim.x) expert_rows[le] = offsets[le + 1] - offsets[le];
+}
+
+/* The first bad input of a run into the host-mapped input record (tp.h),
+ * unless one is there: claimed by a compare-and-swap, published last. */
+__device__ void record_input(int *err, int code, int a, int b, int c, int d, int e) {
+  if (!err || atomicCAS(err, 0, -1) != 0) return;
+  volatile int *w = err;
+  w[1] = a;
+  w[2] = b;
+  w[3] = c;
+  w[4] = d;
+  w[5] = e;
+  __threadfence_system();
+  w[0] = code;
+  __threadfence_system();
+}
+
+__device__ void record_bad_id(int *err, int rank, int slot, int id, int topk, int experts) {
+  record_input(err, MKX_MOE_ERR_ID, rank, slot / topk, slot % topk, id, id >= 0 && id < experts);
+}
+
+__device__ int clamp_rows(int64_t v) { return v < 0 ? -1 : (int)min(v, (int64_t)0x7FFFFFFF); }
+
+__global__ void verdict_one(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows, int rank,
+                            int *gate, int *err) {
+  const int bad = status[0], total = status[1];
+  int g = 0;
+  if (bad != MKX_MOE_NO_BAD_SLOT) {
+    g = MKX_MOE_GATE_BAD;
+    record_bad_id(err, rank, bad, ids[bad], topk, experts);
+  } else if (y_rows >= 0 && total > y_rows) {
+    g = MKX_MOE_GATE_TRUNC;
+    record_input(err, MKX_MOE_ERR_TRUNC, rank, total, clamp_rows(y_rows), 0, 0);
+  }
+  *gate = g;
+}
+
+/* This rank's record into slot `rank` of every rank's records area. */
+__global__ void send_record(mkx_moe_records r, int ranks, int rank, int experts, const int *own, const int *status,
+                            const int32_t *ids, int64_t y_rows) {
+  const int64_t stride = MKX_MOE_REC_HEAD + (int64_t)experts;
+  const int bad = status[0];
+  for (int q = 0; q < ranks; ++q) {
+    int *d = r.rec[q] + rank * stride;
+    if (threadIdx.x == 0) {
+      d[0] = bad;
+      d[1] = bad != MKX_MOE_NO_BAD_SLOT ? ids[bad] : 0;
+      d[2] = clamp_rows(y_rows);
+      d[3] = 0;
+    }
+    for (int e = threadIdx.x; e < experts; e += blockDim.x) d[MKX_MOE_REC_HEAD + e] = own[e + 1] - own[e];
+  }
+}
+
+/* Every rank's records here (after the meet): see mkx_moe_settle_run.
+ * Scratch S[e] = rows of experts before e over all ranks; an owner's
+ * experts start at S[d * ep]. */
+__global__ void settle_records(int *rec, int ranks, int rank, int experts, int topk, int *offsets, int *base, int *gate,
+                               int *err) {
+  const int64_t stride = MKX_MOE_REC_HEAD + (int64_t)experts;
+  int *S = rec + ranks * stride;
+  const int ep = experts / ranks;
+  const int per = (experts + SCAN - 1) / SCAN;
+  const int e0 = min(experts, (int)threadIdx.x * per), e1 = min(experts, e0 + per);
+  int sum = 0;
+  for (int e = e0; e < e1; ++e)
+    for (int q = 0; q < ranks; ++q) sum += rec[q * stride + MKX_MOE_REC_HEAD + e];
+  int total;
+  int run = mkx::moe::block_exclusive_scan<SCAN>(sum, total);
+  for (int e = e0; e < e1; ++e) {
+    S[e] = run;
+    for (int q = 0; q < ranks; ++q) run += rec[q * stride + MKX_MOE_REC_HEAD + e];
+  }
+  if (threadIdx.x == 0) S[experts] = total;
+  __syncthreads();
+  for (int e = e0; e < e1; ++e) {
+    int before = 0; /* rows of expert e from the ranks before this one */
+    for (int q = 0; q < rank; ++q) before += rec[q * stride + MKX_MOE_REC_HEAD + e];
+    base[e] = S[e] - S[e / ep * ep] + before;
+  }
+  const int mine = rank * ep;
+  for (int le = threadIdx.x; le <= ep; le += blockDim.x) offsets[le] = S[mine + le] - S[mine];
+  if (threadIdx.x != 0) return;
+  int g = 0;
+  for (int q = 0; q < ranks && !g; ++q) {
+    const int *h = rec + q * stride;
+    if (h[0] == MKX_MOE_NO_BAD_SLOT) continue;
+    g = MKX_MOE_GATE_BAD;
+    record_bad_id(err, q, h[0], h[1], topk, experts);
+  }
+  for (int d = 0; d < ranks && !g; ++d) {
+    const int rows = S[(d + 1) * ep] - S[d * ep], y_rows = rec[d * stride + 2];
+    if (y_rows < 0 || rows <= y_rows) continue;
+    g = MKX_MOE_GATE_TRUNC;
+    record_input(err, MKX_MOE_ERR_TRUNC, d, rows, y_rows, 0, 0);
+  }
+  *gate = g;
+}
+
+__global__ void origin_copy(const int32_t *src, int32_t *dst, const int *offsets, int local, const int *gate) {
+  if (gate && *gate) return;
+  const int64_t n = 3 * (int64_t)offsets[local];
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    dst[i] = src[i];
 }
 
 int launched() {
@@ -296,7 +402,47 @@ extern "C" int mkx_moe_meet_run(const mkx_tp_sync *s, int off, int where, cudaSt
   return launched();
 }
 
-extern "C" int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, cudaStream_t s) {
-  expert_counts<<<1, 256, 0, s>>>(offsets, local_experts, expert_rows);
+extern "C" int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, const int *gate,
+                                  cudaStream_t s) {
+  expert_counts<<<1, 256, 0, s>>>(offsets, local_experts, expert_rows, gate);
+  return launched();
+}
+
+extern "C" int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows,
+                                   int rank, int *gate, int *err_input, cudaStream_t s) {
+  if (!status || !gate || topk < 1 || experts < 1) return MKX_GEMM_EINVAL;
+  verdict_one<<<1, 1, 0, s>>>(status, ids, topk, experts, y_rows, rank, gate, err_input);
+  return launched();
+}
+
+extern "C" int64_t mkx_moe_records_ints(int ranks, int experts) {
+  return (int64_t)ranks * (MKX_MOE_REC_HEAD + (int64_t)experts) + experts + 1;
+}
+
+static bool records_ok(int ranks, int rank, int experts) {
+  return ranks >= 1 && ranks <= MKX_MOE_MAX_RANKS && rank >= 0 && rank < ranks && experts >= ranks &&
+         experts <= MAX_LOCAL && experts % ranks == 0;
+}
+
+extern "C" int mkx_moe_record_run(const mkx_moe_records *r, int ranks, int rank, int experts, const int *own,
+                                  const int *status, const int32_t *ids, int64_t y_rows, cudaStream_t s) {
+  if (!r || !own || !status || !records_ok(ranks, rank, experts)) return MKX_GEMM_EINVAL;
+  for (int q = 0; q < ranks; ++q)
+    if (!r->rec[q]) return MKX_GEMM_EINVAL;
+  send_record<<<1, 1024, 0, s>>>(*r, ranks, rank, experts, own, status, ids, y_rows);
+  return launched();
+}
+
+extern "C" int mkx_moe_settle_run(int *records, int ranks, int rank, int experts, int topk, int *offsets, int *base,
+                                  int *gate, int *err_input, cudaStream_t s) {
+  if (!records || !offsets || !base || !gate || topk < 1 || !records_ok(ranks, rank, experts)) return MKX_GEMM_EINVAL;
+  settle_records<<<1, SCAN, 0, s>>>(records, ranks, rank, experts, topk, offsets, base, gate, err_input);
+  return launched();
+}
+
+extern "C" int mkx_moe_origin_copy_run(const int32_t *src, int32_t *dst, const int *offsets, int local_experts,
+                                       const int *gate, cudaStream_t s) {
+  if (!src || !dst || !offsets || local_experts < 1) return MKX_GEMM_EINVAL;
+  origin_copy<<<64, 256, 0, s>>>(src, dst, offsets, local_experts, gate);
   return launched();
 }

@@ -70,8 +70,14 @@ extern "C" {
  *                       this rank was waiting for when it was told (peer,
  *                       tile, where; where 0: no wait, told after one).
  * With both sides named, a stalled run says which rank waited on which.
- * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.) */
-#define MKX_TP_ERR_WORDS 8
+ * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.)  These void the run
+ * and the communicator.  Words MKX_TP_ERR_INPUT.. hold apart the first bad
+ * input a run found on the GPU (the MoE calls' expert ids and truncation
+ * without a host wait, moe_engine.h): the run wrote no outputs, the
+ * communicator stays usable, and the host clears the record once it has
+ * reported it, so a timeout after it is still recorded. */
+#define MKX_TP_ERR_WORDS 16
+#define MKX_TP_ERR_INPUT 8
 #define MKX_TP_ERR_TIMEOUT 11
 #define MKX_TP_ERR_PEER 13
 enum {
@@ -84,7 +90,8 @@ enum {
   MKX_TP_AT_SPLIT_TILE = 7,
   MKX_TP_AT_KV_CHUNK = 8,
   MKX_TP_AT_MOE_ROWS = 9,
-  MKX_TP_AT_MOE_OUT = 10
+  MKX_TP_AT_MOE_OUT = 10,
+  MKX_TP_AT_MOE_COUNTS = 11
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):

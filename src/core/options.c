@@ -135,6 +135,15 @@ static const mkx_option_desc base_rows[] = {
      "also those of several ranks of one node, whose token rows go into the "
      "experts' owners' workspaces by GPU stores over NVLink; off: none.",
      1},
+    {"moe_sync", MKX_OPT_BOOL, OPT(moe_sync), "yes", "yes|no",
+     "MoE calls on the GPU path. yes: each call waits for its routing (a few "
+     "bytes back to the host), so bad expert ids and MKX_ERR_TRUNCATE are "
+     "its own return value. no: calls only enqueue work (no host "
+     "synchronisation; plans may be captured in a CUDA graph); a run with "
+     "bad ids or too many rows writes nothing (on truncation only "
+     "expert_rows) on every rank, and its error is returned by "
+     "MKX_Comm_get_async_error, or with option blocking by the call.",
+     1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine.",

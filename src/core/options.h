@@ -41,6 +41,7 @@ typedef struct mkx_options {
   int attn_layout;       /* MKX_ATTN_*: which positions a rank's shard holds */
   int attn_block_n;      /* MKX_ATTN_BLOCK_*: keys per block of the engine */
   int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
+  int moe_sync;          /* MoE GPU path: the host waits for the routing */
   int fused;             /* MKX_FUSED_*: fused GPU kernels */
   int blocking;          /* GPU-path calls wait for their run and report it */
   int tp_partials;       /* MKX_PARTIALS_*: type of fused RS/AR partials */

@@ -1,20 +1,27 @@
 /* MKX_Moe_dispatch_gemm and MKX_Moe_layer on the GPU (kernels/moe): one
- * rank, or with option moe_gpu=all several ranks of one node.
+ * rank, or (option moe_gpu=all) several ranks of one node.
  *
- * A call, all on the user's stream:
+ * A call, all on the user's stream, after the prologue (every rank's
+ * previous call has ended on its GPU before any rank writes into another's
+ * workspace):
  *   1. routing (mkx_moe_route_run): each slot's row, grouped by expert in
  *      slot order, the experts' offsets, the first bad slot and the total.
  *      One rank routes over its own experts; several ranks route each
  *      rank's slots over every expert.
- *   2. the status back to the host, stream synchronised: bad ids and
- *      truncation are returned by the call itself, as on the host path, and
- *      nothing is written after either.  Several ranks also exchange their
- *      counts per expert (MPI_Allgather): each owner's expert offsets, and
- *      where each rank's rows of an expert start on its owner (in source
- *      rank order, so the contract's (source rank, token, slot) order
- *      holds).  This wait is why the path cannot be captured in a CUDA
- *      graph; it also orders calls: every rank's previous call has ended on
- *      its GPU before any rank writes into another's workspace.
+ *   2. the verdict and, on several ranks, every rank's counts per expert:
+ *      each owner's expert offsets, and where each rank's rows of an expert
+ *      start on its owner (in source rank order, so the contract's (source
+ *      rank, token, slot) order holds).  Two ways (option moe_sync):
+ *      yes: the status back to the host, stream synchronised, the counts
+ *      exchanged by MPI_Allgather: bad ids and truncation are returned by
+ *      the call itself, as on the host path, and nothing is written after
+ *      either; such a call cannot be captured in a CUDA graph.
+ *      no: no host wait.  Each rank stores its record (first bad slot,
+ *      y_rows, counts) into every rank's records, all meet, and each
+ *      settles on the GPU (mkx_moe_settle_run): the same offsets and the
+ *      same verdict on every rank.  The verdict's gate word stops the
+ *      kernels after it; the error goes into the input record of the
+ *      error word, reported later (tp_gpu.c).
  *   3. the token rows gathered into the owners' grouped rows (several
  *      ranks: GPU stores into the owners' workspaces, then all ranks meet
  *      on the GPU), with the gate weight as row scale for dispatch, and
@@ -37,9 +44,12 @@
  *   origin  N x 3                   int (several ranks, dispatch)
  *   act     N x round8(ffn)         dtype (layer)
  *   y       N x hidden              fp32 (layer)
+ *   records (several ranks)         int: every rank's record, then scratch
+ *                                   (mkx_moe_records_ints)
  * This rank's own:
  *   rows, dest N                    int: each slot's row here / on its owner
- *   offsets Ep + 1, own E + 1, base E, status 2, route and GEMM work  int
+ *   offsets Ep + 1, own E + 1, base E, route and GEMM work  int
+ *   status 4                        int: first bad slot, rows, gate
  *   W copy  padded weights          dtype (only where needed) */
 #include <stdint.h>
 #include <stdio.h>
@@ -65,6 +75,7 @@ static const char *fn_of(int op) {
 }
 
 static int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static size_t round256(size_t v) { return (v + 255) / 256 * 256; }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
@@ -127,6 +138,7 @@ enum {
   W_OFFSETS,
   W_OWN,
   W_BASE,
+  W_REC,
   W_STATUS,
   W_ROUTE,
   W_GEMM,
@@ -139,7 +151,9 @@ typedef struct moe_ws {
   void *a, *act, *w1, *w2;
   float *scale, *y;
   int32_t *origin;
-  int *rows, *dest, *offsets, *own, *base, *status, *route_work, *gemm_work;
+  int *rows, *dest, *offsets, *own, *base, *rec, *status, *route_work,
+      *gemm_work;
+  int *gate; /* status[2]: the verdict of a run that does not wait */
   int64_t lda, ldact, ldw1, ldw2;
 } moe_ws;
 
@@ -147,6 +161,7 @@ typedef struct moe_ws {
  * the bytes in all), the same on every rank. */
 typedef struct moe_plan {
   int op, multi;
+  int sync;     /* option moe_sync: the host waits for the routing */
   int64_t tcap; /* tokens the rows are sized for */
   size_t off[W_END + 1];
   int64_t lda, ldact, ldw1, ldw2;
@@ -173,7 +188,10 @@ static void ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
       [W_OFFSETS] = (size_t)(ep + 1) * sizeof(int),
       [W_OWN] = multi ? (size_t)(E + 1) * sizeof(int) : 0,
       [W_BASE] = multi ? (size_t)E * sizeof(int) : 0,
-      [W_STATUS] = 2 * sizeof(int),
+      [W_REC] =
+          multi ? (size_t)mkx_moe_records_ints(c->size, (int)E) * sizeof(int)
+                : 0,
+      [W_STATUS] = 4 * sizeof(int),
       [W_ROUTE] = (size_t)mkx_moe_route_work_ints(p->tcap, (int)a->topk,
                                                   (int)(multi ? E : ep)) *
                   sizeof(int),
@@ -213,7 +231,9 @@ static void ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {
   w->offsets = (int *)piece(c, p, me, W_OFFSETS);
   w->own = (int *)piece(c, p, me, W_OWN);
   w->base = (int *)piece(c, p, me, W_BASE);
+  w->rec = (int *)piece(c, p, me, W_REC);
   w->status = (int *)piece(c, p, me, W_STATUS);
+  w->gate = w->status + 2;
   w->route_work = (int *)piece(c, p, me, W_ROUTE);
   w->gemm_work = (int *)piece(c, p, me, W_GEMM);
   w->w1 = piece(c, p, me, W_W1);
@@ -271,6 +291,28 @@ static int bad_id(int op, const mkx_moe_args *a, int rank, int64_t slot,
       (long long)id, rank,
       id >= 0 && id < a->num_experts ? "repeats an expert of the same token"
                                      : "is outside [0, num_experts)");
+}
+
+_Static_assert(MKX_MOE_ERR_ID == MKX_ERR_INVALID_ARG &&
+                   MKX_MOE_ERR_TRUNC == MKX_ERR_TRUNCATE,
+               "the GPU's input record carries MKX error codes");
+
+/* The bad input the GPU found in a run that did not wait for its routing
+ * (option moe_sync=no), as its error; rec: the input record
+ * (moe_engine.h); head: "MKX_Moe_layer", or the reporting call and "an
+ * earlier MKX_Moe_layer". */
+static int input_error(const int *rec, const char *head) {
+  if (rec[0] == MKX_MOE_ERR_ID)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "%s: topk_ids[%d][%d] = %d on rank %d %s", head, rec[2],
+                     rec[3], rec[4], rec[1],
+                     rec[5] ? "repeats an expert of the same token"
+                            : "is outside [0, num_experts)");
+  return mkx_error(MKX_ERR_TRUNCATE,
+                   "%s: rank %d receives %d rows, more than its y_rows (%d); "
+                   "expert_rows holds the counts needed, nothing else was "
+                   "written",
+                   head, rec[1], rec[2], rec[3]);
 }
 
 /* The id of slot `slot` (device memory), or -1 if it cannot be read. */
@@ -412,17 +454,19 @@ static int exchange(MKX_Comm c, int op, const mkx_moe_args *a, const moe_ws *w,
 static void targets(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                     const moe_ws *w, int scale, int origin, mkx_moe_place *pl,
                     mkx_moe_rows_at *at) {
+  const int *gate = p->sync ? NULL : w->gate;
   memset(at, 0, sizeof *at);
   at->lda = w->lda;
   if (!p->multi) {
-    *pl = (mkx_moe_place){NULL, NULL, NULL, 1, 1};
+    *pl = (mkx_moe_place){NULL, NULL, NULL, 1, 1, gate};
     at->a[0] = w->a;
     at->scale[0] = scale ? w->scale : NULL;
     at->origin[0] = origin ? a->origin : NULL;
     return;
   }
-  *pl = (mkx_moe_place){a->topk_ids, w->base, w->own,
-                        (int)(a->num_experts / c->size), c->size};
+  *pl = (mkx_moe_place){a->topk_ids, w->base,
+                        w->own,      (int)(a->num_experts / c->size),
+                        c->size,     gate};
   for (int q = 0; q < c->size; q++) {
     at->a[q] = piece(c, p, q, W_A);
     at->scale[q] = scale ? (float *)piece(c, p, q, W_SCALE) : NULL;
@@ -439,10 +483,52 @@ static int meet(MKX_Comm c, const moe_plan *p, int off, int where,
                           "meeting of the ranks");
 }
 
+/* Option moe_sync=no: routing, then the verdict and offsets on the GPU
+ * (the gate word and the input record; see the top of this file). */
+static int route_async(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                       const moe_ws *w, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  const int E = (int)a->num_experts, k = (int)a->topk;
+  const int64_t y_rows = p->op == MOE_DISPATCH ? a->y_rows : -1;
+  int *err = p->ws->err_dev + MKX_TP_ERR_INPUT;
+  /* one rank: its experts are all E; several: over every expert */
+  mkx_moe_route_desc r = {a->num_tokens,
+                          k,
+                          E,
+                          0,
+                          E,
+                          a->topk_ids,
+                          p->multi ? w->own : w->offsets,
+                          w->rows,
+                          w->status,
+                          w->route_work};
+  MKX_TRY(mkx_tp_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
+  if (!p->multi)
+    return mkx_tp_launch_rc(
+        mkx_moe_verdict_run(w->status, a->topk_ids, k, E, y_rows, c->rank,
+                            w->gate, err, st),
+        fn, "verdict");
+  mkx_moe_records rec;
+  for (int q = 0; q < c->size; q++) rec.rec[q] = (int *)piece(c, p, q, W_REC);
+  MKX_TRY(
+      mkx_tp_launch_rc(mkx_moe_record_run(&rec, c->size, c->rank, E, w->own,
+                                          w->status, a->topk_ids, y_rows, st),
+                       fn, "counts to every rank"));
+  MKX_TRY(meet(c, p, MKX_TP_OFF_PUSHED, MKX_TP_AT_MOE_COUNTS, st, fn));
+  return mkx_tp_launch_rc(
+      mkx_moe_settle_run(w->rec, c->size, c->rank, E, k, w->offsets, w->base,
+                         w->gate, err, st),
+      fn, "offsets and verdict");
+}
+
 /* Routing and its status: *total, the rows this rank receives; *trunc,
- * a rank that receives more than its y_rows (dispatch) or -1. */
+ * a rank that receives more than its y_rows (dispatch) or -1.  Without
+ * the host wait neither is known here (*total: -1; the gate decides). */
 static int route(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                  const moe_ws *w, cudaStream_t st, int64_t *total, int *trunc) {
+  *total = -1;
+  *trunc = -1;
+  if (!p->sync) return route_async(c, p, a, w, st);
   if (p->multi) return exchange(c, p->op, a, w, st, total, trunc);
   MKX_TRY(route_one(c, p->op, a, a->num_experts, w, st, total));
   *trunc = p->op == MOE_DISPATCH && *total > a->y_rows ? c->rank : -1;
@@ -477,8 +563,9 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   int64_t total = 0;
   int trunc = -1;
   MKX_TRY(route(c, p, a, w, st, &total, &trunc));
+  const int *gate = p->sync ? NULL : w->gate;
   MKX_TRY(mkx_tp_launch_rc(
-      mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, st), fn,
+      mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, gate, st), fn,
       "counts"));
   if (trunc >= 0)
     return mkx_error(MKX_ERR_TRUNCATE,
@@ -493,14 +580,22 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const void *wt = NULL;
   MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st,
                   fn, &wt));
+  /* without the host wait: bounded by the rows A and Y hold */
+  const int64_t rows = total >= 0 ? total : min64(p->tcap * a->topk, a->y_rows);
   mkx_moe_gemm_desc g = {
-      (int)ep, a->hidden,   a->n,       w->a,
-      w->lda,  total,       w->offsets, wt,
-      w->ldw1, a->Y,        a->n,       a->topk_weight ? w->scale : NULL,
-      ty,      ty,          0,          0,
-      0,       w->gemm_work};
+      (int)ep, a->hidden,    a->n,       w->a,
+      w->lda,  rows,         w->offsets, wt,
+      w->ldw1, a->Y,         a->n,       a->topk_weight ? w->scale : NULL,
+      ty,      ty,           0,          0,
+      0,       w->gemm_work, 0,          gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
-  if (p->multi && a->origin && total > 0)
+  if (!p->multi || !a->origin) return MKX_SUCCESS;
+  if (!p->sync)
+    return mkx_tp_launch_rc(
+        mkx_moe_origin_copy_run(w->origin, a->origin, w->offsets, (int)ep, gate,
+                                st),
+        fn, "origins");
+  if (total > 0)
     MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(a->origin, w->origin,
                                         (size_t)total * 3 * sizeof(int32_t),
                                         cudaMemcpyDeviceToDevice, st),
@@ -525,12 +620,14 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   MKX_TRY(w1_weights(a, ep, w, (size_t)es, st, &w1));
   MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
                   fn, &w2));
+  const int64_t rows = total >= 0 ? total : p->tcap * a->topk;
+  const int *gate = p->sync ? NULL : w->gate;
   mkx_moe_gemm_desc g1 = {(int)ep,
                           a->hidden,
                           a->ffn,
                           w->a,
                           w->lda,
-                          total,
+                          rows,
                           w->offsets,
                           w1,
                           w1 == a->W ? 2 * a->ffn : w->ldw1,
@@ -543,12 +640,13 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           0,
                           0,
                           w->gemm_work,
-                          w1 == a->W ? 0 : round8(a->ffn)};
+                          w1 == a->W ? 0 : round8(a->ffn),
+                          gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
   mkx_moe_gemm_desc g2 = {
-      (int)ep, a->ffn,  a->hidden, w->act,      w->ldact, total, w->offsets,
-      w2,      w->ldw2, w->y,      a->hidden,   NULL,     ty,    MKX_GEMM_FP32,
-      0,       0,       0,         w->gemm_work};
+      (int)ep, a->ffn,  a->hidden, w->act,       w->ldact, rows, w->offsets,
+      w2,      w->ldw2, w->y,      a->hidden,    NULL,     ty,   MKX_GEMM_FP32,
+      0,       0,       0,         w->gemm_work, 0,        gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
   mkx_moe_outs_at y = {{w->y}, a->hidden};
   if (p->multi) {
@@ -571,6 +669,7 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
   p->op = op;
   p->multi = c->size > 1;
+  p->sync = c->opt.moe_sync;
   p->tcap = p->multi ? g->total : a->num_tokens;
   ws_layout(a, c, p);
   mkx_tp_need need = {1, c->size, p->off[W_END], 0};
@@ -599,11 +698,12 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
   moe_ws w;
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
   MKX_CUDA_TRY(cudaStreamIsCapturing(st, &cs), fn_of(p->op));
-  if (cs != cudaStreamCaptureStatusNone)
+  if (cs != cudaStreamCaptureStatusNone && p->sync)
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: cannot be captured in a CUDA graph (each run waits "
-                     "for its routing)",
+                     "%s: cannot be captured in a CUDA graph with option "
+                     "moe_sync=yes (each run waits for its routing)",
                      fn_of(p->op));
+  p->ws->input_error = input_error;
   MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1,
                        p->multi ? MKX_PATH_MOE_NODE : MKX_PATH_MOE));
   ws_place(c, p, &w);

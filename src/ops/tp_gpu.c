@@ -30,10 +30,20 @@ static int pool_key = MPI_KEYVAL_INVALID;
 static int pool_error(MKX_Comm c, const char *fn);
 
 /* MKX_Comm_get_async_error: a run's timeout on any workspace, reported and
- * the communicator marked (pool_error); host-mapped words, so no
- * synchronisation. */
+ * the communicator marked (pool_error), else a bad input a run found (once;
+ * only here and to a blocking call: a call that stopped on it while its
+ * peers, which may not see it yet, go on would stall them); host-mapped
+ * words, so no synchronisation. */
+static int input_error(mkx_tp_ws *ws, const char *fn, int earlier);
+static int get_pool(MKX_Comm c, tp_pool **pool);
 static int pool_async_error(MKX_Comm c) {
-  return pool_error(c, "MKX_Comm_get_async_error");
+  const char *fn = "MKX_Comm_get_async_error";
+  tp_pool *pool;
+  MKX_TRY(pool_error(c, fn));
+  MKX_TRY(get_pool(c, &pool));
+  for (mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
+    MKX_TRY(input_error(ws, fn, 1));
+  return MKX_SUCCESS;
 }
 
 static void ws_destroy_host(mkx_tp_ws *ws) {
@@ -385,6 +395,29 @@ static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
                    head, ms, who, where_name(where), at);
 }
 
+/* The bad input a run on `ws` found on the GPU (tp.h, MKX_TP_ERR_INPUT),
+ * reported once: the record is cleared after it is read (the GPU writes
+ * one only into a clear record, so none is lost to the clearing), and the
+ * communicator stays usable. */
+static int input_error(mkx_tp_ws *ws, const char *fn, int earlier) {
+  volatile int *e = ws->err_host + MKX_TP_ERR_INPUT;
+  int rec[MKX_TP_ERR_WORDS - MKX_TP_ERR_INPUT];
+  if (e[0] <= 0) return MKX_SUCCESS; /* none, or -1: being written */
+  __atomic_thread_fence(__ATOMIC_ACQUIRE);
+  for (int i = 0; i < MKX_TP_ERR_WORDS - MKX_TP_ERR_INPUT; i++) rec[i] = e[i];
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  e[0] = 0;
+  char head[96];
+  if (earlier)
+    snprintf(head, sizeof head, "%s: an earlier %s", fn,
+             ws->fn ? ws->fn : "call");
+  else
+    snprintf(head, sizeof head, "%s", fn);
+  if (ws->input_error) return ws->input_error(rec, head);
+  return mkx_error(rec[0], "%s failed on the GPU: bad input (code %d)", head,
+                   rec[0]);
+}
+
 /* A run on any workspace of the communicator failed: report it (a
  * workspace may be reused or replaced by a call of another shape) and
  * mark the communicator unusable, since the ranks' epochs are now out of
@@ -401,7 +434,8 @@ static int pool_error(MKX_Comm c, const char *fn) {
 static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
   MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), ws->fn,
                       "cudaStreamSynchronize (option blocking)"));
-  return mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0));
+  MKX_TRY(mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0)));
+  return input_error(ws, ws->fn, 0);
 }
 
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {

@@ -38,6 +38,9 @@ typedef struct mkx_tp_ws {
   int used, busy, split;
   MKX_Comm comm;  /* owner: options, and ranks in messages */
   const char *fn; /* the call that last started on it */
+  /* the message of a bad input a run found on the GPU (kernels/tp/tp.h,
+   * MKX_TP_ERR_INPUT): set by the path that records one */
+  int (*input_error)(const int *rec, const char *head);
   struct mkx_tp_ws *next;
 } mkx_tp_ws;
 

@@ -16,11 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#ifdef MKX_TEST_CUDA
-#include <cuda_runtime.h>
-#endif
-
 #include "mkx_test.h"
+#ifdef MKX_TEST_CUDA
+#include "cuda_check.h"
+#endif
 #include "ops/path.h"
 
 enum { T_X = 1, T_IDS = 2, T_GATE = 3, T_W = 4, T_W1 = 5, T_W2 = 6, T_NT = 7 };
@@ -50,6 +49,23 @@ static void gpu_eligible(MKX_Datatype dt) {
   const int off = opt && !strcmp(opt, "off"), one = opt && !strcmp(opt, "one");
   const int ranks_ok = !off && (mt.size == 1 || (!one && mt.size <= 8));
   if (gpu_hopper && ranks_ok && (dt == MKX_BF16 || dt == MKX_FP16)) gpu_calls++;
+}
+
+/* A call's result once its GPU work is done: with option moe_sync=no the
+ * call only enqueues, and a bad input of its run comes from
+ * MKX_Comm_get_async_error (a no-op check with moe_sync=yes). */
+static int settle(MKX_Comm comm, int rc) {
+#ifdef MKX_TEST_CUDA
+  if (rc == MKX_SUCCESS && mt.device) {
+    MT_CUDA(cudaDeviceSynchronize());
+    int async_rc = MKX_SUCCESS;
+    rc = MKX_Comm_get_async_error(comm, &async_rc);
+    if (rc == MKX_SUCCESS) rc = async_rc;
+  }
+#else
+  (void)comm;
+#endif
+  return rc;
 }
 
 typedef enum { ROUTE_RANDOM = 0, ROUTE_ONE = 1 } route_kind;
@@ -282,6 +298,7 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
       m.gate ? tbuf_ptr(&tg) : NULL, m.topk, m.E, tbuf_ptr(&tw), m.n,
       tbuf_ptr(&ty), y_rows, tbuf_ptr(&te), with_origin ? tbuf_ptr(&to) : NULL,
       m.dt, comm, NULL);
+  rc = settle(comm, rc);
   int want = truncate && victim >= 0 ? MKX_ERR_TRUNCATE : MKX_SUCCESS;
   CHECK_RC(rc, want, "%s: returns %s", desc,
            want == MKX_SUCCESS ? "MKX_SUCCESS" : "MKX_ERR_TRUNCATE");
@@ -444,6 +461,7 @@ static void case_layer(MKX_Comm comm, int c) {
   int rc = MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg),
                          m.topk, m.E, tbuf_ptr(&t1), tbuf_ptr(&t2), F,
                          tbuf_ptr(&tout), m.dt, comm, NULL);
+  rc = settle(comm, rc);
   CHECK_RC(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS", desc);
   if (mt_all(rc == MKX_SUCCESS)) {
     tbuf_download(&tout);
@@ -523,6 +541,7 @@ static void case_bad_ids(MKX_Comm comm, int repeat, int layer) {
                                     tbuf_ptr(&tg), K, E, tbuf_ptr(&tw), N,
                                     tbuf_ptr(&ty), p * nt * K, tbuf_ptr(&tc),
                                     NULL, MKX_BF16, comm, NULL);
+  rc = settle(comm, rc);
   char want[32];
   snprintf(want, sizeof want, "on rank %d", last);
   CHECK(rc == MKX_ERR_INVALID_ARG && strstr(MKX_Get_last_error(), want) &&
@@ -611,11 +630,12 @@ static void plan_case(MKX_Comm comm, int layer) {
                        tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
                        tbuf_ptr(&tw), N, tbuf_ptr(&tref), rows,
                        tbuf_ptr(&tcref), NULL, MKX_BF16, comm, NULL);
+      rc = settle(comm, rc);
       CHECK_RC(rc, MKX_SUCCESS, "%s: plain call, inputs %d", what, it);
       tbuf_poison(&to);
       tbuf_poison(&tc);
       gpu_eligible(MKX_BF16);
-      rc = MKX_Start(req, NULL);
+      rc = settle(comm, MKX_Start(req, NULL));
       CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Start, inputs %d", what, it);
       tbuf_download(&to);
       tbuf_download(&tref);
@@ -670,6 +690,7 @@ static void repeat_case(MKX_Comm comm, int calls) {
                        tbuf_ptr(&tw), tbuf_ptr(&tw2), F, tbuf_ptr(&to),
                        MKX_BF16, comm, NULL);
     if (r >= 10 && r + 1 < 10 + calls) continue; /* back to back */
+    rc = settle(comm, rc);
     tbuf_download(&to);
     if (r == 0)
       memcpy(tfirst.host, to.host, (size_t)(nt * H) * 2);
@@ -690,6 +711,162 @@ static void repeat_case(MKX_Comm comm, int calls) {
   tbuf_free(&tfirst);
 }
 
+#ifdef MKX_TEST_CUDA
+/* ---- CUDA graphs (option moe_sync=no) -------------------------------------
+ * A plan's start captured on a stream and replayed with changing inputs
+ * gives, bit for bit, what the plain call gives; a replay with a bad id on
+ * the last rank writes nothing, and every rank gets MKX_ERR_INVALID_ARG
+ * naming that rank from MKX_Comm_get_async_error; the replay after it is
+ * right again. */
+static int graph_replay(MKX_Comm comm, cudaGraphExec_t ge, cudaStream_t st) {
+  int rc = MKX_SUCCESS;
+  MT_CUDA(cudaDeviceSynchronize()); /* inputs and poison in place */
+  MT_CUDA(cudaGraphLaunch(ge, st));
+  MT_CUDA(cudaStreamSynchronize(st));
+  MT_MKX_AT(mt.rank, MKX_Comm_get_async_error(comm, &rc));
+  return rc;
+}
+
+static int all_same16(const tbuf *b, size_t n) {
+  int same = 1;
+  for (size_t i = 0; i < n; i++)
+    same &= ((const uint16_t *)b->host)[i] == ((const uint16_t *)b->host)[0];
+  return same;
+}
+
+static void graph_case(MKX_Comm comm, int layer) {
+  const int p = mt.size, last = p - 1;
+  const int64_t nt = 5, K = 2, E = 2 * p, H = 16, F = 8, N = 2 * F;
+  const int64_t rows = p * nt * K, nout = layer ? nt * H : rows * N;
+  const char *what = layer ? "moe_layer graph" : "moe_dispatch_gemm graph";
+  tbuf tx, ti, tg, tw, tw2, to, tref, tc;
+  tbuf_alloc(&tx, (size_t)(nt * H) * 2);
+  tbuf_alloc(&ti, (size_t)(nt * K) * sizeof(int32_t));
+  tbuf_alloc(&tg, (size_t)(nt * K) * sizeof(float));
+  tbuf_alloc(&tw, (size_t)(2 * H * 2 * F) * 2);
+  tbuf_alloc(&tw2, (size_t)(2 * F * H) * 2);
+  tbuf_alloc(&to, (size_t)nout * 2);
+  tbuf_alloc(&tref, (size_t)nout * 2);
+  tbuf_alloc(&tc, 2 * sizeof(int64_t));
+  for (int64_t i = 0; i < 2 * H * 2 * F; i++)
+    mt_set(tw.host, MKX_BF16, (size_t)i, (double)(i % 11) / 16 - 0.3);
+  for (int64_t i = 0; i < 2 * F * H; i++)
+    mt_set(tw2.host, MKX_BF16, (size_t)i, (double)(i % 5) / 8 - 0.2);
+  tbuf_upload(&tw);
+  tbuf_upload(&tw2);
+  cudaStream_t st;
+  MT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  MKX_Request req = NULL;
+  int rc = layer ? MKX_Moe_layer_init(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
+                                      tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
+                                      tbuf_ptr(&tw2), F, tbuf_ptr(&to),
+                                      MKX_BF16, comm, MPI_INFO_NULL, &req)
+                 : MKX_Moe_dispatch_gemm_init(
+                       tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
+                       tbuf_ptr(&tw), N, tbuf_ptr(&to), rows, tbuf_ptr(&tc),
+                       NULL, MKX_BF16, comm, MPI_INFO_NULL, &req);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: _init", what);
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  if (mt_all(rc == MKX_SUCCESS)) {
+    gpu_eligible(MKX_BF16);
+    MT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    rc = MKX_Start(req, st);
+    const cudaError_t e = cudaStreamEndCapture(st, &g);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Start under capture", what);
+    CHECK(e == cudaSuccess, "%s: capture ends (%s)", what,
+          cudaGetErrorString(e));
+    cudaError_t ie = cudaErrorUnknown;
+    if (rc == MKX_SUCCESS && e == cudaSuccess)
+      ie = cudaGraphInstantiate(&ge, g, 0);
+    CHECK(ie == cudaSuccess, "%s: instantiate (%s)", what,
+          cudaGetErrorString(ie));
+    (void)cudaGetLastError();
+    if (!mt_all(ie == cudaSuccess)) ge = NULL;
+  }
+  /* inputs 0, 1, 2, then a bad id, then 1 again */
+  for (int it = 0; ge && it < 5; it++) {
+    const int bad = it == 3;
+    fill_plan_inputs(&tx, &ti, &tg, nt, K, E, H, it == 4 ? 1 : it);
+    if (!bad) {
+      tbuf_poison(&tref);
+      gpu_eligible(MKX_BF16);
+      rc = layer ? MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
+                                 tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
+                                 tbuf_ptr(&tw2), F, tbuf_ptr(&tref), MKX_BF16,
+                                 comm, NULL)
+                 : MKX_Moe_dispatch_gemm(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
+                                         tbuf_ptr(&tg), K, E, tbuf_ptr(&tw), N,
+                                         tbuf_ptr(&tref), rows, tbuf_ptr(&tc),
+                                         NULL, MKX_BF16, comm, NULL);
+      rc = settle(comm, rc);
+      CHECK_RC(rc, MKX_SUCCESS, "%s: plain call, inputs %d", what, it);
+      tbuf_download(&tref);
+    } else if (mt.rank == last) {
+      ((int32_t *)ti.host)[2 * K - 1] = (int32_t)E; /* token 1, slot 1 */
+      tbuf_upload(&ti);
+    }
+    tbuf_poison(&to);
+    rc = graph_replay(comm, ge, st);
+    tbuf_download(&to);
+    if (bad) {
+      char want[48];
+      snprintf(want, sizeof want, "topk_ids[1][1] = %d on rank %d", (int)E,
+               last);
+      CHECK(rc == MKX_ERR_INVALID_ARG && strstr(MKX_Get_last_error(), want),
+            "%s: a replay with a bad id: MKX_ERR_INVALID_ARG from "
+            "MKX_Comm_get_async_error naming the rank (got %d: %s)",
+            what, rc, MKX_Get_last_error());
+      CHECK(all_same16(&to, (size_t)nout),
+            "%s: a replay with a bad id writes "
+            "no output",
+            what);
+    } else {
+      CHECK_RC(rc, MKX_SUCCESS, "%s: replay %d, no error", what, it);
+      CHECK(!memcmp(to.host, tref.host, (size_t)nout * 2),
+            "%s: replay %d, bit for bit the plain call's", what, it);
+    }
+  }
+  if (ge) MT_CUDA(cudaGraphExecDestroy(ge));
+  if (g) MT_CUDA(cudaGraphDestroy(g));
+  if (req)
+    CHECK_RC(MKX_Request_free(&req), MKX_SUCCESS, "%s: MKX_Request_free", what);
+  MT_CUDA(cudaStreamDestroy(st));
+  tbuf_free(&tx);
+  tbuf_free(&ti);
+  tbuf_free(&tg);
+  tbuf_free(&tw);
+  tbuf_free(&tw2);
+  tbuf_free(&to);
+  tbuf_free(&tref);
+  tbuf_free(&tc);
+}
+
+/* The GPU path without the host wait (option moe_sync=no) on a second
+ * communicator: the same checks, bad input through
+ * MKX_Comm_get_async_error (settle), plans, graphs, repetition. */
+static void async_cases(void) {
+  MPI_Info info;
+  MKX_Comm ac = NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_moe_sync", "no");
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &ac);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create with mkx_moe_sync=no");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  for (int c = 0; c < 8; c++) case_dispatch(ac, c, 0);
+  for (int c = 0; c < 4; c++) case_dispatch(ac, c, 1);
+  for (int c = 0; c < 8; c++) case_layer(ac, c);
+  for (int k = 0; k < 4; k++) case_bad_ids(ac, k & 1, k >> 1);
+  plan_case(ac, 0);
+  plan_case(ac, 1);
+  graph_case(ac, 0);
+  graph_case(ac, 1);
+  repeat_case(ac, 1000);
+  CHECK_RC(MKX_Comm_free(&ac), MKX_SUCCESS, "MKX_Comm_free (moe_sync=no)");
+}
+#endif
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
@@ -704,11 +881,14 @@ int main(int argc, char **argv) {
   plan_case(comm, 0);
   plan_case(comm, 1);
   repeat_case(comm, mt.device ? 1000 : 20);
+#ifdef MKX_TEST_CUDA
+  if (mt.device) async_cases();
+#endif
   const long gpu_starts =
       mkx_path_starts(MKX_PATH_MOE) + mkx_path_starts(MKX_PATH_MOE_NODE);
   CHECK(gpu_starts == gpu_calls, "%ld of %ld eligible calls took the GPU path",
         gpu_starts, gpu_calls);
-  if (mt.rank == 0) mt_diag("36 cases in %.2f s", MPI_Wtime() - t0);
+  if (mt.rank == 0) mt_diag("cases in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
   return mt_finish();
