@@ -589,7 +589,8 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       ty,      ty,           0,          0,
       0,       w->gemm_work, 0,          gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
-  if (!p->multi || !a->origin) return MKX_SUCCESS;
+  /* no origin piece: no rows can arrive (no tokens on any rank) */
+  if (!p->multi || !a->origin || !w->origin) return MKX_SUCCESS;
   if (!p->sync)
     return mkx_tp_launch_rc(
         mkx_moe_origin_copy_run(w->origin, a->origin, w->offsets, (int)ep, gate,
