@@ -6,7 +6,10 @@
  * fp16; C in bf16, fp16 and fp32; both tile widths; padded leading
  * dimensions; rows outside the experts' range; offsets that are out of
  * range or decreasing (no write may leave C).  C is poisoned before each
- * run and guarded past its end.
+ * run and guarded past its end.  Then routing, gather and combine against
+ * the host, the several-rank placement simulated on one GPU, the verdict
+ * without a host wait (records of simulated ranks settled into offsets,
+ * row bases, gate and input record) and the gate stopping every kernel.
  * Exit 77 without an sm_90 GPU, 1 on any failure.
  *   --bench       also time the expert GEMMs of the MoE issue's two shapes
  *   --bench-only  the timings alone
@@ -736,6 +739,285 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
   free(out);
 }
 
+/* ---- the verdict without a host wait ------------------------------------
+ * P simulated ranks: random per-expert counts (route over every expert),
+ * records stored into every rank's area, then each rank settles: its
+ * offsets, row bases and gate against the host, and the input record
+ * (host-mapped) naming the first bad rank, else the first truncated one;
+ * a record already there is kept. */
+static void *dev_fill_random(size_t n);
+
+static int *dev_ints(const int *h, int64_t n) {
+  return mt_dev_upload(h, sizeof(int) * (size_t)n);
+}
+
+static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
+                        int preset) {
+  char name[160];
+  const int E = P * ep;
+  snprintf(name, sizeof name,
+           "settle: %d ranks, %d experts each, bad rank %d, truncated rank "
+           "%d%s",
+           P, ep, bad_rank, trunc_rank, preset ? ", record already set" : "");
+  int *cnt = malloc(sizeof(int) * (size_t)(P * E));
+  for (int i = 0; i < P * E; ++i) cnt[i] = (int)(rnd_u64() % 40);
+  int64_t *owner = calloc((size_t)P, sizeof *owner);
+  for (int q = 0; q < P; ++q)
+    for (int e = 0; e < E; ++e) owner[e / ep] += cnt[q * E + e];
+  int fails = 0;
+  mkx_moe_records recs;
+  int *down[MKX_MOE_MAX_RANKS], *dstat[MKX_MOE_MAX_RANKS];
+  int32_t *dids[MKX_MOE_MAX_RANKS];
+  const int64_t rec_ints = mkx_moe_records_ints(P, E);
+  for (int q = 0; q < P; ++q) {
+    CK(cudaMalloc((void **)&recs.rec[q], sizeof(int) * (size_t)rec_ints));
+    CK(cudaMemset(recs.rec[q], 0xFF, sizeof(int) * (size_t)rec_ints));
+    int *own = malloc(sizeof(int) * (size_t)(E + 1));
+    own[0] = 0;
+    for (int e = 0; e < E; ++e) own[e + 1] = own[e] + cnt[q * E + e];
+    const int bad_slot = q == bad_rank ? 5 : MKX_MOE_NO_BAD_SLOT;
+    int status[2] = {bad_slot, own[E]};
+    int32_t ids[8] = {0, 1, 2, 3, 4, E + q, 0, 0}; /* slot 5: out of range */
+    down[q] = dev_ints(own, E + 1);
+    dstat[q] = dev_ints(status, 2);
+    dids[q] = mt_dev_upload(ids, sizeof ids);
+    free(own);
+  }
+  /* y_rows: room for what each owner receives, one less on trunc_rank */
+  for (int q = 0; q < P && !fails; ++q)
+    fails += mkx_moe_record_run(&recs, P, q, E, down[q], dstat[q], dids[q],
+                                owner[q] - (q == trunc_rank), 0) != 0;
+  int *err = NULL, *derr = NULL;
+  CK(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
+  CK(cudaHostGetDevicePointer((void **)&derr, err, 0));
+  int *doff = NULL, *dbase = NULL, *dgate = NULL;
+  CK(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(ep + 1)));
+  CK(cudaMalloc((void **)&dbase, sizeof(int) * (size_t)E));
+  CK(cudaMalloc((void **)&dgate, sizeof(int)));
+  const int want_gate = bad_rank >= 0     ? MKX_MOE_GATE_BAD
+                        : trunc_rank >= 0 ? MKX_MOE_GATE_TRUNC
+                                          : 0;
+  for (int me = 0; me < P && fails < 4; ++me) {
+    memset(err, 0, 16 * sizeof(int));
+    if (preset) err[0] = 99;
+    if (mkx_moe_settle_run(recs.rec[me], P, me, E, topk, doff, dbase, dgate,
+                           derr, 0)) {
+      fails++;
+      break;
+    }
+    CK(cudaDeviceSynchronize());
+    int *off = malloc(sizeof(int) * (size_t)(ep + 1));
+    int *base = malloc(sizeof(int) * (size_t)E), gate = -1;
+    CK(cudaMemcpy(off, doff, sizeof(int) * (size_t)(ep + 1),
+                  cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(base, dbase, sizeof(int) * (size_t)E,
+                  cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
+    int run = 0;
+    for (int le = 0; le <= ep && fails < 4; ++le) {
+      if (off[le] != run) {
+        printf("# %s: rank %d offsets[%d] = %d, want %d\n", name, me, le,
+               off[le], run);
+        fails++;
+      }
+      if (le < ep)
+        for (int q = 0; q < P; ++q) run += cnt[q * E + me * ep + le];
+    }
+    for (int e = 0; e < E && fails < 4; ++e) {
+      int want = 0;
+      for (int f = e / ep * ep; f < e; ++f)
+        for (int q = 0; q < P; ++q) want += cnt[q * E + f];
+      for (int q = 0; q < me; ++q) want += cnt[q * E + e];
+      if (base[e] != want) {
+        printf("# %s: rank %d base[%d] = %d, want %d\n", name, me, e, base[e],
+               want);
+        fails++;
+      }
+    }
+    int rec_ok;
+    if (preset)
+      rec_ok = err[0] == 99;
+    else if (bad_rank >= 0)
+      rec_ok = err[0] == MKX_MOE_ERR_ID && err[1] == bad_rank &&
+               err[2] == 5 / topk && err[3] == 5 % topk &&
+               err[4] == E + bad_rank && err[5] == 0;
+    else if (trunc_rank >= 0)
+      rec_ok = err[0] == MKX_MOE_ERR_TRUNC && err[1] == trunc_rank &&
+               err[2] == (int)owner[trunc_rank] &&
+               err[3] == (int)owner[trunc_rank] - 1;
+    else
+      rec_ok = err[0] == 0;
+    if (gate != want_gate || !rec_ok) {
+      printf("# %s: rank %d gate %d (want %d), record %d %d %d %d %d %d\n",
+             name, me, gate, want_gate, err[0], err[1], err[2], err[3], err[4],
+             err[5]);
+      fails++;
+    }
+    free(off);
+    free(base);
+  }
+  verdict(name, fails);
+  for (int q = 0; q < P; ++q) {
+    CK(cudaFree(recs.rec[q]));
+    CK(cudaFree(down[q]));
+    CK(cudaFree(dstat[q]));
+    CK(cudaFree(dids[q]));
+  }
+  CK(cudaFree(doff));
+  CK(cudaFree(dbase));
+  CK(cudaFree(dgate));
+  CK(cudaFreeHost(err));
+  free(cnt);
+  free(owner);
+}
+
+/* One rank's verdict, and the gate stopping the grouped GEMM, the gather,
+ * the combine and the counts (truncation: counts only), nothing written. */
+static void gate_case(void) {
+  const char *name =
+      "verdict and gate: one rank; GEMM, gather, combine, "
+      "counts and origins stopped";
+  int fails = 0;
+  int *err = NULL, *derr = NULL, *dgate = NULL;
+  CK(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
+  CK(cudaHostGetDevicePointer((void **)&derr, err, 0));
+  CK(cudaMalloc((void **)&dgate, sizeof(int)));
+  const int32_t ids[4] = {0, 1, 1, 1}; /* slot 3 repeats expert 1 */
+  int32_t *dids = mt_dev_upload(ids, sizeof ids);
+  /* {status, y_rows, want gate, want record} */
+  struct {
+    int bad, total;
+    int64_t y_rows;
+    int gate, code, a, b, c;
+  } v[4] = {{MKX_MOE_NO_BAD_SLOT, 4, 4, 0, 0, 0, 0, 0},
+            {MKX_MOE_NO_BAD_SLOT, 4, -1, 0, 0, 0, 0, 0},
+            {MKX_MOE_NO_BAD_SLOT, 5, 4, MKX_MOE_GATE_TRUNC, MKX_MOE_ERR_TRUNC,
+             3, 5, 4},
+            {3, 3, 4, MKX_MOE_GATE_BAD, MKX_MOE_ERR_ID, 3, 1, 1}};
+  for (int k = 0; k < 4; ++k) {
+    memset(err, 0, 16 * sizeof(int));
+    int st[2] = {v[k].bad, v[k].total}, gate = -1;
+    int *dst = dev_ints(st, 2);
+    fails += mkx_moe_verdict_run(dst, dids, 2, 4, v[k].y_rows, 3, dgate, derr,
+                                 0) != 0;
+    CK(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
+    const int rec_ok =
+        err[0] == v[k].code &&
+        (!v[k].code ||
+         (err[1] == v[k].a && err[2] == v[k].b && err[3] == v[k].c)) &&
+        (v[k].code != MKX_MOE_ERR_ID || (err[4] == 1 && err[5] == 1));
+    if (gate != v[k].gate || !rec_ok) {
+      printf("# %s: verdict %d: gate %d, record %d %d %d %d %d %d\n", name, k,
+             gate, err[0], err[1], err[2], err[3], err[4], err[5]);
+      fails++;
+    }
+    CK(cudaFree(dst));
+  }
+  /* gate set: a GEMM of 2 experts x 64 rows, the gather, the combine and
+   * the origin copy leave their poisoned outputs as they were */
+  const int64_t rows = 128, k = 64, n = 64;
+  const int off[3] = {0, 64, 128}, one = MKX_MOE_GATE_BAD;
+  int *doffs = dev_ints(off, 3), *dwork = NULL;
+  CK(cudaMemcpy(dgate, &one, sizeof one, cudaMemcpyHostToDevice));
+  CK(cudaMalloc((void **)&dwork, sizeof(int) * 8));
+  void *da = dev_fill_random((size_t)(rows * k)),
+       *dw = dev_fill_random((size_t)(2 * k * n)), *dc = NULL;
+  CK(cudaMalloc(&dc, 2 * (size_t)(rows * n)));
+  CK(cudaMemset(dc, 0x7F, 2 * (size_t)(rows * n)));
+  mkx_moe_gemm_desc g = {2,  k, n,  da,    k,    rows,          doffs,
+                         dw, n, dc, n,     NULL, MKX_GEMM_BF16, MKX_GEMM_BF16,
+                         0,  0, 0,  dwork, 0,    dgate};
+  fails += mkx_moe_gemm_run(&g, 0) != 0;
+  int64_t counts[2] = {-5, -5};
+  int64_t *dcounts = mt_dev_upload(counts, sizeof counts);
+  fails += mkx_moe_counts_run(doffs, 2, dcounts, dgate, 0) != 0;
+  int rows_of_slot[4] = {0, 1, 2, 3};
+  int *drs = dev_ints(rows_of_slot, 4);
+  const float w4[4] = {1, 1, 1, 1};
+  float *dw4 = mt_dev_upload(w4, sizeof w4);
+  const mkx_moe_place pl = {NULL, NULL, NULL, 1, 1, dgate};
+  mkx_moe_rows_at at;
+  memset(&at, 0, sizeof at);
+  at.a[0] = dc;
+  at.lda = n;
+  fails +=
+      mkx_moe_gather_run(da, 2, 2, n, 2, drs, dw4, 0, &pl, &at, NULL, 0) != 0;
+  mkx_moe_outs_at ys;
+  memset(&ys, 0, sizeof ys);
+  float *dy = NULL;
+  CK(cudaMalloc((void **)&dy, sizeof(float) * 4 * (size_t)n));
+  ys.y[0] = dy;
+  ys.ldy = n;
+  void *dout = NULL;
+  CK(cudaMalloc(&dout, 2 * 2 * (size_t)n));
+  CK(cudaMemset(dout, 0x7F, 2 * 2 * (size_t)n));
+  fails += mkx_moe_combine_run(&pl, &ys, drs, dw4, 2, 2, n, dout, MKX_GEMM_BF16,
+                               0) != 0;
+  int32_t *dorig = NULL;
+  CK(cudaMalloc((void **)&dorig, sizeof(int32_t) * 3 * 128));
+  CK(cudaMemset(dorig, 0x7F, sizeof(int32_t) * 3 * 128));
+  int32_t *dsrc = NULL; /* what the copy would take: 128 rows' origins */
+  CK(cudaMalloc((void **)&dsrc, sizeof(int32_t) * 3 * 128));
+  CK(cudaMemset(dsrc, 0, sizeof(int32_t) * 3 * 128));
+  fails += mkx_moe_origin_copy_run(dsrc, dorig, doffs, 2, dgate, 0) != 0;
+  CK(cudaDeviceSynchronize());
+  uint16_t *c = malloc(2 * (size_t)(rows * n));
+  CK(cudaMemcpy(c, dc, 2 * (size_t)(rows * n), cudaMemcpyDeviceToHost));
+  for (int64_t i = 0; i < rows * n; ++i)
+    if (c[i] != 0x7F7F) {
+      printf("# %s: C[%lld] written with the gate set\n", name, (long long)i);
+      fails++;
+      break;
+    }
+  uint16_t out[128];
+  CK(cudaMemcpy(out, dout, sizeof out, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 128; ++i)
+    if (out[i] != 0x7F7F) {
+      printf("# %s: combine wrote with the gate set\n", name);
+      fails++;
+      break;
+    }
+  int32_t orig[384];
+  CK(cudaMemcpy(orig, dorig, sizeof orig, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 384; ++i)
+    if (orig[i] != 0x7F7F7F7F) {
+      printf("# %s: origins copied with the gate set\n", name);
+      fails++;
+      break;
+    }
+  CK(cudaMemcpy(counts, dcounts, sizeof counts, cudaMemcpyDeviceToHost));
+  if (counts[0] != -5 || counts[1] != -5) {
+    printf("# %s: counts written on a bad run\n", name);
+    fails++;
+  }
+  const int trunc = MKX_MOE_GATE_TRUNC;
+  CK(cudaMemcpy(dgate, &trunc, sizeof trunc, cudaMemcpyHostToDevice));
+  fails += mkx_moe_counts_run(doffs, 2, dcounts, dgate, 0) != 0;
+  CK(cudaMemcpy(counts, dcounts, sizeof counts, cudaMemcpyDeviceToHost));
+  if (counts[0] != 64 || counts[1] != 64) {
+    printf("# %s: counts on a truncated run %lld %lld, want 64 64\n", name,
+           (long long)counts[0], (long long)counts[1]);
+    fails++;
+  }
+  verdict(name, fails);
+  free(c);
+  CK(cudaFree(dids));
+  CK(cudaFree(doffs));
+  CK(cudaFree(dwork));
+  CK(cudaFree(da));
+  CK(cudaFree(dw));
+  CK(cudaFree(dc));
+  CK(cudaFree(dcounts));
+  CK(cudaFree(drs));
+  CK(cudaFree(dw4));
+  CK(cudaFree(dy));
+  CK(cudaFree(dout));
+  CK(cudaFree(dorig));
+  CK(cudaFree(dsrc));
+  CK(cudaFree(dgate));
+  CK(cudaFreeHost(err));
+}
+
 static void route_cases(void) {
   route_case(1, 1, 1, 0, 1, 0);
   route_case(0, 2, 8, 0, 8, 0);
@@ -748,6 +1030,12 @@ static void route_cases(void) {
   place_case(500, 3, 3, 1, 4);
   place_case(2000, 8, 2, 0, 32);
   place_case(64, 2, 8, 7, 2);
+  settle_case(3, 5, 3, -1, -1, 0);
+  settle_case(8, 1024, 8, -1, -1, 0);
+  settle_case(4, 7, 2, 2, 1, 0);
+  settle_case(2, 3, 4, -1, 1, 0);
+  settle_case(2, 3, 4, 0, -1, 1);
+  gate_case();
 }
 
 /* ---- benchmark --------------------------------------------------------- */
