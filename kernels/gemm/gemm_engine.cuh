@@ -37,10 +37,6 @@
  *                A rows are loaded from, called before wait_rows with map = tmA, row = tile_m *
  *                128 (e.g. a rank's own rows from its own A, not from a gathered copy; no-op
  *                elsewhere; another map must be a __grid_constant__ kernel parameter too).
- *                int tile_rows(int tile_m) const (optional, HasTileRows; not with stream-K
- *                orders): rows of the tile that hold data; a consumer warpgroup whose 64 rows all
- *                lie past them releases the tile's stages without issuing wgmma and skips the
- *                epilogue, so the other one has the tensor cores to itself (ragged tiles).
  *   Epilogue   : template <int BN> void operator()(const TileCtx &t, float (&acc)[BN / 2]);
  *                called by all 128 threads of each consumer warpgroup once per tile; t gives the
  *                tile, the warpgroup's first row/column, its 16 KB staging smem, a warpgroup
@@ -256,11 +252,6 @@ struct HasBChunk : std::false_type {};
 template <class G>
 struct HasBChunk<G, decltype((void)std::declval<G &>().b_chunk(0, 0, 0, std::declval<int &>(), std::declval<int &>()))>
     : std::true_type {};
-
-template <class G, class = void>
-struct HasTileRows : std::false_type {};
-template <class G>
-struct HasTileRows<G, decltype((void)std::declval<const G &>().tile_rows(0))> : std::true_type {};
 
 template <class O, class = void>
 struct HasUnits : std::false_type {};
@@ -567,19 +558,6 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
     Unit u;
     for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
       const int tm = u.tm, tn = u.tn;
-      if constexpr (HasTileRows<LoadGate>::value && !HasUnits<TileOrder>::value) {
-        if (gate.tile_rows(tm) <= cw * 64) {  // no rows of this warpgroup: release and move on
-          for (int kb = u.kb0; kb < u.kb1; ++kb) {
-            mbar_wait(&full[stage], phase);
-            if (warp_leader) mbar_arrive(&empty[stage]);
-            if (++stage == STAGES) {
-              stage = 0;
-              phase ^= 1;
-            }
-          }
-          continue;
-        }
-      }
       int prev = 0;
       for (int kb = u.kb0; kb < u.kb1; ++kb) {
         mbar_wait(&full[stage], phase);

@@ -95,12 +95,6 @@ struct MoeGate {
   }
   __device__ __forceinline__ void wait_rows(int, int, int) {}
   __device__ __forceinline__ void wait_k(int, int) {}
-  /* rows of tile row tm: an expert's last tile row is often nearly empty */
-  __device__ __forceinline__ int tile_rows(int tm) const {
-    int ex, end;
-    const int row = r.first_row(tm, ex, end);
-    return end - row;
-  }
   __device__ __forceinline__ void b_chunk(int, int tn, int j, int &col, int &z) {
     z = e;
     if constexpr (SWIGLU) {

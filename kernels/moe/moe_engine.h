@@ -18,9 +18,7 @@
  *
  * Tiles are 128 rows of one expert by 128 or 256 columns (SwiGLU: the
  * gate and up halves of the same output columns in one tile), so an
- * expert with r rows takes ceil(r / 128) tile rows; in a tile row of at
- * most 64 rows one warpgroup does the products alone (about half the
- * time of a full one).
+ * expert with r rows costs ceil(r / 128) tile rows.
  *
  * Offsets are clamped to [0, a_rows] and made nondecreasing on the GPU, so
  * bad offsets never make the kernel read or write outside A and C; the
