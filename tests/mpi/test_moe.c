@@ -585,78 +585,124 @@ static void fill_plan_inputs(tbuf *tx, tbuf *ti, tbuf *tg, int64_t nt,
   tbuf_upload(tg);
 }
 
+/* The plan and graph cases' problem: 5 tokens of top-2 among 2p experts,
+ * hidden 16, ffn 8 (dispatch by W1: n = 16), bf16, fixed weights; out is
+ * the plan's output, ref the plain call's, cnt / cnt_ref their
+ * expert_rows. */
+typedef struct {
+  int layer;
+  int64_t nt, K, E, H, F, N, rows, nout;
+  tbuf x, ids, gate, w, w2, out, ref, cnt, cnt_ref;
+} small_moe;
+
+static void small_moe_alloc(small_moe *m, int layer) {
+  m->layer = layer;
+  m->nt = 5, m->K = 2, m->E = 2 * mt.size, m->H = 16, m->F = 8;
+  m->N = 2 * m->F;
+  m->rows = mt.size * m->nt * m->K;
+  m->nout = layer ? m->nt * m->H : m->rows * m->N;
+  tbuf_alloc(&m->x, (size_t)(m->nt * m->H) * 2);
+  tbuf_alloc(&m->ids, (size_t)(m->nt * m->K) * sizeof(int32_t));
+  tbuf_alloc(&m->gate, (size_t)(m->nt * m->K) * sizeof(float));
+  tbuf_alloc(&m->w, (size_t)(2 * m->H * 2 * m->F) * 2);
+  tbuf_alloc(&m->w2, (size_t)(2 * m->F * m->H) * 2);
+  tbuf_alloc(&m->out, (size_t)m->nout * 2);
+  tbuf_alloc(&m->ref, (size_t)m->nout * 2);
+  tbuf_alloc(&m->cnt, 2 * sizeof(int64_t));
+  tbuf_alloc(&m->cnt_ref, 2 * sizeof(int64_t));
+  for (int64_t i = 0; i < 2 * m->H * 2 * m->F; i++)
+    mt_set(m->w.host, MKX_BF16, (size_t)i, (double)(i % 13) / 16 - 0.4);
+  for (int64_t i = 0; i < 2 * m->F * m->H; i++)
+    mt_set(m->w2.host, MKX_BF16, (size_t)i, (double)(i % 7) / 8 - 0.3);
+  tbuf_upload(&m->w);
+  tbuf_upload(&m->w2);
+}
+
+static void small_moe_free(small_moe *m) {
+  tbuf_free(&m->x);
+  tbuf_free(&m->ids);
+  tbuf_free(&m->gate);
+  tbuf_free(&m->w);
+  tbuf_free(&m->w2);
+  tbuf_free(&m->out);
+  tbuf_free(&m->ref);
+  tbuf_free(&m->cnt);
+  tbuf_free(&m->cnt_ref);
+}
+
+static void small_moe_inputs(small_moe *m, int it) {
+  fill_plan_inputs(&m->x, &m->ids, &m->gate, m->nt, m->K, m->E, m->H, it);
+}
+
+/* The plan, writing out and cnt. */
+static int small_moe_init(small_moe *m, MKX_Comm comm, MKX_Request *req) {
+  return m->layer ? MKX_Moe_layer_init(
+                        tbuf_ptr(&m->x), m->nt, m->H, tbuf_ptr(&m->ids),
+                        tbuf_ptr(&m->gate), m->K, m->E, tbuf_ptr(&m->w),
+                        tbuf_ptr(&m->w2), m->F, tbuf_ptr(&m->out), MKX_BF16,
+                        comm, MPI_INFO_NULL, req)
+                  : MKX_Moe_dispatch_gemm_init(
+                        tbuf_ptr(&m->x), m->nt, m->H, tbuf_ptr(&m->ids),
+                        tbuf_ptr(&m->gate), m->K, m->E, tbuf_ptr(&m->w), m->N,
+                        tbuf_ptr(&m->out), m->rows, tbuf_ptr(&m->cnt), NULL,
+                        MKX_BF16, comm, MPI_INFO_NULL, req);
+}
+
+/* The plain call into ref and cnt_ref (poisoned first), settled and
+ * downloaded. */
+static int small_moe_reference(small_moe *m, MKX_Comm comm) {
+  tbuf_poison(&m->ref);
+  tbuf_poison(&m->cnt_ref);
+  gpu_eligible(MKX_BF16);
+  int rc = m->layer
+               ? MKX_Moe_layer(tbuf_ptr(&m->x), m->nt, m->H, tbuf_ptr(&m->ids),
+                               tbuf_ptr(&m->gate), m->K, m->E, tbuf_ptr(&m->w),
+                               tbuf_ptr(&m->w2), m->F, tbuf_ptr(&m->ref),
+                               MKX_BF16, comm, NULL)
+               : MKX_Moe_dispatch_gemm(
+                     tbuf_ptr(&m->x), m->nt, m->H, tbuf_ptr(&m->ids),
+                     tbuf_ptr(&m->gate), m->K, m->E, tbuf_ptr(&m->w), m->N,
+                     tbuf_ptr(&m->ref), m->rows, tbuf_ptr(&m->cnt_ref), NULL,
+                     MKX_BF16, comm, NULL);
+  rc = settle(comm, rc);
+  tbuf_download(&m->ref);
+  tbuf_download(&m->cnt_ref);
+  return rc;
+}
+
+/* The plan's outputs (downloaded) equal the plain call's. */
+static int small_moe_same(small_moe *m) {
+  tbuf_download(&m->out);
+  tbuf_download(&m->cnt);
+  return !memcmp(m->out.host, m->ref.host, (size_t)m->nout * 2) &&
+         (m->layer ||
+          !memcmp(m->cnt.host, m->cnt_ref.host, 2 * sizeof(int64_t)));
+}
+
 static void plan_case(MKX_Comm comm, int layer) {
-  const int p = mt.size;
-  const int64_t nt = 5, K = 2, E = 2 * p, H = 16, F = 8, N = 2 * F;
-  const int64_t rows = p * nt * K, nout = layer ? nt * H : rows * N;
   const char *what =
       layer ? "MKX_Moe_layer_init" : "MKX_Moe_dispatch_gemm_init";
-  tbuf tx, ti, tg, tw, tw2, to, tref, tc, tcref;
-  tbuf_alloc(&tx, (size_t)(nt * H) * 2);
-  tbuf_alloc(&ti, (size_t)(nt * K) * sizeof(int32_t));
-  tbuf_alloc(&tg, (size_t)(nt * K) * sizeof(float));
-  tbuf_alloc(&tw, (size_t)(2 * H * 2 * F) * 2);
-  tbuf_alloc(&tw2, (size_t)(2 * F * H) * 2);
-  tbuf_alloc(&to, (size_t)nout * 2);
-  tbuf_alloc(&tref, (size_t)nout * 2);
-  tbuf_alloc(&tc, 2 * sizeof(int64_t));
-  tbuf_alloc(&tcref, 2 * sizeof(int64_t));
-  for (int64_t i = 0; i < 2 * H * 2 * F; i++)
-    mt_set(tw.host, MKX_BF16, (size_t)i, (double)(i % 13) / 16 - 0.4);
-  for (int64_t i = 0; i < 2 * F * H; i++)
-    mt_set(tw2.host, MKX_BF16, (size_t)i, (double)(i % 7) / 8 - 0.3);
-  tbuf_upload(&tw);
-  tbuf_upload(&tw2);
+  small_moe m;
+  small_moe_alloc(&m, layer);
   MKX_Request req = NULL;
-  int rc = layer ? MKX_Moe_layer_init(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
-                                      tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
-                                      tbuf_ptr(&tw2), F, tbuf_ptr(&to),
-                                      MKX_BF16, comm, MPI_INFO_NULL, &req)
-                 : MKX_Moe_dispatch_gemm_init(
-                       tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
-                       tbuf_ptr(&tw), N, tbuf_ptr(&to), rows, tbuf_ptr(&tc),
-                       NULL, MKX_BF16, comm, MPI_INFO_NULL, &req);
+  int rc = small_moe_init(&m, comm, &req);
   if (CHECK_RC(rc, MKX_SUCCESS, "%s", what)) {
     for (int it = 0; it < 3; it++) {
-      fill_plan_inputs(&tx, &ti, &tg, nt, K, E, H, it);
-      tbuf_poison(&tref);
-      tbuf_poison(&tcref);
-      gpu_eligible(MKX_BF16);
-      rc = layer ? MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
-                                 tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
-                                 tbuf_ptr(&tw2), F, tbuf_ptr(&tref), MKX_BF16,
-                                 comm, NULL)
-                 : MKX_Moe_dispatch_gemm(
-                       tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
-                       tbuf_ptr(&tw), N, tbuf_ptr(&tref), rows,
-                       tbuf_ptr(&tcref), NULL, MKX_BF16, comm, NULL);
-      rc = settle(comm, rc);
+      small_moe_inputs(&m, it);
+      rc = small_moe_reference(&m, comm);
       CHECK_RC(rc, MKX_SUCCESS, "%s: plain call, inputs %d", what, it);
-      tbuf_poison(&to);
-      tbuf_poison(&tc);
+      tbuf_poison(&m.out);
+      tbuf_poison(&m.cnt);
       gpu_eligible(MKX_BF16);
       rc = settle(comm, MKX_Start(req, NULL));
       CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Start, inputs %d", what, it);
-      tbuf_download(&to);
-      tbuf_download(&tref);
-      tbuf_download(&tc);
-      tbuf_download(&tcref);
-      CHECK(!memcmp(to.host, tref.host, (size_t)nout * 2) &&
-                (layer || !memcmp(tc.host, tcref.host, 2 * sizeof(int64_t))),
+      CHECK(small_moe_same(&m),
             "%s: the plan's output equals the plain call's, inputs %d", what,
             it);
     }
     CHECK_RC(MKX_Request_free(&req), MKX_SUCCESS, "%s: MKX_Request_free", what);
   }
-  tbuf_free(&tx);
-  tbuf_free(&ti);
-  tbuf_free(&tg);
-  tbuf_free(&tw);
-  tbuf_free(&tw2);
-  tbuf_free(&to);
-  tbuf_free(&tref);
-  tbuf_free(&tc);
-  tbuf_free(&tcref);
+  small_moe_free(&m);
 }
 
 /* ---- determinism and repetition ------------------------------------------
@@ -735,36 +781,14 @@ static int all_same16(const tbuf *b, size_t n) {
 }
 
 static void graph_case(MKX_Comm comm, int layer) {
-  const int p = mt.size, last = p - 1;
-  const int64_t nt = 5, K = 2, E = 2 * p, H = 16, F = 8, N = 2 * F;
-  const int64_t rows = p * nt * K, nout = layer ? nt * H : rows * N;
+  const int last = mt.size - 1;
   const char *what = layer ? "moe_layer graph" : "moe_dispatch_gemm graph";
-  tbuf tx, ti, tg, tw, tw2, to, tref, tc;
-  tbuf_alloc(&tx, (size_t)(nt * H) * 2);
-  tbuf_alloc(&ti, (size_t)(nt * K) * sizeof(int32_t));
-  tbuf_alloc(&tg, (size_t)(nt * K) * sizeof(float));
-  tbuf_alloc(&tw, (size_t)(2 * H * 2 * F) * 2);
-  tbuf_alloc(&tw2, (size_t)(2 * F * H) * 2);
-  tbuf_alloc(&to, (size_t)nout * 2);
-  tbuf_alloc(&tref, (size_t)nout * 2);
-  tbuf_alloc(&tc, 2 * sizeof(int64_t));
-  for (int64_t i = 0; i < 2 * H * 2 * F; i++)
-    mt_set(tw.host, MKX_BF16, (size_t)i, (double)(i % 11) / 16 - 0.3);
-  for (int64_t i = 0; i < 2 * F * H; i++)
-    mt_set(tw2.host, MKX_BF16, (size_t)i, (double)(i % 5) / 8 - 0.2);
-  tbuf_upload(&tw);
-  tbuf_upload(&tw2);
+  small_moe m;
+  small_moe_alloc(&m, layer);
   cudaStream_t st;
   MT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   MKX_Request req = NULL;
-  int rc = layer ? MKX_Moe_layer_init(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
-                                      tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
-                                      tbuf_ptr(&tw2), F, tbuf_ptr(&to),
-                                      MKX_BF16, comm, MPI_INFO_NULL, &req)
-                 : MKX_Moe_dispatch_gemm_init(
-                       tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti), tbuf_ptr(&tg), K, E,
-                       tbuf_ptr(&tw), N, tbuf_ptr(&to), rows, tbuf_ptr(&tc),
-                       NULL, MKX_BF16, comm, MPI_INFO_NULL, &req);
+  int rc = small_moe_init(&m, comm, &req);
   CHECK_RC(rc, MKX_SUCCESS, "%s: _init", what);
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
@@ -787,44 +811,32 @@ static void graph_case(MKX_Comm comm, int layer) {
   /* inputs 0, 1, 2, then a bad id, then 1 again */
   for (int it = 0; ge && it < 5; it++) {
     const int bad = it == 3;
-    fill_plan_inputs(&tx, &ti, &tg, nt, K, E, H, it == 4 ? 1 : it);
+    small_moe_inputs(&m, it == 4 ? 1 : it);
     if (!bad) {
-      tbuf_poison(&tref);
-      gpu_eligible(MKX_BF16);
-      rc = layer ? MKX_Moe_layer(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
-                                 tbuf_ptr(&tg), K, E, tbuf_ptr(&tw),
-                                 tbuf_ptr(&tw2), F, tbuf_ptr(&tref), MKX_BF16,
-                                 comm, NULL)
-                 : MKX_Moe_dispatch_gemm(tbuf_ptr(&tx), nt, H, tbuf_ptr(&ti),
-                                         tbuf_ptr(&tg), K, E, tbuf_ptr(&tw), N,
-                                         tbuf_ptr(&tref), rows, tbuf_ptr(&tc),
-                                         NULL, MKX_BF16, comm, NULL);
-      rc = settle(comm, rc);
+      rc = small_moe_reference(&m, comm);
       CHECK_RC(rc, MKX_SUCCESS, "%s: plain call, inputs %d", what, it);
-      tbuf_download(&tref);
     } else if (mt.rank == last) {
-      ((int32_t *)ti.host)[2 * K - 1] = (int32_t)E; /* token 1, slot 1 */
-      tbuf_upload(&ti);
+      ((int32_t *)m.ids.host)[2 * m.K - 1] = (int32_t)m.E; /* token 1, slot 1 */
+      tbuf_upload(&m.ids);
     }
-    tbuf_poison(&to);
+    tbuf_poison(&m.out);
+    tbuf_poison(&m.cnt);
     rc = graph_replay(comm, ge, st);
-    tbuf_download(&to);
     if (bad) {
       char want[48];
-      snprintf(want, sizeof want, "topk_ids[1][1] = %d on rank %d", (int)E,
+      snprintf(want, sizeof want, "topk_ids[1][1] = %d on rank %d", (int)m.E,
                last);
       CHECK(rc == MKX_ERR_INVALID_ARG && strstr(MKX_Get_last_error(), want),
             "%s: a replay with a bad id: MKX_ERR_INVALID_ARG from "
             "MKX_Comm_get_async_error naming the rank (got %d: %s)",
             what, rc, MKX_Get_last_error());
-      CHECK(all_same16(&to, (size_t)nout),
-            "%s: a replay with a bad id writes "
-            "no output",
-            what);
+      tbuf_download(&m.out);
+      CHECK(all_same16(&m.out, (size_t)m.nout),
+            "%s: a replay with a bad id writes no output", what);
     } else {
       CHECK_RC(rc, MKX_SUCCESS, "%s: replay %d, no error", what, it);
-      CHECK(!memcmp(to.host, tref.host, (size_t)nout * 2),
-            "%s: replay %d, bit for bit the plain call's", what, it);
+      CHECK(small_moe_same(&m), "%s: replay %d, bit for bit the plain call's",
+            what, it);
     }
   }
   if (ge) MT_CUDA(cudaGraphExecDestroy(ge));
@@ -832,14 +844,7 @@ static void graph_case(MKX_Comm comm, int layer) {
   if (req)
     CHECK_RC(MKX_Request_free(&req), MKX_SUCCESS, "%s: MKX_Request_free", what);
   MT_CUDA(cudaStreamDestroy(st));
-  tbuf_free(&tx);
-  tbuf_free(&ti);
-  tbuf_free(&tg);
-  tbuf_free(&tw);
-  tbuf_free(&tw2);
-  tbuf_free(&to);
-  tbuf_free(&tref);
-  tbuf_free(&tc);
+  small_moe_free(&m);
 }
 
 /* The GPU path without the host wait (option moe_sync=no) on a second
