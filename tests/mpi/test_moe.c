@@ -6,6 +6,11 @@
  * gate scaling on/off, Y row order / expert_rows / origin, and
  * MKX_ERR_TRUNCATE on every rank when one rank's Y is too small.
  *
+ * With --device also fixed awkward shapes in bf16 (hidden 77 to 7168, ffn
+ * 16 to 100, 8 to 256 experts, top-1 to top-8, half the rows on one
+ * expert, every token on one expert, a rank without tokens), and the
+ * same checks again on a communicator with option moe_sync=no (bad input
+ * through MKX_Comm_get_async_error, plans, CUDA graphs).
  * With --device (on several ranks unless MKX_MOE_GPU=one; never with
  * MKX_MOE_GPU=off), the bf16 and fp16 calls must take the GPU path where
  * the GPU is sm_90 (counted by path).
@@ -68,7 +73,24 @@ static int settle(MKX_Comm comm, int rc) {
   return rc;
 }
 
-typedef enum { ROUTE_RANDOM = 0, ROUTE_ONE = 1 } route_kind;
+typedef enum { ROUTE_RANDOM = 0, ROUTE_ONE = 1, ROUTE_SKEW = 2 } route_kind;
+
+/* A fixed shape instead of the random small ones (GPU runs): bf16, gate
+ * weights on; ROUTE_SKEW: every token's first expert is expert 0 (with
+ * top-2, half the rows). */
+typedef struct {
+  int64_t E, topk, hidden, n, ffn, tokens;
+  route_kind route;
+  int empty_rank0; /* rank 0 has no tokens (several ranks) */
+} mshape;
+
+static const mshape shapes[] = {
+    {8, 2, 1000, 154, 77, 48, ROUTE_SKEW, 0},
+    {64, 8, 1000, 24, 77, 32, ROUTE_RANDOM, 1},
+    {256, 8, 77, 200, 100, 40, ROUTE_RANDOM, 0},
+    {8, 1, 7168, 16, 16, 24, ROUTE_ONE, 0},
+    {16, 2, 2048, 2048, 56, 20, ROUTE_RANDOM, 1},
+};
 
 /* Everything every rank can regenerate about one case. */
 typedef struct {
@@ -85,7 +107,8 @@ typedef struct {
 } mcase;
 
 static void gen_case(mcase *m, int c,
-                     int kind /* 0 dispatch, 1 layer, 2 trunc */) {
+                     int kind /* 0 dispatch, 1 layer, 2 trunc */,
+                     const mshape *sh /* or NULL */) {
   int p = mt.size;
   mt_rng g;
   mt_rng_init(&g, mt.seed, -1, 7000 + kind * 1000 + c);
@@ -106,6 +129,12 @@ static void gen_case(mcase *m, int c,
   m->one_expert = mt_rng_int(&g, 0, m->E - 1);
   m->gate = (int)mt_rng_int(&g, 0, 1);
   if (kind == 2) m->route = ROUTE_RANDOM;
+  if (sh) {
+    m->c = 500 + kind * 100 + c;
+    m->E = sh->E, m->epr = sh->E / p, m->topk = sh->topk;
+    m->hidden = sh->hidden, m->n = sh->n, m->ffn = sh->ffn;
+    m->dt = MKX_BF16, m->route = sh->route, m->one_expert = 0, m->gate = 1;
+  }
   m->nt = calloc((size_t)p, sizeof *m->nt);
   m->ids = calloc((size_t)p, sizeof *m->ids);
   m->gw = calloc((size_t)p, sizeof *m->gw);
@@ -114,6 +143,7 @@ static void gen_case(mcase *m, int c,
     m->nt[q] = mt_rng_int(&g, 0, 9) < 2 ? 0 : mt_rng_int(&g, 1, 13);
     if (c == 0 && q == 0 && p > 1) m->nt[q] = 0;
     if (kind == 2 && q == 0) m->nt[q] = 6;
+    if (sh) m->nt[q] = sh->empty_rank0 && q == 0 && p > 1 ? 0 : sh->tokens;
   }
   for (int q = 0; q < p; q++) {
     int64_t nt = m->nt[q], K = m->topk;
@@ -130,7 +160,9 @@ static void gen_case(mcase *m, int c,
       } else {
         for (int64_t e = 0; e < m->E; e++) perm[e] = (int32_t)e;
         for (int64_t j = 0; j < K; j++) { /* partial Fisher-Yates */
-          int64_t s = mt_rng_int(&gi, j, m->E - 1);
+          int64_t s = m->route == ROUTE_SKEW && j == 0
+                          ? 0 /* perm is the identity here */
+                          : mt_rng_int(&gi, j, m->E - 1);
           int32_t tmp = perm[j];
           perm[j] = perm[s];
           perm[s] = tmp;
@@ -169,7 +201,10 @@ static void describe(const mcase *m, const char *op, char *buf, size_t len) {
            "ffn=%lld dtype=%s routing=%s gate=%s",
            op, m->c, (long long)m->E, (long long)m->topk, nts,
            (long long)m->hidden, (long long)m->n, (long long)m->ffn,
-           mt_type_name(m->dt), m->route == ROUTE_ONE ? "one-expert" : "random",
+           mt_type_name(m->dt),
+           m->route == ROUTE_ONE    ? "one-expert"
+           : m->route == ROUTE_SKEW ? "skewed (expert 0 first)"
+                                    : "random",
            m->gate ? "on" : "off");
 }
 
@@ -221,10 +256,11 @@ static void load_inputs(const mcase *m, tbuf *tx, tbuf *ti, tbuf *tg) {
 
 /* ---- dispatch + GEMM ---------------------------------------------------- */
 
-static void case_dispatch(MKX_Comm comm, int c, int truncate) {
+static void case_dispatch(MKX_Comm comm, int c, int truncate,
+                          const mshape *sh) {
   int p = mt.size, r = mt.rank;
   mcase m;
-  gen_case(&m, c, truncate ? 2 : 0);
+  gen_case(&m, c, truncate ? 2 : 0, sh);
   if (truncate) m.gate = 1;
   char desc[500];
   describe(&m, truncate ? "moe_dispatch_gemm TRUNCATE" : "moe_dispatch_gemm",
@@ -392,10 +428,10 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate) {
 
 static double silu(double x) { return x / (1.0 + exp(-x)); }
 
-static void case_layer(MKX_Comm comm, int c) {
+static void case_layer(MKX_Comm comm, int c, const mshape *sh) {
   int p = mt.size, r = mt.rank;
   mcase m;
-  gen_case(&m, c, 1);
+  gen_case(&m, c, 1, sh);
   char desc[500];
   describe(&m, "moe_layer", desc, sizeof desc);
   int64_t H = m.hidden, F = m.ffn, nt = m.nt[r];
@@ -859,9 +895,9 @@ static void async_cases(void) {
   MPI_Info_free(&info);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create with mkx_moe_sync=no");
   if (!mt_all(rc == MKX_SUCCESS)) return;
-  for (int c = 0; c < 8; c++) case_dispatch(ac, c, 0);
-  for (int c = 0; c < 4; c++) case_dispatch(ac, c, 1);
-  for (int c = 0; c < 8; c++) case_layer(ac, c);
+  for (int c = 0; c < 8; c++) case_dispatch(ac, c, 0, NULL);
+  for (int c = 0; c < 4; c++) case_dispatch(ac, c, 1, NULL);
+  for (int c = 0; c < 8; c++) case_layer(ac, c, NULL);
   for (int k = 0; k < 4; k++) case_bad_ids(ac, k & 1, k >> 1);
   plan_case(ac, 0);
   plan_case(ac, 1);
@@ -879,9 +915,15 @@ int main(int argc, char **argv) {
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   double t0 = MPI_Wtime();
-  for (int c = 0; c < 16; c++) case_dispatch(comm, c, 0);
-  for (int c = 0; c < 4; c++) case_dispatch(comm, c, 1);
-  for (int c = 0; c < 16; c++) case_layer(comm, c);
+  for (int c = 0; c < 16; c++) case_dispatch(comm, c, 0, NULL);
+  for (int c = 0; c < 4; c++) case_dispatch(comm, c, 1, NULL);
+  for (int c = 0; c < 16; c++) case_layer(comm, c, NULL);
+  /* the awkward shapes, where the GPU path runs (bf16) */
+  for (size_t k = 0; mt.device && k < sizeof shapes / sizeof shapes[0]; k++)
+    if (shapes[k].E % mt.size == 0) {
+      case_dispatch(comm, (int)k, 0, &shapes[k]);
+      case_layer(comm, (int)k, &shapes[k]);
+    }
   for (int k = 0; k < 4; k++) case_bad_ids(comm, k & 1, k >> 1);
   plan_case(comm, 0);
   plan_case(comm, 1);
