@@ -149,6 +149,15 @@ void mkx_comm_net_close(MKX_Comm c) {
   mkx_comm_net *cn = c->net;
   if (!cn) return;
   if (!c->broken) c->oob.barrier(c->oob.ctx, c->opt.timeout_ms);
+  if (cn->proxy) {
+    mkx_proxy_stats st;
+    mkx_proxy_stop(cn->proxy);
+    mkx_proxy_get_stats(cn->proxy, &st);
+    mkx_log(MKX_LOG_INFO,
+            "network proxy: %.1f ms of CPU for %llu commands, %.1f MB",
+            (double)st.cpu_ns / 1e6, (unsigned long long)st.commands,
+            (double)st.bytes / 1e6);
+  }
   mkx_proxy_destroy(cn->proxy);
   if (cn->net) {
     release_regions(cn);
@@ -426,6 +435,12 @@ int mkx_comm_net_exchange(MKX_Comm c, const void *const *send,
   copy_ctx ctx = {recv};
   mkx_comm_net_sink sink = {.take = copy_take, .ctx = &ctx};
   return mkx_comm_net_exchange_to(c, send, send_len, recv_len, &sink);
+}
+
+void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s) {
+  const mkx_comm_net *cn = c->net;
+  memset(s, 0, sizeof *s);
+  if (cn && cn->proxy) mkx_proxy_get_stats(cn->proxy, s);
 }
 
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c) {

@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include "core/options.h"
 #include "mkx.h"
+#include "proxy/proxy.h"
 
 /* mkx_options_load with the transports' rows registered first: comm is the
  * layer that knows both base and net, so it hands net's rows over here,
@@ -59,5 +60,9 @@ void mkx_comm_net_test_piece(size_t bytes);
 /* Payload bytes this rank has sent over the network so far (0 without an
  * endpoint). */
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);
+
+/* What this rank's network proxy thread has cost and carried so far
+ * (mkx_proxy_get_stats; zeros without an endpoint). */
+void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 
 #endif

@@ -63,9 +63,12 @@ struct mkx_proxy {
   region regions[MAX_REGIONS];
   uint32_t nregions;
   pthread_t thread;
+  clockid_t cpu_clock; /* the thread's CPU-time clock, while it runs */
   int running;
   _Atomic int stop;
-  char why[256]; /* message of the error that stopped the proxy */
+  _Atomic uint64_t bytes;  /* payload of the commands posted */
+  _Atomic uint64_t cpu_ns; /* the thread's CPU time when it ended */
+  char why[256];           /* message of the error that stopped the proxy */
 };
 
 size_t mkx_proxy_ring_bytes(uint32_t entries) {
@@ -172,6 +175,10 @@ static int drain(mkx_proxy *p, int *rc) {
     memcpy(&c, slot, offsetof(mkx_proxy_cmd, seq));
     c.seq = next + 1;
     if ((*rc = post(p, &c)) != MKX_SUCCESS) break;
+    atomic_store_explicit(
+        &p->bytes,
+        atomic_load_explicit(&p->bytes, memory_order_relaxed) + c.len,
+        memory_order_relaxed); /* this thread only */
     atomic_store_explicit(&r->consumed, next + 1, memory_order_release);
   }
   return taken;
@@ -217,6 +224,18 @@ static void proxy_idle(const mkx_proxy *p, long spins) {
     idle(spins);
 }
 
+static uint64_t thread_cpu_ns(clockid_t clock) {
+  struct timespec ts;
+  if (clock_gettime(clock, &ts) != 0) return 0;
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* The CPU time the thread has used so far, kept when it ends. */
+static void *proxy_end(mkx_proxy *p) {
+  atomic_store(&p->cpu_ns, thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID));
+  return NULL;
+}
+
 static void *proxy_main(void *arg) {
   mkx_proxy *p = arg;
   long spins = 0;
@@ -233,12 +252,12 @@ static void *proxy_main(void *arg) {
     if (atomic_load(&p->stop) &&
         (atomic_load(&p->ring->completed) == consumed ||
          atomic_load(&p->ring->error) != MKX_SUCCESS))
-      return NULL;
+      return proxy_end(p);
     spins = work ? 0 : spins + 1;
     if (!work) proxy_idle(p, spins);
   }
   fail(p, rc);
-  return NULL;
+  return proxy_end(p);
 }
 
 /* "0-3,8,10-11" into a cpu set; 0 if malformed. */
@@ -266,6 +285,8 @@ int mkx_proxy_start(mkx_proxy *p, const char *cpulist) {
   if (err)
     return mkx_error(MKX_ERR_INTERNAL, "proxy thread: %s", strerror(err));
   p->running = 1;
+  if (pthread_getcpuclockid(p->thread, &p->cpu_clock) != 0)
+    p->cpu_clock = (clockid_t)-1; /* stats then give 0 until it ends */
   if (cpulist && *cpulist) {
     if (!parse_cpulist(cpulist, &set))
       mkx_log(MKX_LOG_WARN, "proxy: bad cpu list '%s', not pinned", cpulist);
@@ -298,6 +319,15 @@ int mkx_proxy_stop(mkx_proxy *p) {
   if (atomic_compare_exchange_strong(&p->ring->error, &none, MKX_ERR_NET))
     snprintf(p->why, sizeof p->why, "the proxy was stopped");
   return rc;
+}
+
+void mkx_proxy_get_stats(const mkx_proxy *p, mkx_proxy_stats *s) {
+  const mkx_proxy_ring *r = p->ring;
+  s->commands = atomic_load(&r->consumed);
+  s->bytes = atomic_load(&p->bytes);
+  s->cpu_ns = p->running && p->cpu_clock != (clockid_t)-1
+                  ? thread_cpu_ns(p->cpu_clock)
+                  : atomic_load(&p->cpu_ns);
 }
 
 void mkx_proxy_destroy(mkx_proxy *p) {

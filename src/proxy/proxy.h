@@ -90,6 +90,15 @@ int mkx_proxy_start(mkx_proxy *p, const char *cpulist);
 int mkx_proxy_stop(mkx_proxy *p);
 void mkx_proxy_destroy(mkx_proxy *p);
 
+/* What the proxy has cost and carried since it was created: the CPU time
+ * of its thread (busy polling and naps included: what a core gives to it),
+ * the commands it took and their payload bytes.  From the thread that
+ * owns the proxy (not during mkx_proxy_stop). */
+typedef struct mkx_proxy_stats {
+  uint64_t cpu_ns, commands, bytes;
+} mkx_proxy_stats;
+void mkx_proxy_get_stats(const mkx_proxy *p, mkx_proxy_stats *s);
+
 /* Host-side producer: post one command; *seq receives its sequence
  * number (0 when the ring had stopped already).  Safe from several
  * threads. */

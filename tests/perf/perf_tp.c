@@ -23,7 +23,8 @@
  *
  *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
- *               [--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE]
+ *               [--vnode G --hier host|gpu|nvlink [--net tcp|shm]]
+ *               [--versus KEY=VALUE]
  *               [--no-nccl] [--one-rank] [--host-times] [--help]
  * Without --shape: M = 8192, N = K = 8192; --full: the large-shape table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
@@ -34,8 +35,12 @@
  * --out FILE: appends the table (date UTC, GPUs, options in its first line).
  * --overlap: MKX's option tp_overlap (the overlapped or the split
  * single-node path; default auto).  --vnode G:
- * MKX runs on virtual nodes of G ranks over tcp with option hier_gemm (the
- * several-node paths; cuBLAS + NCCL still run over NVLink on one node).
+ * MKX runs on virtual nodes of G ranks over tcp (--net shm: the shared
+ * memory transport, capped by options net_shm_bandwidth and
+ * net_shm_latency_us) with option hier_gemm (the several-node paths;
+ * cuBLAS + NCCL still run over NVLink on one node), and a comment line per
+ * shape gives the CPU time, commands and megabytes of the network proxy
+ * thread per MKX call.
  * --versus KEY=VALUE: a second MKX communicator with that option too (e.g.
  * tp_overlap=no, tp_split_gemm=cublas, fused=off), interleaved with the
  * others: two more columns, `mkx (KEY=VALUE)`, its time, and `serial/that`,
@@ -65,6 +70,7 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/comm_net.h" /* the proxy's cost (internal) */
 #include "mkx.h"
 #include "perf_job.h"
 #include "perf_util.h"
@@ -109,6 +115,7 @@ typedef struct env {
   int shared;     /* two ranks of the job on one GPU */
   int nccl_on;    /* a NCCL communicator exists: not shared, no --no-nccl */
   int host_times; /* --host-times: also the host's enqueue time per variant */
+  int net_stats;  /* --vnode: the network proxy's cost per MKX call */
   unsigned vmask; /* the variants this run times, 1u << V_* */
   /* mkx2: --versus; mkx1: --one-rank, on rank 0 only; else NULL */
   MKX_Comm mkx, mkx2, mkx1;
@@ -138,13 +145,14 @@ typedef struct job {
 typedef struct opts {
   job jobs[96];
   int nj, reps, ops, host_times, no_nccl, one_rank;
-  const char *outname, *overlap, *vnode, *hier, *versus;
+  const char *outname, *overlap, *vnode, *hier, *versus, *net;
 } opts;
 
 static const char tp_usage[] =
     "usage: mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]...\n"
     "         [--full] [--small] [--reps N] [--out FILE]\n"
-    "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink]\n"
+    "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink\n"
+    "         [--net tcp|shm]]\n"
     "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]\n"
     "  The fused tensor-parallel calls against cuBLAS + NCCL; --no-nccl (or\n"
     "  ranks sharing a GPU) leaves NCCL out; --one-rank adds the same call\n"
@@ -388,6 +396,23 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
   printf("%s\n", s);
 }
 
+/* --vnode: what the network proxy thread cost per MKX call (mean over the
+ * timed calls; the rank whose proxy cost most), as a comment line. */
+static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
+                        double *proxy, FILE *out) {
+  char s[320];
+  AI(MPI_Allreduce(MPI_IN_PLACE, proxy, 3, MPI_DOUBLE, MPI_MAX,
+                   MPI_COMM_WORLD));
+  if (e->rank != 0) return;
+  snprintf(s, sizeof s,
+           "# %s %lldx%lldx%lld network proxy per mkx call (mean, most "
+           "costly rank): %.3f ms of CPU, %.0f commands, %.1f MB\n",
+           op_names[op], (long long)M, (long long)N, (long long)K, proxy[0],
+           proxy[1], proxy[2]);
+  fputs(s, stdout);
+  if (out) fputs(s, out), fflush(out);
+}
+
 /* One table row (rank 0): times of the slowest rank, "-" where not run. */
 static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
                       const float *med, FILE *out) {
@@ -431,11 +456,20 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
       float warm_us;
       if (on(e, v)) sample(e, v, op, M, N, K, &w, e0, e1, &warm_us);
     }
+  double proxy[3] = {0, 0, 0}; /* ms of CPU, commands, MB over the calls */
   for (int r = 0; r < reps; r++)
-    for (int v = 0; v < NV; v++)
-      if (on(e, v))
-        t[v * reps + r] =
-            sample(e, v, op, M, N, K, &w, e0, e1, h + v * reps + r);
+    for (int v = 0; v < NV; v++) {
+      if (!on(e, v)) continue;
+      mkx_proxy_stats s0, s1;
+      if (v == V_MKX && e->net_stats) mkx_comm_net_proxy_stats(e->mkx, &s0);
+      t[v * reps + r] = sample(e, v, op, M, N, K, &w, e0, e1, h + v * reps + r);
+      if (v == V_MKX && e->net_stats) {
+        mkx_comm_net_proxy_stats(e->mkx, &s1);
+        proxy[0] += (double)(s1.cpu_ns - s0.cpu_ns) / 1e6 / reps;
+        proxy[1] += (double)(s1.commands - s0.commands) / reps;
+        proxy[2] += (double)(s1.bytes - s0.bytes) / 1e6 / reps;
+      }
+    }
   for (int v = 0; v < NV; v++) {
     med[v] = median_of(t + v * reps, reps);
     hmed[v] = median_of(h + v * reps, reps);
@@ -444,6 +478,7 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   AI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   AI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   if (e->host_times && e->rank == 0) print_host_times(e, op, M, N, K, hmed);
+  if (e->net_stats) print_proxy(e, op, M, N, K, proxy, out);
   if (e->rank == 0) print_row(e, op, M, N, K, med, out);
   PK(cudaEventDestroy(e0));
   PK(cudaEventDestroy(e1));
@@ -463,7 +498,7 @@ static MKX_Comm mkx_comm(MPI_Comm comm, const opts *o, const char *versus,
   AI(MPI_Info_set(info, "mkx_tp_overlap", o->overlap));
   if (o->vnode) {
     AI(MPI_Info_set(info, "mkx_virtual_node_size", o->vnode));
-    AI(MPI_Info_set(info, "mkx_net", "tcp"));
+    AI(MPI_Info_set(info, "mkx_net", o->net));
     AI(MPI_Info_set(info, "mkx_hier_gemm", o->hier));
   }
   if (device >= 0) {
@@ -536,6 +571,7 @@ static void env_init(env *e, const opts *o) {
   perf_rank = e->rank;
   AI(MPI_Comm_size(MPI_COMM_WORLD, &e->size));
   e->host_times = o->host_times;
+  e->net_stats = o->vnode != NULL;
   e->mkx = mkx_comm(MPI_COMM_WORLD, o, NULL, -1);
   e->mkx2 = o->versus ? mkx_comm(MPI_COMM_WORLD, o, o->versus, -1) : NULL;
   int dev = -1;
@@ -614,9 +650,10 @@ static FILE *open_table(const env *e, const opts *o) {
   strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
   perf_cat(head, sizeof head,
            "\n%s, %s, bf16, B stored N x K, MKX option "
-           "tp_overlap=%s%s%s%s%s, medians of %d (ms, slowest rank)",
+           "tp_overlap=%s%s%s%s%s%s%s, medians of %d (ms, slowest rank)",
            day, gpus, o->overlap, o->vnode ? ", virtual nodes of " : "",
-           o->vnode ? o->vnode : "", o->vnode ? " over tcp, hier_gemm=" : "",
+           o->vnode ? o->vnode : "", o->vnode ? " over " : "",
+           o->vnode ? o->net : "", o->vnode ? ", hier_gemm=" : "",
            o->vnode ? o->hier : "", o->reps);
   if (e->shared)
     perf_cat(head, sizeof head,
@@ -676,9 +713,9 @@ static int usage_error(const char *what, const char *arg) {
 
 /* Whether a is an option that takes a value (set_value knows them). */
 static int takes_value(const char *a) {
-  static const char *const names[] = {"--reps",  "--out",  "--overlap",
-                                      "--vnode", "--hier", "--versus",
-                                      "--op",    "--shape"};
+  static const char *const names[] = {"--reps",  "--out",   "--overlap",
+                                      "--vnode", "--hier",  "--versus",
+                                      "--op",    "--shape", "--net"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(a, names[i])) return 1;
   return 0;
@@ -716,7 +753,11 @@ static int set_value(const char *a, const char *v, opts *o,
     o->vnode = v;
   else if (!strcmp(a, "--hier"))
     o->hier = v;
-  else if (!strcmp(a, "--versus")) {
+  else if (!strcmp(a, "--net")) {
+    if (strcmp(v, "tcp") && strcmp(v, "shm"))
+      return usage_error("--net takes tcp or shm", v);
+    o->net = v;
+  } else if (!strcmp(a, "--versus")) {
     if (!strchr(v, '=') || v[0] == '=')
       return usage_error("--versus takes KEY=VALUE (an MKX option)", v);
     o->versus = v;
@@ -754,7 +795,8 @@ static int parse_args(int argc, char **argv, opts *o) {
   int64_t shapes[16][3];
   int ns = 0, full = 0, small = 0;
   memset(o, 0, sizeof *o);
-  o->reps = 10, o->ops = 7, o->overlap = "auto", o->hier = "gpu";
+  o->reps = 10, o->ops = 7, o->overlap = "auto", o->hier = "gpu",
+  o->net = "tcp";
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
     if (!strcmp(a, "--help") || !strcmp(a, "-h")) return 1;

@@ -138,7 +138,17 @@ static void test_wraparound(void) {
   CHECK(memcmp(dst_buf[1], src_buf, sizeof src_buf) == 0 &&
             memcmp(dst_buf[2], src_buf, sizeof src_buf) == 0,
         "data arrived");
+  mkx_proxy_stats st, after;
+  mkx_proxy_get_stats(p, &st);
+  CHECK(st.commands == 400 && st.bytes == 400ull * CHUNK && st.cpu_ns > 0,
+        "stats: %llu commands, %llu bytes, %llu ns of CPU",
+        (unsigned long long)st.commands, (unsigned long long)st.bytes,
+        (unsigned long long)st.cpu_ns);
   CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "clean stop");
+  mkx_proxy_get_stats(p, &after);
+  CHECK(after.commands == 400 && after.cpu_ns >= st.cpu_ns,
+        "stats kept after the stop (%llu ns >= %llu)",
+        (unsigned long long)after.cpu_ns, (unsigned long long)st.cpu_ns);
   mkx_proxy_destroy(p);
 }
 
