@@ -397,7 +397,8 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
 }
 
 /* --vnode: what the network proxy thread cost per MKX call (mean over the
- * timed calls; the rank whose proxy cost most), as a comment line. */
+ * timed calls; the rank whose proxy cost most), as a comment line on
+ * stdout (and in `out` if given; not between a table's rows). */
 static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
                         double *proxy, FILE *out) {
   char s[320];
@@ -478,8 +479,8 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   AI(MPI_Allreduce(MPI_IN_PLACE, med, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   AI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   if (e->host_times && e->rank == 0) print_host_times(e, op, M, N, K, hmed);
-  if (e->net_stats) print_proxy(e, op, M, N, K, proxy, out);
   if (e->rank == 0) print_row(e, op, M, N, K, med, out);
+  if (e->net_stats) print_proxy(e, op, M, N, K, proxy, NULL);
   PK(cudaEventDestroy(e0));
   PK(cudaEventDestroy(e1));
   teardown(&w);
