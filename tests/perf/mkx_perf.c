@@ -9,7 +9,8 @@
  *     the ratio.  --out appends the table as markdown (date UTC, GPU name).
  *
  *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
- *                          [--out FILE] [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink]
+ *                          [--out FILE] [--overlap auto|yes|no]
+ *                          [--vnode G --hier host|gpu|nvlink [--net tcp|shm]]
  *                          [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]
  *     The fused tensor-parallel calls against cuBLAS + NCCL; without NCCL where ranks share a GPU
  *     (MPS) or with --no-nccl; --one-rank: also the same call on rank 0 alone (tests/perf/perf_tp.c).
@@ -25,6 +26,10 @@
  *     MKX_Moe_layer and MKX_Moe_dispatch_gemm on device buffers: ms and TFLOP/s of the expert
  *     GEMMs, slowest rank; --versus: beside the PyTorch chain around torch._grouped_mm
  *     (tests/perf/torch_moe.py) on 1 rank (tests/perf/perf_moe.c).
+ *
+ *   mpirun -np P mkx_perf net --vnode G [--net tcp|shm] [--bytes B]... [--reps N] [--out FILE]
+ *     The network alone between virtual nodes: MKX's several-node exchange on host buffers
+ *     (no GPU needed), ms, GB/s and the proxy thread's CPU (tests/perf/perf_net.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -305,6 +310,7 @@ typedef struct {
 int mkx_perf_tp(int argc, char **argv);   /* tests/perf/perf_tp.c */
 int mkx_perf_attn(int argc, char **argv); /* tests/perf/perf_attn.c */
 int mkx_perf_moe(int argc, char **argv);  /* tests/perf/perf_moe.c */
+int mkx_perf_net(int argc, char **argv);  /* tests/perf/perf_net.c */
 
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
@@ -317,7 +323,8 @@ static const subcommand kCommands[] = {
      "ag|rs|ar|all] "
      "[--shape MxNxK]... [--full] [--small] [--reps N] [--out FILE] [--overlap "
      "auto|yes|no] "
-     "[--vnode G --hier host|gpu|nvlink] [--versus KEY=VALUE] [--no-nccl] "
+     "[--vnode G --hier host|gpu|nvlink [--net tcp|shm]] [--versus KEY=VALUE] "
+     "[--no-nccl] "
      "[--one-rank] "
      "[--host-times] (tp --help)"},
     {"attn", mkx_perf_attn,
@@ -328,6 +335,10 @@ static const subcommand kCommands[] = {
      "MKX_Moe_layer and MKX_Moe_dispatch_gemm on device buffers, ms and "
      "TFLOP/s (under mpirun): [--shapes T,H,E,K,F ...] [--small] [--reps N] "
      "[--warmup N] [--versus TORCH_MOE_FILE] [--out FILE] (moe --help)"},
+    {"net", mkx_perf_net,
+     "the network alone between virtual nodes, host buffers (under mpirun): "
+     "--vnode G [--net tcp|shm] [--bytes B]... [--reps N] [--out FILE] (net "
+     "--help)"},
 };
 
 static void usage(void) {
