@@ -400,9 +400,11 @@ static int exchange(MKX_Comm c, int op, const mkx_moe_args *a, const moe_ws *w,
   int64_t *mine = all + (size_t)P * (size_t)n;
   int *local = base + E;
   const int rc = my_record(op, a, w, st, mine);
-  int out = mkx_mpi_check(MPI_Allgather(mine, (int)n, MPI_INT64_T, all, (int)n,
-                                        MPI_INT64_T, c->mpi),
-                          "MoE counts");
+  /* bounded, and through MKX's own buffer: all may be freed after a
+   * timeout (the communicator is then broken) */
+  int out = mkx_comm_break(
+      c, mkx_mpi_allgather(mine, all, (size_t)n * sizeof *all, c->mpi,
+                           c->opt.timeout_ms, "MoE counts"));
   for (int q = 0; out == MKX_SUCCESS && q < P; q++) {
     const int64_t *r = all + (size_t)q * (size_t)n;
     if (r[X_RC])
