@@ -62,6 +62,7 @@ typedef struct mkx_options {
   int64_t net_shm_bandwidth; /* shm: MB/s of the emulated link, 0: none */
   int net_shm_latency_us;    /* shm: emulated latency */
   int64_t net_shm_ring;      /* shm: bytes of each ring */
+  int net_shm_cma;           /* shm: direct placement into host regions */
 } mkx_options;
 
 typedef enum {

@@ -205,6 +205,11 @@ void mkx_net_close(mkx_net *n);
  * for tests that knock on it with wrong handshakes. */
 int mkx_net_tcp_port(const mkx_net *n);
 
+/* shm only (0 for other providers): writes placed straight into a peer's
+ * region so far; *enabled: whether direct placement is still on (option
+ * net_shm_cma, and not refused by the system), for tests. */
+uint64_t mkx_net_shm_placed(const mkx_net *n, int *enabled);
+
 /* How tcp moves device memory: through pinned host buffers of stage_bytes
  * each (one for sending, one for receiving, per endpoint), with these
  * copies.  The CUDA stager (stage_cuda.c) copies with cudaMemcpyAsync on

@@ -21,6 +21,18 @@
  * before its signal.  The send buffer is reusable once the payload is in
  * the ring: that is when the completion is reported.
  *
+ * Direct placement (option net_shm_cma): a write of at least CMA_MIN
+ * bytes from host memory into a peer's host region skips the ring: the
+ * sender copies it straight into the peer's region (process_vm_writev,
+ * one copy instead of two) and appends a record without payload that
+ * carries the signal, delivered as any other.  The data may then land
+ * before earlier writes' records are delivered, so, as on the RDMA
+ * providers, a region's bytes must not be written again before the
+ * signal of the write that last wrote them has been seen (every MKX
+ * protocol waits for a credit).  Where the kernel refuses (EPERM:
+ * ptrace restrictions, a container's seccomp) the endpoint goes back to
+ * the ring for good, and says so at log level info.
+ *
  * The cap: the sends of an endpoint share one emulated link.  A record of
  * len bytes leaves at max(now, the link's free time), holds the link for
  * len / bandwidth and is delivered `latency` after it has left.
@@ -45,6 +57,7 @@
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 #include "core/error.h"
@@ -59,7 +72,11 @@
 #define HDR_BYTES 4096
 #define NO_SLOT 0xffffffffu
 
-enum { REC_DATA = 1, REC_SKIP = 2 };
+enum { REC_DATA = 1, REC_SKIP = 2, REC_PLACED = 3 };
+/* Writes from this size on are placed directly where allowed. */
+#define CMA_MIN ((uint64_t)64 << 10)
+/* mr.rkey of a region in host memory: peers may place into it. */
+#define RKEY_HOST 0x484f5354u /* "HOST" */
 
 typedef struct shm_blob {
   uint32_t magic;
@@ -106,6 +123,8 @@ typedef struct shm_impl {
   int err_code;
   char err_msg[320];
   mkx_net_regions rg;
+  int cma; /* direct placement allowed (option, and not refused yet) */
+  _Atomic uint64_t placed; /* writes placed directly */
   /* the emulated link (the sending side; one thread drives an endpoint) */
   double ns_per_byte;
   int64_t latency_ns, link_free_ns;
@@ -121,6 +140,11 @@ static int64_t now_ns(void) {
 
 static uint64_t round_rec(uint64_t b) {
   return (b + REC_BYTES - 1) / REC_BYTES * REC_BYTES;
+}
+
+/* Bytes a record takes in its ring: a placed one has no payload. */
+static uint64_t rec_span(const rec *r) {
+  return REC_BYTES + (r->type == REC_DATA ? round_rec(r->len) : 0);
 }
 
 static size_t seg_size(int size, uint64_t ring_bytes) {
@@ -171,7 +195,14 @@ static int deliver(mkx_net *n, int from, const rec *r, const char *payload) {
     return 0;
   }
   char *dst = rg.base + r->offset;
-  if (rg.dev < 0) {
+  if (r->type == REC_PLACED) {
+    if (rg.dev >= 0) {
+      record_error(s, MKX_ERR_NET,
+                   "shm: rank %d placed %llu bytes into device memory", from,
+                   (unsigned long long)r->len);
+      return 0;
+    }
+  } else if (rg.dev < 0) {
     memcpy(dst, payload, r->len);
   } else { /* through the receive stage: the progress thread's alone */
     const mkx_net_stager *st = s->rg.stager;
@@ -206,7 +237,8 @@ static int drain_ring(mkx_net *n, int from, int64_t *wait_ns, int *moved) {
   const uint64_t head = atomic_load_explicit(&c->head, memory_order_acquire);
   while (tail < head) {
     const rec *r = (const rec *)(data + tail % rb);
-    if (r->magic != REC_MAGIC || (r->type != REC_DATA && r->type != REC_SKIP)) {
+    if (r->magic != REC_MAGIC ||
+        (r->type != REC_DATA && r->type != REC_SKIP && r->type != REC_PLACED)) {
       record_error(s, MKX_ERR_NET, "shm: a malformed record from rank %d",
                    from);
       return 0;
@@ -220,7 +252,7 @@ static int drain_ring(mkx_net *n, int from, int64_t *wait_ns, int *moved) {
         break;
       }
       if (!deliver(n, from, r, (const char *)(r + 1))) return 0;
-      tail += REC_BYTES + round_rec(r->len);
+      tail += rec_span(r);
     }
     atomic_store_explicit(&c->tail, tail, memory_order_release);
     *moved = 1;
@@ -307,6 +339,7 @@ static int shm_open_ep(mkx_net *n, const mkx_net_params *p) {
                        ? 1000.0 / (double)p->opt->net_shm_bandwidth
                        : 0; /* MB/s: 1e9 ns / 1e6 bytes */
   s->latency_ns = (int64_t)p->opt->net_shm_latency_us * 1000;
+  s->cma = p->opt->net_shm_cma;
   s->peer = calloc((size_t)p->size, sizeof *s->peer);
   int rc = s->peer ? mkx_net_signals_alloc(p->num_signals, &n->signals)
                    : mkx_error(MKX_ERR_NOMEM, "shm: peers");
@@ -369,7 +402,13 @@ static int shm_connect(mkx_net *n, const void *blobs, size_t len) {
 }
 
 static int shm_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
-  return mkx_net_regions_reg(&impl_of(n)->rg, a, mr);
+  mkx_net_regions *g = &impl_of(n)->rg;
+  mkx_net_region r;
+  MKX_TRY(mkx_net_regions_reg(g, a, mr));
+  /* peers learn from the key whether they may place into it */
+  mr->rkey =
+      mkx_net_regions_find(g, mr->id, 0, 0, &r) && r.dev < 0 ? RKEY_HOST : 0;
+  return MKX_SUCCESS;
 }
 
 static int shm_dereg(mkx_net *n, mkx_net_mr *mr) {
@@ -427,12 +466,13 @@ static int put_record(mkx_net *n, int peer, const mkx_net_mr *src,
   ring_ctl *c = ring_ctl_of(s->peer[peer], n->rank, rb);
   char *data = ring_data(s->peer[peer], n->rank, rb);
   uint64_t head = atomic_load_explicit(&c->head, memory_order_relaxed);
-  MKX_TRY(make_room(n, peer, c, data, &head, REC_BYTES + round_rec(hdr->len),
-                    deadline_ms));
+  MKX_TRY(make_room(n, peer, c, data, &head, rec_span(hdr), deadline_ms));
   rec *r = (rec *)(data + head % rb);
   *r = *hdr;
   char *payload = (char *)(r + 1);
-  if (hdr->len && src->kind == MKX_NET_MEM_DEVICE) {
+  if (hdr->type == REC_PLACED) {
+    /* the data is in the peer's region already */
+  } else if (hdr->len && src->kind == MKX_NET_MEM_DEVICE) {
     mkx_net_regions *g = &s->rg;
     pthread_mutex_lock(&g->stage_lock);
     int rc = MKX_SUCCESS;
@@ -449,8 +489,7 @@ static int put_record(mkx_net *n, int peer, const mkx_net_mr *src,
   } else if (hdr->len) {
     memcpy(payload, from, hdr->len);
   }
-  atomic_store_explicit(&c->head, head + REC_BYTES + round_rec(hdr->len),
-                        memory_order_release);
+  atomic_store_explicit(&c->head, head + rec_span(hdr), memory_order_release);
   return MKX_SUCCESS;
 }
 
@@ -461,6 +500,59 @@ static int64_t delivery(shm_impl *s, uint64_t len) {
   const int64_t start = s->link_free_ns > now ? s->link_free_ns : now;
   s->link_free_ns = start + (int64_t)(s->ns_per_byte * (double)len);
   return s->link_free_ns + s->latency_ns;
+}
+
+/* Direct placement of len bytes at `from` into the peer's region at `to`
+ * (see the top of the file): *placed = 1, or 0 where the kernel refuses
+ * (then never again on this endpoint). */
+static int place(mkx_net *n, int peer, const char *from, uint64_t to,
+                 size_t len, int *placed) {
+  shm_impl *s = impl_of(n);
+  size_t moved = 0;
+  *placed = 0;
+  while (moved < len) {
+    struct iovec l = {(void *)(uintptr_t)(from + moved), len - moved};
+    struct iovec r = {(void *)(uintptr_t)(to + moved), len - moved};
+    const ssize_t k = process_vm_writev(s->remote[peer].pid, &l, 1, &r, 1, 0);
+    if (k > 0) {
+      moved += (size_t)k;
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    const int e = k < 0 ? errno : EIO;
+    if (moved == 0 && (e == EPERM || e == EACCES || e == ENOSYS)) {
+      s->cma = 0;
+      mkx_log(MKX_LOG_INFO,
+              "shm: no direct placement into rank %d (%s): writes go "
+              "through the rings",
+              peer, strerror(e));
+      return MKX_SUCCESS;
+    }
+    if (e == ESRCH)
+      return mkx_error(MKX_ERR_PEER, "shm: rank %d (process %d) is gone", peer,
+                       (int)s->remote[peer].pid);
+    return mkx_error(MKX_ERR_NET,
+                     "shm: placing %zu bytes into rank %d's region at %#llx: "
+                     "%s",
+                     len, peer, (unsigned long long)to, strerror(e));
+  }
+  *placed = 1;
+  return MKX_SUCCESS;
+}
+
+/* A placed write: its record carries the signal (no payload). */
+static int put_placed(mkx_net *n, int peer, const mkx_net_mr *src,
+                      const mkx_net_rkey *dst, size_t dst_off, size_t len,
+                      uint32_t slot, uint64_t value, int64_t deadline_ms) {
+  const rec hdr = {.magic = REC_MAGIC,
+                   .type = REC_PLACED,
+                   .region = dst->id,
+                   .slot = slot,
+                   .offset = dst_off,
+                   .len = len,
+                   .value = value,
+                   .deliver_ns = delivery(impl_of(n), len)};
+  return put_record(n, peer, src, NULL, &hdr, deadline_ms);
 }
 
 static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
@@ -478,26 +570,43 @@ static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   const int64_t deadline_ms = mkx_net_now_ms() + n->timeout_ms;
   const char *from = len ? (const char *)src->base + src_off : NULL;
   size_t off = 0;
-  do {
-    const uint64_t k = len - off < piece ? len - off : piece;
-    const int last = off + k == len;
-    const rec hdr = {.magic = REC_MAGIC,
-                     .type = REC_DATA,
-                     .region = dst->id,
-                     .slot = last ? slot : NO_SLOT,
-                     .offset = dst_off + off,
-                     .len = k,
-                     .value = value,
-                     .deliver_ns = delivery(s, k)};
+  int placed = 0;
+  if (s->cma && len >= CMA_MIN && src->kind != MKX_NET_MEM_DEVICE &&
+      dst->rkey == RKEY_HOST)
+    MKX_TRY(place(n, peer, from, dst->addr + dst_off, len, &placed));
+  if (placed) {
     MKX_TRY(
-        put_record(n, peer, src, from ? from + off : NULL, &hdr, deadline_ms));
-    off += k;
-  } while (off < len);
+        put_placed(n, peer, src, dst, dst_off, len, slot, value, deadline_ms));
+    atomic_fetch_add(&s->placed, 1);
+  } else
+    do {
+      const uint64_t k = len - off < piece ? len - off : piece;
+      const int last = off + k == len;
+      const rec hdr = {.magic = REC_MAGIC,
+                       .type = REC_DATA,
+                       .region = dst->id,
+                       .slot = last ? slot : NO_SLOT,
+                       .offset = dst_off + off,
+                       .len = k,
+                       .value = value,
+                       .deliver_ns = delivery(s, k)};
+      MKX_TRY(put_record(n, peer, src, from ? from + off : NULL, &hdr,
+                         deadline_ms));
+      off += k;
+    } while (off < len);
   /* The payload is in the ring: the source may be reused. */
   pthread_mutex_lock(&s->lock);
   const int rc = mkx_net_fifo_push(&s->done, cookie, peer);
   pthread_mutex_unlock(&s->lock);
   return rc;
+}
+
+uint64_t mkx_net_shm_placed(const mkx_net *n, int *enabled) {
+  *enabled = 0;
+  if (!n || n->prov != &mkx_net_shm_provider || !n->impl) return 0;
+  const shm_impl *s = n->impl;
+  *enabled = s->cma;
+  return atomic_load(&s->placed);
 }
 
 /* Peers whose process is gone without closing: MKX_ERR_PEER. */
@@ -569,6 +678,13 @@ static const mkx_option_desc shm_options[] = {
      "8388608", "65536:1073741824",
      "Bytes of each shm ring (one per pair of ranks, in the receiver's shared "
      "memory); writes larger than a quarter of it go in pieces.",
+     1},
+    {"net_shm_cma", MKX_OPT_BOOL, offsetof(mkx_options, net_shm_cma), "yes",
+     "yes|no",
+     "The shm transport's writes of 64 KiB or more from host memory into a "
+     "peer's host memory: yes: copied straight into the peer's region "
+     "(process_vm_writev; where the system refuses, through the rings); "
+     "no: always through the rings (two copies).",
      1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };

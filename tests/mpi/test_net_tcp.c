@@ -16,8 +16,10 @@
  * parent, which relays allgathers and barriers to MPI.
  *
  * With --shm (test_net_tcp-npN-shm.mpi) the same traffic and the same death
- * run over the shm transport (rings of 1 MiB, so the 4 MiB writes go in
- * pieces and the rings wrap); the strangers (a tcp matter) stay home.
+ * run over the shm transport: the 4 MiB writes placed straight into the
+ * peers' buffers (process_vm_writev, unless the system refuses); with
+ * --rings (-np2-rings.mpi) through rings of 1 MiB, so the 4 MiB writes go
+ * in pieces and the rings wrap.  The strangers (a tcp matter) stay home.
  * Then an shm endpoint with an emulated link (1000 MB/s, 400 us): a 4 MiB
  * write from rank 0 to rank 1 and an 8-byte answer must take at least
  * their transfer time plus two latencies (the cap holds; no upper bound
@@ -49,7 +51,8 @@
 #define TIMEOUT_MS 20000
 
 static int me = -1;
-static int use_shm; /* --shm: the shm transport instead of tcp */
+static int use_shm;   /* --shm: the shm transport instead of tcp */
+static int use_rings; /* --rings: shm without direct placement */
 
 /* ---- the relay: the child's oob goes through its parent to MPI ---- */
 
@@ -289,6 +292,7 @@ static int open_endpoint(const mkx_oob *oob, mkx_options *opt, ctx *c,
   opt->net = use_shm ? MKX_NET_SHM : MKX_NET_TCP;
   strcpy(opt->net_tcp_bind, "lo"); /* tests stay on loopback */
   if (use_shm && opt->net_shm_ring == 8388608) opt->net_shm_ring = 1 << 20;
+  if (use_rings) opt->net_shm_cma = 0;
   opt->net_shm_bandwidth = cap_mbps;
   opt->net_shm_latency_us = cap_us;
   int rc = mkx_net_open(&p, &c->n);
@@ -420,6 +424,13 @@ static void run(const mkx_oob *oob, int relay_fd) {
   if (!use_shm)
     CHECK(pthread_create(&th, NULL, stranger_main, &s) == 0, "stranger");
   traffic(&c);
+  if (use_shm) {
+    int on = 0;
+    const uint64_t placed = mkx_net_shm_placed(c.n, &on);
+    CHECK(use_rings ? placed == 0 && !on : placed > 0 || !on,
+          "shm: %llu writes placed directly (direct placement %s)",
+          (unsigned long long)placed, on ? "on" : "off");
+  }
   if (!use_shm) {
     pthread_join(th, NULL);
     CHECK(s.refused, "garbage during traffic refused");
@@ -477,7 +488,8 @@ int main(int argc, char **argv) {
     return CHECK_SKIP;
   }
   check_set_rank(me, size);
-  use_shm = argc > 1 && !strcmp(argv[1], "--shm");
+  use_rings = argc > 1 && !strcmp(argv[1], "--rings");
+  use_shm = use_rings || (argc > 1 && !strcmp(argv[1], "--shm"));
   if (!CHECK_RC(mkx_oob_mpi_init(&oob, MPI_COMM_WORLD), MKX_SUCCESS,
                 "oob init"))
     MPI_Abort(MPI_COMM_WORLD, 1);
