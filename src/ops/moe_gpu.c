@@ -13,7 +13,7 @@
  *      start on its owner (in source rank order, so the contract's (source
  *      rank, token, slot) order holds).  Two ways (option moe_sync):
  *      yes: the status back to the host, stream synchronised, the counts
- *      exchanged by MPI_Allgather: bad ids and truncation are returned by
+ *      exchanged by a bounded allgather: bad ids and truncation are returned by
  *      the call itself, as on the host path, and nothing is written after
  *      either; such a call cannot be captured in a CUDA graph.
  *      no: no host wait.  Each rank stores its record (first bad slot,
