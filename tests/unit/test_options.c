@@ -129,7 +129,8 @@ static void test_net_rows(void) {
                                       "net_ib_gid_index",
                                       "net_shm_bandwidth",
                                       "net_shm_latency_us",
-                                      "net_shm_ring"};
+                                      "net_shm_ring",
+                                      "net_shm_cma"};
   const size_t nrows = sizeof names / sizeof *names;
   mkx_options o;
   MPI_Info info;
