@@ -102,23 +102,22 @@ typedef struct exch {
 /* Buffers of B bytes to and from every rank of another node (same node:
  * 0 bytes); the payload is written once, so pages are real. */
 static void exch_alloc(exch *x, MKX_Comm c, size_t b) {
-  int node = 0, q_node = 0;
+  int node = 0;
   AM(MKX_Comm_size(c, &x->size));
   x->send = calloc((size_t)x->size, sizeof *x->send);
   x->recv = calloc((size_t)x->size, sizeof *x->recv);
   x->slen = calloc((size_t)x->size, sizeof *x->slen);
   x->rlen = calloc((size_t)x->size, sizeof *x->rlen);
-  if (!x->send || !x->recv || !x->slen || !x->rlen) {
+  int *node_of = calloc((size_t)x->size, sizeof *node_of);
+  if (!x->send || !x->recv || !x->slen || !x->rlen || !node_of) {
     fprintf(stderr, "%s: rank %d: out of memory\n", perf_cmd, perf_rank);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  int *node_of = calloc((size_t)x->size, sizeof *node_of);
   AM(MKX_Comm_node(c, &node));
   AI(MPI_Allgather(&node, 1, MPI_INT, node_of, 1, MPI_INT, MPI_COMM_WORLD));
   x->peers = 0;
   for (int q = 0; q < x->size; q++) {
-    q_node = node_of[q];
-    if (q_node == node) continue;
+    if (node_of[q] == node) continue;
     x->slen[q] = x->rlen[q] = b;
     x->send[q] = malloc(b);
     x->recv[q] = malloc(b);
