@@ -555,6 +555,33 @@ static int put_placed(mkx_net *n, int peer, const mkx_net_mr *src,
   return put_record(n, peer, src, NULL, &hdr, deadline_ms);
 }
 
+/* A write through the ring, in records of at most a quarter of it; the
+ * last one carries the signal. */
+static int put_pieces(mkx_net *n, int peer, const mkx_net_mr *src,
+                      const char *from, const mkx_net_rkey *dst, size_t dst_off,
+                      size_t len, uint32_t slot, uint64_t value,
+                      int64_t deadline_ms) {
+  shm_impl *s = impl_of(n);
+  const uint64_t piece = s->blob.ring_bytes / 4 - REC_BYTES;
+  size_t off = 0;
+  do {
+    const uint64_t k = len - off < piece ? len - off : piece;
+    const int last = off + k == len;
+    const rec hdr = {.magic = REC_MAGIC,
+                     .type = REC_DATA,
+                     .region = dst->id,
+                     .slot = last ? slot : NO_SLOT,
+                     .offset = dst_off + off,
+                     .len = k,
+                     .value = value,
+                     .deliver_ns = delivery(s, k)};
+    MKX_TRY(
+        put_record(n, peer, src, from ? from + off : NULL, &hdr, deadline_ms));
+    off += k;
+  } while (off < len);
+  return MKX_SUCCESS;
+}
+
 static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
                             size_t src_off, const mkx_net_rkey *dst,
                             size_t dst_off, size_t len, uint32_t slot,
@@ -566,10 +593,8 @@ static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
                      "register",
                      src->id);
   MKX_TRY(peer_usable(s, peer));
-  const uint64_t piece = s->blob.ring_bytes / 4 - REC_BYTES;
   const int64_t deadline_ms = mkx_net_now_ms() + n->timeout_ms;
   const char *from = len ? (const char *)src->base + src_off : NULL;
-  size_t off = 0;
   int placed = 0;
   if (s->cma && len >= CMA_MIN && src->kind != MKX_NET_MEM_DEVICE &&
       dst->rkey == RKEY_HOST)
@@ -578,23 +603,12 @@ static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
     MKX_TRY(
         put_placed(n, peer, src, dst, dst_off, len, slot, value, deadline_ms));
     atomic_fetch_add(&s->placed, 1);
-  } else
-    do {
-      const uint64_t k = len - off < piece ? len - off : piece;
-      const int last = off + k == len;
-      const rec hdr = {.magic = REC_MAGIC,
-                       .type = REC_DATA,
-                       .region = dst->id,
-                       .slot = last ? slot : NO_SLOT,
-                       .offset = dst_off + off,
-                       .len = k,
-                       .value = value,
-                       .deliver_ns = delivery(s, k)};
-      MKX_TRY(put_record(n, peer, src, from ? from + off : NULL, &hdr,
-                         deadline_ms));
-      off += k;
-    } while (off < len);
-  /* The payload is in the ring: the source may be reused. */
+  } else {
+    MKX_TRY(put_pieces(n, peer, src, from, dst, dst_off, len, slot, value,
+                       deadline_ms));
+  }
+  /* The payload is in the peer's region or the ring: the source may be
+   * reused. */
   pthread_mutex_lock(&s->lock);
   const int rc = mkx_net_fifo_push(&s->done, cookie, peer);
   pthread_mutex_unlock(&s->lock);

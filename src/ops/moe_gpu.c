@@ -153,7 +153,8 @@ typedef struct moe_ws {
   int32_t *origin;
   int *rows, *dest, *offsets, *own, *base, *rec, *status, *route_work,
       *gemm_work;
-  int *gate; /* status[2]: the verdict of a run that does not wait */
+  int *gate; /* status[2], the verdict of a run that does not wait for its
+              * routing (option moe_sync=no); NULL where it waits */
   int64_t lda, ldact, ldw1, ldw2;
 } moe_ws;
 
@@ -233,7 +234,7 @@ static void ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {
   w->base = (int *)piece(c, p, me, W_BASE);
   w->rec = (int *)piece(c, p, me, W_REC);
   w->status = (int *)piece(c, p, me, W_STATUS);
-  w->gate = w->status + 2;
+  w->gate = p->sync ? NULL : w->status + 2;
   w->route_work = (int *)piece(c, p, me, W_ROUTE);
   w->gemm_work = (int *)piece(c, p, me, W_GEMM);
   w->w1 = piece(c, p, me, W_W1);
@@ -456,11 +457,10 @@ static int exchange(MKX_Comm c, int op, const mkx_moe_args *a, const moe_ws *w,
 static void targets(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                     const moe_ws *w, int scale, int origin, mkx_moe_place *pl,
                     mkx_moe_rows_at *at) {
-  const int *gate = p->sync ? NULL : w->gate;
   memset(at, 0, sizeof *at);
   at->lda = w->lda;
   if (!p->multi) {
-    *pl = (mkx_moe_place){NULL, NULL, NULL, 1, 1, gate};
+    *pl = (mkx_moe_place){NULL, NULL, NULL, 1, 1, w->gate};
     at->a[0] = w->a;
     at->scale[0] = scale ? w->scale : NULL;
     at->origin[0] = origin ? a->origin : NULL;
@@ -468,7 +468,7 @@ static void targets(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   }
   *pl = (mkx_moe_place){a->topk_ids, w->base,
                         w->own,      (int)(a->num_experts / c->size),
-                        c->size,     gate};
+                        c->size,     w->gate};
   for (int q = 0; q < c->size; q++) {
     at->a[q] = piece(c, p, q, W_A);
     at->scale[q] = scale ? (float *)piece(c, p, q, W_SCALE) : NULL;
@@ -565,9 +565,8 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   int64_t total = 0;
   int trunc = -1;
   MKX_TRY(route(c, p, a, w, st, &total, &trunc));
-  const int *gate = p->sync ? NULL : w->gate;
   MKX_TRY(mkx_tp_launch_rc(
-      mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, gate, st), fn,
+      mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, w->gate, st), fn,
       "counts"));
   if (trunc >= 0)
     return mkx_error(MKX_ERR_TRUNCATE,
@@ -589,14 +588,14 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       w->lda,  rows,         w->offsets, wt,
       w->ldw1, a->Y,         a->n,       a->topk_weight ? w->scale : NULL,
       ty,      ty,           0,          0,
-      0,       w->gemm_work, 0,          gate};
+      0,       w->gemm_work, 0,          w->gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
   /* no origin piece: no rows can arrive (no tokens on any rank) */
   if (!p->multi || !a->origin || !w->origin) return MKX_SUCCESS;
   if (!p->sync)
     return mkx_tp_launch_rc(
-        mkx_moe_origin_copy_run(w->origin, a->origin, w->offsets, (int)ep, gate,
-                                st),
+        mkx_moe_origin_copy_run(w->origin, a->origin, w->offsets, (int)ep,
+                                w->gate, st),
         fn, "origins");
   if (total > 0)
     MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(a->origin, w->origin,
@@ -624,7 +623,6 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
                   fn, &w2));
   const int64_t rows = total >= 0 ? total : p->tcap * a->topk;
-  const int *gate = p->sync ? NULL : w->gate;
   mkx_moe_gemm_desc g1 = {(int)ep,
                           a->hidden,
                           a->ffn,
@@ -644,12 +642,13 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           0,
                           w->gemm_work,
                           w1 == a->W ? 0 : round8(a->ffn),
-                          gate};
+                          w->gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
-  mkx_moe_gemm_desc g2 = {
-      (int)ep, a->ffn,  a->hidden, w->act,       w->ldact, rows, w->offsets,
-      w2,      w->ldw2, w->y,      a->hidden,    NULL,     ty,   MKX_GEMM_FP32,
-      0,       0,       0,         w->gemm_work, 0,        gate};
+  mkx_moe_gemm_desc g2 = {(int)ep,  a->ffn,        a->hidden,  w->act,
+                          w->ldact, rows,          w->offsets, w2,
+                          w->ldw2,  w->y,          a->hidden,  NULL,
+                          ty,       MKX_GEMM_FP32, 0,          0,
+                          0,        w->gemm_work,  0,          w->gate};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
   mkx_moe_outs_at y = {{w->y}, a->hidden};
   if (p->multi) {

@@ -365,17 +365,23 @@ static void dump_sync(mkx_tp_ws *ws) {
   mkx_log(MKX_LOG_DEBUG, "fused tp workspace of the failed run: %s", line);
 }
 
+/* The head of a failed run's message: "fn", or for an earlier call's run
+ * "fn: an earlier MKX_...". */
+static void run_head(const mkx_tp_ws *ws, const char *fn, int earlier,
+                     char *head, size_t len) {
+  if (earlier)
+    snprintf(head, len, "%s: an earlier %s", fn, ws->fn ? ws->fn : "call");
+  else
+    snprintf(head, len, "%s", fn);
+}
+
 static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
   if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER) return MKX_SUCCESS;
   dump_sync(ws);
   char head[96], who[32], waited[32], at[32], mine[192];
-  if (earlier)
-    snprintf(head, sizeof head, "%s: an earlier %s", fn,
-             ws->fn ? ws->fn : "call");
-  else
-    snprintf(head, sizeof head, "%s", fn);
+  run_head(ws, fn, earlier, head, sizeof head);
   const long long ms = (long long)ws->comm->opt.timeout_ms;
   if (code == MKX_TP_ERR_PEER) {
     rank_name(peer, who, sizeof who);
@@ -408,11 +414,7 @@ static int input_error(mkx_tp_ws *ws, const char *fn, int earlier) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   e[0] = 0;
   char head[96];
-  if (earlier)
-    snprintf(head, sizeof head, "%s: an earlier %s", fn,
-             ws->fn ? ws->fn : "call");
-  else
-    snprintf(head, sizeof head, "%s", fn);
+  run_head(ws, fn, earlier, head, sizeof head);
   if (ws->input_error) return ws->input_error(rec, head);
   return mkx_error(rec[0], "%s failed on the GPU: bad input (code %d)", head,
                    rec[0]);

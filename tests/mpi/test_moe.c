@@ -81,6 +81,15 @@ static int settle(MKX_Comm comm, int rc) {
   return rc;
 }
 
+/* 1 if the first n 16-bit values of b's host copy are all alike (still
+ * the poison). */
+static int all_same16(const tbuf *b, size_t n) {
+  int same = 1;
+  for (size_t i = 0; i < n; i++)
+    same &= ((const uint16_t *)b->host)[i] == ((const uint16_t *)b->host)[0];
+  return same;
+}
+
 typedef enum { ROUTE_RANDOM = 0, ROUTE_ONE = 1, ROUTE_SKEW = 2 } route_kind;
 
 /* A fixed shape instead of the random small ones (GPU runs): bf16, gate
@@ -595,10 +604,8 @@ static void case_bad_ids(MKX_Comm comm, int repeat, int layer) {
         layer ? "moe_layer" : "moe_dispatch_gemm",
         repeat ? "repeated" : "out of range", last, rc, MKX_Get_last_error());
   tbuf_download(&ty);
-  int untouched = 1;
-  for (size_t i = 0; i < (size_t)(p * nt * K * N); i++)
-    untouched &= ((uint16_t *)ty.host)[i] == ((uint16_t *)ty.host)[0];
-  CHECK(untouched, "%s with a bad id writes no output",
+  CHECK(all_same16(&ty, (size_t)(p * nt * K * N)),
+        "%s with a bad id writes no output",
         layer ? "moe_layer" : "moe_dispatch_gemm");
   tbuf_free(&tx);
   tbuf_free(&ti);
@@ -815,13 +822,6 @@ static int graph_replay(MKX_Comm comm, cudaGraphExec_t ge, cudaStream_t st) {
   MT_CUDA(cudaStreamSynchronize(st));
   MT_MKX_AT(mt.rank, MKX_Comm_get_async_error(comm, &rc));
   return rc;
-}
-
-static int all_same16(const tbuf *b, size_t n) {
-  int same = 1;
-  for (size_t i = 0; i < n; i++)
-    same &= ((const uint16_t *)b->host)[i] == ((const uint16_t *)b->host)[0];
-  return same;
 }
 
 static void graph_case(MKX_Comm comm, int layer) {
