@@ -293,14 +293,30 @@ double mt_tol_cond(double tol, const double *ref, const double *refabs,
   return t < cap ? t : cap;
 }
 
+/* Half the smallest subnormal of t: what rounding to t may lose however
+ * small the exact value (fp16 rounds |x| < 2^-25 to 0). */
+static double underflow_floor(MKX_Datatype t) {
+  switch (t) {
+    case MKX_FP16:
+      return ldexp(1.0, -25);
+    case MKX_BF16:
+      return ldexp(1.0, -134);
+    case MKX_FP32:
+      return ldexp(1.0, -150);
+    default:
+      return 0;
+  }
+}
+
 int mt_within_cond(const void *buf, MKX_Datatype t, int64_t ld, int64_t rows,
                    int64_t cols, const double *ref, const double *refabs,
                    double tol) {
+  const double floor_abs = underflow_floor(t);
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++) {
       const double g = mt_get(buf, t, (size_t)(i * ld + j));
       const double e = ref[i * cols + j], a = refabs[i * cols + j];
-      if (!(fabs(g - e) <= tol * (fabs(e) + a))) return 0;
+      if (!(fabs(g - e) <= tol * (fabs(e) + a) + floor_abs)) return 0;
     }
   return 1;
 }
