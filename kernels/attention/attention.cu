@@ -15,14 +15,15 @@ using namespace mkx::attn;
 
 namespace {
 
-template <class Cfg, typename OutT>
+template <class Cfg>
 __global__ void __launch_bounds__(Cfg::THREADS, 1)
     mkx_attn_kernel(const __grid_constant__ CUtensorMap tmQ, const __grid_constant__ CUtensorMap tmK,
                     const __grid_constant__ CUtensorMap tmV, const __grid_constant__ CUtensorMap tmKr,
-                    const __grid_constant__ CUtensorMap tmVr, const __grid_constant__ Params p) {
+                    const __grid_constant__ CUtensorMap tmVr, const __grid_constant__ CUtensorMap tmO,
+                    const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
-  run<Cfg, OutT>(smem, p, &tmQ, &tmK, &tmV, &tmKr, &tmVr);
+  run<Cfg>(smem, p, &tmQ, &tmK, &tmV, &tmKr, &tmVr, &tmO);
 #endif
 }
 
@@ -57,12 +58,13 @@ int section_pairs(const mkx_attn_desc *d) {
 
 template <class Cfg>
 int launch(const mkx_attn_desc *d, cudaStream_t s) {
-  typedef typename std::conditional<Cfg::FP16, __half, __nv_bfloat16>::type OutT;
-  CUtensorMap tmQ, tmK, tmV, tmKr, tmVr;
+  CUtensorMap tmQ, tmK, tmV, tmKr, tmVr, tmO;
   const int64_t qd[4] = {d->head_dim, d->heads_q, d->seq_q, d->batch};
   const int64_t qs[4] = {1, d->head_dim, d->heads_q * d->head_dim, d->seq_q * d->heads_q * d->head_dim};
   const uint32_t qb[4] = {64, 1, (uint32_t)Cfg::BM, 1};
   int rc = make_map(&tmQ, d->q, d->dtype, 4, qd, qs, qb);
+  const uint32_t ob[4] = {64, 1, 64, 1};  // O: one consumer warpgroup's rows
+  if (!rc) rc = make_map(&tmO, d->o, d->dtype, 4, qd, qs, ob);
   if (!rc) rc = make_kv_map(&tmK, d->k, d, 1, Cfg::BN);
   if (!rc) rc = make_kv_map(&tmV, d->v, d, 1, Cfg::BN);
   const bool ring = d->nchunks > 1;
@@ -100,14 +102,14 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   const int64_t tiles = d->batch * d->heads_q * mkx::gemm::cdiv(d->seq_q, Cfg::BM);
   int ctas = d->num_ctas > 0 ? d->num_ctas : sms;
   if (ctas > tiles) ctas = (int)tiles;
-  auto kern = mkx_attn_kernel<Cfg, OutT>;
-  rc = mkx::gemm::smem_attr_once<mkx_attn_kernel<Cfg, OutT>>((int)Cfg::SMEM_BYTES);
+  auto kern = mkx_attn_kernel<Cfg>;
+  rc = mkx::gemm::smem_attr_once<mkx_attn_kernel<Cfg>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
   if (d->tile_counter) {
     cudaError_t e = cudaMemsetAsync(d->tile_counter, 0, sizeof(int), s);
     if (e != cudaSuccess) return (int)e;
   }
-  kern<<<ctas, Cfg::THREADS, Cfg::SMEM_BYTES, s>>>(tmQ, tmK, tmV, tmKr, tmVr, p);
+  kern<<<ctas, Cfg::THREADS, Cfg::SMEM_BYTES, s>>>(tmQ, tmK, tmV, tmKr, tmVr, tmO, p);
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }

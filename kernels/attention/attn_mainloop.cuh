@@ -25,7 +25,8 @@
  * blocks (Blocks), so the rings' phases agree without any other message.
  *
  * Shared memory (1024-aligned): Q (D/64 boxes of BM x 128 bytes), K
- * stages, V stages (D/64 boxes of BN x 128 bytes each), then mbarriers.
+ * stages, V stages (D/64 boxes of BN x 128 bytes each), O (one buffer of
+ * D/64 boxes of 64 x 128 bytes per consumer warpgroup), then mbarriers.
  */
 #pragma once
 
@@ -77,7 +78,8 @@ struct Config {
   static constexpr uint32_t Q_BYTES = BM * D * 2;
   static constexpr uint32_t KV_BYTES = BN * D * 2;
   static constexpr uint32_t BAR_BYTES = 1024;
-  static constexpr uint32_t SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + BAR_BYTES + 1024;
+  static constexpr uint32_t O_BYTES = BM * D * 2;  // one 64-row buffer per consumer warpgroup
+  static constexpr uint32_t SMEM_BYTES = Q_BYTES + 2 * STAGES * KV_BYTES + O_BYTES + BAR_BYTES + 1024;
   static_assert(D == 64 || D == 128, "head dim 64 or 128");
   static_assert(WGS == 2 || (WGS == 3 && D == 64 && BN == 128), "3 warpgroups: head dim 64, 128 keys");
   static_assert(BN % 16 == 0 && BN <= 256, "key block");
@@ -193,6 +195,12 @@ __device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, u
       "[%2];" ::"r"(smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
+}
+__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, const void *src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(map)),
+               "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
 }
 __device__ __forceinline__ void tma_load_5d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
                                             int c3, int c4) {
@@ -320,6 +328,11 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
 __device__ __forceinline__ int acc_row(int tid, int half) { return (tid >> 5) * 16 + ((tid & 31) >> 2) + half * 8; }
 __device__ __forceinline__ int acc_col(int tid, int i) { return (i >> 2) * 8 + (tid & 3) * 2 + (i & 1); }
 
+/* x, known to the compiler as the same in every lane: descriptors made
+ * from it stay in uniform registers instead of being moved there before
+ * every wgmma. */
+__device__ __forceinline__ uint32_t warp_uniform(uint32_t x) { return __shfl_sync(0xffffffffu, x, 0); }
+
 /* Descriptors: the shared-memory address sits in the low bits in units
  * of 16 bytes, so a descriptor of base + off is the base's plus off / 16
  * (every address here is below 256 KB: the field cannot carry over). */
@@ -427,23 +440,43 @@ __device__ __forceinline__ void to_fragments(const float (&s)[Cfg::BN / 2], uint
   }
 }
 
-template <typename T>
-struct Pair;
-template <>
-struct Pair<__nv_bfloat16> {
-  __device__ __forceinline__ static uint32_t pack(float a, float b) { return pack2<false>(a, b); }
-};
-template <>
-struct Pair<__half> {
-  __device__ __forceinline__ static uint32_t pack(float a, float b) { return pack2<true>(a, b); }
-};
+/* The warpgroup's 64 rows of O (times inv) into its shared buffer sO
+ * (D/64 boxes of 64 rows x 128 bytes, 128-byte swizzle) and out by TMA:
+ * the tensor map clips rows past seq_q and columns past head_dim.  The
+ * buffer is rewritten only once the previous tile's store has read it. */
+template <class Cfg>
+__device__ __forceinline__ void store_o_tma(const Tile &tile, int row0, int cw, int tid, const float (&o)[Cfg::D / 2],
+                                            const float (&inv)[2], uint8_t *sO, const CUtensorMap *tmO) {
+  const int bar = 1 + Cfg::WGS + cw;  // after the turns' barriers
+  const uint32_t base = smem_u32(sO);
+  if (tid == 0) gemm::bulk_wait_read<0>();
+  gemm::named_bar_sync(bar, 128);
+  const int r = acc_row(tid, 0);
+  const int cb = (tid & 3) * 4;
+#pragma unroll
+  for (int q = 0; q < Cfg::D / 8; ++q) {
+    const uint32_t box = base + (q >> 3) * (64 * 128);
+    const int bcol = (q & 7) * 16 + cb;
+    gemm::st_shared_b32(gemm::swizzled_128b(box, r, bcol), pack2<Cfg::FP16>(o[4 * q] * inv[0], o[4 * q + 1] * inv[0]));
+    gemm::st_shared_b32(gemm::swizzled_128b(box, r + 8, bcol),
+                        pack2<Cfg::FP16>(o[4 * q + 2] * inv[1], o[4 * q + 3] * inv[1]));
+  }
+  fence_proxy_async_smem();
+  gemm::named_bar_sync(bar, 128);
+  if (tid == 0) {
+#pragma unroll
+    for (int a = 0; a < Cfg::ATOMS; ++a) tma_store_4d(tmO, sO + a * (64 * 128), a * 64, tile.hq, row0, tile.b);
+    gemm::bulk_commit();
+  }
+}
 
 /* O /= l, stored in the output type at rows < seq_q, columns < head_dim;
  * LSE = scale * m + ln(l), or O = 0 and LSE = -inf where nothing was
  * visible. */
-template <class Cfg, typename OutT>
-__device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int row0, int tid, float (&o)[Cfg::D / 2],
-                                         const float (&m)[2], float (&l)[2]) {
+template <class Cfg>
+__device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int row0, int cw, int tid,
+                                         float (&o)[Cfg::D / 2], const float (&m)[2], float (&l)[2], uint8_t *sO,
+                                         const CUtensorMap *tmO) {
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -451,19 +484,11 @@ __device__ __forceinline__ void epilogue(const Params &p, const Tile &tile, int 
     l[h] += __shfl_xor_sync(0xffffffff, l[h], 2);
     inv[h] = l[h] > 0.f ? 1.f / l[h] : 0.f;
   }
-  OutT *out = reinterpret_cast<OutT *>(p.o);
+  store_o_tma<Cfg>(tile, row0, cw, tid, o, inv, sO, tmO);
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int i = row0 + acc_row(tid, h);
     if (i >= p.seq_q) continue;
-    OutT *dst = out + (((int64_t)tile.b * p.seq_q + i) * p.heads_q + tile.hq) * p.head_dim;
-#pragma unroll
-    for (int q = 0; q < Cfg::D / 8; ++q) {
-      const int col = 8 * q + 2 * (tid & 3);
-      if (col < p.head_dim)
-        *reinterpret_cast<uint32_t *>(dst + col) =
-            Pair<OutT>::pack(o[4 * q + 2 * h] * inv[h], o[4 * q + 2 * h + 1] * inv[h]);
-    }
     if (p.lse && (tid & 3) == 0)
       p.lse[((int64_t)tile.b * p.heads_q + tile.hq) * p.seq_q + i] =
           l[h] > 0.f ? m[h] * p.scale + logf(l[h]) : -INFINITY;
@@ -499,14 +524,23 @@ struct Walk {
   bool leader;
 };
 
-/* O and l follow the moved row maxima (alpha) and take this block's sums;
- * once the maxima settle, most blocks leave O alone. */
+/* Waits for the P V in flight (the last wgmma group), then O and l
+ * follow the moved row maxima (alpha) and take this block's sums; once
+ * the maxima settle, most blocks leave O alone.  The wait is inside each
+ * branch because ptxas hoists a wgmma wait to the top of its basic block:
+ * before the branch, it would wait ahead of the softmax it should
+ * overlap. */
 template <int D>
-__device__ __forceinline__ void rescale(float (&o)[D / 2], float (&l)[2], const float (&alpha)[2],
-                                        const float (&rowsum)[2]) {
+__device__ __forceinline__ void wait_pv_rescale(float (&o)[D / 2], float (&l)[2], const float (&alpha)[2],
+                                                const float (&rowsum)[2]) {
   if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+    wgmma_wait<0>();
+    pin_acc(o);
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i >> 1) & 1];
+  } else {
+    wgmma_wait<0>();
+    pin_acc(o);
   }
 #pragma unroll
   for (int h = 0; h < 2; ++h) l[h] = l[h] * alpha[h] + rowsum[h];
@@ -526,7 +560,7 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
   mbar_wait(&w.k_full[ring.stage], ring.phase);
   w.turn.wait();
   wgmma_fence();
-  issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, ring.stage * Cfg::KV_BYTES));
+  issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, warp_uniform(ring.stage * Cfg::KV_BYTES)));
   wgmma_commit();
   w.turn.pass();
   wgmma_wait<0>();
@@ -548,9 +582,9 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
     mbar_wait(&w.v_full[prev.stage], prev.phase);
     w.turn.wait();
     wgmma_fence();
-    issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, ring.stage * Cfg::KV_BYTES));
+    issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, warp_uniform(ring.stage * Cfg::KV_BYTES)));
     wgmma_commit();
-    issue_pv<Cfg>(o, pf, desc_at(w.dv0, prev.stage * Cfg::KV_BYTES));
+    issue_pv<Cfg>(o, pf, desc_at(w.dv0, warp_uniform(prev.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     w.turn.pass();
     wgmma_wait<1>();
@@ -558,10 +592,8 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
     if (w.leader) mbar_arrive(&w.k_empty[ring.stage]);
     mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
     softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
-    wgmma_wait<0>();
-    pin_acc(o);
+    wait_pv_rescale<Cfg::D>(o, l, alpha, rowsum);
     if (w.leader) mbar_arrive(&w.v_empty[prev.stage]);
-    rescale<Cfg::D>(o, l, alpha, rowsum);
     to_fragments<Cfg>(s, pf);
     prev = ring;
     ring.advance<Cfg::STAGES>();
@@ -571,7 +603,7 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
   mbar_wait(&w.v_full[prev.stage], prev.phase);
   w.turn.wait();
   wgmma_fence();
-  issue_pv<Cfg>(o, pf, desc_at(w.dv0, prev.stage * Cfg::KV_BYTES));
+  issue_pv<Cfg>(o, pf, desc_at(w.dv0, warp_uniform(prev.stage * Cfg::KV_BYTES)));
   wgmma_commit();
   w.turn.pass();
   wgmma_wait<0>();
@@ -581,10 +613,11 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
 
 /* A consumer warpgroup: the tiles the producer announces, each tile's
  * blocks, the epilogue. */
-template <class Cfg, typename OutT>
+template <class Cfg>
 __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, int cw, int tid, uint8_t *sQ,
-                                        uint8_t *sK, uint8_t *sV, Shared *sh, uint64_t *k_full, uint64_t *k_empty,
-                                        uint64_t *v_full, uint64_t *v_empty) {
+                                        uint8_t *sK, uint8_t *sV, uint8_t *sO, Shared *sh, uint64_t *k_full,
+                                        uint64_t *k_empty, uint64_t *v_full, uint64_t *v_empty,
+                                        const CUtensorMap *tmO) {
   constexpr int D = Cfg::D;
   Walk w{make_desc(smem_u32(sQ) + cw * (64 * 128), 16, 1024),
          make_desc(smem_u32(sK), 16, 1024),
@@ -618,19 +651,23 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
     } else {
       blocks_overlapped<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
     }
-    epilogue<Cfg, OutT>(p, tile, row0, tid, o, m, l);
+    epilogue<Cfg>(p, tile, row0, cw, tid, o, m, l, sO + cw * (64 * D * 2), tmO);
   }
+  /* the shared buffer stays until the last store has read it */
+  if (tid == 0) gemm::bulk_wait<0>();
 }
 
 /* The whole engine for this CTA; all Cfg::THREADS threads call it. */
-template <class Cfg, typename OutT>
+template <class Cfg>
 __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CUtensorMap *tmQ, const CUtensorMap *tmK,
-                                    const CUtensorMap *tmV, const CUtensorMap *tmKr, const CUtensorMap *tmVr) {
+                                    const CUtensorMap *tmV, const CUtensorMap *tmKr, const CUtensorMap *tmVr,
+                                    const CUtensorMap *tmO) {
   uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t *sQ = smem;
   uint8_t *sK = sQ + Cfg::Q_BYTES;
   uint8_t *sV = sK + Cfg::STAGES * Cfg::KV_BYTES;
-  uint64_t *bars = reinterpret_cast<uint64_t *>(sV + Cfg::STAGES * Cfg::KV_BYTES);
+  uint8_t *sO = sV + Cfg::STAGES * Cfg::KV_BYTES;
+  uint64_t *bars = reinterpret_cast<uint64_t *>(sO + Cfg::O_BYTES);
   uint64_t *k_full = bars, *k_empty = k_full + Cfg::STAGES;
   uint64_t *v_full = k_empty + Cfg::STAGES, *v_empty = v_full + Cfg::STAGES;
   Shared *sh = reinterpret_cast<Shared *>(v_empty + Cfg::STAGES);
@@ -652,15 +689,19 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
     prefetch_tmap(tmQ);
     prefetch_tmap(tmK);
     prefetch_tmap(tmV);
+    prefetch_tmap(tmO);
   }
   __syncthreads();
-  const int wg = tid / 128;
+  /* through a shuffle so that the compiler knows it is warp-uniform: the
+   * descriptors and barrier ids made from it then stay in uniform
+   * registers instead of being moved into them before every wgmma */
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
   if (wg == 0) {
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if (tid == 0) produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
   } else {
     setmaxnreg_inc<Cfg::CONSUMER_REGS>();
-    consume<Cfg, OutT>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);
+    consume<Cfg>(p, sched, wg - 1, tid & 127, sQ, sK, sV, sO, sh, k_full, k_empty, v_full, v_empty, tmO);
   }
 }
 
