@@ -231,6 +231,20 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
   return r;
 }
 
+/* Whether the phase of parity `parity` of bar has completed, without
+ * waiting (mbarrier.test_wait; acquire, as a wait that returns). */
+__device__ __forceinline__ bool mbar_done(uint64_t *bar, uint32_t parity) {
+  uint32_t r;
+  asm volatile(
+      "{\n.reg .pred P1;\n"
+      "mbarrier.test_wait.parity.shared::cta.b64 P1, [%1], %2;\n"
+      "selp.u32 %0, 1, 0, P1;\n}\n"
+      : "=r"(r)
+      : "r"(smem_u32(bar)), "r"(parity)
+      : "memory");
+  return r != 0;
+}
+
 /* Ring position of the producer and the consumers (same walk). */
 struct Ring {
   int stage = 0;
@@ -575,11 +589,12 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
   to_fragments<Cfg>(s, pf);
   Ring prev = ring;
   ring.advance<Cfg::STAGES>();
+  bool landed = false;  // K and V of this iteration seen in shared memory
   for (int it = 1; it < total; ++it) {
-    blk.next(p);
-    if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
-    mbar_wait(&w.k_full[ring.stage], ring.phase);
-    mbar_wait(&w.v_full[prev.stage], prev.phase);
+    if (!landed) {
+      mbar_wait(&w.k_full[ring.stage], ring.phase);
+      mbar_wait(&w.v_full[prev.stage], prev.phase);
+    }
     w.turn.wait();
     wgmma_fence();
     issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, warp_uniform(ring.stage * Cfg::KV_BYTES)));
@@ -587,6 +602,15 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
     issue_pv<Cfg>(o, pf, desc_at(w.dv0, warp_uniform(prev.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     w.turn.pass();
+    /* while Q K^T runs: this block's place in the walk, and whether the
+     * next iteration's K and V have landed (then it need not wait) */
+    blk.next(p);
+    if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+    if (it + 1 < total) {
+      Ring next = ring;
+      next.advance<Cfg::STAGES>();
+      landed = mbar_done(&w.k_full[next.stage], next.phase) && mbar_done(&w.v_full[ring.stage], ring.phase);
+    }
     wgmma_wait<1>();
     pin_acc(s);
     if (w.leader) mbar_arrive(&w.k_empty[ring.stage]);
