@@ -589,8 +589,17 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
   to_fragments<Cfg>(s, pf);
   Ring prev = ring;
   ring.advance<Cfg::STAGES>();
+  /* With two warpgroups, each block's place in the walk and whether the
+   * next iteration's K and V have landed (then it need not wait) are
+   * found while Q K^T runs; three warpgroups (160 registers) would spill
+   * the state, and take the walk's next step first as they did. */
+  constexpr bool early = Cfg::WGS == 2;
   bool landed = false;  // K and V of this iteration seen in shared memory
   for (int it = 1; it < total; ++it) {
+    if (!early) {
+      blk.next(p);
+      if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+    }
     if (!landed) {
       mbar_wait(&w.k_full[ring.stage], ring.phase);
       mbar_wait(&w.v_full[prev.stage], prev.phase);
@@ -602,14 +611,14 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
     issue_pv<Cfg>(o, pf, desc_at(w.dv0, warp_uniform(prev.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     w.turn.pass();
-    /* while Q K^T runs: this block's place in the walk, and whether the
-     * next iteration's K and V have landed (then it need not wait) */
-    blk.next(p);
-    if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
-    if (it + 1 < total) {
-      Ring next = ring;
-      next.advance<Cfg::STAGES>();
-      landed = mbar_done(&w.k_full[next.stage], next.phase) && mbar_done(&w.v_full[ring.stage], ring.phase);
+    if (early) {
+      blk.next(p);
+      if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+      if (it + 1 < total) {
+        Ring next = ring;
+        next.advance<Cfg::STAGES>();
+        landed = mbar_done(&w.k_full[next.stage], next.phase) && mbar_done(&w.v_full[ring.stage], ring.phase);
+      }
     }
     wgmma_wait<1>();
     pin_acc(s);
