@@ -211,18 +211,9 @@ __global__ void expert_counts(const int *offsets, int local, int64_t *expert_row
 }
 
 /* The first bad input of a run into the host-mapped input record (tp.h),
- * unless one is there: claimed by a compare-and-swap, published last. */
+ * unless one is there. */
 __device__ void record_input(int *err, int code, int a, int b, int c, int d, int e) {
-  if (!err || atomicCAS(err, 0, -1) != 0) return;
-  volatile int *w = err;
-  w[1] = a;
-  w[2] = b;
-  w[3] = c;
-  w[4] = d;
-  w[5] = e;
-  __threadfence_system();
-  w[0] = code;
-  __threadfence_system();
+  if (mkx::tp::claim_error(err)) mkx::tp::publish_error(err, code, {a, b, c, d, e});
 }
 
 __device__ void record_bad_id(int *err, int rank, int slot, int id, int topk, int experts) {

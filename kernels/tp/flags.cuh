@@ -38,6 +38,20 @@ __device__ __forceinline__ int told_word(int origin, int peer, int where) {
   return 1 << 28 | origin << 20 | where << 8 | (peer + 1);
 }
 
+/* A record in a host-mapped error word (tp.h): claimed by the first to
+ * get there (err[0]: 0 -> -1; false: one is there already), then words
+ * 1..N, then the code in err[0], each visible to the host before the
+ * next (the host reads the code first). */
+__device__ __forceinline__ bool claim_error(volatile int *err) { return err && atomicCAS((int *)err, 0, -1) == 0; }
+template <int N>
+__device__ __forceinline__ void publish_error(volatile int *err, int code, const int (&words)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) err[1 + i] = words[i];
+  __threadfence_system();
+  err[0] = code;
+  __threadfence_system();
+}
+
 /* Record the first failure of the plan in the host-mapped error word
  * (err[0] = code, err[1] = peer, err[2] = tile, err[3] = where), after
  * telling the peers (first: another wait of this rank that sees err[0]
@@ -46,18 +60,10 @@ __device__ __forceinline__ int told_word(int origin, int peer, int where) {
 __device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer, int tile, int where, int tell,
                                         int my_peer = -1, int my_tile = -1, int my_where = 0) {
   volatile int *err = s.err;
-  if (!err || atomicCAS((int *)err, 0, -1) != 0) return;
+  if (!claim_error(err)) return;
   for (int q = 0; q < s.size; ++q)
     if (q != s.rank) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_TOLD) + s.rank, tell);
-  err[1] = peer;
-  err[2] = tile;
-  err[3] = where;
-  err[4] = my_peer;
-  err[5] = my_tile;
-  err[6] = my_where;
-  __threadfence_system();
-  err[0] = code;
-  __threadfence_system();
+  publish_error(err, code, {peer, tile, where, my_peer, my_tile, my_where});
 }
 
 /* If a peer told this rank that it gave up (and no failure of this rank's
