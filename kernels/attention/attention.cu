@@ -185,6 +185,16 @@ extern "C" int mkx_attn_warpgroups(const mkx_attn_desc *d) {
   return 3;
 }
 
+#ifdef MKX_ATTN_TIMELINE
+extern "C" int mkx_attn_timeline_read(long long *out) {
+  return (int)cudaMemcpyFromSymbol(out, mkx::attn::timeline_stamps, sizeof mkx::attn::timeline_stamps);
+}
+extern "C" int mkx_attn_timeline_clear(void) {
+  static const long long zero[2][2][MKX_ATTN_TIMELINE_BLOCKS][STEPS] = {};
+  return (int)cudaMemcpyToSymbol(mkx::attn::timeline_stamps, zero, sizeof zero);
+}
+#endif
+
 extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
   if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
   if (!mkx::gemm::device_is_sm90()) return MKX_ATTN_ENODEV;

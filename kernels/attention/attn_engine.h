@@ -101,6 +101,14 @@ int mkx_attn_warpgroups(const mkx_attn_desc *d);
  * value (> 0) or a negative MKX_ATTN_E* code. */
 int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s);
 
+#ifdef MKX_ATTN_TIMELINE
+/* The timeline of attn_timeline.cuh: stamps[warpgroup][warp 0 or 2][block]
+ * [step] (2 x 2 x 256 x 8 long long, clock64, 0 where none), and a clear
+ * before a run.  0 or a cudaError_t value. */
+int mkx_attn_timeline_read(long long *stamps);
+int mkx_attn_timeline_clear(void);
+#endif
+
 #ifdef __cplusplus
 }
 #endif

@@ -35,6 +35,7 @@
 #include <stdint.h>
 #include "attention/attn_engine.h"
 #include "attention/attn_positions.h"
+#include "attention/attn_timeline.cuh"
 #include "common/wgmma_ops.cuh"
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
@@ -536,6 +537,7 @@ struct Walk {
   Turns turn;
   int tid;
   bool leader;
+  bool first_tile;  // for the timeline (attn_timeline.cuh)
 };
 
 /* Waits for the P V in flight (the last wgmma group), then O and l
@@ -596,6 +598,7 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
   constexpr bool early = Cfg::WGS == 2;
   bool landed = false;  // K and V of this iteration seen in shared memory
   for (int it = 1; it < total; ++it) {
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_TOP);
     if (!early) {
       blk.next(p);
       if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
@@ -604,13 +607,16 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
       mbar_wait(&w.k_full[ring.stage], ring.phase);
       mbar_wait(&w.v_full[prev.stage], prev.phase);
     }
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_LANDED);
     w.turn.wait();
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_TURN);
     wgmma_fence();
     issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, warp_uniform(ring.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     issue_pv<Cfg>(o, pf, desc_at(w.dv0, warp_uniform(prev.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     w.turn.pass();
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_ISSUED);
     if (early) {
       blk.next(p);
       if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
@@ -622,12 +628,16 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
     }
     wgmma_wait<1>();
     pin_acc(s);
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_QK);
     if (w.leader) mbar_arrive(&w.k_empty[ring.stage]);
     mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
     softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_SOFTMAX);
     wait_pv_rescale<Cfg::D>(o, l, alpha, rowsum);
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_PV);
     if (w.leader) mbar_arrive(&w.v_empty[prev.stage]);
     to_fragments<Cfg>(s, pf);
+    step(w.first_tile, w.turn.cw, w.tid, it, STEP_END);
     prev = ring;
     ring.advance<Cfg::STAGES>();
   }
@@ -663,7 +673,8 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
          Ring(),
          Turns{!p.no_turns, cw, cw + 1 == Cfg::WGS ? 0 : cw + 1},
          tid,
-         (tid & 31) == 0};
+         (tid & 31) == 0,
+         true};
   uint32_t q_phase = 0;
   if (cw + 1 == Cfg::WGS) w.turn.pass();  // warpgroup 0 goes first
   for (;;) {
@@ -685,6 +696,7 @@ __device__ __forceinline__ void consume(const Params &p, const Schedule &sched, 
       blocks_overlapped<Cfg>(p, w, blk, row0, blk.total(p), o, m, l);
     }
     epilogue<Cfg>(p, tile, row0, cw, tid, o, m, l, sO + cw * (64 * D * 2), tmO);
+    w.first_tile = false;
   }
   /* the shared buffer stays until the last store has read it */
   if (tid == 0) gemm::bulk_wait<0>();
