@@ -190,8 +190,10 @@ extern "C" int mkx_attn_timeline_read(long long *out) {
   return (int)cudaMemcpyFromSymbol(out, mkx::attn::timeline_stamps, sizeof mkx::attn::timeline_stamps);
 }
 extern "C" int mkx_attn_timeline_clear(void) {
-  static const long long zero[2][2][MKX_ATTN_TIMELINE_BLOCKS][STEPS] = {};
-  return (int)cudaMemcpyToSymbol(mkx::attn::timeline_stamps, zero, sizeof zero);
+  void *at = nullptr;
+  cudaError_t e = cudaGetSymbolAddress(&at, mkx::attn::timeline_stamps);
+  if (e == cudaSuccess) e = cudaMemset(at, 0, sizeof mkx::attn::timeline_stamps);
+  return (int)e;
 }
 #endif
 

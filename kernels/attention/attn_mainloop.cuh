@@ -47,6 +47,7 @@ using gemm::fence_proxy_async_smem;
 using gemm::make_desc;
 using gemm::mbar_arrive;
 using gemm::mbar_arrive_expect_tx;
+using gemm::mbar_done;
 using gemm::mbar_init;
 using gemm::mbar_wait;
 using gemm::pin_acc;
@@ -230,20 +231,6 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi) {
     r = *reinterpret_cast<uint32_t *>(&h);
   }
   return r;
-}
-
-/* Whether the phase of parity `parity` of bar has completed, without
- * waiting (mbarrier.test_wait; acquire, as a wait that returns). */
-__device__ __forceinline__ bool mbar_done(uint64_t *bar, uint32_t parity) {
-  uint32_t r;
-  asm volatile(
-      "{\n.reg .pred P1;\n"
-      "mbarrier.test_wait.parity.shared::cta.b64 P1, [%1], %2;\n"
-      "selp.u32 %0, 1, 0, P1;\n}\n"
-      : "=r"(r)
-      : "r"(smem_u32(bar)), "r"(parity)
-      : "memory");
-  return r != 0;
 }
 
 /* Ring position of the producer and the consumers (same walk). */
@@ -538,6 +525,7 @@ struct Walk {
   int tid;
   bool leader;
   bool first_tile;  // for the timeline (attn_timeline.cuh)
+  __device__ __forceinline__ void stamp(int it, Step s) const { step(first_tile, turn.cw, tid, it, s); }
 };
 
 /* Waits for the P V in flight (the last wgmma group), then O and l
@@ -597,29 +585,29 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
    * the state, and take the walk's next step first as they did. */
   constexpr bool early = Cfg::WGS == 2;
   bool landed = false;  // K and V of this iteration seen in shared memory
+  auto walk_on = [&] {
+    blk.next(p);
+    if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+  };
   for (int it = 1; it < total; ++it) {
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_TOP);
-    if (!early) {
-      blk.next(p);
-      if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
-    }
+    w.stamp(it, STEP_TOP);
+    if (!early) walk_on();
     if (!landed) {
       mbar_wait(&w.k_full[ring.stage], ring.phase);
       mbar_wait(&w.v_full[prev.stage], prev.phase);
     }
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_LANDED);
+    w.stamp(it, STEP_LANDED);
     w.turn.wait();
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_TURN);
+    w.stamp(it, STEP_TURN);
     wgmma_fence();
     issue_qk<Cfg>(s, w.dq, desc_at(w.dk0, warp_uniform(ring.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     issue_pv<Cfg>(o, pf, desc_at(w.dv0, warp_uniform(prev.stage * Cfg::KV_BYTES)));
     wgmma_commit();
     w.turn.pass();
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_ISSUED);
+    w.stamp(it, STEP_ISSUED);
     if (early) {
-      blk.next(p);
-      if (blk.nb == 0) row_limits(p, blk.c, w.tid, row0, lim);
+      walk_on();
       if (it + 1 < total) {
         Ring next = ring;
         next.advance<Cfg::STAGES>();
@@ -628,16 +616,16 @@ __device__ __forceinline__ void blocks_overlapped(const Params &p, Walk &w, Bloc
     }
     wgmma_wait<1>();
     pin_acc(s);
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_QK);
+    w.stamp(it, STEP_QK);
     if (w.leader) mbar_arrive(&w.k_empty[ring.stage]);
     mask_block<Cfg>(s, w.tid, lim, blk.nb * BN);
     softmax_block<BN / 2>(s, m, alpha, rowsum, p.scale_log2);
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_SOFTMAX);
+    w.stamp(it, STEP_SOFTMAX);
     wait_pv_rescale<Cfg::D>(o, l, alpha, rowsum);
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_PV);
+    w.stamp(it, STEP_PV);
     if (w.leader) mbar_arrive(&w.v_empty[prev.stage]);
     to_fragments<Cfg>(s, pf);
-    step(w.first_tile, w.turn.cw, w.tid, it, STEP_END);
+    w.stamp(it, STEP_END);
     prev = ring;
     ring.advance<Cfg::STAGES>();
   }
@@ -737,10 +725,7 @@ __device__ __forceinline__ void run(uint8_t *smem_raw, const Params &p, const CU
     prefetch_tmap(tmO);
   }
   __syncthreads();
-  /* through a shuffle so that the compiler knows it is warp-uniform: the
-   * descriptors and barrier ids made from it then stay in uniform
-   * registers instead of being moved into them before every wgmma */
-  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);
+  const int wg = (int)warp_uniform(tid / 128);  // barrier ids and descriptors follow
   if (wg == 0) {
     setmaxnreg_dec<Cfg::PRODUCER_REGS>();
     if (tid == 0) produce<Cfg>(p, sched, tmQ, tmK, tmV, tmKr, tmVr, sQ, sK, sV, sh, k_full, k_empty, v_full, v_empty);

@@ -39,6 +39,12 @@ static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
  * and take the staged path with device buffers). */
 static int vnode;
 
+/* The communicator options of --vnode into info. */
+static void set_vnode(MPI_Info info) {
+  MPI_Info_set(info, "mkx_virtual_node_size", "2");
+  MPI_Info_set(info, "mkx_net", "shm");
+}
+
 /* Calls that should have taken the GPU path (see gpu_eligible). */
 static long gpu_calls;
 static int gpu_hopper = -1;
@@ -899,10 +905,7 @@ static void async_cases(void) {
   MKX_Comm ac = NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_moe_sync", "no");
-  if (vnode) {
-    MPI_Info_set(info, "mkx_virtual_node_size", "2");
-    MPI_Info_set(info, "mkx_net", "shm");
-  }
+  if (vnode) set_vnode(info);
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &ac);
   MPI_Info_free(&info);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create with mkx_moe_sync=no");
@@ -929,8 +932,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) vnode |= !strcmp(argv[i], "--vnode");
   if (vnode) {
     MPI_Info_create(&info);
-    MPI_Info_set(info, "mkx_virtual_node_size", "2");
-    MPI_Info_set(info, "mkx_net", "shm");
+    set_vnode(info);
   }
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &comm);
   if (vnode) MPI_Info_free(&info);
