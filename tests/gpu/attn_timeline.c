@@ -2,7 +2,9 @@
  * The attention engine's timeline (kernels/attention/attn_timeline.cuh):
  * one run of one shape, bf16, random inputs, then for each consumer
  * warpgroup (warps 0 and 2) the mean cycles of each step of the main loop
- * over blocks 8..55 of CTA 0's first tile, and the cycles per block.
+ * over blocks 8..55 of CTA 0's first tile, and the cycles per block; then
+ * when warpgroup 1's steps come relative to warpgroup 0's, and how long
+ * both are in their softmax at once (they share the exponential units).
  * Built by the `timeline` stage of ci/gpu-check with -DMKX_ATTN_TIMELINE
  * (not part of make check: a measurement, not a test).
  *   attn_timeline [batch seq heads_q heads_kv head_dim causal]
@@ -97,5 +99,26 @@ int main(int argc, char **argv) {
       printf(" (end to top %.0f); per block %.0f\n", n ? seg[0] / n : 0.,
              n ? (double)(t[w][x][last][0] - t[w][x][FIRST][0]) / n : 0.);
     }
+  /* warpgroup 1 against warpgroup 0 (warps on the same scheduler): when
+   * its steps come after warpgroup 0's top of the same block, and how
+   * long per block both are in their softmax at once */
+  for (int x = 0; x < 2; ++x) {
+    double off[STEPS] = {0}, both = 0;
+    int n = 0;
+    for (int it = FIRST; it < LAST && t[0][x][it + 1][0] && t[1][x][it + 1][0]; ++it, ++n) {
+      for (int e = 0; e < STEPS; ++e)
+        off[e] += (double)(t[1][x][it][e] - t[0][x][it][0]);
+      const long long a0 = t[0][x][it][4], a1 = t[0][x][it][5];
+      for (int j = it - 1; j <= it + 1; ++j) {
+        const long long b0 = t[1][x][j][4], b1 = t[1][x][j][5];
+        const long long lo = a0 > b0 ? a0 : b0, hi = a1 < b1 ? a1 : b1;
+        if (hi > lo) both += (double)(hi - lo);
+      }
+    }
+    printf("warpgroup 1 warp %d after warpgroup 0's top:", 2 * x);
+    for (int e = 0; e < STEPS; ++e)
+      printf(" %s %.0f", step_name[e], n ? off[e] / n : 0.);
+    printf("; both in softmax %.0f per block\n", n ? both / n : 0.);
+  }
   return 0;
 }
