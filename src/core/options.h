@@ -63,6 +63,7 @@ typedef struct mkx_options {
   int net_shm_latency_us;    /* shm: emulated latency */
   int64_t net_shm_ring;      /* shm: bytes of each ring */
   int net_shm_cma;           /* shm: direct placement into host regions */
+  int net_shm_ipc;           /* shm: CUDA IPC copies into device regions */
 } mkx_options;
 
 typedef enum {

@@ -209,6 +209,10 @@ int mkx_net_tcp_port(const mkx_net *n);
  * region so far; *enabled: whether direct placement is still on (option
  * net_shm_cma, and not refused by the system), for tests. */
 uint64_t mkx_net_shm_placed(const mkx_net *n, int *enabled);
+/* shm only: writes copied straight into a peer's device region (CUDA IPC)
+ * so far; *enabled: whether that is still on (option net_shm_ipc, a stager
+ * that offers it, and no peer's mapping refused), for tests. */
+uint64_t mkx_net_shm_ipc_copies(const mkx_net *n, int *enabled);
 
 /* How tcp moves device memory: through pinned host buffers of stage_bytes
  * each (one for sending, one for receiving, per endpoint), with these
@@ -232,12 +236,26 @@ typedef struct mkx_net_stager {
    * threads, to_device by tcp's progress thread, possibly at once. */
   int (*to_host)(void *ctx, void *dst, const void *src, size_t len);
   int (*to_device)(void *ctx, void *dst, const void *src, size_t len);
+  /* Optional (NULL: not offered): device memory that other processes of
+   * the host map (the shm provider copies writes straight into it).
+   * ipc_export: a handle of the allocation holding p (at most
+   * MKX_NET_IPC_BYTES) and p's offset in it; ipc_import: the allocation of
+   * another process's handle mapped here (*base: its byte 0); ipc_release:
+   * that mapping undone; copy: synchronous, between two pointers of this
+   * process, device or host (called by sending threads). */
+  int (*ipc_export)(void *ctx, const void *p, void *handle, uint64_t *offset);
+  int (*ipc_import)(void *ctx, const void *handle, void **base);
+  void (*ipc_release)(void *ctx, void *base);
+  int (*copy)(void *ctx, void *dst, const void *src, size_t len);
 } mkx_net_stager;
+#define MKX_NET_IPC_BYTES 64
 
 /* The CUDA stager; NULL in a build without CUDA. */
 const mkx_net_stager *mkx_net_cuda_stager(void);
 /* The stager of tcp endpoints opened from now on (NULL: the CUDA one). */
 void mkx_net_tcp_set_stager(const mkx_net_stager *s);
+/* Likewise for shm endpoints (tests: a fake with IPC over host memory). */
+void mkx_net_shm_set_stager(const mkx_net_stager *s);
 
 /* For providers: `num` zeroed signal words in whole, page-aligned pages
  * (so a GPU mapping of them never shares a page with anything else);

@@ -69,7 +69,7 @@
 #define REC_MAGIC 0x4d4b5852u  /* "MKXR" */
 #define BLOB_MAGIC 0x4d4b5842u /* "MKXB" */
 #define REC_BYTES 64
-#define HDR_BYTES 4096
+#define HDR_BYTES 24576 /* the segment header, then the export table */
 #define NO_SLOT 0xffffffffu
 
 enum { REC_DATA = 1, REC_SKIP = 2, REC_PLACED = 3 };
@@ -77,6 +77,8 @@ enum { REC_DATA = 1, REC_SKIP = 2, REC_PLACED = 3 };
 #define CMA_MIN ((uint64_t)64 << 10)
 /* mr.rkey of a region in host memory: peers may place into it. */
 #define RKEY_HOST 0x484f5354u /* "HOST" */
+/* mr.rkey of an exported device region: peers may copy into it. */
+#define RKEY_IPC 0x49504344u /* "IPCD" */
 
 typedef struct shm_blob {
   uint32_t magic;
@@ -93,6 +95,29 @@ typedef struct seg_hdr {
   _Atomic int closed; /* the owner closed its endpoint */
   _Atomic int mapped; /* peers that have mapped it (the owner unlinks) */
 } seg_hdr;
+
+/* The export table (after the header, by region id): a device region of
+ * the owner that peers may map (CUDA IPC).  gen 0: none; the owner writes
+ * offset and handle, then gen (release), and clears gen before the
+ * region goes. */
+typedef struct ipc_entry {
+  _Atomic uint32_t gen;
+  uint32_t pad;
+  uint64_t offset; /* the region's byte 0 in its allocation */
+  uint8_t handle[MKX_NET_IPC_BYTES];
+} ipc_entry;
+#define IPC_TABLE_OFF 64
+_Static_assert(sizeof(seg_hdr) <= IPC_TABLE_OFF &&
+                   IPC_TABLE_OFF + MKX_NET_MAX_REGIONS * sizeof(ipc_entry) <=
+                       HDR_BYTES,
+               "segment header");
+
+/* A peer's exported region mapped here. */
+typedef struct ipc_map {
+  uint32_t gen;
+  void *map;  /* what ipc_import returned (the allocation's byte 0) */
+  char *at;   /* the region's byte 0 */
+} ipc_map;
 
 /* One ring's control words, each on its own cache line. */
 typedef struct ring_ctl {
@@ -125,12 +150,24 @@ typedef struct shm_impl {
   mkx_net_regions rg;
   int cma; /* direct placement allowed (option, and not refused yet) */
   _Atomic uint64_t placed; /* writes placed directly */
+  int ipc; /* copies into peers' device regions (option, stager, not refused) */
+  uint32_t ipc_gen;            /* the last export's generation */
+  ipc_map **imports;           /* [size][MKX_NET_MAX_REGIONS], made on use */
+  _Atomic uint64_t ipc_copies; /* writes copied into a peer's device region */
   /* the emulated link (the sending side; one thread drives an endpoint) */
   double ns_per_byte;
   int64_t latency_ns, link_free_ns;
 } shm_impl;
 
 static shm_impl *impl_of(mkx_net *n) { return n->impl; }
+
+static const mkx_net_stager *stager_override;
+
+void mkx_net_shm_set_stager(const mkx_net_stager *st) { stager_override = st; }
+
+static ipc_entry *ipc_table(char *seg) {
+  return (ipc_entry *)(seg + IPC_TABLE_OFF);
+}
 
 static int64_t now_ns(void) {
   struct timespec ts;
@@ -196,10 +233,12 @@ static int deliver(mkx_net *n, int from, const rec *r, const char *payload) {
   }
   char *dst = rg.base + r->offset;
   if (r->type == REC_PLACED) {
-    if (rg.dev >= 0) {
+    if (rg.dev >= 0 && !atomic_load_explicit(&ipc_table(s->own)[r->region].gen,
+                                             memory_order_relaxed)) {
       record_error(s, MKX_ERR_NET,
-                   "shm: rank %d placed %llu bytes into device memory", from,
-                   (unsigned long long)r->len);
+                   "shm: rank %d placed %llu bytes into device memory it may "
+                   "not map",
+                   from, (unsigned long long)r->len);
       return 0;
     }
   } else if (rg.dev < 0) {
@@ -331,7 +370,9 @@ static int shm_open_ep(mkx_net *n, const mkx_net_params *p) {
   if (!s) return mkx_error(MKX_ERR_NOMEM, "shm: endpoint");
   n->impl = s;
   pthread_mutex_init(&s->lock, NULL);
-  mkx_net_regions_init(&s->rg, "shm", mkx_net_cuda_stager());
+  const mkx_net_stager *st =
+      stager_override ? stager_override : mkx_net_cuda_stager();
+  mkx_net_regions_init(&s->rg, "shm", st);
   s->blob.magic = BLOB_MAGIC;
   s->blob.pid = (int32_t)getpid();
   s->blob.ring_bytes = round_rec((uint64_t)p->opt->net_shm_ring);
@@ -340,9 +381,13 @@ static int shm_open_ep(mkx_net *n, const mkx_net_params *p) {
                        : 0; /* MB/s: 1e9 ns / 1e6 bytes */
   s->latency_ns = (int64_t)p->opt->net_shm_latency_us * 1000;
   s->cma = p->opt->net_shm_cma;
+  s->ipc = p->opt->net_shm_ipc && st && st->ipc_export && st->ipc_import &&
+           st->ipc_release && st->copy;
   s->peer = calloc((size_t)p->size, sizeof *s->peer);
-  int rc = s->peer ? mkx_net_signals_alloc(p->num_signals, &n->signals)
-                   : mkx_error(MKX_ERR_NOMEM, "shm: peers");
+  s->imports = calloc((size_t)p->size, sizeof *s->imports);
+  int rc = s->peer && s->imports
+               ? mkx_net_signals_alloc(p->num_signals, &n->signals)
+               : mkx_error(MKX_ERR_NOMEM, "shm: peers");
   if (rc == MKX_SUCCESS) rc = make_segment(s, p->size);
   if (rc != MKX_SUCCESS) n->prov->close(n);
   return rc;
@@ -401,18 +446,42 @@ static int shm_connect(mkx_net *n, const void *blobs, size_t len) {
   return MKX_SUCCESS;
 }
 
+/* Device region `id` at `base` into the export table: 1, or 0 where the
+ * stager cannot export it (writes into it are then staged). */
+static int export_region(shm_impl *s, uint32_t id, const char *base) {
+  ipc_entry *e = &ipc_table(s->own)[id];
+  if (s->rg.stager->ipc_export(s->rg.stage_ctx, base, e->handle, &e->offset) !=
+      MKX_SUCCESS) {
+    mkx_log(MKX_LOG_INFO, "shm: device region %u not exported (%s): writes "
+            "into it are staged", id, MKX_Get_last_error());
+    return 0;
+  }
+  if (++s->ipc_gen == 0) s->ipc_gen = 1;
+  atomic_store_explicit(&e->gen, s->ipc_gen, memory_order_release);
+  return 1;
+}
+
 static int shm_reg(mkx_net *n, const mkx_net_reg_args *a, mkx_net_mr *mr) {
-  mkx_net_regions *g = &impl_of(n)->rg;
+  shm_impl *s = impl_of(n);
   mkx_net_region r;
-  MKX_TRY(mkx_net_regions_reg(g, a, mr));
-  /* peers learn from the key whether they may place into it */
-  mr->rkey =
-      mkx_net_regions_find(g, mr->id, 0, 0, &r) && r.dev < 0 ? RKEY_HOST : 0;
+  MKX_TRY(mkx_net_regions_reg(&s->rg, a, mr));
+  /* peers learn from the key whether they may place or copy into it */
+  mr->rkey = 0;
+  if (mkx_net_regions_find(&s->rg, mr->id, 0, 0, &r)) {
+    if (r.dev < 0)
+      mr->rkey = RKEY_HOST;
+    else if (s->ipc && export_region(s, mr->id, r.base))
+      mr->rkey = RKEY_IPC;
+  }
   return MKX_SUCCESS;
 }
 
 static int shm_dereg(mkx_net *n, mkx_net_mr *mr) {
-  return mkx_net_regions_dereg(&impl_of(n)->rg, mr);
+  shm_impl *s = impl_of(n);
+  if (mr->id < MKX_NET_MAX_REGIONS)
+    atomic_store_explicit(&ipc_table(s->own)[mr->id].gen, 0,
+                          memory_order_release);
+  return mkx_net_regions_dereg(&s->rg, mr);
 }
 
 /* ---- sending ------------------------------------------------------------------ */
@@ -582,6 +651,70 @@ static int put_pieces(mkx_net *n, int peer, const mkx_net_mr *src,
   return MKX_SUCCESS;
 }
 
+/* Rank peer's exported region dst->id mapped here: *at its byte 0, or
+ * NULL where it is not exported (or being re-registered) or cannot be
+ * mapped; then copies into device memory stay off for this endpoint, and
+ * it says so. */
+static int ipc_target(mkx_net *n, int peer, const mkx_net_rkey *dst,
+                      char **at) {
+  shm_impl *s = impl_of(n);
+  const mkx_net_stager *st = s->rg.stager;
+  *at = NULL;
+  const ipc_entry *e = &ipc_table(s->peer[peer])[dst->id];
+  const uint32_t gen = atomic_load_explicit(&e->gen, memory_order_acquire);
+  if (!gen) return MKX_SUCCESS;
+  if (!s->imports[peer] &&
+      !(s->imports[peer] = calloc(MKX_NET_MAX_REGIONS, sizeof(ipc_map))))
+    return mkx_error(MKX_ERR_NOMEM, "shm: mappings of rank %d", peer);
+  ipc_map *m = &s->imports[peer][dst->id];
+  if (m->gen != gen) {
+    if (m->map) st->ipc_release(s->rg.stage_ctx, m->map);
+    *m = (ipc_map){0, NULL, NULL};
+    uint8_t handle[MKX_NET_IPC_BYTES];
+    memcpy(handle, e->handle, sizeof handle);
+    const uint64_t offset = e->offset;
+    if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen)
+      return MKX_SUCCESS;
+    void *map = NULL;
+    if (st->ipc_import(s->rg.stage_ctx, handle, &map) != MKX_SUCCESS) {
+      s->ipc = 0;
+      mkx_log(MKX_LOG_INFO, "shm: rank %d's region %u cannot be mapped (%s): "
+              "writes into device memory are staged", peer, dst->id,
+              MKX_Get_last_error());
+      return MKX_SUCCESS;
+    }
+    *m = (ipc_map){gen, map, (char *)map + offset};
+  }
+  *at = m->at;
+  return MKX_SUCCESS;
+}
+
+/* A write copied straight into rank peer's device region (CUDA IPC):
+ * *copied = 1, or 0 where that cannot be (then it goes the usual way). */
+static int ipc_copy(mkx_net *n, int peer, const char *from,
+                    const mkx_net_rkey *dst, size_t dst_off, size_t len,
+                    int *copied) {
+  shm_impl *s = impl_of(n);
+  *copied = 0;
+  if (dst->id >= MKX_NET_MAX_REGIONS || dst_off > dst->len ||
+      len > dst->len - dst_off)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "shm: %zu bytes at %zu into rank %d's region %u of %llu "
+                     "bytes",
+                     len, dst_off, peer, dst->id,
+                     (unsigned long long)dst->len);
+  char *at = NULL;
+  MKX_TRY(ipc_target(n, peer, dst, &at));
+  if (!at) return MKX_SUCCESS;
+  mkx_net_regions *g = &s->rg;
+  pthread_mutex_lock(&g->stage_lock);
+  const int rc = g->stager->copy(g->stage_ctx, at + dst_off, from, len);
+  pthread_mutex_unlock(&g->stage_lock);
+  MKX_TRY(rc);
+  *copied = 1;
+  return MKX_SUCCESS;
+}
+
 static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
                             size_t src_off, const mkx_net_rkey *dst,
                             size_t dst_off, size_t len, uint32_t slot,
@@ -595,14 +728,16 @@ static int shm_write_signal(mkx_net *n, int peer, const mkx_net_mr *src,
   MKX_TRY(peer_usable(s, peer));
   const int64_t deadline_ms = mkx_net_now_ms() + n->timeout_ms;
   const char *from = len ? (const char *)src->base + src_off : NULL;
-  int placed = 0;
+  int placed = 0, copied = 0;
   if (s->cma && len >= CMA_MIN && src->kind != MKX_NET_MEM_DEVICE &&
       dst->rkey == RKEY_HOST)
     MKX_TRY(place(n, peer, from, dst->addr + dst_off, len, &placed));
-  if (placed) {
+  else if (s->ipc && len && dst->rkey == RKEY_IPC && s->rg.stage_ctx)
+    MKX_TRY(ipc_copy(n, peer, from, dst, dst_off, len, &copied));
+  if (placed || copied) {
     MKX_TRY(
         put_placed(n, peer, src, dst, dst_off, len, slot, value, deadline_ms));
-    atomic_fetch_add(&s->placed, 1);
+    atomic_fetch_add(placed ? &s->placed : &s->ipc_copies, 1);
   } else {
     MKX_TRY(put_pieces(n, peer, src, from, dst, dst_off, len, slot, value,
                        deadline_ms));
@@ -621,6 +756,14 @@ uint64_t mkx_net_shm_placed(const mkx_net *n, int *enabled) {
   const shm_impl *s = n->impl;
   *enabled = s->cma;
   return atomic_load(&s->placed);
+}
+
+uint64_t mkx_net_shm_ipc_copies(const mkx_net *n, int *enabled) {
+  *enabled = 0;
+  if (!n || n->prov != &mkx_net_shm_provider || !n->impl) return 0;
+  const shm_impl *s = n->impl;
+  *enabled = s->ipc;
+  return atomic_load(&s->ipc_copies);
 }
 
 /* Peers whose process is gone without closing: MKX_ERR_PEER. */
@@ -660,6 +803,13 @@ static void shm_close(mkx_net *n) {
     atomic_store(&s->stop, 1);
     pthread_join(s->thread, NULL);
   }
+  for (int r = 0; s->imports && r < n->size; r++) {
+    for (int id = 0; s->imports[r] && id < MKX_NET_MAX_REGIONS; id++)
+      if (s->imports[r][id].map)
+        s->rg.stager->ipc_release(s->rg.stage_ctx, s->imports[r][id].map);
+    free(s->imports[r]);
+  }
+  free(s->imports);
   for (int r = 0; s->peer && r < n->size; r++)
     if (s->peer[r] && r != n->rank) munmap(s->peer[r], s->seg_bytes);
   if (s->own) {
@@ -699,6 +849,13 @@ static const mkx_option_desc shm_options[] = {
      "peer's host memory: yes: copied straight into the peer's region "
      "(process_vm_writev; where the system refuses, through the rings); "
      "no: always through the rings (two copies).",
+     1},
+    {"net_shm_ipc", MKX_OPT_BOOL, offsetof(mkx_options, net_shm_ipc), "yes",
+     "yes|no",
+     "The shm transport's writes into a peer's device memory: yes: copied "
+     "straight into it by the copy engine (CUDA IPC; where a region cannot "
+     "be exported or mapped, staged through host memory); no: always "
+     "staged (the sender's and the receiver's CPU copy every byte).",
      1},
     {NULL, 0, 0, NULL, NULL, NULL},
 };

@@ -1,13 +1,16 @@
-/* The CUDA stager of the tcp transport (mkx_net_stager in net.h): device
- * memory goes through pinned host buffers, copied on two non-blocking
- * streams of the endpoint's own (one per direction), so a copy never waits
- * behind a kernel on the legacy default stream, which may be the kernel
- * that waits for the copy.  Without CUDA there is no stager and tcp
- * refuses device memory. */
+/* The CUDA stager of the tcp and shm transports (mkx_net_stager in
+ * net.h): device memory goes through pinned host buffers, copied on two
+ * non-blocking streams of the endpoint's own (one per direction), so a
+ * copy never waits behind a kernel on the legacy default stream, which may
+ * be the kernel that waits for the copy.  For shm it also exports device
+ * regions by CUDA IPC and copies into peers' regions on the sending
+ * stream.  Without CUDA there is no stager and tcp refuses device memory. */
 #include <stdlib.h>
+#include <string.h>
 #include "core/error.h"
 #include "net/net.h"
 #if HAVE_CUDA
+#include <cuda.h>
 #include <cuda_runtime.h>
 #include "core/cuda_rc.h"
 
@@ -85,9 +88,9 @@ static int copy(const cuda_stage *s, void *dst, const void *src, size_t len,
                 enum cudaMemcpyKind kind, cudaStream_t st) {
   MKX_CUDA_TRY(cudaSetDevice(s->device), "tcp staging");
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(dst, src, len, kind, st), "tcp staging",
-                      kind == cudaMemcpyDeviceToHost
-                          ? "copy to the send stage"
-                          : "copy from the receive stage"));
+                      kind == cudaMemcpyDeviceToHost   ? "copy to the send stage"
+                      : kind == cudaMemcpyHostToDevice ? "copy from the receive stage"
+                                                       : "copy into a peer's region"));
   return mkx_cuda_rc(cudaStreamSynchronize(st), "tcp staging",
                      "cudaStreamSynchronize");
 }
@@ -102,6 +105,65 @@ static int to_device(void *ctx, void *dst, const void *src, size_t len) {
   return copy(s, dst, src, len, cudaMemcpyHostToDevice, s->in);
 }
 
+/* The start of the allocation holding p, by the driver's
+ * cuPointerGetAttribute (MKX never links libcuda: its stub would keep
+ * programs from starting where there is no driver). */
+static int allocation_start(const void *p, void **start) {
+  typedef CUresult (*get_fn)(void *, CUpointer_attribute, CUdeviceptr);
+  static get_fn get;
+  void *fn = NULL;
+  enum cudaDriverEntryPointQueryResult q;
+  if (!get && cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn,
+                                               12000, cudaEnableDefault,
+                                               &q) == cudaSuccess &&
+      q == cudaDriverEntryPointSuccess)
+    get = (get_fn)fn;
+  (void)cudaGetLastError();
+  CUdeviceptr at = 0;
+  if (!get || get(&at, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                  (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "shm: no allocation range for device pointer %p", p);
+  *start = (void *)(uintptr_t)at;
+  return MKX_SUCCESS;
+}
+
+static int ipc_export(void *ctx, const void *p, void *handle,
+                      uint64_t *offset) {
+  cuda_stage *s = ctx;
+  void *start = NULL;
+  cudaIpcMemHandle_t h;
+  _Static_assert(sizeof h <= MKX_NET_IPC_BYTES, "IPC handle size");
+  MKX_CUDA_TRY(cudaSetDevice(s->device), "shm IPC");
+  MKX_TRY(allocation_start(p, &start));
+  MKX_TRY(mkx_cuda_rc(cudaIpcGetMemHandle(&h, start), "shm IPC",
+                      "cudaIpcGetMemHandle"));
+  memcpy(handle, &h, sizeof h);
+  *offset = (uint64_t)((const char *)p - (const char *)start);
+  return MKX_SUCCESS;
+}
+
+static int ipc_import(void *ctx, const void *handle, void **base) {
+  cuda_stage *s = ctx;
+  cudaIpcMemHandle_t h;
+  memcpy(&h, handle, sizeof h);
+  MKX_CUDA_TRY(cudaSetDevice(s->device), "shm IPC");
+  return mkx_cuda_rc(
+      cudaIpcOpenMemHandle(base, h, cudaIpcMemLazyEnablePeerAccess), "shm IPC",
+      "cudaIpcOpenMemHandle of a peer's region");
+}
+
+static void ipc_release(void *ctx, void *base) {
+  cuda_stage *s = ctx;
+  if (cudaSetDevice(s->device) == cudaSuccess) cudaIpcCloseMemHandle(base);
+  (void)cudaGetLastError();
+}
+
+static int copy_any(void *ctx, void *dst, const void *src, size_t len) {
+  cuda_stage *s = ctx;
+  return copy(s, dst, src, len, cudaMemcpyDefault, s->out);
+}
+
 static const mkx_net_stager cuda_stager = {
     .name = "cuda",
     .stage_bytes = STAGE_BYTES,
@@ -112,6 +174,10 @@ static const mkx_net_stager cuda_stager = {
     .host_free = host_free,
     .to_host = to_host,
     .to_device = to_device,
+    .ipc_export = ipc_export,
+    .ipc_import = ipc_import,
+    .ipc_release = ipc_release,
+    .copy = copy_any,
 };
 
 const mkx_net_stager *mkx_net_cuda_stager(void) { return &cuda_stager; }

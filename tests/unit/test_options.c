@@ -130,7 +130,8 @@ static void test_net_rows(void) {
                                       "net_shm_bandwidth",
                                       "net_shm_latency_us",
                                       "net_shm_ring",
-                                      "net_shm_cma"};
+                                      "net_shm_cma",
+                                      "net_shm_ipc"};
   const size_t nrows = sizeof names / sizeof *names;
   mkx_options o;
   MPI_Info info;
@@ -150,7 +151,8 @@ static void test_net_rows(void) {
             o.net == MKX_NET_AUTO && strcmp(o.net_tcp_bind, "") == 0 &&
             strcmp(o.net_tcp_port_range, "0") == 0 && o.net_ib_gid_index == 0 &&
             o.net_shm_bandwidth == 0 && o.net_shm_latency_us == 0 &&
-            o.net_shm_ring == 8388608 && o.net_shm_cma == 1,
+            o.net_shm_ring == 8388608 && o.net_shm_cma == 1 &&
+            o.net_shm_ipc == 1,
         "net defaults");
   MPI_Info_set(info, "mkx_net_tcp_bind", "lo");
   CHECK(mkx_options_load(&o, info) == MKX_SUCCESS && o.net == MKX_NET_TCP &&
