@@ -18,7 +18,7 @@
  * order once their delivery time has come, copies the payload into the
  * registered region (GPU memory through the staging buffers, as tcp does)
  * and then sets the signal word with a release store, so data is visible
- * before its signal.  The send buffer is reusable once the payload is in
+ * before its signal (a placed or copied write: only the signal).  The send buffer is reusable once the payload is in
  * the ring: that is when the completion is reported.
  *
  * Direct placement (option net_shm_cma): a write of at least CMA_MIN
@@ -32,6 +32,17 @@
  * protocol waits for a credit).  Where the kernel refuses (EPERM:
  * ptrace restrictions, a container's seccomp) the endpoint goes back to
  * the ring for good, and says so at log level info.
+ *
+ * Copies into device memory (option net_shm_ipc): a device region is
+ * exported at registration (its CUDA IPC handle and offset in the
+ * owner's segment, after the header, by region id, with a generation
+ * written last), and its key says so.  A write into an exported region is
+ * copied straight into it by the copy engine (the sender maps the peer's
+ * allocation once per generation, copies on its sending stream and waits)
+ * and then appends a record without payload that carries the signal, as
+ * a placed write.  A region that cannot be exported is staged; a peer's
+ * region that cannot be mapped turns the copies off for the endpoint, which
+ * says so at log level info.
  *
  * The cap: the sends of an endpoint share one emulated link.  A record of
  * len bytes leaves at max(now, the link's free time), holds the link for
