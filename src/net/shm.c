@@ -126,8 +126,8 @@ _Static_assert(sizeof(seg_hdr) <= IPC_TABLE_OFF &&
 /* A peer's exported region mapped here. */
 typedef struct ipc_map {
   uint32_t gen;
-  void *map;  /* what ipc_import returned (the allocation's byte 0) */
-  char *at;   /* the region's byte 0 */
+  void *map; /* what ipc_import returned (the allocation's byte 0) */
+  char *at;  /* the region's byte 0 */
 } ipc_map;
 
 /* One ring's control words, each on its own cache line. */
@@ -463,8 +463,10 @@ static int export_region(shm_impl *s, uint32_t id, const char *base) {
   ipc_entry *e = &ipc_table(s->own)[id];
   if (s->rg.stager->ipc_export(s->rg.stage_ctx, base, e->handle, &e->offset) !=
       MKX_SUCCESS) {
-    mkx_log(MKX_LOG_INFO, "shm: device region %u not exported (%s): writes "
-            "into it are staged", id, MKX_Get_last_error());
+    mkx_log(MKX_LOG_INFO,
+            "shm: device region %u not exported (%s): writes "
+            "into it are staged",
+            id, MKX_Get_last_error());
     return 0;
   }
   if (++s->ipc_gen == 0) s->ipc_gen = 1;
@@ -689,9 +691,10 @@ static int ipc_target(mkx_net *n, int peer, const mkx_net_rkey *dst,
     void *map = NULL;
     if (st->ipc_import(s->rg.stage_ctx, handle, &map) != MKX_SUCCESS) {
       s->ipc = 0;
-      mkx_log(MKX_LOG_INFO, "shm: rank %d's region %u cannot be mapped (%s): "
-              "writes into device memory are staged", peer, dst->id,
-              MKX_Get_last_error());
+      mkx_log(MKX_LOG_INFO,
+              "shm: rank %d's region %u cannot be mapped (%s): "
+              "writes into device memory are staged",
+              peer, dst->id, MKX_Get_last_error());
       return MKX_SUCCESS;
     }
     *m = (ipc_map){gen, map, (char *)map + offset};
@@ -712,8 +715,7 @@ static int ipc_copy(mkx_net *n, int peer, const char *from,
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "shm: %zu bytes at %zu into rank %d's region %u of %llu "
                      "bytes",
-                     len, dst_off, peer, dst->id,
-                     (unsigned long long)dst->len);
+                     len, dst_off, peer, dst->id, (unsigned long long)dst->len);
   char *at = NULL;
   MKX_TRY(ipc_target(n, peer, dst, &at));
   if (!at) return MKX_SUCCESS;

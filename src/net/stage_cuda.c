@@ -88,9 +88,10 @@ static int copy(const cuda_stage *s, void *dst, const void *src, size_t len,
                 enum cudaMemcpyKind kind, cudaStream_t st) {
   MKX_CUDA_TRY(cudaSetDevice(s->device), "tcp staging");
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(dst, src, len, kind, st), "tcp staging",
-                      kind == cudaMemcpyDeviceToHost   ? "copy to the send stage"
-                      : kind == cudaMemcpyHostToDevice ? "copy from the receive stage"
-                                                       : "copy into a peer's region"));
+                      kind == cudaMemcpyDeviceToHost ? "copy to the send stage"
+                      : kind == cudaMemcpyHostToDevice
+                          ? "copy from the receive stage"
+                          : "copy into a peer's region"));
   return mkx_cuda_rc(cudaStreamSynchronize(st), "tcp staging",
                      "cudaStreamSynchronize");
 }
@@ -113,9 +114,9 @@ static int allocation_start(const void *p, void **start) {
   static get_fn get;
   void *fn = NULL;
   enum cudaDriverEntryPointQueryResult q;
-  if (!get && cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn,
-                                               12000, cudaEnableDefault,
-                                               &q) == cudaSuccess &&
+  if (!get &&
+      cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn, 12000,
+                                       cudaEnableDefault, &q) == cudaSuccess &&
       q == cudaDriverEntryPointSuccess)
     get = (get_fn)fn;
   (void)cudaGetLastError();

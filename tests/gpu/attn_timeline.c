@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
   for (int x = 0; x < 2; ++x) {
     double off[STEPS] = {0}, both = 0;
     int n = 0;
-    for (int it = FIRST; it < LAST && t[0][x][it + 1][0] && t[1][x][it + 1][0]; ++it, ++n) {
+    for (int it = FIRST; it < LAST && t[0][x][it + 1][0] && t[1][x][it + 1][0];
+         ++it, ++n) {
       for (int e = 0; e < STEPS; ++e)
         off[e] += (double)(t[1][x][it][e] - t[0][x][it][0]);
       const long long a0 = t[0][x][it][4], a1 = t[0][x][it][5];

@@ -32,6 +32,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "mkx.h"
+#include "fake_stager.h"
 #include "net_main.h"
 #include "net/net.h"
 #ifdef MKX_TEST_CUDA
@@ -66,25 +67,12 @@ static struct {
 
 static int fake_device_of(const void *p) {
   for (int i = 0; i < 2; i++)
-    if (fk.dev[i] && (const char *)p >= fk.dev[i] &&
-        (const char *)p < fk.dev[i] + fk.len[i])
-      return 0;
+    if (in_range(p, 1, fk.dev[i], fk.len[i])) return 0;
   return -1;
 }
-static int fake_open(int device, void **ctx) {
-  *ctx = &fk;
-  return device == 0 ? MKX_SUCCESS
-                     : mkx_error(MKX_ERR_INTERNAL, "fake: device %d", device);
-}
-static void fake_close(void *ctx) { (void)ctx; }
 static int fake_host_alloc(void *ctx, size_t bytes, void **p) {
   (void)ctx;
-  *p = malloc(bytes);
-  return *p ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "fake stage");
-}
-static void fake_host_free(void *ctx, void *p) {
-  (void)ctx;
-  free(p);
+  return fake_stage_alloc(bytes, p);
 }
 static int fake_stage(void *ctx, void *dst, const void *src, size_t len) {
   (void)ctx;
@@ -98,8 +86,7 @@ static int fake_export(void *ctx, const void *p, void *handle,
                        uint64_t *offset) {
   (void)ctx;
   for (int i = 0; i < 2; i++)
-    if (fake_device_of(p) == 0 && (const char *)p >= fk.dev[i] &&
-        (const char *)p < fk.dev[i] + fk.len[i]) {
+    if (in_range(p, 1, fk.dev[i], fk.len[i])) {
       fake_handle h = {MAGIC, (uint32_t)fk.len[i], {0}};
       snprintf(h.name, sizeof h.name, "%s", fk.name[i]);
       memcpy(handle, &h, sizeof h);
@@ -122,8 +109,9 @@ static int fake_import(void *ctx, const void *handle, void **base) {
   if (fail) return mkx_error(MKX_ERR_CUDA, "fake: mapping refused");
   if (h.magic != MAGIC) return mkx_error(MKX_ERR_INTERNAL, "fake: bad handle");
   int fd = shm_open(h.name, O_RDWR, 0);
-  void *m = fd < 0 ? MAP_FAILED
-                   : mmap(NULL, h.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void *m = fd < 0
+                ? MAP_FAILED
+                : mmap(NULL, h.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (fd >= 0) close(fd);
   if (m == MAP_FAILED) return mkx_error(MKX_ERR_CUDA, "fake: map %s", h.name);
   pthread_mutex_lock(&fk.lock);
@@ -209,8 +197,8 @@ static void clear_recv(void) {
 }
 
 static char *shared_buffer(int i, size_t len) {
-  snprintf(fk.name[i], sizeof fk.name[i], "/mkx-fake-dev-%d-%d",
-           (int)getpid(), i);
+  snprintf(fk.name[i], sizeof fk.name[i], "/mkx-fake-dev-%d-%d", (int)getpid(),
+           i);
   int fd = shm_open(fk.name[i], O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return NULL;
   void *m = ftruncate(fd, (off_t)len) == 0
@@ -373,8 +361,8 @@ static int rate(ep *e, const mkx_oob *oob) {
   mkx_net_rkey keys[8];
   if (!CUDA_OK(cudaMalloc(&buf, rank == 0 ? piece : total)))
     return mkx_error(MKX_ERR_CUDA, "test: rate buffer");
-  mkx_net_reg_args a = {buf, rank == 0 ? piece : total, MKX_NET_MEM_DEVICE,
-                        -1, 0};
+  mkx_net_reg_args a = {buf, rank == 0 ? piece : total, MKX_NET_MEM_DEVICE, -1,
+                        0};
   MKX_TRY(mkx_net_reg(e->n, &a, &mr));
   MKX_TRY(mkx_net_exchange_keys(e->n, oob, &mr, keys));
   MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
@@ -391,10 +379,10 @@ static int rate(ep *e, const mkx_oob *oob) {
     MKX_TRY(mkx_net_wait_signal(e->n, 0, 2 * MSGS + total / piece, TIMEOUT_MS,
                                 NULL));
     const double ms = 1e3 * (now_s() - t0);
-    printf("# rank 0 -> 1: %zu MiB in %zu MiB writes of device memory: %.2f "
-           "ms, %.1f GB/s\n",
-           total >> 20, piece >> 20, ms,
-           ms > 0 ? (double)total / ms / 1e6 : 0.);
+    printf(
+        "# rank 0 -> 1: %zu MiB in %zu MiB writes of device memory: %.2f "
+        "ms, %.1f GB/s\n",
+        total >> 20, piece >> 20, ms, ms > 0 ? (double)total / ms / 1e6 : 0.);
   }
   MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
   mkx_net_dereg(e->n, &mr);
@@ -463,8 +451,8 @@ static int run(const mkx_oob *oob) {
     copies = mkx_net_shm_ipc_copies(e.n, &on);
     if (rank == 0)
       CHECK(!on && copies == 0 && fk.copies == 0 && fk.staged >= sent_by_me(),
-            "refused mapping: IPC off (%d), %llu copies, %llu bytes staged",
-            on, (unsigned long long)copies, (unsigned long long)fk.staged);
+            "refused mapping: IPC off (%d), %llu copies, %llu bytes staged", on,
+            (unsigned long long)copies, (unsigned long long)fk.staged);
     else
       CHECK(on && copies == MSGS, "the others keep copying (%llu)",
             (unsigned long long)copies);

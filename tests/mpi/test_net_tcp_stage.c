@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "core/options.h"
 #include "mkx.h"
+#include "fake_stager.h"
 #include "net_main.h"
 #include "net/net.h"
 #include "proxy/proxy.h"
@@ -46,32 +47,16 @@ static struct {
   int stages;        /* host_alloc calls */
 } fk = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
-static int in_range(const void *p, size_t n, const char *base, size_t len) {
-  const char *c = p;
-  return base && c >= base && c + n <= base + len;
-}
-
 static int fake_device_of(const void *p) {
   for (int i = 0; i < 2; i++)
     if (in_range(p, 1, fk.dev[i], fk.len[i])) return 0;
   return in_range(p, 1, fk.other, fk.other_len) ? 1 : -1;
 }
 
-static int fake_open(int device, void **ctx) {
-  *ctx = &fk;
-  return device == 0 ? MKX_SUCCESS
-                     : mkx_error(MKX_ERR_INTERNAL, "fake: device %d", device);
-}
-static void fake_close(void *ctx) { (void)ctx; }
 static int fake_host_alloc(void *ctx, size_t bytes, void **p) {
   (void)ctx;
   fk.stages++;
-  *p = malloc(bytes);
-  return *p ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "fake stage");
-}
-static void fake_host_free(void *ctx, void *p) {
-  (void)ctx;
-  free(p);
+  return fake_stage_alloc(bytes, p);
 }
 
 static int fake_to_host(void *ctx, void *dst, const void *src, size_t len) {
