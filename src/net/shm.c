@@ -18,8 +18,9 @@
  * order once their delivery time has come, copies the payload into the
  * registered region (GPU memory through the staging buffers, as tcp does)
  * and then sets the signal word with a release store, so data is visible
- * before its signal (a placed or copied write: only the signal).  The send buffer is reusable once the payload is in
- * the ring: that is when the completion is reported.
+ * before its signal (of a placed or copied write it sets only the signal).
+ * The send buffer is reusable once the payload is in the ring (or in the
+ * peer's region): that is when the completion is reported.
  *
  * Direct placement (option net_shm_cma): a write of at least CMA_MIN
  * bytes from host memory into a peer's host region skips the ring: the
