@@ -5,8 +5,8 @@
  *  - both device regions are exported at registration;
  *  - 200 writes per rank of 1 byte to 20000 bytes into every other rank's
  *    receive region: each is one copy straight into the peer's region (no
- *    staging, no ring payload), whole when its signal is seen, and every
- *    byte is right at the end; each peer's region is mapped once;
+ *    staging, no ring payload), every byte is right once the signals say
+ *    all arrived, and each peer's region is mapped once;
  *  - a write past the end of the peer's region is refused at the sender
  *    and copies nothing;
  *  - the receive region registered again (a new export): the senders map
@@ -16,7 +16,7 @@
  *    arrive right; the other ranks keep copying.
  * With --device (-gpu runs; skipped without a GPU) the same on cudaMalloc
  * memory through the CUDA stager, without the fake's counts and the
- * refused mapping, then rank 0 writes 64 MiB to rank 1 in 4 MiB writes and
+ * refused mapping, then rank 0 writes 1 GiB to rank 1 in 16 MiB writes and
  * prints the rate (the emulated link's cap from the environment, e.g.
  * MKX_NET_SHM_BANDWIDTH=50000). */
 #include <fcntl.h>
@@ -252,8 +252,9 @@ static int open_ep(const mkx_oob *oob, ep *e) {
   return mkx_net_exchange_keys(e->n, oob, &e->rmr, e->rkeys);
 }
 
-/* Every rank's MSGS writes, then every message from every source
- * checked once its signal covers it; signals count from `base`. */
+/* Every rank's MSGS writes, then every message from every source checked
+ * once the source's signal says all of them arrived (signals count from
+ * `base`). */
 static int traffic(ep *e, const mkx_oob *oob, int round, uint64_t base) {
   uint64_t count[8] = {0};
   static unsigned char msg[MAXLEN];
