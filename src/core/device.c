@@ -140,9 +140,7 @@ int mkx_stream_sync(void *stream) {
                      "cudaStreamSynchronize");
 }
 
-/* A driver entry point, or NULL: MKX never links libcuda (its stub would
- * keep programs from starting where there is no driver). */
-static void *driver_fn(const char *name, unsigned version) {
+void *mkx_driver_fn(const char *name, unsigned version) {
   void *p = NULL;
   enum cudaDriverEntryPointQueryResult q;
   if (cudaGetDriverEntryPointByVersion(name, &p, version, cudaEnableDefault,
@@ -158,8 +156,8 @@ static void *driver_fn(const char *name, unsigned version) {
 static int device_mps(int device) {
   typedef CUresult (*get_fn)(CUdevice *, int);
   typedef CUresult (*attr_fn)(int *, CUdevice_attribute, CUdevice);
-  get_fn get = (get_fn)driver_fn("cuDeviceGet", 2000);
-  attr_fn attr = (attr_fn)driver_fn("cuDeviceGetAttribute", 2000);
+  get_fn get = (get_fn)mkx_driver_fn("cuDeviceGet", 2000);
+  attr_fn attr = (attr_fn)mkx_driver_fn("cuDeviceGetAttribute", 2000);
   CUdevice d;
   int on = 0;
   if (!get || !attr || get(&d, device) != CUDA_SUCCESS ||
@@ -172,7 +170,7 @@ static int device_mps(int device) {
  * (the driver supports execution affinity under MPS only). */
 static int context_sms(void) {
   typedef CUresult (*aff_fn)(CUexecAffinityParam *, CUexecAffinityType);
-  aff_fn aff = (aff_fn)driver_fn("cuCtxGetExecAffinity", 11040);
+  aff_fn aff = (aff_fn)mkx_driver_fn("cuCtxGetExecAffinity", 11040);
   CUexecAffinityParam p;
   memset(&p, 0, sizeof p);
   if (!aff || aff(&p, CU_EXEC_AFFINITY_TYPE_SM_COUNT) != CUDA_SUCCESS) return 0;
@@ -258,6 +256,10 @@ int mkx_stream_sync(void *stream) {
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
   memset(out, 0, sizeof *out);
   return mkx_device_set(device);
+}
+void *mkx_driver_fn(const char *name, unsigned version) {
+  (void)name, (void)version;
+  return NULL;
 }
 #endif
 

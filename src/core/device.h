@@ -60,4 +60,9 @@ int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device,
                     void *stream);
 int mkx_stream_sync(void *stream);
 
+/* A CUDA driver entry point of at least `version` (e.g. 12000), or NULL
+ * (no CUDA in the build, no driver): MKX never links libcuda, whose stub
+ * would keep programs from starting where there is no driver. */
+void *mkx_driver_fn(const char *name, unsigned version);
+
 #endif

@@ -152,17 +152,9 @@ typedef struct symm_record {
 
 typedef CUresult (*get_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
 
-/* The driver's cuPointerGetAttribute without linking libcuda (whose stub
- * would keep programs from starting on machines without a driver). */
 static get_attr_fn driver_get_attr(void) {
   static get_attr_fn fn;
-  void *p = NULL;
-  enum cudaDriverEntryPointQueryResult q;
-  if (!fn &&
-      cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &p, 12000,
-                                       cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess)
-    fn = (get_attr_fn)p;
+  if (!fn) fn = (get_attr_fn)mkx_driver_fn("cuPointerGetAttribute", 12000);
   return fn;
 }
 

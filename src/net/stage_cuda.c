@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include "core/cuda_rc.h"
+#include "core/device.h"
 
 /* 1 MiB: large enough that a copy costs more than its launch, small
  * enough to keep two per endpoint. */
@@ -106,20 +107,12 @@ static int to_device(void *ctx, void *dst, const void *src, size_t len) {
   return copy(s, dst, src, len, cudaMemcpyHostToDevice, s->in);
 }
 
-/* The start of the allocation holding p, by the driver's
- * cuPointerGetAttribute (MKX never links libcuda: its stub would keep
- * programs from starting where there is no driver). */
+/* The start of the allocation holding p (the driver's
+ * cuPointerGetAttribute). */
 static int allocation_start(const void *p, void **start) {
   typedef CUresult (*get_fn)(void *, CUpointer_attribute, CUdeviceptr);
   static get_fn get;
-  void *fn = NULL;
-  enum cudaDriverEntryPointQueryResult q;
-  if (!get &&
-      cudaGetDriverEntryPointByVersion("cuPointerGetAttribute", &fn, 12000,
-                                       cudaEnableDefault, &q) == cudaSuccess &&
-      q == cudaDriverEntryPointSuccess)
-    get = (get_fn)fn;
-  (void)cudaGetLastError();
+  if (!get) get = (get_fn)mkx_driver_fn("cuPointerGetAttribute", 12000);
   CUdeviceptr at = 0;
   if (!get || get(&at, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                   (CUdeviceptr)(uintptr_t)p) != CUDA_SUCCESS)
