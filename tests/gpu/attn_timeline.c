@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "attention/attn_engine.h"
+#include "attn_bench_desc.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
 #include "num16.h"
@@ -54,21 +55,13 @@ int main(int argc, char **argv) {
   uint64_t rng = 0x9E3779B97F4A7C15ull;
   const size_t qn = (size_t)v[0] * v[1] * v[2] * v[4],
                kn = (size_t)v[0] * v[1] * v[3] * v[4];
+  void *q = dev_random16(qn, &rng), *k = dev_random16(kn, &rng),
+       *vv = dev_random16(kn, &rng), *o;
+  CK(cudaMalloc(&o, 2 * qn));
   mkx_attn_desc d;
-  memset(&d, 0, sizeof d);
-  d.batch = v[0];
-  d.seq_q = d.seq_k = v[1];
-  d.heads_q = v[2];
-  d.heads_kv = v[3];
-  d.head_dim = v[4];
+  attn_bench_desc(&d, v, q, k, vv, o);
   d.causal = v[5];
-  d.q = dev_random16(qn, &rng);
-  d.k = dev_random16(kn, &rng);
-  d.v = dev_random16(kn, &rng);
-  CK(cudaMalloc(&d.o, 2 * qn));
-  d.dtype = MKX_GEMM_BF16;
   d.scale = 0.088f;
-  d.nchunks = 1;
   CK(cudaMalloc((void **)&d.tile_counter, sizeof(int)));
   static long long t[2][2][BLOCKS][STEPS];
   CK(mkx_attn_timeline_clear());

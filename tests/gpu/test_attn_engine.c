@@ -23,6 +23,7 @@
 #include <time.h>
 
 #include "attention/attn_engine.h"
+#include "attn_bench_desc.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
 #include "num16.h"
@@ -347,21 +348,10 @@ static void bench(int profile) {
       const int causal = var / 3, kind = var % 3;
       if (kind && (s[4] > 64 || profile)) continue;
       mkx_attn_desc d;
-      memset(&d, 0, sizeof d);
-      d.batch = s[0];
-      d.seq_q = d.seq_k = s[1];
-      d.heads_q = s[2];
-      d.heads_kv = s[3];
-      d.head_dim = s[4];
-      d.q = q;
-      d.k = k;
-      d.v = v;
-      d.o = o;
+      attn_bench_desc(&d, s, q, k, v, o);
       d.lse = l;
-      d.dtype = MKX_GEMM_BF16;
       d.causal = causal;
       d.scale = (float)(1.0 / sqrt((double)s[4]));
-      d.nchunks = 1;
       d.tile_counter = g_counter;
       d.block_n = kind == 1 ? 192 : 128;
       d.warpgroups = kind == 2 ? 3 : 2;
