@@ -15,7 +15,7 @@
 #include "gemm/gemm_engine.cuh"
 #include "gemm/tmap.cuh"
 #include "moe/moe_engine.h"
-#include "moe/scan.cuh"
+#include "moe/moe_tiles.cuh"
 
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -25,61 +25,27 @@ using namespace mkx::gemm;
 
 namespace {
 
-constexpr int kScanThreads = 1024;
+using mkx::moe::MoeRows;
+using mkx::moe::silu;
+
 constexpr int kGroupM = 8;  // tile rows walked before moving across columns (L2 reuse of W[e])
 
-/* Rows of expert e: [lo, hi), offsets clamped to [0, a_rows]. */
-struct MoeRows {
-  const int *off;
-  const int *prefix;  // E + 1 tile-row prefix (workspace)
-  int experts, a_rows;
-  const int *gate;  // nonzero: no tiles (a run the verdict stopped)
-  __device__ __forceinline__ void span(int e, int &lo, int &hi) const {
-    lo = min(max(off[e], 0), a_rows);
-    hi = max(lo, min(max(off[e + 1], 0), a_rows));
-  }
+/* Tiles of this kernel: expert e takes ceil(rows / 128) tile rows. */
+struct RowTiles {
+  MoeRows rows;
   __device__ __forceinline__ int tiles(int e) const {
     int lo, hi;
-    span(e, lo, hi);
+    rows.span(e, lo, hi);
     return (hi - lo + kBM - 1) / kBM;
-  }
-  /* the expert owning tile row v < prefix[E]: the last e with prefix[e] <= v */
-  __device__ __forceinline__ int expert_of(int v) const {
-    int lo = 0, hi = experts - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) >> 1;
-      if (prefix[mid] <= v)
-        lo = mid;
-      else
-        hi = mid - 1;
-    }
-    return lo;
-  }
-  /* first row of tile row v, and the end of its expert's rows */
-  __device__ __forceinline__ int first_row(int v, int &e, int &end) const {
-    e = expert_of(v);
-    int lo;
-    span(e, lo, end);
-    return lo + (v - prefix[e]) * kBM;
   }
 };
 
-/* Tile-row prefix over experts into work[0..E]: each thread sums a run of
- * consecutive experts, one block scan places the runs. */
-__global__ void tile_prefix_kernel(MoeRows r, int *work) {
-  const int t = threadIdx.x;
-  const int per = (r.experts + kScanThreads - 1) / kScanThreads;
-  const int e0 = min(r.experts, t * per), e1 = min(r.experts, e0 + per);
-  const bool stop = r.gate && *r.gate;
-  int sum = 0;
-  for (int e = e0; e < e1; ++e) sum += stop ? 0 : r.tiles(e);
-  int total;
-  int run = mkx::moe::block_exclusive_scan<kScanThreads>(sum, total);
-  for (int e = e0; e < e1; ++e) {
-    work[e] = run;
-    run += stop ? 0 : r.tiles(e);
-  }
-  if (t == 0) work[r.experts] = total;
+/* first row of tile row v, its expert, and the end of its expert's rows */
+__device__ __forceinline__ int first_row(const MoeRows &r, int v, int &e, int &end) {
+  e = r.expert_of(v);
+  int lo;
+  r.span(e, lo, end);
+  return lo + (v - r.prefix[e]) * kBM;
 }
 
 /* Producer hooks: A rows of the tile's expert, B chunks from W[e] (the
@@ -91,7 +57,7 @@ struct MoeGate {
   int e;   // expert of the tile in hand (set by a_source)
   __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&, int &row) {
     int end;
-    row = r.first_row(tm, e, end);
+    row = first_row(r, tm, e, end);
   }
   __device__ __forceinline__ void wait_rows(int, int, int) {}
   __device__ __forceinline__ void wait_k(int, int) {}
@@ -103,8 +69,6 @@ struct MoeGate {
     }
   }
 };
-
-__device__ __forceinline__ float silu(float v) { return v / (1.f + __expf(-v)); }
 
 /* Epilogue: rows of the tile's expert only, scaled, SwiGLU combined, in
  * pairs of columns straight to C. */
@@ -120,7 +84,7 @@ struct MoeStore {
     typedef typename OutCvt<OutT>::pair_t P;
     constexpr int W = SWIGLU ? BN / 2 : BN;  // output columns of a tile
     int e, end;
-    const int row = r.first_row(t.tile_m, e, end) + t.wg * 64 + t.acc_row(0);
+    const int row = first_row(r, t.tile_m, e, end) + t.wg * 64 + t.acc_row(0);
     const bool ok0 = row < end, ok1 = row + 8 < end;
     const float s0 = scale && ok0 ? scale[row] : 1.f, s1 = scale && ok1 ? scale[row + 8] : 1.f;
     const int col = t.tile_n * W + t.acc_col(0);
@@ -241,6 +205,8 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "block_n must be 0, 128 or 256";
   else if (d->num_ctas < 0)
     w = "num_ctas < 0";
+  else if (d->kernel != 0 && d->kernel != MKX_MOE_GEMM_ROWS && d->kernel != MKX_MOE_GEMM_SWAP)
+    w = "kernel must be 0, MKX_MOE_GEMM_ROWS or MKX_MOE_GEMM_SWAP";
   if (why) *why = w ? w : "ok";
   return w ? 0 : 1;
 }
@@ -253,13 +219,22 @@ static int pick_block_n(const mkx_moe_gemm_desc *d) {
   return wcols >= 2048 ? 256 : 128;
 }
 
+/* The swapped kernel where an expert's rows fit one or two of its tiles on
+ * average: there the weights' bytes set the time, and it reads them once
+ * and computes rows rounded up to 8 instead of 128.  The rows kernel's
+ * wider tiles keep more experts' rows per weight byte beyond. */
+static bool pick_swap(const mkx_moe_gemm_desc *d) {
+  if (d->kernel) return d->kernel == MKX_MOE_GEMM_SWAP;
+  return d->a_rows <= (int64_t)MKX_MOE_SWAP_ROWS * d->experts;
+}
+
 extern "C" int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s) {
   if (!mkx_moe_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
   if (d->a_rows == 0) return 0;
   if (!device_is_sm90()) return MKX_GEMM_ENODEV;
   const MoeRows rows = {d->offsets, d->work, d->experts, (int)d->a_rows, d->gate};
-  tile_prefix_kernel<<<1, kScanThreads, 0, s>>>(rows, d->work);
-  const cudaError_t e = cudaGetLastError();
-  if (e != cudaSuccess) return (int)e;
+  if (pick_swap(d)) return mkx::moe::swap_gemm_run(d, s);
+  const int rc = mkx::moe::tile_prefix_run(RowTiles{rows}, d->work, s);
+  if (rc) return rc;
   return pick_block_n(d) == 256 ? launch_tile<256, 4>(d, rows, s) : launch_tile<128, 6>(d, rows, s);
 }

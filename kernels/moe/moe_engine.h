@@ -16,9 +16,16 @@
  * outside [offsets[0], offsets[E]) are not written.  Operands bf16 or
  * fp16 (the same), fp32 accumulation, C bf16, fp16 or fp32, rounded once.
  *
- * Tiles are 128 rows of one expert by 128 or 256 columns (SwiGLU: the
- * gate and up halves of the same output columns in one tile), so an
- * expert with r rows costs ceil(r / 128) tile rows.
+ * Two kernels (field `kernel`; 0 picks):
+ *   MKX_MOE_GEMM_ROWS  tiles of 128 rows of one expert by 128 or 256 W
+ *                      columns (SwiGLU: the gate and up halves of the same
+ *                      output columns in one tile), so an expert with r
+ *                      rows costs ceil(r / 128) tile rows;
+ *   MKX_MOE_GEMM_SWAP  the operands swapped: 64 W columns per wgmma row
+ *                      side, up to 128 rows of one expert on the other, an
+ *                      expert's rows in blocks of 256, so W is read once
+ *                      per 256 rows and rows cost r rounded up to 8.
+ * Picked: SWAP where a_rows <= MKX_MOE_SWAP_ROWS x experts.
  *
  * Offsets are clamped to [0, a_rows] and made nondecreasing on the GPU, so
  * bad offsets never make the kernel read or write outside A and C; the
@@ -50,11 +57,17 @@ typedef struct {
   int c_type;             /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
   int swiglu;             /* 1: the SwiGLU form above */
   int num_ctas;           /* persistent CTAs; 0: one per SM */
-  int block_n;            /* 0 (picked), 128 or 256: tile columns of W */
+  int block_n;            /* 0 (picked), 128 or 256: tile columns of W (rows kernel) */
   int *work;              /* device, mkx_moe_gemm_work_ints(E) ints, one per concurrent run */
   int64_t up_col;         /* SwiGLU: first column of the up half (0: n) */
   const int *gate;        /* device, or NULL: nonzero = no tiles (mkx_moe_settle_run) */
+  int kernel;             /* 0 (picked), MKX_MOE_GEMM_ROWS or MKX_MOE_GEMM_SWAP */
 } mkx_moe_gemm_desc;
+
+#define MKX_MOE_GEMM_ROWS 1
+#define MKX_MOE_GEMM_SWAP 2
+/* rows per expert (a_rows / experts) up to which the swapped kernel is picked */
+#define MKX_MOE_SWAP_ROWS 384
 
 /* Ints of device workspace a run needs (the tile-row prefix over experts). */
 int64_t mkx_moe_gemm_work_ints(int experts);

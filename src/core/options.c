@@ -135,6 +135,14 @@ static const mkx_option_desc base_rows[] = {
      "also those of several ranks of one node, whose token rows go into the "
      "experts' owners' workspaces by GPU stores over NVLink; off: none.",
      1},
+    {"moe_gemm", MKX_OPT_ENUM, OPT(moe_gemm), "auto", "auto|rows|swap",
+     "The grouped expert GEMM kernel of MoE calls on the GPU. rows: tiles of "
+     "128 rows of one expert, best where experts have many rows; swap: the "
+     "operands swapped, an expert's rows in blocks of up to 256 against 64 "
+     "weight columns, so the weights are read once per 256 rows, best where "
+     "experts have a few hundred rows or fewer and reading the weights sets "
+     "the time; auto: swap where a rank's experts average at most 384 rows. "
+     "The two may differ in the last bits."},
     {"moe_sync", MKX_OPT_BOOL, OPT(moe_sync), "yes", "yes|no",
      "MoE calls on the GPU path. yes: each call waits for its routing (a few "
      "bytes back to the host), so bad expert ids and MKX_ERR_TRUNCATE are "

@@ -163,6 +163,7 @@ typedef struct moe_ws {
 typedef struct moe_plan {
   int op, multi;
   int sync;     /* option moe_sync: the host waits for the routing */
+  int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
   int64_t tcap; /* tokens the rows are sized for */
   size_t off[W_END + 1];
   int64_t lda, ldact, ldw1, ldw2;
@@ -584,11 +585,12 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   /* without the host wait: bounded by the rows A and Y hold */
   const int64_t rows = total >= 0 ? total : min64(p->tcap * a->topk, a->y_rows);
   mkx_moe_gemm_desc g = {
-      (int)ep, a->hidden,    a->n,       w->a,
-      w->lda,  rows,         w->offsets, wt,
-      w->ldw1, a->Y,         a->n,       a->topk_weight ? w->scale : NULL,
-      ty,      ty,           0,          0,
-      0,       w->gemm_work, 0,          w->gate};
+      (int)ep,  a->hidden,    a->n,       w->a,
+      w->lda,   rows,         w->offsets, wt,
+      w->ldw1,  a->Y,         a->n,       a->topk_weight ? w->scale : NULL,
+      ty,       ty,           0,          0,
+      0,        w->gemm_work, 0,          w->gate,
+      p->kernel};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
   /* no origin piece: no rows can arrive (no tokens on any rank) */
   if (!p->multi || !a->origin || !w->origin) return MKX_SUCCESS;
@@ -642,13 +644,15 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           0,
                           w->gemm_work,
                           w1 == a->W ? 0 : round8(a->ffn),
-                          w->gate};
+                          w->gate,
+                          p->kernel};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
   mkx_moe_gemm_desc g2 = {(int)ep,  a->ffn,        a->hidden,  w->act,
                           w->ldact, rows,          w->offsets, w2,
                           w->ldw2,  w->y,          a->hidden,  NULL,
                           ty,       MKX_GEMM_FP32, 0,          0,
-                          0,        w->gemm_work,  0,          w->gate};
+                          0,        w->gemm_work,  0,          w->gate,
+                          p->kernel};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
   mkx_moe_outs_at y = {{w->y}, a->hidden};
   if (p->multi) {
@@ -662,6 +666,16 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       fn, "combine");
 }
 
+/* The grouped GEMM kernel for option moe_gemm: under auto, by the rows an
+ * expert gets on average (all tokens' slots over all experts), the same on
+ * every rank and whatever the routing of a run. */
+static int gemm_kernel(int opt, int64_t slots, int64_t experts) {
+  if (opt == MKX_MOE_GEMM_OPT_ROWS) return MKX_MOE_GEMM_ROWS;
+  if (opt == MKX_MOE_GEMM_OPT_SWAP) return MKX_MOE_GEMM_SWAP;
+  return slots <= (int64_t)MKX_MOE_SWAP_ROWS * experts ? MKX_MOE_GEMM_SWAP
+                                                       : MKX_MOE_GEMM_ROWS;
+}
+
 /* The workspace is sized by agreed values only (every rank's tokens on
  * several ranks), so every rank's pool takes the same decision. */
 int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
@@ -672,6 +686,7 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->op = op;
   p->multi = c->size > 1;
   p->sync = c->opt.moe_sync;
+  p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   p->tcap = p->multi ? g->total : a->num_tokens;
   ws_layout(a, c, p);
   mkx_tp_need need = {1, c->size, p->off[W_END], 0};

@@ -11,7 +11,8 @@
  * without a host wait (records of simulated ranks settled into offsets,
  * row bases, gate and input record) and the gate stopping every kernel.
  * Exit 77 without an sm_90 GPU, 1 on any failure.
- *   --bench       also time the expert GEMMs of the MoE issue's two shapes
+ *   --bench       also time the expert GEMMs of four layer shapes (the MoE
+ *                 issue's two, and two of 256 and 384 rows per expert)
  *   --bench-only  the timings alone
  *   --profile     no timings: the DeepSeek-like W1 and W2, three runs each,
  *                 for ncu (ci/gpu-check with MKX_GPU_CHECK_PROFILE=1)
@@ -71,7 +72,11 @@ static int is_poison(const void *c, int64_t i, int t) {
 
 enum { GUARD_ROWS = 3 };
 
-static void run_case(const tcase *t) {
+static const char *kernel_name(int kernel) {
+  return kernel == MKX_MOE_GEMM_SWAP ? "swap" : "rows";
+}
+
+static void run_case(const tcase *t, int kernel) {
   const int E = t->experts, k = t->k, n = t->n, f16 = t->f16;
   /* SwiGLU: the up half at the next multiple of 8 columns after n */
   const int up = t->swiglu ? (n + 7) / 8 * 8 : 0;
@@ -133,17 +138,19 @@ static void run_case(const tcase *t) {
   d.up_col = up;
   d.block_n = t->block_n;
   d.work = work;
+  d.kernel = kernel;
   const char *why = NULL;
   if (!mkx_moe_gemm_supported(&d, &why)) {
-    printf("not ok - %s: unsupported: %s\n", t->name, why);
+    printf("not ok - %s [%s]: unsupported: %s\n", t->name, kernel_name(kernel),
+           why);
     g_fail++;
     goto out;
   }
   const int rc = mkx_moe_gemm_run(&d, 0);
   const cudaError_t se = cudaDeviceSynchronize();
   if (rc || se != cudaSuccess) {
-    printf("not ok - %s: run %d, sync %s\n", t->name, rc,
-           cudaGetErrorString(se));
+    printf("not ok - %s [%s]: run %d, sync %s\n", t->name, kernel_name(kernel),
+           rc, cudaGetErrorString(se));
     g_fail++;
     goto out;
   }
@@ -186,20 +193,22 @@ static void run_case(const tcase *t) {
       checked++;
       if (!(err <= tol)) {
         if (bad < 3)
-          printf("# %s: row %lld (expert %d) col %lld: got %g want %g\n",
-                 t->name, (long long)r, e, (long long)j, got, ref);
+          printf("# %s [%s]: row %lld (expert %d) col %lld: got %g want %g\n",
+                 t->name, kernel_name(kernel), (long long)r, e, (long long)j,
+                 got, ref);
         bad++;
       }
       if (err / (fabs(ref) + 1) > worst) worst = err / (fabs(ref) + 1);
     }
   }
   if (bad || stray) {
-    printf("not ok - %s: %lld wrong of %lld, %lld stray writes\n", t->name,
-           (long long)bad, (long long)checked, (long long)stray);
+    printf("not ok - %s [%s]: %lld wrong of %lld, %lld stray writes\n", t->name,
+           kernel_name(kernel), (long long)bad, (long long)checked,
+           (long long)stray);
     g_fail++;
   } else {
-    printf("ok - %s: %lld values, worst %.2e, rows %lld\n", t->name,
-           (long long)checked, worst, (long long)a_rows);
+    printf("ok - %s [%s]: %lld values, worst %.2e, rows %lld\n", t->name,
+           kernel_name(kernel), (long long)checked, worst, (long long)a_rows);
     g_ok++;
   }
   free(owner);
@@ -254,6 +263,40 @@ static const tcase cases[] = {
      0,
      0,
      {0, 1, 127, 128, 129, 300, 0, 5},
+     0},
+    {"block edges (swap: 128, 256 rows), scaled",
+     8,
+     192,
+     384,
+     0,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     1,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {255, 256, 257, 136, 200, 8, 9, 513},
+     0},
+    {"block edges, SwiGLU",
+     8,
+     128,
+     136,
+     1,
+     0,
+     MKX_GEMM_BF16,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     0,
+     {255, 256, 257, 130, 7, 0, 384, 129},
      0},
     {"tile edges, SwiGLU, fp32 C",
      8,
@@ -1087,22 +1130,33 @@ static float measure(const mkx_moe_gemm_desc *d, int profile) {
   return 0;
 }
 
-/* The two shapes' expert GEMMs, each at both tile widths; profile: the
- * DeepSeek-like shape alone, W1 at 256 and W2 at 128 columns, three runs
- * each (ncu --kernel-name regex:mkx_moe_gemm_kernel --launch-skip 2
- * --launch-count 2 takes the third W1 and the first W2). */
+/* The kernels a bench times: the rows kernel at 128 and 256 W columns per
+ * tile, and the swapped kernel. */
+static const struct {
+  int kernel, block_n;
+} variants[] = {
+    {MKX_MOE_GEMM_ROWS, 128}, {MKX_MOE_GEMM_ROWS, 256}, {MKX_MOE_GEMM_SWAP, 0}};
+enum { NV = 3 };
+
+/* The shapes' expert GEMMs under each variant; profile: the
+ * DeepSeek-like shape alone, W1 and W2 under the swapped kernel, three runs
+ * each (ncu --kernel-name regex:mkx_moe --launch-skip 2 --launch-count 2
+ * takes the third W1 and the first W2). */
 static void bench(int profile) {
   /* name, tokens, topk, experts, hidden, ffn */
   static const struct {
     const char *name;
     int tokens, topk, E, hidden, ffn;
   } shapes[] = {{"DeepSeek-V3-like", 4096, 8, 256, 7168, 2048},
-                {"Mixtral-like", 4096, 2, 8, 4096, 14336}};
+                {"Mixtral-like", 4096, 2, 8, 4096, 14336},
+                {"Qwen3-30B-A3B-like", 4096, 8, 128, 2048, 768},
+                {"DeepSeek-V2-Lite-like", 4096, 6, 64, 2048, 1408}};
   printf(
       "# grouped expert GEMMs, bf16, random inputs and routing: TFLOP/s (ms) "
       "of W1 with SwiGLU, of W2; "
-      "each at 128 / 256 W columns per tile\n");
-  for (int s = 0; s < (profile ? 1 : 2); ++s) {
+      "each by the rows kernel at 128 / 256 W columns per tile, then the "
+      "swapped kernel\n");
+  for (int s = 0; s < (profile ? 1 : 4); ++s) {
     const int E = shapes[s].E, H = shapes[s].hidden, F = shapes[s].ffn;
     int *off = malloc(sizeof(int) * (size_t)(E + 1));
     route(shapes[s].tokens, shapes[s].topk, E, off);
@@ -1115,8 +1169,9 @@ static void bench(int profile) {
     void *act = dev_fill_random((size_t)rows * F);
     void *y = NULL;
     CK(cudaMalloc(&y, 4 * (size_t)rows * H));
-    double tf[4] = {0, 0, 0, 0}, msv[4] = {0, 0, 0, 0};
-    for (int v = profile; v < 2; ++v) { /* W1 */
+    double tf[2][NV] = {{0}}, msv[2][NV] = {{0}};
+    const int v0 = profile ? NV - 1 : 0;
+    for (int v = v0; v < NV; ++v) { /* W1 */
       mkx_moe_gemm_desc d = {E,
                              H,
                              F,
@@ -1133,15 +1188,16 @@ static void bench(int profile) {
                              MKX_GEMM_BF16,
                              1,
                              0,
-                             v ? 256 : 128,
+                             variants[v].block_n,
                              work};
+      d.kernel = variants[v].kernel;
       const float ms = measure(&d, profile);
-      msv[v] = ms;
-      if (ms > 0) tf[v] = 2.0 * rows * H * 2.0 * F / (ms * 1e-3) / 1e12;
+      msv[0][v] = ms;
+      if (ms > 0) tf[0][v] = 2.0 * rows * H * 2.0 * F / (ms * 1e-3) / 1e12;
     }
     CK(cudaFree(w1));
     void *w2 = dev_fill_random((size_t)E * F * H);
-    for (int v = 0; v < (profile ? 1 : 2); ++v) { /* W2, fp32 out */
+    for (int v = v0; v < NV; ++v) { /* W2, fp32 out */
       mkx_moe_gemm_desc d = {E,
                              F,
                              H,
@@ -1158,19 +1214,20 @@ static void bench(int profile) {
                              MKX_GEMM_FP32,
                              0,
                              0,
-                             v ? 256 : 128,
+                             variants[v].block_n,
                              work};
+      d.kernel = variants[v].kernel;
       const float ms = measure(&d, profile);
-      msv[2 + v] = ms;
-      if (ms > 0) tf[2 + v] = 2.0 * rows * F * H / (ms * 1e-3) / 1e12;
+      msv[1][v] = ms;
+      if (ms > 0) tf[1][v] = 2.0 * rows * F * H / (ms * 1e-3) / 1e12;
     }
     if (!profile)
-      printf(
-          "# %s (%lld rows, %d experts, hidden %d, ffn %d): W1 %.0f (%.3f) / "
-          "%.0f (%.3f), W2 %.0f (%.3f) / %.0f "
-          "(%.3f)\n",
-          shapes[s].name, (long long)rows, E, H, F, tf[0], msv[0], tf[1],
-          msv[1], tf[2], msv[2], tf[3], msv[3]);
+      for (int g = 0; g < 2; ++g)
+        printf(
+            "# %s (%lld rows, %d experts, hidden %d, ffn %d): W%d %.0f "
+            "(%.3f) / %.0f (%.3f) / %.0f (%.3f)\n",
+            shapes[s].name, (long long)rows, E, H, F, g + 1, tf[g][0],
+            msv[g][0], tf[g][1], msv[g][1], tf[g][2], msv[g][2]);
     CK(cudaFree(w2));
     CK(cudaFree(x));
     CK(cudaFree(act));
@@ -1189,7 +1246,9 @@ int main(int argc, char **argv) {
   const int only = profile || (argc > 1 && !strcmp(argv[1], "--bench-only"));
   if (!only)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i)
-      run_case(&cases[i]);
+      for (int kernel = MKX_MOE_GEMM_ROWS; kernel <= MKX_MOE_GEMM_SWAP;
+           ++kernel)
+        run_case(&cases[i], kernel);
   if (!only) route_cases();
   if (only || (argc > 1 && !strcmp(argv[1], "--bench"))) bench(profile);
   printf("# %d ok, %d failed\n", g_ok, g_fail);

@@ -1,0 +1,75 @@
+/* What both grouped expert GEMM kernels share (grouped_gemm.cu: token rows
+ * as the M side; grouped_gemm_swap.cu: weight columns as the M side): the
+ * experts' row spans, the tile prefix over experts scanned on the GPU, and
+ * SwiGLU's activation. */
+#pragma once
+#include <cuda_runtime.h>
+#include "moe/moe_engine.h"
+#include "moe/scan.cuh"
+
+namespace mkx {
+namespace moe {
+
+constexpr int kScanThreads = 1024;
+
+/* Rows of expert e: [lo, hi), offsets clamped to [0, a_rows], so bad
+ * offsets never make a kernel read or write outside A and C. */
+struct MoeRows {
+  const int *off;
+  const int *prefix;  // E + 1 tile prefix (workspace)
+  int experts, a_rows;
+  const int *gate;  // nonzero: no tiles (a run the verdict stopped)
+  __device__ __forceinline__ void span(int e, int &lo, int &hi) const {
+    lo = min(max(off[e], 0), a_rows);
+    hi = max(lo, min(max(off[e + 1], 0), a_rows));
+  }
+  /* the expert owning tile v < prefix[E]: the last e with prefix[e] <= v */
+  __device__ __forceinline__ int expert_of(int v) const {
+    int lo = 0, hi = experts - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) >> 1;
+      if (prefix[mid] <= v)
+        lo = mid;
+      else
+        hi = mid - 1;
+    }
+    return lo;
+  }
+};
+
+/* Tile prefix over experts into work[0..E] for a kernel whose expert e
+ * takes t.tiles(e) tiles (t.rows: the spans): each thread sums a run of
+ * consecutive experts, one block scan places the runs.  A stopped run
+ * (gate set) has no tiles. */
+template <class Tiles>
+__global__ void tile_prefix_kernel(Tiles t, int *work) {
+  const int n = t.rows.experts;
+  const int per = (n + kScanThreads - 1) / kScanThreads;
+  const int e0 = min(n, (int)threadIdx.x * per), e1 = min(n, e0 + per);
+  const bool stop = t.rows.gate && *t.rows.gate;
+  int sum = 0;
+  for (int e = e0; e < e1; ++e) sum += stop ? 0 : t.tiles(e);
+  int total;
+  int run = block_exclusive_scan<kScanThreads>(sum, total);
+  for (int e = e0; e < e1; ++e) {
+    work[e] = run;
+    run += stop ? 0 : t.tiles(e);
+  }
+  if (threadIdx.x == 0) work[n] = total;
+}
+
+template <class Tiles>
+inline int tile_prefix_run(const Tiles &t, int *work, cudaStream_t s) {
+  tile_prefix_kernel<Tiles><<<1, kScanThreads, 0, s>>>(t, work);
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+__device__ __forceinline__ float silu(float v) { return v / (1.f + __expf(-v)); }
+
+/* The swapped kernel's run (grouped_gemm_swap.cu): its tile prefix and
+ * GEMM, on a checked descriptor. */
+int swap_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s);
+
+}  // namespace moe
+}  // namespace mkx
