@@ -67,7 +67,7 @@ typedef struct {
 #define MKX_MOE_GEMM_ROWS 1
 #define MKX_MOE_GEMM_SWAP 2
 /* rows per expert (a_rows / experts) up to which the swapped kernel is picked */
-#define MKX_MOE_SWAP_ROWS 384
+#define MKX_MOE_SWAP_ROWS 192
 
 /* Ints of device workspace a run needs (the tile-row prefix over experts). */
 int64_t mkx_moe_gemm_work_ints(int experts);

@@ -140,8 +140,8 @@ static const mkx_option_desc base_rows[] = {
      "128 rows of one expert, best where experts have many rows; swap: the "
      "operands swapped, an expert's rows in blocks of up to 256 against 64 "
      "weight columns, so the weights are read once per 256 rows, best where "
-     "experts have a few hundred rows or fewer and reading the weights sets "
-     "the time; auto: swap where a rank's experts average at most 384 rows. "
+     "experts have up to about 200 rows and reading the weights sets the "
+     "time; auto: swap where experts average at most 192 rows. "
      "The two may differ in the last bits."},
     {"moe_sync", MKX_OPT_BOOL, OPT(moe_sync), "yes", "yes|no",
      "MoE calls on the GPU path. yes: each call waits for its routing (a few "
