@@ -972,8 +972,9 @@ static void gate_case(void) {
     }
     CK(cudaFree(dst));
   }
-  /* gate set: a GEMM of 2 experts x 64 rows, the gather, the combine and
-   * the origin copy leave their poisoned outputs as they were */
+  /* gate set: a GEMM of 2 experts x 64 rows (both kernels), the gather,
+   * the combine and the origin copy leave their poisoned outputs as they
+   * were */
   const int64_t rows = 128, k = 64, n = 64;
   const int off[3] = {0, 64, 128}, one = MKX_MOE_GATE_BAD;
   int *doffs = dev_ints(off, 3), *dwork = NULL;
@@ -986,7 +987,8 @@ static void gate_case(void) {
   mkx_moe_gemm_desc g = {2,  k, n,  da,    k,    rows,          doffs,
                          dw, n, dc, n,     NULL, MKX_GEMM_BF16, MKX_GEMM_BF16,
                          0,  0, 0,  dwork, 0,    dgate};
-  fails += mkx_moe_gemm_run(&g, 0) != 0;
+  for (g.kernel = MKX_MOE_GEMM_ROWS; g.kernel <= MKX_MOE_GEMM_SWAP; g.kernel++)
+    fails += mkx_moe_gemm_run(&g, 0) != 0;
   int64_t counts[2] = {-5, -5};
   int64_t *dcounts = mt_dev_upload(counts, sizeof counts);
   fails += mkx_moe_counts_run(doffs, 2, dcounts, dgate, 0) != 0;
