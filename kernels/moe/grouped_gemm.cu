@@ -219,10 +219,11 @@ static int pick_block_n(const mkx_moe_gemm_desc *d) {
   return wcols >= 2048 ? 256 : 128;
 }
 
-/* The swapped kernel where an expert's rows fit one or two of its tiles on
- * average: there the weights' bytes set the time, and it reads them once
- * and computes rows rounded up to 8 instead of 128.  The rows kernel's
- * wider tiles keep more experts' rows per weight byte beyond. */
+/* The swapped kernel up to MKX_MOE_SWAP_ROWS rows per expert on average:
+ * there the weights' bytes set the time, and it reads them once and
+ * computes rows rounded up to 8 instead of 128.  Beyond, an expert's rows
+ * spill into a second block that reads the weights again, while the rows
+ * kernel's tile rows of one expert share them in L2 (docs/moe.md). */
 static bool pick_swap(const mkx_moe_gemm_desc *d) {
   if (d->kernel) return d->kernel == MKX_MOE_GEMM_SWAP;
   return d->a_rows <= (int64_t)MKX_MOE_SWAP_ROWS * d->experts;
