@@ -686,8 +686,8 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->op = op;
   p->multi = c->size > 1;
   p->sync = c->opt.moe_sync;
-  p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   p->tcap = p->multi ? g->total : a->num_tokens;
+  p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   ws_layout(a, c, p);
   mkx_tp_need need = {1, c->size, p->off[W_END], 0};
   const int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
