@@ -69,7 +69,7 @@ typedef struct {
 /* rows per expert (a_rows / experts) up to which the swapped kernel is picked */
 #define MKX_MOE_SWAP_ROWS 192
 
-/* Ints of device workspace a run needs (the tile-row prefix over experts). */
+/* Ints of device workspace a run needs (the tile prefix over experts). */
 int64_t mkx_moe_gemm_work_ints(int experts);
 
 /* 1 if the engine can run d, else 0 and (if why != NULL) a static reason:
