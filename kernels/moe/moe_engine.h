@@ -122,34 +122,41 @@ int64_t mkx_moe_route_work_ints(int64_t tokens, int topk, int local_experts);
 int mkx_moe_route_supported(const mkx_moe_route_desc *d, const char **why);
 int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s);
 
-/* Where the rows of this rank's slots go.  One rank: base NULL, ranks 1.
- * Several ranks of a node: slot i (expert e = ids[i]) goes to rank
- * e / experts_per_rank at row base[e] + row_of_slot[i] - own_offsets[e]
- * (the route of this rank's slots over every expert gives own_offsets and
- * row_of_slot; base[e], from every rank's counts: where this rank's rows
- * of expert e start on the owner). */
+/* Where the rows of this rank's slots go.  One rank: base NULL, slots 1.
+ * Several ranks: slot i (expert e = ids[i]) goes to owner rank
+ * q = e / experts_per_rank, into entry target[q] of mkx_moe_rows_at (an
+ * owner's own grouped rows as mapped here, or this rank's send area for
+ * owners on other nodes), at row base[e] + row_of_slot[i] -
+ * own_offsets[e] there (the route of this rank's slots over every expert
+ * gives own_offsets and row_of_slot; base[e], from every rank's counts:
+ * where this rank's rows of expert e start there; src/ops/moe_layout.h).
+ * The combine reads each slot's output from the same entry and row of
+ * mkx_moe_outs_at. */
 #define MKX_MOE_MAX_RANKS 8
+#define MKX_MOE_SLOTS (MKX_MOE_MAX_RANKS + 1) /* a node's ranks and the send area */
 typedef struct {
   const int32_t *ids;
   const int *base;        /* device, experts ints, or NULL */
   const int *own_offsets; /* device, experts + 1 ints */
+  const int *target;      /* device, experts / experts_per_rank ints, or NULL: entry q */
   int experts_per_rank;
-  int ranks;
+  int slots;       /* entries of mkx_moe_rows_at / mkx_moe_outs_at used */
   const int *gate; /* device, or NULL: gather and combine do nothing where nonzero */
 } mkx_moe_place;
 
-/* Each rank's A (row stride lda), and optional scale and origin arrays
- * (device pointers this GPU can write: peers' through their mappings). */
+/* Each entry's A (row stride lda), and optional scale and origin arrays
+ * (pointers this GPU can write: peers' through their mappings, the send
+ * area in mapped pinned host memory). */
 typedef struct {
-  void *a[MKX_MOE_MAX_RANKS];
-  float *scale[MKX_MOE_MAX_RANKS];
-  int32_t *origin[MKX_MOE_MAX_RANKS];
+  void *a[MKX_MOE_SLOTS];
+  float *scale[MKX_MOE_SLOTS];
+  int32_t *origin[MKX_MOE_SLOTS];
   int64_t lda;
 } mkx_moe_rows_at;
 
 /* Each rank's fp32 expert outputs (row stride ldy). */
 typedef struct {
-  const float *y[MKX_MOE_MAX_RANKS];
+  const float *y[MKX_MOE_SLOTS];
   int64_t ldy;
 } mkx_moe_outs_at;
 
@@ -161,6 +168,16 @@ int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, 
  * owner (-1: none). */
 int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_at *y, const int *rows, const float *weight,
                         int64_t tokens, int topk, int64_t hidden, void *out, int out_type, cudaStream_t s);
+/* Rows between a staging area and their places (several nodes: rows
+ * received over the network, outputs sent back): staging row r
+ * (0 <= r < seg_start[nseg]) is row seg_row[j] + r - seg_start[j] of
+ * `rows`, j the segment with seg_start[j] <= r < seg_start[j + 1] (device
+ * arrays, seg_start nondecreasing).  to_rows: staging to rows, else rows
+ * to staging.  row_bytes a multiple of 4; strides in bytes, multiples of
+ * 4; the staging area may be mapped pinned host memory. */
+int mkx_moe_rows_move_run(void *stage, int64_t ld_stage, void *rows, int64_t ld_rows, int64_t row_bytes,
+                          const int *seg_start, const int *seg_row, int nseg, int64_t total, int to_rows,
+                          cudaStream_t s);
 /* Several ranks of a node: all meet at workspace byte offset off (an int
  * per rank, MKX_TP_OFF_* of tp.h) for the call's epoch, so the stream's
  * earlier writes into peers are visible to every rank after it; a bounded

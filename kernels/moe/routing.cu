@@ -113,15 +113,19 @@ __global__ void route_rows(Route r) {
   r.row_of_slot[i] = r.offsets[le] + r.work[(int64_t)blockIdx.x * r.local + le] + before;
 }
 
-/* Where slot i's row goes (moe_engine.h, mkx_moe_place): its rank and
- * row there. */
+/* The entry of mkx_moe_rows_at / mkx_moe_outs_at that slot i's row is
+ * in (moe_engine.h, mkx_moe_place). */
+__device__ __forceinline__ int entry_of(const mkx_moe_place &pl, int64_t i) {
+  if (!pl.base) return 0;
+  const int q = pl.ids[i] / pl.experts_per_rank;
+  return pl.target ? pl.target[q] : q;
+}
+
+/* Where slot i's row goes: its entry and row there. */
 __device__ __forceinline__ int place_of(const mkx_moe_place &pl, int64_t i, int row, int &rank) {
-  if (!pl.base) {
-    rank = 0;
-    return row;
-  }
+  rank = entry_of(pl, i);
+  if (!pl.base) return row;
   const int e = pl.ids[i];
-  rank = e / pl.experts_per_rank;
   return pl.base[e] + row - pl.own_offsets[e];
 }
 
@@ -190,8 +194,7 @@ __global__ void combine_rows(const mkx_moe_place pl, mkx_moe_outs_at y, const in
       const int64_t i = t * topk + j;
       const int row = rows[i];
       if (row < 0) continue;
-      const int rank = pl.base ? pl.ids[i] / pl.experts_per_rank : 0;
-      acc = fmaf(weight[i], y.y[rank][(int64_t)row * y.ldy + h], acc);
+      acc = fmaf(weight[i], y.y[entry_of(pl, i)][(int64_t)row * y.ldy + h], acc);
     }
     out[t * hidden + h] = round_to<OutT>(acc);
   }
@@ -305,6 +308,34 @@ __global__ void origin_copy(const int32_t *src, int32_t *dst, const int *offsets
     dst[i] = src[i];
 }
 
+/* One warp per staging row: its segment by binary search, then the row
+ * in 16-byte pieces where sizes and addresses allow, else in words. */
+__global__ void rows_move(uint8_t *stage, int64_t ld_stage, uint8_t *rows, int64_t ld_rows, int64_t row_bytes,
+                          const int *seg_start, const int *seg_row, int nseg, int64_t total, int to_rows) {
+  const int64_t r = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x & 31;
+  if (r >= total) return;
+  int lo = 0, hi = nseg - 1; /* the last segment starting at or before r */
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (seg_start[mid] <= r)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  uint8_t *s = stage + r * ld_stage;
+  uint8_t *p = rows + ((int64_t)seg_row[lo] + r - seg_start[lo]) * ld_rows;
+  const uint8_t *from = to_rows ? s : p;
+  uint8_t *to = to_rows ? p : s;
+  if (row_bytes % 16 == 0 && ((uintptr_t)from & 15) == 0 && ((uintptr_t)to & 15) == 0) {
+    for (int64_t b = 16 * lane; b < row_bytes; b += 16 * 32)
+      *reinterpret_cast<uint4 *>(to + b) = *reinterpret_cast<const uint4 *>(from + b);
+  } else {
+    for (int64_t b = 4 * lane; b < row_bytes; b += 4 * 32)
+      *reinterpret_cast<uint32_t *>(to + b) = *reinterpret_cast<const uint32_t *>(from + b);
+  }
+}
+
 int launched() {
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
@@ -351,8 +382,8 @@ extern "C" int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s) {
 }
 
 static bool place_ok(const mkx_moe_place *pl) {
-  return pl && pl->ranks >= 1 && pl->ranks <= MKX_MOE_MAX_RANKS &&
-         (!pl->base || (pl->ids && pl->own_offsets && pl->experts_per_rank >= 1)) && (pl->base || pl->ranks == 1);
+  return pl && pl->slots >= 1 && pl->slots <= MKX_MOE_SLOTS &&
+         (!pl->base || (pl->ids && pl->own_offsets && pl->experts_per_rank >= 1)) && (pl->base || pl->slots == 1);
 }
 
 extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem,
@@ -362,7 +393,7 @@ extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64
   if (slots == 0) return 0;
   if ((elem != 2 && elem != 4) || !at || at->lda < hidden || !x || !row_of_slot || !place_ok(pl))
     return MKX_GEMM_EINVAL;
-  for (int r = 0; r < pl->ranks; ++r)
+  for (int r = 0; r < pl->slots; ++r)
     if (!at->a[r]) return MKX_GEMM_EINVAL;
   const int per_block = 8;  // warps
   gather_rows<<<(unsigned)((slots + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
@@ -375,7 +406,7 @@ extern "C" int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_a
                                    int out_type, cudaStream_t s) {
   if (tokens == 0) return 0;
   if (!y || !rows || !weight || !out || y->ldy < hidden || !place_ok(pl)) return MKX_GEMM_EINVAL;
-  for (int r = 0; r < pl->ranks; ++r)
+  for (int r = 0; r < pl->slots; ++r)
     if (!y->y[r]) return MKX_GEMM_EINVAL;
   if (out_type == MKX_GEMM_BF16)
     combine_rows<__nv_bfloat16>
@@ -384,6 +415,19 @@ extern "C" int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_a
     combine_rows<__half><<<(unsigned)tokens, 256, 0, s>>>(*pl, *y, rows, weight, topk, hidden, (__half *)out);
   else
     return MKX_GEMM_EINVAL;
+  return launched();
+}
+
+extern "C" int mkx_moe_rows_move_run(void *stage, int64_t ld_stage, void *rows, int64_t ld_rows, int64_t row_bytes,
+                                     const int *seg_start, const int *seg_row, int nseg, int64_t total, int to_rows,
+                                     cudaStream_t s) {
+  if (total == 0) return 0;
+  if (!stage || !rows || !seg_start || !seg_row || nseg < 1 || total < 0 || row_bytes < 4 || row_bytes % 4 ||
+      ld_stage < row_bytes || ld_rows < row_bytes || ld_stage % 4 || ld_rows % 4)
+    return MKX_GEMM_EINVAL;
+  const int per_block = 8;  // warps
+  rows_move<<<(unsigned)((total + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
+      (uint8_t *)stage, ld_stage, (uint8_t *)rows, ld_rows, row_bytes, seg_start, seg_row, nseg, total, to_rows);
   return launched();
 }
 

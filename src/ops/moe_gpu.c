@@ -1,5 +1,5 @@
 /* MKX_Moe_dispatch_gemm and MKX_Moe_layer on the GPU (kernels/moe): one
- * rank, or (option moe_gpu=all) several ranks of one node.
+ * rank, or (option moe_gpu=all) several ranks of one node or of several.
  *
  * A call, all on the user's stream, after the prologue (every rank's
  * previous call has ended on its GPU before any rank writes into another's
@@ -32,6 +32,13 @@
  *      the W2 grouped GEMM in fp32, (several ranks: the ranks meet again)
  *      and the weighted combine in slot order, each slot's output read
  *      from its owner, into out, rounded once.
+ * Several nodes (always with the host wait): rows for owners on other
+ * nodes go into this rank's send area (pinned host memory the gather
+ * writes directly), the host exchanges them (src/ops/moe_net.c) and each
+ * owner moves what it received to its places among its grouped rows;
+ * after W2 the outputs of those rows travel back the same way, and the
+ * combine reads them from the send area.  src/ops/moe_layout.h says where
+ * every row goes.
  * Weights whose row length is not a multiple of 8 elements (the tensor
  * maps' stride rule) are first copied into a padded workspace copy.
  *
@@ -49,6 +56,7 @@
  * This rank's own:
  *   rows, dest N                    int: each slot's row here / on its owner
  *   offsets Ep + 1, own E + 1, base E, route and GEMM work  int
+ *   target P, segments 2 E + 2  int (several nodes: moe_layout.h)
  *   status 4                        int: first bad slot, rows, gate
  *   W copy  padded weights          dtype (only where needed) */
 #include <stdint.h>
@@ -64,7 +72,10 @@
 #include "core/cuda_rc.h"
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
+#include "host/hier.h"
 #include "ops/moe_gpu.h"
+#include "ops/moe_layout.h"
+#include "ops/moe_net.h"
 #include "ops/tp_host.h"
 #include "boot/oob_mpi.h"
 
@@ -80,6 +91,21 @@ static size_t round256(size_t v) { return (v + 255) / 256 * 256; }
 
 static int aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+/* Several nodes: equal nodes joined by MKX's transport. */
+static int nodes_ok(MKX_Comm c, const char *fn) {
+  if (!mkx_hier_usable(c))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path over several nodes needs nodes of equal "
+                     "size and a network transport",
+                     fn);
+  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: ranks of a node share a GPU and option "
+                     "shared_gpu=staged",
+                     fn);
+  return MKX_SUCCESS;
+}
+
 static int check(MKX_Comm c, int op, const mkx_moe_args *a,
                  const mkx_agreed *g) {
   const char *fn = fn_of(op);
@@ -93,11 +119,15 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a,
   if (c->size > 1 && c->opt.moe_gpu != MKX_MOE_GPU_ALL)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %d ranks and option moe_gpu=one",
                      fn, c->size);
-  if (c->size > 1) MKX_TRY(mkx_tp_node_ok(c, fn));
-  if (c->size > MKX_MOE_MAX_RANKS || (c->size > 1 && a->num_experts > 8192))
+  if (c->place.num_nodes > 1)
+    MKX_TRY(nodes_ok(c, fn));
+  else if (c->size > 1)
+    MKX_TRY(mkx_tp_node_ok(c, fn));
+  if (c->place.local_size > MKX_MOE_MAX_RANKS ||
+      (c->size > 1 && a->num_experts > 8192))
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: GPU path takes at most %d ranks, and on several "
-                     "ranks at most 8192 experts",
+                     "%s: GPU path takes at most %d ranks per node, and on "
+                     "several ranks at most 8192 experts",
                      fn, MKX_MOE_MAX_RANKS);
   if (g->total * a->topk >= MKX_MOE_NO_BAD_SLOT || ep > 8192 ||
       a->hidden >= (1ll << 30) || width >= (1ll << 29) ||
@@ -138,6 +168,8 @@ enum {
   W_OFFSETS,
   W_OWN,
   W_BASE,
+  W_TARGET,
+  W_SEG,
   W_REC,
   W_STATUS,
   W_ROUTE,
@@ -151,8 +183,8 @@ typedef struct moe_ws {
   void *a, *act, *w1, *w2;
   float *scale, *y;
   int32_t *origin;
-  int *rows, *dest, *offsets, *own, *base, *rec, *status, *route_work,
-      *gemm_work;
+  int *rows, *dest, *offsets, *own, *base, *target, *seg, *seg_row, *rec,
+      *status, *route_work, *gemm_work;
   int *gate; /* status[2], the verdict of a run that does not wait for its
               * routing (option moe_sync=no); NULL where it waits */
   int64_t lda, ldact, ldw1, ldw2;
@@ -162,7 +194,10 @@ typedef struct moe_ws {
  * the bytes in all), the same on every rank. */
 typedef struct moe_plan {
   int op, multi;
-  int sync;     /* option moe_sync: the host waits for the routing */
+  int64_t experts;
+  int nodes;        /* ranks of several nodes */
+  mkx_moe_net *net; /* several nodes: the pinned areas */
+  int sync;         /* option moe_sync: the host waits for the routing */
   int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
   int64_t tcap; /* tokens the rows are sized for */
   size_t off[W_END + 1];
@@ -190,6 +225,8 @@ static void ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
       [W_OFFSETS] = (size_t)(ep + 1) * sizeof(int),
       [W_OWN] = multi ? (size_t)(E + 1) * sizeof(int) : 0,
       [W_BASE] = multi ? (size_t)E * sizeof(int) : 0,
+      [W_TARGET] = p->nodes ? (size_t)c->size * sizeof(int) : 0,
+      [W_SEG] = p->nodes ? (size_t)(2 * E + 2) * sizeof(int) : 0,
       [W_REC] =
           multi ? (size_t)mkx_moe_records_ints(c->size, (int)E) * sizeof(int)
                 : 0,
@@ -233,6 +270,9 @@ static void ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {
   w->offsets = (int *)piece(c, p, me, W_OFFSETS);
   w->own = (int *)piece(c, p, me, W_OWN);
   w->base = (int *)piece(c, p, me, W_BASE);
+  w->target = (int *)piece(c, p, me, W_TARGET);
+  w->seg = (int *)piece(c, p, me, W_SEG);
+  w->seg_row = w->seg ? w->seg + p->experts + 1 : NULL;
   w->rec = (int *)piece(c, p, me, W_REC);
   w->status = (int *)piece(c, p, me, W_STATUS);
   w->gate = p->sync ? NULL : w->status + 2;
@@ -382,25 +422,59 @@ static int my_record(int op, const mkx_moe_args *a, const moe_ws *w,
   return rc;
 }
 
-/* Several ranks: every rank's counts per expert.  Sets this rank's local
- * expert offsets and, for each expert, where this rank's rows of it start
- * on the owner (both on the GPU); *total: the rows this rank receives;
- * *trunc: the first rank that receives more than its y_rows (dispatch),
- * or -1.  Bad ids and failures are every rank's error. */
-static int exchange(MKX_Comm c, int op, const mkx_moe_args *a, const moe_ws *w,
-                    cudaStream_t st, int64_t *total, int *trunc) {
+/* Rows owner d receives, from every rank's record. */
+static int64_t owner_rows(const int64_t *all, int64_t n, int P, int64_t ep,
+                          int d) {
+  int64_t run = 0;
+  for (int q = 0; q < P; q++)
+    for (int64_t le = 0; le < ep; le++)
+      run += all[(size_t)q * (size_t)n + X_COUNTS + d * ep + le];
+  return run;
+}
+
+/* The layout's arrays the kernels read, to the GPU (pageable copies: the
+ * host arrays are staged once these return). */
+static int layout_to_gpu(const moe_plan *p, const mkx_moe_layout *L, int64_t E,
+                         int64_t ep, int P, const moe_ws *w, cudaStream_t st,
+                         const char *fn) {
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(w->base, L->base, (size_t)E * sizeof(int),
+                                      cudaMemcpyHostToDevice, st),
+                      fn, "row bases to the GPU"));
+  MKX_TRY(mkx_cuda_rc(
+      cudaMemcpyAsync(w->offsets, L->local, (size_t)(ep + 1) * sizeof(int),
+                      cudaMemcpyHostToDevice, st),
+      fn, "offsets to the GPU"));
+  if (!p->nodes) return MKX_SUCCESS;
+  MKX_TRY(
+      mkx_cuda_rc(cudaMemcpyAsync(w->target, L->target, (size_t)P * sizeof(int),
+                                  cudaMemcpyHostToDevice, st),
+                  fn, "targets to the GPU"));
+  MKX_TRY(mkx_cuda_rc(
+      cudaMemcpyAsync(w->seg, L->seg_start, (size_t)(L->nseg + 1) * sizeof(int),
+                      cudaMemcpyHostToDevice, st),
+      fn, "segments to the GPU"));
+  return mkx_cuda_rc(
+      cudaMemcpyAsync(w->seg_row, L->seg_row,
+                      (size_t)(L->nseg > 0 ? L->nseg : 1) * sizeof(int),
+                      cudaMemcpyHostToDevice, st),
+      fn, "segment rows to the GPU");
+}
+
+/* Several ranks: every rank's counts per expert, and from them the layout
+ * (moe_layout.h): this rank's local expert offsets and where its rows of
+ * each expert go (both on the GPU), and on several nodes what crosses the
+ * network; *trunc: the first rank that receives more than its y_rows
+ * (dispatch), or -1.  Bad ids and failures are every rank's error. */
+static int exchange(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                    const moe_ws *w, cudaStream_t st, mkx_moe_layout *L,
+                    int *trunc) {
+  const int op = p->op;
   const char *fn = fn_of(op);
   const int P = c->size, me = c->rank;
   const int64_t E = a->num_experts, ep = E / P, n = X_COUNTS + E;
   int64_t *all = calloc((size_t)(P + 1) * (size_t)n, sizeof *all);
-  int *base = malloc((size_t)(E + ep + 1) * sizeof *base);
-  if (!all || !base) {
-    free(all);
-    free(base);
-    return mkx_error(MKX_ERR_NOMEM, "%s: counts", fn);
-  }
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "%s: counts", fn);
   int64_t *mine = all + (size_t)P * (size_t)n;
-  int *local = base + E;
   const int rc = my_record(op, a, w, st, mine);
   /* bounded, and through MKX's own buffer: all may be freed after a
    * timeout (the communicator is then broken) */
@@ -417,64 +491,138 @@ static int exchange(MKX_Comm c, int op, const mkx_moe_args *a, const moe_ws *w,
       out = bad_id(op, a, q, r[X_BAD], r[X_ID]);
   }
   *trunc = -1;
-  for (int d = 0; out == MKX_SUCCESS && d < P; d++) {
-    int64_t run = 0; /* rows owner d receives before its expert le */
-    for (int64_t le = 0; le < ep; le++) {
-      const int64_t e = d * ep + le, start = run;
-      int64_t before = 0; /* rows of expert e from the ranks before me */
-      for (int q = 0; q < P; q++) {
-        const int64_t k = all[(size_t)q * (size_t)n + X_COUNTS + e];
-        if (q < me) before += k;
-        run += k;
-      }
-      base[e] = (int)(start + before);
-      if (d == me) local[le] = (int)start;
-    }
-    if (d == me) {
-      local[ep] = (int)run;
-      *total = run;
-    }
-    if (op == MOE_DISPATCH && *trunc < 0 &&
-        run > all[(size_t)d * (size_t)n + X_YROWS])
+  for (int d = 0; out == MKX_SUCCESS && op == MOE_DISPATCH && d < P; d++)
+    if (owner_rows(all, n, P, ep, d) > all[(size_t)d * (size_t)n + X_YROWS]) {
       *trunc = d;
-  }
+      break;
+    }
   if (out == MKX_SUCCESS)
-    out = mkx_cuda_rc(cudaMemcpyAsync(w->base, base, (size_t)E * sizeof *base,
-                                      cudaMemcpyHostToDevice, st),
-                      fn, "row bases to the GPU");
-  if (out == MKX_SUCCESS)
-    out = mkx_cuda_rc(
-        cudaMemcpyAsync(w->offsets, local, (size_t)(ep + 1) * sizeof *local,
-                        cudaMemcpyHostToDevice, st),
-        fn, "offsets to the GPU");
-  /* pageable copies: the host arrays are staged once these return */
+    out =
+        mkx_moe_layout_make(P, me, E, all + X_COUNTS, n, c->place.node_of_rank,
+                            c->place.local_rank_of, c->place.local_size, L);
+  if (out == MKX_SUCCESS) out = layout_to_gpu(p, L, E, ep, P, w, st, fn);
   free(all);
-  free(base);
   return out;
 }
 
-/* Where this rank's slots' rows go: its own workspace (one rank), or the
- * owners' (several). */
+/* ---- several nodes: the pinned areas (moe_net.h) ----
+ * Each holds its rows' A rows, then (dispatch) their scales and origins:
+ * `mine` the rows this rank sends, `theirs` the rows it receives.  The
+ * layer's outputs travel back through the same areas from their start:
+ * `theirs` those this rank sends back, `mine` those it gets. */
+
+static size_t a_row(const moe_plan *p, const mkx_moe_args *a) {
+  return (size_t)p->lda * MKX_Type_size(a->dtype);
+}
+
+static size_t y_row(const mkx_moe_args *a) {
+  return (size_t)a->hidden * sizeof(float);
+}
+
+/* Bytes per row of the areas. */
+static size_t net_row(const moe_plan *p, const mkx_moe_args *a) {
+  const size_t r = a_row(p, a);
+  if (p->op == MOE_DISPATCH) return r + sizeof(float) + 3 * sizeof(int32_t);
+  return r > y_row(a) ? r : y_row(a);
+}
+
+/* The scales (k = 1) or origins (k = 2) of an area of `rows` rows. */
+static size_t side_at(const moe_plan *p, const mkx_moe_args *a, int64_t rows,
+                      int k) {
+  return (size_t)rows * (a_row(p, a) + (k == 2 ? sizeof(float) : 0));
+}
+
+/* Where this rank's slots' rows go: its own workspace (one rank), the
+ * owners' (several), and on several nodes its send area for the owners
+ * there. */
 static void targets(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                    const moe_ws *w, int scale, int origin, mkx_moe_place *pl,
-                    mkx_moe_rows_at *at) {
+                    const moe_ws *w, const mkx_moe_layout *L, int scale,
+                    int origin, mkx_moe_place *pl, mkx_moe_rows_at *at) {
   memset(at, 0, sizeof *at);
   at->lda = w->lda;
   if (!p->multi) {
-    *pl = (mkx_moe_place){NULL, NULL, NULL, 1, 1, w->gate};
+    *pl = (mkx_moe_place){NULL, NULL, NULL, NULL, 1, 1, w->gate};
     at->a[0] = w->a;
     at->scale[0] = scale ? w->scale : NULL;
     at->origin[0] = origin ? a->origin : NULL;
     return;
   }
-  *pl = (mkx_moe_place){a->topk_ids, w->base,
-                        w->own,      (int)(a->num_experts / c->size),
-                        c->size,     w->gate};
+  const int G = c->place.local_size;
+  /* one node: entry q is rank q (target NULL) */
+  *pl = (mkx_moe_place){a->topk_ids,
+                        w->base,
+                        w->own,
+                        p->nodes ? w->target : NULL,
+                        (int)(a->num_experts / c->size),
+                        p->nodes ? G + 1 : c->size,
+                        w->gate};
   for (int q = 0; q < c->size; q++) {
-    at->a[q] = piece(c, p, q, W_A);
-    at->scale[q] = scale ? (float *)piece(c, p, q, W_SCALE) : NULL;
-    at->origin[q] = origin ? (int32_t *)piece(c, p, q, W_ORIGIN) : NULL;
+    if (c->place.node_of_rank[q] != c->place.node) continue;
+    const int l = p->nodes ? c->place.local_rank_of[q] : q;
+    at->a[l] = piece(c, p, q, W_A);
+    at->scale[l] = scale ? (float *)piece(c, p, q, W_SCALE) : NULL;
+    at->origin[l] = origin ? (int32_t *)piece(c, p, q, W_ORIGIN) : NULL;
   }
+  if (!p->nodes) return;
+  char *send = p->net->mine_dev;
+  at->a[G] = send;
+  at->scale[G] = scale ? (float *)(send + side_at(p, a, L->sent, 1)) : NULL;
+  at->origin[G] = origin ? (int32_t *)(send + side_at(p, a, L->sent, 2)) : NULL;
+}
+
+/* Rows between the `theirs` area (received rows, outputs to send back)
+ * and their places here, by the layout's segments. */
+static int net_move(const moe_plan *p, const moe_ws *w, const mkx_moe_layout *L,
+                    size_t area_off, void *rows, size_t row_bytes, int to_rows,
+                    cudaStream_t st, const char *what) {
+  if (L->received == 0) return MKX_SUCCESS;
+  return mkx_tp_launch_rc(
+      mkx_moe_rows_move_run((char *)p->net->theirs_dev + area_off,
+                            (int64_t)row_bytes, rows, (int64_t)row_bytes,
+                            (int64_t)row_bytes, w->seg, w->seg_row, L->nseg,
+                            L->received, to_rows, st),
+      fn_of(p->op), what);
+}
+
+/* Several nodes, once the gather has ended: this rank's rows for other
+ * nodes to their owners, and the rows it receives to their places (with
+ * the scales and origins of dispatch). */
+static int net_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                    const moe_ws *w, const mkx_moe_layout *L, int scale,
+                    int origin, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  mkx_moe_net *n = p->net;
+  MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), fn, "gather"));
+  MKX_TRY(mkx_moe_net_exchange(c, n, n->mine, L->send, n->theirs, L->recv,
+                               a_row(p, a), fn));
+  for (int k = 1; k <= 2; k++) {
+    if (!(k == 1 ? scale : origin)) continue;
+    MKX_TRY(
+        mkx_moe_net_exchange(c, n, n->mine + side_at(p, a, L->sent, k), L->send,
+                             n->theirs + side_at(p, a, L->received, k), L->recv,
+                             k == 1 ? sizeof(float) : 3 * sizeof(int32_t), fn));
+  }
+  MKX_TRY(net_move(p, w, L, 0, w->a, a_row(p, a), 1, st, "received rows"));
+  if (scale)
+    MKX_TRY(net_move(p, w, L, side_at(p, a, L->received, 1), w->scale,
+                     sizeof(float), 1, st, "received scales"));
+  if (origin)
+    MKX_TRY(net_move(p, w, L, side_at(p, a, L->received, 2), w->origin,
+                     3 * sizeof(int32_t), 1, st, "received origins"));
+  return MKX_SUCCESS;
+}
+
+/* Several nodes, once W2 has ended: the outputs of the rows received
+ * over the network back to their senders, into this rank's `mine` area
+ * (the layout of its send area), where the combine reads them. */
+static int net_outs(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                    const moe_ws *w, const mkx_moe_layout *L, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  mkx_moe_net *n = p->net;
+  MKX_TRY(net_move(p, w, L, 0, w->y, y_row(a), 0, st, "outputs to send"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), fn, "outputs to send"));
+  return mkx_moe_net_exchange(c, n, n->theirs, L->recv, n->mine, L->send,
+                              y_row(a), fn);
 }
 
 /* Several ranks: all meet on the GPU at workspace word `off`. */
@@ -525,28 +673,39 @@ static int route_async(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 }
 
 /* Routing and its status: *total, the rows this rank receives; *trunc,
- * a rank that receives more than its y_rows (dispatch) or -1.  Without
- * the host wait neither is known here (*total: -1; the gate decides). */
+ * a rank that receives more than its y_rows (dispatch) or -1; L, on
+ * several ranks, the layout.  Without the host wait neither is known here
+ * (*total: -1; the gate decides). */
 static int route(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                 const moe_ws *w, cudaStream_t st, int64_t *total, int *trunc) {
+                 const moe_ws *w, cudaStream_t st, mkx_moe_layout *L,
+                 int64_t *total, int *trunc) {
   *total = -1;
   *trunc = -1;
   if (!p->sync) return route_async(c, p, a, w, st);
-  if (p->multi) return exchange(c, p->op, a, w, st, total, trunc);
+  if (p->multi) {
+    MKX_TRY(exchange(c, p, a, w, st, L, trunc));
+    *total = L->rows;
+    return MKX_SUCCESS;
+  }
   MKX_TRY(route_one(c, p->op, a, a->num_experts, w, st, total));
   *trunc = p->op == MOE_DISPATCH && *total > a->y_rows ? c->rank : -1;
   return MKX_SUCCESS;
 }
 
-/* This rank's token rows into their owners' grouped rows, scaled by
- * weight where given (several ranks: then all meet, so every owner has
- * all its rows). */
+/* This rank's token rows into their owners' grouped rows, with their
+ * scales (weight, or 1) and origins where asked (several ranks: then all
+ * meet, so every owner has its node's rows; several nodes: then the rows
+ * between nodes). */
 static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                     const moe_ws *w, cudaStream_t st, const float *weight,
-                     int origin, int *dest, mkx_moe_place *pl) {
+                     const moe_ws *w, const mkx_moe_layout *L, cudaStream_t st,
+                     const float *weight, int scale, int origin, int *dest,
+                     mkx_moe_place *pl) {
   const char *fn = fn_of(p->op);
   mkx_moe_rows_at at;
-  targets(c, p, a, w, weight != NULL, origin, pl, &at);
+  if (p->nodes)
+    MKX_TRY(mkx_moe_net_reserve(c, p->net, L->sent * net_row(p, a),
+                                L->received * net_row(p, a), fn));
+  targets(c, p, a, w, L, scale, origin, pl, &at);
   MKX_TRY(mkx_tp_launch_rc(
       mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden,
                          (int)MKX_Type_size(a->dtype), w->rows, weight, c->rank,
@@ -554,18 +713,19 @@ static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       fn, "gather"));
   if (p->multi)
     MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
+  if (p->nodes) MKX_TRY(net_rows(c, p, a, w, L, scale, origin, st));
   return MKX_SUCCESS;
 }
 
 static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                    const moe_ws *w, cudaStream_t st) {
+                    const moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_DISPATCH);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
-  MKX_TRY(route(c, p, a, w, st, &total, &trunc));
+  MKX_TRY(route(c, p, a, w, st, L, &total, &trunc));
   MKX_TRY(mkx_tp_launch_rc(
       mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, w->gate, st), fn,
       "counts"));
@@ -575,9 +735,12 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                      "(expert_rows holds the counts needed)",
                      fn, trunc);
   mkx_moe_place pl;
-  /* an owner's origins come from every source rank, so with several ranks
-   * all write them, whether or not this rank asked for its own */
-  MKX_TRY(push_rows(c, p, a, w, st, a->topk_weight,
+  /* With several ranks an owner's rows come from every rank, so all write
+   * their origins, whether or not this rank asked for its own, and their
+   * scales, their gate weights or 1: each row is scaled by its sender's
+   * weights, whatever the owner passed. */
+  const int scaled = a->topk_weight != NULL || p->multi;
+  MKX_TRY(push_rows(c, p, a, w, L, st, a->topk_weight, scaled,
                     p->multi || a->origin != NULL, NULL, &pl));
   const void *wt = NULL;
   MKX_TRY(weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1, (size_t)es, st,
@@ -585,12 +748,10 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   /* without the host wait: bounded by the rows A and Y hold */
   const int64_t rows = total >= 0 ? total : min64(p->tcap * a->topk, a->y_rows);
   mkx_moe_gemm_desc g = {
-      (int)ep,  a->hidden,    a->n,       w->a,
-      w->lda,   rows,         w->offsets, wt,
-      w->ldw1,  a->Y,         a->n,       a->topk_weight ? w->scale : NULL,
-      ty,       ty,           0,          0,
-      0,        w->gemm_work, 0,          w->gate,
-      p->kernel};
+      (int)ep,    a->hidden, a->n,     w->a, w->lda, rows,
+      w->offsets, wt,        w->ldw1,  a->Y, a->n,   scaled ? w->scale : NULL,
+      ty,         ty,        0,        0,    0,      w->gemm_work,
+      0,          w->gate,   p->kernel};
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
   /* no origin piece: no rows can arrive (no tokens on any rank) */
   if (!p->multi || !a->origin || !w->origin) return MKX_SUCCESS;
@@ -608,18 +769,18 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 }
 
 static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                 const moe_ws *w, cudaStream_t st) {
+                 const moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_LAYER);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
-  MKX_TRY(route(c, p, a, w, st, &total, &trunc));
+  MKX_TRY(route(c, p, a, w, st, L, &total, &trunc));
   /* one rank without tokens has nothing to do; several still serve */
   if (!p->multi && a->num_tokens == 0) return MKX_SUCCESS;
   mkx_moe_place pl;
-  MKX_TRY(push_rows(c, p, a, w, st, NULL, 0, w->dest, &pl));
+  MKX_TRY(push_rows(c, p, a, w, L, st, NULL, 0, 0, w->dest, &pl));
   const void *w1 = NULL, *w2 = NULL;
   MKX_TRY(w1_weights(a, ep, w, (size_t)es, st, &w1));
   MKX_TRY(weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2, (size_t)es, st,
@@ -657,7 +818,15 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   mkx_moe_outs_at y = {{w->y}, a->hidden};
   if (p->multi) {
     MKX_TRY(meet(c, p, MKX_TP_OFF_DONE_LATE, MKX_TP_AT_MOE_OUT, st, fn));
-    for (int q = 0; q < c->size; q++) y.y[q] = (float *)piece(c, p, q, W_Y);
+    for (int q = 0; q < c->size; q++) {
+      if (c->place.node_of_rank[q] != c->place.node) continue;
+      y.y[p->nodes ? c->place.local_rank_of[q] : q] =
+          (float *)piece(c, p, q, W_Y);
+    }
+  }
+  if (p->nodes) {
+    MKX_TRY(net_outs(c, p, a, w, L, st));
+    y.y[c->place.local_size] = (const float *)p->net->mine_dev;
   }
   return mkx_tp_launch_rc(
       mkx_moe_combine_run(&pl, &y, p->multi ? w->dest : w->rows, a->topk_weight,
@@ -685,12 +854,17 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
   p->op = op;
   p->multi = c->size > 1;
-  p->sync = c->opt.moe_sync;
+  p->nodes = c->place.num_nodes > 1;
+  p->experts = a->num_experts;
+  /* several nodes: the host drives the network, so it waits anyway */
+  p->sync = p->nodes || c->opt.moe_sync;
   p->tcap = p->multi ? g->total : a->num_tokens;
   p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   ws_layout(a, c, p);
   mkx_tp_need need = {1, c->size, p->off[W_END], 0};
-  const int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  int rc = p->nodes ? mkx_moe_net_get(c, &p->net, fn_of(op)) : MKX_SUCCESS;
+  rc = mkx_comm_agree_rc(c, rc, fn_of(op));
+  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;
@@ -711,21 +885,30 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   const moe_plan *p = plan;
   const mkx_moe_args *a = args;
+  const char *fn = fn_of(p->op);
   cudaStream_t st = (cudaStream_t)stream;
   moe_ws w;
   enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  MKX_CUDA_TRY(cudaStreamIsCapturing(st, &cs), fn_of(p->op));
+  MKX_CUDA_TRY(cudaStreamIsCapturing(st, &cs), fn);
   if (cs != cudaStreamCaptureStatusNone && p->sync)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: cannot be captured in a CUDA graph with option "
-                     "moe_sync=yes (each run waits for its routing)",
-                     fn_of(p->op));
+    return mkx_error(
+        MKX_ERR_UNSUPPORTED,
+        "%s: cannot be captured in a CUDA graph %s (each run "
+        "waits for its routing)",
+        fn, p->nodes ? "on several nodes" : "with option moe_sync=yes");
   p->ws->input_error = input_error;
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn_of(p->op), stream, 1,
-                       p->multi ? MKX_PATH_MOE_NODE : MKX_PATH_MOE));
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1,
+                       p->nodes   ? MKX_PATH_MOE_NODES
+                       : p->multi ? MKX_PATH_MOE_NODE
+                                  : MKX_PATH_MOE));
   ws_place(c, p, &w);
-  MKX_TRY(p->op == MOE_LAYER ? layer(c, p, a, &w, st)
-                             : dispatch(c, p, a, &w, st));
+  mkx_moe_layout L;
+  memset(&L, 0, sizeof L);
+  int rc = p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
+                              : dispatch(c, p, a, &w, &L, st);
+  mkx_moe_layout_free(&L);
+  if (rc == MKX_SUCCESS && p->nodes) rc = mkx_moe_net_mark(p->net, st, fn);
+  MKX_TRY(rc);
   return mkx_tp_end(p->ws, stream);
 }
 
@@ -733,12 +916,22 @@ static const mkx_path_ops moe_one = {MKX_PATH_MOE, mkx_moe_gpu_plan,
                                      mkx_moe_gpu_start, mkx_moe_gpu_free};
 static const mkx_path_ops moe_node = {MKX_PATH_MOE_NODE, mkx_moe_gpu_plan,
                                       mkx_moe_gpu_start, mkx_moe_gpu_free};
+static const mkx_path_ops moe_nodes = {MKX_PATH_MOE_NODES, mkx_moe_gpu_plan,
+                                       mkx_moe_gpu_start, mkx_moe_gpu_free};
 
 static int choose(MKX_Comm c, int op, mkx_path_choice *out) {
   const char *what = op == MOE_LAYER ? ", SwiGLU and combine" : "";
   out->op = op;
-  out->ops = c->size > 1 ? &moe_node : &moe_one;
-  if (c->size > 1)
+  out->ops = c->place.num_nodes > 1 ? &moe_nodes
+             : c->size > 1          ? &moe_node
+                                    : &moe_one;
+  if (c->place.num_nodes > 1)
+    snprintf(out->why, sizeof out->why,
+             "%d nodes: token rows by GPU stores in a node, over the "
+             "network by the host between nodes; routing, grouped expert "
+             "GEMMs%s on the GPU",
+             c->place.num_nodes, what);
+  else if (c->size > 1)
     snprintf(out->why, sizeof out->why,
              "%d ranks of one node: token rows pushed into the owners by GPU "
              "stores; routing, grouped expert GEMMs%s on the GPU",

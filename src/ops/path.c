@@ -16,6 +16,7 @@ static const char *const names[MKX_PATH_COUNT] = {
     [MKX_PATH_ATTN_HIER] = "attention ring, several nodes",
     [MKX_PATH_MOE] = "MoE on one rank's GPU",
     [MKX_PATH_MOE_NODE] = "MoE on one node's GPUs",
+    [MKX_PATH_MOE_NODES] = "MoE on several nodes' GPUs",
 };
 
 static atomic_long starts[MKX_PATH_COUNT];

@@ -24,6 +24,9 @@ typedef enum mkx_path {
                              layer's SwiGLU and combine) on the GPU */
   MKX_PATH_MOE_NODE,      /* several ranks of one node: the same, token rows
                              pushed into the owners by GPU stores */
+  MKX_PATH_MOE_NODES,     /* several nodes: the same inside each node, the
+                             rows between nodes over the network by the
+                             host */
   MKX_PATH_COUNT
 } mkx_path;
 

@@ -15,10 +15,12 @@
  * MKX_MOE_GPU=off), the bf16 and fp16 calls must take the GPU path where
  * the GPU is sm_90 (counted by path).
  *
- * With --vnode the communicator has virtual nodes of 2 ranks over shm,
- * so the calls span nodes (the staged path on device buffers).
+ * With --vnode (or --vnode=G) the communicator has virtual nodes of 2 (G)
+ * ranks over shm, so the calls span nodes: with --device the GPU path over
+ * several nodes where the nodes are equal, rows between nodes over the
+ * transport.
  *
- *   mpirun -np P ./test_moe [--seed N] [--device] [--vnode] [-v]
+ *   mpirun -np P ./test_moe [--seed N] [--device] [--vnode[=G]] [-v]
  */
 #include <math.h>
 #include <stdio.h>
@@ -35,13 +37,14 @@ enum { T_X = 1, T_IDS = 2, T_GATE = 3, T_W = 4, T_W1 = 5, T_W2 = 6, T_NT = 7 };
 
 static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
 
-/* --vnode: virtual nodes of 2 ranks over shm (the calls then span nodes
- * and take the staged path with device buffers). */
+/* --vnode[=G]: virtual nodes of G ranks (2 by default) over shm; 0: off. */
 static int vnode;
 
 /* The communicator options of --vnode into info. */
 static void set_vnode(MPI_Info info) {
-  MPI_Info_set(info, "mkx_virtual_node_size", "2");
+  char g[16];
+  snprintf(g, sizeof g, "%d", vnode);
+  MPI_Info_set(info, "mkx_virtual_node_size", g);
   MPI_Info_set(info, "mkx_net", "shm");
 }
 
@@ -62,11 +65,14 @@ static void gpu_eligible(MKX_Datatype dt) {
       gpu_hopper = major == 9 && minor == 0;
 #endif
   }
-  /* several ranks: unless option moe_gpu=one (the tests run on one node) */
+  /* several ranks: unless option moe_gpu=one; at most 8 ranks per node,
+   * and nodes of equal size */
   const char *opt = getenv("MKX_MOE_GPU");
   const int off = opt && !strcmp(opt, "off"), one = opt && !strcmp(opt, "one");
+  const int per_node = vnode && vnode < mt.size ? vnode : mt.size;
   const int ranks_ok =
-      !off && (mt.size == 1 || (!one && !vnode && mt.size <= 8));
+      !off &&
+      (mt.size == 1 || (!one && per_node <= 8 && mt.size % per_node == 0));
   if (gpu_hopper && ranks_ok && (dt == MKX_BF16 || dt == MKX_FP16)) gpu_calls++;
 }
 
@@ -929,7 +935,10 @@ int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
   MPI_Info info = MPI_INFO_NULL;
-  for (int i = 1; i < argc; i++) vnode |= !strcmp(argv[i], "--vnode");
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--vnode")) vnode = 2;
+    if (!strncmp(argv[i], "--vnode=", 8)) vnode = atoi(argv[i] + 8);
+  }
   if (vnode) {
     MPI_Info_create(&info);
     set_vnode(info);
@@ -955,8 +964,9 @@ int main(int argc, char **argv) {
 #ifdef MKX_TEST_CUDA
   if (mt.device) async_cases();
 #endif
-  const long gpu_starts =
-      mkx_path_starts(MKX_PATH_MOE) + mkx_path_starts(MKX_PATH_MOE_NODE);
+  const long gpu_starts = mkx_path_starts(MKX_PATH_MOE) +
+                          mkx_path_starts(MKX_PATH_MOE_NODE) +
+                          mkx_path_starts(MKX_PATH_MOE_NODES);
   CHECK(gpu_starts == gpu_calls, "%ld of %ld eligible calls took the GPU path",
         gpu_starts, gpu_calls);
   if (mt.rank == 0) mt_diag("cases in %.2f s", MPI_Wtime() - t0);
