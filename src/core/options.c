@@ -132,8 +132,10 @@ static const mkx_option_desc base_rows[] = {
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
      "take the staged path). one: those of a one-rank communicator; all: "
-     "also those of several ranks of one node, whose token rows go into the "
-     "experts' owners' workspaces by GPU stores over NVLink; off: none.",
+     "also those of several ranks, whose token rows go into the experts' "
+     "owners' workspaces by GPU stores over NVLink inside a node, and "
+     "through pinned host memory and the network (driven by the host) "
+     "between nodes of equal size; off: none.",
      1},
     {"moe_gemm", MKX_OPT_ENUM, OPT(moe_gemm), "auto", "auto|rows|swap",
      "The grouped expert GEMM kernel of MoE calls on the GPU. rows: tiles of "
@@ -146,7 +148,8 @@ static const mkx_option_desc base_rows[] = {
     {"moe_sync", MKX_OPT_BOOL, OPT(moe_sync), "yes", "yes|no",
      "MoE calls on the GPU path. yes: each call waits for its routing (a few "
      "bytes back to the host), so bad expert ids and MKX_ERR_TRUNCATE are "
-     "its own return value. no: calls only enqueue work (no host "
+     "its own return value; calls over several nodes always do. no: calls "
+     "only enqueue work (no host "
      "synchronisation; plans may be captured in a CUDA graph); a run with "
      "bad ids or too many rows writes nothing (on truncation only "
      "expert_rows) on every rank, and its error is returned by "
