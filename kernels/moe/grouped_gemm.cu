@@ -25,6 +25,8 @@ using namespace mkx::gemm;
 
 namespace {
 
+using mkx::moe::moe_ready_of;
+using mkx::moe::MoeReady;
 using mkx::moe::MoeRows;
 using mkx::moe::silu;
 
@@ -55,11 +57,12 @@ struct MoeGate {
   MoeRows r;
   int up;  // SwiGLU: first column of the up half
   int e;   // expert of the tile in hand (set by a_source)
+  MoeReady ready;
   __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&, int &row) {
     int end;
     row = first_row(r, tm, e, end);
   }
-  __device__ __forceinline__ void wait_rows(int, int, int) {}
+  __device__ __forceinline__ void wait_rows(int, int, int) { ready.wait(e); }
   __device__ __forceinline__ void wait_k(int, int) {}
   __device__ __forceinline__ void b_chunk(int, int tn, int j, int &col, int &z) {
     z = e;
@@ -117,6 +120,7 @@ struct MoeStore {
 
 struct MoeParams {
   MoeRows rows;
+  MoeReady ready;
   void *c;
   int64_t ldc;
   const float *scale;
@@ -132,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<BN, STAGES, false, F16> Cfg;
   const int tiles_m = p.rows.prefix[p.rows.experts];
   GroupedTileOrder order{tiles_m, p.tiles_n, max(1, min(kGroupM, tiles_m))};
-  MoeGate<BN, SWIGLU> gate{p.rows, p.up, 0};
+  MoeGate<BN, SWIGLU> gate{p.rows, p.up, 0, p.ready};
   MoeStore<OutT, SWIGLU> epi{p.rows, reinterpret_cast<OutT *>(p.c), p.ldc, p.n, p.scale};
   run_engine<Cfg>(smem, &tmA, &tmW, tiles_m * kBM, p.n, p.k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
@@ -157,7 +161,8 @@ int launch(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s) {
   if (!rc) rc = num_sms(&sms, d->num_ctas);
   if (!rc) rc = smem_attr_once<mkx_moe_gemm_kernel<BN, STAGES, F16, OutT, SWIGLU>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  MoeParams p = {rows,         d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)cdiv(d->n, SWIGLU ? BN / 2 : BN),
+  MoeParams p = {rows,         moe_ready_of(d), d->c,      d->ldc,
+                 d->row_scale, (int)d->n,       (int)d->k, (int)cdiv(d->n, SWIGLU ? BN / 2 : BN),
                  (int)up_of(d)};
   kern<<<sms, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmW, p);
   const cudaError_t e = cudaGetLastError();
@@ -207,6 +212,8 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "num_ctas < 0";
   else if (d->kernel != 0 && d->kernel != MKX_MOE_GEMM_ROWS && d->kernel != MKX_MOE_GEMM_SWAP)
     w = "kernel must be 0, MKX_MOE_GEMM_ROWS or MKX_MOE_GEMM_SWAP";
+  else if (d->ready && (!d->sync || d->sync->size < 1 || d->sync->size > MKX_TP_MAX))
+    w = "ready flags need a sync of 1 to MKX_TP_MAX ranks";
   if (why) *why = w ? w : "ok";
   return w ? 0 : 1;
 }

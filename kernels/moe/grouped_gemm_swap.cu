@@ -89,6 +89,7 @@ struct SwapTiles {
 
 struct SwapParams {
   SwapTiles t;
+  MoeReady ready;
   void *c;
   int64_t ldc;
   const float *scale;
@@ -149,8 +150,10 @@ __device__ __forceinline__ void produce(uint8_t *ring, uint64_t *full, uint64_t 
   const uint64_t once = l2_evict_first(), shared = l2_evict_last();
   int stage = 0;
   uint32_t phase = 0;
+  MoeReady ready = p.ready;
   for (int v = blockIdx.x; v < ntiles; v += gridDim.x) {
     const SwapTile t = p.t.locate(v);
+    ready.wait(t.e);
     const int nw = t.wide || t.pair0 + 1 == p.t.pairs ? 2 : 4;  // W chunks
     const int nr = (t.rows + 63) / 64;                          // boxes of rows
     const int rslot = t.wide ? 2 : 4;
@@ -339,7 +342,7 @@ int launch(const mkx_moe_gemm_desc *d, const SwapTiles &tiles, cudaStream_t s) {
   if (!rc) rc = num_sms(&sms, d->num_ctas);
   if (!rc) rc = smem_attr_once<mkx_moe_swap_kernel<F16, OutT, SWIGLU>>(kSmemBytes);
   if (rc) return rc;
-  const SwapParams p = {tiles, d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)up};
+  const SwapParams p = {tiles, moe_ready_of(d), d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)up};
   kern<<<sms, kThreads, kSmemBytes, s>>>(tmA, tmW, p);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;

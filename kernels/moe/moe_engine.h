@@ -41,6 +41,8 @@
 extern "C" {
 #endif
 
+struct mkx_tp_sync; /* kernels/tp/tp.h */
+
 typedef struct {
   int experts;         /* E >= 1 */
   int64_t k;           /* inner size: columns of A, rows of each W[e] */
@@ -62,6 +64,13 @@ typedef struct {
   int64_t up_col;         /* SwiGLU: first column of the up half (0: n) */
   const int *gate;        /* device, or NULL: nonzero = no tiles (mkx_moe_settle_run) */
   int kernel;             /* 0 (picked), MKX_MOE_GEMM_ROWS or MKX_MOE_GEMM_SWAP */
+  /* Rows that land while the GEMM runs (several ranks of a node,
+   * mkx_moe_release): before loading A rows of expert e, the tiles wait
+   * (bounded by sync's timeout, a timeout recorded in its error word) until
+   * ready[e * sync->size + q] has reached the call's epoch for every node
+   * rank q.  NULL: no wait. */
+  const int *ready;
+  const struct mkx_tp_sync *sync;
 } mkx_moe_gemm_desc;
 
 #define MKX_MOE_GEMM_ROWS 1
@@ -160,10 +169,34 @@ typedef struct {
   int64_t ldy;
 } mkx_moe_outs_at;
 
-/* elem: 2 (bf16, fp16) or 4 bytes; lda >= hidden; dest_row may be NULL. */
+/* Rows released as they land (several ranks of one node; instead of a
+ * meet after the gather).  The gather walks this rank's rows local expert
+ * by local expert (every owner's first expert, then every owner's second,
+ * ...), and once all its rows of owner q's local expert le are written
+ * (with their scales and origins) it sets ready[q][le * ranks + rank] to
+ * the call's epoch (release, system scope); an expert it has no rows of is
+ * released at once.  The owner's first grouped GEMM waits for them
+ * (mkx_moe_gemm_desc.ready). */
+typedef struct {
+  int *ready[MKX_MOE_MAX_RANKS]; /* every owner's flags, ep x ranks ints, as mapped here */
+  int *done;                     /* device, experts ints: rows written per expert */
+  int *order;                    /* device, experts + 1 ints: the walk's prefix */
+  int *slot_at;                  /* device, tokens x topk ints: the slot of each row */
+  const int *epoch;              /* this rank's epoch word */
+  int rank, ranks;
+} mkx_moe_release;
+
+/* Before the gather, on the same stream: the walk order of this rank's
+ * rows (own_offsets, row_of_slot of mkx_moe_place's route), its counters
+ * zeroed, and the experts it has no rows of released. */
+int mkx_moe_release_prepare_run(const mkx_moe_release *rel, const mkx_moe_place *pl, const int *row_of_slot,
+                                int64_t slots, cudaStream_t s);
+
+/* elem: 2 (bf16, fp16) or 4 bytes; lda >= hidden; dest_row may be NULL;
+ * rel: NULL (rows in slot order, no flags) or as prepared. */
 int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem, const int *row_of_slot,
                        const float *weight, int origin_rank, const mkx_moe_place *pl, const mkx_moe_rows_at *at,
-                       int *dest_row, cudaStream_t s);
+                       int *dest_row, const mkx_moe_release *rel, cudaStream_t s);
 /* out_type: MKX_GEMM_BF16 or MKX_GEMM_FP16; rows: each slot's row on its
  * owner (-1: none). */
 int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_at *y, const int *rows, const float *weight,
@@ -182,7 +215,6 @@ int mkx_moe_rows_move_run(void *stage, int64_t ld_stage, void *rows, int64_t ld_
  * per rank, MKX_TP_OFF_* of tp.h) for the call's epoch, so the stream's
  * earlier writes into peers are visible to every rank after it; a bounded
  * wait that runs out reports `where` (MKX_TP_AT_*) in the error word. */
-struct mkx_tp_sync;
 int mkx_moe_meet_run(const struct mkx_tp_sync *s, int off, int where, cudaStream_t st);
 /* gate: device or NULL; nothing written where it is MKX_MOE_GATE_BAD. */
 int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, const int *gate, cudaStream_t s);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 #include "moe/moe_engine.h"
 #include "moe/scan.cuh"
+#include "tp/flags.cuh"
 
 namespace mkx {
 namespace moe {
@@ -63,6 +64,30 @@ inline int tile_prefix_run(const Tiles &t, int *work, cudaStream_t s) {
   tile_prefix_kernel<Tiles><<<1, kScanThreads, 0, s>>>(t, work);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
+}
+
+/* The wait of mkx_moe_gemm_desc.ready, by the producer thread before it
+ * loads an expert's rows: every node rank's flag of expert e at the
+ * call's epoch (read once). */
+struct MoeReady {
+  const int *ready;  // nullptr: no wait
+  mkx_tp_sync sync;
+  int epoch;  // 0 until the first wait reads it
+  __device__ __forceinline__ void wait(int e) {
+    if (!ready) return;
+    if (!epoch) epoch = *(volatile const int *)mkx::tp::own_word(sync, MKX_TP_OFF_EPOCH);
+    for (int q = 0; q < sync.size; ++q)
+      mkx::tp::wait_geq(ready + e * sync.size + q, epoch, sync, q, e, MKX_TP_AT_MOE_EXPERT);
+  }
+};
+
+inline MoeReady moe_ready_of(const mkx_moe_gemm_desc *d) {
+  MoeReady r{};
+  if (d->ready && d->sync) {
+    r.ready = d->ready;
+    r.sync = *d->sync;
+  }
+  return r;
 }
 
 __device__ __forceinline__ float silu(float v) { return v / (1.f + __expf(-v)); }

@@ -132,12 +132,52 @@ __device__ __forceinline__ int place_of(const mkx_moe_place &pl, int64_t i, int 
 /* One warp per slot: the token's row into its owner's A (16-byte pieces
  * where sizes and addresses allow, else element by element), zeros up to
  * lda. */
+/* mkx_moe_release: the w-th row of this rank's walk (every owner's local
+ * expert 0, then 1, ...) is row own_offsets[e] + w - order[j] of expert
+ * e = q ep + le, j = le ranks + q the last entry with order[j] <= w. */
+__device__ __forceinline__ int64_t walk_slot(const mkx_moe_release &rel, const mkx_moe_place &pl, int64_t w) {
+  const int n = pl.experts_per_rank * rel.ranks;
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) >> 1;
+    if (rel.order[mid] <= w)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int le = lo / rel.ranks, q = lo - le * rel.ranks, e = q * pl.experts_per_rank + le;
+  return rel.slot_at[pl.own_offsets[e] + (w - rel.order[lo])];
+}
+
+/* Owner q's flag of its local expert le for this rank's rows. */
+__device__ __forceinline__ int *ready_flag(const mkx_moe_release &rel, const mkx_moe_place &pl, int e) {
+  const int q = e / pl.experts_per_rank, le = e - q * pl.experts_per_rank;
+  return rel.ready[q] + le * rel.ranks + rel.rank;
+}
+
+/* After a warp's row of slot i is written: counted, and the last row of
+ * its expert releases the owner's flag (each lane's stores fenced first,
+ * so the owner that sees the flag sees every row of it). */
+__device__ __forceinline__ void release_row(const mkx_moe_release &rel, const mkx_moe_place &pl, int64_t i, int lane) {
+  __threadfence_system();
+  __syncwarp();
+  if (lane != 0) return;
+  const int e = pl.ids[i];
+  const int n = pl.own_offsets[e + 1] - pl.own_offsets[e];
+  if (atomicAdd(rel.done + e, 1) != n - 1) return;
+  __threadfence_system();
+  mkx::sys::st_release(ready_flag(rel, pl, e), *(volatile const int *)rel.epoch);
+}
+
 __global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t hidden, int elem, const int *rows,
                             const float *weight, int origin_rank, const mkx_moe_place pl, mkx_moe_rows_at at,
-                            int *dest_row) {
-  const int64_t i = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
+                            int *dest_row, const mkx_moe_release rel) {
+  const int64_t w = (int64_t)blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32;
   const int lane = threadIdx.x & 31;
-  if (i >= slots || (pl.gate && *pl.gate)) return;
+  if (w >= slots || (pl.gate && *pl.gate)) return;
+  /* with release: only the slots with a row, in walk order */
+  if (rel.done && w >= pl.own_offsets[pl.experts_per_rank * rel.ranks]) return;
+  const int64_t i = rel.done ? walk_slot(rel, pl, w) : w;
   int rank;
   const int row = rows[i] < 0 ? -1 : place_of(pl, i, rows[i], rank);
   if (lane == 0 && dest_row) dest_row[i] = row;
@@ -168,6 +208,38 @@ __global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t h
       o[2] = (int32_t)(i - t * topk);
     }
   }
+  if (rel.done) release_row(rel, pl, i, lane);
+}
+
+/* mkx_moe_release_prepare_run, one block: counters zeroed, the walk's
+ * prefix over (le, q) entries, experts without rows released. */
+__global__ void release_prepare(const mkx_moe_release rel, const mkx_moe_place pl) {
+  const int ep = pl.experts_per_rank, n = ep * rel.ranks;
+  const int per = (n + SCAN - 1) / SCAN;
+  const int j0 = min(n, (int)threadIdx.x * per), j1 = min(n, j0 + per);
+  const bool stop = pl.gate && *pl.gate;
+  const int epoch = *(volatile const int *)rel.epoch;
+  int sum = 0;
+  for (int j = j0; j < j1; ++j) {
+    const int le = j / rel.ranks, q = j - le * rel.ranks, e = q * ep + le;
+    const int k = pl.own_offsets[e + 1] - pl.own_offsets[e];
+    rel.done[e] = 0;
+    sum += k;
+    if (k == 0 && !stop) mkx::sys::st_release(ready_flag(rel, pl, e), epoch);
+  }
+  int total;
+  int run = mkx::moe::block_exclusive_scan<SCAN>(sum, total);
+  for (int j = j0; j < j1; ++j) {
+    const int le = j / rel.ranks, q = j - le * rel.ranks, e = q * ep + le;
+    rel.order[j] = run;
+    run += pl.own_offsets[e + 1] - pl.own_offsets[e];
+  }
+  if (threadIdx.x == 0) rel.order[n] = total;
+}
+
+__global__ void slot_of_rows(const int *row_of_slot, int64_t slots, int *slot_at) {
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < slots; i += (int64_t)gridDim.x * blockDim.x)
+    if (row_of_slot[i] >= 0) slot_at[row_of_slot[i]] = (int)i;
 }
 
 template <typename OutT>
@@ -386,18 +458,44 @@ static bool place_ok(const mkx_moe_place *pl) {
          (!pl->base || (pl->ids && pl->own_offsets && pl->experts_per_rank >= 1)) && (pl->base || pl->slots == 1);
 }
 
+static bool release_ok(const mkx_moe_release *rel, const mkx_moe_place *pl) {
+  if (!rel) return true;
+  if (!pl || !pl->base || pl->target || !rel->done || !rel->order || !rel->slot_at || !rel->epoch || rel->ranks < 1 ||
+      rel->ranks > MKX_MOE_MAX_RANKS || rel->rank < 0 || rel->rank >= rel->ranks ||
+      (int64_t)pl->experts_per_rank * rel->ranks > MAX_LOCAL)
+    return false;
+  for (int q = 0; q < rel->ranks; ++q)
+    if (!rel->ready[q]) return false;
+  return true;
+}
+
+extern "C" int mkx_moe_release_prepare_run(const mkx_moe_release *rel, const mkx_moe_place *pl, const int *row_of_slot,
+                                           int64_t slots, cudaStream_t s) {
+  if (!rel || !release_ok(rel, pl) || !place_ok(pl) || !row_of_slot) return MKX_GEMM_EINVAL;
+  release_prepare<<<1, SCAN, 0, s>>>(*rel, *pl);
+  if (int rc = launched()) return rc;
+  const int64_t blocks = (slots + 255) / 256;
+  if (slots > 0)
+    slot_of_rows<<<(unsigned)(blocks < 1024 ? blocks : 1024), 256, 0, s>>>(row_of_slot, slots, rel->slot_at);
+  return launched();
+}
+
 extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem,
                                   const int *row_of_slot, const float *weight, int origin_rank, const mkx_moe_place *pl,
-                                  const mkx_moe_rows_at *at, int *dest_row, cudaStream_t s) {
+                                  const mkx_moe_rows_at *at, int *dest_row, const mkx_moe_release *rel,
+                                  cudaStream_t s) {
   const int64_t slots = tokens * topk;
   if (slots == 0) return 0;
-  if ((elem != 2 && elem != 4) || !at || at->lda < hidden || !x || !row_of_slot || !place_ok(pl))
+  if ((elem != 2 && elem != 4) || !at || at->lda < hidden || !x || !row_of_slot || !place_ok(pl) ||
+      !release_ok(rel, pl))
     return MKX_GEMM_EINVAL;
   for (int r = 0; r < pl->slots; ++r)
     if (!at->a[r]) return MKX_GEMM_EINVAL;
   const int per_block = 8;  // warps
+  const mkx_moe_release none = {};
   gather_rows<<<(unsigned)((slots + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
-      (const uint8_t *)x, slots, topk, hidden, elem, row_of_slot, weight, origin_rank, *pl, *at, dest_row);
+      (const uint8_t *)x, slots, topk, hidden, elem, row_of_slot, weight, origin_rank, *pl, *at, dest_row,
+      rel ? *rel : none);
   return launched();
 }
 

@@ -91,7 +91,8 @@ enum {
   MKX_TP_AT_KV_CHUNK = 8,
   MKX_TP_AT_MOE_ROWS = 9,
   MKX_TP_AT_MOE_OUT = 10,
-  MKX_TP_AT_MOE_COUNTS = 11
+  MKX_TP_AT_MOE_COUNTS = 11,
+  MKX_TP_AT_MOE_EXPERT = 12
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):

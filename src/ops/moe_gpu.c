@@ -57,6 +57,7 @@
  *   rows, dest N                    int: each slot's row here / on its owner
  *   offsets Ep + 1, own E + 1, base E, route and GEMM work  int
  *   target P, segments 2 E + 2  int (several nodes: moe_layout.h)
+ *   done E, order E + 1, slot_at N  int (rows released as they land)
  *   status 4                        int: first bad slot, rows, gate
  *   W copy  padded weights          dtype (only where needed) */
 #include <stdint.h>
@@ -170,6 +171,9 @@ enum {
   W_BASE,
   W_TARGET,
   W_SEG,
+  W_DONE,
+  W_ORDER,
+  W_SLOT_AT,
   W_REC,
   W_STATUS,
   W_ROUTE,
@@ -183,8 +187,8 @@ typedef struct moe_ws {
   void *a, *act, *w1, *w2;
   float *scale, *y;
   int32_t *origin;
-  int *rows, *dest, *offsets, *own, *base, *target, *seg, *seg_row, *rec,
-      *status, *route_work, *gemm_work;
+  int *rows, *dest, *offsets, *own, *base, *target, *seg, *seg_row, *done,
+      *order, *slot_at, *rec, *status, *route_work, *gemm_work;
   int *gate; /* status[2], the verdict of a run that does not wait for its
               * routing (option moe_sync=no); NULL where it waits */
   int64_t lda, ldact, ldw1, ldw2;
@@ -196,6 +200,7 @@ typedef struct moe_plan {
   int op, multi;
   int64_t experts;
   int nodes;        /* ranks of several nodes */
+  int release;      /* rows released to the GEMM as they land (one node) */
   mkx_moe_net *net; /* several nodes: the pinned areas */
   int sync;         /* option moe_sync: the host waits for the routing */
   int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
@@ -227,6 +232,9 @@ static void ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
       [W_BASE] = multi ? (size_t)E * sizeof(int) : 0,
       [W_TARGET] = p->nodes ? (size_t)c->size * sizeof(int) : 0,
       [W_SEG] = p->nodes ? (size_t)(2 * E + 2) * sizeof(int) : 0,
+      [W_DONE] = p->release ? (size_t)E * sizeof(int) : 0,
+      [W_ORDER] = p->release ? (size_t)(E + 1) * sizeof(int) : 0,
+      [W_SLOT_AT] = p->release ? (size_t)N * sizeof(int) : 0,
       [W_REC] =
           multi ? (size_t)mkx_moe_records_ints(c->size, (int)E) * sizeof(int)
                 : 0,
@@ -273,6 +281,9 @@ static void ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {
   w->target = (int *)piece(c, p, me, W_TARGET);
   w->seg = (int *)piece(c, p, me, W_SEG);
   w->seg_row = w->seg ? w->seg + p->experts + 1 : NULL;
+  w->done = (int *)piece(c, p, me, W_DONE);
+  w->order = (int *)piece(c, p, me, W_ORDER);
+  w->slot_at = (int *)piece(c, p, me, W_SLOT_AT);
   w->rec = (int *)piece(c, p, me, W_REC);
   w->status = (int *)piece(c, p, me, W_STATUS);
   w->gate = p->sync ? NULL : w->status + 2;
@@ -692,6 +703,32 @@ static int route(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   return MKX_SUCCESS;
 }
 
+/* One node: every owner's flags (one per local expert and rank), this
+ * rank's walk order and counters (moe_engine.h, mkx_moe_release). */
+static void release_of(MKX_Comm c, const moe_plan *p, const moe_ws *w,
+                       mkx_moe_release *rel) {
+  memset(rel, 0, sizeof *rel);
+  for (int q = 0; q < c->size; q++) rel->ready[q] = mkx_tp_ws_flags(p->ws, q);
+  rel->done = w->done;
+  rel->order = w->order;
+  rel->slot_at = w->slot_at;
+  rel->epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  rel->rank = c->rank;
+  rel->ranks = c->size;
+}
+
+/* The first grouped GEMM after the gather: with released rows its tiles
+ * wait for their experts' flags, on at most the CTAs that leave a peer
+ * sharing the GPU the SMs its gather needs. */
+static void gemm_waits(MKX_Comm c, const moe_plan *p, mkx_tp_sync *sync,
+                       mkx_moe_gemm_desc *g) {
+  if (!p->release) return;
+  mkx_tp_sync_fill(c, p->ws, 1, sync);
+  g->ready = mkx_tp_ws_flags(p->ws, c->place.local_rank);
+  g->sync = sync;
+  g->num_ctas = c->share.ctas;
+}
+
 /* This rank's token rows into their owners' grouped rows, with their
  * scales (weight, or 1) and origins where asked (several ranks: then all
  * meet, so every owner has its node's rows; several nodes: then the rows
@@ -706,12 +743,21 @@ static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
     MKX_TRY(mkx_moe_net_reserve(c, p->net, L->sent * net_row(p, a),
                                 L->received * net_row(p, a), fn));
   targets(c, p, a, w, L, scale, origin, pl, &at);
+  mkx_moe_release rel;
+  if (p->release) {
+    release_of(c, p, w, &rel);
+    MKX_TRY(
+        mkx_tp_launch_rc(mkx_moe_release_prepare_run(
+                             &rel, pl, w->rows, a->num_tokens * a->topk, st),
+                         fn, "gather order"));
+  }
   MKX_TRY(mkx_tp_launch_rc(
       mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden,
                          (int)MKX_Type_size(a->dtype), w->rows, weight, c->rank,
-                         pl, &at, dest, st),
+                         pl, &at, dest, p->release ? &rel : NULL, st),
       fn, "gather"));
-  if (p->multi)
+  /* released rows: the GEMM's tiles wait for their experts instead */
+  if (p->multi && !p->release)
     MKX_TRY(meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
   if (p->nodes) MKX_TRY(net_rows(c, p, a, w, L, scale, origin, st));
   return MKX_SUCCESS;
@@ -752,6 +798,8 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       w->offsets, wt,        w->ldw1,  a->Y, a->n,   scaled ? w->scale : NULL,
       ty,         ty,        0,        0,    0,      w->gemm_work,
       0,          w->gate,   p->kernel};
+  mkx_tp_sync sync;
+  gemm_waits(c, p, &sync, &g);
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
   /* no origin piece: no rows can arrive (no tokens on any rank) */
   if (!p->multi || !a->origin || !w->origin) return MKX_SUCCESS;
@@ -807,6 +855,8 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           w1 == a->W ? 0 : round8(a->ffn),
                           w->gate,
                           p->kernel};
+  mkx_tp_sync sync;
+  gemm_waits(c, p, &sync, &g1);
   MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
   mkx_moe_gemm_desc g2 = {(int)ep,  a->ffn,        a->hidden,  w->act,
                           w->ldact, rows,          w->offsets, w2,
@@ -858,10 +908,14 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->experts = a->num_experts;
   /* several nodes: the host drives the network, so it waits anyway */
   p->sync = p->nodes || c->opt.moe_sync;
+  /* time slices: a waiting GEMM would hold the GPU from the peers it waits
+   * for until its slice ends; there the ranks meet after the gather */
+  p->release = p->multi && !p->nodes && c->share.mode != MKX_SHARE_TIMESLICED;
   p->tcap = p->multi ? g->total : a->num_tokens;
   p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   ws_layout(a, c, p);
-  mkx_tp_need need = {1, c->size, p->off[W_END], 0};
+  const int64_t flags = p->release ? a->num_experts : c->size;
+  mkx_tp_need need = {1, flags > c->size ? flags : c->size, p->off[W_END], 0};
   int rc = p->nodes ? mkx_moe_net_get(c, &p->net, fn_of(op)) : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, rc, fn_of(op));
   if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);

@@ -299,6 +299,10 @@ static const char *where_name(int w) {
       return "token rows pushed to the experts' owners";
     case MKX_TP_AT_MOE_OUT:
       return "expert outputs of the owners";
+    case MKX_TP_AT_MOE_COUNTS:
+      return "every rank's rows per expert";
+    case MKX_TP_AT_MOE_EXPERT:
+      return "an expert's rows from every rank (tile = local expert)";
   }
   return "?";
 }

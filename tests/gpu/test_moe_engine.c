@@ -518,10 +518,10 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     CK(cudaMalloc((void **)&dsc, sizeof(float) * (size_t)(R + 1)));
     CK(cudaMalloc((void **)&dorig, 3 * sizeof(int32_t) * (size_t)(R + 1)));
     CK(cudaMemset(da, 0xFF, 2 * (size_t)((R + 1) * lda)));
-    const mkx_moe_place one = {NULL, NULL, NULL, 1, 1};
+    const mkx_moe_place one = {NULL, NULL, NULL, NULL, 1, 1, NULL};
     const mkx_moe_rows_at at = {{da}, {dsc}, {dorig}, lda};
     int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, &one, &at,
-                                NULL, 0);
+                                NULL, NULL, 0);
     uint16_t *a = malloc(2 * (size_t)((R + 1) * lda));
     float *sc = malloc(sizeof(float) * (size_t)(R + 1));
     int32_t *orig = malloc(3 * sizeof(int32_t) * (size_t)(R + 1));
@@ -623,12 +623,17 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
  * are drawn, and the rows must land in owner q's buffer at base[e] plus
  * their rank among this rank's slots of e; rows for the other sources stay
  * untouched; the combine reads each slot's output from its owner. */
-static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
-  char name[128];
+/* release: the same rows walked expert by expert (mkx_moe_release), and
+ * every owner's flag of each of its experts for this rank at the epoch
+ * (the other ranks' flags untouched). */
+static void place_case(int64_t tokens, int topk, int P, int me, int ep,
+                       int release) {
+  char name[160];
   const int E = P * ep;
   snprintf(name, sizeof name,
-           "placement: rank %d of %d, %lld tokens, top-%d, %d experts", me, P,
-           (long long)tokens, topk, E);
+           "placement: rank %d of %d, %lld tokens, top-%d, %d experts%s", me, P,
+           (long long)tokens, topk, E,
+           release ? ", rows released expert by expert" : "");
   const int64_t N = tokens * topk, H = 40, lda = 48;
   int32_t *ids = random_ids(tokens, topk, E);
   /* counts per (source rank, expert): mine from ids, the others drawn */
@@ -686,11 +691,28 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
       yh[q][k] = (float)(q * 1000 + (int)(k % 977));
     ys.y[q] = mt_dev_upload(yh[q], sizeof(float) * rows * (size_t)H);
   }
-  const mkx_moe_place pl = {dids, dbase, down, ep, P};
+  const mkx_moe_place pl = {dids, dbase, down, NULL, ep, P, NULL};
+  const int epoch = 7;
+  mkx_moe_release rel;
+  memset(&rel, 0, sizeof rel);
+  for (int q = 0; release && q < P; ++q) {
+    CK(cudaMalloc((void **)&rel.ready[q], sizeof(int) * (size_t)E));
+    CK(cudaMemset(rel.ready[q], 0, sizeof(int) * (size_t)E));
+  }
+  if (release) {
+    CK(cudaMalloc((void **)&rel.done, sizeof(int) * (size_t)E));
+    CK(cudaMemset(rel.done, 0x7F, sizeof(int) * (size_t)E)); /* zeroed */
+    CK(cudaMalloc((void **)&rel.order, sizeof(int) * (size_t)(E + 1)));
+    CK(cudaMalloc((void **)&rel.slot_at, sizeof(int) * (size_t)(N + 1)));
+    rel.epoch = mt_dev_upload(&epoch, sizeof epoch);
+    rel.rank = me;
+    rel.ranks = P;
+  }
   int rc = mkx_moe_route_run(&r, 0);
+  if (!rc && release) rc = mkx_moe_release_prepare_run(&rel, &pl, drows, N, 0);
   if (!rc)
     rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, me, &pl, &at,
-                            ddest, 0);
+                            ddest, release ? &rel : NULL, 0);
   void *dout = NULL;
   CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H)));
   if (!rc)
@@ -757,6 +779,26 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep) {
         break;
       }
     }
+  for (int q = 0; release && q < P && fails < 4; ++q) {
+    int *flag = malloc(sizeof(int) * (size_t)E);
+    CK(cudaMemcpy(flag, rel.ready[q], sizeof(int) * (size_t)E,
+                  cudaMemcpyDeviceToHost));
+    for (int j = 0; j < E; ++j)
+      if (flag[j] != (j % P == me ? epoch : 0)) {
+        printf("# %s: owner %d flag of expert %d, rank %d: %d\n", name, q,
+               j / P, j % P, flag[j]);
+        fails++;
+        break;
+      }
+    free(flag);
+    CK(cudaFree(rel.ready[q]));
+  }
+  if (release) {
+    CK(cudaFree(rel.done));
+    CK(cudaFree(rel.order));
+    CK(cudaFree(rel.slot_at));
+    CK(cudaFree((void *)rel.epoch));
+  }
   verdict(name, fails);
   for (int q = 0; q < P; ++q) {
     CK(cudaFree(at.a[q]));
@@ -996,13 +1038,13 @@ static void gate_case(void) {
   int *drs = dev_ints(rows_of_slot, 4);
   const float w4[4] = {1, 1, 1, 1};
   float *dw4 = mt_dev_upload(w4, sizeof w4);
-  const mkx_moe_place pl = {NULL, NULL, NULL, 1, 1, dgate};
+  const mkx_moe_place pl = {NULL, NULL, NULL, NULL, 1, 1, dgate};
   mkx_moe_rows_at at;
   memset(&at, 0, sizeof at);
   at.a[0] = dc;
   at.lda = n;
-  fails +=
-      mkx_moe_gather_run(da, 2, 2, n, 2, drs, dw4, 0, &pl, &at, NULL, 0) != 0;
+  fails += mkx_moe_gather_run(da, 2, 2, n, 2, drs, dw4, 0, &pl, &at, NULL, NULL,
+                              0) != 0;
   mkx_moe_outs_at ys;
   memset(&ys, 0, sizeof ys);
   float *dy = NULL;
@@ -1066,9 +1108,12 @@ static void route_cases(void) {
   route_case(20000, 8, 9000, 0, 8192, 0);
   route_case(1500, 3, 12, 0, 12, 1);
   route_case(1500, 3, 12, 0, 6, 2);
-  place_case(500, 3, 3, 1, 4);
-  place_case(2000, 8, 2, 0, 32);
-  place_case(64, 2, 8, 7, 2);
+  for (int release = 0; release < 2; ++release) {
+    place_case(500, 3, 3, 1, 4, release);
+    place_case(2000, 8, 2, 0, 32, release);
+    place_case(64, 2, 8, 7, 2, release);
+    place_case(3, 1, 4, 2, 8, release); /* most experts without rows */
+  }
   settle_case(3, 5, 3, -1, -1, 0);
   settle_case(8, 1024, 8, -1, -1, 0);
   settle_case(4, 7, 2, 2, 1, 0);
