@@ -114,12 +114,7 @@ static int hier_ok(MKX_Comm c) {
                      "in all (%d, %d)",
                      FN, MKX_TP_MAX, MKX_ATTN_MAX_CHUNKS, c->place.local_size,
                      c->size);
-  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: ranks of a node share a GPU and option "
-                     "shared_gpu=staged",
-                     FN);
-  return MKX_SUCCESS;
+  return mkx_tp_share_ok(c, FN);
 }
 
 int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {

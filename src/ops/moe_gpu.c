@@ -99,12 +99,7 @@ static int nodes_ok(MKX_Comm c, const char *fn) {
                      "%s: GPU path over several nodes needs nodes of equal "
                      "size and a network transport",
                      fn);
-  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: ranks of a node share a GPU and option "
-                     "shared_gpu=staged",
-                     fn);
-  return MKX_SUCCESS;
+  return mkx_tp_share_ok(c, fn);
 }
 
 static int check(MKX_Comm c, int op, const mkx_moe_args *a,

@@ -107,17 +107,22 @@ int mkx_tp_gemm_type(MKX_Datatype t) {
                          : MKX_GEMM_BF16;
 }
 
+int mkx_tp_share_ok(MKX_Comm c, const char *fn) {
+  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: ranks of this node share a "
+                     "GPU (%s) and option shared_gpu=staged",
+                     fn, mkx_gpu_share_name(c->share.mode));
+  return MKX_SUCCESS;
+}
+
 int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
   if (c->place.num_nodes != 1 || c->place.local_size != c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path is single-node "
                      "only (%d nodes)",
                      fn, c->place.num_nodes);
-  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: ranks of this node share a "
-                     "GPU (%s) and option shared_gpu=staged",
-                     fn, mkx_gpu_share_name(c->share.mode));
+  MKX_TRY(mkx_tp_share_ok(c, fn));
   if (c->size > MKX_TP_MAX)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path handles at most "

@@ -47,6 +47,9 @@ typedef struct mkx_tp_ws {
 /* 1 if this communicator can take a single-node fused path, else 0 with a
  * reason in the error state (MKX_ERR_UNSUPPORTED). */
 int mkx_tp_node_ok(MKX_Comm c, const char *fn);
+/* MKX_ERR_UNSUPPORTED where ranks of a node share a GPU and option
+ * shared_gpu=staged keeps them off the fused paths. */
+int mkx_tp_share_ok(MKX_Comm c, const char *fn);
 
 /* Collective: a free workspace of the pool that fits `need` (allocating or
  * replacing one where none fits; every rank's pool is in the same state, so
