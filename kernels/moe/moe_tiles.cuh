@@ -68,7 +68,8 @@ inline int tile_prefix_run(const Tiles &t, int *work, cudaStream_t s) {
 
 /* The wait of mkx_moe_gemm_desc.ready, by the producer thread before it
  * loads an expert's rows: every node rank's flag of expert e at the
- * call's epoch (read once). */
+ * call's epoch (read once), acquired at system scope, then the async proxy
+ * fenced so that the TMA loads see the rows the flags cover. */
 struct MoeReady {
   const int *ready;  // nullptr: no wait
   mkx_tp_sync sync;
@@ -78,6 +79,7 @@ struct MoeReady {
     if (!epoch) epoch = *(volatile const int *)mkx::tp::own_word(sync, MKX_TP_OFF_EPOCH);
     for (int q = 0; q < sync.size; ++q)
       mkx::tp::wait_geq(ready + e * sync.size + q, epoch, sync, q, e, MKX_TP_AT_MOE_EXPERT);
+    asm volatile("fence.proxy.async.global;" ::: "memory");
   }
 };
 
