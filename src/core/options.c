@@ -155,6 +155,13 @@ static const mkx_option_desc base_rows[] = {
      "expert_rows) on every rank, and its error is returned by "
      "MKX_Comm_get_async_error, or with option blocking by the call.",
      1},
+    {"moe_release", MKX_OPT_BOOL, OPT(moe_release), "yes", "yes|no",
+     "MoE calls on the GPU over several ranks of one node. yes: each "
+     "expert's rows are released to the first grouped GEMM as soon as every "
+     "rank has written them, so the GEMM starts while the gather goes on "
+     "(not under time slices, where the ranks meet after the gather); no: "
+     "the ranks meet after the whole gather.",
+     1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
      "(0: one node per host), so the inter-node path runs on one machine.",

@@ -905,7 +905,8 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->sync = p->nodes || c->opt.moe_sync;
   /* time slices: a waiting GEMM would hold the GPU from the peers it waits
    * for until its slice ends; there the ranks meet after the gather */
-  p->release = p->multi && !p->nodes && c->share.mode != MKX_SHARE_TIMESLICED;
+  p->release = p->multi && !p->nodes && c->opt.moe_release &&
+               c->share.mode != MKX_SHARE_TIMESLICED;
   p->tcap = p->multi ? g->total : a->num_tokens;
   p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   ws_layout(a, c, p);
