@@ -471,7 +471,7 @@ static bool release_ok(const mkx_moe_release *rel, const mkx_moe_place *pl) {
 
 extern "C" int mkx_moe_release_prepare_run(const mkx_moe_release *rel, const mkx_moe_place *pl, const int *row_of_slot,
                                            int64_t slots, cudaStream_t s) {
-  if (!rel || !release_ok(rel, pl) || !place_ok(pl) || !row_of_slot) return MKX_GEMM_EINVAL;
+  if (!rel || !release_ok(rel, pl) || !place_ok(pl) || (!row_of_slot && slots > 0)) return MKX_GEMM_EINVAL;
   release_prepare<<<1, SCAN, 0, s>>>(*rel, *pl);
   if (int rc = launched()) return rc;
   const int64_t blocks = (slots + 255) / 256;

@@ -229,7 +229,7 @@ static void ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
       [W_SEG] = p->nodes ? (size_t)(2 * E + 2) * sizeof(int) : 0,
       [W_DONE] = p->release ? (size_t)E * sizeof(int) : 0,
       [W_ORDER] = p->release ? (size_t)(E + 1) * sizeof(int) : 0,
-      [W_SLOT_AT] = p->release ? (size_t)N * sizeof(int) : 0,
+      [W_SLOT_AT] = p->release ? (size_t)(N + 1) * sizeof(int) : 0,
       [W_REC] =
           multi ? (size_t)mkx_moe_records_ints(c->size, (int)E) * sizeof(int)
                 : 0,
