@@ -156,10 +156,12 @@ __device__ __forceinline__ int *ready_flag(const mkx_moe_release &rel, const mkx
 }
 
 /* After a warp's row of slot i is written: counted, and the last row of
- * its expert releases the owner's flag (each lane's stores fenced first,
- * so the owner that sees the flag sees every row of it). */
+ * its expert releases the owner's flag.  Each lane's stores are fenced at
+ * GPU scope only: the counter orders them before the last warp's system
+ * fence, whose release then covers them too (causality is transitive), so
+ * the owner that sees the flag sees every row of it. */
 __device__ __forceinline__ void release_row(const mkx_moe_release &rel, const mkx_moe_place &pl, int64_t i, int lane) {
-  __threadfence_system();
+  __threadfence();
   __syncwarp();
   if (lane != 0) return;
   const int e = pl.ids[i];

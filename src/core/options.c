@@ -155,12 +155,15 @@ static const mkx_option_desc base_rows[] = {
      "expert_rows) on every rank, and its error is returned by "
      "MKX_Comm_get_async_error, or with option blocking by the call.",
      1},
-    {"moe_release", MKX_OPT_BOOL, OPT(moe_release), "yes", "yes|no",
+    {"moe_release", MKX_OPT_ENUM, OPT(moe_release), "auto", "auto|yes|no",
      "MoE calls on the GPU over several ranks of one node. yes: each "
      "expert's rows are released to the first grouped GEMM as soon as every "
-     "rank has written them, so the GEMM starts while the gather goes on "
-     "(not under time slices, where the ranks meet after the gather); no: "
-     "the ranks meet after the whole gather.",
+     "rank has written them, so a GPU's GEMM starts on the experts whose rows "
+     "have landed while other ranks still gather (not under time slices); "
+     "no: the ranks meet after the whole gather; auto: yes where each rank "
+     "has a GPU of its own, no where ranks share one (there the waiting "
+     "tiles hold SMs the gathers they wait for need, and the meet is "
+     "faster).",
      1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "

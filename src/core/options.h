@@ -47,7 +47,7 @@ typedef struct mkx_options {
   int attn_block_n;      /* MKX_ATTN_BLOCK_*: keys per block of the engine */
   int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
   int moe_sync;          /* MoE GPU path: the host waits for the routing */
-  int moe_release;       /* MoE, one node: rows released as they land */
+  int moe_release;       /* MKX_OVERLAP_*: MoE rows released as they land */
   int moe_gemm;      /* MKX_MOE_GEMM_OPT_*: the grouped expert GEMM kernel */
   int fused;         /* MKX_FUSED_*: fused GPU kernels */
   int blocking;      /* GPU-path calls wait for their run and report it */
