@@ -37,6 +37,11 @@ struct AgParams {
   float *sk_part;
   int *sk_flags;
   mkx_tp_sync sync;
+  unsigned ready_mask, net_mask;  // sources without a wait; over the network
+  const uint64_t *net_signals;    // network sources' words (mkx_tp_ag_desc)
+  const uint64_t *net_epoch;
+  uint32_t net_slot0, net_words;
+  int net_chunk_tiles;
 };
 
 /* Stream-K over the last, uneven wave: of T tiles on C CTAs, the first
@@ -106,6 +111,7 @@ struct BoundedFlagGate {
   const AgParams *p;       // the kernel's __grid_constant__ parameters
   const CUtensorMap *own;  // this rank's own A (kernel parameter)
   int target;
+  uint64_t net_target;  // the call's network epoch (network sources)
   __device__ __forceinline__ bool in_place(int tm) const { return tm >= p->own_t0 && tm < p->own_t1; }
   __device__ __forceinline__ void a_source(int tm, const CUtensorMap *&map, int &row) {
     if (!in_place(tm)) return;
@@ -118,7 +124,14 @@ struct BoundedFlagGate {
     const int *f = p->flags + tm;
     for (int s = 0; s < p->size; ++s, f += p->tiles_m) {
       const int b0 = p->bnd[s], b1 = p->bnd[s + 1];
-      if (b0 < b1 && b0 < row1 && b1 > row0) mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
+      if (b0 >= b1 || b0 >= row1 || b1 <= row0 || (p->ready_mask >> s & 1)) continue;
+      if (p->net_mask >> s & 1) {
+        const int chunk = (tm - b0 / kBM) / p->net_chunk_tiles;
+        const uint64_t *w = p->net_signals + p->net_slot0 + (uint32_t)s * p->net_words + 1 + chunk;
+        mkx::tp::wait_signal(w, net_target, p->sync, s, tm, MKX_TP_AT_NET_ROWS);
+      } else {
+        mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
+      }
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
@@ -137,7 +150,7 @@ __global__ void __launch_bounds__(kThreads, 1)
    * graph replay waits for its own epoch, not the captured one. */
   const int epoch = *(volatile const int *)p.epoch;
   StreamKOrder order{RotatedTileOrder{GroupedTileOrder{p.tiles_m, p.tiles_n, p.group_m}, p.first_tile_m}, &p, epoch};
-  BoundedFlagGate gate{&p, &tmOwn, epoch};
+  BoundedFlagGate gate{&p, &tmOwn, epoch, p.net_mask ? *(volatile const uint64_t *)p.net_epoch : 0};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
   if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);  // the producer, after its last wait
@@ -195,6 +208,13 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   p.own_t1 = own ? d->own_t1 : 0;
   p.own_row0 = (int)d->own_row0;
   p.sync = d->sync;
+  p.ready_mask = d->ready_mask;
+  p.net_mask = d->net_mask;
+  p.net_signals = d->net_signals;
+  p.net_epoch = d->net_epoch;
+  p.net_slot0 = d->net_slot0;
+  p.net_words = d->net_words;
+  p.net_chunk_tiles = d->net_chunk_tiles;
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
   split_last_wave(d, tiles, ctas, p);
@@ -228,6 +248,13 @@ extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
       (!d->a_own || d->own_t0 < 0 || d->own_t1 > cdiv(d->m, kBM) || (int64_t)d->own_t0 * kBM < d->own_row0 ||
        std::min((int64_t)d->own_t1 * kBM, d->m) > d->own_row0 + d->own_rows || d->lda_own < d->k))
     return MKX_GEMM_EINVAL;
+  if (d->net_mask && (!d->net_signals || !d->net_epoch || d->net_chunk_tiles < 1 || d->net_words < 2 ||
+                      (d->net_mask >> d->size) != 0 || (d->net_mask & d->ready_mask)))
+    return MKX_GEMM_EINVAL;
+  for (int q = 0; d->net_mask && q < d->size; ++q)
+    if ((d->net_mask >> q & 1) &&
+        (d->bnd[q + 1] - 1) / 128 - d->bnd[q] / 128 >= (int64_t)(d->net_words - 1) * d->net_chunk_tiles)
+      return MKX_GEMM_EINVAL; /* more chunks than words */
   mkx_gemm_desc g = {d->m,        d->n, d->k,   d->a,       d->lda,    d->b, d->ldb,
                      d->b_kmajor, d->c, d->ldc, d->ab_type, d->c_type, 0,    0};
   if (!mkx_gemm_supported(&g, nullptr)) return MKX_GEMM_EINVAL;

@@ -87,18 +87,18 @@ __device__ __forceinline__ bool peer_gave_up(const mkx_tp_sync &s, int my_peer =
   return false;
 }
 
-/* Spin until *flag >= target, at most timeout_ns (then report, tell the
+/* Spin until ready(), at most timeout_ns (then report, tell the
  * peers and return false: the caller goes on with whatever data is there,
  * so nothing hangs; the call is then reported as MKX_ERR_TIMEOUT).  Once
  * any wait of the plan has given up, or a peer has, the others give up
  * at once instead of each waiting the full bound. */
-__device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_tp_sync &s, int peer, int tile,
-                                         int where) {
-  if (geq(ld_acquire(flag), target)) return true;
+template <typename Ready>
+__device__ __forceinline__ bool wait_for(Ready ready, const mkx_tp_sync &s, int peer, int tile, int where) {
+  if (ready()) return true;
   const uint64_t t0 = globaltimer();
   for (unsigned i = 1;; ++i) {
     __nanosleep(100);
-    if (geq(ld_acquire(flag), target)) return true;
+    if (ready()) return true;
     /* the error word is host memory: every read crosses PCIe, and many
      * waiting CTAs reading it each spin slow other CTAs' system-scope
      * fences by orders of magnitude, so look every 256 spins */
@@ -110,6 +110,19 @@ __device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_
       return false;
     }
   }
+}
+
+__device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_tp_sync &s, int peer, int tile,
+                                         int where) {
+  return wait_for([&] { return geq(ld_acquire(flag), target); }, s, peer, tile, where);
+}
+
+/* The same on a network signal word (host memory mapped for the GPU; the
+ * endpoint sets it after the data, kernels/proxy/proxy_dev.h), for a peer
+ * on another node: its values only grow. */
+__device__ __forceinline__ bool wait_signal(const uint64_t *word, uint64_t target, const mkx_tp_sync &s, int peer,
+                                            int tile, int where) {
+  return wait_for([&] { return ld_acquire(word) >= target; }, s, peer, tile, where);
 }
 
 /* All ranks of s meet at `off` (an int per rank in every workspace) for

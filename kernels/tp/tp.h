@@ -40,6 +40,7 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include "proxy/proxy_dev.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -92,7 +93,10 @@ enum {
   MKX_TP_AT_MOE_ROWS = 9,
   MKX_TP_AT_MOE_OUT = 10,
   MKX_TP_AT_MOE_COUNTS = 11,
-  MKX_TP_AT_MOE_EXPERT = 12
+  MKX_TP_AT_MOE_EXPERT = 12,
+  MKX_TP_AT_NET_ARRIVE = 13,
+  MKX_TP_AT_NET_ROWS = 14,
+  MKX_TP_AT_NET_SENT = 15
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
@@ -154,8 +158,49 @@ typedef struct mkx_tp_ag_desc {
   float *sk_part;
   int *sk_flags;
   mkx_tp_sync sync; /* bounds, error word, tells */
+  /* Sources whose rows are in place before the kernel (bit s): no wait. */
+  unsigned ready_mask;
+  /* Sources on other nodes (bit s, mkx_tp_net_desc): their rows come over
+   * the network in chunks of net.chunk_tiles tiles from the tile of
+   * bnd[s]; a tile waits for net.signals[slot0 + s * words + 1 + chunk]
+   * >= the call's network epoch instead of a flag. */
+  unsigned net_mask;
+  const uint64_t *net_signals;
+  const uint64_t *net_epoch;
+  uint32_t net_slot0, net_words;
+  int net_chunk_tiles;
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
+
+/* AllGather+GEMM over nodes of one rank each, driven by the GPU: every
+ * rank's gathered A (m x k rows, the same layout everywhere) is a region
+ * of the network endpoint, index `region` on every rank.
+ *   begin (<<<1, 32>>>, before the gated GEMM, after this rank's rows are
+ *   in its gathered A): the call's network epoch e = ++*epoch; a write of
+ *   no bytes to every peer sets its word slot0 + rank * words to e (this
+ *   rank has finished its previous call: the peer may write into it);
+ *   once every peer's word here is >= e, this rank's rows go to every
+ *   peer in chunks of chunk_tiles tiles of 128 rows (from the tile of
+ *   bnd[rank]; each ends on a tile boundary or at bnd[rank + 1]), chunk j
+ *   setting the peer's word slot0 + rank * words + 1 + j to e.
+ *   end (<<<1, 32>>>, after the GEMM): waits until the proxy has completed
+ *   every command of the call (the rows may be overwritten).
+ * A wait that runs out leaves MKX_TP_ERR_TIMEOUT in sync.err (where:
+ * MKX_TP_AT_NET_*; peer: the rank), a dead ring its code likewise. */
+#define MKX_TP_NET_MAXCH 16
+typedef struct mkx_tp_net_desc {
+  mkx_proxy_dev proxy;
+  uint64_t *epoch;    /* device: GPU-driven calls so far */
+  uint64_t *last_seq; /* device: the call's last command */
+  int rank, size;
+  uint32_t slot0, words, region;
+  int64_t row_bytes;
+  int64_t bnd[MKX_TP_MAX + 1];
+  int chunk_tiles;
+  mkx_tp_sync sync; /* bound and error word */
+} mkx_tp_net_desc;
+int mkx_tp_net_begin(const mkx_tp_net_desc *d, cudaStream_t st);
+int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
 /* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */
 long mkx_tp_ag_sk_launches(void);
 

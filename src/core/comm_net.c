@@ -31,6 +31,11 @@
 #include "core/log.h"
 #include "net/net.h"
 #include "proxy/proxy.h"
+#if HAVE_CUDA
+#include <cuda_runtime.h>
+#include "core/cuda_rc.h"
+#include "proxy/proxy_gpu.h"
+#endif
 
 #define RING_ENTRIES 256
 /* Pieces of 2 MiB, 4 in flight per pair: a piece's copies overlap the
@@ -56,6 +61,18 @@ typedef struct mkx_comm_net {
   uint64_t *got_from; /* pieces taken from each rank so far */
   uint64_t *slot_seq; /* [size * DEPTH]: last command per send slot */
   size_t *done_to;    /* [size]: bytes of the current exchange posted */
+#if HAVE_CUDA
+  /* With a GPU the ring is mapped for it (mkx_proxy_gpu): kernels post
+   * too, never while the host does (mkx_comm_net_gpu_quiet). */
+  mkx_proxy_gpu *gpu;
+  cudaEvent_t gpu_done; /* after the last kernel that used the ring */
+  int gpu_used;
+  mkx_net_mr gmr; /* region MKX_COMM_NET_GPU_REGION */
+  mkx_net_rkey *gkeys;
+  void *gbuf; /* its device memory, grown only */
+  size_t gcap;
+  uint64_t *gwords; /* device: [0] the calls' network epoch, [1] last seq */
+#endif
 } mkx_comm_net;
 
 static int one_host(MKX_Comm c) {
@@ -76,8 +93,23 @@ static size_t piece_bytes(int size) {
 }
 
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
-  MKX_TRY(mkx_proxy_create(cn->net, RING_ENTRIES, NULL, c->opt.timeout_ms,
-                           &cn->proxy));
+#if HAVE_CUDA
+  if (c->device >= 0) {
+    MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
+                                 c->opt.timeout_ms, &cn->gpu));
+    cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);
+    MKX_TRY(mkx_cuda_rc(
+        cudaEventCreateWithFlags(&cn->gpu_done, cudaEventDisableTiming),
+        "network endpoint", "cudaEventCreate"));
+    MKX_TRY(mkx_cuda_rc(cudaMalloc((void **)&cn->gwords, 2 * sizeof(uint64_t)),
+                        "network endpoint", "cudaMalloc"));
+    MKX_TRY(mkx_cuda_rc(cudaMemset(cn->gwords, 0, 2 * sizeof(uint64_t)),
+                        "network endpoint", "cudaMemset"));
+  }
+#endif
+  if (!cn->proxy)
+    MKX_TRY(mkx_proxy_create(cn->net, RING_ENTRIES, NULL, c->opt.timeout_ms,
+                             &cn->proxy));
   return mkx_proxy_start(cn->proxy, c->has_gpu_map ? c->gpu_map.cpus : NULL);
 }
 
@@ -89,6 +121,10 @@ static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
   cn->got_from = calloc(n, sizeof *cn->got_from);
   cn->slot_seq = calloc(n * DEPTH, sizeof *cn->slot_seq);
   cn->done_to = calloc(n, sizeof *cn->done_to);
+#if HAVE_CUDA
+  if (!(cn->gkeys = calloc(n, sizeof *cn->gkeys)))
+    return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
+#endif
   if (!cn->skeys || !cn->rkeys || !cn->sent_to || !cn->got_from ||
       !cn->slot_seq || !cn->done_to)
     return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
@@ -115,14 +151,14 @@ int mkx_comm_net_open(MKX_Comm c) {
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
-  mkx_net_params p = {.rank = c->rank,
-                      .size = c->size,
-                      .num_signals = (uint32_t)c->size * (DEPTH + 1),
-                      .timeout_ms = c->opt.timeout_ms,
-                      .opt = &opt,
-                      .device = c->has_gpu_map && c->gpu_map.num_nics
-                                    ? c->gpu_map.nic_names[0]
-                                    : NULL};
+  mkx_net_params p = {
+      .rank = c->rank,
+      .size = c->size,
+      .num_signals = (uint32_t)c->size * (DEPTH + 1 + MKX_COMM_NET_GPU_WORDS),
+      .timeout_ms = c->opt.timeout_ms,
+      .opt = &opt,
+      .device = c->has_gpu_map && c->gpu_map.num_nics ? c->gpu_map.nic_names[0]
+                                                      : NULL};
   /* a rank whose transport did not open must not leave the others in
    * the connect's exchange */
   if (rc == MKX_SUCCESS) rc = mkx_net_open(&p, &cn->net);
@@ -158,6 +194,18 @@ void mkx_comm_net_close(MKX_Comm c) {
             (double)st.cpu_ns / 1e6, (unsigned long long)st.commands,
             (double)st.bytes / 1e6);
   }
+#if HAVE_CUDA
+  if (cn->gpu) {
+    (void)cudaEventSynchronize(cn->gpu_done);
+    if (cn->gmr.base) mkx_net_dereg(cn->net, &cn->gmr);
+    mkx_proxy_gpu_destroy(cn->gpu); /* the proxy with it */
+    cn->proxy = NULL;
+    cudaEventDestroy(cn->gpu_done);
+    if (cn->gbuf) cudaFree(cn->gbuf);
+    if (cn->gwords) cudaFree(cn->gwords);
+  }
+  free(cn->gkeys);
+#endif
   mkx_proxy_destroy(cn->proxy);
   if (cn->net) {
     release_regions(cn);
@@ -397,6 +445,7 @@ int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
   if (!cn) return mkx_error(MKX_ERR_INTERNAL, "no network endpoint");
   if (send_len[c->rank] || recv_len[c->rank])
     return mkx_error(MKX_ERR_INTERNAL, "network exchange with oneself");
+  MKX_TRY(mkx_comm_net_gpu_quiet(c));
   MKX_TRY(setup_regions(c, cn));
   xchg x = {.c = c,
             .cn = cn,
@@ -449,3 +498,77 @@ uint64_t mkx_comm_net_bytes_sent(MKX_Comm c) {
   for (int q = 0; cn && q < c->size; q++) sum += mkx_net_bytes_sent(cn->net, q);
   return sum;
 }
+
+uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src) {
+  return (uint32_t)c->size * (DEPTH + 1) +
+         (uint32_t)src * MKX_COMM_NET_GPU_WORDS;
+}
+
+#if HAVE_CUDA
+const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c) {
+  const mkx_comm_net *cn = c->net;
+  return cn ? cn->gpu : NULL;
+}
+
+int mkx_comm_net_gpu_quiet(MKX_Comm c) {
+  mkx_comm_net *cn = c->net;
+  if (!cn || !cn->gpu_used) return MKX_SUCCESS;
+  MKX_TRY(mkx_cuda_rc(cudaEventSynchronize(cn->gpu_done), "network endpoint",
+                      "the last kernel that drove the network"));
+  cn->gpu_used = 0;
+  return MKX_SUCCESS;
+}
+
+int mkx_comm_net_gpu_after(MKX_Comm c, MKX_Stream st) {
+  mkx_comm_net *cn = c->net;
+  if (!cn || !cn->gpu_used) return MKX_SUCCESS;
+  return mkx_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, cn->gpu_done, 0),
+                     "network endpoint", "cudaStreamWaitEvent");
+}
+
+int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
+  mkx_comm_net *cn = c->net;
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(cn->gpu_done, (cudaStream_t)st),
+                      "network endpoint", "cudaEventRecord"));
+  cn->gpu_used = 1;
+  return MKX_SUCCESS;
+}
+
+/* A device buffer of `len` bytes, registered on this rank. */
+static int gpu_buffer(mkx_comm_net *cn, size_t len, mkx_net_mr *mr) {
+  memset(mr, 0, sizeof *mr);
+  if (cn->gbuf) cudaFree(cn->gbuf);
+  cn->gbuf = NULL, cn->gcap = 0;
+  MKX_TRY(mkx_cuda_rc(cudaMalloc(&cn->gbuf, len), "network endpoint",
+                      "cudaMalloc of the device region"));
+  cn->gcap = len;
+  mkx_net_reg_args a = {cn->gbuf, len, MKX_NET_MEM_DEVICE, -1, 0};
+  return mkx_net_reg(cn->net, &a, mr);
+}
+
+int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
+                            uint64_t **words) {
+  mkx_comm_net *cn = c->net;
+  if (!cn || !cn->gpu)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "no network ring mapped for a GPU");
+  *words = cn->gwords;
+  if (len <= cn->gcap) { /* agreed sizes: every rank takes this branch */
+    *base = cn->gbuf;
+    return MKX_SUCCESS;
+  }
+  MKX_TRY(mkx_comm_net_gpu_quiet(c));
+  /* The staging regions hold indices 0 and 1: made first if not yet. */
+  MKX_TRY(setup_regions(c, cn));
+  if (cn->gmr.base) mkx_net_dereg(cn->net, &cn->gmr);
+  memset(&cn->gmr, 0, sizeof cn->gmr);
+  mkx_net_mr mr;
+  int rc = gpu_buffer(cn, (len + 4095) & ~(size_t)4095, &mr);
+  if (rc == MKX_SUCCESS) cn->gmr = mr;
+  MKX_TRY(mkx_comm_agree_rc(c, rc, "registration of a device region"));
+  MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, cn->gkeys));
+  MKX_TRY(
+      mkx_proxy_set_region(cn->proxy, MKX_COMM_NET_GPU_REGION, &mr, cn->gkeys));
+  *base = cn->gbuf;
+  return MKX_SUCCESS;
+}
+#endif

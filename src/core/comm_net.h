@@ -65,4 +65,37 @@ uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);
  * (mkx_proxy_get_stats; zeros without an endpoint). */
 void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 
+/* Kernels that drive the network (src/ops/ag_net_gpu.c) use, on every
+ * endpoint, MKX_COMM_NET_GPU_WORDS signal words per sending rank from
+ * mkx_comm_net_gpu_slot(c, src), and region MKX_COMM_NET_GPU_REGION. */
+#define MKX_COMM_NET_GPU_WORDS 17
+#define MKX_COMM_NET_GPU_REGION 2
+uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
+
+#if HAVE_CUDA
+#include "proxy/proxy_gpu.h"
+/* The proxy whose ring a kernel may drive (NULL: none: no endpoint, or a
+ * rank without a GPU). */
+const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c);
+/* Collective, with the same len on every rank: *base, device memory of at
+ * least `len` bytes, region MKX_COMM_NET_GPU_REGION on every rank (grown
+ * only: a larger len replaces it once the kernels of earlier calls are
+ * done with the ring), and *words, two device words for those kernels
+ * (the calls' network epoch and the last command, mkx_tp_net_desc). */
+int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
+                            uint64_t **words);
+/* Host and GPU never post into the ring at once: a call whose kernels
+ * post marks its stream after the last of them (mark); the host waits
+ * for that before it posts or changes a region (quiet), and the next such
+ * call's stream waits for it (after), so their kernels run in turn. */
+int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st);
+int mkx_comm_net_gpu_quiet(MKX_Comm c);
+int mkx_comm_net_gpu_after(MKX_Comm c, MKX_Stream st);
+#else
+static inline int mkx_comm_net_gpu_quiet(MKX_Comm c) {
+  (void)c;
+  return 0;
+}
+#endif
+
 #endif

@@ -105,15 +105,19 @@ static const mkx_option_desc base_rows[] = {
      "split its SMs evenly and leave 2 each for copies and launches, so that "
      "no kernel waits for a peer that cannot get an SM. The smallest value "
      "of any rank is used."},
-    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink", "host|gpu|nvlink",
+    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink",
+     "host|gpu|nvlink|proxy",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "
      "A rows, partials and output blocks through the host (row-major "
      "bf16/fp16 in); nvlink: as gpu, with the node's part as the "
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
-     "not numbered node by node take gpu. Same results and network bytes "
-     "for all three; nvlink is the fastest.",
+     "not numbered node by node take gpu; proxy: AllGather+GEMM on nodes "
+     "of one rank (at most 8) driven by the GPU: a kernel posts the rows to "
+     "the network proxy and the GEMM's tiles start as their rows land "
+     "(not capturable in CUDA graphs); other calls as nvlink. Same results "
+     "and network bytes for all four.",
      1},
     {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
      "contiguous|zigzag|striped",

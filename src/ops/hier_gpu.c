@@ -54,7 +54,8 @@ static void engine_desc(int op, const void *args, const hg_plan *p, int64_t M,
 
 int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
                          const struct mkx_agreed *g, char *why, size_t len) {
-  if (c->opt.hier_gemm != MKX_HIER_GEMM_NVLINK) {
+  if (c->opt.hier_gemm != MKX_HIER_GEMM_NVLINK &&
+      c->opt.hier_gemm != MKX_HIER_GEMM_PROXY) {
     snprintf(why, len, "option hier_gemm=gpu");
     return 0;
   }

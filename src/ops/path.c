@@ -11,6 +11,8 @@ static const char *const names[MKX_PATH_COUNT] = {
     [MKX_PATH_TP_ADAPTED] = "fused, operands adapted",
     [MKX_PATH_HIER_GPU] = "several nodes (hier_gemm=gpu)",
     [MKX_PATH_HIER_NVLINK] = "several nodes (hier_gemm=nvlink)",
+    [MKX_PATH_HIER_PROXY] =
+        "several nodes, driven by the GPU (hier_gemm=proxy)",
     [MKX_PATH_ATTN] = "attention engine",
     [MKX_PATH_ATTN_RING] = "attention ring, one node",
     [MKX_PATH_ATTN_HIER] = "attention ring, several nodes",

@@ -14,6 +14,8 @@ typedef enum mkx_path {
   MKX_PATH_TP_ADAPTED,    /* operands adapted around a fused call */
   MKX_PATH_HIER_GPU,      /* several nodes: GEMM on the GPU, network by host */
   MKX_PATH_HIER_NVLINK,   /* several nodes: the node's part fused over NVLink */
+  MKX_PATH_HIER_PROXY,    /* several nodes: the kernels post to the network
+                             proxy, the GEMM waits for the rows' signals */
   MKX_PATH_ATTN,          /* attention engine on one rank's buffers */
   MKX_PATH_ATTN_RING,     /* one node: K/V chunks copied into every rank's
                              workspace while the engine runs on them */

@@ -308,6 +308,12 @@ static const char *where_name(int w) {
       return "every rank's rows per expert";
     case MKX_TP_AT_MOE_EXPERT:
       return "an expert's rows from every rank (tile = local expert)";
+    case MKX_TP_AT_NET_ARRIVE:
+      return "its arrival over the network (start of the call)";
+    case MKX_TP_AT_NET_ROWS:
+      return "a chunk of its A rows over the network";
+    case MKX_TP_AT_NET_SENT:
+      return "the network proxy (room in the ring, or completion)";
   }
   return "?";
 }

@@ -4,7 +4,9 @@
  * The choice uses agreed values and options only (number of nodes, the
  * agreed need of the adapter, M, the GPU sharing mode), so every rank
  * takes the same path without another exchange:
- *   several nodes        hier_nvlink, or hier_gpu (option hier_gemm, and
+ *   several nodes        hier_proxy (AllGather+GEMM, option hier_gemm=proxy,
+ *                        nodes of one rank), hier_nvlink, or hier_gpu
+ *                        (option hier_gemm, and
  *                        whether the nvlink variant's conditions hold)
  *   any rank's operands  adapted (a row-major call on padded temporaries,
  *   need adapting        itself on the fused path chosen for its shape)
@@ -17,10 +19,12 @@
  * kernel too). */
 #include <stdio.h>
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
 #if HAVE_CUDA
+#include "ops/ag_net_gpu.h"
 #include "ops/hier_gpu.h"
 #include "ops/tp_host.h"
 
@@ -68,6 +72,8 @@ static const mkx_path_ops hier_gpu = {MKX_PATH_HIER_GPU, mkx_hier_gpu_plan,
 static const mkx_path_ops hier_nvlink = {MKX_PATH_HIER_NVLINK,
                                          mkx_hier_nvlink_plan,
                                          mkx_hier_gpu_start, mkx_hier_gpu_free};
+static const mkx_path_ops hier_proxy = {MKX_PATH_HIER_PROXY, mkx_ag_net_plan,
+                                        mkx_ag_net_start, mkx_ag_net_free};
 
 /* ---- the choice ---------------------------------------------------------- */
 
@@ -85,6 +91,15 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   out->op = op;
   if (c->place.num_nodes > 1) {
     char why[160];
+    if (op == MKX_TP_OP_AG && mkx_ag_net_fits(c, args, g, why, sizeof why)) {
+      out->ops = &hier_proxy;
+      snprintf(out->why, sizeof out->why, "%d nodes, option hier_gemm=proxy",
+               c->place.num_nodes);
+      return MKX_SUCCESS;
+    }
+    if (c->opt.hier_gemm == MKX_HIER_GEMM_PROXY)
+      mkx_log(MKX_LOG_INFO, "%s: not driven by the GPU: %s",
+              op == MKX_TP_OP_AG ? "MKX_Allgather_gemm" : "this call", why);
     const int nvlink = mkx_hier_nvlink_fits(c, op, args, g, why, sizeof why);
     out->ops = nvlink ? &hier_nvlink : &hier_gpu;
     snprintf(out->why, sizeof out->why, "%d nodes, %s", c->place.num_nodes,

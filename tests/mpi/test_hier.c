@@ -133,7 +133,8 @@ static void reduce(MKX_Comm hier, MKX_Comm flat, const geo *g, int64_t M,
 /* Starts on the several-node GPU paths so far (ops/path.h). */
 static long hier_starts(void) {
   return mkx_path_starts(MKX_PATH_HIER_GPU) +
-         mkx_path_starts(MKX_PATH_HIER_NVLINK);
+         mkx_path_starts(MKX_PATH_HIER_NVLINK) +
+         mkx_path_starts(MKX_PATH_HIER_PROXY);
 }
 
 /* bf16 data from the seed, stored into a fresh buffer (uploaded). */
@@ -187,6 +188,46 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
   CHECK(sent == want, "%s bf16 sent %llu bytes, minimum %llu", name[op],
         (unsigned long long)sent, (unsigned long long)want);
   tbuf_free(&C[0]), tbuf_free(&C[1]);
+}
+
+/* hier_gemm=proxy: back-to-back AllGather+GEMMs on fresh inputs each
+ * (a peer's rows of one call must never land in another), with A_out,
+ * against the staged path; 256 rows per rank, so each rank's rows go in
+ * two chunks. */
+static void repeated(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
+  const int64_t m = 256, k = 64, n = 72, M = m * mt.size;
+  tbuf B, C[2], O[2];
+  make16(&B, k, n, 61);
+  for (int v = 0; v < 2; v++)
+    make(&C[v], (size_t)(M * n), 0), make(&O[v], (size_t)(M * k) / 2 + 1, 0);
+  for (int it = 0; it < 12; it++) {
+    tbuf A;
+    make16(&A, m, k, 70 + it);
+    uint64_t before = mkx_comm_net_bytes_sent(gpu);
+    for (int v = 0; v < 2; v++)
+      CHECK_RC(MKX_Allgather_gemm(tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n,
+                                  MKX_NO_TRANS, tbuf_ptr(&C[v]), n,
+                                  tbuf_ptr(&O[v]), k, MKX_BF16, MKX_FP32,
+                                  MKX_ROW_MAJOR, v ? gpu : staged, NULL),
+               MKX_SUCCESS, "repeated allgather-GEMM %d (%s)", it,
+               v ? "proxy" : "staged");
+    const uint64_t sent = mkx_comm_net_bytes_sent(gpu) - before;
+    tbuf_download(&C[0]), tbuf_download(&C[1]);
+    tbuf_download(&O[0]), tbuf_download(&O[1]);
+    double d = rel_diff(C[1].host, C[0].host, (size_t)(M * n));
+    CHECK(d < 1e-4,
+          "repeated allgather-GEMM %d equals the staged path "
+          "(rel %g)",
+          it, d);
+    CHECK(!memcmp(O[0].host, O[1].host, (size_t)(M * k) * 2),
+          "repeated allgather-GEMM %d: A_out bit-exact", it);
+    CHECK(sent == (uint64_t)(g->N - 1) * m * k * 2,
+          "repeated allgather-GEMM %d sent %llu bytes", it,
+          (unsigned long long)sent);
+    tbuf_free(&A);
+  }
+  for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&O[v]);
+  tbuf_free(&B);
 }
 
 /* --device: option hier_gemm=gpu (the GEMM on the GPU, only A rows,
@@ -630,14 +671,22 @@ int main(int argc, char **argv) {
   if (!mt.device) nvlink_host(hier, flat, &g);
 #endif
 #ifdef MKX_TEST_CUDA
-  static const char *const modes[] = {"gpu", "nvlink"};
-  for (int i = 0; mt.device && i < 2; i++) {
+  /* proxy: the AllGather+GEMMs on nodes of one rank driven by the GPU,
+   * the other calls as nvlink */
+  static const char *const modes[] = {"gpu", "nvlink", "proxy"};
+  for (int i = 0; mt.device && i < 3; i++) {
     MKX_Comm gpu = vnode_comm(vs, "hier_gemm", modes[i]);
     long nv = mkx_path_starts(MKX_PATH_HIER_NVLINK);
+    long px = mkx_path_starts(MKX_PATH_HIER_PROXY);
+    const long want_px = i == 2 && vnode == 1 ? 4 : 0;
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
-    CHECK(mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv == (i ? 12 : 0),
+    CHECK(mkx_path_starts(MKX_PATH_HIER_PROXY) - px == want_px,
+          "hier_gemm=%s: %ld calls driven by the GPU (want %ld)", modes[i],
+          mkx_path_starts(MKX_PATH_HIER_PROXY) - px, want_px);
+    CHECK(mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv == (i ? 12 - want_px : 0),
           "hier_gemm=%s: %ld calls took the nvlink variant", modes[i],
           mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv);
+    if (i == 2 && want_px && mt_all(gpu != NULL)) repeated(hier, gpu, &g);
     MKX_Comm_free(&gpu);
   }
 #endif

@@ -1,0 +1,236 @@
+/* MKX_Allgather_gemm over several nodes, driven by the GPU (option
+ * hier_gemm=proxy): nodes of one rank each.
+ *
+ * Every rank's gathered A (all M rows, the same layout everywhere) is the
+ * communicator's device region of its network endpoint
+ * (mkx_comm_net_gpu_region).  A call, all on the user's stream:
+ *   1. the prologue of the fused paths (epoch, error word);
+ *   2. this rank's rows of A copied into its gathered A (they are the
+ *      source of the network writes: the user's A is not registered);
+ *   3. mkx_tp_net_begin: one thread tells every peer it has arrived (its
+ *      previous call's GEMM has ended, so its gathered A may be written),
+ *      waits for every peer's arrival, then posts its rows to every peer
+ *      in chunks into the proxy's ring (kernels/tp/ag_net.cu);
+ *   4. the gated GEMM (kernels/tp/ag_gemm.cu) over the gathered A: tiles
+ *      of this rank's own rows first, straight from its A, then every
+ *      other tile as soon as the signal word of the chunk that holds its
+ *      rows reaches the call's network epoch, so the GEMM runs while the
+ *      network carries the rest;
+ *   5. mkx_tp_net_end: until the proxy has completed the call's writes;
+ *   6. A_out, if asked, from the gathered A.
+ * No host thread waits inside the call: the proxy thread only moves what
+ * the kernel posted.  Each row crosses the network once per other node,
+ * the minimum.  Calls of this path on one communicator run in turn (the
+ * next one's stream waits for the previous one's end), and the host's own
+ * exchanges wait for them (comm_net.h).  Not capturable in a CUDA graph.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "ops/op.h"
+#include "ops/path.h"
+
+#if HAVE_CUDA
+#include "core/comm_net.h"
+#include "ops/ag_net_gpu.h"
+#include "ops/tp_host.h"
+#include "gemm/gemm_engine.h"
+
+static const char *const FN = "MKX_Allgather_gemm";
+
+#define TILE 128
+#define CHUNKS 8 /* chunks per rank's rows (at most words - 1) */
+
+typedef struct an_plan {
+  mkx_tp_ws *ws; /* prologue, error word (a node of one rank) */
+  int64_t M, tiles_m, chunk_tiles;
+  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t row0, row1, own_t0, own_t1;
+  size_t es;
+  char *gathered;  /* the communicator's device region */
+  uint64_t *words; /* its network epoch and last command */
+} an_plan;
+
+static int64_t tiles_of(int64_t b0, int64_t b1) {
+  return b1 > b0 ? (b1 - 1) / TILE - b0 / TILE + 1 : 0;
+}
+
+/* Tiles per chunk: every rank's rows in at most CHUNKS chunks. */
+static int64_t chunk_tiles_of(MKX_Comm c, const struct mkx_agreed *g) {
+  int64_t b0 = 0, most = 1;
+  for (int q = 0; q < c->size; q++) {
+    const int64_t t = tiles_of(b0, b0 + g->local[q]);
+    if (t > most) most = t;
+    b0 += g->local[q];
+  }
+  return (most + CHUNKS - 1) / CHUNKS;
+}
+
+int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
+                    char *why, size_t len) {
+  const mkx_ag_gemm_args *a = args;
+  const char *w = NULL;
+  mkx_gemm_desc d;
+  if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY)
+    w = "option hier_gemm is not proxy";
+  else if (c->place.num_nodes != c->size)
+    w = "hier_gemm=proxy takes nodes of one rank only";
+  else if (c->size > MKX_TP_MAX)
+    w = "hier_gemm=proxy takes at most 8 nodes";
+  else if (!mkx_comm_net_gpu(c))
+    w = "no network ring mapped for the GPU";
+  else if (g->gpu_adapt)
+    w = "a rank's operands need adapting";
+  else if (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
+           a->n >= (1ll << 31) - 8)
+    w = "sizes >= 2^31";
+  if (!w) {
+    mkx_tp_gemm_of_ag(a, (void *)(uintptr_t)4096, g->total, &d);
+    if (!mkx_gemm_supported(&d, NULL)) w = "the GEMM engine does not take it";
+  }
+  if (w) snprintf(why, len, "%s", w);
+  return !w;
+}
+
+int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
+                    const struct mkx_agreed *g, void **plan) {
+  const mkx_ag_gemm_args *a = args;
+  (void)op;
+  an_plan *p = calloc(1, sizeof *p);
+  if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
+  p->M = g->total;
+  for (int q = 0; q < c->size; q++) p->bnd[q + 1] = p->bnd[q] + g->local[q];
+  p->row0 = p->bnd[c->rank];
+  p->row1 = p->bnd[c->rank + 1];
+  p->es = MKX_Type_size(a->dtype);
+  p->tiles_m = (p->M + TILE - 1) / TILE;
+  p->chunk_tiles = chunk_tiles_of(c, g);
+  /* tiles with no other rank's rows (the last may end short at M) */
+  p->own_t0 = (p->row0 + TILE - 1) / TILE;
+  p->own_t1 = p->row1 == p->M ? p->tiles_m : p->row1 / TILE;
+  if (a->m_local == 0 || p->own_t1 < p->own_t0) p->own_t1 = p->own_t0;
+  mkx_tp_need need = {1, 1, 4096, 0};
+  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  void *base = NULL;
+  if (rc == MKX_SUCCESS)
+    rc = mkx_comm_net_gpu_region(c, (size_t)p->M * (size_t)a->k * p->es, &base,
+                                 &p->words);
+  if (rc != MKX_SUCCESS) {
+    mkx_tp_ws_release(p->ws);
+    free(p);
+    return rc;
+  }
+  p->gathered = base;
+  *plan = p;
+  return MKX_SUCCESS;
+}
+
+void mkx_ag_net_free(MKX_Comm c, void *plan) {
+  an_plan *p = plan;
+  (void)c;
+  if (!p) return;
+  mkx_tp_ws_release(p->ws);
+  free(p);
+}
+
+static void net_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
+                     mkx_tp_net_desc *d) {
+  memset(d, 0, sizeof *d);
+  mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
+  d->epoch = p->words;
+  d->last_seq = p->words + 1;
+  d->rank = c->rank;
+  d->size = c->size;
+  d->slot0 = mkx_comm_net_gpu_slot(c, 0);
+  d->words = MKX_COMM_NET_GPU_WORDS;
+  d->region = MKX_COMM_NET_GPU_REGION;
+  d->row_bytes = a->k * (int64_t)p->es;
+  for (int q = 0; q <= c->size; q++) d->bnd[q] = p->bnd[q];
+  d->chunk_tiles = (int)p->chunk_tiles;
+  mkx_tp_sync_fill(c, p->ws, 0, &d->sync);
+}
+
+static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
+                      const mkx_tp_net_desc *n, mkx_tp_ag_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->m = p->M, d->n = a->n, d->k = a->k;
+  d->a = p->gathered, d->lda = a->k;
+  d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
+  d->c = a->C, d->ldc = a->ldc;
+  d->ab_type = mkx_tp_gemm_type(a->dtype);
+  d->c_type = mkx_tp_gemm_type(a->ctype);
+  d->flags = mkx_tp_ws_flags(p->ws, 0);
+  d->epoch = mkx_tp_ws_word(p->ws, 0, MKX_TP_OFF_EPOCH);
+  d->size = c->size;
+  for (int q = 0; q <= c->size; q++) d->bnd[q] = p->bnd[q];
+  d->first_tile_m = (int)(p->own_t1 > p->own_t0 ? p->own_t0 : p->row0 / TILE);
+  if (p->own_t1 > p->own_t0) {
+    d->a_own = a->A;
+    d->lda_own = a->lda;
+    d->own_row0 = p->row0;
+    d->own_rows = a->m_local;
+    d->own_t0 = (int)p->own_t0;
+    d->own_t1 = (int)p->own_t1;
+  }
+  /* own rows: copied before the kernel on its stream */
+  d->ready_mask = 1u << c->rank;
+  d->net_mask = ((1u << c->size) - 1) & ~d->ready_mask;
+  d->net_signals = n->proxy.signals;
+  d->net_epoch = n->epoch;
+  d->net_slot0 = n->slot0;
+  d->net_words = n->words;
+  d->net_chunk_tiles = n->chunk_tiles;
+  d->sync = n->sync;
+}
+
+static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
+                     cudaStream_t st) {
+  if (a->m_local == 0) return MKX_SUCCESS;
+  const size_t row = (size_t)a->k * p->es;
+  return mkx_cuda_rc(
+      cudaMemcpy2DAsync(p->gathered + (size_t)p->row0 * row, row, a->A,
+                        (size_t)a->lda * p->es, row, (size_t)a->m_local,
+                        cudaMemcpyDeviceToDevice, st),
+      FN, "copy of A rows");
+}
+
+static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
+                    cudaStream_t st) {
+  const size_t row = (size_t)a->k * p->es;
+  const size_t ld = (size_t)a->ld_aout * p->es;
+  return mkx_cuda_rc(
+      cudaMemcpy2DAsync(a->A_out, ld, p->gathered, row, row, (size_t)p->M,
+                        cudaMemcpyDeviceToDevice, st),
+      FN, "copy to A_out");
+}
+
+int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
+                     MKX_Stream stream) {
+  an_plan *p = plan;
+  const mkx_ag_gemm_args *a = args;
+  cudaStream_t st = (cudaStream_t)stream;
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), FN,
+                      "cudaStreamIsCapturing"));
+  if (cap != cudaStreamCaptureStatusNone)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: option hier_gemm=proxy: calls cannot be captured "
+                     "in a CUDA graph",
+                     FN);
+  MKX_TRY(mkx_comm_net_gpu_after(c, stream));
+  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, MKX_PATH_HIER_PROXY));
+  MKX_TRY(copy_rows(p, a, st));
+  mkx_tp_net_desc n;
+  mkx_tp_ag_desc d;
+  net_desc(c, p, a, &n);
+  gemm_desc(c, p, a, &n, &d);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n, st), FN, "network drain"));
+  if (a->A_out) MKX_TRY(copy_out(p, a, st));
+  MKX_TRY(mkx_comm_net_gpu_mark(c, stream));
+  return mkx_tp_end(p->ws, stream);
+}
+#else
+typedef int mkx_ag_net_gpu_unused; /* ISO C: not an empty unit */
+#endif
