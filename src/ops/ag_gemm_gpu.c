@@ -33,14 +33,12 @@ static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct ag_plan {
   mkx_tp_ws *ws;
-  int64_t M, tiles_m, chunk_tiles, first_tile;
+  mkx_tp_ag_rows r;
+  int64_t chunk_tiles, first_tile;
   int split;
-  int oneshot, chunk_kb, nkc;  /* split path in one kernel (ag_oneshot.cu) */
-  int stream_k;                /* overlapped path: shares of the last wave */
-  size_t sk_off;               /* their slots in the workspace's data */
-  int64_t bnd[MKX_TP_MAX + 1]; /* rank q's rows: [bnd[q], bnd[q+1]) */
-  int64_t row0, row1;          /* this rank's */
-  int64_t own_t0, own_t1;      /* overlapped path: tiles of own rows only */
+  int oneshot, chunk_kb, nkc; /* split path in one kernel (ag_oneshot.cu) */
+  int stream_k;               /* overlapped path: shares of the last wave */
+  size_t sk_off;              /* their slots in the workspace's data */
   size_t es;
 } ag_plan;
 
@@ -119,16 +117,12 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   const mkx_ag_gemm_args *a = args;
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
-  p->M = g->total;
-  for (int q = 0; q < c->size; q++) p->bnd[q + 1] = p->bnd[q] + g->local[q];
-  p->row0 = p->bnd[c->rank];
-  p->row1 = p->bnd[c->rank + 1];
+  mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
-  p->tiles_m = (p->M + TILE - 1) / TILE;
   /* tiles this rank's rows meet (the first and last may be shared with
    * the neighbouring ranks' rows) */
   const int64_t ntiles =
-      a->m_local > 0 ? (p->row1 - 1) / TILE - p->row0 / TILE + 1 : 0;
+      a->m_local > 0 ? (p->r.row1 - 1) / TILE - p->r.row0 / TILE + 1 : 0;
   /* ~8 chunks per peer: the first tiles arrive early, and each chunk is
    * still megabytes (copy-engine set-up per copy is microseconds) */
   p->chunk_tiles = ntiles > 8 ? (ntiles + 7) / 8 : 1;
@@ -137,28 +131,24 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
    * which come early), else on the tile holding its rows.  The tile with
    * the previous rank's last rows comes last in the rotated order: that
    * rank's copy engine delivers them last. */
-  p->first_tile = (p->row0 + TILE - 1) / TILE;
-  if (a->m_local == 0 || p->first_tile * TILE >= p->row1)
-    p->first_tile = p->row0 / TILE;
-  p->first_tile %= p->tiles_m;
-  /* tiles with no other rank's rows (the last may end short at M) */
-  p->own_t0 = (p->row0 + TILE - 1) / TILE;
-  p->own_t1 = p->row1 == p->M ? p->tiles_m : p->row1 / TILE;
-  if (a->m_local == 0 || p->own_t1 < p->own_t0) p->own_t1 = p->own_t0;
+  p->first_tile = (p->r.row0 + TILE - 1) / TILE;
+  if (a->m_local == 0 || p->first_tile * TILE >= p->r.row1)
+    p->first_tile = p->r.row0 / TILE;
+  p->first_tile %= p->r.tiles_m;
   /* Agreed values only (M, size), so that every rank's pool takes the same
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
   p->split = split;
   p->oneshot = p->split && !(g->gpu_any & MKX_GPU_LOCAL_NO_ONE_KERNEL) &&
-               oneshot_fits(c, a, p->M, &p->chunk_kb, &p->nkc);
+               oneshot_fits(c, a, p->r.M, &p->chunk_kb, &p->nkc);
   p->stream_k = !p->split && c->opt.tp_stream_k;
-  p->sk_off = ((size_t)p->M * (size_t)a->k * p->es + 255) & ~(size_t)255;
+  p->sk_off = ((size_t)p->r.M * (size_t)a->k * p->es + 255) & ~(size_t)255;
   mkx_tp_need need = {
-      p->split ? 0 : p->tiles_m,
-      (int64_t)c->size * p->tiles_m * (p->oneshot ? p->nkc : 1) +
+      p->split ? 0 : p->r.tiles_m,
+      (int64_t)c->size * p->r.tiles_m * (p->oneshot ? p->nkc : 1) +
           (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
       p->stream_k ? p->sk_off + (size_t)MKX_TP_SK_SLOTS * MKX_TP_SK_SLOT_BYTES
-                  : (size_t)p->M * (size_t)a->k * p->es,
+                  : (size_t)p->r.M * (size_t)a->k * p->es,
       p->split};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
@@ -187,7 +177,7 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      int q, int64_t g0, int64_t g1, cudaStream_t s) {
   const int lq = c->place.local_rank_of[q], me = c->place.local_rank;
   const size_t row = (size_t)a->k * p->es;
-  const int64_t r0 = g0 - p->row0, nrows = g1 - g0;
+  const int64_t r0 = g0 - p->r.row0, nrows = g1 - g0;
   char *dst = mkx_tp_ws_data(p->ws, lq) + (size_t)g0 * row;
   const char *src = (const char *)a->A + (size_t)r0 * (size_t)a->lda * p->es;
   cudaError_t e =
@@ -198,7 +188,7 @@ static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                               (size_t)nrows, cudaMemcpyDeviceToDevice, s);
   MKX_TRY(mkx_cuda_rc(e, FN, "copy of A rows"));
   const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
-  int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->tiles_m + t0;
+  int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->r.tiles_m + t0;
   const int *epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_SRC);
   e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)(t1 - t0 + 1),
                       cudaMemcpyDeviceToDevice, s);
@@ -219,9 +209,9 @@ static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     /* chunks of chunk_tiles tiles of the gathered A: the first starts at
      * row0 (maybe inside a tile), every other one on a tile boundary; each
      * ends on a tile boundary or at row1 */
-    for (int64_t g0 = p->row0, g1; g0 < p->row1; g0 = g1) {
+    for (int64_t g0 = p->r.row0, g1; g0 < p->r.row1; g0 = g1) {
       g1 = (g0 / TILE + p->chunk_tiles) * TILE;
-      if (g1 > p->row1) g1 = p->row1;
+      if (g1 > p->r.row1) g1 = p->r.row1;
       MKX_TRY(push_rows(c, p, a, q, g0, g1, s));
     }
     MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[i], s), FN, "join"));
@@ -242,7 +232,7 @@ static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   const int me = c->place.local_rank;
   mkx_tp_ag_desc d;
   memset(&d, 0, sizeof d);
-  d.m = p->M;
+  d.m = p->r.M;
   d.n = a->n;
   d.k = a->k;
   d.a = mkx_tp_ws_data(p->ws, me);
@@ -257,7 +247,7 @@ static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.flags = mkx_tp_ws_flags(p->ws, me);
   d.epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
   d.size = c->size;
-  for (int q = 0; q <= c->size; q++) d.bnd[q] = p->bnd[q];
+  for (int q = 0; q <= c->size; q++) d.bnd[q] = p->r.bnd[q];
   d.first_tile_m = (int)p->first_tile;
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
   *dp = d;
@@ -272,15 +262,15 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     d.sk_part =
         (float *)(mkx_tp_ws_data(p->ws, c->place.local_rank) + p->sk_off);
     d.sk_flags =
-        mkx_tp_ws_flags(p->ws, c->place.local_rank) + c->size * p->tiles_m;
+        mkx_tp_ws_flags(p->ws, c->place.local_rank) + c->size * p->r.tiles_m;
   }
-  if (in_place && p->own_t1 > p->own_t0) {
+  if (in_place && p->r.own_t1 > p->r.own_t0) {
     d.a_own = a->A;
     d.lda_own = a->lda;
-    d.own_row0 = p->row0;
+    d.own_row0 = p->r.row0;
     d.own_rows = a->m_local;
-    d.own_t0 = (int)p->own_t0;
-    d.own_t1 = (int)p->own_t1;
+    d.own_t0 = (int)p->r.own_t0;
+    d.own_t1 = (int)p->r.own_t1;
   }
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
 }
@@ -289,11 +279,11 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
  * tiles shared with a neighbour (all of them when no tile is own only). */
 static int push_own_edges(MKX_Comm c, const ag_plan *p,
                           const mkx_ag_gemm_args *a, cudaStream_t st) {
-  if (p->own_t1 == p->own_t0)
-    return push_rows(c, p, a, c->rank, p->row0, p->row1, st);
-  const int64_t in0 = p->own_t0 * TILE, in1 = p->own_t1 * TILE;
-  if (p->row0 < in0) MKX_TRY(push_rows(c, p, a, c->rank, p->row0, in0, st));
-  if (in1 < p->row1) MKX_TRY(push_rows(c, p, a, c->rank, in1, p->row1, st));
+  if (p->r.own_t1 == p->r.own_t0)
+    return push_rows(c, p, a, c->rank, p->r.row0, p->r.row1, st);
+  const int64_t in0 = p->r.own_t0 * TILE, in1 = p->r.own_t1 * TILE;
+  if (p->r.row0 < in0) MKX_TRY(push_rows(c, p, a, c->rank, p->r.row0, in0, st));
+  if (in1 < p->r.row1) MKX_TRY(push_rows(c, p, a, c->rank, in1, p->r.row1, st));
   return MKX_SUCCESS;
 }
 
@@ -309,15 +299,15 @@ static void push_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.rows = a->m_local;
   d.k = a->k;
   d.esz = (int)p->es;
-  d.row0 = p->row0;
+  d.row0 = p->r.row0;
   for (int lq = 0; lq < c->place.local_size; lq++) {
     d.gathered[lq] = mkx_tp_ws_data(p->ws, lq);
     d.flags[lq] = mkx_tp_ws_flags(p->ws, lq);
   }
-  d.tiles_m = (int)p->tiles_m;
+  d.tiles_m = (int)p->r.tiles_m;
   if (a->m_local > 0) {
-    d.t0 = (int)(p->row0 / TILE);
-    d.t1 = (int)((p->row1 - 1) / TILE + 1);
+    d.t0 = (int)(p->r.row0 / TILE);
+    d.t1 = (int)((p->r.row1 - 1) / TILE + 1);
   }
   d.wait_all = wait_all;
   mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
@@ -349,7 +339,7 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
   if (p->oneshot) return oneshot_run(c, p, a, st);
   mkx_gemm_desc g; /* the whole product from the gathered A */
-  mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->M, &g);
+  mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->r.M, &g);
   const int blas = mkx_tp_split_blas(c, &g);
   MKX_TRY(push_split(c, p, a, blas, st));
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, 0, st);
@@ -375,14 +365,15 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
   const char *gathered = mkx_tp_ws_data(p->ws, me);
   cudaError_t e;
   if (!own) {
-    e = out_rows(p, a, 0, p->M, gathered, row, st);
+    e = out_rows(p, a, 0, p->r.M, gathered, row, st);
   } else {
-    e = out_rows(p, a, 0, p->row0, gathered, row, st);
+    e = out_rows(p, a, 0, p->r.row0, gathered, row, st);
     if (e == cudaSuccess)
-      e = out_rows(p, a, p->row0, p->row1, a->A, (size_t)a->lda * p->es, st);
-    if (e == cudaSuccess)
-      e = out_rows(p, a, p->row1, p->M, gathered + (size_t)p->row1 * row, row,
+      e = out_rows(p, a, p->r.row0, p->r.row1, a->A, (size_t)a->lda * p->es,
                    st);
+    if (e == cudaSuccess)
+      e = out_rows(p, a, p->r.row1, p->r.M, gathered + (size_t)p->r.row1 * row,
+                   row, st);
   }
   return mkx_cuda_rc(e, FN, "copy to A_out");
 }
@@ -398,8 +389,8 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));
     return mkx_tp_end(p->ws, stream);
   }
-  MKX_TRY(
-      mkx_tp_begin(c, p->ws, FN, stream, (int)p->tiles_m, MKX_PATH_TP_OVERLAP));
+  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->r.tiles_m,
+                       MKX_PATH_TP_OVERLAP));
   MKX_TRY(push_peers(c, p, a, st));
   /* Own rows of shared tiles on the user's stream, before the GEMM: a
    * device-local copy may run as a kernel, which must not wait behind the

@@ -43,9 +43,8 @@ static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct an_plan {
   mkx_tp_ws *ws; /* prologue, error word (a node of one rank) */
-  int64_t M, tiles_m, chunk_tiles;
-  int64_t bnd[MKX_TP_MAX + 1];
-  int64_t row0, row1, own_t0, own_t1;
+  mkx_tp_ag_rows r;
+  int64_t chunk_tiles;
   size_t es;
   char *gathered;  /* the communicator's device region */
   uint64_t *words; /* its network epoch and last command */
@@ -98,23 +97,15 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   (void)op;
   an_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
-  p->M = g->total;
-  for (int q = 0; q < c->size; q++) p->bnd[q + 1] = p->bnd[q] + g->local[q];
-  p->row0 = p->bnd[c->rank];
-  p->row1 = p->bnd[c->rank + 1];
+  mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
-  p->tiles_m = (p->M + TILE - 1) / TILE;
   p->chunk_tiles = chunk_tiles_of(c, g);
-  /* tiles with no other rank's rows (the last may end short at M) */
-  p->own_t0 = (p->row0 + TILE - 1) / TILE;
-  p->own_t1 = p->row1 == p->M ? p->tiles_m : p->row1 / TILE;
-  if (a->m_local == 0 || p->own_t1 < p->own_t0) p->own_t1 = p->own_t0;
   mkx_tp_need need = {1, 1, 4096, 0};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   void *base = NULL;
   if (rc == MKX_SUCCESS)
-    rc = mkx_comm_net_gpu_region(c, (size_t)p->M * (size_t)a->k * p->es, &base,
-                                 &p->words);
+    rc = mkx_comm_net_gpu_region(c, (size_t)p->r.M * (size_t)a->k * p->es,
+                                 &base, &p->words);
   if (rc != MKX_SUCCESS) {
     mkx_tp_ws_release(p->ws);
     free(p);
@@ -145,7 +136,7 @@ static void net_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   d->words = MKX_COMM_NET_GPU_WORDS;
   d->region = MKX_COMM_NET_GPU_REGION;
   d->row_bytes = a->k * (int64_t)p->es;
-  for (int q = 0; q <= c->size; q++) d->bnd[q] = p->bnd[q];
+  for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->chunk_tiles = (int)p->chunk_tiles;
   mkx_tp_sync_fill(c, p->ws, 0, &d->sync);
 }
@@ -153,7 +144,7 @@ static void net_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
 static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
                       const mkx_tp_net_desc *n, mkx_tp_ag_desc *d) {
   memset(d, 0, sizeof *d);
-  d->m = p->M, d->n = a->n, d->k = a->k;
+  d->m = p->r.M, d->n = a->n, d->k = a->k;
   d->a = p->gathered, d->lda = a->k;
   d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
   d->c = a->C, d->ldc = a->ldc;
@@ -162,15 +153,16 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   d->flags = mkx_tp_ws_flags(p->ws, 0);
   d->epoch = mkx_tp_ws_word(p->ws, 0, MKX_TP_OFF_EPOCH);
   d->size = c->size;
-  for (int q = 0; q <= c->size; q++) d->bnd[q] = p->bnd[q];
-  d->first_tile_m = (int)(p->own_t1 > p->own_t0 ? p->own_t0 : p->row0 / TILE);
-  if (p->own_t1 > p->own_t0) {
+  for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
+  d->first_tile_m =
+      (int)(p->r.own_t1 > p->r.own_t0 ? p->r.own_t0 : p->r.row0 / TILE);
+  if (p->r.own_t1 > p->r.own_t0) {
     d->a_own = a->A;
     d->lda_own = a->lda;
-    d->own_row0 = p->row0;
+    d->own_row0 = p->r.row0;
     d->own_rows = a->m_local;
-    d->own_t0 = (int)p->own_t0;
-    d->own_t1 = (int)p->own_t1;
+    d->own_t0 = (int)p->r.own_t0;
+    d->own_t1 = (int)p->r.own_t1;
   }
   /* own rows: copied before the kernel on its stream */
   d->ready_mask = 1u << c->rank;
@@ -188,7 +180,7 @@ static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
   if (a->m_local == 0) return MKX_SUCCESS;
   const size_t row = (size_t)a->k * p->es;
   return mkx_cuda_rc(
-      cudaMemcpy2DAsync(p->gathered + (size_t)p->row0 * row, row, a->A,
+      cudaMemcpy2DAsync(p->gathered + (size_t)p->r.row0 * row, row, a->A,
                         (size_t)a->lda * p->es, row, (size_t)a->m_local,
                         cudaMemcpyDeviceToDevice, st),
       FN, "copy of A rows");
@@ -199,7 +191,7 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
   const size_t row = (size_t)a->k * p->es;
   const size_t ld = (size_t)a->ld_aout * p->es;
   return mkx_cuda_rc(
-      cudaMemcpy2DAsync(a->A_out, ld, p->gathered, row, row, (size_t)p->M,
+      cudaMemcpy2DAsync(a->A_out, ld, p->gathered, row, row, (size_t)p->r.M,
                         cudaMemcpyDeviceToDevice, st),
       FN, "copy to A_out");
 }

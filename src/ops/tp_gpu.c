@@ -494,6 +494,19 @@ int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
   return MKX_SUCCESS;
 }
 
+void mkx_tp_ag_rows_of(MKX_Comm c, const struct mkx_agreed *g,
+                       mkx_tp_ag_rows *r) {
+  memset(r, 0, sizeof *r);
+  r->M = g->total;
+  for (int q = 0; q < c->size; q++) r->bnd[q + 1] = r->bnd[q] + g->local[q];
+  r->row0 = r->bnd[c->rank];
+  r->row1 = r->bnd[c->rank + 1];
+  r->tiles_m = (r->M + 127) / 128;
+  r->own_t0 = (r->row0 + 127) / 128;
+  r->own_t1 = r->row1 == r->M ? r->tiles_m : r->row1 / 128;
+  if (r->row1 == r->row0 || r->own_t1 < r->own_t0) r->own_t1 = r->own_t0;
+}
+
 void mkx_tp_gemm_of_ag(const mkx_ag_gemm_args *x, const void *a, int64_t M,
                        mkx_gemm_desc *d) {
   memset(d, 0, sizeof *d);

@@ -120,6 +120,18 @@ int mkx_tp_gemm_type(MKX_Datatype t);
 int mkx_tp_rs_bn(int64_t n);
 
 struct mkx_agreed;
+
+/* AllGather+GEMM's rows (agreed m_local of every rank): rank q's rows are
+ * [bnd[q], bnd[q + 1]) of the gathered A (M rows, tiles_m tiles of 128),
+ * this rank's [row0, row1), and the tiles holding only its rows
+ * [own_t0, own_t1) (none: equal; the last may end short at M). */
+typedef struct mkx_tp_ag_rows {
+  int64_t M, tiles_m, row0, row1, own_t0, own_t1;
+  int64_t bnd[MKX_TP_MAX + 1];
+} mkx_tp_ag_rows;
+void mkx_tp_ag_rows_of(MKX_Comm c, const struct mkx_agreed *g,
+                       mkx_tp_ag_rows *r);
+
 enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
 /* Column-major calls, and (option fused_pad) k, n, leading dimensions or
  * pointers the kernels cannot take: a row-major call on dense temporaries
