@@ -19,7 +19,6 @@
  * kernel too). */
 #include <stdio.h>
 #include "core/error.h"
-#include "core/log.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -97,13 +96,15 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
                c->place.num_nodes);
       return MKX_SUCCESS;
     }
+    /* hier_gemm=proxy where it does not apply: as nvlink, saying why */
+    char no_proxy[200] = "";
     if (c->opt.hier_gemm == MKX_HIER_GEMM_PROXY)
-      mkx_log(MKX_LOG_INFO, "%s: not driven by the GPU: %s",
-              op == MKX_TP_OP_AG ? "MKX_Allgather_gemm" : "this call", why);
+      snprintf(no_proxy, sizeof no_proxy, " (not driven by the GPU: %s)",
+               op == MKX_TP_OP_AG ? why : "AllGather+GEMM only");
     const int nvlink = mkx_hier_nvlink_fits(c, op, args, g, why, sizeof why);
     out->ops = nvlink ? &hier_nvlink : &hier_gpu;
-    snprintf(out->why, sizeof out->why, "%d nodes, %s", c->place.num_nodes,
-             nvlink ? "option hier_gemm=nvlink" : why);
+    snprintf(out->why, sizeof out->why, "%d nodes, %s%s", c->place.num_nodes,
+             nvlink ? "option hier_gemm=nvlink" : why, no_proxy);
     return MKX_SUCCESS;
   }
   if (g->gpu_adapt) {
