@@ -201,6 +201,35 @@ typedef struct mkx_tp_net_desc {
 } mkx_tp_net_desc;
 int mkx_tp_net_begin(const mkx_tp_net_desc *d, cudaStream_t st);
 int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
+
+/* GEMM+ReduceScatter / GEMM+AllReduce over nodes of one rank each, driven
+ * by the GPU (src/ops/red_net_gpu.c), with the same descriptor (bnd: all
+ * zeros, so begin only meets the peers):
+ *   post (<<<1, 32>>>): one write of len bytes at src_off of the region to
+ *   dst_off of the region at `peer`, setting the peer's word
+ *   slot0 + rank * words + word to the call's network epoch, once the
+ *   stream's earlier work (the chunk's GEMM) has ended;
+ *   wait (<<<1, 32>>>): until word slot0 + q * words + w0 + j has reached
+ *   the epoch for every other rank q and j < n[q]. */
+int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len, uint32_t word,
+                    cudaStream_t st);
+int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t w0, const int *n, cudaStream_t st);
+
+/* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
+ * part[r] row i (fp32, n wide, leading dimension ld_part), rows [0, rows)
+ * in chunks of chunk_rows; chunk j of rank r != rank waits first for its
+ * word slot0 + r * words + w0 + j (mkx_tp_net_desc) to reach the epoch.
+ * out: c_type (MKX_GEMM_*), leading dimension ldc. */
+typedef struct mkx_tp_net_sum_desc {
+  mkx_tp_net_desc net;
+  const float *part[MKX_TP_MAX];
+  int64_t ld_part, rows, n, chunk_rows;
+  uint32_t w0;
+  void *out;
+  int64_t ldc;
+  int c_type;
+} mkx_tp_net_sum_desc;
+int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
 /* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */
 long mkx_tp_ag_sk_launches(void);
 

@@ -113,11 +113,12 @@ static const mkx_option_desc base_rows[] = {
      "bf16/fp16 in); nvlink: as gpu, with the node's part as the "
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
-     "not numbered node by node take gpu; proxy: AllGather+GEMM on nodes "
-     "of one rank (at most 8) driven by the GPU: a kernel posts the rows to "
-     "the network proxy and the GEMM's tiles start as their rows land "
-     "(not capturable in CUDA graphs); other calls as nvlink. Same results "
-     "and network bytes for all four.",
+     "not numbered node by node take gpu; proxy: on nodes of one rank (at "
+     "most 8) driven by the GPU: kernels post rows and partial chunks to the "
+     "network proxy as they exist, AllGather+GEMM's tiles start as their "
+     "rows land, the reductions sum the chunks as they land (not capturable "
+     "in CUDA graphs); other nodes as nvlink. Same results and network bytes "
+     "for all four.",
      1},
     {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
      "contiguous|zigzag|striped",

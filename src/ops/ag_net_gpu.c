@@ -10,7 +10,7 @@
  *   3. mkx_tp_net_begin: one thread tells every peer it has arrived (its
  *      previous call's GEMM has ended, so its gathered A may be written),
  *      waits for every peer's arrival, then posts its rows to every peer
- *      in chunks into the proxy's ring (kernels/tp/ag_net.cu);
+ *      in chunks into the proxy's ring (kernels/tp/net.cu);
  *   4. the gated GEMM (kernels/tp/ag_gemm.cu) over the gathered A: tiles
  *      of this rank's own rows first, straight from its A, then every
  *      other tile as soon as the signal word of the chunk that holds its
@@ -32,7 +32,7 @@
 
 #if HAVE_CUDA
 #include "core/comm_net.h"
-#include "ops/ag_net_gpu.h"
+#include "ops/net_gpu.h"
 #include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
@@ -68,20 +68,11 @@ static int64_t chunk_tiles_of(MKX_Comm c, const struct mkx_agreed *g) {
 int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     char *why, size_t len) {
   const mkx_ag_gemm_args *a = args;
-  const char *w = NULL;
   mkx_gemm_desc d;
-  if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY)
-    w = "option hier_gemm is not proxy";
-  else if (c->place.num_nodes != c->size)
-    w = "hier_gemm=proxy takes nodes of one rank only";
-  else if (c->size > MKX_TP_MAX)
-    w = "hier_gemm=proxy takes at most 8 nodes";
-  else if (!mkx_comm_net_gpu(c))
-    w = "no network ring mapped for the GPU";
-  else if (g->gpu_adapt)
-    w = "a rank's operands need adapting";
-  else if (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
-           a->n >= (1ll << 31) - 8)
+  const char *w = mkx_net_fits_comm(c);
+  if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
+  if (!w && (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
+             a->n >= (1ll << 31) - 8))
     w = "sizes >= 2^31";
   if (!w) {
     mkx_tp_gemm_of_ag(a, (void *)(uintptr_t)4096, g->total, &d);
@@ -126,19 +117,10 @@ void mkx_ag_net_free(MKX_Comm c, void *plan) {
 
 static void net_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
                      mkx_tp_net_desc *d) {
-  memset(d, 0, sizeof *d);
-  mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
-  d->epoch = p->words;
-  d->last_seq = p->words + 1;
-  d->rank = c->rank;
-  d->size = c->size;
-  d->slot0 = mkx_comm_net_gpu_slot(c, 0);
-  d->words = MKX_COMM_NET_GPU_WORDS;
-  d->region = MKX_COMM_NET_GPU_REGION;
+  mkx_net_desc_fill(c, p->ws, p->words, d);
   d->row_bytes = a->k * (int64_t)p->es;
   for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->chunk_tiles = (int)p->chunk_tiles;
-  mkx_tp_sync_fill(c, p->ws, 0, &d->sync);
 }
 
 static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
@@ -201,15 +183,7 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   an_plan *p = plan;
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), FN,
-                      "cudaStreamIsCapturing"));
-  if (cap != cudaStreamCaptureStatusNone)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: option hier_gemm=proxy: calls cannot be captured "
-                     "in a CUDA graph",
-                     FN);
-  MKX_TRY(mkx_comm_net_gpu_after(c, stream));
+  MKX_TRY(mkx_net_start_ok(c, stream, FN));
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, MKX_PATH_HIER_PROXY));
   MKX_TRY(copy_rows(p, a, st));
   mkx_tp_net_desc n;

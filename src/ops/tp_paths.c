@@ -4,7 +4,7 @@
  * The choice uses agreed values and options only (number of nodes, the
  * agreed need of the adapter, M, the GPU sharing mode), so every rank
  * takes the same path without another exchange:
- *   several nodes        hier_proxy (AllGather+GEMM, option hier_gemm=proxy,
+ *   several nodes        ag_proxy / red_proxy (option hier_gemm=proxy,
  *                        nodes of one rank), hier_nvlink, or hier_gpu
  *                        (option hier_gemm, and
  *                        whether the nvlink variant's conditions hold)
@@ -23,7 +23,7 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/ag_net_gpu.h"
+#include "ops/net_gpu.h"
 #include "ops/hier_gpu.h"
 #include "ops/tp_host.h"
 
@@ -71,8 +71,10 @@ static const mkx_path_ops hier_gpu = {MKX_PATH_HIER_GPU, mkx_hier_gpu_plan,
 static const mkx_path_ops hier_nvlink = {MKX_PATH_HIER_NVLINK,
                                          mkx_hier_nvlink_plan,
                                          mkx_hier_gpu_start, mkx_hier_gpu_free};
-static const mkx_path_ops hier_proxy = {MKX_PATH_HIER_PROXY, mkx_ag_net_plan,
-                                        mkx_ag_net_start, mkx_ag_net_free};
+static const mkx_path_ops ag_proxy = {MKX_PATH_HIER_PROXY, mkx_ag_net_plan,
+                                      mkx_ag_net_start, mkx_ag_net_free};
+static const mkx_path_ops red_proxy = {MKX_PATH_HIER_PROXY, mkx_red_net_plan,
+                                       mkx_red_net_start, mkx_red_net_free};
 
 /* ---- the choice ---------------------------------------------------------- */
 
@@ -90,8 +92,11 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   out->op = op;
   if (c->place.num_nodes > 1) {
     char why[160];
-    if (op == MKX_TP_OP_AG && mkx_ag_net_fits(c, args, g, why, sizeof why)) {
-      out->ops = &hier_proxy;
+    const int proxy = op == MKX_TP_OP_AG
+                          ? mkx_ag_net_fits(c, args, g, why, sizeof why)
+                          : mkx_red_net_fits(c, op, args, why, sizeof why);
+    if (proxy) {
+      out->ops = op == MKX_TP_OP_AG ? &ag_proxy : &red_proxy;
       snprintf(out->why, sizeof out->why, "%d nodes, option hier_gemm=proxy",
                c->place.num_nodes);
       return MKX_SUCCESS;
@@ -99,8 +104,7 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
     /* hier_gemm=proxy where it does not apply: as nvlink, saying why */
     char no_proxy[200] = "";
     if (c->opt.hier_gemm == MKX_HIER_GEMM_PROXY)
-      snprintf(no_proxy, sizeof no_proxy, " (not driven by the GPU: %s)",
-               op == MKX_TP_OP_AG ? why : "AllGather+GEMM only");
+      snprintf(no_proxy, sizeof no_proxy, " (not driven by the GPU: %s)", why);
     const int nvlink = mkx_hier_nvlink_fits(c, op, args, g, why, sizeof why);
     out->ops = nvlink ? &hier_nvlink : &hier_gpu;
     snprintf(out->why, sizeof out->why, "%d nodes, %s%s", c->place.num_nodes,

@@ -190,10 +190,11 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
   tbuf_free(&C[0]), tbuf_free(&C[1]);
 }
 
-/* hier_gemm=proxy: back-to-back AllGather+GEMMs on fresh inputs each
- * (a peer's rows of one call must never land in another), with A_out,
- * against the staged path; 256 rows per rank, so each rank's rows go in
- * two chunks. */
+/* hier_gemm=proxy: back-to-back calls on fresh inputs each (a peer's
+ * rows of one call must never land in another): AllGather+GEMM with
+ * A_out (256 rows per rank, so each rank's rows go in two chunks), then
+ * GEMM+ReduceScatter and GEMM+AllReduce on M = 256 p + it rows, against
+ * the staged path. */
 static void repeated(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
   const int64_t m = 256, k = 64, n = 72, M = m * mt.size;
   tbuf B, C[2], O[2];
@@ -224,6 +225,15 @@ static void repeated(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
     CHECK(sent == (uint64_t)(g->N - 1) * m * k * 2,
           "repeated allgather-GEMM %d sent %llu bytes", it,
           (unsigned long long)sent);
+    tbuf_free(&A);
+    /* the reductions on awkward row counts, fresh A each time */
+    const int64_t M2 = m * mt.size + it;
+    make16(&A, M2, k, 90 + it);
+    same_as_staged(1, staged, gpu, &A, M2, k, &B, n, block_rows(M2, mt.rank),
+                   rs_bytes(g, M2, n));
+    same_as_staged(2, staged, gpu, &A, M2, k, &B, n, M2,
+                   rs_bytes(g, M2, n) +
+                       (uint64_t)(g->N - 1) * block_rows(M2, mt.rank) * n * 4);
     tbuf_free(&A);
   }
   for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&O[v]);
@@ -671,14 +681,14 @@ int main(int argc, char **argv) {
   if (!mt.device) nvlink_host(hier, flat, &g);
 #endif
 #ifdef MKX_TEST_CUDA
-  /* proxy: the AllGather+GEMMs on nodes of one rank driven by the GPU,
-   * the other calls as nvlink */
+  /* proxy: every call on nodes of one rank driven by the GPU; on nodes of
+   * several ranks as nvlink */
   static const char *const modes[] = {"gpu", "nvlink", "proxy"};
   for (int i = 0; mt.device && i < 3; i++) {
     MKX_Comm gpu = vnode_comm(vs, "hier_gemm", modes[i]);
     long nv = mkx_path_starts(MKX_PATH_HIER_NVLINK);
     long px = mkx_path_starts(MKX_PATH_HIER_PROXY);
-    const long want_px = i == 2 && vnode == 1 ? 4 : 0;
+    const long want_px = i == 2 && vnode == 1 ? 12 : 0;
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
     CHECK(mkx_path_starts(MKX_PATH_HIER_PROXY) - px == want_px,
           "hier_gemm=%s: %ld calls driven by the GPU (want %ld)", modes[i],

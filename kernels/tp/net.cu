@@ -1,0 +1,212 @@
+/*
+ * The fused calls over nodes of one rank each, driven by the GPU (tp.h,
+ * mkx_tp_net_desc): the kernels that hand data to the network proxy, wait
+ * for the peers' signal words, and wait until the proxy is done.  For
+ * AllGather+GEMM the gated GEMM (ag_gemm.cu) waits for the peers' chunks
+ * itself, so a tile starts as soon as its rows have landed; the
+ * reductions post each chunk of partial rows after its GEMM, and the
+ * owner sums the chunks as they land (mkx_tp_net_sum).
+ *
+ * A post that finds the ring full waits for the proxy (bounded); a chunk
+ * is posted only after every peer has arrived at this call, so nothing is
+ * written into a gathered A that a peer's previous GEMM may still read.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include "gemm/gemm_engine.h"
+#include "proxy/proxy_dev.cuh"
+#include "tp/flags.cuh"
+#include "tp/tp.h"
+
+namespace {
+
+using mkx::tp::give_up;
+
+struct NetCounts {
+  int n[MKX_TP_MAX];
+};
+using mkx::tp::told_word;
+
+/* A failed proxy wait or post: recorded in the call's error word as a
+ * timeout at `where` naming the peer (the proxy's own record, in
+ * d.proxy.status, holds the slot and values). */
+__device__ void failed(const mkx_tp_net_desc &d, int peer, int where) {
+  give_up(d.sync, MKX_TP_ERR_TIMEOUT, peer, -1, where, told_word(d.sync.rank, peer, where));
+}
+
+__global__ void net_begin(const mkx_tp_net_desc d) {
+  if (threadIdx.x != 0) return;
+  const uint64_t e = *(volatile uint64_t *)d.epoch + 1;
+  *(volatile uint64_t *)d.epoch = e;
+  uint64_t seq = 0;
+  const uint32_t mine = d.slot0 + (uint32_t)d.rank * d.words;
+  for (int q = 0; q < d.size; ++q)
+    if (q != d.rank && mkx::proxy::post(d.proxy, q, d.region, d.region, 0, 0, 0, mine, e, &seq)) {
+      failed(d, q, MKX_TP_AT_NET_SENT);
+      *d.last_seq = seq;
+      return;
+    }
+  for (int q = 0; q < d.size; ++q)
+    if (q != d.rank && mkx::proxy::wait_signal(d.proxy, d.slot0 + (uint32_t)q * d.words, e)) {
+      failed(d, q, MKX_TP_AT_NET_ARRIVE);
+      *d.last_seq = seq;
+      return;
+    }
+  const int64_t row0 = d.bnd[d.rank], row1 = d.bnd[d.rank + 1];
+  /* peer by peer from the next rank on, so the ranks' first chunks do not
+   * all go to rank 0 */
+  for (int i = 1; i < d.size; ++i) {
+    const int q = (d.rank + i) % d.size;
+    uint32_t j = 0;
+    for (int64_t g0 = row0, g1; g0 < row1; g0 = g1, ++j) {
+      g1 = (g0 / 128 + d.chunk_tiles) * 128;
+      if (g1 > row1) g1 = row1;
+      const uint64_t off = (uint64_t)g0 * (uint64_t)d.row_bytes;
+      if (mkx::proxy::post(d.proxy, q, d.region, d.region, off, off, (uint64_t)(g1 - g0) * (uint64_t)d.row_bytes,
+                           mine + 1 + j, e, &seq)) {
+        failed(d, q, MKX_TP_AT_NET_SENT);
+        break;
+      }
+    }
+  }
+  *d.last_seq = seq;
+}
+
+__global__ void net_end(const mkx_tp_net_desc d) {
+  if (threadIdx.x != 0) return;
+  const uint64_t seq = *(volatile uint64_t *)d.last_seq;
+  if (seq && mkx::proxy::wait_complete(d.proxy, seq)) failed(d, -1, MKX_TP_AT_NET_SENT);
+}
+
+__global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
+                         uint32_t word) {
+  if (threadIdx.x != 0) return;
+  const uint64_t e = *(volatile uint64_t *)d.epoch;
+  uint64_t seq = 0;
+  const uint32_t slot = d.slot0 + (uint32_t)d.rank * d.words + word;
+  if (mkx::proxy::post(d.proxy, peer, d.region, d.region, src_off, dst_off, len, slot, e, &seq))
+    failed(d, peer, MKX_TP_AT_NET_SENT);
+  if (seq) *d.last_seq = seq;
+}
+
+__global__ void net_wait(const mkx_tp_net_desc d, uint32_t w0, NetCounts n) {
+  if (threadIdx.x != 0) return;
+  const uint64_t e = *(volatile uint64_t *)d.epoch;
+  for (int q = 0; q < d.size; ++q)
+    for (int j = 0; q != d.rank && j < n.n[q]; ++j)
+      if (mkx::proxy::wait_signal(d.proxy, d.slot0 + (uint32_t)q * d.words + w0 + j, e)) {
+        failed(d, q, MKX_TP_AT_NET_ROWS);
+        return;
+      }
+}
+
+template <typename OutT>
+__device__ __forceinline__ OutT to_out(float v) {
+  return static_cast<OutT>(v);
+}
+
+/* One block per chunk row group: thread 0 waits for the chunk's words,
+ * then the block sums its rows. */
+template <typename OutT>
+__global__ void net_sum(const mkx_tp_net_sum_desc d) {
+  const int64_t rows_per_block = 8;
+  const int64_t r0 = (int64_t)blockIdx.x * rows_per_block;
+  if (r0 >= d.rows) return;
+  const int64_t r1 = r0 + rows_per_block < d.rows ? r0 + rows_per_block : d.rows;
+  __shared__ int ok;
+  if (threadIdx.x == 0) {
+    ok = 1;
+    const uint64_t e = *(volatile uint64_t *)d.net.epoch;
+    const int64_t j0 = r0 / d.chunk_rows, j1 = (r1 - 1) / d.chunk_rows;
+    for (int q = 0; ok && q < d.net.size; ++q)
+      for (int64_t j = j0; ok && q != d.net.rank && j <= j1; ++j)
+        if (mkx::proxy::wait_signal(d.net.proxy, d.net.slot0 + (uint32_t)q * d.net.words + d.w0 + (uint32_t)j, e)) {
+          failed(d.net, q, MKX_TP_AT_NET_ROWS);
+          ok = 0;
+        }
+  }
+  __syncthreads();
+  if (!ok) return;
+  OutT *out = static_cast<OutT *>(d.out);
+  for (int64_t i = r0; i < r1; ++i)
+    for (int64_t c = threadIdx.x; c < d.n; c += blockDim.x) {
+      float v = 0.f;
+      for (int q = 0; q < d.net.size; ++q) v += __ldcv(d.part[q] + i * d.ld_part + c);
+      out[i * d.ldc + c] = to_out<OutT>(v);
+    }
+}
+
+bool desc_ok(const mkx_tp_net_desc *d) {
+  if (!d || !d->proxy.ring || !d->proxy.signals || !d->epoch || !d->last_seq || d->size < 2 || d->size > MKX_TP_MAX ||
+      d->rank < 0 || d->rank >= d->size || d->words < 2 || d->chunk_tiles < 1 || d->row_bytes <= 0 || d->bnd[0] != 0)
+    return false;
+  if ((uint64_t)d->slot0 + (uint64_t)d->size * d->words > d->proxy.num_signals) return false;
+  for (int q = 0; q < d->size; ++q) {
+    if (d->bnd[q + 1] < d->bnd[q]) return false;
+    const int64_t b0 = d->bnd[q], b1 = d->bnd[q + 1];
+    if (b1 > b0 && (b1 - 1) / 128 - b0 / 128 >= (int64_t)(d->words - 1) * d->chunk_tiles) return false;
+  }
+  return true;
+}
+
+int launched() {
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+}  // namespace
+
+extern "C" int mkx_tp_net_begin(const mkx_tp_net_desc *d, cudaStream_t st) {
+  if (!desc_ok(d)) return MKX_GEMM_EINVAL;
+  net_begin<<<1, 32, 0, st>>>(*d);
+  return launched();
+}
+
+extern "C" int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st) {
+  if (!desc_ok(d)) return MKX_GEMM_EINVAL;
+  net_end<<<1, 32, 0, st>>>(*d);
+  return launched();
+}
+
+extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
+                               uint32_t word, cudaStream_t st) {
+  if (!desc_ok(d) || peer < 0 || peer >= d->size || peer == d->rank || word >= d->words) return MKX_GEMM_EINVAL;
+  net_post<<<1, 32, 0, st>>>(*d, peer, src_off, dst_off, len, word);
+  return launched();
+}
+
+extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t w0, const int *n, cudaStream_t st) {
+  if (!desc_ok(d) || !n) return MKX_GEMM_EINVAL;
+  NetCounts c = {};
+  for (int q = 0; q < d->size; ++q) {
+    if (n[q] < 0 || w0 + (uint32_t)n[q] > d->words) return MKX_GEMM_EINVAL;
+    c.n[q] = n[q];
+  }
+  net_wait<<<1, 32, 0, st>>>(*d, w0, c);
+  return launched();
+}
+
+extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
+  if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 1 || !d->out || d->ldc < d->n ||
+      d->ld_part < d->n)
+    return MKX_GEMM_EINVAL;
+  if (d->rows == 0) return 0;
+  if (d->w0 + (uint64_t)((d->rows - 1) / d->chunk_rows) >= d->net.words) return MKX_GEMM_EINVAL;
+  for (int q = 0; q < d->net.size; ++q)
+    if (!d->part[q]) return MKX_GEMM_EINVAL;
+  const unsigned blocks = (unsigned)((d->rows + 7) / 8);
+  switch (d->c_type) {
+    case MKX_GEMM_BF16:
+      net_sum<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d);
+      break;
+    case MKX_GEMM_FP16:
+      net_sum<__half><<<blocks, 256, 0, st>>>(*d);
+      break;
+    case MKX_GEMM_FP32:
+      net_sum<float><<<blocks, 256, 0, st>>>(*d);
+      break;
+    default:
+      return MKX_GEMM_EINVAL;
+  }
+  return launched();
+}

@@ -1,0 +1,237 @@
+/* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce over several nodes,
+ * driven by the GPU (option hier_gemm=proxy): nodes of one rank each.
+ *
+ * The communicator's device region of its network endpoint
+ * (mkx_comm_net_gpu_region), the same layout on every rank:
+ *   P  M x n fp32          this rank's partial product A B
+ *   R  size x rmax x n fp32  slot r: rank r's partial of this rank's rows
+ *   Y  M x n (C's type)    GEMM+AllReduce: every owner's rounded rows
+ * rmax is the most rows an owner has (MKX_Block_range: rank 0's).
+ *
+ * A call, all on the user's stream: the prologue; mkx_tp_net_begin (the
+ * ranks meet over the network, so nobody writes into a region a peer's
+ * previous call still reads); then owner by owner, from the next rank on
+ * and this rank's own rows last, each chunk of the owner's rows is
+ * multiplied into P by the GEMM engine and, for another owner, posted
+ * into its slot of R at once by a one-thread kernel, so the network
+ * carries a chunk while the GPU multiplies the next; mkx_tp_net_sum adds
+ * the partials of this rank's rows in rank order (the same bits every
+ * run) chunk by chunk as their signal words arrive, into C (or, for
+ * GEMM+AllReduce, into Y, whose rows then go to every peer the same way
+ * and come back into C).  Each partial row crosses the network once, to
+ * its owner: the minimum for nodes of one rank.  Words per sender
+ * (comm_net.h): 0 its arrival, 1-8 the partial chunks, 9-16 Y's chunks.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "core/error.h"
+#include "ops/op.h"
+#include "ops/path.h"
+
+#if HAVE_CUDA
+#include "core/comm_net.h"
+#include "ops/net_gpu.h"
+#include "ops/tp_host.h"
+#include "gemm/gemm_engine.h"
+
+#define CHUNKS 8
+#define W_PART 1 /* first word of the partial chunks */
+#define W_ROWS 9 /* first word of Y's chunks */
+
+typedef struct rn_plan {
+  int op; /* MKX_TP_OP_RS or MKX_TP_OP_AR */
+  mkx_tp_ws *ws;
+  int64_t M, n, rmax, chunk_rows;
+  int64_t bnd[MKX_TP_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
+  size_t off_r, off_y, es_c;
+  char *region;
+  uint64_t *words;
+} rn_plan;
+
+static const char *fn_of(int op) {
+  return op == MKX_TP_OP_AR ? "MKX_Gemm_allreduce" : "MKX_Gemm_reduce_scatter";
+}
+
+/* Chunks of 128-row multiples: every owner's rows in at most CHUNKS. */
+static int64_t chunk_rows_of(int64_t rmax) {
+  const int64_t r = (rmax + CHUNKS - 1) / CHUNKS;
+  return r < 128 ? 128 : (r + 127) / 128 * 128;
+}
+
+int mkx_red_net_fits(MKX_Comm c, int op, const void *args, char *why,
+                     size_t len) {
+  const mkx_gemm_red_args *a = args;
+  const char *w = mkx_net_fits_comm(c);
+  mkx_gemm_desc d;
+  if (!w && (a->M >= (1ll << 31) || a->k_local >= (1ll << 31) - 8 ||
+             a->n >= (1ll << 31) - 8))
+    w = "sizes >= 2^31";
+  if (!w) {
+    mkx_tp_gemm_of_red(a, (void *)(uintptr_t)4096, MKX_GEMM_FP32, &d);
+    if (!mkx_gemm_supported(&d, NULL)) w = "the GEMM engine does not take it";
+  }
+  (void)op;
+  if (w) snprintf(why, len, "%s", w);
+  return !w;
+}
+
+int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
+                     const struct mkx_agreed *g, void **plan) {
+  const mkx_gemm_red_args *a = args;
+  (void)g;
+  rn_plan *p = calloc(1, sizeof *p);
+  if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
+  p->op = op;
+  p->M = a->M;
+  p->n = a->n;
+  for (int q = 0; q < c->size; q++) {
+    int64_t first, count;
+    MKX_Block_range(a->M, c->size, q, &first, &count);
+    p->bnd[q] = first;
+    p->bnd[q + 1] = first + count;
+    if (count > p->rmax) p->rmax = count;
+  }
+  p->chunk_rows = chunk_rows_of(p->rmax);
+  p->es_c = MKX_Type_size(a->ctype);
+  const size_t row = (size_t)a->n * sizeof(float);
+  p->off_r = (size_t)p->M * row;
+  p->off_y = p->off_r + (size_t)c->size * (size_t)p->rmax * row;
+  const size_t bytes =
+      p->off_y +
+      (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
+  mkx_tp_need need = {1, 1, 4096, 0};
+  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  void *base = NULL;
+  if (rc == MKX_SUCCESS)
+    rc = mkx_comm_net_gpu_region(c, bytes, &base, &p->words);
+  if (rc != MKX_SUCCESS) {
+    mkx_tp_ws_release(p->ws);
+    free(p);
+    return rc;
+  }
+  p->region = base;
+  *plan = p;
+  return MKX_SUCCESS;
+}
+
+void mkx_red_net_free(MKX_Comm c, void *plan) {
+  rn_plan *p = plan;
+  (void)c;
+  if (!p) return;
+  mkx_tp_ws_release(p->ws);
+  free(p);
+}
+
+static int chunks_of(const rn_plan *p, int q) {
+  const int64_t rows = p->bnd[q + 1] - p->bnd[q];
+  return (int)((rows + p->chunk_rows - 1) / p->chunk_rows);
+}
+
+/* Owner q's chunk j: its GEMM into P, then (another owner) its post. */
+static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                 const mkx_tp_net_desc *n, int q, int j, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  const int64_t r0 = p->bnd[q] + j * p->chunk_rows;
+  int64_t r1 = r0 + p->chunk_rows;
+  if (r1 > p->bnd[q + 1]) r1 = p->bnd[q + 1];
+  const size_t row = (size_t)p->n * sizeof(float);
+  mkx_gemm_desc d;
+  mkx_tp_gemm_of_red(a, p->region + (size_t)r0 * row, MKX_GEMM_FP32, &d);
+  d.m = r1 - r0;
+  d.a = (const char *)a->A +
+        (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
+  d.num_ctas = c->share.ctas;
+  MKX_TRY(mkx_tp_launch_rc(mkx_gemm_run(&d, st), fn, "GEMM of a chunk"));
+  if (q == c->rank) return MKX_SUCCESS;
+  const size_t dst =
+      p->off_r +
+      ((size_t)c->rank * (size_t)p->rmax + (size_t)(r0 - p->bnd[q])) * row;
+  return mkx_tp_launch_rc(
+      mkx_tp_net_post(n, q, (size_t)r0 * row, dst, (size_t)(r1 - r0) * row,
+                      W_PART + (uint32_t)j, st),
+      fn, "network post");
+}
+
+static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                   const mkx_tp_net_desc *n, cudaStream_t st) {
+  mkx_tp_net_sum_desc s;
+  memset(&s, 0, sizeof s);
+  s.net = *n;
+  const int me = c->rank;
+  const size_t row = (size_t)p->n * sizeof(float);
+  for (int q = 0; q < c->size; q++)
+    s.part[q] =
+        (const float *)(q == me ? p->region + (size_t)p->bnd[me] * row
+                                : p->region + p->off_r +
+                                      (size_t)q * (size_t)p->rmax * row);
+  s.ld_part = p->n;
+  s.rows = p->bnd[me + 1] - p->bnd[me];
+  s.n = p->n;
+  s.chunk_rows = p->chunk_rows;
+  s.w0 = W_PART;
+  s.c_type = mkx_tp_gemm_type(a->ctype);
+  if (p->op == MKX_TP_OP_AR) {
+    s.out = p->region + p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
+    s.ldc = p->n;
+  } else {
+    s.out = a->C;
+    s.ldc = a->ldc;
+  }
+  return mkx_tp_launch_rc(mkx_tp_net_sum(&s, st), fn_of(p->op), "sum");
+}
+
+/* GEMM+AllReduce: this rank's rounded rows to every peer, every peer's
+ * into Y, Y into C. */
+static int spread(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                  const mkx_tp_net_desc *n, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  const int me = c->rank;
+  const size_t row = (size_t)p->n * p->es_c;
+  int counts[MKX_TP_MAX] = {0};
+  for (int i = 1; i < c->size; i++) {
+    const int q = (me + i) % c->size;
+    for (int j = 0; j < chunks_of(p, me); j++) {
+      const int64_t r0 = p->bnd[me] + j * p->chunk_rows;
+      int64_t r1 = r0 + p->chunk_rows;
+      if (r1 > p->bnd[me + 1]) r1 = p->bnd[me + 1];
+      const size_t off = p->off_y + (size_t)r0 * row;
+      MKX_TRY(mkx_tp_launch_rc(
+          mkx_tp_net_post(n, q, off, off, (size_t)(r1 - r0) * row,
+                          W_ROWS + (uint32_t)j, st),
+          fn, "network post"));
+    }
+  }
+  for (int q = 0; q < c->size; q++) counts[q] = q == me ? 0 : chunks_of(p, q);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_wait(n, W_ROWS, counts, st), fn,
+                           "rows of the other owners"));
+  return mkx_cuda_rc(
+      cudaMemcpy2DAsync(a->C, (size_t)a->ldc * p->es_c, p->region + p->off_y,
+                        row, row, (size_t)p->M, cudaMemcpyDeviceToDevice, st),
+      fn, "copy to C");
+}
+
+int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
+                      MKX_Stream stream) {
+  rn_plan *p = plan;
+  const mkx_gemm_red_args *a = args;
+  const char *fn = fn_of(p->op);
+  cudaStream_t st = (cudaStream_t)stream;
+  MKX_TRY(mkx_net_start_ok(c, stream, fn));
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_HIER_PROXY));
+  mkx_tp_net_desc n;
+  mkx_net_desc_fill(c, p->ws, p->words, &n);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), fn, "network meet"));
+  for (int i = 1; i <= c->size; i++) {
+    const int q = (c->rank + i) % c->size;
+    for (int j = 0; j < chunks_of(p, q); j++)
+      MKX_TRY(chunk(c, p, a, &n, q, j, st));
+  }
+  MKX_TRY(sum_own(c, p, a, &n, st));
+  if (p->op == MKX_TP_OP_AR) MKX_TRY(spread(c, p, a, &n, st));
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n, st), fn, "network drain"));
+  MKX_TRY(mkx_comm_net_gpu_mark(c, stream));
+  return mkx_tp_end(p->ws, stream);
+}
+#else
+typedef int mkx_red_net_gpu_unused; /* ISO C: not an empty unit */
+#endif
