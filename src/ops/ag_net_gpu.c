@@ -82,6 +82,10 @@ int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
   return !w;
 }
 
+static size_t region_bytes(const an_plan *p, const mkx_ag_gemm_args *a) {
+  return (size_t)p->r.M * (size_t)a->k * p->es;
+}
+
 int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
                     const struct mkx_agreed *g, void **plan) {
   const mkx_ag_gemm_args *a = args;
@@ -95,8 +99,7 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   void *base = NULL;
   if (rc == MKX_SUCCESS)
-    rc = mkx_comm_net_gpu_region(c, (size_t)p->r.M * (size_t)a->k * p->es,
-                                 &base, &p->words);
+    rc = mkx_comm_net_gpu_region(c, region_bytes(p, a), &base, &p->words);
   if (rc != MKX_SUCCESS) {
     mkx_tp_ws_release(p->ws);
     free(p);
@@ -184,6 +187,10 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   MKX_TRY(mkx_net_start_ok(c, stream, FN));
+  /* a later plan may have grown the region since this plan's */
+  void *base = NULL;
+  MKX_TRY(mkx_comm_net_gpu_region(c, region_bytes(p, a), &base, &p->words));
+  p->gathered = base;
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, MKX_PATH_HIER_PROXY));
   MKX_TRY(copy_rows(p, a, st));
   mkx_tp_net_desc n;

@@ -43,7 +43,7 @@ typedef struct rn_plan {
   mkx_tp_ws *ws;
   int64_t M, n, rmax, chunk_rows;
   int64_t bnd[MKX_TP_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
-  size_t off_r, off_y, es_c;
+  size_t off_r, off_y, es_c, bytes;
   char *region;
   uint64_t *words;
 } rn_plan;
@@ -96,14 +96,13 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   const size_t row = (size_t)a->n * sizeof(float);
   p->off_r = (size_t)p->M * row;
   p->off_y = p->off_r + (size_t)c->size * (size_t)p->rmax * row;
-  const size_t bytes =
-      p->off_y +
-      (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
+  p->bytes = p->off_y +
+             (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
   mkx_tp_need need = {1, 1, 4096, 0};
   int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   void *base = NULL;
   if (rc == MKX_SUCCESS)
-    rc = mkx_comm_net_gpu_region(c, bytes, &base, &p->words);
+    rc = mkx_comm_net_gpu_region(c, p->bytes, &base, &p->words);
   if (rc != MKX_SUCCESS) {
     mkx_tp_ws_release(p->ws);
     free(p);
@@ -217,6 +216,10 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
   const char *fn = fn_of(p->op);
   cudaStream_t st = (cudaStream_t)stream;
   MKX_TRY(mkx_net_start_ok(c, stream, fn));
+  /* a later plan may have grown the region since this plan's */
+  void *base = NULL;
+  MKX_TRY(mkx_comm_net_gpu_region(c, p->bytes, &base, &p->words));
+  p->region = base;
   MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_HIER_PROXY));
   mkx_tp_net_desc n;
   mkx_net_desc_fill(c, p->ws, p->words, &n);
