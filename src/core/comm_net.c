@@ -94,7 +94,8 @@ static size_t piece_bytes(int size) {
 
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
 #if HAVE_CUDA
-  if (c->device >= 0) {
+  /* only where kernels will post (the host alone needs no mapping) */
+  if (c->device >= 0 && c->opt.hier_gemm == MKX_HIER_GEMM_PROXY) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);
