@@ -58,11 +58,12 @@ static int64_t chunk_rows_of(int64_t rmax) {
   return r < 128 ? 128 : (r + 127) / 128 * 128;
 }
 
-int mkx_red_net_fits(MKX_Comm c, int op, const void *args, char *why,
-                     size_t len) {
+int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
+                     const struct mkx_agreed *g, char *why, size_t len) {
   const mkx_gemm_red_args *a = args;
   const char *w = mkx_net_fits_comm(c);
   mkx_gemm_desc d;
+  if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (a->M >= (1ll << 31) || a->k_local >= (1ll << 31) - 8 ||
              a->n >= (1ll << 31) - 8))
     w = "sizes >= 2^31";
