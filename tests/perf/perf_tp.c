@@ -23,7 +23,7 @@
  *
  *   mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small]
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
- *               [--vnode G --hier host|gpu|nvlink [--net tcp|shm]]
+ *               [--vnode G --hier host|gpu|nvlink|proxy [--net tcp|shm]]
  *               [--versus KEY=VALUE]
  *               [--no-nccl] [--one-rank] [--host-times] [--help]
  * Without --shape: M = 8192, N = K = 8192; --full: the large-shape table
@@ -151,7 +151,7 @@ typedef struct opts {
 static const char tp_usage[] =
     "usage: mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]...\n"
     "         [--full] [--small] [--reps N] [--out FILE]\n"
-    "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink\n"
+    "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink|proxy\n"
     "         [--net tcp|shm]]\n"
     "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]\n"
     "  The fused tensor-parallel calls against cuBLAS + NCCL; --no-nccl (or\n"
