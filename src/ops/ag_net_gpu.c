@@ -42,12 +42,10 @@ static const char *const FN = "MKX_Allgather_gemm";
 #define CHUNKS 8 /* chunks per rank's rows (at most words - 1) */
 
 typedef struct an_plan {
-  mkx_tp_ws *ws; /* prologue, error word (a node of one rank) */
+  mkx_net_plan np; /* region: the gathered A */
   mkx_tp_ag_rows r;
   int64_t chunk_tiles;
   size_t es;
-  char *gathered;  /* the communicator's device region */
-  uint64_t *words; /* its network epoch and last command */
 } an_plan;
 
 static int64_t tiles_of(int64_t b0, int64_t b1) {
@@ -95,17 +93,11 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
   p->chunk_tiles = chunk_tiles_of(c, g);
-  mkx_tp_need need = {1, 1, 4096, 0};
-  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
-  void *base = NULL;
-  if (rc == MKX_SUCCESS)
-    rc = mkx_comm_net_gpu_region(c, region_bytes(p, a), &base, &p->words);
+  const int rc = mkx_net_plan_init(c, region_bytes(p, a), &p->np);
   if (rc != MKX_SUCCESS) {
-    mkx_tp_ws_release(p->ws);
     free(p);
     return rc;
   }
-  p->gathered = base;
   *plan = p;
   return MKX_SUCCESS;
 }
@@ -114,13 +106,13 @@ void mkx_ag_net_free(MKX_Comm c, void *plan) {
   an_plan *p = plan;
   (void)c;
   if (!p) return;
-  mkx_tp_ws_release(p->ws);
+  mkx_net_plan_fini(&p->np);
   free(p);
 }
 
-static void net_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
+/* The rows of every rank, to post in chunks. */
+static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
                      mkx_tp_net_desc *d) {
-  mkx_net_desc_fill(c, p->ws, p->words, d);
   d->row_bytes = a->k * (int64_t)p->es;
   for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->chunk_tiles = (int)p->chunk_tiles;
@@ -130,13 +122,13 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
                       const mkx_tp_net_desc *n, mkx_tp_ag_desc *d) {
   memset(d, 0, sizeof *d);
   d->m = p->r.M, d->n = a->n, d->k = a->k;
-  d->a = p->gathered, d->lda = a->k;
+  d->a = p->np.region, d->lda = a->k;
   d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
   d->c = a->C, d->ldc = a->ldc;
   d->ab_type = mkx_tp_gemm_type(a->dtype);
   d->c_type = mkx_tp_gemm_type(a->ctype);
-  d->flags = mkx_tp_ws_flags(p->ws, 0);
-  d->epoch = mkx_tp_ws_word(p->ws, 0, MKX_TP_OFF_EPOCH);
+  d->flags = mkx_tp_ws_flags(p->np.ws, 0);
+  d->epoch = mkx_tp_ws_word(p->np.ws, 0, MKX_TP_OFF_EPOCH);
   d->size = c->size;
   for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->first_tile_m =
@@ -165,7 +157,7 @@ static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
   if (a->m_local == 0) return MKX_SUCCESS;
   const size_t row = (size_t)a->k * p->es;
   return mkx_cuda_rc(
-      cudaMemcpy2DAsync(p->gathered + (size_t)p->r.row0 * row, row, a->A,
+      cudaMemcpy2DAsync(p->np.region + (size_t)p->r.row0 * row, row, a->A,
                         (size_t)a->lda * p->es, row, (size_t)a->m_local,
                         cudaMemcpyDeviceToDevice, st),
       FN, "copy of A rows");
@@ -176,7 +168,7 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
   const size_t row = (size_t)a->k * p->es;
   const size_t ld = (size_t)a->ld_aout * p->es;
   return mkx_cuda_rc(
-      cudaMemcpy2DAsync(a->A_out, ld, p->gathered, row, row, (size_t)p->r.M,
+      cudaMemcpy2DAsync(a->A_out, ld, p->np.region, row, row, (size_t)p->r.M,
                         cudaMemcpyDeviceToDevice, st),
       FN, "copy to A_out");
 }
@@ -186,23 +178,16 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   an_plan *p = plan;
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
-  MKX_TRY(mkx_net_start_ok(c, stream, FN));
-  /* a later plan may have grown the region since this plan's */
-  void *base = NULL;
-  MKX_TRY(mkx_comm_net_gpu_region(c, region_bytes(p, a), &base, &p->words));
-  p->gathered = base;
-  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, MKX_PATH_HIER_PROXY));
-  MKX_TRY(copy_rows(p, a, st));
   mkx_tp_net_desc n;
   mkx_tp_ag_desc d;
-  net_desc(c, p, a, &n);
+  MKX_TRY(mkx_net_call_begin(c, &p->np, stream, FN, &n));
+  MKX_TRY(copy_rows(p, a, st));
+  net_rows(c, p, a, &n);
   gemm_desc(c, p, a, &n, &d);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n, st), FN, "network drain"));
   if (a->A_out) MKX_TRY(copy_out(p, a, st));
-  MKX_TRY(mkx_comm_net_gpu_mark(c, stream));
-  return mkx_tp_end(p->ws, stream);
+  return mkx_net_call_end(c, &p->np, stream, FN, &n);
 }
 #else
 typedef int mkx_ag_net_gpu_unused; /* ISO C: not an empty unit */

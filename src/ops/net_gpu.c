@@ -17,7 +17,44 @@ const char *mkx_net_fits_comm(MKX_Comm c) {
   return NULL;
 }
 
-int mkx_net_start_ok(MKX_Comm c, MKX_Stream st, const char *fn) {
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n) {
+  memset(n, 0, sizeof *n);
+  n->bytes = bytes;
+  mkx_tp_need need = {1, 1, 4096, 0};
+  MKX_TRY(mkx_tp_ws_acquire(c, &need, &n->ws));
+  void *base = NULL;
+  const int rc = mkx_comm_net_gpu_region(c, bytes, &base, &n->words);
+  if (rc != MKX_SUCCESS) {
+    mkx_tp_ws_release(n->ws);
+    n->ws = NULL;
+    return rc;
+  }
+  n->region = base;
+  return MKX_SUCCESS;
+}
+
+void mkx_net_plan_fini(mkx_net_plan *n) {
+  mkx_tp_ws_release(n->ws);
+  n->ws = NULL;
+}
+
+static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
+  memset(d, 0, sizeof *d);
+  mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
+  d->epoch = n->words;
+  d->last_seq = n->words + 1;
+  d->rank = c->rank;
+  d->size = c->size;
+  d->slot0 = mkx_comm_net_gpu_slot(c, 0);
+  d->words = MKX_COMM_NET_GPU_WORDS;
+  d->region = MKX_COMM_NET_GPU_REGION;
+  d->row_bytes = 1;
+  d->chunk_tiles = 1;
+  mkx_tp_sync_fill(c, n->ws, 0, &d->sync);
+}
+
+int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
+                       const char *fn, mkx_tp_net_desc *d) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
                       "cudaStreamIsCapturing"));
@@ -26,23 +63,21 @@ int mkx_net_start_ok(MKX_Comm c, MKX_Stream st, const char *fn) {
                      "%s: option hier_gemm=proxy: calls cannot be captured "
                      "in a CUDA graph",
                      fn);
-  return mkx_comm_net_gpu_after(c, st);
+  MKX_TRY(mkx_comm_net_gpu_after(c, st));
+  void *base = NULL;
+  MKX_TRY(mkx_comm_net_gpu_region(c, n->bytes, &base, &n->words));
+  n->region = base;
+  MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, 1, MKX_PATH_HIER_PROXY));
+  desc_fill(c, n, d);
+  return MKX_SUCCESS;
 }
 
-void mkx_net_desc_fill(MKX_Comm c, const mkx_tp_ws *ws, uint64_t *words,
-                       mkx_tp_net_desc *d) {
-  memset(d, 0, sizeof *d);
-  mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
-  d->epoch = words;
-  d->last_seq = words + 1;
-  d->rank = c->rank;
-  d->size = c->size;
-  d->slot0 = mkx_comm_net_gpu_slot(c, 0);
-  d->words = MKX_COMM_NET_GPU_WORDS;
-  d->region = MKX_COMM_NET_GPU_REGION;
-  d->row_bytes = 1;
-  d->chunk_tiles = 1;
-  mkx_tp_sync_fill(c, ws, 0, &d->sync);
+int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
+                     const mkx_tp_net_desc *d) {
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(d, (cudaStream_t)st), fn,
+                           "network drain"));
+  MKX_TRY(mkx_comm_net_gpu_mark(c, st));
+  return mkx_tp_end(n->ws, st);
 }
 #else
 typedef int mkx_net_gpu_unused; /* ISO C: not an empty unit */

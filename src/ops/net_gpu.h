@@ -32,12 +32,25 @@ void mkx_red_net_free(MKX_Comm c, void *plan);
 
 /* Shared: why the communicator cannot take the path (NULL: it can) */
 const char *mkx_net_fits_comm(MKX_Comm c);
-/* At the start of a call: not inside a graph capture, and after the
- * previous call of the path on the communicator. */
-int mkx_net_start_ok(MKX_Comm c, MKX_Stream st, const char *fn);
-/* The kernels' descriptor: the communicator's proxy and words, this
- * plan's workspace (bound, error word); no rows (bnd all 0). */
-void mkx_net_desc_fill(MKX_Comm c, const mkx_tp_ws *ws, uint64_t *words,
-                       mkx_tp_net_desc *d);
+
+/* What every plan of these calls holds: a workspace (prologue, error
+ * word) and the communicator's region of `bytes` with its two words. */
+typedef struct mkx_net_plan {
+  mkx_tp_ws *ws;
+  size_t bytes;
+  char *region;    /* looked up again at each start: a later plan may */
+  uint64_t *words; /* have grown it */
+} mkx_net_plan;
+/* Collective; on failure nothing is held. */
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n);
+void mkx_net_plan_fini(mkx_net_plan *n);
+/* The start of a call: not inside a graph capture, after the previous
+ * call of these paths on the communicator, the region, the prologue,
+ * and the kernels' descriptor (no rows: bnd all 0) in *d. */
+int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
+                       const char *fn, mkx_tp_net_desc *d);
+/* The end: until the proxy has completed the call's writes. */
+int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
+                     const mkx_tp_net_desc *d);
 
 #endif

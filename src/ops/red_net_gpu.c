@@ -39,13 +39,11 @@
 #define W_ROWS 9 /* first word of Y's chunks */
 
 typedef struct rn_plan {
-  int op; /* MKX_TP_OP_RS or MKX_TP_OP_AR */
-  mkx_tp_ws *ws;
+  int op;          /* MKX_TP_OP_RS or MKX_TP_OP_AR */
+  mkx_net_plan np; /* region: P, R, Y */
   int64_t M, n, rmax, chunk_rows;
   int64_t bnd[MKX_TP_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
-  size_t off_r, off_y, es_c, bytes;
-  char *region;
-  uint64_t *words;
+  size_t off_r, off_y, es_c;
 } rn_plan;
 
 static const char *fn_of(int op) {
@@ -97,19 +95,14 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   const size_t row = (size_t)a->n * sizeof(float);
   p->off_r = (size_t)p->M * row;
   p->off_y = p->off_r + (size_t)c->size * (size_t)p->rmax * row;
-  p->bytes = p->off_y +
-             (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
-  mkx_tp_need need = {1, 1, 4096, 0};
-  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
-  void *base = NULL;
-  if (rc == MKX_SUCCESS)
-    rc = mkx_comm_net_gpu_region(c, p->bytes, &base, &p->words);
+  const size_t bytes =
+      p->off_y +
+      (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
+  const int rc = mkx_net_plan_init(c, bytes, &p->np);
   if (rc != MKX_SUCCESS) {
-    mkx_tp_ws_release(p->ws);
     free(p);
     return rc;
   }
-  p->region = base;
   *plan = p;
   return MKX_SUCCESS;
 }
@@ -118,7 +111,7 @@ void mkx_red_net_free(MKX_Comm c, void *plan) {
   rn_plan *p = plan;
   (void)c;
   if (!p) return;
-  mkx_tp_ws_release(p->ws);
+  mkx_net_plan_fini(&p->np);
   free(p);
 }
 
@@ -136,7 +129,7 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   if (r1 > p->bnd[q + 1]) r1 = p->bnd[q + 1];
   const size_t row = (size_t)p->n * sizeof(float);
   mkx_gemm_desc d;
-  mkx_tp_gemm_of_red(a, p->region + (size_t)r0 * row, MKX_GEMM_FP32, &d);
+  mkx_tp_gemm_of_red(a, p->np.region + (size_t)r0 * row, MKX_GEMM_FP32, &d);
   d.m = r1 - r0;
   d.a = (const char *)a->A +
         (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
@@ -161,8 +154,8 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   const size_t row = (size_t)p->n * sizeof(float);
   for (int q = 0; q < c->size; q++)
     s.part[q] =
-        (const float *)(q == me ? p->region + (size_t)p->bnd[me] * row
-                                : p->region + p->off_r +
+        (const float *)(q == me ? p->np.region + (size_t)p->bnd[me] * row
+                                : p->np.region + p->off_r +
                                       (size_t)q * (size_t)p->rmax * row);
   s.ld_part = p->n;
   s.rows = p->bnd[me + 1] - p->bnd[me];
@@ -171,7 +164,8 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   s.w0 = W_PART;
   s.c_type = mkx_tp_gemm_type(a->ctype);
   if (p->op == MKX_TP_OP_AR) {
-    s.out = p->region + p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
+    s.out =
+        p->np.region + p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
     s.ldc = p->n;
   } else {
     s.out = a->C;
@@ -205,7 +199,7 @@ static int spread(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_wait(n, W_ROWS, counts, st), fn,
                            "rows of the other owners"));
   return mkx_cuda_rc(
-      cudaMemcpy2DAsync(a->C, (size_t)a->ldc * p->es_c, p->region + p->off_y,
+      cudaMemcpy2DAsync(a->C, (size_t)a->ldc * p->es_c, p->np.region + p->off_y,
                         row, row, (size_t)p->M, cudaMemcpyDeviceToDevice, st),
       fn, "copy to C");
 }
@@ -216,14 +210,8 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
   const mkx_gemm_red_args *a = args;
   const char *fn = fn_of(p->op);
   cudaStream_t st = (cudaStream_t)stream;
-  MKX_TRY(mkx_net_start_ok(c, stream, fn));
-  /* a later plan may have grown the region since this plan's */
-  void *base = NULL;
-  MKX_TRY(mkx_comm_net_gpu_region(c, p->bytes, &base, &p->words));
-  p->region = base;
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_HIER_PROXY));
   mkx_tp_net_desc n;
-  mkx_net_desc_fill(c, p->ws, p->words, &n);
+  MKX_TRY(mkx_net_call_begin(c, &p->np, stream, fn, &n));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), fn, "network meet"));
   for (int i = 1; i <= c->size; i++) {
     const int q = (c->rank + i) % c->size;
@@ -232,9 +220,7 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
   }
   MKX_TRY(sum_own(c, p, a, &n, st));
   if (p->op == MKX_TP_OP_AR) MKX_TRY(spread(c, p, a, &n, st));
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n, st), fn, "network drain"));
-  MKX_TRY(mkx_comm_net_gpu_mark(c, stream));
-  return mkx_tp_end(p->ws, stream);
+  return mkx_net_call_end(c, &p->np, stream, fn, &n);
 }
 #else
 typedef int mkx_red_net_gpu_unused; /* ISO C: not an empty unit */
