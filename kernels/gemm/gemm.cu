@@ -74,7 +74,7 @@ int epi_direct() { /* MKX_GEMM_EPI=direct selects the direct-store epilogue (for
 }
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
-int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t s) {
+int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t s, bool load_only) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   CUtensorMap tmA, tmB, tmC;
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
@@ -99,7 +99,7 @@ int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t 
     ga.first_tile_m = tiles_m ? ga.first_tile_m % tiles_m : 0;
   }
   cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
+  if (e != cudaSuccess || load_only) return (int)e;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (OutT *)d->c, d->ldc, (int)d->m, (int)d->n, (int)d->k,
                                                tiles_m, tiles_n,
                                                group_m_setting() < tiles_m ? group_m_setting() : tiles_m, ga);
@@ -108,9 +108,10 @@ int launch(const mkx_gemm_desc *d, int ctas, const GateArgs *gate, cudaStream_t 
 }
 
 template <int BN, int STAGES>
-int launch_tile(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_t s) {
+int launch_tile(const mkx_gemm_desc *d, int ctas, const GateArgs *g, cudaStream_t s, bool load_only) {
   return with_types(d->ab_type, d->b_kmajor, d->c_type, [&](auto bkm, auto f16, auto out) {
-    return launch<BN, STAGES, decltype(bkm)::value, decltype(f16)::value, typename decltype(out)::type>(d, ctas, g, s);
+    return launch<BN, STAGES, decltype(bkm)::value, decltype(f16)::value, typename decltype(out)::type>(d, ctas, g, s,
+                                                                                                        load_only);
   });
 }
 
@@ -166,7 +167,7 @@ extern "C" int mkx_gemm_pick_tile(const mkx_gemm_desc *d, int num_sms) {
   return c128 < c256 ? MKX_GEMM_TILE_128x128 : MKX_GEMM_TILE_128x256;
 }
 
-static int run_common(const mkx_gemm_desc *d, const GateArgs *g, cudaStream_t s) {
+static int run_common(const mkx_gemm_desc *d, const GateArgs *g, cudaStream_t s, bool load_only = false) {
   if (!mkx_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
   if (d->m == 0 || d->n == 0) return 0;
   const int esz = d->c_type == MKX_GEMM_FP32 ? 4 : 2;
@@ -192,11 +193,13 @@ static int run_common(const mkx_gemm_desc *d, const GateArgs *g, cudaStream_t s)
     if (e != cudaSuccess) return (int)e;
   }
   const int tile = mkx_gemm_pick_tile(d, sms);
-  if (tile == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, sms, g, s);
-  return launch_tile<128, 6>(d, sms, g, s);
+  if (tile == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, sms, g, s, load_only);
+  return launch_tile<128, 6>(d, sms, g, s, load_only);
 }
 
 extern "C" int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s) { return run_common(d, nullptr, s); }
+
+extern "C" int mkx_gemm_load(const mkx_gemm_desc *d) { return run_common(d, nullptr, 0, true); }
 
 extern "C" int mkx_gemm_run_gated(const mkx_gemm_desc *d, const int *flags, int target, int first_tile_m,
                                   cudaStream_t s) {

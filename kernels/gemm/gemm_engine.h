@@ -66,6 +66,12 @@ int mkx_gemm_supported(const mkx_gemm_desc *d, const char **why);
  * negative MKX_GEMM_E* code. */
 int mkx_gemm_run(const mkx_gemm_desc *d, cudaStream_t s);
 
+/* Load the kernel mkx_gemm_run would launch for d, launching nothing.  With
+ * lazy loading a kernel's first launch waits for the device to be idle
+ * (under MPS: every client's work), so a call whose kernels wait for
+ * peers loads them beforehand. */
+int mkx_gemm_load(const mkx_gemm_desc *d);
+
 /* Gated variant (the engine's composition hooks, reachable from C): before the producer loads A
  * rows [128 t, 128 t + 128) it waits until flags[t] >= target (flags: one int32 per 128-row tile
  * row of A, ceil(m / 128) of them, in device or host-mapped memory, read with ld.acquire.sys), and

@@ -174,7 +174,7 @@ void split_last_wave(const mkx_tp_ag_desc *d, int tiles, int ctas, AgParams &p) 
 }
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
-int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
+int launch(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   CUtensorMap tmA, tmB, tmC, tmOwn;
   const int abt = F16 ? MKX_GEMM_FP16 : MKX_GEMM_BF16;
@@ -220,16 +220,17 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s) {
   split_last_wave(d, tiles, ctas, p);
   auto kern = tp_ag_kernel<BN, STAGES, BKM, F16, OutT>;
   rc = smem_attr_once<tp_ag_kernel<BN, STAGES, BKM, F16, OutT>>((int)Cfg::SMEM_BYTES);
-  if (rc) return rc;
+  if (rc || load_only) return rc;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, tmOwn, p, (int)d->m, (int)d->n, (int)d->k);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
 
 template <int BN, int STAGES>
-int launch_tile(const mkx_tp_ag_desc *d, cudaStream_t s) {
+int launch_tile(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
   return with_types(d->ab_type, d->b_kmajor, d->c_type, [&](auto bkm, auto f16, auto out) {
-    return launch<BN, STAGES, decltype(bkm)::value, decltype(f16)::value, typename decltype(out)::type>(d, s);
+    return launch<BN, STAGES, decltype(bkm)::value, decltype(f16)::value, typename decltype(out)::type>(d, s,
+                                                                                                        load_only);
   });
 }
 
@@ -237,7 +238,7 @@ int launch_tile(const mkx_tp_ag_desc *d, cudaStream_t s) {
 
 extern "C" long mkx_tp_ag_sk_launches(void) { return g_sk_launches.load(std::memory_order_relaxed); }
 
-extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
+static int ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || !d->flags || !d->epoch) return MKX_GEMM_EINVAL;
   /* the sources' row ranges must tile [0, m) in rank order */
   if (d->size < 1 || d->size > MKX_TP_MAX || d->bnd[0] != 0 || d->bnd[d->size] != d->m) return MKX_GEMM_EINVAL;
@@ -261,6 +262,10 @@ extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) {
   int sms = 0;
   int rc = num_sms(&sms, d->sync.ctas);
   if (rc) return rc;
-  if (mkx_gemm_pick_tile(&g, sms) == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, s);
-  return launch_tile<128, 6>(d, s);
+  if (mkx_gemm_pick_tile(&g, sms) == MKX_GEMM_TILE_128x256) return launch_tile<256, 4>(d, s, load_only);
+  return launch_tile<128, 6>(d, s, load_only);
 }
+
+extern "C" int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s) { return ag_gemm(d, s, false); }
+
+extern "C" int mkx_tp_ag_gemm_load(const mkx_tp_ag_desc *d) { return ag_gemm(d, 0, true); }

@@ -171,6 +171,9 @@ typedef struct mkx_tp_ag_desc {
   int net_chunk_tiles;
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
+/* Load the kernel mkx_tp_ag_gemm would launch for d, launching nothing
+ * (mkx_gemm_load says why). */
+int mkx_tp_ag_gemm_load(const mkx_tp_ag_desc *d);
 
 /* AllGather+GEMM over nodes of one rank each, driven by the GPU: every
  * rank's gathered A (m x k rows, the same layout everywhere) is a region
@@ -230,6 +233,8 @@ typedef struct mkx_tp_net_sum_desc {
   int c_type;
 } mkx_tp_net_sum_desc;
 int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
+/* Load every kernel above, launching nothing (mkx_gemm_load says why). */
+int mkx_tp_net_load(void);
 /* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */
 long mkx_tp_ag_sk_launches(void);
 

@@ -72,6 +72,7 @@ typedef struct mkx_comm_net {
   void *gbuf; /* its device memory, grown only */
   size_t gcap;
   uint64_t *gwords; /* device: [0] the calls' network epoch, [1] last seq */
+  uint64_t warmed;  /* writes of warm_up so far */
 #endif
 } mkx_comm_net;
 
@@ -535,6 +536,32 @@ int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
   return MKX_SUCCESS;
 }
 
+/* A first write into every peer's new region, by the host while no kernel
+ * waits: what a transport sets up on a region's first write (shm maps the
+ * peer's memory through CUDA IPC) may wait for the device, which would
+ * deadlock behind a kernel that waits for this very write.  It goes to
+ * the region's first bytes before any call uses them, and sets the
+ * sender's last GPU word (no kernel waits on it). */
+static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
+  mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
+  const size_t len = cn->gcap < 16 ? cn->gcap : 16;
+  uint64_t seq = 0;
+  cn->warmed++;
+  for (int q = 0; q < c->size; q++) {
+    if (q == c->rank) continue;
+    mkx_proxy_cmd cmd = {
+        .op = MKX_PROXY_OP_WRITE,
+        .peer = q,
+        .src = MKX_COMM_NET_GPU_REGION,
+        .dst = MKX_COMM_NET_GPU_REGION,
+        .len = len,
+        .slot = mkx_comm_net_gpu_slot(c, c->rank) + MKX_COMM_NET_GPU_WORDS - 1,
+        .value = cn->warmed};
+    MKX_TRY(mkx_proxy_post(ring, &cmd, &seq, c->opt.timeout_ms));
+  }
+  return seq ? mkx_proxy_wait(ring, seq, c->opt.timeout_ms) : MKX_SUCCESS;
+}
+
 /* A device buffer of `len` bytes, registered on this rank. */
 static int gpu_buffer(mkx_comm_net *cn, size_t len, mkx_net_mr *mr) {
   memset(mr, 0, sizeof *mr);
@@ -569,6 +596,7 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
   MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, cn->gkeys));
   MKX_TRY(
       mkx_proxy_set_region(cn->proxy, MKX_COMM_NET_GPU_REGION, &mr, cn->gkeys));
+  MKX_TRY(mkx_comm_agree_rc(c, warm_up(c, cn), "first writes to the region"));
   *base = cn->gbuf;
   return MKX_SUCCESS;
 }

@@ -65,10 +65,12 @@ uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);
  * (mkx_proxy_get_stats; zeros without an endpoint). */
 void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 
-/* Kernels that drive the network (src/ops/ag_net_gpu.c) use, on every
- * endpoint, MKX_COMM_NET_GPU_WORDS signal words per sending rank from
- * mkx_comm_net_gpu_slot(c, src), and region MKX_COMM_NET_GPU_REGION. */
-#define MKX_COMM_NET_GPU_WORDS 17
+/* Kernels that drive the network (src/ops/net_gpu.h) use, on every
+ * endpoint, the first MKX_COMM_NET_GPU_WORDS - 1 of the
+ * MKX_COMM_NET_GPU_WORDS signal words per sending rank from
+ * mkx_comm_net_gpu_slot(c, src) (the last: the region's first write), and
+ * region MKX_COMM_NET_GPU_REGION. */
+#define MKX_COMM_NET_GPU_WORDS 18
 #define MKX_COMM_NET_GPU_REGION 2
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
 

@@ -48,6 +48,11 @@ typedef struct an_plan {
   size_t es;
 } an_plan;
 
+static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
+                     mkx_tp_net_desc *d);
+static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
+                      const mkx_tp_net_desc *n, mkx_tp_ag_desc *d);
+
 static int64_t tiles_of(int64_t b0, int64_t b1) {
   return b1 > b0 ? (b1 - 1) / TILE - b0 / TILE + 1 : 0;
 }
@@ -93,9 +98,21 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
   p->chunk_tiles = chunk_tiles_of(c, g);
-  const int rc = mkx_net_plan_init(c, region_bytes(p, a), &p->np);
+  int rc = mkx_net_plan_init(c, region_bytes(p, a), &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
+    return rc;
+  }
+  mkx_tp_net_desc n;
+  mkx_tp_ag_desc d;
+  rc = mkx_net_plan_load(c, &p->np, &n, FN);
+  if (rc == MKX_SUCCESS) {
+    net_rows(c, p, a, &n);
+    gemm_desc(c, p, a, &n, &d);
+    rc = mkx_tp_launch_rc(mkx_tp_ag_gemm_load(&d), FN, "loading its GEMM");
+  }
+  if (rc != MKX_SUCCESS) {
+    mkx_ag_net_free(c, p);
     return rc;
   }
   *plan = p;

@@ -17,6 +17,21 @@ const char *mkx_net_fits_comm(MKX_Comm c) {
   return NULL;
 }
 
+static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
+  memset(d, 0, sizeof *d);
+  mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
+  d->epoch = n->words;
+  d->last_seq = n->words + 1;
+  d->rank = c->rank;
+  d->size = c->size;
+  d->slot0 = mkx_comm_net_gpu_slot(c, 0);
+  d->words = MKX_COMM_NET_GPU_WORDS - 1;
+  d->region = MKX_COMM_NET_GPU_REGION;
+  d->row_bytes = 1;
+  d->chunk_tiles = 1;
+  mkx_tp_sync_fill(c, n->ws, 0, &d->sync);
+}
+
 int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n) {
   memset(n, 0, sizeof *n);
   n->bytes = bytes;
@@ -33,24 +48,15 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n) {
   return MKX_SUCCESS;
 }
 
+int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
+                      const char *fn) {
+  desc_fill(c, n, d);
+  return mkx_tp_launch_rc(mkx_tp_net_load(), fn, "loading its kernels");
+}
+
 void mkx_net_plan_fini(mkx_net_plan *n) {
   mkx_tp_ws_release(n->ws);
   n->ws = NULL;
-}
-
-static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
-  memset(d, 0, sizeof *d);
-  mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
-  d->epoch = n->words;
-  d->last_seq = n->words + 1;
-  d->rank = c->rank;
-  d->size = c->size;
-  d->slot0 = mkx_comm_net_gpu_slot(c, 0);
-  d->words = MKX_COMM_NET_GPU_WORDS;
-  d->region = MKX_COMM_NET_GPU_REGION;
-  d->row_bytes = 1;
-  d->chunk_tiles = 1;
-  mkx_tp_sync_fill(c, n->ws, 0, &d->sync);
 }
 
 int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,

@@ -44,6 +44,13 @@ typedef struct mkx_net_plan {
 /* Collective; on failure nothing is held. */
 int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n);
 void mkx_net_plan_fini(mkx_net_plan *n);
+/* At plan time: the kernels' descriptor in *d (as at a start) and every
+ * kernel of these paths loaded: with lazy loading a kernel's first launch
+ * waits for the device to be idle (under MPS: every client's work), which
+ * a peer's kernel waiting for this rank would never let happen.  The
+ * plan then loads its GEMM's kernels likewise. */
+int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
+                      const char *fn);
 /* The start of a call: not inside a graph capture, after the previous
  * call of these paths on the communicator, the region, the prologue,
  * and the kernels' descriptor (no rows: bnd all 0) in *d. */

@@ -74,6 +74,11 @@ int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
   return !w;
 }
 
+static int chunks_of(const rn_plan *p, int q);
+static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                       int q, int j, mkx_gemm_desc *d, int64_t *r0p,
+                       int64_t *r1p);
+
 int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
                      const struct mkx_agreed *g, void **plan) {
   const mkx_gemm_red_args *a = args;
@@ -98,9 +103,21 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   const size_t bytes =
       p->off_y +
       (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
-  const int rc = mkx_net_plan_init(c, bytes, &p->np);
+  int rc = mkx_net_plan_init(c, bytes, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
+    return rc;
+  }
+  mkx_tp_net_desc n;
+  rc = mkx_net_plan_load(c, &p->np, &n, fn_of(op));
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
+    for (int j = 0; rc == MKX_SUCCESS && j < chunks_of(p, q); j++) {
+      mkx_gemm_desc d;
+      chunk_desc(c, p, a, q, j, &d, NULL, NULL);
+      rc = mkx_tp_launch_rc(mkx_gemm_load(&d), fn_of(op), "loading its GEMM");
+    }
+  if (rc != MKX_SUCCESS) {
+    mkx_red_net_free(c, p);
     return rc;
   }
   *plan = p;
@@ -120,20 +137,30 @@ static int chunks_of(const rn_plan *p, int q) {
   return (int)((rows + p->chunk_rows - 1) / p->chunk_rows);
 }
 
-/* Owner q's chunk j: its GEMM into P, then (another owner) its post. */
-static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
-                 const mkx_tp_net_desc *n, int q, int j, cudaStream_t st) {
-  const char *fn = fn_of(p->op);
+/* Owner q's chunk j: rows [*r0p, *r1p) and their GEMM into P. */
+static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                       int q, int j, mkx_gemm_desc *d, int64_t *r0p,
+                       int64_t *r1p) {
   const int64_t r0 = p->bnd[q] + j * p->chunk_rows;
   int64_t r1 = r0 + p->chunk_rows;
   if (r1 > p->bnd[q + 1]) r1 = p->bnd[q + 1];
   const size_t row = (size_t)p->n * sizeof(float);
+  mkx_tp_gemm_of_red(a, p->np.region + (size_t)r0 * row, MKX_GEMM_FP32, d);
+  d->m = r1 - r0;
+  d->a = (const char *)a->A +
+         (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
+  d->num_ctas = c->share.ctas;
+  if (r0p) *r0p = r0, *r1p = r1;
+}
+
+/* Owner q's chunk j: its GEMM into P, then (another owner) its post. */
+static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                 const mkx_tp_net_desc *n, int q, int j, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  const size_t row = (size_t)p->n * sizeof(float);
+  int64_t r0, r1;
   mkx_gemm_desc d;
-  mkx_tp_gemm_of_red(a, p->np.region + (size_t)r0 * row, MKX_GEMM_FP32, &d);
-  d.m = r1 - r0;
-  d.a = (const char *)a->A +
-        (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
-  d.num_ctas = c->share.ctas;
+  chunk_desc(c, p, a, q, j, &d, &r0, &r1);
   MKX_TRY(mkx_tp_launch_rc(mkx_gemm_run(&d, st), fn, "GEMM of a chunk"));
   if (q == c->rank) return MKX_SUCCESS;
   const size_t dst =

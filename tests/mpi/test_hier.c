@@ -177,6 +177,8 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
              v ? "hier_gemm=gpu" : "staged");
     CHECK(hier_starts() - starts == v, "%s: %s path taken", name[op],
           v ? "GPU-GEMM" : "staged");
+    /* the calls driven by the GPU post to the network after they return */
+    mt_sync();
     if (v) sent = mkx_comm_net_bytes_sent(c) - before;
   }
   tbuf_download(&C[0]), tbuf_download(&C[1]);
@@ -212,6 +214,7 @@ static void repeated(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
                                   MKX_ROW_MAJOR, v ? gpu : staged, NULL),
                MKX_SUCCESS, "repeated allgather-GEMM %d (%s)", it,
                v ? "proxy" : "staged");
+    mt_sync();
     const uint64_t sent = mkx_comm_net_bytes_sent(gpu) - before;
     tbuf_download(&C[0]), tbuf_download(&C[1]);
     tbuf_download(&O[0]), tbuf_download(&O[1]);
