@@ -105,35 +105,38 @@ __device__ __forceinline__ OutT to_out(float v) {
   return static_cast<OutT>(v);
 }
 
-/* One block per chunk row group: thread 0 waits for the chunk's words,
- * then the block sums its rows. */
+/* Groups of 8 rows, block-strided: thread 0 waits for the chunks of the
+ * group's rows, then the block sums them.  The grid may be smaller than
+ * the groups (mkx_tp_net_sum_desc.max_blocks), so that a rank sharing
+ * the GPU keeps SMs for the peer's kernels its waits depend on. */
 template <typename OutT>
 __global__ void net_sum(const mkx_tp_net_sum_desc d) {
-  const int64_t rows_per_block = 8;
-  const int64_t r0 = (int64_t)blockIdx.x * rows_per_block;
-  if (r0 >= d.rows) return;
-  const int64_t r1 = r0 + rows_per_block < d.rows ? r0 + rows_per_block : d.rows;
+  const int64_t per = 8, groups = (d.rows + per - 1) / per;
   __shared__ int ok;
-  if (threadIdx.x == 0) {
-    ok = 1;
-    const uint64_t e = *(volatile uint64_t *)d.net.epoch;
-    const int64_t j0 = r0 / d.chunk_rows, j1 = (r1 - 1) / d.chunk_rows;
-    for (int q = 0; ok && q < d.net.size; ++q)
-      for (int64_t j = j0; ok && q != d.net.rank && j <= j1; ++j)
-        if (mkx::proxy::wait_signal(d.net.proxy, d.net.slot0 + (uint32_t)q * d.net.words + d.w0 + (uint32_t)j, e)) {
-          failed(d.net, q, MKX_TP_AT_NET_ROWS);
-          ok = 0;
-        }
-  }
-  __syncthreads();
-  if (!ok) return;
   OutT *out = static_cast<OutT *>(d.out);
-  for (int64_t i = r0; i < r1; ++i)
-    for (int64_t c = threadIdx.x; c < d.n; c += blockDim.x) {
-      float v = 0.f;
-      for (int q = 0; q < d.net.size; ++q) v += __ldcv(d.part[q] + i * d.ld_part + c);
-      out[i * d.ldc + c] = to_out<OutT>(v);
+  const uint64_t e = *(volatile uint64_t *)d.net.epoch;
+  for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
+    const int64_t r0 = g * per, r1 = r0 + per < d.rows ? r0 + per : d.rows;
+    if (threadIdx.x == 0) {
+      ok = 1;
+      const int64_t j0 = r0 / d.chunk_rows, j1 = (r1 - 1) / d.chunk_rows;
+      for (int q = 0; ok && q < d.net.size; ++q)
+        for (int64_t j = j0; ok && q != d.net.rank && j <= j1; ++j)
+          if (mkx::proxy::wait_signal(d.net.proxy, d.net.slot0 + (uint32_t)q * d.net.words + d.w0 + (uint32_t)j, e)) {
+            failed(d.net, q, MKX_TP_AT_NET_ROWS);
+            ok = 0;
+          }
     }
+    __syncthreads();
+    if (!ok) return;
+    for (int64_t i = r0; i < r1; ++i)
+      for (int64_t c = threadIdx.x; c < d.n; c += blockDim.x) {
+        float v = 0.f;
+        for (int q = 0; q < d.net.size; ++q) v += __ldcv(d.part[q] + i * d.ld_part + c);
+        out[i * d.ldc + c] = to_out<OutT>(v);
+      }
+    __syncthreads();
+  }
 }
 
 bool desc_ok(const mkx_tp_net_desc *d) {
@@ -194,16 +197,17 @@ extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   if (d->w0 + (uint64_t)((d->rows - 1) / d->chunk_rows) >= d->net.words) return MKX_GEMM_EINVAL;
   for (int q = 0; q < d->net.size; ++q)
     if (!d->part[q]) return MKX_GEMM_EINVAL;
-  const unsigned blocks = (unsigned)((d->rows + 7) / 8);
+  int64_t blocks = (d->rows + 7) / 8;
+  if (d->max_blocks > 0 && blocks > d->max_blocks) blocks = d->max_blocks;
   switch (d->c_type) {
     case MKX_GEMM_BF16:
-      net_sum<__nv_bfloat16><<<blocks, 256, 0, st>>>(*d);
+      net_sum<__nv_bfloat16><<<(unsigned)blocks, 256, 0, st>>>(*d);
       break;
     case MKX_GEMM_FP16:
-      net_sum<__half><<<blocks, 256, 0, st>>>(*d);
+      net_sum<__half><<<(unsigned)blocks, 256, 0, st>>>(*d);
       break;
     case MKX_GEMM_FP32:
-      net_sum<float><<<blocks, 256, 0, st>>>(*d);
+      net_sum<float><<<(unsigned)blocks, 256, 0, st>>>(*d);
       break;
     default:
       return MKX_GEMM_EINVAL;

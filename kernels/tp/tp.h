@@ -231,6 +231,7 @@ typedef struct mkx_tp_net_sum_desc {
   void *out;
   int64_t ldc;
   int c_type;
+  int max_blocks; /* most CTAs (0: one per 8 rows) */
 } mkx_tp_net_sum_desc;
 int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
 /* Load every kernel above, launching nothing (mkx_gemm_load says why). */

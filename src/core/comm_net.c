@@ -71,8 +71,9 @@ typedef struct mkx_comm_net {
   mkx_net_rkey *gkeys;
   void *gbuf; /* its device memory, grown only */
   size_t gcap;
-  uint64_t *gwords; /* device: [0] the calls' network epoch, [1] last seq */
-  uint64_t warmed;  /* writes of warm_up so far */
+  uint64_t *gwords;    /* device: [0] the calls' network epoch, [1] last seq */
+  uint64_t warmed;     /* writes of warm_up so far */
+  uint64_t warm_bytes; /* their payload: not the calls' */
 #endif
 } mkx_comm_net;
 
@@ -498,6 +499,9 @@ uint64_t mkx_comm_net_bytes_sent(MKX_Comm c) {
   mkx_comm_net *cn = c->net;
   uint64_t sum = 0;
   for (int q = 0; cn && q < c->size; q++) sum += mkx_net_bytes_sent(cn->net, q);
+#if HAVE_CUDA
+  if (cn) sum -= cn->warm_bytes;
+#endif
   return sum;
 }
 
@@ -558,6 +562,7 @@ static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
         .slot = mkx_comm_net_gpu_slot(c, c->rank) + MKX_COMM_NET_GPU_WORDS - 1,
         .value = cn->warmed};
     MKX_TRY(mkx_proxy_post(ring, &cmd, &seq, c->opt.timeout_ms));
+    cn->warm_bytes += len;
   }
   return seq ? mkx_proxy_wait(ring, seq, c->opt.timeout_ms) : MKX_SUCCESS;
 }

@@ -57,8 +57,9 @@ int mkx_comm_net_exchange_to(MKX_Comm c, const void *const *send,
  * messages take many pieces and wrap the slots. */
 void mkx_comm_net_test_piece(size_t bytes);
 
-/* Payload bytes this rank has sent over the network so far (0 without an
- * endpoint). */
+/* Payload bytes this rank's calls have sent over the network so far (0
+ * without an endpoint; the first writes into a new device region, a
+ * set-up, not counted). */
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);
 
 /* What this rank's network proxy thread has cost and carried so far

@@ -190,6 +190,9 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   s.chunk_rows = p->chunk_rows;
   s.w0 = W_PART;
   s.c_type = mkx_tp_gemm_type(a->ctype);
+  /* a rank sharing the GPU leaves the SMs to the peers' chunk GEMMs that
+   * its waits depend on: a few CTAs only */
+  s.max_blocks = c->share.mode != MKX_SHARE_NONE ? 16 : 0;
   if (p->op == MKX_TP_OP_AR) {
     s.out =
         p->np.region + p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
