@@ -53,17 +53,13 @@ static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
 static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
                       const mkx_tp_net_desc *n, mkx_tp_ag_desc *d);
 
-static int64_t tiles_of(int64_t b0, int64_t b1) {
-  return b1 > b0 ? (b1 - 1) / TILE - b0 / TILE + 1 : 0;
-}
-
 /* Tiles per chunk: every rank's rows in at most CHUNKS chunks. */
-static int64_t chunk_tiles_of(MKX_Comm c, const struct mkx_agreed *g) {
-  int64_t b0 = 0, most = 1;
-  for (int q = 0; q < c->size; q++) {
-    const int64_t t = tiles_of(b0, b0 + g->local[q]);
+static int64_t chunk_tiles_of(const mkx_tp_ag_rows *r, int size) {
+  int64_t most = 1;
+  for (int q = 0; q < size; q++) {
+    const int64_t b0 = r->bnd[q], b1 = r->bnd[q + 1];
+    const int64_t t = b1 > b0 ? (b1 - 1) / TILE - b0 / TILE + 1 : 0;
     if (t > most) most = t;
-    b0 += g->local[q];
   }
   return (most + CHUNKS - 1) / CHUNKS;
 }
@@ -97,7 +93,7 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
-  p->chunk_tiles = chunk_tiles_of(c, g);
+  p->chunk_tiles = chunk_tiles_of(&p->r, c->size);
   int rc = mkx_net_plan_init(c, region_bytes(p, a), &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);

@@ -22,8 +22,8 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
                      MKX_Stream stream);
 void mkx_ag_net_free(MKX_Comm c, void *plan);
 
-int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
-                     const struct mkx_agreed *g, char *why, size_t len);
+int mkx_red_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
+                     char *why, size_t len);
 int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
                      const struct mkx_agreed *g, void **plan);
 int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,

@@ -56,8 +56,8 @@ static int64_t chunk_rows_of(int64_t rmax) {
   return r < 128 ? 128 : (r + 127) / 128 * 128;
 }
 
-int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
-                     const struct mkx_agreed *g, char *why, size_t len) {
+int mkx_red_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
+                     char *why, size_t len) {
   const mkx_gemm_red_args *a = args;
   const char *w = mkx_net_fits_comm(c);
   mkx_gemm_desc d;
@@ -69,7 +69,6 @@ int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
     mkx_tp_gemm_of_red(a, (void *)(uintptr_t)4096, MKX_GEMM_FP32, &d);
     if (!mkx_gemm_supported(&d, NULL)) w = "the GEMM engine does not take it";
   }
-  (void)op;
   if (w) snprintf(why, len, "%s", w);
   return !w;
 }

@@ -94,7 +94,7 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
     char why[160];
     const int proxy = op == MKX_TP_OP_AG
                           ? mkx_ag_net_fits(c, args, g, why, sizeof why)
-                          : mkx_red_net_fits(c, op, args, g, why, sizeof why);
+                          : mkx_red_net_fits(c, args, g, why, sizeof why);
     if (proxy) {
       out->ops = op == MKX_TP_OP_AG ? &ag_proxy : &red_proxy;
       snprintf(out->why, sizeof out->why, "%d nodes, option hier_gemm=proxy",
