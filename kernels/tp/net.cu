@@ -100,18 +100,102 @@ __global__ void net_wait(const mkx_tp_net_desc d, uint32_t w0, NetCounts n) {
       }
 }
 
+/* V consecutive fp32 sums stored as OutT. */
+template <typename OutT, int V>
+struct SumVec {
+  float v[V];
+};
+
+__device__ __forceinline__ void store_out(float *o, const SumVec<float, 4> &a) {
+  *reinterpret_cast<float4 *>(o) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
+}
+__device__ __forceinline__ void store_out(__nv_bfloat16 *o, const SumVec<__nv_bfloat16, 4> &a) {
+  __nv_bfloat162 lo = __floats2bfloat162_rn(a.v[0], a.v[1]), hi = __floats2bfloat162_rn(a.v[2], a.v[3]);
+  uint2 u;
+  u.x = *reinterpret_cast<uint32_t *>(&lo);
+  u.y = *reinterpret_cast<uint32_t *>(&hi);
+  *reinterpret_cast<uint2 *>(o) = u;
+}
+__device__ __forceinline__ void store_out(__half *o, const SumVec<__half, 4> &a) {
+  __half2 lo = __floats2half2_rn(a.v[0], a.v[1]), hi = __floats2half2_rn(a.v[2], a.v[3]);
+  uint2 u;
+  u.x = *reinterpret_cast<uint32_t *>(&lo);
+  u.y = *reinterpret_cast<uint32_t *>(&hi);
+  *reinterpret_cast<uint2 *>(o) = u;
+}
 template <typename OutT>
-__device__ __forceinline__ OutT to_out(float v) {
-  return static_cast<OutT>(v);
+__device__ __forceinline__ void store_out(OutT *o, const SumVec<OutT, 1> &a) {
+  *o = static_cast<OutT>(a.v[0]);
+}
+
+__device__ __forceinline__ void load_add(const float *p, SumVec<float, 4> &a) {
+  const float4 x = __ldcg(reinterpret_cast<const float4 *>(p));
+  a.v[0] += x.x, a.v[1] += x.y, a.v[2] += x.z, a.v[3] += x.w;
+}
+__device__ __forceinline__ void load_add(const float *p, SumVec<float, 1> &a) { a.v[0] += __ldcg(p); }
+
+/* Row i of the sum, V columns per thread and U vectors in flight (loads
+ * through L2 only: the peers' partials were written there by DMA). */
+template <typename OutT, int V>
+__device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i, OutT *out) {
+  constexpr int U = 4;
+  const int64_t nv = d.n / V, step = (int64_t)blockDim.x * U;
+  for (int64_t c0 = threadIdx.x; c0 < nv; c0 += step) {
+    SumVec<float, V> acc[U];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[u].v[k] = 0.f;
+    for (int q = 0; q < d.net.size; ++q) {
+      const float *row = d.part[q] + i * d.ld_part;
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (c0 + u * blockDim.x < nv) load_add(row + (c0 + u * blockDim.x) * V, acc[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      if (c0 + u * blockDim.x < nv) {
+        SumVec<OutT, V> o;
+#pragma unroll
+        for (int k = 0; k < V; ++k) o.v[k] = acc[u].v[k];
+        store_out(out + i * d.ldc + (c0 + u * blockDim.x) * V, o);
+      }
+  }
+}
+
+/* Thread 0, once the block's group of chunk j is stored: the block that
+ * completes chunk j sends its rows of out to every peer (post_w0 != 0).
+ * Every block's stores are made visible before its count. */
+__device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t groups_in_chunk, uint64_t e) {
+  __threadfence();
+  unsigned long long *count = reinterpret_cast<unsigned long long *>(d.chunk_done + j);
+  if (atomicAdd(count, 1ull) + 1 != (unsigned long long)groups_in_chunk) return;
+  *count = 0; /* the next call's sum runs after this kernel */
+  __threadfence();
+  const int64_t r0 = j * d.chunk_rows, r1 = r0 + d.chunk_rows < d.rows ? r0 + d.chunk_rows : d.rows;
+  const uint64_t off = d.post_off + (uint64_t)r0 * (uint64_t)d.post_row_bytes;
+  const uint64_t len = (uint64_t)(r1 - r0) * (uint64_t)d.post_row_bytes;
+  const uint32_t slot = d.net.slot0 + (uint32_t)d.net.rank * d.net.words + d.post_w0 + (uint32_t)j;
+  uint64_t seq = 0;
+  for (int i = 1; i < d.net.size; ++i) {
+    const int q = (d.net.rank + i) % d.net.size;
+    const int rc = mkx::proxy::post(d.net.proxy, q, d.net.region, d.net.region, off, off, len, slot, e, &seq);
+    if (seq) atomicMax(reinterpret_cast<unsigned long long *>(d.net.last_seq), (unsigned long long)seq);
+    if (rc) {
+      failed(d.net, q, MKX_TP_AT_NET_SENT);
+      return;
+    }
+  }
 }
 
 /* Groups of 8 rows, block-strided: thread 0 waits for the chunks of the
  * group's rows, then the block sums them.  The grid may be smaller than
  * the groups (mkx_tp_net_sum_desc.max_blocks), so that a rank sharing
  * the GPU keeps SMs for the peer's kernels its waits depend on. */
-template <typename OutT>
-__global__ void net_sum(const mkx_tp_net_sum_desc d) {
+template <typename OutT, int V>
+__global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
   const int64_t per = 8, groups = (d.rows + per - 1) / per;
+  const int64_t per_chunk = d.chunk_rows / per; /* chunk_rows: a multiple of 8 */
   __shared__ int ok;
   OutT *out = static_cast<OutT *>(d.out);
   const uint64_t e = *(volatile uint64_t *)d.net.epoch;
@@ -129,13 +213,13 @@ __global__ void net_sum(const mkx_tp_net_sum_desc d) {
     }
     __syncthreads();
     if (!ok) return;
-    for (int64_t i = r0; i < r1; ++i)
-      for (int64_t c = threadIdx.x; c < d.n; c += blockDim.x) {
-        float v = 0.f;
-        for (int q = 0; q < d.net.size; ++q) v += __ldcv(d.part[q] + i * d.ld_part + c);
-        out[i * d.ldc + c] = to_out<OutT>(v);
-      }
+    for (int64_t i = r0; i < r1; ++i) sum_row<OutT, V>(d, i, out);
     __syncthreads();
+    if (d.post_w0 && threadIdx.x == 0) {
+      const int64_t j = r0 / d.chunk_rows;
+      const int64_t left = groups - j * per_chunk;
+      group_done(d, j, left < per_chunk ? left : per_chunk, e);
+    }
   }
 }
 
@@ -189,9 +273,37 @@ extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t w0, const int 
   return launched();
 }
 
+namespace {
+
+/* 16-byte vectors where every row of every operand starts 16-byte
+ * aligned (and out's 4-element groups likewise). */
+bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
+  if (d->n % 4 || d->ld_part % 4 || d->ldc % 4 || (uintptr_t)d->out % (4 * out_size)) return false;
+  for (int q = 0; q < d->net.size; ++q)
+    if ((uintptr_t)d->part[q] % 16) return false;
+  return true;
+}
+
+template <typename OutT>
+void sum_launch(const mkx_tp_net_sum_desc *d, unsigned blocks, cudaStream_t st) {
+  if (sum_vectors(d, sizeof(OutT)))
+    net_sum<OutT, 4><<<blocks, 512, 0, st>>>(*d);
+  else
+    net_sum<OutT, 1><<<blocks, 512, 0, st>>>(*d);
+}
+
+bool sum_posts_ok(const mkx_tp_net_sum_desc *d) {
+  if (!d->post_w0) return true;
+  const int64_t chunks = (d->rows + d->chunk_rows - 1) / d->chunk_rows;
+  return d->chunk_done && chunks <= MKX_TP_NET_MAXCH && d->post_row_bytes > 0 &&
+         d->post_w0 + (uint64_t)chunks <= d->net.words;
+}
+
+}  // namespace
+
 extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
-  if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 1 || !d->out || d->ldc < d->n ||
-      d->ld_part < d->n)
+  if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 8 || d->chunk_rows % 8 || !d->out ||
+      d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d))
     return MKX_GEMM_EINVAL;
   if (d->rows == 0) return 0;
   if (d->w0 + (uint64_t)((d->rows - 1) / d->chunk_rows) >= d->net.words) return MKX_GEMM_EINVAL;
@@ -201,13 +313,13 @@ extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   if (d->max_blocks > 0 && blocks > d->max_blocks) blocks = d->max_blocks;
   switch (d->c_type) {
     case MKX_GEMM_BF16:
-      net_sum<__nv_bfloat16><<<(unsigned)blocks, 256, 0, st>>>(*d);
+      sum_launch<__nv_bfloat16>(d, (unsigned)blocks, st);
       break;
     case MKX_GEMM_FP16:
-      net_sum<__half><<<(unsigned)blocks, 256, 0, st>>>(*d);
+      sum_launch<__half>(d, (unsigned)blocks, st);
       break;
     case MKX_GEMM_FP32:
-      net_sum<float><<<(unsigned)blocks, 256, 0, st>>>(*d);
+      sum_launch<float>(d, (unsigned)blocks, st);
       break;
     default:
       return MKX_GEMM_EINVAL;
@@ -221,9 +333,12 @@ extern "C" int mkx_tp_net_load(void) {
                            (const void *)net_end,
                            (const void *)net_post,
                            (const void *)net_wait,
-                           (const void *)net_sum<__nv_bfloat16>,
-                           (const void *)net_sum<__half>,
-                           (const void *)net_sum<float>};
+                           (const void *)net_sum<__nv_bfloat16, 4>,
+                           (const void *)net_sum<__half, 4>,
+                           (const void *)net_sum<float, 4>,
+                           (const void *)net_sum<__nv_bfloat16, 1>,
+                           (const void *)net_sum<__half, 1>,
+                           (const void *)net_sum<float, 1>};
   for (const void *f : k) {
     const cudaError_t e = cudaFuncGetAttributes(&a, f);
     if (e != cudaSuccess) return (int)e;

@@ -220,9 +220,15 @@ int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t w0, const int *n, cudaStr
 
 /* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
  * part[r] row i (fp32, n wide, leading dimension ld_part), rows [0, rows)
- * in chunks of chunk_rows; chunk j of rank r != rank waits first for its
- * word slot0 + r * words + w0 + j (mkx_tp_net_desc) to reach the epoch.
- * out: c_type (MKX_GEMM_*), leading dimension ldc. */
+ * in chunks of chunk_rows (a multiple of 8); chunk j of rank r != rank
+ * waits first for its word slot0 + r * words + w0 + j (mkx_tp_net_desc)
+ * to reach the epoch.  out: c_type (MKX_GEMM_*), leading dimension ldc.
+ * With post_w0 != 0 (GEMM+AllReduce) out lies in the region at offset
+ * post_off, rows post_row_bytes apart, and as soon as chunk j of out is
+ * summed it goes to every peer at the same offset, setting the peer's
+ * word slot0 + rank * words + post_w0 + j to the epoch; chunk_done: at
+ * least MKX_TP_NET_MAXCH device words, zero before the kernel and after
+ * it (the blocks count their groups of each chunk there). */
 typedef struct mkx_tp_net_sum_desc {
   mkx_tp_net_desc net;
   const float *part[MKX_TP_MAX];
@@ -232,6 +238,10 @@ typedef struct mkx_tp_net_sum_desc {
   int64_t ldc;
   int c_type;
   int max_blocks; /* most CTAs (0: one per 8 rows) */
+  uint32_t post_w0;
+  uint64_t post_off;
+  int64_t post_row_bytes;
+  uint64_t *chunk_done;
 } mkx_tp_net_sum_desc;
 int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
 /* Load every kernel above, launching nothing (mkx_gemm_load says why). */

@@ -71,7 +71,7 @@ typedef struct mkx_comm_net {
   mkx_net_rkey *gkeys;
   void *gbuf; /* its device memory, grown only */
   size_t gcap;
-  uint64_t *gwords;    /* device: [0] the calls' network epoch, [1] last seq */
+  uint64_t *gwords;    /* device: mkx_comm_net_gpu_region's words */
   uint64_t warmed;     /* writes of warm_up so far */
   uint64_t warm_bytes; /* their payload: not the calls' */
 #endif
@@ -104,10 +104,11 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
     MKX_TRY(mkx_cuda_rc(
         cudaEventCreateWithFlags(&cn->gpu_done, cudaEventDisableTiming),
         "network endpoint", "cudaEventCreate"));
-    MKX_TRY(mkx_cuda_rc(cudaMalloc((void **)&cn->gwords, 2 * sizeof(uint64_t)),
+    const size_t gw = MKX_COMM_NET_GPU_DWORDS * sizeof(uint64_t);
+    MKX_TRY(mkx_cuda_rc(cudaMalloc((void **)&cn->gwords, gw),
                         "network endpoint", "cudaMalloc"));
-    MKX_TRY(mkx_cuda_rc(cudaMemset(cn->gwords, 0, 2 * sizeof(uint64_t)),
-                        "network endpoint", "cudaMemset"));
+    MKX_TRY(mkx_cuda_rc(cudaMemset(cn->gwords, 0, gw), "network endpoint",
+                        "cudaMemset"));
   }
 #endif
   if (!cn->proxy)

@@ -73,6 +73,7 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
  * region MKX_COMM_NET_GPU_REGION. */
 #define MKX_COMM_NET_GPU_WORDS 18
 #define MKX_COMM_NET_GPU_REGION 2
+#define MKX_COMM_NET_GPU_DWORDS 18
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
 
 #if HAVE_CUDA
@@ -83,8 +84,10 @@ const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c);
 /* Collective, with the same len on every rank: *base, device memory of at
  * least `len` bytes, region MKX_COMM_NET_GPU_REGION on every rank (grown
  * only: a larger len replaces it once the kernels of earlier calls are
- * done with the ring), and *words, two device words for those kernels
- * (the calls' network epoch and the last command, mkx_tp_net_desc). */
+ * done with the ring), and *words, MKX_COMM_NET_GPU_DWORDS device words
+ * for those kernels: [0] the calls' network epoch, [1] the last command
+ * (mkx_tp_net_desc), then MKX_TP_NET_MAXCH counts, zero between calls
+ * (mkx_tp_net_sum_desc.chunk_done). */
 int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
                             uint64_t **words);
 /* Host and GPU never post into the ring at once: a call whose kernels

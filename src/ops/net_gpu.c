@@ -7,6 +7,9 @@
 #include "core/comm_net.h"
 #include "ops/net_gpu.h"
 
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH,
+               "the device words hold the sum's chunk counts");
+
 const char *mkx_net_fits_comm(MKX_Comm c) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY)
     return "option hier_gemm is not proxy";

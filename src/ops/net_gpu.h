@@ -34,7 +34,8 @@ void mkx_red_net_free(MKX_Comm c, void *plan);
 const char *mkx_net_fits_comm(MKX_Comm c);
 
 /* What every plan of these calls holds: a workspace (prologue, error
- * word) and the communicator's region of `bytes` with its two words. */
+ * word) and the communicator's region of `bytes` with its device words
+ * (mkx_comm_net_gpu_region). */
 typedef struct mkx_net_plan {
   mkx_tp_ws *ws;
   size_t bytes;

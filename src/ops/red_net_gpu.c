@@ -17,8 +17,9 @@
  * carries a chunk while the GPU multiplies the next; mkx_tp_net_sum adds
  * the partials of this rank's rows in rank order (the same bits every
  * run) chunk by chunk as their signal words arrive, into C (or, for
- * GEMM+AllReduce, into Y, whose rows then go to every peer the same way
- * and come back into C).  Each partial row crosses the network once, to
+ * GEMM+AllReduce, into Y, each chunk of whose rows the sum kernel sends
+ * to every peer as soon as it is summed; the peers' come back into Y,
+ * then C).  Each partial row crosses the network once, to
  * its owner: the minimum for nodes of one rank.  Words per sender
  * (comm_net.h): 0 its arrival, 1-8 the partial chunks, 9-16 Y's chunks.
  */
@@ -193,8 +194,12 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
    * its waits depend on: a few CTAs only */
   s.max_blocks = c->share.mode != MKX_SHARE_NONE ? 16 : 0;
   if (p->op == MKX_TP_OP_AR) {
-    s.out =
-        p->np.region + p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
+    /* each summed chunk of Y leaves for every peer at once */
+    s.post_off = p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
+    s.post_row_bytes = p->n * (int64_t)p->es_c;
+    s.post_w0 = W_ROWS;
+    s.chunk_done = p->np.words + 2;
+    s.out = p->np.region + s.post_off;
     s.ldc = p->n;
   } else {
     s.out = a->C;
@@ -203,27 +208,14 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   return mkx_tp_launch_rc(mkx_tp_net_sum(&s, st), fn_of(p->op), "sum");
 }
 
-/* GEMM+AllReduce: this rank's rounded rows to every peer, every peer's
- * into Y, Y into C. */
-static int spread(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
-                  const mkx_tp_net_desc *n, cudaStream_t st) {
+/* GEMM+AllReduce, once the sum has sent this rank's rounded rows to every
+ * peer: every peer's into Y, Y into C. */
+static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                       const mkx_tp_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const int me = c->rank;
   const size_t row = (size_t)p->n * p->es_c;
   int counts[MKX_TP_MAX] = {0};
-  for (int i = 1; i < c->size; i++) {
-    const int q = (me + i) % c->size;
-    for (int j = 0; j < chunks_of(p, me); j++) {
-      const int64_t r0 = p->bnd[me] + j * p->chunk_rows;
-      int64_t r1 = r0 + p->chunk_rows;
-      if (r1 > p->bnd[me + 1]) r1 = p->bnd[me + 1];
-      const size_t off = p->off_y + (size_t)r0 * row;
-      MKX_TRY(mkx_tp_launch_rc(
-          mkx_tp_net_post(n, q, off, off, (size_t)(r1 - r0) * row,
-                          W_ROWS + (uint32_t)j, st),
-          fn, "network post"));
-    }
-  }
   for (int q = 0; q < c->size; q++) counts[q] = q == me ? 0 : chunks_of(p, q);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_wait(n, W_ROWS, counts, st), fn,
                            "rows of the other owners"));
@@ -248,7 +240,7 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
       MKX_TRY(chunk(c, p, a, &n, q, j, st));
   }
   MKX_TRY(sum_own(c, p, a, &n, st));
-  if (p->op == MKX_TP_OP_AR) MKX_TRY(spread(c, p, a, &n, st));
+  if (p->op == MKX_TP_OP_AR) MKX_TRY(gather_rows(c, p, a, &n, st));
   return mkx_net_call_end(c, &p->np, stream, fn, &n);
 }
 #else
