@@ -22,6 +22,14 @@
  *     still fail, told by them: MKX_ERR_PEER naming the rank that gave up
  *     and what it waited for, at once, reported as in 2, then 3.
  *
+ * With --net shm|tcp the ranks are virtual nodes of one rank over that
+ * transport and the calls are driven by the GPU (option hier_gemm=proxy):
+ * the same cases, but a missing rank is found at its arrival over the
+ * network, a late rank is not told (no peer writes into its memory after
+ * giving up) and reports its own timeout, naming a rank, within the bound,
+ * and a start under graph capture is refused with MKX_ERR_UNSUPPORTED,
+ * leaving the capture intact.
+ *
  * Persistent plans, because MKX_Start does no collective host work: a
  * skipped plain call would time out in its host agreement before any GPU
  * work (that path is tests/mpi/test_bad_input's).  A case that hangs is
@@ -46,10 +54,19 @@
 
 #define CUDA(call) MT_CUDA(call)
 
-/* Starts on the fused single-node paths so far (ops/path.h). */
+static const char *net; /* --net: virtual nodes of 1 over it, GPU-driven */
+
+/* Starts on the fused paths under test so far (ops/path.h). */
 static long fused_starts(void) {
+  if (net) return mkx_path_starts(MKX_PATH_HIER_PROXY);
   return mkx_path_starts(MKX_PATH_TP_OVERLAP) +
          mkx_path_starts(MKX_PATH_TP_SPLIT);
+}
+
+/* Where a missing rank is found: the call barrier, or over the network
+ * its arrival at the call. */
+static const char *missed_where(void) {
+  return net ? "arrival over the network" : "call barrier";
 }
 
 enum { OP_AG = 0, OP_RS, OP_AR };
@@ -167,6 +184,11 @@ static MKX_Comm make_comm(int timeout_ms, int blocking, const char *overlap) {
   MPI_Info_set(info, "mkx_fused", "auto"); /* whatever MKX_FUSED says */
   MPI_Info_set(info, "mkx_blocking", blocking ? "true" : "false");
   MPI_Info_set(info, "mkx_tp_overlap", overlap); /* yes, no: both paths */
+  if (net) {
+    MPI_Info_set(info, "mkx_virtual_node_size", "1");
+    MPI_Info_set(info, "mkx_net", net);
+    MPI_Info_set(info, "mkx_hier_gemm", "proxy");
+  }
   MPI_Barrier(MPI_COMM_WORLD); /* start together: the bound is short */
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
@@ -194,9 +216,28 @@ static int good_start(prob *p, MKX_Request r, int blocking) {
   return mt_all(ok);
 }
 
+/* Driven by the GPU, a start under capture is refused at once on every
+ * rank, naming the option, and the capture goes on. */
+static int refused_capture(prob *p, MKX_Request r) {
+  cudaGraph_t g = NULL;
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  int rc = MKX_Start(r, st);
+  cudaError_t e = cudaStreamEndCapture(st, &g);
+  CHECK_RC(rc, MKX_ERR_UNSUPPORTED, "%s: start under capture refused",
+           op_name[p->op]);
+  CHECK(strstr(MKX_Get_last_error(), "hier_gemm=proxy") != NULL,
+        "%s: and says why: %s", op_name[p->op], MKX_Get_last_error());
+  CHECK(e == cudaSuccess, "%s: the capture survives (%s)", op_name[p->op],
+        cudaGetErrorString(e));
+  if (g) CUDA(cudaGraphDestroy(g));
+  (void)cudaGetLastError();
+  return mt_all(rc == MKX_ERR_UNSUPPORTED && e == cudaSuccess);
+}
+
 /* Option blocking under graph capture: MKX_Start must not synchronise (it
  * would end the capture); the graph replays correctly on every rank. */
 static int captured_start(prob *p, MKX_Request r) {
+  if (net) return refused_capture(p, r);
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
@@ -249,17 +290,17 @@ static const char *reporter(int blocking, int query) {
 }
 
 /* After a failure the communicator is unusable: the next start fails at
- * once with MKX_ERR_INVALID_COMM and a message that says why. */
-static void check_unusable(const char *name, MKX_Request r, const char *why) {
+ * once with MKX_ERR_INVALID_COMM and a message that says why, naming
+ * `who` ("rank 1"; "rank " for any). */
+static void check_unusable(const char *name, MKX_Request r, const char *why,
+                           const char *who) {
   int rc = MKX_Start(r, st);
   CHECK_RC(rc, MKX_ERR_INVALID_COMM,
            "%s: communicator unusable after "
            "the failure",
            name);
   const char *msg = MKX_Get_last_error();
-  char late[16];
-  snprintf(late, sizeof late, "rank %d", LATE);
-  CHECK(strstr(msg, why) && strstr(msg, late), "%s: and says why: %s", name,
+  CHECK(strstr(msg, why) && strstr(msg, who), "%s: and says why: %s", name,
         msg);
   CUDA(cudaStreamSynchronize(st));
 }
@@ -285,16 +326,14 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
   }
   CHECK_RC(rc, MKX_ERR_TIMEOUT, "%s: missing rank %d reported by the %s", name,
            LATE, reporter(blocking, query));
-  CHECK(strstr(msg, late) && strstr(msg, "call barrier"),
-        "%s: message "
-        "names %s and the call barrier: %s",
-        name, late, msg);
+  CHECK(strstr(msg, late) && strstr(msg, missed_where()),
+        "%s: message names %s and the %s: %s", name, late, missed_where(), msg);
   CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt, BOUND_S);
   CHECK(dt >= 0.5e-3 * TIMEOUT_MS,
         "%s: not before the bound (%.3f s, "
         "timeout_ms=%d)",
         name, dt, TIMEOUT_MS);
-  check_unusable(name, r, mt.size > 2 ? "" : "timed out");
+  check_unusable(name, r, mt.size > 2 ? "" : "timed out", late);
 }
 
 /* Rank LATE starts 2 x timeout_ms after the others, who have given up on
@@ -309,6 +348,18 @@ static void late_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
   nanosleep(&nap, NULL);
   double dt;
   int rc = start_status(name, c, r, blocking, query, &dt);
+  if (net) {
+    /* not told across the network: its own bound, naming a rank */
+    CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER,
+          "%s: the late rank's run fails (%s), reported by the %s", name,
+          MKX_Error_string(rc), reporter(blocking, query));
+    CHECK(strstr(MKX_Get_last_error(), "rank ") != NULL,
+          "%s: and names a rank: %s", name, MKX_Get_last_error());
+    CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
+          BOUND_S);
+    check_unusable(name, r, "", "rank ");
+    return;
+  }
   const char *msg = MKX_Get_last_error();
   char late[32];
   snprintf(late, sizeof late, "waiting for rank %d", LATE);
@@ -325,7 +376,8 @@ static void late_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
         "%s: told after %.3f s, sooner than its "
         "own bound (timeout_ms=%d)",
         name, dt, TIMEOUT_MS);
-  check_unusable(name, r, "gave up");
+  snprintf(late, sizeof late, "rank %d", LATE);
+  check_unusable(name, r, "gave up", late);
 }
 
 static void run_case(int op, int blocking, const char *overlap, int tardy) {
@@ -374,6 +426,8 @@ static void warm_up(MKX_Comm c) {
 
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
+  for (int i = 1; i + 1 < argc; i++)
+    if (!strcmp(argv[i], "--net")) net = argv[i + 1];
   int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   if (skip || mt.size < 2) {
