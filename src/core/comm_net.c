@@ -21,6 +21,7 @@
  * size * DEPTH + q, holding how many of our pieces q has taken; it only
  * grows, which efa's rebuilt values keep even out of order. */
 #include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -94,7 +95,27 @@ static size_t piece_bytes(int size) {
   return p & ~(size_t)63; /* pieces start 64-byte aligned */
 }
 
+/* A rank bound to a single core runs the network's threads (the proxy,
+ * a transport's progress thread) on the core of the application's thread:
+ * the network then moves only when the scheduler lets it, and a call
+ * whose kernels wait for the network takes milliseconds more.  Said once
+ * per process. */
+static void warn_one_core(MKX_Comm c) {
+  static atomic_int said;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) != 1 ||
+      atomic_exchange(&said, 1))
+    return;
+  mkx_log(MKX_LOG_WARN,
+          "rank %d is bound to one core: the network proxy thread shares it "
+          "with the application and the network waits for the scheduler; "
+          "give each rank 2 or more cores (srun --cpus-per-task=2, mpirun "
+          "--map-by slot:PE=2 or --bind-to none)",
+          c->rank);
+}
+
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
+  warn_one_core(c);
 #if HAVE_CUDA
   /* only where kernels will post (the host alone needs no mapping) */
   if (c->device >= 0 && c->opt.hier_gemm == MKX_HIER_GEMM_PROXY) {
