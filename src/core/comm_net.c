@@ -118,7 +118,10 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   warn_one_core(c);
 #if HAVE_CUDA
   /* only where kernels will post (the host alone needs no mapping) */
-  if (c->device >= 0 && c->opt.hier_gemm == MKX_HIER_GEMM_PROXY) {
+  const int hg = c->opt.hier_gemm;
+  if (c->device >= 0 &&
+      (hg == MKX_HIER_GEMM_PROXY ||
+       (hg == MKX_HIER_GEMM_AUTO && c->place.num_nodes == c->size))) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);

@@ -105,8 +105,8 @@ static const mkx_option_desc base_rows[] = {
      "split its SMs evenly and leave 2 each for copies and launches, so that "
      "no kernel waits for a peer that cannot get an SM. The smallest value "
      "of any rank is used."},
-    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "nvlink",
-     "host|gpu|nvlink|proxy",
+    {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "auto",
+     "host|gpu|nvlink|proxy|auto",
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "
      "A rows, partials and output blocks through the host (row-major "
@@ -117,8 +117,9 @@ static const mkx_option_desc base_rows[] = {
      "most 8) driven by the GPU: kernels post rows and partial chunks to the "
      "network proxy as they exist, AllGather+GEMM's tiles start as their "
      "rows land, the reductions sum the chunks as they land (not capturable "
-     "in CUDA graphs); other nodes as nvlink. Same results and network bytes "
-     "for all four.",
+     "in CUDA graphs); other nodes as nvlink; auto: proxy where it applies, "
+     "else nvlink (proxy was faster than nvlink for all three calls over "
+     "every transport measured). Same results and network bytes for all.",
      1},
     {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
      "contiguous|zigzag|striped",

@@ -8,8 +8,9 @@
  * memory.  It is blocking: the call synchronises its stream, as the staged
  * path does; nothing overlaps yet.
  *
- * hier_gemm=nvlink (the default, hier_nvlink.c) falls back to it where
- * the node-major numbering it needs does not hold. */
+ * hier_gemm=nvlink (hier_nvlink.c; auto where the GPU cannot drive the
+ * call) falls back to it where the node-major numbering it needs does not
+ * hold. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -55,7 +56,8 @@ static void engine_desc(int op, const void *args, const hg_plan *p, int64_t M,
 int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
                          const struct mkx_agreed *g, char *why, size_t len) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_NVLINK &&
-      c->opt.hier_gemm != MKX_HIER_GEMM_PROXY) {
+      c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
+      c->opt.hier_gemm != MKX_HIER_GEMM_AUTO) {
     snprintf(why, len, "option hier_gemm=gpu");
     return 0;
   }

@@ -11,11 +11,12 @@ _Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH,
                "the device words hold the sum's chunk counts");
 
 const char *mkx_net_fits_comm(MKX_Comm c) {
-  if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY)
-    return "option hier_gemm is not proxy";
+  if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
+      c->opt.hier_gemm != MKX_HIER_GEMM_AUTO)
+    return "option hier_gemm is not proxy or auto";
   if (c->place.num_nodes != c->size)
-    return "hier_gemm=proxy takes nodes of one rank only";
-  if (c->size > MKX_TP_MAX) return "hier_gemm=proxy takes at most 8 nodes";
+    return "driven by the GPU on nodes of one rank only";
+  if (c->size > MKX_TP_MAX) return "driven by the GPU on at most 8 nodes";
   if (!mkx_comm_net_gpu(c)) return "no network ring mapped for the GPU";
   return NULL;
 }
@@ -69,7 +70,8 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                       "cudaStreamIsCapturing"));
   if (cap != cudaStreamCaptureStatusNone)
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: option hier_gemm=proxy: calls cannot be captured "
+                     "%s: calls driven by the GPU (option hier_gemm=proxy "
+                     "or auto) cannot be captured "
                      "in a CUDA graph",
                      fn);
   MKX_TRY(mkx_comm_net_gpu_after(c, st));

@@ -95,20 +95,26 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
     const int proxy = op == MKX_TP_OP_AG
                           ? mkx_ag_net_fits(c, args, g, why, sizeof why)
                           : mkx_red_net_fits(c, args, g, why, sizeof why);
+    const int hg = c->opt.hier_gemm;
+    const char *opt = hg == MKX_HIER_GEMM_AUTO ? "auto" : "proxy";
     if (proxy) {
       out->ops = op == MKX_TP_OP_AG ? &ag_proxy : &red_proxy;
-      snprintf(out->why, sizeof out->why, "%d nodes, option hier_gemm=proxy",
-               c->place.num_nodes);
+      snprintf(out->why, sizeof out->why, "%d nodes, option hier_gemm=%s",
+               c->place.num_nodes, opt);
       return MKX_SUCCESS;
     }
-    /* hier_gemm=proxy where it does not apply: as nvlink, saying why */
-    char no_proxy[200] = "";
-    if (c->opt.hier_gemm == MKX_HIER_GEMM_PROXY)
-      snprintf(no_proxy, sizeof no_proxy, " (not driven by the GPU: %s)", why);
+    /* proxy or auto where the GPU cannot drive it: as nvlink, saying why */
+    char no_proxy[240] = "";
+    if (hg == MKX_HIER_GEMM_PROXY || hg == MKX_HIER_GEMM_AUTO)
+      snprintf(no_proxy, sizeof no_proxy,
+               " (hier_gemm=%s, not driven by the GPU: %s)", opt, why);
     const int nvlink = mkx_hier_nvlink_fits(c, op, args, g, why, sizeof why);
     out->ops = nvlink ? &hier_nvlink : &hier_gpu;
     snprintf(out->why, sizeof out->why, "%d nodes, %s%s", c->place.num_nodes,
-             nvlink ? "option hier_gemm=nvlink" : why, no_proxy);
+             !nvlink                      ? why
+             : hg == MKX_HIER_GEMM_NVLINK ? "option hier_gemm=nvlink"
+                                          : "as hier_gemm=nvlink",
+             no_proxy);
     return MKX_SUCCESS;
   }
   if (g->gpu_adapt) {

@@ -23,7 +23,7 @@ static void test_defaults(void) {
   CHECK(o.tp_partials == MKX_PARTIALS_OUT, "tp_partials default out");
   CHECK(o.fused_pad == 1, "fused_pad default yes");
   CHECK(o.tp_overlap == MKX_OVERLAP_AUTO, "tp_overlap default auto");
-  CHECK(o.hier_gemm == MKX_HIER_GEMM_NVLINK, "hier_gemm default nvlink");
+  CHECK(o.hier_gemm == MKX_HIER_GEMM_AUTO, "hier_gemm default auto");
   /* Every entry documents itself. */
   const mkx_option_desc *d;
   for (size_t i = 0; (d = mkx_option_at(i)); i++)

@@ -180,16 +180,28 @@ int main(void) {
         comm_of(4, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
     expect(&nodes, op, 8192, 1, MKX_PATH_HIER_GPU, "hier_gemm=gpu",
            "two nodes (before the adapter)");
-    /* hier_gemm=proxy where it does not apply: as nvlink, saying why */
+    /* hier_gemm=proxy or auto where it does not apply: as nvlink, saying
+     * why */
     if (op == 0) {
       nodes.opt.hier_gemm = MKX_HIER_GEMM_PROXY;
       expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
              "nodes of one rank only", "two nodes of two, hier_gemm=proxy");
+      nodes.opt.hier_gemm = MKX_HIER_GEMM_AUTO;
+      expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
+             "hier_gemm=auto, not driven by the GPU: driven by the GPU on "
+             "nodes of one rank only",
+             "two nodes of two, hier_gemm=auto");
+      nodes.opt.hier_gemm = MKX_HIER_GEMM_NVLINK;
+      expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
+             "option hier_gemm=nvlink", "two nodes of two, hier_gemm=nvlink");
       struct MKX_Comm_s ones =
           comm_of(2, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
       ones.opt.hier_gemm = MKX_HIER_GEMM_PROXY;
       expect(&ones, op, 8192, 0, MKX_PATH_HIER_NVLINK, "no network ring mapped",
              "two nodes of one, no endpoint, hier_gemm=proxy");
+      ones.opt.hier_gemm = MKX_HIER_GEMM_AUTO;
+      expect(&ones, op, 8192, 0, MKX_PATH_HIER_NVLINK, "no network ring mapped",
+             "two nodes of one, no endpoint, hier_gemm=auto");
     }
   }
   one_kernel_bit();
