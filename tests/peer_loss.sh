@@ -3,7 +3,8 @@
 # the survivors alive when a rank exits (--enable-recovery): both
 # survivors must report and finalise (their "finalized, 0 failed" lines)
 # within the time bound.  Other launchers (MKX_TEST_LAUNCHER, srun) do not
-# keep survivors alive: skipped.
+# keep survivors alive: skipped.  Arguments go to the test (--device: the
+# calls driven by the GPU; skipped without a GPU).
 set -u
 prog=tests/mpi/test_peer_loss
 [ -x "$prog" ] || { echo "not ok - no $prog here"; exit 1; }
@@ -20,12 +21,17 @@ root=
 # in which any rank printed is judged as it is.
 for try in 1 2 3; do
   timeout -k 10 120 mpirun $root --oversubscribe --enable-recovery \
-    --mca orte_abort_on_non_zero_status 0 -np 3 "$prog" >peer_loss.out 2>&1
+    --mca orte_abort_on_non_zero_status 0 -np 3 "$prog" "$@" >peer_loss.out 2>&1
   grep -q "PMIX ERROR" peer_loss.out && ! grep -q "^survivor\|^rank\|^not ok\|^ok" \
     peer_loss.out || break
   echo "# try $try: mpirun failed before any rank printed:"
   sed 's/^/#   /' peer_loss.out
 done
+if grep -q "^skip: no GPU" peer_loss.out; then
+  echo "skip: no GPU"
+  rm -f peer_loss.out
+  exit 77
+fi
 ok=$(grep -c "^survivor [0-9]* finalized, 0 failed" peer_loss.out)
 if [ "$ok" = 2 ]; then
   echo "ok - both survivors failed the call within the bound, freed the communicator and finalised"

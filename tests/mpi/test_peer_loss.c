@@ -5,6 +5,14 @@
  * bound, the communicator then refuses calls, can be freed, and MPI
  * finalises.  The script checks that every survivor printed its last
  * line, so a hang or a crash anywhere fails it.
+ *
+ * With --device (a GPU per rank or shared; skipped without one) the ranks
+ * are virtual nodes of one rank over shm and the call is a persistent
+ * AllGather+GEMM plan driven by the GPU (option hier_gemm=proxy): every
+ * rank makes one start that must succeed, then the last rank dies, and
+ * every survivor's next start (no host collective: the GPU finds the loss,
+ * through the proxy) fails on the GPU within the bound, reported by the
+ * asynchronous error query, and the stream comes back.
  */
 #include <mpi.h>
 #include <stdio.h>
@@ -12,34 +20,36 @@
 #include <unistd.h>
 #include "../common/check.h"
 #include "mkx.h"
+#ifdef MKX_TEST_CUDA
+#include <cuda_runtime.h>
+#endif
 
 #define N 8
 
-int main(int argc, char **argv) {
-  int rank = 0, size = 0;
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  check_set_rank(rank, size);
-  if (size < 2) {
-    printf("skip: needs 2 or more ranks\n");
-    MPI_Finalize();
-    return CHECK_SKIP;
-  }
+static MKX_Comm make_comm(int device) {
   MPI_Info info;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_timeout_ms", "2000");
+  if (device) {
+    MPI_Info_set(info, "mkx_virtual_node_size", "1");
+    MPI_Info_set(info, "mkx_net", "shm");
+    MPI_Info_set(info, "mkx_hier_gemm", "proxy");
+  }
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   fflush(stdout);
-  if (rank == size - 1) _exit(0); /* dies without a word to MPI */
+  return c;
+}
+
+/* The host path: the call after the loss fails in its agreement. */
+static void host_call(MKX_Comm c) {
   float A[N * N], B[N * N], C[N * N];
   for (int i = 0; i < N * N; i++) A[i] = B[i] = 1.0f;
   const double t0 = MPI_Wtime();
-  rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
-                          MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+  int rc = MKX_Gemm_allreduce(A, N, 2, N, B, N, N, MKX_NO_TRANS, C, N, MKX_FP32,
+                              MKX_FP32, MKX_ROW_MAJOR, c, NULL);
   const double dt = MPI_Wtime() - t0;
   CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER,
         "survivor: the call "
@@ -51,6 +61,97 @@ int main(int argc, char **argv) {
   CHECK_RC(rc, MKX_ERR_INVALID_COMM,
            "survivor: the communicator refuses "
            "the next call");
+}
+
+#ifdef MKX_TEST_CUDA
+#define DM 256 /* rows per rank, K and N of the AllGather+GEMM */
+
+static int cuda_ok(cudaError_t e, const char *what) {
+  return CHECK(e == cudaSuccess, "%s: %s", what, cudaGetErrorString(e));
+}
+
+/* The GPU-driven plan: one good start by all, then the last rank dies and
+ * the survivors' start fails on the GPU. */
+static void device_run(MKX_Comm c, int rank, int size) {
+  void *A = NULL, *B = NULL, *C = NULL;
+  cudaStream_t st = NULL;
+  MKX_Request r = NULL;
+  int ok = cuda_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
+                   "cudaStreamCreate");
+  ok = ok && cuda_ok(cudaMalloc(&A, DM * DM * 2), "cudaMalloc A");
+  ok = ok && cuda_ok(cudaMalloc(&B, DM * DM * 2), "cudaMalloc B");
+  ok =
+      ok && cuda_ok(cudaMalloc(&C, (size_t)size * DM * DM * 4), "cudaMalloc C");
+  ok = ok && cuda_ok(cudaMemset(A, 0, DM * DM * 2), "cudaMemset A") &&
+       cuda_ok(cudaMemset(B, 0, DM * DM * 2), "cudaMemset B");
+  int rc = ok ? MKX_Allgather_gemm_init(A, DM, DM, DM, B, DM, DM, MKX_NO_TRANS,
+                                        C, DM, NULL, 0, MKX_BF16, MKX_FP32,
+                                        MKX_ROW_MAJOR, c, MPI_INFO_NULL, &r)
+              : MKX_ERR_INTERNAL;
+  CHECK_RC(rc, MKX_SUCCESS, "plan driven by the GPU");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rc == MKX_SUCCESS) rc = MKX_Start(r, st);
+  CHECK_RC(rc, MKX_SUCCESS, "a start by every rank");
+  if (rc == MKX_SUCCESS) cuda_ok(cudaStreamSynchronize(st), "its stream");
+  int err = -1;
+  CHECK_RC(MKX_Comm_get_async_error(c, &err), MKX_SUCCESS, "error query");
+  CHECK_RC(err, MKX_SUCCESS, "the start by every rank ran");
+  fflush(stdout);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == size - 1) _exit(0); /* dies without a word to MPI */
+  usleep(200000);                 /* and is gone */
+  const double t0 = MPI_Wtime();
+  rc = r ? MKX_Start(r, st) : MKX_ERR_INTERNAL;
+  if (rc == MKX_SUCCESS) {
+    cuda_ok(cudaStreamSynchronize(st), "the stream after the loss");
+    CHECK_RC(MKX_Comm_get_async_error(c, &rc), MKX_SUCCESS, "error query");
+  }
+  const double dt = MPI_Wtime() - t0;
+  CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER || rc == MKX_ERR_NET,
+        "survivor: the start after the loss fails (%d: %s)", rc,
+        MKX_Get_last_error());
+  CHECK(dt < 10.0, "survivor: within the bound (%.1f s, timeout_ms 2000)", dt);
+  if (r) {
+    CHECK_RC(MKX_Start(r, st), MKX_ERR_INVALID_COMM,
+             "survivor: the communicator refuses the next start");
+    CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "survivor: request free");
+  }
+  cudaFree(A), cudaFree(B), cudaFree(C);
+  if (st) cudaStreamDestroy(st);
+}
+
+static int gpu_count(void) {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
+  (void)cudaGetLastError();
+  return n;
+}
+#endif
+
+int main(int argc, char **argv) {
+  int rank = 0, size = 0, device = 0;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  check_set_rank(rank, size);
+  for (int i = 1; i < argc; i++) device |= !strcmp(argv[i], "--device");
+  int gpus = 0;
+#ifdef MKX_TEST_CUDA
+  gpus = device ? gpu_count() : 0;
+#endif
+  if (size < 2 || (device && gpus == 0)) {
+    printf("skip: %s\n", size < 2 ? "needs 2 or more ranks" : "no GPU");
+    MPI_Finalize();
+    return CHECK_SKIP;
+  }
+  MKX_Comm c = make_comm(device);
+#ifdef MKX_TEST_CUDA
+  if (device) device_run(c, rank, size);
+#endif
+  if (!device) {
+    if (rank == size - 1) _exit(0); /* dies without a word to MPI */
+    host_call(c);
+  }
   CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "survivor: MKX_Comm_free");
   const int failed = check_failed();
   MPI_Finalize();
