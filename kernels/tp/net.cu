@@ -22,9 +22,6 @@ namespace {
 
 using mkx::tp::give_up;
 
-struct NetCounts {
-  int n[MKX_TP_MAX];
-};
 using mkx::tp::told_word;
 
 /* A failed proxy wait or post: recorded in the call's error word as a
@@ -89,18 +86,6 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   if (seq) *d.last_seq = seq;
 }
 
-__global__ void net_wait(const mkx_tp_net_desc d, uint32_t w0, NetCounts n) {
-  if (threadIdx.x != 0) return;
-  const uint64_t e = *(volatile uint64_t *)d.epoch;
-  for (int q = 0; q < d.size; ++q)
-    for (int j = 0; q != d.rank && j < n.n[q]; ++j)
-      if (mkx::proxy::wait_signal(d.proxy, d.slot0 + (uint32_t)q * d.words + w0 + j, e)) {
-        failed(d, q, MKX_TP_AT_NET_ROWS);
-        return;
-      }
-}
-
-/* V consecutive fp32 sums stored as OutT. */
 template <typename OutT, int V>
 struct SumVec {
   float v[V];
@@ -137,7 +122,7 @@ __device__ __forceinline__ void load_add(const float *p, SumVec<float, 1> &a) { 
 /* Row i of the sum, V columns per thread and U vectors in flight (loads
  * through L2 only: the peers' partials were written there by DMA). */
 template <typename OutT, int V>
-__device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i, OutT *out) {
+__device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i, OutT *out, OutT *out2) {
   constexpr int U = 4;
   const int64_t nv = d.n / V, step = (int64_t)blockDim.x * U;
   for (int64_t c0 = threadIdx.x; c0 < nv; c0 += step) {
@@ -159,6 +144,7 @@ __device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i,
 #pragma unroll
         for (int k = 0; k < V; ++k) o.v[k] = acc[u].v[k];
         store_out(out + i * d.ldc + (c0 + u * blockDim.x) * V, o);
+        if (out2) store_out(out2 + i * d.ldc2 + (c0 + u * blockDim.x) * V, o);
       }
   }
 }
@@ -197,7 +183,7 @@ __global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
   const int64_t per = 8, groups = (d.rows + per - 1) / per;
   const int64_t per_chunk = d.chunk_rows / per; /* chunk_rows: a multiple of 8 */
   __shared__ int ok;
-  OutT *out = static_cast<OutT *>(d.out);
+  OutT *out = static_cast<OutT *>(d.out), *out2 = static_cast<OutT *>(d.out2);
   const uint64_t e = *(volatile uint64_t *)d.net.epoch;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t r0 = g * per, r1 = r0 + per < d.rows ? r0 + per : d.rows;
@@ -213,13 +199,53 @@ __global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
     }
     __syncthreads();
     if (!ok) return;
-    for (int64_t i = r0; i < r1; ++i) sum_row<OutT, V>(d, i, out);
+    for (int64_t i = r0; i < r1; ++i) sum_row<OutT, V>(d, i, out, out2);
     __syncthreads();
     if (d.post_w0 && threadIdx.x == 0) {
       const int64_t j = r0 / d.chunk_rows;
       const int64_t left = groups - j * per_chunk;
       group_done(d, j, left < per_chunk ? left : per_chunk, e);
     }
+  }
+}
+
+/* Groups of 8 rows of the other owners, block-strided: thread 0 waits for
+ * the chunk that holds the group, then the block copies its rows from
+ * the region into dst (16 bytes at a time where every row allows). */
+template <typename W>
+__global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
+  __shared__ int ok;
+  __shared__ int64_t s_r0, s_r1;
+  const uint64_t e = *(volatile uint64_t *)d.net.epoch;
+  const int64_t words = d.row_bytes / (int64_t)sizeof(W);
+  for (int64_t g = blockIdx.x;; g += gridDim.x) {
+    if (threadIdx.x == 0) {
+      /* group g among the other owners' rows, owner by owner */
+      int64_t left = g;
+      ok = 0, s_r0 = s_r1 = 0;
+      for (int q = 0; q < d.net.size; ++q) {
+        if (q == d.net.rank) continue;
+        const int64_t b0 = d.bnd[q], b1 = d.bnd[q + 1], ng = (b1 - b0 + 7) / 8;
+        if (left >= ng) {
+          left -= ng;
+          continue;
+        }
+        s_r0 = b0 + left * 8;
+        s_r1 = s_r0 + 8 < b1 ? s_r0 + 8 : b1;
+        const uint32_t j = (uint32_t)((s_r0 - b0) / d.chunk_rows);
+        ok = mkx::proxy::wait_signal(d.net.proxy, d.net.slot0 + (uint32_t)q * d.net.words + d.w0 + j, e) ? -1 : 1;
+        if (ok < 0) failed(d.net, q, MKX_TP_AT_NET_ROWS);
+        break;
+      }
+    }
+    __syncthreads();
+    if (ok <= 0) return;
+    for (int64_t i = s_r0; i < s_r1; ++i) {
+      const W *src = reinterpret_cast<const W *>(d.src + i * d.ld_src);
+      W *dst = reinterpret_cast<W *>(d.dst + i * d.ld_dst);
+      for (int64_t c = threadIdx.x; c < words; c += blockDim.x) dst[c] = __ldcg(src + c);
+    }
+    __syncthreads();
   }
 }
 
@@ -262,48 +288,9 @@ extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_
   return launched();
 }
 
-extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t w0, const int *n, cudaStream_t st) {
-  if (!desc_ok(d) || !n) return MKX_GEMM_EINVAL;
-  NetCounts c = {};
-  for (int q = 0; q < d->size; ++q) {
-    if (n[q] < 0 || w0 + (uint32_t)n[q] > d->words) return MKX_GEMM_EINVAL;
-    c.n[q] = n[q];
-  }
-  net_wait<<<1, 32, 0, st>>>(*d, w0, c);
-  return launched();
-}
-
-namespace {
-
-/* 16-byte vectors where every row of every operand starts 16-byte
- * aligned (and out's 4-element groups likewise). */
-bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
-  if (d->n % 4 || d->ld_part % 4 || d->ldc % 4 || (uintptr_t)d->out % (4 * out_size)) return false;
-  for (int q = 0; q < d->net.size; ++q)
-    if ((uintptr_t)d->part[q] % 16) return false;
-  return true;
-}
-
-template <typename OutT>
-void sum_launch(const mkx_tp_net_sum_desc *d, unsigned blocks, cudaStream_t st) {
-  if (sum_vectors(d, sizeof(OutT)))
-    net_sum<OutT, 4><<<blocks, 512, 0, st>>>(*d);
-  else
-    net_sum<OutT, 1><<<blocks, 512, 0, st>>>(*d);
-}
-
-bool sum_posts_ok(const mkx_tp_net_sum_desc *d) {
-  if (!d->post_w0) return true;
-  const int64_t chunks = (d->rows + d->chunk_rows - 1) / d->chunk_rows;
-  return d->chunk_done && chunks <= MKX_TP_NET_MAXCH && d->post_row_bytes > 0 &&
-         d->post_w0 + (uint64_t)chunks <= d->net.words;
-}
-
-}  // namespace
-
 extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 8 || d->chunk_rows % 8 || !d->out ||
-      d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d))
+      d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d) || (d->out2 && d->ldc2 < d->n))
     return MKX_GEMM_EINVAL;
   if (d->rows == 0) return 0;
   if (d->w0 + (uint64_t)((d->rows - 1) / d->chunk_rows) >= d->net.words) return MKX_GEMM_EINVAL;
@@ -327,18 +314,43 @@ extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   return launched();
 }
 
+extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
+  if (!d || !desc_ok(&d->net) || !d->src || !d->dst || d->row_bytes < 1 || d->ld_src < d->row_bytes ||
+      d->ld_dst < d->row_bytes || d->chunk_rows < 1 || d->bnd[0] != 0)
+    return MKX_GEMM_EINVAL;
+  int64_t rows = 0;
+  for (int q = 0; q < d->net.size; ++q) {
+    if (d->bnd[q + 1] < d->bnd[q]) return MKX_GEMM_EINVAL;
+    const int64_t n = d->bnd[q + 1] - d->bnd[q];
+    if (q != d->net.rank && n > 0 && d->w0 + (uint64_t)((n - 1) / d->chunk_rows) >= d->net.words)
+      return MKX_GEMM_EINVAL;
+    if (q != d->net.rank) rows += (n + 7) / 8;
+  }
+  if (rows == 0) return 0;
+  int64_t blocks = rows;
+  if (d->max_blocks > 0 && blocks > d->max_blocks) blocks = d->max_blocks;
+  const bool v16 = d->row_bytes % 16 == 0 && d->ld_src % 16 == 0 && d->ld_dst % 16 == 0 &&
+                   (uintptr_t)d->src % 16 == 0 && (uintptr_t)d->dst % 16 == 0;
+  if (v16)
+    net_take<uint4><<<(unsigned)blocks, 512, 0, st>>>(*d);
+  else
+    net_take<unsigned char><<<(unsigned)blocks, 512, 0, st>>>(*d);
+  return launched();
+}
+
 extern "C" int mkx_tp_net_load(void) {
   cudaFuncAttributes a;
   const void *const k[] = {(const void *)net_begin,
                            (const void *)net_end,
                            (const void *)net_post,
-                           (const void *)net_wait,
                            (const void *)net_sum<__nv_bfloat16, 4>,
                            (const void *)net_sum<__half, 4>,
                            (const void *)net_sum<float, 4>,
                            (const void *)net_sum<__nv_bfloat16, 1>,
                            (const void *)net_sum<__half, 1>,
-                           (const void *)net_sum<float, 1>};
+                           (const void *)net_sum<float, 1>,
+                           (const void *)net_take<uint4>,
+                           (const void *)net_take<unsigned char>};
   for (const void *f : k) {
     const cudaError_t e = cudaFuncGetAttributes(&a, f);
     if (e != cudaSuccess) return (int)e;

@@ -211,12 +211,9 @@ int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
  *   post (<<<1, 32>>>): one write of len bytes at src_off of the region to
  *   dst_off of the region at `peer`, setting the peer's word
  *   slot0 + rank * words + word to the call's network epoch, once the
- *   stream's earlier work (the chunk's GEMM) has ended;
- *   wait (<<<1, 32>>>): until word slot0 + q * words + w0 + j has reached
- *   the epoch for every other rank q and j < n[q]. */
+ *   stream's earlier work (the chunk's GEMM) has ended. */
 int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len, uint32_t word,
                     cudaStream_t st);
-int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t w0, const int *n, cudaStream_t st);
 
 /* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
  * part[r] row i (fp32, n wide, leading dimension ld_part), rows [0, rows)
@@ -236,6 +233,8 @@ typedef struct mkx_tp_net_sum_desc {
   uint32_t w0;
   void *out;
   int64_t ldc;
+  void *out2; /* NULL, or a second copy of out (leading dimension ldc2) */
+  int64_t ldc2;
   int c_type;
   int max_blocks; /* most CTAs (0: one per 8 rows) */
   uint32_t post_w0;
@@ -244,6 +243,21 @@ typedef struct mkx_tp_net_sum_desc {
   uint64_t *chunk_done;
 } mkx_tp_net_sum_desc;
 int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
+/* The other owners' rows as they land: rows [bnd[q], bnd[q + 1]) of every
+ * rank q != rank, in chunks of chunk_rows from bnd[q], chunk j waiting
+ * first for word slot0 + q * words + w0 + j to reach the epoch, copied
+ * row_bytes per row from src (ld_src bytes apart) to dst (ld_dst). */
+typedef struct mkx_tp_net_take_desc {
+  mkx_tp_net_desc net;
+  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t chunk_rows;
+  uint32_t w0;
+  const char *src;
+  char *dst;
+  int64_t ld_src, ld_dst, row_bytes;
+  int max_blocks; /* most CTAs (0: one per 8 rows) */
+} mkx_tp_net_take_desc;
+int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st);
 /* Load every kernel above, launching nothing (mkx_gemm_load says why). */
 int mkx_tp_net_load(void);
 /* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */

@@ -71,7 +71,7 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
  * MKX_COMM_NET_GPU_WORDS signal words per sending rank from
  * mkx_comm_net_gpu_slot(c, src) (the last: the region's first write), and
  * region MKX_COMM_NET_GPU_REGION. */
-#define MKX_COMM_NET_GPU_WORDS 18
+#define MKX_COMM_NET_GPU_WORDS 34
 #define MKX_COMM_NET_GPU_REGION 2
 #define MKX_COMM_NET_GPU_DWORDS 18
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);

@@ -21,7 +21,8 @@
  * to every peer as soon as it is summed; the peers' come back into Y,
  * then C).  Each partial row crosses the network once, to
  * its owner: the minimum for nodes of one rank.  Words per sender
- * (comm_net.h): 0 its arrival, 1-8 the partial chunks, 9-16 Y's chunks.
+ * (comm_net.h): 0 its arrival, 1-16 the partial chunks, 17-32 Y's chunks.
+ * 16 chunks: the link starts after a sixteenth of the peers' GEMM.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -35,9 +36,12 @@
 #include "ops/tp_host.h"
 #include "gemm/gemm_engine.h"
 
-#define CHUNKS 8
-#define W_PART 1 /* first word of the partial chunks */
-#define W_ROWS 9 /* first word of Y's chunks */
+#define CHUNKS 16
+#define W_PART 1  /* first word of the partial chunks */
+#define W_ROWS 17 /* first word of Y's chunks */
+_Static_assert(CHUNKS <= MKX_TP_NET_MAXCH &&
+                   W_ROWS + CHUNKS <= MKX_COMM_NET_GPU_WORDS - 1,
+               "chunks and their words");
 
 typedef struct rn_plan {
   int op;          /* MKX_TP_OP_RS or MKX_TP_OP_AR */
@@ -172,6 +176,12 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
       fn, "network post");
 }
 
+/* Most CTAs of the kernels that wait for chunks: a rank sharing the GPU
+ * leaves the SMs to the peers' chunk GEMMs that its waits depend on. */
+static int sum_blocks(MKX_Comm c) {
+  return c->share.mode != MKX_SHARE_NONE ? 16 : 0;
+}
+
 static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
                    const mkx_tp_net_desc *n, cudaStream_t st) {
   mkx_tp_net_sum_desc s;
@@ -190,9 +200,7 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   s.chunk_rows = p->chunk_rows;
   s.w0 = W_PART;
   s.c_type = mkx_tp_gemm_type(a->ctype);
-  /* a rank sharing the GPU leaves the SMs to the peers' chunk GEMMs that
-   * its waits depend on: a few CTAs only */
-  s.max_blocks = c->share.mode != MKX_SHARE_NONE ? 16 : 0;
+  s.max_blocks = sum_blocks(c);
   if (p->op == MKX_TP_OP_AR) {
     /* each summed chunk of Y leaves for every peer at once */
     s.post_off = p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
@@ -201,6 +209,9 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
     s.chunk_done = p->np.words + 2;
     s.out = p->np.region + s.post_off;
     s.ldc = p->n;
+    /* and C's own rows at once */
+    s.out2 = (char *)a->C + (size_t)p->bnd[me] * (size_t)a->ldc * p->es_c;
+    s.ldc2 = a->ldc;
   } else {
     s.out = a->C;
     s.ldc = a->ldc;
@@ -208,21 +219,25 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   return mkx_tp_launch_rc(mkx_tp_net_sum(&s, st), fn_of(p->op), "sum");
 }
 
-/* GEMM+AllReduce, once the sum has sent this rank's rounded rows to every
- * peer: every peer's into Y, Y into C. */
+/* GEMM+AllReduce, while the sum sends this rank's rounded rows to every
+ * peer (and writes them into C): every other owner's rows into C, chunk by
+ * chunk as they land in Y. */
 static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
                        const mkx_tp_net_desc *n, cudaStream_t st) {
-  const char *fn = fn_of(p->op);
-  const int me = c->rank;
-  const size_t row = (size_t)p->n * p->es_c;
-  int counts[MKX_TP_MAX] = {0};
-  for (int q = 0; q < c->size; q++) counts[q] = q == me ? 0 : chunks_of(p, q);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_wait(n, W_ROWS, counts, st), fn,
-                           "rows of the other owners"));
-  return mkx_cuda_rc(
-      cudaMemcpy2DAsync(a->C, (size_t)a->ldc * p->es_c, p->np.region + p->off_y,
-                        row, row, (size_t)p->M, cudaMemcpyDeviceToDevice, st),
-      fn, "copy to C");
+  mkx_tp_net_take_desc t;
+  memset(&t, 0, sizeof t);
+  t.net = *n;
+  for (int q = 0; q <= c->size; q++) t.bnd[q] = p->bnd[q];
+  t.chunk_rows = p->chunk_rows;
+  t.w0 = W_ROWS;
+  t.row_bytes = p->n * (int64_t)p->es_c;
+  t.src = p->np.region + p->off_y;
+  t.ld_src = t.row_bytes;
+  t.dst = a->C;
+  t.ld_dst = a->ldc * (int64_t)p->es_c;
+  t.max_blocks = sum_blocks(c);
+  return mkx_tp_launch_rc(mkx_tp_net_take(&t, st), fn_of(p->op),
+                          "rows of the other owners");
 }
 
 int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
