@@ -288,6 +288,35 @@ extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_
   return launched();
 }
 
+namespace {
+
+/* 16-byte vectors where every row of every operand starts 16-byte
+ * aligned (and out's 4-element groups likewise). */
+bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
+  if (d->n % 4 || d->ld_part % 4 || d->ldc % 4 || (uintptr_t)d->out % (4 * out_size)) return false;
+  if (d->out2 && (d->ldc2 % 4 || (uintptr_t)d->out2 % (4 * out_size))) return false;
+  for (int q = 0; q < d->net.size; ++q)
+    if ((uintptr_t)d->part[q] % 16) return false;
+  return true;
+}
+
+template <typename OutT>
+void sum_launch(const mkx_tp_net_sum_desc *d, unsigned blocks, cudaStream_t st) {
+  if (sum_vectors(d, sizeof(OutT)))
+    net_sum<OutT, 4><<<blocks, 512, 0, st>>>(*d);
+  else
+    net_sum<OutT, 1><<<blocks, 512, 0, st>>>(*d);
+}
+
+bool sum_posts_ok(const mkx_tp_net_sum_desc *d) {
+  if (!d->post_w0) return true;
+  const int64_t chunks = (d->rows + d->chunk_rows - 1) / d->chunk_rows;
+  return d->chunk_done && chunks <= MKX_TP_NET_MAXCH && d->post_row_bytes > 0 &&
+         d->post_w0 + (uint64_t)chunks <= d->net.words;
+}
+
+}  // namespace
+
 extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 8 || d->chunk_rows % 8 || !d->out ||
       d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d) || (d->out2 && d->ldc2 < d->n))
