@@ -31,6 +31,13 @@ __device__ void failed(const mkx_tp_net_desc &d, int peer, int where) {
   give_up(d.sync, MKX_TP_ERR_TIMEOUT, peer, -1, where, told_word(d.sync.rank, peer, where));
 }
 
+/* The call has failed on this rank (a wait ran out, or a peer gave up):
+ * nothing more is written into the peers' regions, since a peer that has
+ * not arrived may still read its region for its previous call. */
+__device__ __forceinline__ bool call_failed(const mkx_tp_net_desc &d) {
+  return d.sync.err && *(volatile const int *)d.sync.err > 0;
+}
+
 __global__ void net_begin(const mkx_tp_net_desc d) {
   if (threadIdx.x != 0) return;
   const uint64_t e = *(volatile uint64_t *)d.epoch + 1;
@@ -49,6 +56,10 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
       *d.last_seq = seq;
       return;
     }
+  if (call_failed(d)) {
+    *d.last_seq = seq;
+    return;
+  }
   const int64_t row0 = d.bnd[d.rank], row1 = d.bnd[d.rank + 1];
   /* peer by peer from the next rank on, so the ranks' first chunks do not
    * all go to rank 0 */
@@ -77,7 +88,7 @@ __global__ void net_end(const mkx_tp_net_desc d) {
 
 __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
                          uint32_t word) {
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x != 0 || call_failed(d)) return;
   const uint64_t e = *(volatile uint64_t *)d.epoch;
   uint64_t seq = 0;
   const uint32_t slot = d.slot0 + (uint32_t)d.rank * d.words + word;
@@ -158,6 +169,7 @@ __device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t grou
   if (atomicAdd(count, 1ull) + 1 != (unsigned long long)groups_in_chunk) return;
   *count = 0; /* the next call's sum runs after this kernel */
   __threadfence();
+  if (call_failed(d.net)) return;
   const int64_t r0 = j * d.chunk_rows, r1 = r0 + d.chunk_rows < d.rows ? r0 + d.chunk_rows : d.rows;
   const uint64_t off = d.post_off + (uint64_t)r0 * (uint64_t)d.post_row_bytes;
   const uint64_t len = (uint64_t)(r1 - r0) * (uint64_t)d.post_row_bytes;
