@@ -311,7 +311,7 @@ static const char *where_name(int w) {
     case MKX_TP_AT_NET_ARRIVE:
       return "its arrival over the network (start of the call)";
     case MKX_TP_AT_NET_ROWS:
-      return "a chunk of its A rows over the network";
+      return "a chunk of its rows over the network (A rows, partials or sums)";
     case MKX_TP_AT_NET_SENT:
       return "the network proxy (room in the ring, or completion)";
   }
