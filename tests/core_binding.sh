@@ -19,19 +19,17 @@ run() { # run BIND: mkx_info's stderr and stdout on 2 ranks
     mpirun $root --oversubscribe --bind-to "$1" -np 2 "$info" 2>&1
 }
 fail=0
-bound=$(run core) || { echo "not ok - mkx_info bound to cores failed"; echo "$bound"; exit 1; }
-n=$(echo "$bound" | grep -c "bound to one core")
-if [ "$n" = 2 ]; then
-  echo "ok - both ranks bound to one core are warned"
-else
-  echo "not ok - $n of 2 ranks bound to one core warned"; echo "$bound" | sed 's/^/# /'
-  fail=1
-fi
-free=$(run none) || { echo "not ok - mkx_info unbound failed"; echo "$free"; exit 1; }
-n=$(echo "$free" | grep -c "bound to one core")
-if [ "$n" = 0 ]; then
-  echo "ok - unbound ranks are not warned"
-else
-  echo "not ok - $n unbound ranks warned"; fail=1
-fi
+# expect BIND N WHAT: with --bind-to BIND, N ranks warned
+expect() {
+  out=$(run "$1") || { echo "not ok - mkx_info (--bind-to $1) failed"; echo "$out"; exit 1; }
+  n=$(echo "$out" | grep -c "bound to one core")
+  if [ "$n" = "$2" ]; then
+    echo "ok - $3"
+  else
+    echo "not ok - $3: $n ranks warned"; echo "$out" | sed 's/^/# /'
+    fail=1
+  fi
+}
+expect core 2 "both ranks bound to one core are warned"
+expect none 0 "unbound ranks are not warned"
 exit $fail
