@@ -520,6 +520,12 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s) {
   if (cn && cn->proxy) mkx_proxy_get_stats(cn->proxy, s);
 }
 
+int64_t mkx_comm_net_link_mbps(MKX_Comm c) {
+  const mkx_comm_net *cn = c->net;
+  if (!cn || !cn->net || strcmp(cn->net->prov->name, "shm") != 0) return 0;
+  return c->opt.net_shm_bandwidth;
+}
+
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c) {
   mkx_comm_net *cn = c->net;
   uint64_t sum = 0;

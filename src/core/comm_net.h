@@ -62,6 +62,11 @@ void mkx_comm_net_test_piece(size_t bytes);
  * set-up, not counted). */
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);
 
+/* The emulated link's cap in MB/s where the endpoint is shm's with one
+ * (option net_shm_bandwidth), else 0: benchmarks set a call's bytes
+ * against it. */
+int64_t mkx_comm_net_link_mbps(MKX_Comm c);
+
 /* What this rank's network proxy thread has cost and carried so far
  * (mkx_proxy_get_stats; zeros without an endpoint). */
 void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);

@@ -40,7 +40,8 @@
  * net_shm_latency_us) with option hier_gemm (the several-node paths;
  * cuBLAS + NCCL still run over NVLink on one node), and a comment line per
  * shape gives the CPU time, commands and megabytes of the network proxy
- * thread per MKX call.
+ * thread per MKX call; over shm with a cap, another gives those megabytes'
+ * time at the cap and mkx / max(gemm, that time).
  * --versus KEY=VALUE: a second MKX communicator with that option too (e.g.
  * tp_overlap=no, tp_split_gemm=cublas, fused=off), interleaved with the
  * others: two more columns, `mkx (KEY=VALUE)`, its time, and `serial/that`,
@@ -398,10 +399,12 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
 
 /* --vnode: what the network proxy thread cost per MKX call (mean over the
  * timed calls; the rank whose proxy cost most), as a comment line on
- * stdout (and in `out` if given; not between a table's rows). */
+ * stdout (and in `out` if given; not between a table's rows); over a
+ * capped shm link also those bytes' time at the cap and the call's time
+ * over the slower of that and its GEMM. */
 static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
-                        double *proxy, FILE *out) {
-  char s[320];
+                        double *proxy, const float *med, FILE *out) {
+  char s[480];
   AI(MPI_Allreduce(MPI_IN_PLACE, proxy, 3, MPI_DOUBLE, MPI_MAX,
                    MPI_COMM_WORLD));
   if (e->rank != 0) return;
@@ -411,7 +414,20 @@ static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
            op_names[op], (long long)M, (long long)N, (long long)K, proxy[0],
            proxy[1], proxy[2]);
   fputs(s, stdout);
-  if (out) fputs(s, out), fflush(out);
+  if (out) fputs(s, out);
+  /* over an emulated link: those bytes at its cap, and the call against
+   * the slower of them and its GEMM */
+  const int64_t mbps = mkx_comm_net_link_mbps(e->mkx);
+  if (mbps <= 0) return;
+  const double link = 1e3 * proxy[2] / (double)mbps;
+  const double bound = on(e, V_GEMM) && med[V_GEMM] > link ? med[V_GEMM] : link;
+  snprintf(s, sizeof s,
+           "# %s %lldx%lldx%lld link: %.1f MB at %lld MB/s take %.3f ms; "
+           "mkx / max(gemm, link) = %.2f\n",
+           op_names[op], (long long)M, (long long)N, (long long)K, proxy[2],
+           (long long)mbps, link, med[V_MKX] / bound);
+  fputs(s, stdout);
+  if (out) fputs(s, out);
 }
 
 /* One table row (rank 0): times of the slowest rank, "-" where not run. */
@@ -480,7 +496,7 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   AI(MPI_Allreduce(MPI_IN_PLACE, hmed, NV, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   if (e->host_times && e->rank == 0) print_host_times(e, op, M, N, K, hmed);
   if (e->rank == 0) print_row(e, op, M, N, K, med, out);
-  if (e->net_stats) print_proxy(e, op, M, N, K, proxy, NULL);
+  if (e->net_stats) print_proxy(e, op, M, N, K, proxy, med, NULL);
   PK(cudaEventDestroy(e0));
   PK(cudaEventDestroy(e1));
   teardown(&w);
