@@ -522,7 +522,7 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s) {
 
 int64_t mkx_comm_net_link_mbps(MKX_Comm c) {
   const mkx_comm_net *cn = c->net;
-  if (!cn || !cn->net || strcmp(cn->net->prov->name, "shm") != 0) return 0;
+  if (!cn || strcmp(mkx_net_name(cn->net), "shm") != 0) return 0;
   return c->opt.net_shm_bandwidth;
 }
 

@@ -192,6 +192,17 @@ static void same_as_staged(int op, MKX_Comm staged, MKX_Comm gpu, tbuf *A,
   tbuf_free(&C[0]), tbuf_free(&C[1]);
 }
 
+/* GEMM+ReduceScatter and GEMM+AllReduce of the M x k rows A (same_as_staged),
+ * each with its minimum network bytes. */
+static void reductions_same(MKX_Comm staged, MKX_Comm gpu, const geo *g,
+                            tbuf *A, int64_t M, int64_t k, tbuf *B, int64_t n) {
+  same_as_staged(1, staged, gpu, A, M, k, B, n, block_rows(M, mt.rank),
+                 rs_bytes(g, M, n));
+  same_as_staged(2, staged, gpu, A, M, k, B, n, M,
+                 rs_bytes(g, M, n) +
+                     (uint64_t)(g->N - 1) * block_rows(M, mt.rank) * n * 4);
+}
+
 /* hier_gemm=proxy: back-to-back calls on fresh inputs each (a peer's
  * rows of one call must never land in another): AllGather+GEMM with
  * A_out (256 rows per rank, so each rank's rows go in two chunks), then
@@ -232,11 +243,7 @@ static void repeated(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
     /* the reductions on awkward row counts, fresh A each time */
     const int64_t M2 = m * mt.size + it;
     make16(&A, M2, k, 90 + it);
-    same_as_staged(1, staged, gpu, &A, M2, k, &B, n, block_rows(M2, mt.rank),
-                   rs_bytes(g, M2, n));
-    same_as_staged(2, staged, gpu, &A, M2, k, &B, n, M2,
-                   rs_bytes(g, M2, n) +
-                       (uint64_t)(g->N - 1) * block_rows(M2, mt.rank) * n * 4);
+    reductions_same(staged, gpu, g, &A, M2, k, &B, n);
     tbuf_free(&A);
   }
   for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&O[v]);
@@ -258,11 +265,7 @@ static void gpu_gemm(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
                    (uint64_t)(g->N - 1) * m * k * 2);
     tbuf_free(&A);
     make16(&A, M, k, 51 + i);
-    same_as_staged(1, staged, gpu, &A, M, k, &B, n, block_rows(M, mt.rank),
-                   rs_bytes(g, M, n));
-    same_as_staged(2, staged, gpu, &A, M, k, &B, n, M,
-                   rs_bytes(g, M, n) +
-                       (uint64_t)(g->N - 1) * block_rows(M, mt.rank) * n * 4);
+    reductions_same(staged, gpu, g, &A, M, k, &B, n);
     tbuf_free(&A), tbuf_free(&B);
   }
 }
