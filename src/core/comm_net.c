@@ -49,6 +49,8 @@
 #define PIECE_MIN ((size_t)64 << 10)
 #define DEPTH 4
 #define STAGE_BUDGET ((size_t)64 << 20)
+/* The device region's tail, for its first write (warm_up). */
+#define WARM_BYTES 256
 
 typedef struct mkx_comm_net {
   mkx_net *net;
@@ -179,14 +181,15 @@ int mkx_comm_net_open(MKX_Comm c) {
   /* Virtual nodes of one host talk over loopback unless told otherwise. */
   if (opt.net_tcp_bind[0] == '\0' && one_host(c))
     strcpy(opt.net_tcp_bind, "lo");
-  mkx_net_params p = {
-      .rank = c->rank,
-      .size = c->size,
-      .num_signals = (uint32_t)c->size * (DEPTH + 1 + MKX_COMM_NET_GPU_WORDS),
-      .timeout_ms = c->opt.timeout_ms,
-      .opt = &opt,
-      .device = c->has_gpu_map && c->gpu_map.num_nics ? c->gpu_map.nic_names[0]
-                                                      : NULL};
+  mkx_net_params p = {.rank = c->rank,
+                      .size = c->size,
+                      .num_signals = (uint32_t)c->size *
+                                     (DEPTH + 1 + MKX_COMM_NET_GPU_WORDS + 1),
+                      .timeout_ms = c->opt.timeout_ms,
+                      .opt = &opt,
+                      .device = c->has_gpu_map && c->gpu_map.num_nics
+                                    ? c->gpu_map.nic_names[0]
+                                    : NULL};
   /* a rank whose transport did not open must not leave the others in
    * the connect's exchange */
   if (rc == MKX_SUCCESS) rc = mkx_net_open(&p, &cn->net);
@@ -541,6 +544,12 @@ uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src) {
          (uint32_t)src * MKX_COMM_NET_GPU_WORDS;
 }
 
+/* The word of src's first write into the region: after every rank's
+ * block of the kernels' words. */
+static uint32_t warm_slot(MKX_Comm c, int src) {
+  return mkx_comm_net_gpu_slot(c, c->size) + (uint32_t)src;
+}
+
 #if HAVE_CUDA
 const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c) {
   const mkx_comm_net *cn = c->net;
@@ -574,24 +583,26 @@ int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
 /* A first write into every peer's new region, by the host while no kernel
  * waits: what a transport sets up on a region's first write (shm maps the
  * peer's memory through CUDA IPC) may wait for the device, which would
- * deadlock behind a kernel that waits for this very write.  It goes to
- * the region's first bytes before any call uses them, and sets the
- * sender's last GPU word (no kernel waits on it). */
+ * deadlock behind a kernel that waits for this very write.  The sender
+ * knows when it has sent, not when the peer has landed it (over tcp, a
+ * thread of the peer's copies it later), so it goes to the region's tail,
+ * past what calls use, and sets a word no kernel waits on. */
 static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
   mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
-  const size_t len = cn->gcap < 16 ? cn->gcap : 16;
+  const size_t len = WARM_BYTES;
   uint64_t seq = 0;
   cn->warmed++;
   for (int q = 0; q < c->size; q++) {
     if (q == c->rank) continue;
-    mkx_proxy_cmd cmd = {
-        .op = MKX_PROXY_OP_WRITE,
-        .peer = q,
-        .src = MKX_COMM_NET_GPU_REGION,
-        .dst = MKX_COMM_NET_GPU_REGION,
-        .len = len,
-        .slot = mkx_comm_net_gpu_slot(c, c->rank) + MKX_COMM_NET_GPU_WORDS - 1,
-        .value = cn->warmed};
+    mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE,
+                         .peer = q,
+                         .src = MKX_COMM_NET_GPU_REGION,
+                         .dst = MKX_COMM_NET_GPU_REGION,
+                         .src_off = cn->gcap,
+                         .dst_off = cn->gcap,
+                         .len = len,
+                         .slot = warm_slot(c, c->rank),
+                         .value = cn->warmed};
     MKX_TRY(mkx_proxy_post(ring, &cmd, &seq, c->opt.timeout_ms));
     cn->warm_bytes += len;
   }
@@ -603,10 +614,10 @@ static int gpu_buffer(mkx_comm_net *cn, size_t len, mkx_net_mr *mr) {
   memset(mr, 0, sizeof *mr);
   if (cn->gbuf) cudaFree(cn->gbuf);
   cn->gbuf = NULL, cn->gcap = 0;
-  MKX_TRY(mkx_cuda_rc(cudaMalloc(&cn->gbuf, len), "network endpoint",
-                      "cudaMalloc of the device region"));
+  MKX_TRY(mkx_cuda_rc(cudaMalloc(&cn->gbuf, len + WARM_BYTES),
+                      "network endpoint", "cudaMalloc of the device region"));
   cn->gcap = len;
-  mkx_net_reg_args a = {cn->gbuf, len, MKX_NET_MEM_DEVICE, -1, 0};
+  mkx_net_reg_args a = {cn->gbuf, len + WARM_BYTES, MKX_NET_MEM_DEVICE, -1, 0};
   return mkx_net_reg(cn->net, &a, mr);
 }
 

@@ -72,11 +72,14 @@ int64_t mkx_comm_net_link_mbps(MKX_Comm c);
 void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 
 /* Kernels that drive the network (src/ops/net_gpu.h) use, on every
- * endpoint, the first MKX_COMM_NET_GPU_WORDS - 1 of the
- * MKX_COMM_NET_GPU_WORDS signal words per sending rank from
- * mkx_comm_net_gpu_slot(c, src) (the last: the region's first write), and
- * region MKX_COMM_NET_GPU_REGION. */
-#define MKX_COMM_NET_GPU_WORDS 34
+ * endpoint, MKX_COMM_NET_GPU_WORDS signal words per sending rank from
+ * mkx_comm_net_gpu_slot(c, src), consecutive by rank, and region
+ * MKX_COMM_NET_GPU_REGION up to the length they asked for.  The region's
+ * first write from each rank (a set-up: what a transport maps on it) goes
+ * to bytes after that length, with a word of its own after every rank's
+ * block: it may land after a call has begun, and must not touch what the
+ * call reads or waits for. */
+#define MKX_COMM_NET_GPU_WORDS 33
 #define MKX_COMM_NET_GPU_REGION 2
 #define MKX_COMM_NET_GPU_DWORDS 18
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);

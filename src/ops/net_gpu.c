@@ -29,17 +29,18 @@ static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
   d->rank = c->rank;
   d->size = c->size;
   d->slot0 = mkx_comm_net_gpu_slot(c, 0);
-  d->words = MKX_COMM_NET_GPU_WORDS - 1;
+  d->words = MKX_COMM_NET_GPU_WORDS;
   d->region = MKX_COMM_NET_GPU_REGION;
   d->row_bytes = 1;
   d->chunk_tiles = 1;
   mkx_tp_sync_fill(c, n->ws, 0, &d->sync);
 }
 
-int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n) {
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
+                      mkx_net_plan *n) {
   memset(n, 0, sizeof *n);
   n->bytes = bytes;
-  mkx_tp_need need = {1, 1, 4096, 0};
+  mkx_tp_need need = {1, flags_n > 1 ? flags_n : 1, 4096, 0};
   MKX_TRY(mkx_tp_ws_acquire(c, &need, &n->ws));
   void *base = NULL;
   const int rc = mkx_comm_net_gpu_region(c, bytes, &base, &n->words);

@@ -40,7 +40,7 @@
 #define W_PART 1  /* first word of the partial chunks */
 #define W_ROWS 17 /* first word of Y's chunks */
 _Static_assert(CHUNKS <= MKX_TP_NET_MAXCH &&
-                   W_ROWS + CHUNKS <= MKX_COMM_NET_GPU_WORDS - 1,
+                   W_ROWS + CHUNKS <= MKX_COMM_NET_GPU_WORDS,
                "chunks and their words");
 
 typedef struct rn_plan {
@@ -107,7 +107,7 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   const size_t bytes =
       p->off_y +
       (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
-  int rc = mkx_net_plan_init(c, bytes, &p->np);
+  int rc = mkx_net_plan_init(c, bytes, 1, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;
