@@ -37,6 +37,7 @@
  * without a GPU or with one rank.  Ranks may share a GPU (MPS or time
  * slices).
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,9 +85,14 @@ typedef struct prob {
   double *ref;          /* expected C, crows x n */
 } prob;
 
+/* Every problem has inputs of its own: a call that read what an earlier
+ * one left in a reused buffer (a row that had not landed yet) is wrong. */
+static uint64_t prob_seed;
+static int probs;
+
 static void *upload(int64_t rows, int64_t cols, int q, int tensor,
                     double **vals) {
-  *vals = mt_gen(rows, cols, MKX_BF16, mt.seed, q, tensor);
+  *vals = mt_gen(rows, cols, MKX_BF16, prob_seed, q, tensor);
   size_t bytes = (size_t)(rows * cols) * 2;
   void *h = malloc(bytes), *d = NULL;
   mt_store(h, MKX_BF16, MKX_ROW_MAJOR, rows, cols, cols, *vals);
@@ -102,9 +108,9 @@ static void reference(prob *p, const double *B) {
   const int64_t M = p->op == OP_AG ? p->m * mt.size : p->m;
   double *full = calloc((size_t)(M * p->n), sizeof *full);
   for (int q = 0; q < mt.size; q++) {
-    double *a = mt_gen(p->m, p->k, MKX_BF16, mt.seed, q, 1);
+    double *a = mt_gen(p->m, p->k, MKX_BF16, prob_seed, q, 1);
     double *b =
-        p->op == OP_AG ? NULL : mt_gen(p->k, p->n, MKX_BF16, mt.seed, q, 2);
+        p->op == OP_AG ? NULL : mt_gen(p->k, p->n, MKX_BF16, prob_seed, q, 2);
     if (p->op == OP_AG)
       mt_ref_gemm_acc(full + q * p->m * p->n, a, B, p->m, p->k, p->n);
     else
@@ -121,6 +127,7 @@ static void prob_init(prob *p, int op) {
   double *a, *b;
   memset(p, 0, sizeof *p);
   p->op = op;
+  prob_seed = mt.seed + (uint64_t)probs++;
   p->m = op == OP_AG ? 256 : 512;
   p->k = 128;
   p->n = 256;
@@ -156,6 +163,25 @@ static int plan_init(const prob *p, MKX_Comm c, MKX_Request *r) {
                                  MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
 }
 
+/* Where C is wrong: the first few values off by more than 1e-3 of the
+ * reference's largest, and how many there are, for the log. */
+static void where_wrong(const prob *p, const float *h) {
+  double big = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < p->crows * p->n; i++)
+    if (fabs(p->ref[i]) > big) big = fabs(p->ref[i]);
+  for (int64_t i = 0; i < p->crows; i++)
+    for (int64_t j = 0; j < p->n; j++) {
+      const double x = h[i * p->n + j], r = p->ref[i * p->n + j];
+      if (!(fabs(x - r) <= 1e-3 * big) && bad++ < 4)
+        mt_diag("[rank %d/%d] %s: C row %lld col %lld is %g, expected %g",
+                mt.rank, mt.size, op_name[p->op], (long long)(p->first + i),
+                (long long)j, x, r);
+    }
+  mt_diag("[rank %d/%d] %s: %lld of %lld values of C wrong", mt.rank, mt.size,
+          op_name[p->op], (long long)bad, (long long)(p->crows * p->n));
+}
+
 /* C (after the stream) against the reference; poisons C for the next run. */
 static int check_c(prob *p, const char *what) {
   size_t bytes = (size_t)(p->crows * p->n) * 4;
@@ -164,6 +190,7 @@ static int check_c(prob *p, const char *what) {
   mt_dev_copy(h, p->C, bytes, st);
   double err =
       mt_relerr_mat(h, MKX_FP32, MKX_ROW_MAJOR, p->n, p->crows, p->n, p->ref);
+  if (!(err <= mt_tol(MKX_BF16, MKX_FP32))) where_wrong(p, h);
   free(h);
   mt_dev_fill(p->C, 0xff, bytes, st);
   return CHECK(err <= mt_tol(MKX_BF16, MKX_FP32),
