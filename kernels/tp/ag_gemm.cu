@@ -42,6 +42,7 @@ struct AgParams {
   const uint64_t *net_epoch;
   uint32_t net_slot0, net_words;
   int net_chunk_tiles;
+  int *net_landed;
 };
 
 /* Stream-K over the last, uneven wave: of T tiles on C CTAs, the first
@@ -128,7 +129,7 @@ struct BoundedFlagGate {
       if (p->net_mask >> s & 1) {
         const int chunk = (tm - b0 / kBM) / p->net_chunk_tiles;
         const uint64_t *w = p->net_signals + p->net_slot0 + (uint32_t)s * p->net_words + 1 + chunk;
-        mkx::tp::wait_signal(w, net_target, p->sync, s, tm, MKX_TP_AT_NET_ROWS);
+        wait_landed(p->net_landed + s * (int)p->net_words + chunk, w, s, tm);
       } else {
         mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
       }
@@ -136,6 +137,20 @@ struct BoundedFlagGate {
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
   __device__ __forceinline__ void wait_k(int, int) {}
+  /* The signal words are host memory: a system-scope read of one from
+   * every CTA before every tile stalls the producers across PCIe (and
+   * slows each other's reads), so the first CTA to see a chunk landed says
+   * so in device memory, where every CTA looks first. */
+  __device__ __forceinline__ void wait_landed(int *landed, const uint64_t *w, int s, int tm) {
+    mkx::tp::wait_for(
+        [&] {
+          if (mkx::tp::geq(mkx::tp::ld_acquire(landed), target)) return true;
+          if (mkx::tp::ld_acquire(w) < net_target) return false;
+          mkx::tp::st_release(landed, target);
+          return true;
+        },
+        p->sync, s, tm, MKX_TP_AT_NET_ROWS);
+  }
 };
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
@@ -215,6 +230,7 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
   p.net_slot0 = d->net_slot0;
   p.net_words = d->net_words;
   p.net_chunk_tiles = d->net_chunk_tiles;
+  p.net_landed = d->net_landed;
   const int tiles = p.tiles_m * p.tiles_n;
   const int ctas = sms < tiles ? sms : tiles;
   split_last_wave(d, tiles, ctas, p);
@@ -249,8 +265,8 @@ static int ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
       (!d->a_own || d->own_t0 < 0 || d->own_t1 > cdiv(d->m, kBM) || (int64_t)d->own_t0 * kBM < d->own_row0 ||
        std::min((int64_t)d->own_t1 * kBM, d->m) > d->own_row0 + d->own_rows || d->lda_own < d->k))
     return MKX_GEMM_EINVAL;
-  if (d->net_mask && (!d->net_signals || !d->net_epoch || d->net_chunk_tiles < 1 || d->net_words < 2 ||
-                      (d->net_mask >> d->size) != 0 || (d->net_mask & d->ready_mask)))
+  if (d->net_mask && (!d->net_signals || !d->net_epoch || !d->net_landed || d->net_chunk_tiles < 1 ||
+                      d->net_words < 2 || (d->net_mask >> d->size) != 0 || (d->net_mask & d->ready_mask)))
     return MKX_GEMM_EINVAL;
   for (int q = 0; d->net_mask && q < d->size; ++q)
     if ((d->net_mask >> q & 1) &&

@@ -163,12 +163,16 @@ typedef struct mkx_tp_ag_desc {
   /* Sources on other nodes (bit s, mkx_tp_net_desc): their rows come over
    * the network in chunks of net.chunk_tiles tiles from the tile of
    * bnd[s]; a tile waits for net.signals[slot0 + s * words + 1 + chunk]
-   * >= the call's network epoch instead of a flag. */
+   * >= the call's network epoch instead of a flag.  net_landed: an int
+   * per (source, chunk), net_landed[s * net_words + chunk], local device
+   * memory (below the epoch before the first call): the first CTA to see a
+   * chunk's word sets it to the epoch, and every CTA looks there first. */
   unsigned net_mask;
   const uint64_t *net_signals;
   const uint64_t *net_epoch;
   uint32_t net_slot0, net_words;
   int net_chunk_tiles;
+  int *net_landed;
 } mkx_tp_ag_desc;
 int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
 /* Load the kernel mkx_tp_ag_gemm would launch for d, launching nothing

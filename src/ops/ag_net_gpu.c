@@ -94,7 +94,9 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
   p->chunk_tiles = chunk_tiles_of(&p->r, c->size);
-  int rc = mkx_net_plan_init(c, region_bytes(p, a), &p->np);
+  /* net_landed: a word per (source, chunk) */
+  int rc = mkx_net_plan_init(c, region_bytes(p, a),
+                             (int64_t)c->size * MKX_COMM_NET_GPU_WORDS, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;
@@ -162,6 +164,7 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   d->net_slot0 = n->slot0;
   d->net_words = n->words;
   d->net_chunk_tiles = n->chunk_tiles;
+  d->net_landed = mkx_tp_ws_flags(p->np.ws, 0);
   d->sync = n->sync;
 }
 

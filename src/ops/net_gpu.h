@@ -43,7 +43,8 @@ typedef struct mkx_net_plan {
   uint64_t *words; /* have grown it */
 } mkx_net_plan;
 /* Collective; on failure nothing is held. */
-int mkx_net_plan_init(MKX_Comm c, size_t bytes, mkx_net_plan *n);
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
+                      mkx_net_plan *n);
 void mkx_net_plan_fini(mkx_net_plan *n);
 /* At plan time: the kernels' descriptor in *d (as at a start) and every
  * kernel of these paths loaded: with lazy loading a kernel's first launch
