@@ -31,6 +31,15 @@ __device__ void failed(const mkx_tp_net_desc &d, int peer, int where) {
   give_up(d.sync, MKX_TP_ERR_TIMEOUT, peer, -1, where, told_word(d.sync.rank, peer, where));
 }
 
+/* Waits for rank q's word `word` (mkx_tp_net_desc) to reach epoch e:
+ * true once it has; false, with the failure recorded as a wait at
+ * `where`, if it never does within the bound. */
+__device__ bool peer_word(const mkx_tp_net_desc &d, int q, uint32_t word, uint64_t e, int where) {
+  if (!mkx::proxy::wait_signal(d.proxy, d.slot0 + (uint32_t)q * d.words + word, e)) return true;
+  failed(d, q, where);
+  return false;
+}
+
 /* The call has failed on this rank (a wait ran out, or a peer gave up):
  * nothing more is written into the peers' regions, since a peer that has
  * not arrived may still read its region for its previous call. */
@@ -51,8 +60,7 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
       return;
     }
   for (int q = 0; q < d.size; ++q)
-    if (q != d.rank && mkx::proxy::wait_signal(d.proxy, d.slot0 + (uint32_t)q * d.words, e)) {
-      failed(d, q, MKX_TP_AT_NET_ARRIVE);
+    if (q != d.rank && !peer_word(d, q, 0, e, MKX_TP_AT_NET_ARRIVE)) {
       *d.last_seq = seq;
       return;
     }
@@ -105,19 +113,19 @@ struct SumVec {
 __device__ __forceinline__ void store_out(float *o, const SumVec<float, 4> &a) {
   *reinterpret_cast<float4 *>(o) = make_float4(a.v[0], a.v[1], a.v[2], a.v[3]);
 }
-__device__ __forceinline__ void store_out(__nv_bfloat16 *o, const SumVec<__nv_bfloat16, 4> &a) {
-  __nv_bfloat162 lo = __floats2bfloat162_rn(a.v[0], a.v[1]), hi = __floats2bfloat162_rn(a.v[2], a.v[3]);
+/* Two 2-element halves of 4 outputs in one 8-byte store. */
+template <typename Pair>
+__device__ __forceinline__ void store_pairs(void *o, const Pair &lo, const Pair &hi) {
   uint2 u;
-  u.x = *reinterpret_cast<uint32_t *>(&lo);
-  u.y = *reinterpret_cast<uint32_t *>(&hi);
+  u.x = *reinterpret_cast<const uint32_t *>(&lo);
+  u.y = *reinterpret_cast<const uint32_t *>(&hi);
   *reinterpret_cast<uint2 *>(o) = u;
 }
+__device__ __forceinline__ void store_out(__nv_bfloat16 *o, const SumVec<__nv_bfloat16, 4> &a) {
+  store_pairs(o, __floats2bfloat162_rn(a.v[0], a.v[1]), __floats2bfloat162_rn(a.v[2], a.v[3]));
+}
 __device__ __forceinline__ void store_out(__half *o, const SumVec<__half, 4> &a) {
-  __half2 lo = __floats2half2_rn(a.v[0], a.v[1]), hi = __floats2half2_rn(a.v[2], a.v[3]);
-  uint2 u;
-  u.x = *reinterpret_cast<uint32_t *>(&lo);
-  u.y = *reinterpret_cast<uint32_t *>(&hi);
-  *reinterpret_cast<uint2 *>(o) = u;
+  store_pairs(o, __floats2half2_rn(a.v[0], a.v[1]), __floats2half2_rn(a.v[2], a.v[3]));
 }
 template <typename OutT>
 __device__ __forceinline__ void store_out(OutT *o, const SumVec<OutT, 1> &a) {
@@ -204,10 +212,7 @@ __global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
       const int64_t j0 = r0 / d.chunk_rows, j1 = (r1 - 1) / d.chunk_rows;
       for (int q = 0; ok && q < d.net.size; ++q)
         for (int64_t j = j0; ok && q != d.net.rank && j <= j1; ++j)
-          if (mkx::proxy::wait_signal(d.net.proxy, d.net.slot0 + (uint32_t)q * d.net.words + d.w0 + (uint32_t)j, e)) {
-            failed(d.net, q, MKX_TP_AT_NET_ROWS);
-            ok = 0;
-          }
+          ok = peer_word(d.net, q, d.w0 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS);
     }
     __syncthreads();
     if (!ok) return;
@@ -245,8 +250,7 @@ __global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
         s_r0 = b0 + left * 8;
         s_r1 = s_r0 + 8 < b1 ? s_r0 + 8 : b1;
         const uint32_t j = (uint32_t)((s_r0 - b0) / d.chunk_rows);
-        ok = mkx::proxy::wait_signal(d.net.proxy, d.net.slot0 + (uint32_t)q * d.net.words + d.w0 + j, e) ? -1 : 1;
-        if (ok < 0) failed(d.net, q, MKX_TP_AT_NET_ROWS);
+        ok = peer_word(d.net, q, d.w0 + j, e, MKX_TP_AT_NET_ROWS) ? 1 : -1;
         break;
       }
     }
