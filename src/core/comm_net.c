@@ -22,6 +22,7 @@
  * grows, which efa's rebuilt values keep even out of order. */
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -70,7 +71,9 @@ typedef struct mkx_comm_net {
   mkx_proxy_gpu *gpu;
   cudaEvent_t gpu_done; /* after the last kernel that used the ring */
   int gpu_used;
-  mkx_net_mr gmr; /* region MKX_COMM_NET_GPU_REGION */
+  int gpu_captured; /* a CUDA graph holds the region's address and may
+                     * launch at any time: no growth, quiet always waits */
+  mkx_net_mr gmr;   /* region MKX_COMM_NET_GPU_REGION */
   mkx_net_rkey *gkeys;
   void *gbuf; /* its device memory, grown only */
   size_t gcap;
@@ -561,22 +564,43 @@ int mkx_comm_net_gpu_quiet(MKX_Comm c) {
   if (!cn || !cn->gpu_used) return MKX_SUCCESS;
   MKX_TRY(mkx_cuda_rc(cudaEventSynchronize(cn->gpu_done), "network endpoint",
                       "the last kernel that drove the network"));
-  cn->gpu_used = 0;
+  cn->gpu_used = cn->gpu_captured;
   return MKX_SUCCESS;
 }
 
+static int capturing(MKX_Stream st, int *yes) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
+                      "network endpoint", "cudaStreamIsCapturing"));
+  *yes = cap != cudaStreamCaptureStatusNone;
+  return MKX_SUCCESS;
+}
+
+/* In a graph the event is external: every launch of the graph waits for
+ * the latest record made before it (a call or an earlier launch) and
+ * records it again, so graphs and plain calls still run in turn. */
 int mkx_comm_net_gpu_after(MKX_Comm c, MKX_Stream st) {
   mkx_comm_net *cn = c->net;
-  if (!cn || !cn->gpu_used) return MKX_SUCCESS;
-  return mkx_cuda_rc(cudaStreamWaitEvent((cudaStream_t)st, cn->gpu_done, 0),
-                     "network endpoint", "cudaStreamWaitEvent");
+  int cap = 0;
+  if (!cn) return MKX_SUCCESS;
+  MKX_TRY(capturing(st, &cap));
+  if (!cap && !cn->gpu_used) return MKX_SUCCESS;
+  return mkx_cuda_rc(
+      cudaStreamWaitEvent((cudaStream_t)st, cn->gpu_done,
+                          cap ? cudaEventWaitExternal : cudaEventWaitDefault),
+      "network endpoint", "cudaStreamWaitEvent");
 }
 
 int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
   mkx_comm_net *cn = c->net;
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(cn->gpu_done, (cudaStream_t)st),
+  int cap = 0;
+  MKX_TRY(capturing(st, &cap));
+  MKX_TRY(mkx_cuda_rc(cudaEventRecordWithFlags(cn->gpu_done, (cudaStream_t)st,
+                                               cap ? cudaEventRecordExternal
+                                                   : cudaEventRecordDefault),
                       "network endpoint", "cudaEventRecord"));
   cn->gpu_used = 1;
+  if (cap) cn->gpu_captured = 1;
   return MKX_SUCCESS;
 }
 
@@ -631,6 +655,16 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
     *base = cn->gbuf;
     return MKX_SUCCESS;
   }
+  char why[160] = "";
+  if (cn->gpu_captured)
+    snprintf(why, sizeof why,
+             "the network region (%zu bytes, option hier_gemm=proxy) is in a "
+             "CUDA graph captured on this communicator and cannot grow to %zu: "
+             "make the plan with the largest operands before capturing",
+             cn->gcap, len);
+  MKX_TRY(mkx_comm_agree_rc(
+      c, why[0] ? mkx_error(MKX_ERR_UNSUPPORTED, "%s", why) : MKX_SUCCESS,
+      "growth of the network region"));
   MKX_TRY(mkx_comm_net_gpu_quiet(c));
   /* The staging regions hold indices 0 and 1: made first if not yet. */
   MKX_TRY(setup_regions(c, cn));

@@ -101,7 +101,10 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
 /* Host and GPU never post into the ring at once: a call whose kernels
  * post marks its stream after the last of them (mark); the host waits
  * for that before it posts or changes a region (quiet), and the next such
- * call's stream waits for it (after), so their kernels run in turn. */
+ * call's stream waits for it (after), so their kernels run in turn.
+ * Under stream capture the mark and the wait are the graph's external
+ * event nodes, and from then on the region never grows (the graph holds
+ * its address) and quiet always waits (a launch may come at any time). */
 int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st);
 int mkx_comm_net_gpu_quiet(MKX_Comm c);
 int mkx_comm_net_gpu_after(MKX_Comm c, MKX_Stream st);

@@ -116,8 +116,9 @@ static const mkx_option_desc base_rows[] = {
      "not numbered node by node take gpu; proxy: on nodes of one rank (at "
      "most 8) driven by the GPU: kernels post rows and partial chunks to the "
      "network proxy as they exist, AllGather+GEMM's tiles start as their "
-     "rows land, the reductions sum the chunks as they land (not capturable "
-     "in CUDA graphs); other nodes as nvlink; auto: proxy where it applies, "
+     "rows land, the reductions sum the chunks as they land (plans "
+     "capturable in CUDA graphs); other nodes as nvlink; auto: proxy where it "
+     "applies, "
      "else nvlink (proxy was faster than nvlink for all three calls over "
      "every transport measured). Same results and network bytes for all.",
      1},

@@ -22,7 +22,7 @@
  * the kernel posted.  Each row crosses the network once per other node,
  * the minimum.  Calls of this path on one communicator run in turn (the
  * next one's stream waits for the previous one's end), and the host's own
- * exchanges wait for them (comm_net.h).  Not capturable in a CUDA graph.
+ * exchanges wait for them (comm_net.h), in a CUDA graph as well.
  */
 #include <stdlib.h>
 #include <string.h>

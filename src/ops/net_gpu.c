@@ -66,15 +66,6 @@ void mkx_net_plan_fini(mkx_net_plan *n) {
 
 int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                        const char *fn, mkx_tp_net_desc *d) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
-                      "cudaStreamIsCapturing"));
-  if (cap != cudaStreamCaptureStatusNone)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: calls driven by the GPU (option hier_gemm=proxy "
-                     "or auto) cannot be captured "
-                     "in a CUDA graph",
-                     fn);
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
   void *base = NULL;
   MKX_TRY(mkx_comm_net_gpu_region(c, n->bytes, &base, &n->words));

@@ -53,8 +53,8 @@ void mkx_net_plan_fini(mkx_net_plan *n);
  * plan then loads its GEMM's kernels likewise. */
 int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
                       const char *fn);
-/* The start of a call: not inside a graph capture, after the previous
- * call of these paths on the communicator, the region, the prologue,
+/* The start of a call (also under graph capture: comm_net.h), after the
+ * previous call of these paths on the communicator, the region, the prologue,
  * and the kernels' descriptor (no rows: bnd all 0) in *d. */
 int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                        const char *fn, mkx_tp_net_desc *d);
