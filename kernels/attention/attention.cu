@@ -197,14 +197,35 @@ extern "C" int mkx_attn_timeline_clear(void) {
 }
 #endif
 
+namespace {
+
+/* f(Cfg{}) with the configuration a run of d takes. */
+template <typename F>
+int with_config(const mkx_attn_desc *d, F &&f) {
+  const bool f16 = d->dtype == MKX_GEMM_FP16;
+  if (d->head_dim > 64) return f16 ? f(Config<128, 128, 2, true>{}) : f(Config<128, 128, 2, false>{});
+  if (mkx_attn_warpgroups(d) == 3) return f16 ? f(Config<64, 128, 2, true, 3>{}) : f(Config<64, 128, 2, false, 3>{});
+  if (mkx_attn_block_n(d) == 192) return f16 ? f(Config<64, 192, 2, true>{}) : f(Config<64, 192, 2, false>{});
+  return f16 ? f(Config<64, 128, 2, true>{}) : f(Config<64, 128, 2, false>{});
+}
+
+template <typename Cfg>
+int load() {
+  int rc = mkx::gemm::smem_attr_once<mkx_attn_kernel<Cfg>>((int)Cfg::SMEM_BYTES);
+  cudaFuncAttributes a;
+  return rc ? rc : (int)cudaFuncGetAttributes(&a, (const void *)mkx_attn_kernel<Cfg>);
+}
+
+}  // namespace
+
 extern "C" int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s) {
   if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
   if (!mkx::gemm::device_is_sm90()) return MKX_ATTN_ENODEV;
-  const bool f16 = d->dtype == MKX_GEMM_FP16;
-  if (d->head_dim > 64) return f16 ? launch<Config<128, 128, 2, true>>(d, s) : launch<Config<128, 128, 2, false>>(d, s);
-  if (mkx_attn_warpgroups(d) == 3)
-    return f16 ? launch<Config<64, 128, 2, true, 3>>(d, s) : launch<Config<64, 128, 2, false, 3>>(d, s);
-  if (mkx_attn_block_n(d) == 192)
-    return f16 ? launch<Config<64, 192, 2, true>>(d, s) : launch<Config<64, 192, 2, false>>(d, s);
-  return f16 ? launch<Config<64, 128, 2, true>>(d, s) : launch<Config<64, 128, 2, false>>(d, s);
+  return with_config(d, [&](auto cfg) { return launch<decltype(cfg)>(d, s); });
+}
+
+extern "C" int mkx_attn_load(const mkx_attn_desc *d) {
+  if (!mkx_attn_supported(d, nullptr)) return MKX_ATTN_EINVAL;
+  if (!mkx::gemm::device_is_sm90()) return MKX_ATTN_ENODEV;
+  return with_config(d, [](auto cfg) { return load<decltype(cfg)>(); });
 }

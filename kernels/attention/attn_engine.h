@@ -101,6 +101,12 @@ int mkx_attn_warpgroups(const mkx_attn_desc *d);
  * value (> 0) or a negative MKX_ATTN_E* code. */
 int mkx_attn_run(const mkx_attn_desc *d, cudaStream_t s);
 
+/* Load the kernel mkx_attn_run would launch for d, launching nothing: with
+ * lazy loading a kernel's first launch waits for the device to be idle,
+ * which under MPS includes a peer's kernels that wait for this rank's
+ * chunk.  0 or as mkx_attn_run. */
+int mkx_attn_load(const mkx_attn_desc *d);
+
 #ifdef MKX_ATTN_TIMELINE
 /* The timeline of attn_timeline.cuh: stamps[warpgroup][warp 0 or 2][block]
  * [step] (2 x 2 x 256 x 8 long long, clock64, 0 where none), and a clear

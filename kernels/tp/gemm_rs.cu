@@ -525,6 +525,11 @@ extern "C" int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st) {
   return last_error();
 }
 
+extern "C" int mkx_tp_prologue_load(void) {
+  cudaFuncAttributes a;
+  return (int)cudaFuncGetAttributes(&a, (const void *)tp_prologue_kernel);
+}
+
 extern "C" int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t s) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->size < 1 || d->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
   if (d->layout.bn == 256) return launch_rs_tile<256, 4>(d, s);
@@ -559,20 +564,34 @@ extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st) {
   return last_error();
 }
 
-typedef CUresult (*WaitValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*StreamValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+/* A driver entry point, looked up once. */
+static StreamValueFn stream_value_fn(std::atomic<StreamValueFn> &cached, const char *name) {
+  StreamValueFn f = cached.load(std::memory_order_acquire);
+  if (f) return f;
+  void *p = nullptr;
+  cudaDriverEntryPointQueryResult q;
+  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+      q != cudaDriverEntryPointSuccess || !p)
+    return nullptr;
+  f = reinterpret_cast<StreamValueFn>(p);
+  cached.store(f, std::memory_order_release);
+  return f;
+}
 
 extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
-  static std::atomic<WaitValueFn> cached{nullptr};
-  WaitValueFn f = cached.load(std::memory_order_acquire);
-  if (!f) {
-    void *p = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !p)
-      return (int)cudaErrorNotSupported;
-    f = reinterpret_cast<WaitValueFn>(p);
-    cached.store(f, std::memory_order_release);
-  }
+  static std::atomic<StreamValueFn> cached{nullptr};
+  StreamValueFn f = stream_value_fn(cached, "cuStreamWaitValue32");
+  if (!f) return (int)cudaErrorNotSupported;
   CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WAIT_VALUE_GEQ);
+  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
+}
+
+extern "C" int mkx_tp_stream_write(cudaStream_t st, int *addr, int value) {
+  static std::atomic<StreamValueFn> cached{nullptr};
+  StreamValueFn f = stream_value_fn(cached, "cuStreamWriteValue32");
+  if (!f) return (int)cudaErrorNotSupported;
+  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WRITE_VALUE_DEFAULT);
   return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }

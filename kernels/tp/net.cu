@@ -47,6 +47,11 @@ __device__ __forceinline__ bool call_failed(const mkx_tp_net_desc &d) {
   return d.sync.err && *(volatile const int *)d.sync.err > 0;
 }
 
+/* Rank q is one this rank meets and writes. */
+__host__ __device__ __forceinline__ bool is_peer(const mkx_tp_net_desc &d, int q) {
+  return q != d.rank && (!d.peers || (d.peers >> q & 1u));
+}
+
 __global__ void net_begin(const mkx_tp_net_desc d) {
   if (threadIdx.x != 0) return;
   const uint64_t e = *(volatile uint64_t *)d.epoch + 1;
@@ -54,17 +59,17 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
   uint64_t seq = 0;
   const uint32_t mine = d.slot0 + (uint32_t)d.rank * d.words;
   for (int q = 0; q < d.size; ++q)
-    if (q != d.rank && mkx::proxy::post(d.proxy, q, d.region, d.region, 0, 0, 0, mine, e, &seq)) {
+    if (is_peer(d, q) && mkx::proxy::post(d.proxy, q, d.region, d.region, 0, 0, 0, mine, e, &seq)) {
       failed(d, q, MKX_TP_AT_NET_SENT);
       *d.last_seq = seq;
       return;
     }
   for (int q = 0; q < d.size; ++q)
-    if (q != d.rank && !peer_word(d, q, 0, e, MKX_TP_AT_NET_ARRIVE)) {
+    if (is_peer(d, q) && !peer_word(d, q, 0, e, MKX_TP_AT_NET_ARRIVE)) {
       *d.last_seq = seq;
       return;
     }
-  if (call_failed(d)) {
+  if (call_failed(d) || d.size > MKX_TP_MAX) {
     *d.last_seq = seq;
     return;
   }
@@ -73,6 +78,7 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
    * all go to rank 0 */
   for (int i = 1; i < d.size; ++i) {
     const int q = (d.rank + i) % d.size;
+    if (!is_peer(d, q)) continue;
     uint32_t j = 0;
     for (int64_t g0 = row0, g1; g0 < row1; g0 = g1, ++j) {
       g1 = (g0 / 128 + d.chunk_tiles) * 128;
@@ -103,6 +109,19 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   if (mkx::proxy::post(d.proxy, peer, d.region, d.region, src_off, dst_off, len, slot, e, &seq))
     failed(d, peer, MKX_TP_AT_NET_SENT);
   if (seq) *d.last_seq = seq;
+}
+
+__global__ void net_watch(const mkx_tp_net_watch_desc w) {
+  if (threadIdx.x != 0) return;
+  const mkx_tp_net_desc &d = w.net;
+  const int target = *(volatile const int *)w.target;
+  for (int q = 0; q < d.size; ++q) {
+    if (!(w.srcs >> q & 1u)) continue;
+    if (mkx::tp::wait_geq(w.flags + q, target, d.sync, q, -1, MKX_TP_AT_NET_KV)) continue;
+    /* the stream that waits for q's word goes on (a value it takes) */
+    uint64_t *word = const_cast<uint64_t *>(d.proxy.signals) + d.slot0 + (uint32_t)q * d.words + w.word;
+    mkx::sys::st_release(word, (uint64_t)(uint32_t)target);
+  }
 }
 
 template <typename OutT, int V>
@@ -266,10 +285,15 @@ __global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
 }
 
 bool desc_ok(const mkx_tp_net_desc *d) {
-  if (!d || !d->proxy.ring || !d->proxy.signals || !d->epoch || !d->last_seq || d->size < 2 || d->size > MKX_TP_MAX ||
+  if (!d || !d->proxy.ring || !d->proxy.signals || !d->epoch || !d->last_seq || d->size < 2 || d->size > 32 ||
       d->rank < 0 || d->rank >= d->size || d->words < 2 || d->chunk_tiles < 1 || d->row_bytes <= 0 || d->bnd[0] != 0)
     return false;
   if ((uint64_t)d->slot0 + (uint64_t)d->size * d->words > d->proxy.num_signals) return false;
+  if (d->size > MKX_TP_MAX) { /* no rows: bnd all zero */
+    for (int q = 0; q <= MKX_TP_MAX; ++q)
+      if (d->bnd[q]) return false;
+    return true;
+  }
   for (int q = 0; q < d->size; ++q) {
     if (d->bnd[q + 1] < d->bnd[q]) return false;
     const int64_t b0 = d->bnd[q], b1 = d->bnd[q + 1];
@@ -299,8 +323,15 @@ extern "C" int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st) {
 
 extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
                                uint32_t word, cudaStream_t st) {
-  if (!desc_ok(d) || peer < 0 || peer >= d->size || peer == d->rank || word >= d->words) return MKX_GEMM_EINVAL;
+  if (!desc_ok(d) || peer < 0 || peer >= d->size || !is_peer(*d, peer) || word >= d->words) return MKX_GEMM_EINVAL;
   net_post<<<1, 32, 0, st>>>(*d, peer, src_off, dst_off, len, word);
+  return launched();
+}
+
+extern "C" int mkx_tp_net_watch(const mkx_tp_net_watch_desc *d, cudaStream_t st) {
+  if (!d || !desc_ok(&d->net) || !d->flags || !d->target || d->word >= d->net.words || (d->srcs >> d->net.rank & 1u))
+    return MKX_GEMM_EINVAL;
+  net_watch<<<1, 32, 0, st>>>(*d);
   return launched();
 }
 
@@ -388,6 +419,7 @@ extern "C" int mkx_tp_net_load(void) {
   const void *const k[] = {(const void *)net_begin,
                            (const void *)net_end,
                            (const void *)net_post,
+                           (const void *)net_watch,
                            (const void *)net_sum<__nv_bfloat16, 4>,
                            (const void *)net_sum<__half, 4>,
                            (const void *)net_sum<float, 4>,

@@ -126,7 +126,8 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   const int hg = c->opt.hier_gemm;
   if (c->device >= 0 &&
       (hg == MKX_HIER_GEMM_PROXY ||
-       (hg == MKX_HIER_GEMM_AUTO && c->place.num_nodes == c->size))) {
+       (hg == MKX_HIER_GEMM_AUTO && c->place.num_nodes == c->size) ||
+       c->opt.hier_attn == MKX_HIER_ATTN_PROXY)) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);
@@ -655,7 +656,7 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
     *base = cn->gbuf;
     return MKX_SUCCESS;
   }
-  char why[160] = "";
+  char why[320] = "";
   if (cn->gpu_captured)
     snprintf(why, sizeof why,
              "the network region (%zu bytes, option hier_gemm=proxy) is in a "

@@ -136,6 +136,15 @@ static const mkx_option_desc base_rows[] = {
      "keys (head dims up to 64 with three consumer warpgroups, measured "
      "fastest); 192: head dims up to 64 with two warpgroups (larger head "
      "dims take 128). Results may differ between sizes in the last bits."},
+    {"hier_attn", MKX_OPT_ENUM, OPT(hier_attn), "host", "host|proxy",
+     "Who moves MKX_Ring_attention's key/value chunks between nodes on its "
+     "GPU path. host: the host, through pinned host memory, after launching "
+     "the engine; proxy (nodes of one rank, the rank with a GPU): the GPU "
+     "posts this rank's chunk to the network proxy and the copy engine "
+     "hands each arriving chunk to the engine, with no host work in the "
+     "call; elsewhere as host. Same "
+     "results and network bytes for both.",
+     1},
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
      "take the staged path). one: those of a one-rank communicator; all: "

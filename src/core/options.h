@@ -33,6 +33,7 @@ enum {
 };
 enum { MKX_ATTN_CONTIGUOUS = 0, MKX_ATTN_ZIGZAG, MKX_ATTN_STRIPED };
 enum { MKX_ATTN_BLOCK_AUTO = 0, MKX_ATTN_BLOCK_128, MKX_ATTN_BLOCK_192 };
+enum { MKX_HIER_ATTN_HOST = 0, MKX_HIER_ATTN_PROXY };
 enum { MKX_MOE_GPU_ONE = 0, MKX_MOE_GPU_ALL, MKX_MOE_GPU_OFF };
 enum {
   MKX_MOE_GEMM_OPT_AUTO = 0,
@@ -51,6 +52,7 @@ typedef struct mkx_options {
   int virtual_node_size; /* 0: one node per host */
   int attn_layout;       /* MKX_ATTN_*: which positions a rank's shard holds */
   int attn_block_n;      /* MKX_ATTN_BLOCK_*: keys per block of the engine */
+  int hier_attn;         /* MKX_HIER_ATTN_*: who drives the network */
   int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
   int moe_sync;          /* MoE GPU path: the host waits for the routing */
   int moe_release;       /* MKX_OVERLAP_*: MoE rows released as they land */

@@ -28,7 +28,8 @@
  * puts the column's chunks it receives into every node rank's workspace
  * with their flags.  The engine computes the node's chunks meanwhile, and
  * takes the other nodes' last.  The call returns once the exchange is done
- * (host work: not capturable in a CUDA graph). */
+ * (host work: not capturable in a CUDA graph).  With option hier_attn=proxy
+ * the GPU and the copy engine do that part instead (attn_net_gpu.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,6 +57,7 @@ typedef struct attn_plan {
    * memory); the column's rank on each node; one row per rank (the
    * gather's unit is a rank's K and V). */
   int order[MKX_ATTN_MAX_CHUNKS];
+  mkx_attn_net *net; /* driven by the GPU; else the host's buffers: */
   char *hsend, *hcol;
   int *col_rank;
   int64_t *rows;
@@ -160,10 +162,12 @@ static void hier_order(MKX_Comm c, int *order) {
 }
 
 /* Several nodes: the order, who is in this rank's column, and the pinned
- * host buffers of the network exchange. */
+ * host buffers of the network exchange (or the GPU's part). */
 static int hier_plan(MKX_Comm c, attn_plan *p) {
   const int N = c->place.num_nodes;
+  char why[96];
   hier_order(c, p->order);
+  if (mkx_attn_net_fits(c, why, sizeof why)) return MKX_SUCCESS;
   p->col_rank = calloc((size_t)N, sizeof *p->col_rank);
   p->rows = calloc((size_t)c->size, sizeof *p->rows);
   if (!p->col_rank || !p->rows) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
@@ -180,11 +184,22 @@ static int hier_plan(MKX_Comm c, attn_plan *p) {
 }
 
 static void plan_free(attn_plan *p) {
+  mkx_attn_net_free(p->net);
   if (p->hsend) cudaFreeHost(p->hsend);
   if (p->hcol) cudaFreeHost(p->hcol);
   free(p->col_rank);
   free(p->rows);
   free(p);
+}
+
+/* The engine's kernel for this call, loaded now: on several ranks a
+ * lazily loaded first launch could wait for a peer's kernels that wait
+ * for this rank (mkx_attn_load). */
+static int load_engine(MKX_Comm c, const mkx_attn_args *a) {
+  mkx_attn_desc d;
+  desc_of(c, a, NULL, &d);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_prologue_load(), FN, "loading the prologue"));
+  return mkx_tp_launch_rc(mkx_attn_load(&d), FN, "loading the engine");
 }
 
 int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
@@ -202,8 +217,16 @@ int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   mkx_tp_need need = {1, c->size, p->counter_off + 256, 0};
   int rc = p->hier ? hier_plan(c, p) : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, rc, "ring attention plan");
-  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  char why[96];
+  if (rc == MKX_SUCCESS && p->hier && mkx_attn_net_fits(c, why, sizeof why))
+    rc = mkx_attn_net_init(c, p->chunk, &p->net);
+  if (rc == MKX_SUCCESS) {
+    rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+    if (rc == MKX_SUCCESS) rc = load_engine(c, a);
+    rc = mkx_comm_agree_rc(c, rc, "ring attention workspace");
+  }
   if (rc != MKX_SUCCESS) {
+    if (p->ws) mkx_tp_ws_release(p->ws);
     plan_free(p);
     return rc;
   }
@@ -219,22 +242,24 @@ void mkx_attn_gpu_free(MKX_Comm c, void *plan) {
   plan_free(p);
 }
 
-/* Rank src's K and V (at k and v: device memory or pinned host memory)
- * into slot src of node rank lq's workspace, then the epoch into lq's
- * flag of src, on stream s (stream order: the flag after the data). */
-static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
-                      const void *v, int lq, cudaStream_t s) {
-  char *data = mkx_tp_ws_data(p->ws, lq);
-  char *kd = data + (size_t)src * p->chunk;
-  char *vd = data + ((size_t)c->size + (size_t)src) * p->chunk;
-  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(kd, k, p->chunk, cudaMemcpyDefault, s),
-                      FN, "copy of K"));
-  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, p->chunk, cudaMemcpyDefault, s),
-                      FN, "copy of V"));
-  const int *epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_SRC);
-  return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + src, epoch,
+int mkx_attn_push_chunk(MKX_Comm c, mkx_tp_ws *ws, size_t chunk, int src,
+                        const void *k, const void *v, int lq, cudaStream_t s) {
+  char *data = mkx_tp_ws_data(ws, lq);
+  char *kd = data + (size_t)src * chunk;
+  char *vd = data + ((size_t)c->size + (size_t)src) * chunk;
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(kd, k, chunk, cudaMemcpyDefault, s), FN,
+                      "copy of K"));
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, chunk, cudaMemcpyDefault, s), FN,
+                      "copy of V"));
+  const int *epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_SRC);
+  return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(ws, lq) + src, epoch,
                                      sizeof(int), cudaMemcpyDeviceToDevice, s),
                      FN, "copy of a ready flag");
+}
+
+static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
+                      const void *v, int lq, cudaStream_t s) {
+  return mkx_attn_push_chunk(c, p->ws, p->chunk, src, k, v, lq, s);
 }
 
 /* Side streams forked from st: side stream i (i >= 1) serves node rank
@@ -303,15 +328,17 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
   mkx_attn_desc d;
   mkx_tp_sync sync;
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1,
-                       p->hier   ? MKX_PATH_ATTN_HIER
+                       p->net    ? MKX_PATH_ATTN_NET
+                       : p->hier ? MKX_PATH_ATTN_HIER
                        : p->ring ? MKX_PATH_ATTN_RING
                                  : MKX_PATH_ATTN));
   if (p->ring) MKX_TRY(push_peers(c, p, a, st));
+  if (p->net) MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st));
   desc_of(c, a, p, &d);
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
   d.sync = &sync;
   MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
-  if (p->hier) {
+  if (p->hier && !p->net) {
     const int rc = hier_exchange(c, p, a);
     if (rc != MKX_SUCCESS) {
       release_column(c, p);
@@ -324,6 +351,7 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
                         "join wait"));
   }
+  if (p->net) MKX_TRY(mkx_attn_net_end(c, p->net, p->ws, st));
   return mkx_tp_end(p->ws, stream);
 }
 
@@ -333,17 +361,27 @@ static const mkx_path_ops attn_ring = {MKX_PATH_ATTN_RING, mkx_attn_gpu_plan,
                                        mkx_attn_gpu_start, mkx_attn_gpu_free};
 static const mkx_path_ops attn_hier = {MKX_PATH_ATTN_HIER, mkx_attn_gpu_plan,
                                        mkx_attn_gpu_start, mkx_attn_gpu_free};
+static const mkx_path_ops attn_net = {MKX_PATH_ATTN_NET, mkx_attn_gpu_plan,
+                                      mkx_attn_gpu_start, mkx_attn_gpu_free};
 
 int mkx_attn_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                         mkx_path_choice *out) {
   (void)args, (void)g;
   out->op = 0;
-  if (c->place.num_nodes > 1) {
+  char why[64];
+  if (c->place.num_nodes > 1 && mkx_attn_net_fits(c, why, sizeof why)) {
+    out->ops = &attn_net;
+    snprintf(out->why, sizeof out->why,
+             "%d nodes: the node's chunks by the copy engine, the others "
+             "posted by the GPU to the network and handed on by the copy "
+             "engine while the engine computes",
+             c->place.num_nodes);
+  } else if (c->place.num_nodes > 1) {
     out->ops = &attn_hier;
     snprintf(out->why, sizeof out->why,
              "%d nodes: the node's chunks by the copy engine, the others "
-             "over the network while the engine computes",
-             c->place.num_nodes);
+             "over the network by the host (%s)",
+             c->place.num_nodes, why);
   } else if (c->size > 1) {
     out->ops = &attn_ring;
     snprintf(out->why, sizeof out->why,

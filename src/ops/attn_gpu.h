@@ -14,4 +14,32 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream);
 void mkx_attn_gpu_free(MKX_Comm c, void *plan);
 
+#include <cuda_runtime.h>
+#include "ops/tp_host.h"
+
+/* Rank src's K and V (at k and v, chunk bytes each: device memory or
+ * pinned host memory) into slot src of node rank lq's workspace, then the
+ * epoch into lq's flag of src, on stream s (stream order: the flag after
+ * the data). */
+int mkx_attn_push_chunk(MKX_Comm c, mkx_tp_ws *ws, size_t chunk, int src,
+                        const void *k, const void *v, int lq, cudaStream_t s);
+
+/* Several nodes with the network part driven by the GPU (option
+ * hier_attn, attn_net_gpu.c). */
+typedef struct mkx_attn_net mkx_attn_net;
+/* Whether the communicator takes it; else why not, into why. */
+int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len);
+/* Collective (grows the region); on failure nothing is held. */
+int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **n);
+void mkx_attn_net_free(mkx_attn_net *n);
+/* On st after the prologue and before the engine: this rank's K and V to
+ * its column on every other node, then the side streams of ws (forked
+ * here) hand each arriving chunk to the node's ranks, bounded. */
+int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
+                      const void *V, cudaStream_t st);
+/* On st after the side streams have joined it: until the proxy has
+ * completed this rank's writes. */
+int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws,
+                     cudaStream_t st);
+
 #endif

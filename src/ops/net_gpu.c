@@ -21,11 +21,12 @@ const char *mkx_net_fits_comm(MKX_Comm c) {
   return NULL;
 }
 
-static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
+void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
+                       mkx_tp_net_desc *d) {
   memset(d, 0, sizeof *d);
   mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
-  d->epoch = n->words;
-  d->last_seq = n->words + 1;
+  d->epoch = words;
+  d->last_seq = words + 1;
   d->rank = c->rank;
   d->size = c->size;
   d->slot0 = mkx_comm_net_gpu_slot(c, 0);
@@ -33,7 +34,11 @@ static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
   d->region = MKX_COMM_NET_GPU_REGION;
   d->row_bytes = 1;
   d->chunk_tiles = 1;
-  mkx_tp_sync_fill(c, n->ws, 0, &d->sync);
+  mkx_tp_sync_fill(c, ws, 0, &d->sync);
+}
+
+static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
+  mkx_net_desc_fill(c, n->ws, n->words, d);
 }
 
 int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,

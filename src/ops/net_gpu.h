@@ -33,6 +33,12 @@ void mkx_red_net_free(MKX_Comm c, void *plan);
 /* Shared: why the communicator cannot take the path (NULL: it can) */
 const char *mkx_net_fits_comm(MKX_Comm c);
 
+/* The kernels' descriptor of a call on workspace ws (its bound and error
+ * word) with the region's device words (mkx_comm_net_gpu_region): every
+ * other rank a peer, no rows. */
+void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
+                       mkx_tp_net_desc *d);
+
 /* What every plan of these calls holds: a workspace (prologue, error
  * word) and the communicator's region of `bytes` with its device words
  * (mkx_comm_net_gpu_region). */

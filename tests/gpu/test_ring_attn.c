@@ -1,7 +1,9 @@
 /*
  * MKX_Ring_attention's GPU paths (the attention engine on one rank, the
  * ring of one node, and of several nodes: MKX_VIRTUAL_NODE_SIZE cuts one
- * host into several; then without 4 and 5) against the host path as oracle: the same call, on
+ * host into several, the network part driven by the host, then without 4
+ * and 5, or with MKX_HIER_ATTN=proxy on nodes of one rank by the GPU) against the
+ * host path as oracle: the same call, on
  * the same communicator, on host copies of the same inputs (softmax in
  * double).  Runs with one GPU per rank and with ranks sharing a GPU (MPS
  * or time slices).  Skips (77) without a GPU, or where it is not sm_90
@@ -100,16 +102,20 @@ static cudaStream_t st;
 static MKX_Comm comms[NLAYOUTS]; /* option attn_layout = each layout */
 
 static int nodes = 1; /* of the communicators (option virtual_node_size) */
+static int by_gpu;    /* several nodes: the network part driven by the GPU
+                         (option hier_attn=proxy, nodes of one rank) */
 
 /* The GPU path an eligible call takes here, and all GPU starts so far. */
 static mkx_path gpu_path(void) {
-  return nodes > 1     ? MKX_PATH_ATTN_HIER
-         : mt.size > 1 ? MKX_PATH_ATTN_RING
-                       : MKX_PATH_ATTN;
+  return nodes > 1 && by_gpu ? MKX_PATH_ATTN_NET
+         : nodes > 1         ? MKX_PATH_ATTN_HIER
+         : mt.size > 1       ? MKX_PATH_ATTN_RING
+                             : MKX_PATH_ATTN;
 }
 static long gpu_starts(void) {
   return mkx_path_starts(MKX_PATH_ATTN) + mkx_path_starts(MKX_PATH_ATTN_RING) +
-         mkx_path_starts(MKX_PATH_ATTN_HIER);
+         mkx_path_starts(MKX_PATH_ATTN_HIER) +
+         mkx_path_starts(MKX_PATH_ATTN_NET);
 }
 
 /* O within this fraction of the largest |O| of its (batch, head). */
@@ -857,6 +863,8 @@ int main(int argc, char **argv) {
   }
   int dev = -1, major = 0;
   nodes = comms[0]->place.num_nodes;
+  by_gpu = comms[0]->opt.hier_attn == MKX_HIER_ATTN_PROXY &&
+           comms[0]->place.local_size == 1;
   CHECK_RC(MKX_Comm_device(comms[0], &dev), MKX_SUCCESS, "MKX_Comm_device");
   if (!mt_all(CHECK(dev >= 0, "the communicator has a GPU (device %d)", dev)))
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -881,14 +889,16 @@ int main(int argc, char **argv) {
   variants w;
   variants_init(&w);
   persistent(&w);
-  /* several nodes: the exchange between nodes is host work (mkx.h: not
+  /* several nodes, the exchange between nodes by the host: host work (not
    * capturable), and a missing rank stops it on the host (tests/mpi/
    * test_hier's ground) */
-  if (nodes == 1) graph(&w);
+  const int gpu_only = nodes == 1 || by_gpu;
+  if (gpu_only) graph(&w);
   variants_free(&w);
-  if (nodes == 1) missing_rank_cases();
-  if (nodes > 1 && mt.rank == 0)
-    printf("# %d nodes: no graph capture, no missing rank\n", nodes);
+  if (gpu_only) missing_rank_cases();
+  if (!gpu_only && mt.rank == 0)
+    printf("# %d nodes, hier_attn=host: no graph capture, no missing rank\n",
+           nodes);
   if (mt.rank == 0) printf("# %d rank(s), %.1f s\n", mt.size, MPI_Wtime() - t0);
   CUDA(cudaStreamDestroy(st));
   for (int l = 0; l < NLAYOUTS; l++)
