@@ -61,6 +61,7 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
 int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
                       const char *fn) {
   desc_fill(c, n, d);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_prologue_load(), fn, "loading the prologue"));
   return mkx_tp_launch_rc(mkx_tp_net_load(), fn, "loading its kernels");
 }
 
