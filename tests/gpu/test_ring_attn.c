@@ -18,7 +18,9 @@
  *     each; every call must take the GPU path (its start counter grows by
  *     one, nothing staged); O within the type's tolerance of the largest
  *     |O| of its (batch, head), LSE within 1e-3 + 1e-4 |LSE|, nothing
- *     written past either, LSE untouched when NULL.  Calls the GPU path
+ *     written past either, LSE untouched when NULL; on several nodes the
+ *     network bytes of the call are every rank's K and V once to each
+ *     other node, no more (the host path's minimum).  Calls the GPU path
  *     cannot take (fp32, head dims 36 and 136) are staged and still right;
  *  2. 1000 back-to-back calls on one shape, the inputs changed (on the
  *     stream) before the last; one synchronisation at the end; the last
@@ -70,6 +72,7 @@
 #include "mkx_test.h"
 #include "cuda_check.h"
 #include "core/comm.h"
+#include "core/comm_net.h"
 #include "ops/path.h"
 
 #define CUDA(call) MT_CUDA(call)
@@ -343,16 +346,30 @@ static int compare(const aprob *p, const void *refO, const float *refL,
   return ok;
 }
 
+/* Several nodes, the GPU path: every rank's K and V cross to each other
+ * node once, and nothing else. */
+static void check_bytes(const aprob *p, uint64_t sent) {
+  const uint64_t want = (uint64_t)(nodes - 1) * 2 * p->nkv * p->es;
+  CHECK(sent == want,
+        "%s: %llu bytes sent over the network, K and V once to each other "
+        "node (%llu)",
+        p->desc, (unsigned long long)sent, (unsigned long long)want);
+}
+
 /* One call on the device buffers: the path it takes (GPU, or staged where
- * gpu = 0) and its outputs against the oracle. */
+ * gpu = 0), the bytes it sends and its outputs against the oracle. */
 static void device_case(aprob *p, int gpu) {
   poison_outputs(p);
   const mkx_path want = gpu ? gpu_path() : MKX_PATH_STAGED;
   const long w0 = mkx_path_starts(want), g0 = gpu_starts(),
              s0 = mkx_path_starts(MKX_PATH_STAGED);
+  MKX_Comm c = comms[p->a.layout];
+  const uint64_t b0 = nodes > 1 ? mkx_comm_net_bytes_sent(c) : 0;
   int rc = plain_call(p, 1, p->o.dev, p->l.dev);
   CHECK_RC(rc, MKX_SUCCESS, "%s: device call", p->desc);
   CUDA(cudaStreamSynchronize(st));
+  if (nodes > 1 && gpu && rc == MKX_SUCCESS)
+    check_bytes(p, mkx_comm_net_bytes_sent(c) - b0);
   const long dw = mkx_path_starts(want) - w0, dg = gpu_starts() - g0,
              ds = mkx_path_starts(MKX_PATH_STAGED) - s0;
   CHECK(dw == 1 && (gpu ? ds == 0 : dg == 0),
