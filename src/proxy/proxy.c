@@ -66,9 +66,11 @@ struct mkx_proxy {
   clockid_t cpu_clock; /* the thread's CPU-time clock, while it runs */
   int running;
   _Atomic int stop;
-  _Atomic uint64_t bytes;  /* payload of the commands posted */
-  _Atomic uint64_t cpu_ns; /* the thread's CPU time when it ended */
-  char why[256];           /* message of the error that stopped the proxy */
+  _Atomic uint64_t bytes;   /* payload of the commands posted */
+  _Atomic uint64_t cpu_ns;  /* the thread's CPU time when it ended */
+  _Atomic uint64_t busy_ns; /* mkx_proxy_stats.busy_ns */
+  uint64_t busy_since;      /* the thread's: start of the open interval */
+  char why[256];            /* message of the error that stopped the proxy */
 };
 
 size_t mkx_proxy_ring_bytes(uint32_t entries) {
@@ -224,7 +226,7 @@ static void proxy_idle(const mkx_proxy *p, long spins) {
     idle(spins);
 }
 
-static uint64_t thread_cpu_ns(clockid_t clock) {
+static uint64_t clock_ns(clockid_t clock) {
   struct timespec ts;
   if (clock_gettime(clock, &ts) != 0) return 0;
   return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -232,8 +234,28 @@ static uint64_t thread_cpu_ns(clockid_t clock) {
 
 /* The CPU time the thread has used so far, kept when it ends. */
 static void *proxy_end(mkx_proxy *p) {
-  atomic_store(&p->cpu_ns, thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID));
+  atomic_store(&p->cpu_ns, clock_ns(CLOCK_THREAD_CPUTIME_ID));
   return NULL;
+}
+
+/* Opens or closes a busy interval when the transport's load changes;
+ * reads the clock only then. */
+static void track_busy(mkx_proxy *p) {
+  const mkx_proxy_ring *r = p->ring;
+  const int busy = atomic_load_explicit(&r->completed, memory_order_relaxed) !=
+                   atomic_load_explicit(&r->consumed, memory_order_relaxed);
+  if (busy == (p->busy_since != 0)) return;
+  const uint64_t now = clock_ns(CLOCK_MONOTONIC);
+  if (busy) {
+    p->busy_since = now ? now : 1;
+    return;
+  }
+  atomic_store_explicit(
+      &p->busy_ns,
+      atomic_load_explicit(&p->busy_ns, memory_order_relaxed) + now -
+          p->busy_since,
+      memory_order_relaxed); /* this thread only */
+  p->busy_since = 0;
 }
 
 static void *proxy_main(void *arg) {
@@ -245,8 +267,10 @@ static void *proxy_main(void *arg) {
   (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); /* best effort */
   while (rc == MKX_SUCCESS) {
     int work = drain(p, &rc);
+    track_busy(p); /* from the first command handed to the transport */
     if (rc == MKX_SUCCESS) work += reap(p, &rc);
     if (rc != MKX_SUCCESS) break;
+    track_busy(p);
     /* Stop once everything taken is done, or when told to give up. */
     uint64_t consumed = atomic_load(&p->ring->consumed);
     if (atomic_load(&p->stop) &&
@@ -325,8 +349,9 @@ void mkx_proxy_get_stats(const mkx_proxy *p, mkx_proxy_stats *s) {
   const mkx_proxy_ring *r = p->ring;
   s->commands = atomic_load(&r->consumed);
   s->bytes = atomic_load(&p->bytes);
+  s->busy_ns = atomic_load(&p->busy_ns);
   s->cpu_ns = p->running && p->cpu_clock != (clockid_t)-1
-                  ? thread_cpu_ns(p->cpu_clock)
+                  ? clock_ns(p->cpu_clock)
                   : atomic_load(&p->cpu_ns);
 }
 

@@ -94,8 +94,10 @@ void mkx_proxy_destroy(mkx_proxy *p);
  * of its thread (busy polling and naps included: what a core gives to it),
  * the commands it took and their payload bytes.  From the thread that
  * owns the proxy (not during mkx_proxy_stop). */
+/* busy_ns: wall time with at least one taken command not yet complete
+ * (the transport at work; an interval counts once it has ended). */
 typedef struct mkx_proxy_stats {
-  uint64_t cpu_ns, commands, bytes;
+  uint64_t cpu_ns, commands, bytes, busy_ns;
 } mkx_proxy_stats;
 void mkx_proxy_get_stats(const mkx_proxy *p, mkx_proxy_stats *s);
 

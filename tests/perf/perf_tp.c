@@ -40,8 +40,9 @@
  * net_shm_latency_us) with option hier_gemm (the several-node paths;
  * cuBLAS + NCCL still run over NVLink on one node), and a comment line per
  * shape gives the CPU time, commands and megabytes of the network proxy
- * thread per MKX call; over shm with a cap, another gives those megabytes'
- * time at the cap and mkx / max(gemm, that time).
+ * thread per MKX call and how long its transport had writes in flight;
+ * over shm with a cap, another gives those megabytes' time at the cap and
+ * mkx / max(gemm, that time).
  * --versus KEY=VALUE: a second MKX communicator with that option too (e.g.
  * tp_overlap=no, tp_split_gemm=cublas, fused=off), interleaved with the
  * others: two more columns, `mkx (KEY=VALUE)`, its time, and `serial/that`,
@@ -398,21 +399,24 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
 }
 
 /* --vnode: what the network proxy thread cost per MKX call (mean over the
- * timed calls; the rank whose proxy cost most), as a comment line on
+ * timed calls; the rank whose proxy cost most) and how long its transport
+ * had writes in flight (against the call's time: how long the link was
+ * idle within it), as a comment line on
  * stdout (and in `out` if given; not between a table's rows); over a
  * capped shm link also those bytes' time at the cap and the call's time
  * over the slower of that and its GEMM. */
 static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
                         double *proxy, const float *med, FILE *out) {
   char s[480];
-  AI(MPI_Allreduce(MPI_IN_PLACE, proxy, 3, MPI_DOUBLE, MPI_MAX,
+  AI(MPI_Allreduce(MPI_IN_PLACE, proxy, 4, MPI_DOUBLE, MPI_MAX,
                    MPI_COMM_WORLD));
   if (e->rank != 0) return;
   snprintf(s, sizeof s,
            "# %s %lldx%lldx%lld network proxy per mkx call (mean, most "
-           "costly rank): %.3f ms of CPU, %.0f commands, %.1f MB\n",
+           "costly rank): %.3f ms of CPU, %.0f commands, %.1f MB, the "
+           "transport busy %.3f ms\n",
            op_names[op], (long long)M, (long long)N, (long long)K, proxy[0],
-           proxy[1], proxy[2]);
+           proxy[1], proxy[2], proxy[3]);
   fputs(s, stdout);
   if (out) fputs(s, out);
   /* over an emulated link: those bytes at its cap, and the call against
@@ -473,7 +477,8 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
       float warm_us;
       if (on(e, v)) sample(e, v, op, M, N, K, &w, e0, e1, &warm_us);
     }
-  double proxy[3] = {0, 0, 0}; /* ms of CPU, commands, MB over the calls */
+  /* ms of CPU, commands, MB, ms of the transport busy, over the calls */
+  double proxy[4] = {0, 0, 0, 0};
   for (int r = 0; r < reps; r++)
     for (int v = 0; v < NV; v++) {
       if (!on(e, v)) continue;
@@ -485,6 +490,7 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
         proxy[0] += (double)(s1.cpu_ns - s0.cpu_ns) / 1e6 / reps;
         proxy[1] += (double)(s1.commands - s0.commands) / reps;
         proxy[2] += (double)(s1.bytes - s0.bytes) / 1e6 / reps;
+        proxy[3] += (double)(s1.busy_ns - s0.busy_ns) / 1e6 / reps;
       }
     }
   for (int v = 0; v < NV; v++) {

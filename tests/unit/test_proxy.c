@@ -116,7 +116,14 @@ static void *producer(void *arg) {
   return NULL;
 }
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 static void test_wraparound(void) {
+  const double t0 = now_s();
   reset(1, 0, 0);
   for (int i = 0; i < (int)sizeof src_buf; i++) src_buf[i] = (char)(i * 7);
   memset(dst_buf, 0, sizeof dst_buf);
@@ -140,10 +147,14 @@ static void test_wraparound(void) {
         "data arrived");
   mkx_proxy_stats st, after;
   mkx_proxy_get_stats(p, &st);
+  const double wall = now_s() - t0;
   CHECK(st.commands == 400 && st.bytes == 400ull * CHUNK && st.cpu_ns > 0,
         "stats: %llu commands, %llu bytes, %llu ns of CPU",
         (unsigned long long)st.commands, (unsigned long long)st.bytes,
         (unsigned long long)st.cpu_ns);
+  CHECK(st.busy_ns > 0 && st.busy_ns <= (uint64_t)(wall * 1e9),
+        "stats: the transport busy %llu ns, within the %.0f ns of the run",
+        (unsigned long long)st.busy_ns, wall * 1e9);
   CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "clean stop");
   mkx_proxy_get_stats(p, &after);
   CHECK(after.commands == 400 && after.cpu_ns >= st.cpu_ns,
