@@ -659,8 +659,9 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
   char why[320] = "";
   if (cn->gpu_captured)
     snprintf(why, sizeof why,
-             "the network region (%zu bytes, option hier_gemm=proxy) is in a "
-             "CUDA graph captured on this communicator and cannot grow to %zu: "
+             "the network region of the calls driven by the GPU (%zu bytes) "
+             "is in a CUDA graph captured on this communicator and cannot "
+             "grow to %zu: "
              "make the plan with the largest operands before capturing",
              cn->gcap, len);
   MKX_TRY(mkx_comm_agree_rc(
