@@ -225,9 +225,10 @@ void mkx_comm_net_close(MKX_Comm c) {
     mkx_proxy_stop(cn->proxy);
     mkx_proxy_get_stats(cn->proxy, &st);
     mkx_log(MKX_LOG_INFO,
-            "network proxy: %.1f ms of CPU for %llu commands, %.1f MB",
+            "network proxy: %.1f ms of CPU for %llu commands, %.1f MB, the "
+            "transport busy %.1f ms",
             (double)st.cpu_ns / 1e6, (unsigned long long)st.commands,
-            (double)st.bytes / 1e6);
+            (double)st.bytes / 1e6, (double)st.busy_ns / 1e6);
   }
 #if HAVE_CUDA
   if (cn->gpu) {
