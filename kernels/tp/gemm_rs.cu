@@ -566,32 +566,30 @@ extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st) {
 
 typedef CUresult (*StreamValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-/* A driver entry point, looked up once. */
-static StreamValueFn stream_value_fn(std::atomic<StreamValueFn> &cached, const char *name) {
+/* One stream memory operation through the driver entry point `name`,
+ * looked up once into `cached`. */
+static int stream_value(std::atomic<StreamValueFn> &cached, const char *name, cudaStream_t st, int *addr, int value,
+                        unsigned flags) {
   StreamValueFn f = cached.load(std::memory_order_acquire);
-  if (f) return f;
-  void *p = nullptr;
-  cudaDriverEntryPointQueryResult q;
-  if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-      q != cudaDriverEntryPointSuccess || !p)
-    return nullptr;
-  f = reinterpret_cast<StreamValueFn>(p);
-  cached.store(f, std::memory_order_release);
-  return f;
+  if (!f) {
+    void *p = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess || !p)
+      return (int)cudaErrorNotSupported;
+    f = reinterpret_cast<StreamValueFn>(p);
+    cached.store(f, std::memory_order_release);
+  }
+  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, flags);
+  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }
 
 extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
   static std::atomic<StreamValueFn> cached{nullptr};
-  StreamValueFn f = stream_value_fn(cached, "cuStreamWaitValue32");
-  if (!f) return (int)cudaErrorNotSupported;
-  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WAIT_VALUE_GEQ);
-  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
+  return stream_value(cached, "cuStreamWaitValue32", st, addr, value, CU_STREAM_WAIT_VALUE_GEQ);
 }
 
 extern "C" int mkx_tp_stream_write(cudaStream_t st, int *addr, int value) {
   static std::atomic<StreamValueFn> cached{nullptr};
-  StreamValueFn f = stream_value_fn(cached, "cuStreamWriteValue32");
-  if (!f) return (int)cudaErrorNotSupported;
-  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WRITE_VALUE_DEFAULT);
-  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
+  return stream_value(cached, "cuStreamWriteValue32", st, addr, value, CU_STREAM_WRITE_VALUE_DEFAULT);
 }

@@ -161,13 +161,13 @@ static void hier_order(MKX_Comm c, int *order) {
     }
 }
 
-/* Several nodes: the order, who is in this rank's column, and the pinned
- * host buffers of the network exchange (or the GPU's part). */
-static int hier_plan(MKX_Comm c, attn_plan *p) {
+/* Several nodes: the order and, where the host drives the network
+ * (by_gpu = 0), who is in this rank's column and the pinned host buffers
+ * of its exchange. */
+static int hier_plan(MKX_Comm c, attn_plan *p, int by_gpu) {
   const int N = c->place.num_nodes;
-  char why[96];
   hier_order(c, p->order);
-  if (mkx_attn_net_fits(c, why, sizeof why)) return MKX_SUCCESS;
+  if (by_gpu) return MKX_SUCCESS;
   p->col_rank = calloc((size_t)N, sizeof *p->col_rank);
   p->rows = calloc((size_t)c->size, sizeof *p->rows);
   if (!p->col_rank || !p->rows) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
@@ -215,11 +215,11 @@ int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->counter_off = p->ring ? 2 * (size_t)c->size * p->chunk : 0;
   /* agreed values only: every rank's pool takes the same decision */
   mkx_tp_need need = {1, c->size, p->counter_off + 256, 0};
-  int rc = p->hier ? hier_plan(c, p) : MKX_SUCCESS;
+  char why[64];
+  const int by_gpu = p->hier && mkx_attn_net_fits(c, why, sizeof why);
+  int rc = p->hier ? hier_plan(c, p, by_gpu) : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, rc, "ring attention plan");
-  char why[96];
-  if (rc == MKX_SUCCESS && p->hier && mkx_attn_net_fits(c, why, sizeof why))
-    rc = mkx_attn_net_init(c, p->chunk, &p->net);
+  if (rc == MKX_SUCCESS && by_gpu) rc = mkx_attn_net_init(c, p->chunk, &p->net);
   if (rc == MKX_SUCCESS) {
     rc = mkx_tp_ws_acquire(c, &need, &p->ws);
     if (rc == MKX_SUCCESS) rc = load_engine(c, a);
@@ -351,7 +351,7 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
                         "join wait"));
   }
-  if (p->net) MKX_TRY(mkx_attn_net_end(c, p->net, p->ws, st));
+  if (p->net) MKX_TRY(mkx_attn_net_end(c, p->net, st));
   return mkx_tp_end(p->ws, stream);
 }
 

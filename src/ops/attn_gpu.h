@@ -37,9 +37,8 @@ void mkx_attn_net_free(mkx_attn_net *n);
  * here) hand each arriving chunk to the node's ranks, bounded. */
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
                       const void *V, cudaStream_t st);
-/* On st after the side streams have joined it: until the proxy has
- * completed this rank's writes. */
-int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws,
-                     cudaStream_t st);
+/* On st after the side streams have joined it (after mkx_attn_net_send
+ * of the same start): until the proxy has completed this rank's writes. */
+int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st);
 
 #endif

@@ -49,6 +49,7 @@ struct mkx_attn_net {
   cudaStream_t watch;
   cudaEvent_t ev_watch;
   cudaEvent_t ev_got[MKX_TP_MAX * 4]; /* per node: its chunk is here */
+  mkx_tp_net_desc d; /* the kernels' descriptor, this start's */
 };
 
 static size_t round_up(size_t n) { return (n + ALIGN - 1) / ALIGN * ALIGN; }
@@ -204,32 +205,25 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
                       const void *V, cudaStream_t st) {
   void *base = NULL;
   uint64_t *words = NULL;
-  mkx_tp_net_desc d;
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
   MKX_TRY(mkx_comm_net_gpu_region(c, region_bytes(c, n), &base, &words));
-  desc(c, ws, words, n, &d);
-  MKX_TRY(send(c, n, &d, base, K, V, st));
+  desc(c, ws, words, n, &n->d);
+  MKX_TRY(send(c, n, &n->d, base, K, V, st));
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
   MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(ws->side[0], ws->ev_fork, 0), FN,
                       "fork wait"));
-  MKX_TRY(watch(c, n, ws, &d));
+  MKX_TRY(watch(c, n, ws, &n->d));
   /* the nodes after this one first, as the engine takes them */
   for (int i = 1; i < c->place.num_nodes; i++)
-    MKX_TRY(
-        hand_on(c, n, ws, &d, base, (c->place.node + i) % c->place.num_nodes));
+    MKX_TRY(hand_on(c, n, ws, &n->d, base,
+                    (c->place.node + i) % c->place.num_nodes));
   return MKX_SUCCESS;
 }
 
-int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws,
-                     cudaStream_t st) {
-  void *base = NULL;
-  uint64_t *words = NULL;
-  mkx_tp_net_desc d;
-  MKX_TRY(mkx_comm_net_gpu_region(c, region_bytes(c, n), &base, &words));
-  desc(c, ws, words, n, &d);
+int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   MKX_TRY(
       mkx_cuda_rc(cudaStreamWaitEvent(st, n->ev_watch, 0), FN, "join wait"));
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&d, st), FN, "network drain"));
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n->d, st), FN, "network drain"));
   return mkx_comm_net_gpu_mark(c, st);
 }
 #else
