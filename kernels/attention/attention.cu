@@ -35,10 +35,14 @@ int make_map(CUtensorMap *map, const void *ptr, int dtype, int rank, const int64
 }
 
 /* K or V as {head dim, heads, seq, batch, chunks}, box of `rows` keys. */
+int64_t chunk_elems(const mkx_attn_desc *d) { return d->batch * d->seq_k * d->heads_kv * d->head_dim; }
+
+int64_t ring_stride(const mkx_attn_desc *d) { return d->ring_stride > 0 ? d->ring_stride : chunk_elems(d); }
+
 int make_kv_map(CUtensorMap *map, const void *ptr, const mkx_attn_desc *d, int chunks, int rows) {
   const int64_t dims[5] = {d->head_dim, d->heads_kv, d->seq_k, d->batch, chunks};
   const int64_t st[5] = {1, d->head_dim, d->heads_kv * d->head_dim, d->seq_k * d->heads_kv * d->head_dim,
-                         d->batch * d->seq_k * d->heads_kv * d->head_dim};
+                         chunks > 1 ? ring_stride(d) : chunk_elems(d)};
   const uint32_t box[5] = {64, 1, (uint32_t)rows, 1, 1};
   return make_map(map, ptr, d->dtype, 5, dims, st, box);
 }
@@ -92,6 +96,7 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   p.lse = d->lse;
   p.ready = d->ready;
   p.ready_target = d->ready_target;
+  p.ready_stride = d->ready_stride > 0 ? d->ready_stride : 1;
   if (d->sync) p.sync = *d->sync;
   p.tile_counter = d->tile_counter;
   p.section = section_pairs(d);
@@ -144,7 +149,7 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
   else if (d->head_dim > 128)
     w = "head_dim is over 128";
   else if (d->batch * d->seq_q * d->heads_q * d->head_dim >= lim ||
-           (int64_t)d->nchunks * d->batch * d->seq_k * d->heads_kv * d->head_dim >= lim)
+           (int64_t)d->nchunks * ring_stride(d) >= lim)
     w = "a tensor has 2^31 elements or more";
   else if (d->nchunks < 1 || d->nchunks > MKX_ATTN_MAX_CHUNKS || d->self < 0 || d->self >= d->nchunks)
     w = "chunk count or own chunk out of range";
@@ -153,6 +158,9 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
   else if (d->nchunks > 1 &&
            (d->seq_q != d->seq_k || !d->k_ring || !d->v_ring || !d->ready || !d->ready_target || !d->sync))
     w = "several chunks need equal shards, ring buffers, ready flags and a sync";
+  else if (d->ring_stride < 0 || (d->ring_stride > 0 && (d->ring_stride < chunk_elems(d) || d->ring_stride % 8)) ||
+           d->ready_stride < 0)
+    w = "ring_stride under a chunk or not a multiple of 8, or ready_stride negative";
   else if (d->layout < 0 || d->layout > 2 || (d->layout == 1 && d->nchunks > 1 && d->seq_k % 2))
     w = "bad layout";
   else if (!d->q || !d->k || !d->v || !d->o)

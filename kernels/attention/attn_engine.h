@@ -15,9 +15,10 @@
  * Keys and values come in nchunks chunks of seq_k positions each (the
  * ranks' shards of a sequence-parallel ring; one chunk on one GPU).
  * Chunk `self` is read from k, v; chunk c != self from slot c of k_ring,
- * v_ring ([nchunks][batch][seq_k][heads_kv][head_dim] each), once
- * ready[c] >= *ready_target (a bounded wait, reported through the error
- * word of `sync`).  Queries are the shard of rank `self`.  Global
+ * v_ring ([nchunks][batch][seq_k][heads_kv][head_dim] each, slots
+ * ring_stride elements apart), once ready[c * ready_stride] >=
+ * *ready_target (a bounded wait, reported through the error word of
+ * `sync`).  Queries are the shard of rank `self`.  Global
  * positions follow `layout` (MKX_ATTN_*: contiguous, zigzag, striped, as
  * mkx.h says, with p = nchunks and seq_local = seq_q = seq_k); causal
  * masks on them, and blocks of keys no row of a query tile may see are
@@ -69,6 +70,14 @@ typedef struct mkx_attn_desc {
                                   first) */
   const int *ready_target;     /* device int: the value ready[c] reaches
                                   (the call's epoch, written on the GPU) */
+  int64_t ring_stride;         /* elements from one chunk of k_ring, v_ring
+                                  to the next: 0 for batch * seq_k *
+                                  heads_kv * head_dim (packed); more lets
+                                  each chunk's K and V lie side by side, as
+                                  one network write lands them */
+  int ready_stride;            /* ints from ready[c] to ready[c + 1] (0: 1);
+                                  the flags may be host-mapped words (the
+                                  network's signal words, their low half) */
   const mkx_tp_sync *sync;     /* bounded waits and their error word; NULL
                               when nchunks == 1 */
   int num_ctas;                /* persistent CTAs; 0: one per SM (at most

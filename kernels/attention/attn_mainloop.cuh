@@ -100,6 +100,7 @@ struct Params {
   float *lse;
   const int *ready;
   const int *ready_target;
+  int ready_stride;   // ints between consecutive chunks' ready flags
   int *tile_counter;  // NULL: static round robin; else zero at launch, one atomicAdd per tile
   int section;        // (batch, head) pairs per section of the tile order
   int no_turns;       // consumer warpgroups issue their products without taking turns
@@ -295,7 +296,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
     do {
       const bool own = blk.c == p.self;
       if (!own && !(ready_seen >> blk.c & 1)) {
-        tp::wait_geq(p.ready + blk.c, target, p.sync, blk.c, tile.mb, MKX_TP_AT_KV_CHUNK);
+        tp::wait_geq(p.ready + blk.c * p.ready_stride, target, p.sync, blk.c, tile.mb, MKX_TP_AT_KV_CHUNK);
         asm volatile("fence.proxy.async.global;" ::: "memory");
         ready_seen |= 1u << blk.c;
       }

@@ -564,32 +564,21 @@ extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st) {
   return last_error();
 }
 
-typedef CUresult (*StreamValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*StreamWaitFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-/* One stream memory operation through the driver entry point `name`,
- * looked up once into `cached`. */
-static int stream_value(std::atomic<StreamValueFn> &cached, const char *name, cudaStream_t st, int *addr, int value,
-                        unsigned flags) {
-  StreamValueFn f = cached.load(std::memory_order_acquire);
+/* Through the driver entry point, looked up once. */
+extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
+  static std::atomic<StreamWaitFn> cached{nullptr};
+  StreamWaitFn f = cached.load(std::memory_order_acquire);
   if (!f) {
     void *p = nullptr;
     cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess || !p)
       return (int)cudaErrorNotSupported;
-    f = reinterpret_cast<StreamValueFn>(p);
+    f = reinterpret_cast<StreamWaitFn>(p);
     cached.store(f, std::memory_order_release);
   }
-  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, flags);
+  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WAIT_VALUE_GEQ);
   return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
-}
-
-extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
-  static std::atomic<StreamValueFn> cached{nullptr};
-  return stream_value(cached, "cuStreamWaitValue32", st, addr, value, CU_STREAM_WAIT_VALUE_GEQ);
-}
-
-extern "C" int mkx_tp_stream_write(cudaStream_t st, int *addr, int value) {
-  static std::atomic<StreamValueFn> cached{nullptr};
-  return stream_value(cached, "cuStreamWriteValue32", st, addr, value, CU_STREAM_WRITE_VALUE_DEFAULT);
 }

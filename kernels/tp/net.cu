@@ -111,19 +111,6 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   if (seq) *d.last_seq = seq;
 }
 
-__global__ void net_watch(const mkx_tp_net_watch_desc w) {
-  if (threadIdx.x != 0) return;
-  const mkx_tp_net_desc &d = w.net;
-  const int target = *(volatile const int *)w.target;
-  for (int q = 0; q < d.size; ++q) {
-    if (!(w.srcs >> q & 1u)) continue;
-    if (mkx::tp::wait_geq(w.flags + q, target, d.sync, q, -1, MKX_TP_AT_NET_KV)) continue;
-    /* the stream that waits for q's word goes on (a value it takes) */
-    uint64_t *word = const_cast<uint64_t *>(d.proxy.signals) + d.slot0 + (uint32_t)q * d.words + w.word;
-    mkx::sys::st_release(word, (uint64_t)(uint32_t)target);
-  }
-}
-
 template <typename OutT, int V>
 struct SumVec {
   float v[V];
@@ -328,13 +315,6 @@ extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_
   return launched();
 }
 
-extern "C" int mkx_tp_net_watch(const mkx_tp_net_watch_desc *d, cudaStream_t st) {
-  if (!d || !desc_ok(&d->net) || !d->flags || !d->target || d->word >= d->net.words || (d->srcs >> d->net.rank & 1u))
-    return MKX_GEMM_EINVAL;
-  net_watch<<<1, 32, 0, st>>>(*d);
-  return launched();
-}
-
 namespace {
 
 /* 16-byte vectors where every row of every operand starts 16-byte
@@ -419,7 +399,6 @@ extern "C" int mkx_tp_net_load(void) {
   const void *const k[] = {(const void *)net_begin,
                            (const void *)net_end,
                            (const void *)net_post,
-                           (const void *)net_watch,
                            (const void *)net_sum<__nv_bfloat16, 4>,
                            (const void *)net_sum<__half, 4>,
                            (const void *)net_sum<float, 4>,

@@ -96,8 +96,7 @@ enum {
   MKX_TP_AT_MOE_EXPERT = 12,
   MKX_TP_AT_NET_ARRIVE = 13,
   MKX_TP_AT_NET_ROWS = 14,
-  MKX_TP_AT_NET_SENT = 15,
-  MKX_TP_AT_NET_KV = 16
+  MKX_TP_AT_NET_SENT = 15
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
@@ -223,25 +222,6 @@ int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
  *   stream's earlier work (the chunk's GEMM) has ended. */
 int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len, uint32_t word,
                     cudaStream_t st);
-
-/* The bound on what the copy engine waits for (ring attention over
- * several nodes driven by the GPU, src/ops/attn_gpu.c): a stream waits,
- * without an SM, for a peer's signal word (cuStreamWaitValue32), which
- * has no bound of its own.  watch (<<<1, 32>>>, on a stream of its own)
- * waits until flag[src] >= *target for every src in srcs (the copy
- * engine raises those flags after the chunks it handed on); a flag that
- * does not rise within the bound records MKX_TP_ERR_TIMEOUT (where
- * MKX_TP_AT_NET_KV, peer: src) and sets src's signal word itself, so
- * the waiting stream goes on and the call ends, failed, instead of
- * hanging. */
-typedef struct mkx_tp_net_watch_desc {
-  mkx_tp_net_desc net;
-  const int *flags;  /* this rank's ready flags, by source rank */
-  const int *target; /* the call's value of a raised flag */
-  unsigned srcs;     /* bit q: rank q's chunk comes over the network */
-  uint32_t word;     /* the chunks' word in each source's block */
-} mkx_tp_net_watch_desc;
-int mkx_tp_net_watch(const mkx_tp_net_watch_desc *d, cudaStream_t st);
 
 /* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
  * part[r] row i (fp32, n wide, leading dimension ld_part), rows [0, rows)
@@ -446,12 +426,10 @@ int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t st);
 int mkx_tp_transpose(const void *src, int64_t rows, int64_t cols, int64_t lds, void *dst, int64_t ldd, int esz,
                      cudaStream_t st);
 
-/* Stream memory operations for the copy engines' side streams (driver
- * entry points, so no libcuda link; addr: device or host-mapped memory):
- * wait until *(int32 *)addr >= value (wrap-safe), or write value there;
- * 0 or a cudaError_t. */
+/* A stream memory operation for the copy engines' side streams (driver
+ * entry point, so no libcuda link; addr: device memory): wait until
+ * *(int32 *)addr >= value (wrap-safe); 0 or a cudaError_t. */
 int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value);
-int mkx_tp_stream_write(cudaStream_t st, int *addr, int value);
 
 /* GEMM+AllReduce tail: wait (bounded) until every owner's rows have
  * landed here (done[q] >= epoch, and done_late[q] if `late`). */

@@ -101,6 +101,18 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
   if (p->hier) d->order = p->order;
 }
 
+/* The network part driven by the GPU: the other ranks' chunks where they
+ * land, flagged by their signal words. */
+static void net_ring(const mkx_attn_args *a, const mkx_attn_net_ring *r,
+                     mkx_attn_desc *d) {
+  d->k_ring = r->k;
+  d->v_ring = r->v;
+  d->ring_stride = (int64_t)(r->stride_bytes / MKX_Type_size(a->dtype));
+  d->ready = r->ready;
+  d->ready_stride = r->ready_stride;
+  d->ready_target = r->ready_target;
+}
+
 /* Several nodes: equal nodes joined by MKX's transport (the column
  * exchange of src/host/hier.c), at most MKX_TP_MAX ranks per node and
  * MKX_ATTN_MAX_CHUNKS in all. */
@@ -262,15 +274,19 @@ static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
   return mkx_attn_push_chunk(c, p->ws, p->chunk, src, k, v, lq, s);
 }
 
+/* The first side stream a start uses: 0 where the host drives the
+ * network part (side stream 0), else 1. */
+static int first_side(const attn_plan *p) { return p->hier && !p->net ? 0 : 1; }
+
 /* Side streams forked from st: side stream i (i >= 1) serves node rank
- * me + i; side stream 0, the network part of several nodes.  This rank's
- * chunk goes to every other rank of its node. */
+ * me + i; side stream 0, the host's network part of several nodes.  This
+ * rank's chunk goes to every other rank of its node. */
 static int push_peers(MKX_Comm c, const attn_plan *p, const mkx_attn_args *a,
                       cudaStream_t st) {
   mkx_tp_ws *ws = p->ws;
   const int G = c->place.local_size, me = c->place.local_rank;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
-  for (int i = p->hier ? 0 : 1; i < G; i++)
+  for (int i = first_side(p); i < G; i++)
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(ws->side[i], ws->ev_fork, 0), FN,
                         "fork wait"));
   for (int i = 1; i < G; i++)
@@ -333,8 +349,11 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
                        : p->ring ? MKX_PATH_ATTN_RING
                                  : MKX_PATH_ATTN));
   if (p->ring) MKX_TRY(push_peers(c, p, a, st));
-  if (p->net) MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st));
+  mkx_attn_net_ring ring;
+  if (p->net)
+    MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &ring));
   desc_of(c, a, p, &d);
+  if (p->net) net_ring(a, &ring, &d);
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
   d.sync = &sync;
   MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
@@ -345,7 +364,7 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
       return rc;
     }
   }
-  for (int i = p->hier ? 0 : 1; p->ring && i < c->place.local_size; i++) {
+  for (int i = first_side(p); p->ring && i < c->place.local_size; i++) {
     MKX_TRY(mkx_cuda_rc(cudaEventRecord(p->ws->ev_join[i], p->ws->side[i]), FN,
                         "join"));
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,

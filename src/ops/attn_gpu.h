@@ -32,13 +32,20 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len);
 /* Collective (grows the region); on failure nothing is held. */
 int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **n);
 void mkx_attn_net_free(mkx_attn_net *n);
+/* Where the engine finds the other ranks' chunks (mkx_attn_desc's ring
+ * fields): in the network region, each flagged by its signal word. */
+typedef struct mkx_attn_net_ring {
+  const void *k, *v;
+  size_t stride_bytes;
+  const int *ready, *ready_target;
+  int ready_stride;
+} mkx_attn_net_ring;
 /* On st after the prologue and before the engine: this rank's K and V to
- * its column on every other node, then the side streams of ws (forked
- * here) hand each arriving chunk to the node's ranks, bounded. */
+ * every other node; *ring: where they land here. */
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
-                      const void *V, cudaStream_t st);
-/* On st after the side streams have joined it (after mkx_attn_net_send
- * of the same start): until the proxy has completed this rank's writes. */
+                      const void *V, cudaStream_t st, mkx_attn_net_ring *ring);
+/* On st after the engine (after mkx_attn_net_send of the same start):
+ * until the proxy has completed this rank's writes. */
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st);
 
 #endif

@@ -314,8 +314,6 @@ static const char *where_name(int w) {
       return "a chunk of its rows over the network (A rows, partials or sums)";
     case MKX_TP_AT_NET_SENT:
       return "the network proxy (room in the ring, or completion)";
-    case MKX_TP_AT_NET_KV:
-      return "its key/value chunk over the network";
   }
   return "?";
 }

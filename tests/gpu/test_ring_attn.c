@@ -368,6 +368,14 @@ static void device_case(aprob *p, int gpu) {
   int rc = plain_call(p, 1, p->o.dev, p->l.dev);
   CHECK_RC(rc, MKX_SUCCESS, "%s: device call", p->desc);
   CUDA(cudaStreamSynchronize(st));
+  if (rc == MKX_SUCCESS) {
+    /* a wait on the GPU that ran out fails the call after it returned */
+    int async = MKX_SUCCESS;
+    CHECK_RC(MKX_Comm_get_async_error(c, &async), MKX_SUCCESS,
+             "%s: MKX_Comm_get_async_error", p->desc);
+    rc = async;
+    CHECK_RC(async, MKX_SUCCESS, "%s: no failure on the GPU", p->desc);
+  }
   if (nodes > 1 && gpu && rc == MKX_SUCCESS)
     check_bytes(p, mkx_comm_net_bytes_sent(c) - b0);
   const long dw = mkx_path_starts(want) - w0, dg = gpu_starts() - g0,
