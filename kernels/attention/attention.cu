@@ -148,8 +148,7 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
     w = "head_dim is not a multiple of 8";
   else if (d->head_dim > 128)
     w = "head_dim is over 128";
-  else if (d->batch * d->seq_q * d->heads_q * d->head_dim >= lim ||
-           (int64_t)d->nchunks * ring_stride(d) >= lim)
+  else if (d->batch * d->seq_q * d->heads_q * d->head_dim >= lim || (int64_t)d->nchunks * ring_stride(d) >= lim)
     w = "a tensor has 2^31 elements or more";
   else if (d->nchunks < 1 || d->nchunks > MKX_ATTN_MAX_CHUNKS || d->self < 0 || d->self >= d->nchunks)
     w = "chunk count or own chunk out of range";
