@@ -127,7 +127,9 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   if (c->device >= 0 &&
       (hg == MKX_HIER_GEMM_PROXY ||
        (hg == MKX_HIER_GEMM_AUTO && c->place.num_nodes == c->size) ||
-       c->opt.hier_attn == MKX_HIER_ATTN_PROXY)) {
+       c->opt.hier_attn == MKX_HIER_ATTN_PROXY ||
+       (c->opt.hier_attn == MKX_HIER_ATTN_AUTO &&
+        c->place.num_nodes == c->size))) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);

@@ -136,14 +136,15 @@ static const mkx_option_desc base_rows[] = {
      "keys (head dims up to 64 with three consumer warpgroups, measured "
      "fastest); 192: head dims up to 64 with two warpgroups (larger head "
      "dims take 128). Results may differ between sizes in the last bits."},
-    {"hier_attn", MKX_OPT_ENUM, OPT(hier_attn), "host", "host|proxy",
+    {"hier_attn", MKX_OPT_ENUM, OPT(hier_attn), "auto", "host|proxy|auto",
      "Who moves MKX_Ring_attention's key/value chunks between nodes on its "
      "GPU path. host: the host, through pinned host memory, after launching "
      "the engine; proxy (nodes of one rank, the rank with a GPU): the GPU "
-     "posts this rank's chunk to the network proxy and the copy engine "
-     "hands each arriving chunk to the engine, with no host work in the "
-     "call; elsewhere as host. Same "
-     "results and network bytes for both.",
+     "posts this rank's chunk to the network proxy, each arriving chunk "
+     "lands in the engine's ring and its signal word releases it, with no "
+     "host work in the call (capturable in CUDA graphs); elsewhere as "
+     "host; auto: proxy where it applies, else host (proxy was faster on "
+     "every shape measured). Same results and network bytes for all.",
      1},
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "

@@ -28,8 +28,9 @@
  * puts the column's chunks it receives into every node rank's workspace
  * with their flags.  The engine computes the node's chunks meanwhile, and
  * takes the other nodes' last.  The call returns once the exchange is done
- * (host work: not capturable in a CUDA graph).  With option hier_attn=proxy
- * the GPU and the copy engine do that part instead (attn_net_gpu.c). */
+ * (host work: not capturable in a CUDA graph).  On nodes of one rank
+ * (option hier_attn auto or proxy) the GPU drives that part instead and
+ * the chunks land in the engine's ring (attn_net_gpu.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
 /* MKX_Ring_attention over several nodes with the network part driven by
- * the GPU (option hier_attn=proxy, attn_gpu.h): no host work in a call,
+ * the GPU (option hier_attn, attn_gpu.h): no host work in a call,
  * and no copy of what arrives.
  *
  * The communicator's device region of the network endpoint
@@ -44,7 +44,7 @@ struct mkx_attn_net {
 
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
   const char *w = NULL;
-  if (c->opt.hier_attn != MKX_HIER_ATTN_PROXY)
+  if (c->opt.hier_attn == MKX_HIER_ATTN_HOST)
     w = "option hier_attn=host";
   else if (!mkx_comm_net_gpu(c))
     w = "no network ring mapped for the GPU";

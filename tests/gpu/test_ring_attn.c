@@ -106,7 +106,8 @@ static MKX_Comm comms[NLAYOUTS]; /* option attn_layout = each layout */
 
 static int nodes = 1; /* of the communicators (option virtual_node_size) */
 static int by_gpu;    /* several nodes: the network part driven by the GPU
-                         (option hier_attn=proxy, nodes of one rank) */
+                         (option hier_attn auto or proxy, nodes of one
+                         rank) */
 
 /* The GPU path an eligible call takes here, and all GPU starts so far. */
 static mkx_path gpu_path(void) {
@@ -888,7 +889,7 @@ int main(int argc, char **argv) {
   }
   int dev = -1, major = 0;
   nodes = comms[0]->place.num_nodes;
-  by_gpu = comms[0]->opt.hier_attn == MKX_HIER_ATTN_PROXY &&
+  by_gpu = comms[0]->opt.hier_attn != MKX_HIER_ATTN_HOST &&
            comms[0]->place.local_size == 1;
   CHECK_RC(MKX_Comm_device(comms[0], &dev), MKX_SUCCESS, "MKX_Comm_device");
   if (!mt_all(CHECK(dev >= 0, "the communicator has a GPU (device %d)", dev)))

@@ -117,13 +117,15 @@ static void attention(void) {
     CHECK(strstr(out.why, ch[i].because) != NULL,
           "attention: reason \"%s\" names \"%s\"", out.why, ch[i].because);
   }
-  /* several nodes: the network part by the host unless hier_attn=proxy
-   * and a ring mapped for the GPU (none here: no endpoint) */
+  /* several nodes: the network part by the host unless hier_attn is
+   * proxy or auto and a ring is mapped for the GPU (none here: no
+   * endpoint) */
   static const struct {
     int hier_attn;
     const char *because;
   } by[] = {{MKX_HIER_ATTN_HOST, "hier_attn=host"},
-            {MKX_HIER_ATTN_PROXY, "no network ring mapped for the GPU"}};
+            {MKX_HIER_ATTN_PROXY, "no network ring mapped for the GPU"},
+            {MKX_HIER_ATTN_AUTO, "no network ring mapped for the GPU"}};
   for (size_t i = 0; i < sizeof by / sizeof by[0]; i++) {
     struct MKX_Comm_s c =
         comm_of(2, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
@@ -133,7 +135,9 @@ static void attention(void) {
     const int rc = mkx_attn_gpu_choose(&c, &a, &g, &out);
     CHECK(rc == MKX_SUCCESS && out.ops && out.ops->path == MKX_PATH_ATTN_HIER,
           "attention on 2 nodes, hier_attn=%s: %s path",
-          by[i].hier_attn == MKX_HIER_ATTN_HOST ? "host" : "proxy",
+          by[i].hier_attn == MKX_HIER_ATTN_HOST    ? "host"
+          : by[i].hier_attn == MKX_HIER_ATTN_PROXY ? "proxy"
+                                                   : "auto",
           out.ops ? mkx_path_name(out.ops->path) : "no");
     CHECK(strstr(out.why, by[i].because) != NULL,
           "attention: reason \"%s\" names \"%s\"", out.why, by[i].because);
