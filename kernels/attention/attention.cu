@@ -96,7 +96,11 @@ int launch(const mkx_attn_desc *d, cudaStream_t s) {
   p.lse = d->lse;
   p.ready = d->ready;
   p.ready_target = d->ready_target;
-  p.ready_stride = d->ready_stride > 0 ? d->ready_stride : 1;
+  p.net_mask = d->net_mask;
+  p.net_ready = d->net_ready;
+  p.net_ready_stride = d->net_ready_stride;
+  p.net_target = d->net_target;
+  p.net_claim = d->net_claim;
   if (d->sync) p.sync = *d->sync;
   p.tile_counter = d->tile_counter;
   p.section = section_pairs(d);
@@ -157,9 +161,12 @@ extern "C" int mkx_attn_supported(const mkx_attn_desc *d, const char **why) {
   else if (d->nchunks > 1 &&
            (d->seq_q != d->seq_k || !d->k_ring || !d->v_ring || !d->ready || !d->ready_target || !d->sync))
     w = "several chunks need equal shards, ring buffers, ready flags and a sync";
-  else if (d->ring_stride < 0 || (d->ring_stride > 0 && (d->ring_stride < chunk_elems(d) || d->ring_stride % 8)) ||
-           d->ready_stride < 0)
-    w = "ring_stride under a chunk or not a multiple of 8, or ready_stride negative";
+  else if (d->ring_stride < 0 || (d->ring_stride > 0 && (d->ring_stride < chunk_elems(d) || d->ring_stride % 8)))
+    w = "ring_stride under a chunk or not a multiple of 8";
+  else if (d->net_mask &&
+           (d->nchunks < 2 || (d->net_mask >> d->self & 1u) || (d->nchunks < 32 && d->net_mask >> d->nchunks) ||
+            !d->net_ready || d->net_ready_stride < 1 || !d->net_target || !d->net_claim))
+    w = "net_mask needs several chunks, not its own, and net_ready, net_ready_stride, net_target, net_claim";
   else if (d->layout < 0 || d->layout > 2 || (d->layout == 1 && d->nchunks > 1 && d->seq_k % 2))
     w = "bad layout";
   else if (!d->q || !d->k || !d->v || !d->o)

@@ -100,7 +100,11 @@ struct Params {
   float *lse;
   const int *ready;
   const int *ready_target;
-  int ready_stride;   // ints between consecutive chunks' ready flags
+  unsigned net_mask;  // chunks over the network (mkx_attn_desc)
+  const int *net_ready;
+  int net_ready_stride;
+  const int *net_target;
+  int *net_claim;
   int *tile_counter;  // NULL: static round robin; else zero at launch, one atomicAdd per tile
   int section;        // (batch, head) pairs per section of the tile order
   int no_turns;       // consumer warpgroups issue their products without taking turns
@@ -260,6 +264,21 @@ struct Shared {
   int tile;
 };
 
+/* Until chunk c may be read (bounded; a failure is recorded and the
+ * caller goes on).  A chunk over the network: the first CTA here reads its
+ * signal word across PCIe and raises ready[c]; the others wait for that
+ * in device memory, since every CTA polling host memory slows the landing
+ * it waits for. */
+__device__ __forceinline__ void wait_chunk(const Params &p, int c, int target, int net_target, int mb) {
+  const int *flag = p.ready + c;
+  if ((p.net_mask >> c & 1u) && !tp::geq(tp::ld_acquire(flag), target) && atomicCAS(p.net_claim + c, 0, 1) == 0) {
+    if (tp::wait_geq(p.net_ready + c * p.net_ready_stride, net_target, p.sync, c, mb, MKX_TP_AT_KV_CHUNK))
+      tp::st_release(const_cast<int *>(flag), target);
+    return;
+  }
+  tp::wait_geq(flag, target, p.sync, c, mb, MKX_TP_AT_KV_CHUNK);
+}
+
 __device__ __forceinline__ int next_tile(const Params &p, int t) {
   return p.tile_counter ? atomicAdd(p.tile_counter, 1) : t + (int)gridDim.x;
 }
@@ -274,6 +293,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
   uint32_t q_phase = 0;
   uint32_t ready_seen = 0;  // chunks whose ready flag was seen (bit per chunk)
   const int target = p.nchunks > 1 ? *p.ready_target : 0;
+  const int net_target = p.net_mask ? *p.net_target : 0;
   int t = p.tile_counter ? atomicAdd(p.tile_counter, 1) : (int)blockIdx.x;
   for (;; t = next_tile(p, t)) {
     mbar_wait(&sh->q_empty, q_phase ^ 1);
@@ -296,7 +316,7 @@ __device__ __forceinline__ void produce(const Params &p, const Schedule &sched, 
     do {
       const bool own = blk.c == p.self;
       if (!own && !(ready_seen >> blk.c & 1)) {
-        tp::wait_geq(p.ready + blk.c * p.ready_stride, target, p.sync, blk.c, tile.mb, MKX_TP_AT_KV_CHUNK);
+        wait_chunk(p, blk.c, target, net_target, tile.mb);
         asm volatile("fence.proxy.async.global;" ::: "memory");
         ready_seen |= 1u << blk.c;
       }

@@ -103,15 +103,19 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
 }
 
 /* The network part driven by the GPU: the other ranks' chunks where they
- * land, flagged by their signal words. */
-static void net_ring(const mkx_attn_args *a, const mkx_attn_net_ring *r,
-                     mkx_attn_desc *d) {
+ * land, and their signal words; the engine raises their flags itself (its
+ * claims: the counters the prologue zeroes). */
+static void net_ring(MKX_Comm c, const attn_plan *p, const mkx_attn_args *a,
+                     const mkx_attn_net_ring *r, mkx_attn_desc *d) {
   d->k_ring = r->k;
   d->v_ring = r->v;
   d->ring_stride = (int64_t)(r->stride_bytes / MKX_Type_size(a->dtype));
-  d->ready = r->ready;
-  d->ready_stride = r->ready_stride;
-  d->ready_target = r->ready_target;
+  d->net_mask = r->mask;
+  d->net_ready = r->words;
+  d->net_ready_stride = r->words_stride;
+  d->net_target = r->target;
+  d->net_claim =
+      mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_COUNTERS);
 }
 
 /* Several nodes: equal nodes joined by MKX's transport (the column
@@ -354,7 +358,7 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
   if (p->net)
     MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &ring));
   desc_of(c, a, p, &d);
-  if (p->net) net_ring(a, &ring, &d);
+  if (p->net) net_ring(c, p, a, &ring, &d);
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
   d.sync = &sync;
   MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));

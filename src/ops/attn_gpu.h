@@ -33,12 +33,14 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len);
 int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **n);
 void mkx_attn_net_free(mkx_attn_net *n);
 /* Where the engine finds the other ranks' chunks (mkx_attn_desc's ring
- * fields): in the network region, each flagged by its signal word. */
+ * and net_* fields): in the network region, each landed once its signal
+ * word reaches the epoch. */
 typedef struct mkx_attn_net_ring {
   const void *k, *v;
   size_t stride_bytes;
-  const int *ready, *ready_target;
-  int ready_stride;
+  unsigned mask;
+  const int *words, *target;
+  int words_stride;
 } mkx_attn_net_ring;
 /* On st after the prologue and before the engine: this rank's K and V to
  * every other node; *ring: where they land here. */

@@ -115,15 +115,16 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
   mkx_net_desc_fill(c, ws, words, &n->d);
   n->d.peers = n->peers;
   MKX_TRY(send(c, n, base, K, V, st));
-  /* the engine's view: signal words as flags (their low half: the epochs
-   * stay below 2^32), the epoch's low half as their target */
+  /* the engine's view: the signal words' low half (the epochs stay below
+   * 2^32), the epoch's low half as their target */
   ring->k = base;
   ring->v = (char *)base + n->chunk;
   ring->stride_bytes = 2 * n->chunk;
-  ring->ready =
+  ring->mask = n->peers;
+  ring->words =
       (const int *)(uintptr_t)(n->d.proxy.signals + n->d.slot0 + W_KV);
-  ring->ready_stride = (int)(2 * n->d.words);
-  ring->ready_target = (const int *)(uintptr_t)n->d.epoch;
+  ring->words_stride = (int)(2 * n->d.words);
+  ring->target = (const int *)(uintptr_t)n->d.epoch;
   return MKX_SUCCESS;
 }
 
