@@ -95,7 +95,9 @@ void mkx_proxy_destroy(mkx_proxy *p);
  * the commands it took and their payload bytes.  From the thread that
  * owns the proxy (not during mkx_proxy_stop). */
 /* busy_ns: wall time with at least one taken command not yet complete
- * (the transport at work; an interval counts once it has ended). */
+ * (the transport at work; an interval counts once it has ended).  A
+ * transport that completes a write inside its post (shm placing device
+ * memory) adds next to nothing. */
 typedef struct mkx_proxy_stats {
   uint64_t cpu_ns, commands, bytes, busy_ns;
 } mkx_proxy_stats;
