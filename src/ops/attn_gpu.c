@@ -154,10 +154,17 @@ int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
   if (!mkx_attn_supported(&d, &why))
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: GPU path: %s", FN, why);
   const int64_t kv = a->batch * a->seq_local * a->heads_kv * a->head_dim;
-  if (kv >= (1ll << 31) / c->size)
+  char net_why[64];
+  /* driven by the GPU, the ring holds each rank's K and V side by side */
+  const int64_t span =
+      c->place.num_nodes > 1 && mkx_attn_net_fits(c, net_why, sizeof net_why)
+          ? 2 * kv
+          : kv;
+  if (span >= (1ll << 31) / c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path: every rank's K "
-                     "together has 2^31 elements or more",
+                     "together (with V, on nodes driven by the GPU) has "
+                     "2^31 elements or more",
                      FN);
   return MKX_SUCCESS;
 }
