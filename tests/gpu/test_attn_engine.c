@@ -4,7 +4,10 @@
  * head dims 64, 128 and padded ones, grouped- and multi-query heads,
  * causal and not, partial tiles, bf16 and fp16, and the ring's view of a
  * sequence in chunks (every layout, every own chunk) with the ready flags
- * already set, or never set (then the bounded wait must report a timeout).
+ * already set, or never set (then the bounded wait must report a timeout),
+ * and as the network lands them: each chunk's K and V side by side
+ * (ring_stride), landed once a host-mapped word (net_ready) rises, which
+ * the host raises after the launch, or never.
  * O and LSE are poisoned before each run and guarded past their ends.
  * Exit 77 without an sm_90 GPU, 1 on any failure.
  *   --bench   also time the engine on the shapes of the attention issue
@@ -109,9 +112,59 @@ static void ref_row(const tcase *t, int self, const uint16_t *q,
 
 enum { GUARD = 4096 };
 
+/* The network's view of the other chunks (mkx_attn_desc net_*): K and V of
+ * chunk c side by side at c * 2 * kn elements; chunk c's word, the low
+ * half of words[c * NET_WORDS + 1] in host-mapped memory, lands it at 7. */
+enum { NET_WORDS = 3 };
+typedef struct {
+  void *ring;
+  uint64_t *words; /* host */
+  int *claim;
+} net_view;
+
+static void net_view_make(const tcase *t, int64_t kn, const uint16_t *kr,
+                          const uint16_t *vr, net_view *n, mkx_attn_desc *d) {
+  uint16_t *h = malloc(4 * kn * t->p);
+  for (int c = 0; c < t->p; ++c) {
+    memcpy(h + 2 * kn * c, kr + kn * c, 2 * kn);
+    memcpy(h + 2 * kn * c + kn, vr + kn * c, 2 * kn);
+  }
+  n->ring = mt_dev_upload(h, 4 * kn * t->p);
+  free(h);
+  CK(cudaHostAlloc((void **)&n->words, sizeof(uint64_t) * NET_WORDS * t->p,
+                   cudaHostAllocMapped));
+  for (int x = 0; x < NET_WORDS * t->p; ++x) n->words[x] = 6;
+  uint64_t *dw = NULL;
+  CK(cudaHostGetDevicePointer((void **)&dw, n->words, 0));
+  CK(cudaMalloc((void **)&n->claim, sizeof(int) * MKX_ATTN_MAX_CHUNKS));
+  CK(cudaMemset(n->claim, 0, sizeof(int) * MKX_ATTN_MAX_CHUNKS));
+  d->k_ring = n->ring;
+  d->v_ring = (const uint16_t *)n->ring + kn;
+  d->ring_stride = 2 * kn;
+  d->net_mask = ((1u << t->p) - 1) & ~(1u << d->self);
+  d->net_ready = (const int *)(dw + 1);
+  d->net_ready_stride = 2 * NET_WORDS;
+  d->net_claim = n->claim;
+}
+
+/* The network lands every chunk: after the launch, so the engine waits. */
+static void net_land(const tcase *t, net_view *n) {
+  const struct timespec nap = {0, 20000000};
+  nanosleep(&nap, NULL);
+  for (int c = 0; c < t->p; ++c)
+    __atomic_store_n(&n->words[c * NET_WORDS + 1], 7, __ATOMIC_RELEASE);
+}
+
+static void net_view_free(net_view *n) {
+  if (n->ring) CK(cudaFree(n->ring));
+  if (n->words) CK(cudaFreeHost(n->words));
+  if (n->claim) CK(cudaFree(n->claim));
+}
+
 /* One run of case t as chunk `self`; ready: set the other chunks' flags
- * (else expect the bounded wait to time out). */
-static void run_case(const tcase *t, int self, int ready) {
+ * (else expect the bounded wait to time out); net: the chunks as the
+ * network lands them (net_view), landed after the launch if ready. */
+static void run_case(const tcase *t, int self, int ready, int net) {
   const int64_t qn = (int64_t)t->b * t->s * t->hq * t->d,
                 kn = (int64_t)t->b * t->s * t->hkv * t->d;
   const int64_t ln = (int64_t)t->b * t->hq * t->s;
@@ -132,6 +185,7 @@ static void run_case(const tcase *t, int self, int ready) {
   CK(cudaMemset(dl, 0xff, 4 * ln + GUARD));
   int *flags = NULL, *err = NULL, *derr = NULL;
   char *ws = NULL;
+  net_view nv = {NULL, NULL, NULL};
   mkx_tp_sync sync;
   memset(&sync, 0, sizeof sync);
   mkx_attn_desc d;
@@ -161,11 +215,13 @@ static void run_case(const tcase *t, int self, int ready) {
   if (t->p > 1) {
     dkr = mt_dev_upload(kr, 2 * kn * t->p);
     dvr = mt_dev_upload(vr, 2 * kn * t->p);
-    /* flags[0..7]: one per chunk; flags[8]: the value they must reach */
-    CK(cudaMalloc((void **)&flags, sizeof(int) * 9));
-    int host_flags[9];
-    for (int c = 0; c < 8; ++c) host_flags[c] = ready ? 5 : 4;
+    /* flags[0..7]: one per chunk; flags[8]: the value they must reach;
+     * flags[9]: the value the network's words must reach */
+    CK(cudaMalloc((void **)&flags, sizeof(int) * 10));
+    int host_flags[10];
+    for (int c = 0; c < 8; ++c) host_flags[c] = ready && !net ? 5 : 4;
     host_flags[8] = 5;
+    host_flags[9] = 7;
     CK(cudaMemcpy(flags, host_flags, sizeof host_flags,
                   cudaMemcpyHostToDevice));
     CK(cudaMalloc((void **)&ws, 8192));
@@ -184,17 +240,21 @@ static void run_case(const tcase *t, int self, int ready) {
     d.ready = flags;
     d.ready_target = flags + 8;
     d.sync = &sync;
+    if (net) {
+      net_view_make(t, kn, kr, vr, &nv, &d);
+      d.net_target = flags + 9;
+    }
   }
   const char *why = NULL;
   char name[160];
   snprintf(name, sizeof name,
            "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d bn "
-           "%d%s%s%s",
+           "%d%s%s%s%s",
            t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
            t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self,
            d.block_n, d.tile_counter ? " counter" : "",
            mkx_attn_warpgroups(&d) == 3 ? " 3 warpgroups" : "",
-           ready ? "" : " (flags never set)");
+           net ? " network" : "", ready ? "" : " (flags never set)");
   if (!mkx_attn_supported(&d, &why)) {
     printf("not ok - %s: unsupported: %s\n", name, why);
     g_fail++;
@@ -206,6 +266,7 @@ static void run_case(const tcase *t, int self, int ready) {
     g_fail++;
     goto out;
   }
+  if (net && ready) net_land(t, &nv);
   CK(cudaDeviceSynchronize());
   if (!ready) {
     if (err[0] == MKX_TP_ERR_TIMEOUT && err[3] == MKX_TP_AT_KV_CHUNK &&
@@ -295,6 +356,7 @@ out:
   if (dvr) CK(cudaFree(dvr));
   if (flags) CK(cudaFree(flags));
   if (ws) CK(cudaFree(ws));
+  net_view_free(&nv);
   if (err) CK(cudaFreeHost(err));
 }
 
@@ -413,11 +475,15 @@ int main(int argc, char **argv) {
   for (size_t x = 0; x < sizeof cases / sizeof cases[0]; ++x) {
     const tcase *t = &cases[x];
     if (t->p == 1)
-      run_case(t, 0, 1);
+      run_case(t, 0, 1, 0);
     else
-      for (int self = 0; self < t->p; ++self) run_case(t, self, 1);
+      for (int self = 0; self < t->p; ++self) run_case(t, self, 1, 0);
   }
-  run_case(&cases[14], 1, 0);
+  run_case(&cases[14], 1, 0, 0);
+  /* as the network lands the chunks: every layout, and one never landed */
+  for (size_t x = 14; x < sizeof cases / sizeof cases[0]; ++x)
+    run_case(&cases[x], (int)(x % (size_t)cases[x].p), 1, 1);
+  run_case(&cases[19], 2, 0, 1);
   if (argc > 1 && !strcmp(argv[1], "--bench")) bench(0);
   printf("# %d ok, %d failed\n", g_ok, g_fail);
   return g_fail ? 1 : 0;
