@@ -18,7 +18,8 @@
  * v_ring ([nchunks][batch][seq_k][heads_kv][head_dim] each, slots
  * ring_stride elements apart), once ready[c] >= *ready_target (a bounded
  * wait, reported through the error word of `sync`; for a chunk of
- * net_mask, raised by the engine itself from the network's word).  Queries are the shard of rank `self`.  Global
+ * net_mask, raised by the engine itself from the network's word).
+ * Queries are the shard of rank `self`.  Global
  * positions follow `layout` (MKX_ATTN_*: contiguous, zigzag, striped, as
  * mkx.h says, with p = nchunks and seq_local = seq_q = seq_k); causal
  * masks on them, and blocks of keys no row of a query tile may see are
@@ -83,27 +84,27 @@ typedef struct mkx_attn_desc {
                                   it reads that word and raises ready[c],
                                   the others wait for ready[c] (one reader
                                   across PCIe instead of every CTA) */
-  const int *net_ready;
-  int net_ready_stride;
-  const int *net_target;   /* device int */
-  int *net_claim;          /* device ints, one per chunk, zero before
+  const int *net_ready;        /* host-mapped */
+  int net_ready_stride;        /* ints between chunks' words */
+  const int *net_target;       /* device int */
+  int *net_claim;              /* device ints, one per chunk, zero before
                                   the run: who reads net_ready */
-  const mkx_tp_sync *sync; /* bounded waits and their error word; NULL
+  const mkx_tp_sync *sync;     /* bounded waits and their error word; NULL
                               when nchunks == 1 */
-  int num_ctas;            /* persistent CTAs; 0: one per SM (at most
+  int num_ctas;                /* persistent CTAs; 0: one per SM (at most
                               sync->ctas) */
-  int *tile_counter;       /* NULL: each CTA takes every num_ctas-th tile;
+  int *tile_counter;           /* NULL: each CTA takes every num_ctas-th tile;
                               else one int of device memory that the run
                               zeroes on its stream and the CTAs take tiles
                               from (balances the causal mask's uneven
                               tiles); one per concurrent run */
-  int block_n;             /* keys per block: 0 or 128; 192 with
+  int block_n;                 /* keys per block: 0 or 128; 192 with
                                   head_dim <= 64 and 2 warpgroups */
-  int warpgroups;          /* consumer warpgroups (64 query rows each):
+  int warpgroups;              /* consumer warpgroups (64 query rows each):
                                   0 (mkx_attn_warpgroups picks), 2, or 3
                                   with head_dim <= 64 and 128 keys per
                                   block */
-  int no_turns;            /* 1: the consumer warpgroups issue their
+  int no_turns;                /* 1: the consumer warpgroups issue their
                                   products whenever ready instead of in
                                   turns (for measurements) */
 } mkx_attn_desc;

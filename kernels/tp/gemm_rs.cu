@@ -564,19 +564,18 @@ extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st) {
   return last_error();
 }
 
-typedef CUresult (*StreamWaitFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+typedef CUresult (*WaitValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
-/* Through the driver entry point, looked up once. */
 extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
-  static std::atomic<StreamWaitFn> cached{nullptr};
-  StreamWaitFn f = cached.load(std::memory_order_acquire);
+  static std::atomic<WaitValueFn> cached{nullptr};
+  WaitValueFn f = cached.load(std::memory_order_acquire);
   if (!f) {
     void *p = nullptr;
     cudaDriverEntryPointQueryResult q;
     if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
         q != cudaDriverEntryPointSuccess || !p)
       return (int)cudaErrorNotSupported;
-    f = reinterpret_cast<StreamWaitFn>(p);
+    f = reinterpret_cast<WaitValueFn>(p);
     cached.store(f, std::memory_order_release);
   }
   CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WAIT_VALUE_GEQ);

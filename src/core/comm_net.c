@@ -123,13 +123,12 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   warn_one_core(c);
 #if HAVE_CUDA
   /* only where kernels will post (the host alone needs no mapping) */
-  const int hg = c->opt.hier_gemm;
+  const int hg = c->opt.hier_gemm, ha = c->opt.hier_attn;
+  const int auto_proxy = c->place.num_nodes == c->size; /* nodes of one */
   if (c->device >= 0 &&
-      (hg == MKX_HIER_GEMM_PROXY ||
-       (hg == MKX_HIER_GEMM_AUTO && c->place.num_nodes == c->size) ||
-       c->opt.hier_attn == MKX_HIER_ATTN_PROXY ||
-       (c->opt.hier_attn == MKX_HIER_ATTN_AUTO &&
-        c->place.num_nodes == c->size))) {
+      (hg == MKX_HIER_GEMM_PROXY || ha == MKX_HIER_ATTN_PROXY ||
+       (auto_proxy &&
+        (hg == MKX_HIER_GEMM_AUTO || ha == MKX_HIER_ATTN_AUTO)))) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);

@@ -102,22 +102,6 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
   if (p->hier) d->order = p->order;
 }
 
-/* The network part driven by the GPU: the other ranks' chunks where they
- * land, and their signal words; the engine raises their flags itself (its
- * claims: the counters the prologue zeroes). */
-static void net_ring(MKX_Comm c, const attn_plan *p, const mkx_attn_args *a,
-                     const mkx_attn_net_ring *r, mkx_attn_desc *d) {
-  d->k_ring = r->k;
-  d->v_ring = r->v;
-  d->ring_stride = (int64_t)(r->stride_bytes / MKX_Type_size(a->dtype));
-  d->net_mask = r->mask;
-  d->net_ready = r->words;
-  d->net_ready_stride = r->words_stride;
-  d->net_target = r->target;
-  d->net_claim =
-      mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_COUNTERS);
-}
-
 /* Several nodes: equal nodes joined by MKX's transport (the column
  * exchange of src/host/hier.c), at most MKX_TP_MAX ranks per node and
  * MKX_ATTN_MAX_CHUNKS in all. */
@@ -266,24 +250,22 @@ void mkx_attn_gpu_free(MKX_Comm c, void *plan) {
   plan_free(p);
 }
 
-int mkx_attn_push_chunk(MKX_Comm c, mkx_tp_ws *ws, size_t chunk, int src,
-                        const void *k, const void *v, int lq, cudaStream_t s) {
-  char *data = mkx_tp_ws_data(ws, lq);
-  char *kd = data + (size_t)src * chunk;
-  char *vd = data + ((size_t)c->size + (size_t)src) * chunk;
-  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(kd, k, chunk, cudaMemcpyDefault, s), FN,
-                      "copy of K"));
-  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, chunk, cudaMemcpyDefault, s), FN,
-                      "copy of V"));
-  const int *epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_SRC);
-  return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(ws, lq) + src, epoch,
-                                     sizeof(int), cudaMemcpyDeviceToDevice, s),
-                     FN, "copy of a ready flag");
-}
-
+/* Rank src's K and V (at k and v: device memory or pinned host memory)
+ * into slot src of node rank lq's workspace, then the epoch into lq's
+ * flag of src, on stream s (stream order: the flag after the data). */
 static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
                       const void *v, int lq, cudaStream_t s) {
-  return mkx_attn_push_chunk(c, p->ws, p->chunk, src, k, v, lq, s);
+  char *data = mkx_tp_ws_data(p->ws, lq);
+  char *kd = data + (size_t)src * p->chunk;
+  char *vd = data + ((size_t)c->size + (size_t)src) * p->chunk;
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(kd, k, p->chunk, cudaMemcpyDefault, s),
+                      FN, "copy of K"));
+  MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, p->chunk, cudaMemcpyDefault, s),
+                      FN, "copy of V"));
+  const int *epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_SRC);
+  return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + src, epoch,
+                                     sizeof(int), cudaMemcpyDeviceToDevice, s),
+                     FN, "copy of a ready flag");
 }
 
 /* The first side stream a start uses: 0 where the host drives the
@@ -361,11 +343,8 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
                        : p->ring ? MKX_PATH_ATTN_RING
                                  : MKX_PATH_ATTN));
   if (p->ring) MKX_TRY(push_peers(c, p, a, st));
-  mkx_attn_net_ring ring;
-  if (p->net)
-    MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &ring));
   desc_of(c, a, p, &d);
-  if (p->net) net_ring(c, p, a, &ring, &d);
+  if (p->net) MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &d));
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
   d.sync = &sync;
   MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
@@ -403,9 +382,8 @@ int mkx_attn_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
   if (c->place.num_nodes > 1 && mkx_attn_net_fits(c, why, sizeof why)) {
     out->ops = &attn_net;
     snprintf(out->why, sizeof out->why,
-             "%d nodes: the node's chunks by the copy engine, the others "
-             "posted by the GPU to the network and handed on by the copy "
-             "engine while the engine computes",
+             "%d nodes: the others' chunks posted by the GPU to the network, "
+             "landing in the engine's ring while it computes",
              c->place.num_nodes);
   } else if (c->place.num_nodes > 1) {
     out->ops = &attn_hier;

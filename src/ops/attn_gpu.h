@@ -17,13 +17,6 @@ void mkx_attn_gpu_free(MKX_Comm c, void *plan);
 #include <cuda_runtime.h>
 #include "ops/tp_host.h"
 
-/* Rank src's K and V (at k and v, chunk bytes each: device memory or
- * pinned host memory) into slot src of node rank lq's workspace, then the
- * epoch into lq's flag of src, on stream s (stream order: the flag after
- * the data). */
-int mkx_attn_push_chunk(MKX_Comm c, mkx_tp_ws *ws, size_t chunk, int src,
-                        const void *k, const void *v, int lq, cudaStream_t s);
-
 /* Several nodes with the network part driven by the GPU (option
  * hier_attn, attn_net_gpu.c). */
 typedef struct mkx_attn_net mkx_attn_net;
@@ -32,20 +25,12 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len);
 /* Collective (grows the region); on failure nothing is held. */
 int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **n);
 void mkx_attn_net_free(mkx_attn_net *n);
-/* Where the engine finds the other ranks' chunks (mkx_attn_desc's ring
- * and net_* fields): in the network region, each landed once its signal
- * word reaches the epoch. */
-typedef struct mkx_attn_net_ring {
-  const void *k, *v;
-  size_t stride_bytes;
-  unsigned mask;
-  const int *words, *target;
-  int words_stride;
-} mkx_attn_net_ring;
 /* On st after the prologue and before the engine: this rank's K and V to
- * every other node; *ring: where they land here. */
+ * every other node; then *d's ring and net_* fields say where the other
+ * ranks' chunks land here and which words say they have. */
+struct mkx_attn_desc;
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
-                      const void *V, cudaStream_t st, mkx_attn_net_ring *ring);
+                      const void *V, cudaStream_t st, struct mkx_attn_desc *d);
 /* On st after the engine (after mkx_attn_net_send of the same start):
  * until the proxy has completed this rank's writes. */
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st);

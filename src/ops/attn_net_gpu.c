@@ -29,6 +29,7 @@
 
 #if HAVE_CUDA
 #include "core/comm_net.h"
+#include "attention/attn_engine.h"
 #include "ops/attn_gpu.h"
 #include "ops/net_gpu.h"
 
@@ -107,7 +108,7 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
 }
 
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
-                      const void *V, cudaStream_t st, mkx_attn_net_ring *ring) {
+                      const void *V, cudaStream_t st, mkx_attn_desc *e) {
   void *base = NULL;
   uint64_t *words = NULL;
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
@@ -115,16 +116,18 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
   mkx_net_desc_fill(c, ws, words, &n->d);
   n->d.peers = n->peers;
   MKX_TRY(send(c, n, base, K, V, st));
-  /* the engine's view: the signal words' low half (the epochs stay below
-   * 2^32), the epoch's low half as their target */
-  ring->k = base;
-  ring->v = (char *)base + n->chunk;
-  ring->stride_bytes = 2 * n->chunk;
-  ring->mask = n->peers;
-  ring->words =
+  /* the engine's view: K and V of a chunk side by side; the signal words'
+   * low half (the epochs stay below 2^32), the epoch's low half as their
+   * target; its claims: the counters the prologue zeroes */
+  e->k_ring = base;
+  e->v_ring = (char *)base + n->chunk;
+  e->ring_stride = 2 * e->batch * e->seq_k * e->heads_kv * e->head_dim;
+  e->net_mask = n->peers;
+  e->net_ready =
       (const int *)(uintptr_t)(n->d.proxy.signals + n->d.slot0 + W_KV);
-  ring->words_stride = (int)(2 * n->d.words);
-  ring->target = (const int *)(uintptr_t)n->d.epoch;
+  e->net_ready_stride = (int)(2 * n->d.words);
+  e->net_target = (const int *)(uintptr_t)n->d.epoch;
+  e->net_claim = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_COUNTERS);
   return MKX_SUCCESS;
 }
 

@@ -37,10 +37,6 @@ void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
   mkx_tp_sync_fill(c, ws, 0, &d->sync);
 }
 
-static void desc_fill(MKX_Comm c, const mkx_net_plan *n, mkx_tp_net_desc *d) {
-  mkx_net_desc_fill(c, n->ws, n->words, d);
-}
-
 int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
                       mkx_net_plan *n) {
   memset(n, 0, sizeof *n);
@@ -60,7 +56,7 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
 
 int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
                       const char *fn) {
-  desc_fill(c, n, d);
+  mkx_net_desc_fill(c, n->ws, n->words, d);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_prologue_load(), fn, "loading the prologue"));
   return mkx_tp_launch_rc(mkx_tp_net_load(), fn, "loading its kernels");
 }
@@ -77,7 +73,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   MKX_TRY(mkx_comm_net_gpu_region(c, n->bytes, &base, &n->words));
   n->region = base;
   MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, 1, MKX_PATH_HIER_PROXY));
-  desc_fill(c, n, d);
+  mkx_net_desc_fill(c, n->ws, n->words, d);
   return MKX_SUCCESS;
 }
 

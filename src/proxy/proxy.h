@@ -93,8 +93,8 @@ void mkx_proxy_destroy(mkx_proxy *p);
 /* What the proxy has cost and carried since it was created: the CPU time
  * of its thread (busy polling and naps included: what a core gives to it),
  * the commands it took and their payload bytes.  From the thread that
- * owns the proxy (not during mkx_proxy_stop). */
-/* busy_ns: wall time with at least one taken command not yet complete
+ * owns the proxy (not during mkx_proxy_stop).
+ * busy_ns: wall time with at least one taken command not yet complete
  * (the transport at work; an interval counts once it has ended).  A
  * transport that completes a write inside its post (shm placing device
  * memory) adds next to nothing. */

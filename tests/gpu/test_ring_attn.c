@@ -1,9 +1,9 @@
 /*
  * MKX_Ring_attention's GPU paths (the attention engine on one rank, the
  * ring of one node, and of several nodes: MKX_VIRTUAL_NODE_SIZE cuts one
- * host into several, the network part driven by the host, then without 4
- * and 5, or with MKX_HIER_ATTN=proxy on nodes of one rank by the GPU) against the
- * host path as oracle: the same call, on
+ * host into several: the network part driven by the GPU on nodes of one
+ * rank unless MKX_HIER_ATTN=host, else by the host, then without 4 and 5)
+ * against the host path as oracle: the same call, on
  * the same communicator, on host copies of the same inputs (softmax in
  * double).  Runs with one GPU per rank and with ranks sharing a GPU (MPS
  * or time slices).  Skips (77) without a GPU, or where it is not sm_90
