@@ -14,9 +14,10 @@
  *   3. one write of the slot to each peer, at the same offset, setting
  *      word W_KV of this rank's block there to the epoch.
  * The engine then reads chunk q from slot q once q's word reaches the
- * call's epoch (its ready flags are those words, mkx_attn_net_ring): a
- * bounded wait of the engine's own, so a chunk that never comes fails the
- * call on every rank instead of hanging it.  After the engine:
+ * call's epoch (mkx_attn_desc's net_* fields; one CTA reads the word and
+ * raises the chunk's flag for the others): a bounded wait of the engine's
+ * own, so a chunk that never comes fails the call on every rank instead of
+ * hanging it.  After the engine:
  * mkx_tp_net_end, until the proxy has completed this rank's writes.  Each
  * chunk crosses to each other node once, as with the host's exchange
  * (attn_gpu.c).
