@@ -271,6 +271,72 @@ __global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
   }
 }
 
+/* Rows [g0, g1) of rank q's chunk j as mkx_tp_net_begin posts them
+ * (chunk_tiles tiles of 128 rows from the tile of bnd[q]); false past
+ * the last. */
+__device__ bool chunk_rows(const mkx_tp_net_desc &d, int q, int j, int64_t &g0, int64_t &g1) {
+  const int64_t b0 = d.bnd[q], b1 = d.bnd[q + 1], t0 = b0 / 128;
+  g0 = j == 0 ? b0 : (t0 + (int64_t)j * d.chunk_tiles) * 128;
+  if (g0 >= b1) return false;
+  g1 = (t0 + (int64_t)(j + 1) * d.chunk_tiles) * 128;
+  if (g1 > b1) g1 = b1;
+  return true;
+}
+
+/* Unit u of the forward, chunk by chunk (every source's chunk j, each to
+ * every destination): its source, destination and rows; false past the
+ * last. */
+__device__ bool fwd_unit(const mkx_tp_net_fwd_desc &d, int64_t u, int &q, int &i, int &j, int64_t &g0, int64_t &g1) {
+  for (j = 0; j + 1 < (int)d.net.words; ++j) {
+    bool any = false;
+    for (q = 0; q < d.net.size; ++q) {
+      if (!is_peer(d.net, q) || !chunk_rows(d.net, q, j, g0, g1)) continue;
+      any = true;
+      if (u < d.ndst) {
+        i = (int)u;
+        return true;
+      }
+      u -= d.ndst;
+    }
+    if (!any) return false;
+  }
+  return false;
+}
+
+/* See mkx_tp_net_fwd_desc.  W: the copy's word (16 bytes where every
+ * row allows). */
+template <typename W>
+__global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
+  __shared__ int ok, s_q, s_i;
+  __shared__ int64_t s_g0, s_g1;
+  const uint64_t e = *(volatile uint64_t *)d.net.epoch;
+  for (int64_t u = blockIdx.x;; u += gridDim.x) {
+    if (threadIdx.x == 0) {
+      int q, i, j;
+      int64_t g0, g1;
+      ok = 0;
+      if (fwd_unit(d, u, q, i, j, g0, g1)) {
+        s_q = q, s_i = i, s_g0 = g0, s_g1 = g1;
+        ok = !call_failed(d.net) && peer_word(d.net, q, 1 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS) ? 1 : -1;
+      }
+    }
+    __syncthreads();
+    if (ok <= 0) return;
+    const int64_t w0 = s_g0 * d.net.row_bytes / (int64_t)sizeof(W), w1 = s_g1 * d.net.row_bytes / (int64_t)sizeof(W);
+    const W *src = reinterpret_cast<const W *>(d.src);
+    W *dst = reinterpret_cast<W *>(d.dst[s_i]);
+    for (int64_t w = w0 + threadIdx.x; w < w1; w += blockDim.x) dst[w] = __ldcg(src + w);
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      const int fe = *(volatile const int *)d.flag_epoch;
+      for (int64_t t = s_g0 / 128; t <= (s_g1 - 1) / 128; ++t)
+        mkx::tp::st_release(d.flags[s_i] + s_q * d.tiles_m + t, fe);
+    }
+    __syncthreads();
+  }
+}
+
 bool desc_ok(const mkx_tp_net_desc *d) {
   if (!d || !d->proxy.ring || !d->proxy.signals || !d->epoch || !d->last_seq || d->size < 2 || d->size > 32 ||
       d->rank < 0 || d->rank >= d->size || d->words < 2 || d->chunk_tiles < 1 || d->row_bytes <= 0 || d->bnd[0] != 0)
@@ -394,6 +460,30 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
   return launched();
 }
 
+extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
+  if (!d || !desc_ok(&d->net) || d->net.size > MKX_TP_MAX || !d->src || !d->flag_epoch || d->ndst < 1 ||
+      d->ndst > MKX_TP_MAX || d->tiles_m < 1 || d->net.bnd[d->net.size] > d->tiles_m * 128)
+    return MKX_GEMM_EINVAL;
+  bool v16 = d->net.row_bytes % 16 == 0 && (uintptr_t)d->src % 16 == 0;
+  for (int i = 0; i < d->ndst; ++i) {
+    if (!d->dst[i] || !d->flags[i]) return MKX_GEMM_EINVAL;
+    v16 = v16 && (uintptr_t)d->dst[i] % 16 == 0;
+  }
+  int64_t units = 0;
+  for (int q = 0; q < d->net.size; ++q) {
+    const int64_t b0 = d->net.bnd[q], b1 = d->net.bnd[q + 1];
+    if (is_peer(d->net, q) && b1 > b0) units += ((b1 - 1) / 128 - b0 / 128) / d->net.chunk_tiles + 1;
+  }
+  units *= d->ndst;
+  if (units == 0) return 0;
+  const int64_t blocks = d->max_blocks > 0 && units > d->max_blocks ? d->max_blocks : units;
+  if (v16)
+    net_fwd<uint4><<<(unsigned)blocks, 512, 0, st>>>(*d);
+  else
+    net_fwd<unsigned char><<<(unsigned)blocks, 512, 0, st>>>(*d);
+  return launched();
+}
+
 extern "C" int mkx_tp_net_load(void) {
   cudaFuncAttributes a;
   const void *const k[] = {(const void *)net_begin,
@@ -406,7 +496,9 @@ extern "C" int mkx_tp_net_load(void) {
                            (const void *)net_sum<__half, 1>,
                            (const void *)net_sum<float, 1>,
                            (const void *)net_take<uint4>,
-                           (const void *)net_take<unsigned char>};
+                           (const void *)net_take<unsigned char>,
+                           (const void *)net_fwd<uint4>,
+                           (const void *)net_fwd<unsigned char>};
   for (const void *f : k) {
     const cudaError_t e = cudaFuncGetAttributes(&a, f);
     if (e != cudaSuccess) return (int)e;

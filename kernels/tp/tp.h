@@ -266,6 +266,29 @@ typedef struct mkx_tp_net_take_desc {
   int max_blocks; /* most CTAs (0: one per 8 rows) */
 } mkx_tp_net_take_desc;
 int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st);
+/* AllGather+GEMM over nodes of several ranks: the rows of every column
+ * peer (net.peers: the ranks of this rank's local index on the other
+ * nodes) land in this rank's region in mkx_tp_net_begin's chunks.  Chunk
+ * j of peer q, once its word slot0 + q * words + 1 + j reaches the
+ * epoch, is copied from src (the region; rows row_bytes apart, the
+ * gathered A's layout) to the same rows of every dst[i] (the node ranks'
+ * gathered A, this rank's included, as mapped here), and then the
+ * destination's flags[i][q * tiles_m + t] = *flag_epoch for every tile t
+ * the chunk's rows meet: the gated GEMM of every node rank waits for
+ * those (mkx_tp_ag_desc.flags).  Units of (chunk, source, destination),
+ * early chunks first, over at most max_blocks CTAs: each waits on the
+ * network itself, so no stream ever waits for the proxy. */
+typedef struct mkx_tp_net_fwd_desc {
+  mkx_tp_net_desc net;
+  const char *src;
+  int ndst;
+  char *dst[MKX_TP_MAX];
+  int *flags[MKX_TP_MAX];
+  int64_t tiles_m;
+  const int *flag_epoch; /* local: the node workspace's epoch */
+  int max_blocks;
+} mkx_tp_net_fwd_desc;
+int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st);
 /* Load every kernel above, launching nothing (mkx_gemm_load says why). */
 int mkx_tp_net_load(void);
 /* Launches of mkx_tp_ag_gemm that split their last wave (for tests). */

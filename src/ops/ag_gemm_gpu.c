@@ -168,60 +168,60 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
 }
 
 /* Rows [g0, g1) of the gathered A (this rank's, row0 <= g0 < g1 <= row1)
- * into node rank q's gathered A, then the epoch into q's flags [this rank]
- * [tile] of every tile those rows meet, on stream s: stream order makes
- * the flags land after the rows.  The caller passes every tile's rows of
- * this rank in one piece (chunks end on tile boundaries or at row1), so a
- * flag is set only once all of this rank's rows of its tile are there. */
-static int push_rows(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                     int q, int64_t g0, int64_t g1, cudaStream_t s) {
-  const int lq = c->place.local_rank_of[q], me = c->place.local_rank;
-  const size_t row = (size_t)a->k * p->es;
-  const int64_t r0 = g0 - p->r.row0, nrows = g1 - g0;
-  char *dst = mkx_tp_ws_data(p->ws, lq) + (size_t)g0 * row;
-  const char *src = (const char *)a->A + (size_t)r0 * (size_t)a->lda * p->es;
+ * into node rank lq's gathered A (the data of ws), then the epoch into
+ * lq's flags [this rank][tile] of every tile those rows meet, on stream
+ * s: stream order makes the flags land after the rows.  The caller passes
+ * every tile's rows of this rank in one piece (chunks end on tile
+ * boundaries or at row1), so a flag is set only once all of this rank's
+ * rows of its tile are there. */
+static int push_rows(MKX_Comm c, const mkx_tp_ws *ws, const mkx_tp_ag_rows *r,
+                     const mkx_ag_gemm_args *a, int lq, int64_t g0, int64_t g1,
+                     cudaStream_t s) {
+  const int me = c->place.local_rank;
+  const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
+  const int64_t r0 = g0 - r->row0, nrows = g1 - g0;
+  char *dst = mkx_tp_ws_data(ws, lq) + (size_t)g0 * row;
+  const char *src = (const char *)a->A + (size_t)r0 * (size_t)a->lda * es;
   cudaError_t e =
       a->lda == a->k
           ? cudaMemcpyAsync(dst, src, row * (size_t)nrows,
                             cudaMemcpyDeviceToDevice, s)
-          : cudaMemcpy2DAsync(dst, row, src, (size_t)a->lda * p->es, row,
+          : cudaMemcpy2DAsync(dst, row, src, (size_t)a->lda * es, row,
                               (size_t)nrows, cudaMemcpyDeviceToDevice, s);
   MKX_TRY(mkx_cuda_rc(e, FN, "copy of A rows"));
   const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
-  int *flags = mkx_tp_ws_flags(p->ws, lq) + c->rank * p->r.tiles_m + t0;
-  const int *epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_SRC);
+  int *flags = mkx_tp_ws_flags(ws, lq) + c->rank * r->tiles_m + t0;
+  const int *epoch = mkx_tp_ws_word(ws, me, MKX_TP_OFF_SRC);
   e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)(t1 - t0 + 1),
                       cudaMemcpyDeviceToDevice, s);
   return mkx_cuda_rc(e, FN, "copy of ready flags");
 }
 
-/* Peers' copies on the side streams (copy engines), in chunks, staggered:
- * side stream i serves rank + i. */
-static int push_peers(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
-                      cudaStream_t st) {
-  mkx_tp_ws *ws = p->ws;
+int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_tp_ws *ws,
+                         const mkx_tp_ag_rows *r, int64_t chunk_tiles,
+                         const mkx_ag_gemm_args *a, cudaStream_t st) {
+  const int G = c->place.local_size, me = c->place.local_rank;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
-  for (int i = 1; i < c->size; i++) {
+  for (int i = 1; i < G; i++) {
     cudaStream_t s = ws->side[i];
-    const int q = (c->rank + i) % c->size;
     MKX_TRY(
         mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN, "fork wait"));
     /* chunks of chunk_tiles tiles of the gathered A: the first starts at
      * row0 (maybe inside a tile), every other one on a tile boundary; each
      * ends on a tile boundary or at row1 */
-    for (int64_t g0 = p->r.row0, g1; g0 < p->r.row1; g0 = g1) {
-      g1 = (g0 / TILE + p->chunk_tiles) * TILE;
-      if (g1 > p->r.row1) g1 = p->r.row1;
-      MKX_TRY(push_rows(c, p, a, q, g0, g1, s));
+    for (int64_t g0 = r->row0, g1; g0 < r->row1; g0 = g1) {
+      g1 = (g0 / TILE + chunk_tiles) * TILE;
+      if (g1 > r->row1) g1 = r->row1;
+      MKX_TRY(push_rows(c, ws, r, a, (me + i) % G, g0, g1, s));
     }
     MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[i], s), FN, "join"));
   }
   return MKX_SUCCESS;
 }
 
-static int join_peers(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
-  for (int i = 1; i < c->size; i++)
-    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), FN,
+int mkx_tp_ag_join_peers(MKX_Comm c, const mkx_tp_ws *ws, cudaStream_t st) {
+  for (int i = 1; i < c->place.local_size; i++)
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[i], 0), FN,
                         "join wait"));
   return MKX_SUCCESS;
 }
@@ -275,15 +275,16 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
 }
 
-/* The own rows the overlapped GEMM reads from the gathered A: those of
- * tiles shared with a neighbour (all of them when no tile is own only). */
-static int push_own_edges(MKX_Comm c, const ag_plan *p,
-                          const mkx_ag_gemm_args *a, cudaStream_t st) {
-  if (p->r.own_t1 == p->r.own_t0)
-    return push_rows(c, p, a, c->rank, p->r.row0, p->r.row1, st);
-  const int64_t in0 = p->r.own_t0 * TILE, in1 = p->r.own_t1 * TILE;
-  if (p->r.row0 < in0) MKX_TRY(push_rows(c, p, a, c->rank, p->r.row0, in0, st));
-  if (in1 < p->r.row1) MKX_TRY(push_rows(c, p, a, c->rank, in1, p->r.row1, st));
+int mkx_tp_ag_push_own_edges(MKX_Comm c, const mkx_tp_ws *ws,
+                             const mkx_tp_ag_rows *r, const mkx_ag_gemm_args *a,
+                             cudaStream_t st) {
+  const int me = c->place.local_rank;
+  if (a->m_local == 0) return MKX_SUCCESS;
+  if (r->own_t1 == r->own_t0)
+    return push_rows(c, ws, r, a, me, r->row0, r->row1, st);
+  const int64_t in0 = r->own_t0 * TILE, in1 = r->own_t1 * TILE;
+  if (r->row0 < in0) MKX_TRY(push_rows(c, ws, r, a, me, r->row0, in0, st));
+  if (in1 < r->row1) MKX_TRY(push_rows(c, ws, r, a, me, in1, r->row1, st));
   return MKX_SUCCESS;
 }
 
@@ -391,13 +392,13 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   }
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->r.tiles_m,
                        MKX_PATH_TP_OVERLAP));
-  MKX_TRY(push_peers(c, p, a, st));
+  MKX_TRY(mkx_tp_ag_push_peers(c, p->ws, &p->r, p->chunk_tiles, a, st));
   /* Own rows of shared tiles on the user's stream, before the GEMM: a
    * device-local copy may run as a kernel, which must not wait behind the
    * persistent GEMM. */
-  if (a->m_local > 0) MKX_TRY(push_own_edges(c, p, a, st));
+  MKX_TRY(mkx_tp_ag_push_own_edges(c, p->ws, &p->r, a, st));
   MKX_TRY(run_gemm(c, p, a, 1, st));
-  MKX_TRY(join_peers(c, p, st));
+  MKX_TRY(mkx_tp_ag_join_peers(c, p->ws, st));
   if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 1, st));
   return mkx_tp_end(p->ws, stream);
 }

@@ -1,5 +1,5 @@
 /* MKX_Allgather_gemm over several nodes, driven by the GPU (option
- * hier_gemm=proxy): nodes of one rank each.
+ * hier_gemm=proxy).
  *
  * Every rank's gathered A (all M rows, the same layout everywhere) is the
  * communicator's device region of its network endpoint
@@ -18,6 +18,19 @@
  *      network carries the rest;
  *   5. mkx_tp_net_end: until the proxy has completed the call's writes;
  *   6. A_out, if asked, from the gathered A.
+ * On nodes of several ranks (equal sizes) the network joins columns only
+ * (rank l of every node) and the node shares what it gets:
+ *   - the gathered A every GEMM reads is the node's symmetric workspace,
+ *     filled as inside one node: this rank's rows go to every node peer's
+ *     by the copy engines with their ready flags (mkx_tp_ag_push_peers),
+ *     and its own edge tiles to its own;
+ *   - its rows go over the network to its column peers only (step 3);
+ *   - a forwarding kernel beside the GEMM (mkx_tp_net_fwd, a few CTAs the
+ *     GEMM leaves free) waits for each chunk of a column peer to land in
+ *     the region, copies it into every node rank's gathered A (its own
+ *     included) and sets their ready flags: the GEMM waits on flags only.
+ *     The kernel waits on the network itself: no stream waits on a signal
+ *     word, which could hold up the copies that land it.
  * No host thread waits inside the call: the proxy thread only moves what
  * the kernel posted.  Each row crosses the network once per other node,
  * the minimum.  Calls of this path on one communicator run in turn (the
@@ -42,10 +55,13 @@ static const char *const FN = "MKX_Allgather_gemm";
 #define CHUNKS 8 /* chunks per rank's rows (at most words - 1) */
 
 typedef struct an_plan {
-  mkx_net_plan np; /* region: the gathered A */
+  mkx_net_plan np; /* region: the gathered A (nodes of several ranks: the
+                      rows that come over the network, and this rank's) */
   mkx_tp_ag_rows r;
   int64_t chunk_tiles;
   size_t es;
+  int node;     /* nodes of several ranks */
+  int fwd_ctas; /* there: the forwarding kernel's CTAs */
 } an_plan;
 
 static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
@@ -64,11 +80,20 @@ static int64_t chunk_tiles_of(const mkx_tp_ag_rows *r, int size) {
   return (most + CHUNKS - 1) / CHUNKS;
 }
 
+/* The forwarding kernel's CTAs on nodes of several ranks: each waits on
+ * the network, so they are few, and the GEMM leaves them SMs (ranks
+ * sharing a GPU get a share of its SMs each). */
+static int fwd_ctas_of(MKX_Comm c) {
+  const int ctas = c->share.ctas ? c->share.ctas : c->share.dev_sms;
+  const int f = ctas / 16;
+  return f < 1 ? 1 : f > 8 ? 8 : f;
+}
+
 int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     char *why, size_t len) {
   const mkx_ag_gemm_args *a = args;
   mkx_gemm_desc d;
-  const char *w = mkx_net_fits_comm(c);
+  const char *w = mkx_net_fits_comm(c, 1);
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
              a->n >= (1ll << 31) - 8))
@@ -94,9 +119,17 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   mkx_tp_ag_rows_of(c, g, &p->r);
   p->es = MKX_Type_size(a->dtype);
   p->chunk_tiles = chunk_tiles_of(&p->r, c->size);
-  /* net_landed: a word per (source, chunk) */
-  int rc = mkx_net_plan_init(c, region_bytes(p, a),
-                             (int64_t)c->size * MKX_COMM_NET_GPU_WORDS, &p->np);
+  p->node = c->place.local_size > 1;
+  p->fwd_ctas = fwd_ctas_of(c);
+  /* one node: net_landed, a word per (source, chunk); several ranks: the
+   * node's gathered A and its flags, one per (source, tile), and src[]
+   * for the copy engines' flag copies */
+  const mkx_tp_need ws =
+      p->node
+          ? (mkx_tp_need){p->r.tiles_m, (int64_t)c->size * p->r.tiles_m,
+                          region_bytes(p, a), 0}
+          : (mkx_tp_need){1, (int64_t)c->size * MKX_COMM_NET_GPU_WORDS, 0, 0};
+  int rc = mkx_net_plan_init(c, region_bytes(p, a), &ws, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;
@@ -135,15 +168,17 @@ static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
 
 static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
                       const mkx_tp_net_desc *n, mkx_tp_ag_desc *d) {
+  const int me = c->place.local_rank;
   memset(d, 0, sizeof *d);
   d->m = p->r.M, d->n = a->n, d->k = a->k;
-  d->a = p->np.region, d->lda = a->k;
+  d->a = p->node ? mkx_tp_ws_data(p->np.ws, me) : p->np.region;
+  d->lda = a->k;
   d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
   d->c = a->C, d->ldc = a->ldc;
   d->ab_type = mkx_tp_gemm_type(a->dtype);
   d->c_type = mkx_tp_gemm_type(a->ctype);
-  d->flags = mkx_tp_ws_flags(p->np.ws, 0);
-  d->epoch = mkx_tp_ws_word(p->np.ws, 0, MKX_TP_OFF_EPOCH);
+  d->flags = mkx_tp_ws_flags(p->np.ws, me);
+  d->epoch = mkx_tp_ws_word(p->np.ws, me, MKX_TP_OFF_EPOCH);
   d->size = c->size;
   for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->first_tile_m =
@@ -156,8 +191,14 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
     d->own_t0 = (int)p->r.own_t0;
     d->own_t1 = (int)p->r.own_t1;
   }
+  d->sync = n->sync;
   /* own rows: copied before the kernel on its stream */
   d->ready_mask = 1u << c->rank;
+  if (p->node) { /* every other source's rows come with their flags */
+    const int ctas = c->share.ctas ? c->share.ctas : c->share.dev_sms;
+    d->sync.ctas = ctas - p->fwd_ctas;
+    return;
+  }
   d->net_mask = ((1u << c->size) - 1) & ~d->ready_mask;
   d->net_signals = n->proxy.signals;
   d->net_epoch = n->epoch;
@@ -165,7 +206,49 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   d->net_words = n->words;
   d->net_chunk_tiles = n->chunk_tiles;
   d->net_landed = mkx_tp_ws_flags(p->np.ws, 0);
-  d->sync = n->sync;
+}
+
+/* Nodes of several ranks: the ranks of this rank's local index on the
+ * other nodes (the network's peers) and the forward of their rows. */
+static unsigned column_peers(MKX_Comm c) {
+  unsigned m = 0;
+  for (int q = 0; q < c->size; q++)
+    if (c->place.node_of_rank[q] != c->place.node &&
+        c->place.local_rank_of[q] == c->place.local_rank)
+      m |= 1u << q;
+  return m;
+}
+
+static void fwd_desc(MKX_Comm c, const an_plan *p, const mkx_tp_net_desc *n,
+                     mkx_tp_net_fwd_desc *f) {
+  memset(f, 0, sizeof *f);
+  f->net = *n;
+  f->src = p->np.region;
+  f->ndst = c->place.local_size;
+  for (int i = 0; i < f->ndst; i++) {
+    f->dst[i] = mkx_tp_ws_data(p->np.ws, i);
+    f->flags[i] = mkx_tp_ws_flags(p->np.ws, i);
+  }
+  f->tiles_m = p->r.tiles_m;
+  f->flag_epoch =
+      mkx_tp_ws_word(p->np.ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  f->max_blocks = p->fwd_ctas;
+}
+
+/* The forward on the workspace's side stream G (the copy engines' pushes
+ * take 1 .. G - 1), after the network's meeting on st. */
+static int forward(MKX_Comm c, const an_plan *p, const mkx_tp_net_desc *n,
+                   cudaStream_t st) {
+  mkx_tp_ws *ws = p->np.ws;
+  const int G = c->place.local_size;
+  mkx_tp_net_fwd_desc f;
+  fwd_desc(c, p, n, &f);
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(ws->side[G], ws->ev_fork, 0), FN,
+                      "fork wait"));
+  MKX_TRY(
+      mkx_tp_launch_rc(mkx_tp_net_fwd(&f, ws->side[G]), FN, "network forward"));
+  return mkx_cuda_rc(cudaEventRecord(ws->ev_join[G], ws->side[G]), FN, "join");
 }
 
 static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
@@ -179,14 +262,43 @@ static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
       FN, "copy of A rows");
 }
 
+/* A_out from the gathered A (nodes of several ranks: this rank's rows
+ * of tiles of its own only are not there, they come from A) */
 static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
-                    cudaStream_t st) {
+                    const char *gathered, cudaStream_t st) {
   const size_t row = (size_t)a->k * p->es;
   const size_t ld = (size_t)a->ld_aout * p->es;
+  MKX_TRY(mkx_cuda_rc(
+      cudaMemcpy2DAsync(a->A_out, ld, gathered, row, row, (size_t)p->r.M,
+                        cudaMemcpyDeviceToDevice, st),
+      FN, "copy to A_out"));
+  if (gathered == p->np.region || a->m_local == 0) return MKX_SUCCESS;
   return mkx_cuda_rc(
-      cudaMemcpy2DAsync(a->A_out, ld, p->np.region, row, row, (size_t)p->r.M,
+      cudaMemcpy2DAsync((char *)a->A_out + (size_t)p->r.row0 * ld, ld, a->A,
+                        (size_t)a->lda * p->es, row, (size_t)a->m_local,
                         cudaMemcpyDeviceToDevice, st),
       FN, "copy to A_out");
+}
+
+/* Nodes of several ranks: see the top of the file. */
+static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
+                      mkx_tp_net_desc *n, cudaStream_t st) {
+  mkx_tp_ws *ws = p->np.ws;
+  const int G = c->place.local_size;
+  MKX_TRY(mkx_tp_ag_push_peers(c, ws, &p->r, p->chunk_tiles, a, st));
+  MKX_TRY(mkx_tp_ag_push_own_edges(c, ws, &p->r, a, st));
+  n->peers = column_peers(c);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
+  MKX_TRY(forward(c, p, n, st));
+  mkx_tp_ag_desc d;
+  gemm_desc(c, p, a, n, &d);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
+  MKX_TRY(mkx_tp_ag_join_peers(c, ws, st));
+  MKX_TRY(
+      mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[G], 0), FN, "join wait"));
+  if (a->A_out)
+    MKX_TRY(copy_out(p, a, mkx_tp_ws_data(ws, c->place.local_rank), st));
+  return MKX_SUCCESS;
 }
 
 int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
@@ -195,14 +307,18 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   mkx_tp_net_desc n;
-  mkx_tp_ag_desc d;
   MKX_TRY(mkx_net_call_begin(c, &p->np, stream, FN, &n));
   MKX_TRY(copy_rows(p, a, st));
   net_rows(c, p, a, &n);
-  gemm_desc(c, p, a, &n, &d);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
-  if (a->A_out) MKX_TRY(copy_out(p, a, st));
+  if (p->node) {
+    MKX_TRY(node_start(c, p, a, &n, st));
+  } else {
+    mkx_tp_ag_desc d;
+    gemm_desc(c, p, a, &n, &d);
+    MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
+    MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
+    if (a->A_out) MKX_TRY(copy_out(p, a, p->np.region, st));
+  }
   return mkx_net_call_end(c, &p->np, stream, FN, &n);
 }
 #else

@@ -1,4 +1,4 @@
-/* What the calls driven by the GPU over nodes of one rank share
+/* What the calls driven by the GPU across nodes share
  * (net_gpu.h). */
 #include <string.h>
 #include "core/error.h"
@@ -10,13 +10,18 @@
 _Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH,
                "the device words hold the sum's chunk counts");
 
-const char *mkx_net_fits_comm(MKX_Comm c) {
+const char *mkx_net_fits_comm(MKX_Comm c, int several) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
       c->opt.hier_gemm != MKX_HIER_GEMM_AUTO)
     return "option hier_gemm is not proxy or auto";
-  if (c->place.num_nodes != c->size)
+  if (!several && c->place.num_nodes != c->size)
     return "driven by the GPU on nodes of one rank only";
-  if (c->size > MKX_TP_MAX) return "driven by the GPU on at most 8 nodes";
+  if (c->place.num_nodes != c->size && !c->place.equal_nodes)
+    return "nodes of unequal sizes";
+  if (c->place.num_nodes != c->size && c->share.mode != MKX_SHARE_NONE &&
+      c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return "ranks of a node share a GPU and option shared_gpu=staged";
+  if (c->size > MKX_TP_MAX) return "driven by the GPU on at most 8 ranks";
   if (!mkx_comm_net_gpu(c)) return "no network ring mapped for the GPU";
   return NULL;
 }
@@ -37,11 +42,14 @@ void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
   mkx_tp_sync_fill(c, ws, 0, &d->sync);
 }
 
-int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
                       mkx_net_plan *n) {
   memset(n, 0, sizeof *n);
   n->bytes = bytes;
-  mkx_tp_need need = {1, flags_n > 1 ? flags_n : 1, 4096, 0};
+  mkx_tp_need need = {ws->src_n > 1 ? ws->src_n : 1,
+                      ws->flags_n > 1 ? ws->flags_n : 1,
+                      ws->data_bytes > 4096 ? ws->data_bytes : 4096, 0};
+  n->src_n = (int)need.src_n;
   MKX_TRY(mkx_tp_ws_acquire(c, &need, &n->ws));
   void *base = NULL;
   const int rc = mkx_comm_net_gpu_region(c, bytes, &base, &n->words);
@@ -72,7 +80,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   void *base = NULL;
   MKX_TRY(mkx_comm_net_gpu_region(c, n->bytes, &base, &n->words));
   n->region = base;
-  MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, 1, MKX_PATH_HIER_PROXY));
+  MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
   mkx_net_desc_fill(c, n->ws, n->words, d);
   return MKX_SUCCESS;
 }

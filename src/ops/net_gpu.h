@@ -30,8 +30,10 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream);
 void mkx_red_net_free(MKX_Comm c, void *plan);
 
-/* Shared: why the communicator cannot take the path (NULL: it can) */
-const char *mkx_net_fits_comm(MKX_Comm c);
+/* Shared: why the communicator cannot take the path (NULL: it can);
+ * several: the call also runs on nodes of several ranks (equal nodes, the
+ * node's ranks meeting through a symmetric workspace). */
+const char *mkx_net_fits_comm(MKX_Comm c, int several);
 
 /* The kernels' descriptor of a call on workspace ws (its bound and error
  * word) with the region's device words (mkx_comm_net_gpu_region): every
@@ -40,16 +42,20 @@ void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
                        mkx_tp_net_desc *d);
 
 /* What every plan of these calls holds: a workspace (prologue, error
- * word) and the communicator's region of `bytes` with its device words
+ * word; on nodes of several ranks also what the node shares) and the
+ * communicator's region of `bytes` with its device words
  * (mkx_comm_net_gpu_region). */
 typedef struct mkx_net_plan {
   mkx_tp_ws *ws;
+  int src_n; /* ints of the workspace's src[] each call fills */
   size_t bytes;
   char *region;    /* looked up again at each start: a later plan may */
   uint64_t *words; /* have grown it */
 } mkx_net_plan;
-/* Collective; on failure nothing is held. */
-int mkx_net_plan_init(MKX_Comm c, size_t bytes, int64_t flags_n,
+/* Collective; ws: what the workspace must hold (src_n, flags_n and
+ * data_bytes of at least 1, 1 and 4096 are taken; never split).  On
+ * failure nothing is held. */
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
                       mkx_net_plan *n);
 void mkx_net_plan_fini(mkx_net_plan *n);
 /* At plan time: the kernels' descriptor in *d (as at a start) and every

@@ -64,7 +64,7 @@ static int64_t chunk_rows_of(int64_t rmax) {
 int mkx_red_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                      char *why, size_t len) {
   const mkx_gemm_red_args *a = args;
-  const char *w = mkx_net_fits_comm(c);
+  const char *w = mkx_net_fits_comm(c, 0);
   mkx_gemm_desc d;
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (a->M >= (1ll << 31) || a->k_local >= (1ll << 31) - 8 ||
@@ -107,7 +107,8 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   const size_t bytes =
       p->off_y +
       (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
-  int rc = mkx_net_plan_init(c, bytes, 1, &p->np);
+  const mkx_tp_need ws = {1, 1, 0, 0};
+  int rc = mkx_net_plan_init(c, bytes, &ws, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;

@@ -131,6 +131,21 @@ typedef struct mkx_tp_ag_rows {
 } mkx_tp_ag_rows;
 void mkx_tp_ag_rows_of(MKX_Comm c, const struct mkx_agreed *g,
                        mkx_tp_ag_rows *r);
+/* AllGather+GEMM's copies of this rank's rows of A (a) into the node
+ * ranks' gathered A (the data of ws) with their ready flags (tp.h,
+ * mkx_tp_ag_desc.flags), by the copy engines: push_peers into every node
+ * peer's, on side streams forked from st, in chunks of chunk_tiles tiles;
+ * join_peers makes st wait for them; push_own_edges into this rank's own,
+ * on st, only the rows of tiles shared with a neighbour's rows (the
+ * gated GEMM reads the others from a itself), all of them when no tile is
+ * its own only. */
+int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_tp_ws *ws,
+                         const mkx_tp_ag_rows *r, int64_t chunk_tiles,
+                         const struct mkx_ag_gemm_args *a, cudaStream_t st);
+int mkx_tp_ag_join_peers(MKX_Comm c, const mkx_tp_ws *ws, cudaStream_t st);
+int mkx_tp_ag_push_own_edges(MKX_Comm c, const mkx_tp_ws *ws,
+                             const mkx_tp_ag_rows *r,
+                             const struct mkx_ag_gemm_args *a, cudaStream_t st);
 
 enum { MKX_TP_OP_AG = 0, MKX_TP_OP_RS, MKX_TP_OP_AR };
 /* Column-major calls, and (option fused_pad) k, n, leading dimensions or

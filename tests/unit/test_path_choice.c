@@ -15,12 +15,21 @@
 typedef int (*choose_fn)(MKX_Comm, const void *, const mkx_agreed *,
                          mkx_path_choice *);
 
+/* Ranks numbered node by node, equal nodes (at most 8 ranks). */
+static int node_of[8], local_of[8];
+
 static struct MKX_Comm_s comm_of(int size, int nodes, int share, int shared,
                                  int overlap) {
   struct MKX_Comm_s c;
   memset(&c, 0, sizeof c);
   c.size = size;
   c.place.num_nodes = nodes;
+  c.place.local_size = size / nodes;
+  c.place.equal_nodes = 1;
+  for (int q = 0; q < size; q++)
+    node_of[q] = q / c.place.local_size, local_of[q] = q % c.place.local_size;
+  c.place.node_of_rank = node_of;
+  c.place.local_rank_of = local_of;
   c.share.mode = share;
   c.opt.shared_gpu = shared;
   c.opt.tp_overlap = overlap;
@@ -206,15 +215,21 @@ int main(void) {
     expect(&nodes, op, 8192, 1, MKX_PATH_HIER_GPU, "hier_gemm=gpu",
            "two nodes (before the adapter)");
     /* hier_gemm=proxy or auto where it does not apply: as nvlink, saying
-     * why */
+     * why (AllGather+GEMM also runs on nodes of several ranks, the
+     * reductions do not) */
+    nodes.opt.hier_gemm = MKX_HIER_GEMM_PROXY;
+    expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
+           op == 0 ? "no network ring mapped" : "nodes of one rank only",
+           "two nodes of two, hier_gemm=proxy");
+    nodes.place.equal_nodes = 0;
+    expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
+           op == 0 ? "nodes of unequal sizes" : "nodes of one rank only",
+           "nodes of unequal sizes, hier_gemm=proxy");
+    nodes.place.equal_nodes = 1;
     if (op == 0) {
-      nodes.opt.hier_gemm = MKX_HIER_GEMM_PROXY;
-      expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
-             "nodes of one rank only", "two nodes of two, hier_gemm=proxy");
       nodes.opt.hier_gemm = MKX_HIER_GEMM_AUTO;
       expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
-             "hier_gemm=auto, not driven by the GPU: driven by the GPU on "
-             "nodes of one rank only",
+             "hier_gemm=auto, not driven by the GPU: no network ring mapped",
              "two nodes of two, hier_gemm=auto");
       nodes.opt.hier_gemm = MKX_HIER_GEMM_NVLINK;
       expect(&nodes, op, 8192, 0, MKX_PATH_HIER_NVLINK,
