@@ -325,7 +325,18 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
     const int64_t w0 = s_g0 * d.net.row_bytes / (int64_t)sizeof(W), w1 = s_g1 * d.net.row_bytes / (int64_t)sizeof(W);
     const W *src = reinterpret_cast<const W *>(d.src);
     W *dst = reinterpret_cast<W *>(d.dst[s_i]);
-    for (int64_t w = w0 + threadIdx.x; w < w1; w += blockDim.x) dst[w] = __ldcg(src + w);
+    /* U loads in flight per thread: one CTA moves a chunk */
+    constexpr int U = 8;
+    const int64_t step = (int64_t)blockDim.x * U;
+    int64_t w = w0 + threadIdx.x;
+    for (; w + (U - 1) * (int64_t)blockDim.x < w1; w += step) {
+      W x[U];
+#pragma unroll
+      for (int k = 0; k < U; ++k) x[k] = __ldcg(src + w + k * (int64_t)blockDim.x);
+#pragma unroll
+      for (int k = 0; k < U; ++k) dst[w + k * (int64_t)blockDim.x] = x[k];
+    }
+    for (; w < w1; w += blockDim.x) dst[w] = __ldcg(src + w);
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
