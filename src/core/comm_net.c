@@ -122,13 +122,17 @@ static void warn_one_core(MKX_Comm c) {
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   warn_one_core(c);
 #if HAVE_CUDA
-  /* only where kernels will post (the host alone needs no mapping) */
+  /* only where kernels will post (the host alone needs no mapping): the
+   * GEMM calls' auto takes the GPU on equal nodes (AllGather+GEMM on
+   * nodes of several ranks, all three on nodes of one), attention's on
+   * nodes of one rank */
   const int hg = c->opt.hier_gemm, ha = c->opt.hier_attn;
-  const int auto_proxy = c->place.num_nodes == c->size; /* nodes of one */
-  if (c->device >= 0 &&
-      (hg == MKX_HIER_GEMM_PROXY || ha == MKX_HIER_ATTN_PROXY ||
-       (auto_proxy &&
-        (hg == MKX_HIER_GEMM_AUTO || ha == MKX_HIER_ATTN_AUTO)))) {
+  const int ones = c->place.num_nodes == c->size;
+  const int gemm = hg == MKX_HIER_GEMM_PROXY ||
+                   (hg == MKX_HIER_GEMM_AUTO && c->place.equal_nodes);
+  const int attn =
+      ha == MKX_HIER_ATTN_PROXY || (ha == MKX_HIER_ATTN_AUTO && ones);
+  if (c->device >= 0 && (gemm || attn)) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);
