@@ -94,8 +94,19 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
   *d.last_seq = seq;
 }
 
+/* Until the call's forward (mkx_tp_net_fwd) has ended: false if it
+ * does not within the bound. */
+__device__ bool forward_ended(const mkx_tp_net_desc &d, uint64_t e) {
+  const uint64_t t0 = mkx::sys::globaltimer();
+  while (*(volatile const uint64_t *)d.fwd_done < e)
+    if (mkx::sys::globaltimer() - t0 > d.sync.timeout_ns) return false;
+  __threadfence();
+  return true;
+}
+
 __global__ void net_end(const mkx_tp_net_desc d) {
   if (threadIdx.x != 0) return;
+  if (d.fwd_done && !forward_ended(d, *(volatile const uint64_t *)d.epoch)) failed(d, -1, MKX_TP_AT_NET_ROWS);
   const uint64_t seq = *(volatile uint64_t *)d.last_seq;
   if (seq && mkx::proxy::wait_complete(d.proxy, seq)) failed(d, -1, MKX_TP_AT_NET_SENT);
 }
@@ -309,7 +320,7 @@ template <typename W>
 __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
   __shared__ int ok, s_q, s_i;
   __shared__ int64_t s_g0, s_g1;
-  const uint64_t e = *(volatile uint64_t *)d.net.epoch;
+  const uint64_t e = *(volatile const uint64_t *)d.epoch_seen + 1;
   for (int64_t u = blockIdx.x;; u += gridDim.x) {
     if (threadIdx.x == 0) {
       int q, i, j;
@@ -321,7 +332,7 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
       }
     }
     __syncthreads();
-    if (ok <= 0) return;
+    if (ok <= 0) break;
     const int64_t w0 = s_g0 * d.net.row_bytes / (int64_t)sizeof(W), w1 = s_g1 * d.net.row_bytes / (int64_t)sizeof(W);
     const W *src = reinterpret_cast<const W *>(d.src);
     W *dst = reinterpret_cast<W *>(d.dst[s_i]);
@@ -345,6 +356,16 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
         mkx::tp::st_release(d.flags[s_i] + s_q * d.tiles_m + t, fe);
     }
     __syncthreads();
+  }
+  /* the last CTA out tells mkx_tp_net_end (and zeroes the count for the
+   * next call, which starts after that) */
+  if (threadIdx.x == 0) {
+    __threadfence();
+    if (atomicAdd(d.count, 1u) + 1 == gridDim.x) {
+      *(volatile unsigned *)d.count = 0;
+      __threadfence();
+      *(volatile uint64_t *)d.net.fwd_done = e;
+    }
   }
 }
 
@@ -472,8 +493,9 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
 }
 
 extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
-  if (!d || !desc_ok(&d->net) || d->net.size > MKX_TP_MAX || !d->src || !d->flag_epoch || d->ndst < 1 ||
-      d->ndst > MKX_TP_MAX || d->tiles_m < 1 || d->net.bnd[d->net.size] > d->tiles_m * 128)
+  if (!d || !desc_ok(&d->net) || d->net.size > MKX_TP_MAX || !d->src || !d->flag_epoch || !d->epoch_seen || !d->count ||
+      !d->net.fwd_done || d->ndst < 1 || d->ndst > MKX_TP_MAX || d->tiles_m < 1 ||
+      d->net.bnd[d->net.size] > d->tiles_m * 128)
     return MKX_GEMM_EINVAL;
   bool v16 = d->net.row_bytes % 16 == 0 && (uintptr_t)d->src % 16 == 0;
   for (int i = 0; i < d->ndst; ++i) {
@@ -486,7 +508,7 @@ extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
     if (is_peer(d->net, q) && b1 > b0) units += ((b1 - 1) / 128 - b0 / 128) / d->net.chunk_tiles + 1;
   }
   units *= d->ndst;
-  if (units == 0) return 0;
+  if (units == 0) units = 1; /* one CTA still tells mkx_tp_net_end */
   const int64_t blocks = d->max_blocks > 0 && units > d->max_blocks ? d->max_blocks : units;
   if (v16)
     net_fwd<uint4><<<(unsigned)blocks, 512, 0, st>>>(*d);

@@ -209,6 +209,9 @@ typedef struct mkx_tp_net_desc {
   int64_t bnd[MKX_TP_MAX + 1];
   int chunk_tiles;
   mkx_tp_sync sync; /* bound and error word */
+  /* device, or NULL: the epoch at which the call's forward (below) ended;
+   * end waits for it first */
+  const uint64_t *fwd_done;
 } mkx_tp_net_desc;
 int mkx_tp_net_begin(const mkx_tp_net_desc *d, cudaStream_t st);
 int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
@@ -277,7 +280,12 @@ int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st);
  * the chunk's rows meet: the gated GEMM of every node rank waits for
  * those (mkx_tp_ag_desc.flags).  Units of (chunk, source, destination),
  * early chunks first, over at most max_blocks CTAs: each waits on the
- * network itself, so no stream ever waits for the proxy. */
+ * network itself, so no stream ever waits for the proxy, and no stream
+ * waits for the forward either: the last CTA out sets net.fwd_done to the
+ * epoch (count: a device word, zero before and after), and
+ * mkx_tp_net_end waits for it.  It may start before mkx_tp_net_begin:
+ * the call's epoch is *epoch_seen + 1 (epoch_seen: a copy of net.epoch
+ * made before begin on its stream). */
 typedef struct mkx_tp_net_fwd_desc {
   mkx_tp_net_desc net;
   const char *src;
@@ -286,6 +294,8 @@ typedef struct mkx_tp_net_fwd_desc {
   int *flags[MKX_TP_MAX];
   int64_t tiles_m;
   const int *flag_epoch; /* local: the node workspace's epoch */
+  const uint64_t *epoch_seen;
+  unsigned *count;
   int max_blocks;
 } mkx_tp_net_fwd_desc;
 int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st);

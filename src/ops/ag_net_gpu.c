@@ -29,8 +29,12 @@
  *     GEMM leaves free) waits for each chunk of a column peer to land in
  *     the region, copies it into every node rank's gathered A (its own
  *     included) and sets their ready flags: the GEMM waits on flags only.
- *     The kernel waits on the network itself: no stream waits on a signal
- *     word, which could hold up the copies that land it.
+ *     The kernel waits on the network itself, and no stream waits for
+ *     anything the network brings (a signal word, or an event after a
+ *     kernel that waits for the network): such a wait can hold up the
+ *     copies that land it (tcp lands by the copy engine).  So it is forked
+ *     before the meeting, and mkx_tp_net_end, not a stream, waits for
+ *     its end.
  * No host thread waits inside the call: the proxy thread only moves what
  * the kernel posted.  Each row crosses the network once per other node,
  * the minimum.  Calls of this path on one communicator run in turn (the
@@ -53,6 +57,10 @@ static const char *const FN = "MKX_Allgather_gemm";
 
 #define TILE 128
 #define CHUNKS 8 /* chunks per rank's rows (at most words - 1) */
+/* the forward's device words (mkx_comm_net_gpu_region) */
+#define FWD_SEEN 18
+#define FWD_DONE 19
+#define FWD_COUNT 20
 
 typedef struct an_plan {
   mkx_net_plan np; /* region: the gathered A (nodes of several ranks: the
@@ -232,23 +240,32 @@ static void fwd_desc(MKX_Comm c, const an_plan *p, const mkx_tp_net_desc *n,
   f->tiles_m = p->r.tiles_m;
   f->flag_epoch =
       mkx_tp_ws_word(p->np.ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  f->epoch_seen = p->np.words + FWD_SEEN;
+  f->count = (unsigned *)(p->np.words + FWD_COUNT);
   f->max_blocks = p->fwd_ctas;
 }
 
 /* The forward on the workspace's side stream G (the copy engines' pushes
- * take 1 .. G - 1), after the network's meeting on st. */
-static int forward(MKX_Comm c, const an_plan *p, const mkx_tp_net_desc *n,
+ * take 1 .. G - 1), forked before the network's meeting on st: a stream
+ * waiting for an event that the network must bring (begin waits for the
+ * column peers) could hold up the copies of a transport that lands the
+ * peers' bytes by the copy engine (tcp), which are the ones it waits for.
+ * Outside a capture nothing joins it back: mkx_tp_net_end waits for its
+ * end. */
+static int forward(MKX_Comm c, const an_plan *p, mkx_tp_net_desc *n,
                    cudaStream_t st) {
   mkx_tp_ws *ws = p->np.ws;
-  const int G = c->place.local_size;
+  cudaStream_t s = ws->side[c->place.local_size];
   mkx_tp_net_fwd_desc f;
+  n->fwd_done = p->np.words + FWD_DONE;
   fwd_desc(c, p, n, &f);
+  MKX_TRY(mkx_cuda_rc(
+      cudaMemcpyAsync((void *)f.epoch_seen, n->epoch, sizeof(uint64_t),
+                      cudaMemcpyDeviceToDevice, st),
+      FN, "copy of the network epoch"));
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
-  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(ws->side[G], ws->ev_fork, 0), FN,
-                      "fork wait"));
-  MKX_TRY(
-      mkx_tp_launch_rc(mkx_tp_net_fwd(&f, ws->side[G]), FN, "network forward"));
-  return mkx_cuda_rc(cudaEventRecord(ws->ev_join[G], ws->side[G]), FN, "join");
+  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN, "fork wait"));
+  return mkx_tp_launch_rc(mkx_tp_net_fwd(&f, s), FN, "network forward");
 }
 
 static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
@@ -281,21 +298,34 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
 }
 
 /* Nodes of several ranks: see the top of the file. */
+/* A capture must join every stream it forked: there the forward joins
+ * st after the GEMM (a dependency of the graph's, where mkx_tp_net_end
+ * waits for it anyway); plain streams never wait for it (forward). */
+static int join_if_captured(MKX_Comm c, mkx_tp_ws *ws, cudaStream_t st) {
+  const int G = c->place.local_size;
+  enum cudaStreamCaptureStatus cap;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), FN,
+                      "cudaStreamIsCapturing"));
+  if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
+  MKX_TRY(
+      mkx_cuda_rc(cudaEventRecord(ws->ev_join[G], ws->side[G]), FN, "join"));
+  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[G], 0), FN,
+                     "join wait");
+}
+
 static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
                       mkx_tp_net_desc *n, cudaStream_t st) {
   mkx_tp_ws *ws = p->np.ws;
-  const int G = c->place.local_size;
   MKX_TRY(mkx_tp_ag_push_peers(c, ws, &p->r, p->chunk_tiles, a, st));
   MKX_TRY(mkx_tp_ag_push_own_edges(c, ws, &p->r, a, st));
   n->peers = column_peers(c);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
   MKX_TRY(forward(c, p, n, st));
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, n, &d);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
   MKX_TRY(mkx_tp_ag_join_peers(c, ws, st));
-  MKX_TRY(
-      mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[G], 0), FN, "join wait"));
+  MKX_TRY(join_if_captured(c, ws, st));
   if (a->A_out)
     MKX_TRY(copy_out(p, a, mkx_tp_ws_data(ws, c->place.local_rank), st));
   return MKX_SUCCESS;

@@ -7,8 +7,9 @@
 #include "core/comm_net.h"
 #include "ops/net_gpu.h"
 
-_Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH,
-               "the device words hold the sum's chunk counts");
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH + 3,
+               "the device words hold the sum's chunk counts and the "
+               "forward's words");
 
 const char *mkx_net_fits_comm(MKX_Comm c, int several) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&

@@ -19,6 +19,7 @@
 #include "mkx_test.h"
 #include "ops/path.h"
 #ifdef MKX_TEST_CUDA
+#include "cuda_check.h"
 #include "ops/tp_host.h"
 #include "ops/hier_gpu.h"
 #include "host/op_args.h"
@@ -248,6 +249,69 @@ static void repeated(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
   }
   for (int v = 0; v < 2; v++) tbuf_free(&C[v]), tbuf_free(&O[v]);
   tbuf_free(&B);
+}
+
+/* hier_gemm=proxy: an AllGather+GEMM plan (uneven rows per rank) started
+ * once under CUDA graph capture, the graph launched 3 times on fresh A
+ * each time: every launch a call of its own over the network (its bytes
+ * counted), equal to the staged path. */
+static void captured(MKX_Comm staged, MKX_Comm gpu, const geo *g) {
+  const int64_t m = 200 + 16 * mt.rank, k = 64, n = 72;
+  const int64_t M = 200 * mt.size + 8 * mt.size * (mt.size - 1);
+  tbuf A, B, C[2];
+  make16(&A, m, k, 80), make16(&B, k, n, 81);
+  make(&C[0], (size_t)(M * n), 0), make(&C[1], (size_t)(M * n), 0);
+  cudaStream_t s = NULL;
+  cudaGraph_t graph = NULL;
+  cudaGraphExec_t exec = NULL;
+  MKX_Request r = NULL;
+  MT_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  int rc = MKX_Allgather_gemm_init(
+      tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n, MKX_NO_TRANS, tbuf_ptr(&C[1]),
+      n, NULL, 0, MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, gpu, MPI_INFO_NULL, &r);
+  CHECK_RC(rc, MKX_SUCCESS, "captured allgather-GEMM: plan");
+  if (rc == MKX_SUCCESS) {
+    MT_CUDA(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    rc = MKX_Start(r, s);
+    const cudaError_t e = cudaStreamEndCapture(s, &graph);
+    CHECK_RC(rc, MKX_SUCCESS, "captured allgather-GEMM: start under capture");
+    CHECK(e == cudaSuccess, "captured allgather-GEMM: capture ends (%s)",
+          cudaGetErrorString(e));
+    if (rc == MKX_SUCCESS && e == cudaSuccess)
+      MT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  }
+  for (int it = 0; exec && it < 3; it++) {
+    double *v = mt_gen(m, k, MKX_BF16, mt.seed, mt.rank, 90 + it);
+    mt_store(A.host, MKX_BF16, MKX_ROW_MAJOR, m, k, k, v);
+    free(v);
+    tbuf_upload(&A);
+    tbuf_poison(&C[1]);
+    mt_sync();
+    const uint64_t before = mkx_comm_net_bytes_sent(gpu);
+    MT_CUDA(cudaGraphLaunch(exec, s));
+    MT_CUDA(cudaStreamSynchronize(s));
+    mt_sync();
+    const uint64_t sent = mkx_comm_net_bytes_sent(gpu) - before;
+    CHECK_RC(
+        MKX_Allgather_gemm(tbuf_ptr(&A), m, k, k, tbuf_ptr(&B), n, n,
+                           MKX_NO_TRANS, tbuf_ptr(&C[0]), n, NULL, 0, MKX_BF16,
+                           MKX_FP32, MKX_ROW_MAJOR, staged, NULL),
+        MKX_SUCCESS, "captured allgather-GEMM %d: staged", it);
+    tbuf_download(&C[0]), tbuf_download(&C[1]);
+    const double d = rel_diff(C[1].host, C[0].host, (size_t)(M * n));
+    CHECK(d < 1e-4,
+          "captured allgather-GEMM launch %d equals the staged path "
+          "(rel %g)",
+          it, d);
+    CHECK(sent == (uint64_t)(g->N - 1) * m * k * 2,
+          "captured allgather-GEMM launch %d sent %llu bytes", it,
+          (unsigned long long)sent);
+  }
+  if (exec) MT_CUDA(cudaGraphExecDestroy(exec));
+  if (graph) MT_CUDA(cudaGraphDestroy(graph));
+  if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "captured: plan freed");
+  MT_CUDA(cudaStreamDestroy(s));
+  tbuf_free(&A), tbuf_free(&B), tbuf_free(&C[0]), tbuf_free(&C[1]);
 }
 
 /* --device: option hier_gemm=gpu (the GEMM on the GPU, only A rows,
@@ -703,7 +767,10 @@ int main(int argc, char **argv) {
     CHECK(mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv == (i ? 12 - want_px : 0),
           "hier_gemm=%s: %ld calls took the nvlink variant", modes[i],
           mkx_path_starts(MKX_PATH_HIER_NVLINK) - nv);
-    if (i == 2 && want_px && mt_all(gpu != NULL)) repeated(hier, gpu, &g);
+    if (i == 2 && want_px && mt_all(gpu != NULL)) {
+      repeated(hier, gpu, &g);
+      captured(hier, gpu, &g);
+    }
     MKX_Comm_free(&gpu);
   }
 #endif
