@@ -30,7 +30,12 @@
  * the captured graph replays three times, each a call of its own over the
  * network, then a plain start follows, and a plan that would grow the
  * network region the graph holds is refused with MKX_ERR_UNSUPPORTED on
- * every rank.
+ * every rank.  With --vnode G as well (G > 1: virtual nodes of G ranks)
+ * only AllGather+GEMM runs (the reductions on such nodes are driven by the
+ * host), and a missing rank may be reported by each rank as what it
+ * waited for (the node's barrier, a column peer's arrival, a forwarded
+ * chunk: the chain starts at the missing rank but a rank may name the
+ * link next to it), so each must fail within the bound naming a rank.
  *
  * Persistent plans, because MKX_Start does no collective host work: a
  * skipped plain call would time out in its host agreement before any GPU
@@ -58,6 +63,7 @@
 #define CUDA(call) MT_CUDA(call)
 
 static const char *net; /* --net: virtual nodes of 1 over it, GPU-driven */
+static const char *vnode = "1"; /* --vnode: of that many ranks */
 
 /* Starts on the fused paths under test so far (ops/path.h). */
 static long fused_starts(void) {
@@ -215,7 +221,7 @@ static MKX_Comm make_comm(int timeout_ms, int blocking, const char *overlap) {
   MPI_Info_set(info, "mkx_blocking", blocking ? "true" : "false");
   MPI_Info_set(info, "mkx_tp_overlap", overlap); /* yes, no: both paths */
   if (net) {
-    MPI_Info_set(info, "mkx_virtual_node_size", "1");
+    MPI_Info_set(info, "mkx_virtual_node_size", vnode);
     MPI_Info_set(info, "mkx_net", net);
     MPI_Info_set(info, "mkx_hier_gemm", "proxy");
   }
@@ -351,6 +357,17 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
   const char *msg = MKX_Get_last_error();
   char late[16];
   snprintf(late, sizeof late, "rank %d", LATE);
+  if (atoi(vnode) > 1) { /* any rank in the chain, within the bound */
+    CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER,
+          "%s: missing rank %d: this rank's run fails (%s), reported by the "
+          "%s",
+          name, LATE, MKX_Error_string(rc), reporter(blocking, query));
+    CHECK(strstr(msg, "rank ") != NULL, "%s: and names a rank: %s", name, msg);
+    CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt,
+          BOUND_S);
+    check_unusable(name, r, "", "rank ");
+    return;
+  }
   /* told while its own wait went on: the message says which one */
   if (mt.size > 2 && rc == MKX_ERR_PEER) {
     CHECK(strstr(msg, "this rank was then waiting for rank") != NULL,
@@ -443,8 +460,8 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
 
 /* First use of each call, on a comm with the default bound: CUDA context,
  * kernel modules and IPC set up before the 300 ms bound applies. */
-static void warm_up(MKX_Comm c) {
-  for (int op = 0; op < 3; op++) {
+static void warm_up(MKX_Comm c, int ops) {
+  for (int op = 0; op < ops; op++) {
     prob p;
     MKX_Request r = NULL;
     prob_init(&p, op, 1);
@@ -459,14 +476,18 @@ static void warm_up(MKX_Comm c) {
 
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
-  for (int i = 1; i + 1 < argc; i++)
+  for (int i = 1; i + 1 < argc; i++) {
     if (!strcmp(argv[i], "--net")) net = argv[i + 1];
+    if (!strcmp(argv[i], "--vnode")) vnode = argv[i + 1];
+  }
+  const int ops = net && atoi(vnode) > 1 ? 1 : 3;
   int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  if (skip || mt.size < 2) {
+  const int G = atoi(vnode) > 0 ? atoi(vnode) : 1;
+  if (skip || mt.size < 2 || (net && (mt.size % G || mt.size / G < 2))) {
     if (mt.rank == 0)
       printf("1..0 # SKIP %s: %s\n", mt.prog,
-             skip ? "no GPU" : "needs 2 ranks or more");
+             skip ? "no GPU" : "needs 2 ranks or more (2 nodes or more)");
     MPI_Finalize();
     return CHECK_SKIP;
   }
@@ -476,14 +497,14 @@ int main(int argc, char **argv) {
   MKX_Comm c1 = make_comm(300000, 0, "no");
   if (!mt_all(c0 != NULL && c1 != NULL)) MPI_Abort(MPI_COMM_WORLD, 1);
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-  warm_up(c0);
-  warm_up(c1);
+  warm_up(c0, ops);
+  warm_up(c1, ops);
   MKX_Comm_free(&c1);
   MKX_Comm_free(&c0);
   mt_guard_off();
   for (int tardy = 0; tardy < 2; tardy++)
     for (int blocking = 0; blocking < 2; blocking++)
-      for (int op = 0; op < 3; op++) {
+      for (int op = 0; op < ops; op++) {
         run_case(op, blocking, "yes", tardy);
         run_case(op, blocking, "no", tardy);
       }
