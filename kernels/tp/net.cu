@@ -294,66 +294,103 @@ __device__ bool chunk_rows(const mkx_tp_net_desc &d, int q, int j, int64_t &g0, 
   return true;
 }
 
-/* Unit u of the forward, chunk by chunk (every source's chunk j, each to
- * every destination): its source, destination and rows; false past the
- * last. */
-__device__ bool fwd_unit(const mkx_tp_net_fwd_desc &d, int64_t u, int &q, int &i, int &j, int64_t &g0, int64_t &g1) {
-  for (j = 0; j + 1 < (int)d.net.words; ++j) {
+/* What one unit of the forward moves: from source q's word, pieces of
+ * the region to destination i, then flags [flag0, flag0 + nflags) of i. */
+struct FwdUnit {
+  int q, i, n;
+  uint32_t word;
+  uint64_t src[2], dst[2], len[2];
+  int64_t flag0, nflags;
+};
+
+/* Rows: unit u, chunk by chunk (every source's chunk j, each to every
+ * destination); false past the last. */
+__device__ bool rows_unit(const mkx_tp_net_fwd_desc &d, int64_t u, FwdUnit &f) {
+  for (int j = 0; j + 1 < (int)d.net.words; ++j) {
     bool any = false;
-    for (q = 0; q < d.net.size; ++q) {
+    for (int q = 0; q < d.net.size; ++q) {
+      int64_t g0, g1;
       if (!is_peer(d.net, q) || !chunk_rows(d.net, q, j, g0, g1)) continue;
       any = true;
-      if (u < d.ndst) {
-        i = (int)u;
-        return true;
+      if (u >= d.ndst) {
+        u -= d.ndst;
+        continue;
       }
-      u -= d.ndst;
+      const uint64_t rb = (uint64_t)d.net.row_bytes;
+      f.q = q, f.i = (int)u, f.n = 1, f.word = 1 + (uint32_t)j;
+      f.src[0] = f.dst[0] = (uint64_t)g0 * rb;
+      f.len[0] = (uint64_t)(g1 - g0) * rb;
+      f.flag0 = q * d.tiles_m + g0 / 128;
+      f.nflags = (g1 - 1) / 128 - g0 / 128 + 1;
+      return true;
     }
     if (!any) return false;
   }
   return false;
 }
 
+/* Key/value chunks: unit u, source by source, each to every
+ * destination; false past the last. */
+__device__ bool kv_unit(const mkx_tp_net_fwd_desc &d, int64_t u, FwdUnit &f) {
+  for (int q = 0; q < d.net.size; ++q) {
+    if (!is_peer(d.net, q)) continue;
+    if (u >= d.ndst) {
+      u -= d.ndst;
+      continue;
+    }
+    const uint64_t c = d.kv_chunk;
+    f.q = q, f.i = (int)u, f.n = 2, f.word = d.kv_word;
+    f.src[0] = 2 * (uint64_t)q * c, f.dst[0] = (uint64_t)q * c;
+    f.src[1] = f.src[0] + c, f.dst[1] = ((uint64_t)d.net.size + (uint64_t)q) * c;
+    f.len[0] = f.len[1] = c;
+    f.flag0 = q, f.nflags = 1;
+    return true;
+  }
+  return false;
+}
+
+/* len bytes from src to dst by the CTA, U loads in flight per thread. */
+template <typename W>
+__device__ void cta_copy(char *dst, const char *src, uint64_t len) {
+  constexpr int U = 8;
+  const W *s = reinterpret_cast<const W *>(src);
+  W *t = reinterpret_cast<W *>(dst);
+  const int64_t n = (int64_t)(len / sizeof(W)), b = blockDim.x;
+  int64_t w = threadIdx.x;
+  for (; w + (U - 1) * b < n; w += U * b) {
+    W x[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) x[k] = __ldcg(s + w + k * b);
+#pragma unroll
+    for (int k = 0; k < U; ++k) t[w + k * b] = x[k];
+  }
+  for (; w < n; w += b) t[w] = __ldcg(s + w);
+}
+
 /* See mkx_tp_net_fwd_desc.  W: the copy's word (16 bytes where every
- * row allows). */
+ * piece allows). */
 template <typename W>
 __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
-  __shared__ int ok, s_q, s_i;
-  __shared__ int64_t s_g0, s_g1;
+  __shared__ int ok;
+  __shared__ FwdUnit f;
   const uint64_t e = *(volatile const uint64_t *)d.epoch_seen + 1;
   for (int64_t u = blockIdx.x;; u += gridDim.x) {
     if (threadIdx.x == 0) {
-      int q, i, j;
-      int64_t g0, g1;
+      FwdUnit x;
       ok = 0;
-      if (fwd_unit(d, u, q, i, j, g0, g1)) {
-        s_q = q, s_i = i, s_g0 = g0, s_g1 = g1;
-        ok = !call_failed(d.net) && peer_word(d.net, q, 1 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS) ? 1 : -1;
+      if (d.kind == MKX_TP_FWD_KV ? kv_unit(d, u, x) : rows_unit(d, u, x)) {
+        f = x;
+        ok = !call_failed(d.net) && peer_word(d.net, x.q, x.word, e, MKX_TP_AT_NET_ROWS) ? 1 : -1;
       }
     }
     __syncthreads();
     if (ok <= 0) break;
-    const int64_t w0 = s_g0 * d.net.row_bytes / (int64_t)sizeof(W), w1 = s_g1 * d.net.row_bytes / (int64_t)sizeof(W);
-    const W *src = reinterpret_cast<const W *>(d.src);
-    W *dst = reinterpret_cast<W *>(d.dst[s_i]);
-    /* U loads in flight per thread: one CTA moves a chunk */
-    constexpr int U = 8;
-    const int64_t step = (int64_t)blockDim.x * U;
-    int64_t w = w0 + threadIdx.x;
-    for (; w + (U - 1) * (int64_t)blockDim.x < w1; w += step) {
-      W x[U];
-#pragma unroll
-      for (int k = 0; k < U; ++k) x[k] = __ldcg(src + w + k * (int64_t)blockDim.x);
-#pragma unroll
-      for (int k = 0; k < U; ++k) dst[w + k * (int64_t)blockDim.x] = x[k];
-    }
-    for (; w < w1; w += blockDim.x) dst[w] = __ldcg(src + w);
+    for (int k = 0; k < f.n; ++k) cta_copy<W>(d.dst[f.i] + f.dst[k], d.src + f.src[k], f.len[k]);
     __threadfence_system();
     __syncthreads();
     if (threadIdx.x == 0) {
       const int fe = *(volatile const int *)d.flag_epoch;
-      for (int64_t t = s_g0 / 128; t <= (s_g1 - 1) / 128; ++t)
-        mkx::tp::st_release(d.flags[s_i] + s_q * d.tiles_m + t, fe);
+      for (int64_t t = 0; t < f.nflags; ++t) mkx::tp::st_release(d.flags[f.i] + f.flag0 + t, fe);
     }
     __syncthreads();
   }
@@ -493,19 +530,29 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
 }
 
 extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
-  if (!d || !desc_ok(&d->net) || d->net.size > MKX_TP_MAX || !d->src || !d->flag_epoch || !d->epoch_seen || !d->count ||
-      !d->net.fwd_done || d->ndst < 1 || d->ndst > MKX_TP_MAX || d->tiles_m < 1 ||
-      d->net.bnd[d->net.size] > d->tiles_m * 128)
+  if (!d || !desc_ok(&d->net) || !d->src || !d->flag_epoch || !d->epoch_seen || !d->count || !d->net.fwd_done ||
+      d->ndst < 1 || d->ndst > MKX_TP_MAX)
     return MKX_GEMM_EINVAL;
-  bool v16 = d->net.row_bytes % 16 == 0 && (uintptr_t)d->src % 16 == 0;
+  bool v16 = (uintptr_t)d->src % 16 == 0;
   for (int i = 0; i < d->ndst; ++i) {
     if (!d->dst[i] || !d->flags[i]) return MKX_GEMM_EINVAL;
     v16 = v16 && (uintptr_t)d->dst[i] % 16 == 0;
   }
   int64_t units = 0;
-  for (int q = 0; q < d->net.size; ++q) {
-    const int64_t b0 = d->net.bnd[q], b1 = d->net.bnd[q + 1];
-    if (is_peer(d->net, q) && b1 > b0) units += ((b1 - 1) / 128 - b0 / 128) / d->net.chunk_tiles + 1;
+  if (d->kind == MKX_TP_FWD_KV) {
+    if (d->kv_chunk < 1 || d->kv_word < 1 || d->kv_word >= d->net.words) return MKX_GEMM_EINVAL;
+    v16 = v16 && d->kv_chunk % 16 == 0;
+    for (int q = 0; q < d->net.size; ++q) units += is_peer(d->net, q);
+  } else if (d->kind == MKX_TP_FWD_ROWS) {
+    if (d->net.size > MKX_TP_MAX || d->tiles_m < 1 || d->net.bnd[d->net.size] > d->tiles_m * 128)
+      return MKX_GEMM_EINVAL;
+    v16 = v16 && d->net.row_bytes % 16 == 0;
+    for (int q = 0; q < d->net.size; ++q) {
+      const int64_t b0 = d->net.bnd[q], b1 = d->net.bnd[q + 1];
+      if (is_peer(d->net, q) && b1 > b0) units += ((b1 - 1) / 128 - b0 / 128) / d->net.chunk_tiles + 1;
+    }
+  } else {
+    return MKX_GEMM_EINVAL;
   }
   units *= d->ndst;
   if (units == 0) units = 1; /* one CTA still tells mkx_tp_net_end */

@@ -269,30 +269,38 @@ typedef struct mkx_tp_net_take_desc {
   int max_blocks; /* most CTAs (0: one per 8 rows) */
 } mkx_tp_net_take_desc;
 int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st);
-/* AllGather+GEMM over nodes of several ranks: the rows of every column
- * peer (net.peers: the ranks of this rank's local index on the other
- * nodes) land in this rank's region in mkx_tp_net_begin's chunks.  Chunk
- * j of peer q, once its word slot0 + q * words + 1 + j reaches the
- * epoch, is copied from src (the region; rows row_bytes apart, the
- * gathered A's layout) to the same rows of every dst[i] (the node ranks'
- * gathered A, this rank's included, as mapped here), and then the
- * destination's flags[i][q * tiles_m + t] = *flag_epoch for every tile t
- * the chunk's rows meet: the gated GEMM of every node rank waits for
- * those (mkx_tp_ag_desc.flags).  Units of (chunk, source, destination),
- * early chunks first, over at most max_blocks CTAs: each waits on the
- * network itself, so no stream ever waits for the proxy, and no stream
- * waits for the forward either: the last CTA out sets net.fwd_done to the
- * epoch (count: a device word, zero before and after), and
- * mkx_tp_net_end waits for it.  It may start before mkx_tp_net_begin:
- * the call's epoch is *epoch_seen + 1 (epoch_seen: a copy of net.epoch
- * made before begin on its stream). */
+/* The network forward on nodes of several ranks: what the column peers
+ * (net.peers: the ranks of this rank's local index on the other nodes)
+ * send lands in this rank's region (src), and the node's ranks all need
+ * it.  A unit is one source's piece for one destination: once the
+ * piece's word (slot0 + q * words + word) reaches the epoch, it is copied
+ * from src to dst[i] (the node ranks' buffers, this rank's included, as
+ * mapped here), and then flags of destination i are set to *flag_epoch:
+ *   MKX_TP_FWD_ROWS (AllGather+GEMM): chunk j of peer q as
+ *     mkx_tp_net_begin posts it (word 1 + j), the same rows of dst (the
+ *     gathered A, rows row_bytes apart), flags[i][q * tiles_m + t] for
+ *     every tile t the rows meet (mkx_tp_ag_desc.flags);
+ *   MKX_TP_FWD_KV (ring attention): peer q's K then V (kv_chunk bytes
+ *     each, at 2 q kv_chunk of src; word kv_word) to K slot q and V slot
+ *     q of dst (q kv_chunk and (size + q) kv_chunk), flags[i][q].
+ * Units are taken early chunks first, over at most max_blocks CTAs: each
+ * waits on the network itself, so no stream ever waits for the proxy,
+ * and no stream waits for the forward either: the last CTA out sets
+ * net.fwd_done to the epoch (count: a device word, zero before and
+ * after), and mkx_tp_net_end waits for it.  It may start before
+ * mkx_tp_net_begin: the call's epoch is *epoch_seen + 1 (epoch_seen: a
+ * copy of net.epoch made before begin on its stream). */
+enum { MKX_TP_FWD_ROWS = 0, MKX_TP_FWD_KV = 1 };
 typedef struct mkx_tp_net_fwd_desc {
   mkx_tp_net_desc net;
+  int kind;
   const char *src;
   int ndst;
   char *dst[MKX_TP_MAX];
   int *flags[MKX_TP_MAX];
-  int64_t tiles_m;
+  int64_t tiles_m;   /* rows */
+  uint64_t kv_chunk; /* key/value */
+  uint32_t kv_word;
   const int *flag_epoch; /* local: the node workspace's epoch */
   const uint64_t *epoch_seen;
   unsigned *count;

@@ -57,10 +57,6 @@ static const char *const FN = "MKX_Allgather_gemm";
 
 #define TILE 128
 #define CHUNKS 8 /* chunks per rank's rows (at most words - 1) */
-/* the forward's device words (mkx_comm_net_gpu_region) */
-#define FWD_SEEN 18
-#define FWD_DONE 19
-#define FWD_COUNT 20
 
 typedef struct an_plan {
   mkx_net_plan np; /* region: the gathered A (nodes of several ranks: the
@@ -86,15 +82,6 @@ static int64_t chunk_tiles_of(const mkx_tp_ag_rows *r, int size) {
     if (t > most) most = t;
   }
   return (most + CHUNKS - 1) / CHUNKS;
-}
-
-/* The forwarding kernel's CTAs on nodes of several ranks: each waits on
- * the network, so they are few, and the GEMM leaves them SMs (ranks
- * sharing a GPU get a share of its SMs each). */
-static int fwd_ctas_of(MKX_Comm c) {
-  const int ctas = c->share.ctas ? c->share.ctas : c->share.dev_sms;
-  const int f = ctas / 16;
-  return f < 1 ? 1 : f > 8 ? 8 : f;
 }
 
 int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
@@ -128,7 +115,7 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   p->es = MKX_Type_size(a->dtype);
   p->chunk_tiles = chunk_tiles_of(&p->r, c->size);
   p->node = c->place.local_size > 1;
-  p->fwd_ctas = fwd_ctas_of(c);
+  p->fwd_ctas = mkx_net_fwd_ctas(c);
   /* one node: net_landed, a word per (source, chunk); several ranks: the
    * node's gathered A and its flags, one per (source, tile), and src[]
    * for the copy engines' flag copies */
@@ -216,56 +203,26 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   d->net_landed = mkx_tp_ws_flags(p->np.ws, 0);
 }
 
-/* Nodes of several ranks: the ranks of this rank's local index on the
- * other nodes (the network's peers) and the forward of their rows. */
-static unsigned column_peers(MKX_Comm c) {
-  unsigned m = 0;
-  for (int q = 0; q < c->size; q++)
-    if (c->place.node_of_rank[q] != c->place.node &&
-        c->place.local_rank_of[q] == c->place.local_rank)
-      m |= 1u << q;
-  return m;
-}
-
-static void fwd_desc(MKX_Comm c, const an_plan *p, const mkx_tp_net_desc *n,
-                     mkx_tp_net_fwd_desc *f) {
-  memset(f, 0, sizeof *f);
-  f->net = *n;
-  f->src = p->np.region;
-  f->ndst = c->place.local_size;
-  for (int i = 0; i < f->ndst; i++) {
-    f->dst[i] = mkx_tp_ws_data(p->np.ws, i);
-    f->flags[i] = mkx_tp_ws_flags(p->np.ws, i);
-  }
-  f->tiles_m = p->r.tiles_m;
-  f->flag_epoch =
-      mkx_tp_ws_word(p->np.ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
-  f->epoch_seen = p->np.words + FWD_SEEN;
-  f->count = (unsigned *)(p->np.words + FWD_COUNT);
-  f->max_blocks = p->fwd_ctas;
-}
-
-/* The forward on the workspace's side stream G (the copy engines' pushes
- * take 1 .. G - 1), forked before the network's meeting on st: a stream
- * waiting for an event that the network must bring (begin waits for the
- * column peers) could hold up the copies of a transport that lands the
- * peers' bytes by the copy engine (tcp), which are the ones it waits for.
- * Outside a capture nothing joins it back: mkx_tp_net_end waits for its
- * end. */
+/* Nodes of several ranks: the forward of the column peers' rows into
+ * every node rank's gathered A, on the workspace's side stream G (the
+ * copy engines' pushes take 1 .. G - 1). */
 static int forward(MKX_Comm c, const an_plan *p, mkx_tp_net_desc *n,
                    cudaStream_t st) {
   mkx_tp_ws *ws = p->np.ws;
-  cudaStream_t s = ws->side[c->place.local_size];
   mkx_tp_net_fwd_desc f;
-  n->fwd_done = p->np.words + FWD_DONE;
-  fwd_desc(c, p, n, &f);
-  MKX_TRY(mkx_cuda_rc(
-      cudaMemcpyAsync((void *)f.epoch_seen, n->epoch, sizeof(uint64_t),
-                      cudaMemcpyDeviceToDevice, st),
-      FN, "copy of the network epoch"));
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
-  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), FN, "fork wait"));
-  return mkx_tp_launch_rc(mkx_tp_net_fwd(&f, s), FN, "network forward");
+  memset(&f, 0, sizeof f);
+  f.kind = MKX_TP_FWD_ROWS;
+  f.src = p->np.region;
+  f.ndst = c->place.local_size;
+  for (int i = 0; i < f.ndst; i++) {
+    f.dst[i] = mkx_tp_ws_data(ws, i);
+    f.flags[i] = mkx_tp_ws_flags(ws, i);
+  }
+  f.tiles_m = p->r.tiles_m;
+  f.flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  f.max_blocks = p->fwd_ctas;
+  return mkx_net_fwd_start(n, p->np.words, &f, ws->side[c->place.local_size],
+                           ws->ev_fork, st, FN);
 }
 
 static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
@@ -298,34 +255,20 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
 }
 
 /* Nodes of several ranks: see the top of the file. */
-/* A capture must join every stream it forked: there the forward joins
- * st after the GEMM (a dependency of the graph's, where mkx_tp_net_end
- * waits for it anyway); plain streams never wait for it (forward). */
-static int join_if_captured(MKX_Comm c, mkx_tp_ws *ws, cudaStream_t st) {
-  const int G = c->place.local_size;
-  enum cudaStreamCaptureStatus cap;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), FN,
-                      "cudaStreamIsCapturing"));
-  if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
-  MKX_TRY(
-      mkx_cuda_rc(cudaEventRecord(ws->ev_join[G], ws->side[G]), FN, "join"));
-  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[G], 0), FN,
-                     "join wait");
-}
-
 static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
                       mkx_tp_net_desc *n, cudaStream_t st) {
   mkx_tp_ws *ws = p->np.ws;
   MKX_TRY(mkx_tp_ag_push_peers(c, ws, &p->r, p->chunk_tiles, a, st));
   MKX_TRY(mkx_tp_ag_push_own_edges(c, ws, &p->r, a, st));
-  n->peers = column_peers(c);
+  n->peers = mkx_net_column_peers(c);
   MKX_TRY(forward(c, p, n, st));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, n, &d);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
   MKX_TRY(mkx_tp_ag_join_peers(c, ws, st));
-  MKX_TRY(join_if_captured(c, ws, st));
+  MKX_TRY(mkx_net_fwd_join(ws->side[c->place.local_size],
+                           ws->ev_join[c->place.local_size], st, FN));
   if (a->A_out)
     MKX_TRY(copy_out(p, a, mkx_tp_ws_data(ws, c->place.local_rank), st));
   return MKX_SUCCESS;

@@ -28,9 +28,11 @@
  * puts the column's chunks it receives into every node rank's workspace
  * with their flags.  The engine computes the node's chunks meanwhile, and
  * takes the other nodes' last.  The call returns once the exchange is done
- * (host work: not capturable in a CUDA graph).  On nodes of one rank
- * (option hier_attn auto or proxy) the GPU drives that part instead and
- * the chunks land in the engine's ring (attn_net_gpu.c). */
+ * (host work: not capturable in a CUDA graph).  With option hier_attn
+ * (auto or proxy on nodes of one rank, proxy on nodes of several) the GPU
+ * drives that part instead (attn_net_gpu.c): on nodes of one rank the
+ * chunks land in the engine's ring, on nodes of several a forwarding
+ * kernel puts them into every node rank's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -140,10 +142,10 @@ int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
   const int64_t kv = a->batch * a->seq_local * a->heads_kv * a->head_dim;
   char net_why[64];
   /* driven by the GPU, the ring holds each rank's K and V side by side */
-  const int64_t span =
-      c->place.num_nodes > 1 && mkx_attn_net_fits(c, net_why, sizeof net_why)
-          ? 2 * kv
-          : kv;
+  const int64_t span = c->place.num_nodes > 1 && c->place.local_size == 1 &&
+                               mkx_attn_net_fits(c, net_why, sizeof net_why)
+                           ? 2 * kv
+                           : kv;
   if (span >= (1ll << 31) / c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path: every rank's K "

@@ -22,8 +22,16 @@
  * chunk crosses to each other node once, as with the host's exchange
  * (attn_gpu.c).
  *
- * Nodes of one rank only: a node's ranks would each need every other
- * node's chunks, which crossing once means one rank hands them on. */
+ * On nodes of several ranks (equal sizes) the network joins columns (rank
+ * l of every node) and the node shares what arrives: the engine's ring is
+ * the node's symmetric workspace as inside one node (attn_gpu.c: the
+ * node's chunks by the copy engines, with their flags), the writes go to
+ * the column peers only, and a forwarding kernel (mkx_tp_net_fwd, key/
+ * value kind) copies each column peer's chunk, once landed in the region,
+ * into every node rank's ring and raises its flag there; the engine waits
+ * on flags only.  The forward starts before the meeting and
+ * mkx_tp_net_end waits for its end (mkx_net_fwd_start says why).  Each
+ * chunk still crosses to each other node once. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -41,6 +49,8 @@ static const char *const FN = "MKX_Ring_attention";
 struct mkx_attn_net {
   size_t chunk;      /* bytes of K, and of V right after it */
   unsigned peers;    /* bit q: rank q's chunk comes over the network */
+  int node;          /* nodes of several ranks: the forward */
+  mkx_tp_ws *ws;     /* this start's workspace */
   mkx_tp_net_desc d; /* the kernels' descriptor, this start's */
 };
 
@@ -50,8 +60,10 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
     w = "option hier_attn=host";
   else if (!mkx_comm_net_gpu(c))
     w = "no network ring mapped for the GPU";
-  else if (c->place.local_size > 1)
-    w = "driven by the GPU on nodes of one rank only";
+  else if (c->place.local_size > 1 && c->opt.hier_attn != MKX_HIER_ATTN_PROXY)
+    w = "option hier_attn=auto takes the host on nodes of several ranks";
+  else if (c->place.local_size > 1 && !c->place.equal_nodes)
+    w = "nodes of unequal sizes";
   else if (c->size > 32 || c->place.num_nodes > MKX_TP_MAX * 4)
     w = "driven by the GPU on at most 32 ranks";
   if (w) snprintf(why, len, "%s", w);
@@ -69,8 +81,10 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
   int rc = n ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
   if (n) {
     n->chunk = chunk;
+    n->node = c->place.local_size > 1;
     for (int q = 0; q < c->size; q++)
       if (q != c->rank) n->peers |= 1u << q;
+    if (n->node) n->peers = mkx_net_column_peers(c);
   }
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
@@ -108,6 +122,28 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
   return MKX_SUCCESS;
 }
 
+/* Nodes of several ranks: the forward of the column peers' chunks into
+ * every node rank's ring, on the workspace's side stream 0 (the copy
+ * engines' pushes take 1 .. G - 1). */
+static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
+                   cudaStream_t st) {
+  mkx_tp_ws *ws = n->ws;
+  mkx_tp_net_fwd_desc f;
+  memset(&f, 0, sizeof f);
+  f.kind = MKX_TP_FWD_KV;
+  f.src = region;
+  f.ndst = c->place.local_size;
+  for (int i = 0; i < f.ndst; i++) {
+    f.dst[i] = mkx_tp_ws_data(ws, i);
+    f.flags[i] = mkx_tp_ws_flags(ws, i);
+  }
+  f.kv_chunk = n->chunk;
+  f.kv_word = W_KV;
+  f.flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  f.max_blocks = mkx_net_fwd_ctas(c);
+  return mkx_net_fwd_start(&n->d, words, &f, ws->side[0], ws->ev_fork, st, FN);
+}
+
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
                       const void *V, cudaStream_t st, mkx_attn_desc *e) {
   void *base = NULL;
@@ -116,6 +152,11 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
   MKX_TRY(mkx_comm_net_gpu_region(c, region_bytes(c, n), &base, &words));
   mkx_net_desc_fill(c, ws, words, &n->d);
   n->d.peers = n->peers;
+  n->ws = ws;
+  if (n->node) { /* the engine's ring and flags stay the workspace's */
+    MKX_TRY(forward(c, n, base, words, st));
+    return send(c, n, base, K, V, st);
+  }
   MKX_TRY(send(c, n, base, K, V, st));
   /* the engine's view: K and V of a chunk side by side; the signal words'
    * low half (the epochs stay below 2^32), the epoch's low half as their
@@ -133,6 +174,8 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
 }
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
+  if (n->node)
+    MKX_TRY(mkx_net_fwd_join(n->ws->side[0], n->ws->ev_join[0], st, FN));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n->d, st), FN, "network drain"));
   return mkx_comm_net_gpu_mark(c, st);
 }

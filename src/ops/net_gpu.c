@@ -86,6 +86,52 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   return MKX_SUCCESS;
 }
 
+/* The forward's device words (mkx_comm_net_gpu_region) */
+#define FWD_SEEN 18
+#define FWD_DONE 19
+#define FWD_COUNT 20
+
+unsigned mkx_net_column_peers(MKX_Comm c) {
+  unsigned m = 0;
+  for (int q = 0; q < c->size; q++)
+    if (c->place.node_of_rank[q] != c->place.node &&
+        c->place.local_rank_of[q] == c->place.local_rank)
+      m |= 1u << q;
+  return m;
+}
+
+int mkx_net_fwd_ctas(MKX_Comm c) {
+  const int ctas = c->share.ctas ? c->share.ctas : c->share.dev_sms;
+  const int f = ctas / 16;
+  return f < 1 ? 1 : f > 8 ? 8 : f;
+}
+
+int mkx_net_fwd_start(mkx_tp_net_desc *n, uint64_t *words,
+                      mkx_tp_net_fwd_desc *f, cudaStream_t side, cudaEvent_t ev,
+                      cudaStream_t st, const char *fn) {
+  n->fwd_done = words + FWD_DONE;
+  f->net = *n;
+  f->epoch_seen = words + FWD_SEEN;
+  f->count = (unsigned *)(words + FWD_COUNT);
+  MKX_TRY(
+      mkx_cuda_rc(cudaMemcpyAsync(words + FWD_SEEN, n->epoch, sizeof(uint64_t),
+                                  cudaMemcpyDeviceToDevice, st),
+                  fn, "copy of the network epoch"));
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ev, st), fn, "fork"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(side, ev, 0), fn, "fork wait"));
+  return mkx_tp_launch_rc(mkx_tp_net_fwd(f, side), fn, "network forward");
+}
+
+int mkx_net_fwd_join(cudaStream_t side, cudaEvent_t ev, cudaStream_t st,
+                     const char *fn) {
+  enum cudaStreamCaptureStatus cap;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
+                      "cudaStreamIsCapturing"));
+  if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ev, side), fn, "join"));
+  return mkx_cuda_rc(cudaStreamWaitEvent(st, ev, 0), fn, "join wait");
+}
+
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
                      const mkx_tp_net_desc *d) {
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(d, (cudaStream_t)st), fn,

@@ -70,6 +70,28 @@ int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
  * and the kernels' descriptor (no rows: bnd all 0) in *d. */
 int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                        const char *fn, mkx_tp_net_desc *d);
+/* Nodes of several ranks (the network forward, tp.h mkx_tp_net_fwd_desc):
+ * the ranks of this rank's local index on the other nodes, as a mask (the
+ * network's peers); the forward's CTAs (a sixteenth of the rank's, 1-8:
+ * each waits on the network, and the kernels beside it leave them SMs). */
+unsigned mkx_net_column_peers(MKX_Comm c);
+int mkx_net_fwd_ctas(MKX_Comm c);
+/* The forward of a call whose kernels' descriptor is *n (words: the
+ * region's device words): fills f's network part, epoch words and count
+ * and n->fwd_done (so mkx_tp_net_end waits for it), copies the epoch on
+ * st, then launches the forward on side, forked from st by ev (the
+ * caller's own fields of f are set before).  Called before
+ * mkx_tp_net_begin: a stream waiting for an event that the network must
+ * bring could hold up the copies of a transport that lands the peers'
+ * bytes by the copy engine (tcp), which are the ones it waits for; for
+ * the same reason nothing joins it back (mkx_tp_net_end waits for its
+ * end) but under graph capture, which must join what it forks:
+ * mkx_net_fwd_join. */
+int mkx_net_fwd_start(mkx_tp_net_desc *n, uint64_t *words,
+                      mkx_tp_net_fwd_desc *f, cudaStream_t side, cudaEvent_t ev,
+                      cudaStream_t st, const char *fn);
+int mkx_net_fwd_join(cudaStream_t side, cudaEvent_t ev, cudaStream_t st,
+                     const char *fn);
 /* The end: until the proxy has completed the call's writes. */
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
                      const mkx_tp_net_desc *d);
