@@ -141,12 +141,14 @@ static const mkx_option_desc base_rows[] = {
     {"hier_attn", MKX_OPT_ENUM, OPT(hier_attn), "auto", "host|proxy|auto",
      "Who moves MKX_Ring_attention's key/value chunks between nodes on its "
      "GPU path. host: the host, through pinned host memory, after launching "
-     "the engine; proxy (nodes of one rank, the rank with a GPU): the GPU "
+     "the engine; proxy (the rank with a GPU, equal nodes): the GPU "
      "posts this rank's chunk to the network proxy, each arriving chunk "
-     "lands in the engine's ring and its signal word releases it, with no "
-     "host work in the call (capturable in CUDA graphs); elsewhere as "
-     "host; auto: proxy where it applies, else host (proxy was faster on "
-     "every shape measured). Same results and network bytes for all.",
+     "lands in the engine's ring and its signal word releases it (nodes of "
+     "several ranks: a kernel hands it on into every node rank's ring), "
+     "with no host work in the call (capturable in CUDA graphs); elsewhere "
+     "as host; auto: proxy on nodes of one rank, else host (proxy was "
+     "faster on every shape measured there). Same results and network "
+     "bytes for all.",
      1},
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
