@@ -380,7 +380,8 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
       ok = 0;
       if (d.kind == MKX_TP_FWD_KV ? kv_unit(d, u, x) : rows_unit(d, u, x)) {
         f = x;
-        ok = !call_failed(d.net) && peer_word(d.net, x.q, x.word, e, MKX_TP_AT_NET_ROWS) ? 1 : -1;
+        const int at = d.kind == MKX_TP_FWD_KV ? MKX_TP_AT_KV_CHUNK : MKX_TP_AT_NET_ROWS;
+        ok = !call_failed(d.net) && peer_word(d.net, x.q, x.word, e, at) ? 1 : -1;
       }
     }
     __syncthreads();

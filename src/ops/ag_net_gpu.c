@@ -190,8 +190,7 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   /* own rows: copied before the kernel on its stream */
   d->ready_mask = 1u << c->rank;
   if (p->node) { /* every other source's rows come with their flags */
-    const int ctas = c->share.ctas ? c->share.ctas : c->share.dev_sms;
-    d->sync.ctas = ctas - p->fwd_ctas;
+    d->sync.ctas = mkx_net_fwd_leave(c);
     return;
   }
   d->net_mask = ((1u << c->size) - 1) & ~d->ready_mask;

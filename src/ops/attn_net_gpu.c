@@ -173,6 +173,10 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
   return MKX_SUCCESS;
 }
 
+void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
+  if (n->node) *ctas = mkx_net_fwd_leave(c);
+}
+
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   if (n->node)
     MKX_TRY(mkx_net_fwd_join(n->ws->side[0], n->ws->ev_join[0], st, FN));

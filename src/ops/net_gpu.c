@@ -100,10 +100,18 @@ unsigned mkx_net_column_peers(MKX_Comm c) {
   return m;
 }
 
+static int rank_ctas(MKX_Comm c) {
+  return c->share.ctas ? c->share.ctas : c->share.dev_sms;
+}
+
 int mkx_net_fwd_ctas(MKX_Comm c) {
-  const int ctas = c->share.ctas ? c->share.ctas : c->share.dev_sms;
-  const int f = ctas / 16;
+  const int f = rank_ctas(c) / 16;
   return f < 1 ? 1 : f > 8 ? 8 : f;
+}
+
+int mkx_net_fwd_leave(MKX_Comm c) {
+  const int left = rank_ctas(c) - mkx_net_fwd_ctas(c);
+  return left > 1 ? left : 1;
 }
 
 int mkx_net_fwd_start(mkx_tp_net_desc *n, uint64_t *words,

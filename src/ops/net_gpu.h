@@ -76,6 +76,11 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
  * each waits on the network, and the kernels beside it leave them SMs). */
 unsigned mkx_net_column_peers(MKX_Comm c);
 int mkx_net_fwd_ctas(MKX_Comm c);
+/* The CTAs a persistent kernel beside the forward may take (mkx_tp_sync
+ * .ctas): the rank's less the forward's, so that both are resident at
+ * once (a kernel that waits for flags the forward sets, holding every SM
+ * the forward could have, would wait out its bound). */
+int mkx_net_fwd_leave(MKX_Comm c);
 /* The forward of a call whose kernels' descriptor is *n (words: the
  * region's device words): fills f's network part, epoch words and count
  * and n->fwd_done (so mkx_tp_net_end waits for it), copies the epoch on

@@ -326,6 +326,22 @@ static void rank_name(int r, char *buf, size_t len) {
     snprintf(buf, len, "a peer");
 }
 
+/* The communicator's rank of node rank l: the kernels name a peer of the
+ * node's meeting, and the rank that gave up, by their place in the node
+ * (the same number on a communicator of one node). */
+static int rank_of_local(MKX_Comm c, int l) {
+  for (int q = 0; l >= 0 && q < c->size; q++)
+    if (c->place.node_of_rank[q] == c->place.node &&
+        c->place.local_rank_of[q] == l)
+      return q;
+  return l;
+}
+
+/* The peer of a wait at `where`, as the communicator numbers it. */
+static int waited_rank(MKX_Comm c, int peer, int where) {
+  return where == MKX_TP_AT_BARRIER ? rank_of_local(c, peer) : peer;
+}
+
 /* A run on `ws` failed on the GPU: a bounded wait of this rank ran out, or
  * a peer gave up on the run and told this rank.  The GPU left the error
  * word in host-mapped memory (readable without synchronising).  `fn` is
@@ -342,11 +358,11 @@ static void tile_name(int tile, int where, char *buf, size_t len) {
 }
 
 /* "; this rank was waiting for rank 2 (gathered A tile, tile 5)" or "". */
-static void own_wait(volatile const int *e, char *buf, size_t len) {
+static void own_wait(MKX_Comm c, volatile const int *e, char *buf, size_t len) {
   char who[32], at[32];
   buf[0] = 0;
   if (e[6] <= 0) return;
-  rank_name(e[4], who, sizeof who);
+  rank_name(waited_rank(c, e[4], e[6]), who, sizeof who);
   tile_name(e[5], e[6], at, sizeof at);
   snprintf(buf, len, "; this rank was then waiting for %s (%s%s)", who,
            where_name(e[6]), at);
@@ -399,16 +415,16 @@ static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
   run_head(ws, fn, earlier, head, sizeof head);
   const long long ms = (long long)ws->comm->opt.timeout_ms;
   if (code == MKX_TP_ERR_PEER) {
-    rank_name(peer, who, sizeof who);
-    rank_name(tile, waited, sizeof waited);
-    own_wait(e, mine, sizeof mine);
+    rank_name(rank_of_local(ws->comm, peer), who, sizeof who);
+    rank_name(waited_rank(ws->comm, tile, where), waited, sizeof waited);
+    own_wait(ws->comm, e, mine, sizeof mine);
     return mkx_error(MKX_ERR_PEER,
                      "%s failed on the GPU: %s gave up on it "
                      "after %lld ms (option timeout_ms) waiting for %s (%s), "
                      "so this rank's result is void%s",
                      head, who, ms, waited, where_name(where), mine);
   }
-  rank_name(peer, who, sizeof who);
+  rank_name(waited_rank(ws->comm, peer, where), who, sizeof who);
   tile_name(tile, where, at, sizeof at);
   return mkx_error(MKX_ERR_TIMEOUT,
                    "%s timed out on the GPU after %lld ms "
