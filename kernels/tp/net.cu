@@ -1,11 +1,13 @@
 /*
- * The fused calls over nodes of one rank each, driven by the GPU (tp.h,
- * mkx_tp_net_desc): the kernels that hand data to the network proxy, wait
- * for the peers' signal words, and wait until the proxy is done.  For
- * AllGather+GEMM the gated GEMM (ag_gemm.cu) waits for the peers' chunks
- * itself, so a tile starts as soon as its rows have landed; the
- * reductions post each chunk of partial rows after its GEMM, and the
- * owner sums the chunks as they land (mkx_tp_net_sum).
+ * The calls across nodes driven by the GPU (tp.h, mkx_tp_net_desc): the
+ * kernels that hand data to the network proxy, wait for the peers' signal
+ * words, and wait until the proxy is done.  For AllGather+GEMM on nodes of
+ * one rank the gated GEMM (ag_gemm.cu) waits for the peers' chunks itself,
+ * so a tile starts as soon as its rows have landed; on nodes of several
+ * ranks the forward (mkx_tp_net_fwd) hands what lands on to the node's
+ * ranks and raises their flags; the reductions post each chunk of partial
+ * rows after its GEMM, and the owner sums the chunks as they land
+ * (mkx_tp_net_sum).
  *
  * A post that finds the ring full waits for the proxy (bounded); a chunk
  * is posted only after every peer has arrived at this call, so nothing is

@@ -182,9 +182,10 @@ int mkx_tp_ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t st);
  * (mkx_gemm_load says why). */
 int mkx_tp_ag_gemm_load(const mkx_tp_ag_desc *d);
 
-/* AllGather+GEMM over nodes of one rank each, driven by the GPU: every
- * rank's gathered A (m x k rows, the same layout everywhere) is a region
- * of the network endpoint, index `region` on every rank.
+/* AllGather+GEMM across nodes, driven by the GPU: every rank's gathered
+ * A (m x k rows, the same layout everywhere) is a region of the network
+ * endpoint, index `region` on every rank (on nodes of several ranks the
+ * rows that come over the network, which mkx_tp_net_fwd hands on).
  *   begin (<<<1, 32>>>, before the gated GEMM, after this rank's rows are
  *   in its gathered A): the call's network epoch e = ++*epoch; a write of
  *   no bytes to every peer sets its word slot0 + rank * words to e (this

@@ -1,7 +1,8 @@
-/* The fused calls over nodes of one rank each, driven by the GPU (option
- * hier_gemm=proxy): AllGather+GEMM (ag_net_gpu.c), GEMM+ReduceScatter and
- * GEMM+AllReduce (red_net_gpu.c), their table entries, and what they
- * share (net_gpu.c). */
+/* The fused calls across nodes driven by the GPU (option hier_gemm=proxy):
+ * AllGather+GEMM (ag_net_gpu.c; also on nodes of several ranks),
+ * GEMM+ReduceScatter and GEMM+AllReduce (red_net_gpu.c; nodes of one
+ * rank), their table entries, and what they share with each other and
+ * with ring attention's network part (net_gpu.c). */
 #ifndef MKX_OPS_NET_GPU_H
 #define MKX_OPS_NET_GPU_H
 

@@ -22,9 +22,10 @@ typedef enum mkx_path {
   MKX_PATH_ATTN_HIER,     /* several nodes: the ring inside each node, the
                              other nodes' chunks over the network by the
                              host while the engine runs */
-  MKX_PATH_ATTN_NET,      /* several nodes of one rank: the other nodes'
-                             chunks posted by the GPU to the network proxy,
-                             landing in the engine's ring */
+  MKX_PATH_ATTN_NET,      /* several nodes: the other nodes' chunks posted
+                             by the GPU to the network proxy, landing in
+                             the engine's ring (nodes of several ranks:
+                             handed on into it by the network forward) */
   MKX_PATH_MOE,           /* one rank: routing, grouped expert GEMMs (and the
                              layer's SwiGLU and combine) on the GPU */
   MKX_PATH_MOE_NODE,      /* several ranks of one node: the same, token rows
