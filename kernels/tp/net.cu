@@ -54,6 +54,18 @@ __host__ __device__ __forceinline__ bool is_peer(const mkx_tp_net_desc &d, int q
   return q != d.rank && (!d.peers || (d.peers >> q & 1u));
 }
 
+/* Rows [g0, g1) of rank q's chunk j, as net_begin posts them and the
+ * forward takes them (chunk_tiles tiles of 128 rows from the tile of
+ * bnd[q]); false past the last. */
+__device__ bool chunk_rows(const mkx_tp_net_desc &d, int q, int j, int64_t &g0, int64_t &g1) {
+  const int64_t b0 = d.bnd[q], b1 = d.bnd[q + 1], t0 = b0 / 128;
+  g0 = j == 0 ? b0 : (t0 + (int64_t)j * d.chunk_tiles) * 128;
+  if (g0 >= b1) return false;
+  g1 = (t0 + (int64_t)(j + 1) * d.chunk_tiles) * 128;
+  if (g1 > b1) g1 = b1;
+  return true;
+}
+
 __global__ void net_begin(const mkx_tp_net_desc d) {
   if (threadIdx.x != 0) return;
   const uint64_t e = *(volatile uint64_t *)d.epoch + 1;
@@ -75,16 +87,13 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
     *d.last_seq = seq;
     return;
   }
-  const int64_t row0 = d.bnd[d.rank], row1 = d.bnd[d.rank + 1];
   /* peer by peer from the next rank on, so the ranks' first chunks do not
    * all go to rank 0 */
   for (int i = 1; i < d.size; ++i) {
     const int q = (d.rank + i) % d.size;
     if (!is_peer(d, q)) continue;
-    uint32_t j = 0;
-    for (int64_t g0 = row0, g1; g0 < row1; g0 = g1, ++j) {
-      g1 = (g0 / 128 + d.chunk_tiles) * 128;
-      if (g1 > row1) g1 = row1;
+    int64_t g0, g1;
+    for (uint32_t j = 0; chunk_rows(d, d.rank, (int)j, g0, g1); ++j) {
       const uint64_t off = (uint64_t)g0 * (uint64_t)d.row_bytes;
       if (mkx::proxy::post(d.proxy, q, d.region, d.region, off, off, (uint64_t)(g1 - g0) * (uint64_t)d.row_bytes,
                            mine + 1 + j, e, &seq)) {
@@ -282,18 +291,6 @@ __global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
     }
     __syncthreads();
   }
-}
-
-/* Rows [g0, g1) of rank q's chunk j as mkx_tp_net_begin posts them
- * (chunk_tiles tiles of 128 rows from the tile of bnd[q]); false past
- * the last. */
-__device__ bool chunk_rows(const mkx_tp_net_desc &d, int q, int j, int64_t &g0, int64_t &g1) {
-  const int64_t b0 = d.bnd[q], b1 = d.bnd[q + 1], t0 = b0 / 128;
-  g0 = j == 0 ? b0 : (t0 + (int64_t)j * d.chunk_tiles) * 128;
-  if (g0 >= b1) return false;
-  g1 = (t0 + (int64_t)(j + 1) * d.chunk_tiles) * 128;
-  if (g1 > b1) g1 = b1;
-  return true;
 }
 
 /* What one unit of the forward moves: from source q's word, pieces of

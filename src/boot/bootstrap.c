@@ -75,6 +75,13 @@ int mkx_boot_placement(const mkx_oob *oob, const char *host,
   return rc;
 }
 
+int mkx_placement_rank_at(const mkx_placement *pl, int size, int node,
+                          int local) {
+  for (int q = 0; q < size; q++)
+    if (pl->node_of_rank[q] == node && pl->local_rank_of[q] == local) return q;
+  return -1;
+}
+
 void mkx_placement_free(mkx_placement *pl) {
   free(pl->node_of_rank);
   free(pl->local_rank_of);

@@ -37,5 +37,8 @@ int mkx_boot_placement(const mkx_oob *oob, const char *host,
                        int virtual_node_size, int64_t timeout_ms,
                        mkx_placement *pl);
 void mkx_placement_free(mkx_placement *pl);
+/* The rank (of size) that is node rank `local` of `node`, or -1. */
+int mkx_placement_rank_at(const mkx_placement *pl, int size, int node,
+                          int local);
 
 #endif

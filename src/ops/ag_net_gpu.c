@@ -64,8 +64,7 @@ typedef struct an_plan {
   mkx_tp_ag_rows r;
   int64_t chunk_tiles;
   size_t es;
-  int node;     /* nodes of several ranks */
-  int fwd_ctas; /* there: the forwarding kernel's CTAs */
+  int node; /* nodes of several ranks */
 } an_plan;
 
 static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
@@ -115,7 +114,6 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   p->es = MKX_Type_size(a->dtype);
   p->chunk_tiles = chunk_tiles_of(&p->r, c->size);
   p->node = c->place.local_size > 1;
-  p->fwd_ctas = mkx_net_fwd_ctas(c);
   /* one node: net_landed, a word per (source, chunk); several ranks: the
    * node's gathered A and its flags, one per (source, tile), and src[]
    * for the copy engines' flag copies */
@@ -207,21 +205,13 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
  * copy engines' pushes take 1 .. G - 1). */
 static int forward(MKX_Comm c, const an_plan *p, mkx_tp_net_desc *n,
                    cudaStream_t st) {
-  mkx_tp_ws *ws = p->np.ws;
   mkx_tp_net_fwd_desc f;
   memset(&f, 0, sizeof f);
   f.kind = MKX_TP_FWD_ROWS;
   f.src = p->np.region;
-  f.ndst = c->place.local_size;
-  for (int i = 0; i < f.ndst; i++) {
-    f.dst[i] = mkx_tp_ws_data(ws, i);
-    f.flags[i] = mkx_tp_ws_flags(ws, i);
-  }
   f.tiles_m = p->r.tiles_m;
-  f.flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
-  f.max_blocks = p->fwd_ctas;
-  return mkx_net_fwd_start(n, p->np.words, &f, ws->side[c->place.local_size],
-                           ws->ev_fork, st, FN);
+  return mkx_net_fwd_start(c, p->np.ws, c->place.local_size, n, p->np.words, &f,
+                           st, FN);
 }
 
 static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
@@ -266,8 +256,7 @@ static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
   gemm_desc(c, p, a, n, &d);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
   MKX_TRY(mkx_tp_ag_join_peers(c, ws, st));
-  MKX_TRY(mkx_net_fwd_join(ws->side[c->place.local_size],
-                           ws->ev_join[c->place.local_size], st, FN));
+  MKX_TRY(mkx_net_fwd_join(ws, c->place.local_size, st, FN));
   if (a->A_out)
     MKX_TRY(copy_out(p, a, mkx_tp_ws_data(ws, c->place.local_rank), st));
   return MKX_SUCCESS;

@@ -165,9 +165,8 @@ static void hier_order(MKX_Comm c, int *order) {
     for (int dl = 0; dl < G; dl++) {
       const int node = (c->place.node + dn) % N;
       const int l = (c->place.local_rank - dl + G) % G;
-      for (int q = 0; q < c->size; q++)
-        if (c->place.node_of_rank[q] == node && c->place.local_rank_of[q] == l)
-          order[n++] = q;
+      const int q = mkx_placement_rank_at(&c->place, c->size, node, l);
+      if (q >= 0) order[n++] = q;
     }
 }
 

@@ -82,9 +82,9 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
   if (n) {
     n->chunk = chunk;
     n->node = c->place.local_size > 1;
-    for (int q = 0; q < c->size; q++)
-      if (q != c->rank) n->peers |= 1u << q;
-    if (n->node) n->peers = mkx_net_column_peers(c);
+    n->peers =
+        n->node ? mkx_net_column_peers(c)
+                : (unsigned)(((uint64_t)1 << c->size) - 1) & ~(1u << c->rank);
   }
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
@@ -127,21 +127,13 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
  * engines' pushes take 1 .. G - 1). */
 static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
                    cudaStream_t st) {
-  mkx_tp_ws *ws = n->ws;
   mkx_tp_net_fwd_desc f;
   memset(&f, 0, sizeof f);
   f.kind = MKX_TP_FWD_KV;
   f.src = region;
-  f.ndst = c->place.local_size;
-  for (int i = 0; i < f.ndst; i++) {
-    f.dst[i] = mkx_tp_ws_data(ws, i);
-    f.flags[i] = mkx_tp_ws_flags(ws, i);
-  }
   f.kv_chunk = n->chunk;
   f.kv_word = W_KV;
-  f.flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
-  f.max_blocks = mkx_net_fwd_ctas(c);
-  return mkx_net_fwd_start(&n->d, words, &f, ws->side[0], ws->ev_fork, st, FN);
+  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, st, FN);
 }
 
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
@@ -178,8 +170,7 @@ void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
 }
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
-  if (n->node)
-    MKX_TRY(mkx_net_fwd_join(n->ws->side[0], n->ws->ev_join[0], st, FN));
+  if (n->node) MKX_TRY(mkx_net_fwd_join(n->ws, 0, st, FN));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n->d, st), FN, "network drain"));
   return mkx_comm_net_gpu_mark(c, st);
 }

@@ -40,13 +40,6 @@ static int cuda_rc(cudaError_t e, int op, const char *what) {
   return mkx_cuda_rc(e, op_name(op), what);
 }
 
-static int rank_at(MKX_Comm c, int node, int local) {
-  for (int q = 0; q < c->size; q++)
-    if (c->place.node_of_rank[q] == node && c->place.local_rank_of[q] == local)
-      return q;
-  return -1;
-}
-
 /* Rows of column `local`: its ranks' rows, over every node. */
 static int64_t column_rows(MKX_Comm c, const int64_t *rows, int local) {
   int64_t s = 0;
@@ -60,7 +53,7 @@ int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
   (void)g;
   for (int k = 0; k < c->place.num_nodes; k++)
     for (int l = 0; l < c->place.local_size; l++)
-      if (rank_at(c, k, l) < 0)
+      if (mkx_placement_rank_at(&c->place, c->size, k, l) < 0)
         return mkx_error(MKX_ERR_UNSUPPORTED,
                          "%s: hier_gemm=nvlink: nodes "
                          "of unequal size",
@@ -223,7 +216,7 @@ static int permute_rows(MKX_Comm c, const hg_plan *p, const int64_t *rows,
   int64_t at = 0;
   for (int l = 0; l < c->place.local_size; l++)
     for (int k = 0; k < c->place.num_nodes; k++) {
-      const int q = rank_at(c, k, l);
+      const int q = mkx_placement_rank_at(&c->place, c->size, k, l);
       const int64_t n = rows[q];
       char *ra = a + (size_t)first[q] * (size_t)lda * es;
       char *rb = b + (size_t)at * (size_t)ldb * es;

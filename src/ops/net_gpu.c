@@ -87,9 +87,9 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
 }
 
 /* The forward's device words (mkx_comm_net_gpu_region) */
-#define FWD_SEEN 18
-#define FWD_DONE 19
-#define FWD_COUNT 20
+#define FWD_SEEN (2 + MKX_TP_NET_MAXCH)
+#define FWD_DONE (FWD_SEEN + 1)
+#define FWD_COUNT (FWD_SEEN + 2)
 
 unsigned mkx_net_column_peers(MKX_Comm c) {
   unsigned m = 0;
@@ -114,30 +114,40 @@ int mkx_net_fwd_leave(MKX_Comm c) {
   return left > 1 ? left : 1;
 }
 
-int mkx_net_fwd_start(mkx_tp_net_desc *n, uint64_t *words,
-                      mkx_tp_net_fwd_desc *f, cudaStream_t side, cudaEvent_t ev,
-                      cudaStream_t st, const char *fn) {
+int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
+                      uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
+                      const char *fn) {
+  cudaStream_t s = ws->side[side];
   n->fwd_done = words + FWD_DONE;
   f->net = *n;
+  f->ndst = c->place.local_size;
+  for (int i = 0; i < f->ndst; i++) {
+    f->dst[i] = mkx_tp_ws_data(ws, i);
+    f->flags[i] = mkx_tp_ws_flags(ws, i);
+  }
+  f->flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
   f->epoch_seen = words + FWD_SEEN;
   f->count = (unsigned *)(words + FWD_COUNT);
+  f->max_blocks = mkx_net_fwd_ctas(c);
   MKX_TRY(
       mkx_cuda_rc(cudaMemcpyAsync(words + FWD_SEEN, n->epoch, sizeof(uint64_t),
                                   cudaMemcpyDeviceToDevice, st),
                   fn, "copy of the network epoch"));
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ev, st), fn, "fork"));
-  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(side, ev, 0), fn, "fork wait"));
-  return mkx_tp_launch_rc(mkx_tp_net_fwd(f, side), fn, "network forward");
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), fn, "fork wait"));
+  return mkx_tp_launch_rc(mkx_tp_net_fwd(f, s), fn, "network forward");
 }
 
-int mkx_net_fwd_join(cudaStream_t side, cudaEvent_t ev, cudaStream_t st,
+int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
                      const char *fn) {
   enum cudaStreamCaptureStatus cap;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
                       "cudaStreamIsCapturing"));
   if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ev, side), fn, "join"));
-  return mkx_cuda_rc(cudaStreamWaitEvent(st, ev, 0), fn, "join wait");
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[side], ws->side[side]), fn,
+                      "join"));
+  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[side], 0), fn,
+                     "join wait");
 }
 
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,

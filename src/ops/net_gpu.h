@@ -83,20 +83,20 @@ int mkx_net_fwd_ctas(MKX_Comm c);
  * the forward could have, would wait out its bound). */
 int mkx_net_fwd_leave(MKX_Comm c);
 /* The forward of a call whose kernels' descriptor is *n (words: the
- * region's device words): fills f's network part, epoch words and count
- * and n->fwd_done (so mkx_tp_net_end waits for it), copies the epoch on
- * st, then launches the forward on side, forked from st by ev (the
- * caller's own fields of f are set before).  Called before
+ * region's device words), into the node ranks' data and flags of ws, on
+ * ws's side stream `side` forked from st: the caller sets f's kind, src
+ * and the kind's own fields, the rest is filled here, with n->fwd_done so
+ * that mkx_tp_net_end waits for it; the epoch is copied on st first.  Called before
  * mkx_tp_net_begin: a stream waiting for an event that the network must
  * bring could hold up the copies of a transport that lands the peers'
  * bytes by the copy engine (tcp), which are the ones it waits for; for
  * the same reason nothing joins it back (mkx_tp_net_end waits for its
  * end) but under graph capture, which must join what it forks:
  * mkx_net_fwd_join. */
-int mkx_net_fwd_start(mkx_tp_net_desc *n, uint64_t *words,
-                      mkx_tp_net_fwd_desc *f, cudaStream_t side, cudaEvent_t ev,
-                      cudaStream_t st, const char *fn);
-int mkx_net_fwd_join(cudaStream_t side, cudaEvent_t ev, cudaStream_t st,
+int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
+                      uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
+                      const char *fn);
+int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
                      const char *fn);
 /* The end: until the proxy has completed the call's writes. */
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,

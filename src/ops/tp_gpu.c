@@ -330,11 +330,9 @@ static void rank_name(int r, char *buf, size_t len) {
  * node's meeting, and the rank that gave up, by their place in the node
  * (the same number on a communicator of one node). */
 static int rank_of_local(MKX_Comm c, int l) {
-  for (int q = 0; l >= 0 && q < c->size; q++)
-    if (c->place.node_of_rank[q] == c->place.node &&
-        c->place.local_rank_of[q] == l)
-      return q;
-  return l;
+  const int q =
+      l < 0 ? -1 : mkx_placement_rank_at(&c->place, c->size, c->place.node, l);
+  return q < 0 ? l : q;
 }
 
 /* The peer of a wait at `where`, as the communicator numbers it. */
