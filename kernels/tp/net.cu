@@ -372,7 +372,7 @@ template <typename W>
 __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
   __shared__ int ok;
   __shared__ FwdUnit f;
-  const uint64_t e = *(volatile const uint64_t *)d.epoch_seen + 1;
+  const uint64_t e = *(volatile const uint64_t *)d.net.epoch;
   for (int64_t u = blockIdx.x;; u += gridDim.x) {
     if (threadIdx.x == 0) {
       FwdUnit x;
@@ -530,8 +530,8 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
 }
 
 extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
-  if (!d || !desc_ok(&d->net) || !d->src || !d->flag_epoch || !d->epoch_seen || !d->count || !d->net.fwd_done ||
-      d->ndst < 1 || d->ndst > MKX_TP_MAX)
+  if (!d || !desc_ok(&d->net) || !d->src || !d->flag_epoch || !d->count || !d->net.fwd_done || d->ndst < 1 ||
+      d->ndst > MKX_TP_MAX)
     return MKX_GEMM_EINVAL;
   bool v16 = (uintptr_t)d->src % 16 == 0;
   for (int i = 0; i < d->ndst; ++i) {

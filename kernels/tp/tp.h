@@ -288,9 +288,10 @@ int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st);
  * waits on the network itself, so no stream ever waits for the proxy,
  * and no stream waits for the forward either: the last CTA out sets
  * net.fwd_done to the epoch (count: a device word, zero before and
- * after), and mkx_tp_net_end waits for it.  It may start before
- * mkx_tp_net_begin: the call's epoch is *epoch_seen + 1 (epoch_seen: a
- * copy of net.epoch made before begin on its stream). */
+ * after), and mkx_tp_net_end waits for it.  It starts after
+ * mkx_tp_net_begin and the call's posts (forked from their stream): the
+ * call's epoch is *net.epoch, and whatever shares a hardware queue with it
+ * and comes later in that queue is nothing it waits for. */
 enum { MKX_TP_FWD_ROWS = 0, MKX_TP_FWD_KV = 1 };
 typedef struct mkx_tp_net_fwd_desc {
   mkx_tp_net_desc net;
@@ -303,7 +304,6 @@ typedef struct mkx_tp_net_fwd_desc {
   uint64_t kv_chunk; /* key/value */
   uint32_t kv_word;
   const int *flag_epoch; /* local: the node workspace's epoch */
-  const uint64_t *epoch_seen;
   unsigned *count;
   int max_blocks;
 } mkx_tp_net_fwd_desc;

@@ -81,7 +81,7 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
  * call reads or waits for. */
 #define MKX_COMM_NET_GPU_WORDS 33
 #define MKX_COMM_NET_GPU_REGION 2
-#define MKX_COMM_NET_GPU_DWORDS 21
+#define MKX_COMM_NET_GPU_DWORDS 20
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
 
 #if HAVE_CUDA
@@ -96,7 +96,7 @@ const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c);
  * for those kernels: [0] the calls' network epoch, [1] the last command
  * (mkx_tp_net_desc), then MKX_TP_NET_MAXCH counts, zero between calls
  * (mkx_tp_net_sum_desc.chunk_done), then the network forward's [18]
- * epoch seen, [19] epoch done and [20] count (mkx_tp_net_fwd_desc). */
+ * epoch done and [19] count (mkx_tp_net_fwd_desc). */
 int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
                             uint64_t **words);
 /* Host and GPU never post into the ring at once: a call whose kernels

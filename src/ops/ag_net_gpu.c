@@ -29,12 +29,9 @@
  *     GEMM leaves free) waits for each chunk of a column peer to land in
  *     the region, copies it into every node rank's gathered A (its own
  *     included) and sets their ready flags: the GEMM waits on flags only.
- *     The kernel waits on the network itself, and no stream waits for
- *     anything the network brings (a signal word, or an event after a
- *     kernel that waits for the network): such a wait can hold up the
- *     copies that land it (tcp lands by the copy engine).  So it is forked
- *     before the meeting, and mkx_tp_net_end, not a stream, waits for
- *     its end.
+ *     It is forked after step 3 (work in a hardware queue starts in the
+ *     order it came: forked first, it could sit ahead of the posts it
+ *     waits for), and mkx_tp_net_end, not a stream, waits for its end.
  * No host thread waits inside the call: the proxy thread only moves what
  * the kernel posted.  Each row crosses the network once per other node,
  * the minimum.  Calls of this path on one communicator run in turn (the
@@ -250,8 +247,8 @@ static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
   MKX_TRY(mkx_tp_ag_push_peers(c, ws, &p->r, p->chunk_tiles, a, st));
   MKX_TRY(mkx_tp_ag_push_own_edges(c, ws, &p->r, a, st));
   n->peers = mkx_net_column_peers(c);
-  MKX_TRY(forward(c, p, n, st));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
+  MKX_TRY(forward(c, p, n, st));
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, n, &d);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));

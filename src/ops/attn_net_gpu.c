@@ -29,7 +29,7 @@
  * the column peers only, and a forwarding kernel (mkx_tp_net_fwd, key/
  * value kind) copies each column peer's chunk, once landed in the region,
  * into every node rank's ring and raises its flag there; the engine waits
- * on flags only.  The forward starts before the meeting and
+ * on flags only.  The forward starts after the writes and
  * mkx_tp_net_end waits for its end (mkx_net_fwd_start says why).  Each
  * chunk still crosses to each other node once. */
 #include <stdlib.h>
@@ -146,8 +146,8 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
   n->d.peers = n->peers;
   n->ws = ws;
   if (n->node) { /* the engine's ring and flags stay the workspace's */
-    MKX_TRY(forward(c, n, base, words, st));
-    return send(c, n, base, K, V, st);
+    MKX_TRY(send(c, n, base, K, V, st));
+    return forward(c, n, base, words, st);
   }
   MKX_TRY(send(c, n, base, K, V, st));
   /* the engine's view: K and V of a chunk side by side; the signal words'

@@ -7,7 +7,7 @@
 #include "core/comm_net.h"
 #include "ops/net_gpu.h"
 
-_Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH + 3,
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH + 2,
                "the device words hold the sum's chunk counts and the "
                "forward's words");
 
@@ -87,9 +87,8 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
 }
 
 /* The forward's device words (mkx_comm_net_gpu_region) */
-#define FWD_SEEN (2 + MKX_TP_NET_MAXCH)
-#define FWD_DONE (FWD_SEEN + 1)
-#define FWD_COUNT (FWD_SEEN + 2)
+#define FWD_DONE (2 + MKX_TP_NET_MAXCH)
+#define FWD_COUNT (FWD_DONE + 1)
 
 unsigned mkx_net_column_peers(MKX_Comm c) {
   unsigned m = 0;
@@ -126,13 +125,8 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
     f->flags[i] = mkx_tp_ws_flags(ws, i);
   }
   f->flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
-  f->epoch_seen = words + FWD_SEEN;
   f->count = (unsigned *)(words + FWD_COUNT);
   f->max_blocks = mkx_net_fwd_ctas(c);
-  MKX_TRY(
-      mkx_cuda_rc(cudaMemcpyAsync(words + FWD_SEEN, n->epoch, sizeof(uint64_t),
-                                  cudaMemcpyDeviceToDevice, st),
-                  fn, "copy of the network epoch"));
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
   MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), fn, "fork wait"));
   return mkx_tp_launch_rc(mkx_tp_net_fwd(f, s), fn, "network forward");

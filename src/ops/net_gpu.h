@@ -86,13 +86,15 @@ int mkx_net_fwd_leave(MKX_Comm c);
  * region's device words), into the node ranks' data and flags of ws, on
  * ws's side stream `side` forked from st: the caller sets f's kind, src
  * and the kind's own fields, the rest is filled here, with n->fwd_done so
- * that mkx_tp_net_end waits for it; the epoch is copied on st first.  Called before
- * mkx_tp_net_begin: a stream waiting for an event that the network must
- * bring could hold up the copies of a transport that lands the peers'
- * bytes by the copy engine (tcp), which are the ones it waits for; for
- * the same reason nothing joins it back (mkx_tp_net_end waits for its
- * end) but under graph capture, which must join what it forks:
- * mkx_net_fwd_join. */
+ * that mkx_tp_net_end waits for it.  Called after mkx_tp_net_begin and
+ * the call's posts: the streams of a context share a few hardware queues
+ * and work in a queue starts in the order it came, so forked first the
+ * forward could sit ahead of the very posts it waits for (the fork waits
+ * for the meeting, which waits for arrivals only: no copy lands them).
+ * Nothing joins it back (a stream that waits for the network's data holds
+ * its queue, where the copies that land the data may sit;
+ * mkx_tp_net_end waits for its end) but under graph capture, which must
+ * join what it forks: mkx_net_fwd_join. */
 int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
                       uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
                       const char *fn);
