@@ -119,6 +119,18 @@ static void warn_one_core(MKX_Comm c) {
           c->rank);
 }
 
+/* CUDA_DEVICE_MAX_CONNECTIONS=1 puts every stream of the process in one
+ * hardware queue, where work starts in the order it came: a kernel that
+ * waits for the network holds the queue while the next launch on its
+ * stream waits for its end, and the copies that land the network's bytes
+ * (tcp's, shm's) queue behind it.  Calls driven by the GPU across nodes
+ * then stop at their bound, so a communicator with such a rank keeps the
+ * network part on the host. */
+static int one_queue_env(void) {
+  const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  return v && atoi(v) == 1;
+}
+
 static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   warn_one_core(c);
 #if HAVE_CUDA
@@ -132,7 +144,7 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
                    (hg == MKX_HIER_GEMM_AUTO && c->place.equal_nodes);
   const int attn =
       ha == MKX_HIER_ATTN_PROXY || (ha == MKX_HIER_ATTN_AUTO && ones);
-  if (c->device >= 0 && (gemm || attn)) {
+  if (c->device >= 0 && (gemm || attn) && !c->one_queue) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);
@@ -204,6 +216,10 @@ int mkx_comm_net_open(MKX_Comm c) {
   if (rc == MKX_SUCCESS) rc = mkx_net_open(&p, &cn->net);
   MKX_TRY(mkx_comm_agree_rc(c, rc, "network open"));
   MKX_TRY(mkx_net_connect(cn->net, &c->oob));
+  uint64_t one = 0;
+  MKX_TRY(mkx_comm_agree_u64(c, (uint64_t)one_queue_env(), MKX_AGREE_OR, &one,
+                             "hardware queues"));
+  c->one_queue = one != 0;
   MKX_TRY(start_proxy(c, cn));
   mkx_log(MKX_LOG_INFO, "network: %s between %d nodes, pieces of %zu bytes",
           mkx_net_name(cn->net), c->place.num_nodes, cn->piece);

@@ -58,6 +58,8 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
   const char *w = NULL;
   if (c->opt.hier_attn == MKX_HIER_ATTN_HOST)
     w = "option hier_attn=host";
+  else if (c->one_queue)
+    w = "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank";
   else if (!mkx_comm_net_gpu(c))
     w = "no network ring mapped for the GPU";
   else if (c->place.local_size > 1 && c->opt.hier_attn != MKX_HIER_ATTN_PROXY)

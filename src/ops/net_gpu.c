@@ -15,6 +15,9 @@ const char *mkx_net_fits_comm(MKX_Comm c, int several) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
       c->opt.hier_gemm != MKX_HIER_GEMM_AUTO)
     return "option hier_gemm is not proxy or auto";
+  if (c->one_queue)
+    return "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank (every stream in one "
+           "hardware queue)";
   if (!several && c->place.num_nodes != c->size)
     return "driven by the GPU on nodes of one rank only";
   if (c->place.num_nodes != c->size && !c->place.equal_nodes)

@@ -597,6 +597,35 @@ static MKX_Comm vnode_comm(const char *vs, const char *key, const char *val) {
   return c;
 }
 
+/* CUDA_DEVICE_MAX_CONNECTIONS=1 on the last rank only: every rank's
+ * communicator knows (agreed), so all keep the network part on the host
+ * alike; where no rank has it, none does. */
+static void one_queue(MKX_Comm hier, const char *vs) {
+  int env = 0, any = 0;
+  const char *v = getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  env = v && atoi(v) == 1;
+  MPI_Allreduce(&env, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(hier->one_queue == any,
+        "one hardware queue on %s rank: communicator says %d",
+        any ? "some" : "no", hier->one_queue);
+  char *old = v ? strdup(v) : NULL;
+  if (mt.rank == mt.size - 1) setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  MKX_Comm c = vnode_comm(vs, "hier_gemm", "proxy");
+  if (mt.rank == mt.size - 1) {
+    if (old)
+      setenv("CUDA_DEVICE_MAX_CONNECTIONS", old, 1);
+    else
+      unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  }
+  free(old);
+  if (c)
+    CHECK(c->one_queue == 1,
+          "CUDA_DEVICE_MAX_CONNECTIONS=1 on rank %d only: communicator says "
+          "%d on rank %d",
+          mt.size - 1, c->one_queue, mt.rank);
+  MKX_Comm_free(&c);
+}
+
 /* A transport that does not open on the last rank (a bind address that
  * does not exist there): that rank gets its error, the others MKX_ERR_PEER
  * at once instead of waiting in the connect for it. */
@@ -746,6 +775,7 @@ int main(int argc, char **argv) {
            shapes[i][2], 1);
   }
   node_comm(hier, &g);
+  one_queue(hier, vs);
   if (!mt.device) small_pieces(hier, flat, &g, vs);
 #ifdef MKX_TEST_CUDA
   if (!mt.device) nvlink_host(hier, flat, &g);

@@ -132,13 +132,16 @@ static void attention(void) {
   static const struct {
     int hier_attn;
     const char *because;
-  } by[] = {{MKX_HIER_ATTN_HOST, "hier_attn=host"},
-            {MKX_HIER_ATTN_PROXY, "no network ring mapped for the GPU"},
-            {MKX_HIER_ATTN_AUTO, "no network ring mapped for the GPU"}};
+    int one_queue;
+  } by[] = {{MKX_HIER_ATTN_HOST, "hier_attn=host", 0},
+            {MKX_HIER_ATTN_PROXY, "no network ring mapped for the GPU", 0},
+            {MKX_HIER_ATTN_AUTO, "no network ring mapped for the GPU", 0},
+            {MKX_HIER_ATTN_PROXY, "CUDA_DEVICE_MAX_CONNECTIONS=1", 1}};
   for (size_t i = 0; i < sizeof by / sizeof by[0]; i++) {
     struct MKX_Comm_s c =
         comm_of(2, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
     c.opt.hier_attn = by[i].hier_attn;
+    c.one_queue = by[i].one_queue;
     mkx_path_choice out;
     memset(&out, 0, sizeof out);
     const int rc = mkx_attn_gpu_choose(&c, &a, &g, &out);
@@ -243,6 +246,15 @@ int main(void) {
       expect(&ones, op, 8192, 0, MKX_PATH_HIER_NVLINK, "no network ring mapped",
              "two nodes of one, no endpoint, hier_gemm=auto");
     }
+    /* every stream of a rank in one hardware queue: the host drives the
+     * network, whatever hier_gemm asks */
+    struct MKX_Comm_s queue =
+        comm_of(2, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+    queue.one_queue = 1;
+    queue.opt.hier_gemm = MKX_HIER_GEMM_PROXY;
+    expect(&queue, op, 8192, 0, MKX_PATH_HIER_NVLINK,
+           "CUDA_DEVICE_MAX_CONNECTIONS=1",
+           "two nodes of one, one hardware queue, hier_gemm=proxy");
   }
   one_kernel_bit();
   attention();
