@@ -53,7 +53,8 @@ __device__ __forceinline__ void publish_error(volatile int *err, int code, const
 }
 
 /* Record the first failure of the plan in the host-mapped error word
- * (err[0] = code, err[1] = peer, err[2] = tile, err[3] = where), after
+ * (err[0] = code, err[1] = peer, err[2] = tile, err[3] = where, err[7] =
+ * the workspace's epoch), after
  * telling the peers (first: another wait of this rank that sees err[0]
  * set goes on and may publish garbage, and a peer that takes it must find
  * the tell by then).  err[0] = -1 while it is being written. */
@@ -63,7 +64,8 @@ __device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer
   if (!claim_error(err)) return;
   for (int q = 0; q < s.size; ++q)
     if (q != s.rank) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_TOLD) + s.rank, tell);
-  publish_error(err, code, {peer, tile, where, my_peer, my_tile, my_where});
+  const int epoch = *(volatile const int *)own_word(s, MKX_TP_OFF_EPOCH);
+  publish_error(err, code, {peer, tile, where, my_peer, my_tile, my_where, epoch});
 }
 
 /* If a peer told this rank that it gave up (and no failure of this rank's

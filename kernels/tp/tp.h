@@ -69,7 +69,10 @@ extern "C" {
  *                       gave up first, err[2] = the rank it waited for (or
  *                       -1), err[3] = where it waited; err[4..6] = what
  *                       this rank was waiting for when it was told (peer,
- *                       tile, where; where 0: no wait, told after one).
+ *                       tile, where; where 0: no wait, told after one);
+ *   both: err[7] = its workspace's epoch then (the run's; on the split
+ *   path, which counts a run when it ends, the one before): which of the
+ *   runs there failed, the host may have started many more since.
  * With both sides named, a stalled run says which rank waited on which.
  * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.)  These void the run
  * and the communicator.  Words MKX_TP_ERR_INPUT.. hold apart the first bad

@@ -404,13 +404,25 @@ static void run_head(const mkx_tp_ws *ws, const char *fn, int earlier,
     snprintf(head, len, "%s", fn);
 }
 
+/* Which run failed: the host may have started many more on the
+ * workspace since (calls enqueued ahead of the GPU). */
+static void run_which(const mkx_tp_ws *ws, volatile const int *e, char *buf,
+                      size_t len) {
+  if (e[7] <= ws->starts)
+    snprintf(buf, len, "; run %d of the %ld started on its workspace", e[7],
+             ws->starts);
+  else /* graph replays run without a start */
+    snprintf(buf, len, "; run %d on its workspace", e[7]);
+}
+
 static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
   if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER) return MKX_SUCCESS;
   dump_sync(ws);
-  char head[96], who[32], waited[32], at[32], mine[192];
+  char head[96], who[32], waited[32], at[32], mine[192], which[80];
   run_head(ws, fn, earlier, head, sizeof head);
+  run_which(ws, e, which, sizeof which);
   const long long ms = (long long)ws->comm->opt.timeout_ms;
   if (code == MKX_TP_ERR_PEER) {
     rank_name(rank_of_local(ws->comm, peer), who, sizeof who);
@@ -419,15 +431,15 @@ static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
     return mkx_error(MKX_ERR_PEER,
                      "%s failed on the GPU: %s gave up on it "
                      "after %lld ms (option timeout_ms) waiting for %s (%s), "
-                     "so this rank's result is void%s",
-                     head, who, ms, waited, where_name(where), mine);
+                     "so this rank's result is void%s%s",
+                     head, who, ms, waited, where_name(where), mine, which);
   }
   rank_name(waited_rank(ws->comm, peer, where), who, sizeof who);
   tile_name(tile, where, at, sizeof at);
   return mkx_error(MKX_ERR_TIMEOUT,
                    "%s timed out on the GPU after %lld ms "
-                   "(option timeout_ms) waiting for %s (%s%s)",
-                   head, ms, who, where_name(where), at);
+                   "(option timeout_ms) waiting for %s (%s%s)%s",
+                   head, ms, who, where_name(where), at, which);
 }
 
 /* The bad input a run on `ws` found on the GPU (tp.h, MKX_TP_ERR_INPUT),
@@ -485,6 +497,7 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
 static int begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   MKX_TRY(pool_error(c, fn));
   ws->fn = fn;
+  ws->starts++;
   MKX_TRY(mkx_tp_after_last(ws, fn, st));
   return MKX_SUCCESS;
 }

@@ -38,6 +38,7 @@ typedef struct mkx_tp_ws {
   int used, busy, split;
   MKX_Comm comm;  /* owner: options, and ranks in messages */
   const char *fn; /* the call that last started on it */
+  long starts;    /* runs the host started on it (a graph's replays aside) */
   /* the message of a bad input a run found on the GPU (kernels/tp/tp.h,
    * MKX_TP_ERR_INPUT): set by the path that records one */
   int (*input_error)(const int *rec, const char *head);

@@ -349,6 +349,20 @@ static void check_unusable(const char *name, MKX_Request r, const char *why,
  * start or (query) the asynchronous error query.  With more than two ranks
  * one of them may be told by another that gave up first (MKX_ERR_PEER,
  * naming rank LATE as the one waited for). */
+/* The message says which run on the workspace failed: here (each start
+ * waited for) the last one started, or on the split path, which counts a
+ * run when it ends, the one before. */
+static void run_named(const char *name, const char *msg) {
+  const char *at = strstr(msg, "; run ");
+  int e = 0;
+  long s = 0;
+  const int n = at ? sscanf(at, "; run %d of the %ld started", &e, &s) : 0;
+  CHECK(n == 2 && s >= 1 && (e == s || e == s - 1),
+        "%s: names the run that failed, the last one started on its "
+        "workspace: %s",
+        name, msg);
+}
+
 static void missed_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
                          int query) {
   const char *name = op_name[p->op];
@@ -378,6 +392,7 @@ static void missed_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
            LATE, reporter(blocking, query));
   CHECK(strstr(msg, late) && strstr(msg, missed_where()),
         "%s: message names %s and the %s: %s", name, late, missed_where(), msg);
+  run_named(name, msg);
   CHECK(dt < BOUND_S, "%s: reported after %.3f s (< %g s)", name, dt, BOUND_S);
   CHECK(dt >= 0.5e-3 * TIMEOUT_MS,
         "%s: not before the bound (%.3f s, "
