@@ -47,7 +47,7 @@ static int pool_async_error(MKX_Comm c) {
 }
 
 static void ws_destroy_host(mkx_tp_ws *ws) {
-  for (int i = 0; i < MKX_TP_MAX; i++) {
+  for (int i = 0; i < MKX_TP_SIDES; i++) {
     if (ws->side[i]) cudaStreamDestroy(ws->side[i]);
     if (ws->ev_join[i]) cudaEventDestroy(ws->ev_join[i]);
   }
@@ -150,7 +150,12 @@ static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
   MKX_TRY(mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&ws->err_dev, ws->err_host, 0), fn,
       "cudaHostGetDevicePointer"));
-  for (int i = 0; i < c->size; i++) {
+  const int sides = c->place.local_size + 1;
+  if (sides > MKX_TP_SIDES)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: at most %d ranks per node (%d here)", fn, MKX_TP_MAX,
+                     c->place.local_size);
+  for (int i = 0; i < sides; i++) {
     MKX_TRY(mkx_cuda_rc(
         cudaStreamCreateWithFlags(&ws->side[i], cudaStreamNonBlocking), fn,
         "cudaStreamCreate"));

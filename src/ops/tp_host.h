@@ -24,6 +24,8 @@ typedef struct mkx_tp_need {
   int split;
 } mkx_tp_need;
 
+#define MKX_TP_SIDES (MKX_TP_MAX + 1)
+
 /* One symmetric workspace.  Held by one plan (or one plain call) at a time,
  * so plans never share flags; returned to the communicator's pool after. */
 typedef struct mkx_tp_ws {
@@ -32,8 +34,11 @@ typedef struct mkx_tp_ws {
   int64_t src_cap, flags_cap;
   int dumped;              /* its flag words were logged (debug) */
   int *err_host, *err_dev; /* host-mapped error word (MKX_TP_ERR_WORDS ints) */
-  cudaStream_t side[MKX_TP_MAX]; /* copy-engine streams (one per destination) */
-  cudaEvent_t ev_fork, ev_join[MKX_TP_MAX], ev_last;
+  /* side streams, one per node rank (the copy engines' pushes) and one
+   * more (the network forward: side[local_size]); made for the node's
+   * ranks only, whatever the communicator's size */
+  cudaStream_t side[MKX_TP_SIDES];
+  cudaEvent_t ev_fork, ev_join[MKX_TP_SIDES], ev_last;
   void *last_stream; /* stream of the last call (serialisation) */
   int used, busy, split;
   MKX_Comm comm;  /* owner: options, and ranks in messages */
