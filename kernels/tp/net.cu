@@ -166,8 +166,12 @@ __device__ __forceinline__ void load_add(const float *p, SumVec<float, 4> &a) {
 }
 __device__ __forceinline__ void load_add(const float *p, SumVec<float, 1> &a) { a.v[0] += __ldcg(p); }
 
+/* The sum's sources: its named ones, else every rank. */
+__device__ __forceinline__ int sum_sources(const mkx_tp_net_sum_desc &d) { return d.nsrc ? d.nsrc : d.net.size; }
+
 /* Row i of the sum, V columns per thread and U vectors in flight (loads
- * through L2 only: the peers' partials were written there by DMA). */
+ * through L2 only: the peers' partials were written there by DMA or by
+ * another GPU). */
 template <typename OutT, int V>
 __device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i, OutT *out, OutT *out2) {
   constexpr int U = 4;
@@ -178,7 +182,7 @@ __device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i,
     for (int u = 0; u < U; ++u)
 #pragma unroll
       for (int k = 0; k < V; ++k) acc[u].v[k] = 0.f;
-    for (int q = 0; q < d.net.size; ++q) {
+    for (int q = 0; q < sum_sources(d); ++q) {
       const float *row = d.part[q] + i * d.ld_part;
 #pragma unroll
       for (int u = 0; u < U; ++u)
@@ -210,16 +214,26 @@ __device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t grou
   const uint64_t off = d.post_off + (uint64_t)r0 * (uint64_t)d.post_row_bytes;
   const uint64_t len = (uint64_t)(r1 - r0) * (uint64_t)d.post_row_bytes;
   const uint32_t slot = d.net.slot0 + (uint32_t)d.net.rank * d.net.words + d.post_w0 + (uint32_t)j;
+  const uint64_t dst = d.post_one ? d.post_dst_off + (uint64_t)r0 * (uint64_t)d.post_row_bytes : off;
   uint64_t seq = 0;
   for (int i = 1; i < d.net.size; ++i) {
     const int q = (d.net.rank + i) % d.net.size;
-    const int rc = mkx::proxy::post(d.net.proxy, q, d.net.region, d.net.region, off, off, len, slot, e, &seq);
+    if (d.post_one && q != d.post_one - 1) continue;
+    const int rc = mkx::proxy::post(d.net.proxy, q, d.net.region, d.net.region, off, dst, len, slot, e, &seq);
     if (seq) atomicMax(reinterpret_cast<unsigned long long *>(d.net.last_seq), (unsigned long long)seq);
     if (rc) {
       failed(d.net, q, MKX_TP_AT_NET_SENT);
       return;
     }
   }
+}
+
+/* Chunk j of source q may be read (false: a wait ran out, recorded). */
+__device__ bool source_ready(const mkx_tp_net_sum_desc &d, int q, int64_t j, uint64_t e, int fe) {
+  if (!d.nsrc) return q == d.net.rank || peer_word(d.net, q, d.w0 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS);
+  if (d.src_rank[q] >= 0) return peer_word(d.net, d.src_rank[q], d.w0 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS);
+  if (!d.src_flag[q]) return true;
+  return mkx::tp::wait_geq(d.src_flag[q] + j, fe, d.net.sync, d.src_name[q], (int)j, MKX_TP_AT_NODE_PART);
 }
 
 /* Groups of 8 rows, block-strided: thread 0 waits for the chunks of the
@@ -233,14 +247,14 @@ __global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
   __shared__ int ok;
   OutT *out = static_cast<OutT *>(d.out), *out2 = static_cast<OutT *>(d.out2);
   const uint64_t e = *(volatile uint64_t *)d.net.epoch;
+  const int fe = d.flag_epoch ? *(volatile const int *)d.flag_epoch : 0;
   for (int64_t g = blockIdx.x; g < groups; g += gridDim.x) {
     const int64_t r0 = g * per, r1 = r0 + per < d.rows ? r0 + per : d.rows;
     if (threadIdx.x == 0) {
       ok = 1;
       const int64_t j0 = r0 / d.chunk_rows, j1 = (r1 - 1) / d.chunk_rows;
-      for (int q = 0; ok && q < d.net.size; ++q)
-        for (int64_t j = j0; ok && q != d.net.rank && j <= j1; ++j)
-          ok = peer_word(d.net, q, d.w0 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS);
+      for (int q = 0; ok && q < sum_sources(d); ++q)
+        for (int64_t j = j0; ok && j <= j1; ++j) ok = source_ready(d, q, j, e, fe);
     }
     __syncthreads();
     if (!ok) return;
@@ -457,8 +471,21 @@ namespace {
 bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
   if (d->n % 4 || d->ld_part % 4 || d->ldc % 4 || (uintptr_t)d->out % (4 * out_size)) return false;
   if (d->out2 && (d->ldc2 % 4 || (uintptr_t)d->out2 % (4 * out_size))) return false;
-  for (int q = 0; q < d->net.size; ++q)
+  for (int q = 0; q < (d->nsrc ? d->nsrc : d->net.size); ++q)
     if ((uintptr_t)d->part[q] % 16) return false;
+  return true;
+}
+
+/* Named sources (nsrc > 0): each a part, a gate that exists, at most
+ * MKX_TP_MAX; one peer to post to, not this rank. */
+bool sum_sources_ok(const mkx_tp_net_sum_desc *d) {
+  if (d->post_one < 0 || d->post_one > d->net.size || d->post_one - 1 == d->net.rank) return false;
+  if (d->post_one && !is_peer(d->net, d->post_one - 1)) return false;
+  if (d->nsrc < 0 || d->nsrc > MKX_TP_MAX) return false;
+  for (int s = 0; s < d->nsrc; ++s) {
+    if (!d->part[s] || d->src_rank[s] >= d->net.size || d->src_rank[s] == d->net.rank) return false;
+    if (d->src_rank[s] < 0 && d->src_flag[s] && !d->flag_epoch) return false;
+  }
   return true;
 }
 
@@ -481,11 +508,11 @@ bool sum_posts_ok(const mkx_tp_net_sum_desc *d) {
 
 extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 8 || d->chunk_rows % 8 || !d->out ||
-      d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d) || (d->out2 && d->ldc2 < d->n))
+      d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d) || (d->out2 && d->ldc2 < d->n) || !sum_sources_ok(d))
     return MKX_GEMM_EINVAL;
   if (d->rows == 0) return 0;
   if (d->w0 + (uint64_t)((d->rows - 1) / d->chunk_rows) >= d->net.words) return MKX_GEMM_EINVAL;
-  for (int q = 0; q < d->net.size; ++q)
+  for (int q = 0; !d->nsrc && q < d->net.size; ++q)
     if (!d->part[q]) return MKX_GEMM_EINVAL;
   int64_t blocks = (d->rows + 7) / 8;
   if (d->max_blocks > 0 && blocks > d->max_blocks) blocks = d->max_blocks;

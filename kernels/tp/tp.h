@@ -99,7 +99,8 @@ enum {
   MKX_TP_AT_MOE_EXPERT = 12,
   MKX_TP_AT_NET_ARRIVE = 13,
   MKX_TP_AT_NET_ROWS = 14,
-  MKX_TP_AT_NET_SENT = 15
+  MKX_TP_AT_NET_SENT = 15,
+  MKX_TP_AT_NODE_PART = 16
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
@@ -240,7 +241,15 @@ int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64
  * summed it goes to every peer at the same offset, setting the peer's
  * word slot0 + rank * words + post_w0 + j to the epoch; chunk_done: at
  * least MKX_TP_NET_MAXCH device words, zero before the kernel and after
- * it (the blocks count their groups of each chunk there). */
+ * it (the blocks count their groups of each chunk there).
+ * Nodes of several ranks name their sources instead (nsrc > 0, at most
+ * MKX_TP_MAX, summed in that order): source s is part[s]; its chunk j
+ * waits for rank src_rank[s]'s word w0 + j if src_rank[s] >= 0, else for
+ * src_flag[s][j] (a node rank's flag, as mapped here) to reach
+ * *flag_epoch if src_flag[s], else for nothing; a failed flag wait names
+ * rank src_name[s] (MKX_TP_AT_NODE_PART, tile j).  post_one = q + 1 sends
+ * each summed chunk to rank q only, to post_dst_off (+ the chunk's
+ * offset) instead of post_off; 0: to every peer. */
 typedef struct mkx_tp_net_sum_desc {
   mkx_tp_net_desc net;
   const float *part[MKX_TP_MAX];
@@ -256,6 +265,13 @@ typedef struct mkx_tp_net_sum_desc {
   uint64_t post_off;
   int64_t post_row_bytes;
   uint64_t *chunk_done;
+  int nsrc;
+  int src_rank[MKX_TP_MAX];
+  const int *src_flag[MKX_TP_MAX];
+  int src_name[MKX_TP_MAX];
+  const int *flag_epoch;
+  int post_one;
+  uint64_t post_dst_off;
 } mkx_tp_net_sum_desc;
 int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
 /* The other owners' rows as they land: rows [bnd[q], bnd[q + 1]) of every

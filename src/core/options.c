@@ -117,10 +117,10 @@ static const mkx_option_desc base_rows[] = {
      "most 8) driven by the GPU: kernels post rows and partial chunks to the "
      "network proxy as they exist, AllGather+GEMM's tiles start as their "
      "rows land, the reductions sum the chunks as they land (plans "
-     "capturable in CUDA graphs); AllGather+GEMM also on equal nodes of "
-     "several ranks (at most 8 in all); other calls and nodes as nvlink; "
-     "auto: proxy where it "
-     "applies, "
+     "capturable in CUDA graphs); AllGather+GEMM and GEMM+ReduceScatter "
+     "also on equal nodes of several ranks (at most 8 in all); other calls "
+     "and nodes as nvlink; auto: proxy where it applies (on nodes of "
+     "several ranks AllGather+GEMM only), "
      "else nvlink (proxy was faster than nvlink for all three calls over "
      "every transport measured). Same results and network bytes for all.",
      1},

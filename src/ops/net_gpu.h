@@ -1,7 +1,7 @@
 /* The fused calls across nodes driven by the GPU (option hier_gemm=proxy):
  * AllGather+GEMM (ag_net_gpu.c; also on nodes of several ranks),
  * GEMM+ReduceScatter and GEMM+AllReduce (red_net_gpu.c; nodes of one
- * rank), their table entries, and what they share with each other and
+ * rank, and ReduceScatter on nodes of several), their table entries, and what they share with each other and
  * with ring attention's network part (net_gpu.c). */
 #ifndef MKX_OPS_NET_GPU_H
 #define MKX_OPS_NET_GPU_H
@@ -23,8 +23,8 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
                      MKX_Stream stream);
 void mkx_ag_net_free(MKX_Comm c, void *plan);
 
-int mkx_red_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
-                     char *why, size_t len);
+int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
+                     const struct mkx_agreed *g, char *why, size_t len);
 int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
                      const struct mkx_agreed *g, void **plan);
 int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,

@@ -23,6 +23,25 @@
  * its owner: the minimum for nodes of one rank.  Words per sender
  * (comm_net.h): 0 its arrival, 1-16 the partial chunks, 17-32 Y's chunks.
  * 16 chunks: the link starts after a sixteenth of the peers' GEMM.
+ *
+ * GEMM+ReduceScatter on equal nodes of several ranks (hier_gemm=proxy;
+ * rank (node n, local g) of N nodes of G): the network joins columns and
+ * each node's partial of an owner's rows crosses once, summed inside the
+ * node first.  The partial P is in the node's symmetric workspace, so the
+ * node's ranks read each other's; after each chunk's GEMM its flag (flag
+ * q * CHUNKS + j of this rank's workspace) takes the workspace's epoch.
+ *   - Owners on other nodes first, node by node, and inside a node in
+ *     local order, the same order on every rank of the node.
+ *   - For owner (b, g) of another node this rank is its node's column
+ *     rank: a sum kernel on a side stream (mkx_tp_net_sum with named
+ *     sources; the forward's few CTAs, which the GEMMs leave free) waits
+ *     for chunk j's flag of every node rank, adds their chunks in local
+ *     order into S[b] of the region and posts it to the owner's R[n]
+ *     (word 1 + j): one write per node and chunk.
+ *   - The owner sums, in node order, its node's G chunks (flags) and the
+ *     N - 1 node partials that land in R (words), the same bits every run.
+ * Region: S then R, N x rmax x n fp32 each.  GEMM+AllReduce on nodes of
+ * several ranks is not driven by the GPU (docs/inter-node.md).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -45,10 +64,11 @@ _Static_assert(CHUNKS <= MKX_TP_NET_MAXCH &&
 
 typedef struct rn_plan {
   int op;          /* MKX_TP_OP_RS or MKX_TP_OP_AR */
-  mkx_net_plan np; /* region: P, R, Y */
+  mkx_net_plan np; /* region: P, R, Y; nodes of several ranks: S, R */
   int64_t M, n, rmax, chunk_rows;
   int64_t bnd[MKX_TP_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
   size_t off_r, off_y, es_c;
+  int node; /* nodes of several ranks */
 } rn_plan;
 
 static const char *fn_of(int op) {
@@ -61,10 +81,17 @@ static int64_t chunk_rows_of(int64_t rmax) {
   return r < 128 ? 128 : (r + 127) / 128 * 128;
 }
 
-int mkx_red_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
-                     char *why, size_t len) {
+int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
+                     const struct mkx_agreed *g, char *why, size_t len) {
   const mkx_gemm_red_args *a = args;
-  const char *w = mkx_net_fits_comm(c, 0);
+  const int several = c->place.num_nodes != c->size;
+  const char *w = NULL;
+  if (several && op == MKX_TP_OP_AR)
+    w = "GEMM+AllReduce: driven by the GPU on nodes of one rank only";
+  else if (several && c->opt.hier_gemm == MKX_HIER_GEMM_AUTO)
+    w = "GEMM+ReduceScatter: hier_gemm=auto drives it by the GPU on nodes of "
+        "one rank only (proxy also on equal nodes of several)";
+  if (!w) w = mkx_net_fits_comm(c, 1);
   mkx_gemm_desc d;
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (a->M >= (1ll << 31) || a->k_local >= (1ll << 31) - 8 ||
@@ -101,13 +128,17 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   }
   p->chunk_rows = chunk_rows_of(p->rmax);
   p->es_c = MKX_Type_size(a->ctype);
+  p->node = c->place.num_nodes != c->size;
   const size_t row = (size_t)a->n * sizeof(float);
-  p->off_r = (size_t)p->M * row;
-  p->off_y = p->off_r + (size_t)c->size * (size_t)p->rmax * row;
+  const size_t area = (size_t)p->rmax * row;
+  p->off_r = p->node ? (size_t)c->place.num_nodes * area : (size_t)p->M * row;
+  p->off_y = p->off_r + (size_t)(p->node ? c->place.num_nodes : c->size) * area;
   const size_t bytes =
       p->off_y +
       (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
-  const mkx_tp_need ws = {1, 1, 0, 0};
+  /* nodes of several ranks: P and the chunks' flags in the workspace */
+  const mkx_tp_need ws = {1, p->node ? (int64_t)c->size * CHUNKS : 1,
+                          p->node ? (size_t)p->M * row : 0, 0};
   int rc = mkx_net_plan_init(c, bytes, &ws, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -150,11 +181,14 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   int64_t r1 = r0 + p->chunk_rows;
   if (r1 > p->bnd[q + 1]) r1 = p->bnd[q + 1];
   const size_t row = (size_t)p->n * sizeof(float);
-  mkx_tp_gemm_of_red(a, p->np.region + (size_t)r0 * row, MKX_GEMM_FP32, d);
+  char *P =
+      p->node ? mkx_tp_ws_data(p->np.ws, c->place.local_rank) : p->np.region;
+  mkx_tp_gemm_of_red(a, P + (size_t)r0 * row, MKX_GEMM_FP32, d);
   d->m = r1 - r0;
   d->a = (const char *)a->A +
          (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
-  d->num_ctas = c->share.ctas;
+  /* nodes of several ranks: the node sums beside it keep their CTAs */
+  d->num_ctas = p->node ? mkx_net_fwd_leave(c) : c->share.ctas;
   if (r0p) *r0p = r0, *r1p = r1;
 }
 
@@ -167,6 +201,14 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   mkx_gemm_desc d;
   chunk_desc(c, p, a, q, j, &d, &r0, &r1);
   MKX_TRY(mkx_tp_launch_rc(mkx_gemm_run(&d, st), fn, "GEMM of a chunk"));
+  if (p->node) { /* the chunk's flag, after it in stream order */
+    const int me = c->place.local_rank;
+    return mkx_cuda_rc(
+        cudaMemcpyAsync(mkx_tp_ws_flags(p->np.ws, me) + q * CHUNKS + j,
+                        mkx_tp_ws_word(p->np.ws, me, MKX_TP_OFF_EPOCH),
+                        sizeof(int), cudaMemcpyDeviceToDevice, st),
+        fn, "copy of a chunk's flag");
+  }
   if (q == c->rank) return MKX_SUCCESS;
   const size_t dst =
       p->off_r +
@@ -241,6 +283,121 @@ static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
                           "rows of the other owners");
 }
 
+/* ---- nodes of several ranks (GEMM+ReduceScatter; top of the file) ---- */
+
+/* Owner i of the order: the other nodes' from the next node on, each in
+ * local order, then this node's. */
+static int owner_at(MKX_Comm c, int i) {
+  const int G = c->place.local_size, N = c->place.num_nodes;
+  return mkx_placement_rank_at(&c->place, c->size,
+                               (c->place.node + 1 + i / G) % N, i % G);
+}
+
+/* Node rank l's chunks of owner q's partial: source s of d. */
+static void node_source(MKX_Comm c, const rn_plan *p, int q, int l,
+                        mkx_tp_net_sum_desc *d, int s) {
+  const size_t row = (size_t)p->n * sizeof(float);
+  d->part[s] =
+      (const float *)(mkx_tp_ws_data(p->np.ws, l) + (size_t)p->bnd[q] * row);
+  d->src_rank[s] = -1;
+  d->src_flag[s] = mkx_tp_ws_flags(p->np.ws, l) + q * CHUNKS;
+  d->src_name[s] = mkx_placement_rank_at(&c->place, c->size, c->place.node, l);
+}
+
+static void node_sum_desc(MKX_Comm c, const rn_plan *p, int q,
+                          const mkx_tp_net_desc *n, mkx_tp_net_sum_desc *d) {
+  memset(d, 0, sizeof *d);
+  d->net = *n;
+  d->flag_epoch =
+      mkx_tp_ws_word(p->np.ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  d->ld_part = p->n;
+  d->rows = p->bnd[q + 1] - p->bnd[q];
+  d->n = p->n;
+  d->chunk_rows = p->chunk_rows;
+  d->w0 = W_PART;
+}
+
+/* Owner (b, g) of node b: this node's partial of its rows, summed from
+ * every node rank's chunks as their flags rise, into S[b] and on to the
+ * owner's R[node] chunk by chunk. */
+static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
+                    int b, cudaStream_t s) {
+  const int G = c->place.local_size;
+  const int q =
+      mkx_placement_rank_at(&c->place, c->size, b, c->place.local_rank);
+  const size_t row = (size_t)p->n * sizeof(float);
+  const size_t area = (size_t)p->rmax * row;
+  mkx_tp_net_sum_desc d;
+  node_sum_desc(c, p, q, n, &d);
+  d.nsrc = G;
+  for (int l = 0; l < G; l++) node_source(c, p, q, l, &d, l);
+  d.c_type = MKX_GEMM_FP32;
+  d.out = p->np.region + (size_t)b * area;
+  d.ldc = p->n;
+  d.post_w0 = W_PART;
+  d.post_off = (size_t)b * area;
+  d.post_row_bytes = (int64_t)row;
+  d.post_one = q + 1;
+  d.post_dst_off = p->off_r + (size_t)c->place.node * area;
+  d.chunk_done = p->np.words + 2;
+  d.max_blocks = mkx_net_fwd_ctas(c);
+  return mkx_tp_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
+}
+
+/* This rank's rows: in node order, its node's G chunks (flags) and every
+ * other node's partial as it lands in R (words), into C. */
+static int node_own_sum(MKX_Comm c, const rn_plan *p,
+                        const mkx_gemm_red_args *a, const mkx_tp_net_desc *n,
+                        cudaStream_t st) {
+  const int G = c->place.local_size, N = c->place.num_nodes;
+  const size_t area = (size_t)p->rmax * (size_t)p->n * sizeof(float);
+  mkx_tp_net_sum_desc d;
+  node_sum_desc(c, p, c->rank, n, &d);
+  for (int m = 0; m < N; m++) {
+    if (m == c->place.node) {
+      for (int l = 0; l < G; l++) node_source(c, p, c->rank, l, &d, d.nsrc++);
+      continue;
+    }
+    const int s = d.nsrc++;
+    d.part[s] = (const float *)(p->np.region + p->off_r + (size_t)m * area);
+    d.src_rank[s] =
+        mkx_placement_rank_at(&c->place, c->size, m, c->place.local_rank);
+    d.src_name[s] = d.src_rank[s];
+  }
+  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.out = a->C;
+  d.ldc = a->ldc;
+  d.max_blocks = sum_blocks(c);
+  return mkx_tp_launch_rc(mkx_tp_net_sum(&d, st), fn_of(p->op), "sum");
+}
+
+/* Work in a hardware queue starts in the order it came: each node sum is
+ * forked after this rank's GEMMs of its owner, never ahead of them. */
+static int node_start(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                      mkx_tp_net_desc *n, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  mkx_tp_ws *ws = p->np.ws;
+  const int G = c->place.local_size, N = c->place.num_nodes;
+  cudaStream_t s = ws->side[G];
+  n->peers = mkx_net_column_peers(c);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), fn, "network meet"));
+  for (int i = 0; i < c->size; i++) {
+    const int q = owner_at(c, i);
+    for (int j = 0; j < chunks_of(p, q); j++)
+      MKX_TRY(chunk(c, p, a, n, q, j, st));
+    if (i % G != G - 1 || i / G == N - 1) continue;
+    MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
+    MKX_TRY(
+        mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), fn, "fork wait"));
+    MKX_TRY(node_sum(c, p, n, (c->place.node + 1 + i / G) % N, s));
+  }
+  MKX_TRY(node_own_sum(c, p, a, n, st));
+  /* the node sums wait on the node's flags and the proxy's ring only */
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[G], s), fn, "join"));
+  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[G], 0), fn,
+                     "join wait");
+}
+
 int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   rn_plan *p = plan;
@@ -249,6 +406,10 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
   cudaStream_t st = (cudaStream_t)stream;
   mkx_tp_net_desc n;
   MKX_TRY(mkx_net_call_begin(c, &p->np, stream, fn, &n));
+  if (p->node) {
+    MKX_TRY(node_start(c, p, a, &n, st));
+    return mkx_net_call_end(c, &p->np, stream, fn, &n);
+  }
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), fn, "network meet"));
   for (int i = 1; i <= c->size; i++) {
     const int q = (c->rank + i) % c->size;

@@ -319,6 +319,8 @@ static const char *where_name(int w) {
       return "a chunk of its rows over the network (A rows, partials or sums)";
     case MKX_TP_AT_NET_SENT:
       return "the network proxy (room in the ring, or completion)";
+    case MKX_TP_AT_NODE_PART:
+      return "a chunk of its partial for a rank of another node (tile = chunk)";
   }
   return "?";
 }

@@ -96,7 +96,7 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
     char why[160];
     const int proxy = op == MKX_TP_OP_AG
                           ? mkx_ag_net_fits(c, args, g, why, sizeof why)
-                          : mkx_red_net_fits(c, args, g, why, sizeof why);
+                          : mkx_red_net_fits(c, op, args, g, why, sizeof why);
     const int hg = c->opt.hier_gemm;
     const char *opt = hg == MKX_HIER_GEMM_AUTO ? "auto" : "proxy";
     if (proxy) {
