@@ -215,11 +215,13 @@ int mkx_comm_net_open(MKX_Comm c) {
    * the connect's exchange */
   if (rc == MKX_SUCCESS) rc = mkx_net_open(&p, &cn->net);
   MKX_TRY(mkx_comm_agree_rc(c, rc, "network open"));
-  MKX_TRY(mkx_net_connect(cn->net, &c->oob));
+  /* every rank is here (the open was agreed), before anything that may
+   * fail on one rank alone */
   uint64_t one = 0;
   MKX_TRY(mkx_comm_agree_u64(c, (uint64_t)one_queue_env(), MKX_AGREE_OR, &one,
                              "hardware queues"));
   c->one_queue = one != 0;
+  MKX_TRY(mkx_net_connect(cn->net, &c->oob));
   MKX_TRY(start_proxy(c, cn));
   mkx_log(MKX_LOG_INFO, "network: %s between %d nodes, pieces of %zu bytes",
           mkx_net_name(cn->net), c->place.num_nodes, cn->piece);
