@@ -42,7 +42,7 @@ struct MKX_Comm_s {
   int one_queue;        /* several nodes: on some rank every stream shares
                            one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1;
                            agreed): nothing across nodes is driven by the
-                           GPU (comm_net.h) */
+                           GPU (comm_net.c says why) */
   int has_gpu_map;      /* gpu_map is valid */
   mkx_gpu_share share;  /* who else drives this GPU; CTAs of fused kernels */
   mkx_gpu_map gpu_map;  /* nearest NICs, proxy cores, peer domain */
