@@ -167,7 +167,9 @@ __device__ __forceinline__ void load_add(const float *p, SumVec<float, 4> &a) {
 __device__ __forceinline__ void load_add(const float *p, SumVec<float, 1> &a) { a.v[0] += __ldcg(p); }
 
 /* The sum's sources: its named ones, else every rank. */
-__device__ __forceinline__ int sum_sources(const mkx_tp_net_sum_desc &d) { return d.nsrc ? d.nsrc : d.net.size; }
+__host__ __device__ __forceinline__ int sum_sources(const mkx_tp_net_sum_desc &d) {
+  return d.nsrc ? d.nsrc : d.net.size;
+}
 
 /* Row i of the sum, V columns per thread and U vectors in flight (loads
  * through L2 only: the peers' partials were written there by DMA or by
@@ -471,7 +473,7 @@ namespace {
 bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
   if (d->n % 4 || d->ld_part % 4 || d->ldc % 4 || (uintptr_t)d->out % (4 * out_size)) return false;
   if (d->out2 && (d->ldc2 % 4 || (uintptr_t)d->out2 % (4 * out_size))) return false;
-  for (int q = 0; q < (d->nsrc ? d->nsrc : d->net.size); ++q)
+  for (int q = 0; q < sum_sources(*d); ++q)
     if ((uintptr_t)d->part[q] % 16) return false;
   return true;
 }

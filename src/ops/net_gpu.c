@@ -116,10 +116,24 @@ int mkx_net_fwd_leave(MKX_Comm c) {
   return left > 1 ? left : 1;
 }
 
+int mkx_net_fork(const mkx_tp_ws *ws, int side, cudaStream_t st,
+                 const char *fn) {
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
+  return mkx_cuda_rc(cudaStreamWaitEvent(ws->side[side], ws->ev_fork, 0), fn,
+                     "fork wait");
+}
+
+int mkx_net_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
+                 const char *fn) {
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[side], ws->side[side]), fn,
+                      "join"));
+  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[side], 0), fn,
+                     "join wait");
+}
+
 int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
                       uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
                       const char *fn) {
-  cudaStream_t s = ws->side[side];
   n->fwd_done = words + FWD_DONE;
   f->net = *n;
   f->ndst = c->place.local_size;
@@ -130,9 +144,9 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
   f->flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
   f->count = (unsigned *)(words + FWD_COUNT);
   f->max_blocks = mkx_net_fwd_ctas(c);
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
-  MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), fn, "fork wait"));
-  return mkx_tp_launch_rc(mkx_tp_net_fwd(f, s), fn, "network forward");
+  MKX_TRY(mkx_net_fork(ws, side, st, fn));
+  return mkx_tp_launch_rc(mkx_tp_net_fwd(f, ws->side[side]), fn,
+                          "network forward");
 }
 
 int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
@@ -140,11 +154,8 @@ int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
   enum cudaStreamCaptureStatus cap;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
                       "cudaStreamIsCapturing"));
-  if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[side], ws->side[side]), fn,
-                      "join"));
-  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[side], 0), fn,
-                     "join wait");
+  return cap == cudaStreamCaptureStatusNone ? MKX_SUCCESS
+                                            : mkx_net_join(ws, side, st, fn);
 }
 
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,

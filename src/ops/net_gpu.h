@@ -95,6 +95,12 @@ int mkx_net_fwd_leave(MKX_Comm c);
  * its queue, where the copies that land the data may sit;
  * mkx_tp_net_end waits for its end) but under graph capture, which must
  * join what it forks: mkx_net_fwd_join. */
+/* ws's side stream `side` waits for st's work so far (fork); st waits
+ * for the side stream's (join). */
+int mkx_net_fork(const mkx_tp_ws *ws, int side, cudaStream_t st,
+                 const char *fn);
+int mkx_net_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
+                 const char *fn);
 int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
                       uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
                       const char *fn);

@@ -285,14 +285,6 @@ static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
 
 /* ---- nodes of several ranks (GEMM+ReduceScatter; top of the file) ---- */
 
-/* Owner i of the order: the other nodes' from the next node on, each in
- * local order, then this node's. */
-static int owner_at(MKX_Comm c, int i) {
-  const int G = c->place.local_size, N = c->place.num_nodes;
-  return mkx_placement_rank_at(&c->place, c->size,
-                               (c->place.node + 1 + i / G) % N, i % G);
-}
-
 /* Node rank l's chunks of owner q's partial: source s of d. */
 static void node_source(MKX_Comm c, const rn_plan *p, int q, int l,
                         mkx_tp_net_sum_desc *d, int s) {
@@ -371,31 +363,30 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p,
   return mkx_tp_launch_rc(mkx_tp_net_sum(&d, st), fn_of(p->op), "sum");
 }
 
-/* Work in a hardware queue starts in the order it came: each node sum is
- * forked after this rank's GEMMs of its owner, never ahead of them. */
+/* The owners node by node from the next node on, each in local order,
+ * this node's last (the same order on every rank of the node).  Work in
+ * a hardware queue starts in the order it came: each node sum is forked
+ * after this rank's GEMMs of its owners, never ahead of them. */
 static int node_start(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
                       mkx_tp_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
-  mkx_tp_ws *ws = p->np.ws;
   const int G = c->place.local_size, N = c->place.num_nodes;
-  cudaStream_t s = ws->side[G];
   n->peers = mkx_net_column_peers(c);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), fn, "network meet"));
-  for (int i = 0; i < c->size; i++) {
-    const int q = owner_at(c, i);
-    for (int j = 0; j < chunks_of(p, q); j++)
-      MKX_TRY(chunk(c, p, a, n, q, j, st));
-    if (i % G != G - 1 || i / G == N - 1) continue;
-    MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
-    MKX_TRY(
-        mkx_cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), fn, "fork wait"));
-    MKX_TRY(node_sum(c, p, n, (c->place.node + 1 + i / G) % N, s));
+  for (int k = 1; k <= N; k++) {
+    const int b = (c->place.node + k) % N;
+    for (int l = 0; l < G; l++) {
+      const int q = mkx_placement_rank_at(&c->place, c->size, b, l);
+      for (int j = 0; j < chunks_of(p, q); j++)
+        MKX_TRY(chunk(c, p, a, n, q, j, st));
+    }
+    if (b == c->place.node) continue;
+    MKX_TRY(mkx_net_fork(p->np.ws, G, st, fn));
+    MKX_TRY(node_sum(c, p, n, b, p->np.ws->side[G]));
   }
   MKX_TRY(node_own_sum(c, p, a, n, st));
   /* the node sums wait on the node's flags and the proxy's ring only */
-  MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[G], s), fn, "join"));
-  return mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[G], 0), fn,
-                     "join wait");
+  return mkx_net_join(p->np.ws, G, st, fn);
 }
 
 int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,

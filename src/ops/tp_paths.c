@@ -4,10 +4,10 @@
  * The choice uses agreed values and options only (number of nodes, the
  * agreed need of the adapter, M, the GPU sharing mode), so every rank
  * takes the same path without another exchange:
- *   several nodes        ag_proxy / red_proxy (option hier_gemm=proxy;
- *                        red_proxy on nodes of one rank, ag_proxy also
- *                        on equal nodes of several), hier_nvlink, or
- *                        hier_gpu
+ *   several nodes        ag_proxy / red_proxy (option hier_gemm=proxy or
+ *                        auto: nodes of one rank; on equal nodes of
+ *                        several, AllGather+GEMM, and GEMM+ReduceScatter
+ *                        with proxy), hier_nvlink, or hier_gpu
  *                        (option hier_gemm, and
  *                        whether the nvlink variant's conditions hold)
  *   any rank's operands  adapted (a row-major call on padded temporaries,
