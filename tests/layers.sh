@@ -1,7 +1,8 @@
 #!/bin/sh
 # The layer rule of docs/architecture.md: every #include "..." of include/,
 # src/ and kernels/ names a header of its own layer or of one its table row
-# allows, and resolves in one include root only; in a build directory,
+# allows, and resolves in one include root only; every .cu file with
+# kernels registers its module (common/modules.cuh); in a build directory,
 # every mkx_* function an object file calls is defined in such a layer too.
 # Reads the table from the doc itself, so the two cannot drift.  Prints
 # each breach; fails on any.
@@ -71,6 +72,21 @@ for f in $files; do
   done
 done
 [ "$bad" = 0 ] && echo "ok - $n includes of $(echo "$files" | wc -l) files keep the layers"
+
+# Every .cu file that defines kernels registers its module, so that all of
+# them are loaded before a kernel can wait for another (common/modules.h).
+unreg=$(cd "$top" && find kernels -name '*.cu' | sort | xargs grep -l '__global__' |
+  while read -r f; do
+    grep -q '^#include "common/modules.cuh"' "$f" || echo "$f"
+  done)
+if [ -n "$unreg" ]; then
+  for f in $unreg; do
+    echo "not ok - $f defines kernels without including common/modules.cuh"
+  done
+  bad=1
+else
+  echo "ok - every .cu file with kernels registers its module"
+fi
 
 # Calls: in a build directory, every mkx_* function an object file uses is
 # defined in its own layer or one it may include (a kernel launcher counts

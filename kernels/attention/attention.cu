@@ -10,6 +10,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include "common/modules.cuh"
 
 using namespace mkx::attn;
 

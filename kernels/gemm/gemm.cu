@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/modules.cuh"
 
 using namespace mkx::gemm;
 

@@ -20,6 +20,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include "common/modules.cuh"
 
 using namespace mkx::gemm;
 

@@ -19,6 +19,7 @@
 #include "tp/flags.cuh"
 #include "tp/tp.h"
 #include "gemm/tmap.cuh"
+#include "common/modules.cuh"
 
 using namespace mkx::gemm;
 

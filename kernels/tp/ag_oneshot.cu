@@ -28,6 +28,7 @@
 #include "gemm/tmap.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
+#include "common/modules.cuh"
 
 using namespace mkx::gemm;
 

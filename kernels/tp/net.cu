@@ -19,6 +19,7 @@
 #include "proxy/proxy_dev.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
+#include "common/modules.cuh"
 
 namespace {
 

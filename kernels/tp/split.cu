@@ -17,6 +17,7 @@
 #include "gemm/tmap.cuh"
 #include "tp/flags.cuh"
 #include "tp/tp.h"
+#include "common/modules.cuh"
 
 using mkx::gemm::OutCvt;
 

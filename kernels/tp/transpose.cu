@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include "gemm/gemm_engine.h"
 #include "tp/tp.h"
+#include "common/modules.cuh"
 
 namespace {
 

@@ -13,6 +13,7 @@
 
 #if HAVE_CUDA
 #include "ops/tp_host.h"
+#include "common/modules.h"
 #include "gemm/gemm_engine.h"
 
 /* ---- the pool, hung on the communicator's private MPI_Comm ------------- */
@@ -226,9 +227,22 @@ static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
   return rc;
 }
 
+/* Before the device's first workspace: once a peer's kernel may wait for
+ * this rank's, no launch of it may lazily load a kernel
+ * (common/modules.h). */
+static int load_kernels(const char *fn) {
+  const char *what = "";
+  const int rc = mkx_kernels_load_all(&what);
+  if (rc == 0) return MKX_SUCCESS;
+  char s[96];
+  snprintf(s, sizeof s, "loading the library's kernels (%s)", what);
+  return mkx_tp_launch_rc(rc, fn, s);
+}
+
 int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
   tp_pool *pool;
   MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
+  MKX_TRY(load_kernels("fused tp set-up"));
   MKX_TRY(pool_error(c, "fused tp set-up")); /* before a replace loses it */
   MKX_TRY(get_pool(c, &pool));
   mkx_tp_ws **small = NULL;
