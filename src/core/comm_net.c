@@ -75,13 +75,22 @@ typedef struct mkx_comm_net {
                      * launch at any time: no growth, quiet always waits */
   mkx_net_mr gmr;   /* region MKX_COMM_NET_GPU_REGION */
   mkx_net_rkey *gkeys;
-  void *gbuf; /* its device memory, grown only */
+  void *gbuf;    /* its memory, grown only (option net_gpu_region) */
+  int gbuf_host; /* gbuf is mapped pinned host memory */
   size_t gcap;
   uint64_t *gwords;    /* device: mkx_comm_net_gpu_region's words */
   uint64_t warmed;     /* writes of warm_up so far */
   uint64_t warm_bytes; /* their payload: not the calls' */
 #endif
 } mkx_comm_net;
+
+#if HAVE_CUDA
+static void region_free(mkx_comm_net *cn) {
+  if (cn->gbuf)
+    (void)(cn->gbuf_host ? cudaFreeHost(cn->gbuf) : cudaFree(cn->gbuf));
+  cn->gbuf = NULL, cn->gcap = 0, cn->gbuf_host = 0;
+}
+#endif
 
 static int one_host(MKX_Comm c) {
   for (int q = 0; q < c->size; q++)
@@ -260,7 +269,7 @@ void mkx_comm_net_close(MKX_Comm c) {
     mkx_proxy_gpu_destroy(cn->gpu); /* the proxy with it */
     cn->proxy = NULL;
     cudaEventDestroy(cn->gpu_done);
-    if (cn->gbuf) cudaFree(cn->gbuf);
+    region_free(cn);
     if (cn->gwords) cudaFree(cn->gwords);
   }
   free(cn->gkeys);
@@ -658,15 +667,26 @@ static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
   return seq ? mkx_proxy_wait(ring, seq, c->opt.timeout_ms) : MKX_SUCCESS;
 }
 
-/* A device buffer of `len` bytes, registered on this rank. */
-static int gpu_buffer(mkx_comm_net *cn, size_t len, mkx_net_mr *mr) {
+/* A buffer of `len` bytes for the kernels, registered on this rank: GPU
+ * memory, or (option net_gpu_region=host) pinned host memory mapped for
+ * the GPU at the same address (unified addressing), which no transport
+ * copies with CUDA. */
+static int gpu_buffer(MKX_Comm c, mkx_comm_net *cn, size_t len,
+                      mkx_net_mr *mr) {
   memset(mr, 0, sizeof *mr);
-  if (cn->gbuf) cudaFree(cn->gbuf);
-  cn->gbuf = NULL, cn->gcap = 0;
-  MKX_TRY(mkx_cuda_rc(cudaMalloc(&cn->gbuf, len + WARM_BYTES),
-                      "network endpoint", "cudaMalloc of the device region"));
+  region_free(cn);
+  const int host = c->opt.net_gpu_region == MKX_NET_REGION_HOST;
+  MKX_TRY(mkx_cuda_rc(
+      host ? cudaHostAlloc(&cn->gbuf, len + WARM_BYTES,
+                           cudaHostAllocMapped | cudaHostAllocPortable)
+           : cudaMalloc(&cn->gbuf, len + WARM_BYTES),
+      "network endpoint",
+      host ? "cudaHostAlloc of the region (option net_gpu_region=host)"
+           : "cudaMalloc of the device region"));
+  cn->gbuf_host = host;
   cn->gcap = len;
-  mkx_net_reg_args a = {cn->gbuf, len + WARM_BYTES, MKX_NET_MEM_DEVICE, -1, 0};
+  mkx_net_reg_args a = {cn->gbuf, len + WARM_BYTES,
+                        host ? MKX_NET_MEM_HOST : MKX_NET_MEM_DEVICE, -1, 0};
   return mkx_net_reg(cn->net, &a, mr);
 }
 
@@ -697,7 +717,7 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
   if (cn->gmr.base) mkx_net_dereg(cn->net, &cn->gmr);
   memset(&cn->gmr, 0, sizeof cn->gmr);
   mkx_net_mr mr;
-  int rc = gpu_buffer(cn, (len + 4095) & ~(size_t)4095, &mr);
+  int rc = gpu_buffer(c, cn, (len + 4095) & ~(size_t)4095, &mr);
   if (rc == MKX_SUCCESS) cn->gmr = mr;
   MKX_TRY(mkx_comm_agree_rc(c, rc, "registration of a device region"));
   MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, cn->gkeys));

@@ -150,6 +150,17 @@ static const mkx_option_desc base_rows[] = {
      "faster on every shape measured there). Same results and network "
      "bytes for all.",
      1},
+    {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "device",
+     "device|host",
+     "Where the network region of the calls driven by the GPU "
+     "(hier_gemm=proxy, hier_attn=proxy) lives on this rank. device: GPU "
+     "memory, which tcp and shm send and land with CUDA copies made by "
+     "threads of their own, on streams that share the GPU's hardware queues "
+     "with the application's (verbs and EFA make none); host: pinned host "
+     "memory mapped for the GPU, which no transport copies with CUDA, the "
+     "kernels reading and writing it over the host link (slower where a "
+     "GEMM reads or writes the region itself: nodes of one rank). Same "
+     "results and network bytes for both."},
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
      "take the staged path). one: those of a one-rank communicator; all: "

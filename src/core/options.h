@@ -34,6 +34,7 @@ enum {
 enum { MKX_ATTN_CONTIGUOUS = 0, MKX_ATTN_ZIGZAG, MKX_ATTN_STRIPED };
 enum { MKX_ATTN_BLOCK_AUTO = 0, MKX_ATTN_BLOCK_128, MKX_ATTN_BLOCK_192 };
 enum { MKX_HIER_ATTN_HOST = 0, MKX_HIER_ATTN_PROXY, MKX_HIER_ATTN_AUTO };
+enum { MKX_NET_REGION_DEVICE = 0, MKX_NET_REGION_HOST };
 enum { MKX_MOE_GPU_ONE = 0, MKX_MOE_GPU_ALL, MKX_MOE_GPU_OFF };
 enum {
   MKX_MOE_GEMM_OPT_AUTO = 0,
@@ -56,18 +57,20 @@ typedef struct mkx_options {
   int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
   int moe_sync;          /* MoE GPU path: the host waits for the routing */
   int moe_release;       /* MKX_OVERLAP_*: MoE rows released as they land */
-  int moe_gemm;      /* MKX_MOE_GEMM_OPT_*: the grouped expert GEMM kernel */
-  int fused;         /* MKX_FUSED_*: fused GPU kernels */
-  int blocking;      /* GPU-path calls wait for their run and report it */
-  int tp_partials;   /* MKX_PARTIALS_*: type of fused RS/AR partials */
-  int fused_pad;     /* awkward shapes through padded temporaries */
-  int tp_overlap;    /* MKX_OVERLAP_*: overlapped or split GPU path */
-  int tp_split_gemm; /* MKX_SPLIT_GEMM_*: the split path's GEMM */
-  int tp_ag_oneshot; /* MKX_ONESHOT_*: split AllGather+GEMM in one kernel */
-  int tp_stream_k;   /* overlapped AllGather+GEMM: last wave split on K */
-  int shared_gpu;    /* MKX_SHARED_*: ranks of a node on one GPU */
-  int gpu_ctas;      /* CTAs of a fused kernel that waits for peers; 0: auto */
-  int hier_gemm;     /* MKX_HIER_GEMM_*: device buffers on several nodes */
+  int moe_gemm;       /* MKX_MOE_GEMM_OPT_*: the grouped expert GEMM kernel */
+  int fused;          /* MKX_FUSED_*: fused GPU kernels */
+  int blocking;       /* GPU-path calls wait for their run and report it */
+  int tp_partials;    /* MKX_PARTIALS_*: type of fused RS/AR partials */
+  int fused_pad;      /* awkward shapes through padded temporaries */
+  int tp_overlap;     /* MKX_OVERLAP_*: overlapped or split GPU path */
+  int tp_split_gemm;  /* MKX_SPLIT_GEMM_*: the split path's GEMM */
+  int tp_ag_oneshot;  /* MKX_ONESHOT_*: split AllGather+GEMM in one kernel */
+  int tp_stream_k;    /* overlapped AllGather+GEMM: last wave split on K */
+  int shared_gpu;     /* MKX_SHARED_*: ranks of a node on one GPU */
+  int gpu_ctas;       /* CTAs of a fused kernel that waits for peers; 0: auto */
+  int hier_gemm;      /* MKX_HIER_GEMM_*: device buffers on several nodes */
+  int net_gpu_region; /* MKX_NET_REGION_*: where the GPU-driven calls' network
+                         region lives */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

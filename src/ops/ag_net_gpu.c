@@ -211,6 +211,8 @@ static int forward(MKX_Comm c, const an_plan *p, mkx_tp_net_desc *n,
                            st, FN);
 }
 
+/* (cudaMemcpyDefault where the region is a side: it may be mapped host
+ * memory, option net_gpu_region.) */
 static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
   if (a->m_local == 0) return MKX_SUCCESS;
@@ -218,7 +220,7 @@ static int copy_rows(const an_plan *p, const mkx_ag_gemm_args *a,
   return mkx_cuda_rc(
       cudaMemcpy2DAsync(p->np.region + (size_t)p->r.row0 * row, row, a->A,
                         (size_t)a->lda * p->es, row, (size_t)a->m_local,
-                        cudaMemcpyDeviceToDevice, st),
+                        cudaMemcpyDefault, st),
       FN, "copy of A rows");
 }
 
@@ -228,10 +230,9 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
                     const char *gathered, cudaStream_t st) {
   const size_t row = (size_t)a->k * p->es;
   const size_t ld = (size_t)a->ld_aout * p->es;
-  MKX_TRY(mkx_cuda_rc(
-      cudaMemcpy2DAsync(a->A_out, ld, gathered, row, row, (size_t)p->r.M,
-                        cudaMemcpyDeviceToDevice, st),
-      FN, "copy to A_out"));
+  MKX_TRY(mkx_cuda_rc(cudaMemcpy2DAsync(a->A_out, ld, gathered, row, row,
+                                        (size_t)p->r.M, cudaMemcpyDefault, st),
+                      FN, "copy to A_out"));
   if (gathered == p->np.region || a->m_local == 0) return MKX_SUCCESS;
   return mkx_cuda_rc(
       cudaMemcpy2DAsync((char *)a->A_out + (size_t)p->r.row0 * ld, ld, a->A,

@@ -105,15 +105,17 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
   return MKX_SUCCESS;
 }
 
-/* Steps 1-3: this rank's chunk into its slot, the meeting, the writes. */
+/* Steps 1-3: this rank's chunk into its slot, the meeting, the writes.
+ * (cudaMemcpyDefault: the region may be mapped host memory, option
+ * net_gpu_region.) */
 static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
                 const void *V, cudaStream_t st) {
   const size_t mine = (size_t)c->rank * 2 * n->chunk;
   MKX_TRY(mkx_cuda_rc(
-      cudaMemcpyAsync(region + mine, K, n->chunk, cudaMemcpyDeviceToDevice, st),
-      FN, "copy of K to the network region"));
+      cudaMemcpyAsync(region + mine, K, n->chunk, cudaMemcpyDefault, st), FN,
+      "copy of K to the network region"));
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(region + mine + n->chunk, V, n->chunk,
-                                      cudaMemcpyDeviceToDevice, st),
+                                      cudaMemcpyDefault, st),
                       FN, "copy of V to the network region"));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n->d, st), FN, "network meet"));
   for (int q = 0; q < c->size; q++)
