@@ -78,9 +78,10 @@ extern "C" int mkx_kernels_load_all(const char **what) {
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return *what = "cudaGetDevice", (int)e;
   if (dev < 0 || dev >= kMaxDevices || loaded[dev].load(std::memory_order_acquire)) return 0;
+  const int n = anchor_count.load();
+  if (n > kMaxModules) return *what = "the module registry (more modules than kMaxModules)", (int)cudaErrorInvalidValue;
   Driver d;
   if (!driver(&d)) return 0;
-  const int n = anchor_count.load() < kMaxModules ? anchor_count.load() : kMaxModules;
   for (int i = 0; i < n; i++) {
     const int rc = load_module(d, anchors[i], what);
     if (rc) return rc;
