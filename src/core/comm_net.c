@@ -75,8 +75,7 @@ typedef struct mkx_comm_net {
                      * launch at any time: no growth, quiet always waits */
   mkx_net_mr gmr;   /* region MKX_COMM_NET_GPU_REGION */
   mkx_net_rkey *gkeys;
-  void *gbuf;    /* its memory, grown only (option net_gpu_region) */
-  int gbuf_host; /* gbuf is mapped pinned host memory */
+  void *gbuf; /* its memory, grown only (option net_gpu_region) */
   size_t gcap;
   uint64_t *gwords;    /* device: mkx_comm_net_gpu_region's words */
   uint64_t warmed;     /* writes of warm_up so far */
@@ -85,10 +84,14 @@ typedef struct mkx_comm_net {
 } mkx_comm_net;
 
 #if HAVE_CUDA
-static void region_free(mkx_comm_net *cn) {
+static int region_host(MKX_Comm c) {
+  return c->opt.net_gpu_region == MKX_NET_REGION_HOST;
+}
+
+static void region_free(MKX_Comm c, mkx_comm_net *cn) {
   if (cn->gbuf)
-    (void)(cn->gbuf_host ? cudaFreeHost(cn->gbuf) : cudaFree(cn->gbuf));
-  cn->gbuf = NULL, cn->gcap = 0, cn->gbuf_host = 0;
+    (void)(region_host(c) ? cudaFreeHost(cn->gbuf) : cudaFree(cn->gbuf));
+  cn->gbuf = NULL, cn->gcap = 0;
 }
 #endif
 
@@ -269,7 +272,7 @@ void mkx_comm_net_close(MKX_Comm c) {
     mkx_proxy_gpu_destroy(cn->gpu); /* the proxy with it */
     cn->proxy = NULL;
     cudaEventDestroy(cn->gpu_done);
-    region_free(cn);
+    region_free(c, cn);
     if (cn->gwords) cudaFree(cn->gwords);
   }
   free(cn->gkeys);
@@ -674,8 +677,8 @@ static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
 static int gpu_buffer(MKX_Comm c, mkx_comm_net *cn, size_t len,
                       mkx_net_mr *mr) {
   memset(mr, 0, sizeof *mr);
-  region_free(cn);
-  const int host = c->opt.net_gpu_region == MKX_NET_REGION_HOST;
+  region_free(c, cn);
+  const int host = region_host(c);
   MKX_TRY(mkx_cuda_rc(
       host ? cudaHostAlloc(&cn->gbuf, len + WARM_BYTES,
                            cudaHostAllocMapped | cudaHostAllocPortable)
@@ -683,7 +686,6 @@ static int gpu_buffer(MKX_Comm c, mkx_comm_net *cn, size_t len,
       "network endpoint",
       host ? "cudaHostAlloc of the region (option net_gpu_region=host)"
            : "cudaMalloc of the device region"));
-  cn->gbuf_host = host;
   cn->gcap = len;
   mkx_net_reg_args a = {cn->gbuf, len + WARM_BYTES,
                         host ? MKX_NET_MEM_HOST : MKX_NET_MEM_DEVICE, -1, 0};

@@ -242,7 +242,6 @@ static int load_kernels(const char *fn) {
 int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
   tp_pool *pool;
   MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
-  MKX_TRY(load_kernels("fused tp set-up"));
   MKX_TRY(pool_error(c, "fused tp set-up")); /* before a replace loses it */
   MKX_TRY(get_pool(c, &pool));
   mkx_tp_ws **small = NULL;
@@ -265,6 +264,10 @@ int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
       grown.data_bytes = old->bytes - old->data_off;
     MKX_TRY(ws_destroy(c, old));
   }
+  /* every rank takes this branch (same pool state): agreed before the
+   * collective creation */
+  MKX_TRY(mkx_comm_agree_rc(c, load_kernels("fused tp set-up"),
+                            "loading the library's kernels"));
   MKX_TRY(ws_create(c, &grown, ws));
   (*ws)->busy = 1;
   (*ws)->next = pool->list;
