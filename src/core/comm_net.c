@@ -50,8 +50,20 @@
 #define PIECE_MIN ((size_t)64 << 10)
 #define DEPTH 4
 #define STAGE_BUDGET ((size_t)64 << 20)
-/* The device region's tail, for its first write (warm_up). */
+/* A kernels' region's tail, for its first write (warm_up). */
 #define WARM_BYTES 256
+
+#if HAVE_CUDA
+/* A region of the kernels that drive the network: memory grown only,
+ * registered with the endpoint under one proxy index on every rank. */
+typedef struct gpu_region {
+  mkx_net_mr mr;
+  mkx_net_rkey *keys;
+  void *buf;
+  size_t cap;
+  int host; /* pinned host memory mapped for the GPU, else device memory */
+} gpu_region;
+#endif
 
 typedef struct mkx_comm_net {
   mkx_net *net;
@@ -71,12 +83,9 @@ typedef struct mkx_comm_net {
   mkx_proxy_gpu *gpu;
   cudaEvent_t gpu_done; /* after the last kernel that used the ring */
   int gpu_used;
-  int gpu_captured; /* a CUDA graph holds the region's address and may
+  int gpu_captured;    /* a CUDA graph holds the region's address and may
                      * launch at any time: no growth, quiet always waits */
-  mkx_net_mr gmr;   /* region MKX_COMM_NET_GPU_REGION */
-  mkx_net_rkey *gkeys;
-  void *gbuf; /* its memory, grown only (option net_gpu_region) */
-  size_t gcap;
+  gpu_region greg[2];  /* MKX_COMM_NET_GPU_REGION, _HOST_REGION */
   uint64_t *gwords;    /* device: mkx_comm_net_gpu_region's words */
   uint64_t warmed;     /* writes of warm_up so far */
   uint64_t warm_bytes; /* their payload: not the calls' */
@@ -84,14 +93,13 @@ typedef struct mkx_comm_net {
 } mkx_comm_net;
 
 #if HAVE_CUDA
-static int region_host(MKX_Comm c) {
-  return c->opt.net_gpu_region == MKX_NET_REGION_HOST;
+static gpu_region *region_at(mkx_comm_net *cn, uint32_t index) {
+  return &cn->greg[index - MKX_COMM_NET_GPU_REGION];
 }
 
-static void region_free(MKX_Comm c, mkx_comm_net *cn) {
-  if (cn->gbuf)
-    (void)(region_host(c) ? cudaFreeHost(cn->gbuf) : cudaFree(cn->gbuf));
-  cn->gbuf = NULL, cn->gcap = 0;
+static void region_free(gpu_region *g) {
+  if (g->buf) (void)(g->host ? cudaFreeHost(g->buf) : cudaFree(g->buf));
+  g->buf = NULL, g->cap = 0;
 }
 #endif
 
@@ -185,8 +193,9 @@ static int alloc_tables(MKX_Comm c, mkx_comm_net *cn) {
   cn->slot_seq = calloc(n * DEPTH, sizeof *cn->slot_seq);
   cn->done_to = calloc(n, sizeof *cn->done_to);
 #if HAVE_CUDA
-  if (!(cn->gkeys = calloc(n, sizeof *cn->gkeys)))
-    return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
+  for (int i = 0; i < 2; i++)
+    if (!(cn->greg[i].keys = calloc(n, sizeof *cn->greg[i].keys)))
+      return mkx_error(MKX_ERR_NOMEM, "network endpoint tables");
 #endif
   if (!cn->skeys || !cn->rkeys || !cn->sent_to || !cn->got_from ||
       !cn->slot_seq || !cn->done_to)
@@ -268,14 +277,15 @@ void mkx_comm_net_close(MKX_Comm c) {
 #if HAVE_CUDA
   if (cn->gpu) {
     (void)cudaEventSynchronize(cn->gpu_done);
-    if (cn->gmr.base) mkx_net_dereg(cn->net, &cn->gmr);
+    for (int i = 0; i < 2; i++)
+      if (cn->greg[i].mr.base) mkx_net_dereg(cn->net, &cn->greg[i].mr);
     mkx_proxy_gpu_destroy(cn->gpu); /* the proxy with it */
     cn->proxy = NULL;
     cudaEventDestroy(cn->gpu_done);
-    region_free(c, cn);
+    for (int i = 0; i < 2; i++) region_free(&cn->greg[i]);
     if (cn->gwords) cudaFree(cn->gwords);
   }
-  free(cn->gkeys);
+  for (int i = 0; i < 2; i++) free(cn->greg[i].keys);
 #endif
   mkx_proxy_destroy(cn->proxy);
   if (cn->net) {
@@ -563,6 +573,11 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s) {
   if (cn && cn->proxy) mkx_proxy_get_stats(cn->proxy, s);
 }
 
+int mkx_comm_net_stages_device(MKX_Comm c) {
+  const mkx_comm_net *cn = c->net;
+  return cn && !(mkx_net_caps(cn->net) & MKX_NET_CAP_DEVICE_MEM);
+}
+
 int64_t mkx_comm_net_link_mbps(MKX_Comm c) {
   const mkx_comm_net *cn = c->net;
   if (!cn || strcmp(mkx_net_name(cn->net), "shm") != 0) return 0;
@@ -648,19 +663,19 @@ int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
  * knows when it has sent, not when the peer has landed it (over tcp, a
  * thread of the peer's copies it later), so it goes to the region's tail,
  * past what calls use, and sets a word no kernel waits on. */
-static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
+static int warm_up(MKX_Comm c, mkx_comm_net *cn, uint32_t index) {
   mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
-  const size_t len = WARM_BYTES;
+  const size_t len = WARM_BYTES, tail = region_at(cn, index)->cap;
   uint64_t seq = 0;
   cn->warmed++;
   for (int q = 0; q < c->size; q++) {
     if (q == c->rank) continue;
     mkx_proxy_cmd cmd = {.op = MKX_PROXY_OP_WRITE,
                          .peer = q,
-                         .src = MKX_COMM_NET_GPU_REGION,
-                         .dst = MKX_COMM_NET_GPU_REGION,
-                         .src_off = cn->gcap,
-                         .dst_off = cn->gcap,
+                         .src = index,
+                         .dst = index,
+                         .src_off = tail,
+                         .dst_off = tail,
                          .len = len,
                          .slot = warm_slot(c, c->rank),
                          .value = cn->warmed};
@@ -671,35 +686,37 @@ static int warm_up(MKX_Comm c, mkx_comm_net *cn) {
 }
 
 /* A buffer of `len` bytes for the kernels, registered on this rank: GPU
- * memory, or (option net_gpu_region=host) pinned host memory mapped for
- * the GPU at the same address (unified addressing), which no transport
- * copies with CUDA. */
-static int gpu_buffer(MKX_Comm c, mkx_comm_net *cn, size_t len,
+ * memory, or pinned host memory mapped for the GPU at the same address
+ * (unified addressing), which no transport copies with CUDA. */
+static int gpu_buffer(mkx_comm_net *cn, gpu_region *g, int host, size_t len,
                       mkx_net_mr *mr) {
   memset(mr, 0, sizeof *mr);
-  region_free(c, cn);
-  const int host = region_host(c);
+  region_free(g);
+  g->host = host;
   MKX_TRY(mkx_cuda_rc(
-      host ? cudaHostAlloc(&cn->gbuf, len + WARM_BYTES,
+      host ? cudaHostAlloc(&g->buf, len + WARM_BYTES,
                            cudaHostAllocMapped | cudaHostAllocPortable)
-           : cudaMalloc(&cn->gbuf, len + WARM_BYTES),
+           : cudaMalloc(&g->buf, len + WARM_BYTES),
       "network endpoint",
-      host ? "cudaHostAlloc of the region (option net_gpu_region=host)"
+      host ? "cudaHostAlloc of a network region in host memory"
            : "cudaMalloc of the device region"));
-  cn->gcap = len;
-  mkx_net_reg_args a = {cn->gbuf, len + WARM_BYTES,
+  g->cap = len;
+  mkx_net_reg_args a = {g->buf, len + WARM_BYTES,
                         host ? MKX_NET_MEM_HOST : MKX_NET_MEM_DEVICE, -1, 0};
   return mkx_net_reg(cn->net, &a, mr);
 }
 
-int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
+int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
                             uint64_t **words) {
   mkx_comm_net *cn = c->net;
   if (!cn || !cn->gpu)
     return mkx_error(MKX_ERR_UNSUPPORTED, "no network ring mapped for a GPU");
+  if (index != MKX_COMM_NET_GPU_REGION && index != MKX_COMM_NET_GPU_HOST_REGION)
+    return mkx_error(MKX_ERR_INTERNAL, "network region %u", index);
+  gpu_region *g = region_at(cn, index);
   *words = cn->gwords;
-  if (len <= cn->gcap) { /* agreed sizes: every rank takes this branch */
-    *base = cn->gbuf;
+  if (len <= g->cap) { /* agreed sizes: every rank takes this branch */
+    *base = g->buf;
     return MKX_SUCCESS;
   }
   char why[320] = "";
@@ -709,24 +726,26 @@ int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
              "is in a CUDA graph captured on this communicator and cannot "
              "grow to %zu: "
              "make the plan with the largest operands before capturing",
-             cn->gcap, len);
+             g->cap, len);
   MKX_TRY(mkx_comm_agree_rc(
       c, why[0] ? mkx_error(MKX_ERR_UNSUPPORTED, "%s", why) : MKX_SUCCESS,
       "growth of the network region"));
   MKX_TRY(mkx_comm_net_gpu_quiet(c));
   /* The staging regions hold indices 0 and 1: made first if not yet. */
   MKX_TRY(setup_regions(c, cn));
-  if (cn->gmr.base) mkx_net_dereg(cn->net, &cn->gmr);
-  memset(&cn->gmr, 0, sizeof cn->gmr);
+  if (g->mr.base) mkx_net_dereg(cn->net, &g->mr);
+  memset(&g->mr, 0, sizeof g->mr);
+  const int host = index == MKX_COMM_NET_GPU_HOST_REGION ||
+                   c->opt.net_gpu_region == MKX_NET_REGION_HOST;
   mkx_net_mr mr;
-  int rc = gpu_buffer(c, cn, (len + 4095) & ~(size_t)4095, &mr);
-  if (rc == MKX_SUCCESS) cn->gmr = mr;
-  MKX_TRY(mkx_comm_agree_rc(c, rc, "registration of a device region"));
-  MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, cn->gkeys));
-  MKX_TRY(
-      mkx_proxy_set_region(cn->proxy, MKX_COMM_NET_GPU_REGION, &mr, cn->gkeys));
-  MKX_TRY(mkx_comm_agree_rc(c, warm_up(c, cn), "first writes to the region"));
-  *base = cn->gbuf;
+  int rc = gpu_buffer(cn, g, host, (len + 4095) & ~(size_t)4095, &mr);
+  if (rc == MKX_SUCCESS) g->mr = mr;
+  MKX_TRY(mkx_comm_agree_rc(c, rc, "registration of a network region"));
+  MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, g->keys));
+  MKX_TRY(mkx_proxy_set_region(cn->proxy, index, &mr, g->keys));
+  MKX_TRY(mkx_comm_agree_rc(c, warm_up(c, cn, index),
+                            "first writes to the region"));
+  *base = g->buf;
   return MKX_SUCCESS;
 }
 #endif

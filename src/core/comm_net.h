@@ -62,6 +62,10 @@ void mkx_comm_net_test_piece(size_t bytes);
  * set-up, not counted). */
 uint64_t mkx_comm_net_bytes_sent(MKX_Comm c);
 
+/* Whether the endpoint's transport moves device memory with CUDA copies
+ * of its own (tcp, shm: no MKX_NET_CAP_DEVICE_MEM); 0 without one. */
+int mkx_comm_net_stages_device(MKX_Comm c);
+
 /* The emulated link's cap in MB/s where the endpoint is shm's with one
  * (option net_shm_bandwidth), else 0: benchmarks set a call's bytes
  * against it. */
@@ -73,14 +77,17 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 
 /* Kernels that drive the network (src/ops/net_gpu.h) use, on every
  * endpoint, MKX_COMM_NET_GPU_WORDS signal words per sending rank from
- * mkx_comm_net_gpu_slot(c, src), consecutive by rank, and region
- * MKX_COMM_NET_GPU_REGION up to the length they asked for.  The region's
- * first write from each rank (a set-up: what a transport maps on it) goes
- * to bytes after that length, with a word of its own after every rank's
- * block: it may land after a call has begun, and must not touch what the
- * call reads or waits for. */
+ * mkx_comm_net_gpu_slot(c, src), consecutive by rank, and a region up to
+ * the length they asked for: MKX_COMM_NET_GPU_REGION (device memory, or
+ * with option net_gpu_region=host pinned host memory) or
+ * MKX_COMM_NET_GPU_HOST_REGION (always pinned host memory; both mapped
+ * for the GPU).  A region's first write from each rank (a set-up: what a
+ * transport maps on it) goes to bytes after that length, with a word of
+ * its own after every rank's block: it may land after a call has begun,
+ * and must not touch what the call reads or waits for. */
 #define MKX_COMM_NET_GPU_WORDS 33
 #define MKX_COMM_NET_GPU_REGION 2
+#define MKX_COMM_NET_GPU_HOST_REGION 3
 #define MKX_COMM_NET_GPU_DWORDS 20
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
 
@@ -89,15 +96,15 @@ uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
 /* The proxy whose ring a kernel may drive (NULL: none: no endpoint, or a
  * rank without a GPU). */
 const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c);
-/* Collective, with the same len on every rank: *base, device memory of at
- * least `len` bytes, region MKX_COMM_NET_GPU_REGION on every rank (grown
- * only: a larger len replaces it once the kernels of earlier calls are
- * done with the ring), and *words, MKX_COMM_NET_GPU_DWORDS device words
+/* Collective, with the same index and len on every rank: *base, memory of
+ * at least `len` bytes, region `index` (MKX_COMM_NET_GPU_REGION or
+ * _HOST_REGION) on every rank (grown only: a larger len replaces it once
+ * the kernels of earlier calls are done with the ring), and *words, MKX_COMM_NET_GPU_DWORDS device words
  * for those kernels: [0] the calls' network epoch, [1] the last command
  * (mkx_tp_net_desc), then MKX_TP_NET_MAXCH counts, zero between calls
  * (mkx_tp_net_sum_desc.chunk_done), then the network forward's [18]
  * epoch done and [19] count (mkx_tp_net_fwd_desc). */
-int mkx_comm_net_gpu_region(MKX_Comm c, size_t len, void **base,
+int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
                             uint64_t **words);
 /* Host and GPU never post into the ring at once: a call whose kernels
  * post marks its stream after the last of them (mark); the host waits

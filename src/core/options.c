@@ -146,12 +146,13 @@ static const mkx_option_desc base_rows[] = {
      "lands in the engine's ring and its signal word releases it (nodes of "
      "several ranks: a kernel hands it on into every node rank's ring), "
      "with no host work in the call (capturable in CUDA graphs); elsewhere "
-     "as host; auto: proxy on nodes of one rank, else host (proxy was "
-     "faster on every shape measured there). Same results and network "
-     "bytes for all.",
+     "as host; auto: proxy on nodes of one rank, and on nodes of several "
+     "ranks where its region is in host memory (net_gpu_region), else host "
+     "(proxy was faster on every shape measured there). Same results and "
+     "network bytes for all.",
      1},
-    {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "device",
-     "device|host",
+    {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
+     "device|host|auto",
      "Where the network region of the calls driven by the GPU "
      "(hier_gemm=proxy, hier_attn=proxy) lives on this rank. device: GPU "
      "memory, which tcp and shm send and land with CUDA copies made by "
@@ -159,8 +160,11 @@ static const mkx_option_desc base_rows[] = {
      "with the application's (verbs and EFA make none); host: pinned host "
      "memory mapped for the GPU, which no transport copies with CUDA, the "
      "kernels reading and writing it over the host link (slower where a "
-     "GEMM reads or writes the region itself: nodes of one rank). Same "
-     "results and network bytes for both."},
+     "GEMM reads or writes the region itself: nodes of one rank). auto: "
+     "device, but host for ring attention on nodes of several ranks over "
+     "tcp or shm, where the transports' copies of a device region have "
+     "stalled calls made back to back. Same results and network bytes for "
+     "all."},
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
      "take the staged path). one: those of a one-rank communicator; all: "

@@ -56,7 +56,8 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
   n->src_n = (int)need.src_n;
   MKX_TRY(mkx_tp_ws_acquire(c, &need, &n->ws));
   void *base = NULL;
-  const int rc = mkx_comm_net_gpu_region(c, bytes, &base, &n->words);
+  const int rc = mkx_comm_net_gpu_region(c, MKX_COMM_NET_GPU_REGION, bytes,
+                                         &base, &n->words);
   if (rc != MKX_SUCCESS) {
     mkx_tp_ws_release(n->ws);
     n->ws = NULL;
@@ -82,7 +83,8 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                        const char *fn, mkx_tp_net_desc *d) {
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
   void *base = NULL;
-  MKX_TRY(mkx_comm_net_gpu_region(c, n->bytes, &base, &n->words));
+  MKX_TRY(mkx_comm_net_gpu_region(c, MKX_COMM_NET_GPU_REGION, n->bytes, &base,
+                                  &n->words));
   n->region = base;
   MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
   mkx_net_desc_fill(c, n->ws, n->words, d);

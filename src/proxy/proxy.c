@@ -110,11 +110,9 @@ mkx_proxy_ring *mkx_proxy_ring_of(mkx_proxy *p) { return p->ring; }
 int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,
                          const mkx_net_rkey *keys) {
   mkx_proxy_ring *r = p->ring;
-  if (index > p->nregions || index >= MAX_REGIONS)
-    return mkx_error(MKX_ERR_INVALID_ARG,
-                     "proxy: region %u of %u (at most "
-                     "%d)",
-                     index, p->nregions, MAX_REGIONS);
+  if (index >= MAX_REGIONS)
+    return mkx_error(MKX_ERR_INVALID_ARG, "proxy: region %u (at most %d)",
+                     index, MAX_REGIONS);
   if (atomic_load(&r->completed) != atomic_load(&r->reserved))
     return mkx_error(MKX_ERR_INTERNAL,
                      "proxy: region %u changed while "
@@ -126,7 +124,7 @@ int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,
   memcpy(k, keys, sizeof *k * (size_t)p->net->size);
   g->keys = k;
   g->mr = *mr;
-  if (index == p->nregions) p->nregions++;
+  if (index >= p->nregions) p->nregions = index + 1;
   return MKX_SUCCESS;
 }
 
@@ -147,10 +145,11 @@ static int check_cmd(const mkx_proxy *p, const mkx_proxy_cmd *c) {
   if (c->op != MKX_PROXY_OP_WRITE)
     return mkx_error(MKX_ERR_INVALID_ARG, "proxy: command %llu has op %u",
                      (unsigned long long)c->seq, c->op);
-  if (c->src >= p->nregions || c->dst >= p->nregions)
+  if (c->src >= p->nregions || c->dst >= p->nregions ||
+      !p->regions[c->src].keys || !p->regions[c->dst].keys)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "proxy: command %llu names region "
-                     "%u/%u of %u",
+                     "%u/%u, not both set (%u indices)",
                      (unsigned long long)c->seq, c->src, c->dst, p->nregions);
   return MKX_SUCCESS; /* the transport checks peer, offsets and slot */
 }

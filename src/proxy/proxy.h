@@ -75,7 +75,8 @@ mkx_proxy_ring *mkx_proxy_ring_of(mkx_proxy *p);
 int mkx_proxy_add_region(mkx_proxy *p, const mkx_net_mr *mr,
                          const mkx_net_rkey *keys, uint32_t *index);
 
-/* Set region `index` (<= the current count) while the proxy is idle:
+/* Set region `index` (below 64; indices may be left unset, and a command
+ * naming one fails) while the proxy is idle:
  * every command posted so far is complete.  The host thread that then
  * posts commands naming it is ordered after the update by the ring. */
 int mkx_proxy_set_region(mkx_proxy *p, uint32_t index, const mkx_net_mr *mr,

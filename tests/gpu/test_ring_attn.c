@@ -2,7 +2,8 @@
  * MKX_Ring_attention's GPU paths (the attention engine on one rank, the
  * ring of one node, and of several nodes: MKX_VIRTUAL_NODE_SIZE cuts one
  * host into several: the network part driven by the GPU with
- * MKX_HIER_ATTN=proxy, and by default on nodes of one rank, else by the
+ * MKX_HIER_ATTN=proxy, and by default on nodes of one rank or with the
+ * network region in host memory (option net_gpu_region), else by the
  * host, then without 4 and 5)
  * against the host path as oracle: the same call, on
  * the same communicator, on host copies of the same inputs (softmax in
@@ -108,7 +109,16 @@ static MKX_Comm comms[NLAYOUTS]; /* option attn_layout = each layout */
 static int nodes = 1; /* of the communicators (option virtual_node_size) */
 static int by_gpu;    /* several nodes: the network part driven by the GPU
                          (option hier_attn proxy, or auto on nodes of one
-                         rank) */
+                         rank or with the region in host memory) */
+
+/* Nodes of several ranks: the network region in host memory (option
+ * net_gpu_region host, or auto over a transport that copies device
+ * memory with CUDA), where hier_attn=auto drives the network by the GPU. */
+static int region_in_host(MKX_Comm c) {
+  return c->opt.net_gpu_region == MKX_NET_REGION_HOST ||
+         (c->opt.net_gpu_region == MKX_NET_REGION_AUTO &&
+          mkx_comm_net_stages_device(c));
+}
 
 /* The GPU path an eligible call takes here, and all GPU starts so far. */
 static mkx_path gpu_path(void) {
@@ -895,7 +905,7 @@ int main(int argc, char **argv) {
   nodes = comms[0]->place.num_nodes;
   by_gpu = comms[0]->opt.hier_attn == MKX_HIER_ATTN_PROXY ||
            (comms[0]->opt.hier_attn == MKX_HIER_ATTN_AUTO &&
-            comms[0]->place.local_size == 1);
+            (comms[0]->place.local_size == 1 || region_in_host(comms[0])));
   CHECK_RC(MKX_Comm_device(comms[0], &dev), MKX_SUCCESS, "MKX_Comm_device");
   if (!mt_all(CHECK(dev >= 0, "the communicator has a GPU (device %d)", dev)))
     MPI_Abort(MPI_COMM_WORLD, 1);

@@ -243,6 +243,32 @@ static void test_bad_command(void) {
         "ring size must be a power of two");
 }
 
+/* Regions may be set out of order, leaving indices unset: a command
+ * naming a set one goes through, one naming an unset one stops the proxy. */
+static void test_region_hole(void) {
+  reset(1, 0, 0);
+  mkx_proxy *p = make_proxy(4);
+  mkx_proxy_ring *r = mkx_proxy_ring_of(p);
+  mkx_net_mr mr = {.id = 0, .base = src_buf, .len = sizeof src_buf};
+  mkx_net_rkey keys[RANKS];
+  for (int q = 0; q < RANKS; q++)
+    keys[q] = (mkx_net_rkey){(uintptr_t)dst_buf[q], sizeof dst_buf[q], 0, 0};
+  CHECK(mkx_proxy_set_region(p, 3, &mr, keys) == MKX_SUCCESS, "region 3");
+  CHECK(mkx_proxy_set_region(p, 64, &mr, keys) == MKX_ERR_INVALID_ARG,
+        "region 64 refused");
+  mkx_proxy_cmd c = write_cmd(1, 0);
+  c.src = 3, c.dst = 3;
+  uint64_t seq;
+  CHECK(mkx_proxy_post(r, &c, &seq, 1000) == MKX_SUCCESS, "post to region 3");
+  CHECK(mkx_proxy_wait(r, seq, 2000) == MKX_SUCCESS, "region 3 written: %s",
+        MKX_Get_last_error());
+  c.dst = 2;
+  CHECK(mkx_proxy_post(r, &c, &seq, 1000) == MKX_SUCCESS, "post to region 2");
+  CHECK(mkx_proxy_wait(r, seq, 2000) == MKX_ERR_INVALID_ARG,
+        "unset region 2 stops the proxy: %s", MKX_Get_last_error());
+  mkx_proxy_destroy(p);
+}
+
 /* The GPU producer writes the ring by the offsets of proxy_layout.h, not
  * through mkx_proxy_cmd: a producer doing the same, with plain 64-bit
  * words, is understood by the proxy (wrapping an 8-entry ring). */
@@ -373,5 +399,6 @@ int main(void) {
   test_full_ring();
   test_transport_error();
   test_bad_command();
+  test_region_hole();
   return check_done("test_proxy");
 }
