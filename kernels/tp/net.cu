@@ -134,6 +134,14 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   if (seq) *d.last_seq = seq;
 }
 
+/* One thread per rank: rank q's word `word` up to the epoch, for every
+ * peer q. */
+__global__ void net_wait(const mkx_tp_net_desc d, uint32_t word, int where) {
+  const int q = (int)threadIdx.x;
+  if (q >= d.size || !is_peer(d, q) || call_failed(d)) return;
+  peer_word(d, q, word, *(volatile const uint64_t *)d.epoch, where);
+}
+
 template <typename OutT, int V>
 struct SumVec {
   float v[V];
@@ -467,6 +475,12 @@ extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_
   return launched();
 }
 
+extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st) {
+  if (!desc_ok(d) || word < 1 || word >= d->words) return MKX_GEMM_EINVAL;
+  net_wait<<<1, 32, 0, st>>>(*d, word, where);
+  return launched();
+}
+
 namespace {
 
 /* 16-byte vectors where every row of every operand starts 16-byte
@@ -599,6 +613,7 @@ extern "C" int mkx_tp_net_load(void) {
   const void *const k[] = {(const void *)net_begin,
                            (const void *)net_end,
                            (const void *)net_post,
+                           (const void *)net_wait,
                            (const void *)net_sum<__nv_bfloat16, 4>,
                            (const void *)net_sum<__half, 4>,
                            (const void *)net_sum<float, 4>,

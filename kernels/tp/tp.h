@@ -230,6 +230,10 @@ int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
  *   stream's earlier work (the chunk's GEMM) has ended. */
 int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len, uint32_t word,
                     cudaStream_t st);
+/*   wait (<<<1, 32>>>): until word slot0 + q * words + word of every peer
+ *   q has reached the call's epoch (bounded; a wait that runs out is
+ *   recorded at `where`, MKX_TP_AT_*, naming q). */
+int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st);
 
 /* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
  * part[r] row i (fp32, n wide, leading dimension ld_part), rows [0, rows)

@@ -157,14 +157,17 @@ static int start_proxy(MKX_Comm c, mkx_comm_net *cn) {
   /* only where kernels will post (the host alone needs no mapping): the
    * GEMM calls' auto takes the GPU on equal nodes (AllGather+GEMM on
    * nodes of several ranks, all three on nodes of one), attention's on
-   * nodes of one rank */
+   * nodes of one rank and, over a transport that copies device memory,
+   * of several; MoE's on equal nodes */
   const int hg = c->opt.hier_gemm, ha = c->opt.hier_attn;
   const int ones = c->place.num_nodes == c->size;
+  const int stages = !(mkx_net_caps(cn->net) & MKX_NET_CAP_DEVICE_MEM);
   const int gemm = hg == MKX_HIER_GEMM_PROXY ||
                    (hg == MKX_HIER_GEMM_AUTO && c->place.equal_nodes);
-  const int attn =
-      ha == MKX_HIER_ATTN_PROXY || (ha == MKX_HIER_ATTN_AUTO && ones);
-  if (c->device >= 0 && (gemm || attn) && !c->one_queue) {
+  const int attn = ha == MKX_HIER_ATTN_PROXY ||
+                   (ha == MKX_HIER_ATTN_AUTO && (ones || stages));
+  const int moe = c->opt.hier_moe != MKX_HIER_MOE_HOST && c->place.equal_nodes;
+  if (c->device >= 0 && (gemm || attn || moe) && !c->one_queue) {
     MKX_TRY(mkx_proxy_gpu_create(cn->net, c->device, RING_ENTRIES,
                                  c->opt.timeout_ms, &cn->gpu));
     cn->proxy = mkx_proxy_gpu_proxy(cn->gpu);

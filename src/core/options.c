@@ -151,6 +151,16 @@ static const mkx_option_desc base_rows[] = {
      "(proxy was faster on every shape measured there). Same results and "
      "network bytes for all.",
      1},
+    {"hier_moe", MKX_OPT_ENUM, OPT(hier_moe), "auto", "host|proxy|auto",
+     "Who moves the token rows and expert outputs of MoE calls on the GPU "
+     "between nodes. host: the host, between the kernels, through the "
+     "communicator's pinned areas; proxy (a rank with a GPU, at most 32 "
+     "ranks): the kernels post each owner's block to the network proxy "
+     "straight into the owner's area (the network region in host memory) "
+     "and wait for their senders' signal words, with no host wait after "
+     "the routing; auto: proxy where it can. Same results and network "
+     "bytes for all.",
+     1},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

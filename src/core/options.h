@@ -34,6 +34,7 @@ enum {
 enum { MKX_ATTN_CONTIGUOUS = 0, MKX_ATTN_ZIGZAG, MKX_ATTN_STRIPED };
 enum { MKX_ATTN_BLOCK_AUTO = 0, MKX_ATTN_BLOCK_128, MKX_ATTN_BLOCK_192 };
 enum { MKX_HIER_ATTN_HOST = 0, MKX_HIER_ATTN_PROXY, MKX_HIER_ATTN_AUTO };
+enum { MKX_HIER_MOE_HOST = 0, MKX_HIER_MOE_PROXY, MKX_HIER_MOE_AUTO };
 enum { MKX_NET_REGION_DEVICE = 0, MKX_NET_REGION_HOST, MKX_NET_REGION_AUTO };
 enum { MKX_MOE_GPU_ONE = 0, MKX_MOE_GPU_ALL, MKX_MOE_GPU_OFF };
 enum {
@@ -54,6 +55,7 @@ typedef struct mkx_options {
   int attn_layout;       /* MKX_ATTN_*: which positions a rank's shard holds */
   int attn_block_n;      /* MKX_ATTN_BLOCK_*: keys per block of the engine */
   int hier_attn;         /* MKX_HIER_ATTN_*: who drives the network */
+  int hier_moe;          /* MKX_HIER_MOE_*: likewise for MoE calls */
   int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
   int moe_sync;          /* MoE GPU path: the host waits for the routing */
   int moe_release;       /* MKX_OVERLAP_*: MoE rows released as they land */

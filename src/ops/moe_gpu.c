@@ -77,7 +77,9 @@
 #include "ops/moe_gpu.h"
 #include "ops/moe_layout.h"
 #include "ops/moe_net.h"
+#include "ops/net_gpu.h"
 #include "ops/tp_host.h"
+#include "core/comm_net.h"
 #include "boot/oob_mpi.h"
 
 enum { MOE_DISPATCH = 0, MOE_LAYER = 1 };
@@ -187,6 +189,11 @@ typedef struct moe_ws {
   int *gate; /* status[2], the verdict of a run that does not wait for its
               * routing (option moe_sync=no); NULL where it waits */
   int64_t lda, ldact, ldw1, ldw2;
+  /* several nodes, this call's: the areas as the GPU addresses them, and
+   * with the network driven by the GPU its descriptor (mine is the
+   * region's start) */
+  char *mine, *theirs;
+  mkx_tp_net_desc net;
 } moe_ws;
 
 /* The plan: the workspace and where each piece sits in it (off[W_END]:
@@ -197,6 +204,8 @@ typedef struct moe_plan {
   int nodes;        /* ranks of several nodes */
   int release;      /* rows released to the GEMM as they land (one node) */
   mkx_moe_net *net; /* several nodes: the pinned areas */
+  int proxy;        /* several nodes: the kernels post the rows between nodes to
+              * the network proxy (option hier_moe) */
   int sync;         /* option moe_sync: the host waits for the routing */
   int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
   int64_t tcap; /* tokens the rows are sized for */
@@ -511,11 +520,16 @@ static int exchange(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   return out;
 }
 
-/* ---- several nodes: the pinned areas (moe_net.h) ----
+/* ---- several nodes: the areas ----
  * Each holds its rows' A rows, then (dispatch) their scales and origins:
  * `mine` the rows this rank sends, `theirs` the rows it receives.  The
  * layer's outputs travel back through the same areas from their start:
- * `theirs` those this rank sends back, `mine` those it gets. */
+ * `theirs` those this rank sends back, `mine` those it gets.  The host
+ * exchanges the communicator's pinned areas (moe_net.h), each sized for
+ * this rank's rows; with the network driven by the GPU (hier_moe) both
+ * are the network region in host memory, `mine` then `theirs`, sized for
+ * the largest rank's rows so that every rank knows where to write into
+ * every other's (moe_layout.h: send_at, back_at). */
 
 static size_t a_row(const moe_plan *p, const mkx_moe_args *a) {
   return (size_t)p->lda * MKX_Type_size(a->dtype);
@@ -536,6 +550,48 @@ static size_t net_row(const moe_plan *p, const mkx_moe_args *a) {
 static size_t side_at(const moe_plan *p, const mkx_moe_args *a, int64_t rows,
                       int k) {
   return (size_t)rows * (a_row(p, a) + (k == 2 ? sizeof(float) : 0));
+}
+
+/* The ranks of the other nodes, as a mask (at most 32 ranks: by_gpu). */
+static unsigned other_nodes(MKX_Comm c) {
+  unsigned m = 0;
+  for (int q = 0; q < c->size; q++)
+    if (c->place.node_of_rank[q] != c->place.node) m |= 1u << q;
+  return m;
+}
+
+/* The rows an area is laid out for: this rank's, or the largest rank's. */
+static int64_t area_rows(const moe_plan *p, const mkx_moe_layout *L,
+                         int theirs) {
+  if (p->proxy) return theirs ? L->max_received : L->max_sent;
+  return theirs ? L->received : L->sent;
+}
+
+/* The call's areas, written from the gather on (nothing in them is still
+ * in use: moe_net_reserve waits for the previous call, and a call driven
+ * by the GPU ends after the proxy has sent all it posted). */
+static int areas(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                 moe_ws *w, const mkx_moe_layout *L) {
+  const char *fn = fn_of(p->op);
+  const size_t mine = round256((size_t)area_rows(p, L, 0) * net_row(p, a)),
+               theirs = (size_t)area_rows(p, L, 1) * net_row(p, a);
+  if (!p->proxy) {
+    MKX_TRY(mkx_moe_net_reserve(c, p->net, mine, theirs, fn));
+    w->mine = p->net->mine_dev;
+    w->theirs = p->net->theirs_dev;
+    return MKX_SUCCESS;
+  }
+  void *base = NULL;
+  uint64_t *words = NULL;
+  /* the same length on every rank: from every rank's counts */
+  MKX_TRY(mkx_comm_net_gpu_region(c, MKX_COMM_NET_GPU_HOST_REGION,
+                                  mine + theirs + 16, &base, &words));
+  w->mine = base;
+  w->theirs = (char *)base + mine;
+  mkx_net_desc_fill(c, p->ws, words, &w->net);
+  w->net.region = MKX_COMM_NET_GPU_HOST_REGION;
+  w->net.peers = other_nodes(c);
+  return MKX_SUCCESS;
 }
 
 /* Where this rank's slots' rows go: its own workspace (one rank), the
@@ -570,10 +626,11 @@ static void targets(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
     at->origin[l] = origin ? (int32_t *)piece(c, p, q, W_ORIGIN) : NULL;
   }
   if (!p->nodes) return;
-  char *send = p->net->mine_dev;
+  char *send = w->mine;
+  const int64_t rows = area_rows(p, L, 0);
   at->a[G] = send;
-  at->scale[G] = scale ? (float *)(send + side_at(p, a, L->sent, 1)) : NULL;
-  at->origin[G] = origin ? (int32_t *)(send + side_at(p, a, L->sent, 2)) : NULL;
+  at->scale[G] = scale ? (float *)(send + side_at(p, a, rows, 1)) : NULL;
+  at->origin[G] = origin ? (int32_t *)(send + side_at(p, a, rows, 2)) : NULL;
 }
 
 /* Rows between the `theirs` area (received rows, outputs to send back)
@@ -583,37 +640,83 @@ static int net_move(const moe_plan *p, const moe_ws *w, const mkx_moe_layout *L,
                     cudaStream_t st, const char *what) {
   if (L->received == 0) return MKX_SUCCESS;
   return mkx_tp_launch_rc(
-      mkx_moe_rows_move_run((char *)p->net->theirs_dev + area_off,
-                            (int64_t)row_bytes, rows, (int64_t)row_bytes,
-                            (int64_t)row_bytes, w->seg, w->seg_row, L->nseg,
-                            L->received, to_rows, st),
+      mkx_moe_rows_move_run(w->theirs + area_off, (int64_t)row_bytes, rows,
+                            (int64_t)row_bytes, (int64_t)row_bytes, w->seg,
+                            w->seg_row, L->nseg, L->received, to_rows, st),
       fn_of(p->op), what);
+}
+
+/* The words of the writes between nodes in their sender's block: A rows,
+ * scales, origins (+ k), outputs. */
+enum { W_NET_ROWS = 1, W_NET_OUT = 4 };
+
+/* The GPU's part: after the network's meeting, each owner's block of rows
+ * (and its scales and origins) posted straight to its place in the
+ * owner's area, then a wait for every sender's words.  Every block is
+ * posted, empty or not, so every word is set. */
+static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                     moe_ws *w, const mkx_moe_layout *L, int scale, int origin,
+                     cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  const uint64_t theirs = (uint64_t)(w->theirs - w->mine);
+  const size_t rb[3] = {a_row(p, a), sizeof(float), 3 * sizeof(int32_t)};
+  const int want[3] = {1, scale, origin};
+  MKX_TRY(mkx_comm_net_gpu_after(c, st));
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&w->net, st), fn, "network meet"));
+  int64_t at = 0; /* rows before q's block in this rank's send area */
+  for (int q = 0; q < c->size; q++) {
+    if (!(w->net.peers >> q & 1u)) continue;
+    for (int k = 0; k < 3; k++) {
+      if (!want[k]) continue;
+      const uint64_t src = (k ? side_at(p, a, L->max_sent, k) : 0) + at * rb[k];
+      const uint64_t dst = theirs +
+                           (k ? side_at(p, a, L->max_received, k) : 0) +
+                           (uint64_t)L->send_at[q] * rb[k];
+      MKX_TRY(mkx_tp_launch_rc(
+          mkx_tp_net_post(&w->net, q, src, dst, (uint64_t)L->send[q] * rb[k],
+                          W_NET_ROWS + (uint32_t)k, st),
+          fn, "network post of rows"));
+    }
+    at += L->send[q];
+  }
+  for (int k = 0; k < 3; k++)
+    if (want[k])
+      MKX_TRY(
+          mkx_tp_launch_rc(mkx_tp_net_wait(&w->net, W_NET_ROWS + (uint32_t)k,
+                                           MKX_TP_AT_MOE_ROWS, st),
+                           fn, "wait for rows from other nodes"));
+  return MKX_SUCCESS;
 }
 
 /* Several nodes, once the gather has ended: this rank's rows for other
  * nodes to their owners, and the rows it receives to their places (with
  * the scales and origins of dispatch). */
 static int net_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                    const moe_ws *w, const mkx_moe_layout *L, int scale,
-                    int origin, cudaStream_t st) {
+                    moe_ws *w, const mkx_moe_layout *L, int scale, int origin,
+                    cudaStream_t st) {
   const char *fn = fn_of(p->op);
   mkx_moe_net *n = p->net;
-  MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), fn, "gather"));
-  MKX_TRY(mkx_moe_net_exchange(c, n, n->mine, L->send, n->theirs, L->recv,
-                               a_row(p, a), fn));
-  for (int k = 1; k <= 2; k++) {
-    if (!(k == 1 ? scale : origin)) continue;
-    MKX_TRY(
-        mkx_moe_net_exchange(c, n, n->mine + side_at(p, a, L->sent, k), L->send,
-                             n->theirs + side_at(p, a, L->received, k), L->recv,
-                             k == 1 ? sizeof(float) : 3 * sizeof(int32_t), fn));
+  const int64_t in = area_rows(p, L, 1);
+  if (p->proxy) {
+    MKX_TRY(post_rows(c, p, a, w, L, scale, origin, st));
+  } else {
+    MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), fn, "gather"));
+    MKX_TRY(mkx_moe_net_exchange(c, n, n->mine, L->send, n->theirs, L->recv,
+                                 a_row(p, a), fn));
+    for (int k = 1; k <= 2; k++) {
+      if (!(k == 1 ? scale : origin)) continue;
+      MKX_TRY(mkx_moe_net_exchange(
+          c, n, n->mine + side_at(p, a, L->sent, k), L->send,
+          n->theirs + side_at(p, a, L->received, k), L->recv,
+          k == 1 ? sizeof(float) : 3 * sizeof(int32_t), fn));
+    }
   }
   MKX_TRY(net_move(p, w, L, 0, w->a, a_row(p, a), 1, st, "received rows"));
   if (scale)
-    MKX_TRY(net_move(p, w, L, side_at(p, a, L->received, 1), w->scale,
-                     sizeof(float), 1, st, "received scales"));
+    MKX_TRY(net_move(p, w, L, side_at(p, a, in, 1), w->scale, sizeof(float), 1,
+                     st, "received scales"));
   if (origin)
-    MKX_TRY(net_move(p, w, L, side_at(p, a, L->received, 2), w->origin,
+    MKX_TRY(net_move(p, w, L, side_at(p, a, in, 2), w->origin,
                      3 * sizeof(int32_t), 1, st, "received origins"));
   return MKX_SUCCESS;
 }
@@ -622,13 +725,29 @@ static int net_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
  * over the network back to their senders, into this rank's `mine` area
  * (the layout of its send area), where the combine reads them. */
 static int net_outs(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                    const moe_ws *w, const mkx_moe_layout *L, cudaStream_t st) {
+                    moe_ws *w, const mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   mkx_moe_net *n = p->net;
   MKX_TRY(net_move(p, w, L, 0, w->y, y_row(a), 0, st, "outputs to send"));
-  MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), fn, "outputs to send"));
-  return mkx_moe_net_exchange(c, n, n->theirs, L->recv, n->mine, L->send,
-                              y_row(a), fn);
+  if (!p->proxy) {
+    MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), fn, "outputs to send"));
+    return mkx_moe_net_exchange(c, n, n->theirs, L->recv, n->mine, L->send,
+                                y_row(a), fn);
+  }
+  const uint64_t theirs = (uint64_t)(w->theirs - w->mine), yr = y_row(a);
+  int64_t at = 0; /* rows before q's block in this rank's receive area */
+  for (int q = 0; q < c->size; q++) {
+    if (!(w->net.peers >> q & 1u)) continue;
+    MKX_TRY(mkx_tp_launch_rc(
+        mkx_tp_net_post(&w->net, q, theirs + (uint64_t)at * yr,
+                        (uint64_t)L->back_at[q] * yr, (uint64_t)L->recv[q] * yr,
+                        W_NET_OUT, st),
+        fn, "network post of outputs"));
+    at += L->recv[q];
+  }
+  return mkx_tp_launch_rc(
+      mkx_tp_net_wait(&w->net, W_NET_OUT, MKX_TP_AT_MOE_OUT, st), fn,
+      "wait for outputs from other nodes");
 }
 
 /* Several ranks: all meet on the GPU at workspace word `off`. */
@@ -742,14 +861,12 @@ static void gemm_waits(MKX_Comm c, const moe_plan *p, mkx_tp_sync *sync,
  * meet, so every owner has its node's rows; several nodes: then the rows
  * between nodes). */
 static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                     const moe_ws *w, const mkx_moe_layout *L, cudaStream_t st,
+                     moe_ws *w, const mkx_moe_layout *L, cudaStream_t st,
                      const float *weight, int scale, int origin, int *dest,
                      mkx_moe_place *pl) {
   const char *fn = fn_of(p->op);
   mkx_moe_rows_at at;
-  if (p->nodes)
-    MKX_TRY(mkx_moe_net_reserve(c, p->net, L->sent * net_row(p, a),
-                                L->received * net_row(p, a), fn));
+  if (p->nodes) MKX_TRY(areas(c, p, a, w, L));
   targets(c, p, a, w, L, scale, origin, pl, &at);
   mkx_moe_release rel;
   if (p->release) {
@@ -772,7 +889,7 @@ static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 }
 
 static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                    const moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
+                    moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_DISPATCH);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
@@ -825,7 +942,7 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 }
 
 static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                 const moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
+                 moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_LAYER);
   const int ty = mkx_tp_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
@@ -884,13 +1001,29 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   }
   if (p->nodes) {
     MKX_TRY(net_outs(c, p, a, w, L, st));
-    y.y[c->place.local_size] = (const float *)p->net->mine_dev;
+    y.y[c->place.local_size] = (const float *)w->mine;
   }
   return mkx_tp_launch_rc(
       mkx_moe_combine_run(&pl, &y, p->multi ? w->dest : w->rows, a->topk_weight,
                           a->num_tokens, (int)a->topk, a->hidden, a->out, ty,
                           st),
       fn, "combine");
+}
+
+/* Several nodes: whether the kernels drive the network (option hier_moe),
+ * else why not into why. */
+static int by_gpu(MKX_Comm c, char *why, size_t len) {
+  const char *w = NULL;
+  if (c->opt.hier_moe == MKX_HIER_MOE_HOST)
+    w = "option hier_moe=host";
+  else if (c->one_queue)
+    w = "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank";
+  else if (!mkx_comm_net_gpu(c))
+    w = "no network ring mapped for the GPU";
+  else if (c->size > 32)
+    w = "driven by the GPU on at most 32 ranks";
+  if (w && why) snprintf(why, len, "%s", w);
+  return !w;
 }
 
 /* The grouped GEMM kernel for option moe_gemm: under auto, by the rows an
@@ -914,8 +1047,9 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->multi = c->size > 1;
   p->nodes = c->place.num_nodes > 1;
   p->experts = a->num_experts;
-  /* several nodes: the host drives the network, so it waits anyway */
+  /* several nodes: the host knows the counts, so it waits anyway */
   p->sync = p->nodes || c->opt.moe_sync;
+  p->proxy = p->nodes && by_gpu(c, NULL, 0);
   p->release = release_rows(c);
   p->tcap = p->multi ? g->total : a->num_tokens;
   p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
@@ -958,16 +1092,23 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
         fn, p->nodes ? "on several nodes" : "with option moe_sync=yes");
   p->ws->input_error = input_error;
   MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1,
-                       p->nodes   ? MKX_PATH_MOE_NODES
+                       p->proxy   ? MKX_PATH_MOE_NET
+                       : p->nodes ? MKX_PATH_MOE_NODES
                        : p->multi ? MKX_PATH_MOE_NODE
                                   : MKX_PATH_MOE));
   ws_place(c, p, &w);
+  w.mine = w.theirs = NULL;
   mkx_moe_layout L;
   memset(&L, 0, sizeof L);
   int rc = p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
                               : dispatch(c, p, a, &w, &L, st);
   mkx_moe_layout_free(&L);
-  if (rc == MKX_SUCCESS && p->nodes) rc = mkx_moe_net_mark(p->net, st, fn);
+  if (rc == MKX_SUCCESS && p->proxy && w.mine) /* the proxy done with them */
+    rc = mkx_tp_launch_rc(mkx_tp_net_end(&w.net, st), fn, "network drain");
+  if (rc == MKX_SUCCESS && p->proxy && w.mine)
+    rc = mkx_comm_net_gpu_mark(c, stream);
+  else if (rc == MKX_SUCCESS && p->nodes)
+    rc = mkx_moe_net_mark(p->net, st, fn);
   MKX_TRY(rc);
   return mkx_tp_end(p->ws, stream);
 }
@@ -978,19 +1119,30 @@ static const mkx_path_ops moe_node = {MKX_PATH_MOE_NODE, mkx_moe_gpu_plan,
                                       mkx_moe_gpu_start, mkx_moe_gpu_free};
 static const mkx_path_ops moe_nodes = {MKX_PATH_MOE_NODES, mkx_moe_gpu_plan,
                                        mkx_moe_gpu_start, mkx_moe_gpu_free};
+static const mkx_path_ops moe_net = {MKX_PATH_MOE_NET, mkx_moe_gpu_plan,
+                                     mkx_moe_gpu_start, mkx_moe_gpu_free};
 
 static int choose(MKX_Comm c, int op, mkx_path_choice *out) {
   const char *what = op == MOE_LAYER ? ", SwiGLU and combine" : "";
   out->op = op;
-  out->ops = c->place.num_nodes > 1 ? &moe_nodes
-             : c->size > 1          ? &moe_node
-                                    : &moe_one;
-  if (c->place.num_nodes > 1)
+  char no[160] = "";
+  const int gpu = c->place.num_nodes > 1 && by_gpu(c, no, sizeof no);
+  out->ops = gpu                      ? &moe_net
+             : c->place.num_nodes > 1 ? &moe_nodes
+             : c->size > 1            ? &moe_node
+                                      : &moe_one;
+  if (gpu)
     snprintf(out->why, sizeof out->why,
-             "%d nodes: token rows by GPU stores in a node, over the "
-             "network by the host between nodes; routing, grouped expert "
+             "%d nodes: token rows by GPU stores in a node, posted by the GPU "
+             "to the network proxy between nodes; routing, grouped expert "
              "GEMMs%s on the GPU",
              c->place.num_nodes, what);
+  else if (c->place.num_nodes > 1)
+    snprintf(out->why, sizeof out->why,
+             "%d nodes: token rows by GPU stores in a node, over the "
+             "network by the host between nodes (%s); routing, grouped "
+             "expert GEMMs%s on the GPU",
+             c->place.num_nodes, no, what);
   else if (c->size > 1)
     snprintf(out->why, sizeof out->why,
              "%d ranks of one node: token rows pushed into the owners by GPU "

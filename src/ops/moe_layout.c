@@ -12,6 +12,8 @@ void mkx_moe_layout_free(mkx_moe_layout *L) {
   free(L->recv);
   free(L->seg_start);
   free(L->seg_row);
+  free(L->send_at);
+  free(L->back_at);
   memset(L, 0, sizeof *L);
 }
 
@@ -25,8 +27,10 @@ static int alloc(mkx_moe_layout *L, int P, int64_t E, int64_t ep) {
   /* at most one segment per (sender, local expert): P * ep = E */
   L->seg_start = malloc(sizeof *L->seg_start * (size_t)(E + 1));
   L->seg_row = malloc(sizeof *L->seg_row * (size_t)(E + 1));
+  L->send_at = calloc((size_t)P, sizeof *L->send_at);
+  L->back_at = calloc((size_t)P, sizeof *L->back_at);
   if (L->base && L->local && L->target && L->send && L->recv && L->seg_start &&
-      L->seg_row)
+      L->seg_row && L->send_at && L->back_at)
     return MKX_SUCCESS;
   return mkx_error(MKX_ERR_NOMEM, "MoE row layout");
 }
@@ -81,6 +85,36 @@ static void segments(mkx_moe_layout *L, int P, int me, int64_t ep,
   L->received = at;
 }
 
+/* Rows rank s sends rank d over the network. */
+static int64_t crossing(int s, int d, int64_t ep, const int64_t *counts,
+                        int64_t stride, const int *node_of) {
+  int64_t k = 0;
+  if (node_of[s] == node_of[d]) return 0;
+  for (int64_t le = 0; le < ep; le++)
+    k += counts[(int64_t)s * stride + d * ep + le];
+  return k;
+}
+
+/* send_at, back_at, max_sent and max_received (moe_layout.h). */
+static void blocks(mkx_moe_layout *L, int P, int me, int64_t ep,
+                   const int64_t *counts, int64_t stride, const int *node_of) {
+  L->max_sent = L->max_received = 0;
+  for (int q = 0; q < P; q++) {
+    int64_t sent = 0, received = 0;
+    for (int o = 0; o < P; o++) {
+      sent += crossing(q, o, ep, counts, stride, node_of);
+      received += crossing(o, q, ep, counts, stride, node_of);
+    }
+    if (sent > L->max_sent) L->max_sent = sent;
+    if (received > L->max_received) L->max_received = received;
+    if (node_of[q] == node_of[me]) continue;
+    for (int s = 0; s < me; s++)
+      L->send_at[q] += crossing(s, q, ep, counts, stride, node_of);
+    for (int o = 0; o < me; o++)
+      L->back_at[q] += crossing(q, o, ep, counts, stride, node_of);
+  }
+}
+
 int mkx_moe_layout_make(int P, int me, int64_t E, const int64_t *counts,
                         int64_t stride, const int *node_of, const int *local_of,
                         int local_size, mkx_moe_layout *L) {
@@ -98,5 +132,6 @@ int mkx_moe_layout_make(int P, int me, int64_t E, const int64_t *counts,
   L->sent = sent_at;
   L->rows = L->local[ep];
   segments(L, P, me, ep, counts, stride, node_of);
+  blocks(L, P, me, ep, counts, stride, node_of);
   return MKX_SUCCESS;
 }

@@ -39,6 +39,13 @@ typedef struct mkx_moe_layout {
   int *seg_row;   /* [nseg]: its first row among the grouped rows */
   int64_t rows;   /* rows this rank owns (local[ep]) */
   int64_t sent, received; /* rows over the network, sent and received */
+  /* Where blocks sit in the other ranks' areas, for writes into them:
+   * send_at[q], the row of q's receive area where this rank's block for q
+   * starts; back_at[q], the row of q's send area where q's block for this
+   * rank starts (both 0 for ranks of this node). */
+  int64_t *send_at, *back_at;
+  int64_t max_sent, max_received; /* the largest sent and received, over
+                                     every rank */
 } mkx_moe_layout;
 
 /* counts[q * stride + e]: rank q's rows of expert e.  node_of and local_of

@@ -21,6 +21,8 @@ static const char *const names[MKX_PATH_COUNT] = {
     [MKX_PATH_MOE] = "MoE on one rank's GPU",
     [MKX_PATH_MOE_NODE] = "MoE on one node's GPUs",
     [MKX_PATH_MOE_NODES] = "MoE on several nodes' GPUs",
+    [MKX_PATH_MOE_NET] =
+        "MoE on several nodes' GPUs, driven by the GPU (hier_moe=proxy)",
 };
 
 static atomic_long starts[MKX_PATH_COUNT];

@@ -33,6 +33,8 @@ typedef enum mkx_path {
   MKX_PATH_MOE_NODES,     /* several nodes: the same inside each node, the
                              rows between nodes over the network by the
                              host */
+  MKX_PATH_MOE_NET,       /* several nodes: the same, the rows between nodes
+                             posted by the GPU to the network proxy */
   MKX_PATH_COUNT
 } mkx_path;
 

@@ -18,7 +18,8 @@
  * With --vnode (or --vnode=G) the communicator has virtual nodes of 2 (G)
  * ranks over shm, so the calls span nodes: with --device the GPU path over
  * several nodes where the nodes are equal, rows between nodes over the
- * transport.
+ * transport (with MKX_HIER_MOE=proxy every such call drives it by the GPU,
+ * with host none does).
  *
  *   mpirun -np P ./test_moe [--seed N] [--device] [--vnode[=G]] [-v]
  */
@@ -964,11 +965,23 @@ int main(int argc, char **argv) {
 #ifdef MKX_TEST_CUDA
   if (mt.device) async_cases();
 #endif
+  const long net_starts = mkx_path_starts(MKX_PATH_MOE_NET);
   const long gpu_starts = mkx_path_starts(MKX_PATH_MOE) +
                           mkx_path_starts(MKX_PATH_MOE_NODE) +
-                          mkx_path_starts(MKX_PATH_MOE_NODES);
+                          mkx_path_starts(MKX_PATH_MOE_NODES) + net_starts;
   CHECK(gpu_starts == gpu_calls, "%ld of %ld eligible calls took the GPU path",
         gpu_starts, gpu_calls);
+  /* several nodes: the network driven by the GPU where MKX_HIER_MOE says */
+  const char *hm = getenv("MKX_HIER_MOE");
+  if (hm && !strcmp(hm, "proxy") && vnode && vnode < mt.size)
+    CHECK(net_starts == gpu_calls,
+          "%ld of %ld GPU calls drove the network by the GPU (hier_moe=proxy)",
+          net_starts, gpu_calls);
+  if (hm && !strcmp(hm, "host"))
+    CHECK(net_starts == 0,
+          "%ld calls drove the network by the GPU with "
+          "hier_moe=host",
+          net_starts);
   if (mt.rank == 0) mt_diag("cases in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");

@@ -6,7 +6,8 @@
  * segments.  Every owner must end with each of its rows exactly once, its
  * experts' rows at its offsets, and within an expert the sources in rank
  * order, each source's rows in order; sends and receives must match
- * pairwise.  Random counts (with zeros and one expert taking most rows),
+ * pairwise, and so must the positions of the blocks in the peers' areas
+ * and the largest blocks, as every rank computes them.  Random counts (with zeros and one expert taking most rows),
  * on one node, on nodes of equal size and on nodes numbered out of
  * order. */
 #include <stdint.h>
@@ -85,6 +86,10 @@ static int exchange(job *J) {
       int64_t off = 0; /* s's block for d in its send area */
       for (int q = 0; q < d; q++) off += J->L[s].send[q];
       if (J->L[s].send[d] != Ld->recv[s]) ok = 0;
+      /* where writes into the peers' areas put these blocks */
+      if (J->L[s].send[d] > 0 &&
+          (J->L[s].send_at[d] != at || Ld->back_at[s] != off))
+        ok = 0;
       for (int64_t r = 0; ok && r < Ld->recv[s]; r++)
         recv[at++] = J->sendbuf[s][off + r];
     }
@@ -99,6 +104,14 @@ static int exchange(job *J) {
     free(recv);
     if (!ok) return 0;
   }
+  int64_t most_sent = 0, most_received = 0;
+  for (int q = 0; q < J->P; q++) {
+    if (J->L[q].sent > most_sent) most_sent = J->L[q].sent;
+    if (J->L[q].received > most_received) most_received = J->L[q].received;
+  }
+  for (int q = 0; q < J->P; q++)
+    if (J->L[q].max_sent != most_sent || J->L[q].max_received != most_received)
+      return 0;
   return 1;
 }
 
