@@ -74,21 +74,15 @@ static int region_in_host(MKX_Comm c) {
 }
 
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
-  const char *w = NULL;
-  if (c->opt.hier_attn == MKX_HIER_ATTN_HOST)
-    w = "option hier_attn=host";
-  else if (c->one_queue)
-    w = "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank";
-  else if (!mkx_comm_net_gpu(c))
-    w = "no network ring mapped for the GPU";
-  else if (c->place.local_size > 1 && c->opt.hier_attn != MKX_HIER_ATTN_PROXY &&
-           !region_in_host(c))
+  const char *w = c->opt.hier_attn == MKX_HIER_ATTN_HOST
+                      ? "option hier_attn=host"
+                      : mkx_net_ring_why_not(c);
+  if (!w && c->place.local_size > 1 &&
+      c->opt.hier_attn != MKX_HIER_ATTN_PROXY && !region_in_host(c))
     w = "option hier_attn=auto takes the host on nodes of several ranks "
         "with the network region in device memory";
-  else if (c->place.local_size > 1 && !c->place.equal_nodes)
+  if (!w && c->place.local_size > 1 && !c->place.equal_nodes)
     w = "nodes of unequal sizes";
-  else if (c->size > 32 || c->place.num_nodes > MKX_TP_MAX * 4)
-    w = "driven by the GPU on at most 32 ranks";
   if (w) snprintf(why, len, "%s", w);
   return !w;
 }

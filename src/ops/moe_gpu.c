@@ -1013,15 +1013,9 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 /* Several nodes: whether the kernels drive the network (option hier_moe),
  * else why not into why. */
 static int by_gpu(MKX_Comm c, char *why, size_t len) {
-  const char *w = NULL;
-  if (c->opt.hier_moe == MKX_HIER_MOE_HOST)
-    w = "option hier_moe=host";
-  else if (c->one_queue)
-    w = "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank";
-  else if (!mkx_comm_net_gpu(c))
-    w = "no network ring mapped for the GPU";
-  else if (c->size > 32)
-    w = "driven by the GPU on at most 32 ranks";
+  const char *w = c->opt.hier_moe == MKX_HIER_MOE_HOST
+                      ? "option hier_moe=host"
+                      : mkx_net_ring_why_not(c);
   if (w && why) snprintf(why, len, "%s", w);
   return !w;
 }

@@ -11,13 +11,20 @@ _Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH + 2,
                "the device words hold the sum's chunk counts and the "
                "forward's words");
 
+const char *mkx_net_ring_why_not(MKX_Comm c) {
+  if (c->one_queue)
+    return "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank (every stream in one "
+           "hardware queue)";
+  if (!mkx_comm_net_gpu(c)) return "no network ring mapped for the GPU";
+  if (c->size > 32) return "driven by the GPU on at most 32 ranks";
+  return NULL;
+}
+
 const char *mkx_net_fits_comm(MKX_Comm c, int several) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
       c->opt.hier_gemm != MKX_HIER_GEMM_AUTO)
     return "option hier_gemm is not proxy or auto";
-  if (c->one_queue)
-    return "CUDA_DEVICE_MAX_CONNECTIONS=1 on a rank (every stream in one "
-           "hardware queue)";
+  if (c->one_queue) return mkx_net_ring_why_not(c);
   if (!several && c->place.num_nodes != c->size)
     return "driven by the GPU on nodes of one rank only";
   if (c->place.num_nodes != c->size && !c->place.equal_nodes)

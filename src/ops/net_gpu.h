@@ -31,6 +31,10 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream);
 void mkx_red_net_free(MKX_Comm c, void *plan);
 
+/* Why no kernel of this communicator can drive the network (NULL: they
+ * can): every stream of a rank in one hardware queue, no ring mapped for
+ * the GPU, more than 32 ranks (the descriptor's peer masks). */
+const char *mkx_net_ring_why_not(MKX_Comm c);
 /* Shared: why the communicator cannot take the path (NULL: it can);
  * several: the call also runs on nodes of several ranks (equal nodes, the
  * node's ranks meeting through a symmetric workspace). */
