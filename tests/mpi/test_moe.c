@@ -16,12 +16,13 @@
  * the GPU is sm_90 (counted by path).
  *
  * With --vnode (or --vnode=G) the communicator has virtual nodes of 2 (G)
- * ranks over shm, so the calls span nodes: with --device the GPU path over
+ * ranks over shm (--net tcp: over tcp), so the calls span nodes: with --device the GPU path over
  * several nodes where the nodes are equal, rows between nodes over the
  * transport (with MKX_HIER_MOE=proxy every such call drives it by the GPU,
  * with host none does).
  *
- *   mpirun -np P ./test_moe [--seed N] [--device] [--vnode[=G]] [-v]
+ *   mpirun -np P ./test_moe [--seed N] [--device] [--vnode[=G]] [--net NAME]
+ *                           [-v]
  */
 #include <math.h>
 #include <stdio.h>
@@ -38,15 +39,17 @@ enum { T_X = 1, T_IDS = 2, T_GATE = 3, T_W = 4, T_W1 = 5, T_W2 = 6, T_NT = 7 };
 
 static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
 
-/* --vnode[=G]: virtual nodes of G ranks (2 by default) over shm; 0: off. */
+/* --vnode[=G]: virtual nodes of G ranks (2 by default) over shm (--net
+ * NAME: over that transport); 0: off. */
 static int vnode;
+static const char *vnet = "shm";
 
 /* The communicator options of --vnode into info. */
 static void set_vnode(MPI_Info info) {
   char g[16];
   snprintf(g, sizeof g, "%d", vnode);
   MPI_Info_set(info, "mkx_virtual_node_size", g);
-  MPI_Info_set(info, "mkx_net", "shm");
+  MPI_Info_set(info, "mkx_net", vnet);
 }
 
 /* Calls that should have taken the GPU path (see gpu_eligible). */
@@ -939,6 +942,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--vnode")) vnode = 2;
     if (!strncmp(argv[i], "--vnode=", 8)) vnode = atoi(argv[i] + 8);
+    if (!strcmp(argv[i], "--net") && i + 1 < argc) vnet = argv[++i];
   }
   if (vnode) {
     MPI_Info_create(&info);
