@@ -204,9 +204,10 @@ typedef struct moe_plan {
   int nodes;        /* ranks of several nodes */
   int release;      /* rows released to the GEMM as they land (one node) */
   mkx_moe_net *net; /* several nodes: the pinned areas */
-  int proxy;        /* several nodes: the kernels post the rows between nodes to
-              * the network proxy (option hier_moe) */
-  int sync;         /* option moe_sync: the host waits for the routing */
+  /* several nodes: the kernels post the rows between nodes to the network
+   * proxy (option hier_moe) */
+  int proxy;
+  int sync;     /* option moe_sync: the host waits for the routing */
   int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
   int64_t tcap; /* tokens the rows are sized for */
   size_t off[W_END + 1];
@@ -568,10 +569,11 @@ static int64_t area_rows(const moe_plan *p, const mkx_moe_layout *L,
 }
 
 /* The call's areas, written from the gather on (nothing in them is still
- * in use: moe_net_reserve waits for the previous call, and a call driven
- * by the GPU ends after the proxy has sent all it posted). */
+ * in use: moe_net_reserve waits for the previous call; a call driven by
+ * the GPU ends after the proxy has sent all it posted, and the stream
+ * waits here for the last call whose kernels drove the network). */
 static int areas(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                 moe_ws *w, const mkx_moe_layout *L) {
+                 moe_ws *w, const mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const size_t mine = round256((size_t)area_rows(p, L, 0) * net_row(p, a)),
                theirs = (size_t)area_rows(p, L, 1) * net_row(p, a);
@@ -586,6 +588,7 @@ static int areas(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   /* the same length on every rank: from every rank's counts */
   MKX_TRY(mkx_comm_net_gpu_region(c, MKX_COMM_NET_GPU_HOST_REGION,
                                   mine + theirs + 16, &base, &words));
+  MKX_TRY(mkx_comm_net_gpu_after(c, st));
   w->mine = base;
   w->theirs = (char *)base + mine;
   mkx_net_desc_fill(c, p->ws, words, &w->net);
@@ -661,7 +664,6 @@ static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const uint64_t theirs = (uint64_t)(w->theirs - w->mine);
   const size_t rb[3] = {a_row(p, a), sizeof(float), 3 * sizeof(int32_t)};
   const int want[3] = {1, scale, origin};
-  MKX_TRY(mkx_comm_net_gpu_after(c, st));
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&w->net, st), fn, "network meet"));
   int64_t at = 0; /* rows before q's block in this rank's send area */
   for (int q = 0; q < c->size; q++) {
@@ -866,7 +868,7 @@ static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                      mkx_moe_place *pl) {
   const char *fn = fn_of(p->op);
   mkx_moe_rows_at at;
-  if (p->nodes) MKX_TRY(areas(c, p, a, w, L));
+  if (p->nodes) MKX_TRY(areas(c, p, a, w, L, st));
   targets(c, p, a, w, L, scale, origin, pl, &at);
   mkx_moe_release rel;
   if (p->release) {
