@@ -1,14 +1,16 @@
-/* The path choice of the three tensor-parallel calls (src/ops/tp_paths.c)
- * and of ring attention (src/ops/attn_gpu.c) on communicators described
- * by hand: every branch picks the entry it should, of the right call
- * (AllGather+GEMM's starts differ from the reductions'), and says why;
- * attention's check turns away what its engine cannot take, saying why. */
+/* The path choice of the three tensor-parallel calls (src/ops/tp_paths.c),
+ * of ring attention (src/ops/attn_gpu.c) and of the MoE calls
+ * (src/ops/moe_gpu.c) on communicators described by hand: every branch
+ * picks the entry it should, of the right call (AllGather+GEMM's starts
+ * differ from the reductions'), and says why; attention's check turns
+ * away what its engine cannot take, saying why. */
 #include <stdio.h>
 #include <string.h>
 #include "core/comm.h"
 #include "core/error.h"
 #include "ops/op.h"
 #include "ops/attn_gpu.h"
+#include "ops/moe_gpu.h"
 #include "ops/tp_host.h"
 #include "../common/check.h"
 
@@ -184,6 +186,47 @@ static void attention(void) {
         MKX_Get_last_error());
 }
 
+/* MoE: one rank, one node, several nodes; across nodes the network by
+ * the host unless hier_moe is proxy or auto and a ring is mapped for the
+ * GPU (none here: no endpoint). */
+static void moe(void) {
+  static const struct {
+    int size, nodes, hier_moe, one_queue;
+    mkx_path want;
+    const char *because;
+  } ch[] = {
+      {1, 1, MKX_HIER_MOE_AUTO, 0, MKX_PATH_MOE, "one rank"},
+      {4, 1, MKX_HIER_MOE_AUTO, 0, MKX_PATH_MOE_NODE, "4 ranks of one node"},
+      {4, 2, MKX_HIER_MOE_HOST, 0, MKX_PATH_MOE_NODES, "option hier_moe=host"},
+      {4, 2, MKX_HIER_MOE_AUTO, 0, MKX_PATH_MOE_NODES,
+       "no network ring mapped for the GPU"},
+      {2, 2, MKX_HIER_MOE_PROXY, 0, MKX_PATH_MOE_NODES,
+       "no network ring mapped for the GPU"},
+      {2, 2, MKX_HIER_MOE_PROXY, 1, MKX_PATH_MOE_NODES,
+       "CUDA_DEVICE_MAX_CONNECTIONS=1"}};
+  mkx_agreed g;
+  memset(&g, 0, sizeof g);
+  for (size_t i = 0; i < sizeof ch / sizeof ch[0]; i++)
+    for (int layer = 0; layer < 2; layer++) {
+      struct MKX_Comm_s c = comm_of(ch[i].size, ch[i].nodes, MKX_SHARE_NONE,
+                                    MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+      c.opt.hier_moe = ch[i].hier_moe;
+      c.one_queue = ch[i].one_queue;
+      mkx_path_choice out;
+      memset(&out, 0, sizeof out);
+      const int rc = layer ? mkx_moe_layer_gpu_choose(&c, NULL, &g, &out)
+                           : mkx_moe_dispatch_gpu_choose(&c, NULL, &g, &out);
+      CHECK(rc == MKX_SUCCESS && out.ops && out.ops->path == ch[i].want,
+            "MoE %s, %d ranks on %d node(s), case %zu: %s path, want %s",
+            layer ? "layer" : "dispatch", ch[i].size, ch[i].nodes, i,
+            out.ops ? mkx_path_name(out.ops->path) : "no",
+            mkx_path_name(ch[i].want));
+      CHECK(out.op == layer, "MoE: op %d, want %d", out.op, layer);
+      CHECK(strstr(out.why, ch[i].because) != NULL,
+            "MoE: reason \"%s\" names \"%s\"", out.why, ch[i].because);
+    }
+}
+
 int main(void) {
   for (int op = 0; op < 3; op++) {
     struct MKX_Comm_s own =
@@ -264,5 +307,6 @@ int main(void) {
   }
   one_kernel_bit();
   attention();
+  moe();
   return check_done("test_path_choice");
 }
