@@ -134,6 +134,12 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   if (seq) *d.last_seq = seq;
 }
 
+/* The node's ranks meet at workspace word `off` for the workspace's
+ * epoch (mkx::tp::meet). */
+__global__ void node_meet(const mkx_tp_sync s, int off, int where) {
+  mkx::tp::meet(s, off, *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH), where);
+}
+
 /* One thread per rank: rank q's word `word` up to the epoch, for every
  * peer q. */
 __global__ void net_wait(const mkx_tp_net_desc d, uint32_t word, int where) {
@@ -229,7 +235,7 @@ __device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t grou
   uint64_t seq = 0;
   for (int i = 1; i < d.net.size; ++i) {
     const int q = (d.net.rank + i) % d.net.size;
-    if (d.post_one && q != d.post_one - 1) continue;
+    if (!is_peer(d.net, q) || (d.post_one && q != d.post_one - 1)) continue;
     const int rc = mkx::proxy::post(d.net.proxy, q, d.net.region, d.net.region, off, dst, len, slot, e, &seq);
     if (seq) atomicMax(reinterpret_cast<unsigned long long *>(d.net.last_seq), (unsigned long long)seq);
     if (rc) {
@@ -294,7 +300,7 @@ __global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
       int64_t left = g;
       ok = 0, s_r0 = s_r1 = 0;
       for (int q = 0; q < d.net.size; ++q) {
-        if (q == d.net.rank) continue;
+        if (!is_peer(d.net, q)) continue;
         const int64_t b0 = d.bnd[q], b1 = d.bnd[q + 1], ng = (b1 - b0 + 7) / 8;
         if (left >= ng) {
           left -= ng;
@@ -475,6 +481,12 @@ extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_
   return launched();
 }
 
+extern "C" int mkx_tp_net_node_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st) {
+  if (!s || s->size < 1 || s->size > MKX_TP_MAX || off < 0) return MKX_GEMM_EINVAL;
+  node_meet<<<1, 32, 0, st>>>(*s, off, where);
+  return launched();
+}
+
 extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st) {
   if (!desc_ok(d) || word < 1 || word >= d->words) return MKX_GEMM_EINVAL;
   net_wait<<<1, 32, 0, st>>>(*d, word, where);
@@ -557,9 +569,9 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
   for (int q = 0; q < d->net.size; ++q) {
     if (d->bnd[q + 1] < d->bnd[q]) return MKX_GEMM_EINVAL;
     const int64_t n = d->bnd[q + 1] - d->bnd[q];
-    if (q != d->net.rank && n > 0 && d->w0 + (uint64_t)((n - 1) / d->chunk_rows) >= d->net.words)
+    if (is_peer(d->net, q) && n > 0 && d->w0 + (uint64_t)((n - 1) / d->chunk_rows) >= d->net.words)
       return MKX_GEMM_EINVAL;
-    if (q != d->net.rank) rows += (n + 7) / 8;
+    if (is_peer(d->net, q)) rows += (n + 7) / 8;
   }
   if (rows == 0) return 0;
   int64_t blocks = rows;
@@ -614,6 +626,7 @@ extern "C" int mkx_tp_net_load(void) {
                            (const void *)net_end,
                            (const void *)net_post,
                            (const void *)net_wait,
+                           (const void *)node_meet,
                            (const void *)net_sum<__nv_bfloat16, 4>,
                            (const void *)net_sum<__half, 4>,
                            (const void *)net_sum<float, 4>,

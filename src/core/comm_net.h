@@ -88,7 +88,7 @@ void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 #define MKX_COMM_NET_GPU_WORDS 33
 #define MKX_COMM_NET_GPU_REGION 2
 #define MKX_COMM_NET_GPU_HOST_REGION 3
-#define MKX_COMM_NET_GPU_DWORDS 20
+#define MKX_COMM_NET_GPU_DWORDS 36
 uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src);
 
 #if HAVE_CUDA
@@ -103,7 +103,8 @@ const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c);
  * for those kernels: [0] the calls' network epoch, [1] the last command
  * (mkx_tp_net_desc), then MKX_TP_NET_MAXCH counts, zero between calls
  * (mkx_tp_net_sum_desc.chunk_done), then the network forward's [18]
- * epoch done and [19] count (mkx_tp_net_fwd_desc). */
+ * epoch done and [19] count (mkx_tp_net_fwd_desc), then MKX_TP_NET_MAXCH
+ * counts more for a second sum running beside the first. */
 int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
                             uint64_t **words);
 /* Host and GPU never post into the ring at once: a call whose kernels

@@ -7,8 +7,9 @@
 #include "core/comm_net.h"
 #include "ops/net_gpu.h"
 
-_Static_assert(MKX_COMM_NET_GPU_DWORDS >= 2 + MKX_TP_NET_MAXCH + 2,
-               "the device words hold the sum's chunk counts and the "
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >=
+                   2 + MKX_TP_NET_MAXCH + 2 + MKX_TP_NET_MAXCH,
+               "the device words hold two sums' chunk counts and the "
                "forward's words");
 
 const char *mkx_net_ring_why_not(MKX_Comm c) {

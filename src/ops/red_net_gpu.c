@@ -40,8 +40,20 @@
  *     (word 1 + j): one write per node and chunk.
  *   - The owner sums, in node order, its node's G chunks (flags) and the
  *     N - 1 node partials that land in R (words), the same bits every run.
- * Region: S then R, N x rmax x n fp32 each.  GEMM+AllReduce on nodes of
- * several ranks is not driven by the GPU (docs/inter-node.md).
+ * Region: S then R, N x rmax x n fp32 each.
+ *
+ * GEMM+AllReduce on equal nodes of several ranks (hier_gemm=proxy): as
+ * GEMM+ReduceScatter, then every owner's rounded rows to every rank.  The
+ * owner's sum rounds into Y of the region (after S and R; M x n in C's
+ * type) and into Y of its workspace (after P), and sends each chunk to
+ * its column peers as soon as it is summed (word W_ROWS + j).  It then
+ * takes its column peers' rows, as they land in the region's Y, into its
+ * workspace's Y, so that rank (n, g)'s workspace holds the rows of every
+ * owner (m, g).  The node's ranks meet; each then copies every owner's
+ * rows from the workspace of the node rank of its local index into C
+ * (the copy engines, over NVLink).  Each rounded row crosses to each
+ * other node once.  Words: the node sums count their chunks at words
+ * [2, 18), the owner's sum at [20, 36), since they run at once.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +80,9 @@ typedef struct rn_plan {
   int64_t M, n, rmax, chunk_rows;
   int64_t bnd[MKX_TP_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
   size_t off_r, off_y, es_c;
-  int node; /* nodes of several ranks */
+  int node;    /* nodes of several ranks */
+  size_t ws_y; /* nodes of several ranks, GEMM+AllReduce: Y in the
+                  workspace, after P */
 } rn_plan;
 
 static const char *fn_of(int op) {
@@ -86,11 +100,12 @@ int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
   const mkx_gemm_red_args *a = args;
   const int several = c->place.num_nodes != c->size;
   const char *w = NULL;
-  if (several && op == MKX_TP_OP_AR)
-    w = "GEMM+AllReduce: driven by the GPU on nodes of one rank only";
-  else if (several && c->opt.hier_gemm == MKX_HIER_GEMM_AUTO)
-    w = "GEMM+ReduceScatter: hier_gemm=auto drives it by the GPU on nodes of "
-        "one rank only (proxy also on equal nodes of several)";
+  if (several && c->opt.hier_gemm == MKX_HIER_GEMM_AUTO)
+    w = op == MKX_TP_OP_AR
+            ? "GEMM+AllReduce: hier_gemm=auto drives it by the GPU on nodes "
+              "of one rank only (proxy also on equal nodes of several)"
+            : "GEMM+ReduceScatter: hier_gemm=auto drives it by the GPU on "
+              "nodes of one rank only (proxy also on equal nodes of several)";
   if (!w) w = mkx_net_fits_comm(c, 1);
   mkx_gemm_desc d;
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
@@ -136,9 +151,13 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
   const size_t bytes =
       p->off_y +
       (op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0);
-  /* nodes of several ranks: P and the chunks' flags in the workspace */
+  /* nodes of several ranks: P (GEMM+AllReduce: and Y) and the chunks'
+   * flags in the workspace */
+  p->ws_y = (size_t)p->M * row;
+  const size_t y =
+      op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0;
   const mkx_tp_need ws = {1, p->node ? (int64_t)c->size * CHUNKS : 1,
-                          p->node ? (size_t)p->M * row : 0, 0};
+                          p->node ? p->ws_y + y : 0, 0};
   int rc = mkx_net_plan_init(c, bytes, &ws, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -360,7 +379,63 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p,
   d.out = a->C;
   d.ldc = a->ldc;
   d.max_blocks = sum_blocks(c);
+  if (p->op == MKX_TP_OP_AR) {
+    /* into the region's Y, each chunk to the column peers once summed,
+     * and into the workspace's Y for the node's ranks */
+    const size_t yrow = (size_t)p->n * p->es_c;
+    d.post_off = p->off_y + (size_t)p->bnd[c->rank] * yrow;
+    d.post_row_bytes = (int64_t)yrow;
+    d.post_w0 = W_ROWS;
+    d.chunk_done = p->np.words + 2 + MKX_TP_NET_MAXCH + 2;
+    d.out = p->np.region + d.post_off;
+    d.ldc = p->n;
+    d.out2 = mkx_tp_ws_data(p->np.ws, c->place.local_rank) + p->ws_y +
+             (size_t)p->bnd[c->rank] * yrow;
+    d.ldc2 = p->n;
+  }
   return mkx_tp_launch_rc(mkx_tp_net_sum(&d, st), fn_of(p->op), "sum");
+}
+
+/* GEMM+AllReduce on nodes of several ranks, after this rank's sum: its
+ * column peers' rows into its workspace's Y as they land, the node's
+ * ranks meet, and every owner's rows into C from the workspace of the
+ * node rank of the owner's local index. */
+static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+                     const mkx_tp_net_desc *n, cudaStream_t st) {
+  const char *fn = fn_of(p->op);
+  const size_t yrow = (size_t)p->n * p->es_c;
+  mkx_tp_net_take_desc t;
+  memset(&t, 0, sizeof t);
+  t.net = *n; /* peers: the column */
+  for (int q = 0; q <= c->size; q++) t.bnd[q] = p->bnd[q];
+  t.chunk_rows = p->chunk_rows;
+  t.w0 = W_ROWS;
+  t.row_bytes = (int64_t)yrow;
+  t.src = p->np.region + p->off_y;
+  t.ld_src = t.row_bytes;
+  t.dst = mkx_tp_ws_data(p->np.ws, c->place.local_rank) + p->ws_y;
+  t.ld_dst = t.row_bytes;
+  t.max_blocks = sum_blocks(c);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_take(&t, st), fn,
+                           "rows of the column's owners"));
+  mkx_tp_sync sync;
+  mkx_tp_sync_fill(c, p->np.ws, 0, &sync);
+  MKX_TRY(mkx_tp_launch_rc(
+      mkx_tp_net_node_meet(&sync, MKX_TP_OFF_DONE, MKX_TP_AT_AR_DONE, st), fn,
+      "meeting of the node's ranks"));
+  for (int q = 0; q < c->size; q++) {
+    const int64_t rows = p->bnd[q + 1] - p->bnd[q];
+    if (rows == 0) continue;
+    const char *src = mkx_tp_ws_data(p->np.ws, c->place.local_rank_of[q]) +
+                      p->ws_y + (size_t)p->bnd[q] * yrow;
+    MKX_TRY(mkx_cuda_rc(
+        cudaMemcpy2DAsync(
+            (char *)a->C + (size_t)p->bnd[q] * (size_t)a->ldc * p->es_c,
+            (size_t)a->ldc * p->es_c, src, yrow, yrow, (size_t)rows,
+            cudaMemcpyDeviceToDevice, st),
+        fn, "copy of an owner's rows into C"));
+  }
+  return MKX_SUCCESS;
 }
 
 /* The owners node by node from the next node on, each in local order,
@@ -385,6 +460,7 @@ static int node_start(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
     MKX_TRY(node_sum(c, p, n, b, p->np.ws->side[G]));
   }
   MKX_TRY(node_own_sum(c, p, a, n, st));
+  if (p->op == MKX_TP_OP_AR) MKX_TRY(node_rows(c, p, a, n, st));
   /* the node sums wait on the node's flags and the proxy's ring only */
   return mkx_net_join(p->np.ws, G, st, fn);
 }

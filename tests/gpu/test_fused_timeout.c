@@ -31,10 +31,10 @@
  * network, then a plain start follows, and a plan that would grow the
  * network region the graph holds is refused with MKX_ERR_UNSUPPORTED on
  * every rank.  With --vnode G as well (G > 1: virtual nodes of G ranks)
- * AllGather+GEMM and GEMM+ReduceScatter run (GEMM+AllReduce on such nodes
- * is driven by the host), and a missing rank may be reported by each rank
- * as what it waited for (the node's barrier, a column peer's arrival, a
- * forwarded chunk, a node rank's partial: the chain starts at the missing
+ * the three calls run on such nodes, and a missing rank may be reported by
+ * each rank as what it waited for (the node's barrier, a column peer's
+ * arrival, a forwarded chunk, a node rank's partial, the node's meeting
+ * before the rounded rows: the chain starts at the missing
  * rank but a rank may name the link next to it), so each must fail within
  * the bound naming a rank.
  *
@@ -496,7 +496,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[i], "--net")) net = argv[i + 1];
     if (!strcmp(argv[i], "--vnode")) vnode = argv[i + 1];
   }
-  const int ops = net && atoi(vnode) > 1 ? 2 : 3;
+  const int ops = 3;
   int skip = mt_gpu_count() == 0;
   MPI_Allreduce(MPI_IN_PLACE, &skip, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   const int G = atoi(vnode) > 0 ? atoi(vnode) : 1;
