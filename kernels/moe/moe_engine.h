@@ -211,11 +211,6 @@ int mkx_moe_combine_run(const mkx_moe_place *pl, const mkx_moe_outs_at *y, const
 int mkx_moe_rows_move_run(void *stage, int64_t ld_stage, void *rows, int64_t ld_rows, int64_t row_bytes,
                           const int *seg_start, const int *seg_row, int nseg, int64_t total, int to_rows,
                           cudaStream_t s);
-/* Several ranks of a node: all meet at workspace byte offset off (an int
- * per rank, MKX_TP_OFF_* of tp.h) for the call's epoch, so the stream's
- * earlier writes into peers are visible to every rank after it; a bounded
- * wait that runs out reports `where` (MKX_TP_AT_*) in the error word. */
-int mkx_moe_meet_run(const struct mkx_tp_sync *s, int off, int where, cudaStream_t st);
 /* gate: device or NULL; nothing written where it is MKX_MOE_GATE_BAD. */
 int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_rows, const int *gate, cudaStream_t s);
 
@@ -247,7 +242,7 @@ int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int exp
  * (MKX_MOE_REC_HEAD + experts) ints, then experts + 1 ints of scratch):
  * first bad slot (or MKX_MOE_NO_BAD_SLOT), its id, y_rows (clamped below
  * 2^31; -1: no limit), 0.  `own` is the route of this rank's slots over
- * every expert.  Then all ranks meet (mkx_moe_meet_run), and settle reads
+ * every expert.  Then all ranks meet (mkx_tp_meet), and settle reads
  * every record here and writes this rank's local expert offsets
  * (experts / ranks + 1), the row bases of its own slots on their owners
  * (base, mkx_moe_place), the gate and, first bad rank or truncated rank

@@ -275,14 +275,6 @@ __global__ void combine_rows(const mkx_moe_place pl, mkx_moe_outs_at y, const in
   }
 }
 
-/* Every rank of the node meets at `off` for this call's epoch: the
- * stream's earlier kernels (the rows pushed into the owners' workspaces,
- * or the owners' expert outputs) are visible to every peer after it. */
-__global__ void meet_kernel(mkx_tp_sync s, int off, int where) {
-  const int epoch = *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH);
-  mkx::tp::meet(s, off, epoch, where);
-}
-
 __global__ void expert_counts(const int *offsets, int local, int64_t *expert_rows, const int *gate) {
   if (gate && *gate == MKX_MOE_GATE_BAD) return;
   for (int le = threadIdx.x; le < local; le += blockDim.x) expert_rows[le] = offsets[le + 1] - offsets[le];
@@ -529,12 +521,6 @@ extern "C" int mkx_moe_rows_move_run(void *stage, int64_t ld_stage, void *rows, 
   const int per_block = 8;  // warps
   rows_move<<<(unsigned)((total + per_block - 1) / per_block), 32 * per_block, 0, s>>>(
       (uint8_t *)stage, ld_stage, (uint8_t *)rows, ld_rows, row_bytes, seg_start, seg_row, nseg, total, to_rows);
-  return launched();
-}
-
-extern "C" int mkx_moe_meet_run(const mkx_tp_sync *s, int off, int where, cudaStream_t st) {
-  if (!s || s->size < 1 || s->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
-  meet_kernel<<<1, 32, 0, st>>>(*s, off, where);
   return launched();
 }
 

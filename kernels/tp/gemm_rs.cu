@@ -513,6 +513,11 @@ __global__ void tp_ar_wait_kernel(mkx_tp_sync s, int late) {
   mkx::tp::peer_gave_up(s);
 }
 
+/* The node's ranks meet at `off` for this call's epoch (mkx_tp_meet). */
+__global__ void tp_meet_kernel(mkx_tp_sync s, int off, int where) {
+  mkx::tp::meet(s, off, *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH), where);
+}
+
 int last_error() {
   cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
@@ -523,6 +528,12 @@ int last_error() {
 extern "C" int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st) {
   if (!s || s->size < 1 || s->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
   tp_prologue_kernel<<<1, 32, 0, st>>>(*s);
+  return last_error();
+}
+
+extern "C" int mkx_tp_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st) {
+  if (!s || s->size < 1 || s->size > MKX_TP_MAX || off < 0) return MKX_GEMM_EINVAL;
+  tp_meet_kernel<<<1, 32, 0, st>>>(*s, off, where);
   return last_error();
 }
 

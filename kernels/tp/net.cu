@@ -134,12 +134,6 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   if (seq) *d.last_seq = seq;
 }
 
-/* The node's ranks meet at workspace word `off` for the workspace's
- * epoch (mkx::tp::meet). */
-__global__ void node_meet(const mkx_tp_sync s, int off, int where) {
-  mkx::tp::meet(s, off, *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH), where);
-}
-
 /* One thread per rank: rank q's word `word` up to the epoch, for every
  * peer q. */
 __global__ void net_wait(const mkx_tp_net_desc d, uint32_t word, int where) {
@@ -481,12 +475,6 @@ extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_
   return launched();
 }
 
-extern "C" int mkx_tp_net_node_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st) {
-  if (!s || s->size < 1 || s->size > MKX_TP_MAX || off < 0) return MKX_GEMM_EINVAL;
-  node_meet<<<1, 32, 0, st>>>(*s, off, where);
-  return launched();
-}
-
 extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st) {
   if (!desc_ok(d) || word < 1 || word >= d->words) return MKX_GEMM_EINVAL;
   net_wait<<<1, 32, 0, st>>>(*d, word, where);
@@ -626,7 +614,6 @@ extern "C" int mkx_tp_net_load(void) {
                            (const void *)net_end,
                            (const void *)net_post,
                            (const void *)net_wait,
-                           (const void *)node_meet,
                            (const void *)net_sum<__nv_bfloat16, 4>,
                            (const void *)net_sum<__half, 4>,
                            (const void *)net_sum<float, 4>,

@@ -126,6 +126,11 @@ typedef struct mkx_tp_sync {
  * at this epoch: then each peer has finished its previous call, so its
  * buffers may be written.  <<<1, 32>>> on the user's stream. */
 int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st);
+/* The node's ranks meet (<<<1, 32>>>): each arrives at word `off` of every
+ * node rank's workspace with the workspace's epoch, then waits (bounded,
+ * `where` on a timeout) for all; the stream's earlier work is visible to
+ * the node's ranks after it. */
+int mkx_tp_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st);
 /* Load the prologue's kernel, launching nothing (lazy loading: see
  * mkx_tp_net_load). */
 int mkx_tp_prologue_load(void);
@@ -234,11 +239,6 @@ int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64
  *   q has reached the call's epoch (bounded; a wait that runs out is
  *   recorded at `where`, MKX_TP_AT_*, naming q). */
 int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st);
-/* The node's ranks meet (<<<1, 32>>>, mkx_tp_sync): each arrives at word
- * `off` of every node rank's workspace with the workspace's epoch, then
- * waits (bounded, `where` on a timeout) for all; the stream's earlier
- * work is visible to the node's ranks after it. */
-int mkx_tp_net_node_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st);
 
 /* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
  * part[r] row i (fp32, n wide, leading dimension ld_part), rows [0, rows)
@@ -247,8 +247,8 @@ int mkx_tp_net_node_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t 
  * to reach the epoch.  out: c_type (MKX_GEMM_*), leading dimension ldc.
  * With post_w0 != 0 (GEMM+AllReduce) out lies in the region at offset
  * post_off, rows post_row_bytes apart, and as soon as chunk j of out is
- * summed it goes to every peer (net.peers) at the same offset, setting the peer's
- * word slot0 + rank * words + post_w0 + j to the epoch; chunk_done: at
+ * summed it goes to every peer (net.peers) at the same offset, setting
+ * the peer's word slot0 + rank * words + post_w0 + j to the epoch; chunk_done: at
  * least MKX_TP_NET_MAXCH device words, zero before the kernel and after
  * it (the blocks count their groups of each chunk there).
  * Nodes of several ranks name their sources instead (nsrc > 0, at most

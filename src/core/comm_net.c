@@ -709,6 +709,11 @@ static int gpu_buffer(mkx_comm_net *cn, gpu_region *g, int host, size_t len,
   return mkx_net_reg(cn->net, &a, mr);
 }
 
+int mkx_comm_net_gpu_in_host(MKX_Comm c, uint32_t index) {
+  return index == MKX_COMM_NET_GPU_HOST_REGION ||
+         c->opt.net_gpu_region == MKX_NET_REGION_HOST;
+}
+
 int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
                             uint64_t **words) {
   mkx_comm_net *cn = c->net;
@@ -738,10 +743,9 @@ int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
   MKX_TRY(setup_regions(c, cn));
   if (g->mr.base) mkx_net_dereg(cn->net, &g->mr);
   memset(&g->mr, 0, sizeof g->mr);
-  const int host = index == MKX_COMM_NET_GPU_HOST_REGION ||
-                   c->opt.net_gpu_region == MKX_NET_REGION_HOST;
   mkx_net_mr mr;
-  int rc = gpu_buffer(cn, g, host, (len + 4095) & ~(size_t)4095, &mr);
+  int rc = gpu_buffer(cn, g, mkx_comm_net_gpu_in_host(c, index),
+                      (len + 4095) & ~(size_t)4095, &mr);
   if (rc == MKX_SUCCESS) g->mr = mr;
   MKX_TRY(mkx_comm_agree_rc(c, rc, "registration of a network region"));
   MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, g->keys));

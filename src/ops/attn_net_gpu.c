@@ -68,17 +68,13 @@ static uint32_t region_index(MKX_Comm c) {
              : MKX_COMM_NET_GPU_REGION;
 }
 
-static int region_in_host(MKX_Comm c) {
-  return region_index(c) == MKX_COMM_NET_GPU_HOST_REGION ||
-         c->opt.net_gpu_region == MKX_NET_REGION_HOST;
-}
-
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
   const char *w = c->opt.hier_attn == MKX_HIER_ATTN_HOST
                       ? "option hier_attn=host"
                       : mkx_net_ring_why_not(c);
   if (!w && c->place.local_size > 1 &&
-      c->opt.hier_attn != MKX_HIER_ATTN_PROXY && !region_in_host(c))
+      c->opt.hier_attn != MKX_HIER_ATTN_PROXY &&
+      !mkx_comm_net_gpu_in_host(c, region_index(c)))
     w = "option hier_attn=auto takes the host on nodes of several ranks "
         "with the network region in device memory";
   if (!w && c->place.local_size > 1 && !c->place.equal_nodes)

@@ -757,7 +757,7 @@ static int meet(MKX_Comm c, const moe_plan *p, int off, int where,
                 cudaStream_t st, const char *fn) {
   mkx_tp_sync sync;
   mkx_tp_sync_fill(c, p->ws, 1, &sync);
-  return mkx_tp_launch_rc(mkx_moe_meet_run(&sync, off, where, st), fn,
+  return mkx_tp_launch_rc(mkx_tp_meet(&sync, off, where, st), fn,
                           "meeting of the ranks");
 }
 
@@ -1099,12 +1099,13 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
   int rc = p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
                               : dispatch(c, p, a, &w, &L, st);
   mkx_moe_layout_free(&L);
-  if (rc == MKX_SUCCESS && p->proxy && w.mine) /* the proxy done with them */
+  if (rc == MKX_SUCCESS && p->proxy && w.mine) {
+    /* the proxy done with the areas */
     rc = mkx_tp_launch_rc(mkx_tp_net_end(&w.net, st), fn, "network drain");
-  if (rc == MKX_SUCCESS && p->proxy && w.mine)
-    rc = mkx_comm_net_gpu_mark(c, stream);
-  else if (rc == MKX_SUCCESS && p->nodes)
+    if (rc == MKX_SUCCESS) rc = mkx_comm_net_gpu_mark(c, stream);
+  } else if (rc == MKX_SUCCESS && p->nodes) {
     rc = mkx_moe_net_mark(p->net, st, fn);
+  }
   MKX_TRY(rc);
   return mkx_tp_end(p->ws, stream);
 }

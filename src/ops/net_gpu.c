@@ -7,8 +7,7 @@
 #include "core/comm_net.h"
 #include "ops/net_gpu.h"
 
-_Static_assert(MKX_COMM_NET_GPU_DWORDS >=
-                   2 + MKX_TP_NET_MAXCH + 2 + MKX_TP_NET_MAXCH,
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >= MKX_NET_WORD_SUM2 + MKX_TP_NET_MAXCH,
                "the device words hold two sums' chunk counts and the "
                "forward's words");
 
@@ -99,10 +98,6 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   return MKX_SUCCESS;
 }
 
-/* The forward's device words (mkx_comm_net_gpu_region) */
-#define FWD_DONE (2 + MKX_TP_NET_MAXCH)
-#define FWD_COUNT (FWD_DONE + 1)
-
 unsigned mkx_net_column_peers(MKX_Comm c) {
   unsigned m = 0;
   for (int q = 0; q < c->size; q++)
@@ -144,7 +139,7 @@ int mkx_net_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
 int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
                       uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
                       const char *fn) {
-  n->fwd_done = words + FWD_DONE;
+  n->fwd_done = words + MKX_NET_WORD_FWD_DONE;
   f->net = *n;
   f->ndst = c->place.local_size;
   for (int i = 0; i < f->ndst; i++) {
@@ -152,7 +147,7 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
     f->flags[i] = mkx_tp_ws_flags(ws, i);
   }
   f->flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
-  f->count = (unsigned *)(words + FWD_COUNT);
+  f->count = (unsigned *)(words + MKX_NET_WORD_FWD_COUNT);
   f->max_blocks = mkx_net_fwd_ctas(c);
   MKX_TRY(mkx_net_fork(ws, side, st, fn));
   return mkx_tp_launch_rc(mkx_tp_net_fwd(f, ws->side[side]), fn,

@@ -31,6 +31,15 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream);
 void mkx_red_net_free(MKX_Comm c, void *plan);
 
+/* The communicator's device words of these kernels
+ * (mkx_comm_net_gpu_region): [0] the epoch, [1] the last command, then a
+ * sum's chunk counts, the forward's epoch done and count, and the chunk
+ * counts of a second sum running beside the first. */
+#define MKX_NET_WORD_SUM 2
+#define MKX_NET_WORD_FWD_DONE (MKX_NET_WORD_SUM + MKX_TP_NET_MAXCH)
+#define MKX_NET_WORD_FWD_COUNT (MKX_NET_WORD_FWD_DONE + 1)
+#define MKX_NET_WORD_SUM2 (MKX_NET_WORD_FWD_COUNT + 1)
+
 /* Why no kernel of this communicator can drive the network (NULL: they
  * can): every stream of a rank in one hardware queue, no ring mapped for
  * the GPU, more than 32 ranks (the descriptor's peer masks). */

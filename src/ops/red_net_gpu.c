@@ -268,7 +268,7 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
     s.post_off = p->off_y + (size_t)p->bnd[me] * (size_t)p->n * p->es_c;
     s.post_row_bytes = p->n * (int64_t)p->es_c;
     s.post_w0 = W_ROWS;
-    s.chunk_done = p->np.words + 2;
+    s.chunk_done = p->np.words + MKX_NET_WORD_SUM;
     s.out = p->np.region + s.post_off;
     s.ldc = p->n;
     /* and C's own rows at once */
@@ -350,7 +350,7 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
   d.post_row_bytes = (int64_t)row;
   d.post_one = q + 1;
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
-  d.chunk_done = p->np.words + 2;
+  d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
   d.max_blocks = mkx_net_fwd_ctas(c);
   return mkx_tp_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
 }
@@ -386,7 +386,7 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p,
     d.post_off = p->off_y + (size_t)p->bnd[c->rank] * yrow;
     d.post_row_bytes = (int64_t)yrow;
     d.post_w0 = W_ROWS;
-    d.chunk_done = p->np.words + 2 + MKX_TP_NET_MAXCH + 2;
+    d.chunk_done = p->np.words + MKX_NET_WORD_SUM2;
     d.out = p->np.region + d.post_off;
     d.ldc = p->n;
     d.out2 = mkx_tp_ws_data(p->np.ws, c->place.local_rank) + p->ws_y +
@@ -421,7 +421,7 @@ static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   mkx_tp_sync sync;
   mkx_tp_sync_fill(c, p->np.ws, 0, &sync);
   MKX_TRY(mkx_tp_launch_rc(
-      mkx_tp_net_node_meet(&sync, MKX_TP_OFF_DONE, MKX_TP_AT_AR_DONE, st), fn,
+      mkx_tp_meet(&sync, MKX_TP_OFF_DONE, MKX_TP_AT_AR_DONE, st), fn,
       "meeting of the node's ranks"));
   for (int q = 0; q < c->size; q++) {
     const int64_t rows = p->bnd[q + 1] - p->bnd[q];
