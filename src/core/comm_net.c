@@ -662,10 +662,14 @@ int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
 /* A first write into every peer's new region, by the host while no kernel
  * waits: what a transport sets up on a region's first write (shm maps the
  * peer's memory through CUDA IPC) may wait for the device, which would
- * deadlock behind a kernel that waits for this very write.  The sender
- * knows when it has sent, not when the peer has landed it (over tcp, a
- * thread of the peer's copies it later), so it goes to the region's tail,
- * past what calls use, and sets a word no kernel waits on. */
+ * deadlock behind a kernel that waits for this very write.  It goes to the
+ * region's tail, past what calls use, and sets a word no kernel waits on.
+ * The sender knows when it has sent, not when the peer has landed it:
+ * over tcp (and efa) a thread of the peer's copies it into device memory
+ * later, and a copy made once the call's kernels are queued can wait in
+ * a hardware queue behind a launch that waits for a kernel that waits for
+ * the network.  So each rank also waits until every peer's first write
+ * has landed here (warm_landed) before any kernel is launched. */
 static int warm_up(MKX_Comm c, mkx_comm_net *cn, uint32_t index) {
   mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
   const size_t len = WARM_BYTES, tail = region_at(cn, index)->cap;
@@ -686,6 +690,34 @@ static int warm_up(MKX_Comm c, mkx_comm_net *cn, uint32_t index) {
     cn->warm_bytes += len;
   }
   return seq ? mkx_proxy_wait(ring, seq, c->opt.timeout_ms) : MKX_SUCCESS;
+}
+
+static int warm_landed(MKX_Comm c, mkx_comm_net *cn) {
+  const int bits = mkx_net_signal_bits(cn->net);
+  const uint64_t mask = bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits) - 1;
+  const int64_t deadline = mkx_net_now_ms() + c->opt.timeout_ms;
+  mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
+  for (int q = 0; q < c->size; q++)
+    for (long spins = 0;
+         q != c->rank &&
+         (mkx_net_signal(cn->net, warm_slot(c, q)) & mask) !=
+             (cn->warmed & mask);
+         spins++) {
+      const int err = atomic_load(&ring->error);
+      if (err != MKX_SUCCESS)
+        return mkx_error(err,
+                         "network region: the proxy stopped (%s) before rank "
+                         "%d's first write landed",
+                         MKX_Error_string(err), q);
+      if (mkx_net_now_ms() > deadline)
+        return mkx_error(MKX_ERR_TIMEOUT,
+                         "network region: rank %d's first write into this "
+                         "rank's new region did not land within %lld ms "
+                         "(option timeout_ms)",
+                         q, (long long)c->opt.timeout_ms);
+      backoff(spins);
+    }
+  return MKX_SUCCESS;
 }
 
 /* A buffer of `len` bytes for the kernels, registered on this rank: GPU
@@ -750,8 +782,9 @@ int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
   MKX_TRY(mkx_comm_agree_rc(c, rc, "registration of a network region"));
   MKX_TRY(mkx_net_exchange_keys(cn->net, &c->oob, &mr, g->keys));
   MKX_TRY(mkx_proxy_set_region(cn->proxy, index, &mr, g->keys));
-  MKX_TRY(mkx_comm_agree_rc(c, warm_up(c, cn, index),
-                            "first writes to the region"));
+  rc = warm_up(c, cn, index);
+  if (rc == MKX_SUCCESS) rc = warm_landed(c, cn);
+  MKX_TRY(mkx_comm_agree_rc(c, rc, "first writes to the region"));
   *base = g->buf;
   return MKX_SUCCESS;
 }
