@@ -697,11 +697,10 @@ static int warm_landed(MKX_Comm c, mkx_comm_net *cn) {
   const uint64_t mask = bits >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << bits) - 1;
   const int64_t deadline = mkx_net_now_ms() + c->opt.timeout_ms;
   mkx_proxy_ring *ring = mkx_proxy_ring_of(cn->proxy);
-  for (int q = 0; q < c->size; q++)
-    for (long spins = 0;
-         q != c->rank &&
-         (mkx_net_signal(cn->net, warm_slot(c, q)) & mask) !=
-             (cn->warmed & mask);
+  for (int q = 0; q < c->size; q++) {
+    if (q == c->rank) continue;
+    for (long spins = 0; (mkx_net_signal(cn->net, warm_slot(c, q)) & mask) !=
+                         (cn->warmed & mask);
          spins++) {
       const int err = atomic_load(&ring->error);
       if (err != MKX_SUCCESS)
@@ -717,6 +716,7 @@ static int warm_landed(MKX_Comm c, mkx_comm_net *cn) {
                          q, (long long)c->opt.timeout_ms);
       backoff(spins);
     }
+  }
   return MKX_SUCCESS;
 }
 
