@@ -665,7 +665,7 @@ int mkx_comm_net_gpu_mark(MKX_Comm c, MKX_Stream st) {
  * deadlock behind a kernel that waits for this very write.  It goes to the
  * region's tail, past what calls use, and sets a word no kernel waits on.
  * The sender knows when it has sent, not when the peer has landed it:
- * over tcp (and efa) a thread of the peer's copies it into device memory
+ * over tcp a thread of the peer's copies it into device memory
  * later, and a copy made once the call's kernels are queued can wait in
  * a hardware queue behind a launch that waits for a kernel that waits for
  * the network.  So each rank also waits until every peer's first write
