@@ -116,10 +116,19 @@ int mkx_net_fwd_ctas(MKX_Comm c) {
   return f < 1 ? 1 : f > 8 ? 8 : f;
 }
 
-int mkx_net_fwd_leave(MKX_Comm c) {
-  const int left = rank_ctas(c) - mkx_net_fwd_ctas(c);
+static int leave(MKX_Comm c, int taken) {
+  const int left = rank_ctas(c) - taken;
   return left > 1 ? left : 1;
 }
+
+int mkx_net_fwd_leave(MKX_Comm c) { return leave(c, mkx_net_fwd_ctas(c)); }
+
+int mkx_net_sum_ctas(MKX_Comm c) {
+  const int f = rank_ctas(c) / 4;
+  return f < 1 ? 1 : f > 8 ? 8 : f;
+}
+
+int mkx_net_sum_leave(MKX_Comm c) { return leave(c, mkx_net_sum_ctas(c)); }
 
 int mkx_net_fork(const mkx_tp_ws *ws, int side, cudaStream_t st,
                  const char *fn) {

@@ -95,6 +95,14 @@ int mkx_net_fwd_ctas(MKX_Comm c);
  * once (a kernel that waits for flags the forward sets, holding every SM
  * the forward could have, would wait out its bound). */
 int mkx_net_fwd_leave(MKX_Comm c);
+/* The node sums of GEMM+ReduceScatter and GEMM+AllReduce on nodes of
+ * several ranks (each reads the node's G partials of an owner's rows and
+ * writes their sum: G + 1 times the bytes the forward moves once): a
+ * quarter of the rank's CTAs, 1-8, since the forward's sixteenth leaves
+ * a rank of 4 sharing a GPU one CTA of memory bandwidth for them.  The
+ * chunk GEMMs beside them take the rest (mkx_net_sum_leave). */
+int mkx_net_sum_ctas(MKX_Comm c);
+int mkx_net_sum_leave(MKX_Comm c);
 /* The forward of a call whose kernels' descriptor is *n (words: the
  * region's device words), into the node ranks' data and flags of ws, on
  * ws's side stream `side` forked from st: the caller sets f's kind, src

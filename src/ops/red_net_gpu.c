@@ -34,7 +34,7 @@
  *     local order, the same order on every rank of the node.
  *   - For owner (b, g) of another node this rank is its node's column
  *     rank: a sum kernel on a side stream (mkx_tp_net_sum with named
- *     sources; the forward's few CTAs, which the GEMMs leave free) waits
+ *     sources; mkx_net_sum_ctas CTAs, which the GEMMs leave free) waits
  *     for chunk j's flag of every node rank, adds their chunks in local
  *     order into S[b] of the region and posts it to the owner's R[n]
  *     (word 1 + j): one write per node and chunk.
@@ -207,7 +207,7 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   d->a = (const char *)a->A +
          (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
   /* nodes of several ranks: the node sums beside it keep their CTAs */
-  d->num_ctas = p->node ? mkx_net_fwd_leave(c) : c->share.ctas;
+  d->num_ctas = p->node ? mkx_net_sum_leave(c) : c->share.ctas;
   if (r0p) *r0p = r0, *r1p = r1;
 }
 
@@ -351,7 +351,7 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
   d.post_one = q + 1;
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
-  d.max_blocks = mkx_net_fwd_ctas(c);
+  d.max_blocks = mkx_net_sum_ctas(c);
   return mkx_tp_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
 }
 
