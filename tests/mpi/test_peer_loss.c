@@ -7,15 +7,18 @@
  * line, so a hang or a crash anywhere fails it.
  *
  * With --device (a GPU per rank or shared; skipped without one) the ranks
- * are virtual nodes of one rank over shm and the call is a persistent
- * AllGather+GEMM plan driven by the GPU (option hier_gemm=proxy): every
- * rank makes one start that must succeed, then the last rank dies, and
- * every survivor's next start (no host collective: the GPU finds the loss,
- * through the proxy) fails on the GPU within the bound, reported by the
+ * are virtual nodes over shm (of one rank, or of G with --vnode G) and the
+ * call is a persistent plan driven by the GPU (option hier_gemm=proxy) of
+ * AllGather+GEMM, or with --op rs / --op ar GEMM+ReduceScatter or
+ * GEMM+AllReduce: every rank makes one start that must succeed, then the
+ * last rank dies, and every survivor's next start (no host collective:
+ * the GPU finds the loss, through the proxy, or a node rank's flag that
+ * never rises) fails on the GPU within the bound, reported by the
  * asynchronous error query, and the stream comes back.
  */
 #include <mpi.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "../common/check.h"
@@ -26,12 +29,12 @@
 
 #define N 8
 
-static MKX_Comm make_comm(int device) {
+static MKX_Comm make_comm(int device, const char *vnode) {
   MPI_Info info;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_timeout_ms", "2000");
   if (device) {
-    MPI_Info_set(info, "mkx_virtual_node_size", "1");
+    MPI_Info_set(info, "mkx_virtual_node_size", vnode);
     MPI_Info_set(info, "mkx_net", "shm");
     MPI_Info_set(info, "mkx_hier_gemm", "proxy");
   }
@@ -70,24 +73,39 @@ static int cuda_ok(cudaError_t e, const char *what) {
   return CHECK(e == cudaSuccess, "%s: %s", what, cudaGetErrorString(e));
 }
 
+/* The persistent plan of `op` (ag, rs, ar) on DM x DM blocks of A per
+ * rank, C large enough for every op. */
+static int device_plan(const char *op, MKX_Comm c, int size, void *A, void *B,
+                       void *C, MKX_Request *r) {
+  const int64_t M = (int64_t)size * DM;
+  if (!strcmp(op, "rs"))
+    return MKX_Gemm_reduce_scatter_init(A, M, DM, DM, B, DM, DM, MKX_NO_TRANS,
+                                        C, DM, MKX_BF16, MKX_FP32,
+                                        MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+  if (!strcmp(op, "ar"))
+    return MKX_Gemm_allreduce_init(A, M, DM, DM, B, DM, DM, MKX_NO_TRANS, C, DM,
+                                   MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
+                                   MPI_INFO_NULL, r);
+  return MKX_Allgather_gemm_init(A, DM, DM, DM, B, DM, DM, MKX_NO_TRANS, C, DM,
+                                 NULL, 0, MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
+                                 MPI_INFO_NULL, r);
+}
+
 /* The GPU-driven plan: one good start by all, then the last rank dies and
  * the survivors' start fails on the GPU. */
-static void device_run(MKX_Comm c, int rank, int size) {
+static void device_run(MKX_Comm c, const char *op, int rank, int size) {
   void *A = NULL, *B = NULL, *C = NULL;
   cudaStream_t st = NULL;
   MKX_Request r = NULL;
+  const size_t blocks = (size_t)size * DM * DM;
   int ok = cuda_ok(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking),
                    "cudaStreamCreate");
-  ok = ok && cuda_ok(cudaMalloc(&A, DM * DM * 2), "cudaMalloc A");
+  ok = ok && cuda_ok(cudaMalloc(&A, blocks * 2), "cudaMalloc A");
   ok = ok && cuda_ok(cudaMalloc(&B, DM * DM * 2), "cudaMalloc B");
-  ok =
-      ok && cuda_ok(cudaMalloc(&C, (size_t)size * DM * DM * 4), "cudaMalloc C");
-  ok = ok && cuda_ok(cudaMemset(A, 0, DM * DM * 2), "cudaMemset A") &&
+  ok = ok && cuda_ok(cudaMalloc(&C, blocks * 4), "cudaMalloc C");
+  ok = ok && cuda_ok(cudaMemset(A, 0, blocks * 2), "cudaMemset A") &&
        cuda_ok(cudaMemset(B, 0, DM * DM * 2), "cudaMemset B");
-  int rc = ok ? MKX_Allgather_gemm_init(A, DM, DM, DM, B, DM, DM, MKX_NO_TRANS,
-                                        C, DM, NULL, 0, MKX_BF16, MKX_FP32,
-                                        MKX_ROW_MAJOR, c, MPI_INFO_NULL, &r)
-              : MKX_ERR_INTERNAL;
+  int rc = ok ? device_plan(op, c, size, A, B, C, &r) : MKX_ERR_INTERNAL;
   CHECK_RC(rc, MKX_SUCCESS, "plan driven by the GPU");
   MPI_Barrier(MPI_COMM_WORLD);
   if (rc == MKX_SUCCESS) rc = MKX_Start(r, st);
@@ -130,23 +148,32 @@ static int gpu_count(void) {
 
 int main(int argc, char **argv) {
   int rank = 0, size = 0, device = 0;
+  const char *vnode = "1", *op = "ag";
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   check_set_rank(rank, size);
-  for (int i = 1; i < argc; i++) device |= !strcmp(argv[i], "--device");
+  for (int i = 1; i < argc; i++) {
+    device |= !strcmp(argv[i], "--device");
+    if (!strcmp(argv[i], "--vnode") && i + 1 < argc) vnode = argv[++i];
+    if (!strcmp(argv[i], "--op") && i + 1 < argc) op = argv[++i];
+  }
   int gpus = 0;
 #ifdef MKX_TEST_CUDA
   gpus = device ? gpu_count() : 0;
 #endif
-  if (size < 2 || (device && gpus == 0)) {
-    printf("skip: %s\n", size < 2 ? "needs 2 or more ranks" : "no GPU");
+  const int G = atoi(vnode);
+  if (size < 2 || (device && gpus == 0) || G < 1 || size % G || size / G < 2) {
+    printf("skip: %s\n", size < 2 ? "needs 2 or more ranks"
+                         : device && !gpus
+                             ? "no GPU"
+                             : "needs 2 or more nodes of --vnode ranks");
     MPI_Finalize();
     return CHECK_SKIP;
   }
-  MKX_Comm c = make_comm(device);
+  MKX_Comm c = make_comm(device, vnode);
 #ifdef MKX_TEST_CUDA
-  if (device) device_run(c, rank, size);
+  if (device) device_run(c, op, rank, size);
 #endif
   if (!device) {
     if (rank == size - 1) _exit(0); /* dies without a word to MPI */
