@@ -117,12 +117,11 @@ static const mkx_option_desc base_rows[] = {
      "most 8) driven by the GPU: kernels post rows and partial chunks to the "
      "network proxy as they exist, AllGather+GEMM's tiles start as their "
      "rows land, the reductions sum the chunks as they land (plans "
-     "capturable in CUDA graphs); AllGather+GEMM and GEMM+ReduceScatter "
-     "also on equal nodes of several ranks (at most 8 in all); other calls "
-     "and nodes as nvlink; auto: proxy where it applies (on nodes of "
-     "several ranks AllGather+GEMM only), "
-     "else nvlink (proxy was faster than nvlink for all three calls over "
-     "every transport measured). Same results and network bytes for all.",
+     "capturable in CUDA graphs); all three also on equal nodes of several "
+     "ranks (at most 8 in all); other nodes as nvlink; auto: proxy where it "
+     "applies, else nvlink (proxy was faster than nvlink for all three calls "
+     "over every transport measured). Same results and network bytes for "
+     "all.",
      1},
     {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
      "contiguous|zigzag|striped",

@@ -84,7 +84,7 @@ int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                     char *why, size_t len) {
   const mkx_ag_gemm_args *a = args;
   mkx_gemm_desc d;
-  const char *w = mkx_net_fits_comm(c, 1);
+  const char *w = mkx_net_fits_comm(c);
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
              a->n >= (1ll << 31) - 8))

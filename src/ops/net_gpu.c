@@ -20,13 +20,11 @@ const char *mkx_net_ring_why_not(MKX_Comm c) {
   return NULL;
 }
 
-const char *mkx_net_fits_comm(MKX_Comm c, int several) {
+const char *mkx_net_fits_comm(MKX_Comm c) {
   if (c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
       c->opt.hier_gemm != MKX_HIER_GEMM_AUTO)
     return "option hier_gemm is not proxy or auto";
   if (c->one_queue) return mkx_net_ring_why_not(c);
-  if (!several && c->place.num_nodes != c->size)
-    return "driven by the GPU on nodes of one rank only";
   if (c->place.num_nodes != c->size && !c->place.equal_nodes)
     return "nodes of unequal sizes";
   if (c->place.num_nodes != c->size && c->share.mode != MKX_SHARE_NONE &&

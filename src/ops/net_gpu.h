@@ -44,10 +44,10 @@ void mkx_red_net_free(MKX_Comm c, void *plan);
  * can): every stream of a rank in one hardware queue, no ring mapped for
  * the GPU, more than 32 ranks (the descriptor's peer masks). */
 const char *mkx_net_ring_why_not(MKX_Comm c);
-/* Shared: why the communicator cannot take the path (NULL: it can);
- * several: the call also runs on nodes of several ranks (equal nodes, the
- * node's ranks meeting through a symmetric workspace). */
-const char *mkx_net_fits_comm(MKX_Comm c, int several);
+/* Shared: why the communicator cannot take the path (NULL: it can): nodes
+ * of one rank, or equal nodes of several (the node's ranks meeting through
+ * a symmetric workspace). */
+const char *mkx_net_fits_comm(MKX_Comm c);
 
 /* The kernels' descriptor of a call on workspace ws (its bound and error
  * word) with the region's device words (mkx_comm_net_gpu_region): every

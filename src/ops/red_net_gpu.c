@@ -1,5 +1,6 @@
 /* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce over several nodes,
- * driven by the GPU (option hier_gemm=proxy): nodes of one rank each.
+ * driven by the GPU (option hier_gemm=proxy or auto): nodes of one rank each
+ * (below), then equal nodes of several ranks.
  *
  * The communicator's device region of its network endpoint
  * (mkx_comm_net_gpu_region), the same layout on every rank:
@@ -24,8 +25,8 @@
  * (comm_net.h): 0 its arrival, 1-16 the partial chunks, 17-32 Y's chunks.
  * 16 chunks: the link starts after a sixteenth of the peers' GEMM.
  *
- * GEMM+ReduceScatter on equal nodes of several ranks (hier_gemm=proxy;
- * rank (node n, local g) of N nodes of G): the network joins columns and
+ * GEMM+ReduceScatter on equal nodes of several ranks (rank (node n,
+ * local g) of N nodes of G): the network joins columns and
  * each node's partial of an owner's rows crosses once, summed inside the
  * node first.  The partial P is in the node's symmetric workspace, so the
  * node's ranks read each other's; after each chunk's GEMM its flag (flag
@@ -42,7 +43,7 @@
  *     N - 1 node partials that land in R (words), the same bits every run.
  * Region: S then R, N x rmax x n fp32 each.
  *
- * GEMM+AllReduce on equal nodes of several ranks (hier_gemm=proxy): as
+ * GEMM+AllReduce on equal nodes of several ranks: as
  * GEMM+ReduceScatter, then every owner's rounded rows to every rank.  The
  * owner's sum rounds into Y of the region (after S and R; M x n in C's
  * type) and into Y of its workspace (after P), and sends each chunk to
@@ -98,15 +99,8 @@ static int64_t chunk_rows_of(int64_t rmax) {
 int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
                      const struct mkx_agreed *g, char *why, size_t len) {
   const mkx_gemm_red_args *a = args;
-  const int several = c->place.num_nodes != c->size;
-  const char *w = NULL;
-  if (several && c->opt.hier_gemm == MKX_HIER_GEMM_AUTO)
-    w = op == MKX_TP_OP_AR
-            ? "GEMM+AllReduce: hier_gemm=auto drives it by the GPU on nodes "
-              "of one rank only (proxy also on equal nodes of several)"
-            : "GEMM+ReduceScatter: hier_gemm=auto drives it by the GPU on "
-              "nodes of one rank only (proxy also on equal nodes of several)";
-  if (!w) w = mkx_net_fits_comm(c, 1);
+  (void)op;
+  const char *w = mkx_net_fits_comm(c);
   mkx_gemm_desc d;
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (a->M >= (1ll << 31) || a->k_local >= (1ll << 31) - 8 ||

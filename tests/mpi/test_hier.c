@@ -781,14 +781,14 @@ int main(int argc, char **argv) {
   if (!mt.device) nvlink_host(hier, flat, &g);
 #endif
 #ifdef MKX_TEST_CUDA
-  /* proxy: every call driven by the GPU, on nodes of one rank and of
-   * several */
-  static const char *const modes[] = {"gpu", "nvlink", "proxy"};
-  for (int i = 0; mt.device && i < 3; i++) {
+  /* proxy and auto: every call driven by the GPU, on nodes of one rank
+   * and of several */
+  static const char *const modes[] = {"gpu", "nvlink", "proxy", "auto"};
+  for (int i = 0; mt.device && i < 4; i++) {
     MKX_Comm gpu = vnode_comm(vs, "hier_gemm", modes[i]);
     long nv = mkx_path_starts(MKX_PATH_HIER_NVLINK);
     long px = mkx_path_starts(MKX_PATH_HIER_PROXY);
-    const long want_px = i == 2 ? 12 : 0;
+    const long want_px = i >= 2 ? 12 : 0;
     if (mt_all(gpu != NULL)) gpu_gemm(hier, gpu, &g);
     CHECK(mkx_path_starts(MKX_PATH_HIER_PROXY) - px == want_px,
           "hier_gemm=%s: %ld calls driven by the GPU (want %ld)", modes[i],
