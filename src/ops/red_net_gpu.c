@@ -31,16 +31,14 @@
  * node first.  The partial P is in the node's symmetric workspace, so the
  * node's ranks read each other's; after each chunk's GEMM its flag (flag
  * q * CHUNKS + j of this rank's workspace) takes the workspace's epoch.
- *   - Owners on other nodes first, node by node, and inside a node chunk
- *     by chunk, each chunk's owners in local order (this node's owners
- *     last, owner by owner): the same order on every rank of the node.
+ *   - Owners on other nodes first, node by node, and inside a node in
+ *     local order, the same order on every rank of the node.
  *   - For owner (b, g) of another node this rank is its node's column
- *     rank: after each of NODE_GROUPS groups of node b's chunks, a sum
- *     kernel on a side stream (mkx_tp_net_sum with named sources;
- *     mkx_net_sum_ctas CTAs, which the GEMMs leave free) waits for the
- *     group's chunk j flags of every node rank, adds their chunks in
- *     local order into S[b] of the region and posts each to the owner's
- *     R[n] (word 1 + j): one write per node and chunk.
+ *     rank: a sum kernel on a side stream (mkx_tp_net_sum with named
+ *     sources; mkx_net_sum_ctas CTAs, which the GEMMs leave free) waits
+ *     for chunk j's flag of every node rank, adds their chunks in local
+ *     order into S[b] of the region and posts it to the owner's R[n]
+ *     (word 1 + j): one write per node and chunk.
  *   - The owner sums, in node order, its node's G chunks (flags) and the
  *     N - 1 node partials that land in R (words), the same bits every run.
  * Region: S then R, N x rmax x n fp32 each.
@@ -73,8 +71,6 @@
 #define CHUNKS 16
 #define W_PART 1  /* first word of the partial chunks */
 #define W_ROWS 17 /* first word of Y's chunks */
-/* Node sums per other node on nodes of several ranks (other_node) */
-#define NODE_GROUPS 4
 _Static_assert(CHUNKS <= MKX_TP_NET_MAXCH &&
                    W_ROWS + CHUNKS <= MKX_COMM_NET_GPU_WORDS,
                "chunks and their words");
@@ -326,11 +322,11 @@ static void node_sum_desc(MKX_Comm c, const rn_plan *p, int q,
   d->w0 = W_PART;
 }
 
-/* Owner (b, g) of node b: this node's partial of its rows, chunks
- * [j0, j1), summed from every node rank's chunks as their flags rise,
- * into S[b] and on to the owner's R[node] chunk by chunk. */
+/* Owner (b, g) of node b: this node's partial of its rows, summed from
+ * every node rank's chunks as their flags rise, into S[b] and on to the
+ * owner's R[node] chunk by chunk. */
 static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
-                    int b, int j0, int j1, cudaStream_t s) {
+                    int b, cudaStream_t s) {
   const int G = c->place.local_size;
   const int q =
       mkx_placement_rank_at(&c->place, c->size, b, c->place.local_rank);
@@ -338,28 +334,17 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
   const size_t area = (size_t)p->rmax * row;
   mkx_tp_net_sum_desc d;
   node_sum_desc(c, p, q, n, &d);
-  const int64_t r0 = (int64_t)j0 * p->chunk_rows;
-  const int64_t r1 = (int64_t)j1 * p->chunk_rows < d.rows
-                         ? (int64_t)j1 * p->chunk_rows
-                         : d.rows;
-  if (r0 >= r1) return MKX_SUCCESS;
-  const size_t skip = (size_t)r0 * row; /* the range's rows, chunk by chunk */
   d.nsrc = G;
-  for (int l = 0; l < G; l++) {
-    node_source(c, p, q, l, &d, l);
-    d.part[l] = (const float *)((const char *)d.part[l] + skip);
-    d.src_flag[l] += j0;
-  }
-  d.rows = r1 - r0;
+  for (int l = 0; l < G; l++) node_source(c, p, q, l, &d, l);
   d.c_type = MKX_GEMM_FP32;
-  d.out = p->np.region + (size_t)b * area + skip;
+  d.out = p->np.region + (size_t)b * area;
   d.ldc = p->n;
-  d.post_w0 = W_PART + (uint32_t)j0;
-  d.post_off = (size_t)b * area + skip;
+  d.post_w0 = W_PART;
+  d.post_off = (size_t)b * area;
   d.post_row_bytes = (int64_t)row;
   d.post_one = q + 1;
-  d.post_dst_off = p->off_r + (size_t)c->place.node * area + skip;
-  d.chunk_done = p->np.words + MKX_NET_WORD_SUM + j0;
+  d.post_dst_off = p->off_r + (size_t)c->place.node * area;
+  d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
   d.max_blocks = mkx_net_sum_ctas(c);
   return mkx_tp_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
 }
@@ -447,51 +432,26 @@ static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   return MKX_SUCCESS;
 }
 
-/* Node b's owners (another node's), chunk by chunk in groups: chunk j of
- * each owner in local order, and after each group the node sum of its
- * chunks, forked onto the side stream.  Work in a hardware queue starts
- * in the order it came: a node sum is forked after this rank's GEMMs of
- * its chunks, never ahead of them, and it waits only for chunks every
- * node rank enqueued before its own fork of that group (the same order
- * on every rank of the node).  In groups, the sum and the link start
- * after a group's GEMMs instead of all of the node's. */
-static int other_node(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
-                      mkx_tp_net_desc *n, int b, cudaStream_t st) {
-  const char *fn = fn_of(p->op);
-  const int G = c->place.local_size;
-  int J = 0;
-  for (int l = 0; l < G; l++) {
-    const int k = chunks_of(p, mkx_placement_rank_at(&c->place, c->size, b, l));
-    if (k > J) J = k;
-  }
-  for (int g = 0; g < NODE_GROUPS; g++) {
-    const int j0 = g * J / NODE_GROUPS, j1 = (g + 1) * J / NODE_GROUPS;
-    if (j0 == j1) continue;
-    for (int j = j0; j < j1; j++)
-      for (int l = 0; l < G; l++) {
-        const int q = mkx_placement_rank_at(&c->place, c->size, b, l);
-        if (j < chunks_of(p, q)) MKX_TRY(chunk(c, p, a, n, q, j, st));
-      }
-    MKX_TRY(mkx_net_fork(p->np.ws, G, st, fn));
-    MKX_TRY(node_sum(c, p, n, b, j0, j1, p->np.ws->side[G]));
-  }
-  return MKX_SUCCESS;
-}
-
-/* The other nodes' owners node by node from the next node on, then this
- * node's in local order (the same order on every rank of the node). */
+/* The owners node by node from the next node on, each in local order,
+ * this node's last (the same order on every rank of the node).  Work in
+ * a hardware queue starts in the order it came: each node sum is forked
+ * after this rank's GEMMs of its owners, never ahead of them. */
 static int node_start(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
                       mkx_tp_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const int G = c->place.local_size, N = c->place.num_nodes;
   n->peers = mkx_net_column_peers(c);
   MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), fn, "network meet"));
-  for (int k = 1; k < N; k++)
-    MKX_TRY(other_node(c, p, a, n, (c->place.node + k) % N, st));
-  for (int l = 0; l < G; l++) {
-    const int q = mkx_placement_rank_at(&c->place, c->size, c->place.node, l);
-    for (int j = 0; j < chunks_of(p, q); j++)
-      MKX_TRY(chunk(c, p, a, n, q, j, st));
+  for (int k = 1; k <= N; k++) {
+    const int b = (c->place.node + k) % N;
+    for (int l = 0; l < G; l++) {
+      const int q = mkx_placement_rank_at(&c->place, c->size, b, l);
+      for (int j = 0; j < chunks_of(p, q); j++)
+        MKX_TRY(chunk(c, p, a, n, q, j, st));
+    }
+    if (b == c->place.node) continue;
+    MKX_TRY(mkx_net_fork(p->np.ws, G, st, fn));
+    MKX_TRY(node_sum(c, p, n, b, p->np.ws->side[G]));
   }
   MKX_TRY(node_own_sum(c, p, a, n, st));
   if (p->op == MKX_TP_OP_AR) MKX_TRY(node_rows(c, p, a, n, st));
