@@ -200,8 +200,12 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   d->m = r1 - r0;
   d->a = (const char *)a->A +
          (size_t)r0 * (size_t)a->lda * MKX_Type_size(a->dtype);
-  /* nodes of several ranks: the node sums beside it keep their CTAs */
-  d->num_ctas = p->node ? mkx_net_sum_leave(c) : c->share.ctas;
+  /* nodes of several ranks: on a GPU of its own the rank's node sums
+   * beside it keep their CTAs (a GEMM on every SM would hold them back);
+   * on a shared one the GEMM, which waits for nobody, takes the rank's
+   * share, and the sums get SMs as its CTAs retire */
+  d->num_ctas =
+      p->node && !c->share.ctas ? mkx_net_sum_leave(c) : c->share.ctas;
   if (r0p) *r0p = r0, *r1p = r1;
 }
 
