@@ -99,8 +99,9 @@ int mkx_net_fwd_leave(MKX_Comm c);
  * several ranks (each reads the node's G partials of an owner's rows and
  * writes their sum: G + 1 times the bytes the forward moves once): a
  * quarter of the rank's CTAs, 1-8, since the forward's sixteenth leaves
- * a rank of 4 sharing a GPU one CTA of memory bandwidth for them.  The
- * chunk GEMMs beside them take the rest (mkx_net_sum_leave). */
+ * a rank of 4 sharing a GPU one CTA of memory bandwidth for them.  On a
+ * GPU of the rank's own the chunk GEMMs beside them take the rest
+ * (mkx_net_sum_leave). */
 int mkx_net_sum_ctas(MKX_Comm c);
 int mkx_net_sum_leave(MKX_Comm c);
 /* The forward of a call whose kernels' descriptor is *n (words: the
