@@ -102,8 +102,9 @@ int mkx_comm_net_gpu_in_host(MKX_Comm c, uint32_t index);
  * at least `len` bytes, region `index` (MKX_COMM_NET_GPU_REGION or
  * _HOST_REGION) on every rank (grown only: a larger len replaces it once
  * the kernels of earlier calls are done with the ring), and *words,
- * MKX_COMM_NET_GPU_DWORDS device words for those kernels: [0] the calls' network epoch, [1] the last command
- * (mkx_tp_net_desc), then MKX_TP_NET_MAXCH counts, zero between calls
+ * MKX_COMM_NET_GPU_DWORDS device words for those kernels: [0] the calls'
+ * network epoch, [1] the last command (mkx_tp_net_desc), then
+ * MKX_TP_NET_MAXCH counts, zero between calls
  * (mkx_tp_net_sum_desc.chunk_done), then the network forward's [18]
  * epoch done and [19] count (mkx_tp_net_fwd_desc), then MKX_TP_NET_MAXCH
  * counts more for a second sum running beside the first. */

@@ -109,10 +109,13 @@ static int rank_ctas(MKX_Comm c) {
   return c->share.ctas ? c->share.ctas : c->share.dev_sms;
 }
 
-int mkx_net_fwd_ctas(MKX_Comm c) {
-  const int f = rank_ctas(c) / 16;
+/* A 1/part share of the rank's CTAs, 1-8. */
+static int ctas_part(MKX_Comm c, int part) {
+  const int f = rank_ctas(c) / part;
   return f < 1 ? 1 : f > 8 ? 8 : f;
 }
+
+int mkx_net_fwd_ctas(MKX_Comm c) { return ctas_part(c, 16); }
 
 static int leave(MKX_Comm c, int taken) {
   const int left = rank_ctas(c) - taken;
@@ -121,10 +124,7 @@ static int leave(MKX_Comm c, int taken) {
 
 int mkx_net_fwd_leave(MKX_Comm c) { return leave(c, mkx_net_fwd_ctas(c)); }
 
-int mkx_net_sum_ctas(MKX_Comm c) {
-  const int f = rank_ctas(c) / 4;
-  return f < 1 ? 1 : f > 8 ? 8 : f;
-}
+int mkx_net_sum_ctas(MKX_Comm c) { return ctas_part(c, 4); }
 
 int mkx_net_sum_leave(MKX_Comm c) { return leave(c, mkx_net_sum_ctas(c)); }
 

@@ -35,7 +35,7 @@
  *     local order, the same order on every rank of the node.
  *   - For owner (b, g) of another node this rank is its node's column
  *     rank: a sum kernel on a side stream (mkx_tp_net_sum with named
- *     sources; mkx_net_sum_ctas CTAs, chunk_desc on the GEMMs') waits
+ *     sources; mkx_net_sum_ctas CTAs, the GEMMs' in chunk_desc) waits
  *     for chunk j's flag of every node rank, adds their chunks in local
  *     order into S[b] of the region and posts it to the owner's R[n]
  *     (word 1 + j): one write per node and chunk.

@@ -86,9 +86,12 @@ static int device_plan(const char *op, MKX_Comm c, int size, void *A, void *B,
     return MKX_Gemm_allreduce_init(A, M, DM, DM, B, DM, DM, MKX_NO_TRANS, C, DM,
                                    MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
                                    MPI_INFO_NULL, r);
-  return MKX_Allgather_gemm_init(A, DM, DM, DM, B, DM, DM, MKX_NO_TRANS, C, DM,
-                                 NULL, 0, MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, c,
-                                 MPI_INFO_NULL, r);
+  if (!strcmp(op, "ag"))
+    return MKX_Allgather_gemm_init(A, DM, DM, DM, B, DM, DM, MKX_NO_TRANS, C,
+                                   DM, NULL, 0, MKX_BF16, MKX_FP32,
+                                   MKX_ROW_MAJOR, c, MPI_INFO_NULL, r);
+  printf("# --op %s: not ag, rs or ar\n", op);
+  return MKX_ERR_INVALID_ARG;
 }
 
 /* The GPU-driven plan: one good start by all, then the last rank dies and
