@@ -112,6 +112,9 @@ static void comm_release(MKX_Comm c) {
   mkx_oob_mpi_fini(&c->oob);
   if (c->node_mpi != MPI_COMM_NULL) MPI_Comm_free(&c->node_mpi);
   if (c->mpi != MPI_COMM_NULL) MPI_Comm_free(&c->mpi);
+  /* after the workspaces (freed with c->mpi), whose streams are on it */
+  mkx_part_lane_free(&c->lane);
+  mkx_sm_part_put(c->part);
   mkx_mpi_reap(); /* buffers of operations a late rank has completed */
   mkx_handle_remove(c);
   free(c);

@@ -7,6 +7,7 @@
 #include "boot/bootstrap.h"
 #include "core/gpu_share.h"
 #include "core/options.h"
+#include "core/sm_partition.h"
 #include "topo/topo.h"
 
 /* State an upper layer keeps on a communicator, which core does not know:
@@ -45,6 +46,8 @@ struct MKX_Comm_s {
                            GPU (comm_net.c says why) */
   int has_gpu_map;      /* gpu_map is valid */
   mkx_gpu_share share;  /* who else drives this GPU; CTAs of fused kernels */
+  mkx_sm_part *part;    /* this rank's SM partition (share.part GREEN) */
+  mkx_part_lane lane;   /* the calls' stream on it (mkx_comm_part_fork) */
   mkx_gpu_map gpu_map;  /* nearest NICs, proxy cores, peer domain */
   char topo_desc[384];  /* the map in one line, for logs and mkx_info */
   struct MKX_Comm_s *node_comm; /* this node's ranks (mkx_comm_node) */
@@ -72,6 +75,13 @@ int mkx_comm_agree_u64(MKX_Comm c, uint64_t mine, mkx_agree_op op,
  * message kept), else MKX_ERR_PEER naming the lowest failing rank and its
  * code, else MKX_SUCCESS; a failed exchange breaks the communicator. */
 int mkx_comm_agree_rc(MKX_Comm c, int rc, const char *what);
+
+/* The stream a fused call's GPU work goes on: the communicator's lane on
+ * its SM partition, ordered after the caller's stream (the caller's
+ * stream itself where there is no partition); _join orders the caller's
+ * stream after it.  Every fused path's work runs between the two. */
+int mkx_comm_part_fork(MKX_Comm c, void *user, void **run);
+int mkx_comm_part_join(MKX_Comm c, void *user, void *run);
 
 /* Collective over c: the ranks of this node as a communicator of their
  * own, with c's options and GPU (made on first use, freed with c). */

@@ -53,53 +53,111 @@ static int map_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
 }
 
 /* Ranks of this host on this rank's GPU, itself included (across virtual
- * nodes too: their kernels share the SMs all the same). */
-static int ranks_on_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
+ * nodes too: their kernels share the SMs all the same), and this rank's
+ * place among them. */
+static int ranks_on_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN],
+                        int *index) {
   const int host = c->place.host_of_rank[c->rank];
   int n = 0;
+  *index = 0;
   for (int q = 0; mine[0] != '\0' && q < c->size; q++)
-    n += c->place.host_of_rank[q] == host && strcmp(all[q], mine) == 0;
+    if (c->place.host_of_rank[q] == host && strcmp(all[q], mine) == 0) {
+      if (q < c->rank) (*index)++;
+      n++;
+    }
   return n > 0 ? n : 1;
 }
 
-/* Collective: c->share, from every rank's GPU, its SMs and MPS; a local
- * failure fails every rank alike. */
+/* This rank's SMs on a GPU shared under MPS: a partition of its own where
+ * its MPS client may use every SM (the default), else the share the user
+ * gave the client, else none (logged; option gpu_partition=green makes
+ * that an error). */
+static int part_init(MKX_Comm c, mkx_gpu_share *s, const mkx_device_sms *d) {
+  mkx_sm_part_limits l;
+  int refused = 0, sms = 0;
+  s->part = MKX_PART_NONE;
+  if (!d->mps || s->ranks < 2) return MKX_SUCCESS;
+  if (d->ctx_sms < d->dev_sms) { /* a percentage or affinity it can see */
+    s->part = MKX_PART_CLIENT;
+    return MKX_SUCCESS;
+  }
+  if (c->opt.gpu_partition == MKX_GPU_PART_NONE) return MKX_SUCCESS;
+  int rc = mkx_sm_part_limits_of(c->device, &l);
+  if (rc == MKX_SUCCESS && !(sms = mkx_sm_part_size(&l, s->ranks)))
+    rc = mkx_error(MKX_ERR_UNSUPPORTED,
+                   "SM partition: %d SMs cannot give each of %d ranks a "
+                   "partition (at least %d SMs, in steps of %d)",
+                   l.sms, s->ranks, l.min_sms, l.align);
+  if (rc == MKX_SUCCESS)
+    rc = mkx_sm_part_get(c->device, s->ranks, s->index, sms, &c->part,
+                         &refused);
+  if (rc == MKX_SUCCESS) {
+    s->part = MKX_PART_GREEN;
+    s->ctx_sms = sms;
+    return MKX_SUCCESS;
+  }
+  /* the daemon's percentage, which no client can see, refuses the split */
+  if (refused) s->part = MKX_PART_CLIENT;
+  if (refused || c->opt.gpu_partition == MKX_GPU_PART_AUTO) {
+    mkx_log(MKX_LOG_INFO, "%s", MKX_Get_last_error());
+    mkx_error_clear();
+    return MKX_SUCCESS;
+  }
+  return rc;
+}
+
+/* Collective: c->share, from every rank's GPU, its SMs, MPS and partition;
+ * a local failure fails every rank alike. */
 static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   mkx_gpu_share *s = &c->share;
   mkx_device_sms d = {0, 0, 0};
   int rc = c->device >= 0 ? mkx_device_sm_info(c->device, &d) : MKX_SUCCESS;
-  s->ranks = ranks_on_gpu(c, mine, all);
+  s->ranks = ranks_on_gpu(c, mine, all, &s->index);
   s->dev_sms = d.dev_sms;
   s->ctx_sms = d.ctx_sms;
   const int gpu = c->device >= 0 && d.dev_sms > 0;
-  int bid[3] = {rc, 0, 1 << 30}; /* rc, mode, CTAs (no GPU: no limit) */
+  if (rc == MKX_SUCCESS && gpu) rc = part_init(c, s, &d);
+  /* rc, mode, CTAs (no GPU: no limit), no SMs of its own under MPS */
+  int bid[4] = {rc, 0, 1 << 30, 0};
   if (gpu && s->ranks > 1)
     bid[1] = d.mps ? MKX_SHARE_MPS : MKX_SHARE_TIMESLICED;
   if (gpu)
-    bid[2] = mkx_gpu_share_bid(s->ranks, d.mps, d.dev_sms, d.ctx_sms,
-                               c->opt.gpu_ctas);
-  int(*got)[3] = malloc(sizeof *got * (size_t)c->size);
+    bid[2] = mkx_gpu_share_bid(s->ranks, d.mps, d.dev_sms, s->ctx_sms,
+                               s->part != MKX_PART_NONE, c->opt.gpu_ctas);
+  bid[3] = gpu && d.mps && s->ranks > 1 && s->part == MKX_PART_NONE;
+  int(*got)[4] = malloc(sizeof *got * (size_t)c->size);
   if (!got) return mkx_error(MKX_ERR_NOMEM, "GPU share agreement");
   int orc =
       c->oob.allgather(c->oob.ctx, bid, got, sizeof bid, c->opt.timeout_ms);
   s->mode = MKX_SHARE_NONE;
   s->ctas = 1 << 30;
+  s->unsafe = 0;
   for (int q = 0; orc == MKX_SUCCESS && q < c->size; q++) {
     if (got[q][0] != MKX_SUCCESS && rc == MKX_SUCCESS)
       rc = mkx_error(MKX_ERR_PEER, "GPU share: rank %d failed (%s)", q,
                      MKX_Error_string(got[q][0]));
     if (got[q][1] > s->mode) s->mode = got[q][1];
     if (got[q][2] < s->ctas) s->ctas = got[q][2];
+    s->unsafe |= got[q][3];
   }
   free(got);
   if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);
   if (!gpu || s->ctas >= d.dev_sms) s->ctas = 0;
   mkx_log(MKX_LOG_INFO,
-          "GPU: %s, %d rank(s) on it, %d of %d SMs for this "
-          "rank's context, fused kernels take %d CTAs",
+          "GPU: %s, %d rank(s) on it, %d of %d SMs for this rank (%s), "
+          "fused kernels take %d CTAs%s",
           mkx_gpu_share_name(s->mode), s->ranks, s->ctx_sms, s->dev_sms,
-          s->ctas ? s->ctas : s->dev_sms);
+          mkx_gpu_part_name(s->part), s->ctas ? s->ctas : s->dev_sms,
+          s->unsafe ? "; a rank has no SMs of its own" : "");
   return rc;
+}
+
+int mkx_comm_part_fork(MKX_Comm c, void *user, void **run) {
+  return mkx_part_fork(c->part, &c->lane, user, run);
+}
+
+int mkx_comm_part_join(MKX_Comm c, void *user, void *run) {
+  return mkx_part_join(&c->lane, user, run);
 }
 
 int mkx_comm_map_topology(MKX_Comm c) {

@@ -2,7 +2,7 @@
  * gpu_share.h.  Pure functions, so the unit test reaches every case. */
 #include "core/gpu_share.h"
 
-int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms,
+int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms, int own,
                       int opt_ctas) {
   if (opt_ctas > 0) return opt_ctas;
   int have = ctx_sms > 0 && ctx_sms < dev_sms ? ctx_sms : dev_sms;
@@ -12,10 +12,22 @@ int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms,
    * the whole GPU in turn, so there nothing is held back. */
   if (ranks > 1 && mps) {
     const int even = dev_sms / ranks;
-    if (even < have) have = even;
+    if (!own && even < have) have = even;
     have -= MKX_SHARE_SPARE_SMS;
   }
   return have < 1 ? 1 : have;
+}
+
+const char *mkx_gpu_part_name(int part) {
+  switch (part) {
+    case MKX_PART_NONE:
+      return "no SM partition";
+    case MKX_PART_GREEN:
+      return "SM partition";
+    case MKX_PART_CLIENT:
+      return "the MPS client's own share";
+  }
+  return "?";
 }
 
 const char *mkx_gpu_share_name(int mode) {

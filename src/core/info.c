@@ -28,10 +28,17 @@ static void print_placement(MKX_Comm c, FILE *f) {
   if (c->device >= 0)
     fprintf(f,
             "  SMs            %d of %d for this rank (%s, %d rank(s) on "
-            "this GPU); fused kernels take %d CTAs\n",
+            "this GPU)%s; fused kernels take %d CTAs\n",
             c->share.ctx_sms, c->share.dev_sms,
             mkx_gpu_share_name(c->share.mode), c->share.ranks,
+            c->share.unsafe ? ", not every rank has SMs of its own" : "",
             c->share.ctas ? c->share.ctas : c->share.dev_sms);
+  if (c->device < 0 || c->share.mode != MKX_SHARE_MPS) return;
+  fprintf(f, "  partition      %s", mkx_gpu_part_name(c->share.part));
+  if (c->share.part == MKX_PART_GREEN)
+    fprintf(f, ": group %d of %d (%d SMs each)", c->share.index,
+            c->share.ranks, c->share.ctx_sms);
+  fprintf(f, "\n");
 }
 
 int MKX_Info_print(MKX_Comm comm, void *file) {

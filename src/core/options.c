@@ -89,20 +89,34 @@ static const mkx_option_desc base_rows[] = {
      1},
     {"shared_gpu", MKX_OPT_ENUM, OPT(shared_gpu), "auto",
      "auto|fused|split|staged",
-     "Single-node GPU path of the tensor-parallel calls when ranks of a node "
-     "share a GPU. auto: under MPS as with one GPU per rank (tp_overlap), "
-     "with each rank's kernels sized to its share of the SMs (gpu_ctas); "
-     "without MPS (time slices) the split path, whose few waits cannot "
-     "starve a time slice; fused: as with one GPU per rank in both cases "
-     "(without MPS the overlapped path may wait for whole time slices, up "
-     "to timeout_ms); split: the split path; staged: the staged host path.",
+     "Single-node GPU path of the fused calls when ranks of a node share a "
+     "GPU. auto: under MPS, where every rank sharing a GPU has SMs of its "
+     "own (gpu_partition), as with one GPU per rank (tp_overlap), else the "
+     "staged path; without MPS (time slices) the split path, whose few "
+     "waits cannot starve a time slice; fused: as with one GPU per rank in "
+     "both cases (without SMs of their own each rank's kernels take an even "
+     "share of the SMs, which does not keep them from holding an SM a "
+     "peer's kernel needs; without MPS the overlapped path may wait for "
+     "whole time slices, up to timeout_ms); split: the split path; staged: "
+     "the staged host path.",
+     1},
+    {"gpu_partition", MKX_OPT_ENUM, OPT(gpu_partition), "auto",
+     "auto|green|none",
+     "SM partitions for ranks of a node that share a GPU under MPS. auto: "
+     "where the ranks' MPS clients may each use every SM, each rank's "
+     "kernels of MKX run in a partition of its own (a green context on an "
+     "even share of the SMs, rounded down to the GPU's partition step), so "
+     "that a kernel waiting for a peer can never hold the SMs the peer's "
+     "kernel needs; where the user gave each client a share "
+     "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE, an execution affinity) that share "
+     "is used as it is; green: a partition or an error on every rank; "
+     "none: no partition (see shared_gpu).",
      1},
     {"gpu_ctas", MKX_OPT_INT, OPT(gpu_ctas), "0", "0:4096",
      "Most CTAs a fused kernel that waits for other ranks may take (the "
      "persistent GEMMs, the split path's copy and sum kernels). 0: one per "
-     "SM this rank has: the GPU's SMs, or its MPS context's "
-     "(CUDA_MPS_ACTIVE_THREAD_PERCENTAGE); ranks sharing a GPU under MPS "
-     "split its SMs evenly and leave 2 each for copies and launches, so that "
+     "SM this rank has (the GPU's; on a GPU shared under MPS its partition "
+     "or its MPS client's share, less 2 for copies and launches), so that "
      "no kernel waits for a peer that cannot get an SM. The smallest value "
      "of any rank is used."},
     {"hier_gemm", MKX_OPT_ENUM, OPT(hier_gemm), "auto",

@@ -31,6 +31,7 @@ enum {
   MKX_SHARED_SPLIT,
   MKX_SHARED_STAGED
 };
+enum { MKX_GPU_PART_AUTO = 0, MKX_GPU_PART_GREEN, MKX_GPU_PART_NONE };
 enum { MKX_ATTN_CONTIGUOUS = 0, MKX_ATTN_ZIGZAG, MKX_ATTN_STRIPED };
 enum { MKX_ATTN_BLOCK_AUTO = 0, MKX_ATTN_BLOCK_128, MKX_ATTN_BLOCK_192 };
 enum { MKX_HIER_ATTN_HOST = 0, MKX_HIER_ATTN_PROXY, MKX_HIER_ATTN_AUTO };
@@ -70,6 +71,8 @@ typedef struct mkx_options {
   int tp_stream_k;    /* overlapped AllGather+GEMM: last wave split on K */
   int shared_gpu;     /* MKX_SHARED_*: ranks of a node on one GPU */
   int gpu_ctas;       /* CTAs of a fused kernel that waits for peers; 0: auto */
+  int gpu_partition;  /* MKX_GPU_PART_*: SM partitions on a GPU shared
+                         under MPS */
   int hier_gemm;      /* MKX_HIER_GEMM_*: device buffers on several nodes */
   int net_gpu_region; /* MKX_NET_REGION_*: where the GPU-driven calls' network
                          region lives */

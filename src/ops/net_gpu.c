@@ -27,9 +27,8 @@ const char *mkx_net_fits_comm(MKX_Comm c) {
   if (c->one_queue) return mkx_net_ring_why_not(c);
   if (c->place.num_nodes != c->size && !c->place.equal_nodes)
     return "nodes of unequal sizes";
-  if (c->place.num_nodes != c->size && c->share.mode != MKX_SHARE_NONE &&
-      c->opt.shared_gpu == MKX_SHARED_STAGED)
-    return "ranks of a node share a GPU and option shared_gpu=staged";
+  if (c->place.num_nodes != c->size && mkx_tp_share_why(c))
+    return mkx_tp_share_why(c);
   if (c->size > MKX_TP_MAX) return "driven by the GPU on at most 8 ranks";
   if (!mkx_comm_net_gpu(c)) return "no network ring mapped for the GPU";
   return NULL;

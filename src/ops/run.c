@@ -315,8 +315,14 @@ int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream) {
   MKX_TRY(mkx_comm_check(c));
   if (p->gpu_ops) {
+    void *run = stream;
     MKX_TRY(mkx_device_set(c->device));
-    return mkx_comm_fail(c, p->gpu_ops->start(c, p->gpu, args, stream));
+    /* the work between fork and join runs in the rank's SM partition;
+     * joined back whatever start enqueued before it failed */
+    MKX_TRY(mkx_comm_fail(c, mkx_comm_part_fork(c, stream, &run)));
+    int rc = p->gpu_ops->start(c, p->gpu, args, run);
+    const int jrc = mkx_comm_part_join(c, stream, run);
+    return mkx_comm_fail(c, rc != MKX_SUCCESS ? rc : jrc);
   }
   if (p->staged) {
     mkx_path_count(MKX_PATH_STAGED);

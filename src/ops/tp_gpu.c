@@ -108,12 +108,23 @@ int mkx_tp_gemm_type(MKX_Datatype t) {
                          : MKX_GEMM_BF16;
 }
 
+const char *mkx_tp_share_why(MKX_Comm c) {
+  if (c->share.mode == MKX_SHARE_NONE) return NULL;
+  if (c->opt.shared_gpu == MKX_SHARED_STAGED)
+    return "ranks of a node share a GPU and option shared_gpu=staged";
+  /* a kernel waiting for a peer could hold the SMs the peer's needs */
+  if (c->share.unsafe && c->opt.shared_gpu == MKX_SHARED_AUTO)
+    return "ranks of a node share a GPU under MPS and a rank has no SMs of "
+           "its own (option gpu_partition; shared_gpu=fused takes the fused "
+           "paths all the same)";
+  return NULL;
+}
+
 int mkx_tp_share_ok(MKX_Comm c, const char *fn) {
-  if (c->share.mode != MKX_SHARE_NONE && c->opt.shared_gpu == MKX_SHARED_STAGED)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: ranks of this node share a "
-                     "GPU (%s) and option shared_gpu=staged",
-                     fn, mkx_gpu_share_name(c->share.mode));
+  const char *why = mkx_tp_share_why(c);
+  if (why)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %s (%s)", fn, why,
+                     mkx_gpu_share_name(c->share.mode));
   return MKX_SUCCESS;
 }
 
@@ -157,9 +168,9 @@ static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
                      "%s: at most %d ranks per node (%d here)", fn, MKX_TP_MAX,
                      c->place.local_size);
   for (int i = 0; i < sides; i++) {
-    MKX_TRY(mkx_cuda_rc(
-        cudaStreamCreateWithFlags(&ws->side[i], cudaStreamNonBlocking), fn,
-        "cudaStreamCreate"));
+    /* on the rank's SM partition, as the calls' own stream (their kernels
+     * wait for peers too, and copies may run as kernels) */
+    MKX_TRY(mkx_sm_part_stream(c->part, (void **)&ws->side[i]));
     MKX_TRY(mkx_cuda_rc(
         cudaEventCreateWithFlags(&ws->ev_join[i], cudaEventDisableTiming), fn,
         "cudaEventCreate"));

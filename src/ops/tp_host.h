@@ -53,8 +53,11 @@ typedef struct mkx_tp_ws {
 /* 1 if this communicator can take a single-node fused path, else 0 with a
  * reason in the error state (MKX_ERR_UNSUPPORTED). */
 int mkx_tp_node_ok(MKX_Comm c, const char *fn);
-/* MKX_ERR_UNSUPPORTED where ranks of a node share a GPU and option
- * shared_gpu=staged keeps them off the fused paths. */
+/* Why ranks of a node that share a GPU stay off the fused paths, or NULL:
+ * option shared_gpu=staged, or under MPS a rank without SMs of its own
+ * (share.unsafe) and shared_gpu=auto.  _ok: the same as
+ * MKX_ERR_UNSUPPORTED. */
+const char *mkx_tp_share_why(MKX_Comm c);
 int mkx_tp_share_ok(MKX_Comm c, const char *fn);
 
 /* Collective: a free workspace of the pool that fits `need` (allocating or
