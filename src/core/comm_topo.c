@@ -89,8 +89,8 @@ static int part_init(MKX_Comm c, mkx_gpu_share *s, const mkx_device_sms *d) {
                    "partition (at least %d SMs, in steps of %d)",
                    l.sms, s->ranks, l.min_sms, l.align);
   if (rc == MKX_SUCCESS)
-    rc = mkx_sm_part_get(c->device, s->ranks, s->index, sms, &c->part,
-                         &refused);
+    rc =
+        mkx_sm_part_get(c->device, s->ranks, s->index, sms, &c->part, &refused);
   if (rc == MKX_SUCCESS) {
     s->part = MKX_PART_GREEN;
     s->ctx_sms = sms;
@@ -122,8 +122,8 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   if (gpu && s->ranks > 1)
     bid[1] = d.mps ? MKX_SHARE_MPS : MKX_SHARE_TIMESLICED;
   if (gpu)
-    bid[2] = mkx_gpu_share_bid(s->ranks, d.mps, d.dev_sms, s->ctx_sms,
-                               s->part != MKX_PART_NONE, c->opt.gpu_ctas);
+    bid[2] = mkx_gpu_share_bid(s->ranks, d.mps, d.dev_sms, s->ctx_sms, s->part,
+                               c->opt.gpu_ctas);
   bid[3] = gpu && d.mps && s->ranks > 1 && s->part == MKX_PART_NONE;
   int(*got)[4] = malloc(sizeof *got * (size_t)c->size);
   if (!got) return mkx_error(MKX_ERR_NOMEM, "GPU share agreement");

@@ -2,7 +2,7 @@
  * gpu_share.h.  Pure functions, so the unit test reaches every case. */
 #include "core/gpu_share.h"
 
-int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms, int own,
+int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms, int part,
                       int opt_ctas) {
   if (opt_ctas > 0) return opt_ctas;
   int have = ctx_sms > 0 && ctx_sms < dev_sms ? ctx_sms : dev_sms;
@@ -11,8 +11,8 @@ int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms, int own,
    * kernel (or a copy it waits behind) needs.  Time slices give each rank
    * the whole GPU in turn, so there nothing is held back. */
   if (ranks > 1 && mps) {
-    const int even = dev_sms / ranks;
-    if (!own && even < have) have = even;
+    const int even = (part == MKX_PART_CLIENT ? have : dev_sms) / ranks;
+    if (part != MKX_PART_GREEN && even < have) have = even;
     have -= MKX_SHARE_SPARE_SMS;
   }
   return have < 1 ? 1 : have;

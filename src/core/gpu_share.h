@@ -36,11 +36,12 @@ typedef struct mkx_gpu_share {
 
 /* This rank's bid for `ctas` (the smallest bid wins): opt_ctas (option
  * gpu_ctas) if set, else the SMs it has (ctx_sms), and with `ranks` > 1
- * under MPS those less MKX_SHARE_SPARE_SMS, where `own` says the SMs are
- * its own (a partition, or the user's share for its MPS client: never
- * divided again); without SMs of its own, its even share of the GPU
- * (option shared_gpu=fused only: docs/shared-gpu.md).  At least 1. */
-int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms, int own,
+ * under MPS, by where they come from (`part`, MKX_PART_*), less
+ * MKX_SHARE_SPARE_SMS: its SM partition whole; its MPS client's share
+ * divided by the ranks (undivided, the overlapped AllGather+GEMM of 4
+ * ranks at 25% each stalled: docs/shared-gpu.md); without either, its even
+ * share of the GPU (option shared_gpu=fused only).  At least 1. */
+int mkx_gpu_share_bid(int ranks, int mps, int dev_sms, int ctx_sms, int part,
                       int opt_ctas);
 
 /* "one GPU per rank", "MPS", "time slices". */

@@ -36,8 +36,8 @@ static void print_placement(MKX_Comm c, FILE *f) {
   if (c->device < 0 || c->share.mode != MKX_SHARE_MPS) return;
   fprintf(f, "  partition      %s", mkx_gpu_part_name(c->share.part));
   if (c->share.part == MKX_PART_GREEN)
-    fprintf(f, ": group %d of %d (%d SMs each)", c->share.index,
-            c->share.ranks, c->share.ctx_sms);
+    fprintf(f, ": group %d of %d (%d SMs each)", c->share.index, c->share.ranks,
+            c->share.ctx_sms);
   fprintf(f, "\n");
 }
 

@@ -71,7 +71,8 @@ int mkx_sm_part_limits_of(int device, mkx_sm_part_limits *out) {
 /* A green context on group `index` of `groups` groups of `sms` SMs. */
 static int make_green(int device, int groups, int index, int sms,
                       CUgreenCtx *green, int *refused) {
-  split_fn split = (split_fn)mkx_driver_fn("cuDevSmResourceSplitByCount", 12040);
+  split_fn split =
+      (split_fn)mkx_driver_fn("cuDevSmResourceSplitByCount", 12040);
   desc_fn desc_of = (desc_fn)mkx_driver_fn("cuDevResourceGenerateDesc", 12040);
   green_fn create = (green_fn)mkx_driver_fn("cuGreenCtxCreate", 12040);
   CUdevice dev;
@@ -85,7 +86,8 @@ static int make_green(int device, int groups, int index, int sms,
                    "SM partition: the driver has no green contexts");
   CUresult r = CUDA_SUCCESS;
   if (rc == MKX_SUCCESS) r = split(group, &n, &res, NULL, 0, (unsigned)sms);
-  *refused = rc == MKX_SUCCESS && r == CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
+  *refused =
+      rc == MKX_SUCCESS && r == CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION;
   if (*refused)
     rc = mkx_error(MKX_ERR_UNSUPPORTED,
                    "SM partition: the driver refuses to split the %u SMs "
@@ -185,9 +187,10 @@ int mkx_sm_part_stream(mkx_sm_part *p, void **stream) {
   CUstream cs;
   CUresult r = create(&cs, p->green, CU_STREAM_NON_BLOCKING, 0);
   if (r != CUDA_SUCCESS)
-    return mkx_error(r == CUDA_ERROR_OUT_OF_MEMORY ? MKX_ERR_NOMEM : MKX_ERR_CUDA,
-                     "SM partition: a stream of group %d of %d (CUresult %d)",
-                     p->index, p->groups, (int)r);
+    return mkx_error(
+        r == CUDA_ERROR_OUT_OF_MEMORY ? MKX_ERR_NOMEM : MKX_ERR_CUDA,
+        "SM partition: a stream of group %d of %d (CUresult %d)", p->index,
+        p->groups, (int)r);
   *stream = cs;
   return MKX_SUCCESS;
 }
@@ -215,10 +218,11 @@ int mkx_part_fork(mkx_sm_part *p, mkx_part_lane *l, void *user, void **run) {
       return rc;
     }
   }
-  MKX_CUDA_TRY(cudaEventRecord((cudaEvent_t)l->ev_fork, (cudaStream_t)user), fn);
-  MKX_CUDA_TRY(cudaStreamWaitEvent((cudaStream_t)l->stream,
-                                   (cudaEvent_t)l->ev_fork, 0),
+  MKX_CUDA_TRY(cudaEventRecord((cudaEvent_t)l->ev_fork, (cudaStream_t)user),
                fn);
+  MKX_CUDA_TRY(
+      cudaStreamWaitEvent((cudaStream_t)l->stream, (cudaEvent_t)l->ev_fork, 0),
+      fn);
   *run = l->stream;
   return MKX_SUCCESS;
 }

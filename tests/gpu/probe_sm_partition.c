@@ -44,26 +44,26 @@ static void *drv(const char *name, unsigned version) {
   return p;
 }
 
-#define CUDA(x)                                                           \
-  do {                                                                    \
-    cudaError_t e_ = (x);                                                 \
-    if (e_ != cudaSuccess) {                                              \
-      printf("rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));      \
-      fflush(stdout);                                                     \
-      MPI_Abort(MPI_COMM_WORLD, 1);                                       \
-    }                                                                     \
+#define CUDA(x)                                                                \
+  do {                                                                         \
+    cudaError_t e_ = (x);                                                      \
+    if (e_ != cudaSuccess) {                                                   \
+      printf("rank %d: %s: %s\n", rank, #x, cudaGetErrorString(e_));           \
+      fflush(stdout);                                                          \
+      MPI_Abort(MPI_COMM_WORLD, 1);                                            \
+    }                                                                          \
   } while (0)
-#define DRV(call, ...)                                                    \
-  do {                                                                    \
-    if (!call) {                                                          \
-      printf("rank %d: no driver entry point %s\n", rank, #call);         \
-      return 1;                                                           \
-    }                                                                     \
-    CUresult r_ = call(__VA_ARGS__);                                      \
-    if (r_ != CUDA_SUCCESS) {                                             \
-      printf("rank %d: %s failed: CUresult %d\n", rank, #call, (int)r_);  \
-      return 1;                                                           \
-    }                                                                     \
+#define DRV(call, ...)                                                         \
+  do {                                                                         \
+    if (!call) {                                                               \
+      printf("rank %d: no driver entry point %s\n", rank, #call);              \
+      return 1;                                                                \
+    }                                                                          \
+    CUresult r_ = call(__VA_ARGS__);                                           \
+    if (r_ != CUDA_SUCCESS) {                                                  \
+      printf("rank %d: %s failed: CUresult %d\n", rank, #call, (int)r_);       \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 typedef CUresult (*get_res_fn)(CUdevice, CUdevResource *, CUdevResourceType);
@@ -94,15 +94,16 @@ static void report_resources(int dev_sms_attr) {
                ? (int)ctx_res(cur, &c, CU_DEV_RESOURCE_TYPE_SM)
                : -1;
   int ar = aff ? (int)aff(&a, CU_EXEC_AFFINITY_TYPE_SM_COUNT) : -1;
-  printf("rank %d: attribute SMs %d; device resource SMs %u (rc %d, min "
-         "partition %u, alignment %u); primary context resource SMs %u (rc "
-         "%d); execution affinity SMs %u (rc %d); "
-         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s\n",
-         rank, dev_sms_attr, d.sm.smCount, dr, d.sm.minSmPartitionSize,
-         d.sm.smCoscheduledAlignment, c.sm.smCount, cr, a.param.smCount.val, ar,
-         getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
-             ? getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
-             : "(unset)");
+  printf(
+      "rank %d: attribute SMs %d; device resource SMs %u (rc %d, min "
+      "partition %u, alignment %u); primary context resource SMs %u (rc "
+      "%d); execution affinity SMs %u (rc %d); "
+      "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=%s\n",
+      rank, dev_sms_attr, d.sm.smCount, dr, d.sm.minSmPartitionSize,
+      d.sm.smCoscheduledAlignment, c.sm.smCount, cr, a.param.smCount.val, ar,
+      getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+          ? getenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE")
+          : "(unset)");
 }
 
 /* A stream of this rank's green context on group `rank` of the SMs split
@@ -189,25 +190,60 @@ static double timed_op(int op, void **keep) {
   char host[4096];
   double t0 = MPI_Wtime();
   switch (op) {
-    case 0: CUDA(cudaMalloc(&buf, 1 << 20)); break;
-    case 1: CUDA(cudaFree(buf)); break;
-    case 2: CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking)); *keep = s; break;
-    case 3: CUDA(cudaEventCreate(&ev)); break;
-    case 4: CUDA(cudaMallocHost(&buf, 1 << 20)); CUDA(cudaFreeHost(buf)); break;
-    case 5: CUDA(cudaMalloc(&buf, 1 << 20)); CUDA(cudaMemcpy(buf, host, sizeof host, cudaMemcpyHostToDevice)); break;
-    case 6: CUDA(cudaMemset(buf, 0, 4096)); CUDA(cudaStreamSynchronize(0)); break;
-    case 7: CUDA(cudaDeviceSynchronize()); break;
-    case 8: CUDA(cudaFree(buf)); break;
-    case 9: { int *p; CUDA(cudaMalloc((void **)&p, 256 << 20)); CUDA(cudaFree(p)); break; }
-    case 10: CUDA((cudaError_t)sm_idle_launch(0)); break;
+    case 0:
+      CUDA(cudaMalloc(&buf, 1 << 20));
+      break;
+    case 1:
+      CUDA(cudaFree(buf));
+      break;
+    case 2:
+      CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+      *keep = s;
+      break;
+    case 3:
+      CUDA(cudaEventCreate(&ev));
+      break;
+    case 4:
+      CUDA(cudaMallocHost(&buf, 1 << 20));
+      CUDA(cudaFreeHost(buf));
+      break;
+    case 5:
+      CUDA(cudaMalloc(&buf, 1 << 20));
+      CUDA(cudaMemcpy(buf, host, sizeof host, cudaMemcpyHostToDevice));
+      break;
+    case 6:
+      CUDA(cudaMemset(buf, 0, 4096));
+      CUDA(cudaStreamSynchronize(0));
+      break;
+    case 7:
+      CUDA(cudaDeviceSynchronize());
+      break;
+    case 8:
+      CUDA(cudaFree(buf));
+      break;
+    case 9: {
+      int *p;
+      CUDA(cudaMalloc((void **)&p, 256 << 20));
+      CUDA(cudaFree(p));
+      break;
+    }
+    case 10:
+      CUDA((cudaError_t)sm_idle_launch(0));
+      break;
   }
   return (MPI_Wtime() - t0) * 1e3;
 }
 static const char *const op_names[] = {
-    "cudaMalloc 1 MiB", "cudaFree", "cudaStreamCreate", "cudaEventCreate",
-    "cudaMallocHost+cudaFreeHost", "cudaMalloc+cudaMemcpy (pageable, sync)",
-    "cudaMemset legacy stream + sync", "cudaDeviceSynchronize",
-    "cudaFree", "cudaMalloc+cudaFree 256 MiB",
+    "cudaMalloc 1 MiB",
+    "cudaFree",
+    "cudaStreamCreate",
+    "cudaEventCreate",
+    "cudaMallocHost+cudaFreeHost",
+    "cudaMalloc+cudaMemcpy (pageable, sync)",
+    "cudaMemset legacy stream + sync",
+    "cudaDeviceSynchronize",
+    "cudaFree",
+    "cudaMalloc+cudaFree 256 MiB",
     "first launch of a kernel (lazy loading)"};
 
 static void drain_checks(int *arrived, int *sm_of_cta, int *timed_out,
@@ -220,11 +256,13 @@ static void drain_checks(int *arrived, int *sm_of_cta, int *timed_out,
     CUDA(cudaMemset(timed_out, 0, sizeof(int)));
     CUDA(cudaDeviceSynchronize());
     MPI_Barrier(MPI_COMM_WORLD);
-    sm_hold_args a = {arrived, rank, 2, 1, 0, sm_of_cta, timed_out,
-                      (uint64_t)bound_ms * 1000000ull};
+    sm_hold_args a = {
+        arrived, rank,      2,         1,
+        0,       sm_of_cta, timed_out, (uint64_t)bound_ms * 1000000ull};
     double ms = 0;
     if (rank <= 1) {
-      if (rank == 0) launch_ordered(&a, st, host_cnt, peek);
+      if (rank == 0)
+        launch_ordered(&a, st, host_cnt, peek);
       else {
         MPI_Barrier(MPI_COMM_WORLD); /* rank 0's kernel runs */
         ms = timed_op(op, &keep);
@@ -238,9 +276,10 @@ static void drain_checks(int *arrived, int *sm_of_cta, int *timed_out,
     MPI_Allreduce(MPI_IN_PLACE, &to, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     MPI_Bcast(&ms, 1, MPI_DOUBLE, 1, MPI_COMM_WORLD);
     if (rank == 0)
-      printf("probe drain: %-40s on rank 1 took %7.1f ms while rank 0's kernel "
-             "waited for rank 1's%s\n",
-             op_names[op], ms, to ? " (rank 0's kernel TIMED OUT)" : "");
+      printf(
+          "probe drain: %-40s on rank 1 took %7.1f ms while rank 0's kernel "
+          "waited for rank 1's%s\n",
+          op_names[op], ms, to ? " (rank 0's kernel TIMED OUT)" : "");
     fflush(stdout);
   }
 }
@@ -255,8 +294,8 @@ int main(int argc, char **argv) {
   CUDA(cudaSetDevice(0));
   CUDA(cudaFree(NULL));
   CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  CUDA(cudaDeviceGetAttribute(&smem_max, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                              0));
+  CUDA(cudaDeviceGetAttribute(&smem_max,
+                              cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
   report_resources(sms);
 
   /* the GPU's SMs: the largest count any rank sees */
@@ -313,8 +352,14 @@ int main(int argc, char **argv) {
     MPI_Finalize();
     return 0;
   }
-  sm_hold_args a = {arrived, rank, ranks, dev_sms, (size_t)smem_max / 2 + 1024,
-                    sm_of_cta, timed_out, (uint64_t)bound_ms * 1000000ull};
+  sm_hold_args a = {arrived,
+                    rank,
+                    ranks,
+                    dev_sms,
+                    (size_t)smem_max / 2 + 1024,
+                    sm_of_cta,
+                    timed_out,
+                    (uint64_t)bound_ms * 1000000ull};
   t0 = MPI_Wtime();
   launch_ordered(&a, st, host_cnt, peek);
   CUDA(cudaStreamSynchronize(st));
@@ -351,7 +396,8 @@ int main(int argc, char **argv) {
     CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
     sm_hold_args b = a;
     b.grid = got; /* one wave: every CTA waits for the other ranks' */
-    cudaError_t e = cudaStreamBeginCapture(user, cudaStreamCaptureModeThreadLocal);
+    cudaError_t e =
+        cudaStreamBeginCapture(user, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) e = cudaEventRecord(fork, user);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(st, fork, 0);
     if (e == cudaSuccess) e = (cudaError_t)sm_hold_launch(&b, st);
@@ -377,16 +423,17 @@ int main(int argc, char **argv) {
                       cudaMemcpyDeviceToHost));
       for (int i = 0; i < got; i++)
         inside &= cta_sm[i] >= 0 && cta_sm[i] < MAX_SMS && n_sm[cta_sm[i]];
-      graph = gto ? "replayed, timed out"
-                  : inside ? "replayed, on the partition's SMs"
-                           : "replayed, on SMs outside the partition";
+      graph = gto      ? "replayed, timed out"
+              : inside ? "replayed, on the partition's SMs"
+                       : "replayed, on SMs outside the partition";
     }
   }
-  printf("probe %s rank %d of %d: partition %d SMs (set up in %.1f ms); "
-         "kernel of %d CTAs %s in %.0f ms; ran on %d SMs, %d of them used by "
-         "another rank too; graph: %s; primary context's memory: %s\n",
-         mode, rank, ranks, got, setup_ms, dev_sms,
-         to ? "TIMED OUT" : "ended", run_ms, distinct, shared, graph, reach);
+  printf(
+      "probe %s rank %d of %d: partition %d SMs (set up in %.1f ms); "
+      "kernel of %d CTAs %s in %.0f ms; ran on %d SMs, %d of them used by "
+      "another rank too; graph: %s; primary context's memory: %s\n",
+      mode, rank, ranks, got, setup_ms, dev_sms, to ? "TIMED OUT" : "ended",
+      run_ms, distinct, shared, graph, reach);
   fflush(stdout);
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank != 0) CUDA(cudaIpcCloseMemHandle(arrived));

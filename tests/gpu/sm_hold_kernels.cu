@@ -21,7 +21,10 @@ static __device__ __forceinline__ uint64_t now_ns(void) {
 
 static __device__ __forceinline__ int load_acquire(const int *p) {
   int v;
-  asm volatile("ld.acquire.sys.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  asm volatile("ld.acquire.sys.global.b32 %0, [%1];"
+               : "=r"(v)
+               : "l"(p)
+               : "memory");
   return v;
 }
 
@@ -52,9 +55,8 @@ extern "C" int sm_hold_launch(const sm_hold_args *a, cudaStream_t st) {
     if (e != cudaSuccess) return (int)e;
     set_for = a->smem;
   }
-  sm_hold_kernel<<<a->grid, 128, a->smem, st>>>(a->arrived, a->rank, a->ranks,
-                                                a->sm_of_cta, a->timed_out,
-                                                a->bound_ns);
+  sm_hold_kernel<<<a->grid, 128, a->smem, st>>>(
+      a->arrived, a->rank, a->ranks, a->sm_of_cta, a->timed_out, a->bound_ns);
   return (int)cudaGetLastError();
 }
 

@@ -61,8 +61,13 @@ static void hold_init(hold *h, MKX_Comm c, int grid) {
   CUDA(cudaStreamCreateWithFlags(&h->peek, cudaStreamNonBlocking));
   CUDA(cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                               c->device));
-  h->a = (sm_hold_args){h->arrived, c->share.index, c->share.ranks, grid,
-                        (size_t)smem / 2 + 1024, h->sm_of_cta, h->timed_out,
+  h->a = (sm_hold_args){h->arrived,
+                        c->share.index,
+                        c->share.ranks,
+                        grid,
+                        (size_t)smem / 2 + 1024,
+                        h->sm_of_cta,
+                        h->timed_out,
                         (uint64_t)(ms ? atol(ms) : 5000) * 1000000ull};
 }
 
@@ -203,8 +208,8 @@ int main(int argc, char **argv) {
   int one_gpu = c->share.ranks == size, all = 0;
   MPI_Allreduce(&one_gpu, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (all && size > 1) {
-    const int expect_hold = c->share.mode == MKX_SHARE_MPS &&
-                            c->share.part == MKX_PART_NONE;
+    const int expect_hold =
+        c->share.mode == MKX_SHARE_MPS && c->share.part == MKX_PART_NONE;
     hold h;
     hold_init(&h, c, c->share.dev_sms);
     const int to = hold_ordered(&h, c, NULL);
