@@ -2,8 +2,8 @@
  *
  * With lazy loading (CUDA_MODULE_LOADING=LAZY, the default) a kernel is
  * loaded on its first launch, and that load waits for the device to drain
- * (under MPS: every client's work) while holding the context, so that
- * another thread's CUDA calls (the network proxy's copies) wait too.  A
+ * while holding the context, so that another thread's CUDA calls (the
+ * network proxy's copies) wait too.  A
  * rank whose kernels wait for a peer's, or for the proxy, then waits for
  * itself.  Loading the kernels a path launches at plan time narrows this
  * but cannot show that no launch is missed (a rare branch, another path of
