@@ -23,9 +23,10 @@ static int make_node(MKX_Comm c, MKX_Comm *out) {
   /* Every node's part runs at once: the ranks of the other (virtual)
    * nodes on this GPU share its SMs too, which only the parent sees. */
   (*out)->share = c->share;
+  mkx_part_lane_free(&(*out)->lane);
   mkx_sm_part_put((*out)->part);
   (*out)->part = mkx_sm_part_ref(c->part);
-  return MKX_SUCCESS;
+  return mkx_part_lane_init((*out)->part, &(*out)->lane);
 }
 
 int mkx_comm_node(MKX_Comm c, MKX_Comm *node) {

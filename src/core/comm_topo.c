@@ -94,7 +94,7 @@ static int part_init(MKX_Comm c, mkx_gpu_share *s, const mkx_device_sms *d) {
   if (rc == MKX_SUCCESS) {
     s->part = MKX_PART_GREEN;
     s->ctx_sms = sms;
-    return MKX_SUCCESS;
+    return mkx_part_lane_init(c->part, &c->lane);
   }
   /* the daemon's percentage, which no client can see, refuses the split */
   if (refused) s->part = MKX_PART_CLIENT;

@@ -195,29 +195,27 @@ int mkx_sm_part_stream(mkx_sm_part *p, void **stream) {
   return MKX_SUCCESS;
 }
 
-static int lane_init(mkx_sm_part *p, mkx_part_lane *l) {
+int mkx_part_lane_init(mkx_sm_part *p, mkx_part_lane *l) {
   const char *fn = "SM partition";
-  MKX_TRY(mkx_sm_part_stream(p, &l->stream));
-  MKX_CUDA_TRY(cudaEventCreateWithFlags((cudaEvent_t *)&l->ev_fork,
-                                        cudaEventDisableTiming),
-               fn);
-  MKX_CUDA_TRY(cudaEventCreateWithFlags((cudaEvent_t *)&l->ev_join,
-                                        cudaEventDisableTiming),
-               fn);
-  return MKX_SUCCESS;
+  if (!p || l->ev_join) return MKX_SUCCESS;
+  int rc = mkx_sm_part_stream(p, &l->stream);
+  if (rc == MKX_SUCCESS)
+    rc = mkx_cuda_rc(cudaEventCreateWithFlags((cudaEvent_t *)&l->ev_fork,
+                                              cudaEventDisableTiming),
+                     fn, "cudaEventCreate");
+  if (rc == MKX_SUCCESS)
+    rc = mkx_cuda_rc(cudaEventCreateWithFlags((cudaEvent_t *)&l->ev_join,
+                                              cudaEventDisableTiming),
+                     fn, "cudaEventCreate");
+  if (rc != MKX_SUCCESS) mkx_part_lane_free(l);
+  return rc;
 }
 
 int mkx_part_fork(mkx_sm_part *p, mkx_part_lane *l, void *user, void **run) {
   const char *fn = "SM partition";
   *run = user;
   if (!p) return MKX_SUCCESS;
-  if (!l->ev_join) {
-    int rc = lane_init(p, l);
-    if (rc != MKX_SUCCESS) {
-      mkx_part_lane_free(l);
-      return rc;
-    }
-  }
+  MKX_TRY(mkx_part_lane_init(p, l));
   MKX_CUDA_TRY(cudaEventRecord((cudaEvent_t)l->ev_fork, (cudaStream_t)user),
                fn);
   MKX_CUDA_TRY(
@@ -264,6 +262,10 @@ int mkx_sm_part_stream(mkx_sm_part *p, void **stream) {
   (void)p;
   *stream = NULL;
   return mkx_device_set(0);
+}
+int mkx_part_lane_init(mkx_sm_part *p, mkx_part_lane *l) {
+  (void)p, (void)l;
+  return MKX_SUCCESS;
 }
 int mkx_part_fork(mkx_sm_part *p, mkx_part_lane *l, void *user, void **run) {
   (void)p, (void)l;

@@ -50,6 +50,10 @@ int mkx_sm_part_stream(mkx_sm_part *p, void **stream);
 typedef struct mkx_part_lane {
   void *stream, *ev_fork, *ev_join;
 } mkx_part_lane;
+/* Make l's stream and events on p (nothing for p NULL); made where no
+ * stream is being captured, since mkx_part_fork would otherwise make them
+ * on first use. */
+int mkx_part_lane_init(mkx_sm_part *p, mkx_part_lane *l);
 /* *run: the stream a call's work goes on, ordered after what `user`
  * holds so far (captured along with it while `user` is being captured);
  * p NULL: `user` itself. */
