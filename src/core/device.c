@@ -31,6 +31,28 @@ static int launcher_local_rank(const char **var) {
 }
 
 #if HAVE_CUDA
+/* What an MPS failure asks of the user ("" for other errors): a server
+ * gone mid-job fails every client of the GPU, which only a restart after
+ * the daemon's mends. */
+static const char *mps_hint(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMpsConnectionFailed:
+    case cudaErrorMpsRpcFailure:
+    case cudaErrorMpsServerNotReady:
+    case cudaErrorMpsClientTerminated:
+      return "; the GPU's MPS server is gone or failing: every rank on this "
+             "GPU must start again once the daemon runs "
+             "(nvidia-cuda-mps-control "
+             "-d, the same CUDA_MPS_PIPE_DIRECTORY)";
+    case cudaErrorMpsMaxClientsReached:
+    case cudaErrorMpsMaxConnectionsReached:
+      return "; the GPU's MPS server has no room for this rank: fewer ranks "
+             "per GPU, or a lower CUDA_DEVICE_MAX_CONNECTIONS";
+    default:
+      return "";
+  }
+}
+
 int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
                    const char *file, int line) {
   if (e == cudaSuccess) return MKX_SUCCESS;
@@ -39,8 +61,8 @@ int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
           cudaGetErrorName(e));
   return mkx_error(
       e == cudaErrorMemoryAllocation ? MKX_ERR_NOMEM : MKX_ERR_CUDA,
-      "%s%s%s: %s (%s)", where ? where : "", where ? ": " : "", what,
-      cudaGetErrorString(e), cudaGetErrorName(e));
+      "%s%s%s: %s (%s)%s", where ? where : "", where ? ": " : "", what,
+      cudaGetErrorString(e), cudaGetErrorName(e), mps_hint(e));
 }
 
 int mkx_device_count(void) {

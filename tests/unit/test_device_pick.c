@@ -1,11 +1,35 @@
 /* GPU choice: option first, then the only device, then the launcher's
- * local rank (Slurm before Open MPI), then MPI placement, modulo the count. */
+ * local rank (Slurm before Open MPI), then MPI placement, modulo the count;
+ * and (built with CUDA) what a CUDA failure's message says, an MPS server
+ * gone mid-job among them. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/device.h"
 #include "core/options.h"
 #include "mkx.h"
 #include "../common/check.h"
+#if HAVE_CUDA
+#include "core/cuda_rc.h"
+
+/* No GPU needed: the runtime names its errors without a driver. */
+static void cuda_messages(void) {
+  CHECK(mkx_cuda_rc(cudaErrorMpsClientTerminated, "MKX_Allgather_gemm",
+                    "launch") == MKX_ERR_CUDA &&
+            strstr(MKX_Get_last_error(), "MKX_Allgather_gemm: launch") &&
+            strstr(MKX_Get_last_error(), "MPS server is gone"),
+        "an MPS client ended by its server: %s", MKX_Get_last_error());
+  CHECK(mkx_cuda_rc(cudaErrorMpsMaxClientsReached, NULL, "cudaMalloc") ==
+                MKX_ERR_CUDA &&
+            strstr(MKX_Get_last_error(), "no room for this rank"),
+        "a full MPS server: %s", MKX_Get_last_error());
+  CHECK(mkx_cuda_rc(cudaErrorMemoryAllocation, NULL, "cudaMalloc") ==
+                MKX_ERR_NOMEM &&
+            !strstr(MKX_Get_last_error(), "MPS"),
+        "out of memory, not an MPS failure: %s", MKX_Get_last_error());
+}
+#else
+static void cuda_messages(void) {}
+#endif
 
 static int pick(int count, int path, int opt, int host_lr, int *dev) {
   char why[128];
@@ -42,5 +66,6 @@ int main(void) {
         "option device beyond the visible count is an error");
   CHECK(strstr(MKX_Get_last_error(), "device=2") != NULL,
         "message names the option: %s", MKX_Get_last_error());
+  cuda_messages();
   return check_done("test_device_pick");
 }
