@@ -41,15 +41,17 @@
  *  - Host buffers run the host path (CBLAS and MPI): the call is
  *    synchronous, outputs are complete on return, `stream` is ignored.
  *  - Device buffers run on the communicator's GPU, ordered on `stream`.
- *    Where a fused GPU path fits (the three tensor-parallel GEMM calls
- *    with bf16/fp16 A and B on one node, see below and option fused), the
- *    call returns once its work is enqueued, like NCCL.  Otherwise the
- *    call takes the staged path: it synchronises `stream`, copies the
- *    buffers to host memory, runs the host path and copies the outputs
- *    back, and returns when they are in place.  MKX_Ring_attention and
- *    both MoE calls always take the staged path (no GPU kernels yet).
- *    On several nodes the GEMM calls run their GEMM on the GPU but move
- *    data through the host, and synchronise `stream` (option hier_gemm).
+ *    Where a GPU path fits (bf16/fp16 operands: the three tensor-parallel
+ *    GEMM calls, options fused and hier_gemm; MKX_Ring_attention; both MoE
+ *    calls, option moe_gpu; each call's comment below says the rest), its
+ *    work runs on the GPU.  Most such calls return once the work is
+ *    enqueued, like NCCL; a few wait on the host for part of it and so
+ *    synchronise `stream`: on several nodes those whose network part the
+ *    host drives (options hier_gemm=gpu or nvlink, hier_attn=host,
+ *    hier_moe=host), and the MoE calls with option moe_sync=yes (the
+ *    default).  Otherwise the call takes the staged path: it synchronises
+ *    `stream`, copies the buffers to host memory, runs the host path and
+ *    copies the outputs back, and returns when they are in place.
  *    MKX_LOG_LEVEL=info logs the path each call takes and why.
  *
  * Streams.  An MKX_Stream is a cudaStream_t (NULL: the legacy stream).
@@ -61,9 +63,12 @@
  * finished them: a call enqueued right after may read the old inputs.
  * Outputs of a fused call are ready in `stream`'s order; its buffers
  * must stay valid until the stream has passed the call.  Several ranks of
- * a node may drive one GPU (under MPS, or in time slices without it):
- * the fused kernels then take each rank's share of the SMs (options
- * shared_gpu and gpu_ctas; mkx_info prints what a rank has).
+ * a node may drive one GPU (under MPS, or in time slices without it).
+ * Under MPS each rank's GPU work of MKX then runs in an SM partition of its
+ * own, on a stream of MKX's ordered after `stream` and before what comes
+ * next on it (the caller's own kernels keep the whole GPU); options
+ * shared_gpu, gpu_partition and gpu_ctas; mkx_info prints what a rank
+ * has.
  *
  * CUDA graphs.  Only MKX_Start of a persistent plan that took a fused
  * single-node GPU path (logged at info as "fused overlapped", "fused
@@ -86,7 +91,8 @@
  *    buffers and others device buffers, all return MKX_ERR_SHAPE_MISMATCH
  *    naming the value and two ranks.
  *  - The options that choose a collective path or protocol (fused,
- *    fused_pad, tp_*, shared_gpu, hier_gemm, virtual_node_size, net) are
+ *    fused_pad, tp_*, shared_gpu, gpu_partition, hier_gemm,
+ *    virtual_node_size, net) are
  *    agreed once, by MKX_Comm_create (MKX_ERR_INVALID_ARG on every rank,
  *    naming the first that differs).  Other options may differ per rank.
  * Not checked: buffer contents (except MoE expert ids) and that buffers
@@ -239,7 +245,7 @@ size_t MKX_Type_size(MKX_Datatype type);
  * its "mkx_*" keys override the MKX_* environment variables (see mkx_info
  * for the list; other keys are ignored).  Options are fixed for the life
  * of the communicator.  The options that choose a collective path or
- * protocol (fused, fused_pad, tp_*, shared_gpu, hier_gemm,
+ * protocol (fused, fused_pad, tp_*, shared_gpu, gpu_partition, hier_gemm,
  * virtual_node_size, net) must be the same on every rank: else every rank
  * returns MKX_ERR_INVALID_ARG naming the first that differs.
  * GPU choice, first match wins: option `device`; the only visible GPU;
