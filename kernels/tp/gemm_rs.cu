@@ -46,6 +46,10 @@ __global__ void tp_prologue_kernel(mkx_tp_sync s) {
    * while being enqueued, say); nothing reads them before this kernel ends */
   int *cnt = mkx::tp::own_word(s, MKX_TP_OFF_COUNTERS);
   for (int i = threadIdx.x; i < MKX_TP_MAX * MKX_TP_MAXCH; i += blockDim.x) cnt[i] = 0;
+  /* zero before this rank's arrival: with SM pushes the peers count into
+   * them as soon as every rank has arrived */
+  __threadfence();
+  __syncthreads();
   const int q = threadIdx.x;
   if (q < s.size) {
     mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_BAR) + s.rank, e);
@@ -69,6 +73,8 @@ struct RsParams {
   int *counters;
   int own_subtiles;            // allreduce: sub-tiles of this rank's clean rows
   int *peer_done[MKX_TP_MAX];  // allreduce: every rank's done[] (mkx_tp_ar_wait)
+  int push_sm;
+  int *peer_counters[MKX_TP_MAX];  // push_sm: every rank's counters[]
   const int *arrived;
   const int *epoch;
   int64_t c_row0;
@@ -137,10 +143,19 @@ struct PeerStores {
   }
 };
 
+/* Sub-tiles of this rank's chunk c from each source (as
+ * mkx_tp_rs_chunk_subtiles: both warpgroups count every tile). */
+__device__ __forceinline__ int own_chunk_subtiles(const RsParams *p, int c) {
+  const mkx_tp_rs_layout &L = p->L;
+  const int t0 = L.clean_a[p->rank] + c * L.chunk_tr[p->rank];
+  const int t1 = t0 + L.chunk_tr[p->rank] < L.clean_b[p->rank] ? t0 + L.chunk_tr[p->rank] : L.clean_b[p->rank];
+  return 2 * (t1 - t0) * L.tiles_n;
+}
+
 struct RsEpilogue {
   const RsParams *p;
   const CUtensorMap *tm_stage, *tm_c, *tm_slots;
-  const PeerMaps *peer_c;
+  const PeerMaps *peer_c, *peer_slot;
   int M, epoch;
   int *pend;          // counter to bump once this WG's stores landed (thread 0)
   uint32_t ld_phase;  // parity of each staging buffer's mbarrier (bits 0, 1)
@@ -188,6 +203,9 @@ struct RsEpilogue {
     const int kind = kind_of(t.tile_m, q, chunk);
     if (kind == kKindLate) {
       store_late<BN>(t, acc, chunk);
+    } else if (kind == kKindPeer && p->push_sm) {
+      if (t.row0 < M) store_typed<BN>(t, acc, &peer_slot->c[q], p->p_type, (int)(t.row0 - p->bnd[q]));
+      if (t.tid == 0) pend = p->peer_counters[q] + p->rank * MKX_TP_MAXCH + chunk;
     } else if (kind == kKindPeer) {
       if (t.row0 < M)
         store_typed<BN>(t, acc, tm_stage, p->p_type, (int)(t.row0 - (t.row0 >= p->bnd[p->rank] ? p->stage_gap : 0)));
@@ -219,9 +237,11 @@ struct RsEpilogue {
    * (async proxy) come after it. */
   __device__ __forceinline__ void wait_arrivals(const TileCtx &t, int chunk) {
     if (t.tid != 0) return;
+    const int *word = p->push_sm ? p->counters : p->arrived;
+    const int target = p->push_sm ? own_chunk_subtiles(p, chunk) : epoch;
     for (int s = 0; s < p->size; ++s)
       if (s != p->rank)
-        mkx::tp::wait_geq(p->arrived + s * MKX_TP_MAXCH + chunk, epoch, p->sync, s, t.tile_m * 65536 + t.tile_n,
+        mkx::tp::wait_geq(word + s * MKX_TP_MAXCH + chunk, target, p->sync, s, t.tile_m * 65536 + t.tile_n,
                           MKX_TP_AT_RS_TILE);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
@@ -314,13 +334,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     tp_rs_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
                  const __grid_constant__ CUtensorMap tmStage, const __grid_constant__ CUtensorMap tmC,
                  const __grid_constant__ CUtensorMap tmSlots, const __grid_constant__ PeerMaps tmPeerC,
-                 const __grid_constant__ RsParams p, int M, int N, int K) {
+                 const __grid_constant__ PeerMaps tmPeerSlot, const __grid_constant__ RsParams p, int M, int N, int K) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   GroupTileOrder order{&p};
   NoLoadGate gate;
-  RsEpilogue epi{&p, &tmStage, &tmC, &tmSlots, &tmPeerC, M, *(volatile const int *)p.epoch, nullptr, 0u};
+  RsEpilogue epi{&p, &tmStage, &tmC, &tmSlots, &tmPeerC, &tmPeerSlot, M, *(volatile const int *)p.epoch, nullptr, 0u};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
 }
@@ -407,6 +427,14 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   memset(&peer_c, 0, sizeof peer_c);
   for (int q = 0; !rc && d->allreduce && q < d->size; ++q)
     if (q != d->rank) rc = make_tmap(&peer_c.c[q], d->peer_c[q], d->c_type, d->n, d->m, d->peer_ldc[q], 64);
+  /* each owner's slot of this rank alone: a sub-tile past the owner's
+   * rows is clipped, never stored into the next source's slot */
+  PeerMaps peer_slot;
+  memset(&peer_slot, 0, sizeof peer_slot);
+  for (int q = 0; !rc && d->push_sm && q < d->size; ++q) {
+    const int64_t rows = d->bnd[q + 1] - d->bnd[q];
+    if (q != d->rank && rows > 0) rc = make_tmap(&peer_slot.c[q], d->peer_slot[q], d->p_type, d->n, rows, d->n, 64);
+  }
   int sms = 0;
   if (!rc) rc = num_sms(&sms, d->sync.ctas);
   if (rc) return rc;
@@ -420,6 +448,8 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   const mkx_tp_rs_layout &L = d->layout;
   p.own_subtiles = 2 * (L.clean_b[d->rank] - L.clean_a[d->rank]) * L.tiles_n;
   for (int q = 0; q < d->size; ++q) p.peer_done[q] = d->peer_done[q];
+  p.push_sm = d->push_sm;
+  for (int q = 0; q < d->size; ++q) p.peer_counters[q] = d->peer_counters[q];
   p.arrived = d->arrived;
   p.epoch = d->epoch;
   p.c_row0 = d->c_row0;
@@ -435,8 +465,8 @@ int launch_rs(const mkx_tp_rs_desc *d, cudaStream_t s) {
   auto kern = tp_rs_kernel<BN, STAGES, BKM, F16>;
   rc = smem_attr_once<tp_rs_kernel<BN, STAGES, BKM, F16>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, peer_c, p, (int)d->m, (int)d->n,
-                                               (int)d->k);
+  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmStage, tmC, tmSlots, peer_c, peer_slot, p, (int)d->m,
+                                               (int)d->n, (int)d->k);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
@@ -544,6 +574,8 @@ extern "C" int mkx_tp_prologue_load(void) {
 
 extern "C" int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t s) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->size < 1 || d->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
+  for (int q = 0; d->push_sm && q < d->size; ++q)
+    if (q != d->rank && (!d->peer_slot[q] || !d->peer_counters[q])) return MKX_GEMM_EINVAL;
   if (d->layout.bn == 256) return launch_rs_tile<256, 4>(d, s);
   if (d->layout.bn == 128) return launch_rs_tile<128, 6>(d, s);
   return MKX_GEMM_EINVAL;

@@ -16,8 +16,12 @@
  *   +384   int late_ready[MKX_TP_MAX] rank q's late partials are complete
  *   +512   int counters[MKX_TP_MAX][MKX_TP_MAXCH]  GEMM+RS: sub-tiles of
  *                                (owner, chunk) finished here; the copy
- *                                engine waits on them (zeroed by the
- *                                prologue of each call)
+ *                                engine waits on them; with SM pushes
+ *                                (mkx_tp_rs_desc.push_sm) instead the
+ *                                sub-tiles of (source, chunk) of this
+ *                                rank's rows landed in slot source (zeroed
+ *                                by the prologue of each call, before its
+ *                                arrival)
  *   +1024  int arrived[MKX_TP_MAX][MKX_TP_MAXCH]   GEMM+RS: epoch at which
  *                                source s's partial of this rank's chunk c
  *                                landed in slot s
@@ -367,8 +371,11 @@ int mkx_tp_rs_chunk_subtiles(const mkx_tp_rs_layout *L, int q, int c);
  *     `stage` (local; rows outside this rank's own, compacted), then
  *     counters[q][chunk] += 1 once landed: the copy engine (host side) waits
  *     for the chunk's count, copies it to q's slot [rank] and sets q's
- *     arrived[rank][chunk] = epoch;
- *   - own: bounded wait for arrived[s][chunk] >= epoch of every peer s, add
+ *     arrived[rank][chunk] = epoch; push_sm: by TMA straight into q's slot
+ *     [rank] (peer_slot[q], q's rows of it), then q's
+ *     counters[rank][chunk] += 1 once landed (peer_counters[q]);
+ *   - own: bounded wait for arrived[s][chunk] >= epoch of every peer s
+ *     (push_sm: counters[s][chunk] >= the chunk's sub-tiles), add
  *     their slots (`slots`, slot s at s * slot_stride elements, count x n of
  *     p_type) to the fp32 accumulators in a fixed order (own first, then
  *     peers by rank: the same bits every run), round once into C (row
@@ -403,6 +410,11 @@ typedef struct mkx_tp_rs_desc {
   void *peer_c[MKX_TP_MAX];
   int64_t peer_ldc[MKX_TP_MAX];
   int *peer_done[MKX_TP_MAX];
+  /* push_sm: owner q's slot [rank] (bnd[q + 1] - bnd[q] rows of n, p_type)
+   * and counters[] as mapped here (own entries unused) */
+  int push_sm;
+  void *peer_slot[MKX_TP_MAX];
+  int *peer_counters[MKX_TP_MAX];
   mkx_tp_sync sync; /* bounds, error word, tells */
 } mkx_tp_rs_desc;
 int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);

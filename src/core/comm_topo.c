@@ -106,6 +106,14 @@ static int part_init(MKX_Comm c, mkx_gpu_share *s, const mkx_device_sms *d) {
   return rc;
 }
 
+/* Whether every rank of this rank's node is on its GPU (PCI ids). */
+static int node_on_gpu(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
+  for (int q = 0; q < c->size; q++)
+    if (c->place.node_of_rank[q] == c->place.node && strcmp(all[q], mine))
+      return 0;
+  return mine[0] != '\0';
+}
+
 /* Collective: c->share, from every rank's GPU, its SMs, MPS and partition;
  * a local failure fails every rank alike. */
 static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
@@ -118,20 +126,22 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   const int gpu = c->device >= 0 && d.dev_sms > 0;
   if (rc == MKX_SUCCESS && gpu) rc = part_init(c, s, &d);
   /* rc, mode, CTAs (no GPU: no limit), no SMs of its own under MPS */
-  int bid[4] = {rc, 0, 1 << 30, 0};
+  int bid[5] = {rc, 0, 1 << 30, 0, 0};
   if (gpu && s->ranks > 1)
     bid[1] = d.mps ? MKX_SHARE_MPS : MKX_SHARE_TIMESLICED;
   if (gpu)
     bid[2] = mkx_gpu_share_bid(s->ranks, d.mps, d.dev_sms, s->ctx_sms, s->part,
                                c->opt.gpu_ctas);
   bid[3] = gpu && d.mps && s->ranks > 1 && s->part == MKX_PART_NONE;
-  int(*got)[4] = malloc(sizeof *got * (size_t)c->size);
+  bid[4] = gpu && node_on_gpu(c, mine, all);
+  int(*got)[5] = malloc(sizeof *got * (size_t)c->size);
   if (!got) return mkx_error(MKX_ERR_NOMEM, "GPU share agreement");
   int orc =
       c->oob.allgather(c->oob.ctx, bid, got, sizeof bid, c->opt.timeout_ms);
   s->mode = MKX_SHARE_NONE;
   s->ctas = 1 << 30;
   s->unsafe = 0;
+  s->node_gpu = 1;
   for (int q = 0; orc == MKX_SUCCESS && q < c->size; q++) {
     if (got[q][0] != MKX_SUCCESS && rc == MKX_SUCCESS)
       rc = mkx_error(MKX_ERR_PEER, "GPU share: rank %d failed (%s)", q,
@@ -139,6 +149,7 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
     if (got[q][1] > s->mode) s->mode = got[q][1];
     if (got[q][2] < s->ctas) s->ctas = got[q][2];
     s->unsafe |= got[q][3];
+    s->node_gpu &= got[q][4];
   }
   free(got);
   if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);

@@ -16,17 +16,19 @@ enum { MKX_SHARE_NONE = 0, MKX_SHARE_MPS = 1, MKX_SHARE_TIMESLICED = 2 };
 enum { MKX_PART_NONE = 0, MKX_PART_GREEN = 1, MKX_PART_CLIENT = 2 };
 
 typedef struct mkx_gpu_share {
-  int ranks;   /* ranks of this host on this rank's GPU, itself included */
-  int index;   /* this rank's place among them */
-  int mode;    /* MKX_SHARE_*, the same on every rank */
-  int part;    /* MKX_PART_*: where this rank's SMs come from */
-  int unsafe;  /* agreed: some rank shares a GPU under MPS with no SMs of
+  int ranks;    /* ranks of this host on this rank's GPU, itself included */
+  int index;    /* this rank's place among them */
+  int mode;     /* MKX_SHARE_*, the same on every rank */
+  int part;     /* MKX_PART_*: where this rank's SMs come from */
+  int unsafe;   /* agreed: some rank shares a GPU under MPS with no SMs of
                   its own (MKX_PART_NONE) */
-  int dev_sms; /* SMs of this rank's GPU (0: none) */
-  int ctx_sms; /* SMs its kernels may use: its partition, its MPS client's
+  int dev_sms;  /* SMs of this rank's GPU (0: none) */
+  int ctx_sms;  /* SMs its kernels may use: its partition, its MPS client's
                   share, or the GPU's */
-  int ctas;    /* most CTAs of a kernel that waits for peers, the same on
+  int ctas;     /* most CTAs of a kernel that waits for peers, the same on
                   every rank; 0: one per SM of the GPU (no limit) */
+  int node_gpu; /* agreed: on every node, every rank of the node is on one
+                   GPU (memory a peer writes is this GPU's own) */
 } mkx_gpu_share;
 
 /* SMs each rank sharing a GPU under MPS leaves to the work that its

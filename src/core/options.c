@@ -51,6 +51,16 @@ static const mkx_option_desc base_rows[] = {
      "as cuBLAS followed by NCCL would (the owner still adds in fp32 and "
      "rounds once); fp32: unrounded partials, twice the NVLink bytes.",
      1},
+    {"tp_push", MKX_OPT_ENUM, OPT(tp_push), "auto", "auto|copy|sm",
+     "Who moves each rank's partial rows to their owner on the overlapped "
+     "path of GEMM+ReduceScatter and GEMM+AllReduce inside a node. copy: "
+     "the GEMM stores them into a local staging buffer and the copy engines "
+     "move each finished chunk (no SM time on NVLink); sm: the GEMM's "
+     "epilogue stores them straight into the owner's receive slot and "
+     "counts them there; auto: sm where every rank of the node shares one "
+     "GPU (the stores are local memory writes, and the copy engines, shared "
+     "by every rank, were the bottleneck), else copy.",
+     1},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
      "alignment do not suit the fused kernels (multiples of 8 elements, "
@@ -184,10 +194,11 @@ static const mkx_option_desc base_rows[] = {
      "memory mapped for the GPU, which no transport copies with CUDA, the "
      "kernels reading and writing it over the host link (slower where a "
      "GEMM reads or writes the region itself: nodes of one rank). auto: "
-     "device, but host for ring attention on nodes of several ranks over "
-     "tcp or shm, where the transports' copies of a device region have "
-     "stalled calls made back to back. Same results and network bytes for "
-     "all."},
+     "device, but host on nodes of several ranks over tcp or shm (ring "
+     "attention and the tensor-parallel calls), where the transports' "
+     "copies of a device region can queue behind the kernels that wait for "
+     "them and stall a call until timeout_ms. Same results and network "
+     "bytes for all."},
     {"moe_gpu", MKX_OPT_ENUM, OPT(moe_gpu), "all", "one|all|off",
      "Which MoE calls on bf16/fp16 device buffers run on the GPU (the rest "
      "take the staged path). one: those of a one-rank communicator; all: "

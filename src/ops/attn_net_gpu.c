@@ -3,7 +3,7 @@
  * and no copy of what arrives.
  *
  * A network region of the communicator (mkx_comm_net_gpu_region, the
- * same layout on every rank; region_index says which) is the
+ * same layout on every rank; mkx_net_region_index says which) is the
  * engine's ring: slot q (2 * chunk bytes at q * 2 * chunk) holds rank q's
  * K then V; this rank's own slot is the source of its writes.  A call, on
  * the user's stream after the prologue and before the engine:
@@ -54,27 +54,13 @@ struct mkx_attn_net {
   mkx_tp_net_desc d; /* the kernels' descriptor, this start's */
 };
 
-/* The region of its network part: in host memory on nodes of several
- * ranks over a transport that copies device memory with CUDA (option
- * net_gpu_region=auto): there the forward reads each chunk once per node
- * rank over the host link, and no copy of a transport's thread sits in a
- * hardware queue beside the forward and the copy engines' pushes (with a
- * device region, calls made back to back stalled, depending on module
- * loading and queue count: docs/attention.md). */
-static uint32_t region_index(MKX_Comm c) {
-  return c->opt.net_gpu_region == MKX_NET_REGION_AUTO &&
-                 c->place.local_size > 1 && mkx_comm_net_stages_device(c)
-             ? MKX_COMM_NET_GPU_HOST_REGION
-             : MKX_COMM_NET_GPU_REGION;
-}
-
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
   const char *w = c->opt.hier_attn == MKX_HIER_ATTN_HOST
                       ? "option hier_attn=host"
                       : mkx_net_ring_why_not(c);
   if (!w && c->place.local_size > 1 &&
       c->opt.hier_attn != MKX_HIER_ATTN_PROXY &&
-      !mkx_comm_net_gpu_in_host(c, region_index(c)))
+      !mkx_comm_net_gpu_in_host(c, mkx_net_region_index(c)))
     w = "option hier_attn=auto takes the host on nodes of several ranks "
         "with the network region in device memory";
   if (!w && c->place.local_size > 1 && !c->place.equal_nodes)
@@ -107,8 +93,8 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
   void *base = NULL;
   uint64_t *words = NULL;
   if (rc == MKX_SUCCESS)
-    rc = mkx_comm_net_gpu_region(c, region_index(c), region_bytes(c, n), &base,
-                                 &words);
+    rc = mkx_comm_net_gpu_region(c, mkx_net_region_index(c), region_bytes(c, n),
+                                 &base, &words);
   if (rc != MKX_SUCCESS) {
     mkx_attn_net_free(n);
     return rc;
@@ -157,10 +143,10 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
   void *base = NULL;
   uint64_t *words = NULL;
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
-  MKX_TRY(mkx_comm_net_gpu_region(c, region_index(c), region_bytes(c, n), &base,
-                                  &words));
+  MKX_TRY(mkx_comm_net_gpu_region(c, mkx_net_region_index(c),
+                                  region_bytes(c, n), &base, &words));
   mkx_net_desc_fill(c, ws, words, &n->d);
-  n->d.region = region_index(c);
+  n->d.region = mkx_net_region_index(c);
   n->d.peers = n->peers;
   n->ws = ws;
   if (n->node) { /* the engine's ring and flags stay the workspace's */

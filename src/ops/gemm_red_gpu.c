@@ -2,7 +2,11 @@
  * path.  The engine computes this rank's partial A_r B_r, peers' rows
  * first, into a local staging buffer; the copy engines move each finished
  * chunk into its owner's receive slot (stream memory waits on the GEMM's
- * per-chunk counts), so the SMs never wait on NVLink.  The own rows come
+ * per-chunk counts), so the SMs never wait on NVLink.  Where the node's
+ * ranks share one GPU (option tp_push) the epilogue stores the peers' rows
+ * straight into their owners' slots instead: there a store is a local
+ * memory write, while the copy engines, shared by every rank, were the
+ * bottleneck (each copy reads and writes the rows once more).  The own rows come
  * last: their epilogue adds the peers' partials (same order every run) and
  * rounds once into C.  Allreduce: the same epilogue stores the rounded own
  * rows into every peer's C too.  Tile rows shared by two owners
@@ -22,7 +26,7 @@
 
 typedef struct red_plan {
   mkx_tp_ws *ws;
-  int allreduce, p_type, split;
+  int allreduce, p_type, split, push_sm;
   size_t pes, ces; /* bytes per partial / C element */
   int64_t bnd[MKX_TP_MAX + 1], count_max;
   mkx_tp_rs_layout L;
@@ -136,6 +140,8 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   }
   p->p_type = partial_type(c, a);
   p->pes = p->p_type == MKX_GEMM_FP32 ? 4 : 2;
+  p->push_sm = c->opt.tp_push == MKX_PUSH_SM ||
+               (c->opt.tp_push == MKX_PUSH_AUTO && c->share.node_gpu);
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
   int rc = acquire(c, a, p, split);
@@ -227,6 +233,14 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
     d.peer_c[q] = p->creg.peer[lq];
     d.peer_ldc[q] = p->peer_ldc[lq];
     d.peer_done[q] = mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE);
+  }
+  d.push_sm = p->push_sm;
+  for (int q = 0; p->push_sm && q < c->size; q++) {
+    const int lq = c->place.local_rank_of[q];
+    d.peer_slot[q] = data_of(p, lq, p->slots_off) + (size_t)c->rank *
+                                                        (size_t)p->count_max *
+                                                        (size_t)a->n * p->pes;
+    d.peer_counters[q] = mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_COUNTERS);
   }
   return mkx_tp_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
                           "GEMM with staged partials");
@@ -369,6 +383,31 @@ static int pin_if_captured(MKX_Comm c, const red_plan *p, cudaStream_t st) {
                                             : mkx_symm_buf_pin(c, &p->creg);
 }
 
+/* SM pushes: the GEMM stores and counts the peers' rows itself; an
+ * allreduce rank without clean own rows tells its peers at once (no own
+ * sub-tile would). */
+static int push_sm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+                   cudaStream_t st) {
+  const int me = c->place.local_rank;
+  MKX_TRY(run_gemm(c, p, a, st));
+  for (int q = 0; p->allreduce && p->L.nchunk[c->rank] == 0 && q < c->size;
+       q++) {
+    const int lq = c->place.local_rank_of[q];
+    if (q != c->rank)
+      MKX_TRY(copy_flag(p, me, mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE) + me,
+                        st));
+  }
+  return MKX_SUCCESS;
+}
+
+/* Copy engines: forked before the GEMM, they run alongside it. */
+static int push_copy(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+                     cudaStream_t st) {
+  MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));
+  MKX_TRY(run_gemm(c, p, a, st));
+  return copy_engines(c, p, a);
+}
+
 int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
                       MKX_Stream stream) {
   red_plan *p = plan;
@@ -382,12 +421,9 @@ int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
   }
   MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_TP_OVERLAP));
   if (p->allreduce) MKX_TRY(pin_if_captured(c, p, st));
-  /* fork before the GEMM: the side streams run alongside it */
-  MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));
-  MKX_TRY(run_gemm(c, p, a, st));
-  MKX_TRY(copy_engines(c, p, a));
+  MKX_TRY(p->push_sm ? push_sm(c, p, a, st) : push_copy(c, p, a, st));
   if (p->L.nlate > 0) MKX_TRY(run_late(c, p, a, st));
-  MKX_TRY(join(c, p, st));
+  if (!p->push_sm) MKX_TRY(join(c, p, st));
   if (p->allreduce && c->size > 1) {
     mkx_tp_sync s;
     mkx_tp_sync_fill(c, p->ws, 0, &s);

@@ -34,6 +34,13 @@ const char *mkx_net_fits_comm(MKX_Comm c) {
   return NULL;
 }
 
+uint32_t mkx_net_region_index(MKX_Comm c) {
+  return c->opt.net_gpu_region == MKX_NET_REGION_AUTO &&
+                 c->place.local_size > 1 && mkx_comm_net_stages_device(c)
+             ? MKX_COMM_NET_GPU_HOST_REGION
+             : MKX_COMM_NET_GPU_REGION;
+}
+
 void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
                        mkx_tp_net_desc *d) {
   memset(d, 0, sizeof *d);
@@ -44,7 +51,7 @@ void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
   d->size = c->size;
   d->slot0 = mkx_comm_net_gpu_slot(c, 0);
   d->words = MKX_COMM_NET_GPU_WORDS;
-  d->region = MKX_COMM_NET_GPU_REGION;
+  d->region = mkx_net_region_index(c);
   d->row_bytes = 1;
   d->chunk_tiles = 1;
   mkx_tp_sync_fill(c, ws, 0, &d->sync);
@@ -60,8 +67,8 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
   n->src_n = (int)need.src_n;
   MKX_TRY(mkx_tp_ws_acquire(c, &need, &n->ws));
   void *base = NULL;
-  const int rc = mkx_comm_net_gpu_region(c, MKX_COMM_NET_GPU_REGION, bytes,
-                                         &base, &n->words);
+  n->index = mkx_net_region_index(c);
+  const int rc = mkx_comm_net_gpu_region(c, n->index, bytes, &base, &n->words);
   if (rc != MKX_SUCCESS) {
     mkx_tp_ws_release(n->ws);
     n->ws = NULL;
@@ -87,8 +94,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                        const char *fn, mkx_tp_net_desc *d) {
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
   void *base = NULL;
-  MKX_TRY(mkx_comm_net_gpu_region(c, MKX_COMM_NET_GPU_REGION, n->bytes, &base,
-                                  &n->words));
+  MKX_TRY(mkx_comm_net_gpu_region(c, n->index, n->bytes, &base, &n->words));
   n->region = base;
   MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
   mkx_net_desc_fill(c, n->ws, n->words, d);

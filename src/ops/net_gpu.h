@@ -49,6 +49,17 @@ const char *mkx_net_ring_why_not(MKX_Comm c);
  * a symmetric workspace). */
 const char *mkx_net_fits_comm(MKX_Comm c);
 
+/* The region of these calls (and of ring attention's network part):
+ * MKX_COMM_NET_GPU_HOST_REGION on nodes of several ranks over a transport
+ * that copies device memory with CUDA (tcp, shm) where option
+ * net_gpu_region is auto, else MKX_COMM_NET_GPU_REGION.  There the
+ * kernels reach the region only through the node's forward or sums, and
+ * no copy of a transport's thread can sit in a hardware queue behind a
+ * kernel that waits for what the copy brings (a transport's thread
+ * serves every peer in turn: one such copy holds up every later frame,
+ * the next peer's arrival too). */
+uint32_t mkx_net_region_index(MKX_Comm c);
+
 /* The kernels' descriptor of a call on workspace ws (its bound and error
  * word) with the region's device words (mkx_comm_net_gpu_region): every
  * other rank a peer, no rows. */
@@ -63,6 +74,7 @@ typedef struct mkx_net_plan {
   mkx_tp_ws *ws;
   int src_n; /* ints of the workspace's src[] each call fills */
   size_t bytes;
+  uint32_t index;  /* mkx_net_region_index */
   char *region;    /* looked up again at each start: a later plan may */
   uint64_t *words; /* have grown it */
 } mkx_net_plan;
