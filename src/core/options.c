@@ -58,8 +58,7 @@ static const mkx_option_desc base_rows[] = {
      "move each finished chunk (no SM time on NVLink); sm: the GEMM's "
      "epilogue stores them straight into the owner's receive slot and "
      "counts them there; auto: sm where every rank of the node shares one "
-     "GPU (the stores are local memory writes, and the copy engines, shared "
-     "by every rank, were the bottleneck), else copy.",
+     "GPU (the stores are then local memory writes), else copy.",
      1},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
