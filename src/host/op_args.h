@@ -7,14 +7,21 @@
 #include "core/options.h"
 #include "mkx.h"
 
+/* Every operation, once, in the order of its kind: X(KIND, name) gives
+ * MKX_OP_KIND here and its class mkx_op_name (src/ops/op.h). */
+#define MKX_OPERATIONS(X)                                                      \
+  X(ALLGATHER_GEMM, allgather_gemm)                                            \
+  X(GEMM_REDUCE_SCATTER, gemm_reduce_scatter)                                  \
+  X(GEMM_ALLREDUCE, gemm_allreduce)                                            \
+  X(RING_ATTENTION, ring_attention)                                            \
+  X(MOE_DISPATCH_GEMM, moe_dispatch_gemm)                                      \
+  X(MOE_LAYER, moe_layer)
+
 typedef enum {
-  MKX_OP_ALLGATHER_GEMM = 0,
-  MKX_OP_GEMM_REDUCE_SCATTER,
-  MKX_OP_GEMM_ALLREDUCE,
-  MKX_OP_RING_ATTENTION,
-  MKX_OP_MOE_DISPATCH_GEMM,
-  MKX_OP_MOE_LAYER,
-  MKX_OP_COUNT
+#define MKX_OP_KIND_OF(kind, name) MKX_OP_##kind,
+  MKX_OPERATIONS(MKX_OP_KIND_OF)
+#undef MKX_OP_KIND_OF
+      MKX_OP_COUNT
 } mkx_op_kind;
 
 /* MKX_Allgather_gemm */

@@ -85,9 +85,9 @@ typedef struct mkx_op_class {
                     struct mkx_path_choice *out);
 } mkx_op_class;
 
-extern const mkx_op_class mkx_op_allgather_gemm, mkx_op_gemm_reduce_scatter,
-    mkx_op_gemm_allreduce, mkx_op_ring_attention, mkx_op_moe_dispatch_gemm,
-    mkx_op_moe_layer;
+#define MKX_OP_CLASS_DECL(kind, name) extern const mkx_op_class mkx_op_##name;
+MKX_OPERATIONS(MKX_OP_CLASS_DECL)
+#undef MKX_OP_CLASS_DECL
 
 /* What a call or a plan learned before running. */
 typedef struct mkx_prepared {

@@ -21,13 +21,13 @@ typedef struct agree_record {
 } agree_record;
 
 static const char *op_name(int64_t kind) {
-  static const mkx_op_class *const all[] = {
-      &mkx_op_allgather_gemm,    &mkx_op_gemm_reduce_scatter,
-      &mkx_op_gemm_allreduce,    &mkx_op_ring_attention,
-      &mkx_op_moe_dispatch_gemm, &mkx_op_moe_layer};
-  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    if (all[i]->kind == kind) return all[i]->name;
-  return "an unknown operation";
+#define MKX_OP_CLASS_REF(k, name) &mkx_op_##name,
+  static const mkx_op_class *const all[MKX_OP_COUNT] = {
+      MKX_OPERATIONS(MKX_OP_CLASS_REF)};
+#undef MKX_OP_CLASS_REF
+  return kind >= 0 && kind < MKX_OP_COUNT && all[kind]->kind == kind
+             ? all[kind]->name
+             : "an unknown operation";
 }
 
 /* Ranks in different calls: the operation or the entry point differ, or
