@@ -79,16 +79,14 @@ static const mkx_option_desc base_rows[] = {
      "engine|cublas",
      "The GEMM of the split path (tp_overlap). engine: MKX's; cublas: "
      "cuBLAS (not for fp16 inputs with bf16 output or the reverse, which "
-     "keep the engine). Faster than the engine alone on these small "
-     "products, but not inside the split path, hence not the default.",
+     "keep the engine).",
      1},
     {"tp_ag_oneshot", MKX_OPT_ENUM, OPT(tp_ag_oneshot), "auto", "auto|yes|no",
      "AllGather+GEMM on the split path (tp_overlap) with the engine's GEMM. "
      "yes: products of at most 116 GEMM tiles run as one kernel whose spare "
      "CTAs copy the rows over NVLink in K chunks while the GEMM CTAs "
      "consume them; no: a copy kernel, then the GEMM; auto: yes where "
-     "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free, "
-     "where the one kernel was as fast or faster.",
+     "K >= 2048 and the engine's usual tile leaves 16 of 132 SMs free.",
      1},
     {"tp_stream_k", MKX_OPT_BOOL, OPT(tp_stream_k), "yes", "yes|no",
      "AllGather+GEMM on the overlapped path (tp_overlap). yes: when the "
@@ -142,9 +140,7 @@ static const mkx_option_desc base_rows[] = {
      "rows land, the reductions sum the chunks as they land (plans "
      "capturable in CUDA graphs); all three also on equal nodes of several "
      "ranks (at most 8 in all); other nodes as nvlink; auto: proxy where it "
-     "applies, else nvlink (proxy was faster than nvlink for all three calls "
-     "over every transport measured). Same results and network bytes for "
-     "all.",
+     "applies, else nvlink. Same results and network bytes for all.",
      1},
     {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
      "contiguous|zigzag|striped",
@@ -157,8 +153,8 @@ static const mkx_option_desc base_rows[] = {
      1},
     {"attn_block_n", MKX_OPT_ENUM, OPT(attn_block_n), "auto", "auto|128|192",
      "Keys per block of MKX_Ring_attention's GPU engine. auto and 128: 128 "
-     "keys (head dims up to 64 with three consumer warpgroups, measured "
-     "fastest); 192: head dims up to 64 with two warpgroups (larger head "
+     "keys (head dims up to 64 with three consumer warpgroups); 192: head dims "
+     "up to 64 with two warpgroups (larger head "
      "dims take 128). Results may differ between sizes in the last bits."},
     {"hier_attn", MKX_OPT_ENUM, OPT(hier_attn), "auto", "host|proxy|auto",
      "Who moves MKX_Ring_attention's key/value chunks between nodes on its "
@@ -169,9 +165,8 @@ static const mkx_option_desc base_rows[] = {
      "several ranks: a kernel hands it on into every node rank's ring), "
      "with no host work in the call (capturable in CUDA graphs); elsewhere "
      "as host; auto: proxy on nodes of one rank, and on nodes of several "
-     "ranks where its region is in host memory (net_gpu_region), else host "
-     "(proxy was faster on every shape measured there). Same results and "
-     "network bytes for all.",
+     "ranks where its region is in host memory (net_gpu_region), else host. "
+     "Same results and network bytes for all.",
      1},
     {"hier_moe", MKX_OPT_ENUM, OPT(hier_moe), "auto", "host|proxy|auto",
      "Who moves the token rows and expert outputs of MoE calls on the GPU "
@@ -231,8 +226,7 @@ static const mkx_option_desc base_rows[] = {
      "have landed while other ranks still gather (not under time slices); "
      "no: the ranks meet after the whole gather; auto: yes where each rank "
      "has a GPU of its own, no where ranks share one (there the waiting "
-     "tiles hold SMs the gathers they wait for need, and the meet is "
-     "faster).",
+     "tiles would hold SMs the gathers they wait for need).",
      1},
     {"virtual_node_size", MKX_OPT_INT, OPT(virtual_node_size), "0", "0:65536",
      "Treat each group of this many ranks of one host as a separate node "
