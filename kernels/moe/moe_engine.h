@@ -138,7 +138,7 @@ int mkx_moe_route_run(const mkx_moe_route_desc *d, cudaStream_t s);
  * owners on other nodes), at row base[e] + row_of_slot[i] -
  * own_offsets[e] there (the route of this rank's slots over every expert
  * gives own_offsets and row_of_slot; base[e], from every rank's counts:
- * where this rank's rows of expert e start there; src/ops/moe_layout.h).
+ * where this rank's rows of expert e start there; src/ops/moe/moe_layout.h).
  * The combine reads each slot's output from the same entry and row of
  * mkx_moe_outs_at. */
 #define MKX_MOE_MAX_RANKS 8

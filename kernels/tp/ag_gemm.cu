@@ -2,7 +2,7 @@
  * AllGather+GEMM on one node: the Hopper engine (kernels/gemm) with a
  * bounded flag gate.  The gathered A lives in this rank's symmetric
  * workspace and is filled by the copy engines of every rank (src/ops/
- * ag_gemm_gpu.c).  Source rank s owns rows [bnd[s], bnd[s+1]) of it (any
+ * tp/ag_gpu.c).  Source rank s owns rows [bnd[s], bnd[s+1]) of it (any
  * share, 0 included), so a 128-row tile of A may hold rows of several
  * sources: every (source, tile) pair has its own flag, flags[s * tiles_m +
  * tile], which s's copy engine sets to the call's epoch once all of s's

@@ -1,6 +1,6 @@
 /*
  * AllGather+GEMM in one kernel, for products whose tiles fit in one wave
- * with SMs to spare (the split path's small shapes, src/ops/ag_gemm_gpu.c).
+ * with SMs to spare (the split path's small shapes, src/ops/tp/ag_gpu.c).
  *
  * There every tile runs at once, so overlapping whole tiles with the
  * gather gains nothing: a tile of peers' rows can only start once its rows

@@ -1,7 +1,7 @@
 /*
  * Fused tensor-parallel kernels inside one node: C interface of
- * the kernels/tp .cu files, called by src/ops/tp_gpu.c, ag_gemm_gpu.c and
- * gemm_red_gpu.c.  Includable from C11 (needs cuda_runtime.h, stdint.h).
+ * the kernels/tp .cu files, called by src/ops/fused/workspace.c, tp/ag_gpu.c and
+ * tp/rs_ar_gpu.c.  Includable from C11 (needs cuda_runtime.h, stdint.h).
  *
  * Every rank owns one symmetric workspace (same layout on every rank,
  * mapped into its node peers through CUDA IPC):
@@ -33,7 +33,7 @@
  *                                wait ran out, or it was told): flags.cuh
  *   +4096  int src[src_cap]      src[i] = epoch: the copy engine copies these
  *                                into peers' flags (graph-safe flag values)
- *   flags[flags_cap], data       at offsets fixed per workspace (tp_gpu.c)
+ *   flags[flags_cap], data       at offsets fixed per workspace (fused/workspace.c)
  *
  * Every flag holds the epoch at which it was last set (never a count), so
  * whatever operation or shape used a workspace before, its flags are all
@@ -231,7 +231,7 @@ int mkx_tp_net_begin(const mkx_tp_net_desc *d, cudaStream_t st);
 int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st);
 
 /* GEMM+ReduceScatter / GEMM+AllReduce over nodes of one rank each, driven
- * by the GPU (src/ops/red_net_gpu.c), with the same descriptor (bnd: all
+ * by the GPU (src/ops/nodes/rs_ar_net.c), with the same descriptor (bnd: all
  * zeros, so begin only meets the peers):
  *   post (<<<1, 32>>>): one write of len bytes at src_off of the region to
  *   dst_off of the region at `peer`, setting the peer's word
@@ -504,7 +504,7 @@ int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t st);
 
 /* dst (cols x rows, leading dimension ldd) = src^T (rows x cols, leading
  * dimension lds), row-major, elements of esz = 2 or 4 bytes: column-major
- * operands of the fused paths (src/ops/tp_adapter.c). */
+ * operands of the fused paths (src/ops/fused/adapter.c). */
 int mkx_tp_transpose(const void *src, int64_t rows, int64_t cols, int64_t lds, void *dst, int64_t ldd, int esz,
                      cudaStream_t st);
 

@@ -1,6 +1,6 @@
 /*
  * Out-of-place transpose for the fused paths' column-major operands
- * (src/ops/tp_adapter.c): dst (cols x rows, leading dimension ldd) =
+ * (src/ops/fused/adapter.c): dst (cols x rows, leading dimension ldd) =
  * src^T (rows x cols, leading dimension lds), both row-major, elements of
  * 2 or 4 bytes.  32 x 32 tiles through shared memory so that both the
  * reads and the writes are coalesced.

@@ -75,7 +75,7 @@ int64_t mkx_comm_net_link_mbps(MKX_Comm c);
  * (mkx_proxy_get_stats; zeros without an endpoint). */
 void mkx_comm_net_proxy_stats(MKX_Comm c, mkx_proxy_stats *s);
 
-/* Kernels that drive the network (src/ops/net_gpu.h) use, on every
+/* Kernels that drive the network (src/ops/nodes/net_gpu.h) use, on every
  * endpoint, MKX_COMM_NET_GPU_WORDS signal words per sending rank from
  * mkx_comm_net_gpu_slot(c, src), consecutive by rank, and a region up to
  * the length they asked for: MKX_COMM_NET_GPU_REGION (device memory, or

@@ -1,6 +1,6 @@
 /* The ranks of one node as an MKX communicator of their own, so that a
  * call over several nodes can run its node's part as a single-node call
- * (src/ops/hier_nvlink.c).  Made on first use, collectively over the whole
+ * (src/ops/nodes/hier_nvlink.c).  Made on first use, collectively over the whole
  * communicator (each node makes its own at the same time). */
 #include <stdio.h>
 #include "core/comm.h"

@@ -27,7 +27,7 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
                          const int64_t *rows, int64_t n, void *block);
 
 /* The network halves of the two above, for callers that did the node's
- * part themselves (src/ops/hier_nvlink.c: over NVLink).  A rank's column
+ * part themselves (src/ops/nodes/hier_nvlink.c: over NVLink).  A rank's column
  * is the local rank of the same number on every node.
  * mkx_hier_column_gather: col = the rows of every rank of this rank's
  * column, nodes in order (send: this rank's rows[rank] rows).

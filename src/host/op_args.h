@@ -111,7 +111,7 @@ typedef struct mkx_agreed {
                       num_tokens) */
   int64_t total;    /* sum of local */
   int gpu_adapt;    /* fused path: some rank's operands need the adapter
-                      (src/ops/tp_adapter.c), so every rank takes it */
+                      (src/ops/fused/adapter.c), so every rank takes it */
   unsigned gpu_any; /* MKX_GPU_LOCAL_* bits some rank's gpu_local set */
 } mkx_agreed;
 

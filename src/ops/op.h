@@ -32,7 +32,7 @@ typedef struct mkx_signature {
 } mkx_signature;
 
 /* One GPU path of an operation (the entries live beside the op's GPU
- * code, e.g. src/ops/tp_paths.c).  op: the operation's id among those
+ * code, e.g. src/ops/tp/paths.c).  op: the operation's id among those
  * sharing the entry (MKX_TP_OP_* for the tensor-parallel calls).
  * plan: collective set-up (workspace, registration, tuning), the same on
  * every rank; start: enqueue one run on the stream, no collective host

@@ -54,7 +54,7 @@
 #include "mkx_test.h"
 #include "cuda_check.h"
 #include "ops/path.h"
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 
 #define TIMEOUT_MS 300 /* the communicators' bound on every wait */
 #define BOUND_S 20.0   /* a missing rank is reported within this */

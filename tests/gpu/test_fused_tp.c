@@ -32,7 +32,7 @@
 #include "mkx_test.h"
 #include "cuda_check.h"
 #include "ops/path.h"
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 
 #define CUDA(call) MT_CUDA(call)
 
@@ -274,7 +274,7 @@ static int split_mode = -1;
 /* ranks share a GPU without MPS: every call splits (option shared_gpu) */
 static int sliced;
 
-/* Does the call take the split path?  (auto: src/ops/tp_gpu.c) */
+/* Does the call take the split path?  (auto: src/ops/fused/workspace.c) */
 static int expect_split(const prob *p) {
   if (sliced) return 1;
   if (split_mode >= 0) return split_mode;
@@ -432,7 +432,7 @@ static void shapes(MKX_Comm c, int op) {
 }
 
 /* Option fused_pad=yes: k, n and leading dimensions that are not multiples
- * of 8 go through padded temporaries (src/ops/tp_adapter.c), both orders,
+ * of 8 go through padded temporaries (src/ops/fused/adapter.c), both orders,
  * A_out, unequal k_local. */
 static void shapes_padded(MKX_Comm cpad, int op) {
   static const struct {

@@ -24,7 +24,7 @@
 #include <cuda_runtime.h>
 #include "core/comm.h"
 #include "core/sm_partition.h"
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "mkx.h"
 #include "sm_hold_kernels.h"
 #include "../common/check.h"

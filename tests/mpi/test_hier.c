@@ -20,8 +20,8 @@
 #include "ops/path.h"
 #ifdef MKX_TEST_CUDA
 #include "cuda_check.h"
-#include "ops/tp_host.h"
-#include "ops/hier_gpu.h"
+#include "ops/fused/fused.h"
+#include "ops/nodes/hier.h"
 #include "host/op_args.h"
 #endif
 

@@ -1,4 +1,4 @@
-/* The row layout of MoE calls on several ranks (src/ops/moe_layout.h)
+/* The row layout of MoE calls on several ranks (src/ops/moe/moe_layout.h)
  * against a simulation of the whole job: every rank's rows, labelled
  * (source, expert, index), placed as the layout says (straight into a
  * same-node owner, or into the send area), the send areas' blocks
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include "../common/check.h"
 #include "core/error.h"
-#include "ops/moe_layout.h"
+#include "ops/moe/moe_layout.h"
 
 typedef struct label {
   int src, e, j;

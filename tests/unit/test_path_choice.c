@@ -1,6 +1,6 @@
-/* The path choice of the three tensor-parallel calls (src/ops/tp_paths.c),
- * of ring attention (src/ops/attn_gpu.c) and of the MoE calls
- * (src/ops/moe_gpu.c) on communicators described by hand: every branch
+/* The path choice of the three tensor-parallel calls (src/ops/tp/paths.c),
+ * of ring attention (src/ops/attn/attn_gpu.c) and of the MoE calls
+ * (src/ops/moe/moe_gpu.c) on communicators described by hand: every branch
  * picks the entry it should, of the right call (AllGather+GEMM's starts
  * differ from the reductions'), and says why; attention's check turns
  * away what its engine cannot take, saying why. */
@@ -9,9 +9,9 @@
 #include "core/comm.h"
 #include "core/error.h"
 #include "ops/op.h"
-#include "ops/attn_gpu.h"
-#include "ops/moe_gpu.h"
-#include "ops/tp_host.h"
+#include "ops/attn/attn_gpu.h"
+#include "ops/moe/moe_gpu.h"
+#include "ops/fused/fused.h"
 #include "../common/check.h"
 
 typedef int (*choose_fn)(MKX_Comm, const void *, const mkx_agreed *,

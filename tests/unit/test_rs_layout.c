@@ -1,4 +1,4 @@
-/* The GEMM+ReduceScatter/AllReduce layout (src/ops/rs_layout.c) on many
+/* The GEMM+ReduceScatter/AllReduce layout (src/ops/tp/rs_layout.c) on many
  * random splits: every product row belongs to exactly one place (a chunk
  * of its owner's clean tile rows, or a late tile row holding rows of
  * several owners); chunks hold only their owner's rows; late rows are few;

@@ -64,8 +64,8 @@
 
 #if HAVE_CUDA
 #include "core/comm_net.h"
-#include "ops/net_gpu.h"
-#include "ops/tp_host.h"
+#include "ops/nodes/net_gpu.h"
+#include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
 #define CHUNKS 16

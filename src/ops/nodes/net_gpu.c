@@ -5,7 +5,7 @@
 
 #if HAVE_CUDA
 #include "core/comm_net.h"
-#include "ops/net_gpu.h"
+#include "ops/nodes/net_gpu.h"
 
 _Static_assert(MKX_COMM_NET_GPU_DWORDS >= MKX_NET_WORD_SUM2 + MKX_TP_NET_MAXCH,
                "the device words hold two sums' chunk counts and the "

@@ -2,7 +2,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
-#include "ops/moe_layout.h"
+#include "ops/moe/moe_layout.h"
 
 void mkx_moe_layout_free(mkx_moe_layout *L) {
   free(L->base);

@@ -6,7 +6,7 @@
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
-#include "ops/moe_gpu.h"
+#include "ops/moe/moe_gpu.h"
 #endif
 
 static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",

@@ -1,15 +1,15 @@
 /* The fused calls across nodes driven by the GPU (option hier_gemm=proxy):
- * AllGather+GEMM (ag_net_gpu.c; also on nodes of several ranks),
- * GEMM+ReduceScatter and GEMM+AllReduce (red_net_gpu.c; nodes of one
+ * AllGather+GEMM (nodes/ag_net.c; also on nodes of several ranks),
+ * GEMM+ReduceScatter and GEMM+AllReduce (nodes/rs_ar_net.c; nodes of one
  * rank, and ReduceScatter on nodes of several), their table entries, and what they share with each other and
  * with ring attention's network part (net_gpu.c). */
-#ifndef MKX_OPS_NET_GPU_H
-#define MKX_OPS_NET_GPU_H
+#ifndef MKX_OPS_NODES_NET_GPU_H
+#define MKX_OPS_NODES_NET_GPU_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include "core/comm.h"
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 
 struct mkx_agreed;
 

@@ -7,7 +7,7 @@
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
-#include "ops/attn_gpu.h"
+#include "ops/attn/attn_gpu.h"
 #endif
 
 static const char *const FN = "MKX_Ring_attention";

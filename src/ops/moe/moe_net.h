@@ -1,4 +1,4 @@
-/* The network part of MoE calls on several nodes (src/ops/moe_gpu.c): two
+/* The network part of MoE calls on several nodes (src/ops/moe/moe_gpu.c): two
  * pinned, GPU-mapped host areas and the exchanges between them.  The
  * kernels write and read these areas directly over PCIe (the gather puts
  * rows for other nodes into `mine`, the move kernel takes received rows
@@ -7,8 +7,8 @@
  * communicator: made on first use, grown to the largest call's needs (so
  * that repeated calls allocate nothing) and freed with it.  C11; only
  * built with CUDA. */
-#ifndef MKX_OPS_MOE_NET_H
-#define MKX_OPS_MOE_NET_H
+#ifndef MKX_OPS_MOE_MOE_NET_H
+#define MKX_OPS_MOE_MOE_NET_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -34,7 +34,7 @@ int mkx_moe_net_reserve(MKX_Comm c, mkx_moe_net *n, size_t mine, size_t theirs,
 /* Rows of row_bytes: send[q] rows to each rank q from `from` (the blocks
  * of the ranks in rank order), recv[q] rows from each rank q into `to`
  * (in rank order).  Collective; every rank's send and recv must match
- * pairwise (src/ops/moe_layout.h). */
+ * pairwise (src/ops/moe/moe_layout.h). */
 int mkx_moe_net_exchange(MKX_Comm c, mkx_moe_net *n, const char *from,
                          const int64_t *send, char *to, const int64_t *recv,
                          size_t row_bytes, const char *fn);

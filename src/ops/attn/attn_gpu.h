@@ -1,7 +1,7 @@
-/* MKX_Ring_attention's GPU hooks (src/ops/attn_gpu.c; see src/ops/op.h for
+/* MKX_Ring_attention's GPU hooks (src/ops/attn/attn_gpu.c; see src/ops/op.h for
  * what each hook may do).  C11; only built with CUDA. */
-#ifndef MKX_OPS_ATTN_GPU_H
-#define MKX_OPS_ATTN_GPU_H
+#ifndef MKX_OPS_ATTN_ATTN_GPU_H
+#define MKX_OPS_ATTN_ATTN_GPU_H
 
 #include "ops/op.h"
 
@@ -15,10 +15,10 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
 void mkx_attn_gpu_free(MKX_Comm c, void *plan);
 
 #include <cuda_runtime.h>
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 
 /* Several nodes with the network part driven by the GPU (option
- * hier_attn, attn_net_gpu.c). */
+ * hier_attn, attn/attn_net.c). */
 typedef struct mkx_attn_net mkx_attn_net;
 /* Whether the communicator takes it; else why not, into why. */
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len);

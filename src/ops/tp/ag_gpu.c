@@ -18,7 +18,7 @@
  * larger ones store them in one kernel (kernels/tp/split.cu) before the
  * same gated GEMM runs; with option tp_split_gemm=cublas that kernel also
  * waits until every rank's rows have landed and cuBLAS multiplies
- * (src/ops/tp_blas.c). */
+ * (src/ops/fused/blas.c). */
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"
@@ -26,7 +26,7 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
 static const char *const FN = "MKX_Allgather_gemm";

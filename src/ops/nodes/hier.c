@@ -24,9 +24,9 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
-#include "ops/hier_gpu.h"
+#include "ops/nodes/hier.h"
 
 const char *mkx_hier_op_name(int op) {
   return op == MKX_TP_OP_AG   ? "MKX_Allgather_gemm"

@@ -39,8 +39,8 @@
 #if HAVE_CUDA
 #include "core/comm_net.h"
 #include "attention/attn_engine.h"
-#include "ops/attn_gpu.h"
-#include "ops/net_gpu.h"
+#include "ops/attn/attn_gpu.h"
+#include "ops/nodes/net_gpu.h"
 
 static const char *const FN = "MKX_Ring_attention";
 

@@ -23,7 +23,7 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
 /* What this rank copies, and the twin's padded sizes. */

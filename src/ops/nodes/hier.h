@@ -1,7 +1,7 @@
 /* Device buffers on several nodes (options hier_gemm=gpu and nvlink): the
  * plan both share, and the nvlink variant's entry points. */
-#ifndef MKX_OPS_HIER_GPU_H
-#define MKX_OPS_HIER_GPU_H
+#ifndef MKX_OPS_NODES_HIER_H
+#define MKX_OPS_NODES_HIER_H
 
 #include <stdint.h>
 #include <cuda_runtime.h>

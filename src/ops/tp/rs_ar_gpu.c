@@ -21,7 +21,7 @@
 #include "ops/op.h"
 
 #if HAVE_CUDA
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
 typedef struct red_plan {

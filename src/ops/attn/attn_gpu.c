@@ -30,7 +30,7 @@
  * takes the other nodes' last.  The call returns once the exchange is done
  * (host work: not capturable in a CUDA graph).  With option hier_attn
  * (auto or proxy on nodes of one rank, proxy on nodes of several) the GPU
- * drives that part instead (attn_net_gpu.c): on nodes of one rank the
+ * drives that part instead (attn/attn_net.c): on nodes of one rank the
  * chunks land in the engine's ring, on nodes of several a forwarding
  * kernel puts them into every node rank's. */
 #include <stdio.h>
@@ -42,9 +42,9 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/attn_gpu.h"
+#include "ops/attn/attn_gpu.h"
 #include "host/hier.h"
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "attention/attn_engine.h"
 
 static const char *const FN = "MKX_Ring_attention";

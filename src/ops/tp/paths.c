@@ -25,9 +25,9 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/net_gpu.h"
-#include "ops/hier_gpu.h"
-#include "ops/tp_host.h"
+#include "ops/nodes/net_gpu.h"
+#include "ops/nodes/hier.h"
+#include "ops/fused/fused.h"
 
 /* ---- plans of each path (op: MKX_TP_OP_*) --------------------------------- */
 

@@ -21,7 +21,7 @@
  *      settles on the GPU (mkx_moe_settle_run): the same offsets and the
  *      same verdict on every rank.  The verdict's gate word stops the
  *      kernels after it; the error goes into the input record of the
- *      error word, reported later (tp_gpu.c).
+ *      error word, reported later (fused/workspace.c).
  *   3. the token rows gathered into the owners' grouped rows (several
  *      ranks: GPU stores into the owners' workspaces, then all ranks meet
  *      on the GPU), with the gate weight as row scale for dispatch, and
@@ -34,10 +34,10 @@
  *      from its owner, into out, rounded once.
  * Several nodes (always with the host wait): rows for owners on other
  * nodes go into this rank's send area (pinned host memory the gather
- * writes directly), the host exchanges them (src/ops/moe_net.c) and each
+ * writes directly), the host exchanges them (src/ops/moe/moe_net.c) and each
  * owner moves what it received to its places among its grouped rows;
  * after W2 the outputs of those rows travel back the same way, and the
- * combine reads them from the send area.  src/ops/moe_layout.h says where
+ * combine reads them from the send area.  src/ops/moe/moe_layout.h says where
  * every row goes.
  * Weights whose row length is not a multiple of 8 elements (the tensor
  * maps' stride rule) are first copied into a padded workspace copy.
@@ -74,11 +74,11 @@
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 #include "host/hier.h"
-#include "ops/moe_gpu.h"
-#include "ops/moe_layout.h"
-#include "ops/moe_net.h"
-#include "ops/net_gpu.h"
-#include "ops/tp_host.h"
+#include "ops/moe/moe_gpu.h"
+#include "ops/moe/moe_layout.h"
+#include "ops/moe/moe_net.h"
+#include "ops/nodes/net_gpu.h"
+#include "ops/fused/fused.h"
 #include "core/comm_net.h"
 #include "boot/oob_mpi.h"
 

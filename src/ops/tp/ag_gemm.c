@@ -4,7 +4,7 @@
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
-#include "ops/tp_host.h" /* the fused single-node path (ag_gemm_gpu.c) */
+#include "ops/fused/fused.h" /* the fused single-node path (tp/ag_gpu.c) */
 #endif
 
 static const char *const FN = "MKX_Allgather_gemm";

@@ -1,10 +1,10 @@
 /*
- * Host side of the fused tensor-parallel paths (src/ops/tp_gpu.c): the
+ * Host side of the fused tensor-parallel paths (src/ops/fused/workspace.c): the
  * pool of symmetric workspaces each communicator keeps, and helpers the
  * three operations share.  C11; only built with CUDA.
  */
-#ifndef MKX_OPS_TP_HOST_H
-#define MKX_OPS_TP_HOST_H
+#ifndef MKX_OPS_FUSED_FUSED_H
+#define MKX_OPS_FUSED_FUSED_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -188,7 +188,7 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream);
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
 /* The operations' GPU hooks (see src/ops/op.h) and their fused paths'
- * entry points (src/ops/tp_paths.c puts them in the path table).  split:
+ * entry points (src/ops/tp/paths.c puts them in the path table).  split:
  * the split path rather than the overlapped one. */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);

@@ -9,7 +9,7 @@
 
 #if HAVE_CUDA
 #include <cublas_v2.h>
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
 /* cuBLAS's workspace, ours so that no call allocates (graph capture). */

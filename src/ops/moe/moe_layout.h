@@ -1,4 +1,4 @@
-/* Where the rows of an MoE call on several ranks go (src/ops/moe_gpu.c),
+/* Where the rows of an MoE call on several ranks go (src/ops/moe/moe_gpu.c),
  * from every rank's rows per expert: the same arithmetic on every rank,
  * without communication, so that senders and owners agree on every
  * position.  C11, no CUDA (tests/unit/test_moe_layout checks it on the
@@ -19,8 +19,8 @@
  * among the grouped rows in segments (one per sender and expert).  The
  * expert outputs travel back the same way, segments reversed, into the
  * sender's send area layout. */
-#ifndef MKX_OPS_MOE_LAYOUT_H
-#define MKX_OPS_MOE_LAYOUT_H
+#ifndef MKX_OPS_MOE_MOE_LAYOUT_H
+#define MKX_OPS_MOE_MOE_LAYOUT_H
 
 #include <stdint.h>
 

@@ -6,7 +6,7 @@
 
 #if HAVE_CUDA
 #include "core/cuda_rc.h"
-#include "ops/moe_net.h"
+#include "ops/moe/moe_net.h"
 
 static int net_key = MPI_KEYVAL_INVALID;
 

@@ -5,7 +5,7 @@
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
-#include "ops/tp_host.h" /* the fused single-node path (gemm_red_gpu.c) */
+#include "ops/fused/fused.h" /* the fused single-node path (tp/rs_ar_gpu.c) */
 #endif
 
 static const char *const sig_names[] = {"M",     "n",     "dtype",

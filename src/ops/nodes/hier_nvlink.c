@@ -31,8 +31,8 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
-#include "ops/tp_host.h"
-#include "ops/hier_gpu.h"
+#include "ops/fused/fused.h"
+#include "ops/nodes/hier.h"
 
 #define op_name mkx_hier_op_name
 

@@ -12,7 +12,7 @@
 #include "host/op_args.h"
 
 #if HAVE_CUDA
-#include "ops/tp_host.h"
+#include "ops/fused/fused.h"
 #include "common/modules.h"
 #include "gemm/gemm_engine.h"
 
