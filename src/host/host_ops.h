@@ -9,9 +9,9 @@
 
 int mkx_host_allgather_gemm(MKX_Comm c, const mkx_ag_gemm_args *a,
                             const mkx_agreed *g);
-int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_gemm_red_args *a,
+int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_rs_ar_args *a,
                                  const mkx_agreed *g);
-int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
+int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_rs_ar_args *a,
                             const mkx_agreed *g);
 int mkx_host_ring_attention(MKX_Comm c, const mkx_attn_args *a,
                             const mkx_agreed *g);

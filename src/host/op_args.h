@@ -40,7 +40,7 @@ typedef struct mkx_ag_gemm_args {
 } mkx_ag_gemm_args;
 
 /* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce */
-typedef struct mkx_gemm_red_args {
+typedef struct mkx_rs_ar_args {
   const void *A;
   int64_t M, k_local, lda;
   const void *B;
@@ -50,7 +50,7 @@ typedef struct mkx_gemm_red_args {
   int64_t ldc;
   MKX_Datatype dtype, ctype;
   MKX_Order order;
-} mkx_gemm_red_args;
+} mkx_rs_ar_args;
 
 /* MKX_Ring_attention */
 typedef struct mkx_attn_args {

@@ -379,7 +379,7 @@ static void nvlink_host(MKX_Comm hier, MKX_Comm flat, const geo *g) {
       const int64_t Mr = M + i, rows = all ? Mr : block_rows(Mr, mt.rank);
       make(&A, Mr * k, 71 + mt.rank + i);
       make(&C[0], rows * n, 0), make(&C[1], rows * n, 0);
-      mkx_gemm_red_args rs = {
+      mkx_rs_ar_args rs = {
           A.host,    Mr, k,        k,        B.host,       n, n, MKX_NO_TRANS,
           C[0].host, n,  MKX_FP32, MKX_FP32, MKX_ROW_MAJOR};
       before = mkx_comm_net_bytes_sent(hier);

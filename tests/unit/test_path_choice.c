@@ -44,7 +44,7 @@ static void expect(struct MKX_Comm_s *c, int op, int64_t M, int adapt,
                    mkx_path want, const char *because, const char *what) {
   static const choose_fn fn[3] = {mkx_ag_gemm_gpu_choose, mkx_rs_gpu_choose,
                                   mkx_ar_gpu_choose};
-  mkx_gemm_red_args red;
+  mkx_rs_ar_args red;
   mkx_ag_gemm_args ag;
   memset(&red, 0, sizeof red);
   memset(&ag, 0, sizeof ag);
@@ -64,9 +64,9 @@ static void expect(struct MKX_Comm_s *c, int op, int64_t M, int adapt,
         ch.why, because);
   /* the fused entries run the call's own start */
   if (want == MKX_PATH_TP_OVERLAP || want == MKX_PATH_TP_SPLIT)
-    CHECK(
-        ch.ops->start == (op == 0 ? mkx_ag_gemm_gpu_start : mkx_red_gpu_start),
-        "%s: the call's own start", what);
+    CHECK(ch.ops->start ==
+              (op == 0 ? mkx_ag_gemm_gpu_start : mkx_rs_ar_gpu_start),
+          "%s: the call's own start", what);
 }
 
 /* AllGather+GEMM's local bits: whether this rank's product fits the

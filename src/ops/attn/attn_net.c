@@ -179,5 +179,5 @@ int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   return mkx_comm_net_gpu_mark(c, st);
 }
 #else
-typedef int mkx_attn_net_gpu_unused; /* ISO C: not an empty unit */
+typedef int mkx_attn_net_unused; /* ISO C: not an empty unit */
 #endif

@@ -45,7 +45,7 @@ typedef struct ad_plan {
   size_t a_off, b_off, c_off, ao_off;
   union {
     mkx_ag_gemm_args ag;
-    mkx_gemm_red_args red;
+    mkx_rs_ar_args red;
   } twin; /* the row-major call on the temporaries */
 } ad_plan;
 
@@ -80,7 +80,7 @@ static ad_args view(int op, const void *args) {
                   a->ldb,    a->ldc,   a->ld_aout, a->k,     a->n,
                   a->transb, a->dtype, a->ctype,   a->order};
   } else {
-    const mkx_gemm_red_args *a = args;
+    const mkx_rs_ar_args *a = args;
     v = (ad_args){a->A,      a->B,     a->C,     NULL,       a->lda,
                   a->ldb,    a->ldc,   0,        a->k_local, a->n,
                   a->transb, a->dtype, a->ctype, a->order};
@@ -128,7 +128,7 @@ static void adapt_shape(MKX_Comm c, int op, const void *args,
     s->ao = v.A_out != NULL && (s->cm || pad_k);
     if (a->m_local == 0) s->a = 0; /* nothing to copy; A may be NULL */
   } else {
-    const mkx_gemm_red_args *a = args;
+    const mkx_rs_ar_args *a = args;
     int64_t first, count = a->M;
     if (op == MKX_TP_OP_RS)
       MKX_Block_range(a->M, c->size, c->rank, &first, &count);
@@ -175,8 +175,8 @@ static void make_twin(MKX_Comm c, ad_plan *p, const void *args) {
     t->transb = s->tb;
     t->order = MKX_ROW_MAJOR;
   } else {
-    mkx_gemm_red_args *t = &p->twin.red;
-    *t = *(const mkx_gemm_red_args *)args;
+    mkx_rs_ar_args *t = &p->twin.red;
+    *t = *(const mkx_rs_ar_args *)args;
     if (s->a) t->A = base + p->a_off, t->lda = s->kp;
     if (s->b) t->B = base + p->b_off, t->ldb = ldb_p;
     if (s->c) t->C = base + p->c_off, t->ldc = s->np;

@@ -101,11 +101,11 @@ int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
 /* A plain GEMM of a call: AG: the gathered A (M rows, dense, in `a`) times
  * B into C; RS/AR: A times B into a dense partial `c` of c_type. */
 struct mkx_ag_gemm_args;
-struct mkx_gemm_red_args;
+struct mkx_rs_ar_args;
 void mkx_tp_gemm_of_ag(const struct mkx_ag_gemm_args *args, const void *a,
                        int64_t M, mkx_gemm_desc *d);
-void mkx_tp_gemm_of_red(const struct mkx_gemm_red_args *args, void *c,
-                        int c_type, mkx_gemm_desc *d);
+void mkx_tp_gemm_of_red(const struct mkx_rs_ar_args *args, void *c, int c_type,
+                        mkx_gemm_desc *d);
 
 /* The split path's GEMM (g as for mkx_gemm_run): the engine, or with
  * option tp_split_gemm=cublas (mkx_tp_split_blas says when) cuBLAS on the
@@ -206,11 +206,11 @@ unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
 unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 /* op: MKX_TP_OP_RS or MKX_TP_OP_AR. */
-int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
-                     void **plan);
-int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
-                      MKX_Stream stream);
-void mkx_red_gpu_free(MKX_Comm c, void *plan);
+int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, int split,
+                       void **plan);
+int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
+                        MKX_Stream stream);
+void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan);
 
 /* The path choice of the three calls (op classes' gpu_choose), and of the
  * fused path alone for a call of M product rows (the adapter's inner

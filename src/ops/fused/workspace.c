@@ -580,7 +580,7 @@ void mkx_tp_gemm_of_ag(const mkx_ag_gemm_args *x, const void *a, int64_t M,
   d->c_type = mkx_tp_gemm_type(x->ctype);
 }
 
-void mkx_tp_gemm_of_red(const mkx_gemm_red_args *x, void *c, int c_type,
+void mkx_tp_gemm_of_red(const mkx_rs_ar_args *x, void *c, int c_type,
                         mkx_gemm_desc *d) {
   memset(d, 0, sizeof *d);
   d->m = x->M, d->n = x->n, d->k = x->k_local;

@@ -281,5 +281,5 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   return mkx_net_call_end(c, &p->np, stream, FN, &n);
 }
 #else
-typedef int mkx_ag_net_gpu_unused; /* ISO C: not an empty unit */
+typedef int mkx_ag_net_unused; /* ISO C: not an empty unit */
 #endif

@@ -77,7 +77,7 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
     const mkx_ag_gemm_args *a = args;
     dt = a->dtype, ct = a->ctype, order = a->order;
   } else {
-    const mkx_gemm_red_args *a = args;
+    const mkx_rs_ar_args *a = args;
     dt = a->dtype, ct = a->ctype, order = a->order;
   }
   if (c->opt.hier_gemm == MKX_HIER_GEMM_HOST)
@@ -110,7 +110,7 @@ static size_t dtmp_bytes(int op, const void *args, int64_t M) {
     const mkx_ag_gemm_args *a = args;
     return (size_t)M * (size_t)a->k * MKX_Type_size(a->dtype);
   }
-  const mkx_gemm_red_args *a = args;
+  const mkx_rs_ar_args *a = args;
   return (size_t)a->M * (size_t)a->n * sizeof(float);
 }
 
@@ -125,7 +125,7 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
     if (op == MKX_TP_OP_AG)
       rows[q] = g->local[q];
     else
-      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q, &first,
+      MKX_Block_range(((const mkx_rs_ar_args *)args)->M, c->size, q, &first,
                       &rows[q]);
   }
   if (rc == MKX_SUCCESS)
@@ -197,7 +197,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
 
 /* The fp32 partial on the GPU, its hierarchical reduction through the
  * host, the rounded block (allreduce: every block) back into C. */
-static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
+static int red_start(MKX_Comm c, hg_plan *p, const mkx_rs_ar_args *a,
                      cudaStream_t st) {
   const int op = p->op, me = c->rank;
   const size_t cs = MKX_Type_size(a->ctype), part = (size_t)a->M * a->n;

@@ -59,7 +59,7 @@ int mkx_hier_nvlink_check(MKX_Comm c, int op, const void *args,
                          "of unequal size",
                          op_name(op));
   if (op != MKX_TP_OP_AG &&
-      !mkx_hier_split_matches(c, ((const mkx_gemm_red_args *)args)->M))
+      !mkx_hier_split_matches(c, ((const mkx_rs_ar_args *)args)->M))
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: hier_gemm=nvlink needs ranks "
                      "numbered node by node",
@@ -76,7 +76,7 @@ static int rows_of_ranks(MKX_Comm c, int op, const void *args,
     if (op == MKX_TP_OP_AG)
       rows[q] = g->local[q];
     else
-      MKX_Block_range(((const mkx_gemm_red_args *)args)->M, c->size, q, &first,
+      MKX_Block_range(((const mkx_rs_ar_args *)args)->M, c->size, q, &first,
                       &rows[q]);
   }
   *out = rows;
@@ -146,7 +146,7 @@ static int alloc_bufs(MKX_Comm c, int op, const void *args, int64_t M,
                            (size_t)p->rows[c->rank] * row, op));
     return x_alloc_pinned(p, (void **)&p->hrows, (size_t)p->col_rows * row, op);
   }
-  const mkx_gemm_red_args *a = args;
+  const mkx_rs_ar_args *a = args;
   const size_t es = MKX_Type_size(a->dtype);
   const size_t col = (size_t)p->col_rows * (size_t)a->n * 4;
   MKX_TRY(x_alloc(p, &p->dtmp, (size_t)a->M * (size_t)a->k_local * es, op));
@@ -250,7 +250,7 @@ static int permute(MKX_Comm c, const hg_plan *p, char *a, int64_t lda, char *b,
 /* One slice's node part, enqueued: the node's ReduceScatter of the
  * permuted A times B's columns [j0, j1) into the slice's fp32 sums, then
  * those to the host. */
-static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
+static int red_node(const hg_plan *p, const mkx_rs_ar_args *a, int64_t j0,
                     int64_t j1, float *colsum, cudaStream_t st) {
   const size_t bs = MKX_Type_size(a->dtype);
   const char *b =
@@ -268,7 +268,7 @@ static int red_node(const hg_plan *p, const mkx_gemm_red_args *a, int64_t j0,
 
 /* One slice's network part: the column reduce, rounding, and for AR the
  * allgather of the rounded blocks into `out`; RS leaves them in `conv`. */
-static int red_net(MKX_Comm c, const hg_plan *p, const mkx_gemm_red_args *a,
+static int red_net(MKX_Comm c, const hg_plan *p, const mkx_rs_ar_args *a,
                    int64_t j0, int64_t j1, const float *colsum, float *block,
                    char *conv, char *out) {
   const size_t cs = MKX_Type_size(a->ctype), w = (size_t)(j1 - j0);
@@ -283,9 +283,9 @@ static int red_net(MKX_Comm c, const hg_plan *p, const mkx_gemm_red_args *a,
 /* Every slice's result into C's columns, once the network is done with
  * them all: the stream still holds the later slices' node parts, which a
  * copy enqueued earlier would have waited behind. */
-static int red_copy_out(MKX_Comm c, const hg_plan *p,
-                        const mkx_gemm_red_args *a, const int64_t *j, int S,
-                        const char *conv, const char *out, cudaStream_t st) {
+static int red_copy_out(MKX_Comm c, const hg_plan *p, const mkx_rs_ar_args *a,
+                        const int64_t *j, int S, const char *conv,
+                        const char *out, cudaStream_t st) {
   const size_t cs = MKX_Type_size(a->ctype);
   const int ar = p->op == MKX_TP_OP_AR;
   const int64_t rows = ar ? a->M : p->rows[c->rank];
@@ -299,7 +299,7 @@ static int red_copy_out(MKX_Comm c, const hg_plan *p,
   return MKX_SUCCESS;
 }
 
-static int red_start(MKX_Comm c, hg_plan *p, const mkx_gemm_red_args *a,
+static int red_start(MKX_Comm c, hg_plan *p, const mkx_rs_ar_args *a,
                      cudaStream_t st) {
   const size_t es = MKX_Type_size(a->dtype), cs = MKX_Type_size(a->ctype);
   const size_t mine = (size_t)p->rows[c->rank];
@@ -435,7 +435,7 @@ int mkx_hier_nvlink_start(MKX_Comm c, hg_plan *p, const void *args,
 int mkx_hier_nvlink_host(MKX_Comm c, int op, const void *args) {
   const int64_t mine = op == MKX_TP_OP_AG
                            ? ((const mkx_ag_gemm_args *)args)->m_local
-                           : ((const mkx_gemm_red_args *)args)->k_local;
+                           : ((const mkx_rs_ar_args *)args)->k_local;
   struct mkx_agreed g = {0};
   void *plan = NULL;
   g.local = calloc((size_t)c->size, sizeof *g.local);

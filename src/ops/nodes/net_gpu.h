@@ -23,13 +23,13 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
                      MKX_Stream stream);
 void mkx_ag_net_free(MKX_Comm c, void *plan);
 
-int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
-                     const struct mkx_agreed *g, char *why, size_t len);
-int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
-                     const struct mkx_agreed *g, void **plan);
-int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
-                      MKX_Stream stream);
-void mkx_red_net_free(MKX_Comm c, void *plan);
+int mkx_rs_ar_net_fits(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g, char *why, size_t len);
+int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g, void **plan);
+int mkx_rs_ar_net_start(MKX_Comm c, void *plan, const void *args,
+                        MKX_Stream stream);
+void mkx_rs_ar_net_free(MKX_Comm c, void *plan);
 
 /* The communicator's device words of these kernels
  * (mkx_comm_net_gpu_region): [0] the epoch, [1] the last command, then a

@@ -96,9 +96,9 @@ static int64_t chunk_rows_of(int64_t rmax) {
   return r < 128 ? 128 : (r + 127) / 128 * 128;
 }
 
-int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
-                     const struct mkx_agreed *g, char *why, size_t len) {
-  const mkx_gemm_red_args *a = args;
+int mkx_rs_ar_net_fits(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g, char *why, size_t len) {
+  const mkx_rs_ar_args *a = args;
   (void)op;
   const char *w = mkx_net_fits_comm(c);
   mkx_gemm_desc d;
@@ -115,13 +115,13 @@ int mkx_red_net_fits(MKX_Comm c, int op, const void *args,
 }
 
 static int chunks_of(const rn_plan *p, int q);
-static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                        int q, int j, mkx_gemm_desc *d, int64_t *r0p,
                        int64_t *r1p);
 
-int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
-                     const struct mkx_agreed *g, void **plan) {
-  const mkx_gemm_red_args *a = args;
+int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
+                       const struct mkx_agreed *g, void **plan) {
+  const mkx_rs_ar_args *a = args;
   (void)g;
   rn_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
@@ -166,14 +166,14 @@ int mkx_red_net_plan(MKX_Comm c, int op, const void *args,
       rc = mkx_tp_launch_rc(mkx_gemm_load(&d), fn_of(op), "loading its GEMM");
     }
   if (rc != MKX_SUCCESS) {
-    mkx_red_net_free(c, p);
+    mkx_rs_ar_net_free(c, p);
     return rc;
   }
   *plan = p;
   return MKX_SUCCESS;
 }
 
-void mkx_red_net_free(MKX_Comm c, void *plan) {
+void mkx_rs_ar_net_free(MKX_Comm c, void *plan) {
   rn_plan *p = plan;
   (void)c;
   if (!p) return;
@@ -187,7 +187,7 @@ static int chunks_of(const rn_plan *p, int q) {
 }
 
 /* Owner q's chunk j: rows [*r0p, *r1p) and their GEMM into P. */
-static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                        int q, int j, mkx_gemm_desc *d, int64_t *r0p,
                        int64_t *r1p) {
   const int64_t r0 = p->bnd[q] + j * p->chunk_rows;
@@ -210,7 +210,7 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
 }
 
 /* Owner q's chunk j: its GEMM into P, then (another owner) its post. */
-static int chunk(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static int chunk(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                  const mkx_tp_net_desc *n, int q, int j, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const size_t row = (size_t)p->n * sizeof(float);
@@ -242,7 +242,7 @@ static int sum_blocks(MKX_Comm c) {
   return c->share.mode != MKX_SHARE_NONE ? 16 : 0;
 }
 
-static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                    const mkx_tp_net_desc *n, cudaStream_t st) {
   mkx_tp_net_sum_desc s;
   memset(&s, 0, sizeof s);
@@ -282,7 +282,7 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
 /* GEMM+AllReduce, while the sum sends this rank's rounded rows to every
  * peer (and writes them into C): every other owner's rows into C, chunk by
  * chunk as they land in Y. */
-static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                        const mkx_tp_net_desc *n, cudaStream_t st) {
   mkx_tp_net_take_desc t;
   memset(&t, 0, sizeof t);
@@ -355,9 +355,8 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
 
 /* This rank's rows: in node order, its node's G chunks (flags) and every
  * other node's partial as it lands in R (words), into C. */
-static int node_own_sum(MKX_Comm c, const rn_plan *p,
-                        const mkx_gemm_red_args *a, const mkx_tp_net_desc *n,
-                        cudaStream_t st) {
+static int node_own_sum(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
+                        const mkx_tp_net_desc *n, cudaStream_t st) {
   const int G = c->place.local_size, N = c->place.num_nodes;
   const size_t area = (size_t)p->rmax * (size_t)p->n * sizeof(float);
   mkx_tp_net_sum_desc d;
@@ -398,7 +397,7 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p,
  * column peers' rows into its workspace's Y as they land, the node's
  * ranks meet, and every owner's rows into C from the workspace of the
  * node rank of the owner's local index. */
-static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                      const mkx_tp_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const size_t yrow = (size_t)p->n * p->es_c;
@@ -440,7 +439,7 @@ static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
  * this node's last (the same order on every rank of the node).  Work in
  * a hardware queue starts in the order it came: each node sum is forked
  * after this rank's GEMMs of its owners, never ahead of them. */
-static int node_start(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
+static int node_start(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
                       mkx_tp_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const int G = c->place.local_size, N = c->place.num_nodes;
@@ -463,10 +462,10 @@ static int node_start(MKX_Comm c, const rn_plan *p, const mkx_gemm_red_args *a,
   return mkx_net_join(p->np.ws, G, st, fn);
 }
 
-int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
-                      MKX_Stream stream) {
+int mkx_rs_ar_net_start(MKX_Comm c, void *plan, const void *args,
+                        MKX_Stream stream) {
   rn_plan *p = plan;
-  const mkx_gemm_red_args *a = args;
+  const mkx_rs_ar_args *a = args;
   const char *fn = fn_of(p->op);
   cudaStream_t st = (cudaStream_t)stream;
   mkx_tp_net_desc n;
@@ -486,5 +485,5 @@ int mkx_red_net_start(MKX_Comm c, void *plan, const void *args,
   return mkx_net_call_end(c, &p->np, stream, fn, &n);
 }
 #else
-typedef int mkx_red_net_gpu_unused; /* ISO C: not an empty unit */
+typedef int mkx_rs_ar_net_unused; /* ISO C: not an empty unit */
 #endif

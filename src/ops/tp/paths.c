@@ -44,12 +44,12 @@ static int ag_split_plan(MKX_Comm c, int op, const void *args,
 static int red_overlap_plan(MKX_Comm c, int op, const void *args,
                             const mkx_agreed *g, void **plan) {
   (void)g;
-  return mkx_red_gpu_plan(c, op, args, 0, plan);
+  return mkx_rs_ar_gpu_plan(c, op, args, 0, plan);
 }
 static int red_split_plan(MKX_Comm c, int op, const void *args,
                           const mkx_agreed *g, void **plan) {
   (void)g;
-  return mkx_red_gpu_plan(c, op, args, 1, plan);
+  return mkx_rs_ar_gpu_plan(c, op, args, 1, plan);
 }
 
 /* ---- the table ----------------------------------------------------------- */
@@ -61,9 +61,10 @@ static const mkx_path_ops ag_split = {MKX_PATH_TP_SPLIT, ag_split_plan,
                                       mkx_ag_gemm_gpu_start,
                                       mkx_ag_gemm_gpu_free};
 static const mkx_path_ops red_overlap = {MKX_PATH_TP_OVERLAP, red_overlap_plan,
-                                         mkx_red_gpu_start, mkx_red_gpu_free};
+                                         mkx_rs_ar_gpu_start,
+                                         mkx_rs_ar_gpu_free};
 static const mkx_path_ops red_split = {MKX_PATH_TP_SPLIT, red_split_plan,
-                                       mkx_red_gpu_start, mkx_red_gpu_free};
+                                       mkx_rs_ar_gpu_start, mkx_rs_ar_gpu_free};
 static const mkx_path_ops adapted = {MKX_PATH_TP_ADAPTED, mkx_tp_adapt_plan,
                                      mkx_tp_adapt_start, mkx_tp_adapt_free};
 /* Both several-node variants share the plan type (hg_plan) and its start
@@ -75,8 +76,8 @@ static const mkx_path_ops hier_nvlink = {MKX_PATH_HIER_NVLINK,
                                          mkx_hier_gpu_start, mkx_hier_gpu_free};
 static const mkx_path_ops ag_proxy = {MKX_PATH_HIER_PROXY, mkx_ag_net_plan,
                                       mkx_ag_net_start, mkx_ag_net_free};
-static const mkx_path_ops red_proxy = {MKX_PATH_HIER_PROXY, mkx_red_net_plan,
-                                       mkx_red_net_start, mkx_red_net_free};
+static const mkx_path_ops red_proxy = {MKX_PATH_HIER_PROXY, mkx_rs_ar_net_plan,
+                                       mkx_rs_ar_net_start, mkx_rs_ar_net_free};
 
 /* ---- the choice ---------------------------------------------------------- */
 
@@ -96,7 +97,7 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
     char why[160];
     const int proxy = op == MKX_TP_OP_AG
                           ? mkx_ag_net_fits(c, args, g, why, sizeof why)
-                          : mkx_red_net_fits(c, op, args, g, why, sizeof why);
+                          : mkx_rs_ar_net_fits(c, op, args, g, why, sizeof why);
     const int hg = c->opt.hier_gemm;
     const char *opt = hg == MKX_HIER_GEMM_AUTO ? "auto" : "proxy";
     if (proxy) {
@@ -136,12 +137,12 @@ int mkx_ag_gemm_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
 }
 int mkx_rs_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                       mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_RS, args, g, ((const mkx_gemm_red_args *)args)->M,
+  return choose(c, MKX_TP_OP_RS, args, g, ((const mkx_rs_ar_args *)args)->M,
                 out);
 }
 int mkx_ar_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                       mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_AR, args, g, ((const mkx_gemm_red_args *)args)->M,
+  return choose(c, MKX_TP_OP_AR, args, g, ((const mkx_rs_ar_args *)args)->M,
                 out);
 }
 #else

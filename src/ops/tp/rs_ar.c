@@ -12,19 +12,18 @@ static const char *const sig_names[] = {"M",     "n",     "dtype",
                                         "ctype", "order", NULL};
 
 /* Rows of C on this rank: its block for reduce-scatter, all for allreduce. */
-static int64_t c_rows(MKX_Comm c, const mkx_gemm_red_args *a, int scatter) {
+static int64_t c_rows(MKX_Comm c, const mkx_rs_ar_args *a, int scatter) {
   int64_t first = 0, count = a->M;
   if (scatter) MKX_Block_range(a->M, c->size, c->rank, &first, &count);
   return count;
 }
 
-static void b_dims(const mkx_gemm_red_args *a, int64_t *rows, int64_t *cols) {
+static void b_dims(const mkx_rs_ar_args *a, int64_t *rows, int64_t *cols) {
   *rows = a->transb == MKX_TRANS ? a->n : a->k_local;
   *cols = a->transb == MKX_TRANS ? a->k_local : a->n;
 }
 
-static int check(MKX_Comm c, mkx_gemm_red_args *a, mkx_signature *s,
-                 int scatter) {
+static int check(MKX_Comm c, mkx_rs_ar_args *a, mkx_signature *s, int scatter) {
   const char *fn = scatter ? "MKX_Gemm_reduce_scatter" : "MKX_Gemm_allreduce";
   int64_t br, bc, rows;
   MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
@@ -54,8 +53,7 @@ static int check(MKX_Comm c, mkx_gemm_red_args *a, mkx_signature *s,
   return MKX_SUCCESS;
 }
 
-static int buffers(MKX_Comm c, mkx_gemm_red_args *a, mkx_buffer *b,
-                   int scatter) {
+static int buffers(MKX_Comm c, mkx_rs_ar_args *a, mkx_buffer *b, int scatter) {
   int64_t br, bc;
   b_dims(a, &br, &bc);
   b[0] = (mkx_buffer){
@@ -96,7 +94,7 @@ static int ar_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
 const mkx_op_class mkx_op_gemm_reduce_scatter = {
     .name = "MKX_Gemm_reduce_scatter",
     .kind = MKX_OP_GEMM_REDUCE_SCATTER,
-    .args_size = sizeof(mkx_gemm_red_args),
+    .args_size = sizeof(mkx_rs_ar_args),
     .sig_names = sig_names,
     .check = rs_check,
     .post_check = NULL,
@@ -112,7 +110,7 @@ const mkx_op_class mkx_op_gemm_reduce_scatter = {
 const mkx_op_class mkx_op_gemm_allreduce = {
     .name = "MKX_Gemm_allreduce",
     .kind = MKX_OP_GEMM_ALLREDUCE,
-    .args_size = sizeof(mkx_gemm_red_args),
+    .args_size = sizeof(mkx_rs_ar_args),
     .sig_names = sig_names,
     .check = ar_check,
     .post_check = NULL,
@@ -126,8 +124,8 @@ const mkx_op_class mkx_op_gemm_allreduce = {
 };
 
 #define RED_ARGS                                                               \
-  mkx_gemm_red_args a = {A,      M, k_local, lda,   B,     n,    ldb,          \
-                         transb, C, ldc,     dtype, ctype, order}
+  mkx_rs_ar_args a = {A,      M, k_local, lda,   B,     n,    ldb,             \
+                      transb, C, ldc,     dtype, ctype, order}
 
 int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             int64_t lda, const void *B, int64_t n, int64_t ldb,

@@ -24,7 +24,7 @@
 #include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
-typedef struct red_plan {
+typedef struct rs_ar_plan {
   mkx_tp_ws *ws;
   int allreduce, p_type, split, push_sm;
   size_t pes, ces; /* bytes per partial / C element */
@@ -33,14 +33,14 @@ typedef struct red_plan {
   size_t slots_off, stage_off, late_off; /* in the workspace's data */
   mkx_symm_buf creg;                     /* allreduce: every rank's C */
   int64_t peer_ldc[MKX_TP_MAX];
-} red_plan;
+} rs_ar_plan;
 
 static const char *fn_name(int allreduce) {
   return allreduce ? "MKX_Gemm_allreduce" : "MKX_Gemm_reduce_scatter";
 }
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
-static int check(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce) {
+static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce) {
   const char *fn = fn_name(allreduce);
   MKX_TRY(mkx_tp_node_ok(c, fn));
   if (!is16(a->dtype) || (!is16(a->ctype) && a->ctype != MKX_FP32))
@@ -78,7 +78,7 @@ int mkx_ar_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
 }
 
 /* Allreduce: map every rank's C and learn its leading dimension. */
-static int register_c(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p) {
+static int register_c(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
   int64_t *ldc = malloc(sizeof *ldc * (size_t)c->size);
   if (!ldc) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_name(1));
   int rc = c->oob.allgather(c->oob.ctx, &a->ldc, ldc, sizeof *ldc,
@@ -97,7 +97,7 @@ static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 /* Partials travel in C's type (option tp_partials=out, the default: the
  * precision of cuBLAS followed by NCCL) or in fp32. */
-static int partial_type(MKX_Comm c, const mkx_gemm_red_args *a) {
+static int partial_type(MKX_Comm c, const mkx_rs_ar_args *a) {
   if (a->ctype == MKX_FP32 || c->opt.tp_partials == MKX_PARTIALS_FP32)
     return MKX_GEMM_FP32;
   return mkx_tp_gemm_type(a->ctype);
@@ -105,7 +105,7 @@ static int partial_type(MKX_Comm c, const mkx_gemm_red_args *a) {
 
 /* Data of the workspace: receive slots (one per source, of the largest
  * block), the staging of every row but the smallest block, late rows. */
-static size_t layout_data(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p) {
+static size_t layout_data(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
   const int64_t count_min = p->bnd[c->size] - p->bnd[c->size - 1];
   p->count_max = p->bnd[1] - p->bnd[0]; /* block 0 is the largest */
   p->slots_off = 0;
@@ -118,7 +118,7 @@ static size_t layout_data(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p) {
 
 /* The workspace of either path; split: it holds this rank's whole
  * partial. */
-static int acquire(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p,
+static int acquire(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p,
                    int split) {
   mkx_tp_need need = {1, 0, layout_data(c, a, p), 0};
   if (split)
@@ -127,9 +127,9 @@ static int acquire(MKX_Comm c, const mkx_gemm_red_args *a, red_plan *p,
   return mkx_tp_ws_acquire(c, &need, &p->ws);
 }
 
-static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
-                int split, void **out) {
-  red_plan *p = calloc(1, sizeof *p);
+static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
+                void **out) {
+  rs_ar_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_name(allreduce));
   p->allreduce = allreduce;
   for (int q = 0; q < c->size; q++) {
@@ -171,8 +171,8 @@ static int plan(MKX_Comm c, const mkx_gemm_red_args *a, int allreduce,
   return MKX_SUCCESS;
 }
 
-int mkx_red_gpu_plan(MKX_Comm c, int op, const void *args, int split,
-                     void **out) {
+int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, int split,
+                       void **out) {
   return plan(c, args, op == MKX_TP_OP_AR, split, out);
 }
 
@@ -184,8 +184,8 @@ unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
 }
-void mkx_red_gpu_free(MKX_Comm c, void *plan) {
-  red_plan *p = plan;
+void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan) {
+  rs_ar_plan *p = plan;
   (void)c;
   if (!p) return;
   mkx_tp_ws_release(p->ws);
@@ -193,10 +193,10 @@ void mkx_red_gpu_free(MKX_Comm c, void *plan) {
   free(p);
 }
 
-static char *data_of(const red_plan *p, int local_rank, size_t off) {
+static char *data_of(const rs_ar_plan *p, int local_rank, size_t off) {
   return mkx_tp_ws_data(p->ws, local_rank) + off;
 }
-static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+static int run_gemm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                     cudaStream_t st) {
   const int me = c->place.local_rank;
   mkx_tp_rs_desc d;
@@ -246,14 +246,14 @@ static int run_gemm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
                           "GEMM with staged partials");
 }
 
-static int cuda_rc(cudaError_t e, const red_plan *p, const char *what) {
+static int cuda_rc(cudaError_t e, const rs_ar_plan *p, const char *what) {
   return mkx_cuda_rc(e, fn_name(p->allreduce), what);
 }
 
 /* Copy engine, one step: wait for the GEMM's count of a chunk, copy it,
  * copy the epoch (src[0], written by the prologue: graph-safe) into the
  * destination's flag after it (stream order). */
-static int wait_count(const red_plan *p, int me, int q, int ch,
+static int wait_count(const rs_ar_plan *p, int me, int q, int ch,
                       cudaStream_t s) {
   int *cnt =
       mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_COUNTERS) + q * MKX_TP_MAXCH + ch;
@@ -261,7 +261,7 @@ static int wait_count(const red_plan *p, int me, int q, int ch,
       mkx_tp_stream_wait_geq(s, cnt, mkx_tp_rs_chunk_subtiles(&p->L, q, ch)),
       fn_name(p->allreduce), "stream wait on a chunk count");
 }
-static int copy_flag(const red_plan *p, int me, int *dst, cudaStream_t s) {
+static int copy_flag(const rs_ar_plan *p, int me, int *dst, cudaStream_t s) {
   const int *src = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_SRC);
   return cuda_rc(
       cudaMemcpyAsync(dst, src, sizeof(int), cudaMemcpyDeviceToDevice, s), p,
@@ -269,7 +269,7 @@ static int copy_flag(const red_plan *p, int me, int *dst, cudaStream_t s) {
 }
 
 /* This rank's partials of owner q's chunks into q's slot [rank]. */
-static int push_partials(MKX_Comm c, const red_plan *p, int q, int64_t n,
+static int push_partials(MKX_Comm c, const rs_ar_plan *p, int q, int64_t n,
                          cudaStream_t s) {
   const int me = c->place.local_rank, lq = c->place.local_rank_of[q];
   const int64_t own = p->bnd[c->rank + 1] - p->bnd[c->rank];
@@ -296,8 +296,8 @@ static int push_partials(MKX_Comm c, const red_plan *p, int q, int64_t n,
 /* Side stream i serves rank + i.  Allreduce: the GEMM's epilogue stores the
  * own rows into q's C and sets q's done[me]; with no clean own rows it
  * never would, so the side stream does. */
-static int copy_engines(MKX_Comm c, const red_plan *p,
-                        const mkx_gemm_red_args *a) {
+static int copy_engines(MKX_Comm c, const rs_ar_plan *p,
+                        const mkx_rs_ar_args *a) {
   mkx_tp_ws *ws = p->ws;
   const int me = c->place.local_rank;
   for (int i = 1; i < c->size; i++) {
@@ -313,14 +313,14 @@ static int copy_engines(MKX_Comm c, const red_plan *p,
   return MKX_SUCCESS;
 }
 
-static int join(MKX_Comm c, const red_plan *p, cudaStream_t st) {
+static int join(MKX_Comm c, const rs_ar_plan *p, cudaStream_t st) {
   for (int i = 1; i < c->size; i++)
     MKX_TRY(
         cuda_rc(cudaStreamWaitEvent(st, p->ws->ev_join[i], 0), p, "join wait"));
   return MKX_SUCCESS;
 }
 
-static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+static int run_late(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                     cudaStream_t st) {
   mkx_tp_late_desc d;
   memset(&d, 0, sizeof d);
@@ -350,7 +350,7 @@ static int run_late(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 
 /* The split path: the partial into the workspace (the engine, or cuBLAS:
  * option tp_split_gemm), then the one-shot sum. */
-static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+static int run_split(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                      cudaStream_t st) {
   const char *fn = fn_name(p->allreduce);
   mkx_gemm_desc g;
@@ -376,7 +376,7 @@ static int run_split(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 
 /* A graph may replay the stores into the peers' C long after this call:
  * their mappings must outlive the plan. */
-static int pin_if_captured(MKX_Comm c, const red_plan *p, cudaStream_t st) {
+static int pin_if_captured(MKX_Comm c, const rs_ar_plan *p, cudaStream_t st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(cuda_rc(cudaStreamIsCapturing(st, &cap), p, "capture status"));
   return cap == cudaStreamCaptureStatusNone ? MKX_SUCCESS
@@ -386,7 +386,7 @@ static int pin_if_captured(MKX_Comm c, const red_plan *p, cudaStream_t st) {
 /* SM pushes: the GEMM stores and counts the peers' rows itself; an
  * allreduce rank without clean own rows tells its peers at once (no own
  * sub-tile would). */
-static int push_sm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+static int push_sm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                    cudaStream_t st) {
   const int me = c->place.local_rank;
   MKX_TRY(run_gemm(c, p, a, st));
@@ -401,17 +401,17 @@ static int push_sm(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
 }
 
 /* Copy engines: forked before the GEMM, they run alongside it. */
-static int push_copy(MKX_Comm c, const red_plan *p, const mkx_gemm_red_args *a,
+static int push_copy(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                      cudaStream_t st) {
   MKX_TRY(cuda_rc(cudaEventRecord(p->ws->ev_fork, st), p, "fork"));
   MKX_TRY(run_gemm(c, p, a, st));
   return copy_engines(c, p, a);
 }
 
-int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
-                      MKX_Stream stream) {
-  red_plan *p = plan;
-  const mkx_gemm_red_args *a = args;
+int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
+                        MKX_Stream stream) {
+  rs_ar_plan *p = plan;
+  const mkx_rs_ar_args *a = args;
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
@@ -433,5 +433,5 @@ int mkx_red_gpu_start(MKX_Comm c, void *plan, const void *args,
   return mkx_tp_end(p->ws, stream);
 }
 #else
-typedef int mkx_gemm_red_gpu_unused; /* ISO C: not an empty unit */
+typedef int mkx_rs_ar_gpu_unused; /* ISO C: not an empty unit */
 #endif

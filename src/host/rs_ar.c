@@ -42,7 +42,7 @@ static int red_blocks(MKX_Comm c, int64_t M, mkx_arena *ar, red_ctx *r) {
 
 /* Everything this rank does alone: buffers and its partial product.  Its
  * failures are agreed on afterwards. */
-static int red_local(const mkx_gemm_red_args *a, int p, mkx_arena *ar,
+static int red_local(const mkx_rs_ar_args *a, int p, mkx_arena *ar,
                      red_ctx *r) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
   size_t ws = MKX_Type_size(wt);
@@ -75,7 +75,7 @@ static void sum_in_rank_order(MKX_Datatype wt, void *recv, int p, size_t len) {
   }
 }
 
-static int red_exchange(MKX_Comm c, const mkx_gemm_red_args *a, red_ctx *r) {
+static int red_exchange(MKX_Comm c, const mkx_rs_ar_args *a, red_ctx *r) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
   int p = c->size;
   mkx_xfer x;
@@ -97,7 +97,7 @@ static int red_exchange(MKX_Comm c, const mkx_gemm_red_args *a, red_ctx *r) {
   return MKX_SUCCESS;
 }
 
-int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_gemm_red_args *a,
+int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_rs_ar_args *a,
                                  const mkx_agreed *g) {
   mkx_arena ar = {0};
   red_ctx r;
@@ -128,7 +128,7 @@ static int gather_blocks(MKX_Comm c, const red_ctx *r, size_t row_bytes,
 
 /* The reduce-scatter, then an allgather of the ROUNDED blocks: every rank
  * ends with the same bits. */
-int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_gemm_red_args *a,
+int mkx_host_gemm_allreduce(MKX_Comm c, const mkx_rs_ar_args *a,
                             const mkx_agreed *g) {
   mkx_arena ar = {0};
   red_ctx r;
