@@ -43,21 +43,24 @@
 namespace mkx {
 namespace attn {
 
-using gemm::fence_proxy_async_smem;
 using gemm::make_desc;
-using gemm::mbar_arrive;
-using gemm::mbar_arrive_expect_tx;
-using gemm::mbar_done;
-using gemm::mbar_init;
-using gemm::mbar_wait;
 using gemm::pin_acc;
 using gemm::prefetch_tmap;
 using gemm::setmaxnreg_dec;
 using gemm::setmaxnreg_inc;
-using gemm::smem_u32;
 using gemm::wgmma_commit;
 using gemm::wgmma_fence;
 using gemm::wgmma_wait;
+using ptx::fence_proxy_async_smem;
+using ptx::mbar_arrive;
+using ptx::mbar_arrive_expect_tx;
+using ptx::mbar_done;
+using ptx::mbar_init;
+using ptx::mbar_wait;
+using ptx::smem_u32;
+using ptx::tma_load_4d;
+using ptx::tma_load_5d;
+using ptx::tma_store_4d;
 using wgmma::Wgmma;
 
 /* WGS consumer warpgroups of 64 query rows each (2, or 3 where the
@@ -194,29 +197,6 @@ struct Blocks {
     return n;
   }
 };
-
-__device__ __forceinline__ void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
-                                            int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
-__device__ __forceinline__ void tma_store_4d(const CUtensorMap *map, const void *src, int c0, int c1, int c2, int c3) {
-  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
-                   reinterpret_cast<uint64_t>(map)),
-               "r"(smem_u32(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-               : "memory");
-}
-__device__ __forceinline__ void tma_load_5d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
-                                            int c3, int c4) {
-  asm volatile(
-      "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], "
-      "[%2];" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
-      : "memory");
-}
 
 __device__ __forceinline__ float ex2(float x) {
   float y;

@@ -103,33 +103,6 @@ __device__ __forceinline__ int chunk_col(int p, int h, int up) {
   return SWIGLU ? (h ? up : 0) + 64 * p : 128 * p + 64 * h;
 }
 
-__device__ __forceinline__ uint64_t l2_evict_first() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ uint64_t l2_evict_last() {
-  uint64_t p;
-  asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-  return p;
-}
-__device__ __forceinline__ void load_2d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1,
-                                        uint64_t pol) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4}], [%2], %5;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "l"(pol)
-      : "memory");
-}
-__device__ __forceinline__ void load_3d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2,
-                                        uint64_t pol) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-      " [%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2), "l"(pol)
-      : "memory");
-}
-
 /* The ring as one consumer warpgroup walks it. */
 struct Ring {
   uint32_t base;  // shared address of stage 0
@@ -163,10 +136,10 @@ __device__ __forceinline__ void produce(uint8_t *ring, uint64_t *full, uint64_t 
       mbar_arrive_expect_tx(&full[stage], (uint32_t)(nw + nr) * kSlot);
       uint8_t *s = ring + stage * kStageBytes;
       for (int j = 0; j < nw; ++j)
-        load_3d(s + j * kSlot, tmW, &full[stage], chunk_col<SWIGLU>(t.pair0 + (j >> 1), j & 1, p.up), kb * 64, t.e,
-                once);
+        tma_load_3d_hint(s + j * kSlot, tmW, &full[stage], chunk_col<SWIGLU>(t.pair0 + (j >> 1), j & 1, p.up), kb * 64,
+                         t.e, once);
       for (int i = 0; i < nr; ++i)
-        load_2d(s + (rslot + i) * kSlot, tmA, &full[stage], kb * 64, t.row0 + 64 * i, shared);
+        tma_load_2d_hint(s + (rslot + i) * kSlot, tmA, &full[stage], kb * 64, t.row0 + 64 * i, shared);
       if (++stage == kStages) {
         stage = 0;
         phase ^= 1;
