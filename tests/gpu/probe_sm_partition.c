@@ -1,5 +1,5 @@
 /* Measures the candidate ways of keeping the ranks that share a GPU to SMs
- * of their own (docs/shared-gpu.md, "How the SMs are partitioned"):
+ * of their own (docs/shared-gpu.md, "SM partitions: one owner of the GPU's SMs"):
  *   none      the ranks' kernels on ordinary streams (MPS as it is set);
  *   green     a green context per rank on group `rank` of an even split of
  *             the device's SMs, the kernels on a stream of it;
