@@ -19,18 +19,9 @@ mkdir -p "$out"
 cd "$top"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-provide_openblas() {
-  pkg-config --exists openblas 2>/dev/null && return 0
-  local d=/opt/mkx-deps lib=/opt/mkx-deps/usr/lib/x86_64-linux-gnu
-  for deb in "$top"/.carry/debs/*.deb; do dpkg -x "$deb" "$d" || return 1; done
-  mkdir -p "$d/pkgconfig"
-  sed "s|/usr/|$d/usr/|g" "$lib/openblas-pthread/pkgconfig/openblas.pc" \
-    >"$d/pkgconfig/openblas.pc"
-  export PKG_CONFIG_PATH=$d/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
-  export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LIBRARY_PATH=$lib/openblas-pthread:$lib${LIBRARY_PATH:+:$LIBRARY_PATH}
-  export CPATH=$d/usr/include/x86_64-linux-gnu/openblas-pthread${CPATH:+:$CPATH}
-}
+summary=$out/summary.txt logs=$out/logs
+# shellcheck source=ci/gpu/lib.sh
+. "$top/ci/gpu/lib.sh" # provide_openblas
 provide_openblas || { echo "no OpenBLAS and none carried"; exit 1; }
 nvidia-smi -L | tee "$out/summary.txt"
 

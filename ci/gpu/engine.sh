@@ -1,5 +1,5 @@
 # Stage engine: the attention engine and its test, built straight with nvcc
-# and gcc (attn_tool, no configure: quick), the test run with --bench
+# and mpicc (attn_tool, no configure: quick), the test run with --bench
 # (MKX_GPU_CHECK_ENGINE_ARGS instead), and PyTorch SDPA timed on the same
 # shapes (sdpa.txt, which attnperf.sh then reuses).  Alone, it is quick.
 # MKX_GPU_CHECK_SDPA=0: the engine alone.

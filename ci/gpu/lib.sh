@@ -103,10 +103,13 @@ unbound() {
 # rail BOUND NP PROG ARGS...: the same over the capped rail
 rail() { capped unbound "$@"; }
 
-# ---- tools built straight with nvcc and gcc (no configure: quick) -----------
+# ---- tools built straight with nvcc and mpicc (no configure: quick) ---------
 # attn_tool DIR NAME LOG [FLAG...]: the attention engine and
 # tests/gpu/NAME.c built into DIR/NAME with FLAGs for both, the compilers'
-# output in LOG.
+# output in LOG.  The engine registers its module with
+# kernels/common/modules.cu; the tests' checks (tests/common/check.c) name
+# MKX's last error, hence src/core/error.c and log.c, and mkx.h wants
+# mpi.h, hence mpicc.
 attn_tool() {
   local dir=$1 name=$2 log=$3
   shift 3
@@ -114,9 +117,12 @@ attn_tool() {
   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels "$@" \
     -Xptxas -v -c kernels/attention/attention.cu -o "$dir/attention.o" \
     >"$log" 2>&1 &&
-  gcc -std=c11 -O2 "$@" -Ikernels -Ikernels/gemm -Itests/common \
-    -I/usr/local/cuda/include "tests/gpu/$name.c" tests/common/num16.c \
-    "$dir/attention.o" -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lm \
+  nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels "$@" \
+    -c kernels/common/modules.cu -o "$dir/modules.o" >>"$log" 2>&1 &&
+  mpicc -std=c11 -O2 "$@" -Ikernels -Ikernels/gemm -Itests/common -Iinclude \
+    -Isrc -I/usr/local/cuda/include "tests/gpu/$name.c" tests/common/num16.c \
+    tests/common/check.c src/core/error.c src/core/log.c "$dir/attention.o" \
+    "$dir/modules.o" -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lm \
     -o "$dir/$name" >>"$log" 2>&1
 }
 

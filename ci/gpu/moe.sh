@@ -1,6 +1,6 @@
 # Stage moe: the grouped expert GEMM and its test, built straight with nvcc
-# and gcc as in stage engine, the test run with --bench (moe.txt).  Alone or
-# with engine only, it is quick.
+# and mpicc as in stage engine (attn_tool says why each part), the test run
+# with --bench (moe.txt).  Alone or with engine only, it is quick.
 # MKX_GPU_CHECK_PROFILE=1: also its DeepSeek-like W1 and W2 GEMMs under ncu
 # (profile-moe.txt).
 # shellcheck shell=bash
@@ -16,9 +16,12 @@ if nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
      >>"$logs/moe-build.log" 2>&1 &&
    nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
      -c kernels/moe/routing.cu -o "$mb/routing.o" >>"$logs/moe-build.log" 2>&1 &&
-   gcc -std=c11 -O2 -Ikernels -Itests/common -I/usr/local/cuda/include \
-     tests/gpu/test_moe_engine.c tests/common/num16.c "$mb/grouped_gemm.o" \
-     "$mb/grouped_gemm_swap.o" "$mb/routing.o" \
+   nvcc -std=c++17 -O3 -gencode=arch=compute_90a,code=sm_90a -Ikernels \
+     -c kernels/common/modules.cu -o "$mb/modules.o" >>"$logs/moe-build.log" 2>&1 &&
+   mpicc -std=c11 -O2 -Ikernels -Itests/common -Iinclude -Isrc \
+     -I/usr/local/cuda/include tests/gpu/test_moe_engine.c tests/common/num16.c \
+     tests/common/check.c src/core/error.c src/core/log.c "$mb/grouped_gemm.o" \
+     "$mb/grouped_gemm_swap.o" "$mb/routing.o" "$mb/modules.o" \
      -L/usr/local/cuda/lib64 -lcudart -lstdc++ -lm -o "$mb/test_moe_engine" \
      >>"$logs/moe-build.log" 2>&1; then
   grep -E 'spill|C75' "$logs/moe-build.log" | sort | uniq -c | head -n 8

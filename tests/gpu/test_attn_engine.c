@@ -9,7 +9,8 @@
  * (ring_stride), landed once a host-mapped word (net_ready) rises, which
  * the host raises after the launch, or never.
  * O and LSE are poisoned before each run and guarded past their ends.
- * Exit 77 without an sm_90 GPU, 1 on any failure.
+ * One check (tests/common/check.h) per run.  Exit 77 without an sm_90 GPU,
+ * 1 on any failure.
  *   --bench   also time the engine on the shapes of the attention issue
  *             table (bf16, one GPU) and print TFLOP/s (causal counts half)
  *   --bench-only  the timings alone
@@ -27,13 +28,53 @@
 
 #include "attention/attn_engine.h"
 #include "attn_bench_desc.h"
+#include "check.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
 #include "num16.h"
 
-static int g_fail, g_ok;
 static int g_runs; /* runs vary: tile counter, block size, warpgroups */
 static int *g_counter;
+
+/* The run under way, for the failure of a call that ends the test. */
+static char g_case[256] = "setup";
+
+/* The summary ci/gpu-check shows, then check.h's verdict and status. */
+static int finish(void) {
+  printf("# %d ok, %d failed\n", check_count() - check_failed(),
+         check_failed());
+  return check_done("test_attn_engine");
+}
+
+/* A failing CUDA call ends the test (what the GPU holds after it is
+ * unknown), as a failed check naming the call and the run. */
+#define CUDA(x)                                                                \
+  do {                                                                         \
+    const cudaError_t e_ = (x);                                                \
+    if (e_ != cudaSuccess) {                                                   \
+      CHECK(0, "%s: %s: %s", g_case, #x, cudaGetErrorString(e_));              \
+      exit(finish());                                                          \
+    }                                                                          \
+  } while (0)
+
+/* Host memory, or the end of the test as for a failing CUDA call. */
+static void *host_alloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    CHECK(0, "%s: %zu bytes of host memory", g_case, bytes);
+    exit(finish());
+  }
+  return p;
+}
+
+/* A device copy of bytes of host memory h (16 bytes when bytes is 0, so
+ * that every buffer has an address). */
+static void *upload(const void *h, size_t bytes) {
+  void *d = NULL;
+  CUDA(cudaMalloc(&d, bytes ? bytes : 16));
+  if (bytes) CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static double rnd(void) { /* [-1, 1) */
@@ -73,7 +114,7 @@ static void ref_row(const tcase *t, int self, const uint16_t *q,
   const int64_t qpos = pos(t->layout, t->p, self, t->s, i);
   const uint16_t *qrow = q + (((int64_t)b * t->s + i) * t->hq + h) * t->d;
   const int64_t n = (int64_t)t->p * t->s;
-  double *sc = malloc(sizeof(double) * (size_t)n);
+  double *sc = host_alloc(sizeof(double) * (size_t)n);
   double mx = -INFINITY;
   for (int c = 0; c < t->p; ++c)
     for (int j = 0; j < t->s; ++j) {
@@ -124,20 +165,20 @@ typedef struct {
 
 static void net_view_make(const tcase *t, int64_t kn, const uint16_t *kr,
                           const uint16_t *vr, net_view *n, mkx_attn_desc *d) {
-  uint16_t *h = malloc(4 * kn * t->p);
+  uint16_t *h = host_alloc(4 * kn * t->p);
   for (int c = 0; c < t->p; ++c) {
     memcpy(h + 2 * kn * c, kr + kn * c, 2 * kn);
     memcpy(h + 2 * kn * c + kn, vr + kn * c, 2 * kn);
   }
-  n->ring = mt_dev_upload(h, 4 * kn * t->p);
+  n->ring = upload(h, 4 * kn * t->p);
   free(h);
-  CK(cudaHostAlloc((void **)&n->words, sizeof(uint64_t) * NET_WORDS * t->p,
-                   cudaHostAllocMapped));
+  CUDA(cudaHostAlloc((void **)&n->words, sizeof(uint64_t) * NET_WORDS * t->p,
+                     cudaHostAllocMapped));
   for (int x = 0; x < NET_WORDS * t->p; ++x) n->words[x] = 6;
   uint64_t *dw = NULL;
-  CK(cudaHostGetDevicePointer((void **)&dw, n->words, 0));
-  CK(cudaMalloc((void **)&n->claim, sizeof(int) * MKX_ATTN_MAX_CHUNKS));
-  CK(cudaMemset(n->claim, 0, sizeof(int) * MKX_ATTN_MAX_CHUNKS));
+  CUDA(cudaHostGetDevicePointer((void **)&dw, n->words, 0));
+  CUDA(cudaMalloc((void **)&n->claim, sizeof(int) * MKX_ATTN_MAX_CHUNKS));
+  CUDA(cudaMemset(n->claim, 0, sizeof(int) * MKX_ATTN_MAX_CHUNKS));
   d->k_ring = n->ring;
   d->v_ring = (const uint16_t *)n->ring + kn;
   d->ring_stride = 2 * kn;
@@ -156,9 +197,26 @@ static void net_land(const tcase *t, net_view *n) {
 }
 
 static void net_view_free(net_view *n) {
-  if (n->ring) CK(cudaFree(n->ring));
-  if (n->words) CK(cudaFreeHost(n->words));
-  if (n->claim) CK(cudaFree(n->claim));
+  if (n->ring) CUDA(cudaFree(n->ring));
+  if (n->words) CUDA(cudaFreeHost(n->words));
+  if (n->claim) CUDA(cudaFree(n->claim));
+}
+
+/* The run's name in its lines, d's choices (block size, tile counter,
+ * warpgroups) with it once there is one. */
+static void name_run(const tcase *t, int self, int ready, int net,
+                     const mkx_attn_desc *d) {
+  char how[64] = "";
+  if (d)
+    snprintf(how, sizeof how, " bn %d%s%s", d->block_n,
+             d->tile_counter ? " counter" : "",
+             mkx_attn_warpgroups(d) == 3 ? " 3 warpgroups" : "");
+  snprintf(g_case, sizeof g_case,
+           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d"
+           "%s%s%s",
+           t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
+           t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self, how,
+           net ? " network" : "", ready ? "" : " (flags never set)");
 }
 
 /* One run of case t as chunk `self`; ready: set the other chunks' flags
@@ -168,21 +226,22 @@ static void run_case(const tcase *t, int self, int ready, int net) {
   const int64_t qn = (int64_t)t->b * t->s * t->hq * t->d,
                 kn = (int64_t)t->b * t->s * t->hkv * t->d;
   const int64_t ln = (int64_t)t->b * t->hq * t->s;
-  uint16_t *q = malloc(2 * qn), *kr = malloc(2 * kn * t->p),
-           *vr = malloc(2 * kn * t->p);
+  name_run(t, self, ready, net, NULL);
+  uint16_t *q = host_alloc(2 * qn), *kr = host_alloc(2 * kn * t->p),
+           *vr = host_alloc(2 * kn * t->p);
   for (int64_t x = 0; x < qn; ++x) q[x] = to16(rnd() * t->spread, t->f16);
   for (int64_t x = 0; x < kn * t->p; ++x) kr[x] = to16(rnd(), t->f16);
   for (int64_t x = 0; x < kn * t->p; ++x) vr[x] = to16(rnd(), t->f16);
-  void *dq = mt_dev_upload(q, 2 * qn);
-  void *dk = mt_dev_upload(kr + kn * self, 2 * kn),
-       *dv = mt_dev_upload(vr + kn * self, 2 * kn);
+  void *dq = upload(q, 2 * qn);
+  void *dk = upload(kr + kn * self, 2 * kn),
+       *dv = upload(vr + kn * self, 2 * kn);
   void *dkr = NULL, *dvr = NULL;
   uint8_t *do_ = NULL;
   float *dl = NULL;
-  CK(cudaMalloc((void **)&do_, 2 * qn + GUARD));
-  CK(cudaMalloc((void **)&dl, 4 * ln + GUARD));
-  CK(cudaMemset(do_, 0xff, 2 * qn + GUARD));
-  CK(cudaMemset(dl, 0xff, 4 * ln + GUARD));
+  CUDA(cudaMalloc((void **)&do_, 2 * qn + GUARD));
+  CUDA(cudaMalloc((void **)&dl, 4 * ln + GUARD));
+  CUDA(cudaMemset(do_, 0xff, 2 * qn + GUARD));
+  CUDA(cudaMemset(dl, 0xff, 4 * ln + GUARD));
   int *flags = NULL, *err = NULL, *derr = NULL;
   char *ws = NULL;
   net_view nv = {NULL, NULL, NULL};
@@ -213,23 +272,23 @@ static void run_case(const tcase *t, int self, int ready, int net) {
   d.block_n = run % 3 == 2 || t->d > 64 ? 128 : 192;
   d.warpgroups = run % 4 < 2 ? 0 : 2;
   if (t->p > 1) {
-    dkr = mt_dev_upload(kr, 2 * kn * t->p);
-    dvr = mt_dev_upload(vr, 2 * kn * t->p);
+    dkr = upload(kr, 2 * kn * t->p);
+    dvr = upload(vr, 2 * kn * t->p);
     /* flags[0..7]: one per chunk; flags[8]: the value they must reach;
      * flags[9]: the value the network's words must reach */
-    CK(cudaMalloc((void **)&flags, sizeof(int) * 10));
+    CUDA(cudaMalloc((void **)&flags, sizeof(int) * 10));
     int host_flags[10];
     for (int c = 0; c < 8; ++c) host_flags[c] = ready && !net ? 5 : 4;
     host_flags[8] = 5;
     host_flags[9] = 7;
-    CK(cudaMemcpy(flags, host_flags, sizeof host_flags,
-                  cudaMemcpyHostToDevice));
-    CK(cudaMalloc((void **)&ws, 8192));
-    CK(cudaMemset(ws, 0, 8192));
-    CK(cudaHostAlloc((void **)&err, sizeof(int) * MKX_TP_ERR_WORDS,
-                     cudaHostAllocMapped));
+    CUDA(cudaMemcpy(flags, host_flags, sizeof host_flags,
+                    cudaMemcpyHostToDevice));
+    CUDA(cudaMalloc((void **)&ws, 8192));
+    CUDA(cudaMemset(ws, 0, 8192));
+    CUDA(cudaHostAlloc((void **)&err, sizeof(int) * MKX_TP_ERR_WORDS,
+                       cudaHostAllocMapped));
     memset(err, 0, sizeof(int) * MKX_TP_ERR_WORDS);
-    CK(cudaHostGetDevicePointer((void **)&derr, err, 0));
+    CUDA(cudaHostGetDevicePointer((void **)&derr, err, 0));
     sync.rank = 0;
     sync.size = 1;
     sync.ws[0] = ws;
@@ -246,62 +305,44 @@ static void run_case(const tcase *t, int self, int ready, int net) {
     }
   }
   const char *why = NULL;
-  char name[160];
-  snprintf(name, sizeof name,
-           "b%d s%d hq%d hkv%d d%d %s %s spread %g p%d layout %d self %d bn "
-           "%d%s%s%s%s",
-           t->b, t->s, t->hq, t->hkv, t->d, t->causal ? "causal" : "full",
-           t->f16 ? "fp16" : "bf16", t->spread, t->p, t->layout, self,
-           d.block_n, d.tile_counter ? " counter" : "",
-           mkx_attn_warpgroups(&d) == 3 ? " 3 warpgroups" : "",
-           net ? " network" : "", ready ? "" : " (flags never set)");
+  name_run(t, self, ready, net, &d);
   if (!mkx_attn_supported(&d, &why)) {
-    printf("not ok - %s: unsupported: %s\n", name, why);
-    g_fail++;
+    CHECK(0, "%s: unsupported: %s", g_case, why);
     goto out;
   }
   int rc = mkx_attn_run(&d, 0);
   if (rc) {
-    printf("not ok - %s: mkx_attn_run = %d\n", name, rc);
-    g_fail++;
+    CHECK(0, "%s: mkx_attn_run = %d", g_case, rc);
     goto out;
   }
   if (net && ready) net_land(t, &nv);
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaDeviceSynchronize());
   if (!ready) {
-    if (err[0] == MKX_TP_ERR_TIMEOUT && err[3] == MKX_TP_AT_KV_CHUNK &&
-        err[1] != self) {
-      g_ok++;
-      printf("ok - %s: timeout reported (chunk %d, row block %d)\n", name,
-             err[1], err[2]);
-    } else {
-      g_fail++;
-      printf(
-          "not ok - %s: error word %d %d %d %d, expected a timeout at a "
-          "key/value chunk\n",
-          name, err[0], err[1], err[2], err[3]);
-    }
+    CHECK(err[0] == MKX_TP_ERR_TIMEOUT && err[3] == MKX_TP_AT_KV_CHUNK &&
+              err[1] != self,
+          "%s: timeout reported at another chunk's keys and values: error "
+          "word %d %d %d %d (code, chunk, row block, where)",
+          g_case, err[0], err[1], err[2], err[3]);
     goto out;
   }
   if (err && err[0]) {
-    printf("not ok - %s: error word %d\n", name, err[0]);
-    g_fail++;
+    CHECK(0, "%s: error word %d", g_case, err[0]);
     goto out;
   }
   {
-    uint8_t *ho = malloc(2 * qn + GUARD);
-    float *hl = malloc(4 * ln + GUARD);
-    CK(cudaMemcpy(ho, do_, 2 * qn + GUARD, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hl, dl, 4 * ln + GUARD, cudaMemcpyDeviceToHost));
+    uint8_t *ho = host_alloc(2 * qn + GUARD);
+    float *hl = host_alloc(4 * ln + GUARD);
+    CUDA(cudaMemcpy(ho, do_, 2 * qn + GUARD, cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(hl, dl, 4 * ln + GUARD, cudaMemcpyDeviceToHost));
     int bad = 0;
     for (int64_t x = 2 * qn; x < 2 * qn + GUARD; ++x) bad += ho[x] != 0xff;
     for (int64_t x = 4 * ln; x < 4 * ln + GUARD; ++x)
       bad += ((uint8_t *)hl)[x] != 0xff;
-    if (bad) printf("# %s: %d guard bytes written\n", name, bad);
+    if (bad) printf("# %s: %d guard bytes written\n", g_case, bad);
     const double tol_o = t->f16 ? 4e-3 : 1.6e-2;
     double worst_o = 0, worst_l = 0;
     int64_t rows = (int64_t)t->b * t->s * t->hq, checked = 0;
-    double *o = malloc(sizeof(double) * t->d);
+    double *o = host_alloc(sizeof(double) * t->d);
     for (int64_t r = 0; r < rows; ++r) {
       /* every row of small cases; else ~1500 rows at random, tile edges included */
       const int i = (int)(r / t->hq % t->s);
@@ -327,44 +368,37 @@ static void run_case(const tcase *t, int self, int ready, int net) {
       if (!(el <= worst_l)) worst_l = isnan(el) ? INFINITY : el;
       checked++;
     }
-    if (bad) {
-      g_fail++;
-      printf(
-          "not ok - %s: %d bad values in %lld rows (worst O %.3g of the row's "
-          "max, LSE %.3g)\n",
-          name, bad, (long long)checked, worst_o, worst_l);
-    } else {
-      g_ok++;
-      printf("ok - %s: %lld rows, worst O %.3g, LSE %.3g\n", name,
-             (long long)checked, worst_o, worst_l);
-    }
+    CHECK(!bad,
+          "%s: %d bad values in %lld rows (worst O %.3g of the row's max, "
+          "LSE %.3g)",
+          g_case, bad, (long long)checked, worst_o, worst_l);
     free(o);
     free(ho);
     free(hl);
   }
 out:
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaDeviceSynchronize());
   free(q);
   free(kr);
   free(vr);
-  CK(cudaFree(dq));
-  CK(cudaFree(dk));
-  CK(cudaFree(dv));
-  CK(cudaFree(do_));
-  CK(cudaFree(dl));
-  if (dkr) CK(cudaFree(dkr));
-  if (dvr) CK(cudaFree(dvr));
-  if (flags) CK(cudaFree(flags));
-  if (ws) CK(cudaFree(ws));
+  CUDA(cudaFree(dq));
+  CUDA(cudaFree(dk));
+  CUDA(cudaFree(dv));
+  CUDA(cudaFree(do_));
+  CUDA(cudaFree(dl));
+  if (dkr) CUDA(cudaFree(dkr));
+  if (dvr) CUDA(cudaFree(dvr));
+  if (flags) CUDA(cudaFree(flags));
+  if (ws) CUDA(cudaFree(ws));
   net_view_free(&nv);
-  if (err) CK(cudaFreeHost(err));
+  if (err) CUDA(cudaFreeHost(err));
 }
 
 /* Random bf16 values in [-1, 1) for n elements of device memory. */
 static void *dev_random16(size_t n) {
-  uint16_t *h = malloc(2 * n);
+  uint16_t *h = host_alloc(2 * n);
   for (size_t x = 0; x < n; ++x) h[x] = to16(rnd(), 0);
-  void *d = mt_dev_upload(h, 2 * n);
+  void *d = upload(h, 2 * n);
   free(h);
   return d;
 }
@@ -375,8 +409,7 @@ static int run_once(const void *d) { return mkx_attn_run(d, 0); }
 static float time_runs(const mkx_attn_desc *d, int reps) {
   const float ms = mt_gpu_median_ms(run_once, d, reps);
   if (ms < 0) {
-    printf("not ok - bench run failed\n");
-    g_fail++;
+    CHECK(0, "%s: bench run failed", g_case);
     return 0;
   }
   return ms;
@@ -403,8 +436,8 @@ static void bench(int profile) {
     void *q = dev_random16(qn), *k = dev_random16(kn), *v = dev_random16(kn);
     void *o;
     float *l;
-    CK(cudaMalloc(&o, 2 * qn));
-    CK(cudaMalloc((void **)&l, 4 * (size_t)s[0] * s[2] * s[1]));
+    CUDA(cudaMalloc(&o, 2 * qn));
+    CUDA(cudaMalloc((void **)&l, 4 * (size_t)s[0] * s[2] * s[1]));
     double tf[6] = {0, 0, 0, 0, 0, 0};
     for (int var = 0; var < 6; ++var) {
       const int causal = var / 3, kind = var % 3;
@@ -417,6 +450,10 @@ static void bench(int profile) {
       d.tile_counter = g_counter;
       d.block_n = kind == 1 ? 192 : 128;
       d.warpgroups = kind == 2 ? 3 : 2;
+      snprintf(g_case, sizeof g_case,
+               "bench %d %d %d/%d %d %s, %d keys per block, %d warpgroups",
+               s[0], s[1], s[2], s[3], s[4], causal ? "causal" : "non-causal",
+               d.block_n, d.warpgroups);
       const float ms = time_runs(&d, profile ? 1 : 10);
       const double flops =
           4.0 * s[0] * s[2] * (double)s[1] * s[1] * s[4] / (causal ? 2 : 1);
@@ -428,22 +465,24 @@ static void bench(int profile) {
     else
       printf("# %d %d %d/%d %d: %.0f / %.0f / %.0f, %.0f / %.0f / %.0f\n", s[0],
              s[1], s[2], s[3], s[4], tf[0], tf[1], tf[2], tf[3], tf[4], tf[5]);
-    CK(cudaFree(q));
-    CK(cudaFree(k));
-    CK(cudaFree(v));
-    CK(cudaFree(o));
-    CK(cudaFree(l));
+    CUDA(cudaFree(q));
+    CUDA(cudaFree(k));
+    CUDA(cudaFree(v));
+    CUDA(cudaFree(o));
+    CUDA(cudaFree(l));
   }
 }
 
 int main(int argc, char **argv) {
-  if (!mt_sm90_here()) return 77;
+  if (!mt_sm90_here()) return CHECK_SKIP;
   g_rng ^= (uint64_t)time(NULL);
-  CK(cudaMalloc((void **)&g_counter, sizeof(int)));
+  check_set_note("seed %llu", (unsigned long long)g_rng);
+  check_show_passes(1);
+  CUDA(cudaMalloc((void **)&g_counter, sizeof(int)));
   if (argc > 1 &&
       (!strcmp(argv[1], "--profile") || !strcmp(argv[1], "--bench-only"))) {
     bench(!strcmp(argv[1], "--profile"));
-    return g_fail ? 1 : 0;
+    return finish();
   }
   printf("# seed %llu\n", (unsigned long long)g_rng);
   static const tcase cases[] = {
@@ -485,6 +524,5 @@ int main(int argc, char **argv) {
     run_case(&cases[x], (int)(x % (size_t)cases[x].p), 1, 1);
   run_case(&cases[19], 2, 0, 1);
   if (argc > 1 && !strcmp(argv[1], "--bench")) bench(0);
-  printf("# %d ok, %d failed\n", g_ok, g_fail);
-  return g_fail ? 1 : 0;
+  return finish();
 }

@@ -2,7 +2,8 @@
  * GPU test of the MKX Hopper GEMM engine (kernels/gemm): compares mkx_gemm_run against cuBLAS
  * (cublasGemmEx, fp32 output, CUBLAS_COMPUTE_32F) on fresh random inputs for every dtype/layout
  * combination over many shapes, with C poisoned (0xFF bytes = NaN) and surrounded by a guard
- * band.  Exit 77 (skip) without a usable GPU, 1 on any failure.
+ * band.  One check (tests/common/check.h) per case.  Exit 77 (skip) without a
+ * usable GPU, 1 on any failure.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -14,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "cuda_check.h"
+#include "check.h"
 #include "gemm_engine.h"
 #include "num16.h"
 
@@ -47,27 +48,55 @@ typedef struct {
 } tcase;
 
 static cublasHandle_t g_blas;
-static int g_fail = 0, g_cases = 0;
 static const int64_t kGuard = 4096; /* bytes of guard band on each side of C */
 
+/* The case under way, for the failure of a call that ends the test. */
+static char g_case[256] = "setup";
+
+static int finish(void) { return check_done("test_gemm_engine"); }
+
+/* A failing CUDA or cuBLAS call ends the test (what the GPU holds after it
+ * is unknown), as a failed check naming the call and the case. */
+#define CUDA(x)                                                                \
+  do {                                                                         \
+    const cudaError_t e_ = (x);                                                \
+    if (e_ != cudaSuccess) {                                                   \
+      CHECK(0, "%s: %s: %s", g_case, #x, cudaGetErrorString(e_));              \
+      exit(finish());                                                          \
+    }                                                                          \
+  } while (0)
+#define BLAS(x)                                                                \
+  do {                                                                         \
+    const cublasStatus_t s_ = (x);                                             \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
+      CHECK(0, "%s: %s: cublas status %d", g_case, #x, (int)s_);               \
+      exit(finish());                                                          \
+    }                                                                          \
+  } while (0)
+
+/* Host memory, or the end of the test as for a failing CUDA call. */
+static void *host_alloc(size_t bytes) {
+  void *p = malloc(bytes);
+  if (!p) {
+    CHECK(0, "%s: %zu bytes of host memory", g_case, bytes);
+    exit(finish());
+  }
+  return p;
+}
+
 /* Compare C (inside a guard band of kGuard bytes each side, poisoned 0xFF) with the fp32
- * reference; print one line; return 1 if it passes. */
-static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf,
-                     size_t cbytes, const float *dRef, const char *label) {
-  const int64_t m = tc->m, n = tc->n, k = tc->k;
+ * reference: the case's check. */
+static void compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf,
+                      size_t cbytes, const float *dRef) {
+  const int64_t m = tc->m, n = tc->n;
   const int64_t ldc = d->ldc, lda = d->lda, ldb = d->ldb;
   const int esz = tc->ct == MKX_GEMM_FP32 ? 4 : 2;
   const size_t cbuf_bytes = cbytes + 2 * kGuard;
-  int ok;
   {
-    unsigned char *hC = (unsigned char *)malloc(cbuf_bytes);
-    float *hR = (float *)malloc((size_t)(m * n) * 4 + 4);
-    if (!hC || !hR) {
-      fprintf(stderr, "host alloc failed\n");
-      exit(1);
-    }
-    CK(cudaMemcpy(hC, dCbuf, cbuf_bytes, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(hR, dRef, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
+    unsigned char *hC = (unsigned char *)host_alloc(cbuf_bytes);
+    float *hR = (float *)host_alloc((size_t)(m * n) * 4 + 4);
+    CUDA(cudaMemcpy(hC, dCbuf, cbuf_bytes, cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(hR, dRef, (size_t)(m * n) * 4, cudaMemcpyDeviceToHost));
     int64_t guard_bad = 0, nan_bad = 0;
     for (int64_t i = 0; i < kGuard; ++i) {
       guard_bad += hC[i] != 0xFF;
@@ -105,24 +134,26 @@ static int compare_c(const tcase *tc, const mkx_gemm_desc *d, void *dCbuf,
     const double tol = esz == 4 ? 2e-3 : 1e-2;
     const double maxtol =
         esz == 4 ? 2e-3 * maxref + 1e-5 : 2e-2 * maxref + 1e-3;
-    ok = !guard_bad && !nan_bad && rel < tol && maxerr <= maxtol &&
-         isfinite(rel);
-    printf(
-        "case %3d %-4s %sm=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s lda=%lld "
-        "ldb=%lld ldc=%lld tile=%d(%s) ctas=%d "
-        "rel=%.3e maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld\n",
-        g_cases, ok ? "PASS" : "FAIL", label, (long long)m, (long long)n,
-        (long long)k, tname(tc->ab), tname(tc->ct), tc->bkm ? "kmaj" : "nmaj",
-        (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
-        mkx_gemm_pick_tile(d, 132) == MKX_GEMM_TILE_128x256 ? "128x256"
-                                                            : "128x128",
-        tc->ctas, rel, maxerr, maxref, (long long)nan_bad,
-        (long long)guard_bad);
-    fflush(stdout);
+    CHECK(!guard_bad && !nan_bad && rel < tol && maxerr <= maxtol &&
+              isfinite(rel),
+          "%s lda=%lld ldb=%lld ldc=%lld tile=%d(%s) ctas=%d rel=%.3e "
+          "maxabs=%.3e (maxref %.3e) nan=%lld guard=%lld",
+          g_case, (long long)lda, (long long)ldb, (long long)ldc, tc->tile,
+          mkx_gemm_pick_tile(d, 132) == MKX_GEMM_TILE_128x256 ? "128x256"
+                                                              : "128x128",
+          tc->ctas, rel, maxerr, maxref, (long long)nan_bad,
+          (long long)guard_bad);
     free(hC);
     free(hR);
   }
-  return ok;
+}
+
+/* The case's name in its lines: the engine's view of the problem. */
+static void name_case(const tcase *tc, const char *label) {
+  snprintf(g_case, sizeof g_case,
+           "%sm=%-6lld n=%-6lld k=%-6lld ab=%s c=%s B=%s", label,
+           (long long)tc->m, (long long)tc->n, (long long)tc->k, tname(tc->ab),
+           tname(tc->ct), tc->bkm ? "kmaj" : "nmaj");
 }
 
 static void run_case(const tcase *tc) {
@@ -132,14 +163,10 @@ static void run_case(const tcase *tc) {
   const int64_t brows = tc->bkm ? n : k;
   const int fp16 = tc->ab == MKX_GEMM_FP16;
   const int esz = tc->ct == MKX_GEMM_FP32 ? 4 : 2;
-  ++g_cases;
+  name_case(tc, "");
 
-  uint16_t *hA = (uint16_t *)malloc((size_t)(m * lda) * 2 + 2);
-  uint16_t *hB = (uint16_t *)malloc((size_t)(brows * ldb) * 2 + 2);
-  if (!hA || !hB) {
-    fprintf(stderr, "host alloc failed\n");
-    exit(1);
-  }
+  uint16_t *hA = (uint16_t *)host_alloc((size_t)(m * lda) * 2 + 2);
+  uint16_t *hB = (uint16_t *)host_alloc((size_t)(brows * ldb) * 2 + 2);
   fill16(hA, m, lda, fp16);
   fill16(hB, brows, ldb, fp16);
 
@@ -147,24 +174,24 @@ static void run_case(const tcase *tc) {
   float *dRef;
   const size_t cbytes = (size_t)(m * ldc) * esz;
   const size_t cbuf_bytes = cbytes + 2 * kGuard;
-  CK(cudaMalloc(&dA, (size_t)(m * lda) * 2 + 16));
-  CK(cudaMalloc(&dB, (size_t)(brows * ldb) * 2 + 16));
-  CK(cudaMalloc(&dCbuf, cbuf_bytes));
-  CK(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4 + 16));
-  CK(cudaMemcpy(dA, hA, (size_t)(m * lda) * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dB, hB, (size_t)(brows * ldb) * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dCbuf, 0xFF, cbuf_bytes));
-  CK(cudaMemset(dRef, 0xFF, (size_t)(m * n) * 4));
+  CUDA(cudaMalloc(&dA, (size_t)(m * lda) * 2 + 16));
+  CUDA(cudaMalloc(&dB, (size_t)(brows * ldb) * 2 + 16));
+  CUDA(cudaMalloc(&dCbuf, cbuf_bytes));
+  CUDA(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4 + 16));
+  CUDA(cudaMemcpy(dA, hA, (size_t)(m * lda) * 2, cudaMemcpyHostToDevice));
+  CUDA(cudaMemcpy(dB, hB, (size_t)(brows * ldb) * 2, cudaMemcpyHostToDevice));
+  CUDA(cudaMemset(dCbuf, 0xFF, cbuf_bytes));
+  CUDA(cudaMemset(dRef, 0xFF, (size_t)(m * n) * 4));
   void *dC = (char *)dCbuf + kGuard;
 
   /* reference: row-major C = A B  <=>  column-major C^T (n x m) = op(B') A' */
   const float one = 1.0f, zero = 0.0f;
   cudaDataType_t dt = fp16 ? CUDA_R_16F : CUDA_R_16BF;
-  CB(cublasGemmEx(g_blas, tc->bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                  (int)n, (int)m, (int)k, &one, dB, dt, (int)ldb, dA, dt,
-                  (int)lda, &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
-                  CUBLAS_GEMM_DEFAULT));
-  CK(cudaGetLastError());
+  BLAS(cublasGemmEx(g_blas, tc->bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                    (int)n, (int)m, (int)k, &one, dB, dt, (int)ldb, dA, dt,
+                    (int)lda, &zero, dRef, CUDA_R_32F, (int)n,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  CUDA(cudaGetLastError());
 
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
@@ -184,25 +211,23 @@ static void run_case(const tcase *tc) {
   d.tile_override = tc->tile;
   const char *why = NULL;
   if (!mkx_gemm_supported(&d, &why)) {
-    printf("case %3d FAIL unsupported: %s\n", g_cases, why);
-    g_fail++;
+    CHECK(0, "%s: unsupported: %s", g_case, why);
     goto out;
   }
   int rc = mkx_gemm_run(&d, 0);
   if (rc != 0) {
-    printf("case %3d FAIL mkx_gemm_run returned %d\n", g_cases, rc);
-    g_fail++;
+    CHECK(0, "%s: mkx_gemm_run returned %d", g_case, rc);
     goto out;
   }
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaGetLastError());
+  CUDA(cudaDeviceSynchronize());
 
-  if (!compare_c(tc, &d, dCbuf, cbytes, dRef, "")) g_fail++;
+  compare_c(tc, &d, dCbuf, cbytes, dRef);
 out:
-  CK(cudaFree(dA));
-  CK(cudaFree(dB));
-  CK(cudaFree(dCbuf));
-  CK(cudaFree(dRef));
+  CUDA(cudaFree(dA));
+  CUDA(cudaFree(dB));
+  CUDA(cudaFree(dCbuf));
+  CUDA(cudaFree(dRef));
   free(hA);
   free(hB);
 }
@@ -222,19 +247,15 @@ static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m,
   tc.ct = ct;
   tc.bkm = 1;
   tc.tile = tile;
-  ++g_cases;
+  name_case(&tc, "gated ");
   const int64_t lda = k, ldb = k, ldc = n;
   const int esz = ct == MKX_GEMM_FP32 ? 4 : 2;
   const int tiles_m = (int)((m + 127) / 128);
   uint16_t *hA, *hB;
   int *hOnes;
-  CK(cudaMallocHost((void **)&hA, (size_t)(m * lda) * 2));
-  CK(cudaMallocHost((void **)&hOnes, (size_t)tiles_m * sizeof(int)));
-  hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
-  if (!hB) {
-    fprintf(stderr, "host alloc failed\n");
-    exit(1);
-  }
+  CUDA(cudaMallocHost((void **)&hA, (size_t)(m * lda) * 2));
+  CUDA(cudaMallocHost((void **)&hOnes, (size_t)tiles_m * sizeof(int)));
+  hB = (uint16_t *)host_alloc((size_t)(n * ldb) * 2);
   fill16(hA, m, lda, 0);
   fill16(hB, n, ldb, 0);
   for (int i = 0; i < tiles_m; ++i) hOnes[i] = 1;
@@ -242,19 +263,19 @@ static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m,
   float *dRef;
   int *dFlags;
   const size_t cbytes = (size_t)(m * ldc) * esz;
-  CK(cudaMalloc(&dA, (size_t)(m * lda) * 2));
-  CK(cudaMalloc(&dB, (size_t)(n * ldb) * 2));
-  CK(cudaMalloc(&dCbuf, cbytes + 2 * kGuard));
-  CK(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4));
-  CK(cudaMalloc((void **)&dFlags, (size_t)tiles_m * sizeof(int)));
-  CK(cudaMemset(dA, 0xFF, (size_t)(m * lda) * 2));
-  CK(cudaMemset(dFlags, 0, (size_t)tiles_m * sizeof(int)));
-  CK(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
-  CK(cudaMemcpy(dB, hB, (size_t)(n * ldb) * 2, cudaMemcpyHostToDevice));
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaMalloc(&dA, (size_t)(m * lda) * 2));
+  CUDA(cudaMalloc(&dB, (size_t)(n * ldb) * 2));
+  CUDA(cudaMalloc(&dCbuf, cbytes + 2 * kGuard));
+  CUDA(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4));
+  CUDA(cudaMalloc((void **)&dFlags, (size_t)tiles_m * sizeof(int)));
+  CUDA(cudaMemset(dA, 0xFF, (size_t)(m * lda) * 2));
+  CUDA(cudaMemset(dFlags, 0, (size_t)tiles_m * sizeof(int)));
+  CUDA(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
+  CUDA(cudaMemcpy(dB, hB, (size_t)(n * ldb) * 2, cudaMemcpyHostToDevice));
+  CUDA(cudaDeviceSynchronize());
   cudaStream_t s1, s2;
-  CK(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
-  CK(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+  CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+  CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
   d.m = m;
@@ -271,38 +292,35 @@ static void run_gated_case(int64_t m, int64_t n, int64_t k, int first_tile_m,
   d.c_type = ct;
   d.tile_override = tile;
   int rc = mkx_gemm_run_gated(&d, dFlags, 1, first_tile_m, s1);
-  if (rc) {
-    printf("case %3d FAIL mkx_gemm_run_gated returned %d\n", g_cases, rc);
-    g_fail++;
-  }
+  if (rc) CHECK(0, "%s: mkx_gemm_run_gated returned %d", g_case, rc);
   for (int i = 0; i < tiles_m; ++i) {
     const int t = (first_tile_m + tiles_m - 1 - i) %
                   tiles_m; /* reverse of the GEMM's order */
     const int64_t r0 = (int64_t)t * 128, nr = m - r0 < 128 ? m - r0 : 128;
-    CK(cudaMemcpyAsync((uint16_t *)dA + r0 * lda, hA + r0 * lda,
-                       (size_t)(nr * lda) * 2, cudaMemcpyHostToDevice, s2));
-    CK(cudaMemcpyAsync(dFlags + t, hOnes + t, sizeof(int),
-                       cudaMemcpyHostToDevice, s2));
+    CUDA(cudaMemcpyAsync((uint16_t *)dA + r0 * lda, hA + r0 * lda,
+                         (size_t)(nr * lda) * 2, cudaMemcpyHostToDevice, s2));
+    CUDA(cudaMemcpyAsync(dFlags + t, hOnes + t, sizeof(int),
+                         cudaMemcpyHostToDevice, s2));
   }
-  CK(cudaStreamSynchronize(s2));
-  CK(cudaStreamSynchronize(s1));
-  CK(cudaGetLastError());
+  CUDA(cudaStreamSynchronize(s2));
+  CUDA(cudaStreamSynchronize(s1));
+  CUDA(cudaGetLastError());
   const float one = 1.0f, zero = 0.0f;
-  CB(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
-                  &one, dB, CUDA_R_16BF, (int)ldb, dA, CUDA_R_16BF, (int)lda,
-                  &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
-                  CUBLAS_GEMM_DEFAULT));
-  CK(cudaDeviceSynchronize());
-  if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef, "gated ")) g_fail++;
-  CK(cudaStreamDestroy(s1));
-  CK(cudaStreamDestroy(s2));
-  CK(cudaFree(dA));
-  CK(cudaFree(dB));
-  CK(cudaFree(dCbuf));
-  CK(cudaFree(dRef));
-  CK(cudaFree(dFlags));
-  CK(cudaFreeHost(hA));
-  CK(cudaFreeHost(hOnes));
+  BLAS(cublasGemmEx(g_blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)m, (int)k,
+                    &one, dB, CUDA_R_16BF, (int)ldb, dA, CUDA_R_16BF, (int)lda,
+                    &zero, dRef, CUDA_R_32F, (int)n, CUBLAS_COMPUTE_32F,
+                    CUBLAS_GEMM_DEFAULT));
+  CUDA(cudaDeviceSynchronize());
+  if (!rc) compare_c(&tc, &d, dCbuf, cbytes, dRef);
+  CUDA(cudaStreamDestroy(s1));
+  CUDA(cudaStreamDestroy(s2));
+  CUDA(cudaFree(dA));
+  CUDA(cudaFree(dB));
+  CUDA(cudaFree(dCbuf));
+  CUDA(cudaFree(dRef));
+  CUDA(cudaFree(dFlags));
+  CUDA(cudaFreeHost(hA));
+  CUDA(cudaFreeHost(hOnes));
   free(hB);
 }
 
@@ -318,35 +336,31 @@ static void run_colmajor_case(int64_t m, int64_t n, int64_t k, int opA_T,
   tc.ab = MKX_GEMM_FP16;
   tc.ct = ct;
   tc.bkm = opA_T;
-  ++g_cases;
+  name_case(&tc, opA_T ? "colmajor(A^T) " : "colmajor ");
   const int64_t lda = (opA_T ? k : m) + 8, ldb = k + 16,
                 ldc = m + 8;            /* column-major leading dims */
   const int64_t a_cols = opA_T ? m : k; /* Ac stored lda x a_cols */
   const int esz = ct == MKX_GEMM_FP32 ? 4 : 2;
-  uint16_t *hA = (uint16_t *)malloc((size_t)(a_cols * lda) * 2),
-           *hB = (uint16_t *)malloc((size_t)(n * ldb) * 2);
-  if (!hA || !hB) {
-    fprintf(stderr, "host alloc failed\n");
-    exit(1);
-  }
+  uint16_t *hA = (uint16_t *)host_alloc((size_t)(a_cols * lda) * 2),
+           *hB = (uint16_t *)host_alloc((size_t)(n * ldb) * 2);
   fill16(hA, a_cols, lda, 1);
   fill16(hB, n, ldb, 1);
   void *dA, *dB, *dCbuf;
   float *dRef;
   const size_t cbytes = (size_t)(n * ldc) * esz;
-  CK(cudaMalloc(&dA, (size_t)(a_cols * lda) * 2));
-  CK(cudaMalloc(&dB, (size_t)(n * ldb) * 2));
-  CK(cudaMalloc(&dCbuf, cbytes + 2 * kGuard));
-  CK(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4));
-  CK(cudaMemcpy(dA, hA, (size_t)(a_cols * lda) * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemcpy(dB, hB, (size_t)(n * ldb) * 2, cudaMemcpyHostToDevice));
-  CK(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
+  CUDA(cudaMalloc(&dA, (size_t)(a_cols * lda) * 2));
+  CUDA(cudaMalloc(&dB, (size_t)(n * ldb) * 2));
+  CUDA(cudaMalloc(&dCbuf, cbytes + 2 * kGuard));
+  CUDA(cudaMalloc((void **)&dRef, (size_t)(m * n) * 4));
+  CUDA(cudaMemcpy(dA, hA, (size_t)(a_cols * lda) * 2, cudaMemcpyHostToDevice));
+  CUDA(cudaMemcpy(dB, hB, (size_t)(n * ldb) * 2, cudaMemcpyHostToDevice));
+  CUDA(cudaMemset(dCbuf, 0xFF, cbytes + 2 * kGuard));
   const float one = 1.0f, zero = 0.0f;
   /* reference, column-major m x n with ld m */
-  CB(cublasGemmEx(g_blas, opA_T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
-                  (int)m, (int)n, (int)k, &one, dA, CUDA_R_16F, (int)lda, dB,
-                  CUDA_R_16F, (int)ldb, &zero, dRef, CUDA_R_32F, (int)m,
-                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  BLAS(cublasGemmEx(g_blas, opA_T ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,
+                    (int)m, (int)n, (int)k, &one, dA, CUDA_R_16F, (int)lda, dB,
+                    CUDA_R_16F, (int)ldb, &zero, dRef, CUDA_R_32F, (int)m,
+                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   mkx_gemm_desc d;
   memset(&d, 0, sizeof d);
   d.m = n;
@@ -362,19 +376,14 @@ static void run_colmajor_case(int64_t m, int64_t n, int64_t k, int opA_T,
   d.ab_type = MKX_GEMM_FP16;
   d.c_type = ct;
   int rc = mkx_gemm_run(&d, 0);
-  if (rc) {
-    printf("case %3d FAIL mkx_gemm_run (col-major) returned %d\n", g_cases, rc);
-    g_fail++;
-  }
-  CK(cudaGetLastError());
-  CK(cudaDeviceSynchronize());
-  if (!rc && !compare_c(&tc, &d, dCbuf, cbytes, dRef,
-                        opA_T ? "colmajor(A^T) " : "colmajor "))
-    g_fail++;
-  CK(cudaFree(dA));
-  CK(cudaFree(dB));
-  CK(cudaFree(dCbuf));
-  CK(cudaFree(dRef));
+  if (rc) CHECK(0, "%s: mkx_gemm_run returned %d", g_case, rc);
+  CUDA(cudaGetLastError());
+  CUDA(cudaDeviceSynchronize());
+  if (!rc) compare_c(&tc, &d, dCbuf, cbytes, dRef);
+  CUDA(cudaFree(dA));
+  CUDA(cudaFree(dB));
+  CUDA(cudaFree(dCbuf));
+  CUDA(cudaFree(dRef));
   free(hA);
   free(hB);
 }
@@ -393,36 +402,37 @@ static void check_rejects(void) {
   d.ab_type = MKX_GEMM_BF16;
   d.c_type = MKX_GEMM_BF16;
   const char *why = NULL;
-  ++g_cases;
-  int bad = 0;
-  if (mkx_gemm_supported(&d, &why)) bad = 1; /* n % 8 != 0 */
+  const char *wrong = NULL; /* the first thing the engine got wrong */
+  if (mkx_gemm_supported(&d, &why)) wrong = "n % 8 != 0 accepted";
   d.n = 16;
-  if (!mkx_gemm_supported(&d, &why)) bad = 1;
+  if (!mkx_gemm_supported(&d, &why) && !wrong)
+    wrong = "a valid problem refused";
   d.ab_type = MKX_GEMM_FP32;
-  if (mkx_gemm_supported(&d, &why)) bad = 1; /* fp32 operands */
+  if (mkx_gemm_supported(&d, &why) && !wrong) wrong = "fp32 operands accepted";
   d.ab_type = MKX_GEMM_BF16;
   d.lda = 20;
-  if (mkx_gemm_supported(&d, &why)) bad = 1; /* lda % 8 */
+  if (mkx_gemm_supported(&d, &why) && !wrong) wrong = "lda % 8 != 0 accepted";
   d.lda = 16;
   d.a = (void *)(uintptr_t)258;
-  if (mkx_gemm_supported(&d, &why)) bad = 1; /* misaligned */
-  if (mkx_gemm_run(&d, 0) != MKX_GEMM_EINVAL) bad = 1;
-  printf("case %3d %s argument checks\n", g_cases, bad ? "FAIL" : "PASS");
-  g_fail += bad;
+  if (mkx_gemm_supported(&d, &why) && !wrong) wrong = "misaligned A accepted";
+  const int rc = mkx_gemm_run(&d, 0);
+  if (rc != MKX_GEMM_EINVAL && !wrong) wrong = "misaligned A run, not refused";
+  CHECK(!wrong, "argument checks: %s (the misaligned run returned %d, want %d)",
+        wrong ? wrong : "all as expected", rc, MKX_GEMM_EINVAL);
 }
 
 int main(int argc, char **argv) {
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev <= 0) {
-    printf("SKIP: no CUDA device\n");
-    return 77;
+    printf("# skip: no CUDA device\n");
+    return CHECK_SKIP;
   }
   struct cudaDeviceProp prop;
-  CK(cudaGetDeviceProperties(&prop, 0));
+  CUDA(cudaGetDeviceProperties(&prop, 0));
   if (prop.major != 9) {
-    printf("SKIP: device %s is sm_%d%d, engine needs sm_90\n", prop.name,
+    printf("# skip: device %s is sm_%d%d, engine needs sm_90\n", prop.name,
            prop.major, prop.minor);
-    return 77;
+    return CHECK_SKIP;
   }
   int quick = 0,
       small =
@@ -438,9 +448,11 @@ int main(int argc, char **argv) {
     }
   }
   g_rng = 0x9E3779B97F4A7C15ull ^ (uint64_t)time(NULL);
-  printf("device: %s, %d SMs, seed %llu\n", prop.name, prop.multiProcessorCount,
-         (unsigned long long)g_rng);
-  CB(cublasCreate(&g_blas));
+  printf("# device: %s, %d SMs, seed %llu\n", prop.name,
+         prop.multiProcessorCount, (unsigned long long)g_rng);
+  check_set_note("seed %llu", (unsigned long long)g_rng);
+  check_show_passes(1);
+  BLAS(cublasCreate(&g_blas));
 
   check_rejects();
 
@@ -517,8 +529,6 @@ int main(int argc, char **argv) {
   run_gated_case(4096, 4096, 4096, 5, 0, MKX_GEMM_BF16);
   run_gated_case(1000, 2056, 1032, 3, MKX_GEMM_TILE_128x128, MKX_GEMM_FP32);
   if (!small) run_gated_case(8192, 8192, 8192, 17, 0, MKX_GEMM_BF16);
-  CB(cublasDestroy(g_blas));
-  printf("SUMMARY: %d cases, %d passed, %d failed\n", g_cases, g_cases - g_fail,
-         g_fail);
-  return g_fail ? 1 : 0;
+  BLAS(cublasDestroy(g_blas));
+  return finish();
 }

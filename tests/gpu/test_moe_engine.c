@@ -10,7 +10,8 @@
  * the host, the several-rank placement simulated on one GPU, the verdict
  * without a host wait (records of simulated ranks settled into offsets,
  * row bases, gate and input record) and the gate stopping every kernel.
- * Exit 77 without an sm_90 GPU, 1 on any failure.
+ * One check (tests/common/check.h) per case.  Exit 77 without an sm_90
+ * GPU, 1 on any failure.
  *   --bench       also time the expert GEMMs of four layer shapes (the MoE
  *                 issue's two, and two of 256 and 384 rows per expert)
  *   --bench-only  the timings alone
@@ -26,12 +27,56 @@
 #include <string.h>
 #include <time.h>
 
+#include "check.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 #include "num16.h"
 
-static int g_fail, g_ok;
+/* The case under way, for the failure of a call that ends the test. */
+static char g_case[256] = "setup";
+
+/* The summary ci/gpu-check shows, then check.h's verdict and status. */
+static int finish(void) {
+  printf("# %d ok, %d failed\n", check_count() - check_failed(),
+         check_failed());
+  return check_done("test_moe_engine");
+}
+
+/* A failing CUDA call ends the test (what the GPU holds after it is
+ * unknown), as a failed check naming the call and the case. */
+#define CUDA(x)                                                                \
+  do {                                                                         \
+    const cudaError_t e_ = (x);                                                \
+    if (e_ != cudaSuccess) {                                                   \
+      CHECK(0, "%s: %s: %s", g_case, #x, cudaGetErrorString(e_));              \
+      exit(finish());                                                          \
+    }                                                                          \
+  } while (0)
+
+/* Host memory, or the end of the test as for a failing CUDA call. */
+static void *host_alloc(size_t bytes) {
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p) {
+    CHECK(0, "%s: %zu bytes of host memory", g_case, bytes);
+    exit(finish());
+  }
+  return p;
+}
+static void *host_zeroed(size_t n, size_t size) {
+  void *p = host_alloc(n * size);
+  memset(p, 0, n * size);
+  return p;
+}
+
+/* A device copy of bytes of host memory h (16 bytes when bytes is 0, so
+ * that every buffer has an address). */
+static void *upload(const void *h, size_t bytes) {
+  void *d = NULL;
+  CUDA(cudaMalloc(&d, bytes ? bytes : 16));
+  if (bytes) CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+  return d;
+}
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd_u64(void) {
@@ -83,7 +128,8 @@ static void run_case(const tcase *t, int kernel) {
   const int wcols = t->swiglu ? up + n : n;
   const int64_t lda = k + t->lda_pad, ldw = wcols + t->ldw_pad,
                 ldc = n + t->ldc_pad;
-  int *off = malloc(sizeof(int) * (size_t)(E + 1));
+  snprintf(g_case, sizeof g_case, "%s [%s]", t->name, kernel_name(kernel));
+  int *off = host_alloc(sizeof(int) * (size_t)(E + 1));
   off[0] = t->first;
   for (int e = 0; e < E; ++e) {
     const int c = e < 8 && t->counts[e] >= 0
@@ -99,25 +145,25 @@ static void run_case(const tcase *t, int kernel) {
     off[0] = -7;
   }
   const int64_t arows_alloc = a_rows > 0 ? a_rows : 1;
-  uint16_t *a = malloc(2 * (size_t)(arows_alloc * lda));
-  uint16_t *w = malloc(2 * (size_t)E * k * ldw);
-  float *sc = malloc(sizeof(float) * (size_t)arows_alloc);
+  uint16_t *a = host_alloc(2 * (size_t)(arows_alloc * lda));
+  uint16_t *w = host_alloc(2 * (size_t)E * k * ldw);
+  float *sc = host_alloc(sizeof(float) * (size_t)arows_alloc);
   for (int64_t i = 0; i < arows_alloc * lda; ++i) a[i] = to16(rnd(), f16);
   for (int64_t i = 0; i < (int64_t)E * k * ldw; ++i) w[i] = to16(rnd(), f16);
   for (int64_t i = 0; i < arows_alloc; ++i)
     sc[i] = (float)(0.25 + rnd() * rnd());
   const int cs = esize(t->c_type);
   const size_t cbytes = (size_t)((a_rows + GUARD_ROWS) * ldc) * (size_t)cs;
-  void *da = mt_dev_upload(a, 2 * (size_t)(arows_alloc * lda));
-  void *dw = mt_dev_upload(w, 2 * (size_t)E * k * ldw);
-  float *dsc = mt_dev_upload(sc, sizeof(float) * (size_t)arows_alloc);
-  int *doff = mt_dev_upload(off, sizeof(int) * (size_t)(E + 1));
+  void *da = upload(a, 2 * (size_t)(arows_alloc * lda));
+  void *dw = upload(w, 2 * (size_t)E * k * ldw);
+  float *dsc = upload(sc, sizeof(float) * (size_t)arows_alloc);
+  int *doff = upload(off, sizeof(int) * (size_t)(E + 1));
   int *work = NULL;
-  CK(cudaMalloc((void **)&work,
-                sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
+  CUDA(cudaMalloc((void **)&work,
+                  sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
   void *dc = NULL;
-  CK(cudaMalloc(&dc, cbytes));
-  CK(cudaMemset(dc, 0xFF, cbytes));
+  CUDA(cudaMalloc(&dc, cbytes));
+  CUDA(cudaMemset(dc, 0xFF, cbytes));
   mkx_moe_gemm_desc d;
   memset(&d, 0, sizeof d);
   d.experts = E;
@@ -141,23 +187,19 @@ static void run_case(const tcase *t, int kernel) {
   d.kernel = kernel;
   const char *why = NULL;
   if (!mkx_moe_gemm_supported(&d, &why)) {
-    printf("not ok - %s [%s]: unsupported: %s\n", t->name, kernel_name(kernel),
-           why);
-    g_fail++;
+    CHECK(0, "%s: unsupported: %s", g_case, why);
     goto out;
   }
   const int rc = mkx_moe_gemm_run(&d, 0);
   const cudaError_t se = cudaDeviceSynchronize();
   if (rc || se != cudaSuccess) {
-    printf("not ok - %s [%s]: run %d, sync %s\n", t->name, kernel_name(kernel),
-           rc, cudaGetErrorString(se));
-    g_fail++;
+    CHECK(0, "%s: run %d, sync %s", g_case, rc, cudaGetErrorString(se));
     goto out;
   }
-  uint8_t *c = malloc(cbytes);
-  CK(cudaMemcpy(c, dc, cbytes, cudaMemcpyDeviceToHost));
+  uint8_t *c = host_alloc(cbytes);
+  CUDA(cudaMemcpy(c, dc, cbytes, cudaMemcpyDeviceToHost));
   /* which expert each row belongs to (-1: none), as the header clamps */
-  int *owner = malloc(sizeof(int) * (size_t)(a_rows + GUARD_ROWS));
+  int *owner = host_alloc(sizeof(int) * (size_t)(a_rows + GUARD_ROWS));
   for (int64_t r = 0; r < a_rows + GUARD_ROWS; ++r) owner[r] = -1;
   for (int e = 0; e < E; ++e) {
     int64_t lo = off[e] < 0 ? 0 : off[e] > a_rows ? a_rows : off[e];
@@ -193,33 +235,27 @@ static void run_case(const tcase *t, int kernel) {
       checked++;
       if (!(err <= tol)) {
         if (bad < 3)
-          printf("# %s [%s]: row %lld (expert %d) col %lld: got %g want %g\n",
-                 t->name, kernel_name(kernel), (long long)r, e, (long long)j,
-                 got, ref);
+          printf("# %s: row %lld (expert %d) col %lld: got %g want %g\n",
+                 g_case, (long long)r, e, (long long)j, got, ref);
         bad++;
       }
       if (err / (fabs(ref) + 1) > worst) worst = err / (fabs(ref) + 1);
     }
   }
-  if (bad || stray) {
-    printf("not ok - %s [%s]: %lld wrong of %lld, %lld stray writes\n", t->name,
-           kernel_name(kernel), (long long)bad, (long long)checked,
-           (long long)stray);
-    g_fail++;
-  } else {
-    printf("ok - %s [%s]: %lld values, worst %.2e, rows %lld\n", t->name,
-           kernel_name(kernel), (long long)checked, worst, (long long)a_rows);
-    g_ok++;
-  }
+  CHECK(!bad && !stray,
+        "%s: %lld wrong of %lld values, %lld stray writes, worst %.2e, rows "
+        "%lld",
+        g_case, (long long)bad, (long long)checked, (long long)stray, worst,
+        (long long)a_rows);
   free(owner);
   free(c);
 out:
-  CK(cudaFree(da));
-  CK(cudaFree(dw));
-  CK(cudaFree(dsc));
-  CK(cudaFree(doff));
-  CK(cudaFree(work));
-  CK(cudaFree(dc));
+  CUDA(cudaFree(da));
+  CUDA(cudaFree(dw));
+  CUDA(cudaFree(dsc));
+  CUDA(cudaFree(doff));
+  CUDA(cudaFree(work));
+  CUDA(cudaFree(dc));
   free(a);
   free(w);
   free(sc);
@@ -390,18 +426,10 @@ static const tcase cases[] = {
 
 /* ---- routing ------------------------------------------------------------ */
 
-static void verdict(const char *name, int fails) {
-  printf("%s - %s\n", fails ? "not ok" : "ok", name);
-  if (fails)
-    g_fail++;
-  else
-    g_ok++;
-}
-
 /* tokens x topk expert ids, topk distinct uniformly random ones of E per
  * token (room for one more, for guard checks). */
 static int32_t *random_ids(int64_t tokens, int topk, int E) {
-  int32_t *ids = malloc(sizeof(int32_t) * (size_t)(tokens * topk + 1));
+  int32_t *ids = host_alloc(sizeof(int32_t) * (size_t)(tokens * topk + 1));
   for (int64_t t = 0; t < tokens; ++t)
     for (int j = 0; j < topk; ++j) {
       int e, dup;
@@ -421,8 +449,8 @@ static int32_t *random_ids(int64_t tokens, int topk, int E) {
  * then gather (with weights and origins) and combine against the host. */
 static void route_case(int64_t tokens, int topk, int E, int first, int local,
                        int bad) {
-  char name[128];
-  snprintf(name, sizeof name,
+  const char *name = g_case;
+  snprintf(g_case, sizeof g_case,
            "route %lld tokens, top-%d of %d, local [%d, %d), bad %d",
            (long long)tokens, topk, E, first, first + local, bad);
   const int64_t N = tokens * topk;
@@ -435,41 +463,41 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     if (i < want_bad) want_bad = i;
   }
   /* host: expected offsets and rows (stable counting sort) */
-  int *off = calloc((size_t)local + 1, sizeof(int));
-  int *rows = malloc(sizeof(int) * (size_t)(N + 1));
+  int *off = host_zeroed((size_t)local + 1, sizeof(int));
+  int *rows = host_alloc(sizeof(int) * (size_t)(N + 1));
   for (int64_t i = 0; i < N; ++i) {
     const int e = ids[i];
     if (e >= first && e < first + local) off[e - first + 1]++;
   }
   for (int le = 0; le < local; ++le) off[le + 1] += off[le];
-  int *fill = malloc(sizeof(int) * (size_t)local);
+  int *fill = host_alloc(sizeof(int) * (size_t)local);
   memcpy(fill, off, sizeof(int) * (size_t)local);
   for (int64_t i = 0; i < N; ++i) {
     const int e = ids[i];
     rows[i] = e >= first && e < first + local ? fill[e - first]++ : -1;
   }
-  int32_t *dids = mt_dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
+  int32_t *dids = upload(ids, sizeof(int32_t) * (size_t)(N + 1));
   int *doff = NULL, *drows = NULL, *dstatus = NULL, *work = NULL;
-  CK(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(local + 1)));
-  CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
-  CK(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
-  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(
-                                                  tokens, topk, local)));
+  CUDA(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(local + 1)));
+  CUDA(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
+  CUDA(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
+  CUDA(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(
+                                                    tokens, topk, local)));
   mkx_moe_route_desc d = {tokens, topk, E,     first,   local,
                           dids,   doff, drows, dstatus, work};
   int fails = 0;
   int status[2] = {0, 0};
   for (int rep = 0; rep < 2 && !fails; ++rep) { /* twice: the same rows */
-    CK(cudaMemset(drows, 0x55, sizeof(int) * (size_t)(N + 1)));
+    CUDA(cudaMemset(drows, 0x55, sizeof(int) * (size_t)(N + 1)));
     const int rc = mkx_moe_route_run(&d, 0);
-    CK(cudaDeviceSynchronize());
-    int *got_off = malloc(sizeof(int) * (size_t)(local + 1)),
-        *got_rows = malloc(sizeof(int) * (size_t)(N + 1));
-    CK(cudaMemcpy(status, dstatus, sizeof status, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(got_off, doff, sizeof(int) * (size_t)(local + 1),
-                  cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(got_rows, drows, sizeof(int) * (size_t)(N + 1),
-                  cudaMemcpyDeviceToHost));
+    CUDA(cudaDeviceSynchronize());
+    int *got_off = host_alloc(sizeof(int) * (size_t)(local + 1)),
+        *got_rows = host_alloc(sizeof(int) * (size_t)(N + 1));
+    CUDA(cudaMemcpy(status, dstatus, sizeof status, cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(got_off, doff, sizeof(int) * (size_t)(local + 1),
+                    cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(got_rows, drows, sizeof(int) * (size_t)(N + 1),
+                    cudaMemcpyDeviceToHost));
     if (rc) {
       printf("# %s: run %d\n", name, rc);
       fails++;
@@ -504,32 +532,34 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
    * rows y[row][h] = token + h gives sum_j w_j (t + h) */
   if (!bad && !fails && N > 0) {
     const int64_t H = 24, lda = 32, R = off[local];
-    uint16_t *x = malloc(2 * (size_t)(tokens * H));
+    uint16_t *x = host_alloc(2 * (size_t)(tokens * H));
     for (int64_t i = 0; i < tokens * H; ++i)
       x[i] = mt_f32_to_bf16((float)(i % 251));
-    float *w = malloc(sizeof(float) * (size_t)N);
+    float *w = host_alloc(sizeof(float) * (size_t)N);
     for (int64_t i = 0; i < N; ++i) w[i] = (float)rnd();
-    void *dx = mt_dev_upload(x, 2 * (size_t)(tokens * H));
-    float *dw = mt_dev_upload(w, sizeof(float) * (size_t)N);
+    void *dx = upload(x, 2 * (size_t)(tokens * H));
+    float *dw = upload(w, sizeof(float) * (size_t)N);
     uint16_t *da = NULL;
     float *dsc = NULL, *dy = NULL;
     int32_t *dorig = NULL;
-    CK(cudaMalloc((void **)&da, 2 * (size_t)((R + 1) * lda)));
-    CK(cudaMalloc((void **)&dsc, sizeof(float) * (size_t)(R + 1)));
-    CK(cudaMalloc((void **)&dorig, 3 * sizeof(int32_t) * (size_t)(R + 1)));
-    CK(cudaMemset(da, 0xFF, 2 * (size_t)((R + 1) * lda)));
+    CUDA(cudaMalloc((void **)&da, 2 * (size_t)((R + 1) * lda)));
+    CUDA(cudaMalloc((void **)&dsc, sizeof(float) * (size_t)(R + 1)));
+    CUDA(cudaMalloc((void **)&dorig, 3 * sizeof(int32_t) * (size_t)(R + 1)));
+    CUDA(cudaMemset(da, 0xFF, 2 * (size_t)((R + 1) * lda)));
     const mkx_moe_place one = {NULL, NULL, NULL, NULL, 1, 1, NULL};
     const mkx_moe_rows_at at = {{da}, {dsc}, {dorig}, lda};
     int rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, 5, &one, &at,
                                 NULL, NULL, 0);
-    uint16_t *a = malloc(2 * (size_t)((R + 1) * lda));
-    float *sc = malloc(sizeof(float) * (size_t)(R + 1));
-    int32_t *orig = malloc(3 * sizeof(int32_t) * (size_t)(R + 1));
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(a, da, 2 * (size_t)((R + 1) * lda), cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(sc, dsc, sizeof(float) * (size_t)R, cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(orig, dorig, 3 * sizeof(int32_t) * (size_t)R,
-                  cudaMemcpyDeviceToHost));
+    uint16_t *a = host_alloc(2 * (size_t)((R + 1) * lda));
+    float *sc = host_alloc(sizeof(float) * (size_t)(R + 1));
+    int32_t *orig = host_alloc(3 * sizeof(int32_t) * (size_t)(R + 1));
+    CUDA(cudaDeviceSynchronize());
+    CUDA(
+        cudaMemcpy(a, da, 2 * (size_t)((R + 1) * lda), cudaMemcpyDeviceToHost));
+    CUDA(
+        cudaMemcpy(sc, dsc, sizeof(float) * (size_t)R, cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(orig, dorig, 3 * sizeof(int32_t) * (size_t)R,
+                    cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < N && !rc && fails < 4; ++i) {
       const int r = rows[i];
       if (r < 0) continue;
@@ -550,25 +580,25 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
       printf("# %s: gather wrote past the rows\n", name);
       fails++;
     }
-    float *y = malloc(sizeof(float) * (size_t)((R + 1) * H));
+    float *y = host_alloc(sizeof(float) * (size_t)((R + 1) * H));
     for (int64_t r = 0; r < R; ++r)
       for (int64_t h = 0; h < H; ++h) y[r * H + h] = 0;
     for (int64_t i = 0; i < N; ++i)
       if (rows[i] >= 0)
         for (int64_t h = 0; h < H; ++h)
           y[rows[i] * H + h] = (float)(i / topk + h);
-    dy = mt_dev_upload(y, sizeof(float) * (size_t)((R + 1) * H));
+    dy = upload(y, sizeof(float) * (size_t)((R + 1) * H));
     void *dout = NULL;
-    CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H + 1)));
-    CK(cudaMemset(dout, 0xFF, 2 * (size_t)(tokens * H + 1)));
+    CUDA(cudaMalloc(&dout, 2 * (size_t)(tokens * H + 1)));
+    CUDA(cudaMemset(dout, 0xFF, 2 * (size_t)(tokens * H + 1)));
     const mkx_moe_outs_at ys = {{dy}, H};
     if (!rc)
       rc = mkx_moe_combine_run(&one, &ys, drows, dw, tokens, topk, H, dout,
                                MKX_GEMM_BF16, 0);
-    uint16_t *out = malloc(2 * (size_t)(tokens * H + 1));
-    CK(cudaDeviceSynchronize());
-    CK(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H + 1),
-                  cudaMemcpyDeviceToHost));
+    uint16_t *out = host_alloc(2 * (size_t)(tokens * H + 1));
+    CUDA(cudaDeviceSynchronize());
+    CUDA(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H + 1),
+                    cudaMemcpyDeviceToHost));
     for (int64_t t = 0; t < tokens && !rc && fails < 4; ++t)
       for (int64_t h = 0; h < H; ++h) {
         double ref = 0;
@@ -591,13 +621,13 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
       printf("# %s: gather/combine %d\n", name, rc);
       fails++;
     }
-    CK(cudaFree(dx));
-    CK(cudaFree(dw));
-    CK(cudaFree(da));
-    CK(cudaFree(dsc));
-    CK(cudaFree(dorig));
-    CK(cudaFree(dy));
-    CK(cudaFree(dout));
+    CUDA(cudaFree(dx));
+    CUDA(cudaFree(dw));
+    CUDA(cudaFree(da));
+    CUDA(cudaFree(dsc));
+    CUDA(cudaFree(dorig));
+    CUDA(cudaFree(dy));
+    CUDA(cudaFree(dout));
     free(x);
     free(w);
     free(a);
@@ -606,12 +636,12 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
     free(y);
     free(out);
   }
-  verdict(name, fails);
-  CK(cudaFree(dids));
-  CK(cudaFree(doff));
-  CK(cudaFree(drows));
-  CK(cudaFree(dstatus));
-  CK(cudaFree(work));
+  CHECK(!fails, "%s", name);
+  CUDA(cudaFree(dids));
+  CUDA(cudaFree(doff));
+  CUDA(cudaFree(drows));
+  CUDA(cudaFree(dstatus));
+  CUDA(cudaFree(work));
   free(ids);
   free(off);
   free(rows);
@@ -628,24 +658,24 @@ static void route_case(int64_t tokens, int topk, int E, int first, int local,
  * (the other ranks' flags untouched). */
 static void place_case(int64_t tokens, int topk, int P, int me, int ep,
                        int release) {
-  char name[160];
+  const char *name = g_case;
   const int E = P * ep;
-  snprintf(name, sizeof name,
+  snprintf(g_case, sizeof g_case,
            "placement: rank %d of %d, %lld tokens, top-%d, %d experts%s", me, P,
            (long long)tokens, topk, E,
            release ? ", rows released expert by expert" : "");
   const int64_t N = tokens * topk, H = 40, lda = 48;
   int32_t *ids = random_ids(tokens, topk, E);
   /* counts per (source rank, expert): mine from ids, the others drawn */
-  int64_t *cnt = calloc((size_t)P * (size_t)E, sizeof *cnt);
+  int64_t *cnt = host_zeroed((size_t)P * (size_t)E, sizeof *cnt);
   for (int64_t i = 0; i < N; ++i)
     cnt[(size_t)me * (size_t)E + (size_t)ids[i]]++;
   for (int q = 0; q < P; ++q)
     if (q != me)
       for (int e = 0; e < E; ++e)
         cnt[(size_t)q * (size_t)E + (size_t)e] = (int64_t)(rnd_u64() % 60);
-  int *base = malloc(sizeof(int) * (size_t)E);
-  int64_t *owner_rows = calloc((size_t)P, sizeof *owner_rows);
+  int *base = host_alloc(sizeof(int) * (size_t)E);
+  int64_t *owner_rows = host_zeroed((size_t)P, sizeof *owner_rows);
   for (int d = 0; d < P; ++d)
     for (int le = 0; le < ep; ++le) {
       const int e = d * ep + le;
@@ -657,24 +687,24 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
       for (int q = 0; q < P; ++q)
         owner_rows[d] += cnt[(size_t)q * (size_t)E + (size_t)e];
     }
-  int32_t *dids = mt_dev_upload(ids, sizeof(int32_t) * (size_t)(N + 1));
-  int *dbase = mt_dev_upload(base, sizeof(int) * (size_t)E);
+  int32_t *dids = upload(ids, sizeof(int32_t) * (size_t)(N + 1));
+  int *dbase = upload(base, sizeof(int) * (size_t)E);
   int *down = NULL, *drows = NULL, *dstatus = NULL, *work = NULL, *ddest = NULL;
-  CK(cudaMalloc((void **)&down, sizeof(int) * (size_t)(E + 1)));
-  CK(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
-  CK(cudaMalloc((void **)&ddest, sizeof(int) * (size_t)(N + 1)));
-  CK(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
-  CK(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(
-                                                  tokens, topk, E)));
+  CUDA(cudaMalloc((void **)&down, sizeof(int) * (size_t)(E + 1)));
+  CUDA(cudaMalloc((void **)&drows, sizeof(int) * (size_t)(N + 1)));
+  CUDA(cudaMalloc((void **)&ddest, sizeof(int) * (size_t)(N + 1)));
+  CUDA(cudaMalloc((void **)&dstatus, 2 * sizeof(int)));
+  CUDA(cudaMalloc((void **)&work, sizeof(int) * (size_t)mkx_moe_route_work_ints(
+                                                    tokens, topk, E)));
   mkx_moe_route_desc r = {tokens, topk, E,     0,       E,
                           dids,   down, drows, dstatus, work};
-  uint16_t *x = malloc(2 * (size_t)(tokens * H));
+  uint16_t *x = host_alloc(2 * (size_t)(tokens * H));
   for (int64_t i = 0; i < tokens * H; ++i)
     x[i] = mt_f32_to_bf16((float)((i * 7) % 251));
-  float *wt = malloc(sizeof(float) * (size_t)N);
+  float *wt = host_alloc(sizeof(float) * (size_t)N);
   for (int64_t i = 0; i < N; ++i) wt[i] = (float)rnd();
-  void *dx = mt_dev_upload(x, 2 * (size_t)(tokens * H));
-  float *dw = mt_dev_upload(wt, sizeof(float) * (size_t)N);
+  void *dx = upload(x, 2 * (size_t)(tokens * H));
+  float *dw = upload(wt, sizeof(float) * (size_t)N);
   mkx_moe_rows_at at;
   mkx_moe_outs_at ys;
   memset(&at, 0, sizeof at);
@@ -684,27 +714,27 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
   float *yh[MKX_MOE_MAX_RANKS];
   for (int q = 0; q < P; ++q) {
     const size_t rows = (size_t)owner_rows[q] + 1;
-    CK(cudaMalloc(&at.a[q], 2 * rows * (size_t)lda));
-    CK(cudaMemset(at.a[q], 0xFF, 2 * rows * (size_t)lda));
-    yh[q] = malloc(sizeof(float) * rows * (size_t)H);
+    CUDA(cudaMalloc(&at.a[q], 2 * rows * (size_t)lda));
+    CUDA(cudaMemset(at.a[q], 0xFF, 2 * rows * (size_t)lda));
+    yh[q] = host_alloc(sizeof(float) * rows * (size_t)H);
     for (size_t k = 0; k < rows * (size_t)H; ++k)
       yh[q][k] = (float)(q * 1000 + (int)(k % 977));
-    ys.y[q] = mt_dev_upload(yh[q], sizeof(float) * rows * (size_t)H);
+    ys.y[q] = upload(yh[q], sizeof(float) * rows * (size_t)H);
   }
   const mkx_moe_place pl = {dids, dbase, down, NULL, ep, P, NULL};
   const int epoch = 7;
   mkx_moe_release rel;
   memset(&rel, 0, sizeof rel);
   for (int q = 0; release && q < P; ++q) {
-    CK(cudaMalloc((void **)&rel.ready[q], sizeof(int) * (size_t)E));
-    CK(cudaMemset(rel.ready[q], 0, sizeof(int) * (size_t)E));
+    CUDA(cudaMalloc((void **)&rel.ready[q], sizeof(int) * (size_t)E));
+    CUDA(cudaMemset(rel.ready[q], 0, sizeof(int) * (size_t)E));
   }
   if (release) {
-    CK(cudaMalloc((void **)&rel.done, sizeof(int) * (size_t)E));
-    CK(cudaMemset(rel.done, 0x7F, sizeof(int) * (size_t)E)); /* zeroed */
-    CK(cudaMalloc((void **)&rel.order, sizeof(int) * (size_t)(E + 1)));
-    CK(cudaMalloc((void **)&rel.slot_at, sizeof(int) * (size_t)(N + 1)));
-    rel.epoch = mt_dev_upload(&epoch, sizeof epoch);
+    CUDA(cudaMalloc((void **)&rel.done, sizeof(int) * (size_t)E));
+    CUDA(cudaMemset(rel.done, 0x7F, sizeof(int) * (size_t)E)); /* zeroed */
+    CUDA(cudaMalloc((void **)&rel.order, sizeof(int) * (size_t)(E + 1)));
+    CUDA(cudaMalloc((void **)&rel.slot_at, sizeof(int) * (size_t)(N + 1)));
+    rel.epoch = upload(&epoch, sizeof epoch);
     rel.rank = me;
     rel.ranks = P;
   }
@@ -714,16 +744,17 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
     rc = mkx_moe_gather_run(dx, tokens, topk, H, 2, drows, dw, me, &pl, &at,
                             ddest, release ? &rel : NULL, 0);
   void *dout = NULL;
-  CK(cudaMalloc(&dout, 2 * (size_t)(tokens * H)));
+  CUDA(cudaMalloc(&dout, 2 * (size_t)(tokens * H)));
   if (!rc)
     rc = mkx_moe_combine_run(&pl, &ys, ddest, dw, tokens, topk, H, dout,
                              MKX_GEMM_BF16, 0);
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaDeviceSynchronize());
   int fails = rc != 0;
-  int *dest = malloc(sizeof(int) * (size_t)N);
-  CK(cudaMemcpy(dest, ddest, sizeof(int) * (size_t)N, cudaMemcpyDeviceToHost));
+  int *dest = host_alloc(sizeof(int) * (size_t)N);
+  CUDA(
+      cudaMemcpy(dest, ddest, sizeof(int) * (size_t)N, cudaMemcpyDeviceToHost));
   /* expected rows: base[e] + rank of the slot among my slots of e */
-  int *seen = calloc((size_t)E, sizeof *seen);
+  int *seen = host_zeroed((size_t)E, sizeof *seen);
   for (int64_t i = 0; i < N && fails < 4; ++i) {
     const int e = ids[i], want = base[e] + seen[e]++;
     if (dest[i] != want) {
@@ -735,10 +766,10 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
   for (int q = 0; q < P && fails < 4;
        ++q) { /* my rows carry the token, the rest untouched */
     const size_t rows = (size_t)owner_rows[q];
-    uint16_t *a = malloc(2 * (rows + 1) * (size_t)lda);
-    CK(cudaMemcpy(a, at.a[q], 2 * (rows + 1) * (size_t)lda,
-                  cudaMemcpyDeviceToHost));
-    char *mine = calloc(rows + 1, 1);
+    uint16_t *a = host_alloc(2 * (rows + 1) * (size_t)lda);
+    CUDA(cudaMemcpy(a, at.a[q], 2 * (rows + 1) * (size_t)lda,
+                    cudaMemcpyDeviceToHost));
+    char *mine = host_zeroed(rows + 1, 1);
     for (int64_t i = 0; i < N; ++i)
       if (ids[i] / ep == q) {
         mine[dest[i]] = 1;
@@ -761,8 +792,8 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
     free(a);
     free(mine);
   }
-  uint16_t *out = malloc(2 * (size_t)(tokens * H));
-  CK(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H), cudaMemcpyDeviceToHost));
+  uint16_t *out = host_alloc(2 * (size_t)(tokens * H));
+  CUDA(cudaMemcpy(out, dout, 2 * (size_t)(tokens * H), cudaMemcpyDeviceToHost));
   for (int64_t t = 0; t < tokens && fails < 4; ++t)
     for (int64_t h = 0; h < H; ++h) {
       double ref = 0;
@@ -780,9 +811,9 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
       }
     }
   for (int q = 0; release && q < P && fails < 4; ++q) {
-    int *flag = malloc(sizeof(int) * (size_t)E);
-    CK(cudaMemcpy(flag, rel.ready[q], sizeof(int) * (size_t)E,
-                  cudaMemcpyDeviceToHost));
+    int *flag = host_alloc(sizeof(int) * (size_t)E);
+    CUDA(cudaMemcpy(flag, rel.ready[q], sizeof(int) * (size_t)E,
+                    cudaMemcpyDeviceToHost));
     for (int j = 0; j < E; ++j)
       if (flag[j] != (j % P == me ? epoch : 0)) {
         printf("# %s: owner %d flag of expert %d, rank %d: %d\n", name, q,
@@ -791,30 +822,30 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
         break;
       }
     free(flag);
-    CK(cudaFree(rel.ready[q]));
+    CUDA(cudaFree(rel.ready[q]));
   }
   if (release) {
-    CK(cudaFree(rel.done));
-    CK(cudaFree(rel.order));
-    CK(cudaFree(rel.slot_at));
-    CK(cudaFree((void *)rel.epoch));
+    CUDA(cudaFree(rel.done));
+    CUDA(cudaFree(rel.order));
+    CUDA(cudaFree(rel.slot_at));
+    CUDA(cudaFree((void *)rel.epoch));
   }
-  verdict(name, fails);
+  CHECK(!fails, "%s", name);
   for (int q = 0; q < P; ++q) {
-    CK(cudaFree(at.a[q]));
-    CK(cudaFree((void *)ys.y[q]));
+    CUDA(cudaFree(at.a[q]));
+    CUDA(cudaFree((void *)ys.y[q]));
     free(yh[q]);
   }
-  CK(cudaFree(dids));
-  CK(cudaFree(dbase));
-  CK(cudaFree(down));
-  CK(cudaFree(drows));
-  CK(cudaFree(ddest));
-  CK(cudaFree(dstatus));
-  CK(cudaFree(work));
-  CK(cudaFree(dx));
-  CK(cudaFree(dw));
-  CK(cudaFree(dout));
+  CUDA(cudaFree(dids));
+  CUDA(cudaFree(dbase));
+  CUDA(cudaFree(down));
+  CUDA(cudaFree(drows));
+  CUDA(cudaFree(ddest));
+  CUDA(cudaFree(dstatus));
+  CUDA(cudaFree(work));
+  CUDA(cudaFree(dx));
+  CUDA(cudaFree(dw));
+  CUDA(cudaFree(dout));
   free(ids);
   free(cnt);
   free(base);
@@ -835,20 +866,20 @@ static void place_case(int64_t tokens, int topk, int P, int me, int ep,
 static void *dev_fill_random(size_t n);
 
 static int *dev_ints(const int *h, int64_t n) {
-  return mt_dev_upload(h, sizeof(int) * (size_t)n);
+  return upload(h, sizeof(int) * (size_t)n);
 }
 
 static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
                         int preset) {
-  char name[160];
+  const char *name = g_case;
   const int E = P * ep;
-  snprintf(name, sizeof name,
+  snprintf(g_case, sizeof g_case,
            "settle: %d ranks, %d experts each, bad rank %d, truncated rank "
            "%d%s",
            P, ep, bad_rank, trunc_rank, preset ? ", record already set" : "");
-  int *cnt = malloc(sizeof(int) * (size_t)(P * E));
+  int *cnt = host_alloc(sizeof(int) * (size_t)(P * E));
   for (int i = 0; i < P * E; ++i) cnt[i] = (int)(rnd_u64() % 40);
-  int64_t *owner = calloc((size_t)P, sizeof *owner);
+  int64_t *owner = host_zeroed((size_t)P, sizeof *owner);
   for (int q = 0; q < P; ++q)
     for (int e = 0; e < E; ++e) owner[e / ep] += cnt[q * E + e];
   int fails = 0;
@@ -857,9 +888,9 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
   int32_t *dids[MKX_MOE_MAX_RANKS];
   const int64_t rec_ints = mkx_moe_records_ints(P, E);
   for (int q = 0; q < P; ++q) {
-    CK(cudaMalloc((void **)&recs.rec[q], sizeof(int) * (size_t)rec_ints));
-    CK(cudaMemset(recs.rec[q], 0xFF, sizeof(int) * (size_t)rec_ints));
-    int *own = malloc(sizeof(int) * (size_t)(E + 1));
+    CUDA(cudaMalloc((void **)&recs.rec[q], sizeof(int) * (size_t)rec_ints));
+    CUDA(cudaMemset(recs.rec[q], 0xFF, sizeof(int) * (size_t)rec_ints));
+    int *own = host_alloc(sizeof(int) * (size_t)(E + 1));
     own[0] = 0;
     for (int e = 0; e < E; ++e) own[e + 1] = own[e] + cnt[q * E + e];
     const int bad_slot = q == bad_rank ? 5 : MKX_MOE_NO_BAD_SLOT;
@@ -867,7 +898,7 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
     int32_t ids[8] = {0, 1, 2, 3, 4, E + q, 0, 0}; /* slot 5: out of range */
     down[q] = dev_ints(own, E + 1);
     dstat[q] = dev_ints(status, 2);
-    dids[q] = mt_dev_upload(ids, sizeof ids);
+    dids[q] = upload(ids, sizeof ids);
     free(own);
   }
   /* y_rows: room for what each owner receives, one less on trunc_rank */
@@ -875,12 +906,12 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
     fails += mkx_moe_record_run(&recs, P, q, E, down[q], dstat[q], dids[q],
                                 owner[q] - (q == trunc_rank), 0) != 0;
   int *err = NULL, *derr = NULL;
-  CK(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
-  CK(cudaHostGetDevicePointer((void **)&derr, err, 0));
+  CUDA(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
+  CUDA(cudaHostGetDevicePointer((void **)&derr, err, 0));
   int *doff = NULL, *dbase = NULL, *dgate = NULL;
-  CK(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(ep + 1)));
-  CK(cudaMalloc((void **)&dbase, sizeof(int) * (size_t)E));
-  CK(cudaMalloc((void **)&dgate, sizeof(int)));
+  CUDA(cudaMalloc((void **)&doff, sizeof(int) * (size_t)(ep + 1)));
+  CUDA(cudaMalloc((void **)&dbase, sizeof(int) * (size_t)E));
+  CUDA(cudaMalloc((void **)&dgate, sizeof(int)));
   const int want_gate = bad_rank >= 0     ? MKX_MOE_GATE_BAD
                         : trunc_rank >= 0 ? MKX_MOE_GATE_TRUNC
                                           : 0;
@@ -892,14 +923,14 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
       fails++;
       break;
     }
-    CK(cudaDeviceSynchronize());
-    int *off = malloc(sizeof(int) * (size_t)(ep + 1));
-    int *base = malloc(sizeof(int) * (size_t)E), gate = -1;
-    CK(cudaMemcpy(off, doff, sizeof(int) * (size_t)(ep + 1),
-                  cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(base, dbase, sizeof(int) * (size_t)E,
-                  cudaMemcpyDeviceToHost));
-    CK(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
+    CUDA(cudaDeviceSynchronize());
+    int *off = host_alloc(sizeof(int) * (size_t)(ep + 1));
+    int *base = host_alloc(sizeof(int) * (size_t)E), gate = -1;
+    CUDA(cudaMemcpy(off, doff, sizeof(int) * (size_t)(ep + 1),
+                    cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(base, dbase, sizeof(int) * (size_t)E,
+                    cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
     int run = 0;
     for (int le = 0; le <= ep && fails < 4; ++le) {
       if (off[le] != run) {
@@ -943,17 +974,17 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
     free(off);
     free(base);
   }
-  verdict(name, fails);
+  CHECK(!fails, "%s", name);
   for (int q = 0; q < P; ++q) {
-    CK(cudaFree(recs.rec[q]));
-    CK(cudaFree(down[q]));
-    CK(cudaFree(dstat[q]));
-    CK(cudaFree(dids[q]));
+    CUDA(cudaFree(recs.rec[q]));
+    CUDA(cudaFree(down[q]));
+    CUDA(cudaFree(dstat[q]));
+    CUDA(cudaFree(dids[q]));
   }
-  CK(cudaFree(doff));
-  CK(cudaFree(dbase));
-  CK(cudaFree(dgate));
-  CK(cudaFreeHost(err));
+  CUDA(cudaFree(doff));
+  CUDA(cudaFree(dbase));
+  CUDA(cudaFree(dgate));
+  CUDA(cudaFreeHost(err));
   free(cnt);
   free(owner);
 }
@@ -962,8 +993,8 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
  * 0x7F it was set to. */
 static int written(const void *dev, size_t bytes, const char *name,
                    const char *what) {
-  unsigned char *h = malloc(bytes);
-  CK(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
+  unsigned char *h = host_alloc(bytes);
+  CUDA(cudaMemcpy(h, dev, bytes, cudaMemcpyDeviceToHost));
   size_t i = 0;
   while (i < bytes && h[i] == 0x7F) ++i;
   free(h);
@@ -978,13 +1009,14 @@ static void gate_case(void) {
   const char *name =
       "verdict and gate: one rank; GEMM, gather, combine, "
       "counts and origins stopped";
+  snprintf(g_case, sizeof g_case, "%s", name);
   int fails = 0;
   int *err = NULL, *derr = NULL, *dgate = NULL;
-  CK(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
-  CK(cudaHostGetDevicePointer((void **)&derr, err, 0));
-  CK(cudaMalloc((void **)&dgate, sizeof(int)));
+  CUDA(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
+  CUDA(cudaHostGetDevicePointer((void **)&derr, err, 0));
+  CUDA(cudaMalloc((void **)&dgate, sizeof(int)));
   const int32_t ids[4] = {0, 1, 1, 1}; /* slot 3 repeats expert 1 */
-  int32_t *dids = mt_dev_upload(ids, sizeof ids);
+  int32_t *dids = upload(ids, sizeof ids);
   /* {status, y_rows, want gate, want record} */
   struct {
     int bad, total;
@@ -1001,7 +1033,7 @@ static void gate_case(void) {
     int *dst = dev_ints(st, 2);
     fails += mkx_moe_verdict_run(dst, dids, 2, 4, v[k].y_rows, 3, dgate, derr,
                                  0) != 0;
-    CK(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
+    CUDA(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
     const int rec_ok =
         err[0] == v[k].code &&
         (!v[k].code ||
@@ -1012,7 +1044,7 @@ static void gate_case(void) {
              gate, err[0], err[1], err[2], err[3], err[4], err[5]);
       fails++;
     }
-    CK(cudaFree(dst));
+    CUDA(cudaFree(dst));
   }
   /* gate set: a GEMM of 2 experts x 64 rows (both kernels), the gather,
    * the combine and the origin copy leave their poisoned outputs as they
@@ -1020,24 +1052,24 @@ static void gate_case(void) {
   const int64_t rows = 128, k = 64, n = 64;
   const int off[3] = {0, 64, 128}, one = MKX_MOE_GATE_BAD;
   int *doffs = dev_ints(off, 3), *dwork = NULL;
-  CK(cudaMemcpy(dgate, &one, sizeof one, cudaMemcpyHostToDevice));
-  CK(cudaMalloc((void **)&dwork, sizeof(int) * 8));
+  CUDA(cudaMemcpy(dgate, &one, sizeof one, cudaMemcpyHostToDevice));
+  CUDA(cudaMalloc((void **)&dwork, sizeof(int) * 8));
   void *da = dev_fill_random((size_t)(rows * k)),
        *dw = dev_fill_random((size_t)(2 * k * n)), *dc = NULL;
-  CK(cudaMalloc(&dc, 2 * (size_t)(rows * n)));
-  CK(cudaMemset(dc, 0x7F, 2 * (size_t)(rows * n)));
+  CUDA(cudaMalloc(&dc, 2 * (size_t)(rows * n)));
+  CUDA(cudaMemset(dc, 0x7F, 2 * (size_t)(rows * n)));
   mkx_moe_gemm_desc g = {2,  k, n,  da,    k,    rows,          doffs,
                          dw, n, dc, n,     NULL, MKX_GEMM_BF16, MKX_GEMM_BF16,
                          0,  0, 0,  dwork, 0,    dgate};
   for (g.kernel = MKX_MOE_GEMM_ROWS; g.kernel <= MKX_MOE_GEMM_SWAP; g.kernel++)
     fails += mkx_moe_gemm_run(&g, 0) != 0;
   int64_t counts[2] = {-5, -5};
-  int64_t *dcounts = mt_dev_upload(counts, sizeof counts);
+  int64_t *dcounts = upload(counts, sizeof counts);
   fails += mkx_moe_counts_run(doffs, 2, dcounts, dgate, 0) != 0;
   int rows_of_slot[4] = {0, 1, 2, 3};
   int *drs = dev_ints(rows_of_slot, 4);
   const float w4[4] = {1, 1, 1, 1};
-  float *dw4 = mt_dev_upload(w4, sizeof w4);
+  float *dw4 = upload(w4, sizeof w4);
   const mkx_moe_place pl = {NULL, NULL, NULL, NULL, 1, 1, dgate};
   mkx_moe_rows_at at;
   memset(&at, 0, sizeof at);
@@ -1048,55 +1080,55 @@ static void gate_case(void) {
   mkx_moe_outs_at ys;
   memset(&ys, 0, sizeof ys);
   float *dy = NULL;
-  CK(cudaMalloc((void **)&dy, sizeof(float) * 4 * (size_t)n));
+  CUDA(cudaMalloc((void **)&dy, sizeof(float) * 4 * (size_t)n));
   ys.y[0] = dy;
   ys.ldy = n;
   void *dout = NULL;
-  CK(cudaMalloc(&dout, 2 * 2 * (size_t)n));
-  CK(cudaMemset(dout, 0x7F, 2 * 2 * (size_t)n));
+  CUDA(cudaMalloc(&dout, 2 * 2 * (size_t)n));
+  CUDA(cudaMemset(dout, 0x7F, 2 * 2 * (size_t)n));
   fails += mkx_moe_combine_run(&pl, &ys, drs, dw4, 2, 2, n, dout, MKX_GEMM_BF16,
                                0) != 0;
   int32_t *dorig = NULL;
-  CK(cudaMalloc((void **)&dorig, sizeof(int32_t) * 3 * 128));
-  CK(cudaMemset(dorig, 0x7F, sizeof(int32_t) * 3 * 128));
+  CUDA(cudaMalloc((void **)&dorig, sizeof(int32_t) * 3 * 128));
+  CUDA(cudaMemset(dorig, 0x7F, sizeof(int32_t) * 3 * 128));
   int32_t *dsrc = NULL; /* what the copy would take: 128 rows' origins */
-  CK(cudaMalloc((void **)&dsrc, sizeof(int32_t) * 3 * 128));
-  CK(cudaMemset(dsrc, 0, sizeof(int32_t) * 3 * 128));
+  CUDA(cudaMalloc((void **)&dsrc, sizeof(int32_t) * 3 * 128));
+  CUDA(cudaMemset(dsrc, 0, sizeof(int32_t) * 3 * 128));
   fails += mkx_moe_origin_copy_run(dsrc, dorig, doffs, 2, dgate, 0) != 0;
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaDeviceSynchronize());
   fails += written(dc, 2 * (size_t)(rows * n), name, "C (GEMM, gather)");
   fails += written(dout, 2 * 2 * (size_t)n, name, "the combine's out");
   fails += written(dorig, sizeof(int32_t) * 3 * 128, name, "the origins");
-  CK(cudaMemcpy(counts, dcounts, sizeof counts, cudaMemcpyDeviceToHost));
+  CUDA(cudaMemcpy(counts, dcounts, sizeof counts, cudaMemcpyDeviceToHost));
   if (counts[0] != -5 || counts[1] != -5) {
     printf("# %s: counts written on a bad run\n", name);
     fails++;
   }
   const int trunc = MKX_MOE_GATE_TRUNC;
-  CK(cudaMemcpy(dgate, &trunc, sizeof trunc, cudaMemcpyHostToDevice));
+  CUDA(cudaMemcpy(dgate, &trunc, sizeof trunc, cudaMemcpyHostToDevice));
   fails += mkx_moe_counts_run(doffs, 2, dcounts, dgate, 0) != 0;
-  CK(cudaMemcpy(counts, dcounts, sizeof counts, cudaMemcpyDeviceToHost));
+  CUDA(cudaMemcpy(counts, dcounts, sizeof counts, cudaMemcpyDeviceToHost));
   if (counts[0] != 64 || counts[1] != 64) {
     printf("# %s: counts on a truncated run %lld %lld, want 64 64\n", name,
            (long long)counts[0], (long long)counts[1]);
     fails++;
   }
-  verdict(name, fails);
-  CK(cudaFree(dids));
-  CK(cudaFree(doffs));
-  CK(cudaFree(dwork));
-  CK(cudaFree(da));
-  CK(cudaFree(dw));
-  CK(cudaFree(dc));
-  CK(cudaFree(dcounts));
-  CK(cudaFree(drs));
-  CK(cudaFree(dw4));
-  CK(cudaFree(dy));
-  CK(cudaFree(dout));
-  CK(cudaFree(dorig));
-  CK(cudaFree(dsrc));
-  CK(cudaFree(dgate));
-  CK(cudaFreeHost(err));
+  CHECK(!fails, "%s", name);
+  CUDA(cudaFree(dids));
+  CUDA(cudaFree(doffs));
+  CUDA(cudaFree(dwork));
+  CUDA(cudaFree(da));
+  CUDA(cudaFree(dw));
+  CUDA(cudaFree(dc));
+  CUDA(cudaFree(dcounts));
+  CUDA(cudaFree(drs));
+  CUDA(cudaFree(dw4));
+  CUDA(cudaFree(dy));
+  CUDA(cudaFree(dout));
+  CUDA(cudaFree(dorig));
+  CUDA(cudaFree(dsrc));
+  CUDA(cudaFree(dgate));
+  CUDA(cudaFreeHost(err));
 }
 
 static void route_cases(void) {
@@ -1128,13 +1160,13 @@ static void route_cases(void) {
  * draw the power the comparison runs at; constant ones run faster). */
 static void *dev_fill_random(size_t n) {
   const size_t blk = (size_t)16 << 20;
-  uint16_t *h = malloc(2 * blk);
+  uint16_t *h = host_alloc(2 * blk);
   for (size_t i = 0; i < blk; ++i) h[i] = to16(rnd(), 0);
   void *d = NULL;
-  CK(cudaMalloc(&d, 2 * n));
+  CUDA(cudaMalloc(&d, 2 * n));
   for (size_t at = 0; at < n; at += blk) {
     const size_t m = n - at < blk ? n - at : blk;
-    CK(cudaMemcpy((uint16_t *)d + at, h, 2 * m, cudaMemcpyHostToDevice));
+    CUDA(cudaMemcpy((uint16_t *)d + at, h, 2 * m, cudaMemcpyHostToDevice));
   }
   free(h);
   return d;
@@ -1143,7 +1175,7 @@ static void *dev_fill_random(size_t n) {
 /* Row counts of `tokens` tokens routed uniformly to topk distinct experts. */
 static void route(int tokens, int topk, int E, int *off) {
   int32_t *ids = random_ids(tokens, topk, E);
-  int *cnt = calloc((size_t)E, sizeof(int));
+  int *cnt = host_zeroed((size_t)E, sizeof(int));
   for (int64_t i = 0; i < (int64_t)tokens * topk; ++i) cnt[ids[i]]++;
   off[0] = 0;
   for (int e = 0; e < E; ++e) off[e + 1] = off[e] + cnt[e];
@@ -1157,8 +1189,7 @@ static int run_once(const void *d) { return mkx_moe_gemm_run(d, 0); }
 static float time_runs(const mkx_moe_gemm_desc *d, int reps) {
   const float ms = mt_gpu_median_ms(run_once, d, reps);
   if (ms < 0) {
-    printf("not ok - bench run failed\n");
-    g_fail++;
+    CHECK(0, "%s: bench run failed", g_case);
     return 0;
   }
   return ms;
@@ -1169,11 +1200,10 @@ static float measure(const mkx_moe_gemm_desc *d, int profile) {
   if (!profile) return time_runs(d, 10);
   for (int i = 0; i < 3; ++i)
     if (mkx_moe_gemm_run(d, 0) != 0) {
-      printf("not ok - profile run failed\n");
-      g_fail++;
+      CHECK(0, "%s: profile run failed", g_case);
       break;
     }
-  CK(cudaDeviceSynchronize());
+  CUDA(cudaDeviceSynchronize());
   return 0;
 }
 
@@ -1184,6 +1214,12 @@ static const struct {
 } variants[] = {
     {MKX_MOE_GEMM_ROWS, 128}, {MKX_MOE_GEMM_ROWS, 256}, {MKX_MOE_GEMM_SWAP, 0}};
 enum { NV = 3 };
+
+/* The timing under way as g_case: layer `shape`'s W1 or W2 (w), variant v. */
+static void name_timing(const char *shape, int w, int v) {
+  snprintf(g_case, sizeof g_case, "bench %s W%d, %s kernel, block_n %d", shape,
+           w, kernel_name(variants[v].kernel), variants[v].block_n);
+}
 
 /* The shapes' expert GEMMs under each variant; profile: the
  * DeepSeek-like shape alone, W1 and W2 under the swapped kernel, three runs
@@ -1205,17 +1241,18 @@ static void bench(int profile) {
       "swapped kernel\n");
   for (int s = 0; s < (profile ? 1 : 4); ++s) {
     const int E = shapes[s].E, H = shapes[s].hidden, F = shapes[s].ffn;
-    int *off = malloc(sizeof(int) * (size_t)(E + 1));
+    snprintf(g_case, sizeof g_case, "bench %s", shapes[s].name);
+    int *off = host_alloc(sizeof(int) * (size_t)(E + 1));
     route(shapes[s].tokens, shapes[s].topk, E, off);
     const int64_t rows = off[E];
-    int *doff = mt_dev_upload(off, sizeof(int) * (size_t)(E + 1)), *work = NULL;
-    CK(cudaMalloc((void **)&work,
-                  sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
+    int *doff = upload(off, sizeof(int) * (size_t)(E + 1)), *work = NULL;
+    CUDA(cudaMalloc((void **)&work,
+                    sizeof(int) * (size_t)mkx_moe_gemm_work_ints(E)));
     void *x = dev_fill_random((size_t)rows * H);
     void *w1 = dev_fill_random((size_t)E * H * 2 * F);
     void *act = dev_fill_random((size_t)rows * F);
     void *y = NULL;
-    CK(cudaMalloc(&y, 4 * (size_t)rows * H));
+    CUDA(cudaMalloc(&y, 4 * (size_t)rows * H));
     double tf[2][NV] = {{0}}, msv[2][NV] = {{0}};
     const int v0 = profile ? NV - 1 : 0;
     for (int v = v0; v < NV; ++v) { /* W1 */
@@ -1238,11 +1275,12 @@ static void bench(int profile) {
                              variants[v].block_n,
                              work};
       d.kernel = variants[v].kernel;
+      name_timing(shapes[s].name, 1, v);
       const float ms = measure(&d, profile);
       msv[0][v] = ms;
       if (ms > 0) tf[0][v] = 2.0 * rows * H * 2.0 * F / (ms * 1e-3) / 1e12;
     }
-    CK(cudaFree(w1));
+    CUDA(cudaFree(w1));
     void *w2 = dev_fill_random((size_t)E * F * H);
     for (int v = v0; v < NV; ++v) { /* W2, fp32 out */
       mkx_moe_gemm_desc d = {E,
@@ -1264,6 +1302,7 @@ static void bench(int profile) {
                              variants[v].block_n,
                              work};
       d.kernel = variants[v].kernel;
+      name_timing(shapes[s].name, 2, v);
       const float ms = measure(&d, profile);
       msv[1][v] = ms;
       if (ms > 0) tf[1][v] = 2.0 * rows * F * H / (ms * 1e-3) / 1e12;
@@ -1275,20 +1314,22 @@ static void bench(int profile) {
             "(%.3f) / %.0f (%.3f) / %.0f (%.3f)\n",
             shapes[s].name, (long long)rows, E, H, F, g + 1, tf[g][0],
             msv[g][0], tf[g][1], msv[g][1], tf[g][2], msv[g][2]);
-    CK(cudaFree(w2));
-    CK(cudaFree(x));
-    CK(cudaFree(act));
-    CK(cudaFree(y));
-    CK(cudaFree(doff));
-    CK(cudaFree(work));
+    CUDA(cudaFree(w2));
+    CUDA(cudaFree(x));
+    CUDA(cudaFree(act));
+    CUDA(cudaFree(y));
+    CUDA(cudaFree(doff));
+    CUDA(cudaFree(work));
     free(off);
   }
 }
 
 int main(int argc, char **argv) {
-  if (!mt_sm90_here()) return 77;
+  if (!mt_sm90_here()) return CHECK_SKIP;
   g_rng ^= (uint64_t)time(NULL);
   printf("# seed %llu\n", (unsigned long long)g_rng);
+  check_set_note("seed %llu", (unsigned long long)g_rng);
+  check_show_passes(1);
   const int profile = argc > 1 && !strcmp(argv[1], "--profile");
   const int only = profile || (argc > 1 && !strcmp(argv[1], "--bench-only"));
   if (!only)
@@ -1298,6 +1339,5 @@ int main(int argc, char **argv) {
         run_case(&cases[i], kernel);
   if (!only) route_cases();
   if (only || (argc > 1 && !strcmp(argv[1], "--bench"))) bench(profile);
-  printf("# %d ok, %d failed\n", g_ok, g_fail);
-  return g_fail ? 1 : 0;
+  return finish();
 }
