@@ -29,6 +29,7 @@
 #include "attention/attn_engine.h"
 #include "attn_bench_desc.h"
 #include "check.h"
+#include "engine_check.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
 #include "num16.h"
@@ -36,44 +37,11 @@
 static int g_runs; /* runs vary: tile counter, block size, warpgroups */
 static int *g_counter;
 
-/* The run under way, for the failure of a call that ends the test. */
-static char g_case[256] = "setup";
-
 /* The summary ci/gpu-check shows, then check.h's verdict and status. */
-static int finish(void) {
+static int engine_finish(void) {
   printf("# %d ok, %d failed\n", check_count() - check_failed(),
          check_failed());
   return check_done("test_attn_engine");
-}
-
-/* A failing CUDA call ends the test (what the GPU holds after it is
- * unknown), as a failed check naming the call and the run. */
-#define CUDA(x)                                                                \
-  do {                                                                         \
-    const cudaError_t e_ = (x);                                                \
-    if (e_ != cudaSuccess) {                                                   \
-      CHECK(0, "%s: %s: %s", g_case, #x, cudaGetErrorString(e_));              \
-      exit(finish());                                                          \
-    }                                                                          \
-  } while (0)
-
-/* Host memory, or the end of the test as for a failing CUDA call. */
-static void *host_alloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    CHECK(0, "%s: %zu bytes of host memory", g_case, bytes);
-    exit(finish());
-  }
-  return p;
-}
-
-/* A device copy of bytes of host memory h (16 bytes when bytes is 0, so
- * that every buffer has an address). */
-static void *upload(const void *h, size_t bytes) {
-  void *d = NULL;
-  CUDA(cudaMalloc(&d, bytes ? bytes : 16));
-  if (bytes) CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-  return d;
 }
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -482,7 +450,7 @@ int main(int argc, char **argv) {
   if (argc > 1 &&
       (!strcmp(argv[1], "--profile") || !strcmp(argv[1], "--bench-only"))) {
     bench(!strcmp(argv[1], "--profile"));
-    return finish();
+    return engine_finish();
   }
   printf("# seed %llu\n", (unsigned long long)g_rng);
   static const tcase cases[] = {
@@ -524,5 +492,5 @@ int main(int argc, char **argv) {
     run_case(&cases[x], (int)(x % (size_t)cases[x].p), 1, 1);
   run_case(&cases[19], 2, 0, 1);
   if (argc > 1 && !strcmp(argv[1], "--bench")) bench(0);
-  return finish();
+  return engine_finish();
 }

@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "engine_check.h"
 #include "gemm_engine.h"
 #include "num16.h"
 
@@ -50,39 +51,17 @@ typedef struct {
 static cublasHandle_t g_blas;
 static const int64_t kGuard = 4096; /* bytes of guard band on each side of C */
 
-/* The case under way, for the failure of a call that ends the test. */
-static char g_case[256] = "setup";
+static int engine_finish(void) { return check_done("test_gemm_engine"); }
 
-static int finish(void) { return check_done("test_gemm_engine"); }
-
-/* A failing CUDA or cuBLAS call ends the test (what the GPU holds after it
- * is unknown), as a failed check naming the call and the case. */
-#define CUDA(x)                                                                \
-  do {                                                                         \
-    const cudaError_t e_ = (x);                                                \
-    if (e_ != cudaSuccess) {                                                   \
-      CHECK(0, "%s: %s: %s", g_case, #x, cudaGetErrorString(e_));              \
-      exit(finish());                                                          \
-    }                                                                          \
-  } while (0)
+/* A failing cuBLAS call ends the test as a failing CUDA call does. */
 #define BLAS(x)                                                                \
   do {                                                                         \
     const cublasStatus_t s_ = (x);                                             \
     if (s_ != CUBLAS_STATUS_SUCCESS) {                                         \
       CHECK(0, "%s: %s: cublas status %d", g_case, #x, (int)s_);               \
-      exit(finish());                                                          \
+      exit(engine_finish());                                                   \
     }                                                                          \
   } while (0)
-
-/* Host memory, or the end of the test as for a failing CUDA call. */
-static void *host_alloc(size_t bytes) {
-  void *p = malloc(bytes);
-  if (!p) {
-    CHECK(0, "%s: %zu bytes of host memory", g_case, bytes);
-    exit(finish());
-  }
-  return p;
-}
 
 /* Compare C (inside a guard band of kGuard bytes each side, poisoned 0xFF) with the fp32
  * reference: the case's check. */
@@ -530,5 +509,5 @@ int main(int argc, char **argv) {
   run_gated_case(1000, 2056, 1032, 3, MKX_GEMM_TILE_128x128, MKX_GEMM_FP32);
   if (!small) run_gated_case(8192, 8192, 8192, 17, 0, MKX_GEMM_BF16);
   BLAS(cublasDestroy(g_blas));
-  return finish();
+  return engine_finish();
 }

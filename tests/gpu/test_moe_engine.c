@@ -28,54 +28,17 @@
 #include <time.h>
 
 #include "check.h"
+#include "engine_check.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 #include "num16.h"
 
-/* The case under way, for the failure of a call that ends the test. */
-static char g_case[256] = "setup";
-
 /* The summary ci/gpu-check shows, then check.h's verdict and status. */
-static int finish(void) {
+static int engine_finish(void) {
   printf("# %d ok, %d failed\n", check_count() - check_failed(),
          check_failed());
   return check_done("test_moe_engine");
-}
-
-/* A failing CUDA call ends the test (what the GPU holds after it is
- * unknown), as a failed check naming the call and the case. */
-#define CUDA(x)                                                                \
-  do {                                                                         \
-    const cudaError_t e_ = (x);                                                \
-    if (e_ != cudaSuccess) {                                                   \
-      CHECK(0, "%s: %s: %s", g_case, #x, cudaGetErrorString(e_));              \
-      exit(finish());                                                          \
-    }                                                                          \
-  } while (0)
-
-/* Host memory, or the end of the test as for a failing CUDA call. */
-static void *host_alloc(size_t bytes) {
-  void *p = malloc(bytes ? bytes : 1);
-  if (!p) {
-    CHECK(0, "%s: %zu bytes of host memory", g_case, bytes);
-    exit(finish());
-  }
-  return p;
-}
-static void *host_zeroed(size_t n, size_t size) {
-  void *p = host_alloc(n * size);
-  memset(p, 0, n * size);
-  return p;
-}
-
-/* A device copy of bytes of host memory h (16 bytes when bytes is 0, so
- * that every buffer has an address). */
-static void *upload(const void *h, size_t bytes) {
-  void *d = NULL;
-  CUDA(cudaMalloc(&d, bytes ? bytes : 16));
-  if (bytes) CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-  return d;
 }
 
 static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
@@ -1339,5 +1302,5 @@ int main(int argc, char **argv) {
         run_case(&cases[i], kernel);
   if (!only) route_cases();
   if (only || (argc > 1 && !strcmp(argv[1], "--bench"))) bench(profile);
-  return finish();
+  return engine_finish();
 }
