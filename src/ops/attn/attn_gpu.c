@@ -50,6 +50,7 @@
 static const char *const FN = "MKX_Ring_attention";
 
 typedef struct attn_plan {
+  mkx_path path; /* the table entry that made it (and its start counter) */
   mkx_tp_ws *ws;
   int ring;           /* several ranks */
   int hier;           /* several nodes */
@@ -211,21 +212,21 @@ static int load_engine(MKX_Comm c, const mkx_attn_args *a) {
   return mkx_tp_launch_rc(mkx_attn_load(&d), FN, "loading the engine");
 }
 
-int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
-                      void **plan) {
+/* The plan of the entry of `path` (mkx_attn_gpu_choose: the only place
+ * that picks it). */
+static int plan_path(MKX_Comm c, const void *args, mkx_path path, void **plan) {
   const mkx_attn_args *a = args;
-  (void)op, (void)g;
   attn_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
-  p->ring = c->size > 1;
-  p->hier = c->place.num_nodes > 1;
+  p->path = path;
+  p->ring = path != MKX_PATH_ATTN;
+  p->hier = path == MKX_PATH_ATTN_HIER || path == MKX_PATH_ATTN_NET;
   p->chunk = (size_t)(a->batch * a->seq_local * a->heads_kv * a->head_dim) *
              MKX_Type_size(a->dtype);
   p->counter_off = p->ring ? 2 * (size_t)c->size * p->chunk : 0;
   /* agreed values only: every rank's pool takes the same decision */
   mkx_tp_need need = {1, c->size, p->counter_off + 256, 0};
-  char why[64];
-  const int by_gpu = p->hier && mkx_attn_net_fits(c, why, sizeof why);
+  const int by_gpu = path == MKX_PATH_ATTN_NET;
   int rc = p->hier ? hier_plan(c, p, by_gpu) : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, rc, "ring attention plan");
   if (rc == MKX_SUCCESS && by_gpu) rc = mkx_attn_net_init(c, p->chunk, &p->net);
@@ -243,7 +244,7 @@ int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   return MKX_SUCCESS;
 }
 
-void mkx_attn_gpu_free(MKX_Comm c, void *plan) {
+static void attn_free(MKX_Comm c, void *plan) {
   attn_plan *p = plan;
   (void)c;
   if (!p) return;
@@ -331,18 +332,14 @@ static void release_column(MKX_Comm c, const attn_plan *p) {
   }
 }
 
-int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
-                       MKX_Stream stream) {
+static int attn_start(MKX_Comm c, void *plan, const void *args,
+                      MKX_Stream stream) {
   attn_plan *p = plan;
   const mkx_attn_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   mkx_attn_desc d;
   mkx_tp_sync sync;
-  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1,
-                       p->net    ? MKX_PATH_ATTN_NET
-                       : p->hier ? MKX_PATH_ATTN_HIER
-                       : p->ring ? MKX_PATH_ATTN_RING
-                                 : MKX_PATH_ATTN));
+  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, p->path));
   if (p->ring) MKX_TRY(push_peers(c, p, a, st));
   desc_of(c, a, p, &d);
   if (p->net) MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &d));
@@ -367,14 +364,28 @@ int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
   return mkx_tp_end(p->ws, stream);
 }
 
-static const mkx_path_ops attn_one = {MKX_PATH_ATTN, mkx_attn_gpu_plan,
-                                      mkx_attn_gpu_start, mkx_attn_gpu_free};
-static const mkx_path_ops attn_ring = {MKX_PATH_ATTN_RING, mkx_attn_gpu_plan,
-                                       mkx_attn_gpu_start, mkx_attn_gpu_free};
-static const mkx_path_ops attn_hier = {MKX_PATH_ATTN_HIER, mkx_attn_gpu_plan,
-                                       mkx_attn_gpu_start, mkx_attn_gpu_free};
-static const mkx_path_ops attn_net = {MKX_PATH_ATTN_NET, mkx_attn_gpu_plan,
-                                      mkx_attn_gpu_start, mkx_attn_gpu_free};
+/* One entry per path, each with its plan; they share the start, which
+ * reads the path from the plan. */
+#define ATTN_PLAN(name, path)                                                  \
+  static int name(MKX_Comm c, int op, const void *args, const mkx_agreed *g,   \
+                  void **plan) {                                               \
+    (void)op, (void)g;                                                         \
+    return plan_path(c, args, path, plan);                                     \
+  }
+ATTN_PLAN(plan_one, MKX_PATH_ATTN)
+ATTN_PLAN(plan_ring, MKX_PATH_ATTN_RING)
+ATTN_PLAN(plan_hier, MKX_PATH_ATTN_HIER)
+ATTN_PLAN(plan_net, MKX_PATH_ATTN_NET)
+#undef ATTN_PLAN
+
+static const mkx_path_ops attn_one = {MKX_PATH_ATTN, plan_one, attn_start,
+                                      attn_free};
+static const mkx_path_ops attn_ring = {MKX_PATH_ATTN_RING, plan_ring,
+                                       attn_start, attn_free};
+static const mkx_path_ops attn_hier = {MKX_PATH_ATTN_HIER, plan_hier,
+                                       attn_start, attn_free};
+static const mkx_path_ops attn_net = {MKX_PATH_ATTN_NET, plan_net, attn_start,
+                                      attn_free};
 
 int mkx_attn_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                         mkx_path_choice *out) {

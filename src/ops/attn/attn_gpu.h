@@ -8,11 +8,6 @@
 int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g);
 int mkx_attn_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                         mkx_path_choice *out);
-int mkx_attn_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
-                      void **plan);
-int mkx_attn_gpu_start(MKX_Comm c, void *plan, const void *args,
-                       MKX_Stream stream);
-void mkx_attn_gpu_free(MKX_Comm c, void *plan);
 
 #include <cuda_runtime.h>
 #include "ops/fused/fused.h"

@@ -199,6 +199,7 @@ typedef struct moe_ws {
 /* The plan: the workspace and where each piece sits in it (off[W_END]:
  * the bytes in all), the same on every rank. */
 typedef struct moe_plan {
+  mkx_path path; /* the table entry that made it (and its start counter) */
   int op, multi;
   int64_t experts;
   int nodes;        /* ranks of several nodes */
@@ -1034,18 +1035,20 @@ static int gemm_kernel(int opt, int64_t slots, int64_t experts) {
 
 /* The workspace is sized by agreed values only (every rank's tokens on
  * several ranks), so every rank's pool takes the same decision. */
-int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
-                     void **plan) {
+/* The plan of the entry of `path` (choose: the only place that picks it). */
+static int plan_path(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
+                     mkx_path path, void **plan) {
   const mkx_moe_args *a = args;
   moe_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_of(op));
+  p->path = path;
   p->op = op;
-  p->multi = c->size > 1;
-  p->nodes = c->place.num_nodes > 1;
+  p->multi = path != MKX_PATH_MOE;
+  p->nodes = path == MKX_PATH_MOE_NODES || path == MKX_PATH_MOE_NET;
+  p->proxy = path == MKX_PATH_MOE_NET;
   p->experts = a->num_experts;
   /* several nodes: the host knows the counts, so it waits anyway */
   p->sync = p->nodes || c->opt.moe_sync;
-  p->proxy = p->nodes && by_gpu(c, NULL, 0);
   p->release = release_rows(c);
   p->tcap = p->multi ? g->total : a->num_tokens;
   p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
@@ -1063,7 +1066,7 @@ int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   return MKX_SUCCESS;
 }
 
-void mkx_moe_gpu_free(MKX_Comm c, void *plan) {
+static void moe_free(MKX_Comm c, void *plan) {
   moe_plan *p = plan;
   (void)c;
   if (!p) return;
@@ -1071,8 +1074,8 @@ void mkx_moe_gpu_free(MKX_Comm c, void *plan) {
   free(p);
 }
 
-int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
-                      MKX_Stream stream) {
+static int moe_start(MKX_Comm c, void *plan, const void *args,
+                     MKX_Stream stream) {
   const moe_plan *p = plan;
   const mkx_moe_args *a = args;
   const char *fn = fn_of(p->op);
@@ -1087,11 +1090,7 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
         "waits for its routing)",
         fn, p->nodes ? "on several nodes" : "with option moe_sync=yes");
   p->ws->input_error = input_error;
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1,
-                       p->proxy   ? MKX_PATH_MOE_NET
-                       : p->nodes ? MKX_PATH_MOE_NODES
-                       : p->multi ? MKX_PATH_MOE_NODE
-                                  : MKX_PATH_MOE));
+  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, p->path));
   ws_place(c, p, &w);
   w.mine = w.theirs = NULL;
   mkx_moe_layout L;
@@ -1110,14 +1109,27 @@ int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
   return mkx_tp_end(p->ws, stream);
 }
 
-static const mkx_path_ops moe_one = {MKX_PATH_MOE, mkx_moe_gpu_plan,
-                                     mkx_moe_gpu_start, mkx_moe_gpu_free};
-static const mkx_path_ops moe_node = {MKX_PATH_MOE_NODE, mkx_moe_gpu_plan,
-                                      mkx_moe_gpu_start, mkx_moe_gpu_free};
-static const mkx_path_ops moe_nodes = {MKX_PATH_MOE_NODES, mkx_moe_gpu_plan,
-                                       mkx_moe_gpu_start, mkx_moe_gpu_free};
-static const mkx_path_ops moe_net = {MKX_PATH_MOE_NET, mkx_moe_gpu_plan,
-                                     mkx_moe_gpu_start, mkx_moe_gpu_free};
+/* One entry per path, each with its plan; they share the start, which
+ * reads the path from the plan. */
+#define MOE_PLAN(name, path)                                                   \
+  static int name(MKX_Comm c, int op, const void *args, const mkx_agreed *g,   \
+                  void **plan) {                                               \
+    return plan_path(c, op, args, g, path, plan);                              \
+  }
+MOE_PLAN(plan_one, MKX_PATH_MOE)
+MOE_PLAN(plan_node, MKX_PATH_MOE_NODE)
+MOE_PLAN(plan_nodes, MKX_PATH_MOE_NODES)
+MOE_PLAN(plan_net, MKX_PATH_MOE_NET)
+#undef MOE_PLAN
+
+static const mkx_path_ops moe_one = {MKX_PATH_MOE, plan_one, moe_start,
+                                     moe_free};
+static const mkx_path_ops moe_node = {MKX_PATH_MOE_NODE, plan_node, moe_start,
+                                      moe_free};
+static const mkx_path_ops moe_nodes = {MKX_PATH_MOE_NODES, plan_nodes,
+                                       moe_start, moe_free};
+static const mkx_path_ops moe_net = {MKX_PATH_MOE_NET, plan_net, moe_start,
+                                     moe_free};
 
 static int choose(MKX_Comm c, int op, mkx_path_choice *out) {
   const char *what = op == MOE_LAYER ? ", SwiGLU and combine" : "";

@@ -13,10 +13,5 @@ int mkx_moe_dispatch_gpu_choose(MKX_Comm c, const void *args,
                                 const mkx_agreed *g, mkx_path_choice *out);
 int mkx_moe_layer_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                              mkx_path_choice *out);
-int mkx_moe_gpu_plan(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
-                     void **plan);
-int mkx_moe_gpu_start(MKX_Comm c, void *plan, const void *args,
-                      MKX_Stream stream);
-void mkx_moe_gpu_free(MKX_Comm c, void *plan);
 
 #endif
