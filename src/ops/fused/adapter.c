@@ -195,8 +195,7 @@ static int inner_plan(MKX_Comm c, ad_plan *p, const struct mkx_agreed *g) {
   gi.gpu_adapt = 0;
   const void *twin = p->op == MKX_TP_OP_AG ? (const void *)&p->twin.ag
                                            : (const void *)&p->twin.red;
-  mkx_tp_choose_fused(c, p->op,
-                      p->op == MKX_TP_OP_AG ? g->total : p->twin.red.M, &ch);
+  mkx_tp_choose_fused(c, p->op, twin, &gi, &ch);
   mkx_log(MKX_LOG_INFO, "%s: adapted call on the %s path (%s)", op_name(p->op),
           mkx_path_name(ch.ops->path), ch.why);
   MKX_TRY(ch.ops->plan(c, p->op, twin, &gi, &p->inner));

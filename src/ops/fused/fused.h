@@ -188,14 +188,21 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
                        MKX_Stream stream);
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
 /* The operations' GPU hooks (see src/ops/op.h) and their fused paths'
- * entry points (src/ops/tp/paths.c puts them in the path table).  split:
- * the split path rather than the overlapped one. */
+ * entry points (src/ops/tp/paths.c puts them in the path table).  path:
+ * the entry's (MKX_PATH_TP_OVERLAP, _SPLIT, or for AllGather+GEMM
+ * _ONE_KERNEL, the split path in one kernel); split: the split path rather
+ * than the overlapped one. */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
                                const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
-                         const struct mkx_agreed *g, int split, void **plan);
+                         const struct mkx_agreed *g, mkx_path path,
+                         void **plan);
+/* Whether a split AllGather+GEMM runs as one kernel (agreed values and the
+ * agreed MKX_GPU_LOCAL_NO_ONE_KERNEL bit: alike on every rank). */
+int mkx_ag_gemm_one_kernel(MKX_Comm c, const void *args,
+                           const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream);
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan);
@@ -223,7 +230,10 @@ int mkx_rs_gpu_choose(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                       struct mkx_path_choice *out);
 int mkx_ar_gpu_choose(MKX_Comm c, const void *args, const struct mkx_agreed *g,
                       struct mkx_path_choice *out);
-void mkx_tp_choose_fused(MKX_Comm c, int op, int64_t M,
+/* One node: the fused entry of a call of this shape (split, one kernel or
+ * overlapped), with the reason in out->why. */
+void mkx_tp_choose_fused(MKX_Comm c, int op, const void *args,
+                         const struct mkx_agreed *g,
                          struct mkx_path_choice *out);
 
 #endif

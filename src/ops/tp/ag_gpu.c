@@ -112,8 +112,16 @@ unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
   return bits;
 }
 
+int mkx_ag_gemm_one_kernel(MKX_Comm c, const void *args,
+                           const struct mkx_agreed *g) {
+  int chunk_kb, nkc;
+  return !(g->gpu_any & MKX_GPU_LOCAL_NO_ONE_KERNEL) &&
+         oneshot_fits(c, args, g->total, &chunk_kb, &nkc);
+}
+
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
-                         const struct mkx_agreed *g, int split, void **plan) {
+                         const struct mkx_agreed *g, mkx_path path,
+                         void **plan) {
   const mkx_ag_gemm_args *a = args;
   ag_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", FN);
@@ -138,9 +146,13 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   /* Agreed values only (M, size), so that every rank's pool takes the same
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
-  p->split = split;
-  p->oneshot = p->split && !(g->gpu_any & MKX_GPU_LOCAL_NO_ONE_KERNEL) &&
-               oneshot_fits(c, a, p->r.M, &p->chunk_kb, &p->nkc);
+  p->split = path != MKX_PATH_TP_OVERLAP;
+  p->oneshot = path == MKX_PATH_TP_ONE_KERNEL;
+  if (p->oneshot && !oneshot_fits(c, a, p->r.M, &p->chunk_kb, &p->nkc)) {
+    free(p);
+    return mkx_error(MKX_ERR_INTERNAL,
+                     "%s: one-kernel plan for a shape that does not fit", FN);
+  }
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->r.M * (size_t)a->k * p->es + 255) & ~(size_t)255;
   mkx_tp_need need = {

@@ -13,13 +13,16 @@
  *   any rank's operands  adapted (a row-major call on padded temporaries,
  *   need adapting        itself on the fused path chosen for its shape)
  *   one node             split (shared GPU in time slices, options
- *                        shared_gpu and tp_overlap, small M) or overlap
+ *                        shared_gpu and tp_overlap, small M) or overlap;
+ *                        a split AllGather+GEMM whose tiles and copy CTAs
+ *                        fit (option tp_ag_oneshot, the agreed
+ *                        MKX_GPU_LOCAL_NO_ONE_KERNEL) in one kernel (its
+ *                        starts count as split too)
  * A path's plan may still fall back within its family, and says so at
  * info: the overlapped GEMM+AllReduce takes the split path where C cannot
- * be mapped into the peers; the split AllGather+GEMM runs as one kernel
- * where its tiles and push CTAs fit (counted as fused split in one
- * kernel too). */
+ * be mapped into the peers. */
 #include <stdio.h>
+#include <string.h>
 #include "core/error.h"
 #include "ops/op.h"
 #include "ops/path.h"
@@ -34,12 +37,17 @@
 static int ag_overlap_plan(MKX_Comm c, int op, const void *args,
                            const mkx_agreed *g, void **plan) {
   (void)op;
-  return mkx_ag_gemm_gpu_plan(c, args, g, 0, plan);
+  return mkx_ag_gemm_gpu_plan(c, args, g, MKX_PATH_TP_OVERLAP, plan);
 }
 static int ag_split_plan(MKX_Comm c, int op, const void *args,
                          const mkx_agreed *g, void **plan) {
   (void)op;
-  return mkx_ag_gemm_gpu_plan(c, args, g, 1, plan);
+  return mkx_ag_gemm_gpu_plan(c, args, g, MKX_PATH_TP_SPLIT, plan);
+}
+static int ag_one_kernel_plan(MKX_Comm c, int op, const void *args,
+                              const mkx_agreed *g, void **plan) {
+  (void)op;
+  return mkx_ag_gemm_gpu_plan(c, args, g, MKX_PATH_TP_ONE_KERNEL, plan);
 }
 static int red_overlap_plan(MKX_Comm c, int op, const void *args,
                             const mkx_agreed *g, void **plan) {
@@ -60,6 +68,9 @@ static const mkx_path_ops ag_overlap = {MKX_PATH_TP_OVERLAP, ag_overlap_plan,
 static const mkx_path_ops ag_split = {MKX_PATH_TP_SPLIT, ag_split_plan,
                                       mkx_ag_gemm_gpu_start,
                                       mkx_ag_gemm_gpu_free};
+static const mkx_path_ops ag_one_kernel = {
+    MKX_PATH_TP_ONE_KERNEL, ag_one_kernel_plan, mkx_ag_gemm_gpu_start,
+    mkx_ag_gemm_gpu_free};
 static const mkx_path_ops red_overlap = {MKX_PATH_TP_OVERLAP, red_overlap_plan,
                                          mkx_rs_ar_gpu_start,
                                          mkx_rs_ar_gpu_free};
@@ -81,17 +92,29 @@ static const mkx_path_ops red_proxy = {MKX_PATH_HIER_PROXY, mkx_rs_ar_net_plan,
 
 /* ---- the choice ---------------------------------------------------------- */
 
-void mkx_tp_choose_fused(MKX_Comm c, int op, int64_t M, mkx_path_choice *out) {
+void mkx_tp_choose_fused(MKX_Comm c, int op, const void *args,
+                         const mkx_agreed *g, mkx_path_choice *out) {
+  const int64_t M =
+      op == MKX_TP_OP_AG ? g->total : ((const mkx_rs_ar_args *)args)->M;
   const int split = mkx_tp_split_why(c, M, out->why, sizeof out->why);
   out->op = op;
-  if (op == MKX_TP_OP_AG)
-    out->ops = split ? &ag_split : &ag_overlap;
-  else
+  if (op != MKX_TP_OP_AG) {
     out->ops = split ? &red_split : &red_overlap;
+  } else if (!split) {
+    out->ops = &ag_overlap;
+  } else if (mkx_ag_gemm_one_kernel(c, args, g)) {
+    const size_t n = strlen(out->why);
+    out->ops = &ag_one_kernel;
+    snprintf(out->why + n, sizeof out->why - n,
+             "; in one kernel (option tp_ag_oneshot: its tiles and the "
+             "copy's CTAs fit)");
+  } else {
+    out->ops = &ag_split;
+  }
 }
 
 static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
-                  int64_t M, mkx_path_choice *out) {
+                  mkx_path_choice *out) {
   out->op = op;
   if (c->place.num_nodes > 1) {
     char why[160];
@@ -127,23 +150,21 @@ static int choose(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
              "or need padding (option fused_pad)");
     return MKX_SUCCESS;
   }
-  mkx_tp_choose_fused(c, op, M, out);
+  mkx_tp_choose_fused(c, op, args, g, out);
   return MKX_SUCCESS;
 }
 
 int mkx_ag_gemm_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                            mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_AG, args, g, g->total, out);
+  return choose(c, MKX_TP_OP_AG, args, g, out);
 }
 int mkx_rs_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                       mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_RS, args, g, ((const mkx_rs_ar_args *)args)->M,
-                out);
+  return choose(c, MKX_TP_OP_RS, args, g, out);
 }
 int mkx_ar_gpu_choose(MKX_Comm c, const void *args, const mkx_agreed *g,
                       mkx_path_choice *out) {
-  return choose(c, MKX_TP_OP_AR, args, g, ((const mkx_rs_ar_args *)args)->M,
-                out);
+  return choose(c, MKX_TP_OP_AR, args, g, out);
 }
 #else
 typedef int mkx_tp_paths_unused; /* ISO C: not an empty unit */
