@@ -391,14 +391,8 @@ static void efa_close(mkx_net *n) {
   for (int r = 0; e->ah && r < n->size; r++)
     if (e->ah[r] && ibv_destroy_ah(e->ah[r]) != 0)
       mkx_log(MKX_LOG_WARN, "efa: ibv_destroy_ah failed");
-  if (e->qp && ibv_destroy_qp(e->qp) != 0)
-    mkx_log(MKX_LOG_WARN, "efa: ibv_destroy_qp failed");
-  if (e->cq && ibv_destroy_cq(e->cq) != 0)
-    mkx_log(MKX_LOG_WARN, "efa: ibv_destroy_cq failed");
-  if (e->pd && ibv_dealloc_pd(e->pd) != 0)
-    mkx_log(MKX_LOG_WARN, "efa: ibv_dealloc_pd failed");
-  if (e->ctx && ibv_close_device(e->ctx) != 0)
-    mkx_log(MKX_LOG_WARN, "efa: ibv_close_device failed");
+  mkx_ibv_destroy_qp("efa", e->qp);
+  mkx_ibv_close_base("efa", e->cq, e->pd, e->ctx);
   mkx_net_fifo_free(&e->done);
   free(e->ah);
   free(e->remote);

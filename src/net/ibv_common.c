@@ -56,6 +56,21 @@ int mkx_ibv_deregister(const char *prov, mkx_net_mr *mr) {
   mr->handle = NULL;
   return MKX_SUCCESS;
 }
+
+void mkx_ibv_destroy_qp(const char *prov, struct ibv_qp *qp) {
+  if (qp && ibv_destroy_qp(qp) != 0)
+    mkx_log(MKX_LOG_WARN, "%s: ibv_destroy_qp failed", prov);
+}
+
+void mkx_ibv_close_base(const char *prov, struct ibv_cq *cq, struct ibv_pd *pd,
+                        struct ibv_context *ctx) {
+  if (cq && ibv_destroy_cq(cq) != 0)
+    mkx_log(MKX_LOG_WARN, "%s: ibv_destroy_cq failed", prov);
+  if (pd && ibv_dealloc_pd(pd) != 0)
+    mkx_log(MKX_LOG_WARN, "%s: ibv_dealloc_pd failed", prov);
+  if (ctx && ibv_close_device(ctx) != 0)
+    mkx_log(MKX_LOG_WARN, "%s: ibv_close_device failed", prov);
+}
 #else
 typedef int mkx_ibv_common_unused; /* ISO C: not an empty unit */
 #endif

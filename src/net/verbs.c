@@ -384,16 +384,10 @@ static void verbs_close(mkx_net *n) {
   verbs_impl *v = impl_of(n);
   if (!v) return;
   for (int r = 0; v->peers && r < n->size; r++)
-    if (v->peers[r].qp && ibv_destroy_qp(v->peers[r].qp) != 0)
-      mkx_log(MKX_LOG_WARN, "verbs: ibv_destroy_qp failed");
+    mkx_ibv_destroy_qp("verbs", v->peers[r].qp);
   if (v->sig_mr && ibv_dereg_mr(v->sig_mr) != 0)
     mkx_log(MKX_LOG_WARN, "verbs: ibv_dereg_mr failed");
-  if (v->cq && ibv_destroy_cq(v->cq) != 0)
-    mkx_log(MKX_LOG_WARN, "verbs: ibv_destroy_cq failed");
-  if (v->pd && ibv_dealloc_pd(v->pd) != 0)
-    mkx_log(MKX_LOG_WARN, "verbs: ibv_dealloc_pd failed");
-  if (v->ctx && ibv_close_device(v->ctx) != 0)
-    mkx_log(MKX_LOG_WARN, "verbs: ibv_close_device failed");
+  mkx_ibv_close_base("verbs", v->cq, v->pd, v->ctx);
   mkx_net_fifo_free(&v->done);
   free(v->peers);
   free(v->blob);
