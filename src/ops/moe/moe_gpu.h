@@ -1,6 +1,6 @@
 /* MKX_Moe_dispatch_gemm's and MKX_Moe_layer's GPU hooks
- * (src/ops/moe/moe_gpu.c; see src/ops/op.h for what each hook may do).  C11;
- * only built with CUDA. */
+ * (src/ops/moe/moe_gpu_check.c and moe_gpu.c; see src/ops/op.h for what
+ * each hook may do).  C11; only built with CUDA. */
 #ifndef MKX_OPS_MOE_MOE_GPU_H
 #define MKX_OPS_MOE_MOE_GPU_H
 
