@@ -127,7 +127,7 @@ int mkx_moe_route(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 /* ---- several nodes: the rows between nodes (moe_gpu_net.c) ---- */
 
 /* The call's areas, written from the gather on (nothing in them is still
- * in use: moe_net_reserve waits for the previous call; a call driven by
+ * in use: mkx_moe_net_reserve waits for the previous call; a call driven by
  * the GPU ends after the proxy has sent all it posted, and the stream
  * waits here for the last call whose kernels drove the network). */
 int mkx_moe_areas(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,

@@ -1,4 +1,4 @@
-/* Where the rows of an MoE call on several ranks go (src/ops/moe/moe_gpu.c),
+/* Where the rows of an MoE call on several ranks go (src/ops/moe/moe_route.c),
  * from every rank's rows per expert: the same arithmetic on every rank,
  * without communication, so that senders and owners agree on every
  * position.  C11, no CUDA (tests/unit/test_moe_layout checks it on the

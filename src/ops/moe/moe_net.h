@@ -1,4 +1,4 @@
-/* The network part of MoE calls on several nodes (src/ops/moe/moe_gpu.c): two
+/* The network part of MoE calls on several nodes (src/ops/moe/moe_gpu_net.c): two
  * pinned, GPU-mapped host areas and the exchanges between them.  The
  * kernels write and read these areas directly over PCIe (the gather puts
  * rows for other nodes into `mine`, the move kernel takes received rows
