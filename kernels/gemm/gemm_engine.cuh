@@ -33,6 +33,9 @@
  *                K block kb of that tile (gates A that arrives in K chunks; no-op elsewhere).
  *                void b_chunk(int tile_m, int tile_n, int j, int &col, int &z) (optional, K x N B
  *                only): column and third coordinate of the tile's 64-column B chunk j (HasBChunk).
+ *                void k_source(int kb, const CUtensorMap *&a, const CUtensorMap *&b, int &k)
+ *                (optional, HasKSource): the maps and K coordinate of K block kb (a K split over
+ *                several buffers; a map it picks must be a __grid_constant__ kernel parameter).
  *                void a_source(int tile_m, const CUtensorMap *&map, int &row): where that tile's
  *                A rows are loaded from, called before wait_rows with map = tmA, row = tile_m *
  *                128 (e.g. a rank's own rows from its own A, not from a gathered copy; no-op
@@ -200,6 +203,16 @@ struct HasBChunk : std::false_type {};
 template <class G>
 struct HasBChunk<G, decltype((void)std::declval<G &>().b_chunk(0, 0, 0, std::declval<int &>(), std::declval<int &>()))>
     : std::true_type {};
+
+/* A load gate with k_source(kb, mapA, mapB, k) picks, for K block kb, the tensor maps of A and B
+ * and the K coordinate within them (kb * 64 on entry): a K made of several operands, e.g. every
+ * rank's slice of it, each in its own buffer. */
+template <class G, class = void>
+struct HasKSource : std::false_type {};
+template <class G>
+struct HasKSource<G, decltype((void)std::declval<G &>().k_source(0, std::declval<const CUtensorMap *&>(),
+                                                                 std::declval<const CUtensorMap *&>(),
+                                                                 std::declval<int &>()))> : std::true_type {};
 
 template <class O, class = void>
 struct HasUnits : std::false_type {};
@@ -458,21 +471,24 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
         const int col0 = tn * BN;
         for (int kb = u.kb0; kb < u.kb1; ++kb) {
           gate.wait_k(tm, kb);
+          const CUtensorMap *ka = ta, *kbm = tmB;
+          int kx = kb * kBK;
+          if constexpr (HasKSource<LoadGate>::value) gate.k_source(kb, ka, kbm, kx);
           mbar_wait(&empty[stage], phase ^ 1);
           mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
-          tma_load_2d(sA + stage * Cfg::A_BYTES, ta, &full[stage], kb * kBK, arow);
+          tma_load_2d(sA + stage * Cfg::A_BYTES, ka, &full[stage], kx, arow);
           uint8_t *b = sB + stage * Cfg::B_BYTES;
           if constexpr (Cfg::B_KMAJOR) {
-            tma_load_2d(b, tmB, &full[stage], kb * kBK, col0);
+            tma_load_2d(b, kbm, &full[stage], kx, col0);
           } else {
 #pragma unroll
             for (int j = 0; j < BN / 64; ++j) {
               if constexpr (HasBChunk<LoadGate>::value) {
                 int col = col0 + 64 * j, z = 0;
                 gate.b_chunk(tm, tn, j, col, z);
-                tma_load_3d(b + j * (64 * 128), tmB, &full[stage], col, kb * kBK, z);
+                tma_load_3d(b + j * (64 * 128), kbm, &full[stage], col, kx, z);
               } else {
-                tma_load_2d(b + j * (64 * 128), tmB, &full[stage], col0 + 64 * j, kb * kBK);
+                tma_load_2d(b + j * (64 * 128), kbm, &full[stage], col0 + 64 * j, kx);
               }
             }
           }

@@ -22,11 +22,14 @@
  */
 #include "gemm/gemm_engine.cuh"
 #include "tp/flags.cuh"
+#include "tp/peer_stores.cuh"
 #include "tp/tp.h"
 #include "gemm/tmap.cuh"
 #include "common/modules.cuh"
 
 using namespace mkx::gemm;
+using mkx::tp::PeerMaps;
+using mkx::tp::PeerStores;
 
 namespace {
 
@@ -127,21 +130,6 @@ __device__ __forceinline__ float2 ld_smem_pair<__half>(uint32_t addr) {
   const uint32_t u = ld_smem_b32(addr);
   return __half22float2(*reinterpret_cast<const __half2 *>(&u));
 }
-
-/* Allreduce: every rank's C (this rank's entry unused). */
-struct PeerMaps {
-  CUtensorMap c[MKX_TP_MAX];
-};
-
-/* Allreduce: an own chunk of C, from the staging buffer, into every peer's C. */
-struct PeerStores {
-  const PeerMaps *maps;
-  int size, rank;
-  __device__ __forceinline__ void operator()(const void *src, int col, int row) const {
-    for (int q = 0; q < size; ++q)
-      if (q != rank) tma_store_2d(&maps->c[q], src, col, row);
-  }
-};
 
 /* Sub-tiles of this rank's chunk c from each source (as
  * mkx_tp_rs_chunk_subtiles: both warpgroups count every tile). */
@@ -546,6 +534,9 @@ __global__ void tp_ar_wait_kernel(mkx_tp_sync s, int late) {
 /* The node's ranks meet at `off` for this call's epoch (mkx_tp_meet). */
 __global__ void tp_meet_kernel(mkx_tp_sync s, int off, int where) {
   mkx::tp::meet(s, off, *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH), where);
+  /* a rank that met peers which had already given up (they arrive all the
+   * same) learns it here: no later wait of its own may */
+  if (threadIdx.x == 0) mkx::tp::peer_gave_up(s);
 }
 
 int last_error() {

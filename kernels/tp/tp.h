@@ -14,6 +14,8 @@
  *   +256   int count             late-row blocks finished (self-resetting)
  *   +320   int done_late[MKX_TP_MAX]  GEMM+AllReduce: owner q's late rows landed
  *   +384   int late_ready[MKX_TP_MAX] rank q's late partials are complete
+ *   +448   int pulled[MKX_TP_MAX] GEMM+RS/AR reading the peers' operands
+ *                                (mkx_tp_rs_pull): rank q's GEMM is done
  *   +512   int counters[MKX_TP_MAX][MKX_TP_MAXCH]  GEMM+RS: sub-tiles of
  *                                (owner, chunk) finished here; the copy
  *                                engine waits on them; with SM pushes
@@ -57,6 +59,7 @@ extern "C" {
 #define MKX_TP_OFF_COUNT 256
 #define MKX_TP_OFF_DONE_LATE 320
 #define MKX_TP_OFF_LATE_READY 384
+#define MKX_TP_OFF_PULLED 448
 #define MKX_TP_OFF_COUNTERS 512
 #define MKX_TP_OFF_ARRIVED 1024
 #define MKX_TP_MAXCH 16 /* chunk slots per owner (at most 8 used) */
@@ -104,7 +107,8 @@ enum {
   MKX_TP_AT_NET_ARRIVE = 13,
   MKX_TP_AT_NET_ROWS = 14,
   MKX_TP_AT_NET_SENT = 15,
-  MKX_TP_AT_NODE_PART = 16
+  MKX_TP_AT_NODE_PART = 16,
+  MKX_TP_AT_PULLED = 17
 };
 
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
@@ -133,7 +137,8 @@ int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st);
 /* The node's ranks meet (<<<1, 32>>>): each arrives at word `off` of every
  * node rank's workspace with the workspace's epoch, then waits (bounded,
  * `where` on a timeout) for all; the stream's earlier work is visible to
- * the node's ranks after it. */
+ * the node's ranks after it.  A peer's tell found after the meet voids the
+ * run (MKX_TP_ERR_PEER). */
 int mkx_tp_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st);
 /* Load the prologue's kernel, launching nothing (lazy loading: see
  * mkx_tp_net_load). */
@@ -418,6 +423,52 @@ typedef struct mkx_tp_rs_desc {
   mkx_tp_sync sync; /* bounds, error word, tells */
 } mkx_tp_rs_desc;
 int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
+
+/* GEMM+ReduceScatter / GEMM+AllReduce where the node's ranks share one
+ * GPU and read each other's operands (option tp_pull, kernels/tp/pull.cu):
+ * no partial moves.  This rank computes rows [row0, row0 + rows) of C over the whole
+ * K: source s's slice is k[s] columns of a[s] (m rows, leading dimension
+ * lda[s]) times k[s] rows of b[s] (as the call's B, ldb[s]), both as
+ * mapped here, the slices summed in source order (the same order on every
+ * rank; with every k[s] a multiple of 64, the bits of one GEMM over the
+ * whole K).  c: row row0 of this rank's C; allreduce: peer_c[q] likewise
+ * in rank q's C (own entry unused), whose rows this rank writes too.  The
+ * caller meets the peers before (their operands are ready) and after it
+ * (no rank changes them while a peer reads them, and every C is whole);
+ * the kernel itself waits for no one.  ctas: the most CTAs (0: one per SM). */
+typedef struct mkx_tp_pull_desc {
+  int size;
+  int64_t m, n, row0, rows;
+  const void *a[MKX_TP_MAX];
+  const void *b[MKX_TP_MAX];
+  int64_t lda[MKX_TP_MAX], ldb[MKX_TP_MAX], k[MKX_TP_MAX];
+  int b_kmajor, ab_type, c_type, bn;
+  void *c;
+  int64_t ldc;
+  int allreduce, rank;
+  void *peer_c[MKX_TP_MAX];
+  int64_t peer_ldc[MKX_TP_MAX];
+  int ctas;
+} mkx_tp_pull_desc;
+int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t st);
+/* AllGather+GEMM the same way: C (m x n) = the gathered A times this
+ * rank's B, tile rows of source s's rows [bnd[s], bnd[s + 1]) loaded from
+ * a[s] (its own A, as mapped here, leading dimension lda[s]); every bnd
+ * but the last a multiple of 128, so that no tile mixes sources. */
+typedef struct mkx_tp_ag_pull_desc {
+  int size;
+  int64_t m, n, k;
+  int64_t bnd[MKX_TP_MAX + 1];
+  const void *a[MKX_TP_MAX];
+  int64_t lda[MKX_TP_MAX];
+  const void *b;
+  int64_t ldb;
+  int b_kmajor, ab_type, c_type, bn;
+  void *c;
+  int64_t ldc;
+  int ctas;
+} mkx_tp_ag_pull_desc;
+int mkx_tp_ag_pull(const mkx_tp_ag_pull_desc *d, cudaStream_t st);
 
 /* Late tile rows, on every rank after its GEMM: publish late_ready[rank],
  * wait (bounded) for every rank's, sum every rank's fp32 late partial of

@@ -60,6 +60,19 @@ static const mkx_option_desc base_rows[] = {
      "counts them there; auto: sm where every rank of the node shares one "
      "GPU (the stores are then local memory writes), else copy.",
      1},
+    {"tp_pull", MKX_OPT_ENUM, OPT(tp_pull), "auto", "auto|yes|no",
+     "Fused calls inside a node whose ranks read each other's A and B in "
+     "place: AllGather+GEMM loads each rank's rows of A from that rank's "
+     "own A, GEMM+ReduceScatter and GEMM+AllReduce compute each rank's own "
+     "rows over the whole K from every rank's slice, so no rows or partial "
+     "products move (GEMM+AllReduce still stores each rank's rows into "
+     "every C). Meant for ranks that share one GPU; between GPUs every tile "
+     "would read its operands over NVLink. auto: where every rank of the "
+     "node is on one GPU; yes: on any node; no: never. Only where every "
+     "rank's operands can be mapped into its peers (else the usual path, "
+     "logged at info); AllGather+GEMM also needs every rank's rows but the "
+     "last to be a multiple of 128.",
+     1},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "
      "alignment do not suit the fused kernels (multiples of 8 elements, "

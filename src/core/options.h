@@ -16,6 +16,7 @@ enum { MKX_PATH_OPT_AUTO = 0, MKX_PATH_OPT_HOST, MKX_PATH_OPT_GPU };
 enum { MKX_FUSED_OFF = 0, MKX_FUSED_AUTO };
 enum { MKX_PARTIALS_OUT = 0, MKX_PARTIALS_FP32 };
 enum { MKX_PUSH_AUTO = 0, MKX_PUSH_COPY, MKX_PUSH_SM };
+enum { MKX_PULL_AUTO = 0, MKX_PULL_YES, MKX_PULL_NO };
 enum { MKX_OVERLAP_AUTO = 0, MKX_OVERLAP_YES, MKX_OVERLAP_NO };
 enum { MKX_SPLIT_GEMM_ENGINE = 0, MKX_SPLIT_GEMM_CUBLAS };
 enum { MKX_ONESHOT_AUTO = 0, MKX_ONESHOT_YES, MKX_ONESHOT_NO };
@@ -66,6 +67,7 @@ typedef struct mkx_options {
   int blocking;       /* GPU-path calls wait for their run and report it */
   int tp_partials;    /* MKX_PARTIALS_*: type of fused RS/AR partials */
   int tp_push;        /* MKX_PUSH_*: who moves fused RS/AR partials */
+  int tp_pull;        /* MKX_PULL_*: read the node ranks' operands in place */
   int fused_pad;      /* awkward shapes through padded temporaries */
   int tp_overlap;     /* MKX_OVERLAP_*: overlapped or split GPU path */
   int tp_split_gemm;  /* MKX_SPLIT_GEMM_*: the split path's GEMM */

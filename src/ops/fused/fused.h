@@ -90,6 +90,16 @@ int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
 /* Split rather than overlap a call of M product rows (agreed values only,
  * so every rank decides alike; options shared_gpu, tp_overlap), and why. */
 int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len);
+/* Operands read in place (ops/fused/in_place.c).  Whether the overlapped
+ * calls read the node ranks' A and B in place (option tp_pull; agreed
+ * values only, so every rank decides alike). */
+int mkx_tp_wants_pull(MKX_Comm c);
+/* Collective: every rank's n values, out[local rank * n + i]. */
+int mkx_tp_node_values(MKX_Comm c, const int64_t *mine, int n, int64_t *out);
+/* Collective: this rank's rows x cols matrix (leading dimension ld,
+ * elements of es bytes) mapped into its node peers (mkx_symm_register). */
+int mkx_tp_map_matrix(MKX_Comm c, const void *p, int64_t rows, int64_t cols,
+                      int64_t ld, size_t es, mkx_symm_buf *b);
 /* Order work on `st` after the last call on `ws` if that ran on another
  * stream (outside graph capture). */
 int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);

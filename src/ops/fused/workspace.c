@@ -349,6 +349,8 @@ static const char *where_name(int w) {
       return "the network proxy (room in the ring, or completion)";
     case MKX_TP_AT_NODE_PART:
       return "a chunk of its partial for a rank of another node (tile = chunk)";
+    case MKX_TP_AT_PULLED:
+      return "end of its reads of this rank's A and B";
   }
   return "?";
 }

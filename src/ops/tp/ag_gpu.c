@@ -22,6 +22,7 @@
 #include <string.h>
 #include <stdlib.h>
 #include "core/error.h"
+#include "core/log.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -40,6 +41,9 @@ typedef struct ag_plan {
   int stream_k;               /* overlapped path: shares of the last wave */
   size_t sk_off;              /* their slots in the workspace's data */
   size_t es;
+  int pull;          /* every rank's rows read from its own A (tp_pull) */
+  mkx_symm_buf areg; /* pull: every rank's A */
+  int64_t peer_lda[MKX_TP_MAX];
 } ag_plan;
 
 #define TILE 128 /* rows of the GEMM's tile: one ready flag per source */
@@ -119,6 +123,44 @@ int mkx_ag_gemm_one_kernel(MKX_Comm c, const void *args,
          oneshot_fits(c, args, g->total, &chunk_kb, &nkc);
 }
 
+/* Pull: no tile mixes two ranks' rows, and every rank has some (each
+ * rank's A is mapped).  Agreed values only. */
+static int pull_fits(MKX_Comm c, const mkx_tp_ag_rows *r) {
+  if (!mkx_tp_wants_pull(c)) return 0;
+  for (int q = 0; q < c->size; q++)
+    if (r->bnd[q + 1] <= r->bnd[q] || (q + 1 < c->size && r->bnd[q + 1] % TILE))
+      return 0;
+  return 1;
+}
+
+/* Pull: map every rank's A; where some rank's cannot be (agreed), the
+ * rows move instead. */
+static int pull_maps(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
+  MKX_TRY(mkx_tp_node_values(c, &a->lda, 1, p->peer_lda));
+  const int rc =
+      mkx_tp_map_matrix(c, a->A, a->m_local, a->k, a->lda, p->es, &p->areg);
+  if (rc == MKX_SUCCESS || c->broken) return rc;
+  mkx_log(MKX_LOG_INFO,
+          "%s: A cannot be mapped into the node's peers (%s): rows move "
+          "instead",
+          FN, MKX_Get_last_error());
+  mkx_symm_buf_free(&p->areg);
+  p->pull = 0;
+  return MKX_SUCCESS;
+}
+
+static mkx_tp_need need_of(MKX_Comm c, const mkx_ag_gemm_args *a,
+                           const ag_plan *p) {
+  if (p->pull) return (mkx_tp_need){1, 0, 0, 0};
+  return (mkx_tp_need){
+      p->split ? 0 : p->r.tiles_m,
+      (int64_t)c->size * p->r.tiles_m * (p->oneshot ? p->nkc : 1) +
+          (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
+      p->stream_k ? p->sk_off + (size_t)MKX_TP_SK_SLOTS * MKX_TP_SK_SLOT_BYTES
+                  : (size_t)p->r.M * (size_t)a->k * p->es,
+      p->split};
+}
+
 int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
                          const struct mkx_agreed *g, mkx_path path,
                          void **plan) {
@@ -155,15 +197,12 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   }
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->r.M * (size_t)a->k * p->es + 255) & ~(size_t)255;
-  mkx_tp_need need = {
-      p->split ? 0 : p->r.tiles_m,
-      (int64_t)c->size * p->r.tiles_m * (p->oneshot ? p->nkc : 1) +
-          (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
-      p->stream_k ? p->sk_off + (size_t)MKX_TP_SK_SLOTS * MKX_TP_SK_SLOT_BYTES
-                  : (size_t)p->r.M * (size_t)a->k * p->es,
-      p->split};
-  int rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  p->pull = !p->split && pull_fits(c, &p->r);
+  int rc = p->pull ? pull_maps(c, a, p) : MKX_SUCCESS;
+  mkx_tp_need need = need_of(c, a, p);
+  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
+    mkx_symm_buf_free(&p->areg);
     free(p);
     return rc;
   }
@@ -176,6 +215,7 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   (void)c;
   if (!p) return;
   mkx_tp_ws_release(p->ws);
+  mkx_symm_buf_free(&p->areg);
   free(p);
 }
 
@@ -358,6 +398,15 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, 0, st);
 }
 
+/* A graph may replay the loads from the peers' A long after this call:
+ * their mappings must outlive the plan. */
+static int pin_if_captured(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), FN, "capture status"));
+  return cap == cudaStreamCaptureStatusNone ? MKX_SUCCESS
+                                            : mkx_symm_buf_pin(c, &p->areg);
+}
+
 /* Rows [r0, r1) of the gathered A into A_out, from src (leading dimension
  * ld_src bytes, holding row r0 first). */
 static cudaError_t out_rows(const ag_plan *p, const mkx_ag_gemm_args *a,
@@ -391,6 +440,52 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
   return mkx_cuda_rc(e, FN, "copy to A_out");
 }
 
+/* Pull: the GEMM loads every rank's rows from its own A, A_out takes them
+ * from there too, then the ranks meet: after it no rank reads a peer's A
+ * (it may change). */
+static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                    cudaStream_t st) {
+  mkx_tp_ag_pull_desc d;
+  memset(&d, 0, sizeof d);
+  d.size = c->size;
+  d.m = p->r.M;
+  d.n = a->n;
+  d.k = a->k;
+  for (int q = 0; q < c->size; q++) {
+    const int lq = c->place.local_rank_of[q];
+    d.bnd[q] = p->r.bnd[q];
+    d.a[q] = p->areg.peer[lq];
+    d.lda[q] = p->peer_lda[lq];
+  }
+  d.bnd[c->size] = p->r.M;
+  d.b = a->B;
+  d.ldb = a->ldb;
+  d.b_kmajor = a->transb == MKX_TRANS;
+  d.ab_type = mkx_tp_gemm_type(a->dtype);
+  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.c = a->C;
+  d.ldc = a->ldc;
+  /* it waits for no one: every SM the rank has (mkx_tp_rs_pull's note) */
+  d.ctas = c->share.ctx_sms;
+  mkx_gemm_desc g;
+  mkx_tp_gemm_of_ag(a, NULL, p->r.M, &g);
+  d.bn = mkx_gemm_pick_tile(&g, d.ctas > 0 ? d.ctas : c->share.dev_sms) ==
+                 MKX_GEMM_TILE_128x256
+             ? 256
+             : 128;
+  MKX_TRY(
+      mkx_tp_launch_rc(mkx_tp_ag_pull(&d, st), FN, "GEMM on the ranks' own A"));
+  for (int q = 0; a->A_out && q < c->size; q++)
+    MKX_TRY(mkx_cuda_rc(out_rows(p, a, d.bnd[q], d.bnd[q + 1], d.a[q],
+                                 (size_t)d.lda[q] * p->es, st),
+                        FN, "copy to A_out"));
+  mkx_tp_sync s;
+  mkx_tp_sync_fill(c, p->ws, 0, &s);
+  return mkx_tp_launch_rc(
+      mkx_tp_meet(&s, MKX_TP_OFF_PULLED, MKX_TP_AT_PULLED, st), FN,
+      "meet after the GEMM");
+}
+
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream) {
   ag_plan *p = plan;
@@ -400,6 +495,12 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
     MKX_TRY(mkx_tp_begin_split(c, p->ws, FN, stream));
     MKX_TRY(split_run(c, p, a, st));
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));
+    return mkx_tp_end(p->ws, stream);
+  }
+  if (p->pull) {
+    MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_OVERLAP));
+    MKX_TRY(pin_if_captured(c, p, st));
+    MKX_TRY(pull_run(c, p, a, st));
     return mkx_tp_end(p->ws, stream);
   }
   MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->r.tiles_m,

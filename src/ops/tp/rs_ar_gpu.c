@@ -26,13 +26,15 @@
 
 typedef struct rs_ar_plan {
   mkx_tp_ws *ws;
-  int allreduce, p_type, split, push_sm;
+  int allreduce, p_type, split, push_sm, pull;
   size_t pes, ces; /* bytes per partial / C element */
   int64_t bnd[MKX_TP_MAX + 1], count_max;
   mkx_tp_rs_layout L;
   size_t slots_off, stage_off, late_off; /* in the workspace's data */
   mkx_symm_buf creg;                     /* allreduce: every rank's C */
   int64_t peer_ldc[MKX_TP_MAX];
+  mkx_symm_buf areg, breg; /* pull: every rank's A and B */
+  int64_t peer_lda[MKX_TP_MAX], peer_ldb[MKX_TP_MAX], peer_k[MKX_TP_MAX];
 } rs_ar_plan;
 
 static const char *fn_name(int allreduce) {
@@ -79,18 +81,26 @@ int mkx_ar_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
 
 /* Allreduce: map every rank's C and learn its leading dimension. */
 static int register_c(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
-  int64_t *ldc = malloc(sizeof *ldc * (size_t)c->size);
-  if (!ldc) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_name(1));
-  int rc = c->oob.allgather(c->oob.ctx, &a->ldc, ldc, sizeof *ldc,
-                            c->opt.timeout_ms);
-  if (rc != MKX_SUCCESS) rc = mkx_comm_fail(c, rc);
-  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
-    p->peer_ldc[c->place.local_rank_of[q]] = ldc[q];
-  free(ldc);
-  if (rc != MKX_SUCCESS) return rc;
-  size_t es = MKX_Type_size(a->ctype);
-  size_t bytes = ((size_t)(a->M - 1) * (size_t)a->ldc + (size_t)a->n) * es;
-  return mkx_symm_register(c, a->C, bytes, &p->creg);
+  MKX_TRY(mkx_tp_node_values(c, &a->ldc, 1, p->peer_ldc));
+  return mkx_tp_map_matrix(c, a->C, a->M, a->n, a->ldc, MKX_Type_size(a->ctype),
+                           &p->creg);
+}
+
+/* Pull: map every rank's A and B and learn their shapes. */
+static int register_ab(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
+  const int64_t mine[3] = {a->lda, a->ldb, a->k_local};
+  int64_t all[3 * MKX_TP_MAX];
+  MKX_TRY(mkx_tp_node_values(c, mine, 3, all));
+  for (int lq = 0; lq < c->place.local_size; lq++) {
+    p->peer_lda[lq] = all[3 * lq];
+    p->peer_ldb[lq] = all[3 * lq + 1];
+    p->peer_k[lq] = all[3 * lq + 2];
+  }
+  const size_t es = MKX_Type_size(a->dtype);
+  const int bt = a->transb == MKX_TRANS;
+  MKX_TRY(mkx_tp_map_matrix(c, a->A, a->M, a->k_local, a->lda, es, &p->areg));
+  return mkx_tp_map_matrix(c, a->B, bt ? a->n : a->k_local,
+                           bt ? a->k_local : a->n, a->ldb, es, &p->breg);
 }
 
 static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
@@ -120,11 +130,28 @@ static size_t layout_data(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
  * partial. */
 static int acquire(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p,
                    int split) {
-  mkx_tp_need need = {1, 0, layout_data(c, a, p), 0};
+  mkx_tp_need need = {1, 0, p->pull ? 0 : layout_data(c, a, p), 0};
   if (split)
     need = (mkx_tp_need){0, 0, (size_t)a->M * (size_t)a->n * p->pes, 1};
   p->split = split;
   return mkx_tp_ws_acquire(c, &need, &p->ws);
+}
+
+/* Pull: the peers must map this rank's A and B; where some rank's cannot
+ * be (the registration's failure is agreed) every rank moves partials
+ * instead, with a workspace of the size that takes. */
+static int pull_or_push(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
+  int rc = register_ab(c, a, p);
+  if (rc == MKX_SUCCESS || c->broken) return rc;
+  mkx_log(MKX_LOG_INFO,
+          "%s: A or B cannot be mapped into the node's peers (%s): partials "
+          "move instead",
+          fn_name(p->allreduce), MKX_Get_last_error());
+  mkx_symm_buf_free(&p->areg);
+  mkx_symm_buf_free(&p->breg);
+  mkx_tp_ws_release(p->ws);
+  p->pull = 0;
+  return acquire(c, a, p, 0);
 }
 
 static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
@@ -142,6 +169,7 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
   p->pes = p->p_type == MKX_GEMM_FP32 ? 4 : 2;
   p->push_sm = c->opt.tp_push == MKX_PUSH_SM ||
                (c->opt.tp_push == MKX_PUSH_AUTO && c->share.node_gpu);
+  p->pull = !split && mkx_tp_wants_pull(c);
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
   int rc = acquire(c, a, p, split);
@@ -158,11 +186,13 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
               "(%s): split path",
               fn_name(1), MKX_Get_last_error());
       mkx_tp_ws_release(p->ws);
+      p->pull = 0;
       rc = acquire(c, a, p, 1);
     } else if (rc != MKX_SUCCESS) {
       mkx_tp_ws_release(p->ws);
     }
   }
+  if (rc == MKX_SUCCESS && p->pull) rc = pull_or_push(c, a, p);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;
@@ -190,6 +220,8 @@ void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan) {
   if (!p) return;
   mkx_tp_ws_release(p->ws);
   mkx_symm_buf_free(&p->creg);
+  mkx_symm_buf_free(&p->areg);
+  mkx_symm_buf_free(&p->breg);
   free(p);
 }
 
@@ -379,8 +411,10 @@ static int run_split(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
 static int pin_if_captured(MKX_Comm c, const rs_ar_plan *p, cudaStream_t st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(cuda_rc(cudaStreamIsCapturing(st, &cap), p, "capture status"));
-  return cap == cudaStreamCaptureStatusNone ? MKX_SUCCESS
-                                            : mkx_symm_buf_pin(c, &p->creg);
+  if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
+  MKX_TRY(mkx_symm_buf_pin(c, &p->creg));
+  MKX_TRY(mkx_symm_buf_pin(c, &p->areg));
+  return mkx_symm_buf_pin(c, &p->breg);
 }
 
 /* SM pushes: the GEMM stores and counts the peers' rows itself; an
@@ -398,6 +432,53 @@ static int push_sm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                         st));
   }
   return MKX_SUCCESS;
+}
+
+/* Pull: this rank's rows over the whole K from every rank's A and B, then
+ * a meet, after which no rank reads a peer's operands (they may change)
+ * and every C is whole. */
+static int pull(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
+                cudaStream_t st) {
+  const int me = c->rank;
+  mkx_tp_pull_desc d;
+  memset(&d, 0, sizeof d);
+  d.size = c->size;
+  d.rank = me;
+  d.m = a->M;
+  d.n = a->n;
+  d.row0 = p->bnd[me];
+  d.rows = p->bnd[me + 1] - p->bnd[me];
+  for (int q = 0; q < c->size; q++) {
+    const int lq = c->place.local_rank_of[q];
+    d.a[q] = p->areg.peer[lq];
+    d.b[q] = p->breg.peer[lq];
+    d.lda[q] = p->peer_lda[lq];
+    d.ldb[q] = p->peer_ldb[lq];
+    d.k[q] = p->peer_k[lq];
+    if (p->allreduce && q != me)
+      d.peer_c[q] = (char *)p->creg.peer[lq] +
+                    (size_t)d.row0 * (size_t)p->peer_ldc[lq] * p->ces;
+    d.peer_ldc[q] = p->peer_ldc[lq];
+  }
+  d.b_kmajor = a->transb == MKX_TRANS;
+  d.ab_type = mkx_tp_gemm_type(a->dtype);
+  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.bn = mkx_tp_rs_bn(a->n);
+  d.c = (char *)a->C +
+        (p->allreduce ? (size_t)d.row0 * (size_t)a->ldc * p->ces : 0);
+  d.ldc = a->ldc;
+  d.allreduce = p->allreduce;
+  /* it waits for no one, so it may hold every SM the rank has: nothing of
+   * this rank's can be queued behind it that it waits for */
+  d.ctas = c->share.ctx_sms;
+  mkx_tp_sync s;
+  mkx_tp_sync_fill(c, p->ws, 0, &s);
+  const char *fn = fn_name(p->allreduce);
+  MKX_TRY(mkx_tp_launch_rc(mkx_tp_rs_pull(&d, st), fn,
+                           "GEMM on the peers' operands"));
+  return mkx_tp_launch_rc(
+      mkx_tp_meet(&s, MKX_TP_OFF_PULLED, MKX_TP_AT_PULLED, st), fn,
+      "meet after the GEMM");
 }
 
 /* Copy engines: forked before the GEMM, they run alongside it. */
@@ -420,7 +501,11 @@ int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
     return mkx_tp_end(p->ws, stream);
   }
   MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_TP_OVERLAP));
-  if (p->allreduce) MKX_TRY(pin_if_captured(c, p, st));
+  if (p->allreduce || p->pull) MKX_TRY(pin_if_captured(c, p, st));
+  if (p->pull) {
+    MKX_TRY(pull(c, p, a, st));
+    return mkx_tp_end(p->ws, stream);
+  }
   MKX_TRY(p->push_sm ? push_sm(c, p, a, st) : push_copy(c, p, a, st));
   if (p->L.nlate > 0) MKX_TRY(run_late(c, p, a, st));
   if (!p->push_sm) MKX_TRY(join(c, p, st));
