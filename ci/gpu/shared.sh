@@ -4,7 +4,7 @@
 # ranks with the daemon's default percentage at 25 (the clients' own
 # shares), and in time slices; the hold check without partitions
 # (gpu_partition=none: rank 0's kernel must hold every SM); mkx_perf tp
-# --one-rank at 8192^3 on 2 and 4 ranks beside tp_push=copy.  Then runs
+# --one-rank at 8192^3 on 2 and 4 ranks beside tp_pull=no.  Then runs
 # passed of runs, per test, rank count and mode (shared-runs.txt).
 # MKX_GPU_CHECK_SHARED="mps pct sliced hazard perf" picks parts,
 # MKX_GPU_CHECK_SHARED_NPS the rank counts under MPS.
@@ -24,7 +24,7 @@ part() { case " ${MKX_GPU_CHECK_SHARED:-mps pct sliced hazard perf} " in *" $1 "
 if part perf && [ -x ./mkx_perf ] && mps_start; then
   for np in 2 4; do
     timeout -k 5 240 mpirun --oversubscribe -np "$np" ./mkx_perf tp --one-rank \
-      --shape 8192x8192x8192 --reps 10 --versus tp_push=copy \
+      --shape 8192x8192x8192 --reps 10 --versus tp_pull=no \
       --out "$out/tp-shared-results.md" \
       >>"$out/perf-tp.txt" 2>&1 ||
       { fail "mkx_perf tp --one-rank -np $np: rc=$?"; mps_stop; mps_start; }

@@ -281,6 +281,20 @@ static int expect_split(const prob *p) {
   return p->M < 1024 * (int64_t)mt.size;
 }
 
+/* Does the overlapped call read the ranks' operands in place (option
+ * tp_pull, docs/fused-tp.md)?  Row-major calls without the adapter only
+ * (its temporaries are mapped otherwise); AllGather+GEMM where every rank
+ * has rows and each one's but the last are whole tiles. */
+static int expect_pull(MKX_Comm c, const prob *p) {
+  if (!mkx_tp_wants_pull(c) || p->s.colmajor || pad_mode) return 0;
+  if (p->op != OP_AG) return 1;
+  int64_t rows[64];
+  MPI_Allgather(&p->rows, 1, MPI_INT64_T, rows, 1, MPI_INT64_T, MPI_COMM_WORLD);
+  for (int q = 0; q < mt.size; q++)
+    if (rows[q] <= 0 || (q + 1 < mt.size && rows[q] % 128)) return 0;
+  return 1;
+}
+
 /* Can every rank take the fused path with this shape? */
 static int expect_fused(const prob *p) {
   int ok = p->s.dt != MKX_FP32 && p->s.dt != MKX_FP64;
@@ -301,6 +315,7 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   mt_dev_fill(p.dC, 0xFF, p.cbytes, st);
   if (p.dAo) mt_dev_fill(p.dAo, 0xFF, p.aobytes, st);
   long before = fused_starts(), split0 = mkx_path_starts(MKX_PATH_TP_SPLIT);
+  const long pull0 = mkx_tp_pull_launches();
   rc = prob_call(&p, c, 1, NULL);
   CHECK_RC(rc, MKX_SUCCESS, "device %s", op_name[op]);
   CUDA(cudaStreamSynchronize(st));
@@ -312,10 +327,41 @@ static void run_shape(MKX_Comm c, int op, const shape *s, int salt) {
   CHECK(split == want_split, "%s M=%lld: %s (expected %s)", op_name[op],
         (long long)p.M, split ? "split" : "not split",
         want_split ? "split" : "not split");
+  /* a rank with no rows of C launches nothing */
+  const int pulled = !mt_all(mkx_tp_pull_launches() == pull0),
+            want_pull = want && !want_split && expect_pull(c, &p);
+  CHECK(pulled == want_pull, "%s M=%lld: operands %s (expected %s)",
+        op_name[op], (long long)p.M, pulled ? "read in place" : "moved",
+        want_pull ? "in place" : "moved");
   compare_c(&p, p.dC, "shape");
   if (s->aout) compare_aout(&p);
   if (op == OP_AR) check_same_bits(&p);
   prob_free(&p);
+}
+
+/* Operands the peers cannot map (stream-ordered pool memory): a call that
+ * would read them in place moves rows or partials instead, correctly. */
+static void unmappable(MKX_Comm c) {
+  if (!mkx_tp_wants_pull(c)) return;
+  shape s = {1024, 512, 256, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0};
+  for (int op = 0; op < 3; op++) {
+    prob p;
+    prob_init(&p, op, &s);
+    CUDA(cudaFree(p.dA));
+    CUDA(cudaMallocAsync(&p.dA, p.abytes, st));
+    prob_fill(&p, 60 + op, 60 + op);
+    CHECK_RC(prob_call(&p, c, 0, NULL), MKX_SUCCESS, "host oracle %s",
+             op_name[op]);
+    mt_dev_fill(p.dC, 0xFF, p.cbytes, st);
+    const long pull0 = mkx_tp_pull_launches(), f0 = fused_starts();
+    CHECK_RC(prob_call(&p, c, 1, NULL), MKX_SUCCESS, "%s on pool memory",
+             op_name[op]);
+    CUDA(cudaStreamSynchronize(st));
+    CHECK(mkx_tp_pull_launches() == pull0 && fused_starts() > f0,
+          "%s on pool memory: fused, operands moved", op_name[op]);
+    compare_c(&p, p.dC, "pool memory");
+    prob_free(&p);
+  }
 }
 
 /* A table row of AllGather+GEMM shapes: shares m (and m1, vary 3), n, k,
@@ -757,6 +803,9 @@ int main(int argc, char **argv) {
                            "mkx_tp_ag_oneshot", "no", NULL);
   /* split with AllGather+GEMM in one kernel wherever it fits (auto: only
    * K >= 2048), and in two kernels */
+  MKX_Comm cnp =
+      comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "yes",
+                "mkx_tp_ag_oneshot", "no", "mkx_tp_pull", "no", NULL);
   MKX_Comm csp = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
                            "mkx_tp_ag_oneshot", "yes", NULL);
   MKX_Comm cbl = comm_with("mkx_fused_pad", "no", "mkx_tp_overlap", "no",
@@ -781,7 +830,10 @@ int main(int argc, char **argv) {
   parts(cbl, 1, only, "split-cublas", 7, 0);
   parts(ctwo, 1, only, "split-two", 1, 0);
   if (!only || !strcmp(only, "overlap")) two_small_c(cov);
-  stream_k(cov, only);
+  /* where the operands are read in place: the moving paths as well */
+  if (mkx_tp_wants_pull(cov)) parts(cnp, 0, only, "overlap", 7, 0);
+  if (!only || !strcmp(only, "overlap")) unmappable(cov);
+  stream_k(cnp, only);
   repeats(cov, 0, only);
   repeats(csp, 1, only);
   if (!only || !strcmp(only, "auto")) {
@@ -803,6 +855,7 @@ int main(int argc, char **argv) {
   MKX_Comm_free(&ctwo);
   MKX_Comm_free(&csp);
   MKX_Comm_free(&cov);
+  MKX_Comm_free(&cnp);
   MKX_Comm_free(&f32);
   MKX_Comm_free(&off);
   MKX_Comm_free(&c);
