@@ -419,6 +419,154 @@ struct StoreCTma {
 /* ------------------------------------------------------------------------------------------ */
 /* The engine                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
+/* The engine's shared memory: the ring of A and B stages, the epilogue staging, the barriers. */
+template <class Cfg>
+struct EngineSmem {
+  uint8_t *sA, *sB, *sEpi;            // STAGES x 128 x 64; STAGES x BN x 64 (or BN/64 chunks of 64x64); 2 x 16 KB
+  uint64_t *full, *empty, *epi_bars;  // STAGES each; 2 per consumer warpgroup
+  __device__ __forceinline__ explicit EngineSmem(uint8_t *raw) {
+    uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(raw) + 1023) & ~uintptr_t(1023));
+    sA = smem;
+    sB = smem + Cfg::STAGES * Cfg::A_BYTES;
+    sEpi = smem + Cfg::STAGES * Cfg::STAGE_BYTES;
+    full = reinterpret_cast<uint64_t *>(sEpi + Cfg::EPI_BYTES);
+    empty = full + Cfg::STAGES;
+    epi_bars = empty + Cfg::STAGES;
+  }
+};
+
+/* The producer thread: for each of this CTA's pieces of work, the gate's waits, then per K block
+ * the stage's "empty" wait and the TMA loads of its A and B slabs onto the stage's "full". */
+template <class Cfg, class TileOrder, class LoadGate>
+__device__ __forceinline__ void produce(const EngineSmem<Cfg> &sm, const CUtensorMap *tmA, const CUtensorMap *tmB,
+                                        int M, int nk, int cta_rank, int num_ctas, const TileOrder &order,
+                                        LoadGate &gate) {
+  constexpr int BN = Cfg::BN;
+  int stage = 0;
+  uint32_t phase = 0;
+  Unit u;
+  for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
+    const int tm = u.tm, tn = u.tn;
+    const int row0 = tm * kBM;
+    const CUtensorMap *ta = tmA;
+    int arow = row0;
+    gate.a_source(tm, ta, arow);
+    gate.wait_rows(tm, row0, min(kBM, M - row0));
+    const int col0 = tn * BN;
+    for (int kb = u.kb0; kb < u.kb1; ++kb) {
+      gate.wait_k(tm, kb);
+      const CUtensorMap *ka = ta, *kbm = tmB;
+      int kx = kb * kBK;
+      if constexpr (HasKSource<LoadGate>::value) gate.k_source(kb, ka, kbm, kx);
+      mbar_wait(&sm.empty[stage], phase ^ 1);
+      mbar_arrive_expect_tx(&sm.full[stage], Cfg::STAGE_BYTES);
+      tma_load_2d(sm.sA + stage * Cfg::A_BYTES, ka, &sm.full[stage], kx, arow);
+      uint8_t *b = sm.sB + stage * Cfg::B_BYTES;
+      if constexpr (Cfg::B_KMAJOR) {
+        tma_load_2d(b, kbm, &sm.full[stage], kx, col0);
+      } else {
+#pragma unroll
+        for (int j = 0; j < BN / 64; ++j) {
+          if constexpr (HasBChunk<LoadGate>::value) {
+            int col = col0 + 64 * j, z = 0;
+            gate.b_chunk(tm, tn, j, col, z);
+            tma_load_3d(b + j * (64 * 128), kbm, &sm.full[stage], col, kx, z);
+          } else {
+            tma_load_2d(b + j * (64 * 128), kbm, &sm.full[stage], col0 + 64 * j, kx);
+          }
+        }
+      }
+      if (++stage == Cfg::STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+  }
+}
+
+/* One consumer warpgroup's main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma
+ * m64nBNk16 into acc, one group kept in flight, the previous stage released (one arrive per
+ * warp on "empty").  stage and phase run on across tiles. */
+template <class Cfg>
+__device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool warp_leader, int kb0, int kb1,
+                                         int &stage, uint32_t &phase, float (&acc)[Cfg::ACC]) {
+  constexpr int BN = Cfg::BN;
+  const uint32_t a_base = smem_u32(sm.sA) + cw * (64 * 128);
+  const uint32_t b_base = smem_u32(sm.sB);
+  int prev = 0;
+  for (int kb = kb0; kb < kb1; ++kb) {
+    mbar_wait(&sm.full[stage], phase);
+    const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
+    const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
+    wgmma_fence();
+    pin_acc(acc);
+#pragma unroll
+    for (int k = 0; k < kBK / 16; ++k) {
+      const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
+      uint64_t db;
+      if constexpr (Cfg::B_KMAJOR)
+        db = make_desc(b_addr + 32 * k, 16, 1024);
+      else
+        db = make_desc(b_addr + 16 * 128 * k, 64 * 128, 1024);
+      wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kb > kb0 || k > 0) ? 1 : 0);
+    }
+    wgmma_commit();
+    pin_acc(acc);
+    if (kb > kb0) {
+      wgmma_wait<1>();
+      pin_acc(acc);
+      if (warp_leader) mbar_arrive(&sm.empty[prev]);
+    }
+    prev = stage;
+    if (++stage == Cfg::STAGES) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+  wgmma_wait<0>();
+  pin_acc(acc);
+  if (kb1 > kb0 && warp_leader) mbar_arrive(&sm.empty[prev]);
+}
+
+/* A consumer warpgroup: for each piece of work the main loop, then the order's partial-share
+ * hooks (stream-K) or the epilogue; finish after the last. */
+template <class Cfg, class TileOrder, class Epilogue>
+__device__ __forceinline__ void consume(const EngineSmem<Cfg> &sm, int wg, int M, int N, int nk, int cta_rank,
+                                        int num_ctas, const TileOrder &order, Epilogue &epi) {
+  const int cw = wg - 1;  // consumer warpgroup 0/1: rows 64*cw .. 64*cw+63
+  const int tid = threadIdx.x;
+  const bool warp_leader = (tid & 31) == 0;
+  float acc[Cfg::ACC];
+#pragma unroll
+  for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.f;
+  int stage = 0;
+  uint32_t phase = 0;
+  TileCtx ctx;
+  ctx.M = M;
+  ctx.N = N;
+  ctx.wg = cw;
+  ctx.tid = tid & 127;
+  ctx.epi_smem = sm.sEpi + cw * Cfg::EPI_BYTES_PER_WG;
+  ctx.epi_bar = sm.epi_bars + 2 * cw;
+  Unit u;
+  for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
+    mma_tile<Cfg>(sm, cw, warp_leader, u.kb0, u.kb1, stage, phase, acc);
+    ctx.tile_m = u.tm;
+    ctx.tile_n = u.tn;
+    ctx.row0 = u.tm * kBM + cw * 64;
+    ctx.col0 = u.tn * Cfg::BN;
+    if constexpr (HasUnits<TileOrder>::value) {
+      if (u.part == kPartial) {
+        order.template store_partial<Cfg::ACC>(ctx, u, acc);
+        continue;
+      }
+      if (u.part == kFinish) order.template add_partials<Cfg::ACC>(ctx, u, acc);
+    }
+    epi.template operator()<Cfg::BN>(ctx, acc);
+  }
+  epi.finish(ctx);
+}
+
 /* Runs the whole persistent GEMM for this CTA.  Must be called by threads [0, 384) of the block
  * (all of them).  smem_raw: dynamic shared memory of at least Cfg::SMEM_BYTES.  tmA: A as a
  * {K, M} tensor (inner K), box {64, 128}; tmB: {K, N} box {64, BN} when B_KMAJOR, else {N, K}
@@ -427,148 +575,28 @@ template <class Cfg, class TileOrder, class LoadGate, class Epilogue>
 __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB, int M,
                                            int N, int K, int cta_rank, int num_ctas, const TileOrder &order,
                                            LoadGate &gate, Epilogue &epi) {
-  constexpr int BN = Cfg::BN;
-  constexpr int STAGES = Cfg::STAGES;
-  uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t *sA = smem;                                // STAGES x 128 x 64
-  uint8_t *sB = smem + STAGES * Cfg::A_BYTES;        // STAGES x BN x 64 (or BN/64 chunks of 64x64)
-  uint8_t *sEpi = smem + STAGES * Cfg::STAGE_BYTES;  // kConsumerWGs x EPI_BYTES_PER_WG
-  uint64_t *full = reinterpret_cast<uint64_t *>(sEpi + Cfg::EPI_BYTES);
-  uint64_t *empty = full + STAGES;
-  uint64_t *epi_bars = empty + STAGES;  // 2 per consumer warpgroup
-
+  const EngineSmem<Cfg> sm(smem_raw);
   const int tid = threadIdx.x;
   const int wg = tid / 128;
   const int nk = (K + kBK - 1) / kBK;
-
   if (tid == 0) {
-    for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
+    for (int s = 0; s < Cfg::STAGES; ++s) {
+      mbar_init(&sm.full[s], 1);
+      mbar_init(&sm.empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
     }
-    for (int b = 0; b < 2 * kConsumerWGs; ++b) mbar_init(&epi_bars[b], 1);
+    for (int b = 0; b < 2 * kConsumerWGs; ++b) mbar_init(&sm.epi_bars[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     prefetch_tmap(tmA);
     prefetch_tmap(tmB);
   }
   named_bar_sync(kBarInit, kThreads);
-
   if (wg == 0) {
-    /* ---------------- producer ---------------- */
     setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0) {
-      int stage = 0;
-      uint32_t phase = 0;
-      Unit u;
-      for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
-        const int tm = u.tm, tn = u.tn;
-        const int row0 = tm * kBM;
-        const CUtensorMap *ta = tmA;
-        int arow = row0;
-        gate.a_source(tm, ta, arow);
-        gate.wait_rows(tm, row0, min(kBM, M - row0));
-        const int col0 = tn * BN;
-        for (int kb = u.kb0; kb < u.kb1; ++kb) {
-          gate.wait_k(tm, kb);
-          const CUtensorMap *ka = ta, *kbm = tmB;
-          int kx = kb * kBK;
-          if constexpr (HasKSource<LoadGate>::value) gate.k_source(kb, ka, kbm, kx);
-          mbar_wait(&empty[stage], phase ^ 1);
-          mbar_arrive_expect_tx(&full[stage], Cfg::STAGE_BYTES);
-          tma_load_2d(sA + stage * Cfg::A_BYTES, ka, &full[stage], kx, arow);
-          uint8_t *b = sB + stage * Cfg::B_BYTES;
-          if constexpr (Cfg::B_KMAJOR) {
-            tma_load_2d(b, kbm, &full[stage], kx, col0);
-          } else {
-#pragma unroll
-            for (int j = 0; j < BN / 64; ++j) {
-              if constexpr (HasBChunk<LoadGate>::value) {
-                int col = col0 + 64 * j, z = 0;
-                gate.b_chunk(tm, tn, j, col, z);
-                tma_load_3d(b + j * (64 * 128), kbm, &full[stage], col, kx, z);
-              } else {
-                tma_load_2d(b + j * (64 * 128), kbm, &full[stage], col0 + 64 * j, kx);
-              }
-            }
-          }
-          if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-          }
-        }
-      }
-    }
+    if (tid == 0) produce<Cfg>(sm, tmA, tmB, M, nk, cta_rank, num_ctas, order, gate);
   } else {
-    /* ---------------- consumers ---------------- */
     setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;  // consumer warpgroup 0/1: rows 64*cw .. 64*cw+63
-    const int ltid = tid & 127;
-    const bool warp_leader = (tid & 31) == 0;
-    float acc[Cfg::ACC];
-#pragma unroll
-    for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.f;
-    int stage = 0;
-    uint32_t phase = 0;
-    const uint32_t a_base = smem_u32(sA) + cw * (64 * 128);
-    const uint32_t b_base = smem_u32(sB);
-    TileCtx ctx;
-    ctx.M = M;
-    ctx.N = N;
-    ctx.wg = cw;
-    ctx.tid = ltid;
-    ctx.epi_smem = sEpi + cw * Cfg::EPI_BYTES_PER_WG;
-    ctx.epi_bar = epi_bars + 2 * cw;
-    Unit u;
-    for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
-      const int tm = u.tm, tn = u.tn;
-      int prev = 0;
-      for (int kb = u.kb0; kb < u.kb1; ++kb) {
-        mbar_wait(&full[stage], phase);
-        const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
-        const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
-        wgmma_fence();
-        pin_acc(acc);
-#pragma unroll
-        for (int k = 0; k < kBK / 16; ++k) {
-          const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
-          uint64_t db;
-          if constexpr (Cfg::B_KMAJOR)
-            db = make_desc(b_addr + 32 * k, 16, 1024);
-          else
-            db = make_desc(b_addr + 16 * 128 * k, 64 * 128, 1024);
-          wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kb > u.kb0 || k > 0) ? 1 : 0);
-        }
-        wgmma_commit();
-        pin_acc(acc);
-        if (kb > u.kb0) {
-          wgmma_wait<1>();
-          pin_acc(acc);
-          if (warp_leader) mbar_arrive(&empty[prev]);
-        }
-        prev = stage;
-        if (++stage == STAGES) {
-          stage = 0;
-          phase ^= 1;
-        }
-      }
-      wgmma_wait<0>();
-      pin_acc(acc);
-      if (u.kb1 > u.kb0 && warp_leader) mbar_arrive(&empty[prev]);
-      ctx.tile_m = tm;
-      ctx.tile_n = tn;
-      ctx.row0 = tm * kBM + cw * 64;
-      ctx.col0 = tn * BN;
-      if constexpr (HasUnits<TileOrder>::value) {
-        if (u.part == kPartial) {
-          order.template store_partial<Cfg::ACC>(ctx, u, acc);
-          continue;
-        }
-        if (u.part == kFinish) order.template add_partials<Cfg::ACC>(ctx, u, acc);
-      }
-      epi.template operator()<BN>(ctx, acc);
-    }
-    epi.finish(ctx);
+    consume<Cfg>(sm, wg, M, N, nk, cta_rank, num_ctas, order, epi);
   }
 }
 
