@@ -38,7 +38,7 @@
 
 #include <cuda_runtime.h>
 #include <stdint.h>
-#include "tp/tp.h"
+#include "fused/fused.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -89,7 +89,7 @@ typedef struct mkx_attn_desc {
   const int *net_target;       /* device int */
   int *net_claim;              /* device ints, one per chunk, zero before
                                   the run: who reads net_ready */
-  const mkx_tp_sync *sync;     /* bounded waits and their error word; NULL
+  const mkx_fused_sync *sync;  /* bounded waits and their error word; NULL
                               when nchunks == 1 */
   int num_ctas;                /* persistent CTAs; 0: one per SM (at most
                               sync->ctas) */

@@ -38,7 +38,7 @@
 #include "attention/attn_timeline.cuh"
 #include "common/wgmma_ops.cuh"
 #include "gemm/gemm_engine.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 
 namespace mkx {
 namespace attn {
@@ -111,7 +111,7 @@ struct Params {
   int *tile_counter;  // NULL: static round robin; else zero at launch, one atomicAdd per tile
   int section;        // (batch, head) pairs per section of the tile order
   int no_turns;       // consumer warpgroups issue their products without taking turns
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
 };
 
 /* Global sequence position of local position i of chunk (rank) r, and
@@ -251,12 +251,12 @@ struct Shared {
  * it waits for. */
 __device__ __forceinline__ void wait_chunk(const Params &p, int c, int target, int net_target, int mb) {
   const int *flag = p.ready + c;
-  if ((p.net_mask >> c & 1u) && !tp::geq(tp::ld_acquire(flag), target) && atomicCAS(p.net_claim + c, 0, 1) == 0) {
-    if (tp::wait_geq(p.net_ready + c * p.net_ready_stride, net_target, p.sync, c, mb, MKX_TP_AT_KV_CHUNK))
-      tp::st_release(const_cast<int *>(flag), target);
+  if ((p.net_mask >> c & 1u) && !fused::geq(fused::ld_acquire(flag), target) && atomicCAS(p.net_claim + c, 0, 1) == 0) {
+    if (fused::wait_geq(p.net_ready + c * p.net_ready_stride, net_target, p.sync, c, mb, MKX_FUSED_AT_KV_CHUNK))
+      fused::st_release(const_cast<int *>(flag), target);
     return;
   }
-  tp::wait_geq(flag, target, p.sync, c, mb, MKX_TP_AT_KV_CHUNK);
+  fused::wait_geq(flag, target, p.sync, c, mb, MKX_FUSED_AT_KV_CHUNK);
 }
 
 __device__ __forceinline__ int next_tile(const Params &p, int t) {

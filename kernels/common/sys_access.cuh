@@ -1,5 +1,5 @@
 /* Accesses at system scope, for words another GPU or a host thread reads
- * or writes (kernels/tp flags, kernels/proxy rings), and the global timer
+ * or writes (kernels/fused flags, kernels/proxy rings), and the global timer
  * their bounded waits use. */
 #pragma once
 #include <stdint.h>

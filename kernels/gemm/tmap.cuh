@@ -105,7 +105,7 @@ static inline bool device_is_sm90() {
 }
 
 /* n, or cap where 0 < cap < n: the CTAs a kernel that waits for other
- * ranks may take (mkx_tp_sync::ctas; 0 is no limit). */
+ * ranks may take (mkx_fused_sync::ctas; 0 is no limit). */
 static inline int at_most(int n, int cap) { return cap > 0 && cap < n ? cap : n; }
 
 /* The SM count, at most cap. */

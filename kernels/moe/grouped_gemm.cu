@@ -213,8 +213,8 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "num_ctas < 0";
   else if (d->kernel != 0 && d->kernel != MKX_MOE_GEMM_ROWS && d->kernel != MKX_MOE_GEMM_SWAP)
     w = "kernel must be 0, MKX_MOE_GEMM_ROWS or MKX_MOE_GEMM_SWAP";
-  else if (d->ready && (!d->sync || d->sync->size < 1 || d->sync->size > MKX_TP_MAX))
-    w = "ready flags need a sync of 1 to MKX_TP_MAX ranks";
+  else if (d->ready && (!d->sync || d->sync->size < 1 || d->sync->size > MKX_FUSED_MAX))
+    w = "ready flags need a sync of 1 to MKX_FUSED_MAX ranks";
   if (why) *why = w ? w : "ok";
   return w ? 0 : 1;
 }

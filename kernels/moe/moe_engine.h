@@ -41,7 +41,7 @@
 extern "C" {
 #endif
 
-struct mkx_tp_sync; /* kernels/tp/tp.h */
+struct mkx_fused_sync; /* kernels/fused/fused.h */
 
 typedef struct {
   int experts;         /* E >= 1 */
@@ -70,7 +70,7 @@ typedef struct {
    * ready[e * sync->size + q] has reached the call's epoch for every node
    * rank q.  NULL: no wait. */
   const int *ready;
-  const struct mkx_tp_sync *sync;
+  const struct mkx_fused_sync *sync;
 } mkx_moe_gemm_desc;
 
 #define MKX_MOE_GEMM_ROWS 1
@@ -220,7 +220,7 @@ int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_ro
  * than y_rows on some rank: only expert_rows is written) or
  * MKX_MOE_GATE_BAD (a bad expert id somewhere: nothing written), and the
  * first such failure goes into the input record of the host-mapped error
- * word (tp.h, err + MKX_TP_ERR_INPUT):
+ * word (fused/fused.h, err + MKX_FUSED_ERR_INPUT):
  *   [0] MKX_MOE_ERR_ID     [1] rank [2] token [3] slot [4] id [5] 1: a
  *                          repeat within its token, 0: out of range
  *   [0] MKX_MOE_ERR_TRUNC  [1] rank [2] rows it receives [3] its y_rows
@@ -242,7 +242,7 @@ int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int exp
  * (MKX_MOE_REC_HEAD + experts) ints, then experts + 1 ints of scratch):
  * first bad slot (or MKX_MOE_NO_BAD_SLOT), its id, y_rows (clamped below
  * 2^31; -1: no limit), 0.  `own` is the route of this rank's slots over
- * every expert.  Then all ranks meet (mkx_tp_meet), and settle reads
+ * every expert.  Then all ranks meet (mkx_fused_meet), and settle reads
  * every record here and writes this rank's local expert offsets
  * (experts / ranks + 1), the row bases of its own slots on their owners
  * (base, mkx_moe_place), the gate and, first bad rank or truncated rank

@@ -6,7 +6,7 @@
 #include <cuda_runtime.h>
 #include "moe/moe_engine.h"
 #include "moe/scan.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 
 namespace mkx {
 namespace moe {
@@ -72,13 +72,13 @@ inline int tile_prefix_run(const Tiles &t, int *work, cudaStream_t s) {
  * fenced so that the TMA loads see the rows the flags cover. */
 struct MoeReady {
   const int *ready;  // nullptr: no wait
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
   int epoch;  // 0 until the first wait reads it
   __device__ __forceinline__ void wait(int e) {
     if (!ready) return;
-    if (!epoch) epoch = *(volatile const int *)mkx::tp::own_word(sync, MKX_TP_OFF_EPOCH);
+    if (!epoch) epoch = *(volatile const int *)mkx::fused::own_word(sync, MKX_FUSED_OFF_EPOCH);
     for (int q = 0; q < sync.size; ++q)
-      mkx::tp::wait_geq(ready + e * sync.size + q, epoch, sync, q, e, MKX_TP_AT_MOE_EXPERT);
+      mkx::fused::wait_geq(ready + e * sync.size + q, epoch, sync, q, e, MKX_FUSED_AT_MOE_EXPERT);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
 };

@@ -19,7 +19,7 @@
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 #include "moe/scan.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -280,10 +280,10 @@ __global__ void expert_counts(const int *offsets, int local, int64_t *expert_row
   for (int le = threadIdx.x; le < local; le += blockDim.x) expert_rows[le] = offsets[le + 1] - offsets[le];
 }
 
-/* The first bad input of a run into the host-mapped input record (tp.h),
+/* The first bad input of a run into the host-mapped input record (fused/fused.h),
  * unless one is there. */
 __device__ void record_input(int *err, int code, int a, int b, int c, int d, int e) {
-  if (mkx::tp::claim_error(err)) mkx::tp::publish_error(err, code, {a, b, c, d, e});
+  if (mkx::fused::claim_error(err)) mkx::fused::publish_error(err, code, {a, b, c, d, e});
 }
 
 __device__ void record_bad_id(int *err, int rank, int slot, int id, int topk, int experts) {

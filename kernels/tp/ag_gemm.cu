@@ -16,7 +16,7 @@
 #include <algorithm>
 #include <atomic>
 #include "gemm/gemm_engine.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 #include "tp/tp.h"
 #include "gemm/tmap.cuh"
 #include "common/modules.cuh"
@@ -30,14 +30,14 @@ constexpr int kGroupM = 16;
 struct AgParams {
   const int *flags;  // flags[s * tiles_m + tile]: source s's rows of the tile are here
   const int *epoch;
-  int bnd[MKX_TP_MAX + 1];  // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
+  int bnd[MKX_FUSED_MAX + 1];  // source s holds rows [bnd[s], bnd[s+1]) of the gathered A
   int size;
   int first_tile_m, tiles_m, tiles_n, group_m;
   int own_t0, own_t1, own_row0;  // tiles read from this rank's own A (tmOwn)
   int dp_tiles, sk_len;          // StreamKOrder
   float *sk_part;
   int *sk_flags;
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
   unsigned ready_mask, net_mask;  // sources without a wait; over the network
   const uint64_t *net_signals;    // network sources' words (mkx_tp_ag_desc)
   const uint64_t *net_epoch;
@@ -89,13 +89,13 @@ struct StreamKOrder {
 #pragma unroll
     for (int i = 0; i < N; ++i) __stcg(dst + i * 128, acc[i]);
     t.wg_sync();
-    if (t.tid == 0) mkx::tp::st_release(p->sk_flags + 2 * u.aux0 + t.wg, target);
+    if (t.tid == 0) mkx::fused::st_release(p->sk_flags + 2 * u.aux0 + t.wg, target);
   }
   template <int N>
   __device__ __forceinline__ void add_partials(const TileCtx &t, const Unit &u, float (&acc)[N]) const {
     if (t.tid == 0)
       for (int c = u.aux0; c < u.aux1; ++c)
-        mkx::tp::wait_geq(p->sk_flags + 2 * c + t.wg, target, p->sync, p->sync.rank, u.tm, MKX_TP_AT_SPLIT_TILE);
+        mkx::fused::wait_geq(p->sk_flags + 2 * c + t.wg, target, p->sync, p->sync.rank, u.tm, MKX_FUSED_AT_SPLIT_TILE);
     t.wg_sync();
     for (int c = u.aux0; c < u.aux1; ++c) {
       const float *src = slot(c, t.wg, N, t.tid);
@@ -132,7 +132,7 @@ struct BoundedFlagGate {
         const uint64_t *w = p->net_signals + p->net_slot0 + (uint32_t)s * p->net_words + 1 + chunk;
         wait_landed(p->net_landed + s * (int)p->net_words + chunk, w, s, tm);
       } else {
-        mkx::tp::wait_geq(f, target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
+        mkx::fused::wait_geq(f, target, p->sync, s, tm, MKX_FUSED_AT_AG_TILE);
       }
     }
     asm volatile("fence.proxy.async.global;" ::: "memory");
@@ -143,14 +143,14 @@ struct BoundedFlagGate {
    * slows each other's reads), so the first CTA to see a chunk landed says
    * so in device memory, where every CTA looks first. */
   __device__ __forceinline__ void wait_landed(int *landed, const uint64_t *w, int s, int tm) {
-    mkx::tp::wait_for(
+    mkx::fused::wait_for(
         [&] {
-          if (mkx::tp::geq(mkx::tp::ld_acquire(landed), target)) return true;
-          if (mkx::tp::ld_acquire(w) < net_target) return false;
-          mkx::tp::st_release(landed, target);
+          if (mkx::fused::geq(mkx::fused::ld_acquire(landed), target)) return true;
+          if (mkx::fused::ld_acquire(w) < net_target) return false;
+          mkx::fused::st_release(landed, target);
           return true;
         },
-        p->sync, s, tm, MKX_TP_AT_NET_ROWS);
+        p->sync, s, tm, MKX_FUSED_AT_NET_ROWS);
   }
 };
 
@@ -169,7 +169,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   BoundedFlagGate gate{&p, &tmOwn, epoch, p.net_mask ? *(volatile const uint64_t *)p.net_epoch : 0};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);  // the producer, after its last wait
+  if (threadIdx.x == 0) mkx::fused::peer_gave_up(p.sync);  // the producer, after its last wait
 #endif
 }
 
@@ -209,7 +209,7 @@ int launch(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
   p.flags = d->flags;
   p.epoch = d->epoch;
   p.size = d->size;
-  for (int q = 0; q <= MKX_TP_MAX; ++q) p.bnd[q] = q <= d->size ? (int)d->bnd[q] : (int)d->m;
+  for (int q = 0; q <= MKX_FUSED_MAX; ++q) p.bnd[q] = q <= d->size ? (int)d->bnd[q] : (int)d->m;
   p.tiles_m = (int)cdiv(d->m, kBM);
   p.tiles_n = (int)cdiv(d->n, BN);
   /* Groups no taller than any source's rows: a group that mixes own and
@@ -258,7 +258,7 @@ extern "C" long mkx_tp_ag_sk_launches(void) { return g_sk_launches.load(std::mem
 static int ag_gemm(const mkx_tp_ag_desc *d, cudaStream_t s, bool load_only) {
   if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || !d->flags || !d->epoch) return MKX_GEMM_EINVAL;
   /* the sources' row ranges must tile [0, m) in rank order */
-  if (d->size < 1 || d->size > MKX_TP_MAX || d->bnd[0] != 0 || d->bnd[d->size] != d->m) return MKX_GEMM_EINVAL;
+  if (d->size < 1 || d->size > MKX_FUSED_MAX || d->bnd[0] != 0 || d->bnd[d->size] != d->m) return MKX_GEMM_EINVAL;
   for (int q = 0; q < d->size; ++q)
     if (d->bnd[q + 1] < d->bnd[q]) return MKX_GEMM_EINVAL;
   /* own tiles: inside [0, tiles_m), and every row of them in a_own */

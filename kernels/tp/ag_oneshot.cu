@@ -26,7 +26,7 @@
  */
 #include "gemm/gemm_engine.cuh"
 #include "gemm/tmap.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 #include "tp/tp.h"
 #include "common/modules.cuh"
 
@@ -48,17 +48,17 @@ constexpr int kMinKBlocks = 32;
 
 struct Ag1Params {
   /* GEMM CTAs */
-  const int *flags;         // this rank's, [(s * tiles_m + tile) * nkc + chunk]
-  int bnd[MKX_TP_MAX + 1];  // source s holds rows [bnd[s], bnd[s+1])
+  const int *flags;            // this rank's, [(s * tiles_m + tile) * nkc + chunk]
+  int bnd[MKX_FUSED_MAX + 1];  // source s holds rows [bnd[s], bnd[s+1])
   int tiles_m, tiles_n, npush, chunk_kb, nkc;
   /* push CTAs */
-  const char *a;                // this rank's rows, row stride a_ld bytes
-  int64_t a_ld, row_bytes;      // row_bytes = k * element size (the gathered A's stride)
-  int row0, rows;               // this rank's rows of the gathered A
-  int t0, t1;                   // the 128-row tiles they meet
-  char *gathered[MKX_TP_MAX];   // every rank's gathered A, mapped
-  int *peer_flags[MKX_TP_MAX];  // every rank's flags, mapped
-  mkx_tp_sync sync;
+  const char *a;                   // this rank's rows, row stride a_ld bytes
+  int64_t a_ld, row_bytes;         // row_bytes = k * element size (the gathered A's stride)
+  int row0, rows;                  // this rank's rows of the gathered A
+  int t0, t1;                      // the 128-row tiles they meet
+  char *gathered[MKX_FUSED_MAX];   // every rank's gathered A, mapped
+  int *peer_flags[MKX_FUSED_MAX];  // every rank's flags, mapped
+  mkx_fused_sync sync;
 };
 
 /* The flag of source s's rows of tile t, chunk kc. */
@@ -69,14 +69,14 @@ __device__ __forceinline__ int64_t flag_index(const Ag1Params &p, int s, int t, 
 /* Thread 0 of every CTA: this call's epoch.  The last CTA to read the old
  * value stores the new one (nobody reads it after), so graph replays and
  * back-to-back calls need no host work. */
-__device__ __forceinline__ int take_epoch(const mkx_tp_sync &s) {
-  const int e = *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH) + 1;
+__device__ __forceinline__ int take_epoch(const mkx_fused_sync &s) {
+  const int e = *(volatile const int *)mkx::fused::own_word(s, MKX_FUSED_OFF_EPOCH) + 1;
   __threadfence();
-  int *count = mkx::tp::own_word(s, MKX_TP_OFF_COUNT);
+  int *count = mkx::fused::own_word(s, MKX_FUSED_OFF_COUNT);
   if (atomicAdd(count, 1) == (int)gridDim.x - 1) {
     *count = 0;
     __threadfence();
-    *(volatile int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH) = e;
+    *(volatile int *)mkx::fused::own_word(s, MKX_FUSED_OFF_EPOCH) = e;
   }
   return e;
 }
@@ -92,13 +92,13 @@ struct ChunkGate {
   unsigned srcs = 0;  // sources with rows in the current tile row
   __device__ __forceinline__ void a_source(int, const CUtensorMap *&, int &) {}
   __device__ __forceinline__ void wait_rows(int, int row0, int nrows) {
-    const mkx_tp_sync &s = p->sync;
-    const int *bar = mkx::tp::own_word(s, MKX_TP_OFF_BAR);
+    const mkx_fused_sync &s = p->sync;
+    const int *bar = mkx::fused::own_word(s, MKX_FUSED_OFF_BAR);
     srcs = 0;
     for (int q = 0; q < s.size; ++q)
       if (p->bnd[q] < p->bnd[q + 1] && p->bnd[q] < row0 + nrows && p->bnd[q + 1] > row0) {
         srcs |= 1u << q;
-        if (q != s.rank) mkx::tp::wait_geq(bar + q, target, s, q, -1, MKX_TP_AT_BARRIER);
+        if (q != s.rank) mkx::fused::wait_geq(bar + q, target, s, q, -1, MKX_FUSED_AT_BARRIER);
       }
   }
   /* An acquire load per flag: a relaxed load and one fence.acq_rel.sys
@@ -108,7 +108,7 @@ struct ChunkGate {
     const int kc = kb / p->chunk_kb;
     for (int s = 0; s < p->sync.size; ++s)
       if (srcs >> s & 1)
-        mkx::tp::wait_geq(p->flags + flag_index(*p, s, tm, kc), target, p->sync, s, tm, MKX_TP_AT_AG_TILE);
+        mkx::fused::wait_geq(p->flags + flag_index(*p, s, tm, kc), target, p->sync, s, tm, MKX_FUSED_AT_AG_TILE);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
 };
@@ -144,14 +144,14 @@ __device__ __forceinline__ void copy_rows(const Ag1Params &p, char *dst, int g0,
 /* Units: destination j (0 = this rank, then rank + 1, ...), chunk, tile,
  * so that every tile's first chunk goes out first. */
 __device__ void push_role(const Ag1Params &p, int e) {
-  const mkx_tp_sync &s = p.sync;
+  const mkx_fused_sync &s = p.sync;
   const int mine = p.t1 - p.t0, per_dest = mine * p.nkc, total = per_dest * s.size;
   bool met = false;
   for (int u = blockIdx.x; u < total; u += p.npush) {
     const int j = u / per_dest, r = u % per_dest, t = p.t0 + r % mine, kc = r / mine;
     const int q = (s.rank + j) % s.size;
     if (j > 0 && !met) {
-      mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
+      mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
       met = true;
     }
     const int g0 = max(p.row0, t * kBM), g1 = min(p.row0 + p.rows, t * kBM + kBM);
@@ -159,12 +159,12 @@ __device__ void push_role(const Ag1Params &p, int e) {
     __syncthreads();
     if (threadIdx.x == 0) {
       __threadfence_system();
-      mkx::tp::st_release(p.peer_flags[q] + flag_index(p, s.rank, t, kc), e);
+      mkx::fused::st_release(p.peer_flags[q] + flag_index(p, s.rank, t, kc), e);
     }
   }
   /* every push CTA arrives, so the peers meet this rank even when it has
    * no rows or no remote unit fell to this CTA */
-  if (!met) mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
+  if (!met) mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
 }
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
@@ -186,7 +186,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   GroupedTileOrder order{p.tiles_m, p.tiles_n, p.tiles_m};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x - p.npush, (int)gridDim.x - p.npush, order, gate, epi);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(p.sync);  // the producer, after its last wait
+  if (threadIdx.x == 0) mkx::fused::peer_gave_up(p.sync);  // the producer, after its last wait
 #endif
 }
 
@@ -194,7 +194,7 @@ int fill(const mkx_tp_ag1_desc *d, int bn, Ag1Params &p) {
   const mkx_tp_ag_desc &g = d->gemm;
   const mkx_tp_split_ag_desc &u = d->push;
   p.flags = g.flags;
-  for (int q = 0; q <= MKX_TP_MAX; ++q) p.bnd[q] = q <= g.size ? (int)g.bnd[q] : (int)g.m;
+  for (int q = 0; q <= MKX_FUSED_MAX; ++q) p.bnd[q] = q <= g.size ? (int)g.bnd[q] : (int)g.m;
   p.tiles_m = (int)cdiv(g.m, kBM);
   p.tiles_n = (int)cdiv(g.n, bn);
   p.chunk_kb = d->chunk_kb;
@@ -206,7 +206,7 @@ int fill(const mkx_tp_ag1_desc *d, int bn, Ag1Params &p) {
   p.rows = (int)u.rows;
   p.t0 = u.t0;
   p.t1 = u.t1;
-  for (int q = 0; q < MKX_TP_MAX; ++q) {
+  for (int q = 0; q < MKX_FUSED_MAX; ++q) {
     p.gathered[q] = static_cast<char *>(u.gathered[q]);
     p.peer_flags[q] = u.flags[q];
   }
@@ -286,7 +286,7 @@ extern "C" int mkx_tp_ag1(const mkx_tp_ag1_desc *d, cudaStream_t s) {
   if (!mkx_tp_ag1_shape(&g, 1, &tile, &chunk_kb, &nkc) || chunk_kb != d->chunk_kb || nkc != d->nkc || !g.flags ||
       !mkx_gemm_supported(&e, nullptr))
     return MKX_GEMM_EINVAL;
-  if (g.size != u.sync.size || g.size < 1 || g.size > MKX_TP_MAX || g.bnd[0] != 0 || g.bnd[g.size] != g.m ||
+  if (g.size != u.sync.size || g.size < 1 || g.size > MKX_FUSED_MAX || g.bnd[0] != 0 || g.bnd[g.size] != g.m ||
       u.sync.rank < 0 || u.sync.rank >= g.size || u.esz != 2 || u.k != g.k || (u.k * u.esz) % 16 ||
       u.row0 != g.bnd[u.sync.rank] || u.rows != g.bnd[u.sync.rank + 1] - u.row0)
     return MKX_GEMM_EINVAL;

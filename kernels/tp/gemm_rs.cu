@@ -1,10 +1,9 @@
 /*
- * GEMM+ReduceScatter and GEMM+AllReduce on one node, and the call-level
- * synchronisation shared with AllGather+GEMM (prologue barrier).
+ * GEMM+ReduceScatter and GEMM+AllReduce on one node.
  *
  * A call on rank r (p ranks, owner q holds rows [bnd[q], bnd[q+1])):
- *   1. tp_prologue_kernel: epoch += 1, chunk counts = 0, arrive at every
- *      peer, wait for all.
+ *   1. fused_prologue_kernel (fused/sync.cu): epoch += 1, chunk counts = 0,
+ *      arrive at every peer, wait for all.
  *   2. tp_rs_kernel: the engine computes the partial A_r B_r, peers' rows
  *      first; a peer-bound sub-tile goes by TMA into a local staging buffer
  *      and is counted; the copy engines (host side, stream memory waits on
@@ -21,7 +20,7 @@
  *   4. tp_ar_wait_kernel (allreduce) waits for every owner's done flags.
  */
 #include "gemm/gemm_engine.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 #include "tp/peer_stores.cuh"
 #include "tp/tp.h"
 #include "gemm/tmap.cuh"
@@ -33,39 +32,12 @@ using mkx::tp::PeerStores;
 
 namespace {
 
-/* ---- call prologue ------------------------------------------------------ */
-
-__global__ void tp_prologue_kernel(mkx_tp_sync s) {
-  __shared__ int e;
-  int *ep = mkx::tp::own_word(s, MKX_TP_OFF_EPOCH);
-  if (threadIdx.x == 0) {
-    e = *ep + 1;
-    *ep = e;
-  }
-  __syncthreads();
-  int *src = mkx::tp::own_word(s, MKX_TP_OFF_SRC);
-  for (int i = threadIdx.x; i < s.src_n; i += blockDim.x) src[i] = e;
-  /* counts start from zero whatever the last call left (one that failed
-   * while being enqueued, say); nothing reads them before this kernel ends */
-  int *cnt = mkx::tp::own_word(s, MKX_TP_OFF_COUNTERS);
-  for (int i = threadIdx.x; i < MKX_TP_MAX * MKX_TP_MAXCH; i += blockDim.x) cnt[i] = 0;
-  /* zero before this rank's arrival: with SM pushes the peers count into
-   * them as soon as every rank has arrived */
-  __threadfence();
-  __syncthreads();
-  const int q = threadIdx.x;
-  if (q < s.size) {
-    mkx::tp::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_BAR) + s.rank, e);
-    mkx::tp::wait_geq(mkx::tp::own_word(s, MKX_TP_OFF_BAR) + q, e, s, q, -1, MKX_TP_AT_BARRIER);
-  }
-}
-
 /* ---- the GEMM: tile order and epilogue by tile kind --------------------- */
 
-constexpr int kMaxSeg = MKX_TP_MAX + MKX_TP_MAX * 8 + 8;  // late rows, peers' chunks, own chunks
+constexpr int kMaxSeg = MKX_FUSED_MAX + MKX_FUSED_MAX * 8 + 8;  // late rows, peers' chunks, own chunks
 
 struct RsParams {
-  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t bnd[MKX_FUSED_MAX + 1];
   mkx_tp_rs_layout L;
   int nrun, ngrp;
   int run_tm0[kMaxSeg], run_ntr[kMaxSeg];  // runs of whole tile rows
@@ -74,15 +46,15 @@ struct RsParams {
   int64_t slot_rows;  // rows of one source's receive slot
   float *late;
   int *counters;
-  int own_subtiles;            // allreduce: sub-tiles of this rank's clean rows
-  int *peer_done[MKX_TP_MAX];  // allreduce: every rank's done[] (mkx_tp_ar_wait)
+  int own_subtiles;               // allreduce: sub-tiles of this rank's clean rows
+  int *peer_done[MKX_FUSED_MAX];  // allreduce: every rank's done[] (mkx_tp_ar_wait)
   int push_sm;
-  int *peer_counters[MKX_TP_MAX];  // push_sm: every rank's counters[]
+  int *peer_counters[MKX_FUSED_MAX];  // push_sm: every rank's counters[]
   const int *arrived;
   const int *epoch;
   int64_t c_row0;
   int size, rank, allreduce, p_type, c_type;
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
 };
 
 /* Groups of runs of whole tile rows, walked in order; inside a group down
@@ -176,13 +148,13 @@ struct RsEpilogue {
   }
   /* Allreduce: sub-tiles of own rows stored into every peer's C (one count
    * for all of them: the peers wait for the whole block). */
-  __device__ __forceinline__ int *own_count() const { return p->counters + p->rank * MKX_TP_MAXCH; }
+  __device__ __forceinline__ int *own_count() const { return p->counters + p->rank * MKX_FUSED_MAXCH; }
   /* The last of them: every earlier count came with its stores complete
    * (threadFenceReduction pattern at system scope). */
   __device__ __forceinline__ void tell_peers() const {
     __threadfence_system();
     for (int q = 0; q < p->size; ++q)
-      if (q != p->rank) mkx::tp::st_release(p->peer_done[q] + p->rank, epoch);
+      if (q != p->rank) mkx::fused::st_release(p->peer_done[q] + p->rank, epoch);
   }
   template <int BN>
   __device__ __forceinline__ void operator()(const TileCtx &t, float (&acc)[BN / 2]) {
@@ -193,11 +165,11 @@ struct RsEpilogue {
       store_late<BN>(t, acc, chunk);
     } else if (kind == kKindPeer && p->push_sm) {
       if (t.row0 < M) store_typed<BN>(t, acc, &peer_slot->c[q], p->p_type, (int)(t.row0 - p->bnd[q]));
-      if (t.tid == 0) pend = p->peer_counters[q] + p->rank * MKX_TP_MAXCH + chunk;
+      if (t.tid == 0) pend = p->peer_counters[q] + p->rank * MKX_FUSED_MAXCH + chunk;
     } else if (kind == kKindPeer) {
       if (t.row0 < M)
         store_typed<BN>(t, acc, tm_stage, p->p_type, (int)(t.row0 - (t.row0 >= p->bnd[p->rank] ? p->stage_gap : 0)));
-      if (t.tid == 0) pend = p->counters + q * MKX_TP_MAXCH + chunk;
+      if (t.tid == 0) pend = p->counters + q * MKX_FUSED_MAXCH + chunk;
     } else {
       if (t.row0 < M) {
         wait_arrivals(t, chunk);
@@ -229,8 +201,8 @@ struct RsEpilogue {
     const int target = p->push_sm ? own_chunk_subtiles(p, chunk) : epoch;
     for (int s = 0; s < p->size; ++s)
       if (s != p->rank)
-        mkx::tp::wait_geq(word + s * MKX_TP_MAXCH + chunk, target, p->sync, s, t.tile_m * 65536 + t.tile_n,
-                          MKX_TP_AT_RS_TILE);
+        mkx::fused::wait_geq(word + s * MKX_FUSED_MAXCH + chunk, target, p->sync, s, t.tile_m * 65536 + t.tile_n,
+                             MKX_FUSED_AT_RS_TILE);
     asm volatile("fence.proxy.async.global;" ::: "memory");
   }
   template <int BN>
@@ -312,7 +284,7 @@ struct RsEpilogue {
     if (t.tid == 0) {
       flush();
       bulk_wait<0>();
-      mkx::tp::peer_gave_up(p->sync);  // after this warpgroup's last wait
+      mkx::fused::peer_gave_up(p->sync);  // after this warpgroup's last wait
     }
   }
 };
@@ -485,9 +457,9 @@ __device__ __forceinline__ void store4(OutT *p, float4 v) {
 
 template <typename OutT>
 __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mkx_tp_late_desc d) {
-  const int epoch = *(volatile const int *)(d.sync.ws[d.sync.rank] + MKX_TP_OFF_EPOCH);
-  mkx::tp::meet(d.sync, MKX_TP_OFF_LATE_READY, epoch, MKX_TP_AT_LATE);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(d.sync);
+  const int epoch = *(volatile const int *)(d.sync.ws[d.sync.rank] + MKX_FUSED_OFF_EPOCH);
+  mkx::fused::meet(d.sync, MKX_FUSED_OFF_LATE_READY, epoch, MKX_FUSED_AT_LATE);
+  if (threadIdx.x == 0) mkx::fused::peer_gave_up(d.sync);
   const int me = d.rank;
   const int64_t ncol4 = d.n / 4;
   for (int li = 0; li < d.nlate; ++li) {
@@ -516,27 +488,19 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
   __threadfence_system();  // every thread's pushes, before the block counts itself
   __syncthreads();
   /* the last block to finish tells the peers */
-  if (threadIdx.x == 0 && mkx::tp::last_block(d.sync))
+  if (threadIdx.x == 0 && mkx::fused::last_block(d.sync))
     for (int q = 0; q < d.sync.size; ++q)
-      mkx::tp::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_TP_OFF_DONE_LATE) + d.sync.rank, epoch);
+      mkx::fused::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_FUSED_OFF_DONE_LATE) + d.sync.rank, epoch);
 }
 
-__global__ void tp_ar_wait_kernel(mkx_tp_sync s, int late) {
+__global__ void tp_ar_wait_kernel(mkx_fused_sync s, int late) {
   const int *ws = reinterpret_cast<const int *>(s.ws[s.rank]);
-  const int target = *(volatile const int *)(ws + MKX_TP_OFF_EPOCH / 4);
+  const int target = *(volatile const int *)(ws + MKX_FUSED_OFF_EPOCH / 4);
   const int q = threadIdx.x;
   if (q >= s.size || q == s.rank) return;
-  mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE / 4 + q, target, s, q, -1, MKX_TP_AT_AR_DONE);
-  if (late) mkx::tp::wait_geq(ws + MKX_TP_OFF_DONE_LATE / 4 + q, target, s, q, -1, MKX_TP_AT_AR_DONE);
-  mkx::tp::peer_gave_up(s);
-}
-
-/* The node's ranks meet at `off` for this call's epoch (mkx_tp_meet). */
-__global__ void tp_meet_kernel(mkx_tp_sync s, int off, int where) {
-  mkx::tp::meet(s, off, *(volatile const int *)mkx::tp::own_word(s, MKX_TP_OFF_EPOCH), where);
-  /* a rank that met peers which had already given up (they arrive all the
-   * same) learns it here: no later wait of its own may */
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(s);
+  mkx::fused::wait_geq(ws + MKX_FUSED_OFF_DONE / 4 + q, target, s, q, -1, MKX_FUSED_AT_AR_DONE);
+  if (late) mkx::fused::wait_geq(ws + MKX_FUSED_OFF_DONE_LATE / 4 + q, target, s, q, -1, MKX_FUSED_AT_AR_DONE);
+  mkx::fused::peer_gave_up(s);
 }
 
 int last_error() {
@@ -546,25 +510,8 @@ int last_error() {
 
 }  // namespace
 
-extern "C" int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st) {
-  if (!s || s->size < 1 || s->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
-  tp_prologue_kernel<<<1, 32, 0, st>>>(*s);
-  return last_error();
-}
-
-extern "C" int mkx_tp_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st) {
-  if (!s || s->size < 1 || s->size > MKX_TP_MAX || off < 0) return MKX_GEMM_EINVAL;
-  tp_meet_kernel<<<1, 32, 0, st>>>(*s, off, where);
-  return last_error();
-}
-
-extern "C" int mkx_tp_prologue_load(void) {
-  cudaFuncAttributes a;
-  return (int)cudaFuncGetAttributes(&a, (const void *)tp_prologue_kernel);
-}
-
 extern "C" int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t s) {
-  if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->size < 1 || d->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
+  if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->size < 1 || d->size > MKX_FUSED_MAX) return MKX_GEMM_EINVAL;
   for (int q = 0; d->push_sm && q < d->size; ++q)
     if (q != d->rank && (!d->peer_slot[q] || !d->peer_counters[q])) return MKX_GEMM_EINVAL;
   if (d->layout.bn == 256) return launch_rs_tile<256, 4>(d, s);
@@ -573,7 +520,7 @@ extern "C" int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t s) {
 }
 
 extern "C" int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st) {
-  if (!d || d->sync.size < 1 || d->sync.size > MKX_TP_MAX || d->n % 4) return MKX_GEMM_EINVAL;
+  if (!d || d->sync.size < 1 || d->sync.size > MKX_FUSED_MAX || d->n % 4) return MKX_GEMM_EINVAL;
   /* every block meets the peers: on a GPU shared under MPS they must not
    * sit on every SM */
   const int blocks = at_most(132, d->sync.ctas);
@@ -593,26 +540,8 @@ extern "C" int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st) {
   return last_error();
 }
 
-extern "C" int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st) {
-  if (!s || s->size < 1 || s->size > MKX_TP_MAX) return MKX_GEMM_EINVAL;
+extern "C" int mkx_tp_ar_wait(const mkx_fused_sync *s, int late, cudaStream_t st) {
+  if (!s || s->size < 1 || s->size > MKX_FUSED_MAX) return MKX_GEMM_EINVAL;
   tp_ar_wait_kernel<<<1, 32, 0, st>>>(*s, late);
   return last_error();
-}
-
-typedef CUresult (*WaitValueFn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
-
-extern "C" int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value) {
-  static std::atomic<WaitValueFn> cached{nullptr};
-  WaitValueFn f = cached.load(std::memory_order_acquire);
-  if (!f) {
-    void *p = nullptr;
-    cudaDriverEntryPointQueryResult q;
-    if (cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-        q != cudaDriverEntryPointSuccess || !p)
-      return (int)cudaErrorNotSupported;
-    f = reinterpret_cast<WaitValueFn>(p);
-    cached.store(f, std::memory_order_release);
-  }
-  CUresult r = f((CUstream)st, (CUdeviceptr)(uintptr_t)addr, (cuuint32_t)value, CU_STREAM_WAIT_VALUE_GEQ);
-  return r == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }

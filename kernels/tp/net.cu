@@ -17,21 +17,21 @@
 #include <cuda_fp16.h>
 #include "gemm/gemm_engine.h"
 #include "proxy/proxy_dev.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 #include "tp/tp.h"
 #include "common/modules.cuh"
 
 namespace {
 
-using mkx::tp::give_up;
+using mkx::fused::give_up;
 
-using mkx::tp::told_word;
+using mkx::fused::told_word;
 
 /* A failed proxy wait or post: recorded in the call's error word as a
  * timeout at `where` naming the peer (the proxy's own record, in
  * d.proxy.status, holds the slot and values). */
 __device__ void failed(const mkx_tp_net_desc &d, int peer, int where) {
-  give_up(d.sync, MKX_TP_ERR_TIMEOUT, peer, -1, where, told_word(d.sync.rank, peer, where));
+  give_up(d.sync, MKX_FUSED_ERR_TIMEOUT, peer, -1, where, told_word(d.sync.rank, peer, where));
 }
 
 /* Waits for rank q's word `word` (mkx_tp_net_desc) to reach epoch e:
@@ -75,16 +75,16 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
   const uint32_t mine = d.slot0 + (uint32_t)d.rank * d.words;
   for (int q = 0; q < d.size; ++q)
     if (is_peer(d, q) && mkx::proxy::post(d.proxy, q, d.region, d.region, 0, 0, 0, mine, e, &seq)) {
-      failed(d, q, MKX_TP_AT_NET_SENT);
+      failed(d, q, MKX_FUSED_AT_NET_SENT);
       *d.last_seq = seq;
       return;
     }
   for (int q = 0; q < d.size; ++q)
-    if (is_peer(d, q) && !peer_word(d, q, 0, e, MKX_TP_AT_NET_ARRIVE)) {
+    if (is_peer(d, q) && !peer_word(d, q, 0, e, MKX_FUSED_AT_NET_ARRIVE)) {
       *d.last_seq = seq;
       return;
     }
-  if (call_failed(d) || d.size > MKX_TP_MAX) {
+  if (call_failed(d) || d.size > MKX_FUSED_MAX) {
     *d.last_seq = seq;
     return;
   }
@@ -98,7 +98,7 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
       const uint64_t off = (uint64_t)g0 * (uint64_t)d.row_bytes;
       if (mkx::proxy::post(d.proxy, q, d.region, d.region, off, off, (uint64_t)(g1 - g0) * (uint64_t)d.row_bytes,
                            mine + 1 + j, e, &seq)) {
-        failed(d, q, MKX_TP_AT_NET_SENT);
+        failed(d, q, MKX_FUSED_AT_NET_SENT);
         break;
       }
     }
@@ -118,9 +118,9 @@ __device__ bool forward_ended(const mkx_tp_net_desc &d, uint64_t e) {
 
 __global__ void net_end(const mkx_tp_net_desc d) {
   if (threadIdx.x != 0) return;
-  if (d.fwd_done && !forward_ended(d, *(volatile const uint64_t *)d.epoch)) failed(d, -1, MKX_TP_AT_NET_ROWS);
+  if (d.fwd_done && !forward_ended(d, *(volatile const uint64_t *)d.epoch)) failed(d, -1, MKX_FUSED_AT_NET_ROWS);
   const uint64_t seq = *(volatile uint64_t *)d.last_seq;
-  if (seq && mkx::proxy::wait_complete(d.proxy, seq)) failed(d, -1, MKX_TP_AT_NET_SENT);
+  if (seq && mkx::proxy::wait_complete(d.proxy, seq)) failed(d, -1, MKX_FUSED_AT_NET_SENT);
 }
 
 __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
@@ -130,7 +130,7 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
   uint64_t seq = 0;
   const uint32_t slot = d.slot0 + (uint32_t)d.rank * d.words + word;
   if (mkx::proxy::post(d.proxy, peer, d.region, d.region, src_off, dst_off, len, slot, e, &seq))
-    failed(d, peer, MKX_TP_AT_NET_SENT);
+    failed(d, peer, MKX_FUSED_AT_NET_SENT);
   if (seq) *d.last_seq = seq;
 }
 
@@ -233,7 +233,7 @@ __device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t grou
     const int rc = mkx::proxy::post(d.net.proxy, q, d.net.region, d.net.region, off, dst, len, slot, e, &seq);
     if (seq) atomicMax(reinterpret_cast<unsigned long long *>(d.net.last_seq), (unsigned long long)seq);
     if (rc) {
-      failed(d.net, q, MKX_TP_AT_NET_SENT);
+      failed(d.net, q, MKX_FUSED_AT_NET_SENT);
       return;
     }
   }
@@ -241,10 +241,10 @@ __device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t grou
 
 /* Chunk j of source q may be read (false: a wait ran out, recorded). */
 __device__ bool source_ready(const mkx_tp_net_sum_desc &d, int q, int64_t j, uint64_t e, int fe) {
-  if (!d.nsrc) return q == d.net.rank || peer_word(d.net, q, d.w0 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS);
-  if (d.src_rank[q] >= 0) return peer_word(d.net, d.src_rank[q], d.w0 + (uint32_t)j, e, MKX_TP_AT_NET_ROWS);
+  if (!d.nsrc) return q == d.net.rank || peer_word(d.net, q, d.w0 + (uint32_t)j, e, MKX_FUSED_AT_NET_ROWS);
+  if (d.src_rank[q] >= 0) return peer_word(d.net, d.src_rank[q], d.w0 + (uint32_t)j, e, MKX_FUSED_AT_NET_ROWS);
   if (!d.src_flag[q]) return true;
-  return mkx::tp::wait_geq(d.src_flag[q] + j, fe, d.net.sync, d.src_name[q], (int)j, MKX_TP_AT_NODE_PART);
+  return mkx::fused::wait_geq(d.src_flag[q] + j, fe, d.net.sync, d.src_name[q], (int)j, MKX_FUSED_AT_NODE_PART);
 }
 
 /* Groups of 8 rows, block-strided: thread 0 waits for the chunks of the
@@ -303,7 +303,7 @@ __global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
         s_r0 = b0 + left * 8;
         s_r1 = s_r0 + 8 < b1 ? s_r0 + 8 : b1;
         const uint32_t j = (uint32_t)((s_r0 - b0) / d.chunk_rows);
-        ok = peer_word(d.net, q, d.w0 + j, e, MKX_TP_AT_NET_ROWS) ? 1 : -1;
+        ok = peer_word(d.net, q, d.w0 + j, e, MKX_FUSED_AT_NET_ROWS) ? 1 : -1;
         break;
       }
     }
@@ -404,7 +404,7 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
       ok = 0;
       if (d.kind == MKX_TP_FWD_KV ? kv_unit(d, u, x) : rows_unit(d, u, x)) {
         f = x;
-        const int at = d.kind == MKX_TP_FWD_KV ? MKX_TP_AT_KV_CHUNK : MKX_TP_AT_NET_ROWS;
+        const int at = d.kind == MKX_TP_FWD_KV ? MKX_FUSED_AT_KV_CHUNK : MKX_FUSED_AT_NET_ROWS;
         ok = !call_failed(d.net) && peer_word(d.net, x.q, x.word, e, at) ? 1 : -1;
       }
     }
@@ -415,7 +415,7 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
     __syncthreads();
     if (threadIdx.x == 0) {
       const int fe = *(volatile const int *)d.flag_epoch;
-      for (int64_t t = 0; t < f.nflags; ++t) mkx::tp::st_release(d.flags[f.i] + f.flag0 + t, fe);
+      for (int64_t t = 0; t < f.nflags; ++t) mkx::fused::st_release(d.flags[f.i] + f.flag0 + t, fe);
     }
     __syncthreads();
   }
@@ -436,8 +436,8 @@ bool desc_ok(const mkx_tp_net_desc *d) {
       d->rank < 0 || d->rank >= d->size || d->words < 2 || d->chunk_tiles < 1 || d->row_bytes <= 0 || d->bnd[0] != 0)
     return false;
   if ((uint64_t)d->slot0 + (uint64_t)d->size * d->words > d->proxy.num_signals) return false;
-  if (d->size > MKX_TP_MAX) { /* no rows: bnd all zero */
-    for (int q = 0; q <= MKX_TP_MAX; ++q)
+  if (d->size > MKX_FUSED_MAX) { /* no rows: bnd all zero */
+    for (int q = 0; q <= MKX_FUSED_MAX; ++q)
       if (d->bnd[q]) return false;
     return true;
   }
@@ -494,11 +494,11 @@ bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
 }
 
 /* Named sources (nsrc > 0): each a part, a gate that exists, at most
- * MKX_TP_MAX; one peer to post to, not this rank. */
+ * MKX_FUSED_MAX; one peer to post to, not this rank. */
 bool sum_sources_ok(const mkx_tp_net_sum_desc *d) {
   if (d->post_one < 0 || d->post_one > d->net.size || d->post_one - 1 == d->net.rank) return false;
   if (d->post_one && !is_peer(d->net, d->post_one - 1)) return false;
-  if (d->nsrc < 0 || d->nsrc > MKX_TP_MAX) return false;
+  if (d->nsrc < 0 || d->nsrc > MKX_FUSED_MAX) return false;
   for (int s = 0; s < d->nsrc; ++s) {
     if (!d->part[s] || d->src_rank[s] >= d->net.size || d->src_rank[s] == d->net.rank) return false;
     if (d->src_rank[s] < 0 && d->src_flag[s] && !d->flag_epoch) return false;
@@ -575,7 +575,7 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
 
 extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || !d->src || !d->flag_epoch || !d->count || !d->net.fwd_done || d->ndst < 1 ||
-      d->ndst > MKX_TP_MAX)
+      d->ndst > MKX_FUSED_MAX)
     return MKX_GEMM_EINVAL;
   bool v16 = (uintptr_t)d->src % 16 == 0;
   for (int i = 0; i < d->ndst; ++i) {
@@ -588,7 +588,7 @@ extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
     v16 = v16 && d->kv_chunk % 16 == 0;
     for (int q = 0; q < d->net.size; ++q) units += is_peer(d->net, q);
   } else if (d->kind == MKX_TP_FWD_ROWS) {
-    if (d->net.size > MKX_TP_MAX || d->tiles_m < 1 || d->net.bnd[d->net.size] > d->tiles_m * 128)
+    if (d->net.size > MKX_FUSED_MAX || d->tiles_m < 1 || d->net.bnd[d->net.size] > d->tiles_m * 128)
       return MKX_GEMM_EINVAL;
     v16 = v16 && d->net.row_bytes % 16 == 0;
     for (int q = 0; q < d->net.size; ++q) {

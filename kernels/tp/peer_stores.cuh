@@ -13,7 +13,7 @@ namespace tp {
 
 /* Every rank's C (this rank's entry unused). */
 struct PeerMaps {
-  CUtensorMap c[MKX_TP_MAX];
+  CUtensorMap c[MKX_FUSED_MAX];
 };
 
 /* A staged chunk of C into every peer's C. */

@@ -32,12 +32,12 @@ std::atomic<long> g_launches{0};
 
 /* Every source's A and B as mapped here. */
 struct SourceMaps {
-  CUtensorMap a[MKX_TP_MAX], b[MKX_TP_MAX];
+  CUtensorMap a[MKX_FUSED_MAX], b[MKX_FUSED_MAX];
 };
 
 struct PullParams {
-  int kb0[MKX_TP_MAX + 1];  // RS/AR: source s has K blocks [kb0[s], kb0[s + 1])
-  int tm0[MKX_TP_MAX + 1];  // AG: source s has tile rows [tm0[s], tm0[s + 1])
+  int kb0[MKX_FUSED_MAX + 1];  // RS/AR: source s has K blocks [kb0[s], kb0[s + 1])
+  int tm0[MKX_FUSED_MAX + 1];  // AG: source s has tile rows [tm0[s], tm0[s + 1])
   int size, rank, allreduce, c_type;
   int row0;  // RS/AR: this rank's first row of C, in the sources' A
 };
@@ -225,7 +225,7 @@ int by_tile(const D *d, cudaStream_t s) {
 extern "C" long mkx_tp_pull_launches(void) { return g_launches.load(std::memory_order_relaxed); }
 
 extern "C" int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t s) {
-  if (!d || d->n <= 0 || d->rows < 0 || d->size < 1 || d->size > MKX_TP_MAX || d->row0 < 0 ||
+  if (!d || d->n <= 0 || d->rows < 0 || d->size < 1 || d->size > MKX_FUSED_MAX || d->row0 < 0 ||
       d->row0 + d->rows > d->m || d->m >= (1ll << 31))
     return MKX_GEMM_EINVAL;
   for (int q = 0; q < d->size; ++q)
@@ -234,7 +234,7 @@ extern "C" int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t s) {
 }
 
 extern "C" int mkx_tp_ag_pull(const mkx_tp_ag_pull_desc *d, cudaStream_t s) {
-  if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->m >= (1ll << 31) || d->size < 1 || d->size > MKX_TP_MAX ||
+  if (!d || d->m <= 0 || d->n <= 0 || d->k <= 0 || d->m >= (1ll << 31) || d->size < 1 || d->size > MKX_FUSED_MAX ||
       d->bnd[0] != 0 || d->bnd[d->size] != d->m || !d->b)
     return MKX_GEMM_EINVAL;
   for (int q = 0; q < d->size; ++q) {

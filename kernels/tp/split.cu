@@ -15,7 +15,7 @@
 #include "gemm/gemm_engine.cuh"
 #include "gemm/gemm_engine.h"
 #include "gemm/tmap.cuh"
-#include "tp/flags.cuh"
+#include "fused/flags.cuh"
 #include "tp/tp.h"
 #include "common/modules.cuh"
 
@@ -23,9 +23,11 @@ using mkx::gemm::OutCvt;
 
 namespace {
 
-__device__ __forceinline__ int *epoch_of(const mkx_tp_sync &s) { return mkx::tp::own_word(s, MKX_TP_OFF_EPOCH); }
+__device__ __forceinline__ int *epoch_of(const mkx_fused_sync &s) {
+  return mkx::fused::own_word(s, MKX_FUSED_OFF_EPOCH);
+}
 
-__device__ __forceinline__ int next_epoch(const mkx_tp_sync &s) { return *(volatile const int *)epoch_of(s) + 1; }
+__device__ __forceinline__ int next_epoch(const mkx_fused_sync &s) { return *(volatile const int *)epoch_of(s) + 1; }
 
 /* Work items of 16 bytes (or 8 elements) spread over at most 2 blocks per
  * SM of H100/H200, and at most the CTAs a waiting kernel may take (every
@@ -39,9 +41,9 @@ int blocks_for(int64_t items, int ctas) {
 /* ---- AllGather ----------------------------------------------------------- */
 
 __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constant__ mkx_tp_split_ag_desc d) {
-  const mkx_tp_sync &s = d.sync;
+  const mkx_fused_sync &s = d.sync;
   const int e = next_epoch(s);
-  mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
+  mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
   const int64_t vrow = d.k * d.esz / 16, total = d.rows * vrow, dld = d.k * d.esz;
   const char *a = static_cast<const char *>(d.a);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -54,15 +56,15 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
    * tells the peers (and with wait_all waits until theirs are here) */
   __shared__ int last;
   __syncthreads();
-  if (threadIdx.x == 0) last = mkx::tp::last_block(s);
+  if (threadIdx.x == 0) last = mkx::fused::last_block(s);
   __syncthreads();
   if (!last) return;
   if (threadIdx.x == 0)
     for (int q = 0; q < s.size; ++q)
-      for (int t = d.t0; t < d.t1; ++t) mkx::tp::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
-  if (d.wait_all) mkx::tp::meet(s, MKX_TP_OFF_PUSHED, e, MKX_TP_AT_AG_TILE);
+      for (int t = d.t0; t < d.t1; ++t) mkx::fused::st_release(d.flags[q] + s.rank * d.tiles_m + t, e);
+  if (d.wait_all) mkx::fused::meet(s, MKX_FUSED_OFF_PUSHED, e, MKX_FUSED_AT_AG_TILE);
   if (threadIdx.x == 0) {
-    if (d.wait_all) mkx::tp::peer_gave_up(s);  // a plain GEMM reads the peers' rows next
+    if (d.wait_all) mkx::fused::peer_gave_up(s);  // a plain GEMM reads the peers' rows next
     *epoch_of(s) = e;
   }
 }
@@ -120,10 +122,10 @@ __device__ __forceinline__ void store8(OutT *p, const float (&v)[8]) {
 
 template <typename OutT, typename P>
 __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_constant__ mkx_tp_split_red_desc d) {
-  const mkx_tp_sync &s = d.sync;
+  const mkx_fused_sync &s = d.sync;
   const int e = next_epoch(s);
-  mkx::tp::meet(s, MKX_TP_OFF_BAR, e, MKX_TP_AT_BARRIER);
-  if (threadIdx.x == 0) mkx::tp::peer_gave_up(s);  // the partials are read next
+  mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
+  if (threadIdx.x == 0) mkx::fused::peer_gave_up(s);  // the partials are read next
   const int64_t vrow = d.n / 8, total = (d.r1 - d.r0) * vrow;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
     const int64_t row = d.r0 + i / vrow, col = (i % vrow) * 8, off = row * d.n + col;
@@ -140,10 +142,10 @@ __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_const
    * meets the peers there, after which no partial is read any more */
   __shared__ int last;
   __syncthreads();
-  if (threadIdx.x == 0) last = mkx::tp::last_block(s);
+  if (threadIdx.x == 0) last = mkx::fused::last_block(s);
   __syncthreads();
   if (!last) return;
-  mkx::tp::meet(s, MKX_TP_OFF_DRAINED, e, MKX_TP_AT_DRAINED);
+  mkx::fused::meet(s, MKX_FUSED_OFF_DRAINED, e, MKX_FUSED_AT_DRAINED);
   if (threadIdx.x == 0) *epoch_of(s) = e;
 }
 
@@ -158,7 +160,9 @@ int launch_reduce(const mkx_tp_split_red_desc *d, int blocks, cudaStream_t st) {
   return e == cudaSuccess ? 0 : (int)e;
 }
 
-bool sync_ok(const mkx_tp_sync &s) { return s.size >= 1 && s.size <= MKX_TP_MAX && s.rank >= 0 && s.rank < s.size; }
+bool sync_ok(const mkx_fused_sync &s) {
+  return s.size >= 1 && s.size <= MKX_FUSED_MAX && s.rank >= 0 && s.rank < s.size;
+}
 
 }  // namespace
 

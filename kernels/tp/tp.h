@@ -1,148 +1,28 @@
 /*
- * Fused tensor-parallel kernels inside one node: C interface of
- * the kernels/tp .cu files, called by src/ops/fused/workspace.c, tp/ag_gpu.c and
- * tp/rs_ar_gpu.c.  Includable from C11 (needs cuda_runtime.h, stdint.h).
- *
- * Every rank owns one symmetric workspace (same layout on every rank,
- * mapped into its node peers through CUDA IPC):
- *
- *   +0     int epoch             this rank's call counter (GPU-side only)
- *   +64    int bar[MKX_TP_MAX]   bar[q] = epoch at which rank q last arrived
- *   +192   int done[MKX_TP_MAX]  GEMM+AllReduce: epoch at which owner q's
- *                                reduced rows (clean tile rows) had all
- *                                landed here
- *   +256   int count             late-row blocks finished (self-resetting)
- *   +320   int done_late[MKX_TP_MAX]  GEMM+AllReduce: owner q's late rows landed
- *   +384   int late_ready[MKX_TP_MAX] rank q's late partials are complete
- *   +448   int pulled[MKX_TP_MAX] GEMM+RS/AR reading the peers' operands
- *                                (mkx_tp_rs_pull): rank q's GEMM is done
- *   +512   int counters[MKX_TP_MAX][MKX_TP_MAXCH]  GEMM+RS: sub-tiles of
- *                                (owner, chunk) finished here; the copy
- *                                engine waits on them; with SM pushes
- *                                (mkx_tp_rs_desc.push_sm) instead the
- *                                sub-tiles of (source, chunk) of this
- *                                rank's rows landed in slot source (zeroed
- *                                by the prologue of each call, before its
- *                                arrival)
- *   +1024  int arrived[MKX_TP_MAX][MKX_TP_MAXCH]   GEMM+RS: epoch at which
- *                                source s's partial of this rank's chunk c
- *                                landed in slot s
- *   +1536  int drained[MKX_TP_MAX]  split path: epoch at which rank q had
- *                                read every rank's partial (mkx_tp_split_reduce)
- *   +1600  int pushed[MKX_TP_MAX]   split path: epoch at which rank q's rows
- *                                of A had landed in every gathered A
- *   +1664  int told[MKX_TP_MAX]  nonzero once rank q gave up on a run (a
- *                                wait ran out, or it was told): flags.cuh
- *   +4096  int src[src_cap]      src[i] = epoch: the copy engine copies these
- *                                into peers' flags (graph-safe flag values)
- *   flags[flags_cap], data       at offsets fixed per workspace (fused/workspace.c)
- *
- * Every flag holds the epoch at which it was last set (never a count), so
- * whatever operation or shape used a workspace before, its flags are all
- * below the current epoch: a workspace can be reused by any call.
+ * Fused tensor-parallel kernels: C interface of the kernels/tp .cu files,
+ * called by src/ops/tp, src/ops/nodes and ops/fused/adapter.c (the network
+ * kernels, mkx_tp_net_*, by ring attention and MoE across nodes as well).
+ * What every fused path shares (workspace layout, error word, sync
+ * descriptor, prologue and meet) is in fused/fused.h.  Includable from C11
+ * (needs cuda_runtime.h, stdint.h).
  */
 #ifndef MKX_KERNELS_TP_H
 #define MKX_KERNELS_TP_H
 
 #include <cuda_runtime.h>
 #include <stdint.h>
+#include "fused/fused.h"
 #include "proxy/proxy_dev.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-#define MKX_TP_MAX 8 /* ranks of a node the kernels handle */
-#define MKX_TP_OFF_EPOCH 0
-#define MKX_TP_OFF_BAR 64
-#define MKX_TP_OFF_DONE 192
-#define MKX_TP_OFF_COUNT 256
-#define MKX_TP_OFF_DONE_LATE 320
-#define MKX_TP_OFF_LATE_READY 384
-#define MKX_TP_OFF_PULLED 448
-#define MKX_TP_OFF_COUNTERS 512
-#define MKX_TP_OFF_ARRIVED 1024
-#define MKX_TP_MAXCH 16 /* chunk slots per owner (at most 8 used) */
-#define MKX_TP_OFF_DRAINED 1536
-#define MKX_TP_OFF_PUSHED 1600
-#define MKX_TP_OFF_TOLD 1664
-#define MKX_TP_OFF_SRC 4096
-
-/* The error word (host-mapped, MKX_TP_ERR_WORDS ints), the first failure
- * of a run:
- *   MKX_TP_ERR_TIMEOUT  a bounded wait of this rank ran out: err[1] = the
- *                       peer waited for (or -1), err[2] = tile, err[3] = where;
- *   MKX_TP_ERR_PEER     a peer gave up on the run: err[1] = the rank that
- *                       gave up first, err[2] = the rank it waited for (or
- *                       -1), err[3] = where it waited; err[4..6] = what
- *                       this rank was waiting for when it was told (peer,
- *                       tile, where; where 0: no wait, told after one);
- *   both: err[7] = its workspace's epoch then (the run's; on the split
- *   path, which counts a run when it ends, the one before): which of the
- *   runs there failed, the host may have started many more since.
- * With both sides named, a stalled run says which rank waited on which.
- * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.)  These void the run
- * and the communicator.  Words MKX_TP_ERR_INPUT.. hold apart the first bad
- * input a run found on the GPU (the MoE calls' expert ids and truncation
- * without a host wait, moe_engine.h): the run wrote no outputs, the
- * communicator stays usable, and the host clears the record once it has
- * reported it, so a timeout after it is still recorded. */
-#define MKX_TP_ERR_WORDS 16
-#define MKX_TP_ERR_INPUT 8
-#define MKX_TP_ERR_TIMEOUT 11
-#define MKX_TP_ERR_PEER 13
-enum {
-  MKX_TP_AT_BARRIER = 1,
-  MKX_TP_AT_AG_TILE = 2,
-  MKX_TP_AT_RS_TILE = 3,
-  MKX_TP_AT_AR_DONE = 4,
-  MKX_TP_AT_LATE = 5,
-  MKX_TP_AT_DRAINED = 6,
-  MKX_TP_AT_SPLIT_TILE = 7,
-  MKX_TP_AT_KV_CHUNK = 8,
-  MKX_TP_AT_MOE_ROWS = 9,
-  MKX_TP_AT_MOE_OUT = 10,
-  MKX_TP_AT_MOE_COUNTS = 11,
-  MKX_TP_AT_MOE_EXPERT = 12,
-  MKX_TP_AT_NET_ARRIVE = 13,
-  MKX_TP_AT_NET_ROWS = 14,
-  MKX_TP_AT_NET_SENT = 15,
-  MKX_TP_AT_NODE_PART = 16,
-  MKX_TP_AT_PULLED = 17
-};
-
 /* Stream-K shares of the AllGather+GEMM's last wave (mkx_tp_ag_desc):
  * one slot of fp32 accumulators per CTA (the most the tile of 128 x 256
  * holds), two flags per slot (one per consumer warpgroup). */
 #define MKX_TP_SK_SLOTS 160
 #define MKX_TP_SK_SLOT_BYTES (128 * 256 * 4)
-
-/* What every kernel of a call needs to meet its peers. */
-typedef struct mkx_tp_sync {
-  int rank, size;       /* local rank and node size */
-  char *ws[MKX_TP_MAX]; /* every node rank's workspace, as mapped here */
-  int src_n;            /* ints of src[] the prologue fills */
-  uint64_t timeout_ns;
-  int *err; /* device pointer of the host-mapped error word */
-  int ctas; /* most CTAs of a kernel that waits for
-                                      peers (0: one per SM); ranks sharing a
-                                      GPU under MPS must not take them all */
-} mkx_tp_sync;
-
-/* Start of a call: epoch += 1 on this GPU, src[] = epoch, counters = 0,
- * arrive at every peer (bar), wait (bounded) until every peer has arrived
- * at this epoch: then each peer has finished its previous call, so its
- * buffers may be written.  <<<1, 32>>> on the user's stream. */
-int mkx_tp_prologue(const mkx_tp_sync *s, cudaStream_t st);
-/* The node's ranks meet (<<<1, 32>>>): each arrives at word `off` of every
- * node rank's workspace with the workspace's epoch, then waits (bounded,
- * `where` on a timeout) for all; the stream's earlier work is visible to
- * the node's ranks after it.  A peer's tell found after the meet voids the
- * run (MKX_TP_ERR_PEER). */
-int mkx_tp_meet(const mkx_tp_sync *s, int off, int where, cudaStream_t st);
-/* Load the prologue's kernel, launching nothing (lazy loading: see
- * mkx_tp_net_load). */
-int mkx_tp_prologue_load(void);
 
 /* AllGather+GEMM: C = Aws * B where Aws (M x k, row-major, in this rank's
  * workspace) fills while the kernel runs.  Source rank s (0 <= s < size)
@@ -159,11 +39,11 @@ typedef struct mkx_tp_ag_desc {
   int b_kmajor;
   void *c;
   int64_t ldc;
-  int ab_type, c_type;         /* MKX_GEMM_* values */
-  const int *flags;            /* local, size * ceil(m / 128) */
-  const int *epoch;            /* local workspace epoch */
-  int size;                    /* source ranks */
-  int64_t bnd[MKX_TP_MAX + 1]; /* bnd[0] = 0 ... bnd[size] = m */
+  int ab_type, c_type;            /* MKX_GEMM_* values */
+  const int *flags;               /* local, size * ceil(m / 128) */
+  const int *epoch;               /* local workspace epoch */
+  int size;                       /* source ranks */
+  int64_t bnd[MKX_FUSED_MAX + 1]; /* bnd[0] = 0 ... bnd[size] = m */
   int first_tile_m;
   /* Tiles [own_t0, own_t1) hold only this rank's rows, which need not be
    * in the gathered A: row r of them is row r - own_row0 of a_own (own_rows
@@ -178,7 +58,7 @@ typedef struct mkx_tp_ag_desc {
    * the epoch before the first call), both local */
   float *sk_part;
   int *sk_flags;
-  mkx_tp_sync sync; /* bounds, error word, tells */
+  mkx_fused_sync sync; /* bounds, error word, tells */
   /* Sources whose rows are in place before the kernel (bit s): no wait. */
   unsigned ready_mask;
   /* Sources on other nodes (bit s, mkx_tp_net_desc): their rows come over
@@ -214,20 +94,20 @@ int mkx_tp_ag_gemm_load(const mkx_tp_ag_desc *d);
  *   setting the peer's word slot0 + rank * words + 1 + j to e.
  *   end (<<<1, 32>>>, after the GEMM): waits until the proxy has completed
  *   every command of the call (the rows may be overwritten).
- * A wait that runs out leaves MKX_TP_ERR_TIMEOUT in sync.err (where:
- * MKX_TP_AT_NET_*; peer: the rank), a dead ring its code likewise. */
+ * A wait that runs out leaves MKX_FUSED_ERR_TIMEOUT in sync.err (where:
+ * MKX_FUSED_AT_NET_*; peer: the rank), a dead ring its code likewise. */
 #define MKX_TP_NET_MAXCH 16
 typedef struct mkx_tp_net_desc {
   mkx_proxy_dev proxy;
   uint64_t *epoch;    /* device: GPU-driven calls so far */
   uint64_t *last_seq; /* device: the call's last command */
-  int rank, size;     /* size <= 32; rows (bnd) only with size <= MKX_TP_MAX */
+  int rank, size;     /* size <= 32; rows (bnd) only with size <= MKX_FUSED_MAX */
   unsigned peers;     /* bit q: rank q is met and written; 0: every other */
   uint32_t slot0, words, region;
   int64_t row_bytes;
-  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t bnd[MKX_FUSED_MAX + 1];
   int chunk_tiles;
-  mkx_tp_sync sync; /* bound and error word */
+  mkx_fused_sync sync; /* bound and error word */
   /* device, or NULL: the epoch at which the call's forward (below) ended;
    * end waits for it first */
   const uint64_t *fwd_done;
@@ -246,7 +126,7 @@ int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64
                     cudaStream_t st);
 /*   wait (<<<1, 32>>>): until word slot0 + q * words + word of every peer
  *   q has reached the call's epoch (bounded; a wait that runs out is
- *   recorded at `where`, MKX_TP_AT_*, naming q). */
+ *   recorded at `where`, MKX_FUSED_AT_*, naming q). */
 int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st);
 
 /* The owner's sum of its rows: out[i] = sum over ranks r in rank order of
@@ -261,16 +141,16 @@ int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStre
  * least MKX_TP_NET_MAXCH device words, zero before the kernel and after
  * it (the blocks count their groups of each chunk there).
  * Nodes of several ranks name their sources instead (nsrc > 0, at most
- * MKX_TP_MAX, summed in that order): source s is part[s]; its chunk j
+ * MKX_FUSED_MAX, summed in that order): source s is part[s]; its chunk j
  * waits for rank src_rank[s]'s word w0 + j if src_rank[s] >= 0, else for
  * src_flag[s][j] (a node rank's flag, as mapped here) to reach
  * *flag_epoch if src_flag[s], else for nothing; a failed flag wait names
- * rank src_name[s] (MKX_TP_AT_NODE_PART, tile j).  post_one = q + 1 sends
+ * rank src_name[s] (MKX_FUSED_AT_NODE_PART, tile j).  post_one = q + 1 sends
  * each summed chunk to rank q only, to post_dst_off (+ the chunk's
  * offset) instead of post_off; 0: to every peer. */
 typedef struct mkx_tp_net_sum_desc {
   mkx_tp_net_desc net;
-  const float *part[MKX_TP_MAX];
+  const float *part[MKX_FUSED_MAX];
   int64_t ld_part, rows, n, chunk_rows;
   uint32_t w0;
   void *out;
@@ -284,9 +164,9 @@ typedef struct mkx_tp_net_sum_desc {
   int64_t post_row_bytes;
   uint64_t *chunk_done;
   int nsrc;
-  int src_rank[MKX_TP_MAX];
-  const int *src_flag[MKX_TP_MAX];
-  int src_name[MKX_TP_MAX];
+  int src_rank[MKX_FUSED_MAX];
+  const int *src_flag[MKX_FUSED_MAX];
+  int src_name[MKX_FUSED_MAX];
   const int *flag_epoch;
   int post_one;
   uint64_t post_dst_off;
@@ -298,7 +178,7 @@ int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st);
  * row_bytes per row from src (ld_src bytes apart) to dst (ld_dst). */
 typedef struct mkx_tp_net_take_desc {
   mkx_tp_net_desc net;
-  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t bnd[MKX_FUSED_MAX + 1];
   int64_t chunk_rows;
   uint32_t w0;
   const char *src;
@@ -335,8 +215,8 @@ typedef struct mkx_tp_net_fwd_desc {
   int kind;
   const char *src;
   int ndst;
-  char *dst[MKX_TP_MAX];
-  int *flags[MKX_TP_MAX];
+  char *dst[MKX_FUSED_MAX];
+  int *flags[MKX_FUSED_MAX];
   int64_t tiles_m;   /* rows */
   uint64_t kv_chunk; /* key/value */
   uint32_t kv_word;
@@ -358,9 +238,9 @@ long mkx_tp_ag_sk_launches(void);
  *   - late tile rows (at most p - 1) hold rows of several owners. */
 typedef struct mkx_tp_rs_layout {
   int tiles_m, tiles_n, bn;
-  int nlate, late_tm[MKX_TP_MAX];
-  int clean_a[MKX_TP_MAX], clean_b[MKX_TP_MAX];
-  int chunk_tr[MKX_TP_MAX], nchunk[MKX_TP_MAX];
+  int nlate, late_tm[MKX_FUSED_MAX];
+  int clean_a[MKX_FUSED_MAX], clean_b[MKX_FUSED_MAX];
+  int chunk_tr[MKX_FUSED_MAX], nchunk[MKX_FUSED_MAX];
 } mkx_tp_rs_layout;
 void mkx_tp_rs_layout_make(int64_t m, int64_t n, int size, const int64_t *bnd, int bn, mkx_tp_rs_layout *L);
 /* Product rows [*r0, *r1) of owner q's chunk c. */
@@ -399,7 +279,7 @@ typedef struct mkx_tp_rs_desc {
   int b_kmajor;
   int ab_type, p_type, c_type;
   int size, rank, allreduce;
-  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t bnd[MKX_FUSED_MAX + 1];
   mkx_tp_rs_layout layout;
   void *stage; /* local staging of p_type */
   const void *slots;
@@ -412,15 +292,15 @@ typedef struct mkx_tp_rs_desc {
   const int *epoch;
   /* allreduce: every rank's C as mapped here (own entry unused) and its
    * leading dimension, and every rank's done[] flags */
-  void *peer_c[MKX_TP_MAX];
-  int64_t peer_ldc[MKX_TP_MAX];
-  int *peer_done[MKX_TP_MAX];
+  void *peer_c[MKX_FUSED_MAX];
+  int64_t peer_ldc[MKX_FUSED_MAX];
+  int *peer_done[MKX_FUSED_MAX];
   /* push_sm: owner q's slot [rank] (bnd[q + 1] - bnd[q] rows of n, p_type)
    * and counters[] as mapped here (own entries unused) */
   int push_sm;
-  void *peer_slot[MKX_TP_MAX];
-  int *peer_counters[MKX_TP_MAX];
-  mkx_tp_sync sync; /* bounds, error word, tells */
+  void *peer_slot[MKX_FUSED_MAX];
+  int *peer_counters[MKX_FUSED_MAX];
+  mkx_fused_sync sync; /* bounds, error word, tells */
 } mkx_tp_rs_desc;
 int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
 
@@ -439,15 +319,15 @@ int mkx_tp_rs_gemm(const mkx_tp_rs_desc *d, cudaStream_t st);
 typedef struct mkx_tp_pull_desc {
   int size;
   int64_t m, n, row0, rows;
-  const void *a[MKX_TP_MAX];
-  const void *b[MKX_TP_MAX];
-  int64_t lda[MKX_TP_MAX], ldb[MKX_TP_MAX], k[MKX_TP_MAX];
+  const void *a[MKX_FUSED_MAX];
+  const void *b[MKX_FUSED_MAX];
+  int64_t lda[MKX_FUSED_MAX], ldb[MKX_FUSED_MAX], k[MKX_FUSED_MAX];
   int b_kmajor, ab_type, c_type, bn;
   void *c;
   int64_t ldc;
   int allreduce, rank;
-  void *peer_c[MKX_TP_MAX];
-  int64_t peer_ldc[MKX_TP_MAX];
+  void *peer_c[MKX_FUSED_MAX];
+  int64_t peer_ldc[MKX_FUSED_MAX];
   int ctas;
 } mkx_tp_pull_desc;
 int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t st);
@@ -458,9 +338,9 @@ int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t st);
 typedef struct mkx_tp_ag_pull_desc {
   int size;
   int64_t m, n, k;
-  int64_t bnd[MKX_TP_MAX + 1];
-  const void *a[MKX_TP_MAX];
-  int64_t lda[MKX_TP_MAX];
+  int64_t bnd[MKX_FUSED_MAX + 1];
+  const void *a[MKX_FUSED_MAX];
+  int64_t lda[MKX_FUSED_MAX];
   const void *b;
   int64_t ldb;
   int b_kmajor, ab_type, c_type, bn;
@@ -479,22 +359,22 @@ long mkx_tp_pull_launches(void);
 typedef struct mkx_tp_late_desc {
   int64_t m, n;
   int rank; /* in bnd, late[], peer_c[] */
-  int64_t bnd[MKX_TP_MAX + 1];
-  int nlate, late_tm[MKX_TP_MAX];
-  const float *late[MKX_TP_MAX]; /* every rank's late buffer, mapped */
+  int64_t bnd[MKX_FUSED_MAX + 1];
+  int nlate, late_tm[MKX_FUSED_MAX];
+  const float *late[MKX_FUSED_MAX]; /* every rank's late buffer, mapped */
   int c_type, allreduce;
   void *c;
   int64_t ldc, c_row0;
-  void *peer_c[MKX_TP_MAX];
-  int64_t peer_ldc[MKX_TP_MAX];
-  mkx_tp_sync sync;
+  void *peer_c[MKX_FUSED_MAX];
+  int64_t peer_ldc[MKX_FUSED_MAX];
+  mkx_fused_sync sync;
 } mkx_tp_late_desc;
 int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
 
 /* The split path (kernels/tp/split.cu): the GEMM and the communication
  * one after the other, for shapes too small to gain from overlap (fewer
  * launches, no copy-engine set-up, one meeting of the GPUs per kernel).
- * Its workspaces are never shared with the overlapped path's (mkx_tp_need
+ * Its workspaces are never shared with the overlapped path's (mkx_fused_need
  * .split), whose last kernels may still read a peer's workspace after
  * their own rank has moved on. */
 
@@ -507,13 +387,13 @@ int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
  * the epoch. */
 typedef struct mkx_tp_split_ag_desc {
   const void *a;
-  int64_t lda, rows, k;       /* this rank's rows of A */
-  int esz;                    /* bytes per element: 2 */
-  int64_t row0;               /* their first row in the gathered A */
-  void *gathered[MKX_TP_MAX]; /* every rank's gathered A (ld k), mapped */
-  int *flags[MKX_TP_MAX];     /* every rank's flags, mapped */
+  int64_t lda, rows, k;          /* this rank's rows of A */
+  int esz;                       /* bytes per element: 2 */
+  int64_t row0;                  /* their first row in the gathered A */
+  void *gathered[MKX_FUSED_MAX]; /* every rank's gathered A (ld k), mapped */
+  int *flags[MKX_FUSED_MAX];     /* every rank's flags, mapped */
   int tiles_m, t0, t1, wait_all;
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
 } mkx_tp_split_ag_desc;
 int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);
 
@@ -547,11 +427,11 @@ int mkx_tp_ag1(const mkx_tp_ag1_desc *d, cudaStream_t st);
  * bump the epoch.  n, ldc multiples of 8, C 16-byte aligned. */
 typedef struct mkx_tp_split_red_desc {
   int64_t m, n, r0, r1;
-  const void *part[MKX_TP_MAX]; /* every rank's partial, mapped */
+  const void *part[MKX_FUSED_MAX]; /* every rank's partial, mapped */
   int p_type, c_type;
   void *c;
   int64_t ldc, c_row0;
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
 } mkx_tp_split_red_desc;
 int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t st);
 
@@ -561,14 +441,9 @@ int mkx_tp_split_reduce(const mkx_tp_split_red_desc *d, cudaStream_t st);
 int mkx_tp_transpose(const void *src, int64_t rows, int64_t cols, int64_t lds, void *dst, int64_t ldd, int esz,
                      cudaStream_t st);
 
-/* A stream memory operation for the copy engines' side streams (driver
- * entry point, so no libcuda link; addr: device memory): wait until
- * *(int32 *)addr >= value (wrap-safe); 0 or a cudaError_t. */
-int mkx_tp_stream_wait_geq(cudaStream_t st, int *addr, int value);
-
 /* GEMM+AllReduce tail: wait (bounded) until every owner's rows have
  * landed here (done[q] >= epoch, and done_late[q] if `late`). */
-int mkx_tp_ar_wait(const mkx_tp_sync *s, int late, cudaStream_t st);
+int mkx_tp_ar_wait(const mkx_fused_sync *s, int late, cudaStream_t st);
 
 #ifdef __cplusplus
 }

@@ -213,7 +213,7 @@ static void run_case(const tcase *t, int self, int ready, int net) {
   int *flags = NULL, *err = NULL, *derr = NULL;
   char *ws = NULL;
   net_view nv = {NULL, NULL, NULL};
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
   memset(&sync, 0, sizeof sync);
   mkx_attn_desc d;
   memset(&d, 0, sizeof d);
@@ -253,9 +253,9 @@ static void run_case(const tcase *t, int self, int ready, int net) {
                     cudaMemcpyHostToDevice));
     CUDA(cudaMalloc((void **)&ws, 8192));
     CUDA(cudaMemset(ws, 0, 8192));
-    CUDA(cudaHostAlloc((void **)&err, sizeof(int) * MKX_TP_ERR_WORDS,
+    CUDA(cudaHostAlloc((void **)&err, sizeof(int) * MKX_FUSED_ERR_WORDS,
                        cudaHostAllocMapped));
-    memset(err, 0, sizeof(int) * MKX_TP_ERR_WORDS);
+    memset(err, 0, sizeof(int) * MKX_FUSED_ERR_WORDS);
     CUDA(cudaHostGetDevicePointer((void **)&derr, err, 0));
     sync.rank = 0;
     sync.size = 1;
@@ -286,7 +286,7 @@ static void run_case(const tcase *t, int self, int ready, int net) {
   if (net && ready) net_land(t, &nv);
   CUDA(cudaDeviceSynchronize());
   if (!ready) {
-    CHECK(err[0] == MKX_TP_ERR_TIMEOUT && err[3] == MKX_TP_AT_KV_CHUNK &&
+    CHECK(err[0] == MKX_FUSED_ERR_TIMEOUT && err[3] == MKX_FUSED_AT_KV_CHUNK &&
               err[1] != self,
           "%s: timeout reported at another chunk's keys and values: error "
           "word %d %d %d %d (code, chunk, row block, where)",

@@ -143,7 +143,7 @@ static void check_report(MKX_Comm c, int want_none) {
     CHECK(s->part == MKX_PART_NONE || s->part == MKX_PART_CLIENT,
           "gpu_partition=none, yet %s", mkx_gpu_part_name(s->part));
     if (s->part == MKX_PART_NONE)
-      CHECK(s->unsafe && mkx_tp_share_why(c) != NULL,
+      CHECK(s->unsafe && mkx_fused_share_why(c) != NULL,
             "no SMs of its own, yet the fused paths are not refused");
     return;
   }

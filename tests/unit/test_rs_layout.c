@@ -59,7 +59,7 @@ int main(void) {
                            256, 513, 777, 1000, 4095, 4096, 8192, 12345};
   for (int p = 1; p <= 8; p++) {
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-      int64_t bnd[MKX_TP_MAX + 1];
+      int64_t bnd[MKX_FUSED_MAX + 1];
       for (int q = 0; q < p; q++) {
         int64_t first, count;
         MKX_Block_range(fixed[i], p, q, &first, &count);
@@ -70,7 +70,7 @@ int main(void) {
     }
     for (int it = 0; it < 200;
          it++) { /* arbitrary boundaries, empty owners too */
-      int64_t m = 1 + rand() % 5000, bnd[MKX_TP_MAX + 1];
+      int64_t m = 1 + rand() % 5000, bnd[MKX_FUSED_MAX + 1];
       bnd[0] = 0;
       bnd[p] = m;
       for (int q = 1; q < p; q++) bnd[q] = rand() % (m + 1);

@@ -51,7 +51,7 @@ static const char *const FN = "MKX_Ring_attention";
 
 typedef struct attn_plan {
   mkx_path path; /* the table entry that made it (and its start counter) */
-  mkx_tp_ws *ws;
+  mkx_fused_ws *ws;
   int ring;           /* several ranks */
   int hier;           /* several nodes */
   size_t chunk;       /* bytes of one rank's K (and of its V) */
@@ -82,7 +82,7 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
   d->v = a->V;
   d->o = a->O;
   d->lse = a->LSE;
-  d->dtype = mkx_tp_gemm_type(a->dtype);
+  d->dtype = mkx_fused_gemm_type(a->dtype);
   d->causal = a->causal;
   d->scale = (float)a->scale;
   d->layout = a->layout;
@@ -93,20 +93,20 @@ static void desc_of(MKX_Comm c, const mkx_attn_args *a, const attn_plan *p,
                    : 0;
   if (!p) return;
   const int me = c->place.local_rank;
-  char *data = mkx_tp_ws_data(p->ws, me);
+  char *data = mkx_fused_ws_data(p->ws, me);
   d->tile_counter = (int *)(data + p->counter_off);
   if (!p->ring) return;
   d->nchunks = c->size;
   d->self = c->rank;
   d->k_ring = data;
   d->v_ring = data + (size_t)c->size * p->chunk;
-  d->ready = mkx_tp_ws_flags(p->ws, me);
-  d->ready_target = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
+  d->ready = mkx_fused_ws_flags(p->ws, me);
+  d->ready_target = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_EPOCH);
   if (p->hier) d->order = p->order;
 }
 
 /* Several nodes: equal nodes joined by MKX's transport (the column
- * exchange of src/host/hier.c), at most MKX_TP_MAX ranks per node and
+ * exchange of src/host/hier.c), at most MKX_FUSED_MAX ranks per node and
  * MKX_ATTN_MAX_CHUNKS in all. */
 static int hier_ok(MKX_Comm c) {
   if (!mkx_hier_usable(c))
@@ -114,13 +114,13 @@ static int hier_ok(MKX_Comm c) {
                      "%s: GPU path over several nodes needs nodes of equal "
                      "size and a network transport",
                      FN);
-  if (c->place.local_size > MKX_TP_MAX || c->size > MKX_ATTN_MAX_CHUNKS)
+  if (c->place.local_size > MKX_FUSED_MAX || c->size > MKX_ATTN_MAX_CHUNKS)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path takes at most %d ranks per node and %d "
                      "in all (%d, %d)",
-                     FN, MKX_TP_MAX, MKX_ATTN_MAX_CHUNKS, c->place.local_size,
-                     c->size);
-  return mkx_tp_share_ok(c, FN);
+                     FN, MKX_FUSED_MAX, MKX_ATTN_MAX_CHUNKS,
+                     c->place.local_size, c->size);
+  return mkx_fused_share_ok(c, FN);
 }
 
 int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
@@ -134,7 +134,7 @@ int mkx_attn_gpu_check(MKX_Comm c, const void *args, const mkx_agreed *g) {
   if (c->place.num_nodes > 1)
     MKX_TRY(hier_ok(c));
   else if (c->size > 1)
-    MKX_TRY(mkx_tp_node_ok(c, FN));
+    MKX_TRY(mkx_fused_node_ok(c, FN));
   mkx_attn_desc d;
   const char *why = NULL;
   desc_of(c, a, NULL, &d);
@@ -208,8 +208,9 @@ static void plan_free(attn_plan *p) {
 static int load_engine(MKX_Comm c, const mkx_attn_args *a) {
   mkx_attn_desc d;
   desc_of(c, a, NULL, &d);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_prologue_load(), FN, "loading the prologue"));
-  return mkx_tp_launch_rc(mkx_attn_load(&d), FN, "loading the engine");
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_prologue_load(), FN,
+                              "loading the prologue"));
+  return mkx_fused_launch_rc(mkx_attn_load(&d), FN, "loading the engine");
 }
 
 /* The plan of the entry of `path` (mkx_attn_gpu_choose: the only place
@@ -225,18 +226,18 @@ static int plan_path(MKX_Comm c, const void *args, mkx_path path, void **plan) {
              MKX_Type_size(a->dtype);
   p->counter_off = p->ring ? 2 * (size_t)c->size * p->chunk : 0;
   /* agreed values only: every rank's pool takes the same decision */
-  mkx_tp_need need = {1, c->size, p->counter_off + 256, 0};
+  mkx_fused_need need = {1, c->size, p->counter_off + 256, 0};
   const int by_gpu = path == MKX_PATH_ATTN_NET;
   int rc = p->hier ? hier_plan(c, p, by_gpu) : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, rc, "ring attention plan");
   if (rc == MKX_SUCCESS && by_gpu) rc = mkx_attn_net_init(c, p->chunk, &p->net);
   if (rc == MKX_SUCCESS) {
-    rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+    rc = mkx_fused_ws_acquire(c, &need, &p->ws);
     if (rc == MKX_SUCCESS) rc = load_engine(c, a);
     rc = mkx_comm_agree_rc(c, rc, "ring attention workspace");
   }
   if (rc != MKX_SUCCESS) {
-    if (p->ws) mkx_tp_ws_release(p->ws);
+    if (p->ws) mkx_fused_ws_release(p->ws);
     plan_free(p);
     return rc;
   }
@@ -248,7 +249,7 @@ static void attn_free(MKX_Comm c, void *plan) {
   attn_plan *p = plan;
   (void)c;
   if (!p) return;
-  mkx_tp_ws_release(p->ws);
+  mkx_fused_ws_release(p->ws);
   plan_free(p);
 }
 
@@ -257,15 +258,16 @@ static void attn_free(MKX_Comm c, void *plan) {
  * flag of src, on stream s (stream order: the flag after the data). */
 static int push_chunk(MKX_Comm c, const attn_plan *p, int src, const void *k,
                       const void *v, int lq, cudaStream_t s) {
-  char *data = mkx_tp_ws_data(p->ws, lq);
+  char *data = mkx_fused_ws_data(p->ws, lq);
   char *kd = data + (size_t)src * p->chunk;
   char *vd = data + ((size_t)c->size + (size_t)src) * p->chunk;
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(kd, k, p->chunk, cudaMemcpyDefault, s),
                       FN, "copy of K"));
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(vd, v, p->chunk, cudaMemcpyDefault, s),
                       FN, "copy of V"));
-  const int *epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_SRC);
-  return mkx_cuda_rc(cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + src, epoch,
+  const int *epoch =
+      mkx_fused_ws_word(p->ws, c->place.local_rank, MKX_FUSED_OFF_SRC);
+  return mkx_cuda_rc(cudaMemcpyAsync(mkx_fused_ws_flags(p->ws, lq) + src, epoch,
                                      sizeof(int), cudaMemcpyDeviceToDevice, s),
                      FN, "copy of a ready flag");
 }
@@ -279,7 +281,7 @@ static int first_side(const attn_plan *p) { return p->hier && !p->net ? 0 : 1; }
  * rank's chunk goes to every other rank of its node. */
 static int push_peers(MKX_Comm c, const attn_plan *p, const mkx_attn_args *a,
                       cudaStream_t st) {
-  mkx_tp_ws *ws = p->ws;
+  mkx_fused_ws *ws = p->ws;
   const int G = c->place.local_size, me = c->place.local_rank;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), FN, "fork"));
   for (int i = first_side(p); i < G; i++)
@@ -322,12 +324,13 @@ static int hier_exchange(MKX_Comm c, const attn_plan *p,
  * the call reports the failure).  Best effort: the failure is what counts. */
 static void release_column(MKX_Comm c, const attn_plan *p) {
   const int G = c->place.local_size;
-  const int *epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_SRC);
+  const int *epoch =
+      mkx_fused_ws_word(p->ws, c->place.local_rank, MKX_FUSED_OFF_SRC);
   for (int m = 0; m < c->place.num_nodes; m++) {
     if (m == c->place.node) continue;
     for (int lq = 0; lq < G; lq++)
-      (void)cudaMemcpyAsync(mkx_tp_ws_flags(p->ws, lq) + p->col_rank[m], epoch,
-                            sizeof(int), cudaMemcpyDeviceToDevice,
+      (void)cudaMemcpyAsync(mkx_fused_ws_flags(p->ws, lq) + p->col_rank[m],
+                            epoch, sizeof(int), cudaMemcpyDeviceToDevice,
                             p->ws->side[0]);
   }
 }
@@ -338,15 +341,15 @@ static int attn_start(MKX_Comm c, void *plan, const void *args,
   const mkx_attn_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   mkx_attn_desc d;
-  mkx_tp_sync sync;
-  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, p->path));
+  mkx_fused_sync sync;
+  MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, 1, p->path));
   if (p->ring) MKX_TRY(push_peers(c, p, a, st));
   desc_of(c, a, p, &d);
   if (p->net) MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &d));
-  mkx_tp_sync_fill(c, p->ws, 1, &sync);
+  mkx_fused_sync_fill(c, p->ws, 1, &sync);
   if (p->net) mkx_attn_net_ctas(c, p->net, &sync.ctas);
   d.sync = &sync;
-  MKX_TRY(mkx_tp_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
   if (p->hier && !p->net) {
     const int rc = hier_exchange(c, p, a);
     if (rc != MKX_SUCCESS) {
@@ -361,7 +364,7 @@ static int attn_start(MKX_Comm c, void *plan, const void *args,
                         "join wait"));
   }
   if (p->net) MKX_TRY(mkx_attn_net_end(c, p->net, st));
-  return mkx_tp_end(p->ws, stream);
+  return mkx_fused_end(p->ws, stream);
 }
 
 /* One entry per path, each with its plan; they share the start, which

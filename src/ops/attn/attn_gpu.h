@@ -24,10 +24,11 @@ void mkx_attn_net_free(mkx_attn_net *n);
  * every other node; then *d's ring and net_* fields say where the other
  * ranks' chunks land here and which words say they have. */
 struct mkx_attn_desc;
-int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
-                      const void *V, cudaStream_t st, struct mkx_attn_desc *d);
+int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
+                      const void *K, const void *V, cudaStream_t st,
+                      struct mkx_attn_desc *d);
 /* The CTAs the engine may take beside this path's kernels (*ctas: the
- * rank's, mkx_tp_sync.ctas; 0 for every SM). */
+ * rank's, mkx_fused_sync.ctas; 0 for every SM). */
 void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas);
 /* On st after the engine (after mkx_attn_net_send of the same start):
  * until the proxy has completed this rank's writes. */

@@ -50,7 +50,7 @@ struct mkx_attn_net {
   size_t chunk;      /* bytes of K, and of V right after it */
   unsigned peers;    /* bit q: rank q's chunk comes over the network */
   int node;          /* nodes of several ranks: the forward */
-  mkx_tp_ws *ws;     /* this start's workspace */
+  mkx_fused_ws *ws;  /* this start's workspace */
   mkx_tp_net_desc d; /* the kernels' descriptor, this start's */
 };
 
@@ -88,7 +88,7 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
   if (rc == MKX_SUCCESS)
-    rc = mkx_tp_launch_rc(mkx_tp_net_load(), FN, "loading its kernels");
+    rc = mkx_fused_launch_rc(mkx_tp_net_load(), FN, "loading its kernels");
   rc = mkx_comm_agree_rc(c, rc, "ring attention network plan");
   void *base = NULL;
   uint64_t *words = NULL;
@@ -115,10 +115,10 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(region + mine + n->chunk, V, n->chunk,
                                       cudaMemcpyDefault, st),
                       FN, "copy of V to the network region"));
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n->d, st), FN, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(&n->d, st), FN, "network meet"));
   for (int q = 0; q < c->size; q++)
     if (n->peers >> q & 1u)
-      MKX_TRY(mkx_tp_launch_rc(
+      MKX_TRY(mkx_fused_launch_rc(
           mkx_tp_net_post(&n->d, q, mine, mine, 2 * n->chunk, W_KV, st), FN,
           "network post"));
   return MKX_SUCCESS;
@@ -138,8 +138,9 @@ static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
   return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, st, FN);
 }
 
-int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
-                      const void *V, cudaStream_t st, mkx_attn_desc *e) {
+int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
+                      const void *K, const void *V, cudaStream_t st,
+                      mkx_attn_desc *e) {
   void *base = NULL;
   uint64_t *words = NULL;
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
@@ -165,7 +166,8 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_tp_ws *ws, const void *K,
       (const int *)(uintptr_t)(n->d.proxy.signals + n->d.slot0 + W_KV);
   e->net_ready_stride = (int)(2 * n->d.words);
   e->net_target = (const int *)(uintptr_t)n->d.epoch;
-  e->net_claim = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_COUNTERS);
+  e->net_claim =
+      mkx_fused_ws_word(ws, c->place.local_rank, MKX_FUSED_OFF_COUNTERS);
   return MKX_SUCCESS;
 }
 
@@ -175,7 +177,7 @@ void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   if (n->node) MKX_TRY(mkx_net_fwd_join(n->ws, 0, st, FN));
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(&n->d, st), FN, "network drain"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_end(&n->d, st), FN, "network drain"));
   return mkx_comm_net_gpu_mark(c, st);
 }
 #else

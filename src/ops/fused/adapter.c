@@ -40,7 +40,7 @@ typedef struct ad_plan {
   int op;
   const mkx_path_ops *inner_ops; /* the twin's fused path */
   void *inner;                   /* and its plan */
-  mkx_tp_ws *tmp;
+  mkx_fused_ws *tmp;
   ad_shape s;
   size_t a_off, b_off, c_off, ao_off;
   union {
@@ -160,7 +160,7 @@ static size_t lay_out(ad_plan *p) {
 }
 
 static void make_twin(MKX_Comm c, ad_plan *p, const void *args) {
-  char *base = mkx_tp_ws_data(p->tmp, c->place.local_rank);
+  char *base = mkx_fused_ws_data(p->tmp, c->place.local_rank);
   const ad_shape *s = &p->s;
   const int64_t ldb_p = s->tb == MKX_TRANS ? s->kp : s->np;
   if (p->op == MKX_TP_OP_AG) {
@@ -214,12 +214,12 @@ int mkx_tp_adapt_plan(MKX_Comm c, int op, const void *args,
   uint64_t bytes = 0;
   int rc =
       mkx_comm_agree_u64(c, lay_out(p), MKX_AGREE_MAX, &bytes, op_name(op));
-  mkx_tp_need need = {0, 0, (size_t)bytes};
-  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->tmp);
+  mkx_fused_need need = {0, 0, (size_t)bytes};
+  if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->tmp);
   if (rc == MKX_SUCCESS) {
     make_twin(c, p, args);
     rc = inner_plan(c, p, g);
-    if (rc != MKX_SUCCESS) mkx_tp_ws_release(p->tmp);
+    if (rc != MKX_SUCCESS) mkx_fused_ws_release(p->tmp);
   }
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -263,7 +263,7 @@ static int zero_pad(const ad_plan *p, char *m, int64_t rows, int64_t rows_p,
 static int transpose(const ad_plan *p, const void *src, int64_t rows,
                      int64_t cols, int64_t lds, void *dst, int64_t ldd,
                      size_t esz, cudaStream_t st) {
-  return mkx_tp_launch_rc(
+  return mkx_fused_launch_rc(
       mkx_tp_transpose(src, rows, cols, lds, dst, ldd, (int)esz, st),
       op_name(p->op), "transpose of a column-major operand");
 }
@@ -314,7 +314,7 @@ int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
   const void *twin = p->op == MKX_TP_OP_AG ? (const void *)&p->twin.ag
                                            : (const void *)&p->twin.red;
   const ad_args t = view(p->op, twin);
-  MKX_TRY(mkx_tp_after_last(p->tmp, op_name(p->op), stream));
+  MKX_TRY(mkx_fused_after_last(p->tmp, op_name(p->op), stream));
   MKX_TRY(put_a(p, &v, (void *)t.A, st));
   MKX_TRY(put_b(p, &v, (void *)t.B, st));
   MKX_TRY(p->inner_ops->start(c, p->inner, twin, stream));
@@ -324,14 +324,14 @@ int mkx_tp_adapt_start(MKX_Comm c, void *plan, const void *args,
   if (s->ao)
     MKX_TRY(get_out(p, (void *)v.A_out, v.ld_aout, t.A_out, s->ao_rows, s->k,
                     s->kp, s->es, st));
-  return mkx_tp_end(p->tmp, stream);
+  return mkx_fused_end(p->tmp, stream);
 }
 
 void mkx_tp_adapt_free(MKX_Comm c, void *plan) {
   ad_plan *p = plan;
   if (!p) return;
   if (p->inner_ops) p->inner_ops->free(c, p->inner);
-  mkx_tp_ws_release(p->tmp);
+  mkx_fused_ws_release(p->tmp);
   free(p);
 }
 #else

@@ -1,7 +1,8 @@
 /*
- * Host side of the fused tensor-parallel paths (src/ops/fused/workspace.c): the
- * pool of symmetric workspaces each communicator keeps, and helpers the
- * three operations share.  C11; only built with CUDA.
+ * Host side of every fused path (src/ops/fused/workspace.c): the pool of
+ * symmetric workspaces each communicator keeps, call begin and end, and
+ * helpers the paths share (mkx_fused_*), with those of the three
+ * tensor-parallel calls (mkx_tp_*).  C11; only built with CUDA.
  */
 #ifndef MKX_OPS_FUSED_FUSED_H
 #define MKX_OPS_FUSED_FUSED_H
@@ -13,80 +14,84 @@
 #include "core/cuda_rc.h"
 #include "mem/symm.h"
 #include "ops/path.h"
+#include "fused/fused.h"
 #include "tp/tp.h"
 #include "gemm/gemm_engine.h"
 
 /* What a call needs of a workspace (ints of src[] and flags[], data bytes,
  * and which path: the split path's workspaces are kept apart, see tp.h). */
-typedef struct mkx_tp_need {
+typedef struct mkx_fused_need {
   int64_t src_n, flags_n;
   size_t data_bytes;
   int split;
-} mkx_tp_need;
+} mkx_fused_need;
 
-#define MKX_TP_SIDES (MKX_TP_MAX + 1)
+#define MKX_FUSED_SIDES (MKX_FUSED_MAX + 1)
 
 /* One symmetric workspace.  Held by one plan (or one plain call) at a time,
  * so plans never share flags; returned to the communicator's pool after. */
-typedef struct mkx_tp_ws {
+typedef struct mkx_fused_ws {
   mkx_symm_buf buf; /* local base and node peers' mappings */
   size_t bytes, flags_off, data_off;
   int64_t src_cap, flags_cap;
-  int dumped;              /* its flag words were logged (debug) */
-  int *err_host, *err_dev; /* host-mapped error word (MKX_TP_ERR_WORDS ints) */
+  int dumped; /* its flag words were logged (debug) */
+  /* host-mapped error word (MKX_FUSED_ERR_WORDS ints) */
+  int *err_host, *err_dev;
   /* side streams, one per node rank (the copy engines' pushes) and one
    * more (the network forward: side[local_size]); made for the node's
    * ranks only, whatever the communicator's size */
-  cudaStream_t side[MKX_TP_SIDES];
-  cudaEvent_t ev_fork, ev_join[MKX_TP_SIDES], ev_last;
+  cudaStream_t side[MKX_FUSED_SIDES];
+  cudaEvent_t ev_fork, ev_join[MKX_FUSED_SIDES], ev_last;
   void *last_stream; /* stream of the last call (serialisation) */
   int used, busy, split;
   MKX_Comm comm;  /* owner: options, and ranks in messages */
   const char *fn; /* the call that last started on it */
   long starts;    /* runs the host started on it (a graph's replays aside) */
-  /* the message of a bad input a run found on the GPU (kernels/tp/tp.h,
-   * MKX_TP_ERR_INPUT): set by the path that records one */
+  /* the message of a bad input a run found on the GPU
+   * (kernels/fused/fused.h, MKX_FUSED_ERR_INPUT): set by the path that
+   * records one */
   int (*input_error)(const int *rec, const char *head);
-  struct mkx_tp_ws *next;
-} mkx_tp_ws;
+  struct mkx_fused_ws *next;
+} mkx_fused_ws;
 
 /* 1 if this communicator can take a single-node fused path, else 0 with a
  * reason in the error state (MKX_ERR_UNSUPPORTED). */
-int mkx_tp_node_ok(MKX_Comm c, const char *fn);
+int mkx_fused_node_ok(MKX_Comm c, const char *fn);
 /* Why ranks of a node that share a GPU stay off the fused paths, or NULL:
  * option shared_gpu=staged, or under MPS a rank without SMs of its own
  * (share.unsafe) and shared_gpu=auto.  _ok: the same as
  * MKX_ERR_UNSUPPORTED. */
-const char *mkx_tp_share_why(MKX_Comm c);
-int mkx_tp_share_ok(MKX_Comm c, const char *fn);
+const char *mkx_fused_share_why(MKX_Comm c);
+int mkx_fused_share_ok(MKX_Comm c, const char *fn);
 
 /* Collective: a free workspace of the pool that fits `need` (allocating or
  * replacing one where none fits; every rank's pool is in the same state, so
  * every rank takes the same decision).  Marks it busy. */
-int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws);
+int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
+                         mkx_fused_ws **ws);
 /* Local: back to the pool (the stream keeps ordering its in-flight use). */
-void mkx_tp_ws_release(mkx_tp_ws *ws);
+void mkx_fused_ws_release(mkx_fused_ws *ws);
 
-/* Local pointers into a rank's workspace; mkx_tp_ws_word: the int at
- * byte offset `off` of its header (MKX_TP_OFF_*). */
-char *mkx_tp_ws_peer(const mkx_tp_ws *ws, int local_rank);
-int *mkx_tp_ws_word(const mkx_tp_ws *ws, int local_rank, size_t off);
-int *mkx_tp_ws_flags(const mkx_tp_ws *ws, int local_rank);
-char *mkx_tp_ws_data(const mkx_tp_ws *ws, int local_rank);
+/* Local pointers into a rank's workspace; mkx_fused_ws_word: the int at
+ * byte offset `off` of its header (MKX_FUSED_OFF_*). */
+char *mkx_fused_ws_peer(const mkx_fused_ws *ws, int local_rank);
+int *mkx_fused_ws_word(const mkx_fused_ws *ws, int local_rank, size_t off);
+int *mkx_fused_ws_flags(const mkx_fused_ws *ws, int local_rank);
+char *mkx_fused_ws_data(const mkx_fused_ws *ws, int local_rank);
 
 /* The sync descriptor every kernel of a call takes. */
-void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
-                      mkx_tp_sync *s);
+void mkx_fused_sync_fill(MKX_Comm c, const mkx_fused_ws *ws, int src_n,
+                         mkx_fused_sync *s);
 
 /* Start of gpu_start: report an earlier timeout on any workspace of the
  * communicator (MKX_ERR_TIMEOUT naming rank and tile), order the call after
  * the last one on another stream, count a start on `path` and enqueue the
  * prologue. */
-int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
-                 int src_n, mkx_path path);
+int mkx_fused_begin(MKX_Comm c, mkx_fused_ws *ws, const char *fn, MKX_Stream st,
+                    int src_n, mkx_path path);
 /* The same for the split path: no prologue (its kernels meet the peers). */
-int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
-                       MKX_Stream st);
+int mkx_fused_begin_split(MKX_Comm c, mkx_fused_ws *ws, const char *fn,
+                          MKX_Stream st);
 /* Split rather than overlap a call of M product rows (agreed values only,
  * so every rank decides alike; options shared_gpu, tp_overlap), and why. */
 int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len);
@@ -102,11 +107,11 @@ int mkx_tp_map_matrix(MKX_Comm c, const void *p, int64_t rows, int64_t cols,
                       int64_t ld, size_t es, mkx_symm_buf *b);
 /* Order work on `st` after the last call on `ws` if that ran on another
  * stream (outside graph capture). */
-int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st);
+int mkx_fused_after_last(mkx_fused_ws *ws, const char *fn, MKX_Stream st);
 /* End of gpu_start: remember the stream for the next call.  With option
  * blocking (and the stream not being captured) wait for the run and return
  * its own status: MKX_ERR_TIMEOUT naming rank and tile, or MKX_ERR_CUDA. */
-int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st);
+int mkx_fused_end(mkx_fused_ws *ws, MKX_Stream st);
 
 /* A plain GEMM of a call: AG: the gathered A (M rows, dense, in `a`) times
  * B into C; RS/AR: A times B into a dense partial `c` of c_type. */
@@ -129,10 +134,10 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
 void mkx_tp_blas_free(mkx_tp_blas *b);
 
 /* An engine/launcher return code as an MKX error. */
-int mkx_tp_launch_rc(int rc, const char *fn, const char *what);
+int mkx_fused_launch_rc(int rc, const char *fn, const char *what);
 
 /* The GEMM engine's code for an MKX type the fused paths take. */
-int mkx_tp_gemm_type(MKX_Datatype t);
+int mkx_fused_gemm_type(MKX_Datatype t);
 
 /* Columns of a GEMM+ReduceScatter tile: fixed from agreed values so that
  * every rank indexes the owners' flags the same way. */
@@ -146,7 +151,7 @@ struct mkx_agreed;
  * [own_t0, own_t1) (none: equal; the last may end short at M). */
 typedef struct mkx_tp_ag_rows {
   int64_t M, tiles_m, row0, row1, own_t0, own_t1;
-  int64_t bnd[MKX_TP_MAX + 1];
+  int64_t bnd[MKX_FUSED_MAX + 1];
 } mkx_tp_ag_rows;
 void mkx_tp_ag_rows_of(MKX_Comm c, const struct mkx_agreed *g,
                        mkx_tp_ag_rows *r);
@@ -158,11 +163,11 @@ void mkx_tp_ag_rows_of(MKX_Comm c, const struct mkx_agreed *g,
  * on st, only the rows of tiles shared with a neighbour's rows (the
  * gated GEMM reads the others from a itself), all of them when no tile is
  * its own only. */
-int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_tp_ws *ws,
+int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_fused_ws *ws,
                          const mkx_tp_ag_rows *r, int64_t chunk_tiles,
                          const struct mkx_ag_gemm_args *a, cudaStream_t st);
-int mkx_tp_ag_join_peers(MKX_Comm c, const mkx_tp_ws *ws, cudaStream_t st);
-int mkx_tp_ag_push_own_edges(MKX_Comm c, const mkx_tp_ws *ws,
+int mkx_tp_ag_join_peers(MKX_Comm c, const mkx_fused_ws *ws, cudaStream_t st);
+int mkx_tp_ag_push_own_edges(MKX_Comm c, const mkx_fused_ws *ws,
                              const mkx_tp_ag_rows *r,
                              const struct mkx_ag_gemm_args *a, cudaStream_t st);
 

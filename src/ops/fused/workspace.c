@@ -1,6 +1,7 @@
-/* The fused tensor-parallel paths' shared host side: a pool of symmetric
- * workspaces per communicator, call prologue/epilogue, error mapping.
- * See docs/fused-tp.md for the design. */
+/* The host side every fused path shares: a pool of symmetric workspaces
+ * per communicator, call prologue/epilogue, error mapping; and the
+ * tensor-parallel calls' helpers (split rule, split GEMM, rows of the
+ * gathered A).  See docs/fused-tp.md for the design. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,10 +22,10 @@
 /* The pool lives as an MPI attribute of c->mpi: MKX_Comm_free releases the
  * symmetric memory (mem's hook on the communicator) and then frees c->mpi,
  * whose delete callback frees the host side below. */
-typedef struct tp_pool {
-  mkx_tp_ws *list;
+typedef struct fused_pool {
+  mkx_fused_ws *list;
   mkx_tp_blas *blas; /* the split path's cuBLAS handle */
-} tp_pool;
+} fused_pool;
 
 static int pool_key = MPI_KEYVAL_INVALID;
 
@@ -35,20 +36,20 @@ static int pool_error(MKX_Comm c, const char *fn);
  * only here and to a blocking call: a call that stopped on it while its
  * peers, which may not see it yet, go on would stall them); host-mapped
  * words, so no synchronisation. */
-static int input_error(mkx_tp_ws *ws, const char *fn, int earlier);
-static int get_pool(MKX_Comm c, tp_pool **pool);
+static int input_error(mkx_fused_ws *ws, const char *fn, int earlier);
+static int get_pool(MKX_Comm c, fused_pool **pool);
 static int pool_async_error(MKX_Comm c) {
   const char *fn = "MKX_Comm_get_async_error";
-  tp_pool *pool;
+  fused_pool *pool;
   MKX_TRY(pool_error(c, fn));
   MKX_TRY(get_pool(c, &pool));
-  for (mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
+  for (mkx_fused_ws *ws = pool->list; ws; ws = ws->next)
     MKX_TRY(input_error(ws, fn, 1));
   return MKX_SUCCESS;
 }
 
-static void ws_destroy_host(mkx_tp_ws *ws) {
-  for (int i = 0; i < MKX_TP_SIDES; i++) {
+static void ws_destroy_host(mkx_fused_ws *ws) {
+  for (int i = 0; i < MKX_FUSED_SIDES; i++) {
     if (ws->side[i]) cudaStreamDestroy(ws->side[i]);
     if (ws->ev_join[i]) cudaEventDestroy(ws->ev_join[i]);
   }
@@ -60,10 +61,10 @@ static void ws_destroy_host(mkx_tp_ws *ws) {
 }
 
 static int pool_delete(MPI_Comm comm, int key, void *attr, void *extra) {
-  tp_pool *p = attr;
+  fused_pool *p = attr;
   (void)comm, (void)key, (void)extra;
   while (p && p->list) {
-    mkx_tp_ws *ws = p->list;
+    mkx_fused_ws *ws = p->list;
     p->list = ws->next;
     ws_destroy_host(ws); /* device memory: already freed by symm_release */
   }
@@ -72,7 +73,7 @@ static int pool_delete(MPI_Comm comm, int key, void *attr, void *extra) {
   return MPI_SUCCESS;
 }
 
-static int get_pool(MKX_Comm c, tp_pool **pool) {
+static int get_pool(MKX_Comm c, fused_pool **pool) {
   int found = 0;
   if (pool_key == MPI_KEYVAL_INVALID &&
       MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, pool_delete, &pool_key,
@@ -93,7 +94,7 @@ static int get_pool(MKX_Comm c, tp_pool **pool) {
 
 /* ---- helpers ------------------------------------------------------------- */
 
-int mkx_tp_launch_rc(int rc, const char *fn, const char *what) {
+int mkx_fused_launch_rc(int rc, const char *fn, const char *what) {
   if (rc == 0) return MKX_SUCCESS;
   if (rc > 0) return mkx_cuda_rc((cudaError_t)rc, fn, what);
   return mkx_error(rc == MKX_GEMM_EINVAL ? MKX_ERR_INTERNAL : MKX_ERR_CUDA,
@@ -102,13 +103,13 @@ int mkx_tp_launch_rc(int rc, const char *fn, const char *what) {
 
 int mkx_tp_rs_bn(int64_t n) { return n <= 128 ? 128 : 256; }
 
-int mkx_tp_gemm_type(MKX_Datatype t) {
+int mkx_fused_gemm_type(MKX_Datatype t) {
   return t == MKX_FP16   ? MKX_GEMM_FP16
          : t == MKX_FP32 ? MKX_GEMM_FP32
                          : MKX_GEMM_BF16;
 }
 
-const char *mkx_tp_share_why(MKX_Comm c) {
+const char *mkx_fused_share_why(MKX_Comm c) {
   if (c->share.mode == MKX_SHARE_NONE) return NULL;
   if (c->opt.shared_gpu == MKX_SHARED_STAGED)
     return "ranks of a node share a GPU and option shared_gpu=staged";
@@ -120,53 +121,53 @@ const char *mkx_tp_share_why(MKX_Comm c) {
   return NULL;
 }
 
-int mkx_tp_share_ok(MKX_Comm c, const char *fn) {
-  const char *why = mkx_tp_share_why(c);
+int mkx_fused_share_ok(MKX_Comm c, const char *fn) {
+  const char *why = mkx_fused_share_why(c);
   if (why)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %s (%s)", fn, why,
                      mkx_gpu_share_name(c->share.mode));
   return MKX_SUCCESS;
 }
 
-int mkx_tp_node_ok(MKX_Comm c, const char *fn) {
+int mkx_fused_node_ok(MKX_Comm c, const char *fn) {
   if (c->place.num_nodes != 1 || c->place.local_size != c->size)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path is single-node "
                      "only (%d nodes)",
                      fn, c->place.num_nodes);
-  MKX_TRY(mkx_tp_share_ok(c, fn));
-  if (c->size > MKX_TP_MAX)
+  MKX_TRY(mkx_fused_share_ok(c, fn));
+  if (c->size > MKX_FUSED_MAX)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path handles at most "
                      "%d ranks (%d)",
-                     fn, MKX_TP_MAX, c->size);
+                     fn, MKX_FUSED_MAX, c->size);
   return MKX_SUCCESS;
 }
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-static int fits(const mkx_tp_ws *ws, const mkx_tp_need *n) {
+static int fits(const mkx_fused_ws *ws, const mkx_fused_need *n) {
   return ws->split == n->split && ws->src_cap >= n->src_n &&
          ws->flags_cap >= n->flags_n &&
          ws->bytes - ws->data_off >= n->data_bytes;
 }
 
 /* Local resources of a workspace (no communication). */
-static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
+static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
   const char *fn = "fused tp workspace";
   MKX_TRY(mkx_cuda_rc(
-      cudaHostAlloc((void **)&ws->err_host, MKX_TP_ERR_WORDS * sizeof(int),
+      cudaHostAlloc((void **)&ws->err_host, MKX_FUSED_ERR_WORDS * sizeof(int),
                     cudaHostAllocMapped),
       fn, "cudaHostAlloc"));
-  memset(ws->err_host, 0, MKX_TP_ERR_WORDS * sizeof(int));
+  memset(ws->err_host, 0, MKX_FUSED_ERR_WORDS * sizeof(int));
   MKX_TRY(mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&ws->err_dev, ws->err_host, 0), fn,
       "cudaHostGetDevicePointer"));
   const int sides = c->place.local_size + 1;
-  if (sides > MKX_TP_SIDES)
+  if (sides > MKX_FUSED_SIDES)
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: at most %d ranks per node (%d here)", fn, MKX_TP_MAX,
-                     c->place.local_size);
+                     "%s: at most %d ranks per node (%d here)", fn,
+                     MKX_FUSED_MAX, c->place.local_size);
   for (int i = 0; i < sides; i++) {
     /* on the rank's SM partition, as the calls' own stream (their kernels
      * wait for peers too, and copies may run as kernels) */
@@ -185,7 +186,7 @@ static int ws_local_init(MKX_Comm c, mkx_tp_ws *ws) {
 
 /* Header, src[] and flags[] start at zero (epoch 0): zero them and wait,
  * before the collective registration lets any peer write a flag here. */
-static int ws_zero(mkx_tp_ws *ws, void *base) {
+static int ws_zero(mkx_fused_ws *ws, void *base) {
   const char *fn = "fused tp workspace";
   MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, ws->data_off), fn, "cudaMemset"));
   return mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
@@ -193,16 +194,17 @@ static int ws_zero(mkx_tp_ws *ws, void *base) {
 
 /* Collective: a new workspace with at least `need` (and some slack for the
  * flags, so that small shape changes reuse it). */
-static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
+static int ws_create(MKX_Comm c, const mkx_fused_need *need,
+                     mkx_fused_ws **out) {
   void *base = NULL;
-  mkx_tp_ws *ws = calloc(1, sizeof *ws);
+  mkx_fused_ws *ws = calloc(1, sizeof *ws);
   int rc = ws ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "tp workspace");
   if (ws) {
     ws->comm = c;
     ws->split = need->split;
     ws->src_cap = need->src_n > 4096 ? need->src_n : 4096;
     ws->flags_cap = need->flags_n > 65536 ? need->flags_n : 65536;
-    ws->flags_off = round_up(MKX_TP_OFF_SRC + 4 * (size_t)ws->src_cap, 1024);
+    ws->flags_off = round_up(MKX_FUSED_OFF_SRC + 4 * (size_t)ws->src_cap, 1024);
     ws->data_off = round_up(ws->flags_off + 4 * (size_t)ws->flags_cap, 4096);
     ws->bytes = ws->data_off + round_up(need->data_bytes, 4096);
     rc = ws_local_init(c, ws);
@@ -228,7 +230,7 @@ static int ws_create(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **out) {
 }
 
 /* Collective: free a pooled workspace (nothing may still use it). */
-static int ws_destroy(MKX_Comm c, mkx_tp_ws *ws) {
+static int ws_destroy(MKX_Comm c, mkx_fused_ws *ws) {
   int rc = mkx_comm_agree_rc(
       c,
       mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp", "cudaDeviceSynchronize"),
@@ -247,16 +249,17 @@ static int load_kernels(const char *fn) {
   if (rc == 0) return MKX_SUCCESS;
   char s[96];
   snprintf(s, sizeof s, "loading the library's kernels (%s)", what);
-  return mkx_tp_launch_rc(rc, fn, s);
+  return mkx_fused_launch_rc(rc, fn, s);
 }
 
-int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
-  tp_pool *pool;
+int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
+                         mkx_fused_ws **ws) {
+  fused_pool *pool;
   MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
   MKX_TRY(pool_error(c, "fused tp set-up")); /* before a replace loses it */
   MKX_TRY(get_pool(c, &pool));
-  mkx_tp_ws **small = NULL;
-  for (mkx_tp_ws **p = &pool->list; *p; p = &(*p)->next) {
+  mkx_fused_ws **small = NULL;
+  for (mkx_fused_ws **p = &pool->list; *p; p = &(*p)->next) {
     if ((*p)->busy || (*p)->split != need->split) continue;
     if (fits(*p, need)) {
       (*p)->busy = 1;
@@ -265,9 +268,9 @@ int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
     }
     if (!small) small = p;
   }
-  mkx_tp_need grown = *need;
+  mkx_fused_need grown = *need;
   if (small) { /* replace a free one that is too small: memory stays bounded */
-    mkx_tp_ws *old = *small;
+    mkx_fused_ws *old = *small;
     *small = old->next;
     if (old->flags_cap > grown.flags_n) grown.flags_n = old->flags_cap;
     if (old->src_cap > grown.src_n) grown.src_n = old->src_cap;
@@ -286,27 +289,29 @@ int mkx_tp_ws_acquire(MKX_Comm c, const mkx_tp_need *need, mkx_tp_ws **ws) {
   return MKX_SUCCESS;
 }
 
-void mkx_tp_ws_release(mkx_tp_ws *ws) {
+void mkx_fused_ws_release(mkx_fused_ws *ws) {
   if (ws) ws->busy = 0;
 }
 
-char *mkx_tp_ws_peer(const mkx_tp_ws *ws, int lr) { return ws->buf.peer[lr]; }
-int *mkx_tp_ws_word(const mkx_tp_ws *ws, int lr, size_t off) {
-  return (int *)(mkx_tp_ws_peer(ws, lr) + off);
+char *mkx_fused_ws_peer(const mkx_fused_ws *ws, int lr) {
+  return ws->buf.peer[lr];
 }
-int *mkx_tp_ws_flags(const mkx_tp_ws *ws, int lr) {
-  return (int *)(mkx_tp_ws_peer(ws, lr) + ws->flags_off);
+int *mkx_fused_ws_word(const mkx_fused_ws *ws, int lr, size_t off) {
+  return (int *)(mkx_fused_ws_peer(ws, lr) + off);
 }
-char *mkx_tp_ws_data(const mkx_tp_ws *ws, int lr) {
-  return mkx_tp_ws_peer(ws, lr) + ws->data_off;
+int *mkx_fused_ws_flags(const mkx_fused_ws *ws, int lr) {
+  return (int *)(mkx_fused_ws_peer(ws, lr) + ws->flags_off);
+}
+char *mkx_fused_ws_data(const mkx_fused_ws *ws, int lr) {
+  return mkx_fused_ws_peer(ws, lr) + ws->data_off;
 }
 
-void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
-                      mkx_tp_sync *s) {
+void mkx_fused_sync_fill(MKX_Comm c, const mkx_fused_ws *ws, int src_n,
+                         mkx_fused_sync *s) {
   memset(s, 0, sizeof *s);
   s->rank = c->place.local_rank;
   s->size = c->place.local_size;
-  for (int i = 0; i < s->size; i++) s->ws[i] = mkx_tp_ws_peer(ws, i);
+  for (int i = 0; i < s->size; i++) s->ws[i] = mkx_fused_ws_peer(ws, i);
   s->src_n = src_n;
   s->timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   s->err = ws->err_dev;
@@ -317,39 +322,39 @@ void mkx_tp_sync_fill(MKX_Comm c, const mkx_tp_ws *ws, int src_n,
 
 static const char *where_name(int w) {
   switch (w) {
-    case MKX_TP_AT_BARRIER:
+    case MKX_FUSED_AT_BARRIER:
       return "call barrier";
-    case MKX_TP_AT_AG_TILE:
+    case MKX_FUSED_AT_AG_TILE:
       return "gathered A tile";
-    case MKX_TP_AT_RS_TILE:
+    case MKX_FUSED_AT_RS_TILE:
       return "partial sub-tile";
-    case MKX_TP_AT_AR_DONE:
+    case MKX_FUSED_AT_AR_DONE:
       return "reduced rows";
-    case MKX_TP_AT_LATE:
+    case MKX_FUSED_AT_LATE:
       return "partials of rows shared by two owners";
-    case MKX_TP_AT_DRAINED:
+    case MKX_FUSED_AT_DRAINED:
       return "end of its reads of the partials";
-    case MKX_TP_AT_SPLIT_TILE:
+    case MKX_FUSED_AT_SPLIT_TILE:
       return "another SM's share of a split tile";
-    case MKX_TP_AT_KV_CHUNK:
+    case MKX_FUSED_AT_KV_CHUNK:
       return "key/value chunk (tile = query row block)";
-    case MKX_TP_AT_MOE_ROWS:
+    case MKX_FUSED_AT_MOE_ROWS:
       return "token rows pushed to the experts' owners";
-    case MKX_TP_AT_MOE_OUT:
+    case MKX_FUSED_AT_MOE_OUT:
       return "expert outputs of the owners";
-    case MKX_TP_AT_MOE_COUNTS:
+    case MKX_FUSED_AT_MOE_COUNTS:
       return "every rank's rows per expert";
-    case MKX_TP_AT_MOE_EXPERT:
+    case MKX_FUSED_AT_MOE_EXPERT:
       return "an expert's rows from every rank (tile = local expert)";
-    case MKX_TP_AT_NET_ARRIVE:
+    case MKX_FUSED_AT_NET_ARRIVE:
       return "its arrival over the network (start of the call)";
-    case MKX_TP_AT_NET_ROWS:
+    case MKX_FUSED_AT_NET_ROWS:
       return "a chunk of its rows over the network (A rows, partials or sums)";
-    case MKX_TP_AT_NET_SENT:
+    case MKX_FUSED_AT_NET_SENT:
       return "the network proxy (room in the ring, or completion)";
-    case MKX_TP_AT_NODE_PART:
+    case MKX_FUSED_AT_NODE_PART:
       return "a chunk of its partial for a rank of another node (tile = chunk)";
-    case MKX_TP_AT_PULLED:
+    case MKX_FUSED_AT_PULLED:
       return "end of its reads of this rank's A and B";
   }
   return "?";
@@ -374,7 +379,7 @@ static int rank_of_local(MKX_Comm c, int l) {
 
 /* The peer of a wait at `where`, as the communicator numbers it. */
 static int waited_rank(MKX_Comm c, int peer, int where) {
-  return where == MKX_TP_AT_BARRIER ? rank_of_local(c, peer) : peer;
+  return where == MKX_FUSED_AT_BARRIER ? rank_of_local(c, peer) : peer;
 }
 
 /* A run on `ws` failed on the GPU: a bounded wait of this rank ran out, or
@@ -386,7 +391,7 @@ static int waited_rank(MKX_Comm c, int peer, int where) {
 /* ", tile 5", ", tile (2, 3)" or "" for a wait's tile. */
 static void tile_name(int tile, int where, char *buf, size_t len) {
   buf[0] = 0;
-  if (tile >= 0 && where == MKX_TP_AT_RS_TILE) /* tile_m * 65536 + tile_n */
+  if (tile >= 0 && where == MKX_FUSED_AT_RS_TILE) /* tile_m * 65536 + tile_n */
     snprintf(buf, len, ", tile (%d, %d)", tile / 65536, tile % 65536);
   else if (tile >= 0)
     snprintf(buf, len, ", tile %d", tile);
@@ -407,33 +412,34 @@ static void own_wait(MKX_Comm c, volatile const int *e, char *buf, size_t len) {
  * block count, and per rank the call barrier, pushed, drained and told
  * words), read on a stream of their own so no kernel still waiting holds
  * the read back.  Comparing the ranks' lines shows whose epoch is behind. */
-static void dump_sync(mkx_tp_ws *ws) {
+static void dump_sync(mkx_fused_ws *ws) {
   if (mkx_log_level() < MKX_LOG_DEBUG || ws->dumped) return;
   ws->dumped = 1;
-  int w[MKX_TP_OFF_TOLD / 4 + MKX_TP_MAX];
+  int w[MKX_FUSED_OFF_TOLD / 4 + MKX_FUSED_MAX];
   cudaStream_t s;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
     return (void)cudaGetLastError();
   const int me = ws->comm->place.local_rank, n = ws->comm->place.local_size;
-  cudaError_t e = cudaMemcpyAsync(w, mkx_tp_ws_peer(ws, me), sizeof w,
+  cudaError_t e = cudaMemcpyAsync(w, mkx_fused_ws_peer(ws, me), sizeof w,
                                   cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
   cudaStreamDestroy(s);
   if (e != cudaSuccess) return (void)cudaGetLastError();
   char line[512];
   int len = snprintf(line, sizeof line, "epoch %d count %d;",
-                     w[MKX_TP_OFF_EPOCH / 4], w[MKX_TP_OFF_COUNT / 4]);
+                     w[MKX_FUSED_OFF_EPOCH / 4], w[MKX_FUSED_OFF_COUNT / 4]);
   for (int q = 0; q < n && len < (int)sizeof line - 64; q++)
-    len += snprintf(line + len, sizeof line - len,
-                    " rank %d: bar %d pushed %d drained %d told %#x;", q,
-                    w[MKX_TP_OFF_BAR / 4 + q], w[MKX_TP_OFF_PUSHED / 4 + q],
-                    w[MKX_TP_OFF_DRAINED / 4 + q], w[MKX_TP_OFF_TOLD / 4 + q]);
+    len += snprintf(
+        line + len, sizeof line - len,
+        " rank %d: bar %d pushed %d drained %d told %#x;", q,
+        w[MKX_FUSED_OFF_BAR / 4 + q], w[MKX_FUSED_OFF_PUSHED / 4 + q],
+        w[MKX_FUSED_OFF_DRAINED / 4 + q], w[MKX_FUSED_OFF_TOLD / 4 + q]);
   mkx_log(MKX_LOG_DEBUG, "fused tp workspace of the failed run: %s", line);
 }
 
 /* The head of a failed run's message: "fn", or for an earlier call's run
  * "fn: an earlier MKX_...". */
-static void run_head(const mkx_tp_ws *ws, const char *fn, int earlier,
+static void run_head(const mkx_fused_ws *ws, const char *fn, int earlier,
                      char *head, size_t len) {
   if (earlier)
     snprintf(head, len, "%s: an earlier %s", fn, ws->fn ? ws->fn : "call");
@@ -443,7 +449,7 @@ static void run_head(const mkx_tp_ws *ws, const char *fn, int earlier,
 
 /* Which run failed: the host may have started many more on the
  * workspace since (calls enqueued ahead of the GPU). */
-static void run_which(const mkx_tp_ws *ws, volatile const int *e, char *buf,
+static void run_which(const mkx_fused_ws *ws, volatile const int *e, char *buf,
                       size_t len) {
   if (e[7] <= ws->starts)
     snprintf(buf, len, "; run %d of the %ld started on its workspace", e[7],
@@ -452,16 +458,17 @@ static void run_which(const mkx_tp_ws *ws, volatile const int *e, char *buf,
     snprintf(buf, len, "; run %d on its workspace", e[7]);
 }
 
-static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
+static int check_error(mkx_fused_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
-  if (code != MKX_TP_ERR_TIMEOUT && code != MKX_TP_ERR_PEER) return MKX_SUCCESS;
+  if (code != MKX_FUSED_ERR_TIMEOUT && code != MKX_FUSED_ERR_PEER)
+    return MKX_SUCCESS;
   dump_sync(ws);
   char head[96], who[32], waited[32], at[32], mine[192], which[80];
   run_head(ws, fn, earlier, head, sizeof head);
   run_which(ws, e, which, sizeof which);
   const long long ms = (long long)ws->comm->opt.timeout_ms;
-  if (code == MKX_TP_ERR_PEER) {
+  if (code == MKX_FUSED_ERR_PEER) {
     rank_name(rank_of_local(ws->comm, peer), who, sizeof who);
     rank_name(waited_rank(ws->comm, tile, where), waited, sizeof waited);
     own_wait(ws->comm, e, mine, sizeof mine);
@@ -479,16 +486,17 @@ static int check_error(mkx_tp_ws *ws, const char *fn, int earlier) {
                    head, ms, who, where_name(where), at, which);
 }
 
-/* The bad input a run on `ws` found on the GPU (tp.h, MKX_TP_ERR_INPUT),
- * reported once: the record is cleared after it is read (the GPU writes
- * one only into a clear record, so none is lost to the clearing), and the
- * communicator stays usable. */
-static int input_error(mkx_tp_ws *ws, const char *fn, int earlier) {
-  volatile int *e = ws->err_host + MKX_TP_ERR_INPUT;
-  int rec[MKX_TP_ERR_WORDS - MKX_TP_ERR_INPUT];
+/* The bad input a run on `ws` found on the GPU (fused/fused.h,
+ * MKX_FUSED_ERR_INPUT), reported once: the record is cleared after it is
+ * read (the GPU writes one only into a clear record, so none is lost to the
+ * clearing), and the communicator stays usable. */
+static int input_error(mkx_fused_ws *ws, const char *fn, int earlier) {
+  volatile int *e = ws->err_host + MKX_FUSED_ERR_INPUT;
+  int rec[MKX_FUSED_ERR_WORDS - MKX_FUSED_ERR_INPUT];
   if (e[0] <= 0) return MKX_SUCCESS; /* none, or -1: being written */
   __atomic_thread_fence(__ATOMIC_ACQUIRE);
-  for (int i = 0; i < MKX_TP_ERR_WORDS - MKX_TP_ERR_INPUT; i++) rec[i] = e[i];
+  for (int i = 0; i < MKX_FUSED_ERR_WORDS - MKX_FUSED_ERR_INPUT; i++)
+    rec[i] = e[i];
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   e[0] = 0;
   char head[96];
@@ -503,22 +511,22 @@ static int input_error(mkx_tp_ws *ws, const char *fn, int earlier) {
  * mark the communicator unusable, since the ranks' epochs are now out of
  * step and a later call would pair mismatched runs. */
 static int pool_error(MKX_Comm c, const char *fn) {
-  tp_pool *pool;
+  fused_pool *pool;
   MKX_TRY(get_pool(c, &pool));
-  for (mkx_tp_ws *ws = pool->list; ws; ws = ws->next)
+  for (mkx_fused_ws *ws = pool->list; ws; ws = ws->next)
     MKX_TRY(mkx_comm_break(c, check_error(ws, fn, 1)));
   return MKX_SUCCESS;
 }
 
 /* Option blocking: wait for this run and return its own status. */
-static int finish_blocking(mkx_tp_ws *ws, cudaStream_t st) {
+static int finish_blocking(mkx_fused_ws *ws, cudaStream_t st) {
   MKX_TRY(mkx_cuda_rc(cudaStreamSynchronize(st), ws->fn,
                       "cudaStreamSynchronize (option blocking)"));
   MKX_TRY(mkx_comm_break(ws->comm, check_error(ws, ws->fn, 0)));
   return input_error(ws, ws->fn, 0);
 }
 
-int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
+int mkx_fused_after_last(mkx_fused_ws *ws, const char *fn, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), fn,
                       "cudaStreamIsCapturing"));
@@ -531,27 +539,27 @@ int mkx_tp_after_last(mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
   return MKX_SUCCESS;
 }
 
-static int begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st) {
+static int begin(MKX_Comm c, mkx_fused_ws *ws, const char *fn, MKX_Stream st) {
   MKX_TRY(pool_error(c, fn));
   ws->fn = fn;
   ws->starts++;
-  MKX_TRY(mkx_tp_after_last(ws, fn, st));
+  MKX_TRY(mkx_fused_after_last(ws, fn, st));
   return MKX_SUCCESS;
 }
 
-int mkx_tp_begin(MKX_Comm c, mkx_tp_ws *ws, const char *fn, MKX_Stream st,
-                 int src_n, mkx_path path) {
-  mkx_tp_sync s;
+int mkx_fused_begin(MKX_Comm c, mkx_fused_ws *ws, const char *fn, MKX_Stream st,
+                    int src_n, mkx_path path) {
+  mkx_fused_sync s;
   MKX_TRY(begin(c, ws, fn, st));
   mkx_path_count(path);
   mkx_log(MKX_LOG_DEBUG, "%s: %s path", fn, mkx_path_name(path));
-  mkx_tp_sync_fill(c, ws, src_n, &s);
-  return mkx_tp_launch_rc(mkx_tp_prologue(&s, (cudaStream_t)st), fn,
-                          "prologue kernel");
+  mkx_fused_sync_fill(c, ws, src_n, &s);
+  return mkx_fused_launch_rc(mkx_fused_prologue(&s, (cudaStream_t)st), fn,
+                             "prologue kernel");
 }
 
-int mkx_tp_begin_split(MKX_Comm c, mkx_tp_ws *ws, const char *fn,
-                       MKX_Stream st) {
+int mkx_fused_begin_split(MKX_Comm c, mkx_fused_ws *ws, const char *fn,
+                          MKX_Stream st) {
   MKX_TRY(begin(c, ws, fn, st));
   mkx_path_count(MKX_PATH_TP_SPLIT);
   mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (split)", fn);
@@ -578,8 +586,8 @@ void mkx_tp_gemm_of_ag(const mkx_ag_gemm_args *x, const void *a, int64_t M,
   d->a = a, d->lda = x->k;
   d->b = x->B, d->ldb = x->ldb, d->b_kmajor = x->transb == MKX_TRANS;
   d->c = x->C, d->ldc = x->ldc;
-  d->ab_type = mkx_tp_gemm_type(x->dtype);
-  d->c_type = mkx_tp_gemm_type(x->ctype);
+  d->ab_type = mkx_fused_gemm_type(x->dtype);
+  d->c_type = mkx_fused_gemm_type(x->ctype);
 }
 
 void mkx_tp_gemm_of_red(const mkx_rs_ar_args *x, void *c, int c_type,
@@ -589,7 +597,7 @@ void mkx_tp_gemm_of_red(const mkx_rs_ar_args *x, void *c, int c_type,
   d->a = x->A, d->lda = x->lda;
   d->b = x->B, d->ldb = x->ldb, d->b_kmajor = x->transb == MKX_TRANS;
   d->c = c, d->ldc = x->n;
-  d->ab_type = mkx_tp_gemm_type(x->dtype);
+  d->ab_type = mkx_fused_gemm_type(x->dtype);
   d->c_type = c_type;
 }
 
@@ -601,11 +609,11 @@ int mkx_tp_split_blas(MKX_Comm c, const mkx_gemm_desc *g) {
 
 int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
                       const char *fn) {
-  tp_pool *pool;
+  fused_pool *pool;
   if (!mkx_tp_split_blas(c, g)) {
     mkx_gemm_desc capped = *g; /* a fair share of a GPU shared under MPS */
     capped.num_ctas = c->share.ctas;
-    return mkx_tp_launch_rc(mkx_gemm_run(&capped, st), fn, "GEMM");
+    return mkx_fused_launch_rc(mkx_gemm_run(&capped, st), fn, "GEMM");
   }
   MKX_TRY(get_pool(c, &pool));
   if (!pool->blas) MKX_TRY(mkx_device_set(c->device)); /* the handle's GPU */
@@ -637,7 +645,7 @@ int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
   return split;
 }
 
-int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
+int mkx_fused_end(mkx_fused_ws *ws, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), "fused tp",
                       "cudaStreamIsCapturing"));
@@ -653,5 +661,5 @@ int mkx_tp_end(mkx_tp_ws *ws, MKX_Stream st) {
 }
 
 #else
-typedef int mkx_tp_gpu_unused; /* ISO C: not an empty unit */
+typedef int mkx_fused_ws_unused; /* ISO C: not an empty unit */
 #endif

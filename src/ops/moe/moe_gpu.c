@@ -66,10 +66,10 @@ static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 int mkx_moe_meet(MKX_Comm c, const moe_plan *p, int off, int where,
                  cudaStream_t st, const char *fn) {
-  mkx_tp_sync sync;
-  mkx_tp_sync_fill(c, p->ws, 1, &sync);
-  return mkx_tp_launch_rc(mkx_tp_meet(&sync, off, where, st), fn,
-                          "meeting of the ranks");
+  mkx_fused_sync sync;
+  mkx_fused_sync_fill(c, p->ws, 1, &sync);
+  return mkx_fused_launch_rc(mkx_fused_meet(&sync, off, where, st), fn,
+                             "meeting of the ranks");
 }
 
 /* Rows released as they land (option moe_release), on one node.  Under
@@ -90,11 +90,13 @@ static int release_rows(MKX_Comm c) {
 static void release_of(MKX_Comm c, const moe_plan *p, const moe_ws *w,
                        mkx_moe_release *rel) {
   memset(rel, 0, sizeof *rel);
-  for (int q = 0; q < c->size; q++) rel->ready[q] = mkx_tp_ws_flags(p->ws, q);
+  for (int q = 0; q < c->size; q++)
+    rel->ready[q] = mkx_fused_ws_flags(p->ws, q);
   rel->done = w->done;
   rel->order = w->order;
   rel->slot_at = w->slot_at;
-  rel->epoch = mkx_tp_ws_word(p->ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  rel->epoch =
+      mkx_fused_ws_word(p->ws, c->place.local_rank, MKX_FUSED_OFF_EPOCH);
   rel->rank = c->rank;
   rel->ranks = c->size;
 }
@@ -102,11 +104,11 @@ static void release_of(MKX_Comm c, const moe_plan *p, const moe_ws *w,
 /* The first grouped GEMM after the gather: with released rows its tiles
  * wait for their experts' flags, on at most the CTAs that leave a peer
  * sharing the GPU the SMs its gather needs. */
-static void gemm_waits(MKX_Comm c, const moe_plan *p, mkx_tp_sync *sync,
+static void gemm_waits(MKX_Comm c, const moe_plan *p, mkx_fused_sync *sync,
                        mkx_moe_gemm_desc *g) {
   if (!p->release) return;
-  mkx_tp_sync_fill(c, p->ws, 1, sync);
-  g->ready = mkx_tp_ws_flags(p->ws, c->place.local_rank);
+  mkx_fused_sync_fill(c, p->ws, 1, sync);
+  g->ready = mkx_fused_ws_flags(p->ws, c->place.local_rank);
   g->sync = sync;
   g->num_ctas = c->share.ctas;
 }
@@ -127,18 +129,19 @@ static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   if (p->release) {
     release_of(c, p, w, &rel);
     MKX_TRY(
-        mkx_tp_launch_rc(mkx_moe_release_prepare_run(
-                             &rel, pl, w->rows, a->num_tokens * a->topk, st),
-                         fn, "gather order"));
+        mkx_fused_launch_rc(mkx_moe_release_prepare_run(
+                                &rel, pl, w->rows, a->num_tokens * a->topk, st),
+                            fn, "gather order"));
   }
-  MKX_TRY(mkx_tp_launch_rc(
+  MKX_TRY(mkx_fused_launch_rc(
       mkx_moe_gather_run(a->X, a->num_tokens, (int)a->topk, a->hidden,
                          (int)MKX_Type_size(a->dtype), w->rows, weight, c->rank,
                          pl, &at, dest, p->release ? &rel : NULL, st),
       fn, "gather"));
   /* released rows: the GEMM's tiles wait for their experts instead */
   if (p->multi && !p->release)
-    MKX_TRY(mkx_moe_meet(c, p, MKX_TP_OFF_DONE, MKX_TP_AT_MOE_ROWS, st, fn));
+    MKX_TRY(
+        mkx_moe_meet(c, p, MKX_FUSED_OFF_DONE, MKX_FUSED_AT_MOE_ROWS, st, fn));
   if (p->nodes) MKX_TRY(mkx_moe_net_rows(c, p, a, w, L, scale, origin, st));
   return MKX_SUCCESS;
 }
@@ -146,13 +149,13 @@ static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                     moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_DISPATCH);
-  const int ty = mkx_tp_gemm_type(a->dtype);
+  const int ty = mkx_fused_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
-  MKX_TRY(mkx_tp_launch_rc(
+  MKX_TRY(mkx_fused_launch_rc(
       mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, w->gate, st), fn,
       "counts"));
   if (trunc >= 0)
@@ -178,13 +181,13 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       w->offsets, wt,        w->ldw1,  a->Y, a->n,   scaled ? w->scale : NULL,
       ty,         ty,        0,        0,    0,      w->gemm_work,
       0,          w->gate,   p->kernel};
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
   gemm_waits(c, p, &sync, &g);
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
   /* no origin piece: no rows can arrive (no tokens on any rank) */
   if (!p->multi || !a->origin || !w->origin) return MKX_SUCCESS;
   if (!p->sync)
-    return mkx_tp_launch_rc(
+    return mkx_fused_launch_rc(
         mkx_moe_origin_copy_run(w->origin, a->origin, w->offsets, (int)ep,
                                 w->gate, st),
         fn, "origins");
@@ -199,7 +202,7 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                  moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_LAYER);
-  const int ty = mkx_tp_gemm_type(a->dtype);
+  const int ty = mkx_fused_gemm_type(a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
@@ -235,20 +238,22 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           w1 == a->W ? 0 : round8(a->ffn),
                           w->gate,
                           p->kernel};
-  mkx_tp_sync sync;
+  mkx_fused_sync sync;
   gemm_waits(c, p, &sync, &g1);
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
+  MKX_TRY(
+      mkx_fused_launch_rc(mkx_moe_gemm_run(&g1, st), fn, "W1 grouped GEMM"));
   mkx_moe_gemm_desc g2 = {(int)ep,  a->ffn,        a->hidden,  w->act,
                           w->ldact, rows,          w->offsets, w2,
                           w->ldw2,  w->y,          a->hidden,  NULL,
                           ty,       MKX_GEMM_FP32, 0,          0,
                           0,        w->gemm_work,  0,          w->gate,
                           p->kernel};
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
+  MKX_TRY(
+      mkx_fused_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
   mkx_moe_outs_at y = {{w->y}, a->hidden};
   if (p->multi) {
-    MKX_TRY(
-        mkx_moe_meet(c, p, MKX_TP_OFF_DONE_LATE, MKX_TP_AT_MOE_OUT, st, fn));
+    MKX_TRY(mkx_moe_meet(c, p, MKX_FUSED_OFF_DONE_LATE, MKX_FUSED_AT_MOE_OUT,
+                         st, fn));
     for (int q = 0; q < c->size; q++) {
       if (c->place.node_of_rank[q] != c->place.node) continue;
       y.y[p->nodes ? c->place.local_rank_of[q] : q] =
@@ -259,7 +264,7 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
     MKX_TRY(mkx_moe_net_outs(c, p, a, w, L, st));
     y.y[c->place.local_size] = (const float *)w->mine;
   }
-  return mkx_tp_launch_rc(
+  return mkx_fused_launch_rc(
       mkx_moe_combine_run(&pl, &y, p->multi ? w->dest : w->rows, a->topk_weight,
                           a->num_tokens, (int)a->topk, a->hidden, a->out, ty,
                           st),
@@ -307,10 +312,11 @@ static int plan_path(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   mkx_moe_ws_layout(a, c, p);
   const int64_t flags = p->release ? a->num_experts : c->size;
-  mkx_tp_need need = {1, flags > c->size ? flags : c->size, p->off[W_END], 0};
+  mkx_fused_need need = {1, flags > c->size ? flags : c->size, p->off[W_END],
+                         0};
   int rc = p->nodes ? mkx_moe_net_get(c, &p->net, fn_of(op)) : MKX_SUCCESS;
   rc = mkx_comm_agree_rc(c, rc, fn_of(op));
-  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     free(p);
     return rc;
@@ -323,7 +329,7 @@ static void moe_free(MKX_Comm c, void *plan) {
   moe_plan *p = plan;
   (void)c;
   if (!p) return;
-  mkx_tp_ws_release(p->ws);
+  mkx_fused_ws_release(p->ws);
   free(p);
 }
 
@@ -343,7 +349,7 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
         "waits for its routing)",
         fn, p->nodes ? "on several nodes" : "with option moe_sync=yes");
   p->ws->input_error = mkx_moe_input_error;
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, p->path));
+  MKX_TRY(mkx_fused_begin(c, p->ws, fn, stream, 1, p->path));
   mkx_moe_ws_place(c, p, &w);
   w.mine = w.theirs = NULL;
   mkx_moe_layout L;
@@ -353,13 +359,13 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
   mkx_moe_layout_free(&L);
   if (rc == MKX_SUCCESS && p->proxy && w.mine) {
     /* the proxy done with the areas */
-    rc = mkx_tp_launch_rc(mkx_tp_net_end(&w.net, st), fn, "network drain");
+    rc = mkx_fused_launch_rc(mkx_tp_net_end(&w.net, st), fn, "network drain");
     if (rc == MKX_SUCCESS) rc = mkx_comm_net_gpu_mark(c, stream);
   } else if (rc == MKX_SUCCESS && p->nodes) {
     rc = mkx_moe_net_mark(p->net, st, fn);
   }
   MKX_TRY(rc);
-  return mkx_tp_end(p->ws, stream);
+  return mkx_fused_end(p->ws, stream);
 }
 
 /* One entry per path, each with its plan; they share the start, which

@@ -17,7 +17,7 @@ static int nodes_ok(MKX_Comm c, const char *fn) {
                      "%s: GPU path over several nodes needs nodes of equal "
                      "size and a network transport",
                      fn);
-  return mkx_tp_share_ok(c, fn);
+  return mkx_fused_share_ok(c, fn);
 }
 
 static int check(MKX_Comm c, int op, const mkx_moe_args *a,
@@ -36,7 +36,7 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a,
   if (c->place.num_nodes > 1)
     MKX_TRY(nodes_ok(c, fn));
   else if (c->size > 1)
-    MKX_TRY(mkx_tp_node_ok(c, fn));
+    MKX_TRY(mkx_fused_node_ok(c, fn));
   if (c->place.local_size > MKX_MOE_MAX_RANKS ||
       (c->size > 1 && a->num_experts > 8192))
     return mkx_error(MKX_ERR_UNSUPPORTED,

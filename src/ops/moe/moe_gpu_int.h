@@ -83,7 +83,7 @@ typedef struct moe_plan {
   int64_t tcap; /* tokens the rows are sized for */
   size_t off[W_END + 1];
   int64_t lda, ldact, ldw1, ldw2;
-  mkx_tp_ws *ws;
+  mkx_fused_ws *ws;
 } moe_plan;
 
 /* ---- the workspace (moe_ws.c) ---- */

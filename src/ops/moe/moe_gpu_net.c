@@ -123,7 +123,7 @@ static int net_move(const moe_plan *p, const moe_ws *w, const mkx_moe_layout *L,
                     size_t area_off, void *rows, size_t row_bytes, int to_rows,
                     cudaStream_t st, const char *what) {
   if (L->received == 0) return MKX_SUCCESS;
-  return mkx_tp_launch_rc(
+  return mkx_fused_launch_rc(
       mkx_moe_rows_move_run(w->theirs + area_off, (int64_t)row_bytes, rows,
                             (int64_t)row_bytes, (int64_t)row_bytes, w->seg,
                             w->seg_row, L->nseg, L->received, to_rows, st),
@@ -145,7 +145,8 @@ static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const uint64_t theirs = (uint64_t)(w->theirs - w->mine);
   const size_t rb[3] = {a_row(p, a), sizeof(float), 3 * sizeof(int32_t)};
   const int want[3] = {1, scale, origin};
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&w->net, st), fn, "network meet"));
+  MKX_TRY(
+      mkx_fused_launch_rc(mkx_tp_net_begin(&w->net, st), fn, "network meet"));
   int64_t at = 0; /* rows before q's block in this rank's send area */
   for (int q = 0; q < c->size; q++) {
     if (!(w->net.peers >> q & 1u)) continue;
@@ -155,7 +156,7 @@ static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       const uint64_t dst = theirs +
                            (k ? side_at(p, a, L->max_received, k) : 0) +
                            (uint64_t)L->send_at[q] * rb[k];
-      MKX_TRY(mkx_tp_launch_rc(
+      MKX_TRY(mkx_fused_launch_rc(
           mkx_tp_net_post(&w->net, q, src, dst, (uint64_t)L->send[q] * rb[k],
                           W_NET_ROWS + (uint32_t)k, st),
           fn, "network post of rows"));
@@ -165,9 +166,9 @@ static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   for (int k = 0; k < 3; k++)
     if (want[k])
       MKX_TRY(
-          mkx_tp_launch_rc(mkx_tp_net_wait(&w->net, W_NET_ROWS + (uint32_t)k,
-                                           MKX_TP_AT_MOE_ROWS, st),
-                           fn, "wait for rows from other nodes"));
+          mkx_fused_launch_rc(mkx_tp_net_wait(&w->net, W_NET_ROWS + (uint32_t)k,
+                                              MKX_FUSED_AT_MOE_ROWS, st),
+                              fn, "wait for rows from other nodes"));
   return MKX_SUCCESS;
 }
 
@@ -215,15 +216,15 @@ int mkx_moe_net_outs(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   int64_t at = 0; /* rows before q's block in this rank's receive area */
   for (int q = 0; q < c->size; q++) {
     if (!(w->net.peers >> q & 1u)) continue;
-    MKX_TRY(mkx_tp_launch_rc(
+    MKX_TRY(mkx_fused_launch_rc(
         mkx_tp_net_post(&w->net, q, theirs + (uint64_t)at * yr,
                         (uint64_t)L->back_at[q] * yr, (uint64_t)L->recv[q] * yr,
                         W_NET_OUT, st),
         fn, "network post of outputs"));
     at += L->recv[q];
   }
-  return mkx_tp_launch_rc(
-      mkx_tp_net_wait(&w->net, W_NET_OUT, MKX_TP_AT_MOE_OUT, st), fn,
+  return mkx_fused_launch_rc(
+      mkx_tp_net_wait(&w->net, W_NET_OUT, MKX_FUSED_AT_MOE_OUT, st), fn,
       "wait for outputs from other nodes");
 }
 #else

@@ -59,7 +59,7 @@ static int route_one(MKX_Comm c, int op, const mkx_moe_args *a, int64_t ep,
       a->num_tokens, (int)a->topk, (int)a->num_experts, 0,
       (int)ep,       a->topk_ids,  w->offsets,          w->rows,
       w->status,     w->route_work};
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
   int status[2];
   MKX_CUDA_TRY(cudaMemcpyAsync(status, w->status, sizeof status,
                                cudaMemcpyDeviceToHost, st),
@@ -86,7 +86,7 @@ static int my_record(int op, const mkx_moe_args *a, const moe_ws *w,
   int status[2] = {MKX_MOE_NO_BAD_SLOT, 0};
   int rc = own ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "%s: counts", fn);
   if (rc == MKX_SUCCESS)
-    rc = mkx_tp_launch_rc(mkx_moe_route_run(&r, st), fn, "routing");
+    rc = mkx_fused_launch_rc(mkx_moe_route_run(&r, st), fn, "routing");
   if (rc == MKX_SUCCESS)
     rc = mkx_cuda_rc(cudaMemcpyAsync(own, w->own, (size_t)(E + 1) * sizeof *own,
                                      cudaMemcpyDeviceToHost, st),
@@ -197,7 +197,7 @@ static int route_async(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const char *fn = fn_of(p->op);
   const int E = (int)a->num_experts, k = (int)a->topk;
   const int64_t y_rows = p->op == MOE_DISPATCH ? a->y_rows : -1;
-  int *err = p->ws->err_dev + MKX_TP_ERR_INPUT;
+  int *err = p->ws->err_dev + MKX_FUSED_ERR_INPUT;
   /* one rank: its experts are all E; several: over every expert */
   mkx_moe_route_desc r = {a->num_tokens,
                           k,
@@ -209,21 +209,22 @@ static int route_async(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           w->rows,
                           w->status,
                           w->route_work};
-  MKX_TRY(mkx_tp_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
   if (!p->multi)
-    return mkx_tp_launch_rc(
+    return mkx_fused_launch_rc(
         mkx_moe_verdict_run(w->status, a->topk_ids, k, E, y_rows, c->rank,
                             w->gate, err, st),
         fn, "verdict");
   mkx_moe_records rec;
   for (int q = 0; q < c->size; q++)
     rec.rec[q] = (int *)mkx_moe_ws_piece(c, p, q, W_REC);
-  MKX_TRY(
-      mkx_tp_launch_rc(mkx_moe_record_run(&rec, c->size, c->rank, E, w->own,
-                                          w->status, a->topk_ids, y_rows, st),
-                       fn, "counts to every rank"));
-  MKX_TRY(mkx_moe_meet(c, p, MKX_TP_OFF_PUSHED, MKX_TP_AT_MOE_COUNTS, st, fn));
-  return mkx_tp_launch_rc(
+  MKX_TRY(mkx_fused_launch_rc(
+      mkx_moe_record_run(&rec, c->size, c->rank, E, w->own, w->status,
+                         a->topk_ids, y_rows, st),
+      fn, "counts to every rank"));
+  MKX_TRY(mkx_moe_meet(c, p, MKX_FUSED_OFF_PUSHED, MKX_FUSED_AT_MOE_COUNTS, st,
+                       fn));
+  return mkx_fused_launch_rc(
       mkx_moe_settle_run(w->rec, c->size, c->rank, E, k, w->offsets, w->base,
                          w->gate, err, st),
       fn, "offsets and verdict");

@@ -73,7 +73,7 @@ void mkx_moe_ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
 
 char *mkx_moe_ws_piece(MKX_Comm c, const moe_plan *p, int q, int k) {
   if (p->off[k + 1] == p->off[k]) return NULL;
-  return mkx_tp_ws_data(p->ws, c->place.local_rank_of[q]) + p->off[k];
+  return mkx_fused_ws_data(p->ws, c->place.local_rank_of[q]) + p->off[k];
 }
 
 void mkx_moe_ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {

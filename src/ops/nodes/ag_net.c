@@ -114,11 +114,11 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   /* one node: net_landed, a word per (source, chunk); several ranks: the
    * node's gathered A and its flags, one per (source, tile), and src[]
    * for the copy engines' flag copies */
-  const mkx_tp_need ws =
-      p->node
-          ? (mkx_tp_need){p->r.tiles_m, (int64_t)c->size * p->r.tiles_m,
-                          region_bytes(p, a), 0}
-          : (mkx_tp_need){1, (int64_t)c->size * MKX_COMM_NET_GPU_WORDS, 0, 0};
+  const mkx_fused_need ws =
+      p->node ? (mkx_fused_need){p->r.tiles_m, (int64_t)c->size * p->r.tiles_m,
+                                 region_bytes(p, a), 0}
+              : (mkx_fused_need){1, (int64_t)c->size * MKX_COMM_NET_GPU_WORDS,
+                                 0, 0};
   int rc = mkx_net_plan_init(c, region_bytes(p, a), &ws, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -130,7 +130,7 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   if (rc == MKX_SUCCESS) {
     net_rows(c, p, a, &n);
     gemm_desc(c, p, a, &n, &d);
-    rc = mkx_tp_launch_rc(mkx_tp_ag_gemm_load(&d), FN, "loading its GEMM");
+    rc = mkx_fused_launch_rc(mkx_tp_ag_gemm_load(&d), FN, "loading its GEMM");
   }
   if (rc != MKX_SUCCESS) {
     mkx_ag_net_free(c, p);
@@ -161,14 +161,14 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   const int me = c->place.local_rank;
   memset(d, 0, sizeof *d);
   d->m = p->r.M, d->n = a->n, d->k = a->k;
-  d->a = p->node ? mkx_tp_ws_data(p->np.ws, me) : p->np.region;
+  d->a = p->node ? mkx_fused_ws_data(p->np.ws, me) : p->np.region;
   d->lda = a->k;
   d->b = a->B, d->ldb = a->ldb, d->b_kmajor = a->transb == MKX_TRANS;
   d->c = a->C, d->ldc = a->ldc;
-  d->ab_type = mkx_tp_gemm_type(a->dtype);
-  d->c_type = mkx_tp_gemm_type(a->ctype);
-  d->flags = mkx_tp_ws_flags(p->np.ws, me);
-  d->epoch = mkx_tp_ws_word(p->np.ws, me, MKX_TP_OFF_EPOCH);
+  d->ab_type = mkx_fused_gemm_type(a->dtype);
+  d->c_type = mkx_fused_gemm_type(a->ctype);
+  d->flags = mkx_fused_ws_flags(p->np.ws, me);
+  d->epoch = mkx_fused_ws_word(p->np.ws, me, MKX_FUSED_OFF_EPOCH);
   d->size = c->size;
   for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->first_tile_m =
@@ -194,7 +194,7 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   d->net_slot0 = n->slot0;
   d->net_words = n->words;
   d->net_chunk_tiles = n->chunk_tiles;
-  d->net_landed = mkx_tp_ws_flags(p->np.ws, 0);
+  d->net_landed = mkx_fused_ws_flags(p->np.ws, 0);
 }
 
 /* Nodes of several ranks: the forward of the column peers' rows into
@@ -244,19 +244,19 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
 /* Nodes of several ranks: see the top of the file. */
 static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
                       mkx_tp_net_desc *n, cudaStream_t st) {
-  mkx_tp_ws *ws = p->np.ws;
+  mkx_fused_ws *ws = p->np.ws;
   MKX_TRY(mkx_tp_ag_push_peers(c, ws, &p->r, p->chunk_tiles, a, st));
   MKX_TRY(mkx_tp_ag_push_own_edges(c, ws, &p->r, a, st));
   n->peers = mkx_net_column_peers(c);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
   MKX_TRY(forward(c, p, n, st));
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, n, &d);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
   MKX_TRY(mkx_tp_ag_join_peers(c, ws, st));
   MKX_TRY(mkx_net_fwd_join(ws, c->place.local_size, st, FN));
   if (a->A_out)
-    MKX_TRY(copy_out(p, a, mkx_tp_ws_data(ws, c->place.local_rank), st));
+    MKX_TRY(copy_out(p, a, mkx_fused_ws_data(ws, c->place.local_rank), st));
   return MKX_SUCCESS;
 }
 
@@ -274,8 +274,8 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   } else {
     mkx_tp_ag_desc d;
     gemm_desc(c, p, a, &n, &d);
-    MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
-    MKX_TRY(mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
+    MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
+    MKX_TRY(mkx_fused_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
     if (a->A_out) MKX_TRY(copy_out(p, a, p->np.region, st));
   }
   return mkx_net_call_end(c, &p->np, stream, FN, &n);

@@ -186,7 +186,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   mkx_gemm_desc d;
   engine_desc(op, a, p, M, &d);
   if (rc == MKX_SUCCESS)
-    rc = mkx_tp_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
+    rc = mkx_fused_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
   /* the host buffers are read by the copies above: wait before freeing */
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
@@ -212,7 +212,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_rs_ar_args *a,
                ? MKX_SUCCESS
                : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(op));
   if (rc == MKX_SUCCESS)
-    rc = mkx_tp_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
+    rc = mkx_fused_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMemcpyAsync(host, p->dtmp, part * sizeof(float),
                                  cudaMemcpyDeviceToHost, st),

@@ -27,9 +27,9 @@ const char *mkx_net_fits_comm(MKX_Comm c) {
   if (c->one_queue) return mkx_net_ring_why_not(c);
   if (c->place.num_nodes != c->size && !c->place.equal_nodes)
     return "nodes of unequal sizes";
-  if (c->place.num_nodes != c->size && mkx_tp_share_why(c))
-    return mkx_tp_share_why(c);
-  if (c->size > MKX_TP_MAX) return "driven by the GPU on at most 8 ranks";
+  if (c->place.num_nodes != c->size && mkx_fused_share_why(c))
+    return mkx_fused_share_why(c);
+  if (c->size > MKX_FUSED_MAX) return "driven by the GPU on at most 8 ranks";
   if (!mkx_comm_net_gpu(c)) return "no network ring mapped for the GPU";
   return NULL;
 }
@@ -41,7 +41,7 @@ uint32_t mkx_net_region_index(MKX_Comm c) {
              : MKX_COMM_NET_GPU_REGION;
 }
 
-void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
+void mkx_net_desc_fill(MKX_Comm c, mkx_fused_ws *ws, uint64_t *words,
                        mkx_tp_net_desc *d) {
   memset(d, 0, sizeof *d);
   mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
@@ -54,23 +54,23 @@ void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
   d->region = mkx_net_region_index(c);
   d->row_bytes = 1;
   d->chunk_tiles = 1;
-  mkx_tp_sync_fill(c, ws, 0, &d->sync);
+  mkx_fused_sync_fill(c, ws, 0, &d->sync);
 }
 
-int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_fused_need *ws,
                       mkx_net_plan *n) {
   memset(n, 0, sizeof *n);
   n->bytes = bytes;
-  mkx_tp_need need = {ws->src_n > 1 ? ws->src_n : 1,
-                      ws->flags_n > 1 ? ws->flags_n : 1,
-                      ws->data_bytes > 4096 ? ws->data_bytes : 4096, 0};
+  mkx_fused_need need = {ws->src_n > 1 ? ws->src_n : 1,
+                         ws->flags_n > 1 ? ws->flags_n : 1,
+                         ws->data_bytes > 4096 ? ws->data_bytes : 4096, 0};
   n->src_n = (int)need.src_n;
-  MKX_TRY(mkx_tp_ws_acquire(c, &need, &n->ws));
+  MKX_TRY(mkx_fused_ws_acquire(c, &need, &n->ws));
   void *base = NULL;
   n->index = mkx_net_region_index(c);
   const int rc = mkx_comm_net_gpu_region(c, n->index, bytes, &base, &n->words);
   if (rc != MKX_SUCCESS) {
-    mkx_tp_ws_release(n->ws);
+    mkx_fused_ws_release(n->ws);
     n->ws = NULL;
     return rc;
   }
@@ -81,12 +81,13 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
 int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
                       const char *fn) {
   mkx_net_desc_fill(c, n->ws, n->words, d);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_prologue_load(), fn, "loading the prologue"));
-  return mkx_tp_launch_rc(mkx_tp_net_load(), fn, "loading its kernels");
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_prologue_load(), fn,
+                              "loading the prologue"));
+  return mkx_fused_launch_rc(mkx_tp_net_load(), fn, "loading its kernels");
 }
 
 void mkx_net_plan_fini(mkx_net_plan *n) {
-  mkx_tp_ws_release(n->ws);
+  mkx_fused_ws_release(n->ws);
   n->ws = NULL;
 }
 
@@ -96,7 +97,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   void *base = NULL;
   MKX_TRY(mkx_comm_net_gpu_region(c, n->index, n->bytes, &base, &n->words));
   n->region = base;
-  MKX_TRY(mkx_tp_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
+  MKX_TRY(mkx_fused_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
   mkx_net_desc_fill(c, n->ws, n->words, d);
   return MKX_SUCCESS;
 }
@@ -133,14 +134,14 @@ int mkx_net_sum_ctas(MKX_Comm c) { return ctas_part(c, 4); }
 
 int mkx_net_sum_leave(MKX_Comm c) { return leave(c, mkx_net_sum_ctas(c)); }
 
-int mkx_net_fork(const mkx_tp_ws *ws, int side, cudaStream_t st,
+int mkx_net_fork(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn) {
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
   return mkx_cuda_rc(cudaStreamWaitEvent(ws->side[side], ws->ev_fork, 0), fn,
                      "fork wait");
 }
 
-int mkx_net_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
+int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn) {
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_join[side], ws->side[side]), fn,
                       "join"));
@@ -148,25 +149,26 @@ int mkx_net_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
                      "join wait");
 }
 
-int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
-                      uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
-                      const char *fn) {
+int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
+                      mkx_tp_net_desc *n, uint64_t *words,
+                      mkx_tp_net_fwd_desc *f, cudaStream_t st, const char *fn) {
   n->fwd_done = words + MKX_NET_WORD_FWD_DONE;
   f->net = *n;
   f->ndst = c->place.local_size;
   for (int i = 0; i < f->ndst; i++) {
-    f->dst[i] = mkx_tp_ws_data(ws, i);
-    f->flags[i] = mkx_tp_ws_flags(ws, i);
+    f->dst[i] = mkx_fused_ws_data(ws, i);
+    f->flags[i] = mkx_fused_ws_flags(ws, i);
   }
-  f->flag_epoch = mkx_tp_ws_word(ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+  f->flag_epoch =
+      mkx_fused_ws_word(ws, c->place.local_rank, MKX_FUSED_OFF_EPOCH);
   f->count = (unsigned *)(words + MKX_NET_WORD_FWD_COUNT);
   f->max_blocks = mkx_net_fwd_ctas(c);
   MKX_TRY(mkx_net_fork(ws, side, st, fn));
-  return mkx_tp_launch_rc(mkx_tp_net_fwd(f, ws->side[side]), fn,
-                          "network forward");
+  return mkx_fused_launch_rc(mkx_tp_net_fwd(f, ws->side[side]), fn,
+                             "network forward");
 }
 
-int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
+int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                      const char *fn) {
   enum cudaStreamCaptureStatus cap;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
@@ -177,10 +179,10 @@ int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
 
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
                      const mkx_tp_net_desc *d) {
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_end(d, (cudaStream_t)st), fn,
-                           "network drain"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_end(d, (cudaStream_t)st), fn,
+                              "network drain"));
   MKX_TRY(mkx_comm_net_gpu_mark(c, st));
-  return mkx_tp_end(n->ws, st);
+  return mkx_fused_end(n->ws, st);
 }
 #else
 typedef int mkx_net_gpu_unused; /* ISO C: not an empty unit */

@@ -63,7 +63,7 @@ uint32_t mkx_net_region_index(MKX_Comm c);
 /* The kernels' descriptor of a call on workspace ws (its bound and error
  * word) with the region's device words (mkx_comm_net_gpu_region): every
  * other rank a peer, no rows. */
-void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
+void mkx_net_desc_fill(MKX_Comm c, mkx_fused_ws *ws, uint64_t *words,
                        mkx_tp_net_desc *d);
 
 /* What every plan of these calls holds: a workspace (prologue, error
@@ -71,7 +71,7 @@ void mkx_net_desc_fill(MKX_Comm c, mkx_tp_ws *ws, uint64_t *words,
  * communicator's region of `bytes` with its device words
  * (mkx_comm_net_gpu_region). */
 typedef struct mkx_net_plan {
-  mkx_tp_ws *ws;
+  mkx_fused_ws *ws;
   int src_n; /* ints of the workspace's src[] each call fills */
   size_t bytes;
   uint32_t index;  /* mkx_net_region_index */
@@ -81,7 +81,7 @@ typedef struct mkx_net_plan {
 /* Collective; ws: what the workspace must hold (src_n, flags_n and
  * data_bytes of at least 1, 1 and 4096 are taken; never split).  On
  * failure nothing is held. */
-int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_tp_need *ws,
+int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_fused_need *ws,
                       mkx_net_plan *n);
 void mkx_net_plan_fini(mkx_net_plan *n);
 /* At plan time: the kernels' descriptor in *d (as at a start) and every
@@ -102,7 +102,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
  * each waits on the network, and the kernels beside it leave them SMs). */
 unsigned mkx_net_column_peers(MKX_Comm c);
 int mkx_net_fwd_ctas(MKX_Comm c);
-/* The CTAs a persistent kernel beside the forward may take (mkx_tp_sync
+/* The CTAs a persistent kernel beside the forward may take (mkx_fused_sync
  * .ctas): the rank's less the forward's, so that both are resident at
  * once (a kernel that waits for flags the forward sets, holding every SM
  * the forward could have, would wait out its bound). */
@@ -131,14 +131,14 @@ int mkx_net_sum_leave(MKX_Comm c);
  * join what it forks: mkx_net_fwd_join. */
 /* ws's side stream `side` waits for st's work so far (fork); st waits
  * for the side stream's (join). */
-int mkx_net_fork(const mkx_tp_ws *ws, int side, cudaStream_t st,
+int mkx_net_fork(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn);
-int mkx_net_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
+int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn);
-int mkx_net_fwd_start(MKX_Comm c, mkx_tp_ws *ws, int side, mkx_tp_net_desc *n,
-                      uint64_t *words, mkx_tp_net_fwd_desc *f, cudaStream_t st,
-                      const char *fn);
-int mkx_net_fwd_join(const mkx_tp_ws *ws, int side, cudaStream_t st,
+int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
+                      mkx_tp_net_desc *n, uint64_t *words,
+                      mkx_tp_net_fwd_desc *f, cudaStream_t st, const char *fn);
+int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                      const char *fn);
 /* The end: until the proxy has completed the call's writes. */
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,

@@ -79,7 +79,7 @@ typedef struct rn_plan {
   int op;          /* MKX_TP_OP_RS or MKX_TP_OP_AR */
   mkx_net_plan np; /* region: P, R, Y; nodes of several ranks: S, R */
   int64_t M, n, rmax, chunk_rows;
-  int64_t bnd[MKX_TP_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
+  int64_t bnd[MKX_FUSED_MAX + 1]; /* owner q's rows [bnd[q], bnd[q + 1]) */
   size_t off_r, off_y, es_c;
   int node;    /* nodes of several ranks */
   size_t ws_y; /* nodes of several ranks, GEMM+AllReduce: Y in the
@@ -150,8 +150,8 @@ int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
   p->ws_y = (size_t)p->M * row;
   const size_t y =
       op == MKX_TP_OP_AR ? (size_t)p->M * (size_t)a->n * p->es_c : 0;
-  const mkx_tp_need ws = {1, p->node ? (int64_t)c->size * CHUNKS : 1,
-                          p->node ? p->ws_y + y : 0, 0};
+  const mkx_fused_need ws = {1, p->node ? (int64_t)c->size * CHUNKS : 1,
+                             p->node ? p->ws_y + y : 0, 0};
   int rc = mkx_net_plan_init(c, bytes, &ws, &p->np);
   if (rc != MKX_SUCCESS) {
     free(p);
@@ -163,7 +163,8 @@ int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
     for (int j = 0; rc == MKX_SUCCESS && j < chunks_of(p, q); j++) {
       mkx_gemm_desc d;
       chunk_desc(c, p, a, q, j, &d, NULL, NULL);
-      rc = mkx_tp_launch_rc(mkx_gemm_load(&d), fn_of(op), "loading its GEMM");
+      rc =
+          mkx_fused_launch_rc(mkx_gemm_load(&d), fn_of(op), "loading its GEMM");
     }
   if (rc != MKX_SUCCESS) {
     mkx_rs_ar_net_free(c, p);
@@ -195,7 +196,7 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   if (r1 > p->bnd[q + 1]) r1 = p->bnd[q + 1];
   const size_t row = (size_t)p->n * sizeof(float);
   char *P =
-      p->node ? mkx_tp_ws_data(p->np.ws, c->place.local_rank) : p->np.region;
+      p->node ? mkx_fused_ws_data(p->np.ws, c->place.local_rank) : p->np.region;
   mkx_tp_gemm_of_red(a, P + (size_t)r0 * row, MKX_GEMM_FP32, d);
   d->m = r1 - r0;
   d->a = (const char *)a->A +
@@ -217,12 +218,12 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   int64_t r0, r1;
   mkx_gemm_desc d;
   chunk_desc(c, p, a, q, j, &d, &r0, &r1);
-  MKX_TRY(mkx_tp_launch_rc(mkx_gemm_run(&d, st), fn, "GEMM of a chunk"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_gemm_run(&d, st), fn, "GEMM of a chunk"));
   if (p->node) { /* the chunk's flag, after it in stream order */
     const int me = c->place.local_rank;
     return mkx_cuda_rc(
-        cudaMemcpyAsync(mkx_tp_ws_flags(p->np.ws, me) + q * CHUNKS + j,
-                        mkx_tp_ws_word(p->np.ws, me, MKX_TP_OFF_EPOCH),
+        cudaMemcpyAsync(mkx_fused_ws_flags(p->np.ws, me) + q * CHUNKS + j,
+                        mkx_fused_ws_word(p->np.ws, me, MKX_FUSED_OFF_EPOCH),
                         sizeof(int), cudaMemcpyDeviceToDevice, st),
         fn, "copy of a chunk's flag");
   }
@@ -230,7 +231,7 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   const size_t dst =
       p->off_r +
       ((size_t)c->rank * (size_t)p->rmax + (size_t)(r0 - p->bnd[q])) * row;
-  return mkx_tp_launch_rc(
+  return mkx_fused_launch_rc(
       mkx_tp_net_post(n, q, (size_t)r0 * row, dst, (size_t)(r1 - r0) * row,
                       W_PART + (uint32_t)j, st),
       fn, "network post");
@@ -259,7 +260,7 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   s.n = p->n;
   s.chunk_rows = p->chunk_rows;
   s.w0 = W_PART;
-  s.c_type = mkx_tp_gemm_type(a->ctype);
+  s.c_type = mkx_fused_gemm_type(a->ctype);
   s.max_blocks = sum_blocks(c);
   if (p->op == MKX_TP_OP_AR) {
     /* each summed chunk of Y leaves for every peer at once */
@@ -276,7 +277,7 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
     s.out = a->C;
     s.ldc = a->ldc;
   }
-  return mkx_tp_launch_rc(mkx_tp_net_sum(&s, st), fn_of(p->op), "sum");
+  return mkx_fused_launch_rc(mkx_tp_net_sum(&s, st), fn_of(p->op), "sum");
 }
 
 /* GEMM+AllReduce, while the sum sends this rank's rounded rows to every
@@ -296,8 +297,8 @@ static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   t.dst = a->C;
   t.ld_dst = a->ldc * (int64_t)p->es_c;
   t.max_blocks = sum_blocks(c);
-  return mkx_tp_launch_rc(mkx_tp_net_take(&t, st), fn_of(p->op),
-                          "rows of the other owners");
+  return mkx_fused_launch_rc(mkx_tp_net_take(&t, st), fn_of(p->op),
+                             "rows of the other owners");
 }
 
 /* ---- nodes of several ranks (GEMM+ReduceScatter; top of the file) ---- */
@@ -307,9 +308,9 @@ static void node_source(MKX_Comm c, const rn_plan *p, int q, int l,
                         mkx_tp_net_sum_desc *d, int s) {
   const size_t row = (size_t)p->n * sizeof(float);
   d->part[s] =
-      (const float *)(mkx_tp_ws_data(p->np.ws, l) + (size_t)p->bnd[q] * row);
+      (const float *)(mkx_fused_ws_data(p->np.ws, l) + (size_t)p->bnd[q] * row);
   d->src_rank[s] = -1;
-  d->src_flag[s] = mkx_tp_ws_flags(p->np.ws, l) + q * CHUNKS;
+  d->src_flag[s] = mkx_fused_ws_flags(p->np.ws, l) + q * CHUNKS;
   d->src_name[s] = mkx_placement_rank_at(&c->place, c->size, c->place.node, l);
 }
 
@@ -318,7 +319,7 @@ static void node_sum_desc(MKX_Comm c, const rn_plan *p, int q,
   memset(d, 0, sizeof *d);
   d->net = *n;
   d->flag_epoch =
-      mkx_tp_ws_word(p->np.ws, c->place.local_rank, MKX_TP_OFF_EPOCH);
+      mkx_fused_ws_word(p->np.ws, c->place.local_rank, MKX_FUSED_OFF_EPOCH);
   d->ld_part = p->n;
   d->rows = p->bnd[q + 1] - p->bnd[q];
   d->n = p->n;
@@ -350,7 +351,7 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
   d.max_blocks = mkx_net_sum_ctas(c);
-  return mkx_tp_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
+  return mkx_fused_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
 }
 
 /* This rank's rows: in node order, its node's G chunks (flags) and every
@@ -372,7 +373,7 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
         mkx_placement_rank_at(&c->place, c->size, m, c->place.local_rank);
     d.src_name[s] = d.src_rank[s];
   }
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
   d.out = a->C;
   d.ldc = a->ldc;
   d.max_blocks = sum_blocks(c);
@@ -386,11 +387,11 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
     d.chunk_done = p->np.words + MKX_NET_WORD_SUM2;
     d.out = p->np.region + d.post_off;
     d.ldc = p->n;
-    d.out2 = mkx_tp_ws_data(p->np.ws, c->place.local_rank) + p->ws_y +
+    d.out2 = mkx_fused_ws_data(p->np.ws, c->place.local_rank) + p->ws_y +
              (size_t)p->bnd[c->rank] * yrow;
     d.ldc2 = p->n;
   }
-  return mkx_tp_launch_rc(mkx_tp_net_sum(&d, st), fn_of(p->op), "sum");
+  return mkx_fused_launch_rc(mkx_tp_net_sum(&d, st), fn_of(p->op), "sum");
 }
 
 /* GEMM+AllReduce on nodes of several ranks, after this rank's sum: its
@@ -410,20 +411,20 @@ static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   t.row_bytes = (int64_t)yrow;
   t.src = p->np.region + p->off_y;
   t.ld_src = t.row_bytes;
-  t.dst = mkx_tp_ws_data(p->np.ws, c->place.local_rank) + p->ws_y;
+  t.dst = mkx_fused_ws_data(p->np.ws, c->place.local_rank) + p->ws_y;
   t.ld_dst = t.row_bytes;
   t.max_blocks = sum_blocks(c);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_take(&t, st), fn,
-                           "rows of the column's owners"));
-  mkx_tp_sync sync;
-  mkx_tp_sync_fill(c, p->np.ws, 0, &sync);
-  MKX_TRY(mkx_tp_launch_rc(
-      mkx_tp_meet(&sync, MKX_TP_OFF_DONE, MKX_TP_AT_AR_DONE, st), fn,
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_take(&t, st), fn,
+                              "rows of the column's owners"));
+  mkx_fused_sync sync;
+  mkx_fused_sync_fill(c, p->np.ws, 0, &sync);
+  MKX_TRY(mkx_fused_launch_rc(
+      mkx_fused_meet(&sync, MKX_FUSED_OFF_DONE, MKX_FUSED_AT_AR_DONE, st), fn,
       "meeting of the node's ranks"));
   for (int q = 0; q < c->size; q++) {
     const int64_t rows = p->bnd[q + 1] - p->bnd[q];
     if (rows == 0) continue;
-    const char *src = mkx_tp_ws_data(p->np.ws, c->place.local_rank_of[q]) +
+    const char *src = mkx_fused_ws_data(p->np.ws, c->place.local_rank_of[q]) +
                       p->ws_y + (size_t)p->bnd[q] * yrow;
     MKX_TRY(mkx_cuda_rc(
         cudaMemcpy2DAsync(
@@ -444,7 +445,7 @@ static int node_start(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   const char *fn = fn_of(p->op);
   const int G = c->place.local_size, N = c->place.num_nodes;
   n->peers = mkx_net_column_peers(c);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(n, st), fn, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(n, st), fn, "network meet"));
   for (int k = 1; k <= N; k++) {
     const int b = (c->place.node + k) % N;
     for (int l = 0; l < G; l++) {
@@ -474,7 +475,7 @@ int mkx_rs_ar_net_start(MKX_Comm c, void *plan, const void *args,
     MKX_TRY(node_start(c, p, a, &n, st));
     return mkx_net_call_end(c, &p->np, stream, fn, &n);
   }
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_net_begin(&n, st), fn, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(&n, st), fn, "network meet"));
   for (int i = 1; i <= c->size; i++) {
     const int q = (c->rank + i) % c->size;
     for (int j = 0; j < chunks_of(p, q); j++)

@@ -33,7 +33,7 @@
 static const char *const FN = "MKX_Allgather_gemm";
 
 typedef struct ag_plan {
-  mkx_tp_ws *ws;
+  mkx_fused_ws *ws;
   mkx_tp_ag_rows r;
   int64_t chunk_tiles, first_tile;
   int split;
@@ -43,7 +43,7 @@ typedef struct ag_plan {
   size_t es;
   int pull;          /* every rank's rows read from its own A (tp_pull) */
   mkx_symm_buf areg; /* pull: every rank's A */
-  int64_t peer_lda[MKX_TP_MAX];
+  int64_t peer_lda[MKX_FUSED_MAX];
 } ag_plan;
 
 #define TILE 128 /* rows of the GEMM's tile: one ready flag per source */
@@ -69,7 +69,7 @@ int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
   const mkx_ag_gemm_args *a = args;
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
-  MKX_TRY(mkx_tp_node_ok(c, FN));
+  MKX_TRY(mkx_fused_node_ok(c, FN));
   MKX_TRY(check_types(a));
   const char *why =
       c->opt.fused_pad ? NULL : mkx_tp_adapt_misfit(MKX_TP_OP_AG, a);
@@ -149,10 +149,10 @@ static int pull_maps(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
   return MKX_SUCCESS;
 }
 
-static mkx_tp_need need_of(MKX_Comm c, const mkx_ag_gemm_args *a,
-                           const ag_plan *p) {
-  if (p->pull) return (mkx_tp_need){1, 0, 0, 0};
-  return (mkx_tp_need){
+static mkx_fused_need need_of(MKX_Comm c, const mkx_ag_gemm_args *a,
+                              const ag_plan *p) {
+  if (p->pull) return (mkx_fused_need){1, 0, 0, 0};
+  return (mkx_fused_need){
       p->split ? 0 : p->r.tiles_m,
       (int64_t)c->size * p->r.tiles_m * (p->oneshot ? p->nkc : 1) +
           (p->stream_k ? 2 * MKX_TP_SK_SLOTS : 0),
@@ -199,8 +199,8 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   p->sk_off = ((size_t)p->r.M * (size_t)a->k * p->es + 255) & ~(size_t)255;
   p->pull = !p->split && pull_fits(c, &p->r);
   int rc = p->pull ? pull_maps(c, a, p) : MKX_SUCCESS;
-  mkx_tp_need need = need_of(c, a, p);
-  if (rc == MKX_SUCCESS) rc = mkx_tp_ws_acquire(c, &need, &p->ws);
+  mkx_fused_need need = need_of(c, a, p);
+  if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     mkx_symm_buf_free(&p->areg);
     free(p);
@@ -214,7 +214,7 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   ag_plan *p = plan;
   (void)c;
   if (!p) return;
-  mkx_tp_ws_release(p->ws);
+  mkx_fused_ws_release(p->ws);
   mkx_symm_buf_free(&p->areg);
   free(p);
 }
@@ -226,13 +226,13 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
  * every tile's rows of this rank in one piece (chunks end on tile
  * boundaries or at row1), so a flag is set only once all of this rank's
  * rows of its tile are there. */
-static int push_rows(MKX_Comm c, const mkx_tp_ws *ws, const mkx_tp_ag_rows *r,
-                     const mkx_ag_gemm_args *a, int lq, int64_t g0, int64_t g1,
-                     cudaStream_t s) {
+static int push_rows(MKX_Comm c, const mkx_fused_ws *ws,
+                     const mkx_tp_ag_rows *r, const mkx_ag_gemm_args *a, int lq,
+                     int64_t g0, int64_t g1, cudaStream_t s) {
   const int me = c->place.local_rank;
   const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
   const int64_t r0 = g0 - r->row0, nrows = g1 - g0;
-  char *dst = mkx_tp_ws_data(ws, lq) + (size_t)g0 * row;
+  char *dst = mkx_fused_ws_data(ws, lq) + (size_t)g0 * row;
   const char *src = (const char *)a->A + (size_t)r0 * (size_t)a->lda * es;
   cudaError_t e =
       a->lda == a->k
@@ -242,14 +242,14 @@ static int push_rows(MKX_Comm c, const mkx_tp_ws *ws, const mkx_tp_ag_rows *r,
                               (size_t)nrows, cudaMemcpyDeviceToDevice, s);
   MKX_TRY(mkx_cuda_rc(e, FN, "copy of A rows"));
   const int64_t t0 = g0 / TILE, t1 = (g1 - 1) / TILE; /* tiles met */
-  int *flags = mkx_tp_ws_flags(ws, lq) + c->rank * r->tiles_m + t0;
-  const int *epoch = mkx_tp_ws_word(ws, me, MKX_TP_OFF_SRC);
+  int *flags = mkx_fused_ws_flags(ws, lq) + c->rank * r->tiles_m + t0;
+  const int *epoch = mkx_fused_ws_word(ws, me, MKX_FUSED_OFF_SRC);
   e = cudaMemcpyAsync(flags, epoch, sizeof(int) * (size_t)(t1 - t0 + 1),
                       cudaMemcpyDeviceToDevice, s);
   return mkx_cuda_rc(e, FN, "copy of ready flags");
 }
 
-int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_tp_ws *ws,
+int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_fused_ws *ws,
                          const mkx_tp_ag_rows *r, int64_t chunk_tiles,
                          const mkx_ag_gemm_args *a, cudaStream_t st) {
   const int G = c->place.local_size, me = c->place.local_rank;
@@ -271,7 +271,7 @@ int mkx_tp_ag_push_peers(MKX_Comm c, const mkx_tp_ws *ws,
   return MKX_SUCCESS;
 }
 
-int mkx_tp_ag_join_peers(MKX_Comm c, const mkx_tp_ws *ws, cudaStream_t st) {
+int mkx_tp_ag_join_peers(MKX_Comm c, const mkx_fused_ws *ws, cudaStream_t st) {
   for (int i = 1; i < c->place.local_size; i++)
     MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(st, ws->ev_join[i], 0), FN,
                         "join wait"));
@@ -287,21 +287,21 @@ static void gemm_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.m = p->r.M;
   d.n = a->n;
   d.k = a->k;
-  d.a = mkx_tp_ws_data(p->ws, me);
+  d.a = mkx_fused_ws_data(p->ws, me);
   d.lda = a->k;
   d.b = a->B;
   d.ldb = a->ldb;
   d.b_kmajor = a->transb == MKX_TRANS;
   d.c = a->C;
   d.ldc = a->ldc;
-  d.ab_type = mkx_tp_gemm_type(a->dtype);
-  d.c_type = mkx_tp_gemm_type(a->ctype);
-  d.flags = mkx_tp_ws_flags(p->ws, me);
-  d.epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
+  d.ab_type = mkx_fused_gemm_type(a->dtype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
+  d.flags = mkx_fused_ws_flags(p->ws, me);
+  d.epoch = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_EPOCH);
   d.size = c->size;
   for (int q = 0; q <= c->size; q++) d.bnd[q] = p->r.bnd[q];
   d.first_tile_m = (int)p->first_tile;
-  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
+  mkx_fused_sync_fill(c, p->ws, 0, &d.sync);
   *dp = d;
 }
 
@@ -312,9 +312,9 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   gemm_desc(c, p, a, &d);
   if (in_place && p->stream_k) { /* slots and flags after the tiles' */
     d.sk_part =
-        (float *)(mkx_tp_ws_data(p->ws, c->place.local_rank) + p->sk_off);
+        (float *)(mkx_fused_ws_data(p->ws, c->place.local_rank) + p->sk_off);
     d.sk_flags =
-        mkx_tp_ws_flags(p->ws, c->place.local_rank) + c->size * p->r.tiles_m;
+        mkx_fused_ws_flags(p->ws, c->place.local_rank) + c->size * p->r.tiles_m;
   }
   if (in_place && p->r.own_t1 > p->r.own_t0) {
     d.a_own = a->A;
@@ -324,10 +324,10 @@ static int run_gemm(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     d.own_t0 = (int)p->r.own_t0;
     d.own_t1 = (int)p->r.own_t1;
   }
-  return mkx_tp_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
+  return mkx_fused_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM");
 }
 
-int mkx_tp_ag_push_own_edges(MKX_Comm c, const mkx_tp_ws *ws,
+int mkx_tp_ag_push_own_edges(MKX_Comm c, const mkx_fused_ws *ws,
                              const mkx_tp_ag_rows *r, const mkx_ag_gemm_args *a,
                              cudaStream_t st) {
   const int me = c->place.local_rank;
@@ -354,8 +354,8 @@ static void push_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.esz = (int)p->es;
   d.row0 = p->r.row0;
   for (int lq = 0; lq < c->place.local_size; lq++) {
-    d.gathered[lq] = mkx_tp_ws_data(p->ws, lq);
-    d.flags[lq] = mkx_tp_ws_flags(p->ws, lq);
+    d.gathered[lq] = mkx_fused_ws_data(p->ws, lq);
+    d.flags[lq] = mkx_fused_ws_flags(p->ws, lq);
   }
   d.tiles_m = (int)p->r.tiles_m;
   if (a->m_local > 0) {
@@ -363,7 +363,7 @@ static void push_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     d.t1 = (int)((p->r.row1 - 1) / TILE + 1);
   }
   d.wait_all = wait_all;
-  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
+  mkx_fused_sync_fill(c, p->ws, 0, &d.sync);
   *dp = d;
 }
 
@@ -371,7 +371,7 @@ static int push_split(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                       int wait_all, cudaStream_t st) {
   mkx_tp_split_ag_desc d;
   push_desc(c, p, a, wait_all, &d);
-  return mkx_tp_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
+  return mkx_fused_launch_rc(mkx_tp_split_push(&d, st), FN, "copy of A rows");
 }
 
 /* The split path in one kernel: the copy in K chunks and the GEMM. */
@@ -383,7 +383,7 @@ static int oneshot_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.chunk_kb = p->chunk_kb;
   d.nkc = p->nkc;
   mkx_path_count(MKX_PATH_TP_ONE_KERNEL);
-  return mkx_tp_launch_rc(mkx_tp_ag1(&d, st), FN, "AllGather+GEMM kernel");
+  return mkx_fused_launch_rc(mkx_tp_ag1(&d, st), FN, "AllGather+GEMM kernel");
 }
 
 /* The split path: one kernel, or the copy, then the gated engine, or
@@ -392,7 +392,8 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
   if (p->oneshot) return oneshot_run(c, p, a, st);
   mkx_gemm_desc g; /* the whole product from the gathered A */
-  mkx_tp_gemm_of_ag(a, mkx_tp_ws_data(p->ws, c->place.local_rank), p->r.M, &g);
+  mkx_tp_gemm_of_ag(a, mkx_fused_ws_data(p->ws, c->place.local_rank), p->r.M,
+                    &g);
   const int blas = mkx_tp_split_blas(c, &g);
   MKX_TRY(push_split(c, p, a, blas, st));
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, 0, st);
@@ -424,7 +425,7 @@ static cudaError_t out_rows(const ag_plan *p, const mkx_ag_gemm_args *a,
 static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
                     int own, cudaStream_t st) {
   const size_t row = (size_t)a->k * p->es;
-  const char *gathered = mkx_tp_ws_data(p->ws, me);
+  const char *gathered = mkx_fused_ws_data(p->ws, me);
   cudaError_t e;
   if (!own) {
     e = out_rows(p, a, 0, p->r.M, gathered, row, st);
@@ -461,8 +462,8 @@ static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.b = a->B;
   d.ldb = a->ldb;
   d.b_kmajor = a->transb == MKX_TRANS;
-  d.ab_type = mkx_tp_gemm_type(a->dtype);
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.ab_type = mkx_fused_gemm_type(a->dtype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
   d.c = a->C;
   d.ldc = a->ldc;
   /* it waits for no one: every SM the rank has (mkx_tp_rs_pull's note) */
@@ -473,16 +474,16 @@ static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                  MKX_GEMM_TILE_128x256
              ? 256
              : 128;
-  MKX_TRY(
-      mkx_tp_launch_rc(mkx_tp_ag_pull(&d, st), FN, "GEMM on the ranks' own A"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_ag_pull(&d, st), FN,
+                              "GEMM on the ranks' own A"));
   for (int q = 0; a->A_out && q < c->size; q++)
     MKX_TRY(mkx_cuda_rc(out_rows(p, a, d.bnd[q], d.bnd[q + 1], d.a[q],
                                  (size_t)d.lda[q] * p->es, st),
                         FN, "copy to A_out"));
-  mkx_tp_sync s;
-  mkx_tp_sync_fill(c, p->ws, 0, &s);
-  return mkx_tp_launch_rc(
-      mkx_tp_meet(&s, MKX_TP_OFF_PULLED, MKX_TP_AT_PULLED, st), FN,
+  mkx_fused_sync s;
+  mkx_fused_sync_fill(c, p->ws, 0, &s);
+  return mkx_fused_launch_rc(
+      mkx_fused_meet(&s, MKX_FUSED_OFF_PULLED, MKX_FUSED_AT_PULLED, st), FN,
       "meet after the GEMM");
 }
 
@@ -492,19 +493,19 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
-    MKX_TRY(mkx_tp_begin_split(c, p->ws, FN, stream));
+    MKX_TRY(mkx_fused_begin_split(c, p->ws, FN, stream));
     MKX_TRY(split_run(c, p, a, st));
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));
-    return mkx_tp_end(p->ws, stream);
+    return mkx_fused_end(p->ws, stream);
   }
   if (p->pull) {
-    MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_OVERLAP));
+    MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_OVERLAP));
     MKX_TRY(pin_if_captured(c, p, st));
     MKX_TRY(pull_run(c, p, a, st));
-    return mkx_tp_end(p->ws, stream);
+    return mkx_fused_end(p->ws, stream);
   }
-  MKX_TRY(mkx_tp_begin(c, p->ws, FN, stream, (int)p->r.tiles_m,
-                       MKX_PATH_TP_OVERLAP));
+  MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, (int)p->r.tiles_m,
+                          MKX_PATH_TP_OVERLAP));
   MKX_TRY(mkx_tp_ag_push_peers(c, p->ws, &p->r, p->chunk_tiles, a, st));
   /* Own rows of shared tiles on the user's stream, before the GEMM: a
    * device-local copy may run as a kernel, which must not wait behind the
@@ -513,7 +514,7 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   MKX_TRY(run_gemm(c, p, a, 1, st));
   MKX_TRY(mkx_tp_ag_join_peers(c, p->ws, st));
   if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 1, st));
-  return mkx_tp_end(p->ws, stream);
+  return mkx_fused_end(p->ws, stream);
 }
 #else
 typedef int mkx_ag_gemm_gpu_unused; /* ISO C: not an empty unit */

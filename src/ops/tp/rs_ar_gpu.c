@@ -25,16 +25,17 @@
 #include "gemm/gemm_engine.h"
 
 typedef struct rs_ar_plan {
-  mkx_tp_ws *ws;
+  mkx_fused_ws *ws;
   int allreduce, p_type, split, push_sm, pull;
   size_t pes, ces; /* bytes per partial / C element */
-  int64_t bnd[MKX_TP_MAX + 1], count_max;
+  int64_t bnd[MKX_FUSED_MAX + 1], count_max;
   mkx_tp_rs_layout L;
   size_t slots_off, stage_off, late_off; /* in the workspace's data */
   mkx_symm_buf creg;                     /* allreduce: every rank's C */
-  int64_t peer_ldc[MKX_TP_MAX];
+  int64_t peer_ldc[MKX_FUSED_MAX];
   mkx_symm_buf areg, breg; /* pull: every rank's A and B */
-  int64_t peer_lda[MKX_TP_MAX], peer_ldb[MKX_TP_MAX], peer_k[MKX_TP_MAX];
+  int64_t peer_lda[MKX_FUSED_MAX], peer_ldb[MKX_FUSED_MAX],
+      peer_k[MKX_FUSED_MAX];
 } rs_ar_plan;
 
 static const char *fn_name(int allreduce) {
@@ -44,7 +45,7 @@ static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
 static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce) {
   const char *fn = fn_name(allreduce);
-  MKX_TRY(mkx_tp_node_ok(c, fn));
+  MKX_TRY(mkx_fused_node_ok(c, fn));
   if (!is16(a->dtype) || (!is16(a->ctype) && a->ctype != MKX_FP32))
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path takes bf16/fp16 "
@@ -89,7 +90,7 @@ static int register_c(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
 /* Pull: map every rank's A and B and learn their shapes. */
 static int register_ab(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
   const int64_t mine[3] = {a->lda, a->ldb, a->k_local};
-  int64_t all[3 * MKX_TP_MAX];
+  int64_t all[3 * MKX_FUSED_MAX];
   MKX_TRY(mkx_tp_node_values(c, mine, 3, all));
   for (int lq = 0; lq < c->place.local_size; lq++) {
     p->peer_lda[lq] = all[3 * lq];
@@ -110,7 +111,7 @@ static size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 static int partial_type(MKX_Comm c, const mkx_rs_ar_args *a) {
   if (a->ctype == MKX_FP32 || c->opt.tp_partials == MKX_PARTIALS_FP32)
     return MKX_GEMM_FP32;
-  return mkx_tp_gemm_type(a->ctype);
+  return mkx_fused_gemm_type(a->ctype);
 }
 
 /* Data of the workspace: receive slots (one per source, of the largest
@@ -130,11 +131,11 @@ static size_t layout_data(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
  * partial. */
 static int acquire(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p,
                    int split) {
-  mkx_tp_need need = {1, 0, p->pull ? 0 : layout_data(c, a, p), 0};
+  mkx_fused_need need = {1, 0, p->pull ? 0 : layout_data(c, a, p), 0};
   if (split)
-    need = (mkx_tp_need){0, 0, (size_t)a->M * (size_t)a->n * p->pes, 1};
+    need = (mkx_fused_need){0, 0, (size_t)a->M * (size_t)a->n * p->pes, 1};
   p->split = split;
-  return mkx_tp_ws_acquire(c, &need, &p->ws);
+  return mkx_fused_ws_acquire(c, &need, &p->ws);
 }
 
 /* Pull: the peers must map this rank's A and B; where some rank's cannot
@@ -149,7 +150,7 @@ static int pull_or_push(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
           fn_name(p->allreduce), MKX_Get_last_error());
   mkx_symm_buf_free(&p->areg);
   mkx_symm_buf_free(&p->breg);
-  mkx_tp_ws_release(p->ws);
+  mkx_fused_ws_release(p->ws);
   p->pull = 0;
   return acquire(c, a, p, 0);
 }
@@ -185,11 +186,11 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
               "%s: C cannot be mapped into the node's peers "
               "(%s): split path",
               fn_name(1), MKX_Get_last_error());
-      mkx_tp_ws_release(p->ws);
+      mkx_fused_ws_release(p->ws);
       p->pull = 0;
       rc = acquire(c, a, p, 1);
     } else if (rc != MKX_SUCCESS) {
-      mkx_tp_ws_release(p->ws);
+      mkx_fused_ws_release(p->ws);
     }
   }
   if (rc == MKX_SUCCESS && p->pull) rc = pull_or_push(c, a, p);
@@ -218,7 +219,7 @@ void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan) {
   rs_ar_plan *p = plan;
   (void)c;
   if (!p) return;
-  mkx_tp_ws_release(p->ws);
+  mkx_fused_ws_release(p->ws);
   mkx_symm_buf_free(&p->creg);
   mkx_symm_buf_free(&p->areg);
   mkx_symm_buf_free(&p->breg);
@@ -226,7 +227,7 @@ void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan) {
 }
 
 static char *data_of(const rs_ar_plan *p, int local_rank, size_t off) {
-  return mkx_tp_ws_data(p->ws, local_rank) + off;
+  return mkx_fused_ws_data(p->ws, local_rank) + off;
 }
 static int run_gemm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                     cudaStream_t st) {
@@ -241,9 +242,9 @@ static int run_gemm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
   d.b = a->B;
   d.ldb = a->ldb;
   d.b_kmajor = a->transb == MKX_TRANS;
-  d.ab_type = mkx_tp_gemm_type(a->dtype);
+  d.ab_type = mkx_fused_gemm_type(a->dtype);
   d.p_type = p->p_type;
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
   d.size = c->size;
   d.rank = c->rank;
   d.allreduce = p->allreduce;
@@ -256,15 +257,15 @@ static int run_gemm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
   d.c = a->C;
   d.ldc = a->ldc;
   d.c_row0 = p->allreduce ? 0 : p->bnd[c->rank];
-  d.counters = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_COUNTERS);
-  d.arrived = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_ARRIVED);
-  d.epoch = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_EPOCH);
-  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
+  d.counters = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_COUNTERS);
+  d.arrived = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_ARRIVED);
+  d.epoch = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_EPOCH);
+  mkx_fused_sync_fill(c, p->ws, 0, &d.sync);
   for (int q = 0; p->allreduce && q < c->size; q++) {
     const int lq = c->place.local_rank_of[q];
     d.peer_c[q] = p->creg.peer[lq];
     d.peer_ldc[q] = p->peer_ldc[lq];
-    d.peer_done[q] = mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE);
+    d.peer_done[q] = mkx_fused_ws_word(p->ws, lq, MKX_FUSED_OFF_DONE);
   }
   d.push_sm = p->push_sm;
   for (int q = 0; p->push_sm && q < c->size; q++) {
@@ -272,10 +273,10 @@ static int run_gemm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
     d.peer_slot[q] = data_of(p, lq, p->slots_off) + (size_t)c->rank *
                                                         (size_t)p->count_max *
                                                         (size_t)a->n * p->pes;
-    d.peer_counters[q] = mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_COUNTERS);
+    d.peer_counters[q] = mkx_fused_ws_word(p->ws, lq, MKX_FUSED_OFF_COUNTERS);
   }
-  return mkx_tp_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
-                          "GEMM with staged partials");
+  return mkx_fused_launch_rc(mkx_tp_rs_gemm(&d, st), fn_name(p->allreduce),
+                             "GEMM with staged partials");
 }
 
 static int cuda_rc(cudaError_t e, const rs_ar_plan *p, const char *what) {
@@ -287,14 +288,14 @@ static int cuda_rc(cudaError_t e, const rs_ar_plan *p, const char *what) {
  * destination's flag after it (stream order). */
 static int wait_count(const rs_ar_plan *p, int me, int q, int ch,
                       cudaStream_t s) {
-  int *cnt =
-      mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_COUNTERS) + q * MKX_TP_MAXCH + ch;
-  return mkx_tp_launch_rc(
-      mkx_tp_stream_wait_geq(s, cnt, mkx_tp_rs_chunk_subtiles(&p->L, q, ch)),
+  int *cnt = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_COUNTERS) +
+             q * MKX_FUSED_MAXCH + ch;
+  return mkx_fused_launch_rc(
+      mkx_fused_stream_wait_geq(s, cnt, mkx_tp_rs_chunk_subtiles(&p->L, q, ch)),
       fn_name(p->allreduce), "stream wait on a chunk count");
 }
 static int copy_flag(const rs_ar_plan *p, int me, int *dst, cudaStream_t s) {
-  const int *src = mkx_tp_ws_word(p->ws, me, MKX_TP_OFF_SRC);
+  const int *src = mkx_fused_ws_word(p->ws, me, MKX_FUSED_OFF_SRC);
   return cuda_rc(
       cudaMemcpyAsync(dst, src, sizeof(int), cudaMemcpyDeviceToDevice, s), p,
       "copy of a ready flag");
@@ -318,8 +319,8 @@ static int push_partials(MKX_Comm c, const rs_ar_plan *p, int q, int64_t n,
                         (size_t)(r1 - r0) * row, cudaMemcpyDeviceToDevice, s),
         p, "copy of partial rows"));
     MKX_TRY(copy_flag(p, me,
-                      mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_ARRIVED) +
-                          c->rank * MKX_TP_MAXCH + ch,
+                      mkx_fused_ws_word(p->ws, lq, MKX_FUSED_OFF_ARRIVED) +
+                          c->rank * MKX_FUSED_MAXCH + ch,
                       s));
   }
   return MKX_SUCCESS;
@@ -330,7 +331,7 @@ static int push_partials(MKX_Comm c, const rs_ar_plan *p, int q, int64_t n,
  * never would, so the side stream does. */
 static int copy_engines(MKX_Comm c, const rs_ar_plan *p,
                         const mkx_rs_ar_args *a) {
-  mkx_tp_ws *ws = p->ws;
+  mkx_fused_ws *ws = p->ws;
   const int me = c->place.local_rank;
   for (int i = 1; i < c->size; i++) {
     cudaStream_t s = ws->side[i];
@@ -338,8 +339,8 @@ static int copy_engines(MKX_Comm c, const rs_ar_plan *p,
     MKX_TRY(cuda_rc(cudaStreamWaitEvent(s, ws->ev_fork, 0), p, "fork wait"));
     MKX_TRY(push_partials(c, p, q, a->n, s));
     if (p->allreduce && p->L.nchunk[c->rank] == 0)
-      MKX_TRY(
-          copy_flag(p, me, mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE) + me, s));
+      MKX_TRY(copy_flag(
+          p, me, mkx_fused_ws_word(p->ws, lq, MKX_FUSED_OFF_DONE) + me, s));
     MKX_TRY(cuda_rc(cudaEventRecord(ws->ev_join[i], s), p, "join"));
   }
   return MKX_SUCCESS;
@@ -370,14 +371,14 @@ static int run_late(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
       d.peer_ldc[q] = p->peer_ldc[lq];
     }
   }
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
   d.allreduce = p->allreduce;
   d.c = a->C;
   d.ldc = a->ldc;
   d.c_row0 = p->allreduce ? 0 : p->bnd[c->rank];
-  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
-  return mkx_tp_launch_rc(mkx_tp_rs_late(&d, st), fn_name(p->allreduce),
-                          "late rows kernel");
+  mkx_fused_sync_fill(c, p->ws, 0, &d.sync);
+  return mkx_fused_launch_rc(mkx_tp_rs_late(&d, st), fn_name(p->allreduce),
+                             "late rows kernel");
 }
 
 /* The split path: the partial into the workspace (the engine, or cuBLAS:
@@ -397,13 +398,13 @@ static int run_split(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
   for (int q = 0; q < c->size; q++) /* rank order: the order of the sum */
     d.part[q] = data_of(p, c->place.local_rank_of[q], 0);
   d.p_type = p->p_type;
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
   d.c = a->C;
   d.ldc = a->ldc;
   d.c_row0 = d.r0;
-  mkx_tp_sync_fill(c, p->ws, 0, &d.sync);
-  return mkx_tp_launch_rc(mkx_tp_split_reduce(&d, st), fn,
-                          "sum of the partials");
+  mkx_fused_sync_fill(c, p->ws, 0, &d.sync);
+  return mkx_fused_launch_rc(mkx_tp_split_reduce(&d, st), fn,
+                             "sum of the partials");
 }
 
 /* A graph may replay the stores into the peers' C long after this call:
@@ -428,8 +429,8 @@ static int push_sm(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
        q++) {
     const int lq = c->place.local_rank_of[q];
     if (q != c->rank)
-      MKX_TRY(copy_flag(p, me, mkx_tp_ws_word(p->ws, lq, MKX_TP_OFF_DONE) + me,
-                        st));
+      MKX_TRY(copy_flag(
+          p, me, mkx_fused_ws_word(p->ws, lq, MKX_FUSED_OFF_DONE) + me, st));
   }
   return MKX_SUCCESS;
 }
@@ -461,8 +462,8 @@ static int pull(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
     d.peer_ldc[q] = p->peer_ldc[lq];
   }
   d.b_kmajor = a->transb == MKX_TRANS;
-  d.ab_type = mkx_tp_gemm_type(a->dtype);
-  d.c_type = mkx_tp_gemm_type(a->ctype);
+  d.ab_type = mkx_fused_gemm_type(a->dtype);
+  d.c_type = mkx_fused_gemm_type(a->ctype);
   d.bn = mkx_tp_rs_bn(a->n);
   d.c = (char *)a->C +
         (p->allreduce ? (size_t)d.row0 * (size_t)a->ldc * p->ces : 0);
@@ -471,13 +472,13 @@ static int pull(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
   /* it waits for no one, so it may hold every SM the rank has: nothing of
    * this rank's can be queued behind it that it waits for */
   d.ctas = c->share.ctx_sms;
-  mkx_tp_sync s;
-  mkx_tp_sync_fill(c, p->ws, 0, &s);
+  mkx_fused_sync s;
+  mkx_fused_sync_fill(c, p->ws, 0, &s);
   const char *fn = fn_name(p->allreduce);
-  MKX_TRY(mkx_tp_launch_rc(mkx_tp_rs_pull(&d, st), fn,
-                           "GEMM on the peers' operands"));
-  return mkx_tp_launch_rc(
-      mkx_tp_meet(&s, MKX_TP_OFF_PULLED, MKX_TP_AT_PULLED, st), fn,
+  MKX_TRY(mkx_fused_launch_rc(mkx_tp_rs_pull(&d, st), fn,
+                              "GEMM on the peers' operands"));
+  return mkx_fused_launch_rc(
+      mkx_fused_meet(&s, MKX_FUSED_OFF_PULLED, MKX_FUSED_AT_PULLED, st), fn,
       "meet after the GEMM");
 }
 
@@ -496,26 +497,26 @@ int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
-    MKX_TRY(mkx_tp_begin_split(c, p->ws, fn, stream));
+    MKX_TRY(mkx_fused_begin_split(c, p->ws, fn, stream));
     MKX_TRY(run_split(c, p, a, st));
-    return mkx_tp_end(p->ws, stream);
+    return mkx_fused_end(p->ws, stream);
   }
-  MKX_TRY(mkx_tp_begin(c, p->ws, fn, stream, 1, MKX_PATH_TP_OVERLAP));
+  MKX_TRY(mkx_fused_begin(c, p->ws, fn, stream, 1, MKX_PATH_TP_OVERLAP));
   if (p->allreduce || p->pull) MKX_TRY(pin_if_captured(c, p, st));
   if (p->pull) {
     MKX_TRY(pull(c, p, a, st));
-    return mkx_tp_end(p->ws, stream);
+    return mkx_fused_end(p->ws, stream);
   }
   MKX_TRY(p->push_sm ? push_sm(c, p, a, st) : push_copy(c, p, a, st));
   if (p->L.nlate > 0) MKX_TRY(run_late(c, p, a, st));
   if (!p->push_sm) MKX_TRY(join(c, p, st));
   if (p->allreduce && c->size > 1) {
-    mkx_tp_sync s;
-    mkx_tp_sync_fill(c, p->ws, 0, &s);
-    MKX_TRY(mkx_tp_launch_rc(mkx_tp_ar_wait(&s, p->L.nlate > 0, st), fn,
-                             "allreduce wait"));
+    mkx_fused_sync s;
+    mkx_fused_sync_fill(c, p->ws, 0, &s);
+    MKX_TRY(mkx_fused_launch_rc(mkx_tp_ar_wait(&s, p->L.nlate > 0, st), fn,
+                                "allreduce wait"));
   }
-  return mkx_tp_end(p->ws, stream);
+  return mkx_fused_end(p->ws, stream);
 }
 #else
 typedef int mkx_rs_ar_gpu_unused; /* ISO C: not an empty unit */

@@ -46,7 +46,7 @@ void mkx_tp_rs_layout_make(int64_t m, int64_t n, int size, const int64_t *bnd,
   }
   /* a tile row that is nobody's clean row holds an owner boundary: at most
    * one per boundary, so at most size - 1 of them */
-  for (int tm = 0; tm < L->tiles_m && L->nlate < MKX_TP_MAX; tm++)
+  for (int tm = 0; tm < L->tiles_m && L->nlate < MKX_FUSED_MAX; tm++)
     if (!is_clean(L, size, tm)) L->late_tm[L->nlate++] = tm;
 }
 

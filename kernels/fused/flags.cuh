@@ -1,28 +1,29 @@
 /*
- * Flags between GPUs of a node (kernels/tp): release/acquire at system scope
- * on unicast peer memory (never NVLink multicast), bounded waits, and the
- * error word a timed-out wait leaves for the host.
+ * Flags between GPUs of a node, for the kernels of every fused path:
+ * release/acquire at system scope on unicast peer memory (never NVLink
+ * multicast), bounded waits, and the error word a timed-out wait leaves for
+ * the host.
  *
  * Epoch scheme: every call of a plan bumps a per-workspace epoch on the GPU
- * (tp_prologue), never on the host, so back-to-back calls and CUDA-graph
- * replays need no host work.  Producers write or add to flags; consumers
+ * (fused_prologue_kernel, fused/sync.cu), never on the host, so
+ * back-to-back calls and CUDA-graph replays need no host work.  Producers write or add to flags; consumers
  * wait for flag >= epoch (or >= epoch * producers for counters).  Flags are
  * never reset, so a late flag of an old epoch is simply too small.
  */
 #pragma once
 #include <stdint.h>
 #include "common/sys_access.cuh"
-#include "tp/tp.h"
+#include "fused/fused.h"
 
 namespace mkx {
-namespace tp {
+namespace fused {
 
 using sys::globaltimer;
 using sys::ld_acquire;
 using sys::st_release;
 
-/* The int at byte offset `off` of this rank's own workspace (MKX_TP_OFF_*). */
-__device__ __forceinline__ int *own_word(const mkx_tp_sync &s, int off) {
+/* The int at byte offset `off` of this rank's own workspace (MKX_FUSED_OFF_*). */
+__device__ __forceinline__ int *own_word(const mkx_fused_sync &s, int off) {
   return reinterpret_cast<int *>(s.ws[s.rank] + off);
 }
 
@@ -32,13 +33,13 @@ __device__ __forceinline__ bool geq(int a, int b) { return (int)((unsigned)a - (
 /* A rank that gives up tells every peer, since a peer that was merely late
  * would otherwise finish its run on what the one that gave up sent after
  * giving up, and return success: told[q] (an int per rank at
- * MKX_TP_OFF_TOLD of every workspace) = told_word(...) once rank q gave
+ * MKX_FUSED_OFF_TOLD of every workspace) = told_word(...) once rank q gave
  * up.  Never reset: the communicator is unusable from then on. */
 __device__ __forceinline__ int told_word(int origin, int peer, int where) {
   return 1 << 28 | origin << 20 | where << 8 | (peer + 1);
 }
 
-/* A record in a host-mapped error word (tp.h): claimed by the first to
+/* A record in a host-mapped error word (fused/fused.h): claimed by the first to
  * get there (err[0]: 0 -> -1; false: one is there already), then words
  * 1..N, then the code in err[0], each visible to the host before the
  * next (the host reads the code first). */
@@ -58,32 +59,32 @@ __device__ __forceinline__ void publish_error(volatile int *err, int code, const
  * telling the peers (first: another wait of this rank that sees err[0]
  * set goes on and may publish garbage, and a peer that takes it must find
  * the tell by then).  err[0] = -1 while it is being written. */
-__device__ __forceinline__ void give_up(const mkx_tp_sync &s, int code, int peer, int tile, int where, int tell,
+__device__ __forceinline__ void give_up(const mkx_fused_sync &s, int code, int peer, int tile, int where, int tell,
                                         int my_peer = -1, int my_tile = -1, int my_where = 0) {
   volatile int *err = s.err;
   if (!claim_error(err)) return;
   for (int q = 0; q < s.size; ++q)
-    if (q != s.rank) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_TP_OFF_TOLD) + s.rank, tell);
-  const int epoch = *(volatile const int *)own_word(s, MKX_TP_OFF_EPOCH);
+    if (q != s.rank) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_FUSED_OFF_TOLD) + s.rank, tell);
+  const int epoch = *(volatile const int *)own_word(s, MKX_FUSED_OFF_EPOCH);
   publish_error(err, code, {peer, tile, where, my_peer, my_tile, my_where, epoch});
 }
 
 /* If a peer told this rank that it gave up (and no failure of this rank's
- * own is recorded yet), record MKX_TP_ERR_PEER naming the rank that gave
+ * own is recorded yet), record MKX_FUSED_ERR_PEER naming the rank that gave
  * up first, the rank it waited for (as tile) and where, and the wait this
  * rank was in (my_*: none after its last wait), pass the tell on, and
  * return true.  Called in every wait, and after a block's last wait:
  * whatever the block took from the peers it took after any tell sent
  * before it (release/acquire), so a tell found then voids the run. */
-__device__ __forceinline__ bool peer_gave_up(const mkx_tp_sync &s, int my_peer = -1, int my_tile = -1,
+__device__ __forceinline__ bool peer_gave_up(const mkx_fused_sync &s, int my_peer = -1, int my_tile = -1,
                                              int my_where = 0) {
   /* relaxed loads, all in flight at once: they follow the caller's
    * acquires in program order, which is all the order needed */
-  volatile const int *w = own_word(s, MKX_TP_OFF_TOLD);
+  volatile const int *w = own_word(s, MKX_FUSED_OFF_TOLD);
   for (int q = 0; q < s.size; ++q) {
     const int v = w[q];
     if (!v) continue;
-    give_up(s, MKX_TP_ERR_PEER, v >> 20 & 0xff, (v & 0xff) - 1, v >> 8 & 0xff, v, my_peer, my_tile, my_where);
+    give_up(s, MKX_FUSED_ERR_PEER, v >> 20 & 0xff, (v & 0xff) - 1, v >> 8 & 0xff, v, my_peer, my_tile, my_where);
     return true;
   }
   return false;
@@ -95,7 +96,7 @@ __device__ __forceinline__ bool peer_gave_up(const mkx_tp_sync &s, int my_peer =
  * any wait of the plan has given up, or a peer has, the others give up
  * at once instead of each waiting the full bound. */
 template <typename Ready>
-__device__ __forceinline__ bool wait_for(Ready ready, const mkx_tp_sync &s, int peer, int tile, int where) {
+__device__ __forceinline__ bool wait_for(Ready ready, const mkx_fused_sync &s, int peer, int tile, int where) {
   if (ready()) return true;
   const uint64_t t0 = globaltimer();
   for (unsigned i = 1;; ++i) {
@@ -108,13 +109,13 @@ __device__ __forceinline__ bool wait_for(Ready ready, const mkx_tp_sync &s, int 
     if (s.err && ((volatile const int *)s.err)[0] > 0) return false;
     if (peer_gave_up(s, peer, tile, where)) return false;
     if (globaltimer() - t0 > s.timeout_ns) {
-      give_up(s, MKX_TP_ERR_TIMEOUT, peer, tile, where, told_word(s.rank, peer, where));
+      give_up(s, MKX_FUSED_ERR_TIMEOUT, peer, tile, where, told_word(s.rank, peer, where));
       return false;
     }
   }
 }
 
-__device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_tp_sync &s, int peer, int tile,
+__device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_fused_sync &s, int peer, int tile,
                                          int where) {
   return wait_for([&] { return geq(ld_acquire(flag), target); }, s, peer, tile, where);
 }
@@ -122,7 +123,7 @@ __device__ __forceinline__ bool wait_geq(const int *flag, int target, const mkx_
 /* The same on a network signal word (host memory mapped for the GPU; the
  * endpoint sets it after the data, kernels/proxy/proxy_dev.h), for a peer
  * on another node: its values only grow. */
-__device__ __forceinline__ bool wait_signal(const uint64_t *word, uint64_t target, const mkx_tp_sync &s, int peer,
+__device__ __forceinline__ bool wait_signal(const uint64_t *word, uint64_t target, const mkx_fused_sync &s, int peer,
                                             int tile, int where) {
   return wait_for([&] { return ld_acquire(word) >= target; }, s, peer, tile, where);
 }
@@ -132,7 +133,7 @@ __device__ __forceinline__ bool wait_signal(const uint64_t *word, uint64_t targe
  * another being scheduled), then thread q waits for rank q.  The block's
  * earlier stores, and the stream's earlier kernels', are visible to the
  * peers before its arrival. */
-__device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, int where) {
+__device__ __forceinline__ void meet(const mkx_fused_sync &s, int off, int epoch, int where) {
   if (threadIdx.x == 0) {
     __threadfence_system();
     for (int q = 0; q < s.size; ++q) st_release(reinterpret_cast<int *>(s.ws[q] + off) + s.rank, epoch);
@@ -142,17 +143,17 @@ __device__ __forceinline__ void meet(const mkx_tp_sync &s, int off, int epoch, i
 }
 
 /* Thread 0 of each block, once the block's work is done: true in the last
- * block to get here (the self-resetting count at MKX_TP_OFF_COUNT), after
+ * block to get here (the self-resetting count at MKX_FUSED_OFF_COUNT), after
  * a system fence, so every block's stores are visible before what the
  * last one does next (threadFenceReduction pattern at system scope). */
-__device__ __forceinline__ bool last_block(const mkx_tp_sync &s) {
+__device__ __forceinline__ bool last_block(const mkx_fused_sync &s) {
   __threadfence_system();
-  int *count = own_word(s, MKX_TP_OFF_COUNT);
+  int *count = own_word(s, MKX_FUSED_OFF_COUNT);
   if (atomicAdd(count, 1) != (int)gridDim.x - 1) return false;
   __threadfence_system();
   *count = 0;
   return true;
 }
 
-}  // namespace tp
+}  // namespace fused
 }  // namespace mkx
