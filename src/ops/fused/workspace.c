@@ -620,31 +620,6 @@ int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
   return mkx_tp_blas_gemm(&pool->blas, g, st, fn);
 }
 
-/* Below 1024 rows per rank the overlapped calls' fixed cost is larger
- * than what overlap can hide (tests/perf/results/tp-h200x2.md). */
-int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
-  /* Without MPS the ranks of a GPU take turns: a persistent kernel that
-   * waits for a tile of a peer waits for the peer's next time slice, once
-   * per tile.  The split path meets the peers a few times per call. */
-  const int sliced = c->share.mode == MKX_SHARE_TIMESLICED &&
-                     c->opt.shared_gpu == MKX_SHARED_AUTO;
-  if (sliced || (c->share.mode != MKX_SHARE_NONE &&
-                 c->opt.shared_gpu == MKX_SHARED_SPLIT)) {
-    snprintf(why, len, "ranks share a GPU (%s), option shared_gpu=%s",
-             mkx_gpu_share_name(c->share.mode), sliced ? "auto" : "split");
-    return 1;
-  }
-  if (c->opt.tp_overlap != MKX_OVERLAP_AUTO) {
-    snprintf(why, len, "option tp_overlap=%s",
-             c->opt.tp_overlap == MKX_OVERLAP_NO ? "no" : "yes");
-    return c->opt.tp_overlap == MKX_OVERLAP_NO;
-  }
-  const int split = M < 1024 * (int64_t)c->size;
-  snprintf(why, len, "M = %lld %s 1024 rows per rank, option tp_overlap=auto",
-           (long long)M, split ? "<" : ">=");
-  return split;
-}
-
 int mkx_fused_end(mkx_fused_ws *ws, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
   MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), "fused tp",

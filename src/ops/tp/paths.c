@@ -17,10 +17,14 @@
  *                        a split AllGather+GEMM whose tiles and copy CTAs
  *                        fit (option tp_ag_oneshot, the agreed
  *                        MKX_GPU_LOCAL_NO_ONE_KERNEL) in one kernel (its
- *                        starts count as split too)
+ *                        starts count as split too); the overlap plan
+ *                        reads the ranks' operands in place where option
+ *                        tp_pull says so (mkx_tp_wants_pull; AllGather+GEMM
+ *                        also needs whole tiles per rank)
  * A path's plan may still fall back within its family, and says so at
  * info: the overlapped GEMM+AllReduce takes the split path where C cannot
- * be mapped into the peers. */
+ * be mapped into the peers, and a plan that would read the operands in
+ * place moves rows or partials where they cannot be. */
 #include <stdio.h>
 #include <string.h>
 #include "core/error.h"
@@ -91,6 +95,31 @@ static const mkx_path_ops red_proxy = {MKX_PATH_HIER_PROXY, mkx_rs_ar_net_plan,
                                        mkx_rs_ar_net_start, mkx_rs_ar_net_free};
 
 /* ---- the choice ---------------------------------------------------------- */
+
+/* Below 1024 rows per rank the overlapped calls' fixed cost is larger
+ * than what overlap can hide (tests/perf/results/tp-h200x2.md). */
+int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
+  /* Without MPS the ranks of a GPU take turns: a persistent kernel that
+   * waits for a tile of a peer waits for the peer's next time slice, once
+   * per tile.  The split path meets the peers a few times per call. */
+  const int sliced = c->share.mode == MKX_SHARE_TIMESLICED &&
+                     c->opt.shared_gpu == MKX_SHARED_AUTO;
+  if (sliced || (c->share.mode != MKX_SHARE_NONE &&
+                 c->opt.shared_gpu == MKX_SHARED_SPLIT)) {
+    snprintf(why, len, "ranks share a GPU (%s), option shared_gpu=%s",
+             mkx_gpu_share_name(c->share.mode), sliced ? "auto" : "split");
+    return 1;
+  }
+  if (c->opt.tp_overlap != MKX_OVERLAP_AUTO) {
+    snprintf(why, len, "option tp_overlap=%s",
+             c->opt.tp_overlap == MKX_OVERLAP_NO ? "no" : "yes");
+    return c->opt.tp_overlap == MKX_OVERLAP_NO;
+  }
+  const int split = M < 1024 * (int64_t)c->size;
+  snprintf(why, len, "M = %lld %s 1024 rows per rank, option tp_overlap=auto",
+           (long long)M, split ? "<" : ">=");
+  return split;
+}
 
 void mkx_tp_choose_fused(MKX_Comm c, int op, const void *args,
                          const mkx_agreed *g, mkx_path_choice *out) {
