@@ -13,7 +13,6 @@
  * before (operands ready) and after (nobody changes them while a peer
  * reads).
  */
-#include <atomic>
 #include "gemm/gemm_engine.cuh"
 #include "tp/peer_stores.cuh"
 #include "tp/tp.h"
@@ -27,8 +26,6 @@ using mkx::tp::PeerStores;
 namespace {
 
 constexpr int kGroupM = 16;
-
-std::atomic<long> g_launches{0};
 
 /* Every source's A and B as mapped here. */
 struct SourceMaps {
@@ -134,7 +131,6 @@ int launch_kernel(const SourceMaps &maps, const CUtensorMap &tmC, const PeerMaps
   tp_pull_kernel<Gate, BN, STAGES, BKM, F16>
       <<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(maps, tmC, peers, p, rows, n, k, tiles_m, tiles_n);
   const cudaError_t e = cudaGetLastError();
-  if (e == cudaSuccess) g_launches.fetch_add(1, std::memory_order_relaxed);
   return e == cudaSuccess ? 0 : (int)e;
 }
 
@@ -221,8 +217,6 @@ int by_tile(const D *d, cudaStream_t s) {
 }
 
 }  // namespace
-
-extern "C" long mkx_tp_pull_launches(void) { return g_launches.load(std::memory_order_relaxed); }
 
 extern "C" int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t s) {
   if (!d || d->n <= 0 || d->rows < 0 || d->size < 1 || d->size > MKX_FUSED_MAX || d->row0 < 0 ||

@@ -349,8 +349,6 @@ typedef struct mkx_tp_ag_pull_desc {
   int ctas;
 } mkx_tp_ag_pull_desc;
 int mkx_tp_ag_pull(const mkx_tp_ag_pull_desc *d, cudaStream_t st);
-/* Kernels either has launched so far in this process (tests). */
-long mkx_tp_pull_launches(void);
 
 /* Late tile rows, on every rank after its GEMM: publish late_ready[rank],
  * wait (bounded) for every rank's, sum every rank's fp32 late partial of

@@ -9,6 +9,7 @@ static const char *const names[MKX_PATH_COUNT] = {
     [MKX_PATH_TP_SPLIT] = "fused split",
     [MKX_PATH_TP_ONE_KERNEL] = "fused split in one kernel",
     [MKX_PATH_TP_ADAPTED] = "fused, operands adapted",
+    [MKX_PATH_TP_PULL] = "fused, operands read in place",
     [MKX_PATH_HIER_GPU] = "several nodes (hier_gemm=gpu)",
     [MKX_PATH_HIER_NVLINK] = "several nodes (hier_gemm=nvlink)",
     [MKX_PATH_HIER_PROXY] =

@@ -12,6 +12,8 @@ typedef enum mkx_path {
   MKX_PATH_TP_ONE_KERNEL, /* a split AllGather+GEMM in one kernel (also
                               counted as MKX_PATH_TP_SPLIT) */
   MKX_PATH_TP_ADAPTED,    /* operands adapted around a fused call */
+  MKX_PATH_TP_PULL,       /* one node: the GEMM reads every rank's operands
+                             in place (ranks sharing one GPU) */
   MKX_PATH_HIER_GPU,      /* several nodes: GEMM on the GPU, network by host */
   MKX_PATH_HIER_NVLINK,   /* several nodes: the node's part fused over NVLink */
   MKX_PATH_HIER_PROXY,    /* several nodes: the kernels post to the network

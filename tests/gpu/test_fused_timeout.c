@@ -70,7 +70,7 @@ static const char *vnode = "1"; /* --vnode: of that many ranks */
 static long fused_starts(void) {
   if (net) return mkx_path_starts(MKX_PATH_HIER_PROXY);
   return mkx_path_starts(MKX_PATH_TP_OVERLAP) +
-         mkx_path_starts(MKX_PATH_TP_SPLIT);
+         mkx_path_starts(MKX_PATH_TP_PULL) + mkx_path_starts(MKX_PATH_TP_SPLIT);
 }
 
 /* Where a missing rank is found: the call barrier, or over the network

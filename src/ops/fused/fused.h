@@ -204,9 +204,8 @@ int mkx_hier_gpu_start(MKX_Comm c, void *plan, const void *args,
 void mkx_hier_gpu_free(MKX_Comm c, void *plan);
 /* The operations' GPU hooks (see src/ops/op.h) and their fused paths'
  * entry points (src/ops/tp/paths.c puts them in the path table).  path:
- * the entry's (MKX_PATH_TP_OVERLAP, _SPLIT, or for AllGather+GEMM
- * _ONE_KERNEL, the split path in one kernel); split: the split path rather
- * than the overlapped one. */
+ * the entry's (MKX_PATH_TP_OVERLAP, _SPLIT, _PULL, or for AllGather+GEMM
+ * _ONE_KERNEL, the split path in one kernel). */
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
@@ -218,6 +217,9 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
  * agreed MKX_GPU_LOCAL_NO_ONE_KERNEL bit: alike on every rank). */
 int mkx_ag_gemm_one_kernel(MKX_Comm c, const void *args,
                            const struct mkx_agreed *g);
+/* Whether AllGather+GEMM can read every rank's rows in place: each rank
+ * has some, and each one's but the last are whole tiles (agreed values). */
+int mkx_ag_gemm_pull_fits(MKX_Comm c, const struct mkx_agreed *g);
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
                           MKX_Stream stream);
 void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan);
@@ -228,7 +230,7 @@ unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
 unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g);
 /* op: MKX_TP_OP_RS or MKX_TP_OP_AR. */
-int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, int split,
+int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, mkx_path path,
                        void **plan);
 int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
                         MKX_Stream stream);

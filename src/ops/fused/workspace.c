@@ -78,16 +78,17 @@ static int get_pool(MKX_Comm c, fused_pool **pool) {
   if (pool_key == MPI_KEYVAL_INVALID &&
       MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, pool_delete, &pool_key,
                              NULL) != MPI_SUCCESS)
-    return mkx_error(MKX_ERR_MPI, "MPI_Comm_create_keyval (tp pool)");
+    return mkx_error(MKX_ERR_MPI,
+                     "MPI_Comm_create_keyval (fused workspace pool)");
   if (MPI_Comm_get_attr(c->mpi, pool_key, pool, &found) != MPI_SUCCESS)
-    return mkx_error(MKX_ERR_MPI, "MPI_Comm_get_attr (tp pool)");
+    return mkx_error(MKX_ERR_MPI, "MPI_Comm_get_attr (fused workspace pool)");
   if (found) return MKX_SUCCESS;
   MKX_TRY(mkx_comm_add_hook(c, &pool_key, NULL, pool_async_error));
   *pool = calloc(1, sizeof **pool);
-  if (!*pool) return mkx_error(MKX_ERR_NOMEM, "tp workspace pool");
+  if (!*pool) return mkx_error(MKX_ERR_NOMEM, "fused workspace pool");
   if (MPI_Comm_set_attr(c->mpi, pool_key, *pool) != MPI_SUCCESS) {
     free(*pool);
-    return mkx_error(MKX_ERR_MPI, "MPI_Comm_set_attr (tp pool)");
+    return mkx_error(MKX_ERR_MPI, "MPI_Comm_set_attr (fused workspace pool)");
   }
   return MKX_SUCCESS;
 }
@@ -154,7 +155,7 @@ static int fits(const mkx_fused_ws *ws, const mkx_fused_need *n) {
 
 /* Local resources of a workspace (no communication). */
 static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
-  const char *fn = "fused tp workspace";
+  const char *fn = "fused workspace";
   MKX_TRY(mkx_cuda_rc(
       cudaHostAlloc((void **)&ws->err_host, MKX_FUSED_ERR_WORDS * sizeof(int),
                     cudaHostAllocMapped),
@@ -187,7 +188,7 @@ static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
 /* Header, src[] and flags[] start at zero (epoch 0): zero them and wait,
  * before the collective registration lets any peer write a flag here. */
 static int ws_zero(mkx_fused_ws *ws, void *base) {
-  const char *fn = "fused tp workspace";
+  const char *fn = "fused workspace";
   MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, ws->data_off), fn, "cudaMemset"));
   return mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
 }
@@ -198,7 +199,7 @@ static int ws_create(MKX_Comm c, const mkx_fused_need *need,
                      mkx_fused_ws **out) {
   void *base = NULL;
   mkx_fused_ws *ws = calloc(1, sizeof *ws);
-  int rc = ws ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "tp workspace");
+  int rc = ws ? MKX_SUCCESS : mkx_error(MKX_ERR_NOMEM, "fused workspace");
   if (ws) {
     ws->comm = c;
     ws->split = need->split;
@@ -209,21 +210,21 @@ static int ws_create(MKX_Comm c, const mkx_fused_need *need,
     ws->bytes = ws->data_off + round_up(need->data_bytes, 4096);
     rc = ws_local_init(c, ws);
   }
-  rc = mkx_comm_agree_rc(c, rc, "fused tp workspace set-up");
+  rc = mkx_comm_agree_rc(c, rc, "fused workspace set-up");
   if (rc != MKX_SUCCESS) {
     if (ws) ws_destroy_host(ws);
     return rc;
   }
   rc = mkx_symm_alloc(c, ws->bytes, &base); /* collective, agreed */
   if (rc == MKX_SUCCESS)
-    rc = mkx_comm_agree_rc(c, ws_zero(ws, base), "tp workspace zero");
+    rc = mkx_comm_agree_rc(c, ws_zero(ws, base), "fused workspace zero");
   if (rc == MKX_SUCCESS) rc = mkx_symm_register(c, base, ws->bytes, &ws->buf);
   if (rc != MKX_SUCCESS) {
     if (base && !c->broken) mkx_symm_free(c, base);
     ws_destroy_host(ws);
     return rc;
   }
-  mkx_log(MKX_LOG_INFO, "fused tp: new symmetric workspace of %zu bytes",
+  mkx_log(MKX_LOG_INFO, "fused calls: new symmetric workspace of %zu bytes",
           ws->bytes);
   *out = ws;
   return MKX_SUCCESS;
@@ -231,10 +232,10 @@ static int ws_create(MKX_Comm c, const mkx_fused_need *need,
 
 /* Collective: free a pooled workspace (nothing may still use it). */
 static int ws_destroy(MKX_Comm c, mkx_fused_ws *ws) {
-  int rc = mkx_comm_agree_rc(
-      c,
-      mkx_cuda_rc(cudaDeviceSynchronize(), "fused tp", "cudaDeviceSynchronize"),
-      "tp workspace release");
+  int rc = mkx_comm_agree_rc(c,
+                             mkx_cuda_rc(cudaDeviceSynchronize(), "fused call",
+                                         "cudaDeviceSynchronize"),
+                             "fused workspace release");
   if (rc == MKX_SUCCESS) rc = mkx_symm_free(c, ws->buf.local);
   ws_destroy_host(ws);
   return rc;
@@ -256,7 +257,7 @@ int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
                          mkx_fused_ws **ws) {
   fused_pool *pool;
   MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
-  MKX_TRY(pool_error(c, "fused tp set-up")); /* before a replace loses it */
+  MKX_TRY(pool_error(c, "fused set-up")); /* before a replace loses it */
   MKX_TRY(get_pool(c, &pool));
   mkx_fused_ws **small = NULL;
   for (mkx_fused_ws **p = &pool->list; *p; p = &(*p)->next) {
@@ -280,7 +281,7 @@ int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
   }
   /* every rank takes this branch (same pool state): agreed before the
    * collective creation */
-  MKX_TRY(mkx_comm_agree_rc(c, load_kernels("fused tp set-up"),
+  MKX_TRY(mkx_comm_agree_rc(c, load_kernels("fused set-up"),
                             "loading the library's kernels"));
   MKX_TRY(ws_create(c, &grown, ws));
   (*ws)->busy = 1;
@@ -434,7 +435,7 @@ static void dump_sync(mkx_fused_ws *ws) {
         " rank %d: bar %d pushed %d drained %d told %#x;", q,
         w[MKX_FUSED_OFF_BAR / 4 + q], w[MKX_FUSED_OFF_PUSHED / 4 + q],
         w[MKX_FUSED_OFF_DRAINED / 4 + q], w[MKX_FUSED_OFF_TOLD / 4 + q]);
-  mkx_log(MKX_LOG_DEBUG, "fused tp workspace of the failed run: %s", line);
+  mkx_log(MKX_LOG_DEBUG, "fused workspace of the failed run: %s", line);
 }
 
 /* The head of a failed run's message: "fn", or for an earlier call's run
@@ -622,15 +623,15 @@ int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
 
 int mkx_fused_end(mkx_fused_ws *ws, MKX_Stream st) {
   enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap), "fused tp",
-                      "cudaStreamIsCapturing"));
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing((cudaStream_t)st, &cap),
+                      "fused call", "cudaStreamIsCapturing"));
   /* Inside a capture nothing runs yet: no event, and option blocking has
    * nothing to wait for (a synchronise would end the capture). */
   if (cap != cudaStreamCaptureStatusNone) return MKX_SUCCESS;
   ws->used = 1;
   ws->last_stream = st;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_last, (cudaStream_t)st),
-                      "fused tp", "cudaEventRecord"));
+                      "fused call", "cudaEventRecord"));
   return ws->comm->opt.blocking ? finish_blocking(ws, (cudaStream_t)st)
                                 : MKX_SUCCESS;
 }

@@ -123,18 +123,17 @@ int mkx_ag_gemm_one_kernel(MKX_Comm c, const void *args,
          oneshot_fits(c, args, g->total, &chunk_kb, &nkc);
 }
 
-/* Pull: no tile mixes two ranks' rows, and every rank has some (each
- * rank's A is mapped).  Agreed values only. */
-static int pull_fits(MKX_Comm c, const mkx_tp_ag_rows *r) {
-  if (!mkx_tp_wants_pull(c)) return 0;
+int mkx_ag_gemm_pull_fits(MKX_Comm c, const struct mkx_agreed *g) {
+  mkx_tp_ag_rows r;
+  mkx_tp_ag_rows_of(c, g, &r);
   for (int q = 0; q < c->size; q++)
-    if (r->bnd[q + 1] <= r->bnd[q] || (q + 1 < c->size && r->bnd[q + 1] % TILE))
+    if (r.bnd[q + 1] <= r.bnd[q] || (q + 1 < c->size && r.bnd[q + 1] % TILE))
       return 0;
   return 1;
 }
 
 /* Pull: map every rank's A; where some rank's cannot be (agreed), the
- * rows move instead. */
+ * rows move instead: the plan becomes an overlap plan. */
 static int pull_maps(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
   MKX_TRY(mkx_tp_node_values(c, &a->lda, 1, p->peer_lda));
   const int rc =
@@ -188,7 +187,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   /* Agreed values only (M, size), so that every rank's pool takes the same
    * decision: src[] covers the largest flag copy (the own rows' tiles),
    * flags one per (source, tile). */
-  p->split = path != MKX_PATH_TP_OVERLAP;
+  p->split = path != MKX_PATH_TP_OVERLAP && path != MKX_PATH_TP_PULL;
   p->oneshot = path == MKX_PATH_TP_ONE_KERNEL;
   if (p->oneshot && !oneshot_fits(c, a, p->r.M, &p->chunk_kb, &p->nkc)) {
     free(p);
@@ -197,7 +196,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   }
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->r.M * (size_t)a->k * p->es + 255) & ~(size_t)255;
-  p->pull = !p->split && pull_fits(c, &p->r);
+  p->pull = path == MKX_PATH_TP_PULL;
   int rc = p->pull ? pull_maps(c, a, p) : MKX_SUCCESS;
   mkx_fused_need need = need_of(c, a, p);
   if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->ws);
@@ -499,7 +498,7 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
     return mkx_fused_end(p->ws, stream);
   }
   if (p->pull) {
-    MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_OVERLAP));
+    MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_PULL));
     MKX_TRY(pin_if_captured(c, p, st));
     MKX_TRY(pull_run(c, p, a, st));
     return mkx_fused_end(p->ws, stream);

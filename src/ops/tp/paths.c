@@ -17,14 +17,14 @@
  *                        a split AllGather+GEMM whose tiles and copy CTAs
  *                        fit (option tp_ag_oneshot, the agreed
  *                        MKX_GPU_LOCAL_NO_ONE_KERNEL) in one kernel (its
- *                        starts count as split too); the overlap plan
- *                        reads the ranks' operands in place where option
- *                        tp_pull says so (mkx_tp_wants_pull; AllGather+GEMM
- *                        also needs whole tiles per rank)
+ *                        starts count as split too); instead of overlap,
+ *                        pull where option tp_pull says so
+ *                        (mkx_tp_wants_pull; AllGather+GEMM also needs
+ *                        whole tiles per rank)
  * A path's plan may still fall back within its family, and says so at
  * info: the overlapped GEMM+AllReduce takes the split path where C cannot
- * be mapped into the peers, and a plan that would read the operands in
- * place moves rows or partials where they cannot be. */
+ * be mapped into the peers, and the pull plan runs as overlap where some
+ * rank's operands cannot be mapped. */
 #include <stdio.h>
 #include <string.h>
 #include "core/error.h"
@@ -53,15 +53,25 @@ static int ag_one_kernel_plan(MKX_Comm c, int op, const void *args,
   (void)op;
   return mkx_ag_gemm_gpu_plan(c, args, g, MKX_PATH_TP_ONE_KERNEL, plan);
 }
+static int ag_pull_plan(MKX_Comm c, int op, const void *args,
+                        const mkx_agreed *g, void **plan) {
+  (void)op;
+  return mkx_ag_gemm_gpu_plan(c, args, g, MKX_PATH_TP_PULL, plan);
+}
 static int red_overlap_plan(MKX_Comm c, int op, const void *args,
                             const mkx_agreed *g, void **plan) {
   (void)g;
-  return mkx_rs_ar_gpu_plan(c, op, args, 0, plan);
+  return mkx_rs_ar_gpu_plan(c, op, args, MKX_PATH_TP_OVERLAP, plan);
 }
 static int red_split_plan(MKX_Comm c, int op, const void *args,
                           const mkx_agreed *g, void **plan) {
   (void)g;
-  return mkx_rs_ar_gpu_plan(c, op, args, 1, plan);
+  return mkx_rs_ar_gpu_plan(c, op, args, MKX_PATH_TP_SPLIT, plan);
+}
+static int red_pull_plan(MKX_Comm c, int op, const void *args,
+                         const mkx_agreed *g, void **plan) {
+  (void)g;
+  return mkx_rs_ar_gpu_plan(c, op, args, MKX_PATH_TP_PULL, plan);
 }
 
 /* ---- the table ----------------------------------------------------------- */
@@ -75,6 +85,11 @@ static const mkx_path_ops ag_split = {MKX_PATH_TP_SPLIT, ag_split_plan,
 static const mkx_path_ops ag_one_kernel = {
     MKX_PATH_TP_ONE_KERNEL, ag_one_kernel_plan, mkx_ag_gemm_gpu_start,
     mkx_ag_gemm_gpu_free};
+static const mkx_path_ops ag_pull = {MKX_PATH_TP_PULL, ag_pull_plan,
+                                     mkx_ag_gemm_gpu_start,
+                                     mkx_ag_gemm_gpu_free};
+static const mkx_path_ops red_pull = {MKX_PATH_TP_PULL, red_pull_plan,
+                                      mkx_rs_ar_gpu_start, mkx_rs_ar_gpu_free};
 static const mkx_path_ops red_overlap = {MKX_PATH_TP_OVERLAP, red_overlap_plan,
                                          mkx_rs_ar_gpu_start,
                                          mkx_rs_ar_gpu_free};
@@ -127,7 +142,14 @@ void mkx_tp_choose_fused(MKX_Comm c, int op, const void *args,
       op == MKX_TP_OP_AG ? g->total : ((const mkx_rs_ar_args *)args)->M;
   const int split = mkx_tp_split_why(c, M, out->why, sizeof out->why);
   out->op = op;
-  if (op != MKX_TP_OP_AG) {
+  if (!split && mkx_tp_wants_pull(c) &&
+      (op != MKX_TP_OP_AG || mkx_ag_gemm_pull_fits(c, g))) {
+    const size_t n = strlen(out->why);
+    out->ops = op == MKX_TP_OP_AG ? &ag_pull : &red_pull;
+    snprintf(out->why + n, sizeof out->why - n,
+             "; operands read in place (option tp_pull=%s)",
+             c->opt.tp_pull == MKX_PULL_YES ? "yes" : "auto: one GPU");
+  } else if (op != MKX_TP_OP_AG) {
     out->ops = split ? &red_split : &red_overlap;
   } else if (!split) {
     out->ops = &ag_overlap;

@@ -155,8 +155,9 @@ static int pull_or_push(MKX_Comm c, const mkx_rs_ar_args *a, rs_ar_plan *p) {
   return acquire(c, a, p, 0);
 }
 
-static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
-                void **out) {
+static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
+                mkx_path path, void **out) {
+  const int split = path == MKX_PATH_TP_SPLIT;
   rs_ar_plan *p = calloc(1, sizeof *p);
   if (!p) return mkx_error(MKX_ERR_NOMEM, "%s: plan", fn_name(allreduce));
   p->allreduce = allreduce;
@@ -170,7 +171,7 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
   p->pes = p->p_type == MKX_GEMM_FP32 ? 4 : 2;
   p->push_sm = c->opt.tp_push == MKX_PUSH_SM ||
                (c->opt.tp_push == MKX_PUSH_AUTO && c->share.node_gpu);
-  p->pull = !split && mkx_tp_wants_pull(c);
+  p->pull = path == MKX_PATH_TP_PULL;
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
   int rc = acquire(c, a, p, split);
@@ -202,9 +203,9 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce, int split,
   return MKX_SUCCESS;
 }
 
-int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, int split,
+int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, mkx_path path,
                        void **out) {
-  return plan(c, args, op == MKX_TP_OP_AR, split, out);
+  return plan(c, args, op == MKX_TP_OP_AR, path, out);
 }
 
 unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
@@ -501,7 +502,8 @@ int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
     MKX_TRY(run_split(c, p, a, st));
     return mkx_fused_end(p->ws, stream);
   }
-  MKX_TRY(mkx_fused_begin(c, p->ws, fn, stream, 1, MKX_PATH_TP_OVERLAP));
+  MKX_TRY(mkx_fused_begin(c, p->ws, fn, stream, 1,
+                          p->pull ? MKX_PATH_TP_PULL : MKX_PATH_TP_OVERLAP));
   if (p->allreduce || p->pull) MKX_TRY(pin_if_captured(c, p, st));
   if (p->pull) {
     MKX_TRY(pull(c, p, a, st));
