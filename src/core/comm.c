@@ -1,4 +1,5 @@
 /* Communicators: creation over MPI, placement, device choice, queries. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -270,6 +271,8 @@ int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
   c->mpi = MPI_COMM_NULL;
   c->node_mpi = MPI_COMM_NULL;
   c->device = -1;
+  static atomic_uint_least64_t serials = 1;
+  c->serial = atomic_fetch_add(&serials, 1);
   /* known from the start, so that set-up's own calls take it as live; a
    * failure to note it is agreed like a bad argument */
   if (local_rc == MKX_SUCCESS) local_rc = mkx_handle_add(c, MKX_HANDLE_COMM);

@@ -35,6 +35,8 @@ struct MKX_Comm_s {
   int live_requests;    /* persistent requests not yet freed */
   int told;             /* the other ranks know this one gave up, or told
                           it that they did (mkx_comm_exchanged) */
+  uint64_t serial;      /* unique in the process, never reused: the owner
+                          that MKX_Alloc_mem's host memory records */
   int64_t calls;        /* operations agreed on so far (each rank's count
                           goes into the agreement: a rank that missed one
                           is out of step) */

@@ -150,11 +150,12 @@ static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
   if (m->Ep > INT_MAX || a->topk > INT_MAX)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: num_experts / size or topk exceed an int", what);
-  moe_check_ids(m, &st);
-  if (!st.rc && a->num_tokens > INT_MAX) /* meta carries tokens as int32 */
+  /* before the ids are read: num_tokens * topk of them */
+  if (a->num_tokens > INT_MAX) /* meta carries tokens as int32 */
     st.rc =
         mkx_error(MKX_ERR_UNSUPPORTED, "%s: num_tokens = %lld exceeds an int",
                   what, (long long)a->num_tokens);
+  if (!st.rc) moe_check_ids(m, &st);
   if (!st.rc) st.rc = moe_alloc_send(m);
   if (!st.rc) {
     moe_plan_send(m);

@@ -3,12 +3,18 @@
  * mem/symm.h), on the host path aligned host memory. */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "boot/oob_mpi.h"
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/handles.h"
 #include "mem/symm.h"
+
+/* Host memory: the owning communicator's serial in a header of HEAD bytes
+ * before what the caller gets (which stays 256-byte aligned), read only
+ * once the pointer is known to be live host memory of MKX_Alloc_mem. */
+#define HEAD ((size_t)256)
 
 /* Every rank takes part, even one whose own arguments are bad (local_rc),
  * so that no rank is left in the next collective: all fail alike. */
@@ -48,17 +54,18 @@ int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {
     MKX_TRY(mkx_device_set(comm->device));
     return mkx_symm_alloc(comm, size, ptr);
   }
-  if (size > SIZE_MAX - 255)
+  if (size > SIZE_MAX - 2 * HEAD)
     return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
-  size_t rounded = (size + 255) / 256 * 256;
-  void *p = aligned_alloc(256, rounded ? rounded : 256);
-  if (!p) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
-  int rc = mkx_handle_add(p, MKX_HANDLE_HOST_MEM);
+  const size_t rounded = (size + HEAD - 1) / HEAD * HEAD;
+  char *base = aligned_alloc(HEAD, HEAD + rounded);
+  if (!base) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem: %zu bytes", size);
+  memcpy(base, &comm->serial, sizeof comm->serial);
+  int rc = mkx_handle_add(base + HEAD, MKX_HANDLE_HOST_MEM);
   if (rc != MKX_SUCCESS) {
-    free(p);
+    free(base);
     return rc;
   }
-  *ptr = p;
+  *ptr = base + HEAD;
   return MKX_SUCCESS;
 }
 
@@ -77,7 +84,14 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr) {
                      "MKX_Free_mem: %p was not returned "
                      "by MKX_Alloc_mem, or was freed already",
                      ptr);
+  char *base = (char *)ptr - HEAD;
+  uint64_t owner;
+  memcpy(&owner, base, sizeof owner);
+  if (owner != comm->serial)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "MKX_Free_mem: %p was allocated on another communicator",
+                     ptr);
   mkx_handle_remove(ptr);
-  free(ptr);
+  free(base);
   return MKX_SUCCESS;
 }

@@ -163,6 +163,11 @@ static void other_cases(void) {
   EXPECT(MKX_Moe_dispatch_gemm(A, ME(0) ? big : 1, 4, ids, w, 2, 2 * size, B, 4,
                                C, 8, counts, NULL, MKX_FP32, comm, NULL),
          0, MKX_ERR_BAD_SIZE, "X (num_tokens");
+  /* tokens past an int, each size within bounds: refused before the ids
+   * (num_tokens * topk of them, far past this buffer) are read */
+  EXPECT(MKX_Moe_dispatch_gemm(A, (int64_t)1 << 31, 4, ids, w, 1, size, B, 4, C,
+                               8, counts, NULL, MKX_FP32, comm, NULL),
+         -1, MKX_ERR_UNSUPPORTED, "num_tokens");
   EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size, B, big, C, 8,
                                counts, NULL, MKX_FP32, comm, NULL),
          -1, MKX_ERR_BAD_SIZE, "W (local experts");

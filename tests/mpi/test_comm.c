@@ -249,6 +249,14 @@ static void memory(MKX_Comm c) {
   CHECK(mt.rank == bad || p2 == NULL, "no memory handed out then");
   rc = MKX_Alloc_mem(c, 64, &p2);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Alloc_mem(64) afterwards");
+  /* freed on another communicator: refused there, and still whole here */
+  MKX_Comm other = NULL;
+  CHECK_RC(MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &other), MKX_SUCCESS,
+           "a second communicator");
+  if (rc == MKX_SUCCESS && other)
+    CHECK_RC(MKX_Free_mem(other, p2), MKX_ERR_INVALID_ARG,
+             "MKX_Free_mem on another communicator");
+  if (other) MKX_Comm_free(&other);
   if (rc == MKX_SUCCESS)
     CHECK_RC(MKX_Free_mem(c, p2), MKX_SUCCESS, "MKX_Free_mem afterwards");
 }
