@@ -35,8 +35,9 @@ static void agree_rc(MKX_Comm c) {
   }
 }
 
-/* The last rank joins an agreement 3 bounds late. */
-static void late_rank(void) {
+/* The last rank joins an agreement (alloc: MKX_Alloc_mem's) 3 bounds
+ * late. */
+static void late_rank(int alloc) {
   MPI_Info info;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_timeout_ms", "300");
@@ -51,7 +52,10 @@ static void late_rank(void) {
     nanosleep(&nap, NULL);
   }
   const double t0 = MPI_Wtime();
-  rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
+  void *p = NULL;
+  rc = alloc ? MKX_Alloc_mem(c, 64, &p)
+             : mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
+  CHECK(p == NULL, "late rank: no memory handed out");
   const double dt = MPI_Wtime() - t0;
   if (mt.rank != late) {
     CHECK_RC(rc, MKX_ERR_TIMEOUT, "late rank: the others time out");
@@ -100,6 +104,7 @@ int main(int argc, char **argv) {
   CHECK(rc == MKX_SUCCESS && got == 2, "or: rank 0's bit alone");
   agree_rc(c);
   MKX_Comm_free(&c);
-  if (mt.size > 1) late_rank();
+  if (mt.size > 1) late_rank(0);
+  if (mt.size > 1) late_rank(1);
   return mt_finish();
 }
