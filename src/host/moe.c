@@ -50,9 +50,15 @@ static void moe_check_ids(const moe_ctx *m, mkx_host_status *st) {
   }
 }
 
+/* The counts per (rank, local expert) grow with num_experts alone, which
+ * no buffer of the call's bounds (the weights' size is not known here). */
 static int moe_alloc_send(moe_ctx *m) {
   int p = m->p;
   mkx_arena *ar = &m->ar;
+  size_t counts;
+  MKX_TRY(mkx_host_bytes(2 * (int64_t)p + 1, m->Ep, sizeof(int64_t), &counts,
+                         "MoE counts"));
+  MKX_TRY(mkx_host_fits(m->c, counts, "MoE counts (num_experts)"));
   MKX_TRY(mkx_arena_array(ar, p, m->Ep, sizeof(int64_t), (void **)&m->scnt,
                           "MoE counts"));
   MKX_TRY(mkx_arena_array(ar, p, m->Ep, sizeof(int64_t), (void **)&m->rcnt,

@@ -1,6 +1,7 @@
 /* Bounded MPI transfers, agreement and allocation for the host path. */
 #include <limits.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include "boot/oob_mpi.h"
 #include "core/error.h"
 #include "host/xfer.h"
@@ -15,6 +16,18 @@ int mkx_host_bytes(int64_t a, int64_t b, size_t c, size_t *out,
                      what, (long long)a, (long long)b, c);
   *out = ua * ub * c;
   return MKX_SUCCESS;
+}
+
+int mkx_host_fits(MKX_Comm c, size_t bytes, const char *what) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return MKX_SUCCESS; /* not known: no bound */
+  const int ranks = c->place.local_size > 0 ? c->place.local_size : 1;
+  const size_t share = (size_t)pages / (size_t)ranks * (size_t)page;
+  if (bytes <= share) return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_NOMEM,
+                   "%s: %zu bytes of scratch per rank, more than this host's "
+                   "memory shared by its %d rank(s) (%zu bytes each)",
+                   what, bytes, ranks, share);
 }
 
 int mkx_arena_alloc(mkx_arena *ar, size_t bytes, void **p, const char *what) {

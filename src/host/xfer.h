@@ -21,6 +21,12 @@ typedef struct mkx_arena {
 /* a * b * c bytes, MKX_ERR_NOMEM naming `what` if it overflows size_t. */
 int mkx_host_bytes(int64_t a, int64_t b, size_t c, size_t *out,
                    const char *what);
+/* MKX_ERR_NOMEM, naming `what`, where `bytes` of scratch per rank would
+ * take more than this host's memory shared by the communicator's ranks on
+ * it: such a call fails cleanly instead of being ended by the kernel's
+ * out-of-memory killer once the pages are touched (allocations succeed
+ * long before that). */
+int mkx_host_fits(MKX_Comm c, size_t bytes, const char *what);
 /* At least one byte, so NULL always means failure (MKX_ERR_NOMEM). */
 int mkx_arena_alloc(mkx_arena *ar, size_t bytes, void **p, const char *what);
 /* As mkx_arena_alloc for a*b*c bytes. */

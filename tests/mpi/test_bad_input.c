@@ -6,7 +6,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <limits.h>
 #include <string.h>
+#include <unistd.h>
 #include "mkx.h"
 #include "../common/check.h"
 #if MKX_SANITIZERS
@@ -45,6 +47,12 @@ static int c_untouched(void) {
         want_ != MKX_SUCCESS)                                                  \
       CHECK(c_untouched(), "C not written by a failed call");                  \
   } while (0)
+
+/* This host's memory in GB (0 if not known). */
+static double host_gb(void) {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? (double)pages * (double)page / 1e9 : 0;
+}
 
 #define ME(r) (rank == (r))
 #define LAST (size - 1)
@@ -168,6 +176,14 @@ static void other_cases(void) {
   EXPECT(MKX_Moe_dispatch_gemm(A, (int64_t)1 << 31, 4, ids, w, 1, size, B, 4, C,
                                8, counts, NULL, MKX_FP32, comm, NULL),
          -1, MKX_ERR_UNSUPPORTED, "num_tokens");
+  /* counts per (rank, local expert) past this host's memory: refused, not
+   * allocated and touched (a host with more memory skips the case) */
+  const int64_t ep = INT_MAX;
+  const double counts_gb = (2.0 * size + 1) * (double)ep * 8 / 1e9;
+  if (counts_gb > host_gb() / size)
+    EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 1, ep * size, B, 4, C, 8,
+                                 counts, NULL, MKX_FP32, comm, NULL),
+           -1, MKX_ERR_NOMEM, "num_experts");
   EXPECT(MKX_Moe_dispatch_gemm(A, 1, 4, ids, w, 2, 2 * size, B, big, C, 8,
                                counts, NULL, MKX_FP32, comm, NULL),
          -1, MKX_ERR_BAD_SIZE, "W (local experts");
