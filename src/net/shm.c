@@ -294,6 +294,19 @@ static int drain_ring(mkx_net *n, int from, int64_t *wait_ns, int *moved) {
                    from);
       return 0;
     }
+    /* a record, its payload included (a placed one has none here), lies
+     * between the tail and the head and before the ring's end, whatever the
+     * peer wrote into its length */
+    const int data = r->type == REC_DATA;
+    if (r->type != REC_SKIP &&
+        ((data && r->len > rb) || tail % rb + rec_span(r) > rb ||
+         tail + rec_span(r) > head)) {
+      record_error(s, MKX_ERR_NET,
+                   "shm: a record of %llu bytes from rank %d runs past its "
+                   "ring",
+                   (unsigned long long)r->len, from);
+      return 0;
+    }
     if (r->type == REC_SKIP) {
       tail += rb - tail % rb;
     } else {
