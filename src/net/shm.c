@@ -57,6 +57,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -354,7 +355,35 @@ static int shm_probe(const mkx_net_params *p) {
   return MKX_SUCCESS; /* open reports a shm_open failure */
 }
 
+/* A job ended between making its segments and its peers mapping them (a
+ * signal to the launcher) leaves their names behind.  The next endpoint on
+ * the host removes those of this user whose maker (its pid is in the name)
+ * is gone, once older than any connect could last (so a live job's, seen
+ * from another pid namespace, is left alone), and says so at info. */
+#define STALE_S (2 * 3600)
+static void reclaim_stale(void) {
+  DIR *d = opendir("/dev/shm");
+  if (!d) return;
+  const time_t now = time(NULL);
+  for (struct dirent *e; (e = readdir(d));) {
+    int pid = 0, at = 0;
+    if (sscanf(e->d_name, "mkx-shm-%d-%n", &pid, &at) != 1 || !at || pid <= 0)
+      continue;
+    char path[320];
+    struct stat st;
+    snprintf(path, sizeof path, "/dev/shm/%s", e->d_name);
+    if (stat(path, &st) != 0 || st.st_uid != getuid() ||
+        now - st.st_mtime < STALE_S || kill(pid, 0) == 0 || errno != ESRCH)
+      continue;
+    if (shm_unlink(path + 8) == 0)
+      mkx_log(MKX_LOG_INFO, "shm: removed %s, left by process %d (gone)",
+              path + 8, pid);
+  }
+  closedir(d);
+}
+
 static int make_segment(shm_impl *s, int size) {
+  reclaim_stale();
   uint8_t rnd[16];
   if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
     return mkx_error(MKX_ERR_NET, "shm: getrandom: %s", strerror(errno));

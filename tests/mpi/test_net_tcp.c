@@ -26,13 +26,16 @@
  * is asserted). */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -406,6 +409,43 @@ static void capped_link(const mkx_oob *oob) {
   free(c.keys);
 }
 
+/* A segment name as a job killed before its peers mapped it leaves one:
+ * its maker (a child that has exited) gone, made `age` seconds ago. */
+static void stale_name(char *name, size_t len, int age) {
+  fflush(stdout);
+  const pid_t pid = fork();
+  if (pid == 0) _exit(0);
+  waitpid(pid, NULL, 0);
+  snprintf(name, len, "/mkx-shm-%d-test%d", (int)pid, age);
+  const int fd = shm_open(name, O_CREAT | O_RDWR, 0600);
+  if (fd >= 0) close(fd);
+  char path[300];
+  snprintf(path, sizeof path, "/dev/shm%s", name);
+  const struct timespec t[2] = {{time(NULL) - age, 0}, {time(NULL) - age, 0}};
+  utimensat(AT_FDCWD, path, t, 0);
+}
+
+static int name_exists(const char *name) {
+  const int fd = shm_open(name, O_RDONLY, 0);
+  if (fd >= 0) close(fd);
+  return fd >= 0;
+}
+
+/* shm: the next endpoint removes names left by dead jobs, once old enough
+ * that no live job's connect could still need them. */
+static void stale_segments(const mkx_oob *oob) {
+  char old[96], young[96];
+  stale_name(old, sizeof old, 3 * 3600);
+  stale_name(young, sizeof young, 60);
+  mkx_options opt;
+  ctx c = {.size = oob->size};
+  if (open_endpoint(oob, &opt, &c, 0, 0) != MKX_SUCCESS) return;
+  CHECK(!name_exists(old), "shm: %s, a dead job's from 3 h ago, removed", old);
+  CHECK(name_exists(young), "shm: %s, from a minute ago, left alone", young);
+  shm_unlink(young);
+  mkx_net_close(c.n);
+}
+
 /* Everything one endpoint does; the victim dies inside (never returns). */
 static void run(const mkx_oob *oob, int relay_fd) {
   mkx_options opt;
@@ -493,6 +533,7 @@ int main(int argc, char **argv) {
   if (!CHECK_RC(mkx_oob_mpi_init(&oob, MPI_COMM_WORLD), MKX_SUCCESS,
                 "oob init"))
     MPI_Abort(MPI_COMM_WORLD, 1);
+  if (use_shm) stale_segments(&oob);
   if (me == size - 1)
     run_victim(&oob);
   else
