@@ -545,10 +545,14 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * see the top), and it reports earlier GPU failures as the fused calls do;
  * on the other paths it runs as the plain call would (host work, stream
  * synchronised), without repeating the checks.  Every rank starts its
- * request, in the same order as its other calls on the communicator.
- * Errors of MKX_Start: MKX_ERR_INVALID_REQUEST, MKX_ERR_INVALID_COMM, and
- * the run's own (MKX_ERR_TIMEOUT, MKX_ERR_PEER, MKX_ERR_MPI, MKX_ERR_NET,
- * MKX_ERR_CUDA, MKX_ERR_NOMEM).
+ * request, in the same order as its other calls on the communicator.  On
+ * the host and staged paths MKX_Start first checks, in one small exchange,
+ * that every rank starts the same plan at the same point: ranks that start
+ * different plans, or start while others make another call, all get
+ * MKX_ERR_SHAPE_MISMATCH naming both, and the communicator stays usable.
+ * Errors of MKX_Start: MKX_ERR_INVALID_REQUEST, MKX_ERR_INVALID_COMM,
+ * MKX_ERR_SHAPE_MISMATCH, and the run's own (MKX_ERR_TIMEOUT, MKX_ERR_PEER,
+ * MKX_ERR_MPI, MKX_ERR_NET, MKX_ERR_CUDA, MKX_ERR_NOMEM).
  * MKX_Request_free releases the plan and sets *request to NULL.  It is
  * collective in order: every rank frees its request at the same point
  * among its calls on the communicator (GPU workspaces are reused across

@@ -96,12 +96,18 @@ typedef struct mkx_prepared {
   int staged;                  /* device buffers run through the host path */
   const mkx_path_ops *gpu_ops; /* the GPU path taken, or NULL */
   void *gpu;                   /* its plan */
+  int64_t id;                  /* the communicator's call count at its
+                                  agreement: the same on every rank */
 } mkx_prepared;
 
 /* Which entry point prepares the operation: every rank must be in the
  * same one (a plain call on one rank and an _init on another is an
  * error on both). */
-typedef enum { MKX_VARIANT_CALL = 0, MKX_VARIANT_INIT } mkx_variant;
+typedef enum {
+  MKX_VARIANT_CALL = 0,
+  MKX_VARIANT_INIT,
+  MKX_VARIANT_START
+} mkx_variant;
 
 /* Check, agree across ranks, choose the path.  pre_rc: a failure the
  * caller already found on this rank (agreed like the checks' own).  The
@@ -110,6 +116,13 @@ typedef enum { MKX_VARIANT_CALL = 0, MKX_VARIANT_INIT } mkx_variant;
  * instead of pairing up. */
 int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
                    void *args, int pre_rc, mkx_prepared *p);
+/* MKX_Start of a plan on the host path (its own or staged): before any
+ * exchange of the run, the ranks check that they start the same plan at
+ * the same point of their calls, with a record of the agreement's size,
+ * so that ranks in different calls get MKX_ERR_SHAPE_MISMATCH naming both
+ * instead of pairing their transfers up.  The GPU paths exchange nothing
+ * on the host: there a mismatch ends at the kernels' bounded waits. */
+int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p);
 /* Run a prepared operation (no collective checks). */
 int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
                    MKX_Stream stream);

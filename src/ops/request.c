@@ -1,5 +1,7 @@
 /* Persistent requests (MPI-4 style): the checks and the agreement across
- * ranks happen once at _init; MKX_Start runs with no collective host work. */
+ * ranks happen once at _init; MKX_Start on a GPU path runs with no
+ * collective host work, on the host path it first checks that every rank
+ * starts the same plan (mkx_op_start_check). */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -57,6 +59,9 @@ static int request_check(MKX_Request r, const char *fn) {
 int MKX_Start(MKX_Request request, MKX_Stream stream) {
   mkx_error_clear();
   MKX_TRY(request_check(request, "MKX_Start"));
+  MKX_TRY(mkx_comm_check(request->comm));
+  if (!request->prep.gpu_ops)
+    MKX_TRY(mkx_op_start_check(request->comm, &request->prep));
   return mkx_op_execute(request->comm, &request->prep, request->args, stream);
 }
 

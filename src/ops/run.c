@@ -17,8 +17,15 @@
 typedef struct agree_record {
   int64_t op, variant, call;
   int64_t rc, path;
+  int64_t plan; /* MKX_Start: the plan's id (mkx_prepared.id) */
   mkx_signature s;
 } agree_record;
+
+static const char *variant_text(int64_t v) {
+  return v == MKX_VARIANT_INIT    ? "_init"
+         : v == MKX_VARIANT_START ? " (MKX_Start)"
+                                  : "";
+}
 
 static const char *op_name(int64_t kind) {
 #define MKX_OP_CLASS_REF(k, name) &mkx_op_##name,
@@ -41,8 +48,8 @@ static int other_call(MKX_Comm c, const agree_record *all) {
       return mkx_error(MKX_ERR_SHAPE_MISMATCH,
                        "%s%s on rank %d but %s%s on "
                        "rank %d: every rank must make the same call",
-                       op_name(me->op), me->variant ? "_init" : "", c->rank,
-                       op_name(o->op), o->variant ? "_init" : "", q);
+                       op_name(me->op), variant_text(me->variant), c->rank,
+                       op_name(o->op), variant_text(o->variant), q);
     if (o->call != me->call)
       return mkx_comm_break(
           c, mkx_error(MKX_ERR_SHAPE_MISMATCH,
@@ -248,6 +255,7 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   mine.op = cls->kind;
   mine.variant = variant;
   mine.call = c->calls++;
+  p->id = mine.call;
   mine.rc = pre_rc ? pre_rc : cls->check(c, args, &mine.s);
   if (mine.rc == MKX_SUCCESS) mine.rc = buffer_kind(c, cls, args, &device);
   mine.path = device;
@@ -259,6 +267,30 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   if (device != MKX_MEM_DEVICE) return MKX_SUCCESS;
   rc = choose_gpu_path(c, cls, args, p);
   if (rc != MKX_SUCCESS) mkx_prepared_free(c, p);
+  return rc;
+}
+
+int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p) {
+  agree_record mine, *all = malloc(sizeof mine * (size_t)c->size);
+  if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Start: agreement buffers");
+  memset(&mine, 0, sizeof mine);
+  mine.op = p->cls->kind;
+  mine.variant = MKX_VARIANT_START;
+  mine.call = c->calls++;
+  mine.plan = p->id;
+  int rc = mkx_comm_exchanged(
+      c,
+      c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine, c->opt.timeout_ms));
+  if (rc == MKX_SUCCESS) rc = other_call(c, all);
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
+    if (all[q].plan != mine.plan)
+      rc = mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                     "MKX_Start: rank %d starts the %s plan made by its call "
+                     "%lld, rank %d the one made by call %lld: every rank "
+                     "must start the same plan",
+                     c->rank, p->cls->name, (long long)mine.plan, q,
+                     (long long)all[q].plan);
+  free(all);
   return rc;
 }
 

@@ -214,6 +214,59 @@ static void release(pcase *P) {
 
 static const MKX_Datatype types[4] = {MKX_BF16, MKX_FP16, MKX_FP32, MKX_FP64};
 
+/* Ranks that start different plans, or start a plan while the others
+ * make a plain call (host buffers: the host path, whose transfers would
+ * otherwise pair up): every rank fails, the message names both calls, and
+ * the communicator stays in step for the next start. */
+static void mismatched_starts(MKX_Comm comm) {
+  double a[2] = {1, 2}, b[2] = {0.5, -1}, c1[4], c2[4], c3[8];
+  double want[4] = {0.5 * mt.size, -1.0 * mt.size, 1.0 * mt.size,
+                    -2.0 * mt.size};
+  MKX_Request ar1 = NULL, ar2 = NULL, ag = NULL;
+  int rc = MKX_Gemm_allreduce_init(a, 2, 1, 1, b, 2, 2, MKX_NO_TRANS, c1, 2,
+                                   MKX_FP64, MKX_FP64, MKX_ROW_MAJOR, comm,
+                                   MPI_INFO_NULL, &ar1);
+  if (rc == MKX_SUCCESS)
+    rc = MKX_Gemm_allreduce_init(a, 2, 1, 1, b, 2, 2, MKX_NO_TRANS, c2, 2,
+                                 MKX_FP64, MKX_FP64, MKX_ROW_MAJOR, comm,
+                                 MPI_INFO_NULL, &ar2);
+  if (rc == MKX_SUCCESS)
+    rc = MKX_Allgather_gemm_init(a, 1, 1, 1, b, 2, 2, MKX_NO_TRANS, c3, 2, NULL,
+                                 0, MKX_FP64, MKX_FP64, MKX_ROW_MAJOR, comm,
+                                 MPI_INFO_NULL, &ag);
+  CHECK_RC(rc, MKX_SUCCESS, "mismatch: three plans on host buffers");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  /* two plans of one operation */
+  rc = MKX_Start(mt.rank == 0 ? ar1 : ar2, NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "rank 0 starts another plan"))
+    CHECK(strstr(MKX_Get_last_error(), "same plan") != NULL,
+          "the message says so: %s", MKX_Get_last_error());
+  /* plans of two operations */
+  rc = MKX_Start(mt.rank == 0 ? ag : ar1, NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "rank 0 starts another operation"))
+    CHECK(strstr(MKX_Get_last_error(), "MKX_Allgather_gemm") &&
+              strstr(MKX_Get_last_error(), "MKX_Gemm_allreduce"),
+          "the message names both: %s", MKX_Get_last_error());
+  /* a start against a plain call */
+  if (mt.rank == 0)
+    rc = MKX_Start(ar1, NULL);
+  else
+    rc = MKX_Gemm_allreduce(a, 2, 1, 1, b, 2, 2, MKX_NO_TRANS, c2, 2, MKX_FP64,
+                            MKX_FP64, MKX_ROW_MAJOR, comm, NULL);
+  if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH, "a start against a plain call"))
+    CHECK(strstr(MKX_Get_last_error(), "MKX_Start") != NULL,
+          "the message names the start: %s", MKX_Get_last_error());
+  /* still in step */
+  memset(c1, 0, sizeof c1);
+  rc = MKX_Start(ar1, NULL);
+  CHECK_RC(rc, MKX_SUCCESS, "the same plan on every rank afterwards");
+  CHECK(rc != MKX_SUCCESS || !memcmp(c1, want, sizeof want),
+        "and its result is right");
+  MKX_Request_free(&ag);
+  MKX_Request_free(&ar2);
+  MKX_Request_free(&ar1);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
@@ -336,6 +389,8 @@ int main(int argc, char **argv) {
     CHECK(*MKX_Get_last_error() != '\0',
           "MKX_Get_last_error set after MKX_Start(NULL)");
   }
+
+  if (mt.size > 1) mismatched_starts(comm);
 
   if (mt.rank == 0) mt_diag("plans done in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);
