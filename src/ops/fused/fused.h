@@ -105,6 +105,14 @@ int mkx_tp_node_values(MKX_Comm c, const int64_t *mine, int n, int64_t *out);
  * elements of es bytes) mapped into its node peers (mkx_symm_register). */
 int mkx_tp_map_matrix(MKX_Comm c, const void *p, int64_t rows, int64_t cols,
                       int64_t ld, size_t es, mkx_symm_buf *b);
+/* While st is being captured into a CUDA graph: keep the n mappings open
+ * until the communicator is freed (the graph may replay any time). */
+int mkx_tp_pin_if_captured(MKX_Comm c, cudaStream_t st, const char *fn,
+                           const mkx_symm_buf *const *bufs, int n);
+/* End of a run that read the ranks' operands in place: meet the node's
+ * ranks at `pulled`, after which none reads another's operands. */
+int mkx_tp_pull_end(MKX_Comm c, const mkx_fused_ws *ws, const char *fn,
+                    cudaStream_t st);
 /* Order work on `st` after the last call on `ws` if that ran on another
  * stream (outside graph capture). */
 int mkx_fused_after_last(mkx_fused_ws *ws, const char *fn, MKX_Stream st);

@@ -34,6 +34,23 @@ int mkx_tp_map_matrix(MKX_Comm c, const void *p, int64_t rows, int64_t cols,
       rows > 0 ? ((size_t)(rows - 1) * (size_t)ld + (size_t)cols) * es : 0;
   return mkx_symm_register(c, (void *)p, bytes, b);
 }
+int mkx_tp_pin_if_captured(MKX_Comm c, cudaStream_t st, const char *fn,
+                           const mkx_symm_buf *const *bufs, int n) {
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn, "capture status"));
+  for (int i = 0; cap != cudaStreamCaptureStatusNone && i < n; i++)
+    MKX_TRY(mkx_symm_buf_pin(c, bufs[i]));
+  return MKX_SUCCESS;
+}
+
+int mkx_tp_pull_end(MKX_Comm c, const mkx_fused_ws *ws, const char *fn,
+                    cudaStream_t st) {
+  mkx_fused_sync s;
+  mkx_fused_sync_fill(c, ws, 0, &s);
+  return mkx_fused_launch_rc(
+      mkx_fused_meet(&s, MKX_FUSED_OFF_PULLED, MKX_FUSED_AT_PULLED, st), fn,
+      "meet after the GEMM");
+}
 #else
 typedef int mkx_in_place_unused; /* ISO C: not an empty unit */
 #endif

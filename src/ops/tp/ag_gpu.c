@@ -398,15 +398,6 @@ static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return blas ? mkx_tp_split_gemm(c, &g, st, FN) : run_gemm(c, p, a, 0, st);
 }
 
-/* A graph may replay the loads from the peers' A long after this call:
- * their mappings must outlive the plan. */
-static int pin_if_captured(MKX_Comm c, const ag_plan *p, cudaStream_t st) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), FN, "capture status"));
-  return cap == cudaStreamCaptureStatusNone ? MKX_SUCCESS
-                                            : mkx_symm_buf_pin(c, &p->areg);
-}
-
 /* Rows [r0, r1) of the gathered A into A_out, from src (leading dimension
  * ld_src bytes, holding row r0 first). */
 static cudaError_t out_rows(const ag_plan *p, const mkx_ag_gemm_args *a,
@@ -479,11 +470,7 @@ static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     MKX_TRY(mkx_cuda_rc(out_rows(p, a, d.bnd[q], d.bnd[q + 1], d.a[q],
                                  (size_t)d.lda[q] * p->es, st),
                         FN, "copy to A_out"));
-  mkx_fused_sync s;
-  mkx_fused_sync_fill(c, p->ws, 0, &s);
-  return mkx_fused_launch_rc(
-      mkx_fused_meet(&s, MKX_FUSED_OFF_PULLED, MKX_FUSED_AT_PULLED, st), FN,
-      "meet after the GEMM");
+  return mkx_tp_pull_end(c, p->ws, FN, st);
 }
 
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
@@ -499,7 +486,9 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   }
   if (p->pull) {
     MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_PULL));
-    MKX_TRY(pin_if_captured(c, p, st));
+    /* a graph may replay the loads from the peers' A long after this */
+    const mkx_symm_buf *maps[] = {&p->areg};
+    MKX_TRY(mkx_tp_pin_if_captured(c, st, FN, maps, 1));
     MKX_TRY(pull_run(c, p, a, st));
     return mkx_fused_end(p->ws, stream);
   }

@@ -408,15 +408,12 @@ static int run_split(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                              "sum of the partials");
 }
 
-/* A graph may replay the stores into the peers' C long after this call:
- * their mappings must outlive the plan. */
+/* A graph may replay the stores into the peers' C, and the loads from
+ * their A and B, long after this call: those mappings must outlive the
+ * plan. */
 static int pin_if_captured(MKX_Comm c, const rs_ar_plan *p, cudaStream_t st) {
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(cuda_rc(cudaStreamIsCapturing(st, &cap), p, "capture status"));
-  if (cap == cudaStreamCaptureStatusNone) return MKX_SUCCESS;
-  MKX_TRY(mkx_symm_buf_pin(c, &p->creg));
-  MKX_TRY(mkx_symm_buf_pin(c, &p->areg));
-  return mkx_symm_buf_pin(c, &p->breg);
+  const mkx_symm_buf *maps[] = {&p->creg, &p->areg, &p->breg};
+  return mkx_tp_pin_if_captured(c, st, fn_name(p->allreduce), maps, 3);
 }
 
 /* SM pushes: the GEMM stores and counts the peers' rows itself; an
@@ -473,14 +470,10 @@ static int pull(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
   /* it waits for no one, so it may hold every SM the rank has: nothing of
    * this rank's can be queued behind it that it waits for */
   d.ctas = c->share.ctx_sms;
-  mkx_fused_sync s;
-  mkx_fused_sync_fill(c, p->ws, 0, &s);
   const char *fn = fn_name(p->allreduce);
   MKX_TRY(mkx_fused_launch_rc(mkx_tp_rs_pull(&d, st), fn,
                               "GEMM on the peers' operands"));
-  return mkx_fused_launch_rc(
-      mkx_fused_meet(&s, MKX_FUSED_OFF_PULLED, MKX_FUSED_AT_PULLED, st), fn,
-      "meet after the GEMM");
+  return mkx_tp_pull_end(c, p->ws, fn, st);
 }
 
 /* Copy engines: forked before the GEMM, they run alongside it. */
