@@ -129,6 +129,12 @@
  *    the late rank's next call fails.  A late rank may also wait its own
  *    timeout in a step the others never reached (MKX_ERR_TIMEOUT).  The
  *    several-node GPU paths give no more than this.
+ *  - Ranks out of step (one skipped a call, makes another call than the
+ *    others, or frees the communicator while they call): each exchange
+ *    carries what it is, so a rank whose exchange meets another returns
+ *    MKX_ERR_PEER naming both (MKX_ERR_SHAPE_MISMATCH naming both calls
+ *    where both are calls' agreements), never an MPI error that ends the
+ *    job.  MKX_Comm_free of such a communicator returns.
  *  - Fused single-node GPU paths (MKX_Start of a fused plan, and the GPU
  *    part of a fused call): a rank that gives up tells its peers; a late
  *    rank that was told reports MKX_ERR_PEER (naming the rank that gave
@@ -143,8 +149,8 @@
  * outputs of such a run are undefined.
  *
  * The communicator after a failure.  MKX_ERR_TIMEOUT, MKX_ERR_MPI,
- * MKX_ERR_NET, and a GPU failure reported as MKX_ERR_TIMEOUT or
- * MKX_ERR_PEER, make the communicator unusable on the rank that gets them:
+ * MKX_ERR_NET, MKX_ERR_PEER of ranks out of step, and a GPU failure
+ * reported as MKX_ERR_TIMEOUT or MKX_ERR_PEER, make the communicator unusable on the rank that gets them:
  * later calls on it return MKX_ERR_INVALID_COMM quoting the first failure
  * (the MKX_Comm_rank family still works); free it (MKX_Comm_free works,
  * its waits are bounded) and create another.  There is no recovery in

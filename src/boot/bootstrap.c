@@ -53,7 +53,8 @@ int mkx_boot_placement(const mkx_oob *oob, const char *host,
     return mkx_error(MKX_ERR_NOMEM, "bootstrap: no memory for %d ranks",
                      oob->size);
   }
-  int rc = oob->allgather(oob->ctx, mine, names, MKX_HOSTNAME_MAX, timeout_ms);
+  int rc = oob->allgather(oob->ctx, mine, names, MKX_HOSTNAME_MAX, timeout_ms,
+                          "host names");
   if (rc == MKX_SUCCESS) {
     assign_nodes(names, oob->size, virtual_node_size, pl);
     pl->node = pl->node_of_rank[oob->rank];

@@ -11,10 +11,12 @@ typedef struct mkx_oob {
   int rank, size;
   /* Gather `bytes` from every rank into recv (size * bytes, rank order).
    * Returns an MKX error code; must give up with MKX_ERR_TIMEOUT after
-   * timeout_ms. */
+   * timeout_ms.  `what` names the exchange in messages and, over MPI,
+   * travels with it: ranks in different exchanges get MKX_ERR_PEER naming
+   * both (boot/oob_mpi.c). */
   int (*allgather)(void *ctx, const void *send, void *recv, size_t bytes,
-                   int64_t timeout_ms);
-  int (*barrier)(void *ctx, int64_t timeout_ms);
+                   int64_t timeout_ms, const char *what);
+  int (*barrier)(void *ctx, int64_t timeout_ms, const char *what);
   void *ctx;
 } mkx_oob;
 

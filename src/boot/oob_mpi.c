@@ -2,6 +2,8 @@
  * non-blocking request against a deadline so that a missing rank turns
  * into MKX_ERR_TIMEOUT instead of a hang. */
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -101,49 +103,114 @@ int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
   return rc;
 }
 
-int mkx_mpi_allgather(const void *send, void *recv, size_t bytes, MPI_Comm comm,
+/* ---- exchanges in slots ------------------------------------------------ */
+
+/* Every exchange starts as one slot per rank, of one size whatever the
+ * exchange, headed by what it is and how many bytes it carries.  Ranks out
+ * of step (one skipped a call, or gave up on an exchange that a late rank
+ * then meets with its next one) then meet slot against slot: Open MPI
+ * matches non-blocking collectives of a communicator in order whatever
+ * their kind, and a size mismatch there is MPI_ERR_TRUNCATE raised on
+ * MPI_COMM_WORLD's handler (it aborts the job), not on the duplicate's
+ * MPI_ERRORS_RETURN.  Equal sizes never truncate, and the heads tell each
+ * rank what the others were in.  Data of up to SLOT_DATA bytes rides in
+ * the slot (every agreement, the call's record included); more follows in
+ * a second exchange once every head matched. */
+enum { SLOT_BYTES = 256, SLOT_WHAT = 48 };
+typedef struct slot_head {
+  uint32_t magic, rank;
+  uint64_t bytes;
+  char what[SLOT_WHAT];
+} slot_head;
+#define SLOT_DATA (SLOT_BYTES - sizeof(slot_head))
+#define SLOT_MAGIC 0x4d4b5853u /* "MKXS" */
+
+/* One Iallgather of `bytes` from own into own + bytes, waited for.  On a
+ * timeout own goes to the abandoned list (the caller must not free it). */
+static int gather_own(char *own, size_t bytes, MPI_Comm comm,
                       int64_t timeout_ms, const char *what) {
-  int size = 0;
   MPI_Request req;
-  MKX_TRY(mkx_mpi_check(MPI_Comm_size(comm, &size), what));
-  if (bytes > (size_t)2147483647 / (size_t)(size + 1))
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: %zu bytes from each of %d "
-                     "ranks",
-                     what, bytes, size);
-  /* send and receive through MKX's own copy, which outlives a timeout */
-  char *own = malloc(bytes * (size_t)(size + 1) + 1);
-  if (!own) return mkx_error(MKX_ERR_NOMEM, "%s: %d ranks", what, size);
-  memcpy(own, send, bytes);
   int rc = mkx_mpi_check(MPI_Iallgather(own, (int)bytes, MPI_BYTE, own + bytes,
                                         (int)bytes, MPI_BYTE, comm, &req),
                          what);
-  if (rc != MKX_SUCCESS) {
-    free(own);
-    return rc;
+  if (rc == MKX_SUCCESS) rc = mkx_mpi_wait(&req, timeout_ms, what);
+  if (rc == MKX_ERR_TIMEOUT) mkx_mpi_abandon(&req, own);
+  return rc;
+}
+
+static int heads_match(const char *slots, int size, const slot_head *mine) {
+  for (int q = 0; q < size; q++) {
+    slot_head o;
+    memcpy(&o, slots + (size_t)q * SLOT_BYTES, sizeof o);
+    o.what[SLOT_WHAT - 1] = '\0';
+    if (o.magic == SLOT_MAGIC && o.bytes == mine->bytes &&
+        !strcmp(o.what, mine->what))
+      continue;
+    if (o.magic != SLOT_MAGIC)
+      return mkx_error(MKX_ERR_PEER,
+                       "%s on rank %u met something not MKX's from rank %d: "
+                       "the ranks are out of step",
+                       mine->what, mine->rank, q);
+    return mkx_error(MKX_ERR_PEER,
+                     "%s (%llu bytes) on rank %u met %s (%llu bytes) on "
+                     "rank %d: the ranks are out of step (a rank skipped a "
+                     "call, or gave up waiting in one)",
+                     mine->what, (unsigned long long)mine->bytes, mine->rank,
+                     o.what, (unsigned long long)o.bytes, q);
   }
-  rc = mkx_mpi_wait(&req, timeout_ms, what);
-  if (rc == MKX_ERR_TIMEOUT) {
-    mkx_mpi_abandon(&req, own);
-    return rc;
-  }
+  return MKX_SUCCESS;
+}
+
+/* The data too large for a slot, once every rank said it sends as much. */
+static int gather_large(const void *send, void *recv, size_t bytes, int size,
+                        MPI_Comm comm, int64_t timeout_ms, const char *what) {
+  if (bytes > (size_t)2147483647 / (size_t)(size + 1))
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: %zu bytes from each of %d ranks",
+                     what, bytes, size);
+  char *own = malloc(bytes * (size_t)(size + 1));
+  if (!own) return mkx_error(MKX_ERR_NOMEM, "%s: %d ranks", what, size);
+  memcpy(own, send, bytes);
+  int rc = gather_own(own, bytes, comm, timeout_ms, what);
+  if (rc == MKX_ERR_TIMEOUT) return rc;
   if (rc == MKX_SUCCESS) memcpy(recv, own + bytes, bytes * (size_t)size);
   free(own);
   return rc;
 }
 
-static int mpi_allgather(void *ctx, const void *send, void *recv, size_t bytes,
-                         int64_t timeout_ms) {
-  return mkx_mpi_allgather(send, recv, bytes, *(MPI_Comm *)ctx, timeout_ms,
-                           "bootstrap allgather");
+int mkx_mpi_allgather(const void *send, void *recv, size_t bytes, MPI_Comm comm,
+                      int64_t timeout_ms, const char *what) {
+  int size = 0, rank = 0;
+  MKX_TRY(mkx_mpi_check(MPI_Comm_size(comm, &size), what));
+  MKX_TRY(mkx_mpi_check(MPI_Comm_rank(comm, &rank), what));
+  /* send and receive through MKX's own copy, which outlives a timeout */
+  char *own = calloc((size_t)size + 1, SLOT_BYTES);
+  if (!own) return mkx_error(MKX_ERR_NOMEM, "%s: %d ranks", what, size);
+  slot_head h = {SLOT_MAGIC, (uint32_t)rank, bytes, ""};
+  snprintf(h.what, sizeof h.what, "%s", what);
+  memcpy(own, &h, sizeof h);
+  const int in_slot = bytes <= SLOT_DATA;
+  if (in_slot && bytes) memcpy(own + sizeof h, send, bytes);
+  int rc = gather_own(own, SLOT_BYTES, comm, timeout_ms, what);
+  if (rc == MKX_ERR_TIMEOUT) return rc;
+  if (rc == MKX_SUCCESS) rc = heads_match(own + SLOT_BYTES, size, &h);
+  for (int q = 0; rc == MKX_SUCCESS && in_slot && bytes && q < size; q++)
+    memcpy((char *)recv + (size_t)q * bytes,
+           own + (size_t)(q + 1) * SLOT_BYTES + sizeof h, bytes);
+  free(own);
+  if (rc == MKX_SUCCESS && !in_slot)
+    rc = gather_large(send, recv, bytes, size, comm, timeout_ms, what);
+  return rc;
 }
 
-static int mpi_barrier(void *ctx, int64_t timeout_ms) {
-  MPI_Request req;
-  int rc =
-      mkx_mpi_check(MPI_Ibarrier(*(MPI_Comm *)ctx, &req), "bootstrap barrier");
-  return rc ? rc
-            : mkx_mpi_wait_owned(&req, NULL, timeout_ms, "bootstrap barrier");
+static int mpi_allgather(void *ctx, const void *send, void *recv, size_t bytes,
+                         int64_t timeout_ms, const char *what) {
+  return mkx_mpi_allgather(send, recv, bytes, *(MPI_Comm *)ctx, timeout_ms,
+                           what);
+}
+
+/* an exchange of heads alone: out of step ranks meet it as any other */
+static int mpi_barrier(void *ctx, int64_t timeout_ms, const char *what) {
+  return mkx_mpi_allgather(NULL, NULL, 0, *(MPI_Comm *)ctx, timeout_ms, what);
 }
 
 int mkx_oob_mpi_init(mkx_oob *oob, MPI_Comm comm) {

@@ -25,7 +25,9 @@ int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
                        const char *what);
 /* A bounded allgather of `bytes` from every rank of comm into recv, sent
  * and received through MKX's own buffer, so that neither send nor recv is
- * touched after a timeout (MKX_ERR_TIMEOUT). */
+ * touched after a timeout (MKX_ERR_TIMEOUT).  `what` travels with it: a
+ * rank in another exchange, or in the same one with another size, makes it
+ * MKX_ERR_PEER naming both, never an MPI error (oob_mpi.c says why). */
 int mkx_mpi_allgather(const void *send, void *recv, size_t bytes, MPI_Comm comm,
                       int64_t timeout_ms, const char *what);
 

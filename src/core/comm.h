@@ -103,6 +103,14 @@ int mkx_comm_fail(MKX_Comm c, int rc);
  * the exchange (MKX_ERR_PEER naming that rank; c broken).  Every
  * agreement goes through it, so a late rank learns it was late. */
 int mkx_comm_exchanged(MKX_Comm c, int rc);
+/* One exchange of `bytes` from every rank on c (the bootstrap's
+ * allgather, named `what`), then as mkx_comm_exchanged.  Ranks out of
+ * step (the exchange met another: MKX_ERR_PEER) break c; every rank in
+ * the exchange saw the mismatch, so none is told (a tell left unreceived
+ * on a communicator that is then freed stalls Open MPI's next
+ * communicator creation). */
+int mkx_comm_exchange(MKX_Comm c, const void *mine, void *all, size_t bytes,
+                      const char *what);
 /* The same for any failure rc: the caller knows the ranks are out of step
  * (a GPU run a peer gave up on). */
 int mkx_comm_break(MKX_Comm c, int rc);

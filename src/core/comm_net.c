@@ -266,7 +266,8 @@ static void release_regions(mkx_comm_net *cn) {
 void mkx_comm_net_close(MKX_Comm c) {
   mkx_comm_net *cn = c->net;
   if (!cn) return;
-  if (!c->broken) c->oob.barrier(c->oob.ctx, c->opt.timeout_ms);
+  if (!c->broken)
+    c->oob.barrier(c->oob.ctx, c->opt.timeout_ms, "MKX_Comm_free: network");
   if (cn->proxy) {
     mkx_proxy_stats st;
     mkx_proxy_stop(cn->proxy);

@@ -136,8 +136,7 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
   bid[4] = gpu && node_on_gpu(c, mine, all);
   int(*got)[5] = malloc(sizeof *got * (size_t)c->size);
   if (!got) return mkx_error(MKX_ERR_NOMEM, "GPU share agreement");
-  int orc =
-      c->oob.allgather(c->oob.ctx, bid, got, sizeof bid, c->opt.timeout_ms);
+  int orc = mkx_comm_exchange(c, bid, got, sizeof bid, "GPU share agreement");
   s->mode = MKX_SHARE_NONE;
   s->ctas = 1 << 30;
   s->unsafe = 0;
@@ -152,7 +151,7 @@ static int share_init(MKX_Comm c, const char *mine, char (*all)[PCI_LEN]) {
     s->node_gpu &= got[q][4];
   }
   free(got);
-  if (orc != MKX_SUCCESS) return mkx_comm_fail(c, orc);
+  MKX_TRY(orc);
   if (!gpu || s->ctas >= d.dev_sms) s->ctas = 0;
   mkx_log(MKX_LOG_INFO,
           "GPU: %s, %d rank(s) on it, %d of %d SMs for this rank (%s), "
@@ -177,8 +176,7 @@ int mkx_comm_map_topology(MKX_Comm c) {
   if (all == NULL) return mkx_error(MKX_ERR_NOMEM, "topology exchange");
   if (c->device >= 0 && mkx_device_pci_id(c->device, mine, sizeof mine))
     mine[0] = '\0';
-  int rc =
-      c->oob.allgather(c->oob.ctx, mine, all, sizeof mine, c->opt.timeout_ms);
+  int rc = mkx_comm_exchange(c, mine, all, sizeof mine, "GPU PCI ids");
   if (rc == MKX_SUCCESS) {
     snprintf(c->topo_desc, sizeof c->topo_desc, "no GPU");
     if (mine[0] != '\0' && map_gpu(c, mine, all) == MKX_SUCCESS)

@@ -25,8 +25,9 @@ static int agree_size(MKX_Comm c, int local_rc, size_t size) {
   } rec;
   rec mine = {local_rc, size}, *all = malloc(sizeof *all * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Alloc_mem");
-  int rc =
-      c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine, c->opt.timeout_ms);
+  /* a rank that came late completes the exchange with what the others sent
+   * before they gave up: they told it, and it fails too */
+  int rc = mkx_comm_exchange(c, &mine, all, sizeof mine, "MKX_Alloc_mem");
   if (rc == MKX_SUCCESS && local_rc != MKX_SUCCESS) rc = local_rc;
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     if (all[q].rc != MKX_SUCCESS)
@@ -39,9 +40,7 @@ static int agree_size(MKX_Comm c, int local_rc, size_t size) {
                      (unsigned long long)mine.size, c->rank,
                      (unsigned long long)all[q].size, q);
   free(all);
-  /* a rank that came late completes the exchange with what the others sent
-   * before they gave up: they told it, and it fails too */
-  return mkx_comm_exchanged(c, rc);
+  return rc;
 }
 
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr) {

@@ -178,7 +178,8 @@ static int agree_on_provider(mkx_net *n, const mkx_oob *oob, size_t len) {
   snprintf(mine.provider, sizeof mine.provider, "%s", n->prov->name);
   all = calloc((size_t)n->size, sizeof *all);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "net: headers");
-  int rc = oob->allgather(oob->ctx, &mine, all, sizeof mine, n->timeout_ms);
+  int rc = oob->allgather(oob->ctx, &mine, all, sizeof mine, n->timeout_ms,
+                          "network transport");
   for (int r = 0; rc == MKX_SUCCESS && r < n->size; r++)
     if (memcmp(&all[r], &mine, sizeof mine) != 0)
       rc = mkx_error(MKX_ERR_NET,
@@ -199,7 +200,8 @@ int mkx_net_connect(mkx_net *n, const mkx_oob *oob) {
   MKX_TRY(agree_on_provider(n, oob, len));
   char *all = malloc(len * (size_t)n->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "net: address blobs");
-  int rc = oob->allgather(oob->ctx, blob, all, len, n->timeout_ms);
+  int rc = oob->allgather(oob->ctx, blob, all, len, n->timeout_ms,
+                          "network addresses");
   if (rc == MKX_SUCCESS) rc = n->prov->connect(n, all, len);
   free(all);
   if (rc == MKX_SUCCESS) n->connected = 1;
@@ -236,7 +238,8 @@ int mkx_net_exchange_keys(mkx_net *n, const mkx_oob *oob, const mkx_net_mr *mr,
   if (!n || !oob || !mr || !keys)
     return mkx_error(MKX_ERR_NULL_POINTER, "net: exchange_keys");
   mkx_net_rkey_of(mr, &mine);
-  return oob->allgather(oob->ctx, &mine, keys, sizeof mine, n->timeout_ms);
+  return oob->allgather(oob->ctx, &mine, keys, sizeof mine, n->timeout_ms,
+                        "network keys");
 }
 
 int mkx_net_check_write(const mkx_net *n, int peer, const mkx_net_mr *src,

@@ -138,9 +138,8 @@ static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
     free(all);
     return mkx_error(MKX_ERR_NOMEM, "%s: agreement buffers", cls->name);
   }
-  int rc = mkx_comm_exchanged(
-      c,
-      c->oob.allgather(c->oob.ctx, mine, all, sizeof *mine, c->opt.timeout_ms));
+  int rc =
+      mkx_comm_exchange(c, mine, all, sizeof *mine, "the call's agreement");
   if (rc != MKX_SUCCESS) {
     free(all);
     return rc;
@@ -278,9 +277,8 @@ int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p) {
   mine.variant = MKX_VARIANT_START;
   mine.call = c->calls++;
   mine.plan = p->id;
-  int rc = mkx_comm_exchanged(
-      c,
-      c->oob.allgather(c->oob.ctx, &mine, all, sizeof mine, c->opt.timeout_ms));
+  int rc =
+      mkx_comm_exchange(c, &mine, all, sizeof mine, "the call's agreement");
   if (rc == MKX_SUCCESS) rc = other_call(c, all);
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     if (all[q].plan != mine.plan)

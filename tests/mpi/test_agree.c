@@ -7,6 +7,14 @@
  * buffers of the exchange they abandoned are still MKX's when the late
  * rank's data lands in them (under ASan a use-after-free otherwise), and
  * the late rank learns that the others gave up (MKX_ERR_PEER).
+ * Then ranks out of step: rank 0 in a call while the others are in
+ * another exchange (an agreement of another size: before exchanges
+ * carried what they are, MPI_ERR_TRUNCATE ended the job); rank 0 alone makes a call on a communicator of
+ * virtual nodes over shm (one whose free ends with an exchange), the
+ * others go straight to MKX_Comm_free, before or after rank 0 gave up.
+ * The free's exchange meets the abandoned one: every rank returns, none
+ * aborts the job (Open MPI reports a size mismatch of non-blocking
+ * collectives to MPI_COMM_WORLD's handler), within the bound.
  */
 #include <stdint.h>
 #include <string.h>
@@ -80,6 +88,102 @@ static void late_rank(int alloc) {
   CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "late rank: MKX_Comm_free");
 }
 
+/* The last rank joins an agreement late, after the others gave up on it
+ * and freed the communicator: its data lands on ranks whose communicator
+ * is gone from the user's view, and MPI must not find it freed. */
+static void late_after_free(void) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "300");
+  MKX_Comm c = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "late after free: MKX_Comm_create");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  const int late = mt.size - 1;
+  if (mt.rank == late) {
+    const struct timespec nap = {0, 900 * 1000000L};
+    nanosleep(&nap, NULL);
+  }
+  rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
+  CHECK(rc != MKX_SUCCESS, "late after free: the step fails (%s)",
+        MKX_Error_string(rc));
+  CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "late after free: MKX_Comm_free");
+  /* the late rank's data arrives while the others wait here */
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < 3; i++) {
+    rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
+    CHECK_RC(rc, MKX_SUCCESS, "late after free: a new communicator (%d)", i);
+    if (rc == MKX_SUCCESS) rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "next step");
+    CHECK_RC(rc, MKX_SUCCESS, "late after free: works (%d)", i);
+    MKX_Comm_free(&c);
+  }
+}
+
+/* Rank 0 makes a call while the others are in an exchange of another
+ * size: each gets MKX_ERR_PEER naming both exchanges, at once (not after
+ * the bound), and its communicator is unusable. */
+static void out_of_step(void) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "20000");
+  MKX_Comm c = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "out of step: MKX_Comm_create");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  const double t0 = MPI_Wtime();
+  double a[2] = {1, 2}, b[2] = {3, 4}, out[4];
+  if (mt.rank == 0)
+    rc = MKX_Gemm_allreduce(a, 2, 1, 1, b, 1, 2, MKX_NO_TRANS, out, 2, MKX_FP64,
+                            MKX_FP64, MKX_ROW_MAJOR, c, NULL);
+  else
+    rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "another step");
+  if (CHECK_RC(rc, MKX_ERR_PEER, "out of step: every rank fails"))
+    CHECK(strstr(MKX_Get_last_error(), "another step") &&
+              strstr(MKX_Get_last_error(), "the call's agreement"),
+          "out of step: the message names both: %s", MKX_Get_last_error());
+  CHECK(MPI_Wtime() - t0 < 10.0, "out of step: found before the bound");
+  CHECK(mkx_comm_check(c) != MKX_SUCCESS,
+        "out of step: the communicator is unusable");
+  CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "out of step: MKX_Comm_free");
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+/* Rank 0 alone makes a call; the others free the communicator at once
+ * (early) or after rank 0 gave up (!early). */
+static void skipped_call(int early) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "300");
+  MPI_Info_set(info, "mkx_virtual_node_size", "1");
+  MPI_Info_set(info, "mkx_net", "shm");
+  MKX_Comm c = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "skipped call: MKX_Comm_create (virtual nodes)");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  const double t0 = MPI_Wtime();
+  double a[2] = {1, 2}, b[2] = {3, 4}, out[4];
+  if (mt.rank == 0) {
+    rc = MKX_Gemm_allreduce(a, 2, 1, 1, b, 1, 2, MKX_NO_TRANS, out, 2, MKX_FP64,
+                            MKX_FP64, MKX_ROW_MAJOR, c, NULL);
+    /* it times out, or meets the others' free, whichever comes first */
+    CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER,
+          "skipped call (%s): rank 0 fails: %s", early ? "early" : "late",
+          MKX_Get_last_error());
+  } else if (!early) {
+    const struct timespec nap = {0, 600 * 1000000L};
+    nanosleep(&nap, NULL);
+  }
+  rc = MKX_Comm_free(&c);
+  CHECK(c == NULL, "skipped call (%s): MKX_Comm_free returns (%s)",
+        early ? "early" : "late", MKX_Error_string(rc));
+  const double dt = MPI_Wtime() - t0;
+  CHECK(dt < 3.0, "skipped call: within the bound (%.2f s)", dt);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm c = NULL;
@@ -106,5 +210,10 @@ int main(int argc, char **argv) {
   MKX_Comm_free(&c);
   if (mt.size > 1) late_rank(0);
   if (mt.size > 1) late_rank(1);
+  if (mt.size > 1) late_after_free();
+  if (mt.size > 1) out_of_step();
+  if (mt.size > 1) skipped_call(1);
+  if (mt.size > 1) skipped_call(0);
+  if (mt.size > 1) skipped_call(1);
   return mt_finish();
 }

@@ -290,7 +290,7 @@ static int traffic(ep *e, const mkx_oob *oob, int round, uint64_t base) {
     }
   }
   CHECK(bad == 0, "round %d: %d bytes differ", round, bad);
-  return oob->barrier(oob->ctx, TIMEOUT_MS);
+  return oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier");
 }
 
 static uint64_t sent_by_me(void) {
@@ -366,7 +366,7 @@ static int rate(ep *e, const mkx_oob *oob) {
                         0};
   MKX_TRY(mkx_net_reg(e->n, &a, &mr));
   MKX_TRY(mkx_net_exchange_keys(e->n, oob, &mr, keys));
-  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
+  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier"));
   const double t0 = now_s();
   if (rank == 0)
     for (size_t off = 0, k = 1; off < total; off += piece, k++) {
@@ -385,7 +385,7 @@ static int rate(ep *e, const mkx_oob *oob) {
         "ms, %.1f GB/s\n",
         total >> 20, piece >> 20, ms, ms > 0 ? (double)total / ms / 1e6 : 0.);
   }
-  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
+  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier"));
   mkx_net_dereg(e->n, &mr);
   cudaFree(buf);
   return MKX_SUCCESS;
@@ -424,7 +424,7 @@ static int checks(const mkx_oob *oob) {
   /* the receive region again: a new export the senders map anew (cleared
    * first: once the keys are out, peers write) */
   clear_recv();
-  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
+  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier"));
   mkx_net_dereg(e.n, &e.rmr);
   mkx_net_reg_args ra = {fk.dev[1], fk.len[1], MKX_NET_MEM_DEVICE, -1, 0};
   MKX_TRY(mkx_net_reg(e.n, &ra, &e.rmr));
@@ -445,7 +445,7 @@ static int checks(const mkx_oob *oob) {
     fk.copies = fk.copy_bytes = fk.staged = 0;
     fk.fail_import = rank == 0;
     clear_recv();
-    MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
+    MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier"));
     MKX_TRY(open_ep(oob, &e));
     MKX_TRY(traffic(&e, oob, 2, 0));
     copies = mkx_net_shm_ipc_copies(e.n, &on);
@@ -458,7 +458,7 @@ static int checks(const mkx_oob *oob) {
             (unsigned long long)copies);
     close_ep(&e);
   }
-  return oob->barrier(oob->ctx, TIMEOUT_MS);
+  return oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier");
 }
 
 /* The buffers go whatever happened (the fake's names in /dev/shm too). */

@@ -63,6 +63,7 @@ enum { REQ_ALLGATHER = 1, REQ_BARRIER, REQ_VERDICT };
 typedef struct req {
   int type, size;
   uint64_t bytes;
+  char what[48]; /* the exchange's name, which travels with it */
 } req;
 
 static int io_full(int fd, void *buf, size_t len, int out) {
@@ -80,10 +81,11 @@ typedef struct relay {
 } relay;
 
 static int relay_allgather(void *ctx, const void *send, void *recv,
-                           size_t bytes, int64_t timeout_ms) {
+                           size_t bytes, int64_t timeout_ms, const char *what) {
   relay *r = ctx;
-  req q = {REQ_ALLGATHER, r->size, bytes};
+  req q = {REQ_ALLGATHER, r->size, bytes, ""};
   (void)timeout_ms;
+  snprintf(q.what, sizeof q.what, "%s", what);
   if (!io_full(r->fd, &q, sizeof q, 1) ||
       !io_full(r->fd, (void *)send, bytes, 1) ||
       !io_full(r->fd, recv, bytes * (size_t)r->size, 0))
@@ -91,11 +93,12 @@ static int relay_allgather(void *ctx, const void *send, void *recv,
   return MKX_SUCCESS;
 }
 
-static int relay_barrier(void *ctx, int64_t timeout_ms) {
+static int relay_barrier(void *ctx, int64_t timeout_ms, const char *what) {
   relay *r = ctx;
-  req q = {REQ_BARRIER, r->size, 0};
+  req q = {REQ_BARRIER, r->size, 0, ""};
   char ack;
   (void)timeout_ms;
+  snprintf(q.what, sizeof q.what, "%s", what);
   if (!io_full(r->fd, &q, sizeof q, 1) || !io_full(r->fd, &ack, 1, 0))
     return MKX_ERR_MPI;
   return MKX_SUCCESS;
@@ -106,17 +109,18 @@ static int serve_child(int fd, const mkx_oob *oob) {
   req q;
   while (io_full(fd, &q, sizeof q, 0)) {
     if (q.type == REQ_VERDICT) return (int)q.bytes;
+    q.what[sizeof q.what - 1] = '\0';
     if (q.type == REQ_BARRIER) {
       char ack = 1;
-      if (oob->barrier(oob->ctx, TIMEOUT_MS) != MKX_SUCCESS ||
+      if (oob->barrier(oob->ctx, TIMEOUT_MS, q.what) != MKX_SUCCESS ||
           !io_full(fd, &ack, 1, 1))
         return 1000;
       continue;
     }
     char *send = malloc(q.bytes), *recv = malloc(q.bytes * (size_t)q.size);
     int ok = send && recv && io_full(fd, send, q.bytes, 0) &&
-             oob->allgather(oob->ctx, send, recv, q.bytes, TIMEOUT_MS) ==
-                 MKX_SUCCESS &&
+             oob->allgather(oob->ctx, send, recv, q.bytes, TIMEOUT_MS,
+                            q.what) == MKX_SUCCESS &&
              io_full(fd, recv, q.bytes * (size_t)q.size, 1);
     free(send);
     free(recv);
@@ -402,7 +406,8 @@ static void capped_link(const mkx_oob *oob) {
   mkx_net_completion done[4];
   for (int64_t end = mkx_net_now_ms() + 1000; mkx_net_now_ms() < end;)
     if (mkx_net_poll(c.n, done, 4, &got) != MKX_SUCCESS) break;
-  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS) == MKX_SUCCESS, "capped barrier");
+  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier") == MKX_SUCCESS,
+        "capped barrier");
   mkx_net_close(c.n);
   free(c.dst);
   free(c.src);
@@ -475,7 +480,8 @@ static void run(const mkx_oob *oob, int relay_fd) {
     pthread_join(th, NULL);
     CHECK(s.refused, "garbage during traffic refused");
   }
-  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS) == MKX_SUCCESS, "barrier");
+  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier") == MKX_SUCCESS,
+        "barrier");
   if (use_shm) capped_link(oob);
   if (oob->rank == victim && relay_fd >= 0) {
     req v = {REQ_VERDICT, 0, (uint64_t)check_failed()};

@@ -57,7 +57,8 @@ static int exchange(const mkx_oob *oob, mkx_net *n, int cycle) {
     if (p != rank)
       rc = mkx_net_wait_signal(n, (uint32_t)p, (uint64_t)cycle + 1, TIMEOUT_MS,
                                NULL);
-  if (rc == MKX_SUCCESS) rc = oob->barrier(oob->ctx, TIMEOUT_MS);
+  if (rc == MKX_SUCCESS)
+    rc = oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier");
   mkx_net_dereg(n, &mr);
   return rc;
 }

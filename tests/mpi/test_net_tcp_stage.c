@@ -217,7 +217,8 @@ static void failed_copy(mkx_net *n, const mkx_net_mr *smr,
   int ok = 1;
   for (int b = 0; b < 2 * STAGE; b++) ok &= at[b] == 0x5a;
   CHECK(ok, "its data is the second write's");
-  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS) == MKX_SUCCESS, "barrier");
+  CHECK(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier") == MKX_SUCCESS,
+        "barrier");
 }
 
 static void registration(mkx_net *n, const mkx_net_mr *smr,
@@ -281,7 +282,7 @@ static int run(const mkx_oob *oob) {
   check_all(n, fk.dev[1]);
   CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "proxy stops cleanly");
   mkx_proxy_destroy(p);
-  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
+  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier"));
   failed_copy(n, &smr, rkeys, oob);
   mkx_net_dereg(n, &smr);
   mkx_net_dereg(n, &rmr);

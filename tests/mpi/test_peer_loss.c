@@ -4,7 +4,8 @@
  * survivor's next call returns MKX_ERR_TIMEOUT or MKX_ERR_PEER within the
  * bound, the communicator then refuses calls, can be freed, and MPI
  * finalises.  The script checks that every survivor printed its last
- * line, so a hang or a crash anywhere fails it.
+ * line, so a hang or a crash anywhere fails it.  With --during the rank
+ * dies in the middle of a series of AllGather+GEMM calls instead.
  *
  * With --device (a GPU per rank or shared; skipped without one) the ranks
  * are virtual nodes over shm (of one rank, or of G with --vnode G) and the
@@ -17,6 +18,7 @@
  * asynchronous error query, and the stream comes back.
  */
 #include <mpi.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +46,44 @@ static MKX_Comm make_comm(int device, const char *vnode) {
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create");
   fflush(stdout);
   return c;
+}
+
+/* The host path, the rank dying during a series of AllGather+GEMM calls
+ * (from a thread, so anywhere in a call): the survivors' call fails within
+ * the bound wherever it waited, the communicator refuses the next, and
+ * the exchanges they abandoned towards the dead rank keep no one from
+ * finalising. */
+enum { DN = 192 };
+static void *die_soon(void *arg) {
+  usleep(300000);
+  _exit(0); /* without a word to MPI */
+  return arg;
+}
+
+static void host_during(MKX_Comm c, int rank, int size) {
+  float *A = calloc((size_t)DN * DN, sizeof *A),
+        *B = calloc(DN * DN, sizeof *B);
+  float *C = calloc((size_t)DN * DN * (size_t)size, sizeof *C);
+  pthread_t t;
+  if (!CHECK(A && B && C, "host buffers")) return;
+  if (rank == size - 1 && pthread_create(&t, NULL, die_soon, NULL) != 0)
+    _exit(0);
+  int rc = MKX_SUCCESS, calls = 0;
+  double t0 = MPI_Wtime();
+  for (; rc == MKX_SUCCESS && calls < 1000000; calls++) {
+    t0 = MPI_Wtime();
+    rc = MKX_Allgather_gemm(A, DN, DN, DN, B, DN, DN, MKX_NO_TRANS, C, DN, NULL,
+                            0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+  }
+  const double dt = MPI_Wtime() - t0;
+  CHECK(rc == MKX_ERR_TIMEOUT || rc == MKX_ERR_PEER,
+        "survivor: call %d fails (%d: %s)", calls, rc, MKX_Get_last_error());
+  CHECK(dt < 10.0, "survivor: within the bound (%.1f s, timeout_ms 2000)", dt);
+  rc = MKX_Allgather_gemm(A, DN, DN, DN, B, DN, DN, MKX_NO_TRANS, C, DN, NULL,
+                          0, MKX_FP32, MKX_FP32, MKX_ROW_MAJOR, c, NULL);
+  CHECK_RC(rc, MKX_ERR_INVALID_COMM,
+           "survivor: the communicator refuses the next call");
+  free(A), free(B), free(C);
 }
 
 /* The host path: the call after the loss fails in its agreement. */
@@ -150,7 +190,7 @@ static int gpu_count(void) {
 #endif
 
 int main(int argc, char **argv) {
-  int rank = 0, size = 0, device = 0;
+  int rank = 0, size = 0, device = 0, during = 0;
   const char *vnode = "1", *op = "ag";
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -158,6 +198,7 @@ int main(int argc, char **argv) {
   check_set_rank(rank, size);
   for (int i = 1; i < argc; i++) {
     device |= !strcmp(argv[i], "--device");
+    during |= !strcmp(argv[i], "--during");
     if (!strcmp(argv[i], "--vnode") && i + 1 < argc) vnode = argv[++i];
     if (!strcmp(argv[i], "--op") && i + 1 < argc) op = argv[++i];
   }
@@ -178,7 +219,8 @@ int main(int argc, char **argv) {
 #ifdef MKX_TEST_CUDA
   if (device) device_run(c, op, rank, size);
 #endif
-  if (!device) {
+  if (!device && during) host_during(c, rank, size);
+  if (!device && !during) {
     if (rank == size - 1) _exit(0); /* dies without a word to MPI */
     host_call(c);
   }

@@ -120,7 +120,7 @@ static int run(const mkx_oob *oob) {
   check_bytes(n);
   CHECK(mkx_proxy_stop(p) == MKX_SUCCESS, "proxy stops cleanly");
   /* Nobody closes while a peer may still be reading its last signals. */
-  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS));
+  MKX_TRY(oob->barrier(oob->ctx, TIMEOUT_MS, "test barrier"));
   mkx_proxy_destroy(p);
   mkx_net_dereg(n, &smr);
   mkx_net_dereg(n, &rmr);

@@ -18,9 +18,8 @@ int mkx_tp_wants_pull(MKX_Comm c) {
 int mkx_tp_node_values(MKX_Comm c, const int64_t *mine, int n, int64_t *out) {
   int64_t *all = malloc(sizeof *all * (size_t)n * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "values of the node's ranks");
-  int rc = c->oob.allgather(c->oob.ctx, mine, all, sizeof *all * (size_t)n,
-                            c->opt.timeout_ms);
-  if (rc != MKX_SUCCESS) rc = mkx_comm_fail(c, rc);
+  int rc = mkx_comm_exchange(c, mine, all, sizeof *all * (size_t)n,
+                             "values of the node's ranks");
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     for (int i = 0; i < n; i++)
       out[c->place.local_rank_of[q] * n + i] = all[q * n + i];

@@ -439,8 +439,8 @@ int mkx_hier_nvlink_host(MKX_Comm c, int op, const void *args) {
   struct mkx_agreed g = {0};
   void *plan = NULL;
   g.local = calloc((size_t)c->size, sizeof *g.local);
-  int rc = g.local ? c->oob.allgather(c->oob.ctx, &mine, g.local, sizeof mine,
-                                      c->opt.timeout_ms)
+  int rc = g.local ? mkx_comm_exchange(c, &mine, g.local, sizeof mine,
+                                       "the ranks' sizes")
                    : mkx_error(MKX_ERR_NOMEM, "%s: sizes", op_name(op));
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++) g.total += g.local[q];
   if (rc == MKX_SUCCESS) rc = mkx_hier_nvlink_check(c, op, args, &g);
