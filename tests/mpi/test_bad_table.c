@@ -267,6 +267,9 @@ static const row table[] = {
     {MOES, "", "topk_ids=ids_neg", FIRST, INVAL, INVAL, "topk_ids&rank#"},
     {MOES, "", "topk_ids=ids_dup", EVERY, INVAL, INVAL, "topk_ids"},
     {MOES, "", "num_experts=2^31*P", EVERY, UNSUP, PEER, "num_experts"},
+    /* tokens past an int: refused before num_tokens * topk ids are read */
+    {MOES, "", "num_tokens=2^31", LAST, UNSUP, PEER, "num_tokens"},
+    {MOES, "", "num_tokens=2^31+1", EVERY, UNSUP, PEER, "num_tokens"},
     {MOES, "", "topk=2^31,num_experts=2^30+1*P", EVERY, UNSUP, PEER, "topk",
      NP2},
     {MOES, "", "hidden=8", FIRST, SHAPE, SHAPE, "hidden", NP2},
@@ -406,6 +409,13 @@ static const row table[] = {
     {START, "", "req=NULL", EVERY, BADREQ, PEER, "request"},
     {START, "", "req=freed", EVERY, BADREQ, PEER, "request"},
     {START, "", "req=freed", LAST, BADREQ, TIMEOUT, "request", NP2},
+    /* a start against another call: both named, on every rank */
+    {START, "", "call=AR", LAST, SHAPE, SHAPE, "MKX_Start&MKX_Gemm_allreduce",
+     NP2},
+    {START, "", "call=AG", FIRST, SHAPE, SHAPE, "MKX_Start&MKX_Allgather_gemm",
+     NP2},
+    {START, "", "call=MOE_L", LAST, SHAPE, SHAPE, "MKX_Start&MKX_Moe_layer",
+     NP2},
     {RFREE, "", "request=NULL", EVERY, NULLP, OK, "request"},
     {RFREE, "", "request=NULL", FIRST, NULLP, OK, "request"},
     {RFREE, "", "req=NULL", EVERY, BADREQ, OK, "request"},
