@@ -141,7 +141,7 @@ int mkx_fused_prologue(const mkx_fused_sync *s, cudaStream_t st);
  * run (MKX_FUSED_ERR_PEER). */
 int mkx_fused_meet(const mkx_fused_sync *s, int off, int where, cudaStream_t st);
 /* Load the prologue's kernel, launching nothing (lazy loading: see
- * mkx_tp_net_load). */
+ * mkx_fused_net_load). */
 int mkx_fused_prologue_load(void);
 
 /* A stream memory operation for the copy engines' side streams (driver

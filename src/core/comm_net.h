@@ -103,10 +103,10 @@ int mkx_comm_net_gpu_in_host(MKX_Comm c, uint32_t index);
  * _HOST_REGION) on every rank (grown only: a larger len replaces it once
  * the kernels of earlier calls are done with the ring), and *words,
  * MKX_COMM_NET_GPU_DWORDS device words for those kernels: [0] the calls'
- * network epoch, [1] the last command (mkx_tp_net_desc), then
- * MKX_TP_NET_MAXCH counts, zero between calls
- * (mkx_tp_net_sum_desc.chunk_done), then the network forward's [18]
- * epoch done and [19] count (mkx_tp_net_fwd_desc), then MKX_TP_NET_MAXCH
+ * network epoch, [1] the last command (mkx_fused_net_desc), then
+ * MKX_FUSED_NET_MAXCH counts, zero between calls
+ * (mkx_fused_net_sum_desc.chunk_done), then the network forward's [18]
+ * epoch done and [19] count (mkx_fused_net_fwd_desc), then MKX_FUSED_NET_MAXCH
  * counts more for a second sum running beside the first. */
 int mkx_comm_net_gpu_region(MKX_Comm c, uint32_t index, size_t len, void **base,
                             uint64_t **words);

@@ -8,7 +8,7 @@
  * K then V; this rank's own slot is the source of its writes.  A call, on
  * the user's stream after the prologue and before the engine:
  *   1. this rank's K and V into its slot;
- *   2. mkx_tp_net_begin with the other ranks as peers: epoch + 1, arrival
+ *   2. mkx_fused_net_begin with the other ranks as peers: epoch + 1, arrival
  *      at each (its previous call's engine is done with its ring, so its
  *      slots may be written), a bounded wait for theirs;
  *   3. one write of the slot to each peer, at the same offset, setting
@@ -18,7 +18,7 @@
  * raises the chunk's flag for the others): a bounded wait of the engine's
  * own, so a chunk that never comes fails the call on every rank instead of
  * hanging it.  After the engine:
- * mkx_tp_net_end, until the proxy has completed this rank's writes.  Each
+ * mkx_fused_net_end, until the proxy has completed this rank's writes.  Each
  * chunk crosses to each other node once, as with the host's exchange
  * (attn_gpu.c).
  *
@@ -26,11 +26,11 @@
  * l of every node) and the node shares what arrives: the engine's ring is
  * the node's symmetric workspace as inside one node (attn_gpu.c: the
  * node's chunks by the copy engines, with their flags), the writes go to
- * the column peers only, and a forwarding kernel (mkx_tp_net_fwd, key/
+ * the column peers only, and a forwarding kernel (mkx_fused_net_fwd, key/
  * value kind) copies each column peer's chunk, once landed in the region,
  * into every node rank's ring and raises its flag there; the engine waits
  * on flags only.  The forward starts after the writes and
- * mkx_tp_net_end waits for its end (mkx_net_fwd_start says why).  Each
+ * mkx_fused_net_end waits for its end (mkx_net_fwd_start says why).  Each
  * chunk still crosses to each other node once. */
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +51,7 @@ struct mkx_attn_net {
   unsigned peers;    /* bit q: rank q's chunk comes over the network */
   int node;          /* nodes of several ranks: the forward */
   mkx_fused_ws *ws;  /* this start's workspace */
-  mkx_tp_net_desc d; /* the kernels' descriptor, this start's */
+  mkx_fused_net_desc d; /* the kernels' descriptor, this start's */
 };
 
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
@@ -88,7 +88,7 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
   if (rc == MKX_SUCCESS)
-    rc = mkx_fused_launch_rc(mkx_tp_net_load(), FN, "loading its kernels");
+    rc = mkx_fused_launch_rc(mkx_fused_net_load(), FN, "loading its kernels");
   rc = mkx_comm_agree_rc(c, rc, "ring attention network plan");
   void *base = NULL;
   uint64_t *words = NULL;
@@ -115,11 +115,11 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(region + mine + n->chunk, V, n->chunk,
                                       cudaMemcpyDefault, st),
                       FN, "copy of V to the network region"));
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(&n->d, st), FN, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(&n->d, st), FN, "network meet"));
   for (int q = 0; q < c->size; q++)
     if (n->peers >> q & 1u)
       MKX_TRY(mkx_fused_launch_rc(
-          mkx_tp_net_post(&n->d, q, mine, mine, 2 * n->chunk, W_KV, st), FN,
+          mkx_fused_net_post(&n->d, q, mine, mine, 2 * n->chunk, W_KV, st), FN,
           "network post"));
   return MKX_SUCCESS;
 }
@@ -129,9 +129,9 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
  * engines' pushes take 1 .. G - 1). */
 static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
                    cudaStream_t st) {
-  mkx_tp_net_fwd_desc f;
+  mkx_fused_net_fwd_desc f;
   memset(&f, 0, sizeof f);
-  f.kind = MKX_TP_FWD_KV;
+  f.kind = MKX_FUSED_FWD_KV;
   f.src = region;
   f.kv_chunk = n->chunk;
   f.kv_word = W_KV;
@@ -177,7 +177,7 @@ void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   if (n->node) MKX_TRY(mkx_net_fwd_join(n->ws, 0, st, FN));
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_end(&n->d, st), FN, "network drain"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_end(&n->d, st), FN, "network drain"));
   return mkx_comm_net_gpu_mark(c, st);
 }
 #else

@@ -15,6 +15,7 @@
 #include "mem/symm.h"
 #include "ops/path.h"
 #include "fused/fused.h"
+#include "fused/net.h"
 #include "tp/tp.h"
 #include "gemm/gemm_engine.h"
 

@@ -63,7 +63,7 @@ typedef struct moe_ws {
    * with the network driven by the GPU its descriptor (mine is the
    * region's start) */
   char *mine, *theirs;
-  mkx_tp_net_desc net;
+  mkx_fused_net_desc net;
 } moe_ws;
 
 /* The plan: the workspace and where each piece sits in it (off[W_END]:

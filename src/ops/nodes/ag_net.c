@@ -7,7 +7,7 @@
  *   1. the prologue of the fused paths (epoch, error word);
  *   2. this rank's rows of A copied into its gathered A (they are the
  *      source of the network writes: the user's A is not registered);
- *   3. mkx_tp_net_begin: one thread tells every peer it has arrived (its
+ *   3. mkx_fused_net_begin: one thread tells every peer it has arrived (its
  *      previous call's GEMM has ended, so its gathered A may be written),
  *      waits for every peer's arrival, then posts its rows to every peer
  *      in chunks into the proxy's ring (kernels/tp/net.cu);
@@ -16,7 +16,7 @@
  *      other tile as soon as the signal word of the chunk that holds its
  *      rows reaches the call's network epoch, so the GEMM runs while the
  *      network carries the rest;
- *   5. mkx_tp_net_end: until the proxy has completed the call's writes;
+ *   5. mkx_fused_net_end: until the proxy has completed the call's writes;
  *   6. A_out, if asked, from the gathered A.
  * On nodes of several ranks (equal sizes) the network joins columns only
  * (rank l of every node) and the node shares what it gets:
@@ -25,13 +25,13 @@
  *     by the copy engines with their ready flags (mkx_tp_ag_push_peers),
  *     and its own edge tiles to its own;
  *   - its rows go over the network to its column peers only (step 3);
- *   - a forwarding kernel beside the GEMM (mkx_tp_net_fwd, a few CTAs the
+ *   - a forwarding kernel beside the GEMM (mkx_fused_net_fwd, a few CTAs the
  *     GEMM leaves free) waits for each chunk of a column peer to land in
  *     the region, copies it into every node rank's gathered A (its own
  *     included) and sets their ready flags: the GEMM waits on flags only.
  *     It is forked after step 3 (work in a hardware queue starts in the
  *     order it came: forked first, it could sit ahead of the posts it
- *     waits for), and mkx_tp_net_end, not a stream, waits for its end.
+ *     waits for), and mkx_fused_net_end, not a stream, waits for its end.
  * No host thread waits inside the call: the proxy thread only moves what
  * the kernel posted.  Each row crosses the network once per other node,
  * the minimum.  Calls of this path on one communicator run in turn (the
@@ -65,9 +65,9 @@ typedef struct an_plan {
 } an_plan;
 
 static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
-                     mkx_tp_net_desc *d);
+                     mkx_fused_net_desc *d);
 static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
-                      const mkx_tp_net_desc *n, mkx_tp_ag_desc *d);
+                      const mkx_fused_net_desc *n, mkx_tp_ag_desc *d);
 
 /* Tiles per chunk: every rank's rows in at most CHUNKS chunks. */
 static int64_t chunk_tiles_of(const mkx_tp_ag_rows *r, int size) {
@@ -124,7 +124,7 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
     free(p);
     return rc;
   }
-  mkx_tp_net_desc n;
+  mkx_fused_net_desc n;
   mkx_tp_ag_desc d;
   rc = mkx_net_plan_load(c, &p->np, &n, FN);
   if (rc == MKX_SUCCESS) {
@@ -150,14 +150,14 @@ void mkx_ag_net_free(MKX_Comm c, void *plan) {
 
 /* The rows of every rank, to post in chunks. */
 static void net_rows(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
-                     mkx_tp_net_desc *d) {
+                     mkx_fused_net_desc *d) {
   d->row_bytes = a->k * (int64_t)p->es;
   for (int q = 0; q <= c->size; q++) d->bnd[q] = p->r.bnd[q];
   d->chunk_tiles = (int)p->chunk_tiles;
 }
 
 static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
-                      const mkx_tp_net_desc *n, mkx_tp_ag_desc *d) {
+                      const mkx_fused_net_desc *n, mkx_tp_ag_desc *d) {
   const int me = c->place.local_rank;
   memset(d, 0, sizeof *d);
   d->m = p->r.M, d->n = a->n, d->k = a->k;
@@ -200,11 +200,11 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
 /* Nodes of several ranks: the forward of the column peers' rows into
  * every node rank's gathered A, on the workspace's side stream G (the
  * copy engines' pushes take 1 .. G - 1). */
-static int forward(MKX_Comm c, const an_plan *p, mkx_tp_net_desc *n,
+static int forward(MKX_Comm c, const an_plan *p, mkx_fused_net_desc *n,
                    cudaStream_t st) {
-  mkx_tp_net_fwd_desc f;
+  mkx_fused_net_fwd_desc f;
   memset(&f, 0, sizeof f);
-  f.kind = MKX_TP_FWD_ROWS;
+  f.kind = MKX_FUSED_FWD_ROWS;
   f.src = p->np.region;
   f.tiles_m = p->r.tiles_m;
   return mkx_net_fwd_start(c, p->np.ws, c->place.local_size, n, p->np.words, &f,
@@ -243,12 +243,12 @@ static int copy_out(const an_plan *p, const mkx_ag_gemm_args *a,
 
 /* Nodes of several ranks: see the top of the file. */
 static int node_start(MKX_Comm c, an_plan *p, const mkx_ag_gemm_args *a,
-                      mkx_tp_net_desc *n, cudaStream_t st) {
+                      mkx_fused_net_desc *n, cudaStream_t st) {
   mkx_fused_ws *ws = p->np.ws;
   MKX_TRY(mkx_tp_ag_push_peers(c, ws, &p->r, p->chunk_tiles, a, st));
   MKX_TRY(mkx_tp_ag_push_own_edges(c, ws, &p->r, a, st));
   n->peers = mkx_net_column_peers(c);
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(n, st), FN, "network post"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(n, st), FN, "network post"));
   MKX_TRY(forward(c, p, n, st));
   mkx_tp_ag_desc d;
   gemm_desc(c, p, a, n, &d);
@@ -265,7 +265,7 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   an_plan *p = plan;
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
-  mkx_tp_net_desc n;
+  mkx_fused_net_desc n;
   MKX_TRY(mkx_net_call_begin(c, &p->np, stream, FN, &n));
   MKX_TRY(copy_rows(p, a, st));
   net_rows(c, p, a, &n);
@@ -274,7 +274,7 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   } else {
     mkx_tp_ag_desc d;
     gemm_desc(c, p, a, &n, &d);
-    MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(&n, st), FN, "network post"));
+    MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(&n, st), FN, "network post"));
     MKX_TRY(mkx_fused_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
     if (a->A_out) MKX_TRY(copy_out(p, a, p->np.region, st));
   }

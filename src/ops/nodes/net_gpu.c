@@ -7,7 +7,7 @@
 #include "core/comm_net.h"
 #include "ops/nodes/net_gpu.h"
 
-_Static_assert(MKX_COMM_NET_GPU_DWORDS >= MKX_NET_WORD_SUM2 + MKX_TP_NET_MAXCH,
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >= MKX_NET_WORD_SUM2 + MKX_FUSED_NET_MAXCH,
                "the device words hold two sums' chunk counts and the "
                "forward's words");
 
@@ -42,7 +42,7 @@ uint32_t mkx_net_region_index(MKX_Comm c) {
 }
 
 void mkx_net_desc_fill(MKX_Comm c, mkx_fused_ws *ws, uint64_t *words,
-                       mkx_tp_net_desc *d) {
+                       mkx_fused_net_desc *d) {
   memset(d, 0, sizeof *d);
   mkx_proxy_gpu_dev(mkx_comm_net_gpu(c), &d->proxy);
   d->epoch = words;
@@ -78,12 +78,12 @@ int mkx_net_plan_init(MKX_Comm c, size_t bytes, const mkx_fused_need *ws,
   return MKX_SUCCESS;
 }
 
-int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
+int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_fused_net_desc *d,
                       const char *fn) {
   mkx_net_desc_fill(c, n->ws, n->words, d);
   MKX_TRY(mkx_fused_launch_rc(mkx_fused_prologue_load(), fn,
                               "loading the prologue"));
-  return mkx_fused_launch_rc(mkx_tp_net_load(), fn, "loading its kernels");
+  return mkx_fused_launch_rc(mkx_fused_net_load(), fn, "loading its kernels");
 }
 
 void mkx_net_plan_fini(mkx_net_plan *n) {
@@ -92,7 +92,7 @@ void mkx_net_plan_fini(mkx_net_plan *n) {
 }
 
 int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
-                       const char *fn, mkx_tp_net_desc *d) {
+                       const char *fn, mkx_fused_net_desc *d) {
   MKX_TRY(mkx_comm_net_gpu_after(c, st));
   void *base = NULL;
   MKX_TRY(mkx_comm_net_gpu_region(c, n->index, n->bytes, &base, &n->words));
@@ -150,8 +150,8 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
 }
 
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
-                      mkx_tp_net_desc *n, uint64_t *words,
-                      mkx_tp_net_fwd_desc *f, cudaStream_t st, const char *fn) {
+                      mkx_fused_net_desc *n, uint64_t *words,
+                      mkx_fused_net_fwd_desc *f, cudaStream_t st, const char *fn) {
   n->fwd_done = words + MKX_NET_WORD_FWD_DONE;
   f->net = *n;
   f->ndst = c->place.local_size;
@@ -164,7 +164,7 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
   f->count = (unsigned *)(words + MKX_NET_WORD_FWD_COUNT);
   f->max_blocks = mkx_net_fwd_ctas(c);
   MKX_TRY(mkx_net_fork(ws, side, st, fn));
-  return mkx_fused_launch_rc(mkx_tp_net_fwd(f, ws->side[side]), fn,
+  return mkx_fused_launch_rc(mkx_fused_net_fwd(f, ws->side[side]), fn,
                              "network forward");
 }
 
@@ -178,8 +178,8 @@ int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
 }
 
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
-                     const mkx_tp_net_desc *d) {
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_end(d, (cudaStream_t)st), fn,
+                     const mkx_fused_net_desc *d) {
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_end(d, (cudaStream_t)st), fn,
                               "network drain"));
   MKX_TRY(mkx_comm_net_gpu_mark(c, st));
   return mkx_fused_end(n->ws, st);

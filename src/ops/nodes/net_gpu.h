@@ -36,7 +36,7 @@ void mkx_rs_ar_net_free(MKX_Comm c, void *plan);
  * sum's chunk counts, the forward's epoch done and count, and the chunk
  * counts of a second sum running beside the first. */
 #define MKX_NET_WORD_SUM 2
-#define MKX_NET_WORD_FWD_DONE (MKX_NET_WORD_SUM + MKX_TP_NET_MAXCH)
+#define MKX_NET_WORD_FWD_DONE (MKX_NET_WORD_SUM + MKX_FUSED_NET_MAXCH)
 #define MKX_NET_WORD_FWD_COUNT (MKX_NET_WORD_FWD_DONE + 1)
 #define MKX_NET_WORD_SUM2 (MKX_NET_WORD_FWD_COUNT + 1)
 
@@ -64,7 +64,7 @@ uint32_t mkx_net_region_index(MKX_Comm c);
  * word) with the region's device words (mkx_comm_net_gpu_region): every
  * other rank a peer, no rows. */
 void mkx_net_desc_fill(MKX_Comm c, mkx_fused_ws *ws, uint64_t *words,
-                       mkx_tp_net_desc *d);
+                       mkx_fused_net_desc *d);
 
 /* What every plan of these calls holds: a workspace (prologue, error
  * word; on nodes of several ranks also what the node shares) and the
@@ -89,14 +89,14 @@ void mkx_net_plan_fini(mkx_net_plan *n);
  * waits for the device to be idle (under MPS: every client's work), which
  * a peer's kernel waiting for this rank would never let happen.  The
  * plan then loads its GEMM's kernels likewise. */
-int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_tp_net_desc *d,
+int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_fused_net_desc *d,
                       const char *fn);
 /* The start of a call (also under graph capture: comm_net.h), after the
  * previous call of these paths on the communicator, the region, the prologue,
  * and the kernels' descriptor (no rows: bnd all 0) in *d. */
 int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
-                       const char *fn, mkx_tp_net_desc *d);
-/* Nodes of several ranks (the network forward, tp.h mkx_tp_net_fwd_desc):
+                       const char *fn, mkx_fused_net_desc *d);
+/* Nodes of several ranks (the network forward, tp.h mkx_fused_net_fwd_desc):
  * the ranks of this rank's local index on the other nodes, as a mask (the
  * network's peers); the forward's CTAs (a sixteenth of the rank's, 1-8:
  * each waits on the network, and the kernels beside it leave them SMs). */
@@ -120,14 +120,14 @@ int mkx_net_sum_leave(MKX_Comm c);
  * region's device words), into the node ranks' data and flags of ws, on
  * ws's side stream `side` forked from st: the caller sets f's kind, src
  * and the kind's own fields, the rest is filled here, with n->fwd_done so
- * that mkx_tp_net_end waits for it.  Called after mkx_tp_net_begin and
+ * that mkx_fused_net_end waits for it.  Called after mkx_fused_net_begin and
  * the call's posts: the streams of a context share a few hardware queues
  * and work in a queue starts in the order it came, so forked first the
  * forward could sit ahead of the very posts it waits for (the fork waits
  * for the meeting, which waits for arrivals only: no copy lands them).
  * Nothing joins it back (a stream that waits for the network's data holds
  * its queue, where the copies that land the data may sit;
- * mkx_tp_net_end waits for its end) but under graph capture, which must
+ * mkx_fused_net_end waits for its end) but under graph capture, which must
  * join what it forks: mkx_net_fwd_join. */
 /* ws's side stream `side` waits for st's work so far (fork); st waits
  * for the side stream's (join). */
@@ -136,12 +136,12 @@ int mkx_net_fork(const mkx_fused_ws *ws, int side, cudaStream_t st,
 int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn);
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
-                      mkx_tp_net_desc *n, uint64_t *words,
-                      mkx_tp_net_fwd_desc *f, cudaStream_t st, const char *fn);
+                      mkx_fused_net_desc *n, uint64_t *words,
+                      mkx_fused_net_fwd_desc *f, cudaStream_t st, const char *fn);
 int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                      const char *fn);
 /* The end: until the proxy has completed the call's writes. */
 int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
-                     const mkx_tp_net_desc *d);
+                     const mkx_fused_net_desc *d);
 
 #endif

@@ -9,13 +9,13 @@
  *   Y  M x n (C's type)    GEMM+AllReduce: every owner's rounded rows
  * rmax is the most rows an owner has (MKX_Block_range: rank 0's).
  *
- * A call, all on the user's stream: the prologue; mkx_tp_net_begin (the
+ * A call, all on the user's stream: the prologue; mkx_fused_net_begin (the
  * ranks meet over the network, so nobody writes into a region a peer's
  * previous call still reads); then owner by owner, from the next rank on
  * and this rank's own rows last, each chunk of the owner's rows is
  * multiplied into P by the GEMM engine and, for another owner, posted
  * into its slot of R at once by a one-thread kernel, so the network
- * carries a chunk while the GPU multiplies the next; mkx_tp_net_sum adds
+ * carries a chunk while the GPU multiplies the next; mkx_fused_net_sum adds
  * the partials of this rank's rows in rank order (the same bits every
  * run) chunk by chunk as their signal words arrive, into C (or, for
  * GEMM+AllReduce, into Y, each chunk of whose rows the sum kernel sends
@@ -34,7 +34,7 @@
  *   - Owners on other nodes first, node by node, and inside a node in
  *     local order, the same order on every rank of the node.
  *   - For owner (b, g) of another node this rank is its node's column
- *     rank: a sum kernel on a side stream (mkx_tp_net_sum with named
+ *     rank: a sum kernel on a side stream (mkx_fused_net_sum with named
  *     sources; mkx_net_sum_ctas CTAs, the GEMMs' in chunk_desc) waits
  *     for chunk j's flag of every node rank, adds their chunks in local
  *     order into S[b] of the region and posts it to the owner's R[n]
@@ -71,7 +71,7 @@
 #define CHUNKS 16
 #define W_PART 1  /* first word of the partial chunks */
 #define W_ROWS 17 /* first word of Y's chunks */
-_Static_assert(CHUNKS <= MKX_TP_NET_MAXCH &&
+_Static_assert(CHUNKS <= MKX_FUSED_NET_MAXCH &&
                    W_ROWS + CHUNKS <= MKX_COMM_NET_GPU_WORDS,
                "chunks and their words");
 
@@ -157,7 +157,7 @@ int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
     free(p);
     return rc;
   }
-  mkx_tp_net_desc n;
+  mkx_fused_net_desc n;
   rc = mkx_net_plan_load(c, &p->np, &n, fn_of(op));
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     for (int j = 0; rc == MKX_SUCCESS && j < chunks_of(p, q); j++) {
@@ -212,7 +212,7 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
 
 /* Owner q's chunk j: its GEMM into P, then (another owner) its post. */
 static int chunk(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
-                 const mkx_tp_net_desc *n, int q, int j, cudaStream_t st) {
+                 const mkx_fused_net_desc *n, int q, int j, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const size_t row = (size_t)p->n * sizeof(float);
   int64_t r0, r1;
@@ -232,7 +232,7 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
       p->off_r +
       ((size_t)c->rank * (size_t)p->rmax + (size_t)(r0 - p->bnd[q])) * row;
   return mkx_fused_launch_rc(
-      mkx_tp_net_post(n, q, (size_t)r0 * row, dst, (size_t)(r1 - r0) * row,
+      mkx_fused_net_post(n, q, (size_t)r0 * row, dst, (size_t)(r1 - r0) * row,
                       W_PART + (uint32_t)j, st),
       fn, "network post");
 }
@@ -244,8 +244,8 @@ static int sum_blocks(MKX_Comm c) {
 }
 
 static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
-                   const mkx_tp_net_desc *n, cudaStream_t st) {
-  mkx_tp_net_sum_desc s;
+                   const mkx_fused_net_desc *n, cudaStream_t st) {
+  mkx_fused_net_sum_desc s;
   memset(&s, 0, sizeof s);
   s.net = *n;
   const int me = c->rank;
@@ -277,15 +277,15 @@ static int sum_own(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
     s.out = a->C;
     s.ldc = a->ldc;
   }
-  return mkx_fused_launch_rc(mkx_tp_net_sum(&s, st), fn_of(p->op), "sum");
+  return mkx_fused_launch_rc(mkx_fused_net_sum(&s, st), fn_of(p->op), "sum");
 }
 
 /* GEMM+AllReduce, while the sum sends this rank's rounded rows to every
  * peer (and writes them into C): every other owner's rows into C, chunk by
  * chunk as they land in Y. */
 static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
-                       const mkx_tp_net_desc *n, cudaStream_t st) {
-  mkx_tp_net_take_desc t;
+                       const mkx_fused_net_desc *n, cudaStream_t st) {
+  mkx_fused_net_take_desc t;
   memset(&t, 0, sizeof t);
   t.net = *n;
   for (int q = 0; q <= c->size; q++) t.bnd[q] = p->bnd[q];
@@ -297,7 +297,7 @@ static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   t.dst = a->C;
   t.ld_dst = a->ldc * (int64_t)p->es_c;
   t.max_blocks = sum_blocks(c);
-  return mkx_fused_launch_rc(mkx_tp_net_take(&t, st), fn_of(p->op),
+  return mkx_fused_launch_rc(mkx_fused_net_take(&t, st), fn_of(p->op),
                              "rows of the other owners");
 }
 
@@ -305,7 +305,7 @@ static int gather_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
 
 /* Node rank l's chunks of owner q's partial: source s of d. */
 static void node_source(MKX_Comm c, const rn_plan *p, int q, int l,
-                        mkx_tp_net_sum_desc *d, int s) {
+                        mkx_fused_net_sum_desc *d, int s) {
   const size_t row = (size_t)p->n * sizeof(float);
   d->part[s] =
       (const float *)(mkx_fused_ws_data(p->np.ws, l) + (size_t)p->bnd[q] * row);
@@ -315,7 +315,7 @@ static void node_source(MKX_Comm c, const rn_plan *p, int q, int l,
 }
 
 static void node_sum_desc(MKX_Comm c, const rn_plan *p, int q,
-                          const mkx_tp_net_desc *n, mkx_tp_net_sum_desc *d) {
+                          const mkx_fused_net_desc *n, mkx_fused_net_sum_desc *d) {
   memset(d, 0, sizeof *d);
   d->net = *n;
   d->flag_epoch =
@@ -330,14 +330,14 @@ static void node_sum_desc(MKX_Comm c, const rn_plan *p, int q,
 /* Owner (b, g) of node b: this node's partial of its rows, summed from
  * every node rank's chunks as their flags rise, into S[b] and on to the
  * owner's R[node] chunk by chunk. */
-static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
+static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_fused_net_desc *n,
                     int b, cudaStream_t s) {
   const int G = c->place.local_size;
   const int q =
       mkx_placement_rank_at(&c->place, c->size, b, c->place.local_rank);
   const size_t row = (size_t)p->n * sizeof(float);
   const size_t area = (size_t)p->rmax * row;
-  mkx_tp_net_sum_desc d;
+  mkx_fused_net_sum_desc d;
   node_sum_desc(c, p, q, n, &d);
   d.nsrc = G;
   for (int l = 0; l < G; l++) node_source(c, p, q, l, &d, l);
@@ -351,16 +351,16 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_tp_net_desc *n,
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
   d.max_blocks = mkx_net_sum_ctas(c);
-  return mkx_fused_launch_rc(mkx_tp_net_sum(&d, s), fn_of(p->op), "node sum");
+  return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op), "node sum");
 }
 
 /* This rank's rows: in node order, its node's G chunks (flags) and every
  * other node's partial as it lands in R (words), into C. */
 static int node_own_sum(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
-                        const mkx_tp_net_desc *n, cudaStream_t st) {
+                        const mkx_fused_net_desc *n, cudaStream_t st) {
   const int G = c->place.local_size, N = c->place.num_nodes;
   const size_t area = (size_t)p->rmax * (size_t)p->n * sizeof(float);
-  mkx_tp_net_sum_desc d;
+  mkx_fused_net_sum_desc d;
   node_sum_desc(c, p, c->rank, n, &d);
   for (int m = 0; m < N; m++) {
     if (m == c->place.node) {
@@ -391,7 +391,7 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
              (size_t)p->bnd[c->rank] * yrow;
     d.ldc2 = p->n;
   }
-  return mkx_fused_launch_rc(mkx_tp_net_sum(&d, st), fn_of(p->op), "sum");
+  return mkx_fused_launch_rc(mkx_fused_net_sum(&d, st), fn_of(p->op), "sum");
 }
 
 /* GEMM+AllReduce on nodes of several ranks, after this rank's sum: its
@@ -399,10 +399,10 @@ static int node_own_sum(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
  * ranks meet, and every owner's rows into C from the workspace of the
  * node rank of the owner's local index. */
 static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
-                     const mkx_tp_net_desc *n, cudaStream_t st) {
+                     const mkx_fused_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const size_t yrow = (size_t)p->n * p->es_c;
-  mkx_tp_net_take_desc t;
+  mkx_fused_net_take_desc t;
   memset(&t, 0, sizeof t);
   t.net = *n; /* peers: the column */
   for (int q = 0; q <= c->size; q++) t.bnd[q] = p->bnd[q];
@@ -414,7 +414,7 @@ static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
   t.dst = mkx_fused_ws_data(p->np.ws, c->place.local_rank) + p->ws_y;
   t.ld_dst = t.row_bytes;
   t.max_blocks = sum_blocks(c);
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_take(&t, st), fn,
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_take(&t, st), fn,
                               "rows of the column's owners"));
   mkx_fused_sync sync;
   mkx_fused_sync_fill(c, p->np.ws, 0, &sync);
@@ -441,11 +441,11 @@ static int node_rows(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
  * a hardware queue starts in the order it came: each node sum is forked
  * after this rank's GEMMs of its owners, never ahead of them. */
 static int node_start(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
-                      mkx_tp_net_desc *n, cudaStream_t st) {
+                      mkx_fused_net_desc *n, cudaStream_t st) {
   const char *fn = fn_of(p->op);
   const int G = c->place.local_size, N = c->place.num_nodes;
   n->peers = mkx_net_column_peers(c);
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(n, st), fn, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(n, st), fn, "network meet"));
   for (int k = 1; k <= N; k++) {
     const int b = (c->place.node + k) % N;
     for (int l = 0; l < G; l++) {
@@ -469,13 +469,13 @@ int mkx_rs_ar_net_start(MKX_Comm c, void *plan, const void *args,
   const mkx_rs_ar_args *a = args;
   const char *fn = fn_of(p->op);
   cudaStream_t st = (cudaStream_t)stream;
-  mkx_tp_net_desc n;
+  mkx_fused_net_desc n;
   MKX_TRY(mkx_net_call_begin(c, &p->np, stream, fn, &n));
   if (p->node) {
     MKX_TRY(node_start(c, p, a, &n, st));
     return mkx_net_call_end(c, &p->np, stream, fn, &n);
   }
-  MKX_TRY(mkx_fused_launch_rc(mkx_tp_net_begin(&n, st), fn, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(&n, st), fn, "network meet"));
   for (int i = 1; i <= c->size; i++) {
     const int q = (c->rank + i) % c->size;
     for (int j = 0; j < chunks_of(p, q); j++)

@@ -1,13 +1,13 @@
 /*
- * The calls across nodes driven by the GPU (tp.h, mkx_tp_net_desc): the
+ * The calls across nodes driven by the GPU (tp.h, mkx_fused_net_desc): the
  * kernels that hand data to the network proxy, wait for the peers' signal
  * words, and wait until the proxy is done.  For AllGather+GEMM on nodes of
  * one rank the gated GEMM (ag_gemm.cu) waits for the peers' chunks itself,
  * so a tile starts as soon as its rows have landed; on nodes of several
- * ranks the forward (mkx_tp_net_fwd) hands what lands on to the node's
+ * ranks the forward (mkx_fused_net_fwd) hands what lands on to the node's
  * ranks and raises their flags; the reductions post each chunk of partial
  * rows after its GEMM, and the owner sums the chunks as they land
- * (mkx_tp_net_sum).
+ * (mkx_fused_net_sum).
  *
  * A post that finds the ring full waits for the proxy (bounded); a chunk
  * is posted only after every peer has arrived at this call, so nothing is
@@ -18,7 +18,7 @@
 #include "gemm/gemm_engine.h"
 #include "proxy/proxy_dev.cuh"
 #include "fused/flags.cuh"
-#include "tp/tp.h"
+#include "fused/net.h"
 #include "common/modules.cuh"
 
 namespace {
@@ -30,14 +30,14 @@ using mkx::fused::told_word;
 /* A failed proxy wait or post: recorded in the call's error word as a
  * timeout at `where` naming the peer (the proxy's own record, in
  * d.proxy.status, holds the slot and values). */
-__device__ void failed(const mkx_tp_net_desc &d, int peer, int where) {
+__device__ void failed(const mkx_fused_net_desc &d, int peer, int where) {
   give_up(d.sync, MKX_FUSED_ERR_TIMEOUT, peer, -1, where, told_word(d.sync.rank, peer, where));
 }
 
-/* Waits for rank q's word `word` (mkx_tp_net_desc) to reach epoch e:
+/* Waits for rank q's word `word` (mkx_fused_net_desc) to reach epoch e:
  * true once it has; false, with the failure recorded as a wait at
  * `where`, if it never does within the bound. */
-__device__ bool peer_word(const mkx_tp_net_desc &d, int q, uint32_t word, uint64_t e, int where) {
+__device__ bool peer_word(const mkx_fused_net_desc &d, int q, uint32_t word, uint64_t e, int where) {
   if (!mkx::proxy::wait_signal(d.proxy, d.slot0 + (uint32_t)q * d.words + word, e)) return true;
   failed(d, q, where);
   return false;
@@ -46,19 +46,19 @@ __device__ bool peer_word(const mkx_tp_net_desc &d, int q, uint32_t word, uint64
 /* The call has failed on this rank (a wait ran out, or a peer gave up):
  * nothing more is written into the peers' regions, since a peer that has
  * not arrived may still read its region for its previous call. */
-__device__ __forceinline__ bool call_failed(const mkx_tp_net_desc &d) {
+__device__ __forceinline__ bool call_failed(const mkx_fused_net_desc &d) {
   return d.sync.err && *(volatile const int *)d.sync.err > 0;
 }
 
 /* Rank q is one this rank meets and writes. */
-__host__ __device__ __forceinline__ bool is_peer(const mkx_tp_net_desc &d, int q) {
+__host__ __device__ __forceinline__ bool is_peer(const mkx_fused_net_desc &d, int q) {
   return q != d.rank && (!d.peers || (d.peers >> q & 1u));
 }
 
 /* Rows [g0, g1) of rank q's chunk j, as net_begin posts them and the
  * forward takes them (chunk_tiles tiles of 128 rows from the tile of
  * bnd[q]); false past the last. */
-__device__ bool chunk_rows(const mkx_tp_net_desc &d, int q, int j, int64_t &g0, int64_t &g1) {
+__device__ bool chunk_rows(const mkx_fused_net_desc &d, int q, int j, int64_t &g0, int64_t &g1) {
   const int64_t b0 = d.bnd[q], b1 = d.bnd[q + 1], t0 = b0 / 128;
   g0 = j == 0 ? b0 : (t0 + (int64_t)j * d.chunk_tiles) * 128;
   if (g0 >= b1) return false;
@@ -67,7 +67,7 @@ __device__ bool chunk_rows(const mkx_tp_net_desc &d, int q, int j, int64_t &g0, 
   return true;
 }
 
-__global__ void net_begin(const mkx_tp_net_desc d) {
+__global__ void net_begin(const mkx_fused_net_desc d) {
   if (threadIdx.x != 0) return;
   const uint64_t e = *(volatile uint64_t *)d.epoch + 1;
   *(volatile uint64_t *)d.epoch = e;
@@ -106,9 +106,9 @@ __global__ void net_begin(const mkx_tp_net_desc d) {
   *d.last_seq = seq;
 }
 
-/* Until the call's forward (mkx_tp_net_fwd) has ended: false if it
+/* Until the call's forward (mkx_fused_net_fwd) has ended: false if it
  * does not within the bound. */
-__device__ bool forward_ended(const mkx_tp_net_desc &d, uint64_t e) {
+__device__ bool forward_ended(const mkx_fused_net_desc &d, uint64_t e) {
   const uint64_t t0 = mkx::sys::globaltimer();
   while (*(volatile const uint64_t *)d.fwd_done < e)
     if (mkx::sys::globaltimer() - t0 > d.sync.timeout_ns) return false;
@@ -116,14 +116,14 @@ __device__ bool forward_ended(const mkx_tp_net_desc &d, uint64_t e) {
   return true;
 }
 
-__global__ void net_end(const mkx_tp_net_desc d) {
+__global__ void net_end(const mkx_fused_net_desc d) {
   if (threadIdx.x != 0) return;
   if (d.fwd_done && !forward_ended(d, *(volatile const uint64_t *)d.epoch)) failed(d, -1, MKX_FUSED_AT_NET_ROWS);
   const uint64_t seq = *(volatile uint64_t *)d.last_seq;
   if (seq && mkx::proxy::wait_complete(d.proxy, seq)) failed(d, -1, MKX_FUSED_AT_NET_SENT);
 }
 
-__global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
+__global__ void net_post(const mkx_fused_net_desc d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
                          uint32_t word) {
   if (threadIdx.x != 0 || call_failed(d)) return;
   const uint64_t e = *(volatile uint64_t *)d.epoch;
@@ -136,7 +136,7 @@ __global__ void net_post(const mkx_tp_net_desc d, int peer, uint64_t src_off, ui
 
 /* One thread per rank: rank q's word `word` up to the epoch, for every
  * peer q. */
-__global__ void net_wait(const mkx_tp_net_desc d, uint32_t word, int where) {
+__global__ void net_wait(const mkx_fused_net_desc d, uint32_t word, int where) {
   const int q = (int)threadIdx.x;
   if (q >= d.size || !is_peer(d, q) || call_failed(d)) return;
   peer_word(d, q, word, *(volatile const uint64_t *)d.epoch, where);
@@ -176,7 +176,7 @@ __device__ __forceinline__ void load_add(const float *p, SumVec<float, 4> &a) {
 __device__ __forceinline__ void load_add(const float *p, SumVec<float, 1> &a) { a.v[0] += __ldcg(p); }
 
 /* The sum's sources: its named ones, else every rank. */
-__host__ __device__ __forceinline__ int sum_sources(const mkx_tp_net_sum_desc &d) {
+__host__ __device__ __forceinline__ int sum_sources(const mkx_fused_net_sum_desc &d) {
   return d.nsrc ? d.nsrc : d.net.size;
 }
 
@@ -184,7 +184,7 @@ __host__ __device__ __forceinline__ int sum_sources(const mkx_tp_net_sum_desc &d
  * through L2 only: the peers' partials were written there by DMA or by
  * another GPU). */
 template <typename OutT, int V>
-__device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i, OutT *out, OutT *out2) {
+__device__ __forceinline__ void sum_row(const mkx_fused_net_sum_desc &d, int64_t i, OutT *out, OutT *out2) {
   constexpr int U = 4;
   const int64_t nv = d.n / V, step = (int64_t)blockDim.x * U;
   for (int64_t c0 = threadIdx.x; c0 < nv; c0 += step) {
@@ -214,7 +214,7 @@ __device__ __forceinline__ void sum_row(const mkx_tp_net_sum_desc &d, int64_t i,
 /* Thread 0, once the block's group of chunk j is stored: the block that
  * completes chunk j sends its rows of out to every peer (post_w0 != 0).
  * Every block's stores are made visible before its count. */
-__device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t groups_in_chunk, uint64_t e) {
+__device__ void group_done(const mkx_fused_net_sum_desc &d, int64_t j, int64_t groups_in_chunk, uint64_t e) {
   __threadfence();
   unsigned long long *count = reinterpret_cast<unsigned long long *>(d.chunk_done + j);
   if (atomicAdd(count, 1ull) + 1 != (unsigned long long)groups_in_chunk) return;
@@ -240,7 +240,7 @@ __device__ void group_done(const mkx_tp_net_sum_desc &d, int64_t j, int64_t grou
 }
 
 /* Chunk j of source q may be read (false: a wait ran out, recorded). */
-__device__ bool source_ready(const mkx_tp_net_sum_desc &d, int q, int64_t j, uint64_t e, int fe) {
+__device__ bool source_ready(const mkx_fused_net_sum_desc &d, int q, int64_t j, uint64_t e, int fe) {
   if (!d.nsrc) return q == d.net.rank || peer_word(d.net, q, d.w0 + (uint32_t)j, e, MKX_FUSED_AT_NET_ROWS);
   if (d.src_rank[q] >= 0) return peer_word(d.net, d.src_rank[q], d.w0 + (uint32_t)j, e, MKX_FUSED_AT_NET_ROWS);
   if (!d.src_flag[q]) return true;
@@ -249,10 +249,10 @@ __device__ bool source_ready(const mkx_tp_net_sum_desc &d, int q, int64_t j, uin
 
 /* Groups of 8 rows, block-strided: thread 0 waits for the chunks of the
  * group's rows, then the block sums them.  The grid may be smaller than
- * the groups (mkx_tp_net_sum_desc.max_blocks), so that a rank sharing
+ * the groups (mkx_fused_net_sum_desc.max_blocks), so that a rank sharing
  * the GPU keeps SMs for the peer's kernels its waits depend on. */
 template <typename OutT, int V>
-__global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
+__global__ void __launch_bounds__(512) net_sum(const mkx_fused_net_sum_desc d) {
   const int64_t per = 8, groups = (d.rows + per - 1) / per;
   const int64_t per_chunk = d.chunk_rows / per; /* chunk_rows: a multiple of 8 */
   __shared__ int ok;
@@ -283,7 +283,7 @@ __global__ void __launch_bounds__(512) net_sum(const mkx_tp_net_sum_desc d) {
  * the chunk that holds the group, then the block copies its rows from
  * the region into dst (16 bytes at a time where every row allows). */
 template <typename W>
-__global__ void __launch_bounds__(512) net_take(const mkx_tp_net_take_desc d) {
+__global__ void __launch_bounds__(512) net_take(const mkx_fused_net_take_desc d) {
   __shared__ int ok;
   __shared__ int64_t s_r0, s_r1;
   const uint64_t e = *(volatile uint64_t *)d.net.epoch;
@@ -329,7 +329,7 @@ struct FwdUnit {
 
 /* Rows: unit u, chunk by chunk (every source's chunk j, each to every
  * destination); false past the last. */
-__device__ bool rows_unit(const mkx_tp_net_fwd_desc &d, int64_t u, FwdUnit &f) {
+__device__ bool rows_unit(const mkx_fused_net_fwd_desc &d, int64_t u, FwdUnit &f) {
   for (int j = 0; j + 1 < (int)d.net.words; ++j) {
     bool any = false;
     for (int q = 0; q < d.net.size; ++q) {
@@ -355,7 +355,7 @@ __device__ bool rows_unit(const mkx_tp_net_fwd_desc &d, int64_t u, FwdUnit &f) {
 
 /* Key/value chunks: unit u, source by source, each to every
  * destination; false past the last. */
-__device__ bool kv_unit(const mkx_tp_net_fwd_desc &d, int64_t u, FwdUnit &f) {
+__device__ bool kv_unit(const mkx_fused_net_fwd_desc &d, int64_t u, FwdUnit &f) {
   for (int q = 0; q < d.net.size; ++q) {
     if (!is_peer(d.net, q)) continue;
     if (u >= d.ndst) {
@@ -391,10 +391,10 @@ __device__ void cta_copy(char *dst, const char *src, uint64_t len) {
   for (; w < n; w += b) t[w] = __ldcg(s + w);
 }
 
-/* See mkx_tp_net_fwd_desc.  W: the copy's word (16 bytes where every
+/* See mkx_fused_net_fwd_desc.  W: the copy's word (16 bytes where every
  * piece allows). */
 template <typename W>
-__global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
+__global__ void __launch_bounds__(512) net_fwd(const mkx_fused_net_fwd_desc d) {
   __shared__ int ok;
   __shared__ FwdUnit f;
   const uint64_t e = *(volatile const uint64_t *)d.net.epoch;
@@ -402,9 +402,9 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
     if (threadIdx.x == 0) {
       FwdUnit x;
       ok = 0;
-      if (d.kind == MKX_TP_FWD_KV ? kv_unit(d, u, x) : rows_unit(d, u, x)) {
+      if (d.kind == MKX_FUSED_FWD_KV ? kv_unit(d, u, x) : rows_unit(d, u, x)) {
         f = x;
-        const int at = d.kind == MKX_TP_FWD_KV ? MKX_FUSED_AT_KV_CHUNK : MKX_FUSED_AT_NET_ROWS;
+        const int at = d.kind == MKX_FUSED_FWD_KV ? MKX_FUSED_AT_KV_CHUNK : MKX_FUSED_AT_NET_ROWS;
         ok = !call_failed(d.net) && peer_word(d.net, x.q, x.word, e, at) ? 1 : -1;
       }
     }
@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
     }
     __syncthreads();
   }
-  /* the last CTA out tells mkx_tp_net_end (and zeroes the count for the
+  /* the last CTA out tells mkx_fused_net_end (and zeroes the count for the
    * next call, which starts after that) */
   if (threadIdx.x == 0) {
     __threadfence();
@@ -431,7 +431,7 @@ __global__ void __launch_bounds__(512) net_fwd(const mkx_tp_net_fwd_desc d) {
   }
 }
 
-bool desc_ok(const mkx_tp_net_desc *d) {
+bool desc_ok(const mkx_fused_net_desc *d) {
   if (!d || !d->proxy.ring || !d->proxy.signals || !d->epoch || !d->last_seq || d->size < 2 || d->size > 32 ||
       d->rank < 0 || d->rank >= d->size || d->words < 2 || d->chunk_tiles < 1 || d->row_bytes <= 0 || d->bnd[0] != 0)
     return false;
@@ -456,26 +456,26 @@ int launched() {
 
 }  // namespace
 
-extern "C" int mkx_tp_net_begin(const mkx_tp_net_desc *d, cudaStream_t st) {
+extern "C" int mkx_fused_net_begin(const mkx_fused_net_desc *d, cudaStream_t st) {
   if (!desc_ok(d)) return MKX_GEMM_EINVAL;
   net_begin<<<1, 32, 0, st>>>(*d);
   return launched();
 }
 
-extern "C" int mkx_tp_net_end(const mkx_tp_net_desc *d, cudaStream_t st) {
+extern "C" int mkx_fused_net_end(const mkx_fused_net_desc *d, cudaStream_t st) {
   if (!desc_ok(d)) return MKX_GEMM_EINVAL;
   net_end<<<1, 32, 0, st>>>(*d);
   return launched();
 }
 
-extern "C" int mkx_tp_net_post(const mkx_tp_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
+extern "C" int mkx_fused_net_post(const mkx_fused_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
                                uint32_t word, cudaStream_t st) {
   if (!desc_ok(d) || peer < 0 || peer >= d->size || !is_peer(*d, peer) || word >= d->words) return MKX_GEMM_EINVAL;
   net_post<<<1, 32, 0, st>>>(*d, peer, src_off, dst_off, len, word);
   return launched();
 }
 
-extern "C" int mkx_tp_net_wait(const mkx_tp_net_desc *d, uint32_t word, int where, cudaStream_t st) {
+extern "C" int mkx_fused_net_wait(const mkx_fused_net_desc *d, uint32_t word, int where, cudaStream_t st) {
   if (!desc_ok(d) || word < 1 || word >= d->words) return MKX_GEMM_EINVAL;
   net_wait<<<1, 32, 0, st>>>(*d, word, where);
   return launched();
@@ -485,7 +485,7 @@ namespace {
 
 /* 16-byte vectors where every row of every operand starts 16-byte
  * aligned (and out's 4-element groups likewise). */
-bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
+bool sum_vectors(const mkx_fused_net_sum_desc *d, size_t out_size) {
   if (d->n % 4 || d->ld_part % 4 || d->ldc % 4 || (uintptr_t)d->out % (4 * out_size)) return false;
   if (d->out2 && (d->ldc2 % 4 || (uintptr_t)d->out2 % (4 * out_size))) return false;
   for (int q = 0; q < sum_sources(*d); ++q)
@@ -495,7 +495,7 @@ bool sum_vectors(const mkx_tp_net_sum_desc *d, size_t out_size) {
 
 /* Named sources (nsrc > 0): each a part, a gate that exists, at most
  * MKX_FUSED_MAX; one peer to post to, not this rank. */
-bool sum_sources_ok(const mkx_tp_net_sum_desc *d) {
+bool sum_sources_ok(const mkx_fused_net_sum_desc *d) {
   if (d->post_one < 0 || d->post_one > d->net.size || d->post_one - 1 == d->net.rank) return false;
   if (d->post_one && !is_peer(d->net, d->post_one - 1)) return false;
   if (d->nsrc < 0 || d->nsrc > MKX_FUSED_MAX) return false;
@@ -507,23 +507,23 @@ bool sum_sources_ok(const mkx_tp_net_sum_desc *d) {
 }
 
 template <typename OutT>
-void sum_launch(const mkx_tp_net_sum_desc *d, unsigned blocks, cudaStream_t st) {
+void sum_launch(const mkx_fused_net_sum_desc *d, unsigned blocks, cudaStream_t st) {
   if (sum_vectors(d, sizeof(OutT)))
     net_sum<OutT, 4><<<blocks, 512, 0, st>>>(*d);
   else
     net_sum<OutT, 1><<<blocks, 512, 0, st>>>(*d);
 }
 
-bool sum_posts_ok(const mkx_tp_net_sum_desc *d) {
+bool sum_posts_ok(const mkx_fused_net_sum_desc *d) {
   if (!d->post_w0) return true;
   const int64_t chunks = (d->rows + d->chunk_rows - 1) / d->chunk_rows;
-  return d->chunk_done && chunks <= MKX_TP_NET_MAXCH && d->post_row_bytes > 0 &&
+  return d->chunk_done && chunks <= MKX_FUSED_NET_MAXCH && d->post_row_bytes > 0 &&
          d->post_w0 + (uint64_t)chunks <= d->net.words;
 }
 
 }  // namespace
 
-extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
+extern "C" int mkx_fused_net_sum(const mkx_fused_net_sum_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || d->rows < 0 || d->n < 1 || d->chunk_rows < 8 || d->chunk_rows % 8 || !d->out ||
       d->ldc < d->n || d->ld_part < d->n || !sum_posts_ok(d) || (d->out2 && d->ldc2 < d->n) || !sum_sources_ok(d))
     return MKX_GEMM_EINVAL;
@@ -549,7 +549,7 @@ extern "C" int mkx_tp_net_sum(const mkx_tp_net_sum_desc *d, cudaStream_t st) {
   return launched();
 }
 
-extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
+extern "C" int mkx_fused_net_take(const mkx_fused_net_take_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || !d->src || !d->dst || d->row_bytes < 1 || d->ld_src < d->row_bytes ||
       d->ld_dst < d->row_bytes || d->chunk_rows < 1 || d->bnd[0] != 0)
     return MKX_GEMM_EINVAL;
@@ -573,7 +573,7 @@ extern "C" int mkx_tp_net_take(const mkx_tp_net_take_desc *d, cudaStream_t st) {
   return launched();
 }
 
-extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
+extern "C" int mkx_fused_net_fwd(const mkx_fused_net_fwd_desc *d, cudaStream_t st) {
   if (!d || !desc_ok(&d->net) || !d->src || !d->flag_epoch || !d->count || !d->net.fwd_done || d->ndst < 1 ||
       d->ndst > MKX_FUSED_MAX)
     return MKX_GEMM_EINVAL;
@@ -583,11 +583,11 @@ extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
     v16 = v16 && (uintptr_t)d->dst[i] % 16 == 0;
   }
   int64_t units = 0;
-  if (d->kind == MKX_TP_FWD_KV) {
+  if (d->kind == MKX_FUSED_FWD_KV) {
     if (d->kv_chunk < 1 || d->kv_word < 1 || d->kv_word >= d->net.words) return MKX_GEMM_EINVAL;
     v16 = v16 && d->kv_chunk % 16 == 0;
     for (int q = 0; q < d->net.size; ++q) units += is_peer(d->net, q);
-  } else if (d->kind == MKX_TP_FWD_ROWS) {
+  } else if (d->kind == MKX_FUSED_FWD_ROWS) {
     if (d->net.size > MKX_FUSED_MAX || d->tiles_m < 1 || d->net.bnd[d->net.size] > d->tiles_m * 128)
       return MKX_GEMM_EINVAL;
     v16 = v16 && d->net.row_bytes % 16 == 0;
@@ -599,7 +599,7 @@ extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
     return MKX_GEMM_EINVAL;
   }
   units *= d->ndst;
-  if (units == 0) units = 1; /* one CTA still tells mkx_tp_net_end */
+  if (units == 0) units = 1; /* one CTA still tells mkx_fused_net_end */
   const int64_t blocks = d->max_blocks > 0 && units > d->max_blocks ? d->max_blocks : units;
   if (v16)
     net_fwd<uint4><<<(unsigned)blocks, 512, 0, st>>>(*d);
@@ -608,7 +608,7 @@ extern "C" int mkx_tp_net_fwd(const mkx_tp_net_fwd_desc *d, cudaStream_t st) {
   return launched();
 }
 
-extern "C" int mkx_tp_net_load(void) {
+extern "C" int mkx_fused_net_load(void) {
   cudaFuncAttributes a;
   const void *const k[] = {(const void *)net_begin,
                            (const void *)net_end,
