@@ -468,8 +468,8 @@ extern "C" int mkx_fused_net_end(const mkx_fused_net_desc *d, cudaStream_t st) {
   return launched();
 }
 
-extern "C" int mkx_fused_net_post(const mkx_fused_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
-                               uint32_t word, cudaStream_t st) {
+extern "C" int mkx_fused_net_post(const mkx_fused_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off,
+                                  uint64_t len, uint32_t word, cudaStream_t st) {
   if (!desc_ok(d) || peer < 0 || peer >= d->size || !is_peer(*d, peer) || word >= d->words) return MKX_GEMM_EINVAL;
   net_post<<<1, 32, 0, st>>>(*d, peer, src_off, dst_off, len, word);
   return launched();

@@ -60,8 +60,8 @@ int mkx_fused_net_end(const mkx_fused_net_desc *d, cudaStream_t st);
  *   dst_off of the region at `peer`, setting the peer's word
  *   slot0 + rank * words + word to the call's network epoch, once the
  *   stream's earlier work (the chunk's GEMM) has ended. */
-int mkx_fused_net_post(const mkx_fused_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len, uint32_t word,
-                    cudaStream_t st);
+int mkx_fused_net_post(const mkx_fused_net_desc *d, int peer, uint64_t src_off, uint64_t dst_off, uint64_t len,
+                       uint32_t word, cudaStream_t st);
 /*   wait (<<<1, 32>>>): until word slot0 + q * words + word of every peer
  *   q has reached the call's epoch (bounded; a wait that runs out is
  *   recorded at `where`, MKX_FUSED_AT_*, naming q). */

@@ -47,10 +47,10 @@ static const char *const FN = "MKX_Ring_attention";
 #define W_KV 1 /* the chunk's word in its source's block */
 
 struct mkx_attn_net {
-  size_t chunk;      /* bytes of K, and of V right after it */
-  unsigned peers;    /* bit q: rank q's chunk comes over the network */
-  int node;          /* nodes of several ranks: the forward */
-  mkx_fused_ws *ws;  /* this start's workspace */
+  size_t chunk;         /* bytes of K, and of V right after it */
+  unsigned peers;       /* bit q: rank q's chunk comes over the network */
+  int node;             /* nodes of several ranks: the forward */
+  mkx_fused_ws *ws;     /* this start's workspace */
   mkx_fused_net_desc d; /* the kernels' descriptor, this start's */
 };
 
@@ -115,7 +115,8 @@ static int send(MKX_Comm c, const mkx_attn_net *n, char *region, const void *K,
   MKX_TRY(mkx_cuda_rc(cudaMemcpyAsync(region + mine + n->chunk, V, n->chunk,
                                       cudaMemcpyDefault, st),
                       FN, "copy of V to the network region"));
-  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(&n->d, st), FN, "network meet"));
+  MKX_TRY(
+      mkx_fused_launch_rc(mkx_fused_net_begin(&n->d, st), FN, "network meet"));
   for (int q = 0; q < c->size; q++)
     if (n->peers >> q & 1u)
       MKX_TRY(mkx_fused_launch_rc(
@@ -177,7 +178,8 @@ void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   if (n->node) MKX_TRY(mkx_net_fwd_join(n->ws, 0, st, FN));
-  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_end(&n->d, st), FN, "network drain"));
+  MKX_TRY(
+      mkx_fused_launch_rc(mkx_fused_net_end(&n->d, st), FN, "network drain"));
   return mkx_comm_net_gpu_mark(c, st);
 }
 #else

@@ -359,7 +359,8 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
   mkx_moe_layout_free(&L);
   if (rc == MKX_SUCCESS && p->proxy && w.mine) {
     /* the proxy done with the areas */
-    rc = mkx_fused_launch_rc(mkx_fused_net_end(&w.net, st), fn, "network drain");
+    rc =
+        mkx_fused_launch_rc(mkx_fused_net_end(&w.net, st), fn, "network drain");
     if (rc == MKX_SUCCESS) rc = mkx_comm_net_gpu_mark(c, stream);
   } else if (rc == MKX_SUCCESS && p->nodes) {
     rc = mkx_moe_net_mark(p->net, st, fn);

@@ -145,8 +145,8 @@ static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const uint64_t theirs = (uint64_t)(w->theirs - w->mine);
   const size_t rb[3] = {a_row(p, a), sizeof(float), 3 * sizeof(int32_t)};
   const int want[3] = {1, scale, origin};
-  MKX_TRY(
-      mkx_fused_launch_rc(mkx_fused_net_begin(&w->net, st), fn, "network meet"));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(&w->net, st), fn,
+                              "network meet"));
   int64_t at = 0; /* rows before q's block in this rank's send area */
   for (int q = 0; q < c->size; q++) {
     if (!(w->net.peers >> q & 1u)) continue;
@@ -158,17 +158,17 @@ static int post_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                            (uint64_t)L->send_at[q] * rb[k];
       MKX_TRY(mkx_fused_launch_rc(
           mkx_fused_net_post(&w->net, q, src, dst, (uint64_t)L->send[q] * rb[k],
-                          W_NET_ROWS + (uint32_t)k, st),
+                             W_NET_ROWS + (uint32_t)k, st),
           fn, "network post of rows"));
     }
     at += L->send[q];
   }
   for (int k = 0; k < 3; k++)
     if (want[k])
-      MKX_TRY(
-          mkx_fused_launch_rc(mkx_fused_net_wait(&w->net, W_NET_ROWS + (uint32_t)k,
-                                              MKX_FUSED_AT_MOE_ROWS, st),
-                              fn, "wait for rows from other nodes"));
+      MKX_TRY(mkx_fused_launch_rc(
+          mkx_fused_net_wait(&w->net, W_NET_ROWS + (uint32_t)k,
+                             MKX_FUSED_AT_MOE_ROWS, st),
+          fn, "wait for rows from other nodes"));
   return MKX_SUCCESS;
 }
 
@@ -218,8 +218,8 @@ int mkx_moe_net_outs(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
     if (!(w->net.peers >> q & 1u)) continue;
     MKX_TRY(mkx_fused_launch_rc(
         mkx_fused_net_post(&w->net, q, theirs + (uint64_t)at * yr,
-                        (uint64_t)L->back_at[q] * yr, (uint64_t)L->recv[q] * yr,
-                        W_NET_OUT, st),
+                           (uint64_t)L->back_at[q] * yr,
+                           (uint64_t)L->recv[q] * yr, W_NET_OUT, st),
         fn, "network post of outputs"));
     at += L->recv[q];
   }

@@ -274,7 +274,8 @@ int mkx_ag_net_start(MKX_Comm c, void *plan, const void *args,
   } else {
     mkx_tp_ag_desc d;
     gemm_desc(c, p, a, &n, &d);
-    MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_begin(&n, st), FN, "network post"));
+    MKX_TRY(
+        mkx_fused_launch_rc(mkx_fused_net_begin(&n, st), FN, "network post"));
     MKX_TRY(mkx_fused_launch_rc(mkx_tp_ag_gemm(&d, st), FN, "gated GEMM"));
     if (a->A_out) MKX_TRY(copy_out(p, a, p->np.region, st));
   }

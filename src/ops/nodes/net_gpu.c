@@ -7,7 +7,8 @@
 #include "core/comm_net.h"
 #include "ops/nodes/net_gpu.h"
 
-_Static_assert(MKX_COMM_NET_GPU_DWORDS >= MKX_NET_WORD_SUM2 + MKX_FUSED_NET_MAXCH,
+_Static_assert(MKX_COMM_NET_GPU_DWORDS >=
+                   MKX_NET_WORD_SUM2 + MKX_FUSED_NET_MAXCH,
                "the device words hold two sums' chunk counts and the "
                "forward's words");
 
@@ -151,7 +152,8 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
 
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
                       mkx_fused_net_desc *n, uint64_t *words,
-                      mkx_fused_net_fwd_desc *f, cudaStream_t st, const char *fn) {
+                      mkx_fused_net_fwd_desc *f, cudaStream_t st,
+                      const char *fn) {
   n->fwd_done = words + MKX_NET_WORD_FWD_DONE;
   f->net = *n;
   f->ndst = c->place.local_size;

@@ -137,7 +137,8 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn);
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
                       mkx_fused_net_desc *n, uint64_t *words,
-                      mkx_fused_net_fwd_desc *f, cudaStream_t st, const char *fn);
+                      mkx_fused_net_fwd_desc *f, cudaStream_t st,
+                      const char *fn);
 int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                      const char *fn);
 /* The end: until the proxy has completed the call's writes. */

@@ -233,7 +233,7 @@ static int chunk(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
       ((size_t)c->rank * (size_t)p->rmax + (size_t)(r0 - p->bnd[q])) * row;
   return mkx_fused_launch_rc(
       mkx_fused_net_post(n, q, (size_t)r0 * row, dst, (size_t)(r1 - r0) * row,
-                      W_PART + (uint32_t)j, st),
+                         W_PART + (uint32_t)j, st),
       fn, "network post");
 }
 
@@ -315,7 +315,8 @@ static void node_source(MKX_Comm c, const rn_plan *p, int q, int l,
 }
 
 static void node_sum_desc(MKX_Comm c, const rn_plan *p, int q,
-                          const mkx_fused_net_desc *n, mkx_fused_net_sum_desc *d) {
+                          const mkx_fused_net_desc *n,
+                          mkx_fused_net_sum_desc *d) {
   memset(d, 0, sizeof *d);
   d->net = *n;
   d->flag_epoch =
@@ -351,7 +352,8 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_fused_net_desc *n,
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
   d.max_blocks = mkx_net_sum_ctas(c);
-  return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op), "node sum");
+  return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op),
+                             "node sum");
 }
 
 /* This rank's rows: in node order, its node's G chunks (flags) and every
