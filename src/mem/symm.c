@@ -14,7 +14,6 @@
 #include <cuda_runtime.h>
 #include "core/cuda_rc.h"
 #include <pthread.h>
-#include <unistd.h>
 
 /* Peer allocations opened in this process, whatever communicator opened
  * them: CUDA lets a process open an IPC handle only once at a time
@@ -23,24 +22,13 @@
  * them any more (idle), for the next call on the same buffer.  An idle
  * mapping of a freed buffer blocks the mapping of new memory the peer
  * carves from the same place, whichever communicator made it: idle ones
- * are closed when SYMM_IDLE pile up or when one blocks a new mapping.
- * Small allocations of a peer may share one block of the driver's, which
- * CUDA maps whole at the first open: a second allocation of that block is
- * then reached through the first's mapping (same_block). */
+ * are closed when SYMM_IDLE pile up or when one blocks a new mapping. */
 typedef struct ipc_open {
   cudaIpcMemHandle_t handle;
   void *base;
   int refs, cached;
-  int pid;     /* the owner's process */
-  uint64_t va; /* the allocation's address in the owner */
   struct ipc_open *next;
 } ipc_open;
-
-/* A peer allocation as its owner describes it. */
-typedef struct ipc_peer {
-  int pid;
-  uint64_t va, span; /* its address and size in the owner */
-} ipc_peer;
 static ipc_open *ipc_opens;
 static pthread_mutex_t ipc_lock = PTHREAD_MUTEX_INITIALIZER;
 #define SYMM_IDLE 16
@@ -72,7 +60,7 @@ static void close_idle(void) {
 }
 
 static cudaError_t ipc_open_new(const cudaIpcMemHandle_t *h, int cached,
-                                const ipc_peer *peer, ipc_open **out) {
+                                ipc_open **out) {
   ipc_open *o = calloc(1, sizeof *o);
   if (!o) return cudaErrorMemoryAllocation;
   if (cached && idle_count() >= SYMM_IDLE) close_idle();
@@ -87,46 +75,14 @@ static cudaError_t ipc_open_new(const cudaIpcMemHandle_t *h, int cached,
     free(o);
     return e;
   }
-  *o = (ipc_open){*h, o->base, 1, cached, peer->pid, peer->va, ipc_opens};
+  *o = (ipc_open){*h, o->base, 1, cached, ipc_opens};
   *out = ipc_opens = o;
   return cudaSuccess;
 }
 
-typedef CUresult (*get_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
-
-static get_attr_fn driver_get_attr(void) {
-  static get_attr_fn fn;
-  if (!fn) fn = (get_attr_fn)mkx_driver_fn("cuPointerGetAttribute", 12000);
-  return fn;
-}
-
-/* The peer's allocation inside the block an open mapping of the same owner
- * already holds: at the same distance from it as in the owner, if this
- * process's mapping spans it whole (else NULL). */
-static ipc_open *same_block(const ipc_peer *peer, void **base) {
-  get_attr_fn get = driver_get_attr();
-  for (ipc_open *o = ipc_opens; get && o; o = o->next) {
-    CUdeviceptr start = 0;
-    size_t size = 0;
-    if (o->pid != peer->pid ||
-        get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-            (CUdeviceptr)(uintptr_t)o->base) != CUDA_SUCCESS ||
-        get(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-            (CUdeviceptr)(uintptr_t)o->base) != CUDA_SUCCESS)
-      continue;
-    const uint64_t at = (uint64_t)(uintptr_t)o->base + (peer->va - o->va);
-    if (at < start || at - start > size || size - (at - start) < peer->span)
-      continue;
-    *base = (void *)(uintptr_t)at;
-    return o;
-  }
-  return NULL;
-}
-
-/* cached: a user's buffer (kept open while idle).  *base: where the peer's
- * allocation is here; *hold: the mapping to release (ipc_release). */
+/* cached: a user's buffer (kept open while idle). */
 static cudaError_t ipc_acquire(const cudaIpcMemHandle_t *h, int cached,
-                               const ipc_peer *peer, void **base, void **hold) {
+                               void **base) {
   cudaError_t e = cudaSuccess;
   pthread_mutex_lock(&ipc_lock);
   ipc_open *o = ipc_opens;
@@ -135,16 +91,9 @@ static cudaError_t ipc_acquire(const cudaIpcMemHandle_t *h, int cached,
     o->refs++;
     o->cached |= cached;
   } else {
-    e = ipc_open_new(h, cached, peer, &o);
+    e = ipc_open_new(h, cached, &o);
   }
   if (e == cudaSuccess) *base = o->base;
-  if (e == cudaErrorAlreadyMapped && (o = same_block(peer, base))) {
-    (void)cudaGetLastError();
-    o->refs++;
-    o->cached |= cached;
-    e = cudaSuccess;
-  }
-  if (e == cudaSuccess) *hold = o->base;
   pthread_mutex_unlock(&ipc_lock);
   return e;
 }
@@ -173,7 +122,6 @@ typedef struct mapping {
   int rank;
   uint64_t id; /* the peer's CUDA buffer id of the allocation */
   void *base;
-  void *hold; /* the open mapping it is reached through (ipc_release) */
   struct mapping *next;
 } mapping;
 
@@ -200,25 +148,27 @@ typedef struct symm_record {
   int32_t rc, has;
   cudaIpcMemHandle_t handle; /* of the allocation's base */
   uint64_t id, offset;       /* buffer id; ptr - base */
-  ipc_peer peer;             /* the allocation in its owner */
 } symm_record;
 
-static int allocation_of(const void *ptr, void **base, uint64_t *span,
-                         uint64_t *id) {
+typedef CUresult (*get_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
+
+static get_attr_fn driver_get_attr(void) {
+  static get_attr_fn fn;
+  if (!fn) fn = (get_attr_fn)mkx_driver_fn("cuPointerGetAttribute", 12000);
+  return fn;
+}
+
+static int allocation_of(const void *ptr, void **base, uint64_t *id) {
   get_attr_fn get = driver_get_attr();
   CUdeviceptr start = 0;
-  size_t size = 0;
   unsigned long long bid = 0;
   if (!get) return mkx_error(MKX_ERR_CUDA, "cuPointerGetAttribute unavailable");
   if (get(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-          (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
-      get(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
           (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS ||
       get(&bid, CU_POINTER_ATTRIBUTE_BUFFER_ID, (CUdeviceptr)(uintptr_t)ptr) !=
           CUDA_SUCCESS)
     return mkx_error(MKX_ERR_INVALID_ARG, "%p is not CUDA device memory", ptr);
   *base = (void *)(uintptr_t)start;
-  *span = size;
   *id = bid;
   return MKX_SUCCESS;
 }
@@ -262,10 +212,8 @@ static int describe(void *ptr, symm_record *r) {
   cudaError_t e;
   r->has = ptr != NULL;
   if (!ptr) return MKX_SUCCESS;
-  MKX_TRY(allocation_of(ptr, &base, &r->peer.span, &r->id));
+  MKX_TRY(allocation_of(ptr, &base, &r->id));
   r->offset = (uint64_t)((char *)ptr - (char *)base);
-  r->peer.pid = (int)getpid();
-  r->peer.va = (uint64_t)(uintptr_t)base;
   if ((e = cudaIpcGetMemHandle(&r->handle, base)) != cudaSuccess)
     return mkx_cuda_rc(e, NULL, "cudaIpcGetMemHandle");
   return MKX_SUCCESS;
@@ -273,17 +221,16 @@ static int describe(void *ptr, symm_record *r) {
 
 /* The mapping of node peer q's allocation: this communicator's own
  * (MKX_Alloc_mem's, kept until freed collectively) or, for a user's buffer,
- * one held by the registration (*held: the mapping to release). */
+ * one held by the registration (*held). */
 static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
-                     void **base, void **held) {
+                     void **base, int *held) {
   mkx_symm_state *s = state(c);
-  void *hold = NULL;
-  *held = NULL;
+  *held = 0;
   for (mapping *m = s->maps; m; m = m->next)
     if (m->rank == q && m->id == r->id) return *base = m->base, MKX_SUCCESS;
   mapping *m = user ? NULL : calloc(1, sizeof *m);
   if (!user && !m) return mkx_error(MKX_ERR_NOMEM, "symmetric memory mapping");
-  cudaError_t e = ipc_acquire(&r->handle, user, &r->peer, base, &hold);
+  cudaError_t e = ipc_acquire(&r->handle, user, base);
   if (e == cudaErrorAlreadyMapped) {
     free(m);
     (void)cudaGetLastError();
@@ -299,8 +246,8 @@ static int open_peer(MKX_Comm c, int q, const symm_record *r, int user,
     free(m);
     return mkx_cuda_rc(e, NULL, "cudaIpcOpenMemHandle of a node peer's buffer");
   }
-  if (user) return *held = hold, MKX_SUCCESS;
-  *m = (mapping){q, r->id, *base, hold, s->maps};
+  if (user) return *held = 1, MKX_SUCCESS;
+  *m = (mapping){q, r->id, *base, s->maps};
   s->maps = m;
   return MKX_SUCCESS;
 }
@@ -311,12 +258,12 @@ static int map_node(MKX_Comm c, const symm_record *all, int user,
                     mkx_symm_buf *b) {
   for (int q = 0; q < c->size; q++) {
     if (c->place.node_of_rank[q] != c->place.node) continue;
-    int lr = c->place.local_rank_of[q];
-    void *base = NULL, *held = NULL;
+    int lr = c->place.local_rank_of[q], held = 0;
+    void *base = NULL;
     if (q == c->rank || !all[q].has) continue;
     MKX_TRY(open_peer(c, q, &all[q], user, &base, &held));
     b->peer[lr] = (char *)base + all[q].offset;
-    b->held[lr] = held;
+    if (held) b->held[lr] = base;
   }
   return MKX_SUCCESS;
 }
@@ -433,7 +380,7 @@ static void unmap(MKX_Comm c, int q, uint64_t id) {
   for (mapping **pm = &s->maps; *pm; pm = &(*pm)->next)
     if ((*pm)->rank == q && (*pm)->id == id) {
       mapping *m = *pm;
-      ipc_release(m->hold);
+      ipc_release(m->base);
       *pm = m->next;
       free(m);
       return;
