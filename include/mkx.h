@@ -72,10 +72,13 @@
  *
  * CUDA graphs.  Only MKX_Start of a persistent plan that took a fused
  * single-node GPU path (logged at info as "fused overlapped", "fused
- * split", "fused split in one kernel", "fused, operands adapted",
- * "attention engine" or "attention ring, one node"), or on the MoE GPU
- * paths ("MoE on one rank's GPU", "MoE on one node's GPUs") with option
- * moe_sync=no, may be captured into a CUDA graph and replayed; every rank must replay its
+ * split", "fused split in one kernel", "fused, operands adapted", "fused,
+ * operands read in place", "attention engine" or "attention ring, one
+ * node"), the several-node path driven by the GPU ("several nodes, driven
+ * by the GPU (hier_gemm=proxy)"), or on the MoE GPU paths ("MoE on one
+ * rank's GPU", "MoE on one node's GPUs") with option moe_sync=no, may be
+ * captured into a CUDA graph and replayed (MKX_Request_get_path says
+ * which path a plan takes and whether it may); every rank must replay its
  * graphs the same number of times, in the same order with its other
  * calls on the communicator.  Capturing a plain (one-shot) call, an _init,
  * or MKX_Start of a plan on the staged, host or several-node path is not
@@ -614,6 +617,26 @@ int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to
  * NULL. */
 int MKX_Request_free(MKX_Request *request);
+
+/* ---- which path a call took ------------------------------------------ */
+
+/* Local, no communication.  MKX_Request_get_path: the path MKX_Start of
+ * `request` runs (the one its last start took; before any, the one its
+ * plan chose).  MKX_Comm_get_last_path: the path the last call or start
+ * on comm ran ("none" before any; works on a communicator made unusable
+ * by a failure too).  *name: the path's name as logged at info ("host",
+ * "staged", "fused overlapped", "fused, operands read in place", ...;
+ * a constant string of the library, not to be freed); *capturable: 1 if MKX_Start of a plan on that path may be
+ * captured in a CUDA graph (see "CUDA graphs" above), else 0; *ctas: the
+ * CTAs its kernels take on this rank's GPU (its partition's SMs for a GEMM
+ * that waits for no one, the cap of kernels that wait for peers
+ * otherwise), 0 on the host and staged paths.  Errors:
+ * MKX_ERR_INVALID_REQUEST / MKX_ERR_INVALID_COMM (NULL or freed),
+ * MKX_ERR_NULL_POINTER (an output pointer). */
+int MKX_Request_get_path(MKX_Request request, const char **name,
+                         int *capturable, int *ctas);
+int MKX_Comm_get_last_path(MKX_Comm comm, const char **name, int *capturable,
+                           int *ctas);
 
 /* ---- options ------------------------------------------------------------ */
 

@@ -271,6 +271,7 @@ int MKX_Comm_create(MPI_Comm comm, MPI_Info info, MKX_Comm *newcomm) {
   c->mpi = MPI_COMM_NULL;
   c->node_mpi = MPI_COMM_NULL;
   c->device = -1;
+  c->last_path = -1;
   static atomic_uint_least64_t serials = 1;
   c->serial = atomic_fetch_add(&serials, 1);
   /* known from the start, so that set-up's own calls take it as live; a

@@ -33,6 +33,8 @@ struct MKX_Comm_s {
   int broken;           /* a timed-out collective is pending: unusable */
   char broken_why[256]; /* the message of the failure that broke it */
   int live_requests;    /* persistent requests not yet freed */
+  int last_path;        /* the path of the last call's run (ops/path.h),
+                           -1: none yet (MKX_Comm_get_last_path) */
   int told;             /* the other ranks know this one gave up, or told
                           it that they did (mkx_comm_exchanged) */
   uint64_t serial;      /* unique in the process, never reused: the owner

@@ -156,6 +156,7 @@ module mkx_f08
   public :: MKX_Comm_create, MKX_Comm_free, MKX_Block_range
   public :: MKX_Alloc_mem, MKX_Free_mem
   public :: MKX_Start, MKX_Request_free
+  public :: MKX_Request_get_path, MKX_Comm_get_last_path
   public :: MKX_Info_print
 
 #include "mkx_f08_gen_spec.inc"
@@ -248,6 +249,24 @@ module mkx_f08
       type(c_ptr), intent(inout) :: request
       integer(c_int) :: rc
     end function c_request_free
+
+    function c_request_get_path(request, name, capturable, ctas) &
+        bind(C, name="MKX_Request_get_path") result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: request
+      type(c_ptr), intent(out) :: name
+      integer(c_int), intent(out) :: capturable, ctas
+      integer(c_int) :: rc
+    end function c_request_get_path
+
+    function c_comm_get_last_path(comm, name, capturable, ctas) &
+        bind(C, name="MKX_Comm_get_last_path") result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: comm
+      type(c_ptr), intent(out) :: name
+      integer(c_int), intent(out) :: capturable, ctas
+      integer(c_int) :: rc
+    end function c_comm_get_last_path
 
     function c_info_print(comm, file) bind(C, name="mkx_f08_info_print") &
         result(rc)
@@ -462,6 +481,49 @@ contains
     rc = c_request_free(request%ptr)
     call set_ierror(rc, ierror)
   end subroutine MKX_Request_free
+
+  ! ---- which path a call took ----------------------------------------------------
+
+  ! The path MKX_Start of request runs, whether a start of it may be captured
+  ! in a CUDA graph, and the CTAs its kernels take on this rank (mkx.h).
+  subroutine MKX_Request_get_path(request, name, capturable, ctas, ierror)
+    type(MKX_Request), intent(in) :: request
+    character(len=:), allocatable, intent(out) :: name
+    logical, intent(out) :: capturable
+    integer, intent(out) :: ctas
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc, cap, n
+    type(c_ptr) :: s
+    call mkx_f08_clear_error()
+    s = c_null_ptr
+    cap = 0
+    n = 0
+    rc = c_request_get_path(request%ptr, s, cap, n)
+    name = f_string(s)
+    capturable = cap /= 0
+    ctas = int(n)
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Request_get_path
+
+  ! The same for the last call or start on comm ("none" before any).
+  subroutine MKX_Comm_get_last_path(comm, name, capturable, ctas, ierror)
+    type(MKX_Comm), intent(in) :: comm
+    character(len=:), allocatable, intent(out) :: name
+    logical, intent(out) :: capturable
+    integer, intent(out) :: ctas
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc, cap, n
+    type(c_ptr) :: s
+    call mkx_f08_clear_error()
+    s = c_null_ptr
+    cap = 0
+    n = 0
+    rc = c_comm_get_last_path(comm%ptr, s, cap, n)
+    name = f_string(s)
+    capturable = cap /= 0
+    ctas = int(n)
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Comm_get_last_path
 
   ! ---- options -------------------------------------------------------------------
 

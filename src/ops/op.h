@@ -98,7 +98,16 @@ typedef struct mkx_prepared {
   void *gpu;                   /* its plan */
   int64_t id;                  /* the communicator's call count at its
                                   agreement: the same on every rank */
+  mkx_path ran;                /* the path its last run took
+                                  (MKX_PATH_COUNT: not run yet) */
 } mkx_prepared;
+
+/* The path p runs: the one its last run took, else the one it chose. */
+mkx_path mkx_prepared_path(const mkx_prepared *p);
+/* MKX_Request_get_path and MKX_Comm_get_last_path for `path` on c
+ * (MKX_PATH_COUNT: none; ops/path_info.c). */
+int mkx_path_info(MKX_Comm c, mkx_path path, const char **name, int *capturable,
+                  int *ctas);
 
 /* Which entry point prepares the operation: every rank must be in the
  * same one (a plain call on one rank and an _init on another is an
@@ -123,9 +132,9 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
  * instead of pairing their transfers up.  The GPU paths exchange nothing
  * on the host: there a mismatch ends at the kernels' bounded waits. */
 int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p);
-/* Run a prepared operation (no collective checks). */
-int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
-                   MKX_Stream stream);
+/* Run a prepared operation (no collective checks); notes the path it took
+ * in p->ran and c->last_path. */
+int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream);
 void mkx_prepared_free(MKX_Comm c, mkx_prepared *p);
 
 /* prepare + execute + free: a plain (non-persistent) call. */

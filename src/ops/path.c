@@ -26,15 +26,36 @@ static const char *const names[MKX_PATH_COUNT] = {
         "MoE on several nodes' GPUs, driven by the GPU (hier_moe=proxy)",
 };
 
+static const char capturable[MKX_PATH_COUNT] = {
+    [MKX_PATH_TP_OVERLAP] = 1,    [MKX_PATH_TP_SPLIT] = 1,
+    [MKX_PATH_TP_ONE_KERNEL] = 1, [MKX_PATH_TP_ADAPTED] = 1,
+    [MKX_PATH_TP_PULL] = 1,       [MKX_PATH_HIER_PROXY] = 1,
+    [MKX_PATH_ATTN] = 1,          [MKX_PATH_ATTN_RING] = 1,
+    [MKX_PATH_MOE] = 1,           [MKX_PATH_MOE_NODE] = 1,
+};
+
 static atomic_long starts[MKX_PATH_COUNT];
+static _Thread_local mkx_path tracked = MKX_PATH_COUNT;
 
 const char *mkx_path_name(mkx_path p) {
   return p >= 0 && p < MKX_PATH_COUNT ? names[p] : "?";
 }
 
-void mkx_path_count(mkx_path p) {
-  if (p >= 0 && p < MKX_PATH_COUNT) atomic_fetch_add(&starts[p], 1);
+int mkx_path_capturable(mkx_path p) {
+  return p >= 0 && p < MKX_PATH_COUNT && capturable[p];
 }
+
+void mkx_path_count(mkx_path p) {
+  if (p < 0 || p >= MKX_PATH_COUNT) return;
+  atomic_fetch_add(&starts[p], 1);
+  if (tracked == MKX_PATH_COUNT ||
+      (tracked == MKX_PATH_TP_SPLIT && p == MKX_PATH_TP_ONE_KERNEL))
+    tracked = p;
+}
+
+void mkx_path_track_begin(void) { tracked = MKX_PATH_COUNT; }
+
+mkx_path mkx_path_track_end(void) { return tracked; }
 
 long mkx_path_starts(mkx_path p) {
   return p >= 0 && p < MKX_PATH_COUNT ? atomic_load(&starts[p]) : 0;

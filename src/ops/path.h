@@ -41,8 +41,18 @@ typedef enum mkx_path {
 } mkx_path;
 
 const char *mkx_path_name(mkx_path p);
+/* Whether MKX_Start of a plan on p may be captured in a CUDA graph: its
+ * start does no host work that waits (the MoE paths: only with option
+ * moe_sync=no, which the caller checks).  The one list of mkx.h's rule. */
+int mkx_path_capturable(mkx_path p);
 /* One more start on p (thread-safe). */
 void mkx_path_count(mkx_path p);
+/* The path the calling thread's starts took since mkx_path_track_begin
+ * (MKX_PATH_COUNT: none counted): the first counted, which names a path
+ * around an inner one (adapted, several nodes over NVLink), except that
+ * one kernel refines split. */
+void mkx_path_track_begin(void);
+mkx_path mkx_path_track_end(void);
 /* Starts on p in this process so far. */
 long mkx_path_starts(mkx_path p);
 

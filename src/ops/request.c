@@ -65,6 +65,14 @@ int MKX_Start(MKX_Request request, MKX_Stream stream) {
   return mkx_op_execute(request->comm, &request->prep, request->args, stream);
 }
 
+int MKX_Request_get_path(MKX_Request request, const char **name,
+                         int *capturable, int *ctas) {
+  mkx_error_clear();
+  MKX_TRY(request_check(request, "MKX_Request_get_path"));
+  return mkx_path_info(request->comm, mkx_prepared_path(&request->prep), name,
+                       capturable, ctas);
+}
+
 int MKX_Request_free(MKX_Request *request) {
   mkx_error_clear();
   if (request == NULL)

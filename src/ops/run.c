@@ -250,6 +250,7 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   memset(&mine, 0, sizeof mine);
   memset(p, 0, sizeof *p);
   p->cls = cls;
+  p->ran = MKX_PATH_COUNT;
   MKX_TRY(mkx_comm_check(c));
   mine.op = cls->kind;
   mine.variant = variant;
@@ -341,9 +342,15 @@ static int run_staged(MKX_Comm c, const mkx_prepared *p, void *args,
   return rc;
 }
 
-int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
-                   MKX_Stream stream) {
-  MKX_TRY(mkx_comm_check(c));
+mkx_path mkx_prepared_path(const mkx_prepared *p) {
+  if (p->ran != MKX_PATH_COUNT) return p->ran;
+  return p->gpu_ops  ? p->gpu_ops->path
+         : p->staged ? MKX_PATH_STAGED
+                     : MKX_PATH_HOST;
+}
+
+static int run(MKX_Comm c, const mkx_prepared *p, void *args,
+               MKX_Stream stream) {
   if (p->gpu_ops) {
     void *run = stream;
     MKX_TRY(mkx_device_set(c->device));
@@ -360,6 +367,15 @@ int mkx_op_execute(MKX_Comm c, const mkx_prepared *p, void *args,
   }
   mkx_path_count(MKX_PATH_HOST);
   return mkx_comm_exchanged(c, p->cls->host(c, args, &p->g));
+}
+
+int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream) {
+  MKX_TRY(mkx_comm_check(c));
+  mkx_path_track_begin();
+  const int rc = run(c, p, args, stream);
+  const mkx_path ran = mkx_path_track_end();
+  if (ran != MKX_PATH_COUNT) p->ran = ran, c->last_path = (int)ran;
+  return rc;
 }
 
 int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,

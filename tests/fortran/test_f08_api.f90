@@ -617,8 +617,10 @@ contains
     real(real64), target :: Crs(m, n), Car(m, n), Car2(m, n)
     real(real64) :: Afull(m * nranks, k), Bsum(k, n), ref(m * nranks, n)
     type(MKX_Request) :: r1, r2, r3, r4
-    integer :: q, i, j, it
+    integer :: q, i, j, it, ctas
     integer(c_int64_t) :: first, count
+    character(len=:), allocatable :: path
+    logical :: capturable
     do it = 1, 2                      ! A changes between starts
       do q = 0, nranks - 1
         do j = 1, k
@@ -681,6 +683,13 @@ contains
           [count * n]), reshape(ref(first + 1:first + count, :), &
           [count * n])) < 1e-12_real64, "persistent reduce_scatter")
     end do
+    ! host arrays: the host path, which a CUDA graph cannot capture
+    call MKX_Request_get_path(r3, path, capturable, ctas, ierr)
+    call check(ierr == MKX_SUCCESS .and. path == "host" .and. &
+        .not. capturable .and. ctas == 0, "MKX_Request_get_path")
+    call MKX_Comm_get_last_path(comm, path, capturable, ctas, ierr)
+    call check(ierr == MKX_SUCCESS .and. path == "host", &
+        "MKX_Comm_get_last_path")
     call MKX_Request_free(r1, ierr)
     call check(ierr == MKX_SUCCESS .and. r1 == MKX_REQUEST_NULL, &
         "MKX_Request_free")

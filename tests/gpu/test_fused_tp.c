@@ -620,6 +620,14 @@ static void graph(MKX_Comm c, int op) {
   int rc = prob_init_plan(&v.p, c, &r);
   CHECK_RC(rc, MKX_SUCCESS, "%s_init for graph", op_name[op]);
   if (rc != MKX_SUCCESS) return variants_free(&v);
+  const char *path = NULL;
+  int capturable = 0, ctas = 0;
+  CHECK_RC(MKX_Request_get_path(r, &path, &capturable, &ctas), MKX_SUCCESS,
+           "%s: path query", op_name[op]);
+  CHECK(capturable && ctas > 0,
+        "%s: the plan's path (%s, %d CTAs) may be "
+        "captured",
+        op_name[op], path ? path : "NULL", ctas);
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   rc = MKX_Start(r, st);
   CUDA(cudaStreamEndCapture(st, &g));

@@ -267,6 +267,50 @@ static void mismatched_starts(MKX_Comm comm) {
   MKX_Request_free(&ar1);
 }
 
+/* What a plan and the communicator's last call ran, on host buffers: the
+ * host path, not capturable, no CTAs; "none" on a new communicator; bad
+ * handles and NULL outputs refused. */
+static void path_query(void) {
+  MKX_Comm c = NULL;
+  const char *name = NULL;
+  int cap = -1, ctas = -1;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, MPI_INFO_NULL, &c);
+  CHECK_RC(rc, MKX_SUCCESS, "path query: MKX_Comm_create");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  rc = MKX_Comm_get_last_path(c, &name, &cap, &ctas);
+  CHECK(rc == MKX_SUCCESS && !strcmp(name, "none") && cap == 0 && ctas == 0,
+        "path query: \"none\" before any call (%s)", name ? name : "NULL");
+  double a[2] = {1, 2}, b[2] = {0.5, -1}, out[4];
+  MKX_Request r = NULL;
+  rc = MKX_Gemm_allreduce_init(a, 2, 1, 1, b, 2, 2, MKX_NO_TRANS, out, 2,
+                               MKX_FP64, MKX_FP64, MKX_ROW_MAJOR, c,
+                               MPI_INFO_NULL, &r);
+  CHECK_RC(rc, MKX_SUCCESS, "path query: a plan");
+  name = NULL, cap = ctas = -1;
+  if (rc == MKX_SUCCESS) rc = MKX_Request_get_path(r, &name, &cap, &ctas);
+  CHECK(rc == MKX_SUCCESS && !strcmp(name, "host") && cap == 0 && ctas == 0,
+        "path query: the plan runs on the host, not capturable (%s, %d, %d)",
+        name ? name : "NULL", cap, ctas);
+  if (rc == MKX_SUCCESS) rc = MKX_Start(r, NULL);
+  name = NULL;
+  if (rc == MKX_SUCCESS) rc = MKX_Comm_get_last_path(c, &name, &cap, &ctas);
+  CHECK(rc == MKX_SUCCESS && !strcmp(name, "host"),
+        "path query: the last call ran on the host (%s)", name ? name : "NULL");
+  CHECK_RC(MKX_Request_get_path(r, NULL, &cap, &ctas), MKX_ERR_NULL_POINTER,
+           "path query: name NULL");
+  CHECK_RC(MKX_Comm_get_last_path(c, &name, &cap, NULL), MKX_ERR_NULL_POINTER,
+           "path query: ctas NULL");
+  MKX_Request gone = r;
+  MKX_Request_free(&r);
+  CHECK_RC(MKX_Request_get_path(gone, &name, &cap, &ctas),
+           MKX_ERR_INVALID_REQUEST, "path query: a freed request");
+  CHECK_RC(MKX_Request_get_path(NULL, &name, &cap, &ctas),
+           MKX_ERR_INVALID_REQUEST, "path query: a NULL request");
+  MKX_Comm_free(&c);
+  CHECK_RC(MKX_Comm_get_last_path(NULL, &name, &cap, &ctas),
+           MKX_ERR_INVALID_COMM, "path query: a NULL communicator");
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   MKX_Comm comm = NULL;
@@ -391,6 +435,7 @@ int main(int argc, char **argv) {
   }
 
   if (mt.size > 1) mismatched_starts(comm);
+  path_query();
 
   if (mt.rank == 0) mt_diag("plans done in %.2f s", MPI_Wtime() - t0);
   rc = MKX_Comm_free(&comm);

@@ -3,7 +3,10 @@
  * (src/ops/moe/moe_gpu.c) on communicators described by hand: every branch
  * picks the entry it should, of the right call (AllGather+GEMM's starts
  * differ from the reductions'), and says why; attention's check turns
- * away what its engine cannot take, saying why. */
+ * away what its engine cannot take, saying why.  Then what the path query
+ * (mkx_path_info, behind MKX_Request_get_path) says of each path: mkx.h's
+ * list of the paths a start of which may be captured, MoE only with
+ * moe_sync=no, and the CTAs. */
 #include <stdio.h>
 #include <string.h>
 #include "core/comm.h"
@@ -227,6 +230,50 @@ static void moe(void) {
     }
 }
 
+/* mkx.h, "CUDA graphs": the paths whose starts may be captured. */
+static void path_info(void) {
+  static const mkx_path yes[] = {MKX_PATH_TP_OVERLAP,    MKX_PATH_TP_SPLIT,
+                                 MKX_PATH_TP_ONE_KERNEL, MKX_PATH_TP_ADAPTED,
+                                 MKX_PATH_TP_PULL,       MKX_PATH_HIER_PROXY,
+                                 MKX_PATH_ATTN,          MKX_PATH_ATTN_RING,
+                                 MKX_PATH_MOE,           MKX_PATH_MOE_NODE};
+  struct MKX_Comm_s c =
+      comm_of(4, 1, MKX_SHARE_MPS, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+  c.share.ctas = 30;
+  c.share.ctx_sms = 32;
+  c.share.dev_sms = 132;
+  c.opt.moe_sync = 0;
+  for (int p = 0; p < MKX_PATH_COUNT; p++) {
+    int want = 0, cap = -1, ctas = -1;
+    const char *name = NULL;
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+      want |= (int)yes[i] == p;
+    CHECK_RC(mkx_path_info(&c, (mkx_path)p, &name, &cap, &ctas), MKX_SUCCESS,
+             "path query of %s", mkx_path_name((mkx_path)p));
+    CHECK(name && !strcmp(name, mkx_path_name((mkx_path)p)),
+          "path query: the name of %s", mkx_path_name((mkx_path)p));
+    CHECK(cap == want, "%s: %s in a CUDA graph", mkx_path_name((mkx_path)p),
+          want ? "may be captured" : "is not captured");
+    const int host = p == MKX_PATH_HOST || p == MKX_PATH_STAGED;
+    const int want_ctas = host ? 0 : p == MKX_PATH_TP_PULL ? 32 : 30;
+    CHECK(ctas == want_ctas, "%s: %d CTAs (expected %d)",
+          mkx_path_name((mkx_path)p), ctas, want_ctas);
+  }
+  int cap = -1, ctas = -1;
+  const char *name = NULL;
+  c.opt.moe_sync = 1;
+  mkx_path_info(&c, MKX_PATH_MOE, &name, &cap, &ctas);
+  CHECK(cap == 0, "MoE on one rank's GPU with moe_sync=yes: not captured");
+  c.share.ctas = 0;
+  mkx_path_info(&c, MKX_PATH_TP_OVERLAP, &name, &cap, &ctas);
+  CHECK(ctas == 132, "no CTA cap: one per SM of the GPU (%d)", ctas);
+  mkx_path_info(&c, MKX_PATH_COUNT, &name, &cap, &ctas);
+  CHECK(!strcmp(name, "none") && cap == 0 && ctas == 0,
+        "no path yet: \"none\"");
+  CHECK_RC(mkx_path_info(&c, MKX_PATH_HOST, NULL, &cap, &ctas),
+           MKX_ERR_NULL_POINTER, "path query: name NULL");
+}
+
 int main(void) {
   for (int op = 0; op < 3; op++) {
     struct MKX_Comm_s own =
@@ -299,5 +346,6 @@ int main(void) {
   one_kernel_bit();
   attention();
   moe();
+  path_info();
   return check_done("test_path_choice");
 }
