@@ -80,9 +80,11 @@
  * captured into a CUDA graph and replayed (MKX_Request_get_path says
  * which path a plan takes and whether it may); every rank must replay its
  * graphs the same number of times, in the same order with its other
- * calls on the communicator.  Capturing a plain (one-shot) call, an _init,
- * or MKX_Start of a plan on the staged, host or several-node path is not
- * supported (they do host work and synchronise).
+ * calls on the communicator.  A call or MKX_Start whose path is not among
+ * these, on a stream being captured, returns MKX_ERR_UNSUPPORTED before it
+ * touches the stream, so the capture stays valid (they do host work that
+ * waits).  Capturing a plain (one-shot) call or an _init is not supported
+ * on any path.
  *
  * Agreement across ranks.  Each call first checks its arguments on every
  * rank, then exchanges the verdict and the values that must agree once,

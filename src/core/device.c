@@ -162,6 +162,16 @@ int mkx_stream_sync(void *stream) {
                      "cudaStreamSynchronize");
 }
 
+int mkx_stream_capturing(void *stream) {
+  enum cudaStreamCaptureStatus s = cudaStreamCaptureStatusNone;
+  if (!stream) return 0;
+  if (cudaStreamIsCapturing((cudaStream_t)stream, &s) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return s != cudaStreamCaptureStatusNone;
+}
+
 void *mkx_driver_fn(const char *name, unsigned version) {
   void *p = NULL;
   enum cudaDriverEntryPointQueryResult q;
@@ -274,6 +284,10 @@ int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device,
 int mkx_stream_sync(void *stream) {
   (void)stream;
   return MKX_SUCCESS;
+}
+int mkx_stream_capturing(void *stream) {
+  (void)stream;
+  return 0;
 }
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
   memset(out, 0, sizeof *out);

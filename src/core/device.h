@@ -59,6 +59,9 @@ int mkx_device_free(void *p);
 int mkx_device_copy(void *dst, const void *src, size_t bytes, int to_device,
                     void *stream);
 int mkx_stream_sync(void *stream);
+/* 1 if `stream` (not NULL) is being captured into a CUDA graph, else 0
+ * (0 without CUDA; the legacy stream is never captured itself). */
+int mkx_stream_capturing(void *stream);
 
 /* A CUDA driver entry point of at least `version` (e.g. 12000), or NULL
  * (no CUDA in the build, no driver): MKX never links libcuda, whose stub

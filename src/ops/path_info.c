@@ -16,6 +16,11 @@ static int is_moe(mkx_path path) {
          path == MKX_PATH_MOE_NODES || path == MKX_PATH_MOE_NET;
 }
 
+int mkx_path_capturable_on(MKX_Comm c, mkx_path path) {
+  /* the MoE calls wait for their routing unless moe_sync=no */
+  return mkx_path_capturable(path) && (!is_moe(path) || !c->opt.moe_sync);
+}
+
 int mkx_path_info(MKX_Comm c, mkx_path path, const char **name, int *capturable,
                   int *ctas) {
   if (!name || !capturable || !ctas)
@@ -27,9 +32,7 @@ int mkx_path_info(MKX_Comm c, mkx_path path, const char **name, int *capturable,
     return MKX_SUCCESS;
   }
   *name = mkx_path_name(path);
-  /* the MoE calls wait for their routing unless moe_sync=no */
-  *capturable =
-      mkx_path_capturable(path) && (!is_moe(path) || !c->opt.moe_sync);
+  *capturable = mkx_path_capturable_on(c, path);
   *ctas = ctas_of(c, path);
   return MKX_SUCCESS;
 }

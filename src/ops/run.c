@@ -371,6 +371,15 @@ static int run(MKX_Comm c, const mkx_prepared *p, void *args,
 
 int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream) {
   MKX_TRY(mkx_comm_check(c));
+  /* before the stream is touched, so that the caller's capture stays
+   * valid; the path is agreed, so every rank that captures says so */
+  const mkx_path path = mkx_prepared_path(p);
+  if (mkx_stream_capturing(stream) && !mkx_path_capturable_on(c, path))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: its path (%s) cannot be captured in a CUDA graph "
+                     "(it does host work that waits; MKX_Request_get_path "
+                     "says which can): run it outside the capture",
+                     p->cls->name, mkx_path_name(path));
   mkx_path_track_begin();
   const int rc = run(c, p, args, stream);
   const mkx_path ran = mkx_path_track_end();

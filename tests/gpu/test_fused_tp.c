@@ -647,6 +647,38 @@ static void graph(MKX_Comm c, int op) {
 }
 
 /* fused=off stages through the host: no fused start. */
+/* A call whose path cannot be captured (staged: option fused=off) on a
+ * capturing stream: MKX_ERR_UNSUPPORTED on every rank before the stream is
+ * touched, so the capture ends cleanly; a plan's path says so too. */
+static void refused_under_capture(MKX_Comm off) {
+  shape s = {256, 256, 128, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0};
+  prob p;
+  prob_init(&p, OP_AR, &s);
+  prob_fill(&p, 9, 9);
+  CUDA(cudaStreamSynchronize(st));
+  cudaGraph_t g = NULL;
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  const int rc = prob_call(&p, off, 1, NULL);
+  const cudaError_t e = cudaStreamEndCapture(st, &g);
+  if (CHECK_RC(rc, MKX_ERR_UNSUPPORTED, "staged call under capture"))
+    CHECK(strstr(MKX_Get_last_error(), "CUDA graph") != NULL,
+          "the message says why: %s", MKX_Get_last_error());
+  CHECK(e == cudaSuccess && g != NULL, "the capture ends cleanly (%s)",
+        cudaGetErrorString(e));
+  if (g) CUDA(cudaGraphDestroy(g));
+  (void)cudaGetLastError();
+  MKX_Request r = NULL;
+  const char *path = NULL;
+  int capturable = -1, ctas = -1;
+  CHECK_RC(prob_init_plan(&p, off, &r), MKX_SUCCESS, "a staged plan");
+  if (r) MKX_Request_get_path(r, &path, &capturable, &ctas);
+  CHECK(path && !strcmp(path, "staged") && capturable == 0 && ctas == 0,
+        "the staged plan's path: %s, capturable %d, %d CTAs",
+        path ? path : "NULL", capturable, ctas);
+  if (r) MKX_Request_free(&r);
+  prob_free(&p);
+}
+
 static void contrast(MKX_Comm off) {
   shape s = {256, 256, 128, 0, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 0};
   for (int op = 0; op < 3; op++) {
@@ -844,6 +876,7 @@ int main(int argc, char **argv) {
   if (!only || !strcmp(only, "auto")) {
     for (int op = 0; op < 3; op++) shapes(c, op);
     contrast(off);
+    refused_under_capture(off);
     partials_fp32(f32);
   }
   parts(cov, 0, only, "overlap", 7, 0);
