@@ -495,14 +495,8 @@ contains
     integer(c_int) :: rc, cap, n
     type(c_ptr) :: s
     call mkx_f08_clear_error()
-    s = c_null_ptr
-    cap = 0
-    n = 0
     rc = c_request_get_path(request%ptr, s, cap, n)
-    name = f_string(s)
-    capturable = cap /= 0
-    ctas = int(n)
-    call set_ierror(rc, ierror)
+    call path_out(rc, s, cap, n, name, capturable, ctas, ierror)
   end subroutine MKX_Request_get_path
 
   ! The same for the last call or start on comm ("none" before any).
@@ -515,15 +509,29 @@ contains
     integer(c_int) :: rc, cap, n
     type(c_ptr) :: s
     call mkx_f08_clear_error()
-    s = c_null_ptr
-    cap = 0
-    n = 0
     rc = c_comm_get_last_path(comm%ptr, s, cap, n)
-    name = f_string(s)
-    capturable = cap /= 0
-    ctas = int(n)
-    call set_ierror(rc, ierror)
+    call path_out(rc, s, cap, n, name, capturable, ctas, ierror)
   end subroutine MKX_Comm_get_last_path
+
+  ! The outputs of a path query, as Fortran takes them (nothing of a failed
+  ! one but ierror).
+  subroutine path_out(rc, s, cap, n, name, capturable, ctas, ierror)
+    integer(c_int), intent(in) :: rc, cap, n
+    type(c_ptr), intent(in) :: s
+    character(len=:), allocatable, intent(out) :: name
+    logical, intent(out) :: capturable
+    integer, intent(out) :: ctas
+    integer, intent(out), optional :: ierror
+    name = ""
+    capturable = .false.
+    ctas = 0
+    if (rc == MKX_SUCCESS) then
+      name = f_string(s)
+      capturable = cap /= 0
+      ctas = int(n)
+    end if
+    call set_ierror(rc, ierror)
+  end subroutine path_out
 
   ! ---- options -------------------------------------------------------------------
 

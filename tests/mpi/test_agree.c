@@ -43,26 +43,43 @@ static void agree_rc(MKX_Comm c) {
   }
 }
 
-/* The last rank joins an agreement (alloc: MKX_Alloc_mem's) 3 bounds
- * late. */
-static void late_rank(int alloc) {
+/* A communicator whose waits give up after timeout_ms, of virtual nodes of
+ * one rank over shm if vnodes; NULL on every rank if any failed. */
+static MKX_Comm make_comm(const char *timeout_ms, int vnodes,
+                          const char *what) {
   MPI_Info info;
   MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "300");
+  MPI_Info_set(info, "mkx_timeout_ms", timeout_ms);
+  if (vnodes) MPI_Info_set(info, "mkx_virtual_node_size", "1");
+  if (vnodes) MPI_Info_set(info, "mkx_net", "shm");
   MKX_Comm c = NULL;
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
   MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (timeout_ms=300)");
-  if (!mt_all(rc == MKX_SUCCESS)) return;
-  const int late = mt.size - 1;
-  if (mt.rank == late) {
-    const struct timespec nap = {0, 900 * 1000000L};
-    nanosleep(&nap, NULL);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Comm_create (timeout_ms=%s)", what,
+           timeout_ms);
+  if (!mt_all(rc == MKX_SUCCESS)) {
+    if (c) MKX_Comm_free(&c);
+    return NULL;
   }
+  return c;
+}
+
+static void nap_ms(long ms) {
+  const struct timespec nap = {ms / 1000, ms % 1000 * 1000000L};
+  nanosleep(&nap, NULL);
+}
+
+/* The last rank joins an agreement (alloc: MKX_Alloc_mem's) 3 bounds
+ * late. */
+static void late_rank(int alloc) {
+  MKX_Comm c = make_comm("300", 0, "late rank");
+  if (!c) return;
+  const int late = mt.size - 1;
+  if (mt.rank == late) nap_ms(900);
   const double t0 = MPI_Wtime();
   void *p = NULL;
-  rc = alloc ? MKX_Alloc_mem(c, 64, &p)
-             : mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
+  int rc = alloc ? MKX_Alloc_mem(c, 64, &p)
+                 : mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
   CHECK(p == NULL, "late rank: no memory handed out");
   const double dt = MPI_Wtime() - t0;
   if (mt.rank != late) {
@@ -92,20 +109,10 @@ static void late_rank(int alloc) {
  * and freed the communicator: its data lands on ranks whose communicator
  * is gone from the user's view, and MPI must not find it freed. */
 static void late_after_free(void) {
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "300");
-  MKX_Comm c = NULL;
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
-  MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "late after free: MKX_Comm_create");
-  if (!mt_all(rc == MKX_SUCCESS)) return;
-  const int late = mt.size - 1;
-  if (mt.rank == late) {
-    const struct timespec nap = {0, 900 * 1000000L};
-    nanosleep(&nap, NULL);
-  }
-  rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
+  MKX_Comm c = make_comm("300", 0, "late after free");
+  if (!c) return;
+  if (mt.rank == mt.size - 1) nap_ms(900);
+  int rc = mkx_comm_agree_rc(c, MKX_SUCCESS, "late step");
   CHECK(rc != MKX_SUCCESS, "late after free: the step fails (%s)",
         MKX_Error_string(rc));
   CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "late after free: MKX_Comm_free");
@@ -124,14 +131,9 @@ static void late_after_free(void) {
  * size: each gets MKX_ERR_PEER naming both exchanges, at once (not after
  * the bound), and its communicator is unusable. */
 static void out_of_step(void) {
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "20000");
-  MKX_Comm c = NULL;
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
-  MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "out of step: MKX_Comm_create");
-  if (!mt_all(rc == MKX_SUCCESS)) return;
+  MKX_Comm c = make_comm("20000", 0, "out of step");
+  if (!c) return;
+  int rc;
   const double t0 = MPI_Wtime();
   double a[2] = {1, 2}, b[2] = {3, 4}, out[4];
   if (mt.rank == 0)
@@ -153,16 +155,9 @@ static void out_of_step(void) {
 /* Rank 0 alone makes a call; the others free the communicator at once
  * (early) or after rank 0 gave up (!early). */
 static void skipped_call(int early) {
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "300");
-  MPI_Info_set(info, "mkx_virtual_node_size", "1");
-  MPI_Info_set(info, "mkx_net", "shm");
-  MKX_Comm c = NULL;
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
-  MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "skipped call: MKX_Comm_create (virtual nodes)");
-  if (!mt_all(rc == MKX_SUCCESS)) return;
+  MKX_Comm c = make_comm("300", 1, "skipped call (virtual nodes)");
+  if (!c) return;
+  int rc;
   const double t0 = MPI_Wtime();
   double a[2] = {1, 2}, b[2] = {3, 4}, out[4];
   if (mt.rank == 0) {
@@ -173,8 +168,7 @@ static void skipped_call(int early) {
           "skipped call (%s): rank 0 fails: %s", early ? "early" : "late",
           MKX_Get_last_error());
   } else if (!early) {
-    const struct timespec nap = {0, 600 * 1000000L};
-    nanosleep(&nap, NULL);
+    nap_ms(600);
   }
   rc = MKX_Comm_free(&c);
   CHECK(c == NULL, "skipped call (%s): MKX_Comm_free returns (%s)",
