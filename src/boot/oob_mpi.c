@@ -93,16 +93,6 @@ void mkx_mpi_abandon(MPI_Request *req, void *owned) {
   *req = MPI_REQUEST_NULL;
 }
 
-int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
-                       const char *what) {
-  int rc = mkx_mpi_wait(req, timeout_ms, what);
-  if (rc == MKX_ERR_TIMEOUT)
-    mkx_mpi_abandon(req, owned);
-  else
-    free(owned);
-  return rc;
-}
-
 /* ---- exchanges in slots ------------------------------------------------ */
 
 /* Every exchange starts as one slot per rank, of one size whatever the

@@ -20,9 +20,6 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what);
  * by every abandon).  *req becomes MPI_REQUEST_NULL. */
 void mkx_mpi_abandon(MPI_Request *req, void *owned);
 void mkx_mpi_reap(void);
-/* mkx_mpi_wait, then free `owned`, or abandon it on a timeout. */
-int mkx_mpi_wait_owned(MPI_Request *req, void *owned, int64_t timeout_ms,
-                       const char *what);
 /* A bounded allgather of `bytes` from every rank of comm into recv, sent
  * and received through MKX's own buffer, so that neither send nor recv is
  * touched after a timeout (MKX_ERR_TIMEOUT).  `what` travels with it: a
