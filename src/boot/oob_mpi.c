@@ -52,45 +52,93 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what) {
 /* A request that timed out may still read or write its buffers when the
  * late rank arrives, so they stay here, never freed while it is pending;
  * completed ones are freed at the next abandon or reap.  Only a broken
- * communicator abandons anything, so the list stays short. */
+ * communicator abandons anything, so the list stays short.
+ *
+ * MPI_Finalize is where a pending one would do harm: Open MPI's finalize
+ * frees every communicator, and one that an abandoned MPI_Comm_idup has not
+ * finished making crashes it (mca_pml_ob1_del_comm).  So the first abandon
+ * hangs a callback on MPI_COMM_SELF, whose attributes MPI_Finalize deletes
+ * before anything else: it keeps completing what the ranks that are still
+ * there complete (each is in its own finalize, doing the same), for a
+ * bounded time.  A communicator such an idup made is freed only then: a
+ * peer whose idup finished in time may have sent on it, and the context
+ * id of one freed earlier could be reused by the next. */
 typedef struct abandoned {
   MPI_Request req;
   void *owned;
+  int made_comm; /* owned: the MPI_Comm an idup makes, freed at finalize */
   struct abandoned *next;
 } abandoned;
 
 static abandoned *g_abandoned;
 static pthread_mutex_t g_abandoned_lock = PTHREAD_MUTEX_INITIALIZER;
+#define FINALIZE_DRAIN_MS 2000.0
 
-void mkx_mpi_reap(void) {
+/* Frees what completed; at_finalize: the communicators made too.  Returns
+ * how many are left. */
+static int reap(int at_finalize) {
+  int left = 0;
   pthread_mutex_lock(&g_abandoned_lock);
   for (abandoned **a = &g_abandoned; *a;) {
     int done = 0;
     if (MPI_Test(&(*a)->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
       done = 0; /* unknown: keep it */
-    if (!done) {
+    if (!done || ((*a)->made_comm && !at_finalize)) {
+      left += !done;
       a = &(*a)->next;
       continue;
     }
     abandoned *gone = *a;
     *a = gone->next;
+    if (gone->made_comm) MPI_Comm_free((MPI_Comm *)gone->owned);
     free(gone->owned);
     free(gone);
   }
   pthread_mutex_unlock(&g_abandoned_lock);
+  return left;
 }
 
-void mkx_mpi_abandon(MPI_Request *req, void *owned) {
+void mkx_mpi_reap(void) { (void)reap(0); }
+
+static int drain_at_finalize(MPI_Comm self, int key, void *value, void *x) {
+  (void)self, (void)key, (void)value, (void)x;
+  const double deadline = now_ms() + FINALIZE_DRAIN_MS;
+  const struct timespec nap = {0, 1000000};
+  while (reap(1) > 0 && now_ms() < deadline) nanosleep(&nap, NULL);
+  return MPI_SUCCESS;
+}
+
+static void drain_once_at_finalize(void) {
+  static int hooked;
+  int key = MPI_KEYVAL_INVALID;
+  if (hooked) return;
+  hooked = 1;
+  if (MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, drain_at_finalize, &key,
+                             NULL) != MPI_SUCCESS)
+    return;
+  MPI_Comm_set_attr(MPI_COMM_SELF, key, NULL);
+  MPI_Comm_free_keyval(&key); /* the attribute keeps it until finalize */
+}
+
+static void abandon(MPI_Request *req, void *owned, int made_comm) {
   abandoned *a = malloc(sizeof *a);
   mkx_mpi_reap();
   if (!a) return; /* then `owned` leaks: never freed under MPI's feet */
   a->req = *req;
   a->owned = owned;
+  a->made_comm = made_comm;
   pthread_mutex_lock(&g_abandoned_lock);
+  drain_once_at_finalize();
   a->next = g_abandoned;
   g_abandoned = a;
   pthread_mutex_unlock(&g_abandoned_lock);
   *req = MPI_REQUEST_NULL;
+}
+
+void mkx_mpi_abandon(MPI_Request *req, void *owned) { abandon(req, owned, 0); }
+
+void mkx_mpi_abandon_dup(MPI_Request *req, MPI_Comm *dup) {
+  abandon(req, dup, 1);
 }
 
 /* ---- exchanges in slots ------------------------------------------------ */

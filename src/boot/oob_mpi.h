@@ -17,8 +17,13 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what);
  * timeout): MPI may still use them when a late rank arrives, so
  * mkx_mpi_abandon keeps `owned` (malloc'd, may be NULL) with the request
  * and frees it only once the request completed (mkx_mpi_reap, also called
- * by every abandon).  *req becomes MPI_REQUEST_NULL. */
+ * by every abandon).  *req becomes MPI_REQUEST_NULL.  Pending ones are
+ * completed, for a bounded time, when MPI_Finalize starts (oob_mpi.c says
+ * why). */
 void mkx_mpi_abandon(MPI_Request *req, void *owned);
+/* The same for an MPI_Comm_idup into *dup (malloc'd): the communicator it
+ * makes is freed at finalize. */
+void mkx_mpi_abandon_dup(MPI_Request *req, MPI_Comm *dup);
 void mkx_mpi_reap(void);
 /* A bounded allgather of `bytes` from every rank of comm into recv, sent
  * and received through MKX's own buffer, so that neither send nor recv is

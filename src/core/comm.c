@@ -219,7 +219,7 @@ static int dup_bounded(MKX_Comm c, MPI_Comm user) {
   }
   rc = mkx_mpi_wait(&req, bound, "MKX_Comm_create: duplicating comm");
   if (rc == MKX_ERR_TIMEOUT) {
-    mkx_mpi_abandon(&req, dup);
+    mkx_mpi_abandon_dup(&req, dup);
     return rc;
   }
   if (rc == MKX_SUCCESS) c->mpi = *dup;
