@@ -8,9 +8,9 @@
  * rank's data lands in them (under ASan a use-after-free otherwise), and
  * the late rank learns that the others gave up (MKX_ERR_PEER).
  * Then ranks out of step: rank 0 in a call while the others are in
- * another exchange (an agreement of another size: before exchanges
- * carried what they are, MPI_ERR_TRUNCATE ended the job); rank 0 alone makes a call on a communicator of
- * virtual nodes over shm (one whose free ends with an exchange), the
+ * another exchange (an agreement of another size: matched by size alone,
+ * Open MPI would end the job with MPI_ERR_TRUNCATE); rank 0 alone makes a
+ * call on a communicator of virtual nodes over shm (one whose free ends with an exchange), the
  * others go straight to MKX_Comm_free, before or after rank 0 gave up.
  * The free's exchange meets the abandoned one: every rank returns, none
  * aborts the job (Open MPI reports a size mismatch of non-blocking
@@ -186,7 +186,7 @@ static void skipped_call(int early) {
 /* Communicators made with a bound too short for their MPI_Comm_idup: each
  * creation succeeds or times out, and MPI_Finalize, which frees every
  * communicator, must not meet one that an abandoned idup left half made
- * (under ASan Open MPI's finalize crashed so in 9 of 24 runs of 3 ranks). */
+ * (Open MPI's finalize crashes on one; most often seen under ASan). */
 static void idup_timeouts(void) {
   for (int i = 0; i < 8; i++) {
     MPI_Info info;
