@@ -340,14 +340,8 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
   const char *fn = fn_of(p->op);
   cudaStream_t st = (cudaStream_t)stream;
   moe_ws w;
-  enum cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
-  MKX_CUDA_TRY(cudaStreamIsCapturing(st, &cs), fn);
-  if (cs != cudaStreamCaptureStatusNone && p->sync)
-    return mkx_error(
-        MKX_ERR_UNSUPPORTED,
-        "%s: cannot be captured in a CUDA graph %s (each run "
-        "waits for its routing)",
-        fn, p->nodes ? "on several nodes" : "with option moe_sync=yes");
+  /* a capturing stream with moe_sync=yes, or several nodes, never gets
+   * here: mkx_op_execute refuses it (mkx_path_capturable_on) */
   p->ws->input_error = mkx_moe_input_error;
   MKX_TRY(mkx_fused_begin(c, p->ws, fn, stream, 1, p->path));
   mkx_moe_ws_place(c, p, &w);
