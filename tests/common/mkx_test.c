@@ -308,13 +308,13 @@ static double underflow_floor(MKX_Datatype t) {
   }
 }
 
-int mt_within_cond(const void *buf, MKX_Datatype t, int64_t ld, int64_t rows,
-                   int64_t cols, const double *ref, const double *refabs,
-                   double tol) {
+int mt_within_cond(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
+                   int64_t rows, int64_t cols, const double *ref,
+                   const double *refabs, double tol) {
   const double floor_abs = underflow_floor(t);
   for (int64_t i = 0; i < rows; i++)
     for (int64_t j = 0; j < cols; j++) {
-      const double g = mt_get(buf, t, (size_t)(i * ld + j));
+      const double g = mt_mat_get(buf, t, o, ld, i, j);
       const double e = ref[i * cols + j], a = refabs[i * cols + j];
       if (!(fabs(g - e) <= tol * (fabs(e) + a) + floor_abs)) return 0;
     }

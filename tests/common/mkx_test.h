@@ -106,15 +106,15 @@ double mt_tol(MKX_Datatype in, MKX_Datatype out);
  * fails. */
 double mt_tol_cond(double tol, const double *ref, const double *refabs,
                    size_t n);
-/* Every element i of the rows x cols row-major `buf` (leading dimension
+/* Every element i of the rows x cols `buf` (order o, leading dimension
  * ld) within tol (|ref_i| + refabs_i) of ref_i, plus half of t's
  * smallest subnormal (a value that small may round to 0): the
  * componentwise bound, for results so few that one cancelling element
  * decides the norm (where mt_tol_cond's allowance for random data does
  * not apply).  NaN fails. */
-int mt_within_cond(const void *buf, MKX_Datatype t, int64_t ld, int64_t rows,
-                   int64_t cols, const double *ref, const double *refabs,
-                   double tol);
+int mt_within_cond(const void *buf, MKX_Datatype t, MKX_Order o, int64_t ld,
+                   int64_t rows, int64_t cols, const double *ref,
+                   const double *refabs, double tol);
 
 /* ---- GEMM operands ------------------------------------------------------ */
 

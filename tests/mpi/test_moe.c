@@ -406,8 +406,8 @@ static void case_dispatch(MKX_Comm comm, int c, int truncate,
           mt_relerr_mat(ty.host, m.dt, MKX_ROW_MAJOR, m.n, total, m.n, ref);
       double t0 = mt_tol(m.dt, m.dt);
       double tol = mt_tol_cond(t0, ref, refabs, (size_t)(total * m.n));
-      CHECK(e <= tol ||
-                mt_within_cond(ty.host, m.dt, m.n, total, m.n, ref, refabs, t0),
+      CHECK(e <= tol || mt_within_cond(ty.host, m.dt, MKX_ROW_MAJOR, m.n, total,
+                                       m.n, ref, refabs, t0),
             "%s: Y rel err %.3g <= %.3g, or every element within the "
             "componentwise bound",
             desc, e, tol);
@@ -543,8 +543,8 @@ static void case_layer(MKX_Comm comm, int c, const mshape *sh) {
       double e = mt_relerr_mat(tout.host, m.dt, MKX_ROW_MAJOR, H, nt, H, ref);
       double t0 = 2 * mt_tol(m.dt, m.dt);
       double tol = mt_tol_cond(t0, ref, refabs, (size_t)(nt * H));
-      CHECK(e <= tol ||
-                mt_within_cond(tout.host, m.dt, H, nt, H, ref, refabs, t0),
+      CHECK(e <= tol || mt_within_cond(tout.host, m.dt, MKX_ROW_MAJOR, H, nt, H,
+                                       ref, refabs, t0),
             "%s: out rel err %.3g <= %.3g, or every element within the "
             "componentwise bound",
             desc, e, tol);
