@@ -35,6 +35,10 @@ struct MKX_Comm_s {
   int live_requests;    /* persistent requests not yet freed */
   int last_path;        /* the path of the last call's run (ops/path.h),
                            -1: none yet (MKX_Comm_get_last_path) */
+  int capturing;        /* while a call captured on every rank makes its
+                           plan: the fused workspace pool makes nothing
+                           then and holds what it hands out for the
+                           graph (src/ops/fused/workspace.c) */
   int told;             /* the other ranks know this one gave up, or told
                           it that they did (mkx_comm_exchanged) */
   uint64_t serial;      /* unique in the process, never reused: the owner

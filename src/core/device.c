@@ -172,6 +172,22 @@ int mkx_stream_capturing(void *stream) {
   return s != cudaStreamCaptureStatusNone;
 }
 
+int mkx_capture_relax(int on) {
+  enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
+  if (!on) return 0;
+  if (cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return (int)m + 1;
+}
+
+void mkx_capture_restore(int saved) {
+  enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)(saved - 1);
+  if (saved > 0 && cudaThreadExchangeStreamCaptureMode(&m) != cudaSuccess)
+    (void)cudaGetLastError();
+}
+
 void *mkx_driver_fn(const char *name, unsigned version) {
   void *p = NULL;
   enum cudaDriverEntryPointQueryResult q;
@@ -289,6 +305,11 @@ int mkx_stream_capturing(void *stream) {
   (void)stream;
   return 0;
 }
+int mkx_capture_relax(int on) {
+  (void)on;
+  return 0;
+}
+void mkx_capture_restore(int saved) { (void)saved; }
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
   memset(out, 0, sizeof *out);
   return mkx_device_set(device);

@@ -62,6 +62,12 @@ int mkx_stream_sync(void *stream);
 /* 1 if `stream` (not NULL) is being captured into a CUDA graph, else 0
  * (0 without CUDA; the legacy stream is never captured itself). */
 int mkx_stream_capturing(void *stream);
+/* While a captured call makes its plan (on): this thread's capture mode
+ * relaxed, so that the CUDA calls of a plan that makes nothing (mapping
+ * queries, kernel loads) are not refused as calls that could be unsafe
+ * during a capture; returns what mkx_capture_restore takes back. */
+int mkx_capture_relax(int on);
+void mkx_capture_restore(int saved);
 
 /* A CUDA driver entry point of at least `version` (e.g. 12000), or NULL
  * (no CUDA in the build, no driver): MKX never links libcuda, whose stub

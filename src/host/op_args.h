@@ -113,6 +113,8 @@ typedef struct mkx_agreed {
   int gpu_adapt;    /* fused path: some rank's operands need the adapter
                       (src/ops/fused/adapter.c), so every rank takes it */
   unsigned gpu_any; /* MKX_GPU_LOCAL_* bits some rank's gpu_local set */
+  int captured;     /* a call whose stream is being captured into a CUDA
+                       graph on every rank */
 } mkx_agreed;
 
 #endif

@@ -127,14 +127,14 @@ typedef enum {
  * communicator's call count, so that ranks in different calls fail
  * instead of pairing up. */
 int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
-                   void *args, int pre_rc, mkx_prepared *p);
+                   void *args, int pre_rc, int captured, mkx_prepared *p);
 /* MKX_Start of a plan on the host path (its own or staged): before any
  * exchange of the run, the ranks check that they start the same plan at
  * the same point of their calls, with a record of the agreement's size,
  * so that ranks in different calls get MKX_ERR_SHAPE_MISMATCH naming both
  * instead of pairing their transfers up.  The GPU paths exchange nothing
  * on the host: there a mismatch ends at the kernels' bounded waits. */
-int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p);
+int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p, int captured);
 /* Run a prepared operation (no collective checks); notes the path it took
  * in p->ran and c->last_path. */
 int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream);

@@ -4,6 +4,7 @@
  * starts the same plan (mkx_op_start_check). */
 #include <stdlib.h>
 #include <string.h>
+#include "core/device.h"
 #include "core/error.h"
 #include "core/handles.h"
 #include "ops/op.h"
@@ -35,7 +36,7 @@ int mkx_plan_create(MKX_Comm c, const mkx_op_class *cls, const void *args,
   if (copy) memcpy(copy, args, cls->args_size);
   mkx_prepared prep;
   rc = mkx_op_prepare(c, cls, MKX_VARIANT_INIT, copy ? copy : (void *)args, rc,
-                      &prep);
+                      0, &prep);
   if (rc != MKX_SUCCESS) {
     mkx_handle_remove(r);
     free(r);
@@ -61,7 +62,8 @@ int MKX_Start(MKX_Request request, MKX_Stream stream) {
   MKX_TRY(request_check(request, "MKX_Start"));
   MKX_TRY(mkx_comm_check(request->comm));
   if (!request->prep.gpu_ops)
-    MKX_TRY(mkx_op_start_check(request->comm, &request->prep));
+    MKX_TRY(mkx_op_start_check(request->comm, &request->prep,
+                               mkx_stream_capturing(stream)));
   return mkx_op_execute(request->comm, &request->prep, request->args, stream);
 }
 

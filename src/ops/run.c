@@ -17,7 +17,8 @@
 typedef struct agree_record {
   int64_t op, variant, call;
   int64_t rc, path;
-  int64_t plan; /* MKX_Start: the plan's id (mkx_prepared.id) */
+  int64_t plan;     /* MKX_Start: the plan's id (mkx_prepared.id) */
+  int64_t captured; /* its stream is being captured into a CUDA graph */
   mkx_signature s;
 } agree_record;
 
@@ -82,6 +83,19 @@ static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
     snprintf(buf, len, "%lld", (long long)v);
 }
 
+/* A captured call's kernels meet the peers' only when its graph is
+ * launched, an uncaptured one's at once: they would never meet. */
+static int captured_mismatch(MKX_Comm c, const char *fn,
+                             const agree_record *all, int q) {
+  const int r = all[c->rank].captured ? c->rank : q,
+            o = all[c->rank].captured ? q : c->rank;
+  return mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                   "%s: the stream is being captured into a CUDA graph on "
+                   "rank %d but not on rank %d: capture the call on every "
+                   "rank or on none",
+                   fn, r, o);
+}
+
 static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
                          const agree_record *all) {
   const agree_record *me = &all[c->rank];
@@ -92,6 +106,8 @@ static int find_mismatch(MKX_Comm c, const mkx_op_class *cls,
                        "on rank %d",
                        cls->name, me->path ? "device" : "host", c->rank,
                        all[q].path ? "device" : "host", q);
+    if (all[q].captured != me->captured)
+      return captured_mismatch(c, cls->name, all, q);
     for (int i = 0; cls->sig_names[i]; i++)
       if (all[q].s.sig[i] != me->s.sig[i]) {
         char mine[48], other[48];
@@ -154,6 +170,7 @@ static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
     g->total += all[q].s.local;
   }
   if (rc == MKX_SUCCESS) rc = post_checks(c, cls, all, g);
+  g->captured = (int)mine->captured;
   free(all);
   return rc;
 }
@@ -202,8 +219,23 @@ static int all_can(MKX_Comm c, int can, unsigned local, int *all,
   return MKX_SUCCESS;
 }
 
+/* A path that does host work that waits, on a stream being captured:
+ * refused before the stream is touched, so that the capture stays valid.
+ * The path is agreed, and so is the capture for a call, so every rank
+ * refuses alike. */
+static int refuse_capture(const char *fn, mkx_path path) {
+  return mkx_error(MKX_ERR_UNSUPPORTED,
+                   "%s: its path (%s) cannot be captured in a CUDA graph "
+                   "(it does host work that waits; MKX_Request_get_path "
+                   "says which can): run it outside the capture",
+                   fn, mkx_path_name(path));
+}
+
 /* The fused GPU path: every rank can take one (agreed), then the
- * operation's choice among its paths, made alike on every rank. */
+ * operation's choice among its paths, made alike on every rank.  A
+ * captured call's plan makes nothing new (the workspace pool hands out
+ * only what earlier calls made, c->capturing) and holds what it takes for
+ * the graph. */
 static int plan_gpu(MKX_Comm c, const mkx_op_class *cls, void *args,
                     mkx_prepared *p) {
   mkx_path_choice ch;
@@ -211,7 +243,14 @@ static int plan_gpu(MKX_Comm c, const mkx_op_class *cls, void *args,
   MKX_TRY(cls->gpu_choose(c, args, &p->g, &ch));
   mkx_log(MKX_LOG_INFO, "%s: %s path (%s)", cls->name,
           mkx_path_name(ch.ops->path), ch.why);
-  MKX_TRY(ch.ops->plan(c, ch.op, args, &p->g, &p->gpu));
+  if (p->g.captured && !mkx_path_capturable_on(c, ch.ops->path))
+    return refuse_capture(cls->name, ch.ops->path);
+  c->capturing = p->g.captured;
+  const int mode = mkx_capture_relax(p->g.captured);
+  const int rc = ch.ops->plan(c, ch.op, args, &p->g, &p->gpu);
+  mkx_capture_restore(mode);
+  c->capturing = 0;
+  MKX_TRY(rc);
   p->gpu_ops = ch.ops;
   return MKX_SUCCESS;
 }
@@ -234,6 +273,7 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
   }
   if (cls->gpu_check) MKX_TRY(all_can(c, can, local, &all, &p->g));
   if (all) return plan_gpu(c, cls, args, p);
+  if (p->g.captured) return refuse_capture(cls->name, MKX_PATH_STAGED);
   p->staged = 1;
   mkx_log(MKX_LOG_INFO, "%s: %s path (%s)", cls->name,
           mkx_path_name(MKX_PATH_STAGED),
@@ -244,7 +284,7 @@ static int choose_gpu_path(MKX_Comm c, const mkx_op_class *cls, void *args,
 }
 
 int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
-                   void *args, int pre_rc, mkx_prepared *p) {
+                   void *args, int pre_rc, int captured, mkx_prepared *p) {
   agree_record mine;
   int device = MKX_MEM_HOST;
   memset(&mine, 0, sizeof mine);
@@ -259,7 +299,10 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   mine.rc = pre_rc ? pre_rc : cls->check(c, args, &mine.s);
   if (mine.rc == MKX_SUCCESS) mine.rc = buffer_kind(c, cls, args, &device);
   mine.path = device;
+  mine.captured = captured;
   int rc = exchange(c, cls, &mine, &p->g);
+  if (rc == MKX_SUCCESS && device != MKX_MEM_DEVICE && captured)
+    rc = refuse_capture(cls->name, MKX_PATH_HOST);
   if (rc != MKX_SUCCESS) {
     mkx_prepared_free(c, p);
     return rc;
@@ -270,7 +313,7 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   return rc;
 }
 
-int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p) {
+int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p, int captured) {
   agree_record mine, *all = malloc(sizeof mine * (size_t)c->size);
   if (!all) return mkx_error(MKX_ERR_NOMEM, "MKX_Start: agreement buffers");
   memset(&mine, 0, sizeof mine);
@@ -278,9 +321,13 @@ int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p) {
   mine.variant = MKX_VARIANT_START;
   mine.call = c->calls++;
   mine.plan = p->id;
+  mine.captured = captured;
   int rc =
       mkx_comm_exchange(c, &mine, all, sizeof mine, "the call's agreement");
   if (rc == MKX_SUCCESS) rc = other_call(c, all);
+  for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
+    if (all[q].captured != captured)
+      rc = captured_mismatch(c, "MKX_Start", all, q);
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     if (all[q].plan != mine.plan)
       rc = mkx_error(MKX_ERR_SHAPE_MISMATCH,
@@ -375,11 +422,7 @@ int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream) {
    * valid; the path is agreed, so every rank that captures says so */
   const mkx_path path = mkx_prepared_path(p);
   if (mkx_stream_capturing(stream) && !mkx_path_capturable_on(c, path))
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: its path (%s) cannot be captured in a CUDA graph "
-                     "(it does host work that waits; MKX_Request_get_path "
-                     "says which can): run it outside the capture",
-                     p->cls->name, mkx_path_name(path));
+    return refuse_capture(p->cls->name, path);
   mkx_path_track_begin();
   const int rc = run(c, p, args, stream);
   const mkx_path ran = mkx_path_track_end();
@@ -391,7 +434,8 @@ int mkx_op_call(MKX_Comm c, const mkx_op_class *cls, void *args,
                 MKX_Stream stream) {
   mkx_prepared p;
   mkx_error_clear();
-  MKX_TRY(mkx_op_prepare(c, cls, MKX_VARIANT_CALL, args, MKX_SUCCESS, &p));
+  MKX_TRY(mkx_op_prepare(c, cls, MKX_VARIANT_CALL, args, MKX_SUCCESS,
+                         mkx_stream_capturing(stream), &p));
   int rc = mkx_op_execute(c, &p, args, stream);
   mkx_prepared_free(c, &p);
   return rc;

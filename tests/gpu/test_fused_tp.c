@@ -14,7 +14,10 @@
  *  2. 1000 back-to-back plain calls per operation with changing inputs and
  *     no host synchronisation (stale flags would show as wrong results);
  *  3. a persistent plan started repeatedly with inputs changed in between;
- *  4. a CUDA-graph-captured MKX_Start replayed with changing inputs;
+ *  4. a CUDA-graph-captured MKX_Start replayed with changing inputs, and
+ *     a captured one-shot call: refused where no earlier call made its
+ *     workspace, then captured and replayed (AllReduce: the same bits on
+ *     every rank);
  *  5. the same call on a communicator with fused=off takes the staged path.
  *
  * Inputs and poison are written on the test's stream and waited for
@@ -646,6 +649,85 @@ static void graph(MKX_Comm c, int op) {
   variants_free(&v);
 }
 
+/* AllReduce: every rank holds the same bits of C. */
+static void same_bits(const prob *p, const char *what) {
+  void *got = device_c(p, p->dC);
+  unsigned long long h = mt_hash(got, p->cbytes, 0), lo = h, hi = h;
+  free(got);
+  MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+  CHECK(lo == hi, "%s: C has the same bits on every rank", what);
+}
+
+/* The capture of a one-shot call ended, its graph replayed with A
+ * changing (variants 1, 2, 0), each replay checked. */
+static void replay_call(variants *v, int op, cudaGraph_t g) {
+  cudaGraphExec_t ge;
+  CUDA(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 1; i <= 3; i++) {
+    CUDA(cudaMemcpyAsync(v->p.dA, v->dA[i % 3], v->p.abytes,
+                         cudaMemcpyDeviceToDevice, st));
+    CUDA(cudaGraphLaunch(ge, st));
+    CUDA(cudaStreamSynchronize(st));
+    check_variant(v, v->p.dC, i % 3, "one-shot graph replay");
+    if (op == OP_AR) same_bits(&v->p, "one-shot graph replay");
+  }
+  CUDA(cudaGraphExecDestroy(ge));
+}
+
+static MKX_Comm comm_with(const char *key, ...);
+
+/* A one-shot call under capture on a communicator that has made nothing
+ * yet: refused on every rank (MKX_ERR_UNSUPPORTED, saying what to do)
+ * before the stream is touched; once the call ran outside the capture,
+ * captured (its workspace stays the graph's) and replayed. */
+static void graph_call(int op) {
+  MKX_Comm c = comm_with("mkx_fused_pad", "no", NULL);
+  shape s = {512, 1024, 256, 1, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1};
+  variants v;
+  variants_init(&v, c, op, &s);
+  cudaGraph_t g = NULL;
+  CUDA(cudaStreamSynchronize(st));
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  int rc = prob_call(&v.p, c, 1, NULL);
+  cudaError_t e = cudaStreamEndCapture(st, &g);
+  if (CHECK_RC(rc, MKX_ERR_UNSUPPORTED, "%s: one-shot captured first",
+               op_name[op]))
+    CHECK(strstr(MKX_Get_last_error(), "outside the capture") != NULL,
+          "the message says what to do: %s", MKX_Get_last_error());
+  CHECK(e == cudaSuccess && g != NULL, "the capture ends cleanly (%s)",
+        cudaGetErrorString(e));
+  if (g) CUDA(cudaGraphDestroy(g));
+  g = NULL;
+  (void)cudaGetLastError();
+  mt_dev_copy(v.p.dA, v.dA[0], v.p.abytes, st);
+  rc = prob_call(&v.p, c, 1, NULL);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: one-shot outside the capture", op_name[op]);
+  CUDA(cudaStreamSynchronize(st));
+  check_variant(&v, v.p.dC, 0, "one-shot before the capture");
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  rc = prob_call(&v.p, c, 1, NULL);
+  e = cudaStreamEndCapture(st, &g);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: one-shot under capture", op_name[op]);
+  CHECK(e == cudaSuccess && g != NULL, "the capture ends (%s)",
+        cudaGetErrorString(e));
+  const char *path = NULL;
+  int capturable = 0, ctas = 0;
+  MKX_Comm_get_last_path(c, &path, &capturable, &ctas);
+  CHECK(capturable, "%s: the captured call's path (%s) says it may be",
+        op_name[op], path ? path : "NULL");
+  if (rc == MKX_SUCCESS && g) replay_call(&v, op, g);
+  if (g) CUDA(cudaGraphDestroy(g));
+  /* beside the graph's workspace, the next plain call makes another */
+  mt_dev_copy(v.p.dA, v.dA[2], v.p.abytes, st);
+  CHECK_RC(prob_call(&v.p, c, 1, NULL), MKX_SUCCESS,
+           "%s: a plain call after the capture", op_name[op]);
+  CUDA(cudaStreamSynchronize(st));
+  check_variant(&v, v.p.dC, 2, "plain call after the capture");
+  variants_free(&v);
+  CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "free after a captured call");
+}
+
 /* fused=off stages through the host: no fused start. */
 /* A call whose path cannot be captured (staged: option fused=off) on a
  * capturing stream: MKX_ERR_UNSUPPORTED on every rank before the stream is
@@ -877,6 +959,7 @@ int main(int argc, char **argv) {
     for (int op = 0; op < 3; op++) shapes(c, op);
     contrast(off);
     refused_under_capture(off);
+    for (int op = 0; op < 3; op++) graph_call(op);
     partials_fp32(f32);
   }
   parts(cov, 0, only, "overlap", 7, 0);

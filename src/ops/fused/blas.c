@@ -34,7 +34,7 @@ void mkx_tp_blas_free(mkx_tp_blas *b) {
   free(b);
 }
 
-static int blas_create(mkx_tp_blas **out, const char *fn) {
+int mkx_tp_blas_make(mkx_tp_blas **out, const char *fn) {
   mkx_tp_blas *b = calloc(1, sizeof *b);
   if (!b) return mkx_error(MKX_ERR_NOMEM, "%s: cuBLAS handle", fn);
   int rc = blas_rc(cublasCreate(&b->h), fn, "cublasCreate");
@@ -60,7 +60,7 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn) {
   const float one = 1.0f, zero = 0.0f;
   if (g->m == 0 || g->n == 0) return MKX_SUCCESS;
-  if (!*b) MKX_TRY(blas_create(b, fn));
+  if (!*b) MKX_TRY(mkx_tp_blas_make(b, fn));
   MKX_TRY(blas_rc(cublasSetStream((*b)->h, st), fn, "cublasSetStream"));
   /* cublasSetStream puts the default workspace back */
   MKX_TRY(blas_rc(cublasSetWorkspace((*b)->h, (*b)->ws, BLAS_WS_BYTES), fn,

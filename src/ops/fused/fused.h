@@ -45,6 +45,8 @@ typedef struct mkx_fused_ws {
   cudaEvent_t ev_fork, ev_join[MKX_FUSED_SIDES], ev_last;
   void *last_stream; /* stream of the last call (serialisation) */
   int used, busy, split;
+  int graph;      /* handed to a call captured into a CUDA graph: busy
+                     until the communicator is freed (replays use it) */
   MKX_Comm comm;  /* owner: options, and ranks in messages */
   const char *fn; /* the call that last started on it */
   long starts;    /* runs the host started on it (a graph's replays aside) */
@@ -67,10 +69,15 @@ int mkx_fused_share_ok(MKX_Comm c, const char *fn);
 
 /* Collective: a free workspace of the pool that fits `need` (allocating or
  * replacing one where none fits; every rank's pool is in the same state, so
- * every rank takes the same decision).  Marks it busy. */
+ * every rank takes the same decision).  Marks it busy.  The split path's
+ * cuBLAS handle (option tp_split_gemm=cublas) is made here too, never in
+ * a start.  While c->capturing (a call captured on every rank, agreed)
+ * nothing is made: no free workspace that fits (or no handle) is
+ * MKX_ERR_UNSUPPORTED, and the one handed out stays busy for good. */
 int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
                          mkx_fused_ws **ws);
-/* Local: back to the pool (the stream keeps ordering its in-flight use). */
+/* Local: back to the pool (the stream keeps ordering its in-flight use),
+ * unless a captured call holds it. */
 void mkx_fused_ws_release(mkx_fused_ws *ws);
 
 /* Local pointers into a rank's workspace; mkx_fused_ws_word: the int at
@@ -138,6 +145,7 @@ int mkx_tp_split_blas(MKX_Comm c, const mkx_gemm_desc *g);
 int mkx_tp_split_gemm(MKX_Comm c, const mkx_gemm_desc *g, cudaStream_t st,
                       const char *fn);
 typedef struct mkx_tp_blas mkx_tp_blas;
+int mkx_tp_blas_make(mkx_tp_blas **b, const char *fn);
 int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn);
 void mkx_tp_blas_free(mkx_tp_blas *b);

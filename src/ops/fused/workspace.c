@@ -253,22 +253,46 @@ static int load_kernels(const char *fn) {
   return mkx_fused_launch_rc(rc, fn, s);
 }
 
+/* What a captured call may not make (c->capturing). */
+static int made_outside_capture(const char *what) {
+  return mkx_error(MKX_ERR_UNSUPPORTED,
+                   "a call captured into a CUDA graph needs %s that no "
+                   "earlier call left free: make the same call once outside "
+                   "the capture first (what it makes is kept for the next), "
+                   "or capture MKX_Start of a plan",
+                   what);
+}
+
+/* The split path's cuBLAS handle, made with the first workspace of a
+ * split call that may use it (a start under capture could not). */
+static int blas_ready(MKX_Comm c, fused_pool *pool,
+                      const mkx_fused_need *need) {
+  if (!need->split || c->opt.tp_split_gemm != MKX_SPLIT_GEMM_CUBLAS ||
+      pool->blas)
+    return MKX_SUCCESS;
+  if (c->capturing) return made_outside_capture("a cuBLAS handle");
+  return mkx_tp_blas_make(&pool->blas, "fused set-up");
+}
+
 int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
                          mkx_fused_ws **ws) {
   fused_pool *pool;
   MKX_TRY(mkx_device_set(c->device)); /* streams, events, memory: this GPU */
   MKX_TRY(pool_error(c, "fused set-up")); /* before a replace loses it */
   MKX_TRY(get_pool(c, &pool));
+  MKX_TRY(blas_ready(c, pool, need));
   mkx_fused_ws **small = NULL;
   for (mkx_fused_ws **p = &pool->list; *p; p = &(*p)->next) {
     if ((*p)->busy || (*p)->split != need->split) continue;
     if (fits(*p, need)) {
       (*p)->busy = 1;
+      (*p)->graph = c->capturing;
       *ws = *p;
       return MKX_SUCCESS;
     }
     if (!small) small = p;
   }
+  if (c->capturing) return made_outside_capture("a workspace");
   mkx_fused_need grown = *need;
   if (small) { /* replace a free one that is too small: memory stays bounded */
     mkx_fused_ws *old = *small;
@@ -291,7 +315,7 @@ int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
 }
 
 void mkx_fused_ws_release(mkx_fused_ws *ws) {
-  if (ws) ws->busy = 0;
+  if (ws && !ws->graph) ws->busy = 0;
 }
 
 char *mkx_fused_ws_peer(const mkx_fused_ws *ws, int lr) {
