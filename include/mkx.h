@@ -70,21 +70,29 @@
  * shared_gpu, gpu_partition and gpu_ctas; mkx_info prints what a rank
  * has.
  *
- * CUDA graphs.  Only MKX_Start of a persistent plan that took a fused
- * single-node GPU path (logged at info as "fused overlapped", "fused
- * split", "fused split in one kernel", "fused, operands adapted", "fused,
- * operands read in place", "attention engine" or "attention ring, one
- * node"), the several-node path driven by the GPU ("several nodes, driven
- * by the GPU (hier_gemm=proxy)"), or on the MoE GPU paths ("MoE on one
- * rank's GPU", "MoE on one node's GPUs") with option moe_sync=no, may be
- * captured into a CUDA graph and replayed (MKX_Request_get_path says
- * which path a plan takes and whether it may); every rank must replay its
- * graphs the same number of times, in the same order with its other
- * calls on the communicator.  A call or MKX_Start whose path is not among
- * these, on a stream being captured, returns MKX_ERR_UNSUPPORTED before it
- * touches the stream, so the capture stays valid (they do host work that
- * waits).  Capturing a plain (one-shot) call or an _init is not supported
- * on any path.
+ * CUDA graphs.  A call or MKX_Start on a fused single-node GPU path
+ * (logged at info as "fused overlapped", "fused split", "fused split in
+ * one kernel", "fused, operands adapted", "fused, operands read in
+ * place", "attention engine" or "attention ring, one node"), on the
+ * several-node path driven by the GPU ("several nodes, driven by the GPU
+ * (hier_gemm=proxy)"), or on the MoE GPU paths ("MoE on one rank's GPU",
+ * "MoE on one node's GPUs") with option moe_sync=no, may be captured into
+ * a CUDA graph and replayed (MKX_Request_get_path and
+ * MKX_Comm_get_last_path say which path ran and whether it may).  Every
+ * rank captures the call or none does (a plain call captured on some
+ * ranks only returns MKX_ERR_SHAPE_MISMATCH on every rank), and every
+ * rank replays its graphs the same number of times, in the same order
+ * with its other calls on the communicator.  A captured plain call makes
+ * no workspace: it takes one that an earlier call of the same or a larger
+ * shape made and left free, and keeps it for the graph until
+ * MKX_Comm_free (so make the call once outside the capture first; a plan
+ * makes its own at _init).  Where none is left it returns
+ * MKX_ERR_UNSUPPORTED on every rank, saying so.  A call or MKX_Start whose
+ * path is not among those above, on a stream being captured, returns
+ * MKX_ERR_UNSUPPORTED before it touches the stream, so the capture stays
+ * valid (they do host work that waits).  _init takes no stream and is
+ * never captured.  A graph must not be replayed after MKX_Comm_free, nor
+ * one of MKX_Start after MKX_Request_free.
  *
  * Agreement across ranks.  Each call first checks its arguments on every
  * rank, then exchanges the verdict and the values that must agree once,
