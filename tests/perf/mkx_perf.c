@@ -11,18 +11,19 @@
  *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
  *                          [--out FILE] [--overlap auto|yes|no]
  *                          [--vnode G --hier host|gpu|nvlink [--net tcp|shm]]
- *                          [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]
+ *                          [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--graph] [--host-times]
  *     The fused tensor-parallel calls against cuBLAS + NCCL; without NCCL where ranks share a GPU
- *     (MPS) or with --no-nccl; --one-rank: also the same call on rank 0 alone (tests/perf/perf_tp.c).
+ *     (MPS) or with --no-nccl; --one-rank: also the same call on rank 0 alone; --graph: also its
+ *     start replayed from a CUDA graph (tests/perf/perf_tp.c).
  *
  *   mpirun -np P mkx_perf attn [--shapes B,S,HQ,HKV,D ...] [--small] [--reps N] [--warmup N]
- *                            [--versus FILE] [--out FILE.md] [--no-lse]
+ *                            [--versus FILE] [--out FILE.md] [--no-lse] [--graph]
  *     MKX_Ring_attention on device buffers, causal and not: TFLOP/s of the whole attention,
  *     slowest rank; --versus: beside PyTorch SDPA's lines (tests/perf/torch_sdpa.py) on 1 rank
  *     (tests/perf/perf_attn.c).
  *
  *   mpirun -np P mkx_perf moe [--shapes T,H,E,K,F ...] [--small] [--reps N] [--warmup N]
- *                           [--versus FILE] [--out FILE.md]
+ *                           [--versus FILE] [--out FILE.md] [--skew] [--graph]
  *     MKX_Moe_layer and MKX_Moe_dispatch_gemm on device buffers: ms and TFLOP/s of the expert
  *     GEMMs, slowest rank; --versus: beside the PyTorch chain around torch._grouped_mm
  *     (tests/perf/torch_moe.py) on 1 rank (tests/perf/perf_moe.c).

@@ -5,7 +5,7 @@
  *
  *   mkx_perf attn [--shapes B,S,HQ,HKV,D ...] [--small] [--reps N]
  *                 [--warmup N] [--versus FILE] [--out FILE.md] [--no-lse]
- *                 [--help]
+ *                 [--graph] [--help]
  *
  * For each shape and causal = 0, 1: Q, K, V, O and LSE in cudaMalloc'd
  * memory (random bf16 in [-1, 1], uploaded once, a different seed per
@@ -20,7 +20,11 @@
  *     4 * B * HQ * (p*S)^2 * D  (causal: half)  / time,
  * where S is the sequence per rank (the whole sequence is p*S on p ranks);
  * the column "MKX path" names the path the timed calls took (ops/path.h,
- * counted on rank 0).
+ * counted on rank 0).  --graph: also a plan of the same call
+ * (MKX_Ring_attention_init) whose MKX_Start is captured once into a CUDA
+ * graph and replayed the same way: columns "graph ms" and "MKX / graph"
+ * (the call's time over the replay's: above 1, what a graph saves of
+ * launches and host work; "-" where the path may not be captured).
  *
  * Shapes B,S,HQ,HKV,D (batch, sequence per rank, query heads, key/value
  * heads, head dimension; HQ a multiple of HKV): by default the issue's
@@ -78,7 +82,7 @@ typedef struct shape {
 
 typedef struct opts {
   shape shapes[MAX_SHAPES];
-  int ns, reps, warmup, lse;
+  int ns, reps, warmup, lse, graph;
   const char *versus, *outname;
 } opts;
 
@@ -102,13 +106,14 @@ typedef struct baseline {
 
 typedef struct result {
   double ms, tflops; /* slowest rank's median */
+  double graph_ms;   /* --graph: the replay's, -1: may not be captured */
   char path[160];    /* the paths the timed calls took (rank 0) */
 } result;
 
 static const char attn_usage[] =
     "usage: mpirun -np P mkx_perf attn [--shapes B,S,HQ,HKV,D ...] [--small]\n"
     "         [--reps N] [--warmup N] [--versus FILE] [--out FILE.md]\n"
-    "         [--no-lse]\n"
+    "         [--no-lse] [--graph]\n"
     "  MKX_Ring_attention on device buffers (bf16), causal and not: median\n"
     "  of N timed calls (default 10, after 2 warm-up calls), slowest rank,\n"
     "  TFLOP/s of the whole attention, 4*B*HQ*(P*S)^2*D (causal: half) /\n"
@@ -120,7 +125,8 @@ static const char attn_usage[] =
     "  ranks, lines of tests/perf/torch_ring_attn.py (SDPA + NCCL ring on\n"
     "  the same P GPUs), with MKX / ring.\n"
     "  --out FILE.md: appends the table, with date, GPU and MKX_* options.\n"
-    "  --no-lse: LSE = NULL.  tests/perf/perf_attn.c says more.\n";
+    "  --no-lse: LSE = NULL.  --graph: also a plan's start replayed from a\n"
+    "  CUDA graph.  tests/perf/perf_attn.c says more.\n";
 
 static const shape default_shapes[] = {{4, 4096, 16, 16, 128},
                                        {4, 8192, 16, 16, 128},
@@ -166,7 +172,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     if (r == 2) return 2;
     if (r == 0) return usage_error("unknown option", argv[i]);
   }
-  o->reps = a.reps, o->warmup = a.warmup;
+  o->reps = a.reps, o->warmup = a.warmup, o->graph = a.graph;
   o->versus = a.versus, o->outname = a.outname;
   return perf_shapes(&a, parse_shape, sizeof(shape), small_shapes, 2,
                      default_shapes, 5, o->shapes, MAX_SHAPES, &o->ns);
@@ -337,6 +343,7 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     else
       perf_cat(line, sizeof line, ring ? " n/a |" : " - |");
   }
+  if (o->graph) perf_graph_cells(line, sizeof line, r->ms, r->graph_ms);
   perf_cat(line, sizeof line, " %s |\n", r->path);
   fputs(line, stdout);
   fflush(stdout);
@@ -362,6 +369,7 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
            "timed calls took.",
            envs, o->lse ? "written" : "not asked for (NULL)", seq, o->reps,
            o->warmup, seq);
+  if (o->graph) perf_cat(head, sizeof head, "  %s", perf_graph_legend);
   if (versus_on(e, o))
     perf_cat(head, sizeof head,
              "  Beside it, TFLOP/s of PyTorch SDPA per backend on the same GPU "
@@ -386,13 +394,15 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
   if (versus_on(e, o)) perf_cat(head, sizeof head, " MKX / best |");
   if (ring_on(e, o))
     perf_cat(head, sizeof head, " ring TFLOP/s | MKX / ring |");
-  perf_cat(head, sizeof head, " MKX ms |%s MKX path |\n|---|---:|---:|",
-           ring_on(e, o) ? " ring serial ms |" : "");
+  perf_cat(head, sizeof head, " MKX ms |%s%s MKX path |\n|---|---:|---:|",
+           ring_on(e, o) ? " ring serial ms |" : "",
+           o->graph ? " graph ms | MKX / graph |" : "");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
     perf_cat(head, sizeof head, "---:|");
   if (versus_on(e, o)) perf_cat(head, sizeof head, "---:|");
   if (ring_on(e, o)) perf_cat(head, sizeof head, "---:|---:|");
-  perf_cat(head, sizeof head, "---:|%s---|\n", ring_on(e, o) ? "---:|" : "");
+  perf_cat(head, sizeof head, "---:|%s%s---|\n", ring_on(e, o) ? "---:|" : "",
+           o->graph ? "---:|---:|" : "");
   return perf_table_open(head, o->outname);
 }
 
@@ -452,6 +462,14 @@ static void bench(const env *e, const opts *o, const shape *sh, int causal,
                                     r->path, sizeof r->path);
   r->ms = med;
   r->tflops = attn_flops(sh, e->size, causal) / (med * 1e-3) / 1e12;
+  r->graph_ms = -1;
+  if (!o->graph) return;
+  MKX_Request req;
+  AM(MKX_Ring_attention_init(b->q, b->k, b->v, b->o, b->lse, sh->b, sh->s,
+                             sh->hq, sh->hkv, sh->d, causal, 0.0, MKX_BF16,
+                             e->mkx, MPI_INFO_NULL, &req));
+  r->graph_ms = perf_time_graph(e, o->warmup, o->reps, req);
+  AM(MKX_Request_free(&req));
 }
 
 int mkx_perf_attn(int argc, char **argv) {

@@ -128,40 +128,98 @@ static void paths_taken(const long *before, int reps, char *s, size_t len) {
   if (n == 0) perf_cat(s, len, "?");
 }
 
-float perf_time_calls(const perf_env *e, int warmup, int reps,
-                      perf_call_fn call, const void *ctx, char *paths,
-                      size_t paths_len) {
-  float *t = calloc((size_t)reps, sizeof *t), med;
-  long before[MKX_PATH_COUNT];
-  int async = MKX_SUCCESS;
+static float *samples(int reps) {
+  float *t = calloc((size_t)reps, sizeof *t);
   if (!t) {
     fprintf(stderr, "%s: out of host memory\n", perf_cmd);
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  for (int w = 0; w < warmup; w++) call(e, ctx);
-  for (int p = 0; p < MKX_PATH_COUNT; p++)
-    before[p] = mkx_path_starts((mkx_path)p);
-  for (int i = 0; i < reps; i++) {
-    AK(cudaStreamSynchronize(e->st));
-    AI(MPI_Barrier(MPI_COMM_WORLD));
-    AK(cudaEventRecord(e->e0, e->st));
+  return t;
+}
+
+/* One timed sample of `call` (or of graph g where call is NULL). */
+static float sample(const perf_env *e, perf_call_fn call, const void *ctx,
+                    cudaGraphExec_t g) {
+  float ms = 0;
+  AK(cudaStreamSynchronize(e->st));
+  AI(MPI_Barrier(MPI_COMM_WORLD));
+  AK(cudaEventRecord(e->e0, e->st));
+  if (call)
     call(e, ctx);
-    AK(cudaEventRecord(e->e1, e->st));
-    AK(cudaEventSynchronize(e->e1));
-    AK(cudaEventElapsedTime(&t[i], e->e0, e->e1));
-  }
+  else
+    AK(cudaGraphLaunch(g, e->st));
+  AK(cudaEventRecord(e->e1, e->st));
+  AK(cudaEventSynchronize(e->e1));
+  AK(cudaEventElapsedTime(&ms, e->e0, e->e1));
+  return ms;
+}
+
+/* After the timed runs: GPU work that failed after its call returned
+ * gives no number; else the slowest rank's median. */
+static float slowest_median(const perf_env *e, float *t, int reps) {
+  int async = MKX_SUCCESS;
   AK(cudaStreamSynchronize(e->st));
   AK(cudaGetLastError());
-  /* GPU work that failed after its call returned: no number from it */
   AM(MKX_Comm_get_async_error(e->mkx, &async));
   if (async != MKX_SUCCESS) {
     fprintf(stderr, "%s: rank %d: a timed call failed: %s: %s\n", perf_cmd,
             e->rank, MKX_Error_string(async), MKX_Get_last_error());
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
-  paths_taken(before, reps, paths, paths_len);
-  med = perf_median(t, reps);
+  float med = perf_median(t, reps);
   AI(MPI_Allreduce(MPI_IN_PLACE, &med, 1, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
   free(t);
   return med;
 }
+
+float perf_time_calls(const perf_env *e, int warmup, int reps,
+                      perf_call_fn call, const void *ctx, char *paths,
+                      size_t paths_len) {
+  float *t = samples(reps);
+  long before[MKX_PATH_COUNT];
+  for (int w = 0; w < warmup; w++) call(e, ctx);
+  for (int p = 0; p < MKX_PATH_COUNT; p++)
+    before[p] = mkx_path_starts((mkx_path)p);
+  for (int i = 0; i < reps; i++) t[i] = sample(e, call, ctx, NULL);
+  const float med = slowest_median(e, t, reps);
+  paths_taken(before, reps, paths, paths_len);
+  return med;
+}
+
+float perf_time_graph(const perf_env *e, int warmup, int reps, MKX_Request r) {
+  const char *name = NULL;
+  int capturable = 0, ctas = 0;
+  AM(MKX_Request_get_path(r, &name, &capturable, &ctas));
+  AI(MPI_Allreduce(MPI_IN_PLACE, &capturable, 1, MPI_INT, MPI_MIN,
+                   MPI_COMM_WORLD));
+  if (!capturable) return -1;
+  cudaGraph_t g;
+  cudaGraphExec_t ge;
+  AK(cudaStreamSynchronize(e->st));
+  AK(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal));
+  const int rc = MKX_Start(r, e->st);
+  AK(cudaStreamEndCapture(e->st, &g));
+  AM(rc);
+  AK(cudaGraphInstantiate(&ge, g, 0));
+  AK(cudaGraphDestroy(g));
+  float *t = samples(reps);
+  for (int w = 0; w < warmup; w++) AK(cudaGraphLaunch(ge, e->st));
+  for (int i = 0; i < reps; i++) t[i] = sample(e, NULL, NULL, ge);
+  const float med = slowest_median(e, t, reps);
+  AK(cudaGraphExecDestroy(ge));
+  return med;
+}
+
+void perf_graph_cells(char *line, size_t len, double call_ms, double graph_ms) {
+  if (graph_ms <= 0)
+    perf_cat(line, len, " - | - |");
+  else
+    perf_cat(line, len, " %.3f | %.2f |", graph_ms, call_ms / graph_ms);
+}
+
+const char perf_graph_legend[] =
+    "graph ms: a plan of the same call whose MKX_Start is captured once "
+    "into a CUDA graph on every rank and replayed, timed the same way; "
+    "MKX / graph: the call's ms over the replay's (above 1: what a graph "
+    "saves of launches and host work; - where the path may not be "
+    "captured).";

@@ -86,5 +86,15 @@ typedef void (*perf_call_fn)(const perf_env *e, const void *ctx);
 float perf_time_calls(const perf_env *e, int warmup, int reps,
                       perf_call_fn call, const void *ctx, char *paths,
                       size_t paths_len);
+/* --graph: MKX_Start of plan r captured once into a CUDA graph on every
+ * rank, then warmup replays and reps timed ones, timed as
+ * perf_time_calls times calls.  The slowest rank's median (ms), or -1
+ * where r's path may not be captured (MKX_Request_get_path, on any
+ * rank). */
+float perf_time_graph(const perf_env *e, int warmup, int reps, MKX_Request r);
+/* --graph's cells: the replay's ms and call ms / replay ms ("-" twice
+ * where graph_ms < 0), and the sentence of the method that says so. */
+void perf_graph_cells(char *line, size_t len, double call_ms, double graph_ms);
+extern const char perf_graph_legend[];
 
 #endif

@@ -5,7 +5,13 @@
  * GPU under MPS).
  *
  *   mkx_perf moe [--shapes T,H,E,K,F ...] [--small] [--reps N] [--warmup N]
- *                [--versus FILE] [--out FILE.md] [--skew] [--help]
+ *                [--versus FILE] [--out FILE.md] [--skew] [--graph] [--help]
+ *
+ * --graph: also a plan of each call (MKX_Moe_layer_init,
+ * MKX_Moe_dispatch_gemm_init) whose MKX_Start is captured once into a CUDA
+ * graph and replayed the same way: per call "graph ms" and "MKX / graph"
+ * (the call's time over the replay's; "-" where the path may not be
+ * captured: the MoE calls only with MKX_MOE_SYNC=no).
  *
  * --skew: every token's first expert is expert 0, the others uniformly
  * random (expert 0 then takes 1/K of the rows, the most one expert can with
@@ -95,7 +101,8 @@ typedef struct shape {
 typedef struct opts {
   shape shapes[MAX_SHAPES];
   int ns, reps, warmup;
-  int skew; /* --skew: every token's first expert is expert 0 */
+  int skew;  /* --skew: every token's first expert is expert 0 */
+  int graph; /* --graph */
   const char *versus, *outname;
 } opts;
 
@@ -115,7 +122,8 @@ typedef struct baseline {
 
 typedef struct result {
   double ms[OP_COUNT], tflops[OP_COUNT]; /* slowest rank's medians */
-  char path[OP_COUNT][160]; /* the paths the timed calls took (rank 0) */
+  double graph_ms[OP_COUNT]; /* --graph: the replay's, -1: not captured */
+  char path[OP_COUNT][160];  /* the paths the timed calls took (rank 0) */
 } result;
 
 static const char moe_usage[] =
@@ -134,7 +142,8 @@ static const char moe_usage[] =
     "  --out FILE.md: appends the table, with date, GPU and MKX_* options.\n"
     "  --skew: every token's first expert is expert 0 (the most one expert\n"
     "  can take with distinct experts per token: 1/K of the rows).\n"
-    "  tests/perf/perf_moe.c says more.\n";
+    "  --graph: also each call's plan replayed from a CUDA graph\n"
+    "  (MKX_MOE_SYNC=no).  tests/perf/perf_moe.c says more.\n";
 
 static const shape default_shapes[] = {{4096, 7168, 256, 8, 2048},
                                        {4096, 4096, 8, 2, 14336}};
@@ -181,7 +190,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     if (r == 2) return 2;
     if (r == 0) return usage_error("unknown option", argv[i]);
   }
-  o->reps = a.reps, o->warmup = a.warmup;
+  o->reps = a.reps, o->warmup = a.warmup, o->graph = a.graph;
   o->versus = a.versus, o->outname = a.outname;
   return perf_shapes(&a, parse_shape, sizeof(shape), small_shapes, 2,
                      default_shapes, 2, o->shapes, MAX_SHAPES, &o->ns);
@@ -336,6 +345,8 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     num(line, sizeof line, r->tflops[op]);
   }
   if (versus_on(e, o)) versus_cells(bl, sh, r, line, sizeof line);
+  for (int op = 0; o->graph && op < OP_COUNT; op++)
+    perf_graph_cells(line, sizeof line, r->ms[op], r->graph_ms[op]);
   if (!strcmp(r->path[OP_LAYER], r->path[OP_DISPATCH]))
     perf_cat(line, sizeof line, " %s |\n", r->path[OP_LAYER]);
   else
@@ -367,6 +378,7 @@ static void table_method(const env *e, const opts *o, char *s, size_t len) {
               : "uniformly random",
       o->reps, o->warmup,
       e->size > 1 ? " (the average a rank's experts receive)" : "");
+  if (o->graph) perf_cat(s, len, "  %s", perf_graph_legend);
   if (versus_on(e, o))
     perf_cat(
         s, len,
@@ -388,8 +400,13 @@ static void table_heads(const env *e, const opts *o, char *s, size_t len) {
     perf_cat(s, len,
              " PyTorch chain ms | its two GEMMs ms | chain / MKX layer "
              "| torch W1 TFLOP/s | torch W2 TFLOP/s |");
+  if (o->graph)
+    perf_cat(s, len,
+             " layer graph ms | layer MKX / graph | dispatch graph ms "
+             "| dispatch MKX / graph |");
   perf_cat(s, len, " MKX path |\n|---|---:|---:|---:|---:|");
   if (versus_on(e, o)) perf_cat(s, len, "---:|---:|---:|---:|---:|");
+  if (o->graph) perf_cat(s, len, "---:|---:|---:|---:|");
   perf_cat(s, len, "---|\n");
 }
 
@@ -526,6 +543,20 @@ static void bench(const env *e, const opts *o, const shape *sh, int op,
                                     r->path[op], sizeof r->path[op]);
   r->ms[op] = med;
   r->tflops[op] = tflops(op_flops(sh, op), med);
+  r->graph_ms[op] = -1;
+  if (!o->graph) return;
+  MKX_Request req;
+  if (op == OP_LAYER)
+    AM(MKX_Moe_layer_init(b->x, sh->t, sh->h, b->ids, b->wts, sh->k, sh->e,
+                          b->w1, b->w2, sh->f, b->out, MKX_BF16, e->mkx,
+                          MPI_INFO_NULL, &req));
+  else
+    AM(MKX_Moe_dispatch_gemm_init(b->x, sh->t, sh->h, b->ids, b->wts, sh->k,
+                                  sh->e, b->w1, 2 * sh->f, b->y, b->y_rows,
+                                  b->expert_rows, NULL, MKX_BF16, e->mkx,
+                                  MPI_INFO_NULL, &req));
+  r->graph_ms[op] = perf_time_graph(e, o->warmup, o->reps, req);
+  AM(MKX_Request_free(&req));
 }
 
 /* Rank 0 with --versus: the baseline, or MPI_Abort (2) if it cannot be

@@ -25,7 +25,7 @@
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
  *               [--vnode G --hier host|gpu|nvlink|proxy [--net tcp|shm]]
  *               [--versus KEY=VALUE]
- *               [--no-nccl] [--one-rank] [--host-times] [--help]
+ *               [--no-nccl] [--one-rank] [--graph] [--host-times] [--help]
  * Without --shape: M = 8192, N = K = 8192; --full: the large-shape table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
  * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
@@ -56,8 +56,12 @@
  * after --versus's: `1 rank`, rank 0's time, and `mkx/1rank`, mkx / 1 rank
  * to 3 decimals (what splitting a GPU's work over P ranks costs).  Ignored,
  * with a note, when the job has one rank.
+ * --graph: the mkx variant's MKX_Start also captured once into a CUDA
+ * graph (on every rank) and replayed, interleaved with the others: two
+ * more columns, `graph`, its time, and `mkx/graph`, mkx / graph (above 1:
+ * the launch and host overhead a graph saves).
  * A legend line under the title names the columns when --no-nccl,
- * --one-rank or a shared GPU changes them.  --host-times: a comment line
+ * --one-rank, --graph or a shared GPU changes them.  --host-times: a comment line
  * per shape with the host's time to enqueue each variant.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -106,10 +110,10 @@
   } while (0)
 enum { OP_AG, OP_RS, OP_AR };
 /* The variants, in the order one sample of each is interleaved. */
-enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, V_ONE, NV };
+enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, V_ONE, V_GRAPH, NV };
 static const char *const op_names[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
-static const char *const v_names[NV] = {"mkx",  "serial", "gemm",
-                                        "coll", "versus", "1 rank"};
+static const char *const v_names[NV] = {"mkx",    "serial", "gemm", "coll",
+                                        "versus", "1 rank", "graph"};
 
 typedef struct env {
   int rank, size;
@@ -137,6 +141,7 @@ typedef struct bufs {
 typedef struct work {
   bufs b, one;
   int64_t n_one;
+  cudaGraphExec_t graph; /* --graph: b.req's start, captured */
 } work;
 
 typedef struct job {
@@ -146,7 +151,7 @@ typedef struct job {
 
 typedef struct opts {
   job jobs[96];
-  int nj, reps, ops, host_times, no_nccl, one_rank;
+  int nj, reps, ops, host_times, no_nccl, one_rank, graph;
   const char *outname, *overlap, *vnode, *hier, *versus, *net;
 } opts;
 
@@ -155,10 +160,12 @@ static const char tp_usage[] =
     "         [--full] [--small] [--reps N] [--out FILE]\n"
     "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink|proxy\n"
     "         [--net tcp|shm]]\n"
-    "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--host-times]\n"
+    "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--graph]\n"
+    "         [--host-times]\n"
     "  The fused tensor-parallel calls against cuBLAS + NCCL; --no-nccl (or\n"
     "  ranks sharing a GPU) leaves NCCL out; --one-rank adds the same call\n"
-    "  on rank 0 alone.  tests/perf/perf_tp.c documents every option and "
+    "  on rank 0 alone; --graph its start replayed from a CUDA graph.\n"
+    "  tests/perf/perf_tp.c documents every option and "
     "column.\n";
 
 static int on(const env *e, int v) { return (int)(e->vmask >> v) & 1; }
@@ -288,6 +295,16 @@ static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
     alloc_share(op, M, w->n_one, K, 1, 0, 0, &w->one);
     plan_on(e->mkx1, op, M, w->n_one, K, &w->one, &w->one.req);
   }
+  w->graph = NULL;
+  if (on(e, V_GRAPH)) {
+    cudaGraph_t g;
+    PK(cudaStreamBeginCapture(e->st, cudaStreamCaptureModeThreadLocal));
+    const int rc = MKX_Start(b->req, e->st);
+    PK(cudaStreamEndCapture(e->st, &g));
+    AM(rc);
+    PK(cudaGraphInstantiate(&w->graph, g, 0));
+    PK(cudaGraphDestroy(g));
+  }
 }
 
 static void bufs_free(bufs *b) {
@@ -301,6 +318,7 @@ static void bufs_free(bufs *b) {
 }
 
 static void teardown(work *w) {
+  if (w->graph) PK(cudaGraphExecDestroy(w->graph));
   bufs_free(&w->b);
   bufs_free(&w->one);
 }
@@ -338,6 +356,9 @@ static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
       break;
     case V_ONE:
       AM(MKX_Start(w->one.req, e->st));
+      break;
+    case V_GRAPH:
+      PK(cudaGraphLaunch(w->graph, e->st));
       break;
     case V_SERIAL:
       if (op == OP_AG)
@@ -456,6 +477,10 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
   if (on(e, V_ONE)) {
     cell(line, sizeof line, 1, 3, med[V_ONE]);
     cell(line, sizeof line, 1, 3, med[V_MKX] / med[V_ONE]);
+  }
+  if (on(e, V_GRAPH)) {
+    cell(line, sizeof line, 1, 3, med[V_GRAPH]);
+    cell(line, sizeof line, 1, 2, med[V_MKX] / med[V_GRAPH]);
   }
   perf_cat(line, sizeof line, "\n");
   fputs(line, stdout);
@@ -584,6 +609,7 @@ static unsigned variants(const env *e, const opts *o) {
   if (e->nccl_on) m |= 1u << V_SERIAL | 1u << V_COLL;
   if (e->mkx2) m |= 1u << V_MKX2;
   if (o->one_rank && e->size > 1) m |= 1u << V_ONE;
+  if (o->graph) m |= 1u << V_GRAPH;
   return m;
 }
 
@@ -631,7 +657,7 @@ static void env_fini(env *e) {
 
 /* What the columns mean, where they differ from the default ones. */
 static void legend(const env *e, const opts *o, char *s, size_t len) {
-  if (e->nccl_on && !on(e, V_ONE)) return;
+  if (e->nccl_on && !on(e, V_ONE) && !on(e, V_GRAPH)) return;
   perf_cat(s, len, "Columns: mkx: the MKX call on all %d ranks", e->size);
   if (e->nccl_on)
     perf_cat(s, len,
@@ -655,6 +681,11 @@ static void legend(const env *e, const opts *o, char *s, size_t len) {
         "rank 0 alone, same options and GPU, the other ranks idle, rank 0's "
         "time; mkx/1rank: mkx / 1 rank",
         e->size);
+  if (on(e, V_GRAPH))
+    perf_cat(s, len,
+             "; graph: mkx's MKX_Start captured once in a CUDA graph on "
+             "every rank and replayed; mkx/graph: mkx / graph (above 1: "
+             "what the graph saves of launches and host work)");
   perf_cat(s, len, ".\n\n");
 }
 
@@ -694,10 +725,12 @@ static FILE *open_table(const env *e, const opts *o) {
   if (o->versus)
     perf_cat(head, sizeof head, " mkx (%s) | serial/that |", o->versus);
   if (on(e, V_ONE)) perf_cat(head, sizeof head, " 1 rank | mkx/1rank |");
+  if (on(e, V_GRAPH)) perf_cat(head, sizeof head, " graph | mkx/graph |");
   perf_cat(head, sizeof head,
            "\n|---|---:|---:|---:|---:|---:|---:|---:|---:|"
-           "---:|---:|%s%s\n",
-           o->versus ? "---:|---:|" : "", on(e, V_ONE) ? "---:|---:|" : "");
+           "---:|---:|%s%s%s\n",
+           o->versus ? "---:|---:|" : "", on(e, V_ONE) ? "---:|---:|" : "",
+           on(e, V_GRAPH) ? "---:|---:|" : "");
   fputs(head, stdout);
   FILE *out = NULL;
   if (o->outname && (out = fopen(o->outname, "a")) == NULL) perror(o->outname);
@@ -756,6 +789,8 @@ static int set_flag(const char *a, opts *o, int *full, int *small) {
     o->no_nccl = 1;
   else if (!strcmp(a, "--one-rank"))
     o->one_rank = 1;
+  else if (!strcmp(a, "--graph"))
+    o->graph = 1;
   else
     return 0;
   return 1;

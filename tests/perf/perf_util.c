@@ -81,6 +81,10 @@ int perf_common_arg(int argc, char **argv, int *i, perf_args *a,
     a->small = 1;
     return 1;
   }
+  if (!strcmp(o, "--graph")) {
+    a->graph = 1;
+    return 1;
+  }
   if (!strcmp(o, "--shapes")) {
     const int before = a->ng;
     for (; *i + 1 < argc && strncmp(argv[*i + 1], "--", 2); ++*i) {

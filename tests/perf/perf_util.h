@@ -22,12 +22,13 @@ __attribute__((format(printf, 3, 4))) void perf_cat(char *s, size_t len,
 #define PERF_MAX_SHAPES 32
 typedef struct perf_args {
   int reps, warmup, small; /* --reps N (default 10), --warmup N (2), --small */
+  int graph;               /* --graph */
   const char *versus, *outname;        /* --versus FILE, --out FILE */
   int ng;                              /* --shapes values given */
   const char *shapes[PERF_MAX_SHAPES]; /* parsed by the subcommand */
 } perf_args;
 void perf_args_init(perf_args *a);
-/* argv[*i] is an option: --small, --shapes V..., --reps, --warmup,
+/* argv[*i] is an option: --small, --graph, --shapes V..., --reps, --warmup,
  * --versus, --out are taken (*i advanced past their values): returns 1;
  * another option: 0; a bad or missing value: 2, said on stderr with
  * `usage` under the name cmd. */
