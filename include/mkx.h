@@ -346,8 +346,8 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr);
  * accumulate in fp32 (fp64 for MKX_FP64) and C is rounded once to ctype.
  * transb is per rank: ranks may mix MKX_NO_TRANS and MKX_TRANS.
  * Fused GPU path (device buffers, one node): bf16/fp16 A and B, bf16, fp16
- * or fp32 C, up to 8 ranks, sizes below 2^31; GEMM+RS/AR also need
- * k_local > 0 on every rank.  Other cases on one node, and option
+ * or fp32 C, up to 8 ranks, sizes below 2^31 (a GEMM+RS/AR rank with
+ * k_local = 0 takes it too).  Other cases on one node, and option
  * fused=off, take the staged path; several nodes take the path of option
  * hier_gemm.  Awkward k, n, leading dimensions or alignment go through
  * padded GPU temporaries (option fused_pad).  Persistent plans: see

@@ -287,13 +287,18 @@ static int expect_split(const prob *p) {
 /* Does the overlapped call read the ranks' operands in place (option
  * tp_pull, docs/fused-tp.md)?  1 yes, 0 no, -1 either: where the adapter
  * may run (column-major operands, option fused_pad), its row-major call on
- * temporaries reads them in place if they can be mapped.  AllGather+GEMM
+ * temporaries reads them in place if they can be mapped (so too where a
+ * rank has k_local = 0).  AllGather+GEMM
  * only where every rank has rows and each one's but the last are whole
  * tiles. */
 static int expect_pull(MKX_Comm c, const prob *p) {
   if (!mkx_tp_wants_pull(c)) return 0;
   if (p->s.colmajor || pad_mode) return -1;
-  if (p->op != OP_AG) return 1;
+  if (p->op != OP_AG) { /* a rank with k_local = 0 takes the adapter */
+    int zero = p->kl == 0;
+    MPI_Allreduce(MPI_IN_PLACE, &zero, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return zero ? -1 : 1;
+  }
   int64_t rows[64];
   MPI_Allgather(&p->rows, 1, MPI_INT64_T, rows, 1, MPI_INT64_T, MPI_COMM_WORLD);
   for (int q = 0; q < mt.size; q++)
@@ -304,7 +309,6 @@ static int expect_pull(MKX_Comm c, const prob *p) {
 /* Can every rank take the fused path with this shape? */
 static int expect_fused(const prob *p) {
   int ok = p->s.dt != MKX_FP32 && p->s.dt != MKX_FP64;
-  if (p->op != OP_AG) ok &= p->kl > 0; /* AG: any m_local */
   if (!pad_mode)
     ok &= p->kl % 8 == 0 && p->s.n % 8 == 0 && p->s.pad % 8 == 0 &&
           p->s.k % 8 == 0;
@@ -683,10 +687,11 @@ static MKX_Comm comm_with(const char *key, ...);
 /* A one-shot call under capture on a communicator that has made nothing
  * yet: refused on every rank (MKX_ERR_UNSUPPORTED, saying what to do)
  * before the stream is touched; once the call ran outside the capture,
- * captured (its workspace stays the graph's) and replayed. */
-static void graph_call(int op) {
+ * captured (its workspace stays the graph's) and replayed.  vary 2: rank
+ * 1 has no rows (AG) or k_local = 0 (RS, AR). */
+static void graph_call(int op, int vary) {
   MKX_Comm c = comm_with("mkx_fused_pad", "no", NULL);
-  shape s = {512, 1024, 256, 1, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1};
+  shape s = {512, 1024, 256, vary, 0, MKX_TRANS, MKX_BF16, MKX_BF16, 1};
   variants v;
   variants_init(&v, c, op, &s);
   cudaGraph_t g = NULL;
@@ -962,7 +967,8 @@ int main(int argc, char **argv) {
     for (int op = 0; op < 3; op++) shapes(c, op);
     contrast(off);
     refused_under_capture(off);
-    for (int op = 0; op < 3; op++) graph_call(op);
+    for (int op = 0; op < 3; op++) graph_call(op, 1);
+    for (int op = 0; op < 3 && mt.size > 1; op++) graph_call(op, 2);
     partials_fp32(f32);
   }
   parts(cov, 0, only, "overlap", 7, 0);

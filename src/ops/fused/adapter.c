@@ -1,5 +1,7 @@
 /* Operands the fused kernels cannot take as they are: column-major
- * order, and (option fused_pad) k or n not a multiple of 8, leading
+ * order, a rank with k_local = 0 (its twin multiplies 8 columns of zeros:
+ * the kernels need k > 0, and its partial is zero either way), and
+ * (option fused_pad) k or n not a multiple of 8, leading
  * dimensions not a multiple of 8, pointers not 16-byte aligned, an
  * allreduce C that cannot be mapped into node peers.
  *
@@ -111,7 +113,7 @@ static void adapt_shape(MKX_Comm c, int op, const void *args,
   s->cm = v.order == MKX_COL_MAJOR;
   s->k = v.k;
   s->n = v.n;
-  s->kp = round8(v.k);
+  s->kp = v.k > 0 ? round8(v.k) : 8; /* RS/AR k_local = 0 */
   s->np = round8(v.n);
   s->es = MKX_Type_size(v.dtype);
   s->ces = MKX_Type_size(v.ctype);
@@ -274,9 +276,9 @@ static int put_a(const ad_plan *p, const ad_args *v, void *dst,
                  cudaStream_t st) {
   const ad_shape *s = &p->s;
   if (!s->a) return MKX_SUCCESS;
-  if (s->cm)
+  if (s->cm && s->k > 0)
     MKX_TRY(transpose(p, v->A, s->k, s->a_rows, v->lda, dst, s->kp, s->es, st));
-  else
+  else if (!s->cm)
     MKX_TRY(copy2d(p, dst, s->kp, v->A, v->lda, s->a_rows, s->k, s->es, st));
   return zero_pad(p, dst, s->a_rows, s->a_rows, s->k, s->kp, s->es, st);
 }

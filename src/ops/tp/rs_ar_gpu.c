@@ -51,9 +51,6 @@ static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce) {
                      "%s: fused path takes bf16/fp16 "
                      "A, B and bf16/fp16/fp32 C only",
                      fn);
-  if (a->k_local == 0)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: k_local = 0 on rank %d", fn,
-                     c->rank);
   const char *why =
       c->opt.fused_pad
           ? NULL
