@@ -33,7 +33,8 @@
  *     buffers between starts (on the stream, no synchronisation); every
  *     start's O and LSE equal, bit for bit, a plain call's on the same
  *     inputs (itself checked against the oracle);
- *  4. MKX_Start captured into a CUDA graph on a non-default stream,
+ *  4. MKX_Start, and a plain call, captured into a CUDA graph on a
+ *     non-default stream,
  *     replayed 3 times with changed inputs: bit for bit as in 3;
  *  5. (2 ranks or more) a missing rank: on a fresh communicator with
  *     mkx_timeout_ms=300, every rank starts a plan once (GPU path, right
@@ -699,11 +700,14 @@ static void persistent(variants *w) {
   CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "plan: request free");
 }
 
-static void graph(variants *w) {
+/* A start of a plan (plain = 0), or a plain call whose workspace earlier
+ * calls made (plain = 1), captured into a CUDA graph and replayed. */
+static void graph(variants *w, int plain) {
   aprob *p = &w->bound;
+  const char *what = plain ? "graph of a plain call" : "graph";
   MKX_Request r = NULL;
-  int rc = plan_init(p, comms[p->a.layout], &r);
-  CHECK_RC(rc, MKX_SUCCESS, "graph: MKX_Ring_attention_init");
+  int rc = plain ? MKX_SUCCESS : plan_init(p, comms[p->a.layout], &r);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Ring_attention_init", what);
   if (!mt_all(rc == MKX_SUCCESS)) {
     if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "graph: request free");
     return;
@@ -712,17 +716,19 @@ static void graph(variants *w) {
   cudaGraphExec_t ge = NULL;
   const long w0 = mkx_path_starts(gpu_path());
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-  rc = MKX_Start(r, st);
+  rc = plain ? plain_call(p, 1, p->o.dev, p->l.dev) : MKX_Start(r, st);
   const cudaError_t e = cudaStreamEndCapture(st, &g);
-  CHECK_RC(rc, MKX_SUCCESS, "graph: MKX_Start under capture");
-  CHECK(e == cudaSuccess, "graph: capture ends (%s)", cudaGetErrorString(e));
+  CHECK_RC(rc, MKX_SUCCESS, "%s: %s under capture", what,
+           plain ? "MKX_Ring_attention" : "MKX_Start");
+  CHECK(e == cudaSuccess, "%s: capture ends (%s)", what, cudaGetErrorString(e));
   CHECK(mkx_path_starts(gpu_path()) == w0 + 1,
-        "graph: the captured start is on the %s path",
+        "%s: the captured run is on the %s path", what,
         mkx_path_name(gpu_path()));
   cudaError_t ie = cudaErrorUnknown;
   if (rc == MKX_SUCCESS && e == cudaSuccess) {
     ie = cudaGraphInstantiate(&ge, g, 0);
-    CHECK(ie == cudaSuccess, "graph: instantiate (%s)", cudaGetErrorString(ie));
+    CHECK(ie == cudaSuccess, "%s: instantiate (%s)", what,
+          cudaGetErrorString(ie));
   }
   (void)cudaGetLastError(); /* nothing of a failed capture may linger */
   if (mt_all(ie == cudaSuccess)) {
@@ -738,16 +744,15 @@ static void graph(variants *w) {
       download(p);
       const int same = same_bits(w, p->o.host, p->l.host, v);
       if (!same)
-        mt_diag("graph replay %d (inputs %d): O against the oracle: %.2e", k, v,
-                o_error(&p->a, p->o.host, w->var[v].ho));
-      CHECK(same,
-            "graph: replay %d with inputs %d, bit for bit the plain call's", k,
-            v);
+        mt_diag("%s replay %d (inputs %d): O against the oracle: %.2e", what, k,
+                v, o_error(&p->a, p->o.host, w->var[v].ho));
+      CHECK(same, "%s: replay %d with inputs %d, bit for bit the plain call's",
+            what, k, v);
     }
   }
   if (ge) CUDA(cudaGraphExecDestroy(ge));
   if (g) CUDA(cudaGraphDestroy(g));
-  CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "graph: request free");
+  if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "graph: request free");
 }
 
 /* ---- 5. a missing rank ---------------------------------------------------- */
@@ -934,7 +939,8 @@ int main(int argc, char **argv) {
    * capturable), and a missing rank stops it on the host (tests/mpi/
    * test_hier's ground) */
   const int gpu_only = nodes == 1 || by_gpu;
-  if (gpu_only) graph(&w);
+  if (gpu_only) graph(&w, 0);
+  if (nodes == 1) graph(&w, 1);
   variants_free(&w);
   if (gpu_only) missing_rank_cases();
   if (!gpu_only && mt.rank == 0)

@@ -826,7 +826,8 @@ static void repeat_case(MKX_Comm comm, int calls) {
 
 #ifdef MKX_TEST_CUDA
 /* ---- CUDA graphs (option moe_sync=no) -------------------------------------
- * A plan's start captured on a stream and replayed with changing inputs
+ * A plan's start (or a plain call, once it ran outside the capture)
+ * captured on a stream and replayed with changing inputs
  * gives, bit for bit, what the plain call gives; a replay with a bad id on
  * the last rank writes nothing, and every rank gets MKX_ERR_INVALID_ARG
  * naming that rank from MKX_Comm_get_async_error; the replay after it is
@@ -840,24 +841,48 @@ static int graph_replay(MKX_Comm comm, cudaGraphExec_t ge, cudaStream_t st) {
   return rc;
 }
 
-static void graph_case(MKX_Comm comm, int layer) {
+/* The plain call into the plan's outputs, on st. */
+static int small_moe_call(small_moe *m, MKX_Comm comm, cudaStream_t st) {
+  return m->layer ? MKX_Moe_layer(tbuf_ptr(&m->x), m->nt, m->H,
+                                  tbuf_ptr(&m->ids), tbuf_ptr(&m->gate), m->K,
+                                  m->E, tbuf_ptr(&m->w), tbuf_ptr(&m->w2), m->F,
+                                  tbuf_ptr(&m->out), MKX_BF16, comm, st)
+                  : MKX_Moe_dispatch_gemm(
+                        tbuf_ptr(&m->x), m->nt, m->H, tbuf_ptr(&m->ids),
+                        tbuf_ptr(&m->gate), m->K, m->E, tbuf_ptr(&m->w), m->N,
+                        tbuf_ptr(&m->out), m->rows, tbuf_ptr(&m->cnt), NULL,
+                        MKX_BF16, comm, st);
+}
+
+static void graph_case(MKX_Comm comm, int layer, int plain) {
   const int last = mt.size - 1;
-  const char *what = layer ? "moe_layer graph" : "moe_dispatch_gemm graph";
+  char what[64];
+  snprintf(what, sizeof what, "%s graph%s",
+           layer ? "moe_layer" : "moe_dispatch_gemm",
+           plain ? " of a plain call" : "");
   small_moe m;
   small_moe_alloc(&m, layer);
   cudaStream_t st;
   MT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   MKX_Request req = NULL;
-  int rc = small_moe_init(&m, comm, &req);
-  CHECK_RC(rc, MKX_SUCCESS, "%s: _init", what);
+  int rc;
+  if (plain) { /* its workspace is made outside the capture */
+    small_moe_inputs(&m, 0);
+    rc = settle(comm, small_moe_call(&m, comm, st));
+  } else {
+    rc = small_moe_init(&m, comm, &req);
+  }
+  CHECK_RC(rc, MKX_SUCCESS, "%s: %s", what,
+           plain ? "the call outside the capture" : "_init");
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
   if (mt_all(rc == MKX_SUCCESS)) {
     gpu_eligible(MKX_BF16);
     MT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
-    rc = MKX_Start(req, st);
+    rc = plain ? small_moe_call(&m, comm, st) : MKX_Start(req, st);
     const cudaError_t e = cudaStreamEndCapture(st, &g);
-    CHECK_RC(rc, MKX_SUCCESS, "%s: MKX_Start under capture", what);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: %s under capture", what,
+             plain ? "the call" : "MKX_Start");
     CHECK(e == cudaSuccess, "%s: capture ends (%s)", what,
           cudaGetErrorString(e));
     cudaError_t ie = cudaErrorUnknown;
@@ -927,8 +952,10 @@ static void async_cases(void) {
   plan_case(ac, 0);
   plan_case(ac, 1);
   if (!vnode) { /* only the single-node GPU path can be captured */
-    graph_case(ac, 0);
-    graph_case(ac, 1);
+    for (int plain = 0; plain < 2; plain++) {
+      graph_case(ac, 0, plain);
+      graph_case(ac, 1, plain);
+    }
   }
   repeat_case(ac, 1000);
   CHECK_RC(MKX_Comm_free(&ac), MKX_SUCCESS, "MKX_Comm_free (moe_sync=no)");
