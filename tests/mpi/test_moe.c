@@ -868,6 +868,7 @@ static void graph_case(MKX_Comm comm, int layer, int plain) {
   int rc;
   if (plain) { /* its workspace is made outside the capture */
     small_moe_inputs(&m, 0);
+    gpu_eligible(MKX_BF16);
     rc = settle(comm, small_moe_call(&m, comm, st));
   } else {
     rc = small_moe_init(&m, comm, &req);
