@@ -1,0 +1,200 @@
+/*
+ * The adaptive split's search (kernels/common/tune_search.h) on modelled
+ * run times of a fused kernel of N = 132 CTAs whose x CTAs communicate:
+ * the run takes the slower of its compute (work / (N - x)) and its
+ * communication (bytes / x), plus a fixed cost; the best x moves with the
+ * ratio of the two.  Checked:
+ *  - without noise it settles within 24 runs (range 128, step0 32), on a
+ *    split within 1.03x of the best of the whole range (found by trying
+ *    every x), from the low end, the high end and two points between;
+ *    the mean number of runs is printed;
+ *  - with 2% noise (a seeded generator), within 1.03x in at least 95% of
+ *    200 trials and within 1.10x in all, settled within 40 runs; then 300
+ *    more noisy runs never change the split (no oscillation);
+ *  - on a flat time with noise below the hysteresis it never leaves its
+ *    start;
+ *  - when the work changes under a settled split, it finds the new best
+ *    within 1.03x;
+ *  - every x it asks for lies in the range, also a range of one value and
+ *    a start outside the range.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "../common/check.h"
+#include "common/tune_search.h"
+
+enum { N = 132 };
+
+typedef struct model {
+  double work, bytes, fixed; /* time = max(work/(N-x), bytes/x) + fixed */
+} model;
+
+static double model_t(const model *m, int x) {
+  const double comp = m->work / (N - x), comm = m->bytes / x;
+  return (comp > comm ? comp : comm) + m->fixed;
+}
+
+/* The best time over [lo, hi], trying every x. */
+static double model_best(const model *m, int lo, int hi) {
+  double b = model_t(m, lo);
+  for (int x = lo + 1; x <= hi; x++)
+    if (model_t(m, x) < b) b = model_t(m, x);
+  return b;
+}
+
+/* xorshift64*, uniform in [-1, 1] */
+static double noise(uint64_t *g) {
+  *g ^= *g >> 12, *g ^= *g << 25, *g ^= *g >> 27;
+  return (double)((*g * 2685821657736338717ull) >> 11) / (double)(1ull << 52) -
+         1.0;
+}
+
+/* Runs until settled (at most max_runs); returns the runs, -1 if it did
+ * not settle or asked for an x outside the range. */
+static int run_search(mkx_tune_state *s, const model *m, double amp,
+                      uint64_t *g, int max_runs) {
+  for (int r = 0; r < max_runs; r++) {
+    if (s->phase == MKX_TUNE_SETTLED) return r;
+    const int x = mkx_tune_next(s);
+    if (x < s->lo || x > s->hi) return -1;
+    const double t = model_t(m, x) * (1 + amp * (g ? noise(g) : 0));
+    mkx_tune_observe(s, (float)t);
+  }
+  return s->phase == MKX_TUNE_SETTLED ? max_runs : -1;
+}
+
+static const model models[] = {
+    {1000, 4, 0.01},   /* best x small: comm light */
+    {1000, 60, 0.01},  /* best x around 10 */
+    {1000, 200, 0.02}, /* around 22 */
+    {1000, 600, 0.02}, /* around 49 */
+    {300, 400, 0.05},  /* around 75, beyond half the CTAs */
+};
+enum { NM = sizeof models / sizeof models[0] };
+
+static void noiseless(void) {
+  const int lo = 1, hi = 128, step0 = 32;
+  const int starts[] = {lo, hi, 8, 64};
+  int total = 0;
+  for (int i = 0; i < NM; i++)
+    for (int j = 0; j < 4; j++) {
+      mkx_tune_state s;
+      mkx_tune_init(&s, lo, hi, starts[j], step0, 0.01f, 0.10f);
+      const int runs = run_search(&s, &models[i], 0, NULL, 200);
+      const double got = model_t(&models[i], s.best),
+                   best = model_best(&models[i], lo, hi);
+      total += runs;
+      CHECK(runs >= 0 && runs <= 24,
+            "model %d from x=%d: settled after %d runs (at most 24)", i,
+            starts[j], runs);
+      CHECK(got <= 1.03 * best,
+            "model %d from x=%d: settled on x=%d, %.4f against the best %.4f "
+            "(%.3fx)",
+            i, starts[j], s.best, got, best, got / best);
+    }
+  printf("# without noise: %.1f runs to settle on average\n",
+         total / (double)(NM * 4));
+}
+
+static void noisy(void) {
+  const int lo = 1, hi = 128, trials = 200;
+  for (int i = 0; i < NM; i++) {
+    int within3 = 0, within10 = 0, settled = 0, steady = 0;
+    uint64_t g = 0x9e3779b97f4a7c15ull + (uint64_t)i;
+    for (int k = 0; k < trials; k++) {
+      mkx_tune_state s;
+      mkx_tune_init(&s, lo, hi, 8, 32, 0.01f, 0.10f);
+      const int runs = run_search(&s, &models[i], 0.02, &g, 40);
+      settled += runs >= 0;
+      const double r =
+          model_t(&models[i], s.best) / model_best(&models[i], lo, hi);
+      within3 += r <= 1.03;
+      within10 += r <= 1.10;
+      const int x0 = s.best;
+      int moved = 0;
+      for (int n = 0; n < 300; n++) {
+        const int x = mkx_tune_next(&s);
+        moved |= x != x0;
+        mkx_tune_observe(
+            &s, (float)(model_t(&models[i], x) * (1 + 0.02 * noise(&g))));
+      }
+      steady += !moved;
+    }
+    CHECK(settled == trials, "model %d, 2%% noise: %d of %d settled in 40 runs",
+          i, settled, trials);
+    CHECK(within3 >= trials * 95 / 100,
+          "model %d, 2%% noise: %d of %d within 1.03x of the best", i, within3,
+          trials);
+    CHECK(within10 == trials, "model %d, 2%% noise: %d of %d within 1.10x", i,
+          within10, trials);
+    CHECK(steady == trials,
+          "model %d, 2%% noise: %d of %d kept their split over 300 more runs",
+          i, steady, trials);
+  }
+}
+
+static void flat(void) {
+  const model m = {0, 0, 1.0};
+  uint64_t g = 12345;
+  mkx_tune_state s;
+  mkx_tune_init(&s, 1, 128, 40, 32, 0.03f, 0.10f);
+  int moved = 0;
+  for (int r = 0; r < 500; r++) {
+    if (s.phase == MKX_TUNE_SETTLED) moved |= mkx_tune_next(&s) != 40;
+    mkx_tune_observe(&s, (float)(model_t(&m, 1) * (1 + 0.01 * noise(&g))));
+  }
+  CHECK(!moved && s.best == 40 && s.phase == MKX_TUNE_SETTLED,
+        "flat time, 1%% noise, 3%% hysteresis: stays at 40 (best %d)", s.best);
+}
+
+static void drift(void) {
+  mkx_tune_state s;
+  mkx_tune_init(&s, 1, 128, 8, 32, 0.01f, 0.10f);
+  CHECK(run_search(&s, &models[1], 0, NULL, 100) >= 0, "drift: settles first");
+  const int before = s.best;
+  const model *now = &models[3];
+  int runs = 0;
+  for (; runs < 60; runs++) {
+    const int x = mkx_tune_next(&s);
+    mkx_tune_observe(&s, (float)model_t(now, x));
+    if (runs > MKX_TUNE_DRIFT_RUNS && s.phase == MKX_TUNE_SETTLED) break;
+  }
+  const double r = model_t(now, s.best) / model_best(now, 1, 128);
+  CHECK(s.phase == MKX_TUNE_SETTLED && r <= 1.03,
+        "drift: the work changed under x=%d; settled again on x=%d after %d "
+        "runs, %.3fx the new best",
+        before, s.best, runs, r);
+}
+
+static void ranges(void) {
+  mkx_tune_state s;
+  mkx_tune_init(&s, 5, 5, 3, 8, 0.01f, 0.10f);
+  int out = 0;
+  for (int r = 0; r < 20; r++) {
+    out += mkx_tune_next(&s) != 5;
+    mkx_tune_observe(&s, 1.0f + (float)r);
+  }
+  CHECK(out == 0 && s.phase == MKX_TUNE_SETTLED,
+        "a range of one value: always 5, settled");
+  mkx_tune_init(&s, 10, 20, 99, 64, 0.01f, 0.10f);
+  out = 0;
+  for (int r = 0; r < 40; r++) {
+    const int x = mkx_tune_next(&s);
+    out += x < 10 || x > 20;
+    mkx_tune_observe(&s, (float)fabs(x - 13.0) + 1.0f);
+  }
+  CHECK(out == 0 && s.best == 13,
+        "range [10, 20] from 99 with a step of 64: every x inside, "
+        "best %d (want 13)",
+        s.best);
+}
+
+int main(void) {
+  noiseless();
+  noisy();
+  flat();
+  drift();
+  ranges();
+  return check_done("test_tune_search");
+}
