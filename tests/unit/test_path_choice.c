@@ -15,6 +15,7 @@
 #include "ops/attn/attn_gpu.h"
 #include "ops/moe/moe_gpu.h"
 #include "ops/fused/fused.h"
+#include "ops/roles.h"
 #include "../common/check.h"
 
 typedef int (*choose_fn)(MKX_Comm, const void *, const mkx_agreed *,
@@ -231,6 +232,41 @@ static void moe(void) {
 }
 
 /* mkx.h, "CUDA graphs": the paths whose starts may be captured. */
+/* The roles' table (ops/roles.h): which paths run them, and their CTAs on
+ * a rank of a whole H100 (132), a quarter of one (33) and of 10 CTAs: the
+ * forward a sixteenth and the node sums a quarter, each 1-8; the kernels
+ * beside them the rest, at least 1. */
+static void roles(void) {
+  static const struct {
+    int ctas, fwd, sum;
+  } t[] = {{132, 8, 8}, {33, 2, 8}, {10, 1, 2}, {1, 1, 1}};
+  for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+    struct MKX_Comm_s c =
+        comm_of(4, 2, MKX_SHARE_MPS, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+    c.share.ctas = t[i].ctas;
+    const int f = mkx_role_ctas(&c, MKX_ROLE_NET_FWD),
+              s = mkx_role_ctas(&c, MKX_ROLE_NODE_SUM);
+    const int fl = mkx_role_leave(&c, MKX_ROLE_NET_FWD),
+              sl = mkx_role_leave(&c, MKX_ROLE_NODE_SUM);
+    const int want_fl = t[i].ctas - t[i].fwd > 1 ? t[i].ctas - t[i].fwd : 1,
+              want_sl = t[i].ctas - t[i].sum > 1 ? t[i].ctas - t[i].sum : 1;
+    CHECK(f == t[i].fwd && s == t[i].sum && fl == want_fl && sl == want_sl,
+          "roles on %d CTAs: forward %d (want %d), node sums %d (want %d), "
+          "beside them %d and %d (want %d and %d)",
+          t[i].ctas, f, t[i].fwd, s, t[i].sum, fl, sl, want_fl, want_sl);
+  }
+  CHECK(mkx_path_roles(MKX_PATH_HIER_PROXY) ==
+                (1u << MKX_ROLE_NET_FWD | 1u << MKX_ROLE_NODE_SUM) &&
+            mkx_path_roles(MKX_PATH_ATTN_NET) == 1u << MKX_ROLE_NET_FWD &&
+            mkx_path_roles(MKX_PATH_TP_OVERLAP) == 0,
+        "the paths that run roles: several nodes driven by the GPU");
+  for (int r = 0; r < MKX_ROLE_COUNT; r++) {
+    const mkx_role_range *g = mkx_role_range_of((mkx_role)r);
+    CHECK(g && g->name && g->part > 0 && g->lo >= 1 && g->hi >= g->lo,
+          "role %d (%s): a share and a range", r, g ? g->name : "NULL");
+  }
+}
+
 static void path_info(void) {
   static const mkx_path yes[] = {MKX_PATH_TP_OVERLAP,    MKX_PATH_TP_SPLIT,
                                  MKX_PATH_TP_ONE_KERNEL, MKX_PATH_TP_ADAPTED,
@@ -347,5 +383,6 @@ int main(void) {
   attention();
   moe();
   path_info();
+  roles();
   return check_done("test_path_choice");
 }

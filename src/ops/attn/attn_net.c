@@ -173,7 +173,7 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
 }
 
 void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
-  if (n->node) *ctas = mkx_net_fwd_leave(c);
+  if (n->node) *ctas = mkx_role_leave(c, MKX_ROLE_NET_FWD);
 }
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {

@@ -185,7 +185,7 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   /* own rows: copied before the kernel on its stream */
   d->ready_mask = 1u << c->rank;
   if (p->node) { /* every other source's rows come with their flags */
-    d->sync.ctas = mkx_net_fwd_leave(c);
+    d->sync.ctas = mkx_role_leave(c, MKX_ROLE_NET_FWD);
     return;
   }
   d->net_mask = ((1u << c->size) - 1) & ~d->ready_mask;

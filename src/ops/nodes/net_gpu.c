@@ -112,29 +112,6 @@ unsigned mkx_net_column_peers(MKX_Comm c) {
   return m;
 }
 
-static int rank_ctas(MKX_Comm c) {
-  return c->share.ctas ? c->share.ctas : c->share.dev_sms;
-}
-
-/* A 1/part share of the rank's CTAs, 1-8. */
-static int ctas_part(MKX_Comm c, int part) {
-  const int f = rank_ctas(c) / part;
-  return f < 1 ? 1 : f > 8 ? 8 : f;
-}
-
-int mkx_net_fwd_ctas(MKX_Comm c) { return ctas_part(c, 16); }
-
-static int leave(MKX_Comm c, int taken) {
-  const int left = rank_ctas(c) - taken;
-  return left > 1 ? left : 1;
-}
-
-int mkx_net_fwd_leave(MKX_Comm c) { return leave(c, mkx_net_fwd_ctas(c)); }
-
-int mkx_net_sum_ctas(MKX_Comm c) { return ctas_part(c, 4); }
-
-int mkx_net_sum_leave(MKX_Comm c) { return leave(c, mkx_net_sum_ctas(c)); }
-
 int mkx_net_fork(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn) {
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(ws->ev_fork, st), fn, "fork"));
@@ -164,7 +141,7 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
   f->flag_epoch =
       mkx_fused_ws_word(ws, c->place.local_rank, MKX_FUSED_OFF_EPOCH);
   f->count = (unsigned *)(words + MKX_NET_WORD_FWD_COUNT);
-  f->max_blocks = mkx_net_fwd_ctas(c);
+  f->max_blocks = mkx_role_ctas(c, MKX_ROLE_NET_FWD);
   MKX_TRY(mkx_net_fork(ws, side, st, fn));
   return mkx_fused_launch_rc(mkx_fused_net_fwd(f, ws->side[side]), fn,
                              "network forward");

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "core/comm.h"
 #include "ops/fused/fused.h"
+#include "ops/roles.h"
 
 struct mkx_agreed;
 
@@ -98,24 +99,9 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
                        const char *fn, mkx_fused_net_desc *d);
 /* Nodes of several ranks (the network forward, tp.h mkx_fused_net_fwd_desc):
  * the ranks of this rank's local index on the other nodes, as a mask (the
- * network's peers); the forward's CTAs (a sixteenth of the rank's, 1-8:
- * each waits on the network, and the kernels beside it leave them SMs). */
+ * network's peers).  The CTAs of the forward and of the node sums of
+ * GEMM+ReduceScatter and GEMM+AllReduce: ops/roles.h. */
 unsigned mkx_net_column_peers(MKX_Comm c);
-int mkx_net_fwd_ctas(MKX_Comm c);
-/* The CTAs a persistent kernel beside the forward may take (mkx_fused_sync
- * .ctas): the rank's less the forward's, so that both are resident at
- * once (a kernel that waits for flags the forward sets, holding every SM
- * the forward could have, would wait out its bound). */
-int mkx_net_fwd_leave(MKX_Comm c);
-/* The node sums of GEMM+ReduceScatter and GEMM+AllReduce on nodes of
- * several ranks (each reads the node's G partials of an owner's rows and
- * writes their sum: G + 1 times the bytes the forward moves once): a
- * quarter of the rank's CTAs, 1-8, since the forward's sixteenth leaves
- * a rank of 4 sharing a GPU one CTA of memory bandwidth for them.  On a
- * GPU of the rank's own the chunk GEMMs beside them take the rest
- * (mkx_net_sum_leave). */
-int mkx_net_sum_ctas(MKX_Comm c);
-int mkx_net_sum_leave(MKX_Comm c);
 /* The forward of a call whose kernels' descriptor is *n (words: the
  * region's device words), into the node ranks' data and flags of ws, on
  * ws's side stream `side` forked from st: the caller sets f's kind, src

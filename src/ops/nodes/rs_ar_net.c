@@ -35,7 +35,7 @@
  *     local order, the same order on every rank of the node.
  *   - For owner (b, g) of another node this rank is its node's column
  *     rank: a sum kernel on a side stream (mkx_fused_net_sum with named
- *     sources; mkx_net_sum_ctas CTAs, the GEMMs' in chunk_desc) waits
+ *     sources; the node sums' CTAs (ops/roles.h), the GEMMs' in chunk_desc) waits
  *     for chunk j's flag of every node rank, adds their chunks in local
  *     order into S[b] of the region and posts it to the owner's R[n]
  *     (word 1 + j): one write per node and chunk.
@@ -205,8 +205,8 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
    * beside it keep their CTAs (a GEMM on every SM would hold them back);
    * on a shared one the GEMM, which waits for nobody, takes the rank's
    * share, and the sums get SMs as its CTAs retire */
-  d->num_ctas =
-      p->node && !c->share.ctas ? mkx_net_sum_leave(c) : c->share.ctas;
+  d->num_ctas = p->node && !c->share.ctas ? mkx_role_leave(c, MKX_ROLE_NODE_SUM)
+                                          : c->share.ctas;
   if (r0p) *r0p = r0, *r1p = r1;
 }
 
@@ -351,7 +351,7 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_fused_net_desc *n,
   d.post_one = q + 1;
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
-  d.max_blocks = mkx_net_sum_ctas(c);
+  d.max_blocks = mkx_role_ctas(c, MKX_ROLE_NODE_SUM);
   return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op),
                              "node sum");
 }

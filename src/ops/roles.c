@@ -1,0 +1,43 @@
+/* The roles' ranges, and the paths that run them (roles.h). */
+#include "core/comm.h"
+#include "ops/roles.h"
+
+static const mkx_role_range ranges[MKX_ROLE_COUNT] = {
+    [MKX_ROLE_NET_FWD] = {"network forward", 16, 1, 8,
+                          "each CTA waits on the network; the kernels "
+                          "beside it keep the SMs"},
+    [MKX_ROLE_NODE_SUM] = {"node sums", 4, 1, 8,
+                           "each reads the node's partials of an owner's "
+                           "rows and writes their sum, G + 1 times the "
+                           "bytes the forward moves once"},
+};
+
+const mkx_role_range *mkx_role_range_of(mkx_role r) {
+  return r >= 0 && r < MKX_ROLE_COUNT ? &ranges[r] : NULL;
+}
+
+unsigned mkx_path_roles(mkx_path p) {
+  switch (p) {
+    case MKX_PATH_HIER_PROXY: /* AllGather+GEMM forwards, RS/AR sum */
+      return 1u << MKX_ROLE_NET_FWD | 1u << MKX_ROLE_NODE_SUM;
+    case MKX_PATH_ATTN_NET:
+      return 1u << MKX_ROLE_NET_FWD;
+    default:
+      return 0;
+  }
+}
+
+static int rank_ctas(MKX_Comm c) {
+  return c->share.ctas ? c->share.ctas : c->share.dev_sms;
+}
+
+int mkx_role_ctas(MKX_Comm c, mkx_role r) {
+  const mkx_role_range *g = mkx_role_range_of(r);
+  const int f = rank_ctas(c) / g->part;
+  return f < g->lo ? g->lo : f > g->hi ? g->hi : f;
+}
+
+int mkx_role_leave(MKX_Comm c, mkx_role r) {
+  const int left = rank_ctas(c) - mkx_role_ctas(c, r);
+  return left > 1 ? left : 1;
+}
