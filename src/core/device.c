@@ -8,6 +8,7 @@
 #if HAVE_CUDA
 #include <cuda.h>
 #include <cuda_runtime.h>
+#include <nvtx3/nvToolsExt.h>
 #include "core/cuda_rc.h"
 #endif
 
@@ -172,6 +173,9 @@ int mkx_stream_capturing(void *stream) {
   return s != cudaStreamCaptureStatusNone;
 }
 
+void mkx_trace_push(const char *name) { nvtxRangePushA(name); }
+void mkx_trace_pop(void) { nvtxRangePop(); }
+
 int mkx_capture_relax(int on) {
   enum cudaStreamCaptureMode m = cudaStreamCaptureModeRelaxed;
   if (!on) return 0;
@@ -309,6 +313,8 @@ int mkx_capture_relax(int on) {
   (void)on;
   return 0;
 }
+void mkx_trace_push(const char *name) { (void)name; }
+void mkx_trace_pop(void) {}
 void mkx_capture_restore(int saved) { (void)saved; }
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
   memset(out, 0, sizeof *out);

@@ -69,6 +69,11 @@ int mkx_stream_capturing(void *stream);
 int mkx_capture_relax(int on);
 void mkx_capture_restore(int saved);
 
+/* A range of the calling thread's timeline in Nsight Systems and other
+ * NVTX tools, named `name` (copied); nothing without CUDA or a tool. */
+void mkx_trace_push(const char *name);
+void mkx_trace_pop(void);
+
 /* A CUDA driver entry point of at least `version` (e.g. 12000), or NULL
  * (no CUDA in the build, no driver): MKX never links libcuda, whose stub
  * would keep programs from starting where there is no driver. */

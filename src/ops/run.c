@@ -146,6 +146,23 @@ static int post_checks(MKX_Comm c, const mkx_op_class *cls,
   return MKX_SUCCESS;
 }
 
+/* "k=4096 dtype=MKX_BF16 ... total=8192": the run's shape in trace ranges. */
+static void shape_text(const mkx_op_class *cls, const mkx_signature *s,
+                       const mkx_agreed *g, char *buf, size_t len) {
+  size_t at = 0;
+  buf[0] = 0;
+  for (int i = 0; cls->sig_names[i] && at + 1 < len; i++) {
+    char v[48];
+    sig_text(cls, i, s->sig[i], v, sizeof v);
+    const int n = snprintf(buf + at, len - at, "%s%s=%s", at ? " " : "",
+                           cls->sig_names[i], v);
+    if (n < 0) return;
+    at += (size_t)n;
+  }
+  if (at + 1 < len)
+    snprintf(buf + at, len - at, " total=%lld", (long long)g->total);
+}
+
 static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
                     mkx_agreed *g) {
   agree_record *all = malloc(sizeof *all * (size_t)c->size);
@@ -301,6 +318,8 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   mine.path = device;
   mine.captured = captured;
   int rc = exchange(c, cls, &mine, &p->g);
+  if (rc == MKX_SUCCESS)
+    shape_text(cls, &mine.s, &p->g, p->shape, sizeof p->shape);
   if (rc == MKX_SUCCESS && device != MKX_MEM_DEVICE && captured)
     rc = refuse_capture(cls->name, MKX_PATH_HOST);
   if (rc != MKX_SUCCESS) {
@@ -423,9 +442,14 @@ int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream) {
   const mkx_path path = mkx_prepared_path(p);
   if (mkx_stream_capturing(stream) && !mkx_path_capturable_on(c, path))
     return refuse_capture(p->cls->name, path);
+  char label[256];
+  snprintf(label, sizeof label, "%s (%s) %s", p->cls->name, mkx_path_name(path),
+           p->shape);
+  mkx_trace_push(label);
   mkx_path_track_begin();
   const int rc = run(c, p, args, stream);
   const mkx_path ran = mkx_path_track_end();
+  mkx_trace_pop();
   if (ran != MKX_PATH_COUNT) p->ran = ran, c->last_path = (int)ran;
   return rc;
 }
