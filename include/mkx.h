@@ -104,8 +104,9 @@
  *    buffers and others device buffers, all return MKX_ERR_SHAPE_MISMATCH
  *    naming the value and two ranks.
  *  - The options that choose a collective path or protocol (fused,
- *    fused_pad, tp_*, shared_gpu, gpu_partition, hier_gemm,
- *    virtual_node_size, net) are
+ *    fused_pad, tp_*, shared_gpu, gpu_partition, hier_gemm, hier_attn,
+ *    hier_moe, attn_layout, moe_gpu, moe_sync, moe_release, net_fwd_ctas,
+ *    net_sum_ctas, virtual_node_size, net) are
  *    agreed once, by MKX_Comm_create (MKX_ERR_INVALID_ARG on every rank,
  *    naming the first that differs).  Other options may differ per rank.
  * Not checked: buffer contents (except MoE expert ids) and that buffers
@@ -264,8 +265,8 @@ size_t MKX_Type_size(MKX_Datatype type);
  * its "mkx_*" keys override the MKX_* environment variables (see mkx_info
  * for the list; other keys are ignored).  Options are fixed for the life
  * of the communicator.  The options that choose a collective path or
- * protocol (fused, fused_pad, tp_*, shared_gpu, gpu_partition, hier_gemm,
- * virtual_node_size, net) must be the same on every rank: else every rank
+ * protocol (listed under "Agreement across ranks" above) must be the same
+ * on every rank: else every rank
  * returns MKX_ERR_INVALID_ARG naming the first that differs.
  * GPU choice, first match wins: option `device`; the only visible GPU;
  * the launcher's local rank (SLURM_LOCALID, OMPI_COMM_WORLD_LOCAL_RANK,

@@ -191,6 +191,17 @@ static const mkx_option_desc base_rows[] = {
      "the routing; auto: proxy where it can. Same results and network "
      "bytes for all.",
      1},
+    {"net_fwd_ctas", MKX_OPT_INT, OPT(net_fwd_ctas), "0", "0:1024",
+     "CTAs of the network forward (calls driven by the GPU on nodes of "
+     "several ranks: AllGather+GEMM, ring attention), pinned by hand. 0: a "
+     "sixteenth of the rank's CTAs, 1-8. At most the rank's CTAs less one "
+     "are used; the kernels beside it take the rest.",
+     1},
+    {"net_sum_ctas", MKX_OPT_INT, OPT(net_sum_ctas), "0", "0:1024",
+     "CTAs of the node sums of GEMM+ReduceScatter and GEMM+AllReduce driven "
+     "by the GPU on nodes of several ranks, pinned by hand. 0: a quarter of "
+     "the rank's CTAs, 1-8. At most the rank's CTAs less one are used.",
+     1},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

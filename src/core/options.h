@@ -80,6 +80,8 @@ typedef struct mkx_options {
   int hier_gemm;      /* MKX_HIER_GEMM_*: device buffers on several nodes */
   int net_gpu_region; /* MKX_NET_REGION_*: where the GPU-driven calls' network
                          region lives */
+  int net_fwd_ctas;   /* CTAs of the network forward, pinned; 0: its share */
+  int net_sum_ctas;   /* CTAs of the node sums, pinned; 0: their share */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

@@ -31,9 +31,16 @@ static int rank_ctas(MKX_Comm c) {
   return c->share.ctas ? c->share.ctas : c->share.dev_sms;
 }
 
+/* Options net_fwd_ctas, net_sum_ctas: a split pinned by hand (0: none). */
+static int pinned(MKX_Comm c, mkx_role r) {
+  return r == MKX_ROLE_NET_FWD ? c->opt.net_fwd_ctas : c->opt.net_sum_ctas;
+}
+
 int mkx_role_ctas(MKX_Comm c, mkx_role r) {
   const mkx_role_range *g = mkx_role_range_of(r);
-  const int f = rank_ctas(c) / g->part;
+  const int all = rank_ctas(c), pin = pinned(c, r);
+  if (pin > 0) return pin < all ? pin : all > 1 ? all - 1 : 1;
+  const int f = all / g->part;
   return f < g->lo ? g->lo : f > g->hi ? g->hi : f;
 }
 

@@ -30,7 +30,9 @@ typedef struct mkx_role_range {
 const mkx_role_range *mkx_role_range_of(mkx_role r);
 /* Bit r set: the path's kernels may run role r. */
 unsigned mkx_path_roles(mkx_path p);
-/* The CTAs role r takes on c's rank, and those the kernels beside it may
+/* The CTAs role r takes on c's rank (pinned by its option, net_fwd_ctas or
+ * net_sum_ctas, to at most the rank's CTAs less one; else its share within
+ * its range), and those the kernels beside it may
  * take (mkx_fused_sync.ctas: the rank's less the role's, at least 1, so
  * that both are resident at once: a kernel that waits for what the role
  * does, holding every SM the role could have, would wait out its bound). */

@@ -255,6 +255,18 @@ static void roles(void) {
           "beside them %d and %d (want %d and %d)",
           t[i].ctas, f, t[i].fwd, s, t[i].sum, fl, sl, want_fl, want_sl);
   }
+  /* pinned by hand (options net_fwd_ctas, net_sum_ctas): as given, up to
+   * the rank's CTAs less one */
+  struct MKX_Comm_s p =
+      comm_of(4, 2, MKX_SHARE_MPS, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+  p.share.ctas = 33;
+  p.opt.net_fwd_ctas = 12, p.opt.net_sum_ctas = 40;
+  CHECK(mkx_role_ctas(&p, MKX_ROLE_NET_FWD) == 12 &&
+            mkx_role_leave(&p, MKX_ROLE_NET_FWD) == 21 &&
+            mkx_role_ctas(&p, MKX_ROLE_NODE_SUM) == 32 &&
+            mkx_role_leave(&p, MKX_ROLE_NODE_SUM) == 1,
+        "roles pinned on 33 CTAs: forward 12 (beside it 21), node sums 40 "
+        "capped at 32 (beside them 1)");
   CHECK(mkx_path_roles(MKX_PATH_HIER_PROXY) ==
                 (1u << MKX_ROLE_NET_FWD | 1u << MKX_ROLE_NODE_SUM) &&
             mkx_path_roles(MKX_PATH_ATTN_NET) == 1u << MKX_ROLE_NET_FWD &&
