@@ -100,7 +100,8 @@ typedef struct mkx_prepared {
                                   agreement: the same on every rank */
   mkx_path ran;                /* the path its last run took
                                   (MKX_PATH_COUNT: not run yet) */
-  char shape[112];             /* the agreed values, for trace ranges */
+  char label[256]; /* its runs' trace range: operation, planned path and
+                      agreed values */
 } mkx_prepared;
 
 /* The path p runs: the one its last run took, else the one it chose. */

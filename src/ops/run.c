@@ -146,21 +146,24 @@ static int post_checks(MKX_Comm c, const mkx_op_class *cls,
   return MKX_SUCCESS;
 }
 
-/* "k=4096 dtype=MKX_BF16 ... total=8192": the run's shape in trace ranges. */
-static void shape_text(const mkx_op_class *cls, const mkx_signature *s,
-                       const mkx_agreed *g, char *buf, size_t len) {
-  size_t at = 0;
-  buf[0] = 0;
+/* "MKX_Allgather_gemm (fused overlapped) k=4096 dtype=MKX_BF16 ...
+ * total=8192": the trace range of p's runs, made once. */
+static void label_of(mkx_prepared *p, const mkx_signature *s) {
+  const mkx_op_class *cls = p->cls;
+  char *buf = p->label;
+  const size_t len = sizeof p->label;
+  int n0 = snprintf(buf, len, "%s (%s)", cls->name,
+                    mkx_path_name(mkx_prepared_path(p)));
+  size_t at = n0 > 0 ? (size_t)n0 : 0;
   for (int i = 0; cls->sig_names[i] && at + 1 < len; i++) {
     char v[48];
     sig_text(cls, i, s->sig[i], v, sizeof v);
-    const int n = snprintf(buf + at, len - at, "%s%s=%s", at ? " " : "",
-                           cls->sig_names[i], v);
+    const int n = snprintf(buf + at, len - at, " %s=%s", cls->sig_names[i], v);
     if (n < 0) return;
     at += (size_t)n;
   }
   if (at + 1 < len)
-    snprintf(buf + at, len - at, " total=%lld", (long long)g->total);
+    snprintf(buf + at, len - at, " total=%lld", (long long)p->g.total);
 }
 
 static int exchange(MKX_Comm c, const mkx_op_class *cls, agree_record *mine,
@@ -318,18 +321,16 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   mine.path = device;
   mine.captured = captured;
   int rc = exchange(c, cls, &mine, &p->g);
-  if (rc == MKX_SUCCESS)
-    shape_text(cls, &mine.s, &p->g, p->shape, sizeof p->shape);
   if (rc == MKX_SUCCESS && device != MKX_MEM_DEVICE && captured)
     rc = refuse_capture(cls->name, MKX_PATH_HOST);
+  if (rc == MKX_SUCCESS && device == MKX_MEM_DEVICE)
+    rc = choose_gpu_path(c, cls, args, p);
   if (rc != MKX_SUCCESS) {
     mkx_prepared_free(c, p);
     return rc;
   }
-  if (device != MKX_MEM_DEVICE) return MKX_SUCCESS;
-  rc = choose_gpu_path(c, cls, args, p);
-  if (rc != MKX_SUCCESS) mkx_prepared_free(c, p);
-  return rc;
+  label_of(p, &mine.s);
+  return MKX_SUCCESS;
 }
 
 int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p, int captured) {
@@ -442,10 +443,7 @@ int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream) {
   const mkx_path path = mkx_prepared_path(p);
   if (mkx_stream_capturing(stream) && !mkx_path_capturable_on(c, path))
     return refuse_capture(p->cls->name, path);
-  char label[256];
-  snprintf(label, sizeof label, "%s (%s) %s", p->cls->name, mkx_path_name(path),
-           p->shape);
-  mkx_trace_push(label);
+  mkx_trace_push(p->label);
   mkx_path_track_begin();
   const int rc = run(c, p, args, stream);
   const mkx_path ran = mkx_path_track_end();

@@ -10,9 +10,11 @@
  *    only when its graph is launched);
  *  - MKX_Start on the host path: the same mismatch from its small
  *    exchange, and no complaint when every rank captures (the refusal is
- *    then the start's own, the same on every rank).
+ *    then the start's own, the same on every rank);
+ *  - the name of a plan's trace range: operation, path, agreed values.
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "core/comm.h"
@@ -112,6 +114,13 @@ static void start_checks(MKX_Comm c, host_call *h) {
   int rc = mkx_op_prepare(c, &mkx_op_allgather_gemm, MKX_VARIANT_INIT, &h->a,
                           MKX_SUCCESS, 0, &p);
   if (!CHECK_RC(rc, MKX_SUCCESS, "a host plan")) return;
+  char want[96];
+  snprintf(want, sizeof want,
+           "MKX_Allgather_gemm (host) k=5 dtype=MKX_FP64 ctype=MKX_FP64 "
+           "order=MKX_ROW_MAJOR total=%d",
+           M_LOCAL * mt.size);
+  CHECK(!strcmp(p.label, want), "the plan's trace range: \"%s\" (want \"%s\")",
+        p.label, want);
   rc = mkx_op_start_check(c, &p, mt.rank == mt.size - 1);
   if (mt.size > 1) {
     if (CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH,
