@@ -74,8 +74,9 @@
  * (logged at info as "fused overlapped", "fused split", "fused split in
  * one kernel", "fused, operands adapted", "fused, operands read in
  * place", "attention engine" or "attention ring, one node"), on the
- * several-node path driven by the GPU ("several nodes, driven by the GPU
- * (hier_gemm=proxy)"), or on the MoE GPU paths ("MoE on one rank's GPU",
+ * several-node paths driven by the GPU ("several nodes, driven by the GPU
+ * (hier_gemm=proxy)", "attention ring, several nodes, driven by the GPU
+ * (hier_attn=proxy)"), or on the MoE GPU paths ("MoE on one rank's GPU",
  * "MoE on one node's GPUs") with option moe_sync=no, may be captured into
  * a CUDA graph and replayed (MKX_Request_get_path and
  * MKX_Comm_get_last_path say which path ran and whether it may).  Every
