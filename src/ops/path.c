@@ -31,8 +31,8 @@ static const char capturable[MKX_PATH_COUNT] = {
     [MKX_PATH_TP_ONE_KERNEL] = 1, [MKX_PATH_TP_ADAPTED] = 1,
     [MKX_PATH_TP_PULL] = 1,       [MKX_PATH_HIER_PROXY] = 1,
     [MKX_PATH_ATTN] = 1,          [MKX_PATH_ATTN_RING] = 1,
-    [MKX_PATH_ATTN_NET] = 1,
-    [MKX_PATH_MOE] = 1,           [MKX_PATH_MOE_NODE] = 1,
+    [MKX_PATH_ATTN_NET] = 1,      [MKX_PATH_MOE] = 1,
+    [MKX_PATH_MOE_NODE] = 1,
 };
 
 static atomic_long starts[MKX_PATH_COUNT];

@@ -280,12 +280,11 @@ static void roles(void) {
 }
 
 static void path_info(void) {
-  static const mkx_path yes[] = {MKX_PATH_TP_OVERLAP,    MKX_PATH_TP_SPLIT,
-                                 MKX_PATH_TP_ONE_KERNEL, MKX_PATH_TP_ADAPTED,
-                                 MKX_PATH_TP_PULL,       MKX_PATH_HIER_PROXY,
-                                 MKX_PATH_ATTN,          MKX_PATH_ATTN_RING,
-                                 MKX_PATH_ATTN_NET,      MKX_PATH_MOE,
-                                 MKX_PATH_MOE_NODE};
+  static const mkx_path yes[] = {
+      MKX_PATH_TP_OVERLAP, MKX_PATH_TP_SPLIT,  MKX_PATH_TP_ONE_KERNEL,
+      MKX_PATH_TP_ADAPTED, MKX_PATH_TP_PULL,   MKX_PATH_HIER_PROXY,
+      MKX_PATH_ATTN,       MKX_PATH_ATTN_RING, MKX_PATH_ATTN_NET,
+      MKX_PATH_MOE,        MKX_PATH_MOE_NODE};
   struct MKX_Comm_s c =
       comm_of(4, 1, MKX_SHARE_MPS, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
   c.share.ctas = 30;
