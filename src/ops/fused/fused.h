@@ -77,7 +77,7 @@ int mkx_fused_share_ok(MKX_Comm c, const char *fn);
 int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
                          mkx_fused_ws **ws);
 /* Local: back to the pool (the stream keeps ordering its in-flight use),
- * unless a captured call holds it. */
+ * unless a captured call holds it (once its plan is made). */
 void mkx_fused_ws_release(mkx_fused_ws *ws);
 
 /* Local pointers into a rank's workspace; mkx_fused_ws_word: the int at

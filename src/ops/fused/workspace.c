@@ -315,7 +315,11 @@ int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
 }
 
 void mkx_fused_ws_release(mkx_fused_ws *ws) {
-  if (ws && !ws->graph) ws->busy = 0;
+  if (!ws) return;
+  /* given back by a captured call's plan itself (a fallback, or its
+   * failure): the graph never had it */
+  if (ws->graph && ws->comm->capturing) ws->graph = 0;
+  if (!ws->graph) ws->busy = 0;
 }
 
 char *mkx_fused_ws_peer(const mkx_fused_ws *ws, int lr) {
