@@ -638,8 +638,9 @@ int MKX_Request_free(MKX_Request *request);
  * on comm ran ("none" before any; works on a communicator made unusable
  * by a failure too).  *name: the path's name as logged at info ("host",
  * "staged", "fused overlapped", "fused, operands read in place", ...;
- * a constant string of the library, not to be freed); *capturable: 1 if MKX_Start of a plan on that path may be
- * captured in a CUDA graph (see "CUDA graphs" above), else 0; *ctas: the
+ * a constant string of the library, not to be freed); *capturable: 1 if
+ * a call or MKX_Start on that path may be captured in a CUDA graph (see
+ * "CUDA graphs" above), else 0; *ctas: the
  * CTAs its kernels take on this rank's GPU (its partition's SMs for a GEMM
  * that waits for no one, the cap of kernels that wait for peers
  * otherwise), 0 on the host and staged paths.  Errors:

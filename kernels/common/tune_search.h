@@ -13,17 +13,17 @@
  * so that noise below it cannot move the split; after a move it goes on in
  * the same direction; when both neighbours at this step were no better,
  * the step halves, and below a 64th of the range (at least 1) the search
- * settles on best.  The
- * incumbent's time is its fastest run while searching, so every accepted
- * move lowers it by the hysteresis at least: the search ends.  Settled, it
+ * settles on best.  The incumbent's time is its fastest run while
+ * searching, so every accepted move lowers it by the hysteresis at least:
+ * the search ends.  Settled, it
  * follows the incumbent's time (a moving average); `DRIFT_RUNS` runs in a
  * row slower than that by the drift fraction mean the work changed, and
  * the search starts again from best with a quarter of the range.
  *
  * On a time with one minimum it settles after about 2 * log2(step0 /
  * that smallest step) runs plus one per move (tests/unit/test_tune_search
- * measures it), and every x it returns lies in [lo, hi].  The state is plain data of fixed size, for device memory and
- * the tuner cache alike.
+ * measures it), and every x it returns lies in [lo, hi].  The state is
+ * plain data of fixed size, for device memory and the tuner cache alike.
  */
 #ifndef MKX_TUNE_SEARCH_H
 #define MKX_TUNE_SEARCH_H

@@ -313,9 +313,9 @@ int mkx_capture_relax(int on) {
   (void)on;
   return 0;
 }
+void mkx_capture_restore(int saved) { (void)saved; }
 void mkx_trace_push(const char *name) { (void)name; }
 void mkx_trace_pop(void) {}
-void mkx_capture_restore(int saved) { (void)saved; }
 int mkx_device_sm_info(int device, mkx_device_sms *out) {
   memset(out, 0, sizeof *out);
   return mkx_device_set(device);

@@ -106,7 +106,7 @@ typedef struct mkx_prepared {
 
 /* The path p runs: the one its last run took, else the one it chose. */
 mkx_path mkx_prepared_path(const mkx_prepared *p);
-/* Whether a start on `path` may be captured on c (the path's rule, and
+/* Whether a call or start on `path` may be captured on c (the path's rule, and
  * the MoE paths' option moe_sync=no). */
 int mkx_path_capturable_on(MKX_Comm c, mkx_path path);
 /* MKX_Request_get_path and MKX_Comm_get_last_path for `path` on c

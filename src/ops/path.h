@@ -41,8 +41,8 @@ typedef enum mkx_path {
 } mkx_path;
 
 const char *mkx_path_name(mkx_path p);
-/* Whether MKX_Start of a plan on p may be captured in a CUDA graph: its
- * start does no host work that waits (the MoE paths: only with option
+/* Whether a call or MKX_Start on p may be captured in a CUDA graph: its
+ * run does no host work that waits (the MoE paths: only with option
  * moe_sync=no, which the caller checks).  The one list of mkx.h's rule. */
 int mkx_path_capturable(mkx_path p);
 /* One more start on p (thread-safe). */
