@@ -165,7 +165,9 @@
  *
  * The communicator after a failure.  MKX_ERR_TIMEOUT, MKX_ERR_MPI,
  * MKX_ERR_NET, MKX_ERR_PEER of ranks out of step, and a GPU failure
- * reported as MKX_ERR_TIMEOUT or MKX_ERR_PEER, make the communicator unusable on the rank that gets them:
+ * reported as MKX_ERR_TIMEOUT, MKX_ERR_PEER or MKX_ERR_SHAPE_MISMATCH
+ * (MKX_Start of different plans), make the communicator unusable on the
+ * rank that gets them:
  * later calls on it return MKX_ERR_INVALID_COMM quoting the first failure
  * (the MKX_Comm_rank family still works); free it (MKX_Comm_free works,
  * its waits are bounded) and create another.  There is no recovery in
@@ -571,6 +573,13 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * that every rank starts the same plan at the same point: ranks that start
  * different plans, or start while others make another call, all get
  * MKX_ERR_SHAPE_MISMATCH naming both, and the communicator stays usable.
+ * On a fused GPU path the ranks of a node compare what they start at the
+ * run's first meeting, on the GPU: ranks that start different plans (or a
+ * plan against another call's GPU work) all get MKX_ERR_SHAPE_MISMATCH
+ * naming both, reported as a failed GPU run is (below), at once rather
+ * than at the bound, and the communicator is unusable after it.  Between
+ * nodes of a GPU-driven several-node path such a mismatch ends at the
+ * bounded waits (MKX_ERR_TIMEOUT).
  * Errors of MKX_Start: MKX_ERR_INVALID_REQUEST, MKX_ERR_INVALID_COMM,
  * MKX_ERR_SHAPE_MISMATCH, and the run's own (MKX_ERR_TIMEOUT, MKX_ERR_PEER,
  * MKX_ERR_MPI, MKX_ERR_NET, MKX_ERR_CUDA, MKX_ERR_NOMEM).

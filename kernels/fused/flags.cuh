@@ -142,6 +142,63 @@ __device__ __forceinline__ void meet(const mkx_fused_sync &s, int off, int epoch
   __syncthreads();
 }
 
+/* The count of this rank's runs on the communicator, in its start records
+ * (kernels/fused/fused.h), and the number of the run about to start: one
+ * more (0 where the call has no start records).  The prologue stores it at
+ * once, the split path's last block at the end of the run, with its
+ * epoch. */
+__device__ __forceinline__ int *runs_word(const mkx_fused_sync &s) {
+  return reinterpret_cast<int *>(s.starts[s.rank] + MKX_FUSED_STARTS_OFF_RUNS);
+}
+__device__ __forceinline__ int next_run(const mkx_fused_sync &s) {
+  return s.starts[s.rank] ? *(volatile const int *)runs_word(s) + 1 : 0;
+}
+
+/* Thread q of meet_start: wait for rank q's arrival at the call barrier,
+ * or for its start record to show that its n-th run is another plan or
+ * call, or that it is past its n-th run (it ran something else then),
+ * which no wait for its arrival would see end. */
+__device__ __forceinline__ void wait_start(const mkx_fused_sync &s, int q, int e, int n) {
+  const int *bar = own_word(s, MKX_FUSED_OFF_BAR) + q;
+  const uint64_t *theirs =
+      n ? reinterpret_cast<const uint64_t *>(s.starts[s.rank] + MKX_FUSED_STARTS_OFF_START) + q : nullptr;
+  uint64_t other = 0;
+  bool mismatch = false;
+  const auto ready = [&] {
+    if (geq(ld_acquire(bar), e)) return true;
+    if (!theirs) return false;
+    other = ld_acquire(theirs);
+    const int runs = (int)(other >> 32);
+    if (!(runs == n && (unsigned)other != s.ident) && !(other && !geq(n, runs))) return false;
+    /* a peer past its n-th run may have arrived since the bar was read
+     * (stalled between the two loads, in time slices say): its arrival
+     * was released before that record */
+    mismatch = !geq(ld_acquire(bar), e);
+    return true;
+  };
+  if (wait_for(ready, s, q, -1, MKX_FUSED_AT_BARRIER) && mismatch)
+    give_up(s, MKX_FUSED_ERR_MISMATCH, q, (int)(unsigned)other, MKX_FUSED_AT_BARRIER,
+            told_word(s.rank, q, MKX_FUSED_AT_MISMATCH), (int)s.ident, n, (int)(other >> 32));
+}
+
+/* The node's ranks meet at the call barrier (bar) for epoch e, as meet()
+ * does, in run n (next_run): each block first puts this run's start
+ * record (n, ident) into every peer's block, so that ranks that started
+ * different plans or calls, each of which waits in a workspace of its
+ * own, find it at once (MKX_FUSED_ERR_MISMATCH) instead of at the bound. */
+__device__ __forceinline__ void meet_start(const mkx_fused_sync &s, int e, int n) {
+  if (threadIdx.x == 0) {
+    const uint64_t mine = (uint64_t)(unsigned)n << 32 | s.ident;
+    __threadfence_system();
+    for (int q = 0; q < s.size; ++q) {
+      if (n) st_release(reinterpret_cast<uint64_t *>(s.starts[q] + MKX_FUSED_STARTS_OFF_START) + s.rank, mine);
+      st_release(reinterpret_cast<int *>(s.ws[q] + MKX_FUSED_OFF_BAR) + s.rank, e);
+    }
+  }
+  if ((int)threadIdx.x < s.size) wait_start(s, threadIdx.x, e, n);
+  __syncthreads();
+}
+
 /* Thread 0 of each block, once the block's work is done: true in the last
  * block to get here (the self-resetting count at MKX_FUSED_OFF_COUNT), after
  * a system fence, so every block's stores are visible before what the

@@ -46,6 +46,15 @@
  * Every flag holds the epoch at which it was last set (never a count), so
  * whatever operation or shape used a workspace before, its flags are all
  * below the current epoch: a workspace can be reused by any call.
+ *
+ * Every rank also owns one block of start records per communicator (made
+ * with its first workspace, kept until MKX_Comm_free), where ranks that
+ * run different plans meet, since each plan has a workspace of its own:
+ *
+ *   +0     int runs             this rank's prologues on the communicator
+ *                               (GPU-side only, so graph replays count)
+ *   +64    uint64 start[MAX]    start[q] = runs << 32 | ident of rank q's
+ *                               latest prologue (mkx_fused_sync.ident)
  */
 #ifndef MKX_KERNELS_FUSED_H
 #define MKX_KERNELS_FUSED_H
@@ -72,6 +81,9 @@ extern "C" {
 #define MKX_FUSED_OFF_PUSHED 1600
 #define MKX_FUSED_OFF_TOLD 1664
 #define MKX_FUSED_OFF_SRC 4096
+#define MKX_FUSED_STARTS_OFF_RUNS 0
+#define MKX_FUSED_STARTS_OFF_START 64
+#define MKX_FUSED_STARTS_BYTES 4096
 
 /* The error word (host-mapped, MKX_FUSED_ERR_WORDS ints), the first failure
  * of a run:
@@ -84,11 +96,17 @@ extern "C" {
  *                          = what this rank was waiting for when it was
  *                          told (peer, tile, where; where 0: no wait, told
  *                          after one);
- *   both: err[7] = its workspace's epoch then (the run's; on the split
+ *   MKX_FUSED_ERR_MISMATCH at its prologue, rank err[1] had started
+ *                          another run as its err[6]-th (err[2]: that
+ *                          run's ident) while this rank's err[5]-th is
+ *                          err[4] (where = MKX_FUSED_AT_BARRIER; a peer
+ *                          this rank tells reports MKX_FUSED_ERR_PEER at
+ *                          MKX_FUSED_AT_MISMATCH);
+ *   all: err[7] = its workspace's epoch then (the run's; on the split
  *   path, which counts a run when it ends, the one before): which of the
  *   runs there failed, the host may have started many more since.
  * With both sides named, a stalled run says which rank waited on which.
- * (The values of MKX_ERR_TIMEOUT and MKX_ERR_PEER.)  These void the run
+ * (The values of MKX_ERR_SHAPE_MISMATCH, MKX_ERR_TIMEOUT and MKX_ERR_PEER.)  These void the run
  * and the communicator.  Words MKX_FUSED_ERR_INPUT.. hold apart the first
  * bad input a run found on the GPU (the MoE calls' expert ids and truncation
  * without a host wait, moe_engine.h): the run wrote no outputs, the
@@ -96,6 +114,7 @@ extern "C" {
  * reported it, so a timeout after it is still recorded. */
 #define MKX_FUSED_ERR_WORDS 16
 #define MKX_FUSED_ERR_INPUT 8
+#define MKX_FUSED_ERR_MISMATCH 6
 #define MKX_FUSED_ERR_TIMEOUT 11
 #define MKX_FUSED_ERR_PEER 13
 enum {
@@ -115,7 +134,8 @@ enum {
   MKX_FUSED_AT_NET_ROWS = 14,
   MKX_FUSED_AT_NET_SENT = 15,
   MKX_FUSED_AT_NODE_PART = 16,
-  MKX_FUSED_AT_PULLED = 17
+  MKX_FUSED_AT_PULLED = 17,
+  MKX_FUSED_AT_MISMATCH = 18
 };
 
 /* What every kernel of a call needs to meet its peers. */
@@ -124,15 +144,22 @@ typedef struct mkx_fused_sync {
   char *ws[MKX_FUSED_MAX]; /* every node rank's workspace, as mapped here */
   int src_n;               /* ints of src[] the prologue fills */
   uint64_t timeout_ns;
-  int *err; /* device pointer of the host-mapped error word */
-  int ctas; /* most CTAs of a kernel that waits for peers (0: one per SM);
+  int *err;                    /* device pointer of the host-mapped error word */
+  int ctas;                    /* most CTAs of a kernel that waits for peers (0: one per SM);
                ranks sharing a GPU under MPS must not take them all */
+  char *starts[MKX_FUSED_MAX]; /* every node rank's start records, as mapped
+                                  here (NULL: the prologue checks nothing) */
+  unsigned ident;              /* what this run is: the same on every rank for the same
+                     plan or call, another for any other (the host's) */
 } mkx_fused_sync;
 
 /* Start of a call: epoch += 1 on this GPU, src[] = epoch, counters = 0,
- * arrive at every peer (bar), wait (bounded) until every peer has arrived
- * at this epoch: then each peer has finished its previous call, so its
- * buffers may be written.  <<<1, 32>>> on the user's stream. */
+ * runs += 1 and this run's start record into every peer's block, arrive at
+ * every peer (bar), wait (bounded) until every peer has arrived at this
+ * epoch: then each peer has finished its previous call, so its buffers may
+ * be written.  A peer whose start record shows another run at the same
+ * count (or a later one) started something else: MKX_FUSED_ERR_MISMATCH
+ * at once, not a timeout.  <<<1, 32>>> on the user's stream. */
 int mkx_fused_prologue(const mkx_fused_sync *s, cudaStream_t st);
 /* The node's ranks meet (<<<1, 32>>>): each arrives at word `off` of every
  * node rank's workspace with the workspace's epoch, then waits (bounded,

@@ -14,11 +14,13 @@
 namespace {
 
 __global__ void fused_prologue_kernel(mkx_fused_sync s) {
-  __shared__ int e;
+  __shared__ int e, n;
   int *ep = mkx::fused::own_word(s, MKX_FUSED_OFF_EPOCH);
   if (threadIdx.x == 0) {
     e = *ep + 1;
     *ep = e;
+    n = mkx::fused::next_run(s);
+    if (n) *mkx::fused::runs_word(s) = n;
   }
   __syncthreads();
   int *src = mkx::fused::own_word(s, MKX_FUSED_OFF_SRC);
@@ -31,11 +33,7 @@ __global__ void fused_prologue_kernel(mkx_fused_sync s) {
    * them as soon as every rank has arrived */
   __threadfence();
   __syncthreads();
-  const int q = threadIdx.x;
-  if (q < s.size) {
-    mkx::fused::st_release(reinterpret_cast<int *>(s.ws[q] + MKX_FUSED_OFF_BAR) + s.rank, e);
-    mkx::fused::wait_geq(mkx::fused::own_word(s, MKX_FUSED_OFF_BAR) + q, e, s, q, -1, MKX_FUSED_AT_BARRIER);
-  }
+  mkx::fused::meet_start(s, e, n);
 }
 
 /* The node's ranks meet at `off` for this call's epoch (mkx_fused_meet). */

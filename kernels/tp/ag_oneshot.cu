@@ -66,17 +66,20 @@ __device__ __forceinline__ int64_t flag_index(const Ag1Params &p, int s, int t, 
   return ((int64_t)s * p.tiles_m + t) * p.nkc + kc;
 }
 
-/* Thread 0 of every CTA: this call's epoch.  The last CTA to read the old
- * value stores the new one (nobody reads it after), so graph replays and
- * back-to-back calls need no host work. */
-__device__ __forceinline__ int take_epoch(const mkx_fused_sync &s) {
+/* Thread 0 of every CTA: this call's epoch and run number (*n,
+ * flags.cuh's next_run).  The last CTA to read the old values stores the
+ * new ones (nobody reads them after), so graph replays and back-to-back
+ * calls need no host work. */
+__device__ __forceinline__ int take_epoch(const mkx_fused_sync &s, int *n) {
   const int e = *(volatile const int *)mkx::fused::own_word(s, MKX_FUSED_OFF_EPOCH) + 1;
+  *n = mkx::fused::next_run(s);
   __threadfence();
   int *count = mkx::fused::own_word(s, MKX_FUSED_OFF_COUNT);
   if (atomicAdd(count, 1) == (int)gridDim.x - 1) {
     *count = 0;
     __threadfence();
     *(volatile int *)mkx::fused::own_word(s, MKX_FUSED_OFF_EPOCH) = e;
+    if (*n) *(volatile int *)mkx::fused::runs_word(s) = *n;
   }
   return e;
 }
@@ -143,7 +146,7 @@ __device__ __forceinline__ void copy_rows(const Ag1Params &p, char *dst, int g0,
 
 /* Units: destination j (0 = this rank, then rank + 1, ...), chunk, tile,
  * so that every tile's first chunk goes out first. */
-__device__ void push_role(const Ag1Params &p, int e) {
+__device__ void push_role(const Ag1Params &p, int e, int n) {
   const mkx_fused_sync &s = p.sync;
   const int mine = p.t1 - p.t0, per_dest = mine * p.nkc, total = per_dest * s.size;
   bool met = false;
@@ -151,7 +154,7 @@ __device__ void push_role(const Ag1Params &p, int e) {
     const int j = u / per_dest, r = u % per_dest, t = p.t0 + r % mine, kc = r / mine;
     const int q = (s.rank + j) % s.size;
     if (j > 0 && !met) {
-      mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
+      mkx::fused::meet_start(s, e, n);
       met = true;
     }
     const int g0 = max(p.row0, t * kBM), g1 = min(p.row0 + p.rows, t * kBM + kBM);
@@ -164,7 +167,7 @@ __device__ void push_role(const Ag1Params &p, int e) {
   }
   /* every push CTA arrives, so the peers meet this rank even when it has
    * no rows or no remote unit fell to this CTA */
-  if (!met) mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
+  if (!met) mkx::fused::meet_start(s, e, n);
 }
 
 template <int BN, int STAGES, bool BKM, bool F16, typename OutT>
@@ -176,13 +179,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   if ((int)blockIdx.x < p.npush) {
     int *e = reinterpret_cast<int *>(smem);
-    if (threadIdx.x == 0) *e = take_epoch(p.sync);
+    if (threadIdx.x == 0) e[0] = take_epoch(p.sync, &e[1]);
     __syncthreads();
-    push_role(p, *e);
+    push_role(p, e[0], e[1]);
     return;
   }
   /* only the producer thread waits on flags, so only it needs the epoch */
-  ChunkGate gate{&p, threadIdx.x == 0 ? take_epoch(p.sync) : 0};
+  int n;
+  ChunkGate gate{&p, threadIdx.x == 0 ? take_epoch(p.sync, &n) : 0};
   GroupedTileOrder order{p.tiles_m, p.tiles_n, p.tiles_m};
   StoreCTma<OutT> epi{&tmC};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x - p.npush, (int)gridDim.x - p.npush, order, gate, epi);

@@ -29,6 +29,12 @@ __device__ __forceinline__ int *epoch_of(const mkx_fused_sync &s) {
 
 __device__ __forceinline__ int next_epoch(const mkx_fused_sync &s) { return *(volatile const int *)epoch_of(s) + 1; }
 
+/* The run is over: its epoch and run number count from now on. */
+__device__ __forceinline__ void end_run(const mkx_fused_sync &s, int e, int n) {
+  *epoch_of(s) = e;
+  if (n) *mkx::fused::runs_word(s) = n;
+}
+
 /* Work items of 16 bytes (or 8 elements) spread over at most 2 blocks per
  * SM of H100/H200, and at most the CTAs a waiting kernel may take (every
  * block meets the peers: on a GPU shared under MPS they must not sit on
@@ -42,8 +48,8 @@ int blocks_for(int64_t items, int ctas) {
 
 __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constant__ mkx_tp_split_ag_desc d) {
   const mkx_fused_sync &s = d.sync;
-  const int e = next_epoch(s);
-  mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
+  const int e = next_epoch(s), n = mkx::fused::next_run(s);
+  mkx::fused::meet_start(s, e, n);
   const int64_t vrow = d.k * d.esz / 16, total = d.rows * vrow, dld = d.k * d.esz;
   const char *a = static_cast<const char *>(d.a);
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -65,7 +71,7 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
   if (d.wait_all) mkx::fused::meet(s, MKX_FUSED_OFF_PUSHED, e, MKX_FUSED_AT_AG_TILE);
   if (threadIdx.x == 0) {
     if (d.wait_all) mkx::fused::peer_gave_up(s);  // a plain GEMM reads the peers' rows next
-    *epoch_of(s) = e;
+    end_run(s, e, n);
   }
 }
 
@@ -123,8 +129,8 @@ __device__ __forceinline__ void store8(OutT *p, const float (&v)[8]) {
 template <typename OutT, typename P>
 __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_constant__ mkx_tp_split_red_desc d) {
   const mkx_fused_sync &s = d.sync;
-  const int e = next_epoch(s);
-  mkx::fused::meet(s, MKX_FUSED_OFF_BAR, e, MKX_FUSED_AT_BARRIER);
+  const int e = next_epoch(s), n = mkx::fused::next_run(s);
+  mkx::fused::meet_start(s, e, n);
   if (threadIdx.x == 0) mkx::fused::peer_gave_up(s);  // the partials are read next
   const int64_t vrow = d.n / 8, total = (d.r1 - d.r0) * vrow;
   for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x) {
@@ -146,7 +152,7 @@ __global__ void __launch_bounds__(256) tp_split_reduce_kernel(const __grid_const
   __syncthreads();
   if (!last) return;
   mkx::fused::meet(s, MKX_FUSED_OFF_DRAINED, e, MKX_FUSED_AT_DRAINED);
-  if (threadIdx.x == 0) *epoch_of(s) = e;
+  if (threadIdx.x == 0) end_run(s, e, n);
 }
 
 template <typename OutT>

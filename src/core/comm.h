@@ -46,6 +46,8 @@ struct MKX_Comm_s {
   int64_t calls;        /* operations agreed on so far (each rank's count
                           goes into the agreement: a rank that missed one
                           is out of step) */
+  unsigned run_ident;   /* the run being enqueued (mkx_run_ident): the
+                          fused prologue's start record */
   void *symm;           /* symmetric memory state (src/mem/symm.c) */
   void *net;            /* network endpoint (src/core/comm_net.c) */
   int one_queue;        /* several nodes: on some rank every stream shares

@@ -98,6 +98,7 @@ typedef struct mkx_prepared {
   void *gpu;                   /* its plan */
   int64_t id;                  /* the communicator's call count at its
                                   agreement: the same on every rank */
+  int plan;                    /* made by an _init (else a plain call) */
   mkx_path ran;                /* the path its last run took
                                   (MKX_PATH_COUNT: not run yet) */
   char label[256]; /* its runs' trace range: operation, planned path and
@@ -135,8 +136,17 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
  * the same point of their calls, with a record of the agreement's size,
  * so that ranks in different calls get MKX_ERR_SHAPE_MISMATCH naming both
  * instead of pairing their transfers up.  The GPU paths exchange nothing
- * on the host: there a mismatch ends at the kernels' bounded waits. */
+ * on the host: there the prologue's start records (kernels/fused/fused.h)
+ * carry mkx_run_ident. */
 int mkx_op_start_check(MKX_Comm c, const mkx_prepared *p, int captured);
+/* What a run of p is, in 32 bits the same on every rank: the operation
+ * (bits 28-31), plan or plain call (bit 27) and the call count that
+ * prepared it (bits 0-26), so that runs of different plans or calls differ
+ * (but for call counts 2^27 apart). */
+unsigned mkx_run_ident(const mkx_prepared *p);
+/* "the MKX_Allgather_gemm plan made by call 12", "a plain
+ * MKX_Gemm_allreduce call (call 7)". */
+void mkx_run_ident_text(unsigned ident, char *buf, size_t len);
 /* Run a prepared operation (no collective checks); notes the path it took
  * in p->ran and c->last_path. */
 int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream);

@@ -38,6 +38,24 @@ static const char *op_name(int64_t kind) {
              : "an unknown operation";
 }
 
+#define IDENT_CALL_BITS 27
+_Static_assert(MKX_OP_COUNT <= 16, "mkx_run_ident: 4 bits of operation");
+
+unsigned mkx_run_ident(const mkx_prepared *p) {
+  return (unsigned)p->cls->kind << (IDENT_CALL_BITS + 1) |
+         (unsigned)p->plan << IDENT_CALL_BITS |
+         ((unsigned)p->id & ((1u << IDENT_CALL_BITS) - 1));
+}
+
+void mkx_run_ident_text(unsigned ident, char *buf, size_t len) {
+  const char *op = op_name(ident >> (IDENT_CALL_BITS + 1));
+  const unsigned call = ident & ((1u << IDENT_CALL_BITS) - 1);
+  if (ident >> IDENT_CALL_BITS & 1)
+    snprintf(buf, len, "the %s plan made by call %u", op, call);
+  else
+    snprintf(buf, len, "a plain %s call (call %u)", op, call);
+}
+
 /* Ranks in different calls: the operation or the entry point differ, or
  * a rank missed a call (then the communicator stays out of step: it is
  * broken).  Checked before anything else of the records is read. */
@@ -316,6 +334,7 @@ int mkx_op_prepare(MKX_Comm c, const mkx_op_class *cls, mkx_variant variant,
   mine.variant = variant;
   mine.call = c->calls++;
   p->id = mine.call;
+  p->plan = variant == MKX_VARIANT_INIT;
   mine.rc = pre_rc ? pre_rc : cls->check(c, args, &mine.s);
   if (mine.rc == MKX_SUCCESS) mine.rc = buffer_kind(c, cls, args, &device);
   mine.path = device;
@@ -444,6 +463,7 @@ int mkx_op_execute(MKX_Comm c, mkx_prepared *p, void *args, MKX_Stream stream) {
   if (mkx_stream_capturing(stream) && !mkx_path_capturable_on(c, path))
     return refuse_capture(p->cls->name, path);
   mkx_trace_push(p->label);
+  c->run_ident = mkx_run_ident(p);
   mkx_path_track_begin();
   const int rc = run(c, p, args, stream);
   const mkx_path ran = mkx_path_track_end();

@@ -20,7 +20,12 @@
  *     start 2 x timeout_ms after the others, who time out as in 2.  Their
  *     runs go on after giving up, so its run finds every flag set; it must
  *     still fail, told by them: MKX_ERR_PEER naming the rank that gave up
- *     and what it waited for, at once, reported as in 2, then 3.
+ *     and what it waited for, at once, reported as in 2, then 3;
+ *  5. rank 1 starts another plan than the others (of another call, or a
+ *     second plan of the same call), after both plans ran once everywhere:
+ *     every rank must get MKX_ERR_SHAPE_MISMATCH naming both plans, well
+ *     before a long bound (MISMATCH_MS: found, not waited out), reported
+ *     as in 2, then 3 (one node only).
  *
  * With --net shm|tcp the ranks are virtual nodes of one rank over that
  * transport and the calls are driven by the GPU (option hier_gemm=proxy):
@@ -56,10 +61,11 @@
 #include "ops/path.h"
 #include "ops/fused/fused.h"
 
-#define TIMEOUT_MS 300 /* the communicators' bound on every wait */
-#define BOUND_S 20.0   /* a missing rank is reported within this */
-#define GUARD_S 120    /* a case still running after this hangs: fail */
-#define LATE 1         /* the rank that skips a start */
+#define TIMEOUT_MS 300    /* the communicators' bound on every wait */
+#define BOUND_S 20.0      /* a missing rank is reported within this */
+#define GUARD_S 120       /* a case still running after this hangs: fail */
+#define LATE 1            /* the rank that skips a start */
+#define MISMATCH_MS 20000 /* the bound of the mismatch cases */
 
 #define CUDA(call) MT_CUDA(call)
 
@@ -455,6 +461,68 @@ static void late_start(const prob *p, MKX_Comm c, MKX_Request r, int blocking,
   check_unusable(name, r, "gave up", late);
 }
 
+/* How often `what` occurs in s. */
+static int occurrences(const char *s, const char *what) {
+  int n = 0;
+  for (const char *at = strstr(s, what); at; at = strstr(at + 1, what)) n++;
+  return n;
+}
+
+/* Case 5: rank LATE starts p2's plan r2, the others p's plan r. */
+static void other_plan(const prob *p, const prob *p2, MKX_Comm c, MKX_Request r,
+                       MKX_Request r2, int blocking, int query,
+                       const char *what) {
+  static const char *const call[] = {
+      "MKX_Allgather_gemm", "MKX_Gemm_reduce_scatter", "MKX_Gemm_allreduce"};
+  double dt;
+  MKX_Request mine = mt.rank == LATE ? r2 : r;
+  int rc = start_status(what, c, mine, blocking, query, &dt);
+  const char *msg = MKX_Get_last_error();
+  CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH,
+           "%s: rank %d started another plan, reported by the %s", what, LATE,
+           reporter(blocking, query));
+  CHECK(occurrences(msg, " plan made by call ") == 2 &&
+            strstr(msg, call[p->op]) && strstr(msg, call[p2->op]) &&
+            strstr(msg, "every rank must start the same plan"),
+        "%s: the message names both plans: %s", what, msg);
+  CHECK(dt < 0.25e-3 * MISMATCH_MS,
+        "%s: found after %.3f s, not waited out (timeout_ms=%d)", what, dt,
+        MISMATCH_MS);
+  check_unusable(what, mine, "same plan", "rank ");
+}
+
+static void mismatch_case(int op, int op2, int blocking, const char *overlap) {
+  char what[96];
+  snprintf(what, sizeof what,
+           "%s (blocking=%d, tp_overlap=%s, rank %d starts a %s plan)",
+           op_name[op], blocking, overlap, LATE, op_name[op2]);
+  mt_guard(what, GUARD_S);
+  MKX_Comm c = make_comm(MISMATCH_MS, blocking, overlap);
+  MKX_Request r = NULL, r2 = NULL;
+  prob p, p2;
+  prob_init(&p, op, 1);
+  prob_init(&p2, op2, 1);
+  int ok = mt_all(c != NULL);
+  if (ok) {
+    int rc = plan_init(&p, c, &r);
+    if (rc == MKX_SUCCESS) rc = plan_init(&p2, c, &r2);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: plans", what);
+    ok = mt_all(rc == MKX_SUCCESS);
+  }
+  if (ok) ok = good_start(&p, r, blocking);
+  if (ok) ok = good_start(&p2, r2, blocking);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (ok) other_plan(&p, &p2, c, r, r2, blocking, !strcmp(overlap, "no"), what);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free", what);
+  if (r2)
+    CHECK_RC(MKX_Request_free(&r2), MKX_SUCCESS, "%s: request free", what);
+  if (c) CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
+  prob_free(&p);
+  prob_free(&p2);
+  mt_guard_off();
+}
+
 static void run_case(int op, int blocking, const char *overlap, int tardy) {
   char what[80];
   snprintf(what, sizeof what, "%s (blocking=%d, tp_overlap=%s, rank %d %s)",
@@ -533,6 +601,11 @@ int main(int argc, char **argv) {
         run_case(op, blocking, "yes", tardy);
         run_case(op, blocking, "no", tardy);
       }
+  for (int blocking = 0; !net && blocking < 2; blocking++)
+    for (int op = 0; op < ops; op++) {
+      mismatch_case(op, (op + 1) % ops, blocking, "yes");
+      mismatch_case(op, op, blocking, "no");
+    }
   CUDA(cudaStreamDestroy(st));
   return mt_finish();
 }

@@ -45,9 +45,12 @@ typedef struct mkx_fused_ws {
   cudaEvent_t ev_fork, ev_join[MKX_FUSED_SIDES], ev_last;
   void *last_stream; /* stream of the last call (serialisation) */
   int used, busy, split;
-  int graph;      /* handed to a call captured into a CUDA graph: busy
+  int graph;     /* handed to a call captured into a CUDA graph: busy
                      until the communicator is freed (replays use it) */
-  MKX_Comm comm;  /* owner: options, and ranks in messages */
+  MKX_Comm comm; /* owner: options, and ranks in messages */
+  const mkx_symm_buf *records; /* the communicator's start records
+                                  (kernels/fused/fused.h), the pool's */
+  unsigned ident; /* the run the host started last (mkx_run_ident) */
   const char *fn; /* the call that last started on it */
   long starts;    /* runs the host started on it (a graph's replays aside) */
   /* the message of a bad input a run found on the GPU

@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/log.h"
+#include "ops/op.h"
 #include "ops/path.h"
 #include "host/op_args.h"
 
@@ -24,7 +25,9 @@
  * whose delete callback frees the host side below. */
 typedef struct fused_pool {
   mkx_fused_ws *list;
-  mkx_tp_blas *blas; /* the split path's cuBLAS handle */
+  mkx_symm_buf records; /* start records (kernels/fused/fused.h), made with
+                          the first workspace */
+  mkx_tp_blas *blas;    /* the split path's cuBLAS handle */
 } fused_pool;
 
 static int pool_key = MPI_KEYVAL_INVALID;
@@ -69,6 +72,7 @@ static int pool_delete(MPI_Comm comm, int key, void *attr, void *extra) {
     ws_destroy_host(ws); /* device memory: already freed by symm_release */
   }
   if (p) mkx_tp_blas_free(p->blas);
+  if (p) mkx_symm_buf_free(&p->records);
   free(p);
   return MPI_SUCCESS;
 }
@@ -185,11 +189,10 @@ static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
       "cudaEventCreate");
 }
 
-/* Header, src[] and flags[] start at zero (epoch 0): zero them and wait,
- * before the collective registration lets any peer write a flag here. */
-static int ws_zero(mkx_fused_ws *ws, void *base) {
-  const char *fn = "fused workspace";
-  MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, ws->data_off), fn, "cudaMemset"));
+/* Flags start at zero (epoch 0): zero the first `bytes` and wait, before
+ * the collective registration lets any peer write one here. */
+static int zero_flags(void *base, size_t bytes, const char *fn) {
+  MKX_TRY(mkx_cuda_rc(cudaMemset(base, 0, bytes), fn, "cudaMemset"));
   return mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize");
 }
 
@@ -217,7 +220,8 @@ static int ws_create(MKX_Comm c, const mkx_fused_need *need,
   }
   rc = mkx_symm_alloc(c, ws->bytes, &base); /* collective, agreed */
   if (rc == MKX_SUCCESS)
-    rc = mkx_comm_agree_rc(c, ws_zero(ws, base), "fused workspace zero");
+    rc = mkx_comm_agree_rc(c, zero_flags(base, ws->data_off, "fused workspace"),
+                           "fused workspace zero");
   if (rc == MKX_SUCCESS) rc = mkx_symm_register(c, base, ws->bytes, &ws->buf);
   if (rc != MKX_SUCCESS) {
     if (base && !c->broken) mkx_symm_free(c, base);
@@ -228,6 +232,21 @@ static int ws_create(MKX_Comm c, const mkx_fused_need *need,
           ws->bytes);
   *out = ws;
   return MKX_SUCCESS;
+}
+
+/* Collective: the communicator's start records, zero before any peer may
+ * write one. */
+static int records_create(MKX_Comm c, mkx_symm_buf *b) {
+  void *base = NULL;
+  int rc = mkx_symm_alloc(c, MKX_FUSED_STARTS_BYTES, &base);
+  if (rc == MKX_SUCCESS)
+    rc = mkx_comm_agree_rc(
+        c, zero_flags(base, MKX_FUSED_STARTS_BYTES, "fused start records"),
+        "fused start records zero");
+  if (rc == MKX_SUCCESS)
+    rc = mkx_symm_register(c, base, MKX_FUSED_STARTS_BYTES, b);
+  if (rc != MKX_SUCCESS && base && !c->broken) mkx_symm_free(c, base);
+  return rc;
 }
 
 /* Collective: free a pooled workspace (nothing may still use it). */
@@ -307,7 +326,9 @@ int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
    * collective creation */
   MKX_TRY(mkx_comm_agree_rc(c, load_kernels("fused set-up"),
                             "loading the library's kernels"));
+  if (!pool->records.local) MKX_TRY(records_create(c, &pool->records));
   MKX_TRY(ws_create(c, &grown, ws));
+  (*ws)->records = &pool->records;
   (*ws)->busy = 1;
   (*ws)->next = pool->list;
   pool->list = *ws;
@@ -345,6 +366,9 @@ void mkx_fused_sync_fill(MKX_Comm c, const mkx_fused_ws *ws, int src_n,
   s->timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000ull;
   s->err = ws->err_dev;
   s->ctas = c->share.ctas;
+  for (int i = 0; ws->records && ws->records->local && i < s->size; i++)
+    s->starts[i] = ws->records->peer[i];
+  s->ident = c->run_ident;
 }
 
 /* ---- timeouts ------------------------------------------------------------ */
@@ -385,6 +409,8 @@ static const char *where_name(int w) {
       return "a chunk of its partial for a rank of another node (tile = chunk)";
     case MKX_FUSED_AT_PULLED:
       return "end of its reads of this rank's A and B";
+    case MKX_FUSED_AT_MISMATCH:
+      return "another plan or call started";
   }
   return "?";
 }
@@ -487,14 +513,63 @@ static void run_which(const mkx_fused_ws *ws, volatile const int *e, char *buf,
     snprintf(buf, len, "; run %d on its workspace", e[7]);
 }
 
+/* Node rank q's latest start record in this rank's block (the peers write
+ * there), read on a stream of its own as dump_sync does; 0 if unreadable. */
+static uint64_t start_record(const mkx_fused_ws *ws, int q) {
+  uint64_t v = 0;
+  cudaStream_t s;
+  if (!ws->records || !ws->records->local || q < 0 || q >= MKX_FUSED_MAX)
+    return 0;
+  if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess)
+    return (void)cudaGetLastError(), 0;
+  const char *at = (const char *)ws->records->local +
+                   MKX_FUSED_STARTS_OFF_START + sizeof v * (size_t)q;
+  cudaError_t e = cudaMemcpyAsync(&v, at, sizeof v, cudaMemcpyDeviceToHost, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  cudaStreamDestroy(s);
+  if (e != cudaSuccess) return (void)cudaGetLastError(), 0;
+  return v;
+}
+
+/* Ranks of the node started different plans or calls at the same run
+ * (the prologue's start records): the rank that saw it (err words of
+ * MKX_FUSED_ERR_MISMATCH), or one it told (MKX_FUSED_ERR_PEER at
+ * MKX_FUSED_AT_MISMATCH: rank err[1] saw rank err[2]'s). */
+static int mismatch_error(mkx_fused_ws *ws, const char *head,
+                          volatile const int *e, int told) {
+  MKX_Comm c = ws->comm;
+  const int other = rank_of_local(c, e[told ? 2 : 1]);
+  unsigned theirs = (unsigned)e[2], mine = (unsigned)e[4];
+  int runs = e[5], their_runs = e[6];
+  char saw[64] = "";
+  if (told) { /* this rank's own record is in its block too */
+    const uint64_t v = start_record(ws, e[2]),
+                   me = start_record(ws, c->place.local_rank);
+    mine = me ? (unsigned)me : ws->ident, theirs = (unsigned)v;
+    runs = (int)(me >> 32), their_runs = (int)(v >> 32);
+    snprintf(saw, sizeof saw, " (seen by rank %d)", rank_of_local(c, e[1]));
+  }
+  char a[96], b[96] = "another plan or call";
+  mkx_run_ident_text(mine, a, sizeof a);
+  if (theirs) mkx_run_ident_text(theirs, b, sizeof b);
+  return mkx_error(MKX_ERR_SHAPE_MISMATCH,
+                   "%s: rank %d started %s as its GPU run %d on the "
+                   "communicator, rank %d %s as its run %d%s: every rank "
+                   "must start the same plan or make the same call",
+                   head, c->rank, a, runs, other, b, their_runs, saw);
+}
+
 static int check_error(mkx_fused_ws *ws, const char *fn, int earlier) {
   volatile const int *e = ws->err_host;
   const int code = e[0], peer = e[1], tile = e[2], where = e[3];
-  if (code != MKX_FUSED_ERR_TIMEOUT && code != MKX_FUSED_ERR_PEER)
+  if (code != MKX_FUSED_ERR_TIMEOUT && code != MKX_FUSED_ERR_PEER &&
+      code != MKX_FUSED_ERR_MISMATCH)
     return MKX_SUCCESS;
   dump_sync(ws);
   char head[96], who[32], waited[32], at[32], mine[192], which[80];
   run_head(ws, fn, earlier, head, sizeof head);
+  if (code == MKX_FUSED_ERR_MISMATCH || where == MKX_FUSED_AT_MISMATCH)
+    return mismatch_error(ws, head, e, code != MKX_FUSED_ERR_MISMATCH);
   run_which(ws, e, which, sizeof which);
   const long long ms = (long long)ws->comm->opt.timeout_ms;
   if (code == MKX_FUSED_ERR_PEER) {
@@ -572,6 +647,7 @@ static int begin(MKX_Comm c, mkx_fused_ws *ws, const char *fn, MKX_Stream st) {
   MKX_TRY(pool_error(c, fn));
   ws->fn = fn;
   ws->starts++;
+  ws->ident = c->run_ident;
   MKX_TRY(mkx_fused_after_last(ws, fn, st));
   return MKX_SUCCESS;
 }
