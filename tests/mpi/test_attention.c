@@ -261,7 +261,7 @@ static void plan_case(MKX_Comm comm) {
     NQ = B * S * HQ * D,
     NKV = B * S * HKV * D
   };
-  float q[NQ], k[NKV], v[NKV], o[NQ], o_ref[NQ];
+  float q[NQ] = {0}, k[NKV] = {0}, v[NKV] = {0}, o[NQ], o_ref[NQ];
   MKX_Request req = NULL;
   int rc = MKX_Ring_attention_init(q, k, v, o, NULL, B, S, HQ, HKV, D, 1, 0,
                                    MKX_FP32, comm, MPI_INFO_NULL, &req);

@@ -30,8 +30,10 @@ typedef struct thread_ctx {
 } thread_ctx;
 
 static int thread_allgather(void *ctx, const void *send, void *recv,
-                            size_t bytes, int64_t timeout_ms) {
+                            size_t bytes, int64_t timeout_ms,
+                            const char *what) {
   thread_ctx *t = ctx;
+  (void)what;
   group *g = t->g;
   struct timespec dl;
   int rc = MKX_SUCCESS;
