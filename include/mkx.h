@@ -107,7 +107,7 @@
  *  - The options that choose a collective path or protocol (fused,
  *    fused_pad, tp_*, shared_gpu, gpu_partition, hier_gemm, hier_attn,
  *    hier_moe, attn_layout, moe_gpu, moe_sync, moe_release, net_fwd_ctas,
- *    net_sum_ctas, virtual_node_size, net) are
+ *    net_sum_ctas, tune, virtual_node_size, net) are
  *    agreed once, by MKX_Comm_create (MKX_ERR_INVALID_ARG on every rank,
  *    naming the first that differs).  Other options may differ per rank.
  * Not checked: buffer contents (except MoE expert ids) and that buffers

@@ -202,6 +202,14 @@ static const mkx_option_desc base_rows[] = {
      "by the GPU on nodes of several ranks, pinned by hand. 0: a quarter of "
      "the rank's CTAs, 1-8. At most the rank's CTAs less one are used.",
      1},
+    {"tune", MKX_OPT_ENUM, OPT(tune), "off", "off|adapt",
+     "How a persistent plan's runs choose the CTAs of a role beside its "
+     "main kernels (net_fwd_ctas, net_sum_ctas). off: the role's share (or "
+     "the pinned count); adapt: a search on the plan's own run times, from "
+     "the share, within the role's range, timed with CUDA events read once "
+     "the GPU has passed them (no host wait); a pinned count is kept, and a "
+     "plain call takes the share. Each rank searches on its own times.",
+     1},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

@@ -17,6 +17,7 @@ enum { MKX_FUSED_OFF = 0, MKX_FUSED_AUTO };
 enum { MKX_PARTIALS_OUT = 0, MKX_PARTIALS_FP32 };
 enum { MKX_PUSH_AUTO = 0, MKX_PUSH_COPY, MKX_PUSH_SM };
 enum { MKX_PULL_AUTO = 0, MKX_PULL_YES, MKX_PULL_NO };
+enum { MKX_TUNE_OFF = 0, MKX_TUNE_ADAPT };
 enum { MKX_OVERLAP_AUTO = 0, MKX_OVERLAP_YES, MKX_OVERLAP_NO };
 enum { MKX_SPLIT_GEMM_ENGINE = 0, MKX_SPLIT_GEMM_CUBLAS };
 enum { MKX_ONESHOT_AUTO = 0, MKX_ONESHOT_YES, MKX_ONESHOT_NO };
@@ -82,6 +83,7 @@ typedef struct mkx_options {
                          region lives */
   int net_fwd_ctas;   /* CTAs of the network forward, pinned; 0: its share */
   int net_sum_ctas;   /* CTAs of the node sums, pinned; 0: their share */
+  int tune;           /* MKX_TUNE_*: the roles' CTAs adapt across runs */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

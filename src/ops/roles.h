@@ -24,6 +24,8 @@ typedef struct mkx_role_range {
   const char *name;
   int part;   /* by default 1/part of the rank's CTAs ... */
   int lo, hi; /* ... but never fewer than lo nor more than hi */
+  int most;   /* the adaptive split searches [lo, most] (and leaves the
+                 kernels beside it one CTA at least) */
   const char *why;
 } mkx_role_range;
 
@@ -38,5 +40,12 @@ unsigned mkx_path_roles(mkx_path p);
  * does, holding every SM the role could have, would wait out its bound). */
 int mkx_role_ctas(MKX_Comm c, mkx_role r);
 int mkx_role_leave(MKX_Comm c, mkx_role r);
+/* The same for a role of `ctas` CTAs of the rank's `all` (ctas chosen
+ * otherwise: fused/tuner.h). */
+int mkx_role_rest(int all, int ctas);
+/* Options net_fwd_ctas, net_sum_ctas: a split pinned by hand (0: none). */
+int mkx_role_pinned(MKX_Comm c, mkx_role r);
+/* The rank's CTAs that its roles and the kernels beside them share. */
+int mkx_role_rank_ctas(MKX_Comm c);
 
 #endif

@@ -347,7 +347,7 @@ static int attn_start(MKX_Comm c, void *plan, const void *args,
   desc_of(c, a, p, &d);
   if (p->net) MKX_TRY(mkx_attn_net_send(c, p->net, p->ws, a->K, a->V, st, &d));
   mkx_fused_sync_fill(c, p->ws, 1, &sync);
-  if (p->net) mkx_attn_net_ctas(c, p->net, &sync.ctas);
+  if (p->net) mkx_attn_net_ctas(p->net, &sync.ctas);
   d.sync = &sync;
   MKX_TRY(mkx_fused_launch_rc(mkx_attn_run(&d, st), FN, "attention kernel"));
   if (p->hier && !p->net) {

@@ -29,7 +29,7 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
                       struct mkx_attn_desc *d);
 /* The CTAs the engine may take beside this path's kernels (*ctas: the
  * rank's, mkx_fused_sync.ctas; 0 for every SM). */
-void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas);
+void mkx_attn_net_ctas(const mkx_attn_net *n, int *ctas);
 /* On st after the engine (after mkx_attn_net_send of the same start):
  * until the proxy has completed this rank's writes. */
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st);

@@ -52,6 +52,7 @@ struct mkx_attn_net {
   int node;             /* nodes of several ranks: the forward */
   mkx_fused_ws *ws;     /* this start's workspace */
   mkx_fused_net_desc d; /* the kernels' descriptor, this start's */
+  mkx_tuner tune;       /* nodes of several ranks: the forward's CTAs */
 };
 
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
@@ -69,7 +70,10 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
   return !w;
 }
 
-void mkx_attn_net_free(mkx_attn_net *n) { free(n); }
+void mkx_attn_net_free(mkx_attn_net *n) {
+  if (n) mkx_tuner_free(&n->tune);
+  free(n);
+}
 
 static size_t region_bytes(const MKX_Comm c, const mkx_attn_net *n) {
   return (size_t)c->size * 2 * n->chunk;
@@ -85,6 +89,8 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
         n->node ? mkx_net_column_peers(c)
                 : (unsigned)(((uint64_t)1 << c->size) - 1) & ~(1u << c->rank);
   }
+  if (rc == MKX_SUCCESS && n->node)
+    rc = mkx_tuner_init(c, &n->tune, MKX_ROLE_NET_FWD, FN);
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
   if (rc == MKX_SUCCESS)
@@ -136,7 +142,7 @@ static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
   f.src = region;
   f.kv_chunk = n->chunk;
   f.kv_word = W_KV;
-  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, st, FN);
+  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, n->tune.ctas, st, FN);
 }
 
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
@@ -151,6 +157,7 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
   n->d.region = mkx_net_region_index(c);
   n->d.peers = n->peers;
   n->ws = ws;
+  if (n->node) MKX_TRY(mkx_tuner_begin(&n->tune, st, FN));
   if (n->node) { /* the engine's ring and flags stay the workspace's */
     MKX_TRY(send(c, n, base, K, V, st));
     return forward(c, n, base, words, st);
@@ -172,15 +179,16 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
   return MKX_SUCCESS;
 }
 
-void mkx_attn_net_ctas(MKX_Comm c, const mkx_attn_net *n, int *ctas) {
-  if (n->node) *ctas = mkx_role_leave(c, MKX_ROLE_NET_FWD);
+void mkx_attn_net_ctas(const mkx_attn_net *n, int *ctas) {
+  if (n->node) *ctas = mkx_tuner_leave(&n->tune);
 }
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   if (n->node) MKX_TRY(mkx_net_fwd_join(n->ws, 0, st, FN));
   MKX_TRY(
       mkx_fused_launch_rc(mkx_fused_net_end(&n->d, st), FN, "network drain"));
-  return mkx_comm_net_gpu_mark(c, st);
+  MKX_TRY(mkx_comm_net_gpu_mark(c, st));
+  return n->node ? mkx_tuner_end(&n->tune, st, FN) : MKX_SUCCESS;
 }
 #else
 typedef int mkx_attn_net_unused; /* ISO C: not an empty unit */

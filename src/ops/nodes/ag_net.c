@@ -126,7 +126,8 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   }
   mkx_fused_net_desc n;
   mkx_tp_ag_desc d;
-  rc = mkx_net_plan_load(c, &p->np, &n, FN);
+  if (p->node) rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NET_FWD, FN);
+  if (rc == MKX_SUCCESS) rc = mkx_net_plan_load(c, &p->np, &n, FN);
   if (rc == MKX_SUCCESS) {
     net_rows(c, p, a, &n);
     gemm_desc(c, p, a, &n, &d);
@@ -185,7 +186,7 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   /* own rows: copied before the kernel on its stream */
   d->ready_mask = 1u << c->rank;
   if (p->node) { /* every other source's rows come with their flags */
-    d->sync.ctas = mkx_role_leave(c, MKX_ROLE_NET_FWD);
+    d->sync.ctas = mkx_tuner_leave(&p->np.tune);
     return;
   }
   d->net_mask = ((1u << c->size) - 1) & ~d->ready_mask;
@@ -208,7 +209,7 @@ static int forward(MKX_Comm c, const an_plan *p, mkx_fused_net_desc *n,
   f.src = p->np.region;
   f.tiles_m = p->r.tiles_m;
   return mkx_net_fwd_start(c, p->np.ws, c->place.local_size, n, p->np.words, &f,
-                           st, FN);
+                           p->np.tune.ctas, st, FN);
 }
 
 /* (cudaMemcpyDefault where the region is a side: it may be mapped host

@@ -88,6 +88,7 @@ int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_fused_net_desc *d,
 }
 
 void mkx_net_plan_fini(mkx_net_plan *n) {
+  mkx_tuner_free(&n->tune);
   mkx_fused_ws_release(n->ws);
   n->ws = NULL;
 }
@@ -100,7 +101,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   n->region = base;
   MKX_TRY(mkx_fused_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
   mkx_net_desc_fill(c, n->ws, n->words, d);
-  return MKX_SUCCESS;
+  return mkx_tuner_begin(&n->tune, (cudaStream_t)st, fn);
 }
 
 unsigned mkx_net_column_peers(MKX_Comm c) {
@@ -129,7 +130,7 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
 
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
                       mkx_fused_net_desc *n, uint64_t *words,
-                      mkx_fused_net_fwd_desc *f, cudaStream_t st,
+                      mkx_fused_net_fwd_desc *f, int ctas, cudaStream_t st,
                       const char *fn) {
   n->fwd_done = words + MKX_NET_WORD_FWD_DONE;
   f->net = *n;
@@ -141,7 +142,7 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
   f->flag_epoch =
       mkx_fused_ws_word(ws, c->place.local_rank, MKX_FUSED_OFF_EPOCH);
   f->count = (unsigned *)(words + MKX_NET_WORD_FWD_COUNT);
-  f->max_blocks = mkx_role_ctas(c, MKX_ROLE_NET_FWD);
+  f->max_blocks = ctas;
   MKX_TRY(mkx_net_fork(ws, side, st, fn));
   return mkx_fused_launch_rc(mkx_fused_net_fwd(f, ws->side[side]), fn,
                              "network forward");
@@ -161,6 +162,7 @@ int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
   MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_end(d, (cudaStream_t)st), fn,
                               "network drain"));
   MKX_TRY(mkx_comm_net_gpu_mark(c, st));
+  MKX_TRY(mkx_tuner_end(&n->tune, (cudaStream_t)st, fn));
   return mkx_fused_end(n->ws, st);
 }
 #else

@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include "core/comm.h"
 #include "ops/fused/fused.h"
+#include "ops/fused/tuner.h"
 #include "ops/roles.h"
 
 struct mkx_agreed;
@@ -78,6 +79,8 @@ typedef struct mkx_net_plan {
   uint32_t index;  /* mkx_net_region_index */
   char *region;    /* looked up again at each start: a later plan may */
   uint64_t *words; /* have grown it */
+  mkx_tuner tune;  /* nodes of several ranks: the CTAs of the plan's role
+                      (made by the plan: mkx_tuner_init), run by run */
 } mkx_net_plan;
 /* Collective; ws: what the workspace must hold (src_n, flags_n and
  * data_bytes of at least 1, 1 and 4096 are taken; never split).  On
@@ -123,7 +126,7 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn);
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
                       mkx_fused_net_desc *n, uint64_t *words,
-                      mkx_fused_net_fwd_desc *f, cudaStream_t st,
+                      mkx_fused_net_fwd_desc *f, int ctas, cudaStream_t st,
                       const char *fn);
 int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                      const char *fn);

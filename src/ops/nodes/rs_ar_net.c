@@ -158,7 +158,9 @@ int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
     return rc;
   }
   mkx_fused_net_desc n;
-  rc = mkx_net_plan_load(c, &p->np, &n, fn_of(op));
+  if (p->node)
+    rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NODE_SUM, fn_of(op));
+  if (rc == MKX_SUCCESS) rc = mkx_net_plan_load(c, &p->np, &n, fn_of(op));
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     for (int j = 0; rc == MKX_SUCCESS && j < chunks_of(p, q); j++) {
       mkx_gemm_desc d;
@@ -205,8 +207,8 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
    * beside it keep their CTAs (a GEMM on every SM would hold them back);
    * on a shared one the GEMM, which waits for nobody, takes the rank's
    * share, and the sums get SMs as its CTAs retire */
-  d->num_ctas = p->node && !c->share.ctas ? mkx_role_leave(c, MKX_ROLE_NODE_SUM)
-                                          : c->share.ctas;
+  d->num_ctas =
+      p->node && !c->share.ctas ? mkx_tuner_leave(&p->np.tune) : c->share.ctas;
   if (r0p) *r0p = r0, *r1p = r1;
 }
 
@@ -351,7 +353,7 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_fused_net_desc *n,
   d.post_one = q + 1;
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
-  d.max_blocks = mkx_role_ctas(c, MKX_ROLE_NODE_SUM);
+  d.max_blocks = p->np.tune.ctas;
   return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op),
                              "node sum");
 }

@@ -1,0 +1,113 @@
+/* The split of a plan's CTAs between a role and the kernels beside it,
+ * run by run (fused/tuner.h). */
+#include <string.h>
+#include "core/cuda_rc.h"
+#include "core/device.h"
+#include "core/log.h"
+#include "ops/fused/tuner.h"
+
+#if HAVE_CUDA
+/* A probe must win by more than this share of the incumbent's time to
+ * move the split (run-to-run noise of a fused call is about 1%), and a
+ * settled split whose runs are slower by the drift share three times in
+ * a row is searched again. */
+#define TUNE_HYSTERESIS 0.015f
+#define TUNE_DRIFT 0.08f
+
+static void events_free(mkx_tuner *t) {
+  for (int i = 0; i < MKX_TUNER_RING; i++) {
+    if (t->t0[i]) cudaEventDestroy(t->t0[i]);
+    if (t->t1[i]) cudaEventDestroy(t->t1[i]);
+    t->t0[i] = t->t1[i] = NULL;
+  }
+}
+
+int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *fn) {
+  const mkx_role_range *g = mkx_role_range_of(r);
+  memset(t, 0, sizeof *t);
+  t->made = 1;
+  t->role = r;
+  t->all = mkx_role_rank_ctas(c);
+  t->ctas = mkx_role_ctas(c, r);
+  if (c->opt.tune != MKX_TUNE_ADAPT || mkx_role_pinned(c, r) > 0 || t->all < 2)
+    return MKX_SUCCESS;
+  const int hi = g->most < t->all - 1 ? g->most : t->all - 1;
+  const int step0 = (hi - g->lo) / 4 > 1 ? (hi - g->lo) / 4 : 1;
+  mkx_tune_init(&t->s, g->lo, hi, t->ctas, step0, TUNE_HYSTERESIS, TUNE_DRIFT);
+  for (int i = 0; i < MKX_TUNER_RING; i++) {
+    int rc = mkx_cuda_rc(cudaEventCreate(&t->t0[i]), fn, "cudaEventCreate");
+    if (rc == MKX_SUCCESS)
+      rc = mkx_cuda_rc(cudaEventCreate(&t->t1[i]), fn, "cudaEventCreate");
+    if (rc != MKX_SUCCESS) {
+      events_free(t);
+      return rc;
+    }
+  }
+  t->adapt = 1;
+  mkx_log(MKX_LOG_DEBUG, "%s: %s adapts its CTAs in [%d, %d] from %d", fn,
+          g->name, g->lo, hi, t->ctas);
+  return MKX_SUCCESS;
+}
+
+void mkx_tuner_free(mkx_tuner *t) {
+  if (!t->made) return;
+  events_free(t);
+  t->made = t->adapt = 0;
+}
+
+/* The times of the runs the GPU has passed, oldest first, into the search
+ * (those of the split it probes now); stops at the first still running. */
+static void read_times(mkx_tuner *t, const char *fn) {
+  while (t->read != t->begun) {
+    const int i = (int)(t->read % MKX_TUNER_RING);
+    const cudaError_t q = cudaEventQuery(t->t1[i]);
+    if (q == cudaErrorNotReady) return;
+    float ms = 0;
+    if (q == cudaSuccess &&
+        cudaEventElapsedTime(&ms, t->t0[i], t->t1[i]) == cudaSuccess &&
+        ms > 0 && t->x[i] == mkx_tune_next(&t->s)) {
+      const int before = t->s.best, settled = t->s.phase;
+      mkx_tune_observe(&t->s, ms);
+      if (t->s.phase != settled || t->s.best != before)
+        mkx_log(MKX_LOG_DEBUG, "%s: %s at %d CTAs: %.3f ms; %s %d", fn,
+                mkx_role_range_of(t->role)->name, t->x[i], (double)ms,
+                t->s.phase == MKX_TUNE_SETTLED ? "settled on" : "now at",
+                t->s.best);
+    }
+    if (q != cudaSuccess) (void)cudaGetLastError(); /* a failed run: no time */
+    t->read++;
+  }
+}
+
+int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn) {
+  t->timing = 0;
+  if (!t->adapt) return MKX_SUCCESS;
+  read_times(t, fn);
+  if (mkx_stream_capturing(st)) { /* a replay's time never comes back */
+    t->ctas = t->s.best;
+    return MKX_SUCCESS;
+  }
+  t->ctas = mkx_tune_next(&t->s);
+  if (t->begun - t->read >= MKX_TUNER_RING) return MKX_SUCCESS; /* untimed */
+  const int i = (int)(t->begun % MKX_TUNER_RING);
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(t->t0[i], st), fn, "cudaEventRecord"));
+  t->x[i] = t->ctas;
+  t->timing = 1;
+  return MKX_SUCCESS;
+}
+
+int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn) {
+  if (!t->timing) return MKX_SUCCESS;
+  const int i = (int)(t->begun % MKX_TUNER_RING);
+  t->timing = 0;
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(t->t1[i], st), fn, "cudaEventRecord"));
+  t->begun++;
+  return MKX_SUCCESS;
+}
+
+int mkx_tuner_leave(const mkx_tuner *t) {
+  return mkx_role_rest(t->all, t->ctas);
+}
+#else
+typedef int mkx_tuner_unused; /* ISO C: not an empty unit */
+#endif

@@ -1,0 +1,56 @@
+/*
+ * The split of a plan's CTAs between a role (ops/roles.h) and the kernels
+ * beside it, for each run of the plan: the role's rule, a split pinned by
+ * hand, or (option tune=adapt) the across-run search of
+ * kernels/common/tune_search.h on the plan's own run times.
+ *
+ * A run's time is measured on its stream by two CUDA events, from after
+ * the prologue (every node rank has arrived, so a late peer does not
+ * count) to the end of the run's last kernel, and read at a later start
+ * once the GPU has passed it (cudaEventQuery): no host synchronisation, so
+ * a start stays as cheap as without it.  The host usually runs ahead of
+ * the GPU, so a probe may serve several runs before its time comes back;
+ * a time measured at another split than the search's current probe is
+ * dropped.  Under graph capture a start records no events and takes the
+ * search's incumbent.  Ranks search on their own times: the role's CTAs
+ * are a grid size of this rank's kernels, which its peers never see.
+ * C11; only built with CUDA.
+ */
+#ifndef MKX_OPS_FUSED_TUNER_H
+#define MKX_OPS_FUSED_TUNER_H
+
+#include <cuda_runtime.h>
+#include "core/comm.h"
+#include "ops/roles.h"
+#include "common/tune_search.h"
+
+#define MKX_TUNER_RING 8 /* runs in flight whose times are awaited */
+
+typedef struct mkx_tuner {
+  int made;  /* mkx_tuner_init ran */
+  int adapt; /* searching (tune=adapt, no pinned split) */
+  mkx_role role;
+  int all;  /* the rank's CTAs */
+  int ctas; /* the role's CTAs in the run begun last */
+  mkx_tune_state s;
+  cudaEvent_t t0[MKX_TUNER_RING], t1[MKX_TUNER_RING];
+  int x[MKX_TUNER_RING]; /* the split each run in flight used */
+  unsigned begun, read;  /* runs timed, runs whose time was read */
+  int timing;            /* the run begun last records its events */
+} mkx_tuner;
+
+/* At plan time: the role's range and rule on c's rank; events only where
+ * it adapts. */
+int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *fn);
+void mkx_tuner_free(mkx_tuner *t);
+/* Start of a run (after the prologue on st): read the times of the runs
+ * the GPU has passed into the search, choose this run's CTAs (t->ctas),
+ * and time it from here. */
+int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn);
+/* End of the run on st. */
+int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn);
+/* The CTAs the kernels beside the role may take in this run: the rank's
+ * less the role's, at least 1 (mkx_role_leave says why). */
+int mkx_tuner_leave(const mkx_tuner *t);
+
+#endif
