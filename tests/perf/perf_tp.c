@@ -56,6 +56,8 @@
  * after --versus's: `1 rank`, rank 0's time, and `mkx/1rank`, mkx / 1 rank
  * to 3 decimals (what splitting a GPU's work over P ranks costs).  Ignored,
  * with a note, when the job has one rank.
+ * --warmup N: untimed samples of every variant before the timed ones
+ * (default 3): with --versus tune=adapt, the runs its search has had.
  * --graph: the mkx variant's MKX_Start also captured once into a CUDA
  * graph (on every rank) and replayed, interleaved with the others: two
  * more columns, `graph`, its time, and `mkx/graph`, mkx / graph (above 1:
@@ -151,13 +153,13 @@ typedef struct job {
 
 typedef struct opts {
   job jobs[96];
-  int nj, reps, ops, host_times, no_nccl, one_rank, graph;
+  int nj, reps, warmup, ops, host_times, no_nccl, one_rank, graph;
   const char *outname, *overlap, *vnode, *hier, *versus, *net;
 } opts;
 
 static const char tp_usage[] =
     "usage: mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]...\n"
-    "         [--full] [--small] [--reps N] [--out FILE]\n"
+    "         [--full] [--small] [--reps N] [--warmup N] [--out FILE]\n"
     "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink|proxy\n"
     "         [--net tcp|shm]]\n"
     "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--graph]\n"
@@ -488,8 +490,8 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
   if (out) fputs(line, out), fflush(out);
 }
 
-static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
-                  FILE *out) {
+static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int warmup,
+                  int reps, FILE *out) {
   work w;
   cudaEvent_t e0, e1;
   float *t = xcalloc((size_t)(NV * reps), sizeof *t), med[NV];
@@ -497,7 +499,7 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int reps,
   setup(e, op, M, N, K, &w);
   PK(cudaEventCreate(&e0));
   PK(cudaEventCreate(&e1));
-  for (int r = 0; r < 3; r++)
+  for (int r = 0; r < warmup; r++)
     for (int v = 0; v < NV; v++) {
       float warm_us;
       if (on(e, v)) sample(e, v, op, M, N, K, &w, e0, e1, &warm_us);
@@ -769,9 +771,9 @@ static int usage_error(const char *what, const char *arg) {
 
 /* Whether a is an option that takes a value (set_value knows them). */
 static int takes_value(const char *a) {
-  static const char *const names[] = {"--reps",  "--out",   "--overlap",
-                                      "--vnode", "--hier",  "--versus",
-                                      "--op",    "--shape", "--net"};
+  static const char *const names[] = {
+      "--reps", "--warmup", "--out", "--overlap", "--vnode",
+      "--hier", "--versus", "--op",  "--shape",   "--net"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(a, names[i])) return 1;
   return 0;
@@ -803,6 +805,8 @@ static int set_value(const char *a, const char *v, opts *o,
   char end;
   if (!strcmp(a, "--reps"))
     o->reps = atoi(v);
+  else if (!strcmp(a, "--warmup"))
+    o->warmup = atoi(v);
   else if (!strcmp(a, "--out"))
     o->outname = v;
   else if (!strcmp(a, "--overlap"))
@@ -853,7 +857,7 @@ static int parse_args(int argc, char **argv, opts *o) {
   int64_t shapes[16][3];
   int ns = 0, full = 0, small = 0;
   memset(o, 0, sizeof *o);
-  o->reps = 10, o->ops = 7, o->overlap = "auto", o->hier = "gpu",
+  o->reps = 10, o->warmup = 3, o->ops = 7, o->overlap = "auto", o->hier = "gpu",
   o->net = "tcp";
   for (int i = 0; i < argc; i++) {
     const char *a = argv[i];
@@ -865,6 +869,7 @@ static int parse_args(int argc, char **argv, opts *o) {
     if (rc) return rc;
   }
   if (o->reps < 1) o->reps = 1;
+  if (o->warmup < 0) o->warmup = 0;
   make_jobs(o, full, small, shapes, ns);
   return 0;
 }
@@ -887,8 +892,8 @@ int mkx_perf_tp(int argc, char **argv) {
   FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
   for (int j = 0; j < o.nj; j++)
     if (o.ops & (1 << o.jobs[j].op))
-      bench(&e, o.jobs[j].op, o.jobs[j].m, o.jobs[j].n, o.jobs[j].k, o.reps,
-            out);
+      bench(&e, o.jobs[j].op, o.jobs[j].m, o.jobs[j].n, o.jobs[j].k, o.warmup,
+            o.reps, out);
   if (out && fclose(out) != 0) perror(o.outname);
   env_fini(&e);
   AI(MPI_Finalize());
