@@ -66,3 +66,15 @@ extern "C" int sm_idle_launch(cudaStream_t st) {
   sm_idle_kernel<<<1, 32, 0, st>>>();
   return (int)cudaGetLastError();
 }
+
+/* One CTA that spins for ns nanoseconds of the GPU's clock: a run of a
+ * modelled length (tests/gpu/test_tuner.c). */
+__global__ void sm_spin_kernel(uint64_t ns) {
+  const uint64_t t0 = now_ns();
+  while (now_ns() - t0 < ns) {}
+}
+
+extern "C" int sm_spin_launch(uint64_t ns, cudaStream_t st) {
+  sm_spin_kernel<<<1, 32, 0, st>>>(ns);
+  return (int)cudaGetLastError();
+}

@@ -24,6 +24,8 @@ typedef struct sm_hold_args {
 int sm_hold_launch(const sm_hold_args *a, cudaStream_t st);
 /* An empty kernel, launched once on `st`: its first launch loads it. */
 int sm_idle_launch(cudaStream_t st);
+/* One CTA spinning for ns nanoseconds on `st`. */
+int sm_spin_launch(uint64_t ns, cudaStream_t st);
 
 #ifdef __cplusplus
 }

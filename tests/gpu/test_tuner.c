@@ -1,0 +1,164 @@
+/* The run-by-run split of a plan's role (src/ops/fused/tuner.c) timed by
+ * the GPU, one rank (skips without a GPU).  A run is one kernel that spins
+ * for a modelled time of the CTAs the tuner gave it, slower by SLOPE per
+ * CTA away from an optimum OPT of the role's range:
+ *   - option tune=adapt: every run's CTAs lie in the role's range, and
+ *     with the stream synchronised after each run (the time of a run is
+ *     read at the next start) the search settles within SETTLE_RUNS runs
+ *     on the optimum or a neighbour, and stays there;
+ *   - runs enqueued ahead of the GPU (no synchronisation) keep to the
+ *     range, and at most MKX_TUNER_RING of them wait for their times;
+ *   - a start under graph capture takes the incumbent and records no
+ *     event (the capture stays valid and replays);
+ *   - tune=off, and tune=adapt with the count pinned (net_fwd_ctas): no
+ *     search, the role's share or the pinned count in every run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include "core/comm.h"
+#include "ops/fused/tuner.h"
+#include "mkx.h"
+#include "sm_hold_kernels.h"
+#include "../common/check.h"
+#include "../common/cuda_check.h"
+
+#define CUDA(call) MT_CUDA_AT(0, call)
+#define MKX(call) MT_MKX_AT(0, call)
+
+#define BASE_NS 200000ull /* the run at the optimum: 0.2 ms */
+#define SLOPE 0.03        /* slower by this share per CTA off the optimum */
+#define SETTLE_RUNS 40
+
+static int opt_of(const mkx_tuner *t) {
+  return t->s.lo + (t->s.hi - t->s.lo) * 2 / 3;
+}
+
+static uint64_t run_ns(const mkx_tuner *t, int x) {
+  const int d = x > opt_of(t) ? x - opt_of(t) : opt_of(t) - x;
+  return (uint64_t)((double)BASE_NS * (1 + SLOPE * d));
+}
+
+static MKX_Comm comm_with(const char *tune, const char *pin) {
+  MPI_Info info;
+  MKX_Comm c = NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_tune", tune);
+  if (pin) MPI_Info_set(info, "mkx_net_fwd_ctas", pin);
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
+  MPI_Info_free(&info);
+  return c;
+}
+
+/* One run on st at the tuner's split; 1 if its CTAs lay in the range. */
+static int one_run(mkx_tuner *t, cudaStream_t st) {
+  MKX(mkx_tuner_begin(t, st, "test_tuner"));
+  const int x = t->ctas;
+  CUDA((cudaError_t)sm_spin_launch(run_ns(t, x), st));
+  MKX(mkx_tuner_end(t, st, "test_tuner"));
+  return x >= t->s.lo && x <= t->s.hi;
+}
+
+static void settles(MKX_Comm c, cudaStream_t st) {
+  mkx_tuner t;
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  if (!CHECK(t.adapt, "tune=adapt: the tuner searches (range [%d, %d])", t.s.lo,
+             t.s.hi))
+    return;
+  int in_range = 1, settled_at = 0;
+  for (int r = 1; r <= SETTLE_RUNS + 10; r++) {
+    in_range &= one_run(&t, st);
+    CUDA(cudaStreamSynchronize(st));
+    if (!settled_at && t.s.phase == MKX_TUNE_SETTLED) settled_at = r;
+  }
+  MKX(mkx_tuner_begin(&t, st, "test_tuner")); /* reads the last run */
+  CHECK(in_range, "every run's CTAs in [%d, %d]", t.s.lo, t.s.hi);
+  CHECK(settled_at > 0 && settled_at <= SETTLE_RUNS,
+        "settled after %d runs (at most %d), from the share, on %d", settled_at,
+        SETTLE_RUNS, t.s.best);
+  const int d = t.s.best - opt_of(&t);
+  CHECK(d >= -1 && d <= 1 && t.s.phase == MKX_TUNE_SETTLED,
+        "on the optimum %d or a neighbour (%d), and still settled", opt_of(&t),
+        t.s.best);
+  MKX(mkx_tuner_end(&t, st, "test_tuner"));
+  mkx_tuner_free(&t);
+}
+
+static void ahead(MKX_Comm c, cudaStream_t st) {
+  mkx_tuner t;
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  int in_range = 1, most = 0;
+  for (int r = 0; r < 3 * MKX_TUNER_RING; r++) {
+    in_range &= one_run(&t, st);
+    if ((int)(t.begun - t.read) > most) most = (int)(t.begun - t.read);
+  }
+  CUDA(cudaStreamSynchronize(st));
+  CHECK(in_range && most <= MKX_TUNER_RING,
+        "runs ahead of the GPU: CTAs in range, at most %d awaited (%d)",
+        MKX_TUNER_RING, most);
+  mkx_tuner_free(&t);
+}
+
+static void captured(MKX_Comm c, cudaStream_t st) {
+  mkx_tuner t;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t ge = NULL;
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  const unsigned before = t.begun;
+  CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  const int ok = one_run(&t, st);
+  CUDA(cudaStreamEndCapture(st, &g));
+  CHECK(ok && t.ctas == t.s.best && t.begun == before,
+        "under capture: the incumbent (%d), no event recorded", t.ctas);
+  CUDA(cudaGraphInstantiate(&ge, g, 0));
+  for (int i = 0; i < 3; i++) CUDA(cudaGraphLaunch(ge, st));
+  CUDA(cudaStreamSynchronize(st));
+  CUDA(cudaGraphExecDestroy(ge));
+  CUDA(cudaGraphDestroy(g));
+  mkx_tuner_free(&t);
+}
+
+static void fixed(const char *tune, const char *pin, int want) {
+  MKX_Comm c = comm_with(tune, pin);
+  cudaStream_t st;
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  mkx_tuner t;
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  int same = !t.adapt;
+  for (int r = 0; r < 8; r++) {
+    MKX(mkx_tuner_begin(&t, st, "test_tuner"));
+    same &= t.ctas == (want ? want : mkx_role_ctas(c, MKX_ROLE_NET_FWD));
+    MKX(mkx_tuner_end(&t, st, "test_tuner"));
+  }
+  CHECK(same, "tune=%s%s%s: no search, %d CTAs in every run", tune,
+        pin ? ", net_fwd_ctas=" : "", pin ? pin : "", t.ctas);
+  mkx_tuner_free(&t);
+  CUDA(cudaStreamDestroy(st));
+  MKX(MKX_Comm_free(&c));
+}
+
+int main(int argc, char **argv) {
+  int ndev = 0;
+  MPI_Init(&argc, &argv);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    MPI_Finalize();
+    return CHECK_SKIP;
+  }
+  check_set_rank(0, 1);
+  check_show_passes(1);
+  MKX_Comm c = comm_with("adapt", NULL);
+  cudaStream_t st;
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CUDA((cudaError_t)sm_spin_launch(1000, st)); /* loaded before any timing */
+  CUDA(cudaStreamSynchronize(st));
+  settles(c, st);
+  ahead(c, st);
+  captured(c, st);
+  CUDA(cudaStreamDestroy(st));
+  MKX(MKX_Comm_free(&c));
+  fixed("off", NULL, 0);
+  fixed("adapt", "5", 5);
+  const int failed = check_done("test_tuner");
+  MPI_Finalize();
+  return failed;
+}
