@@ -210,6 +210,17 @@ static const mkx_option_desc base_rows[] = {
      "the GPU has passed them (no host wait); a pinned count is kept, and a "
      "plain call takes the share. Each rank searches on its own times.",
      1},
+    {"tune_cache", MKX_OPT_STRING, OPT(tune_cache), "", "a file path",
+     "With tune=adapt: a file that keeps the splits the plans' searches "
+     "settled on, keyed by GPU model and SMs, ranks per node, nodes, "
+     "operation, path, role, shape (powers of two) and datatype. Read when "
+     "a plan first looks a split up, written back (merged, under a lock, "
+     "replaced whole) when the communicator is freed; a plan whose key is "
+     "there starts settled on its split and searches again only if its "
+     "runs slow down. A file of another version, or a line that does not "
+     "parse, is ignored with a warning; a failure to write is a warning. "
+     "Empty: none.",
+     0},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

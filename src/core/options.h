@@ -48,7 +48,7 @@ enum {
 };
 
 /* Text options live in fixed arrays so mkx_options stays a plain value. */
-#define MKX_OPT_STRING_MAX 64
+#define MKX_OPT_STRING_MAX 256
 
 typedef struct mkx_options {
   int log_level;         /* MKX_LOG_* */
@@ -84,6 +84,7 @@ typedef struct mkx_options {
   int net_fwd_ctas;   /* CTAs of the network forward, pinned; 0: its share */
   int net_sum_ctas;   /* CTAs of the node sums, pinned; 0: their share */
   int tune;           /* MKX_TUNE_*: the roles' CTAs adapt across runs */
+  char tune_cache[MKX_OPT_STRING_MAX]; /* "": none; else the cache's file */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

@@ -61,7 +61,7 @@ static int one_run(mkx_tuner *t, cudaStream_t st) {
 
 static void settles(MKX_Comm c, cudaStream_t st) {
   mkx_tuner t;
-  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
   if (!CHECK(t.adapt, "tune=adapt: the tuner searches (range [%d, %d])", t.s.lo,
              t.s.hi))
     return;
@@ -86,7 +86,7 @@ static void settles(MKX_Comm c, cudaStream_t st) {
 
 static void ahead(MKX_Comm c, cudaStream_t st) {
   mkx_tuner t;
-  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
   int in_range = 1, most = 0;
   for (int r = 0; r < 3 * MKX_TUNER_RING; r++) {
     in_range &= one_run(&t, st);
@@ -103,7 +103,7 @@ static void captured(MKX_Comm c, cudaStream_t st) {
   mkx_tuner t;
   cudaGraph_t g = NULL;
   cudaGraphExec_t ge = NULL;
-  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
   const unsigned before = t.begun;
   CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
   const int ok = one_run(&t, st);
@@ -123,7 +123,7 @@ static void fixed(const char *tune, const char *pin, int want) {
   cudaStream_t st;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   mkx_tuner t;
-  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, "test_tuner"));
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
   int same = !t.adapt;
   for (int r = 0; r < 8; r++) {
     MKX(mkx_tuner_begin(&t, st, "test_tuner"));

@@ -89,8 +89,12 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
         n->node ? mkx_net_column_peers(c)
                 : (unsigned)(((uint64_t)1 << c->size) - 1) & ~(1u << c->rank);
   }
-  if (rc == MKX_SUCCESS && n->node)
-    rc = mkx_tuner_init(c, &n->tune, MKX_ROLE_NET_FWD, FN);
+  if (rc == MKX_SUCCESS && n->node) { /* the shape: the chunk's bytes */
+    char key[MKX_TUNE_KEY_MAX];
+    mkx_tune_key(c, FN, mkx_path_name(MKX_PATH_ATTN_NET), MKX_ROLE_NET_FWD,
+                 (int64_t)chunk, 1, 1, 0, key);
+    rc = mkx_tuner_init(c, &n->tune, MKX_ROLE_NET_FWD, key, FN);
+  }
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
   if (rc == MKX_SUCCESS)

@@ -22,9 +22,23 @@ static void events_free(mkx_tuner *t) {
   }
 }
 
-int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *fn) {
+/* Start settled on the cache's split for the key, where it has one that
+ * fits the range. */
+static void from_cache(mkx_tuner *t, const char *key, const char *fn) {
+  const mkx_tune_entry *e = key ? mkx_tune_cache_get(t->comm, key) : NULL;
+  if (key) snprintf(t->key, sizeof t->key, "%s", key);
+  if (!e || e->ctas < t->s.lo || e->ctas > t->s.hi) return;
+  mkx_tune_settle(&t->s, e->ctas, e->ms);
+  t->ctas = e->ctas;
+  mkx_log(MKX_LOG_DEBUG, "%s: %s starts at %d CTAs (tuner cache, %.3f ms)", fn,
+          mkx_role_range_of(t->role)->name, e->ctas, (double)e->ms);
+}
+
+int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
+                   const char *fn) {
   const mkx_role_range *g = mkx_role_range_of(r);
   memset(t, 0, sizeof *t);
+  t->comm = c;
   t->made = 1;
   t->role = r;
   t->all = mkx_role_rank_ctas(c);
@@ -44,6 +58,7 @@ int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *fn) {
     }
   }
   t->adapt = 1;
+  from_cache(t, key, fn);
   mkx_log(MKX_LOG_DEBUG, "%s: %s adapts its CTAs in [%d, %d] from %d", fn,
           g->name, g->lo, hi, t->ctas);
   return MKX_SUCCESS;
@@ -51,6 +66,9 @@ int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *fn) {
 
 void mkx_tuner_free(mkx_tuner *t) {
   if (!t->made) return;
+  if (t->adapt && t->key[0] && t->s.phase == MKX_TUNE_SETTLED &&
+      t->s.best_t > 0)
+    mkx_tune_cache_put(t->comm, t->key, t->s.best, t->s.best_t, t->s.runs);
   events_free(t);
   t->made = t->adapt = 0;
 }

@@ -22,11 +22,13 @@
 #include <cuda_runtime.h>
 #include "core/comm.h"
 #include "ops/roles.h"
+#include "ops/tune_cache.h"
 #include "common/tune_search.h"
 
 #define MKX_TUNER_RING 8 /* runs in flight whose times are awaited */
 
 typedef struct mkx_tuner {
+  MKX_Comm comm;
   int made;  /* mkx_tuner_init ran */
   int adapt; /* searching (tune=adapt, no pinned split) */
   mkx_role role;
@@ -34,14 +36,18 @@ typedef struct mkx_tuner {
   int ctas; /* the role's CTAs in the run begun last */
   mkx_tune_state s;
   cudaEvent_t t0[MKX_TUNER_RING], t1[MKX_TUNER_RING];
-  int x[MKX_TUNER_RING]; /* the split each run in flight used */
-  unsigned begun, read;  /* runs timed, runs whose time was read */
-  int timing;            /* the run begun last records its events */
+  int x[MKX_TUNER_RING];      /* the split each run in flight used */
+  unsigned begun, read;       /* runs timed, runs whose time was read */
+  int timing;                 /* the run begun last records its events */
+  char key[MKX_TUNE_KEY_MAX]; /* in the tuner cache ("": none) */
 } mkx_tuner;
 
 /* At plan time: the role's range and rule on c's rank; events only where
- * it adapts. */
-int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *fn);
+ * it adapts.  key (mkx_tune_key, or NULL): where the tuner cache holds a
+ * split for it, the search starts settled there (and searches again if
+ * the runs slow down); mkx_tuner_free puts a settled split back. */
+int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
+                   const char *fn);
 void mkx_tuner_free(mkx_tuner *t);
 /* Start of a run (after the prologue on st): read the times of the runs
  * the GPU has passed into the search, choose this run's CTAs (t->ctas),

@@ -126,7 +126,12 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   }
   mkx_fused_net_desc n;
   mkx_tp_ag_desc d;
-  if (p->node) rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NET_FWD, FN);
+  if (p->node) {
+    char key[MKX_TUNE_KEY_MAX];
+    mkx_tune_key(c, FN, mkx_path_name(MKX_PATH_HIER_PROXY), MKX_ROLE_NET_FWD,
+                 p->r.M, a->n, a->k, (int)a->dtype, key);
+    rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NET_FWD, key, FN);
+  }
   if (rc == MKX_SUCCESS) rc = mkx_net_plan_load(c, &p->np, &n, FN);
   if (rc == MKX_SUCCESS) {
     net_rows(c, p, a, &n);

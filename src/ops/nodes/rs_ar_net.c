@@ -158,8 +158,12 @@ int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
     return rc;
   }
   mkx_fused_net_desc n;
-  if (p->node)
-    rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NODE_SUM, fn_of(op));
+  if (p->node) {
+    char key[MKX_TUNE_KEY_MAX];
+    mkx_tune_key(c, fn_of(op), mkx_path_name(MKX_PATH_HIER_PROXY),
+                 MKX_ROLE_NODE_SUM, a->M, a->n, a->k_local, (int)a->dtype, key);
+    rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NODE_SUM, key, fn_of(op));
+  }
   if (rc == MKX_SUCCESS) rc = mkx_net_plan_load(c, &p->np, &n, fn_of(op));
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     for (int j = 0; rc == MKX_SUCCESS && j < chunks_of(p, q); j++) {
