@@ -66,7 +66,8 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what) {
 typedef struct abandoned {
   MPI_Request req;
   void *owned;
-  int made_comm; /* owned: the MPI_Comm an idup makes, freed at finalize */
+  int made_comm;   /* owned: the MPI_Comm an idup makes, freed at finalize */
+  MPI_Comm parent; /* an idup's: the communicator it duplicates */
   struct abandoned *next;
 } abandoned;
 
@@ -120,13 +121,15 @@ static void drain_once_at_finalize(void) {
   MPI_Comm_free_keyval(&key); /* the attribute keeps it until finalize */
 }
 
-static void abandon(MPI_Request *req, void *owned, int made_comm) {
+static void abandon(MPI_Request *req, void *owned, int made_comm,
+                    MPI_Comm parent) {
   abandoned *a = malloc(sizeof *a);
   mkx_mpi_reap();
   if (!a) return; /* then `owned` leaks: never freed under MPI's feet */
   a->req = *req;
   a->owned = owned;
   a->made_comm = made_comm;
+  a->parent = parent;
   pthread_mutex_lock(&g_abandoned_lock);
   drain_once_at_finalize();
   a->next = g_abandoned;
@@ -135,10 +138,42 @@ static void abandon(MPI_Request *req, void *owned, int made_comm) {
   *req = MPI_REQUEST_NULL;
 }
 
-void mkx_mpi_abandon(MPI_Request *req, void *owned) { abandon(req, owned, 0); }
+void mkx_mpi_abandon(MPI_Request *req, void *owned) {
+  abandon(req, owned, 0, MPI_COMM_NULL);
+}
 
-void mkx_mpi_abandon_dup(MPI_Request *req, MPI_Comm *dup) {
-  abandon(req, dup, 1);
+void mkx_mpi_abandon_dup(MPI_Request *req, MPI_Comm *dup, MPI_Comm parent) {
+  abandon(req, dup, 1, parent);
+}
+
+/* Whether an abandoned idup of `parent` is still pending. */
+static int dup_pending(MPI_Comm parent) {
+  int n = 0;
+  pthread_mutex_lock(&g_abandoned_lock);
+  for (abandoned *a = g_abandoned; a && !n; a = a->next) {
+    int done = 0;
+    if (!a->made_comm || a->parent != parent) continue;
+    if (MPI_Test(&a->req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || !done)
+      n = 1;
+  }
+  pthread_mutex_unlock(&g_abandoned_lock);
+  return n;
+}
+
+int mkx_mpi_dup_settle(MPI_Comm parent, int64_t timeout_ms) {
+  const double deadline = now_ms() + (double)timeout_ms;
+  const struct timespec nap = {0, 100000};
+  while (dup_pending(parent)) {
+    if (now_ms() >= deadline)
+      return mkx_error(MKX_ERR_TIMEOUT,
+                       "MKX_Comm_create: an earlier MKX_Comm_create's "
+                       "duplicate of this communicator, abandoned after its "
+                       "timeout, is still pending after %lld ms (option "
+                       "timeout_ms): a rank has not reached it",
+                       (long long)timeout_ms);
+    nanosleep(&nap, NULL);
+  }
+  return MKX_SUCCESS;
 }
 
 /* ---- exchanges in slots ------------------------------------------------ */

@@ -23,7 +23,11 @@ int mkx_mpi_wait(MPI_Request *req, int64_t timeout_ms, const char *what);
 void mkx_mpi_abandon(MPI_Request *req, void *owned);
 /* The same for an MPI_Comm_idup into *dup (malloc'd): the communicator it
  * makes is freed at finalize. */
-void mkx_mpi_abandon_dup(MPI_Request *req, MPI_Comm *dup);
+void mkx_mpi_abandon_dup(MPI_Request *req, MPI_Comm *dup, MPI_Comm parent);
+/* Before an MPI_Comm_idup of `parent`: wait (bounded) until no idup of it
+ * that MKX abandoned is pending, since Open MPI stalls several idups
+ * outstanding on one communicator; MKX_ERR_TIMEOUT if one still is. */
+int mkx_mpi_dup_settle(MPI_Comm parent, int64_t timeout_ms);
 void mkx_mpi_reap(void);
 /* A bounded allgather of `bytes` from every rank of comm into recv, sent
  * and received through MKX's own buffer, so that neither send nor recv is

@@ -212,14 +212,19 @@ static int dup_bounded(MKX_Comm c, MPI_Comm user) {
    * timeout: into memory of its own, not into c. */
   MPI_Comm *dup = malloc(sizeof *dup);
   if (!dup) return mkx_error(MKX_ERR_NOMEM, "MKX_Comm_create");
-  int rc = mkx_mpi_check(MPI_Comm_idup(user, dup, &req), "MPI_Comm_idup");
+  int rc = mkx_mpi_dup_settle(user, bound);
+  if (rc != MKX_SUCCESS) {
+    free(dup);
+    return rc;
+  }
+  rc = mkx_mpi_check(MPI_Comm_idup(user, dup, &req), "MPI_Comm_idup");
   if (rc != MKX_SUCCESS) {
     free(dup);
     return rc;
   }
   rc = mkx_mpi_wait(&req, bound, "MKX_Comm_create: duplicating comm");
   if (rc == MKX_ERR_TIMEOUT) {
-    mkx_mpi_abandon_dup(&req, dup);
+    mkx_mpi_abandon_dup(&req, dup, user);
     return rc;
   }
   if (rc == MKX_SUCCESS) c->mpi = *dup;
