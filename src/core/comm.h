@@ -49,6 +49,7 @@ struct MKX_Comm_s {
   unsigned run_ident;   /* the run being enqueued (mkx_run_ident): the
                           fused prologue's start record */
   void *tune_table;     /* option tune_cache's entries (ops/tune_cache.c) */
+  void *tuners;         /* the roles' tuners by shape (ops/fused/tuner.c) */
   void *symm;           /* symmetric memory state (src/mem/symm.c) */
   void *net;            /* network endpoint (src/core/comm_net.c) */
   int one_queue;        /* several nodes: on some rank every stream shares

@@ -203,12 +203,13 @@ static const mkx_option_desc base_rows[] = {
      "the rank's CTAs, 1-8. At most the rank's CTAs less one are used.",
      1},
     {"tune", MKX_OPT_ENUM, OPT(tune), "off", "off|adapt",
-     "How a persistent plan's runs choose the CTAs of a role beside its "
-     "main kernels (net_fwd_ctas, net_sum_ctas). off: the role's share (or "
-     "the pinned count); adapt: a search on the plan's own run times, from "
-     "the share, within the role's range, timed with CUDA events read once "
-     "the GPU has passed them (no host wait); a pinned count is kept, and a "
-     "plain call takes the share. Each rank searches on its own times.",
+     "How the runs of one shape (a plan's, or repeated plain calls') "
+     "choose the CTAs of a role beside their main kernels (net_fwd_ctas, "
+     "net_sum_ctas). off: the role's share (or the pinned count); adapt: a "
+     "search on that shape's own run times, from the share, within the "
+     "role's range, timed with CUDA events read once the GPU has passed them "
+     "(no host wait); a pinned count is kept. Each rank searches on its own "
+     "times.",
      1},
     {"tune_cache", MKX_OPT_STRING, OPT(tune_cache), "", "a file path",
      "With tune=adapt: a file that keeps the splits the plans' searches "

@@ -163,9 +163,7 @@ int mkx_tune_file_write(const char *path, const mkx_tune_table *t) {
 
 /* ---- the communicator's cache -------------------------------------------- */
 
-static const int hook_key = 0;
-
-static void cache_release(MKX_Comm c) {
+void mkx_tune_cache_close(MKX_Comm c) {
   mkx_tune_table *t = c->tune_table;
   if (!t) return;
   if (t->dirty && mkx_tune_file_write(c->opt.tune_cache, t) != 0)
@@ -180,10 +178,7 @@ static void cache_release(MKX_Comm c) {
 static mkx_tune_table *cache_of(MKX_Comm c) {
   if (c->tune_table || !c->opt.tune_cache[0]) return c->tune_table;
   mkx_tune_table *t = calloc(1, sizeof *t);
-  if (!t || mkx_comm_add_hook(c, &hook_key, cache_release, NULL) != 0) {
-    free(t);
-    return NULL;
-  }
+  if (!t) return NULL;
   int bad = 0;
   if (mkx_tune_file_read(c->opt.tune_cache, t, &bad) != 0)
     mkx_log(MKX_LOG_WARN,

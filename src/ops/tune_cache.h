@@ -59,10 +59,12 @@ int mkx_tune_table_put(mkx_tune_table *t, const char *key, int ctas, float ms,
 void mkx_tune_table_free(mkx_tune_table *t);
 
 /* The communicator's cache: read from option tune_cache's file at the
- * first lookup, written back when the communicator is freed if anything
- * was put.  Without the option both do nothing. */
+ * first lookup; _close writes it back if anything was put, and frees it
+ * (when the communicator is freed, after its tuners put their splits:
+ * ops/fused/tuner.c).  Without the option they do nothing. */
 const mkx_tune_entry *mkx_tune_cache_get(MKX_Comm c, const char *key);
 void mkx_tune_cache_put(MKX_Comm c, const char *key, int ctas, float ms,
                         int runs);
+void mkx_tune_cache_close(MKX_Comm c);
 
 #endif

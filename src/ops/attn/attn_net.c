@@ -52,7 +52,7 @@ struct mkx_attn_net {
   int node;             /* nodes of several ranks: the forward */
   mkx_fused_ws *ws;     /* this start's workspace */
   mkx_fused_net_desc d; /* the kernels' descriptor, this start's */
-  mkx_tuner tune;       /* nodes of several ranks: the forward's CTAs */
+  mkx_tuner *tune;      /* nodes of several ranks: the forward's CTAs */
 };
 
 int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
@@ -70,10 +70,7 @@ int mkx_attn_net_fits(MKX_Comm c, char *why, size_t len) {
   return !w;
 }
 
-void mkx_attn_net_free(mkx_attn_net *n) {
-  if (n) mkx_tuner_free(&n->tune);
-  free(n);
-}
+void mkx_attn_net_free(mkx_attn_net *n) { free(n); }
 
 static size_t region_bytes(const MKX_Comm c, const mkx_attn_net *n) {
   return (size_t)c->size * 2 * n->chunk;
@@ -89,12 +86,9 @@ int mkx_attn_net_init(MKX_Comm c, size_t chunk, mkx_attn_net **out) {
         n->node ? mkx_net_column_peers(c)
                 : (unsigned)(((uint64_t)1 << c->size) - 1) & ~(1u << c->rank);
   }
-  if (rc == MKX_SUCCESS && n->node) { /* the shape: the chunk's bytes */
-    char key[MKX_TUNE_KEY_MAX];
-    mkx_tune_key(c, FN, mkx_path_name(MKX_PATH_ATTN_NET), MKX_ROLE_NET_FWD,
-                 (int64_t)chunk, 1, 1, 0, key);
-    rc = mkx_tuner_init(c, &n->tune, MKX_ROLE_NET_FWD, key, FN);
-  }
+  if (rc == MKX_SUCCESS && n->node) /* the shape: the chunk's bytes */
+    rc = mkx_tuner_for(c, MKX_ROLE_NET_FWD, FN, MKX_PATH_ATTN_NET,
+                       (int64_t)chunk, 1, 1, 0, FN, &n->tune);
   /* loaded now: under MPS a lazily loaded first launch would wait for a
    * peer's engine, which waits for this rank's chunk */
   if (rc == MKX_SUCCESS)
@@ -146,7 +140,8 @@ static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
   f.src = region;
   f.kv_chunk = n->chunk;
   f.kv_word = W_KV;
-  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, n->tune.ctas, st, FN);
+  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, n->tune->ctas, st,
+                           FN);
 }
 
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
@@ -161,7 +156,7 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
   n->d.region = mkx_net_region_index(c);
   n->d.peers = n->peers;
   n->ws = ws;
-  if (n->node) MKX_TRY(mkx_tuner_begin(&n->tune, st, FN));
+  if (n->node) MKX_TRY(mkx_tuner_begin(n->tune, st, FN));
   if (n->node) { /* the engine's ring and flags stay the workspace's */
     MKX_TRY(send(c, n, base, K, V, st));
     return forward(c, n, base, words, st);
@@ -184,7 +179,7 @@ int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,
 }
 
 void mkx_attn_net_ctas(const mkx_attn_net *n, int *ctas) {
-  if (n->node) *ctas = mkx_tuner_leave(&n->tune);
+  if (n->node) *ctas = mkx_tuner_leave(n->tune);
 }
 
 int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
@@ -192,7 +187,7 @@ int mkx_attn_net_end(MKX_Comm c, mkx_attn_net *n, cudaStream_t st) {
   MKX_TRY(
       mkx_fused_launch_rc(mkx_fused_net_end(&n->d, st), FN, "network drain"));
   MKX_TRY(mkx_comm_net_gpu_mark(c, st));
-  return n->node ? mkx_tuner_end(&n->tune, st, FN) : MKX_SUCCESS;
+  return n->node ? mkx_tuner_end(n->tune, st, FN) : MKX_SUCCESS;
 }
 #else
 typedef int mkx_attn_net_unused; /* ISO C: not an empty unit */

@@ -1,8 +1,11 @@
 /* The split of a plan's CTAs between a role and the kernels beside it,
  * run by run (fused/tuner.h). */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "core/cuda_rc.h"
 #include "core/device.h"
+#include "core/error.h"
 #include "core/log.h"
 #include "ops/fused/tuner.h"
 
@@ -98,6 +101,7 @@ static void read_times(mkx_tuner *t, const char *fn) {
 }
 
 int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn) {
+  if (!t) return MKX_SUCCESS;
   t->timing = 0;
   if (!t->adapt) return MKX_SUCCESS;
   read_times(t, fn);
@@ -115,11 +119,63 @@ int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn) {
 }
 
 int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn) {
-  if (!t->timing) return MKX_SUCCESS;
+  if (!t || !t->timing) return MKX_SUCCESS;
   const int i = (int)(t->begun % MKX_TUNER_RING);
   t->timing = 0;
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(t->t1[i], st), fn, "cudaEventRecord"));
   t->begun++;
+  return MKX_SUCCESS;
+}
+
+/* ---- the communicator's tuners, one per role and shape ------------------ */
+
+typedef struct tuner_node {
+  char shape[MKX_TUNE_KEY_MAX + 64]; /* the cache's key, then exact sizes */
+  mkx_role role;
+  mkx_tuner t;
+  struct tuner_node *next;
+} tuner_node;
+
+static const int store_key = 0;
+
+/* At MKX_Comm_free: the settled splits into the cache, then the cache to
+ * its file. */
+static void store_release(MKX_Comm c) {
+  for (tuner_node *n = c->tuners; n;) {
+    tuner_node *next = n->next;
+    mkx_tuner_free(&n->t);
+    free(n);
+    n = next;
+  }
+  c->tuners = NULL;
+  mkx_tune_cache_close(c);
+}
+
+int mkx_tuner_for(MKX_Comm c, mkx_role r, const char *op, mkx_path path,
+                  int64_t m, int64_t n, int64_t k, int dtype, const char *fn,
+                  mkx_tuner **t) {
+  char key[MKX_TUNE_KEY_MAX], shape[MKX_TUNE_KEY_MAX + 64];
+  mkx_tune_key(c, op, mkx_path_name(path), (int)r, m, n, k, dtype, key);
+  snprintf(shape, sizeof shape, "%s,%lldx%lldx%lld", key, (long long)m,
+           (long long)n, (long long)k);
+  for (tuner_node *x = c->tuners; x; x = x->next)
+    if (x->role == r && !strcmp(x->shape, shape)) {
+      *t = &x->t;
+      return MKX_SUCCESS;
+    }
+  MKX_TRY(mkx_comm_add_hook(c, &store_key, store_release, NULL));
+  tuner_node *x = calloc(1, sizeof *x);
+  if (!x) return mkx_error(MKX_ERR_NOMEM, "%s: tuner", fn);
+  const int rc = mkx_tuner_init(c, &x->t, r, key, fn);
+  if (rc != MKX_SUCCESS) {
+    free(x);
+    return rc;
+  }
+  snprintf(x->shape, sizeof x->shape, "%s", shape);
+  x->role = r;
+  x->next = c->tuners;
+  c->tuners = x;
+  *t = &x->t;
   return MKX_SUCCESS;
 }
 

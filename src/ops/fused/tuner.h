@@ -1,8 +1,9 @@
 /*
- * The split of a plan's CTAs between a role (ops/roles.h) and the kernels
- * beside it, for each run of the plan: the role's rule, a split pinned by
- * hand, or (option tune=adapt) the across-run search of
- * kernels/common/tune_search.h on the plan's own run times.
+ * The split of a call's CTAs between a role (ops/roles.h) and the kernels
+ * beside it, for each run of a shape (a plan's, or repeated plain calls'):
+ * the role's rule, a split pinned by hand, or (option tune=adapt) the
+ * across-run search of kernels/common/tune_search.h on that shape's own
+ * run times.
  *
  * A run's time is measured on its stream by two CUDA events, from after
  * the prologue (every node rank has arrived, so a late peer does not
@@ -49,10 +50,19 @@ typedef struct mkx_tuner {
 int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
                    const char *fn);
 void mkx_tuner_free(mkx_tuner *t);
+/* The communicator's tuner of role r for one shape (operation, path,
+ * sizes, datatype), made at its first use and shared by every plan and
+ * plain call of that shape, so that repeated plain calls adapt as a plan
+ * does; freed with the communicator, when its settled split goes to the
+ * tuner cache (keyed by the shape's powers of two, mkx_tune_key). */
+int mkx_tuner_for(MKX_Comm c, mkx_role r, const char *op, mkx_path path,
+                  int64_t m, int64_t n, int64_t k, int dtype, const char *fn,
+                  mkx_tuner **t);
 /* Start of a run (after the prologue on st): read the times of the runs
  * the GPU has passed into the search, choose this run's CTAs (t->ctas),
  * and time it from here. */
 int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn);
+/* (mkx_tuner_begin and _end take a NULL tuner: nothing to do.) */
 /* End of the run on st. */
 int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn);
 /* The CTAs the kernels beside the role may take in this run: the rank's

@@ -126,12 +126,9 @@ int mkx_ag_net_plan(MKX_Comm c, int op, const void *args,
   }
   mkx_fused_net_desc n;
   mkx_tp_ag_desc d;
-  if (p->node) {
-    char key[MKX_TUNE_KEY_MAX];
-    mkx_tune_key(c, FN, mkx_path_name(MKX_PATH_HIER_PROXY), MKX_ROLE_NET_FWD,
-                 p->r.M, a->n, a->k, (int)a->dtype, key);
-    rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NET_FWD, key, FN);
-  }
+  if (p->node)
+    rc = mkx_tuner_for(c, MKX_ROLE_NET_FWD, FN, MKX_PATH_HIER_PROXY, p->r.M,
+                       a->n, a->k, (int)a->dtype, FN, &p->np.tune);
   if (rc == MKX_SUCCESS) rc = mkx_net_plan_load(c, &p->np, &n, FN);
   if (rc == MKX_SUCCESS) {
     net_rows(c, p, a, &n);
@@ -191,7 +188,7 @@ static void gemm_desc(MKX_Comm c, const an_plan *p, const mkx_ag_gemm_args *a,
   /* own rows: copied before the kernel on its stream */
   d->ready_mask = 1u << c->rank;
   if (p->node) { /* every other source's rows come with their flags */
-    d->sync.ctas = mkx_tuner_leave(&p->np.tune);
+    d->sync.ctas = mkx_tuner_leave(p->np.tune);
     return;
   }
   d->net_mask = ((1u << c->size) - 1) & ~d->ready_mask;
@@ -214,7 +211,7 @@ static int forward(MKX_Comm c, const an_plan *p, mkx_fused_net_desc *n,
   f.src = p->np.region;
   f.tiles_m = p->r.tiles_m;
   return mkx_net_fwd_start(c, p->np.ws, c->place.local_size, n, p->np.words, &f,
-                           p->np.tune.ctas, st, FN);
+                           p->np.tune->ctas, st, FN);
 }
 
 /* (cudaMemcpyDefault where the region is a side: it may be mapped host

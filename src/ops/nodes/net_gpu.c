@@ -88,7 +88,6 @@ int mkx_net_plan_load(MKX_Comm c, mkx_net_plan *n, mkx_fused_net_desc *d,
 }
 
 void mkx_net_plan_fini(mkx_net_plan *n) {
-  mkx_tuner_free(&n->tune);
   mkx_fused_ws_release(n->ws);
   n->ws = NULL;
 }
@@ -101,7 +100,7 @@ int mkx_net_call_begin(MKX_Comm c, mkx_net_plan *n, MKX_Stream st,
   n->region = base;
   MKX_TRY(mkx_fused_begin(c, n->ws, fn, st, n->src_n, MKX_PATH_HIER_PROXY));
   mkx_net_desc_fill(c, n->ws, n->words, d);
-  return mkx_tuner_begin(&n->tune, (cudaStream_t)st, fn);
+  return mkx_tuner_begin(n->tune, (cudaStream_t)st, fn);
 }
 
 unsigned mkx_net_column_peers(MKX_Comm c) {
@@ -162,7 +161,7 @@ int mkx_net_call_end(MKX_Comm c, mkx_net_plan *n, MKX_Stream st, const char *fn,
   MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_end(d, (cudaStream_t)st), fn,
                               "network drain"));
   MKX_TRY(mkx_comm_net_gpu_mark(c, st));
-  MKX_TRY(mkx_tuner_end(&n->tune, (cudaStream_t)st, fn));
+  MKX_TRY(mkx_tuner_end(n->tune, (cudaStream_t)st, fn));
   return mkx_fused_end(n->ws, st);
 }
 #else

@@ -79,8 +79,8 @@ typedef struct mkx_net_plan {
   uint32_t index;  /* mkx_net_region_index */
   char *region;    /* looked up again at each start: a later plan may */
   uint64_t *words; /* have grown it */
-  mkx_tuner tune;  /* nodes of several ranks: the CTAs of the plan's role
-                      (made by the plan: mkx_tuner_init), run by run */
+  mkx_tuner *tune; /* nodes of several ranks: the CTAs of the plan's role,
+                      run by run (the communicator's, mkx_tuner_for) */
 } mkx_net_plan;
 /* Collective; ws: what the workspace must hold (src_n, flags_n and
  * data_bytes of at least 1, 1 and 4096 are taken; never split).  On

@@ -158,12 +158,10 @@ int mkx_rs_ar_net_plan(MKX_Comm c, int op, const void *args,
     return rc;
   }
   mkx_fused_net_desc n;
-  if (p->node) {
-    char key[MKX_TUNE_KEY_MAX];
-    mkx_tune_key(c, fn_of(op), mkx_path_name(MKX_PATH_HIER_PROXY),
-                 MKX_ROLE_NODE_SUM, a->M, a->n, a->k_local, (int)a->dtype, key);
-    rc = mkx_tuner_init(c, &p->np.tune, MKX_ROLE_NODE_SUM, key, fn_of(op));
-  }
+  if (p->node)
+    rc = mkx_tuner_for(c, MKX_ROLE_NODE_SUM, fn_of(op), MKX_PATH_HIER_PROXY,
+                       a->M, a->n, a->k_local, (int)a->dtype, fn_of(op),
+                       &p->np.tune);
   if (rc == MKX_SUCCESS) rc = mkx_net_plan_load(c, &p->np, &n, fn_of(op));
   for (int q = 0; rc == MKX_SUCCESS && q < c->size; q++)
     for (int j = 0; rc == MKX_SUCCESS && j < chunks_of(p, q); j++) {
@@ -212,7 +210,7 @@ static void chunk_desc(MKX_Comm c, const rn_plan *p, const mkx_rs_ar_args *a,
    * on a shared one the GEMM, which waits for nobody, takes the rank's
    * share, and the sums get SMs as its CTAs retire */
   d->num_ctas =
-      p->node && !c->share.ctas ? mkx_tuner_leave(&p->np.tune) : c->share.ctas;
+      p->node && !c->share.ctas ? mkx_tuner_leave(p->np.tune) : c->share.ctas;
   if (r0p) *r0p = r0, *r1p = r1;
 }
 
@@ -357,7 +355,7 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_fused_net_desc *n,
   d.post_one = q + 1;
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
-  d.max_blocks = p->np.tune.ctas;
+  d.max_blocks = p->np.tune->ctas;
   return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op),
                              "node sum");
 }
