@@ -488,7 +488,7 @@ static void other_plan(const prob *p, const prob *p2, MKX_Comm c, MKX_Request r,
   CHECK(dt < 0.25e-3 * MISMATCH_MS,
         "%s: found after %.3f s, not waited out (timeout_ms=%d)", what, dt,
         MISMATCH_MS);
-  check_unusable(what, mine, "same plan", "rank ");
+  check_unusable(what, mine, "started the", "rank ");
 }
 
 static void mismatch_case(int op, int op2, int blocking, const char *overlap) {
