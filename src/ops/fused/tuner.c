@@ -42,7 +42,6 @@ int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
   const mkx_role_range *g = mkx_role_range_of(r);
   memset(t, 0, sizeof *t);
   t->comm = c;
-  t->made = 1;
   t->role = r;
   t->all = mkx_role_rank_ctas(c);
   t->ctas = mkx_role_ctas(c, r);
@@ -68,12 +67,11 @@ int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
 }
 
 void mkx_tuner_free(mkx_tuner *t) {
-  if (!t->made) return;
   if (t->adapt && t->key[0] && t->s.phase == MKX_TUNE_SETTLED &&
       t->s.best_t > 0)
     mkx_tune_cache_put(t->comm, t->key, t->s.best, t->s.best_t, t->s.runs);
   events_free(t);
-  t->made = t->adapt = 0;
+  t->adapt = 0;
 }
 
 /* The times of the runs the GPU has passed, oldest first, into the search
@@ -130,8 +128,8 @@ int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn) {
 /* ---- the communicator's tuners, one per role and shape ------------------ */
 
 typedef struct tuner_node {
-  char shape[MKX_TUNE_KEY_MAX + 64]; /* the cache's key, then exact sizes */
-  mkx_role role;
+  char shape[MKX_TUNE_KEY_MAX + 64]; /* the cache's key (role included),
+                                        then the exact sizes */
   mkx_tuner t;
   struct tuner_node *next;
 } tuner_node;
@@ -159,7 +157,7 @@ int mkx_tuner_for(MKX_Comm c, mkx_role r, const char *op, mkx_path path,
   snprintf(shape, sizeof shape, "%s,%lldx%lldx%lld", key, (long long)m,
            (long long)n, (long long)k);
   for (tuner_node *x = c->tuners; x; x = x->next)
-    if (x->role == r && !strcmp(x->shape, shape)) {
+    if (!strcmp(x->shape, shape)) {
       *t = &x->t;
       return MKX_SUCCESS;
     }
@@ -172,7 +170,6 @@ int mkx_tuner_for(MKX_Comm c, mkx_role r, const char *op, mkx_path path,
     return rc;
   }
   snprintf(x->shape, sizeof x->shape, "%s", shape);
-  x->role = r;
   x->next = c->tuners;
   c->tuners = x;
   *t = &x->t;

@@ -30,7 +30,6 @@
 
 typedef struct mkx_tuner {
   MKX_Comm comm;
-  int made;  /* mkx_tuner_init ran */
   int adapt; /* searching (tune=adapt, no pinned split) */
   mkx_role role;
   int all;  /* the rank's CTAs */
