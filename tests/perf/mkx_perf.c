@@ -31,6 +31,12 @@
  *   mpirun -np P mkx_perf net --vnode G [--net tcp|shm] [--bytes B]... [--reps N] [--out FILE]
  *     The network alone between virtual nodes: MKX's several-node exchange on host buffers
  *     (no GPU needed), ms, GB/s and the proxy thread's CPU (tests/perf/perf_net.c).
+ *
+ *   mpirun -np P mkx_perf tune --vnode G [--net tcp|shm] [--hier proxy|gpu] [--op ag|rs|ar|all]
+ *                            [--shape MxNxK]... [--ctas N,N,...] [--runs N] [--reps N]
+ *                            [--cache PATH] [--out FILE] [--plot FILE.svg]
+ *     A role's CTAs pinned over a sweep, today's rule and the adaptive split (tune=adapt) of the
+ *     fused tensor-parallel calls, as ratios to the best pinned count (tests/perf/perf_tune.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -312,6 +318,7 @@ int mkx_perf_tp(int argc, char **argv);   /* tests/perf/perf_tp.c */
 int mkx_perf_attn(int argc, char **argv); /* tests/perf/perf_attn.c */
 int mkx_perf_moe(int argc, char **argv);  /* tests/perf/perf_moe.c */
 int mkx_perf_net(int argc, char **argv);  /* tests/perf/perf_net.c */
+int mkx_perf_tune(int argc, char **argv); /* tests/perf/perf_tune.c */
 
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
@@ -340,6 +347,11 @@ static const subcommand kCommands[] = {
      "the network alone between virtual nodes, host buffers (under mpirun): "
      "--vnode G [--net tcp|shm] [--bytes B]... [--reps N] [--out FILE] (net "
      "--help)"},
+    {"tune", mkx_perf_tune,
+     "a role's CTAs pinned over a sweep against today's rule and tune=adapt "
+     "(under mpirun): --vnode G [--net tcp|shm] [--hier proxy|gpu] [--op "
+     "ag|rs|ar|all] [--shape MxNxK]... [--ctas N,N,...] [--runs N] [--reps N] "
+     "[--cache PATH] [--out FILE] [--plot FILE.svg] (tune --help)"},
 };
 
 static void usage(void) {

@@ -81,6 +81,7 @@
 #include "core/comm_net.h" /* the proxy's cost (internal) */
 #include "mkx.h"
 #include "perf_job.h"
+#include "perf_tp_ops.h"
 #include "perf_util.h"
 
 #define PK(x)                                                                  \
@@ -110,10 +111,8 @@
       MPI_Abort(MPI_COMM_WORLD, 1);                                            \
     }                                                                          \
   } while (0)
-enum { OP_AG, OP_RS, OP_AR };
 /* The variants, in the order one sample of each is interleaved. */
 enum { V_MKX, V_SERIAL, V_GEMM, V_COLL, V_MKX2, V_ONE, V_GRAPH, NV };
-static const char *const op_names[] = {"allgather_gemm", "gemm_rs", "gemm_ar"};
 static const char *const v_names[NV] = {"mkx",    "serial", "gemm", "coll",
                                         "versus", "1 rank", "graph"};
 
@@ -132,11 +131,7 @@ typedef struct env {
   cudaStream_t st;
 } env;
 
-typedef struct bufs {
-  void *A, *B, *C, *Afull, *P; /* A_r, B_r, C_r, gathered A, partial */
-  int64_t m_loc, k_loc, c_rows;
-  MKX_Request req, req2;
-} bufs;
+typedef perf_tp_bufs bufs;
 
 /* One shape's buffers: this rank's share, and (--one-rank, rank 0) the
  * whole job's operands of the 1-rank call, which is n_one wide. */
@@ -195,31 +190,6 @@ static float median_of(float *v, int n) {
   return v[n / 2];
 }
 
-static void *dalloc(size_t bytes) {
-  void *p = NULL;
-  PK(cudaMalloc(&p, bytes ? bytes : 16));
-  PK(cudaMemset(p, 0, bytes ? bytes : 16));
-  return p;
-}
-
-/* Small random bf16 values (exact small integers / 64), so sums stay finite. */
-static void fill(void *d, size_t count, unsigned seed) {
-  size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
-  uint16_t *h = xcalloc(chunk, 2);
-  for (size_t i = 0; i < chunk; i++) {
-    seed = seed * 1103515245u + 12345u;
-    float f = (float)((int)((seed >> 16) % 17) - 8) / 64.0f;
-    uint32_t x;
-    memcpy(&x, &f, 4);
-    h[i] = (uint16_t)(x >> 16);
-  }
-  for (size_t done = 0; done < count; done += chunk) {
-    size_t n = count - done < chunk ? count - done : chunk;
-    PK(cudaMemcpy((uint16_t *)d + done, h, n * 2, cudaMemcpyHostToDevice));
-  }
-  free(h);
-}
-
 /* Row-major C (m x n) = A (m x k) * B^T, B stored n x k (all bf16). */
 static void blas_gemm(env *e, const void *A, const void *B, void *C, int64_t m,
                       int64_t n, int64_t k) {
@@ -228,50 +198,6 @@ static void blas_gemm(env *e, const void *A, const void *B, void *C, int64_t m,
                   &one, B, CUDA_R_16BF, (int)k, A, CUDA_R_16BF, (int)k, &zero,
                   C, CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F,
                   CUBLAS_GEMM_DEFAULT));
-}
-
-/* The MKX plan of this job on communicator c. */
-static void plan_on(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
-                    bufs *b, MKX_Request *req) {
-  if (op == OP_AG)
-    AM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
-                               b->C, N, NULL, K, MKX_BF16, MKX_BF16,
-                               MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
-  else if (op == OP_RS)
-    AM(MKX_Gemm_reduce_scatter_init(
-        b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc, MKX_TRANS, b->C, N,
-        MKX_BF16, MKX_BF16, MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
-  else
-    AM(MKX_Gemm_allreduce_init(b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc,
-                               MKX_TRANS, b->C, N, MKX_BF16, MKX_BF16,
-                               MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
-}
-
-/* Rank r's operands when the job is split over p ranks; with `baselines`
- * also the gathered A / the partial product of the cuBLAS variants. */
-static void alloc_share(int op, int64_t M, int64_t N, int64_t K, int p, int r,
-                        int baselines, bufs *b) {
-  memset(b, 0, sizeof *b);
-  if (op == OP_AG) {
-    b->m_loc = M / p;
-    b->A = dalloc((size_t)(b->m_loc * K) * 2);
-    b->B = dalloc((size_t)(N * K) * 2);
-    b->C = dalloc((size_t)(M * N) * 2);
-    if (baselines) b->Afull = dalloc((size_t)(M * K) * 2);
-    fill(b->A, (size_t)(b->m_loc * K), 11u + (unsigned)r);
-    fill(b->B, (size_t)(N * K), 23u + (unsigned)r);
-  } else {
-    b->k_loc = K / p;
-    int64_t first;
-    AM(MKX_Block_range(M, p, r, &first, &b->c_rows));
-    if (op == OP_AR) b->c_rows = M;
-    b->A = dalloc((size_t)(M * b->k_loc) * 2);
-    b->B = dalloc((size_t)(N * b->k_loc) * 2);
-    b->C = dalloc((size_t)(b->c_rows * N) * 2);
-    if (baselines) b->P = dalloc((size_t)(M * N) * 2);
-    fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)r);
-    fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)r);
-  }
 }
 
 /* N of the 1-rank call that does the whole job: on P ranks AllGather+GEMM
@@ -284,18 +210,18 @@ static int64_t one_rank_n(int op, int64_t N, int p) {
 
 static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
   bufs *b = &w->b;
-  alloc_share(op, M, N, K, e->size, e->rank, 1, b);
+  perf_tp_alloc(op, M, N, K, e->size, e->rank, 1, b);
   /* Without NCCL nothing gathers into Afull; the GEMM alone must still
    * read data, not zeros (power and clocks depend on the values). */
   if (!e->nccl_on && b->Afull)
-    fill(b->Afull, (size_t)(M * K), 37u + (unsigned)e->rank);
-  plan_on(e->mkx, op, M, N, K, b, &b->req);
-  if (e->mkx2) plan_on(e->mkx2, op, M, N, K, b, &b->req2);
+    perf_tp_fill(b->Afull, (size_t)(M * K), 37u + (unsigned)e->rank);
+  perf_tp_plan(e->mkx, op, M, N, K, b, &b->req);
+  if (e->mkx2) perf_tp_plan(e->mkx2, op, M, N, K, b, &b->req2);
   memset(&w->one, 0, sizeof w->one);
   w->n_one = one_rank_n(op, N, e->size);
   if (e->mkx1) {
-    alloc_share(op, M, w->n_one, K, 1, 0, 0, &w->one);
-    plan_on(e->mkx1, op, M, w->n_one, K, &w->one, &w->one.req);
+    perf_tp_alloc(op, M, w->n_one, K, 1, 0, 0, &w->one);
+    perf_tp_plan(e->mkx1, op, M, w->n_one, K, &w->one, &w->one.req);
   }
   w->graph = NULL;
   if (on(e, V_GRAPH)) {
@@ -309,20 +235,10 @@ static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
   }
 }
 
-static void bufs_free(bufs *b) {
-  if (b->req) AM(MKX_Request_free(&b->req));
-  if (b->req2) AM(MKX_Request_free(&b->req2));
-  PK(cudaFree(b->A));
-  PK(cudaFree(b->B));
-  PK(cudaFree(b->C));
-  PK(cudaFree(b->Afull));
-  PK(cudaFree(b->P));
-}
-
 static void teardown(work *w) {
   if (w->graph) PK(cudaGraphExecDestroy(w->graph));
-  bufs_free(&w->b);
-  bufs_free(&w->one);
+  perf_tp_free(&w->b);
+  perf_tp_free(&w->one);
 }
 
 static void coll(env *e, int op, int64_t M, int64_t N, bufs *b, int64_t K) {
@@ -412,7 +328,7 @@ static void print_host_times(const env *e, int op, int64_t M, int64_t N,
   perf_cat(s, sizeof s,
            "# %s %lldx%lldx%lld host enqueue (us, median, slowest "
            "rank):",
-           op_names[op], (long long)M, (long long)N, (long long)K);
+           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K);
   for (int v = 0; v < NV; v++)
     if (on(e, v)) {
       perf_cat(s, sizeof s, "%s%s %.1f", sep, v_names[v], hmed[v]);
@@ -438,7 +354,7 @@ static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
            "# %s %lldx%lldx%lld network proxy per mkx call (mean, most "
            "costly rank): %.3f ms of CPU, %.0f commands, %.1f MB, the "
            "transport busy %.3f ms\n",
-           op_names[op], (long long)M, (long long)N, (long long)K, proxy[0],
+           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K, proxy[0],
            proxy[1], proxy[2], proxy[3]);
   fputs(s, stdout);
   if (out) fputs(s, out);
@@ -451,7 +367,7 @@ static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
   snprintf(s, sizeof s,
            "# %s %lldx%lldx%lld link: %.1f MB at %lld MB/s take %.3f ms; "
            "mkx / max(gemm, link) = %.2f\n",
-           op_names[op], (long long)M, (long long)N, (long long)K, proxy[2],
+           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K, proxy[2],
            (long long)mbps, link, med[V_MKX] / bound);
   fputs(s, stdout);
   if (out) fputs(s, out);
@@ -463,7 +379,7 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
   const int nc = e->nccl_on;
   const float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
   char line[400] = "";
-  perf_cat(line, sizeof line, "| %s | %lld | %lld | %lld |", op_names[op],
+  perf_cat(line, sizeof line, "| %s | %lld | %lld | %lld |", perf_tp_op_names[op],
            (long long)M, (long long)N, (long long)K);
   cell(line, sizeof line, 1, 3, med[V_MKX]);
   cell(line, sizeof line, nc, 3, med[V_SERIAL]);
@@ -541,30 +457,8 @@ static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int warmup,
  * and (device >= 0) that GPU. */
 static MKX_Comm mkx_comm(MPI_Comm comm, const opts *o, const char *versus,
                          int device) {
-  MPI_Info info;
-  MKX_Comm c = NULL;
-  AI(MPI_Info_create(&info));
-  AI(MPI_Info_set(info, "mkx_fused", "auto"));
-  AI(MPI_Info_set(info, "mkx_tp_overlap", o->overlap));
-  if (o->vnode) {
-    AI(MPI_Info_set(info, "mkx_virtual_node_size", o->vnode));
-    AI(MPI_Info_set(info, "mkx_net", o->net));
-    AI(MPI_Info_set(info, "mkx_hier_gemm", o->hier));
-  }
-  if (device >= 0) {
-    char d[16];
-    snprintf(d, sizeof d, "%d", device);
-    AI(MPI_Info_set(info, "mkx_device", d));
-  }
-  char key[80];
-  const char *eq = versus ? strchr(versus, '=') : NULL;
-  if (eq && eq - versus < 70) {
-    snprintf(key, sizeof key, "mkx_%.*s", (int)(eq - versus), versus);
-    AI(MPI_Info_set(info, key, eq + 1));
-  }
-  AM(MKX_Comm_create(comm, info, &c));
-  AI(MPI_Info_free(&info));
-  return c;
+  const perf_tp_conf f = {o->overlap, o->vnode, o->net, o->hier};
+  return perf_tp_comm(comm, &f, &versus, versus != NULL, device);
 }
 
 typedef struct gpu_id {
@@ -801,8 +695,6 @@ static int set_flag(const char *a, opts *o, int *full, int *small) {
 /* The options with a value; 0, or 2 after a message for a bad one. */
 static int set_value(const char *a, const char *v, opts *o,
                      int64_t (*shapes)[3], int *ns) {
-  long long m, n, k;
-  char end;
   if (!strcmp(a, "--reps"))
     o->reps = atoi(v);
   else if (!strcmp(a, "--warmup"))
@@ -824,18 +716,13 @@ static int set_value(const char *a, const char *v, opts *o,
       return usage_error("--versus takes KEY=VALUE (an MKX option)", v);
     o->versus = v;
   } else if (!strcmp(a, "--op")) {
-    o->ops = !strcmp(v, "ag")    ? 1
-             : !strcmp(v, "rs")  ? 2
-             : !strcmp(v, "ar")  ? 4
-             : !strcmp(v, "all") ? 7
-                                 : 0;
-    if (!o->ops) return usage_error("--op takes ag, rs, ar or all", v);
+    if (!(o->ops = perf_tp_op_mask(v)))
+      return usage_error("--op takes ag, rs, ar or all", v);
   } else if (!strcmp(a, "--shape")) {
     if (*ns == 16) return usage_error("at most 16 --shape", v);
-    if (sscanf(v, "%lldx%lldx%lld%c", &m, &n, &k, &end) != 3 || m < 1 ||
-        n < 1 || k < 1)
+    if (!perf_tp_shape(v, shapes[*ns]))
       return usage_error("--shape takes MxNxK (positive)", v);
-    shapes[*ns][0] = m, shapes[*ns][1] = n, shapes[*ns][2] = k, ++*ns;
+    ++*ns;
   }
   return 0;
 }

@@ -100,6 +100,7 @@ static void read_times(mkx_tuner *t, const char *fn) {
 
 int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn) {
   if (!t) return MKX_SUCCESS;
+  t->comm->tuner_last = t;
   t->timing = 0;
   if (!t->adapt) return MKX_SUCCESS;
   read_times(t, fn);
@@ -146,6 +147,7 @@ static void store_release(MKX_Comm c) {
     n = next;
   }
   c->tuners = NULL;
+  c->tuner_last = NULL;
   mkx_tune_cache_close(c);
 }
 
@@ -174,6 +176,15 @@ int mkx_tuner_for(MKX_Comm c, mkx_role r, const char *op, mkx_path path,
   c->tuners = x;
   *t = &x->t;
   return MKX_SUCCESS;
+}
+
+int mkx_tuner_last(MKX_Comm c, int *ctas, int *best, int *settled) {
+  const mkx_tuner *t = c->tuner_last;
+  if (!t) return 0;
+  *ctas = t->ctas;
+  *best = t->adapt ? t->s.best : t->ctas;
+  *settled = !t->adapt || t->s.phase == MKX_TUNE_SETTLED;
+  return 1;
 }
 
 int mkx_tuner_leave(const mkx_tuner *t) {

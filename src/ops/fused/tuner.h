@@ -67,5 +67,10 @@ int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn);
 /* The CTAs the kernels beside the role may take in this run: the rank's
  * less the role's, at least 1 (mkx_role_leave says why). */
 int mkx_tuner_leave(const mkx_tuner *t);
+/* The tuner of c whose run began last (for benchmarks): the CTAs of that
+ * run, the search's incumbent (the rule's or pinned count where it does
+ * not adapt) and whether it has settled (1 where it does not adapt);
+ * returns 0, setting nothing, where no run of c has had a role. */
+int mkx_tuner_last(MKX_Comm c, int *ctas, int *best, int *settled);
 
 #endif
