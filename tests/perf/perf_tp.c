@@ -354,8 +354,8 @@ static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
            "# %s %lldx%lldx%lld network proxy per mkx call (mean, most "
            "costly rank): %.3f ms of CPU, %.0f commands, %.1f MB, the "
            "transport busy %.3f ms\n",
-           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K, proxy[0],
-           proxy[1], proxy[2], proxy[3]);
+           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K,
+           proxy[0], proxy[1], proxy[2], proxy[3]);
   fputs(s, stdout);
   if (out) fputs(s, out);
   /* over an emulated link: those bytes at its cap, and the call against
@@ -367,8 +367,8 @@ static void print_proxy(const env *e, int op, int64_t M, int64_t N, int64_t K,
   snprintf(s, sizeof s,
            "# %s %lldx%lldx%lld link: %.1f MB at %lld MB/s take %.3f ms; "
            "mkx / max(gemm, link) = %.2f\n",
-           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K, proxy[2],
-           (long long)mbps, link, med[V_MKX] / bound);
+           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K,
+           proxy[2], (long long)mbps, link, med[V_MKX] / bound);
   fputs(s, stdout);
   if (out) fputs(s, out);
 }
@@ -379,8 +379,8 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
   const int nc = e->nccl_on;
   const float ideal = med[V_GEMM] > med[V_COLL] ? med[V_GEMM] : med[V_COLL];
   char line[400] = "";
-  perf_cat(line, sizeof line, "| %s | %lld | %lld | %lld |", perf_tp_op_names[op],
-           (long long)M, (long long)N, (long long)K);
+  perf_cat(line, sizeof line, "| %s | %lld | %lld | %lld |",
+           perf_tp_op_names[op], (long long)M, (long long)N, (long long)K);
   cell(line, sizeof line, 1, 3, med[V_MKX]);
   cell(line, sizeof line, nc, 3, med[V_SERIAL]);
   cell(line, sizeof line, on(e, V_GEMM), 3, med[V_GEMM]);
