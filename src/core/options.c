@@ -202,23 +202,27 @@ static const mkx_option_desc base_rows[] = {
      "by the GPU on nodes of several ranks, pinned by hand. 0: a quarter of "
      "the rank's CTAs, 1-8. At most the rank's CTAs less one are used.",
      1},
-    {"tune", MKX_OPT_ENUM, OPT(tune), "off", "off|adapt",
+    {"tune", MKX_OPT_ENUM, OPT(tune), "off", "off|fixed|adapt",
      "How the runs of one shape (a plan's, or repeated plain calls') "
      "choose the CTAs of a role beside their main kernels (net_fwd_ctas, "
-     "net_sum_ctas). off: the role's share (or the pinned count); adapt: a "
+     "net_sum_ctas). off: the role's share (or the pinned count); fixed: "
+     "the split the tuner cache (tune_cache) holds for the shape, searched "
+     "no further, else the share; adapt: a "
      "search on that shape's own run times, from the share, within the "
      "role's range, timed with CUDA events read once the GPU has passed them "
      "(no host wait); a pinned count is kept. Each rank searches on its own "
      "times.",
      1},
     {"tune_cache", MKX_OPT_STRING, OPT(tune_cache), "", "a file path",
-     "With tune=adapt: a file that keeps the splits the plans' searches "
+     "With tune=adapt or fixed: a file that keeps the splits the plans' "
+     "searches "
      "settled on, keyed by GPU model and SMs, ranks per node, nodes, "
      "operation, path, role, shape (powers of two) and datatype. Read when "
-     "a plan first looks a split up, written back (merged, under a lock, "
-     "replaced whole) when the communicator is freed; a plan whose key is "
-     "there starts settled on its split and searches again only if its "
-     "runs slow down. A file of another version, or a line that does not "
+     "a plan first looks a split up, written back with tune=adapt (merged, "
+     "under a lock, replaced whole) when the communicator is freed; a plan "
+     "whose key is there starts settled on its split and (adapt) searches "
+     "again only if its runs slow down. A file of another version, or a line "
+     "that does not "
      "parse, is ignored with a warning; a failure to write is a warning. "
      "Empty: none.",
      0},

@@ -11,10 +11,13 @@
  *   - a start under graph capture takes the incumbent and records no
  *     event (the capture stays valid and replays);
  *   - tune=off, and tune=adapt with the count pinned (net_fwd_ctas): no
- *     search, the role's share or the pinned count in every run. */
+ *     search, the role's share or the pinned count in every run;
+ *   - tune=fixed: the tuner cache's split for the key in every run, the
+ *     share for a key the cache lacks, and the file left as it was. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cuda_runtime.h>
 #include "core/comm.h"
 #include "ops/fused/tuner.h"
@@ -39,15 +42,21 @@ static uint64_t run_ns(const mkx_tuner *t, int x) {
   return (uint64_t)((double)BASE_NS * (1 + SLOPE * d));
 }
 
-static MKX_Comm comm_with(const char *tune, const char *pin) {
+static MKX_Comm comm_cached(const char *tune, const char *pin,
+                            const char *cache) {
   MPI_Info info;
   MKX_Comm c = NULL;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_tune", tune);
   if (pin) MPI_Info_set(info, "mkx_net_fwd_ctas", pin);
+  if (cache) MPI_Info_set(info, "mkx_tune_cache", cache);
   MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
   MPI_Info_free(&info);
   return c;
+}
+
+static MKX_Comm comm_with(const char *tune, const char *pin) {
+  return comm_cached(tune, pin, NULL);
 }
 
 /* One run on st at the tuner's split; 1 if its CTAs lay in the range. */
@@ -118,23 +127,50 @@ static void captured(MKX_Comm c, cudaStream_t st) {
   mkx_tuner_free(&t);
 }
 
-static void fixed(const char *tune, const char *pin, int want) {
-  MKX_Comm c = comm_with(tune, pin);
+static void fixed(const char *tune, const char *pin, const char *cache,
+                  const char *key, int want) {
+  MKX_Comm c = comm_cached(tune, pin, cache);
   cudaStream_t st;
   CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
   mkx_tuner t;
-  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, key, "test_tuner"));
   int same = !t.adapt;
   for (int r = 0; r < 8; r++) {
     MKX(mkx_tuner_begin(&t, st, "test_tuner"));
     same &= t.ctas == (want ? want : mkx_role_ctas(c, MKX_ROLE_NET_FWD));
     MKX(mkx_tuner_end(&t, st, "test_tuner"));
   }
-  CHECK(same, "tune=%s%s%s: no search, %d CTAs in every run", tune,
-        pin ? ", net_fwd_ctas=" : "", pin ? pin : "", t.ctas);
+  CHECK(same, "tune=%s%s%s%s%s: no search, %d CTAs in every run", tune,
+        pin ? ", net_fwd_ctas=" : "", pin ? pin : "", key ? ", key " : "",
+        key ? key : "", t.ctas);
   mkx_tuner_free(&t);
+  mkx_tune_cache_close(c); /* (mkx_tuner_for's hook does it for plans) */
   CUDA(cudaStreamDestroy(st));
   MKX(MKX_Comm_free(&c));
+}
+
+/* tune=fixed over a cache that holds 3 CTAs for key "test-fixed": those
+ * for that key, the share for another, and the file as it was. */
+static void fixed_cached(void) {
+  char path[] = "/tmp/mkx-test-tuner-XXXXXX";
+  const int fd = mkstemp(path);
+  if (!CHECK(fd >= 0, "a temporary tuner cache")) return;
+  close(fd);
+  mkx_tune_table w = {0}, r = {0};
+  const int put = mkx_tune_table_put(&w, "test-fixed", 3, 0.5f, 12) == 0 &&
+                  mkx_tune_file_write(path, &w) == 0;
+  if (CHECK(put, "the tuner cache %s written", path)) {
+    fixed("fixed", NULL, path, "test-fixed", 3);
+    fixed("fixed", NULL, path, "test-absent", 0);
+    const mkx_tune_entry *e = mkx_tune_file_read(path, &r, NULL) == 0
+                                  ? mkx_tune_table_get(&r, "test-fixed")
+                                  : NULL;
+    CHECK(r.n == 1 && e && e->ctas == 3 && e->runs == 12,
+          "tune=fixed left the cache as it was (%d entries)", r.n);
+  }
+  mkx_tune_table_free(&w);
+  mkx_tune_table_free(&r);
+  unlink(path);
 }
 
 int main(int argc, char **argv) {
@@ -156,8 +192,9 @@ int main(int argc, char **argv) {
   captured(c, st);
   CUDA(cudaStreamDestroy(st));
   MKX(MKX_Comm_free(&c));
-  fixed("off", NULL, 0);
-  fixed("adapt", "5", 5);
+  fixed("off", NULL, NULL, NULL, 0);
+  fixed("adapt", "5", NULL, NULL, 5);
+  fixed_cached();
   const int failed = check_done("test_tuner");
   MPI_Finalize();
   return failed;

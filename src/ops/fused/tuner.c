@@ -37,6 +37,17 @@ static void from_cache(mkx_tuner *t, const char *key, const char *fn) {
           mkx_role_range_of(t->role)->name, e->ctas, (double)e->ms);
 }
 
+/* tune=fixed: the cache's split for the key where it has one in [lo, hi],
+ * kept for every run. */
+static void fixed_from_cache(mkx_tuner *t, const char *key, int lo, int hi,
+                             const char *fn) {
+  const mkx_tune_entry *e = key ? mkx_tune_cache_get(t->comm, key) : NULL;
+  if (!e || e->ctas < lo || e->ctas > hi) return;
+  t->ctas = e->ctas;
+  mkx_log(MKX_LOG_DEBUG, "%s: %s takes %d CTAs (tuner cache, tune=fixed)", fn,
+          mkx_role_range_of(t->role)->name, e->ctas);
+}
+
 int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
                    const char *fn) {
   const mkx_role_range *g = mkx_role_range_of(r);
@@ -45,9 +56,10 @@ int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
   t->role = r;
   t->all = mkx_role_rank_ctas(c);
   t->ctas = mkx_role_ctas(c, r);
-  if (c->opt.tune != MKX_TUNE_ADAPT || mkx_role_pinned(c, r) > 0 || t->all < 2)
-    return MKX_SUCCESS;
+  if (mkx_role_pinned(c, r) > 0 || t->all < 2) return MKX_SUCCESS;
   const int hi = g->most < t->all - 1 ? g->most : t->all - 1;
+  if (c->opt.tune == MKX_TUNE_FIXED) fixed_from_cache(t, key, g->lo, hi, fn);
+  if (c->opt.tune != MKX_TUNE_ADAPT) return MKX_SUCCESS;
   const int step0 = (hi - g->lo) / 4 > 1 ? (hi - g->lo) / 4 : 1;
   mkx_tune_init(&t->s, g->lo, hi, t->ctas, step0, TUNE_HYSTERESIS, TUNE_DRIFT);
   for (int i = 0; i < MKX_TUNER_RING; i++) {
