@@ -51,6 +51,7 @@ struct MKX_Comm_s {
   void *tune_table;       /* option tune_cache's entries (ops/tune_cache.c) */
   void *tuners;           /* the roles' tuners by shape (ops/fused/tuner.c) */
   const void *tuner_last; /* the tuner whose run began last */
+  void *trace;            /* option trace's records (ops/trace_file.c) */
   void *symm;             /* symmetric memory state (src/mem/symm.c) */
   void *net;              /* network endpoint (src/core/comm_net.c) */
   int one_queue;          /* several nodes: on some rank every stream shares

@@ -226,6 +226,15 @@ static const mkx_option_desc base_rows[] = {
      "parse, is ignored with a warning; a failure to write is a warning. "
      "Empty: none.",
      0},
+    {"trace", MKX_OPT_STRING, OPT(trace), "", "a file path",
+     "A Chrome trace (JSON, for Perfetto or chrome://tracing) of the runs "
+     "of the calls whose kernels have roles beside them (net_fwd_ctas, "
+     "net_sum_ctas): each run and each role's kernels in it, timed on the "
+     "GPU by CUDA events, one track per role and rank, with the role's "
+     "CTAs; written by rank 0 when the communicator is freed (every rank's "
+     "records gathered, at most 16384 per rank). Runs under graph capture "
+     "are not traced. A failure to write is a warning. Empty: none.",
+     1},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

@@ -85,6 +85,7 @@ typedef struct mkx_options {
   int net_sum_ctas;   /* CTAs of the node sums, pinned; 0: their share */
   int tune;           /* MKX_TUNE_*: the roles' CTAs adapt across runs */
   char tune_cache[MKX_OPT_STRING_MAX]; /* "": none; else the cache's file */
+  char trace[MKX_OPT_STRING_MAX];      /* "": none; else the role timeline */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

@@ -13,7 +13,10 @@
  *   - tune=off, and tune=adapt with the count pinned (net_fwd_ctas): no
  *     search, the role's share or the pinned count in every run;
  *   - tune=fixed: the tuner cache's split for the key in every run, the
- *     share for a key the cache lacks, and the file left as it was. */
+ *     share for a key the cache lacks, and the file left as it was;
+ *   - option trace: each run and its role's kernel on a side stream
+ *     become two complete events of the file, the role's inside the
+ *     run's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,6 +130,73 @@ static void captured(MKX_Comm c, cudaStream_t st) {
   mkx_tuner_free(&t);
 }
 
+/* Two-number field `key` of the n-th event named `what` in s; -1: none. */
+static double field(const char *s, int nth, const char *key) {
+  const char *p = s;
+  for (int i = 0; p && i <= nth; i++)
+    if ((p = strstr(p, "\"ph\": \"X\"")) && i < nth) p++;
+  if (!p || !(p = strstr(p, key))) return -1;
+  return atof(p + strlen(key));
+}
+
+static void traced(const char *path) {
+  MPI_Info info;
+  MKX_Comm c = NULL;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_trace", path);
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
+  MPI_Info_free(&info);
+  cudaStream_t st, side;
+  cudaEvent_t fork, join;
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  CUDA(cudaStreamCreateWithFlags(&side, cudaStreamNonBlocking));
+  CUDA(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+  CUDA(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+  mkx_tuner t;
+  MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
+  snprintf(t.what, sizeof t.what, "test_tuner");
+  for (int r = 0; r < 5; r++) { /* run: 50 us, its role 200 us beside */
+    MKX(mkx_tuner_begin(&t, st, "test_tuner"));
+    CUDA((cudaError_t)sm_spin_launch(50000, st));
+    CUDA(cudaEventRecord(fork, st));
+    CUDA(cudaStreamWaitEvent(side, fork, 0));
+    MKX(mkx_tuner_role_begin(&t, side, "test_tuner"));
+    CUDA((cudaError_t)sm_spin_launch(200000, side));
+    MKX(mkx_tuner_role_end(&t, side, "test_tuner"));
+    CUDA(cudaEventRecord(join, side));
+    CUDA(cudaStreamWaitEvent(st, join, 0));
+    MKX(mkx_tuner_end(&t, st, "test_tuner"));
+  }
+  mkx_tuner_free(&t); /* waits for the last runs */
+  mkx_trace_close(c); /* (mkx_tuner_for's hook does it for plans) */
+  MKX(MKX_Comm_free(&c));
+  FILE *f = fopen(path, "r");
+  static char s[1 << 16];
+  const size_t n = f ? fread(s, 1, sizeof s - 1, f) : 0;
+  if (f) fclose(f);
+  s[n] = '\0';
+  int runs = 0, roles = 0, inside = 1;
+  for (int i = 0; i < 10; i++) {
+    const double tid = field(s, i, "\"tid\": ");
+    runs += tid == 0, roles += tid == 1;
+  }
+  for (int i = 0; i + 1 < 10; i += 2) { /* a run, then its role */
+    const double ts = field(s, i, "\"ts\": "), dur = field(s, i, "\"dur\": ");
+    const double rts = field(s, i + 1, "\"ts\": "),
+                 rdur = field(s, i + 1, "\"dur\": ");
+    inside &= rdur >= 150 && rts >= ts && rts + rdur <= ts + dur + 1;
+  }
+  CHECK(runs == 5 && roles == 5 && inside,
+        "trace: 5 runs and 5 roles (%d, %d), each role inside its run, at "
+        "least 150 us",
+        runs, roles);
+  remove(path);
+  CUDA(cudaEventDestroy(fork));
+  CUDA(cudaEventDestroy(join));
+  CUDA(cudaStreamDestroy(st));
+  CUDA(cudaStreamDestroy(side));
+}
+
 static void fixed(const char *tune, const char *pin, const char *cache,
                   const char *key, int want) {
   MKX_Comm c = comm_cached(tune, pin, cache);
@@ -195,6 +265,9 @@ int main(int argc, char **argv) {
   fixed("off", NULL, NULL, NULL, 0);
   fixed("adapt", "5", NULL, NULL, 5);
   fixed_cached();
+  char trace[64];
+  snprintf(trace, sizeof trace, "/tmp/mkx-test-tuner-%ld.json", (long)getpid());
+  traced(trace);
   const int failed = check_done("test_tuner");
   MPI_Finalize();
   return failed;

@@ -140,8 +140,7 @@ static int forward(MKX_Comm c, mkx_attn_net *n, char *region, uint64_t *words,
   f.src = region;
   f.kv_chunk = n->chunk;
   f.kv_word = W_KV;
-  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, n->tune->ctas, st,
-                           FN);
+  return mkx_net_fwd_start(c, n->ws, 0, &n->d, words, &f, n->tune, st, FN);
 }
 
 int mkx_attn_net_send(MKX_Comm c, mkx_attn_net *n, mkx_fused_ws *ws,

@@ -15,6 +15,13 @@
  * dropped.  Under graph capture a start records no events and takes the
  * search's incumbent.  Ranks search on their own times: the role's CTAs
  * are a grid size of this rank's kernels, which its peers never see.
+ *
+ * With option trace every run not under capture is timed so, and the
+ * role's kernels on their side stream by two more events (mkx_tuner_role_
+ * begin and _end); once the GPU has passed them, the run and the role go
+ * to the communicator's trace (ops/trace_file.h), placed on the host's
+ * real-time clock by an event the tuner synchronised with when it was
+ * made (plan time, never a start).
  * C11; only built with CUDA.
  */
 #ifndef MKX_OPS_FUSED_TUNER_H
@@ -23,6 +30,7 @@
 #include <cuda_runtime.h>
 #include "core/comm.h"
 #include "ops/roles.h"
+#include "ops/trace_file.h"
 #include "ops/tune_cache.h"
 #include "common/tune_search.h"
 
@@ -31,6 +39,7 @@
 typedef struct mkx_tuner {
   MKX_Comm comm;
   int adapt; /* searching (tune=adapt, no pinned split) */
+  int trace; /* option trace: every run and its role timed */
   mkx_role role;
   int all;  /* the rank's CTAs */
   int ctas; /* the role's CTAs in the run begun last */
@@ -40,6 +49,13 @@ typedef struct mkx_tuner {
   unsigned begun, read;       /* runs timed, runs whose time was read */
   int timing;                 /* the run begun last records its events */
   char key[MKX_TUNE_KEY_MAX]; /* in the tuner cache ("": none) */
+  /* trace: the role's kernels in each run, and where GPU time 0 of
+   * `origin` lies on the host's real-time clock */
+  cudaEvent_t r0[MKX_TUNER_RING], r1[MKX_TUNER_RING], origin;
+  int roled[MKX_TUNER_RING]; /* the run's role events recorded */
+  double origin_us;
+  int traced; /* runs traced */
+  char what[MKX_TRACE_WHAT];
 } mkx_tuner;
 
 /* At plan time: the role's range and rule on c's rank; events only where
@@ -64,6 +80,11 @@ int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn);
 /* (mkx_tuner_begin and _end take a NULL tuner: nothing to do.) */
 /* End of the run on st. */
 int mkx_tuner_end(mkx_tuner *t, cudaStream_t st, const char *fn);
+/* Around the role's kernels of the run on their stream `side` (a role of
+ * several kernels: around each; the first begin and the last end count);
+ * without option trace they do nothing. */
+int mkx_tuner_role_begin(mkx_tuner *t, cudaStream_t side, const char *fn);
+int mkx_tuner_role_end(mkx_tuner *t, cudaStream_t side, const char *fn);
 /* The CTAs the kernels beside the role may take in this run: the rank's
  * less the role's, at least 1 (mkx_role_leave says why). */
 int mkx_tuner_leave(const mkx_tuner *t);

@@ -211,7 +211,7 @@ static int forward(MKX_Comm c, const an_plan *p, mkx_fused_net_desc *n,
   f.src = p->np.region;
   f.tiles_m = p->r.tiles_m;
   return mkx_net_fwd_start(c, p->np.ws, c->place.local_size, n, p->np.words, &f,
-                           p->np.tune->ctas, st, FN);
+                           p->np.tune, st, FN);
 }
 
 /* (cudaMemcpyDefault where the region is a side: it may be mapped host

@@ -129,7 +129,7 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
 
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
                       mkx_fused_net_desc *n, uint64_t *words,
-                      mkx_fused_net_fwd_desc *f, int ctas, cudaStream_t st,
+                      mkx_fused_net_fwd_desc *f, mkx_tuner *t, cudaStream_t st,
                       const char *fn) {
   n->fwd_done = words + MKX_NET_WORD_FWD_DONE;
   f->net = *n;
@@ -141,10 +141,12 @@ int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
   f->flag_epoch =
       mkx_fused_ws_word(ws, c->place.local_rank, MKX_FUSED_OFF_EPOCH);
   f->count = (unsigned *)(words + MKX_NET_WORD_FWD_COUNT);
-  f->max_blocks = ctas;
+  f->max_blocks = t->ctas;
   MKX_TRY(mkx_net_fork(ws, side, st, fn));
-  return mkx_fused_launch_rc(mkx_fused_net_fwd(f, ws->side[side]), fn,
-                             "network forward");
+  MKX_TRY(mkx_tuner_role_begin(t, ws->side[side], fn));
+  MKX_TRY(mkx_fused_launch_rc(mkx_fused_net_fwd(f, ws->side[side]), fn,
+                              "network forward"));
+  return mkx_tuner_role_end(t, ws->side[side], fn);
 }
 
 int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,

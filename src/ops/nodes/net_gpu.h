@@ -109,7 +109,8 @@ unsigned mkx_net_column_peers(MKX_Comm c);
  * region's device words), into the node ranks' data and flags of ws, on
  * ws's side stream `side` forked from st: the caller sets f's kind, src
  * and the kind's own fields, the rest is filled here, with n->fwd_done so
- * that mkx_fused_net_end waits for it.  Called after mkx_fused_net_begin and
+ * that mkx_fused_net_end waits for it, on t's CTAs of the role (timed for
+ * option trace, fused/tuner.h).  Called after mkx_fused_net_begin and
  * the call's posts: the streams of a context share a few hardware queues
  * and work in a queue starts in the order it came, so forked first the
  * forward could sit ahead of the very posts it waits for (the fork waits
@@ -126,7 +127,7 @@ int mkx_net_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                  const char *fn);
 int mkx_net_fwd_start(MKX_Comm c, mkx_fused_ws *ws, int side,
                       mkx_fused_net_desc *n, uint64_t *words,
-                      mkx_fused_net_fwd_desc *f, int ctas, cudaStream_t st,
+                      mkx_fused_net_fwd_desc *f, mkx_tuner *t, cudaStream_t st,
                       const char *fn);
 int mkx_net_fwd_join(const mkx_fused_ws *ws, int side, cudaStream_t st,
                      const char *fn);

@@ -356,8 +356,10 @@ static int node_sum(MKX_Comm c, const rn_plan *p, const mkx_fused_net_desc *n,
   d.post_dst_off = p->off_r + (size_t)c->place.node * area;
   d.chunk_done = p->np.words + MKX_NET_WORD_SUM;
   d.max_blocks = p->np.tune->ctas;
-  return mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op),
-                             "node sum");
+  MKX_TRY(mkx_tuner_role_begin(p->np.tune, s, fn_of(p->op)));
+  MKX_TRY(
+      mkx_fused_launch_rc(mkx_fused_net_sum(&d, s), fn_of(p->op), "node sum"));
+  return mkx_tuner_role_end(p->np.tune, s, fn_of(p->op));
 }
 
 /* This rank's rows: in node order, its node's G chunks (flags) and every
