@@ -8,9 +8,12 @@
  * run, then each role), with the run's index and the role's CTAs as
  * arguments.  Perfetto (ui.perfetto.dev) and chrome://tracing show it.
  *
- * Times are each rank's GPU timestamps placed on its host's real-time
+ * Times are each rank's CUDA event times placed on its host's real-time
  * clock once, when the shape's tuner was made: ranks on one host share
- * that clock; across hosts their offset is the hosts' clock offset.
+ * that clock; across hosts their offset is the hosts' clock offset.  A
+ * run's place is an event time since then (a float of milliseconds: a
+ * microsecond, plus about 0.2 ms an hour after the plan was made); the
+ * role's place and length within its run are times since the run began.
  * A rank keeps at most MKX_TRACE_MAX records (later ones are counted and
  * said in a warning); writing never fails a call: a failure is a warning.
  * C11, no CUDA.
