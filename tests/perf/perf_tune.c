@@ -7,7 +7,8 @@
  *
  *   mpirun -np P mkx_perf tune --vnode G [--net tcp|shm] [--hier proxy|gpu]
  *          [--op ag|rs|ar|all] [--shape MxNxK]... [--ctas N,N,...]
- *          [--runs N] [--reps N] [--cache PATH] [--out FILE] [--plot FILE]
+ *          [--runs N] [--reps N] [--burst N] [--cache PATH] [--out FILE]
+ *          [--plot FILE]
  *
  * The roles run where a node has several ranks and the GPU drives the
  * network: on virtual nodes of G ranks (--vnode G, over --net, default
@@ -21,7 +22,10 @@
  * For each call and shape: --runs timed runs of the adaptive plan first
  * (default 10: its search's runs; each run's time is kept), then --reps
  * samples (default 5) of every plan interleaved; medians of the slowest
- * rank.  A row gives each time with the CTAs it used (rank 0's; where the
+ * rank.  A sample is --burst runs of one plan back to back (default 4),
+ * timed as a whole, per run: the first run of a communicator after
+ * another's may pay for the switch (its proxy thread napping, its buffers
+ * cold), which single interleaved runs would charge to the split.  A row gives each time with the CTAs it used (rank 0's; where the
  * role's CTAs are clamped below a pinned count, the clamped count), the
  * ratios rule/best and adaptive/best, where best is the fastest pinned
  * count, the adaptive plan's first run against best (with a tuner cache
@@ -49,14 +53,15 @@
 static const char tune_usage[] =
     "usage: mpirun -np P mkx_perf tune --vnode G [--net tcp|shm]\n"
     "         [--hier proxy|gpu] [--op ag|rs|ar|all] [--shape MxNxK]...\n"
-    "         [--ctas N,N,...] [--runs N] [--reps N] [--cache PATH]\n"
+    "         [--ctas N,N,...] [--runs N] [--reps N] [--burst N]\n"
+    "         [--cache PATH]\n"
     "         [--out FILE] [--plot FILE.svg]\n"
     "  A role's CTAs pinned over a sweep against today's rule and the\n"
     "  adaptive split (tune=adapt); tests/perf/perf_tune.c documents it.\n";
 
 typedef struct tune_opts {
   perf_tp_conf conf;
-  int ops, ns, nc, runs, reps;
+  int ops, ns, nc, runs, reps, burst;
   int64_t shapes[MAX_SHAPES][3];
   int ctas[MAX_CTAS];
   const char *cache, *outname, *plot;
@@ -120,6 +125,10 @@ static int set_value(const char *a, const char *v, tune_opts *o) {
       return usage_error("--runs takes 1..64", v);
   } else if (!strcmp(a, "--reps")) {
     if ((o->reps = atoi(v)) < 1) return usage_error("--reps takes N >= 1", v);
+  } else if (!strcmp(a, "--burst")) {
+    o->burst = atoi(v);
+    if (o->burst < 1 || o->burst > 64)
+      return usage_error("--burst takes 1..64", v);
   } else if (!strcmp(a, "--cache"))
     o->cache = v;
   else if (!strcmp(a, "--out"))
@@ -137,7 +146,7 @@ static int parse_args(int argc, char **argv, tune_opts *o) {
   static const int64_t ms[] = {512, 1024, 2048, 4096, 8192, 16384};
   memset(o, 0, sizeof *o);
   o->conf = (perf_tp_conf){"auto", NULL, "shm", "proxy"};
-  o->ops = 7, o->runs = 10, o->reps = 5, o->nc = 5;
+  o->ops = 7, o->runs = 10, o->reps = 5, o->nc = 5, o->burst = 4;
   memcpy(o->ctas, ctas, sizeof ctas);
   int vnode_given = 0;
   for (int i = 0; i < argc; i++) {
@@ -175,17 +184,18 @@ static void comms_create(const tune_opts *o, MKX_Comm *c) {
   }
 }
 
-/* One run of plan r: all ranks start together, GPU time by events. */
-static float sample(const perf_env *e, MKX_Request r) {
+/* n runs of plan r back to back, all ranks starting together, timed by
+ * events: ms per run. */
+static float sample(const perf_env *e, MKX_Request r, int n) {
   float ms = 0;
   AK(cudaStreamSynchronize(e->st));
   AI(MPI_Barrier(MPI_COMM_WORLD));
   AK(cudaEventRecord(e->e0, e->st));
-  AM(MKX_Start(r, e->st));
+  for (int i = 0; i < n; i++) AM(MKX_Start(r, e->st));
   AK(cudaEventRecord(e->e1, e->st));
   AK(cudaEventSynchronize(e->e1));
   AK(cudaEventElapsedTime(&ms, e->e0, e->e1));
-  return ms;
+  return ms / (float)n;
 }
 
 static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
@@ -201,9 +211,10 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
   perf_tp_alloc(w->op, w->m, w->n, w->k, e->size, e->rank, 0, &b);
   for (int p = 0; p < np; p++)
     perf_tp_plan(c[p], w->op, w->m, w->n, w->k, &b, &req[p]);
-  for (int r = 0; r < o->runs; r++) w->run[r] = sample(e, req[P_ADAPT]);
+  for (int r = 0; r < o->runs; r++) w->run[r] = sample(e, req[P_ADAPT], 1);
   for (int r = 0; r < o->reps; r++)
-    for (int p = 0; p < np; p++) t[p * o->reps + r] = sample(e, req[p]);
+    for (int p = 0; p < np; p++)
+      t[p * o->reps + r] = sample(e, req[p], o->burst);
   for (int p = 0; p < np; p++) {
     w->ms[p] = perf_median(t + p * o->reps, o->reps);
     int ctas = 0, best = 0, settled = 0;
@@ -243,11 +254,11 @@ static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
   split_cell(s, sizeof s, w->ms[P_ADAPT], w->used[P_ADAPT]);
   perf_cat(s, sizeof s, " %.3f | %.3f | %.3f |", w->ms[P_RULE] / best,
            w->ms[P_ADAPT] / best, w->run[0] / best);
+  const char *state = w->settled ? "" : " (searching)";
   if (near)
-    perf_cat(s, sizeof s, " %d |%s\n", near, w->settled ? "" : " (searching)");
+    perf_cat(s, sizeof s, " %d%s |\n", near, state);
   else
-    perf_cat(s, sizeof s, " none of %d |%s\n", o->runs,
-             w->settled ? "" : " (searching)");
+    perf_cat(s, sizeof s, " none of %d%s |\n", o->runs, state);
   perf_cat(s, sizeof s,
            "<!-- %s %lldx%lldx%lld pinned (CTAs: ms):", perf_tp_op_names[w->op],
            (long long)w->m, (long long)w->n, (long long)w->k);
@@ -270,17 +281,19 @@ static FILE *open_table(const perf_env *e, const tune_opts *o) {
   else
     perf_cat(head, sizeof head, "Nodes as the job has them");
   perf_cat(head, sizeof head,
-           ", hier_gemm=%s, bf16, B stored N x K; medians of %d samples "
-           "(ms, slowest rank), the adaptive plan after %d runs%s%s.  rule: "
+           ", hier_gemm=%s, bf16, B stored N x K; medians of %d samples of "
+           "%d runs back to back (ms per run, slowest rank), the adaptive "
+           "plan after %d runs%s%s.  rule: "
            "today's split; best: the fastest of the CTAs pinned at",
-           o->conf.hier, o->reps, o->runs, o->cache ? ", tuner cache " : "",
-           o->cache ? o->cache : "");
+           o->conf.hier, o->reps, o->burst, o->runs,
+           o->cache ? ", tuner cache " : "", o->cache ? o->cache : "");
   for (int i = 0; i < o->nc; i++)
     perf_cat(head, sizeof head, "%s%d", i ? ", " : " ", o->ctas[i]);
   perf_cat(head, sizeof head,
            "; adaptive: tune=adapt; CTAs: the role's (rank 0's; the "
            "adaptive's incumbent); run 1/best: the adaptive plan's first run; "
-           "within 1.03x: the first of its runs that was.\n\n"
+           "within 1.03x: the first of its runs that was (searching: the "
+           "adaptive search had not settled).\n\n"
            "| call | M | N | K | rule | CTAs | best | CTAs | adaptive | CTAs | "
            "rule/best | adaptive/best | run 1/best | within 1.03x at run |\n"
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
