@@ -34,20 +34,20 @@ struct MKX_Comm_s {
   char broken_why[256];   /* the message of the failure that broke it */
   int live_requests;      /* persistent requests not yet freed */
   int last_path;          /* the path of the last call's run (ops/path.h),
-                           -1: none yet (MKX_Comm_get_last_path) */
+                             -1: none yet (MKX_Comm_get_last_path) */
   int capturing;          /* while a call captured on every rank makes its
-                           plan: the fused workspace pool makes nothing
-                           then and holds what it hands out for the
-                           graph (src/ops/fused/workspace.c) */
+                             plan: the fused workspace pool makes nothing
+                             then and holds what it hands out for the
+                             graph (src/ops/fused/workspace.c) */
   int told;               /* the other ranks know this one gave up, or told
-                          it that they did (mkx_comm_exchanged) */
+                             it that they did (mkx_comm_exchanged) */
   uint64_t serial;        /* unique in the process, never reused: the owner
-                          that MKX_Alloc_mem's host memory records */
+                             that MKX_Alloc_mem's host memory records */
   int64_t calls;          /* operations agreed on so far (each rank's count
-                          goes into the agreement: a rank that missed one
-                          is out of step) */
+                             goes into the agreement: a rank that missed one
+                             is out of step) */
   unsigned run_ident;     /* the run being enqueued (mkx_run_ident): the
-                          fused prologue's start record */
+                             fused prologue's start record */
   void *tune_table;       /* option tune_cache's entries (ops/tune_cache.c) */
   void *tuners;           /* the roles' tuners by shape (ops/fused/tuner.c) */
   const void *tuner_last; /* the tuner whose run began last */
@@ -55,9 +55,9 @@ struct MKX_Comm_s {
   void *symm;             /* symmetric memory state (src/mem/symm.c) */
   void *net;              /* network endpoint (src/core/comm_net.c) */
   int one_queue;          /* several nodes: on some rank every stream shares
-                           one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1;
-                           agreed): nothing across nodes is driven by the
-                           GPU (comm_net.c says why) */
+                             one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1;
+                             agreed): nothing across nodes is driven by the
+                             GPU (comm_net.c says why) */
   int has_gpu_map;        /* gpu_map is valid */
   mkx_gpu_share share;    /* who else drives this GPU; CTAs of fused kernels */
   mkx_sm_part *part;      /* this rank's SM partition (share.part GREEN) */

@@ -215,15 +215,14 @@ static const mkx_option_desc base_rows[] = {
      1},
     {"tune_cache", MKX_OPT_STRING, OPT(tune_cache), "", "a file path",
      "With tune=adapt or fixed: a file that keeps the splits the plans' "
-     "searches "
-     "settled on, keyed by GPU model and SMs, ranks per node, nodes, "
+     "searches settled on, keyed by GPU model and SMs, ranks per node, nodes, "
      "operation, path, role, shape (powers of two) and datatype. Read when "
      "a plan first looks a split up, written back with tune=adapt (merged, "
      "under a lock, replaced whole) when the communicator is freed; a plan "
      "whose key is there starts settled on its split and (adapt) searches "
      "again only if its runs slow down. A file of another version, or a line "
-     "that does not "
-     "parse, is ignored with a warning; a failure to write is a warning. "
+     "that does not parse, is ignored with a warning; a failure to write is a "
+     "warning. "
      "Empty: none.",
      0},
     {"trace", MKX_OPT_STRING, OPT(trace), "", "a file path",
