@@ -167,7 +167,12 @@ void mkx_trace_close(MKX_Comm c) {
             "option trace: rank %d kept %d records and dropped %ld "
             "(at most %d)",
             c->rank, s->n, s->dropped, MKX_TRACE_MAX);
-  gather(c, s);
+  if (c->broken) /* its collectives out of step: no gather to wait out */
+    mkx_log(MKX_LOG_WARN,
+            "option trace: the communicator is unusable (%s); %s not written",
+            c->broken_why, c->opt.trace);
+  else
+    gather(c, s);
   if (s) free(s->r);
   free(s);
   c->trace = NULL;

@@ -42,7 +42,8 @@ typedef struct mkx_trace_rec {
 void mkx_trace_add(MKX_Comm c, const mkx_trace_rec *r);
 /* Collective, at MKX_Comm_free (ops/fused/tuner.c's hook, after the
  * tuners' last records): rank 0 gathers every rank's records (bounded by
- * option timeout_ms) and writes the file; frees the records. */
+ * option timeout_ms) and writes the file; frees the records.  On a
+ * communicator a timeout left unusable nothing is gathered (a warning). */
 void mkx_trace_close(MKX_Comm c);
 
 /* n records as a Chrome trace into f, track k named names[k]; 0, or -1

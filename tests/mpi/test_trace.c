@@ -6,7 +6,8 @@
  * earliest record, names escaped, brackets balanced outside strings, and
  * nothing left beside it (and python3, where there is one, reads it as
  * JSON); a rank past MKX_TRACE_MAX records keeps that
- * many; a path that cannot be written is a warning, never a failure.
+ * many; a path that cannot be written is a warning, never a failure; an
+ * unusable communicator writes nothing and is freed at once.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <stdio.h>
@@ -137,6 +138,20 @@ static void unwritable(void) {
            "a trace that cannot be written: freed all the same");
 }
 
+/* A communicator a timeout left unusable: nothing gathered (no file),
+ * freed at once. */
+static void broken(const char *path) {
+  MKX_Comm c = traced(path);
+  add(c, 2, 0);
+  c->broken = 1;
+  snprintf(c->broken_why, sizeof c->broken_why, "test_trace: broken");
+  mkx_trace_close(c);
+  CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "an unusable communicator: freed");
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (mt.rank == 0)
+    CHECK(access(path, F_OK) != 0, "an unusable communicator: no file");
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   char path[256];
@@ -146,5 +161,6 @@ int main(int argc, char **argv) {
   written(path);
   bounded(path);
   unwritable();
+  broken(path);
   return mt_finish();
 }
