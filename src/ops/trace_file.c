@@ -87,18 +87,15 @@ int mkx_trace_json(FILE *f, const mkx_trace_rec *r, int n,
   return ferror(f) ? -1 : 0;
 }
 
+_Static_assert(MKX_TRACE_TRACKS == 1 + MKX_ROLE_COUNT,
+               "a track for the run and one per role");
+
 /* Rank 0: the records written to path beside it, then renamed over it. */
 static void write_file(const char *path, const mkx_trace_rec *r, int n) {
-  static const char *const fallback[MKX_TRACE_TRACKS] = {"run", "role 0",
-                                                         "role 1"};
-  const char *names[MKX_TRACE_TRACKS];
+  const char *names[MKX_TRACE_TRACKS] = {"run"};
   char tmp[MKX_OPT_STRING_MAX + 16];
-  names[0] = fallback[0];
-  for (int k = 1; k < MKX_TRACE_TRACKS; k++) {
-    const mkx_role_range *g =
-        k - 1 < MKX_ROLE_COUNT ? mkx_role_range_of((mkx_role)(k - 1)) : NULL;
-    names[k] = g ? g->name : fallback[k];
-  }
+  for (int k = 1; k < MKX_TRACE_TRACKS; k++)
+    names[k] = mkx_role_range_of((mkx_role)(k - 1))->name;
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   FILE *f = fopen(tmp, "w");
   int rc = f ? mkx_trace_json(f, r, n, names) : -1;
