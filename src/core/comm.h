@@ -53,6 +53,7 @@ struct MKX_Comm_s {
   const void *tuner_last; /* the tuner whose run began last */
   void *trace;            /* option trace's records (ops/trace_file.c) */
   void *symm;             /* symmetric memory state (src/mem/symm.c) */
+  void *tiles;            /* live tile sets (src/ops/tiles/tile_set.c) */
   void *net;              /* network endpoint (src/core/comm_net.c) */
   int one_queue;          /* several nodes: on some rank every stream shares
                              one hardware queue (CUDA_DEVICE_MAX_CONNECTIONS=1;

@@ -1,5 +1,5 @@
 /* The handles MKX gave out and has not taken back (communicators,
- * persistent requests, MKX_Alloc_mem host memory), so that a call can tell
+ * persistent requests, MKX_Alloc_mem host memory, tile sets), so that a call can tell
  * a live handle from a freed, foreign or garbage one without reading the
  * memory behind it. */
 #ifndef MKX_CORE_HANDLES_H
@@ -8,7 +8,8 @@
 typedef enum {
   MKX_HANDLE_COMM = 1,
   MKX_HANDLE_REQUEST,
-  MKX_HANDLE_HOST_MEM
+  MKX_HANDLE_HOST_MEM,
+  MKX_HANDLE_TILES
 } mkx_handle_kind;
 
 /* Thread-safe.  add: MKX_ERR_NOMEM if the table cannot grow; adding a

@@ -1,0 +1,120 @@
+/*
+ * mkx_tiles.h - data tiles: kernels that are not MKX's own (cuBLAS, the
+ * user's) synchronise with each other and with MKX across the ranks of a
+ * node, on data rather than on kernels (docs/tiles.md).
+ *
+ * A tile set is a tensor of rows x cols elements that every rank of a
+ * communicator holds a copy of, cut into data tiles of tile_rows x
+ * tile_cols elements (the last row and column of tiles may be shorter),
+ * with one semaphore per data tile on every rank.  Producers signal the
+ * elements they wrote; a consumer waits until every data tile its reads
+ * touch is complete.  Neither needs to know the other's tiling.  The
+ * semaphores live in memory mapped into every rank of the node, so a
+ * kernel may wait for or signal a tile of another rank's copy.
+ *
+ * Epochs.  Work on a tile set runs in epochs (one iteration, one layer):
+ * every rank calls MKX_Tiles_begin on a stream before the epoch's work,
+ * in the same order with its other calls on the set.  In an epoch each
+ * element of each data tile is signalled exactly once (by any producer,
+ * on any rank of the node); a tile is complete once all its elements are.
+ * Nothing is reset between epochs, and MKX_Tiles_begin meets the node's
+ * ranks on the GPU, so the next epoch's signals cannot reach a rank
+ * before its stream has passed the epoch's begin.  What a rank's other
+ * streams do with the tiles must be ordered before its next
+ * MKX_Tiles_begin (events).  Begins, waits and signals enqueue work on a
+ * stream and may be captured into a CUDA graph; every rank then replays
+ * its graphs alike.
+ *
+ * Ranks.  `rank` arguments are ranks of the tile set's communicator, on
+ * the calling rank's node (another node's: MKX_ERR_UNSUPPORTED).  Up to
+ * MKX_TILES_MAX_RANKS ranks per node, sharing GPUs or not.
+ *
+ * Waits are bounded by option timeout_ms (MKX_TIMEOUT_MS).  A wait that
+ * runs out, on the GPU, records MKX_ERR_TIMEOUT naming the rank and data
+ * tile it waited for and tells the node's other ranks, whose waits end at
+ * once with MKX_ERR_PEER; nothing hangs.  The set is then unusable: its
+ * calls return the recorded error (MKX_Tiles_get_async_error reports it
+ * without a call), and data written in that epoch is undefined.  The
+ * communicator stays usable (its own calls do not report the set's
+ * failure).
+ *
+ * Contract of every call here: returns MKX_SUCCESS or an error code, with
+ * MKX_Get_last_error() naming the argument, rank or tile at fault.
+ */
+#ifndef MKX_TILES_H
+#define MKX_TILES_H
+
+#include "mkx.h"
+#include "mkx_tiles_dev.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct MKX_Tiles_s *MKX_Tiles;
+
+/*
+ * Collective over comm.  A tile set over each rank's buf (device memory:
+ * cudaMalloc or MKX_Alloc_mem, mapped into the node's ranks; NULL on every
+ * rank: semaphores only), a rows x cols matrix of dtype elements, leading
+ * dimension ld, storage order `order`.
+ *   agreed:   rows, cols, tile_rows, tile_cols (each >= 1; a data tile at
+ *             most 2^31 elements), dtype, order, whether buf is NULL.
+ *   per rank: buf, ld (>= cols row-major, >= rows column-major).
+ * Needs a communicator on the GPU path (MKX_Comm_device >= 0) with at
+ * most MKX_TILES_MAX_RANKS ranks per node.  The semaphores start at 0
+ * (epoch 0: no begin yet).
+ * Errors: MKX_ERR_NULL_POINTER (tiles), MKX_ERR_BAD_SIZE, MKX_ERR_BAD_LD,
+ * MKX_ERR_INVALID_ARG (dtype, order, a buffer that is not device memory
+ * or cannot be mapped), MKX_ERR_UNSUPPORTED (host path, too many ranks on
+ * a node), MKX_ERR_SHAPE_MISMATCH, MKX_ERR_PEER, MKX_ERR_NOMEM,
+ * MKX_ERR_CUDA, MKX_ERR_TIMEOUT, MKX_ERR_MPI, MKX_ERR_INVALID_COMM.
+ * On failure *tiles = NULL on every rank.
+ */
+int MKX_Tiles_create(void *buf, int64_t rows, int64_t cols, int64_t ld,
+                     int64_t tile_rows, int64_t tile_cols, MKX_Datatype dtype,
+                     MKX_Order order, MKX_Comm comm, MKX_Tiles *tiles);
+
+/* Collective; sets *tiles to NULL.  Work enqueued on the set must be
+ * complete.  Works on a set made unusable by a failure.  Sets not freed
+ * are freed by MKX_Comm_free.  Errors: MKX_ERR_NULL_POINTER,
+ * MKX_ERR_INVALID_ARG (*tiles NULL or freed), MKX_ERR_TIMEOUT, MKX_ERR_MPI. */
+int MKX_Tiles_free(MKX_Tiles *tiles);
+
+/* Start the next epoch on `stream` (every rank, in the same order): the
+ * set's epoch counter advances on the GPU, and the node's ranks meet
+ * there (bounded) before anything after it on `stream` runs.  Returns the
+ * set's recorded failure, if any, instead of enqueuing. */
+int MKX_Tiles_begin(MKX_Tiles tiles, MKX_Stream stream);
+
+/* Local.  `stream` waits (on the GPU, bounded) until every data tile that
+ * rows [row0, row0 + nrows) x columns [col0, col0 + ncols) touch on rank
+ * `rank`'s copy is complete in this epoch: for kernels without source,
+ * such as cuBLAS, and for copies.  Errors: MKX_ERR_INVALID_ARG (rank,
+ * rectangle outside the tensor), MKX_ERR_UNSUPPORTED (rank on another
+ * node), MKX_ERR_CUDA, the set's recorded failure. */
+int MKX_Tiles_wait(MKX_Tiles tiles, int rank, int64_t row0, int64_t nrows,
+                   int64_t col0, int64_t ncols, MKX_Stream stream);
+
+/* Local.  After the work before it on `stream`, signal the rectangle's
+ * elements on rank `rank`'s copy (each element once per epoch; what that
+ * work wrote is visible to the rank's waits first).  Errors as
+ * MKX_Tiles_wait. */
+int MKX_Tiles_signal(MKX_Tiles tiles, int rank, int64_t row0, int64_t nrows,
+                     int64_t col0, int64_t ncols, MKX_Stream stream);
+
+/* Local.  The descriptor for kernels that use the device functions of
+ * mkx_tiles.cuh (copy it; valid until MKX_Tiles_free).  Errors:
+ * MKX_ERR_INVALID_ARG (tiles), MKX_ERR_NULL_POINTER (dev). */
+int MKX_Tiles_device(MKX_Tiles tiles, MKX_Tiles_dev *dev);
+
+/* Local, never blocks: *async_error = MKX_SUCCESS, or the failure of a
+ * wait on this rank's GPU (MKX_ERR_TIMEOUT, MKX_ERR_PEER; the message
+ * names the rank, the data tile and the epoch).  Errors:
+ * MKX_ERR_INVALID_ARG (tiles), MKX_ERR_NULL_POINTER (async_error). */
+int MKX_Tiles_get_async_error(MKX_Tiles tiles, int *async_error);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* MKX_TILES_H */

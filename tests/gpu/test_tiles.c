@@ -1,0 +1,231 @@
+/* Tile sets on the GPU (include/mkx_tiles.h, docs/tiles.md), on however
+ * many ranks share the node (skips without a GPU):
+ *   - a user's kernels (tests/gpu/tiles_kernels.cu): every rank writes its
+ *     block of rows into every rank's copy in kernel tiles of 32 x 24,
+ *     signalling each; every rank reads its own copy in kernel tiles of
+ *     40 x 56, each after a wait; data tiles of 48 x 40 over 203 x 137
+ *     (no size divides another), three epochs, outputs poisoned before
+ *     each and compared with the host's values;
+ *   - kernels without source: the copy engine puts a rank's block into the
+ *     peers' copies (a padded leading dimension), MKX_Tiles_signal follows
+ *     it on the stream, MKX_Tiles_wait orders the copy out;
+ *   - the same epoch captured into a CUDA graph and replayed three times;
+ *   - a tile never signalled: every rank's wait ends within the bound
+ *     (MKX_ERR_TIMEOUT, or MKX_ERR_PEER once told), the set then refuses
+ *     work with that code, and the communicator and other sets still work.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include "mkx.h"
+#include "mkx_tiles.h"
+#include "tiles_kernels.h"
+#include "../common/check.h"
+#include "../common/cuda_check.h"
+
+static int rank, size;
+
+#define CUDA(call) MT_CUDA_AT(rank, call)
+#define MKX(call) MT_MKX_AT(rank, call)
+
+enum { ROWS = 203, COLS = 137, TR = 48, TC = 40 };
+
+typedef struct run {
+  MKX_Tiles t;
+  MKX_Tiles_dev d;
+  float *buf, *out, *host;
+  int *failed;
+  int64_t ld;
+  cudaStream_t st;
+} run;
+
+static void block_of(int q, int64_t *r0, int64_t *r1) {
+  MKX_Block_range(ROWS, size, q, r0, r1);
+  *r1 += *r0;
+}
+
+static void run_init(run *r, MKX_Comm c, int64_t ld) {
+  memset(r, 0, sizeof *r);
+  r->ld = ld;
+  CUDA(cudaMalloc((void **)&r->buf, sizeof(float) * ROWS * ld));
+  CUDA(cudaMalloc((void **)&r->out, sizeof(float) * ROWS * COLS));
+  CUDA(cudaMalloc((void **)&r->failed, sizeof(int)));
+  CUDA(cudaMallocHost((void **)&r->host, sizeof(float) * ROWS * COLS));
+  CUDA(cudaStreamCreateWithFlags(&r->st, cudaStreamNonBlocking));
+  MKX(MKX_Tiles_create(r->buf, ROWS, COLS, ld, TR, TC, MKX_FP32, MKX_ROW_MAJOR,
+                       c, &r->t));
+  MKX(MKX_Tiles_device(r->t, &r->d));
+}
+
+static void run_free(run *r) {
+  MKX(MKX_Tiles_free(&r->t));
+  CHECK(r->t == NULL, "MKX_Tiles_free sets the handle to NULL");
+  cudaFree(r->buf), cudaFree(r->out), cudaFree(r->failed);
+  cudaFreeHost(r->host);
+  cudaStreamDestroy(r->st);
+}
+
+static void poison(run *r) {
+  CUDA(cudaMemsetAsync(r->out, 0xff, sizeof(float) * ROWS * COLS, r->st));
+  CUDA(cudaMemsetAsync(r->failed, 0, sizeof(int), r->st));
+}
+
+/* The user's kernels' epoch: produce into every node rank, consume. */
+static void kernels_epoch(run *r) {
+  int64_t r0, r1;
+  block_of(rank, &r0, &r1);
+  MKX(MKX_Tiles_begin(r->t, r->st));
+  for (int q = 0; q < r->d.size; q++)
+    CUDA((cudaError_t)tk_produce(&r->d, r->d.comm_rank[q], r0, r1, 32, 24,
+                                 r->st));
+  CUDA((cudaError_t)tk_consume(&r->d, 40, 56, r->out, r->failed, r->st));
+}
+
+/* The copy engine's epoch: copies into the peers, signals, a wait. */
+static void copies_epoch(run *r, int e) {
+  int64_t r0, r1;
+  block_of(rank, &r0, &r1);
+  float *src = malloc(sizeof(float) * (size_t)((r1 - r0) * COLS) + 1);
+  for (int64_t i = r0; i < r1; i++)
+    for (int64_t j = 0; j < COLS; j++)
+      src[(i - r0) * COLS + j] = tk_value(e, i, j);
+  MKX(MKX_Tiles_begin(r->t, r->st));
+  for (int q = 0; q < r->d.size && r1 > r0; q++) {
+    CUDA(cudaMemcpy2DAsync(
+        r->d.data[q] + sizeof(float) * (size_t)(r0 * r->d.ld[q]),
+        sizeof(float) * (size_t)r->d.ld[q], src, sizeof(float) * COLS,
+        sizeof(float) * COLS, (size_t)(r1 - r0), cudaMemcpyDefault, r->st));
+    MKX(MKX_Tiles_signal(r->t, r->d.comm_rank[q], r0, r1 - r0, 0, COLS, r->st));
+  }
+  MKX(MKX_Tiles_wait(r->t, rank, 0, ROWS, 0, COLS, r->st));
+  CUDA(cudaMemcpy2DAsync(r->out, sizeof(float) * COLS, r->buf,
+                         sizeof(float) * (size_t)r->ld, sizeof(float) * COLS,
+                         ROWS, cudaMemcpyDefault, r->st));
+  CUDA(cudaStreamSynchronize(r->st));
+  free(src);
+}
+
+/* The copy out against the host's values of epoch e. */
+static void check_out(run *r, int e, const char *what) {
+  int failed = 0, bad = 0, first = -1;
+  CUDA(cudaMemcpyAsync(r->host, r->out, sizeof(float) * ROWS * COLS,
+                       cudaMemcpyDeviceToHost, r->st));
+  CUDA(cudaMemcpyAsync(&failed, r->failed, sizeof(int), cudaMemcpyDeviceToHost,
+                       r->st));
+  CUDA(cudaStreamSynchronize(r->st));
+  for (int64_t i = 0; i < ROWS; i++)
+    for (int64_t j = 0; j < COLS; j++)
+      if (r->host[i * COLS + j] != tk_value(e, i, j) && bad++ == 0)
+        first = (int)(i * COLS + j);
+  int async = -1;
+  MKX(MKX_Tiles_get_async_error(r->t, &async));
+  CHECK(!failed && bad == 0 && async == MKX_SUCCESS,
+        "%s, epoch %d: %d of %d elements wrong (first at row %d, column %d), "
+        "waits failed: %d, async error %d",
+        what, e, bad, ROWS * COLS, first / COLS, first % COLS, failed, async);
+}
+
+static void graph_replays(run *r, int e0) {
+  cudaGraph_t g;
+  cudaGraphExec_t x;
+  CUDA(cudaStreamBeginCapture(r->st, cudaStreamCaptureModeThreadLocal));
+  kernels_epoch(r);
+  CUDA(cudaStreamEndCapture(r->st, &g));
+  CUDA(cudaGraphInstantiate(&x, g, 0));
+  for (int k = 1; k <= 3; k++) {
+    poison(r);
+    CUDA(cudaGraphLaunch(x, r->st));
+    check_out(r, e0 + k, "graph replay");
+  }
+  cudaGraphExecDestroy(x);
+  cudaGraphDestroy(g);
+}
+
+/* Every rank waits for a tile of its copy that nobody signals. */
+static void never_signalled(MKX_Comm c) {
+  run r;
+  run_init(&r, c, COLS);
+  MKX(MKX_Tiles_begin(r.t, r.st));
+  const double t0 = MPI_Wtime();
+  MKX(MKX_Tiles_wait(r.t, rank, ROWS - 1, 1, COLS - 1, 1, r.st));
+  CUDA(cudaStreamSynchronize(r.st));
+  const double waited = MPI_Wtime() - t0;
+  int async = -1;
+  MKX(MKX_Tiles_get_async_error(r.t, &async));
+  CHECK(async == MKX_ERR_TIMEOUT || async == MKX_ERR_PEER,
+        "a tile never signalled: async error %d after %.1f s (%s)", async,
+        waited, MKX_Get_last_error());
+  int timeouts = async == MKX_ERR_TIMEOUT, any = 0;
+  MPI_Allreduce(&timeouts, &any, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  CHECK(any >= 1, "some rank's wait ran out (%d did)", any);
+  const int rc = MKX_Tiles_begin(r.t, r.st);
+  CHECK(rc == async && strstr(MKX_Get_last_error(), "data tile (4, 3)"),
+        "the failed set refuses a begin with its failure: %d, \"%s\"", rc,
+        MKX_Get_last_error());
+  int comm_err = -1;
+  MKX(MKX_Comm_get_async_error(c, &comm_err));
+  CHECK(comm_err == MKX_SUCCESS, "the communicator stays usable (%d)",
+        comm_err);
+  run_free(&r);
+}
+
+int main(int argc, char **argv) {
+  int ndev = 0;
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+    MPI_Finalize();
+    return CHECK_SKIP;
+  }
+  check_set_rank(rank, size);
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "3000");
+  MKX_Comm c;
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
+  MPI_Info_free(&info);
+  int local = 0;
+  MKX(MKX_Comm_local_size(c, &local));
+  if (local != size) {
+    if (rank == 0)
+      printf("# one node only: %d of %d ranks here\n", local, size);
+    MKX(MKX_Comm_free(&c));
+    MPI_Finalize();
+    return CHECK_SKIP;
+  }
+  run r;
+  run_init(&r, c, COLS);
+  for (int e = 1; e <= 3; e++) {
+    poison(&r);
+    kernels_epoch(&r);
+    check_out(&r, e, "a user's kernels");
+  }
+  graph_replays(&r, 3);
+  run_free(&r);
+
+  run p;
+  run_init(&p, c, COLS + 9);
+  for (int e = 1; e <= 2; e++) {
+    poison(&p);
+    copies_epoch(&p, e);
+    check_out(&p, e, "copies, MKX_Tiles_signal and MKX_Tiles_wait");
+  }
+  never_signalled(c);
+  /* another set still works after one failed */
+  poison(&p);
+  copies_epoch(&p, 3);
+  check_out(&p, 3, "copies after another set failed");
+  run_free(&p);
+
+  MKX(MKX_Comm_free(&c));
+  int failed = check_failed(), total = 0;
+  MPI_Allreduce(&failed, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  if (rank == 0)
+    printf("%s test_tiles: %d ranks, %d checks, %d failures\n",
+           total ? "FAIL" : "PASS", size, check_count(), total);
+  MPI_Finalize();
+  return total ? 1 : 0;
+}
