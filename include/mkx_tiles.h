@@ -114,6 +114,50 @@ int MKX_Tiles_device(MKX_Tiles tiles, MKX_Tiles_dev *dev);
  * MKX_ERR_INVALID_ARG (tiles), MKX_ERR_NULL_POINTER (async_error). */
 int MKX_Tiles_get_async_error(MKX_Tiles tiles, int *async_error);
 
+/* ---- communication and closed-source kernels on tiles ------------------- */
+
+/*
+ * AllGather into a tile set, in an epoch.  Every rank of the node calls it
+ * after its MKX_Tiles_begin (no host wait, no exchange: it may be
+ * captured).  Node rank i owns rows MKX_Block_range(rows, node ranks, i)
+ * of the tensor; `send` holds this rank's (that many rows x cols, the
+ * set's dtype and order, leading dimension ld_send; NULL when it owns
+ * none).  The copy engines put them into every node rank's copy (this
+ * rank's first), in chunks of whole data-tile rows, on side streams
+ * forked from `stream`; each chunk is signalled on its destination as
+ * soon as it has landed, so a consumer there can start on the first
+ * tiles.  Together the ranks signal every element once.  `stream` has
+ * passed the copies when the call's work on it ends.
+ * Errors: MKX_ERR_INVALID_ARG (tiles; a set without buffers),
+ * MKX_ERR_NULL_POINTER (send), MKX_ERR_BAD_LD (ld_send), MKX_ERR_CUDA,
+ * the set's recorded failure.
+ */
+int MKX_Allgather_tiles(const void *send, int64_t ld_send, MKX_Tiles tiles,
+                        MKX_Stream stream);
+
+/*
+ * A closed-source GEMM on tiles: C = A x B by cuBLAS, where A is rank
+ * a_rank's copy of set `a` (its rows x cols = M x K, row-major, with a
+ * buffer), in chunks of chunk_rows rows (rounded up to whole data-tile
+ * rows of `a`; 0: one data-tile row), round-robin on two streams forked
+ * from `stream`: each chunk first waits for its rows of A
+ * (MKX_Tiles_wait), and when c_tiles is not NULL (a set of M x n) signals
+ * its rows of C on this rank's copy of it after its GEMM.  Local.
+ * B: K x n (MKX_NO_TRANS, leading dimension ldb >= n) or n x K
+ * (MKX_TRANS, ldb >= K) of a's dtype; C: M x n of ctype, ldc >= n.
+ * Types: bf16 or fp16 A and B with bf16, fp16 or fp32 C, or fp32 for all.
+ * The first call on a set makes its cuBLAS handles and streams: make it
+ * outside a CUDA graph capture (inside: MKX_ERR_UNSUPPORTED).
+ * Errors: MKX_ERR_INVALID_ARG (sets, rank, types, transb),
+ * MKX_ERR_NULL_POINTER (B, C), MKX_ERR_BAD_SIZE (n, chunk_rows),
+ * MKX_ERR_BAD_LD, MKX_ERR_UNSUPPORTED (column-major a, the capture
+ * above), MKX_ERR_CUDA, MKX_ERR_NOMEM, the sets' recorded failures.
+ */
+int MKX_Tiles_gemm(MKX_Tiles a, int a_rank, const void *B, int64_t n,
+                   int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
+                   MKX_Datatype ctype, MKX_Tiles c_tiles, int64_t chunk_rows,
+                   MKX_Stream stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -10,6 +10,11 @@
  *     peers' copies (a padded leading dimension), MKX_Tiles_signal follows
  *     it on the stream, MKX_Tiles_wait orders the copy out;
  *   - the same epoch captured into a CUDA graph and replayed three times;
+ *   - MKX_Allgather_tiles feeding MKX_Tiles_gemm (cuBLAS in chunks of 64
+ *     rows, each after a wait for its rows of A, signalling its rows of C
+ *     in a second set), in fp32 on small integers so that the product is
+ *     exact, against the host; then the same captured and replayed twice
+ *     on new inputs;
  *   - a tile never signalled: every rank's wait ends within the bound
  *     (MKX_ERR_TIMEOUT, or MKX_ERR_PEER once told), the set then refuses
  *     work with that code, and the communicator and other sets still work.
@@ -143,6 +148,108 @@ static void graph_replays(run *r, int e0) {
   cudaGraphDestroy(g);
 }
 
+enum { GN = 72 };
+
+typedef struct gemm_run {
+  MKX_Tiles a, c;
+  float *abuf, *send, *b, *cdev, *host_send, *host_c;
+  double *want;
+  float bh[COLS * GN];
+  cudaStream_t st;
+} gemm_run;
+
+/* This rank's rows of A for inputs `v` (its block), and the product every
+ * rank should get. */
+static void gemm_inputs(gemm_run *g, int v) {
+  for (int q = 0; q < size; q++) {
+    int64_t r0, r1;
+    block_of(q, &r0, &r1);
+    for (int64_t i = r0; i < r1; i++)
+      for (int64_t j = 0; j < COLS; j++)
+        if (q == rank) g->host_send[(i - r0) * COLS + j] = tk_value(v, i, j);
+  }
+  for (int64_t i = 0; i < ROWS; i++)
+    for (int64_t j = 0; j < GN; j++) {
+      double acc = 0;
+      for (int64_t k = 0; k < COLS; k++)
+        acc += (double)tk_value(v, i, k) * g->bh[k * GN + j];
+      g->want[i * GN + j] = acc;
+    }
+}
+
+static void gemm_epoch(gemm_run *g) {
+  MKX(MKX_Tiles_begin(g->a, g->st));
+  MKX(MKX_Tiles_begin(g->c, g->st));
+  MKX(MKX_Allgather_tiles(g->send, COLS, g->a, g->st));
+  MKX(MKX_Tiles_gemm(g->a, rank, g->b, GN, GN, MKX_NO_TRANS, g->cdev, GN,
+                     MKX_FP32, g->c, 64, g->st));
+  MKX(MKX_Tiles_wait(g->c, rank, 0, ROWS, 0, GN, g->st));
+}
+
+static void gemm_check(gemm_run *g, const char *what) {
+  int bad = 0, first = -1;
+  CUDA(cudaMemcpyAsync(g->host_c, g->cdev, sizeof(float) * ROWS * GN,
+                       cudaMemcpyDeviceToHost, g->st));
+  CUDA(cudaStreamSynchronize(g->st));
+  for (int i = 0; i < ROWS * GN; i++)
+    if ((double)g->host_c[i] != g->want[i] && bad++ == 0) first = i;
+  CHECK(bad == 0, "%s: %d of %d elements of C wrong (first at %d: %g, want %g)",
+        what, bad, ROWS * GN, first, first < 0 ? 0.0 : g->host_c[first],
+        first < 0 ? 0.0 : g->want[first]);
+}
+
+static void upload(gemm_run *g, int v) {
+  int64_t r0, r1;
+  block_of(rank, &r0, &r1);
+  gemm_inputs(g, v);
+  CUDA(cudaMemcpyAsync(g->send, g->host_send,
+                       sizeof(float) * (size_t)((r1 - r0) * COLS) + 4,
+                       cudaMemcpyHostToDevice, g->st));
+  CUDA(cudaMemsetAsync(g->cdev, 0xff, sizeof(float) * ROWS * GN, g->st));
+}
+
+/* AllGather into a set, cuBLAS on its tiles, C signalled in another. */
+static void gather_gemm(MKX_Comm c) {
+  gemm_run g;
+  memset(&g, 0, sizeof g);
+  CUDA(cudaStreamCreateWithFlags(&g.st, cudaStreamNonBlocking));
+  CUDA(cudaMalloc((void **)&g.abuf, sizeof(float) * ROWS * (COLS + 3)));
+  CUDA(cudaMalloc((void **)&g.send, sizeof(float) * ROWS * COLS + 4));
+  CUDA(cudaMalloc((void **)&g.b, sizeof(float) * COLS * GN));
+  CUDA(cudaMalloc((void **)&g.cdev, sizeof(float) * ROWS * GN));
+  CUDA(cudaMallocHost((void **)&g.host_send, sizeof(float) * ROWS * COLS + 4));
+  CUDA(cudaMallocHost((void **)&g.host_c, sizeof(float) * ROWS * GN));
+  g.want = malloc(sizeof(double) * ROWS * GN);
+  for (int i = 0; i < COLS * GN; i++) g.bh[i] = (float)((i * 7 + 3) % 5 - 2);
+  CUDA(cudaMemcpy(g.b, g.bh, sizeof g.bh, cudaMemcpyHostToDevice));
+  MKX(MKX_Tiles_create(g.abuf, ROWS, COLS, COLS + 3, TR, TC, MKX_FP32,
+                       MKX_ROW_MAJOR, c, &g.a));
+  MKX(MKX_Tiles_create(NULL, ROWS, GN, 0, 32, 32, MKX_FP32, MKX_ROW_MAJOR, c,
+                       &g.c));
+  upload(&g, 1);
+  gemm_epoch(&g);
+  gemm_check(&g, "MKX_Allgather_tiles + MKX_Tiles_gemm");
+  cudaGraph_t gr;
+  cudaGraphExec_t x;
+  CUDA(cudaStreamBeginCapture(g.st, cudaStreamCaptureModeThreadLocal));
+  gemm_epoch(&g);
+  CUDA(cudaStreamEndCapture(g.st, &gr));
+  CUDA(cudaGraphInstantiate(&x, gr, 0));
+  for (int v = 2; v <= 3; v++) {
+    upload(&g, v);
+    CUDA(cudaGraphLaunch(x, g.st));
+    gemm_check(&g, "AllGather + cuBLAS on tiles, graph replay");
+  }
+  cudaGraphExecDestroy(x);
+  cudaGraphDestroy(gr);
+  MKX(MKX_Tiles_free(&g.a));
+  MKX(MKX_Tiles_free(&g.c));
+  cudaFree(g.abuf), cudaFree(g.send), cudaFree(g.b), cudaFree(g.cdev);
+  cudaFreeHost(g.host_send), cudaFreeHost(g.host_c);
+  free(g.want);
+  cudaStreamDestroy(g.st);
+}
+
 /* Every rank waits for a tile of its copy that nobody signals. */
 static void never_signalled(MKX_Comm c) {
   run r;
@@ -213,6 +320,7 @@ int main(int argc, char **argv) {
     copies_epoch(&p, e);
     check_out(&p, e, "copies, MKX_Tiles_signal and MKX_Tiles_wait");
   }
+  gather_gemm(c);
   never_signalled(c);
   /* another set still works after one failed */
   poison(&p);

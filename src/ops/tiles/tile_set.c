@@ -23,20 +23,56 @@
 #include <cuda_runtime.h>
 #include "core/cuda_rc.h"
 #include "tiles/tiles.h"
+#include "ops/fused/fused.h"
 
-struct MKX_Tiles_s {
-  MKX_Comm comm;
-  MKX_Tiles_dev dev;
-  void *area; /* this rank's, from mkx_symm_alloc */
-  mkx_symm_buf area_map, data_map;
-  int *err_host;
-  int failure; /* the recorded failure, once read */
-  char why[320];
-  struct MKX_Tiles_s *next; /* the communicator's list */
-};
+int mkx_tile_fan_make(mkx_tile_fan *f, int n, const char *fn) {
+  memset(f, 0, sizeof *f);
+  MKX_TRY(
+      mkx_cuda_rc(cudaEventCreateWithFlags(&f->fork, cudaEventDisableTiming),
+                  fn, "cudaEventCreate"));
+  for (; f->n < n; f->n++) {
+    MKX_TRY(mkx_cuda_rc(
+        cudaStreamCreateWithFlags(&f->s[f->n], cudaStreamNonBlocking), fn,
+        "cudaStreamCreate"));
+    MKX_TRY(mkx_cuda_rc(
+        cudaEventCreateWithFlags(&f->join[f->n], cudaEventDisableTiming), fn,
+        "cudaEventCreate"));
+  }
+  return MKX_SUCCESS;
+}
+
+int mkx_tile_fan_fork(mkx_tile_fan *f, cudaStream_t user, const char *fn) {
+  MKX_TRY(mkx_cuda_rc(cudaEventRecord(f->fork, user), fn, "cudaEventRecord"));
+  for (int i = 0; i < f->n; i++)
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(f->s[i], f->fork, 0), fn,
+                        "cudaStreamWaitEvent"));
+  return MKX_SUCCESS;
+}
+
+int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn) {
+  for (int i = 0; i < f->n; i++) {
+    MKX_TRY(mkx_cuda_rc(cudaEventRecord(f->join[i], f->s[i]), fn,
+                        "cudaEventRecord"));
+    MKX_TRY(mkx_cuda_rc(cudaStreamWaitEvent(user, f->join[i], 0), fn,
+                        "cudaStreamWaitEvent"));
+  }
+  return MKX_SUCCESS;
+}
+
+void mkx_tile_fan_free(mkx_tile_fan *f) {
+  for (int i = 0; i < f->n; i++) {
+    if (f->s[i]) cudaStreamDestroy(f->s[i]);
+    if (f->join[i]) cudaEventDestroy(f->join[i]);
+  }
+  if (f->fork) cudaEventDestroy(f->fork);
+  memset(f, 0, sizeof *f);
+}
 
 static void set_release(MKX_Tiles t) {
   mkx_handle_remove(t);
+  mkx_tile_fan_free(&t->ag);
+  mkx_tile_fan_free(&t->gemm);
+  for (int i = 0; i < 2; i++) mkx_tp_blas_free(t->blas[i]);
   mkx_symm_buf_free(&t->data_map);
   mkx_symm_buf_free(&t->area_map);
   if (t->err_host) cudaFreeHost(t->err_host);
@@ -81,6 +117,7 @@ static int make_local(MKX_Tiles t, size_t bytes) {
                     cudaHostAllocMapped),
       fn, "cudaHostAlloc"));
   memset(t->err_host, 0, MKX_TILES_ERR_WORDS * sizeof(int));
+  MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, fn));
   return mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&t->dev.err, t->err_host, 0), fn,
       "cudaHostGetDevicePointer");
@@ -99,6 +136,7 @@ int mkx_tile_set_make(MKX_Comm c, void *buf, const mkx_tile_set_shape *s,
     return rc;
   }
   t->comm = c;
+  t->dtype = s->dtype;
   const size_t bytes =
       MKX_TILES_OFF_SEMS +
       sizeof(uint64_t) * (size_t)((s->rows + s->tile_rows - 1) / s->tile_rows) *

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include "mkx_tiles.h"
+#include "mem/symm.h"
 
 /* The agreed shape, with every node rank's leading dimension. */
 typedef struct mkx_tile_set_shape {
@@ -15,6 +16,38 @@ typedef struct mkx_tile_set_shape {
   int col_major;
   int64_t ld[MKX_TILES_MAX_RANKS];
 } mkx_tile_set_shape;
+
+#if HAVE_CUDA
+#include <cuda_runtime.h>
+
+/* Side streams forked from a caller's stream and joined back (ordered
+ * after what it holds, captured along with it). */
+typedef struct mkx_tile_fan {
+  int n;
+  cudaStream_t s[MKX_TILES_MAX_RANKS];
+  cudaEvent_t fork, join[MKX_TILES_MAX_RANKS];
+} mkx_tile_fan;
+int mkx_tile_fan_make(mkx_tile_fan *f, int n, const char *fn);
+int mkx_tile_fan_fork(mkx_tile_fan *f, cudaStream_t user, const char *fn);
+int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn);
+void mkx_tile_fan_free(mkx_tile_fan *f);
+
+struct mkx_tp_blas;
+struct MKX_Tiles_s {
+  MKX_Comm comm;
+  MKX_Tiles_dev dev;
+  MKX_Datatype dtype;
+  void *area; /* this rank's, from mkx_symm_alloc */
+  mkx_symm_buf area_map, data_map;
+  int *err_host;
+  int failure; /* the recorded failure, once read */
+  char why[320];
+  mkx_tile_fan ag;             /* MKX_Allgather_tiles: one per node rank */
+  mkx_tile_fan gemm;           /* MKX_Tiles_gemm: two, made on first use */
+  struct mkx_tp_blas *blas[2]; /* cuBLAS of MKX_Tiles_gemm's streams */
+  struct MKX_Tiles_s *next;    /* the communicator's list */
+};
+#endif
 
 /* Collective: the areas (symmetric, zeroed), buf mapped into the node's
  * ranks (if not NULL on every rank), the error record; *out NULL on
