@@ -1,5 +1,6 @@
 /*
- * mkx.h - the one public header of MKX, fused multi-GPU kernels for HPC.
+ * mkx.h - the public header of MKX, fused multi-GPU kernels for HPC (data
+ * tiles, for composing other kernels with MKX: mkx_tiles.h).
  *
  * This header is the contract: what every call needs and what it
  * guarantees.  The man pages (man mkx, man MKX_Allgather_gemm, ...) say

@@ -20,6 +20,9 @@ multi_rank() {
   run test_symm "$np" "symm-np$np-$MODE.log"
   run test_moe "$np" "moe-np$np-$MODE.log" tests/mpi/test_moe --device
   run test_sm_partition "$np" "sm-partition-np$np-$MODE.log"
+  run test_tiles "$np" "tiles-np$np-$MODE.log"
+  run test_tiles_args "$np" "tiles-args-np$np-$MODE.log" \
+    tests/mpi/test_tiles_args --device
   [ "$np" = 2 ] && run test_proxy_gpu 2 "proxy-np2-$MODE.log"
   [ "$np" = 2 ] && run test_net_shm_ipc 2 "shm-ipc-np2-$MODE.log" \
     tests/mpi/test_net_shm_ipc --device

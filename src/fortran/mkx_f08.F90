@@ -136,15 +136,21 @@ module mkx_f08
     type(c_ptr) :: ptr = c_null_ptr
   end type MKX_Request
 
+  ! A tile set (mkx_tiles.h).
+  type, bind(C), public :: MKX_Tiles
+    type(c_ptr) :: ptr = c_null_ptr
+  end type MKX_Tiles
+
   type(MKX_Comm), parameter, public :: MKX_COMM_NULL = MKX_Comm(c_null_ptr)
+  type(MKX_Tiles), parameter, public :: MKX_TILES_NULL = MKX_Tiles(c_null_ptr)
   type(MKX_Request), parameter, public :: &
       MKX_REQUEST_NULL = MKX_Request(c_null_ptr)
 
   interface operator(==)
-    module procedure comm_eq, request_eq
+    module procedure comm_eq, request_eq, tiles_eq
   end interface
   interface operator(/=)
-    module procedure comm_ne, request_ne
+    module procedure comm_ne, request_ne, tiles_ne
   end interface
   public :: operator(==), operator(/=)
 
@@ -158,6 +164,9 @@ module mkx_f08
   public :: MKX_Start, MKX_Request_free
   public :: MKX_Request_get_path, MKX_Comm_get_last_path
   public :: MKX_Info_print
+  public :: MKX_Tiles_create, MKX_Tiles_free, MKX_Tiles_begin
+  public :: MKX_Tiles_wait, MKX_Tiles_signal, MKX_Tiles_get_async_error
+  public :: MKX_Allgather_tiles, MKX_Tiles_gemm
 
 #include "mkx_f08_gen_spec.inc"
 
@@ -243,6 +252,72 @@ module mkx_f08
       integer(c_int) :: rc
     end function c_start
 
+    function c_tiles_create(buf, rows, cols, ld, tile_rows, tile_cols, &
+        dtype, order, comm, tiles) bind(C, name="MKX_Tiles_create") result(rc)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: buf, comm
+      integer(c_int64_t), value :: rows, cols, ld, tile_rows, tile_cols
+      integer(c_int), value :: dtype, order
+      type(c_ptr), intent(out) :: tiles
+      integer(c_int) :: rc
+    end function c_tiles_create
+
+    function c_tiles_free(tiles) bind(C, name="MKX_Tiles_free") result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), intent(inout) :: tiles
+      integer(c_int) :: rc
+    end function c_tiles_free
+
+    function c_tiles_begin(tiles, stream) bind(C, name="MKX_Tiles_begin") &
+        result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: tiles, stream
+      integer(c_int) :: rc
+    end function c_tiles_begin
+
+    function c_tiles_wait(tiles, rank, row0, nrows, col0, ncols, stream) &
+        bind(C, name="MKX_Tiles_wait") result(rc)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: tiles, stream
+      integer(c_int), value :: rank
+      integer(c_int64_t), value :: row0, nrows, col0, ncols
+      integer(c_int) :: rc
+    end function c_tiles_wait
+
+    function c_tiles_signal(tiles, rank, row0, nrows, col0, ncols, stream) &
+        bind(C, name="MKX_Tiles_signal") result(rc)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: tiles, stream
+      integer(c_int), value :: rank
+      integer(c_int64_t), value :: row0, nrows, col0, ncols
+      integer(c_int) :: rc
+    end function c_tiles_signal
+
+    function c_tiles_get_async_error(tiles, err) &
+        bind(C, name="MKX_Tiles_get_async_error") result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: tiles
+      integer(c_int), intent(out) :: err
+      integer(c_int) :: rc
+    end function c_tiles_get_async_error
+
+    function c_allgather_tiles(send, ld_send, tiles, stream) &
+        bind(C, name="MKX_Allgather_tiles") result(rc)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: send, tiles, stream
+      integer(c_int64_t), value :: ld_send
+      integer(c_int) :: rc
+    end function c_allgather_tiles
+
+    function c_tiles_gemm(a, a_rank, b, n, ldb, transb, c, ldc, ctype, &
+        c_tiles, chunk_rows, stream) bind(C, name="MKX_Tiles_gemm") result(rc)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: a, b, c, c_tiles, stream
+      integer(c_int), value :: a_rank, transb, ctype
+      integer(c_int64_t), value :: n, ldb, ldc, chunk_rows
+      integer(c_int) :: rc
+    end function c_tiles_gemm
+
     function c_request_free(request) bind(C, name="MKX_Request_free") &
         result(rc)
       import :: c_int, c_ptr
@@ -318,6 +393,16 @@ contains
       s(i:i) = chars(i)
     end do
   end function f_string
+
+  logical function tiles_eq(a, b)
+    type(MKX_Tiles), intent(in) :: a, b
+    tiles_eq = same_ptr(a%ptr, b%ptr)
+  end function tiles_eq
+
+  logical function tiles_ne(a, b)
+    type(MKX_Tiles), intent(in) :: a, b
+    tiles_ne = .not. same_ptr(a%ptr, b%ptr)
+  end function tiles_ne
 
   logical function comm_eq(a, b)
     type(MKX_Comm), intent(in) :: a, b
@@ -550,6 +635,116 @@ contains
     rc = c_info_print(c, opt_ptr(file))
     call set_ierror(rc, ierror)
   end subroutine MKX_Info_print
+
+  ! ---- data tiles (mkx_tiles.h) ---------------------------------------------------
+  ! Buffers are type(c_ptr) device pointers; ranks, rows and columns are
+  ! 0-based as in C.  The device descriptor (MKX_Tiles_device) is for CUDA
+  ! kernels and has no Fortran twin.
+
+  ! Collective: a tile set over each rank's buf (c_null_ptr on every rank:
+  ! semaphores only).
+  subroutine MKX_Tiles_create(buf, rows, cols, ld, tile_rows, tile_cols, &
+      dtype, order, comm, tiles, ierror)
+    type(c_ptr), intent(in) :: buf
+    integer(c_int64_t), intent(in) :: rows, cols, ld, tile_rows, tile_cols
+    integer, intent(in) :: dtype, order
+    type(MKX_Comm), intent(in) :: comm
+    type(MKX_Tiles), intent(out) :: tiles
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_tiles_create(buf, rows, cols, ld, tile_rows, tile_cols, &
+        int(dtype, c_int), int(order, c_int), comm%ptr, tiles%ptr)
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_create
+
+  ! Collective; sets tiles to MKX_TILES_NULL.
+  subroutine MKX_Tiles_free(tiles, ierror)
+    type(MKX_Tiles), intent(inout) :: tiles
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    call mkx_f08_clear_error()
+    rc = c_tiles_free(tiles%ptr)
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_free
+
+  ! The next epoch on stream (every rank, in the same order).
+  subroutine MKX_Tiles_begin(tiles, stream, ierror)
+    type(MKX_Tiles), intent(in) :: tiles
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_tiles_begin(tiles%ptr, opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_begin
+
+  ! stream waits until the rectangle's data tiles of rank's copy are complete.
+  subroutine MKX_Tiles_wait(tiles, rank, row0, nrows, col0, ncols, stream, &
+      ierror)
+    type(MKX_Tiles), intent(in) :: tiles
+    integer, intent(in) :: rank
+    integer(c_int64_t), intent(in) :: row0, nrows, col0, ncols
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_tiles_wait(tiles%ptr, int(rank, c_int), row0, nrows, col0, ncols, &
+        opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_wait
+
+  ! After stream's earlier work, the rectangle of rank's copy is signalled.
+  subroutine MKX_Tiles_signal(tiles, rank, row0, nrows, col0, ncols, stream, &
+      ierror)
+    type(MKX_Tiles), intent(in) :: tiles
+    integer, intent(in) :: rank
+    integer(c_int64_t), intent(in) :: row0, nrows, col0, ncols
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_tiles_signal(tiles%ptr, int(rank, c_int), row0, nrows, col0, &
+        ncols, opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_signal
+
+  ! The set's recorded failure (MKX_SUCCESS if none), without waiting.
+  subroutine MKX_Tiles_get_async_error(tiles, async_error, ierror)
+    type(MKX_Tiles), intent(in) :: tiles
+    integer, intent(out) :: async_error
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc, e
+    e = 0
+    rc = c_tiles_get_async_error(tiles%ptr, e)
+    async_error = int(e)
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_get_async_error
+
+  ! Every node rank's rows into every node rank's copy, in an epoch.
+  subroutine MKX_Allgather_tiles(send, ld_send, tiles, stream, ierror)
+    type(c_ptr), intent(in) :: send
+    integer(c_int64_t), intent(in) :: ld_send
+    type(MKX_Tiles), intent(in) :: tiles
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_allgather_tiles(send, ld_send, tiles%ptr, opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Allgather_tiles
+
+  ! C = A x B by cuBLAS in chunks, each after a wait for its rows of A
+  ! (row-major, as in C); c_tiles may be MKX_TILES_NULL.
+  subroutine MKX_Tiles_gemm(a, a_rank, b, n, ldb, transb, c, ldc, ctype, &
+      c_tiles, chunk_rows, stream, ierror)
+    type(MKX_Tiles), intent(in) :: a, c_tiles
+    integer, intent(in) :: a_rank, transb, ctype
+    type(c_ptr), intent(in) :: b, c
+    integer(c_int64_t), intent(in) :: n, ldb, ldc, chunk_rows
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_tiles_gemm(a%ptr, int(a_rank, c_int), b, n, ldb, &
+        int(transb, c_int), c, ldc, int(ctype, c_int), c_tiles%ptr, &
+        chunk_rows, opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Tiles_gemm
 
   ! ---- the operations and the communicator queries ----------------------------
 #include "mkx_f08_gen_procs.inc"

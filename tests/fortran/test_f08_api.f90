@@ -57,6 +57,7 @@ program test_f08_api
   call check(comm /= MKX_COMM_NULL, "MKX_Comm_create gives a handle")
   call test_comm_queries()
   call test_memory()
+  call test_tiles()
   call test_allgather_gemm()
   call test_gemm_reduce_scatter()
   call test_gemm_allreduce()
@@ -244,6 +245,42 @@ contains
     call check(ierr == MKX_ERR_BAD_SIZE .and. .not. c_associated(p), &
         "MKX_Alloc_mem(size = -1) gives MKX_ERR_BAD_SIZE")
   end subroutine test_memory
+
+  ! ---- data tiles: arguments, and the host path's refusal ------------------------
+  subroutine test_tiles()
+    type(MKX_Tiles) :: t
+    integer :: dev, e
+    call MKX_Comm_device(comm, dev)
+    call MKX_Tiles_create(c_null_ptr, 100_c_int64_t, 60_c_int64_t, &
+        0_c_int64_t, 0_c_int64_t, 16_c_int64_t, MKX_BF16, MKX_ROW_MAJOR, &
+        comm, t, ierr)
+    call check(ierr == MKX_ERR_BAD_SIZE .and. t == MKX_TILES_NULL, &
+        "MKX_Tiles_create(tile_rows = 0) gives MKX_ERR_BAD_SIZE")
+    call MKX_Tiles_create(c_null_ptr, 100_c_int64_t, 60_c_int64_t, &
+        0_c_int64_t, 32_c_int64_t, 16_c_int64_t, MKX_BF16, MKX_ROW_MAJOR, &
+        comm, t, ierr)
+    if (dev < 0) then
+      call check(ierr == MKX_ERR_UNSUPPORTED .and. t == MKX_TILES_NULL, &
+          "MKX_Tiles_create on the host path gives MKX_ERR_UNSUPPORTED")
+    else
+      call check(ierr == MKX_SUCCESS .and. t /= MKX_TILES_NULL, &
+          "MKX_Tiles_create on the GPU")
+      call MKX_Tiles_get_async_error(t, e, ierr)
+      call check(ierr == MKX_SUCCESS .and. e == MKX_SUCCESS, &
+          "MKX_Tiles_get_async_error of a new set")
+      call MKX_Tiles_wait(t, nranks, 0_c_int64_t, 1_c_int64_t, 0_c_int64_t, &
+          1_c_int64_t, ierror=ierr)
+      call check(ierr == MKX_ERR_INVALID_ARG, "MKX_Tiles_wait(rank = size)")
+      call MKX_Tiles_free(t, ierr)
+      call check(ierr == MKX_SUCCESS .and. t == MKX_TILES_NULL, &
+          "MKX_Tiles_free")
+    end if
+    call MKX_Tiles_free(t, ierr)
+    call check(ierr == MKX_ERR_INVALID_ARG, &
+        "MKX_Tiles_free(MKX_TILES_NULL) gives MKX_ERR_INVALID_ARG")
+    call MKX_Tiles_begin(MKX_TILES_NULL, ierror=ierr)
+    call check(ierr == MKX_ERR_INVALID_ARG, "MKX_Tiles_begin(MKX_TILES_NULL)")
+  end subroutine test_tiles
 
   ! ---- AllGather + GEMM (fp64 arrays; transposed B; A_out) ------------------------------
   subroutine test_allgather_gemm()

@@ -288,6 +288,7 @@ int main(int argc, char **argv) {
     return CHECK_SKIP;
   }
   check_set_rank(rank, size);
+  check_show_passes(rank == 0);
   MPI_Info info;
   MPI_Info_create(&info);
   MPI_Info_set(info, "mkx_timeout_ms", "3000");
