@@ -136,6 +136,31 @@ int MKX_Allgather_tiles(const void *send, int64_t ld_send, MKX_Tiles tiles,
                         MKX_Stream stream);
 
 /*
+ * ReduceScatter and AllReduce of a tile set, in an epoch.  Every node rank
+ * calls it (no host wait; may be captured).  Each node rank's copy holds a
+ * partial of the whole tensor, signalled by its producers as written (a
+ * user's kernel, MKX_Tiles_gemm with c_tiles, copies).  Node rank i sums
+ * rows MKX_Block_range(rows, node ranks, i) over the copies, each data
+ * tile as soon as every rank's copy of it is complete, in fp32, rounded
+ * once to the set's dtype (bf16, fp16 or fp32; else MKX_ERR_UNSUPPORTED):
+ *  - MKX_Reduce_scatter_tiles: into recv, that many rows x cols in the
+ *    set's order, leading dimension ld_recv, ready in `stream`'s order;
+ *  - MKX_Allreduce_tiles: into every node rank's copy of `out` (a set of
+ *    the same communicator, shape, data tiles, dtype and order, with
+ *    buffers), each tile signalled there, so consumers of `out` wait for
+ *    it (every rank begins `out`'s epoch too).
+ * The reduction is one kernel of a few CTAs on `stream`; enqueue it on
+ * another stream than the producers' (or before them), so that it runs
+ * while they do.  The copies must not change until `stream` has passed it.
+ * Errors: MKX_ERR_INVALID_ARG (sets; out unlike tiles; a set without
+ * buffers), MKX_ERR_NULL_POINTER (recv), MKX_ERR_BAD_LD, MKX_ERR_UNSUPPORTED,
+ * MKX_ERR_CUDA, the sets' recorded failures.
+ */
+int MKX_Reduce_scatter_tiles(MKX_Tiles tiles, void *recv, int64_t ld_recv,
+                             MKX_Stream stream);
+int MKX_Allreduce_tiles(MKX_Tiles tiles, MKX_Tiles out, MKX_Stream stream);
+
+/*
  * A closed-source GEMM on tiles: C = A x B by cuBLAS, where A is rank
  * a_rank's copy of set `a` (its rows x cols = M x K, row-major, with a
  * buffer), in chunks of chunk_rows rows (rounded up to whole data-tile

@@ -28,6 +28,15 @@ int mkx_tiles_wait_launch(const MKX_Tiles_dev *t, int q, int64_t row0, int64_t n
 int mkx_tiles_signal_launch(const MKX_Tiles_dev *t, int q, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols,
                             cudaStream_t st);
 
+/* Rows [r0, r1) of the sum over the node ranks' copies of `in`, each
+ * data tile as soon as every copy of it is complete (bounded waits,
+ * MKX_TILES_AT_KERNEL): into recv (leading dimension ld_recv, in's order;
+ * NULL: none) and, if out is not NULL, into every node rank's copy of out
+ * (same shape), signalled there.  dtype: 1 bf16, 2 fp16, 3 fp32 (the
+ * MKX_Datatype values); sums in fp32.  `ctas` persistent CTAs. */
+int mkx_tiles_reduce_launch(const MKX_Tiles_dev *in, int dtype, int64_t r0, int64_t r1, void *recv, int64_t ld_recv,
+                            const MKX_Tiles_dev *out, int ctas, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

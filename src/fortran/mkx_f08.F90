@@ -167,6 +167,7 @@ module mkx_f08
   public :: MKX_Tiles_create, MKX_Tiles_free, MKX_Tiles_begin
   public :: MKX_Tiles_wait, MKX_Tiles_signal, MKX_Tiles_get_async_error
   public :: MKX_Allgather_tiles, MKX_Tiles_gemm
+  public :: MKX_Reduce_scatter_tiles, MKX_Allreduce_tiles
 
 #include "mkx_f08_gen_spec.inc"
 
@@ -308,6 +309,21 @@ module mkx_f08
       integer(c_int64_t), value :: ld_send
       integer(c_int) :: rc
     end function c_allgather_tiles
+
+    function c_reduce_scatter_tiles(tiles, recv, ld_recv, stream) &
+        bind(C, name="MKX_Reduce_scatter_tiles") result(rc)
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: tiles, recv, stream
+      integer(c_int64_t), value :: ld_recv
+      integer(c_int) :: rc
+    end function c_reduce_scatter_tiles
+
+    function c_allreduce_tiles(tiles, out, stream) &
+        bind(C, name="MKX_Allreduce_tiles") result(rc)
+      import :: c_int, c_ptr
+      type(c_ptr), value :: tiles, out, stream
+      integer(c_int) :: rc
+    end function c_allreduce_tiles
 
     function c_tiles_gemm(a, a_rank, b, n, ldb, transb, c, ldc, ctype, &
         c_tiles, chunk_rows, stream) bind(C, name="MKX_Tiles_gemm") result(rc)
@@ -728,6 +744,28 @@ contains
     rc = c_allgather_tiles(send, ld_send, tiles%ptr, opt_ptr(stream))
     call set_ierror(rc, ierror)
   end subroutine MKX_Allgather_tiles
+
+  ! This rank's block of rows of the sum of the node ranks' copies, into recv.
+  subroutine MKX_Reduce_scatter_tiles(tiles, recv, ld_recv, stream, ierror)
+    type(MKX_Tiles), intent(in) :: tiles
+    type(c_ptr), intent(in) :: recv
+    integer(c_int64_t), intent(in) :: ld_recv
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_reduce_scatter_tiles(tiles%ptr, recv, ld_recv, opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Reduce_scatter_tiles
+
+  ! The sum of the node ranks' copies into every rank's copy of out.
+  subroutine MKX_Allreduce_tiles(tiles, out, stream, ierror)
+    type(MKX_Tiles), intent(in) :: tiles, out
+    type(c_ptr), intent(in), optional :: stream
+    integer, intent(out), optional :: ierror
+    integer(c_int) :: rc
+    rc = c_allreduce_tiles(tiles%ptr, out%ptr, opt_ptr(stream))
+    call set_ierror(rc, ierror)
+  end subroutine MKX_Allreduce_tiles
 
   ! C = A x B by cuBLAS in chunks, each after a wait for its rows of A
   ! (row-major, as in C); c_tiles may be MKX_TILES_NULL.

@@ -15,6 +15,10 @@
  *     in a second set), in fp32 on small integers so that the product is
  *     exact, against the host; then the same captured and replayed twice
  *     on new inputs;
+ *   - MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles on a stream of their
+ *     own while every rank's producer writes its partial on another: the
+ *     block of the sum, and the sum read back through the output set's
+ *     tiles, two epochs;
  *   - a tile never signalled: every rank's wait ends within the bound
  *     (MKX_ERR_TIMEOUT, or MKX_ERR_PEER once told), the set then refuses
  *     work with that code, and the communicator and other sets still work.
@@ -83,7 +87,7 @@ static void kernels_epoch(run *r) {
   block_of(rank, &r0, &r1);
   MKX(MKX_Tiles_begin(r->t, r->st));
   for (int q = 0; q < r->d.size; q++)
-    CUDA((cudaError_t)tk_produce(&r->d, r->d.comm_rank[q], r0, r1, 32, 24,
+    CUDA((cudaError_t)tk_produce(&r->d, r->d.comm_rank[q], r0, r1, 32, 24, 0,
                                  r->st));
   CUDA((cudaError_t)tk_consume(&r->d, 40, 56, r->out, r->failed, r->st));
 }
@@ -250,6 +254,69 @@ static void gather_gemm(MKX_Comm c) {
   cudaStreamDestroy(g.st);
 }
 
+/* Rank q's partial in epoch e is tk_value(e + q, ...): the sum's element. */
+static float sum_of(int e, int64_t i, int64_t j) {
+  float acc = 0;
+  for (int q = 0; q < size; q++) acc += tk_value(e + q, i, j);
+  return acc;
+}
+
+static void reductions(MKX_Comm c) {
+  run in, out;
+  run_init(&in, c, COLS);
+  run_init(&out, c, COLS);
+  cudaStream_t ps;
+  cudaEvent_t ev;
+  CUDA(cudaStreamCreateWithFlags(&ps, cudaStreamNonBlocking));
+  CUDA(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  int64_t r0, r1;
+  block_of(rank, &r0, &r1);
+  float *recv, *host = malloc(sizeof(float) * ROWS * COLS);
+  CUDA(cudaMalloc((void **)&recv, sizeof(float) * ROWS * COLS));
+  for (int e = 1; e <= 2; e++) {
+    poison(&out);
+    CUDA(cudaMemsetAsync(recv, 0xff, sizeof(float) * ROWS * COLS, out.st));
+    MKX(MKX_Tiles_begin(in.t, out.st));
+    MKX(MKX_Tiles_begin(out.t, out.st));
+    CUDA(cudaEventRecord(ev, out.st));
+    CUDA(cudaStreamWaitEvent(ps, ev, 0));
+    MKX(MKX_Reduce_scatter_tiles(in.t, recv, COLS, out.st));
+    MKX(MKX_Allreduce_tiles(in.t, out.t, out.st));
+    CUDA((cudaError_t)tk_produce(&in.d, rank, 0, ROWS, 32, 24, rank, ps));
+    CUDA((cudaError_t)tk_consume(&out.d, 40, 56, out.out, out.failed, out.st));
+    CUDA(cudaEventRecord(ev, ps));
+    CUDA(cudaStreamWaitEvent(out.st, ev, 0));
+    CUDA(cudaMemcpyAsync(host, recv, sizeof(float) * (size_t)((r1 - r0) * COLS),
+                         cudaMemcpyDeviceToHost, out.st));
+    CUDA(cudaStreamSynchronize(out.st));
+    int bad = 0;
+    for (int64_t i = r0; i < r1; i++)
+      for (int64_t j = 0; j < COLS; j++)
+        bad += host[(i - r0) * COLS + j] != sum_of(e, i, j);
+    CHECK(bad == 0, "MKX_Reduce_scatter_tiles, epoch %d: %d of %lld wrong", e,
+          bad, (long long)((r1 - r0) * COLS));
+    CUDA(cudaMemcpy(host, out.out, sizeof(float) * ROWS * COLS,
+                    cudaMemcpyDeviceToHost));
+    bad = 0;
+    for (int64_t i = 0; i < ROWS; i++)
+      for (int64_t j = 0; j < COLS; j++)
+        bad += host[i * COLS + j] != sum_of(e, i, j);
+    int failed = 0, async = -1;
+    CUDA(cudaMemcpy(&failed, out.failed, sizeof(int), cudaMemcpyDeviceToHost));
+    MKX(MKX_Tiles_get_async_error(in.t, &async));
+    CHECK(bad == 0 && !failed && async == MKX_SUCCESS,
+          "MKX_Allreduce_tiles read through out's tiles, epoch %d: %d of %d "
+          "wrong, waits failed %d, async %d",
+          e, bad, ROWS * COLS, failed, async);
+  }
+  cudaFree(recv);
+  free(host);
+  cudaEventDestroy(ev);
+  cudaStreamDestroy(ps);
+  run_free(&in);
+  run_free(&out);
+}
+
 /* Every rank waits for a tile of its copy that nobody signals. */
 static void never_signalled(MKX_Comm c) {
   run r;
@@ -322,6 +389,7 @@ int main(int argc, char **argv) {
     check_out(&p, e, "copies, MKX_Tiles_signal and MKX_Tiles_wait");
   }
   gather_gemm(c);
+  reductions(c);
   never_signalled(c);
   /* another set still works after one failed */
   poison(&p);

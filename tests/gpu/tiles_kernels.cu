@@ -6,12 +6,12 @@
 namespace {
 
 __global__ void produce(MKX_Tiles_dev t, int to, int64_t r0, int64_t r1, int kr,
-                        int kc) {
+                        int kc, int salt) {
   const int64_t row0 = r0 + (int64_t)blockIdx.y * kr,
                 col0 = (int64_t)blockIdx.x * kc;
   const int64_t nr = row0 + kr < r1 ? kr : r1 - row0,
                 nc = col0 + kc < t.cols ? kc : t.cols - col0;
-  const int e = mkx_tiles_epoch(t);
+  const int e = mkx_tiles_epoch(t) + salt;
   for (int64_t k = threadIdx.x; k < nr * nc; k += blockDim.x) {
     const int64_t r = row0 + k / nc, c = col0 + k % nc;
     *mkx_tiles_elem<float>(t, to, r, c) = tk_value(e, r, c);
@@ -40,11 +40,12 @@ int rc() { return (int)cudaGetLastError(); }
 }  // namespace
 
 extern "C" int tk_produce(const MKX_Tiles_dev *t, int to, int64_t r0,
-                          int64_t r1, int kr, int kc, cudaStream_t st) {
+                          int64_t r1, int kr, int kc, int salt,
+                          cudaStream_t st) {
   if (r1 <= r0) return 0;
   const dim3 grid((unsigned)((t->cols + kc - 1) / kc),
                   (unsigned)((r1 - r0 + kr - 1) / kr));
-  produce<<<grid, 128, 0, st>>>(*t, to, r0, r1, kr, kc);
+  produce<<<grid, 128, 0, st>>>(*t, to, r0, r1, kr, kc, salt);
   return rc();
 }
 

@@ -21,10 +21,11 @@ extern "C" {
 static inline TK_HD float tk_value(int e, int64_t row, int64_t col) {
   return (float)((e * 7 + row * 3 + col) % 2039);
 }
-/* Rows [r0, r1) of communicator rank `to`'s copy written, in kernel tiles
- * of kr x kc (the set's epoch), each signalled once written. */
+/* Rows [r0, r1) of communicator rank `to`'s copy written (values of the
+ * set's epoch plus salt), in kernel tiles of kr x kc, each signalled once
+ * written. */
 int tk_produce(const MKX_Tiles_dev *t, int to, int64_t r0, int64_t r1, int kr,
-               int kc, cudaStream_t st);
+               int kc, int salt, cudaStream_t st);
 /* This rank's copy read into out (rows x cols, dense) in kernel tiles of
  * kr x kc, each after a wait for its rectangle; *failed = 1 where a wait
  * failed. */
