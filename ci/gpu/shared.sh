@@ -4,7 +4,8 @@
 # ranks with the daemon's default percentage at 25 (the clients' own
 # shares), and in time slices; the hold check without partitions
 # (gpu_partition=none: rank 0's kernel must hold every SM); mkx_perf tp
-# --one-rank at 8192^3 on 2 and 4 ranks beside tp_pull=no.  Then runs
+# --one-rank at 8192^3 on 2 and 4 ranks beside tp_pull=no, and mkx_perf
+# tiles on 2 (tiles-results.md).  Then runs
 # passed of runs, per test, rank count and mode (shared-runs.txt).
 # MKX_GPU_CHECK_SHARED="mps pct sliced hazard perf" picks parts,
 # MKX_GPU_CHECK_SHARED_NPS the rank counts under MPS.
@@ -29,6 +30,10 @@ if part perf && [ -x ./mkx_perf ] && mps_start; then
       >>"$out/perf-tp.txt" 2>&1 ||
       { fail "mkx_perf tp --one-rank -np $np: rc=$?"; mps_stop; mps_start; }
   done
+  # data tiles against the fused calls and the serial chain, 2 ranks
+  timeout -k 5 240 mpirun --oversubscribe -np 2 ./mkx_perf tiles \
+    --out "$out/tiles-results.md" >>"$out/perf-tiles.txt" 2>&1 ||
+    { fail "mkx_perf tiles -np 2: rc=$?"; mps_stop; mps_start; }
 fi
 if part mps && mps_start; then
   for np in ${MKX_GPU_CHECK_SHARED_NPS:-2 3 4 8}; do

@@ -37,6 +37,10 @@
  *                            [--cache PATH] [--out FILE] [--plot FILE.svg]
  *     A role's CTAs pinned over a sweep, today's rule and the adaptive split (tune=adapt) of the
  *     fused tensor-parallel calls, as ratios to the best pinned count (tests/perf/perf_tune.c).
+ *
+ *   mpirun -np P mkx_perf tiles [--shape MxNxK]... [--chunk ROWS] [--reps N] [--out FILE]
+ *     Data tiles against the fused calls and the serial chain: AllGather feeding cuBLAS, and
+ *     cuBLAS's chunks feeding ReduceScatter, on one node (tests/perf/perf_tiles.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include <cublas_v2.h>
@@ -319,6 +323,7 @@ int mkx_perf_attn(int argc, char **argv); /* tests/perf/perf_attn.c */
 int mkx_perf_moe(int argc, char **argv);  /* tests/perf/perf_moe.c */
 int mkx_perf_net(int argc, char **argv);  /* tests/perf/perf_net.c */
 int mkx_perf_tune(int argc, char **argv); /* tests/perf/perf_tune.c */
+int mkx_perf_tiles(int argc, char **argv); /* tests/perf/perf_tiles.c */
 
 static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
@@ -347,6 +352,10 @@ static const subcommand kCommands[] = {
      "the network alone between virtual nodes, host buffers (under mpirun): "
      "--vnode G [--net tcp|shm] [--bytes B]... [--reps N] [--out FILE] (net "
      "--help)"},
+    {"tiles", mkx_perf_tiles,
+     "data tiles (AllGather into cuBLAS, a GEMM into ReduceScatter) against "
+     "the fused calls and the serial chain (under mpirun, one node): "
+     "[--shape MxNxK]... [--chunk ROWS] [--reps N] [--warmup N] [--out FILE]"},
     {"tune", mkx_perf_tune,
      "a role's CTAs pinned over a sweep against today's rule and tune=adapt "
      "(under mpirun): --vnode G [--net tcp|shm] [--hier proxy|gpu] [--op "
