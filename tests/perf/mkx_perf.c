@@ -318,11 +318,11 @@ typedef struct {
   const char *help;
 } subcommand;
 
-int mkx_perf_tp(int argc, char **argv);   /* tests/perf/perf_tp.c */
-int mkx_perf_attn(int argc, char **argv); /* tests/perf/perf_attn.c */
-int mkx_perf_moe(int argc, char **argv);  /* tests/perf/perf_moe.c */
-int mkx_perf_net(int argc, char **argv);  /* tests/perf/perf_net.c */
-int mkx_perf_tune(int argc, char **argv); /* tests/perf/perf_tune.c */
+int mkx_perf_tp(int argc, char **argv);    /* tests/perf/perf_tp.c */
+int mkx_perf_attn(int argc, char **argv);  /* tests/perf/perf_attn.c */
+int mkx_perf_moe(int argc, char **argv);   /* tests/perf/perf_moe.c */
+int mkx_perf_net(int argc, char **argv);   /* tests/perf/perf_net.c */
+int mkx_perf_tune(int argc, char **argv);  /* tests/perf/perf_tune.c */
 int mkx_perf_tiles(int argc, char **argv); /* tests/perf/perf_tiles.c */
 
 static const subcommand kCommands[] = {
