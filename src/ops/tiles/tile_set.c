@@ -286,22 +286,16 @@ int mkx_tile_set_begin(MKX_Tiles t, MKX_Stream st) {
                   "MKX_Tiles_begin");
 }
 
-int mkx_tile_set_wait(MKX_Tiles t, int q, int64_t row0, int64_t nrows,
-                      int64_t col0, int64_t ncols, MKX_Stream st) {
+int mkx_tile_set_rect(MKX_Tiles t, int signal, int q, int64_t row0,
+                      int64_t nrows, int64_t col0, int64_t ncols,
+                      MKX_Stream st) {
   MKX_TRY(mkx_device_set(t->comm->device));
-  return launched(t,
-                  mkx_tiles_wait_launch(&t->dev, q, row0, nrows, col0, ncols,
-                                        (cudaStream_t)st),
-                  "MKX_Tiles_wait");
-}
-
-int mkx_tile_set_signal(MKX_Tiles t, int q, int64_t row0, int64_t nrows,
-                        int64_t col0, int64_t ncols, MKX_Stream st) {
-  MKX_TRY(mkx_device_set(t->comm->device));
-  return launched(t,
-                  mkx_tiles_signal_launch(&t->dev, q, row0, nrows, col0, ncols,
-                                          (cudaStream_t)st),
-                  "MKX_Tiles_signal");
+  cudaStream_t s = (cudaStream_t)st;
+  return launched(
+      t,
+      signal ? mkx_tiles_signal_launch(&t->dev, q, row0, nrows, col0, ncols, s)
+             : mkx_tiles_wait_launch(&t->dev, q, row0, nrows, col0, ncols, s),
+      signal ? "MKX_Tiles_signal" : "MKX_Tiles_wait");
 }
 
 #else
@@ -341,14 +335,11 @@ int mkx_tile_set_begin(MKX_Tiles t, MKX_Stream st) {
   (void)t, (void)st;
   return MKX_ERR_INTERNAL;
 }
-int mkx_tile_set_wait(MKX_Tiles t, int q, int64_t row0, int64_t nrows,
-                      int64_t col0, int64_t ncols, MKX_Stream st) {
-  (void)t, (void)q, (void)row0, (void)nrows, (void)col0, (void)ncols, (void)st;
-  return MKX_ERR_INTERNAL;
-}
-int mkx_tile_set_signal(MKX_Tiles t, int q, int64_t row0, int64_t nrows,
-                        int64_t col0, int64_t ncols, MKX_Stream st) {
-  (void)t, (void)q, (void)row0, (void)nrows, (void)col0, (void)ncols, (void)st;
+int mkx_tile_set_rect(MKX_Tiles t, int signal, int q, int64_t row0,
+                      int64_t nrows, int64_t col0, int64_t ncols,
+                      MKX_Stream st) {
+  (void)t, (void)signal, (void)q, (void)row0, (void)nrows, (void)col0;
+  (void)ncols, (void)st;
   return MKX_ERR_INTERNAL;
 }
 #endif

@@ -64,9 +64,9 @@ int mkx_tile_set_node_rank(MKX_Tiles t, const char *fn, int rank, int *q);
 void mkx_tile_set_dims(MKX_Tiles t, int64_t *rows, int64_t *cols);
 void mkx_tile_set_dev(MKX_Tiles t, MKX_Tiles_dev *dev);
 int mkx_tile_set_begin(MKX_Tiles t, MKX_Stream st);
-int mkx_tile_set_wait(MKX_Tiles t, int q, int64_t row0, int64_t nrows,
-                      int64_t col0, int64_t ncols, MKX_Stream st);
-int mkx_tile_set_signal(MKX_Tiles t, int q, int64_t row0, int64_t nrows,
-                        int64_t col0, int64_t ncols, MKX_Stream st);
+/* st waits for (signal 0) or signals (1) the rectangle of node rank q. */
+int mkx_tile_set_rect(MKX_Tiles t, int signal, int q, int64_t row0,
+                      int64_t nrows, int64_t col0, int64_t ncols,
+                      MKX_Stream st);
 
 #endif

@@ -163,22 +163,24 @@ static int check_rect(MKX_Tiles t, const char *fn, int rank, int64_t row0,
   return MKX_SUCCESS;
 }
 
+static int rect_call(MKX_Tiles t, int signal, int rank, int64_t row0,
+                     int64_t nrows, int64_t col0, int64_t ncols,
+                     MKX_Stream stream) {
+  const char *fn = signal ? "MKX_Tiles_signal" : "MKX_Tiles_wait";
+  int q;
+  mkx_error_clear();
+  MKX_TRY(check_rect(t, fn, rank, row0, nrows, col0, ncols, &q));
+  return mkx_tile_set_rect(t, signal, q, row0, nrows, col0, ncols, stream);
+}
+
 int MKX_Tiles_wait(MKX_Tiles tiles, int rank, int64_t row0, int64_t nrows,
                    int64_t col0, int64_t ncols, MKX_Stream stream) {
-  mkx_error_clear();
-  int q;
-  MKX_TRY(
-      check_rect(tiles, "MKX_Tiles_wait", rank, row0, nrows, col0, ncols, &q));
-  return mkx_tile_set_wait(tiles, q, row0, nrows, col0, ncols, stream);
+  return rect_call(tiles, 0, rank, row0, nrows, col0, ncols, stream);
 }
 
 int MKX_Tiles_signal(MKX_Tiles tiles, int rank, int64_t row0, int64_t nrows,
                      int64_t col0, int64_t ncols, MKX_Stream stream) {
-  mkx_error_clear();
-  int q;
-  MKX_TRY(check_rect(tiles, "MKX_Tiles_signal", rank, row0, nrows, col0, ncols,
-                     &q));
-  return mkx_tile_set_signal(tiles, q, row0, nrows, col0, ncols, stream);
+  return rect_call(tiles, 1, rank, row0, nrows, col0, ncols, stream);
 }
 
 int MKX_Tiles_device(MKX_Tiles tiles, MKX_Tiles_dev *dev) {
