@@ -23,6 +23,7 @@
 #define MKX_TILES_CUH
 
 #include <stdint.h>
+#include "mkx_tile_map.h"
 #include "mkx_tiles_dev.h"
 
 namespace mkx_tiles_detail {
@@ -75,26 +76,31 @@ __device__ __forceinline__ int node_rank(const MKX_Tiles_dev &t, int r) {
     if (t.comm_rank[i] == r) return i;
   return -1;
 }
-__host__ __device__ __forceinline__ int64_t span_len(int64_t lo, int64_t hi,
-                                                     int64_t a, int64_t b) {
-  const int64_t l = lo > a ? lo : a, h = hi < b ? hi : b;
-  return h > l ? h - l : 0;
-}
 /* Elements of data tile (i, j), and of its part inside a rectangle. */
 __host__ __device__ __forceinline__ uint64_t tile_elems(const MKX_Tiles_dev &t,
                                                         int64_t i, int64_t j) {
-  return (uint64_t)span_len(i * t.tile_rows, (i + 1) * t.tile_rows, 0, t.rows) *
-         (uint64_t)span_len(j * t.tile_cols, (j + 1) * t.tile_cols, 0, t.cols);
+  return (uint64_t)mkx_tile_overlap(0, t.rows, t.tile_rows, i) *
+         (uint64_t)mkx_tile_overlap(0, t.cols, t.tile_cols, j);
 }
 __host__ __device__ __forceinline__ uint64_t part_elems(const MKX_Tiles_dev &t,
                                                         int64_t i, int64_t j,
                                                         int64_t r0, int64_t nr,
                                                         int64_t c0,
                                                         int64_t nc) {
-  return (uint64_t)span_len(i * t.tile_rows, (i + 1) * t.tile_rows, r0,
-                            r0 + nr < t.rows ? r0 + nr : t.rows) *
-         (uint64_t)span_len(j * t.tile_cols, (j + 1) * t.tile_cols, c0,
-                            c0 + nc < t.cols ? c0 + nc : t.cols);
+  return (uint64_t)mkx_tile_overlap(r0, r0 + nr, t.tile_rows, i) *
+         (uint64_t)mkx_tile_overlap(c0, c0 + nc, t.tile_cols, j);
+}
+/* The data tiles [*i0, *i1) x [*j0, *j1) a rectangle (checked) touches. */
+__host__ __device__ __forceinline__ void rect_tiles(const MKX_Tiles_dev &t,
+                                                    int64_t r0, int64_t nr,
+                                                    int64_t c0, int64_t nc,
+                                                    int64_t *i0, int64_t *i1,
+                                                    int64_t *j0, int64_t *j1) {
+  int64_t ni, nj;
+  mkx_tile_span(r0, r0 + nr, t.tile_rows, i0, &ni);
+  mkx_tile_span(c0, c0 + nc, t.tile_cols, j0, &nj);
+  *i1 = *i0 + ni;
+  *j1 = *j0 + nj;
 }
 __host__ __device__ __forceinline__ bool rect_ok(const MKX_Tiles_dev &t,
                                                  int64_t r0, int64_t nr,
@@ -162,12 +168,14 @@ __device__ __forceinline__ bool wait_for(const MKX_Tiles_dev &t, Ready ready,
   }
 }
 
-/* Data tiles [i0, i1) x [j0, j1) of node rank q complete in this epoch;
- * this thread takes every `step`-th tile from `first`. */
+/* The data tiles the rectangle (checked) touches on node rank q complete
+ * in this epoch; this thread takes every `step`-th tile from `first`. */
 __device__ __forceinline__ bool wait_tiles(const MKX_Tiles_dev &t, int q,
-                                           int64_t i0, int64_t i1, int64_t j0,
-                                           int64_t j1, int where, int first,
+                                           int64_t r0, int64_t nr, int64_t c0,
+                                           int64_t nc, int where, int first,
                                            int step) {
+  int64_t i0, i1, j0, j1;
+  rect_tiles(t, r0, nr, c0, nc, &i0, &i1, &j0, &j1);
   const uint64_t e = (uint64_t)(unsigned)epoch(t);
   const int64_t nj = j1 - j0, n = (i1 - i0) * nj;
   for (int64_t k = first; k < n; k += step) {
@@ -199,10 +207,8 @@ __device__ __forceinline__ bool mkx_tiles_wait(const MKX_Tiles_dev &t, int rank,
   namespace d = mkx_tiles_detail;
   const int q = d::node_rank(t, rank);
   if (q < 0 || !d::rect_ok(t, row0, nrows, col0, ncols)) return false;
-  return d::wait_tiles(t, q, row0 / t.tile_rows,
-                       (row0 + nrows - 1) / t.tile_rows + 1, col0 / t.tile_cols,
-                       (col0 + ncols - 1) / t.tile_cols + 1,
-                       MKX_TILES_AT_KERNEL, 0, 1);
+  return d::wait_tiles(t, q, row0, nrows, col0, ncols, MKX_TILES_AT_KERNEL, 0,
+                       1);
 }
 
 /* Thread: the rectangle of rank `rank`'s copy is written: everything this
@@ -216,9 +222,11 @@ __device__ __forceinline__ void mkx_tiles_signal(const MKX_Tiles_dev &t,
   namespace d = mkx_tiles_detail;
   const int q = d::node_rank(t, rank);
   if (q < 0 || !d::rect_ok(t, row0, nrows, col0, ncols)) return;
+  int64_t i0, i1, j0, j1;
+  d::rect_tiles(t, row0, nrows, col0, ncols, &i0, &i1, &j0, &j1);
   __threadfence_system();
-  for (int64_t i = row0 / t.tile_rows; i * t.tile_rows < row0 + nrows; ++i)
-    for (int64_t j = col0 / t.tile_cols; j * t.tile_cols < col0 + ncols; ++j)
+  for (int64_t i = i0; i < i1; ++i)
+    for (int64_t j = j0; j < j1; ++j)
       d::red_release_add_u64(d::sem(t, q, i, j),
                              d::part_elems(t, i, j, row0, nrows, col0, ncols));
 }
@@ -237,10 +245,8 @@ __device__ __forceinline__ bool mkx_tiles_block_wait(const MKX_Tiles_dev &t,
   const int me = (int)(threadIdx.x +
                        blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
   if (ok)
-    ok = d::wait_tiles(t, q, row0 / t.tile_rows,
-                       (row0 + nrows - 1) / t.tile_rows + 1, col0 / t.tile_cols,
-                       (col0 + ncols - 1) / t.tile_cols + 1,
-                       MKX_TILES_AT_KERNEL, me, threads);
+    ok = d::wait_tiles(t, q, row0, nrows, col0, ncols, MKX_TILES_AT_KERNEL, me,
+                       threads);
   return !__syncthreads_or(!ok);
 }
 

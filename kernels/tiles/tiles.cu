@@ -32,8 +32,8 @@ __global__ void tiles_begin_kernel(MKX_Tiles_dev t) {
   }
 }
 
-__global__ void tiles_wait_kernel(MKX_Tiles_dev t, int q, int64_t i0, int64_t i1, int64_t j0, int64_t j1) {
-  d::wait_tiles(t, q, i0, i1, j0, j1, MKX_TILES_AT_STREAM, threadIdx.x, blockDim.x);
+__global__ void tiles_wait_kernel(MKX_Tiles_dev t, int q, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols) {
+  d::wait_tiles(t, q, row0, nrows, col0, ncols, MKX_TILES_AT_STREAM, threadIdx.x, blockDim.x);
 }
 
 __global__ void tiles_signal_kernel(MKX_Tiles_dev t, int rank, int64_t row0, int64_t nrows, int64_t col0,
@@ -61,8 +61,7 @@ extern "C" int mkx_tiles_begin_launch(const MKX_Tiles_dev *t, cudaStream_t st) {
 extern "C" int mkx_tiles_wait_launch(const MKX_Tiles_dev *t, int q, int64_t row0, int64_t nrows, int64_t col0,
                                      int64_t ncols, cudaStream_t st) {
   if (bad(t, q) || !d::rect_ok(*t, row0, nrows, col0, ncols)) return (int)cudaErrorInvalidValue;
-  tiles_wait_kernel<<<1, 32, 0, st>>>(*t, q, row0 / t->tile_rows, (row0 + nrows - 1) / t->tile_rows + 1,
-                                      col0 / t->tile_cols, (col0 + ncols - 1) / t->tile_cols + 1);
+  tiles_wait_kernel<<<1, 32, 0, st>>>(*t, q, row0, nrows, col0, ncols);
   return last_error();
 }
 

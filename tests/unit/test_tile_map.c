@@ -1,5 +1,5 @@
 /*
- * Kernel tiles over data tiles (kernels/common/tile_map.h), against a
+ * Kernel tiles over data tiles (include/mkx_tile_map.h), against a
  * count element by element, on 2000 seeded random dimensions (n, data
  * tile d, kernel tile k, most of them dividing neither each other nor n)
  * and on the plain cases (equal tiles, one a multiple of the other, a
@@ -8,6 +8,10 @@
  *    in, and every data tile's target is the number of kernel tiles whose
  *    span holds it;
  *  - the spans' extents add up to the targets' sum;
+ *  - the elements each kernel tile puts in each data tile
+ *    (mkx_tile_overlap, what a tile set's signals count) add up to the
+ *    kernel tile's length, and over the kernel tiles to each data tile's
+ *    own elements;
  *  - irregular tilings (random cut points: kernel tiles of their own
  *    lengths, some of one element) through mkx_tile_span: the same;
  *  - in two dimensions, the product rule: the target of a data tile is
@@ -17,7 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "../common/check.h"
-#include "common/tile_map.h"
+#include "mkx_tile_map.h"
 
 static uint64_t seed = 0x9e3779b97f4a7c15ull;
 
@@ -56,7 +60,8 @@ static void irregular(tiling *t, int64_t n) {
 static int check_dim(const tiling *t, int64_t d, int64_t k) {
   const int64_t nd = mkx_tile_count(t->n, d);
   int64_t *count = calloc((size_t)nd, sizeof *count), sum_ext = 0, sum_t = 0;
-  int ok = count != NULL;
+  int64_t *elems = calloc((size_t)nd, sizeof *elems);
+  int ok = count != NULL && elems != NULL;
   for (int64_t i = 0; ok && i < t->nk; i++) {
     int64_t first, extent;
     mkx_tile_span(t->cut[i], t->cut[i + 1], d, &first, &extent);
@@ -70,14 +75,31 @@ static int check_dim(const tiling *t, int64_t d, int64_t k) {
     ok &= first == t->cut[i] / d &&
           first + extent - 1 == (t->cut[i + 1] - 1) / d && extent >= 1;
     for (int64_t j = first; ok && j < first + extent; j++) count[j]++;
+    /* the elements signalled into each tile (mkx_tile_overlap): the
+     * kernel tile's length in all, none outside its span */
+    int64_t in = 0;
+    for (int64_t j = first; ok && j < first + extent; j++) {
+      const int64_t o = mkx_tile_overlap(t->cut[i], t->cut[i + 1], d, j);
+      ok &= o >= 1;
+      elems[j] += o;
+      in += o;
+    }
+    ok &= in == t->cut[i + 1] - t->cut[i];
+    ok &= mkx_tile_overlap(t->cut[i], t->cut[i + 1], d, first - 1) == 0 &&
+          mkx_tile_overlap(t->cut[i], t->cut[i + 1], d, first + extent) == 0;
     sum_ext += extent;
   }
+  /* every data tile completed by exactly its own elements */
+  for (int64_t j = 0; ok && j < nd; j++)
+    ok &= elems[j] == mkx_tile_overlap(0, t->n, d, j) &&
+          elems[j] == (t->n - j * d < d ? t->n - j * d : d);
   for (int64_t j = 0; ok && j < nd; j++) {
     if (k > 0) ok &= mkx_tile_target(t->n, k, d, j) == count[j];
     ok &= count[j] >= 1;
     sum_t += count[j];
   }
   free(count);
+  free(elems);
   return ok && sum_ext == sum_t;
 }
 
