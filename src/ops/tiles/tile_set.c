@@ -107,8 +107,9 @@ static void fill_dev(MKX_Comm c, const mkx_tile_set_shape *s, MKX_Tiles t) {
   d->timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000u;
 }
 
-/* This rank's area zeroed, its error record made (local steps). */
-static int make_local(MKX_Tiles t, size_t bytes) {
+/* This rank's area zeroed, its error record and (with buffers) the
+ * AllGather's streams made (local steps). */
+static int make_local(MKX_Tiles t, size_t bytes, int has_buf) {
   const char *fn = "MKX_Tiles_create";
   MKX_TRY(mkx_cuda_rc(cudaMemset(t->area, 0, bytes), fn, "cudaMemset"));
   MKX_TRY(mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize"));
@@ -117,7 +118,9 @@ static int make_local(MKX_Tiles t, size_t bytes) {
                     cudaHostAllocMapped),
       fn, "cudaHostAlloc"));
   memset(t->err_host, 0, MKX_TILES_ERR_WORDS * sizeof(int));
-  MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, fn));
+  /* MKX_Allgather_tiles's streams, one per destination */
+  if (has_buf)
+    MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, fn));
   return mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&t->dev.err, t->err_host, 0), fn,
       "cudaHostGetDevicePointer");
@@ -148,7 +151,8 @@ int mkx_tile_set_make(MKX_Comm c, void *buf, const mkx_tile_set_shape *s,
   }
   /* zeroed on every rank before any maps it: the registration below is
    * an exchange every rank enters after its own zeroing */
-  rc = mkx_comm_agree_rc(c, make_local(t, bytes), "MKX_Tiles_create: area");
+  rc = mkx_comm_agree_rc(c, make_local(t, bytes, buf != NULL),
+                         "MKX_Tiles_create: area");
   if (rc == MKX_SUCCESS)
     rc = mkx_symm_register(c, t->area, bytes, &t->area_map);
   if (rc == MKX_SUCCESS && buf)
