@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
                          NULL, 256, st));
   }
   CHECK(MKX_Allgather_gemm(a, m, k, k, b, n, n, MKX_NO_TRANS, c_fused, n, NULL,
-                           0, MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, comm, st));
+                           k, MKX_BF16, MKX_FP32, MKX_ROW_MAJOR, comm, st));
   CUDA(cudaStreamSynchronize(st));
   int async = MKX_SUCCESS;
   CHECK(MKX_Tiles_get_async_error(at, &async));

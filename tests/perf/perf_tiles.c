@@ -162,7 +162,8 @@ static FILE *open_table(const perf_env *e, const tiles_opts *o) {
            "calls with the GEMM in one chunk, after the AllGather or before "
            "the ReduceScatter.\n\n"
            "| call | M | N | K | fused | tiles | serial | tiles/fused | "
-           "tiles/serial |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+           "tiles/serial | fused path |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
            o->reps, (long long)o->chunk);
   return perf_table_open(head, o->outname);
 }
@@ -185,15 +186,15 @@ int mkx_perf_tiles(int argc, char **argv) {
         tiles_ctx x;
         ctx_make(&e, op, o.shapes[s], o.chunk, &x);
         perf_call_fn f = op == OP_AG ? call_ag : call_rs;
-        char paths[256];
+        char paths[256], scratch[256];
         const float fused = perf_time_calls(&e, o.warmup, o.reps, call_fused,
                                             &x, paths, sizeof paths);
         x.serial = 0;
-        const float tiles =
-            perf_time_calls(&e, o.warmup, o.reps, f, &x, NULL, 0);
+        const float tiles = perf_time_calls(&e, o.warmup, o.reps, f, &x,
+                                            scratch, sizeof scratch);
         x.serial = 1;
-        const float serial =
-            perf_time_calls(&e, o.warmup, o.reps, f, &x, NULL, 0);
+        const float serial = perf_time_calls(&e, o.warmup, o.reps, f, &x,
+                                             scratch, sizeof scratch);
         int async = MKX_SUCCESS;
         AM(MKX_Tiles_get_async_error(x.a, &async));
         AM(async);
@@ -201,10 +202,10 @@ int mkx_perf_tiles(int argc, char **argv) {
           char line[512];
           snprintf(line, sizeof line,
                    "| %s | %lld | %lld | %lld | %.3f | %.3f | %.3f | %.3f | "
-                   "%.3f |\n",
+                   "%.3f | %s |\n",
                    op == OP_AG ? "allgather_gemm" : "gemm_rs", (long long)x.M,
                    (long long)x.N, (long long)x.K, fused, tiles, serial,
-                   tiles / fused, tiles / serial);
+                   tiles / fused, tiles / serial, paths);
           fputs(line, stdout);
           fflush(stdout);
           if (out) fputs(line, out), fflush(out);
