@@ -29,6 +29,58 @@ static uint16_t encode_small(double d, int ebits, int mbits) {
                     (ri - (1u << mbits)));
 }
 
+/* An fp8 code of `ebits` exponent and `mbits` mantissa bits; has_inf:
+ * the all-ones exponent holds infinities and NaNs (E5M2), else only the
+ * all-ones code is NaN (E4M3). */
+static double decode_fp8(uint8_t c, int ebits, int mbits, int has_inf) {
+  const int bias = (1 << (ebits - 1)) - 1, emax = (1 << ebits) - 1;
+  const int e = (c >> mbits) & emax, m = c & ((1 << mbits) - 1);
+  double v;
+  if (has_inf && e == emax)
+    v = m ? NAN : INFINITY;
+  else if (!has_inf && e == emax && m == (1 << mbits) - 1)
+    v = NAN;
+  else if (e == 0)
+    v = ldexp((double)m, 1 - bias - mbits);
+  else
+    v = ldexp((double)(m | 1 << mbits), e - bias - mbits);
+  return (c & 0x80) ? -v : v;
+}
+
+/* Rounded once (ties to even) to the format, saturating at the largest
+ * finite code max_code; NaN to nan_code. */
+static uint8_t encode_fp8(double d, int ebits, int mbits, uint8_t max_code,
+                          uint8_t nan_code, int has_inf) {
+  const uint8_t sign = signbit(d) ? 0x80 : 0;
+  if (isnan(d)) return (uint8_t)(sign | nan_code);
+  const double a = fabs(d);
+  if (a >= decode_fp8(max_code, ebits, mbits, has_inf))
+    return (uint8_t)(sign | max_code);
+  if (a == 0.0) return sign;
+  const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias;
+  int ex;
+  (void)frexp(a, &ex);
+  int e = ex - 1 < emin ? emin : ex - 1; /* subnormals share emin's quantum */
+  double r = nearbyint(ldexp(a, mbits - e));
+  if (r >= ldexp(1.0, mbits + 1)) { /* rounded up into the next binade */
+    e++;
+    r = ldexp(r, -1);
+  }
+  const unsigned ri = (unsigned)r;
+  if (ri < (1u << mbits)) return (uint8_t)(sign | ri); /* subnormal */
+  const unsigned mag = (unsigned)(e + bias) << mbits | (ri - (1u << mbits));
+  return (uint8_t)(sign | (mag > max_code ? max_code : mag));
+}
+
+double mkx_fp8_e4m3_to_double(uint8_t c) { return decode_fp8(c, 4, 3, 0); }
+double mkx_fp8_e5m2_to_double(uint8_t c) { return decode_fp8(c, 5, 2, 1); }
+uint8_t mkx_double_to_fp8_e4m3(double d) {
+  return encode_fp8(d, 4, 3, 0x7e, 0x7f, 0);
+}
+uint8_t mkx_double_to_fp8_e5m2(double d) {
+  return encode_fp8(d, 5, 2, 0x7b, 0x7e, 1);
+}
+
 float mkx_bf16_to_float(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;

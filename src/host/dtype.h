@@ -17,6 +17,18 @@ uint16_t mkx_float_to_fp16(float f);
 uint16_t mkx_double_to_bf16(double d);
 uint16_t mkx_double_to_fp16(double d);
 
+/* The two 8-bit formats of the OCP FP8 specification, as Hopper's
+ * tensor cores take them: E4M3 (bias 7, no infinity, S.1111.111 the only
+ * NaN, largest 448) and E5M2 (bias 15, IEEE-like infinities and NaNs,
+ * largest 57344), subnormals included.  Decoding is exact; encoding
+ * rounds once to nearest, ties to even, and saturates to the largest
+ * finite value (CUDA's satfinite conversions), infinities included; NaN
+ * stays NaN. */
+double mkx_fp8_e4m3_to_double(uint8_t c);
+double mkx_fp8_e5m2_to_double(uint8_t c);
+uint8_t mkx_double_to_fp8_e4m3(double d);
+uint8_t mkx_double_to_fp8_e5m2(double d);
+
 /* MKX_FP64 for MKX_FP64 data, MKX_FP32 for every other type. */
 MKX_Datatype mkx_work_type(MKX_Datatype t);
 
