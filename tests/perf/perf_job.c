@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 #include "core/device.h"
+#include "gemm_engine.h"
 #include "ops/path.h"
 #include "perf_util.h"
 
@@ -223,3 +224,46 @@ const char perf_graph_legend[] =
     "MKX / graph: the call's ms over the replay's (above 1: what a graph "
     "saves of launches and host work; - where the path may not be "
     "captured).";
+
+void perf_bounds_measure(const perf_env *e, perf_bounds *b) {
+  int clock_khz = 0, bus_bits = 0;
+  AK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, e->dev));
+  AK(cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth,
+                            e->dev));
+  /* double data rate */
+  b->hbm_bytes_s = 2.0 * clock_khz * 1e3 * (bus_bits / 8.0);
+  b->engine_tflops = 0;
+  if (e->rank == 0) {
+    const int64_t n = 8192;
+    const size_t bytes = (size_t)(n * n) * 2;
+    void *a = NULL, *bm = NULL, *c = NULL;
+    AK(cudaMalloc(&a, bytes));
+    AK(cudaMalloc(&bm, bytes));
+    AK(cudaMalloc(&c, bytes));
+    perf_fill_bf16(a, (size_t)(n * n), 1, e->st);
+    perf_fill_bf16(bm, (size_t)(n * n), 2, e->st);
+    mkx_gemm_desc d;
+    memset(&d, 0, sizeof d);
+    d.m = d.n = d.k = n;
+    d.a = a, d.lda = n, d.b = bm, d.ldb = n, d.b_kmajor = 1;
+    d.c = c, d.ldc = n;
+    d.ab_type = d.c_type = MKX_GEMM_BF16;
+    float t[10];
+    for (int i = 0; i < 13; i++) {
+      AK(cudaEventRecord(e->e0, e->st));
+      const int rc = mkx_gemm_run(&d, e->st);
+      if (rc) {
+        fprintf(stderr, "%s: the engine's reference GEMM: %d\n", perf_cmd, rc);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+      }
+      AK(cudaEventRecord(e->e1, e->st));
+      AK(cudaEventSynchronize(e->e1));
+      if (i >= 3) AK(cudaEventElapsedTime(&t[i - 3], e->e0, e->e1));
+    }
+    b->engine_tflops = 2.0 * n * n * n / (perf_median(t, 10) * 1e-3) / 1e12;
+    AK(cudaFree(a));
+    AK(cudaFree(bm));
+    AK(cudaFree(c));
+  }
+  AI(MPI_Bcast(&b->engine_tflops, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD));
+}

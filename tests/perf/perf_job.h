@@ -66,6 +66,16 @@ typedef struct perf_env {
 int perf_env_init(perf_env *e, const char *cmd);
 void perf_env_fini(perf_env *e);
 
+/* The physical bounds a figure is measured against: this GPU's HBM
+ * bandwidth from its memory clock and bus width (bytes/s), and the MKX
+ * GEMM engine's sustained rate, timed here on rank 0's GPU (bf16 8192^3,
+ * median of 10 after 3 warm-ups) while the other ranks wait, and shared
+ * (TFLOP/s).  Collective. */
+typedef struct perf_bounds {
+  double hbm_bytes_s, engine_tflops;
+} perf_bounds;
+void perf_bounds_measure(const perf_env *e, perf_bounds *b);
+
 /* Appended to s: the MKX_* variables set ("none" if none). */
 void perf_mkx_environment(char *s, size_t len);
 /* Appended to s: the section title "### <cmd>, <date UTC>, N rank(s) on

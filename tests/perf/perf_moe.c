@@ -13,6 +13,11 @@
  * (the call's time over the replay's; "-" where the path may not be
  * captured: the MoE calls only with MKX_MOE_SYNC=no).
  *
+ * Each call's time also against its physical bound: the rank's experts
+ * that receive rows, their weights read once at the GPU's HBM bandwidth,
+ * or the GEMMs at the MKX engine's rate timed in the same run, whichever
+ * is longer ("bound ms", and "at bound" = bound / time).
+ *
  * --skew: every token's first expert is expert 0, the others uniformly
  * random (expert 0 then takes 1/K of the rows, the most one expert can with
  * distinct experts per token), for the skewed against uniform time.
@@ -122,6 +127,7 @@ typedef struct baseline {
 
 typedef struct result {
   double ms[OP_COUNT], tflops[OP_COUNT]; /* slowest rank's medians */
+  double bound_ms[OP_COUNT]; /* the physical bound (bound_of), slowest rank */
   double graph_ms[OP_COUNT]; /* --graph: the replay's, -1: not captured */
   char path[OP_COUNT][160];  /* the paths the timed calls took (rank 0) */
 } result;
@@ -344,6 +350,11 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     num(line, sizeof line, r->ms[op]);
     num(line, sizeof line, r->tflops[op]);
   }
+  for (int op = 0; op < OP_COUNT; op++) {
+    num(line, sizeof line, r->bound_ms[op]);
+    perf_cat(line, sizeof line, " %.0f%% |",
+             100.0 * r->bound_ms[op] / r->ms[op]);
+  }
   if (versus_on(e, o)) versus_cells(bl, sh, r, line, sizeof line);
   for (int op = 0; o->graph && op < OP_COUNT; op++)
     perf_graph_cells(line, sizeof line, r->ms[op], r->graph_ms[op]);
@@ -357,7 +368,8 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
   if (out) fputs(line, out), fflush(out);
 }
 
-static void table_method(const env *e, const opts *o, char *s, size_t len) {
+static void table_method(const env *e, const opts *o, const perf_bounds *pb,
+                         char *s, size_t len) {
   char envs[1024] = "";
   perf_mkx_environment(envs, sizeof envs);
   perf_cat(
@@ -378,6 +390,13 @@ static void table_method(const env *e, const opts *o, char *s, size_t len) {
               : "uniformly random",
       o->reps, o->warmup,
       e->size > 1 ? " (the average a rank's experts receive)" : "");
+  perf_cat(s, len,
+           "  Bound: the larger of reading the weights of the rank's experts "
+           "that receive rows once at the GPU's HBM bandwidth (%.2f TB/s, "
+           "from its memory clock and bus width; layer W1 and W2, dispatch "
+           "W1) and the GEMMs' FLOPs at the MKX GEMM engine's rate timed in "
+           "this run (%.0f TFLOP/s, bf16 8192^3); at bound: bound / time.",
+           pb->hbm_bytes_s / 1e12, pb->engine_tflops);
   if (o->graph) perf_cat(s, len, "  %s", perf_graph_legend);
   if (versus_on(e, o))
     perf_cat(
@@ -395,7 +414,8 @@ static void table_method(const env *e, const opts *o, char *s, size_t len) {
 static void table_heads(const env *e, const opts *o, char *s, size_t len) {
   perf_cat(s, len,
            "\n\n| shape T,H,E,K,F | MKX layer ms | MKX layer TFLOP/s "
-           "| MKX dispatch ms | MKX dispatch TFLOP/s |");
+           "| MKX dispatch ms | MKX dispatch TFLOP/s | layer bound ms "
+           "| layer at bound | dispatch bound ms | dispatch at bound |");
   if (versus_on(e, o))
     perf_cat(s, len,
              " PyTorch chain ms | its two GEMMs ms | chain / MKX layer "
@@ -404,7 +424,8 @@ static void table_heads(const env *e, const opts *o, char *s, size_t len) {
     perf_cat(s, len,
              " layer graph ms | layer MKX / graph | dispatch graph ms "
              "| dispatch MKX / graph |");
-  perf_cat(s, len, " MKX path |\n|---|---:|---:|---:|---:|");
+  perf_cat(s, len,
+           " MKX path |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|");
   if (versus_on(e, o)) perf_cat(s, len, "---:|---:|---:|---:|---:|");
   if (o->graph) perf_cat(s, len, "---:|---:|---:|---:|");
   perf_cat(s, len, "---|\n");
@@ -412,10 +433,10 @@ static void table_heads(const env *e, const opts *o, char *s, size_t len) {
 
 /* Rank 0: the section's title, method, legend and column heads, on stdout
  * and appended to --out (returned, or NULL). */
-static FILE *open_table(const env *e, const opts *o) {
+static FILE *open_table(const env *e, const opts *o, const perf_bounds *pb) {
   char head[4096] = "";
   perf_table_title(e, head, sizeof head);
-  table_method(e, o, head, sizeof head);
+  table_method(e, o, pb, head, sizeof head);
   table_heads(e, o, head, sizeof head);
   return perf_table_open(head, o->outname);
 }
@@ -463,7 +484,7 @@ static void make_routing(const shape *sh, uint64_t seed, int skew, int32_t *ids,
 }
 
 static void routing_upload(const env *e, const shape *sh, uint64_t seed,
-                           int skew, bufs *b) {
+                           int skew, bufs *b, int *used) {
   size_t n = (size_t)(sh->t * sh->k);
   int32_t *ids = malloc(n * sizeof *ids), *perm = malloc((size_t)sh->e * 4);
   float *wts = malloc(n * sizeof *wts);
@@ -472,6 +493,7 @@ static void routing_upload(const env *e, const shape *sh, uint64_t seed,
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   make_routing(sh, seed, skew, ids, wts, perm);
+  for (size_t i = 0; i < n; i++) used[ids[i]] = 1;
   AK(cudaMalloc((void **)&b->ids, n * sizeof *ids));
   AK(cudaMalloc((void **)&b->wts, n * sizeof *wts));
   AK(cudaMemcpyAsync(b->ids, ids, n * sizeof *ids, cudaMemcpyHostToDevice,
@@ -484,7 +506,8 @@ static void routing_upload(const env *e, const shape *sh, uint64_t seed,
   free(wts);
 }
 
-static void bufs_alloc(const env *e, const shape *sh, int skew, bufs *b) {
+static void bufs_alloc(const env *e, const shape *sh, int skew, bufs *b,
+                       int *used) {
   size_t el = (size_t)(sh->e / e->size);
   size_t nx = (size_t)(sh->t * sh->h), nw1 = el * (size_t)(sh->h * 2 * sh->f),
          nw2 = el * (size_t)(sh->f * sh->h);
@@ -500,7 +523,24 @@ static void bufs_alloc(const env *e, const shape *sh, int skew, bufs *b) {
   perf_fill_bf16(b->x, nx, seed + 1, e->st);
   perf_fill_bf16(b->w1, nw1, seed + 2, e->st);
   perf_fill_bf16(b->w2, nw2, seed + 3, e->st);
-  routing_upload(e, sh, seed + 4, skew, b);
+  routing_upload(e, sh, seed + 4, skew, b, used);
+}
+
+/* The physical bound of op on this rank (ms): its experts that receive
+ * rows from any rank (used[], the job's), their weights read once, or the
+ * GEMMs at the engine's rate, whichever takes longer; the slowest rank's. */
+static double bound_of(const env *e, const shape *sh, int op, const int *used,
+                       const perf_bounds *pb) {
+  const int64_t el = sh->e / e->size;
+  int64_t active = 0;
+  for (int64_t x = e->rank * el; x < (e->rank + 1) * el; x++) active += used[x];
+  const double per_expert = (op == OP_LAYER ? 3.0 : 2.0) * (double)sh->h *
+                            (double)sh->f * 2.0; /* bf16 bytes */
+  const double read_ms = (double)active * per_expert / pb->hbm_bytes_s * 1e3;
+  const double gemm_ms = op_flops(sh, op) / (pb->engine_tflops * 1e12) * 1e3;
+  double ms = read_ms > gemm_ms ? read_ms : gemm_ms;
+  AI(MPI_Allreduce(MPI_IN_PLACE, &ms, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
+  return ms;
 }
 
 static void bufs_free(bufs *b) {
@@ -575,14 +615,26 @@ static void baseline_init(const env *e, const opts *o, baseline *bl) {
 }
 
 static void run_all(const env *e, const opts *o, const baseline *bl) {
-  FILE *out = e->rank == 0 ? open_table(e, o) : NULL;
+  perf_bounds pb;
+  perf_bounds_measure(e, &pb);
+  FILE *out = e->rank == 0 ? open_table(e, o, &pb) : NULL;
   for (int i = 0; i < o->ns; i++) {
     bufs b;
     result r;
+    int *used = calloc((size_t)o->shapes[i].e, sizeof *used);
+    if (!used) {
+      fprintf(stderr, "mkx_perf moe: out of host memory\n");
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
     memset(&r, 0, sizeof r);
-    bufs_alloc(e, &o->shapes[i], o->skew, &b);
-    for (int op = 0; op < OP_COUNT; op++)
+    bufs_alloc(e, &o->shapes[i], o->skew, &b, used);
+    AI(MPI_Allreduce(MPI_IN_PLACE, used, (int)o->shapes[i].e, MPI_INT, MPI_MAX,
+                     MPI_COMM_WORLD));
+    for (int op = 0; op < OP_COUNT; op++) {
       bench(e, o, &o->shapes[i], op, &b, &r);
+      r.bound_ms[op] = bound_of(e, &o->shapes[i], op, used, &pb);
+    }
+    free(used);
     if (e->rank == 0) print_row(e, o, bl, &o->shapes[i], &r, out);
     bufs_free(&b);
   }
