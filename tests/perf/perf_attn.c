@@ -18,8 +18,9 @@
  * call's whole time.  Reported: the median of each rank, the slowest rank
  * (MPI_Allreduce MAX), and TFLOP/s of the whole attention,
  *     4 * B * HQ * (p*S)^2 * D  (causal: half)  / time,
- * where S is the sequence per rank (the whole sequence is p*S on p ranks);
- * the column "MKX path" names the path the timed calls took (ops/path.h,
+ * where S is the sequence per rank (the whole sequence is p*S on p ranks),
+ * and that rate as a fraction of the MKX GEMM engine's timed in the same
+ * run ("of engine", the compute bound); the column "MKX path" names the path the timed calls took (ops/path.h,
  * counted on rank 0).  --graph: also a plan of the same call
  * (MKX_Ring_attention_init) whose MKX_Start is captured once into a CUDA
  * graph and replayed the same way: columns "graph ms" and "MKX / graph"
@@ -300,13 +301,16 @@ static const sdpa_line *ring_find(const env *e, const opts *o,
 }
 
 static void print_row(const env *e, const opts *o, const baseline *bl,
-                      const shape *sh, int causal, const result *r, FILE *out) {
+                      const perf_bounds *pb, const shape *sh, int causal,
+                      const result *r, FILE *out) {
   char line[600] = "";
   double best = 0;
   perf_cat(line, sizeof line, "| %lld,%lld,%lld,%lld,%lld | %d |",
            (long long)sh->b, (long long)sh->s, (long long)sh->hq,
            (long long)sh->hkv, (long long)sh->d, causal);
   num(line, sizeof line, r->tflops);
+  perf_cat(line, sizeof line, " %.0f%% |",
+           100.0 * r->tflops / pb->engine_tflops);
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++) {
     const sdpa_line *l = sdpa_find(bl, bi, sh, causal);
     if (!l) {
@@ -352,7 +356,8 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
 
 /* Rank 0: the section's title, method, legend and column heads, on stdout
  * and appended to --out (returned, or NULL). */
-static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
+static FILE *open_table(const env *e, const opts *o, const baseline *bl,
+                        const perf_bounds *pb) {
   char head[4096] = "", envs[1024] = "";
   perf_mkx_environment(envs, sizeof envs);
   perf_table_title(e, head, sizeof head);
@@ -365,10 +370,12 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
            "with S the sequence per rank (whole sequence %s); median of %d "
            "calls (CUDA events on one stream, each call after an MPI barrier), "
            "%d warm-up, slowest rank; TFLOP/s of the whole attention: "
-           "4*B*HQ*(%s)^2*D (causal: half) / time; MKX path: the path the "
-           "timed calls took.",
+           "4*B*HQ*(%s)^2*D (causal: half) / time; of engine: that rate over "
+           "the MKX GEMM engine's, timed in this run (%.0f TFLOP/s, bf16 "
+           "8192^3), the compute bound; MKX path: the path the timed calls "
+           "took.",
            envs, o->lse ? "written" : "not asked for (NULL)", seq, o->reps,
-           o->warmup, seq);
+           o->warmup, seq, pb->engine_tflops);
   if (o->graph) perf_cat(head, sizeof head, "  %s", perf_graph_legend);
   if (versus_on(e, o))
     perf_cat(head, sizeof head,
@@ -388,13 +395,14 @@ static FILE *open_table(const env *e, const opts *o, const baseline *bl) {
         "ring TFLOP/s from its serial ms and the same FLOP count (n/a: "
         "unavailable there, -: not in the file); MKX / ring: MKX over it.",
         e->size, o->versus);
-  perf_cat(head, sizeof head, "\n\n| shape | causal | MKX TFLOP/s |");
+  perf_cat(head, sizeof head,
+           "\n\n| shape | causal | MKX TFLOP/s | of engine |");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
     perf_cat(head, sizeof head, " %s |", bl->names[bi]);
   if (versus_on(e, o)) perf_cat(head, sizeof head, " MKX / best |");
   if (ring_on(e, o))
     perf_cat(head, sizeof head, " ring TFLOP/s | MKX / ring |");
-  perf_cat(head, sizeof head, " MKX ms |%s%s MKX path |\n|---|---:|---:|",
+  perf_cat(head, sizeof head, " MKX ms |%s%s MKX path |\n|---|---:|---:|---:|",
            ring_on(e, o) ? " ring serial ms |" : "",
            o->graph ? " graph ms | MKX / graph |" : "");
   for (int bi = 0; versus_on(e, o) && bi < bl->nb; bi++)
@@ -497,14 +505,17 @@ int mkx_perf_attn(int argc, char **argv) {
             o.versus, bl.ranks, e.size);
     bl.nl = bl.nb = 0;
   }
-  FILE *out = e.rank == 0 ? open_table(&e, &o, &bl) : NULL;
+  perf_bounds pb;
+  perf_bounds_measure(&e, &pb);
+  FILE *out = e.rank == 0 ? open_table(&e, &o, &bl, &pb) : NULL;
   for (int i = 0; i < o.ns; i++) {
     bufs b;
     bufs_alloc(&e, &o, &o.shapes[i], &b);
     for (int causal = 0; causal < 2; causal++) {
       result r;
       bench(&e, &o, &o.shapes[i], causal, &b, &r);
-      if (e.rank == 0) print_row(&e, &o, &bl, &o.shapes[i], causal, &r, out);
+      if (e.rank == 0)
+        print_row(&e, &o, &bl, &pb, &o.shapes[i], causal, &r, out);
     }
     bufs_free(&b);
   }
