@@ -19,12 +19,12 @@
  * (MPI_Allreduce MAX), and TFLOP/s of the whole attention,
  *     4 * B * HQ * (p*S)^2 * D  (causal: half)  / time,
  * where S is the sequence per rank (the whole sequence is p*S on p ranks),
- * and that rate as a fraction of the MKX GEMM engine's timed in the same
- * run ("of engine", the compute bound); the column "MKX path" names the
- * path the timed calls took (ops/path.h, counted on rank 0).  --graph: also
- * a plan of the same call (MKX_Ring_attention_init) whose MKX_Start is captured once into a CUDA
- * graph and replayed the same way: columns "graph ms" and "MKX / graph"
- * (the call's time over the replay's: above 1, what a graph saves of
+ * and that rate as a fraction of the MKX GEMM engine's timed in the same run
+ * ("of engine", the compute bound); the column "MKX path" names the path the
+ * timed calls took (ops/path.h, counted on rank 0).  --graph: also a plan of
+ * the same call (MKX_Ring_attention_init) whose MKX_Start is captured once
+ * into a CUDA graph and replayed the same way: columns "graph ms" and "MKX /
+ * graph" (the call's time over the replay's: above 1, what a graph saves of
  * launches and host work; "-" where the path may not be captured).
  *
  * Shapes B,S,HQ,HKV,D (batch, sequence per rank, query heads, key/value
