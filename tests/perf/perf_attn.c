@@ -28,8 +28,8 @@
  * launches and host work; "-" where the path may not be captured).
  *
  * Shapes B,S,HQ,HKV,D (batch, sequence per rank, query heads, key/value
- * heads, head dimension; HQ a multiple of HKV): by default the issue's
- * table 4,4096,16,16,128  4,8192,16,16,128  4,16384,16,16,128
+ * heads, head dimension; HQ a multiple of HKV): by default the
+ * shapes 4,4096,16,16,128  4,8192,16,16,128  4,16384,16,16,128
  * 1,16384,32,8,128  4,8192,16,16,64; --small: 1,1024,4,4,128 2,2048,8,2,64
  * (for slow paths); --shapes replaces the default list (with --small: the
  * small list, then these).
