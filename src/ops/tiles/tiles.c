@@ -141,6 +141,17 @@ int MKX_Tiles_begin(MKX_Tiles tiles, MKX_Stream stream) {
   return mkx_tile_set_begin(tiles, stream);
 }
 
+/* [lo, lo + n) within [0, total), else an error naming `what`. */
+static int span_ok(const char *fn, const char *what, int64_t lo, int64_t n,
+                   int64_t total) {
+  if (lo >= 0 && n >= 1 && lo <= total - n) return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_INVALID_ARG,
+                   "%s: %s [%lld, %lld + %lld) are not within the tensor's "
+                   "%lld",
+                   fn, what, (long long)lo, (long long)lo, (long long)n,
+                   (long long)total);
+}
+
 /* The node rank of `rank` and the rectangle, checked. */
 static int check_rect(MKX_Tiles t, const char *fn, int rank, int64_t row0,
                       int64_t nrows, int64_t col0, int64_t ncols, int *q) {
@@ -148,19 +159,8 @@ static int check_rect(MKX_Tiles t, const char *fn, int rank, int64_t row0,
   MKX_TRY(mkx_tile_set_node_rank(t, fn, rank, q));
   int64_t rows, cols;
   mkx_tile_set_dims(t, &rows, &cols);
-  if (row0 < 0 || nrows < 1 || row0 > rows - nrows)
-    return mkx_error(MKX_ERR_INVALID_ARG,
-                     "%s: rows [%lld, %lld + %lld) are not within the "
-                     "tensor's %lld",
-                     fn, (long long)row0, (long long)row0, (long long)nrows,
-                     (long long)rows);
-  if (col0 < 0 || ncols < 1 || col0 > cols - ncols)
-    return mkx_error(MKX_ERR_INVALID_ARG,
-                     "%s: columns [%lld, %lld + %lld) are not within the "
-                     "tensor's %lld",
-                     fn, (long long)col0, (long long)col0, (long long)ncols,
-                     (long long)cols);
-  return MKX_SUCCESS;
+  MKX_TRY(span_ok(fn, "rows", row0, nrows, rows));
+  return span_ok(fn, "columns", col0, ncols, cols);
 }
 
 static int rect_call(MKX_Tiles t, int signal, int rank, int64_t row0,
