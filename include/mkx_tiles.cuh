@@ -8,6 +8,9 @@
  * rank's node.  Rectangles are in elements of the tensor: rows
  * [row0, row0 + nrows) and columns [col0, col0 + ncols), within it.
  *
+ * A rank or rectangle outside the set records MKX_ERR_INVALID_ARG and
+ * tells the other ranks, as a failed wait does.
+ *
  * Waits are bounded by the tile set's timeout: a wait that runs out
  * records MKX_ERR_TIMEOUT for the host (MKX_Tiles_get_async_error), tells
  * the node's other ranks (their waits then end at once with MKX_ERR_PEER)
@@ -147,6 +150,19 @@ __device__ __forceinline__ bool failed(const MKX_Tiles_dev &t, int peer,
   return false;
 }
 
+/* A rank or rectangle outside the set, given to a device function:
+ * recorded as MKX_ERR_INVALID_ARG (the rank given, the rectangle's first
+ * row and column) and told to the node's other ranks, whose waits then end
+ * instead of running out. */
+__device__ __forceinline__ bool bad_args(const MKX_Tiles_dev &t, int rank,
+                                         int64_t r0, int64_t nr, int64_t c0,
+                                         int64_t nc) {
+  if (node_rank(t, rank) >= 0 && rect_ok(t, r0, nr, c0, nc)) return false;
+  give_up(t, 1 /* MKX_ERR_INVALID_ARG */, rank, r0, c0, MKX_TILES_AT_ARGS,
+          t.rank);
+  return true;
+}
+
 /* Spin until ready(), within the bound (then MKX_ERR_TIMEOUT naming what
  * was waited for).  The error record is host memory, so it and the tells
  * are read every 256 spins only. */
@@ -199,14 +215,15 @@ __device__ __forceinline__ int mkx_tiles_epoch(const MKX_Tiles_dev &t) {
 
 /* Thread: wait until every data tile that the rectangle touches on rank
  * `rank`'s copy is complete in this epoch.  False: the wait failed (see
- * the top) or the rank or rectangle is outside the set (MKX_ERR_TIMEOUT is
- * then not recorded; check arguments on the host). */
+ * the top), or the rank or rectangle is outside the set (then recorded as
+ * MKX_ERR_INVALID_ARG, and the set is unusable as after a timeout; the
+ * same for a signal). */
 __device__ __forceinline__ bool mkx_tiles_wait(const MKX_Tiles_dev &t, int rank,
                                                int64_t row0, int64_t nrows,
                                                int64_t col0, int64_t ncols) {
   namespace d = mkx_tiles_detail;
   const int q = d::node_rank(t, rank);
-  if (q < 0 || !d::rect_ok(t, row0, nrows, col0, ncols)) return false;
+  if (d::bad_args(t, rank, row0, nrows, col0, ncols)) return false;
   return d::wait_tiles(t, q, row0, nrows, col0, ncols, MKX_TILES_AT_KERNEL, 0,
                        1);
 }
@@ -221,7 +238,7 @@ __device__ __forceinline__ void mkx_tiles_signal(const MKX_Tiles_dev &t,
                                                  int64_t ncols) {
   namespace d = mkx_tiles_detail;
   const int q = d::node_rank(t, rank);
-  if (q < 0 || !d::rect_ok(t, row0, nrows, col0, ncols)) return;
+  if (d::bad_args(t, rank, row0, nrows, col0, ncols)) return;
   int64_t i0, i1, j0, j1;
   d::rect_tiles(t, row0, nrows, col0, ncols, &i0, &i1, &j0, &j1);
   __threadfence_system();
@@ -240,7 +257,7 @@ __device__ __forceinline__ bool mkx_tiles_block_wait(const MKX_Tiles_dev &t,
                                                      int64_t ncols) {
   namespace d = mkx_tiles_detail;
   const int q = d::node_rank(t, rank);
-  bool ok = q >= 0 && d::rect_ok(t, row0, nrows, col0, ncols);
+  bool ok = !d::bad_args(t, rank, row0, nrows, col0, ncols);
   const int threads = (int)(blockDim.x * blockDim.y * blockDim.z);
   const int me = (int)(threadIdx.x +
                        blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));

@@ -34,15 +34,20 @@
 /* The error record (host-mapped ints, one per tile set and rank): the
  * first failure of a wait on this rank.  err[0]: 0, -1 while being
  * written, then the code (MKX_ERR_TIMEOUT: a wait of this rank ran out;
- * MKX_ERR_PEER: a rank gave up first and told this one); err[1]: the
- * node rank waited for (-1: none), err[2], err[3]: the data tile's row
- * and column (-1: none), err[4]: where (MKX_TILES_AT_*), err[5]: the
- * epoch, err[6]: for MKX_ERR_PEER the node rank that gave up first. */
+ * MKX_ERR_PEER: a rank gave up first and told this one;
+ * MKX_ERR_INVALID_ARG: a device function of this rank was given a rank or
+ * rectangle outside the set); err[1]: the node rank waited for (-1: none;
+ * for MKX_ERR_INVALID_ARG the communicator rank given), err[2], err[3]:
+ * the data tile's row and column (-1: none; for MKX_ERR_INVALID_ARG the
+ * rectangle's first row and column), err[4]: where (MKX_TILES_AT_*),
+ * err[5]: the epoch, err[6]: for MKX_ERR_PEER the node rank that gave up
+ * first. */
 #define MKX_TILES_ERR_WORDS 8
 enum {
   MKX_TILES_AT_KERNEL = 1, /* a device function in a user's kernel */
   MKX_TILES_AT_STREAM = 2, /* MKX_Tiles_wait */
-  MKX_TILES_AT_BEGIN = 3   /* MKX_Tiles_begin's meeting of the ranks */
+  MKX_TILES_AT_BEGIN = 3,  /* MKX_Tiles_begin's meeting of the ranks */
+  MKX_TILES_AT_ARGS = 4    /* a device function's rank or rectangle */
 };
 
 typedef struct MKX_Tiles_dev {

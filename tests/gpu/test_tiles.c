@@ -19,6 +19,9 @@
  *     own while every rank's producer writes its partial on another: the
  *     block of the sum, and the sum read back through the output set's
  *     tiles, two epochs;
+ *   - a kernel that signals rows outside the set: MKX_ERR_INVALID_ARG on its
+ *     rank, naming the rectangle; the other ranks' waits end on the tell
+ *     (MKX_ERR_PEER) instead of the bound;
  *   - a tile never signalled: every rank's wait ends within the bound
  *     (MKX_ERR_TIMEOUT, or MKX_ERR_PEER once told), the set then refuses
  *     work with that code, and the communicator and other sets still work.
@@ -345,6 +348,33 @@ static void never_signalled(MKX_Comm c) {
   run_free(&r);
 }
 
+/* Rank 0's kernel signals rows past the tensor; the others wait for a
+ * tile nobody signals. */
+static void bad_device_args(MKX_Comm c) {
+  run r;
+  run_init(&r, c, COLS);
+  MKX(MKX_Tiles_begin(r.t, r.st));
+  if (rank == 0)
+    CUDA((cudaError_t)tk_signal(&r.d, 0, ROWS, 1, 0, COLS, r.st));
+  else
+    MKX(MKX_Tiles_wait(r.t, rank, 0, 1, 0, 1, r.st));
+  const double t0 = MPI_Wtime();
+  CUDA(cudaStreamSynchronize(r.st));
+  const double waited = MPI_Wtime() - t0;
+  int async = -1;
+  MKX(MKX_Tiles_get_async_error(r.t, &async));
+  if (rank == 0)
+    CHECK(async == MKX_ERR_INVALID_ARG &&
+              strstr(MKX_Get_last_error(), "from row 203, column 0"),
+          "rows past the tensor in a kernel: %d, \"%s\"", async,
+          MKX_Get_last_error());
+  else
+    CHECK(async == MKX_ERR_PEER && waited < 2.5,
+          "told of rank 0's bad arguments: %d after %.1f s (%s)", async, waited,
+          MKX_Get_last_error());
+  run_free(&r);
+}
+
 int main(int argc, char **argv) {
   int ndev = 0;
   MPI_Init(&argc, &argv);
@@ -390,6 +420,7 @@ int main(int argc, char **argv) {
   }
   gather_gemm(c);
   reductions(c);
+  bad_device_args(c);
   never_signalled(c);
   /* another set still works after one failed */
   poison(&p);

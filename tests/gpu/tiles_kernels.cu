@@ -35,6 +35,11 @@ __global__ void consume(MKX_Tiles_dev t, int kr, int kc, float *out,
   }
 }
 
+__global__ void signal_one(MKX_Tiles_dev t, int to, int64_t row0, int64_t nrows,
+                           int64_t col0, int64_t ncols) {
+  mkx_tiles_signal(t, to, row0, nrows, col0, ncols);
+}
+
 int rc() { return (int)cudaGetLastError(); }
 
 }  // namespace
@@ -54,5 +59,12 @@ extern "C" int tk_consume(const MKX_Tiles_dev *t, int kr, int kc, float *out,
   const dim3 grid((unsigned)((t->cols + kc - 1) / kc),
                   (unsigned)((t->rows + kr - 1) / kr));
   consume<<<grid, 128, 0, st>>>(*t, kr, kc, out, failed);
+  return rc();
+}
+
+extern "C" int tk_signal(const MKX_Tiles_dev *t, int to, int64_t row0,
+                         int64_t nrows, int64_t col0, int64_t ncols,
+                         cudaStream_t st) {
+  signal_one<<<1, 1, 0, st>>>(*t, to, row0, nrows, col0, ncols);
   return rc();
 }

@@ -32,6 +32,11 @@ int tk_produce(const MKX_Tiles_dev *t, int to, int64_t r0, int64_t r1, int kr,
 int tk_consume(const MKX_Tiles_dev *t, int kr, int kc, float *out, int *failed,
                cudaStream_t st);
 
+/* One thread signals the rectangle of communicator rank `to`'s copy,
+ * whatever it is (the device side's argument checks). */
+int tk_signal(const MKX_Tiles_dev *t, int to, int64_t row0, int64_t nrows,
+              int64_t col0, int64_t ncols, cudaStream_t st);
+
 #ifdef __cplusplus
 }
 #endif

@@ -229,6 +229,15 @@ static void describe(const MKX_Tiles t, const int *err, char *out, size_t n) {
     snprintf(what, sizeof what, "rank %d's data tile (%d, %d)", peer, err[2],
              err[3]);
   const int me = d->comm_rank[d->rank];
+  if (err[0] == MKX_ERR_INVALID_ARG) {
+    snprintf(out, n,
+             "a device function on rank %d was given rank %d and a rectangle "
+             "from row %d, column %d, not within the tile set (%lld x %lld "
+             "on the node's %d ranks) in epoch %d; the tile set is unusable",
+             me, err[1], err[2], err[3], (long long)d->rows, (long long)d->cols,
+             d->size, err[5]);
+    return;
+  }
   if (err[0] == MKX_ERR_TIMEOUT)
     snprintf(out, n,
              "rank %d's wait %s for %s ran out after %lld ms in epoch %d; "
