@@ -29,15 +29,14 @@
  * the calling rank's node (another node's: MKX_ERR_UNSUPPORTED).  Up to
  * MKX_TILES_MAX_RANKS ranks per node, sharing GPUs or not.
  *
- * Waits are bounded by option timeout_ms (MKX_TIMEOUT_MS).  A wait that
- * runs out, on the GPU, records MKX_ERR_TIMEOUT naming the rank and data
- * tile it waited for and tells the node's other ranks, whose waits end at
- * once with MKX_ERR_PEER; nothing hangs.  A device function given a rank
- * or rectangle outside the set records MKX_ERR_INVALID_ARG the same way.
- * The set is then unusable: its
- * calls return the recorded error (MKX_Tiles_get_async_error reports it
- * without a call), and data written in that epoch is undefined.  The
- * communicator stays usable (its own calls do not report the set's
+ * Waits are bounded by option timeout_ms (MKX_TIMEOUT_MS).  A wait that runs
+ * out, on the GPU, records MKX_ERR_TIMEOUT naming the rank and data tile it
+ * waited for and tells the node's other ranks, whose waits end at once with
+ * MKX_ERR_PEER; nothing hangs.  A device function given a rank or rectangle
+ * outside the set records MKX_ERR_INVALID_ARG the same way. The set is then
+ * unusable: its calls return the recorded error (MKX_Tiles_get_async_error
+ * reports it without a call), and data written in that epoch is undefined.
+ * The communicator stays usable (its own calls do not report the set's
  * failure).
  *
  * Contract of every call here: returns MKX_SUCCESS or an error code, with
