@@ -3,9 +3,25 @@
 #include <string.h>
 #include "host/dtype.h"
 
+/* a (finite, > 0) rounded once to `mbits` stored mantissa bits with an
+ * exponent of at least emin: *e and the integer significand, below
+ * 2^(mbits + 1), below 2^mbits for a subnormal.  Scaling by a power of two
+ * is exact, so nearbyint() (ties to even in the default mode) is the only
+ * rounding. */
+static unsigned round_significand(double a, int mbits, int emin, int *e) {
+  int ex;
+  (void)frexp(a, &ex);
+  *e = ex - 1 < emin ? emin : ex - 1; /* subnormals share emin's quantum */
+  double r = nearbyint(ldexp(a, mbits - *e));
+  if (r >= ldexp(1.0, mbits + 1)) { /* rounded up into the next binade */
+    ++*e;
+    r = ldexp(r, -1);
+  }
+  return (unsigned)r;
+}
+
 /* Round a double to a binary16-like format with `ebits` exponent and
- * `mbits` stored mantissa bits.  Scaling by a power of two is exact, so
- * nearbyint() (ties to even in the default mode) is the only rounding. */
+ * `mbits` stored mantissa bits. */
 static uint16_t encode_small(double d, int ebits, int mbits) {
   uint16_t sign = signbit(d) ? (uint16_t)(1u << (ebits + mbits)) : 0;
   uint16_t expmask = (uint16_t)(((1u << ebits) - 1u) << mbits);
@@ -13,17 +29,9 @@ static uint16_t encode_small(double d, int ebits, int mbits) {
   double a = fabs(d);
   if (isinf(a)) return (uint16_t)(sign | expmask);
   if (a == 0.0) return sign;
-  int bias = (1 << (ebits - 1)) - 1;
-  int emin = 1 - bias, ex;
-  (void)frexp(a, &ex);
-  int e = ex - 1 < emin ? emin : ex - 1; /* subnormals share emin's quantum */
-  double r = nearbyint(ldexp(a, mbits - e));
-  if (r >= ldexp(1.0, mbits + 1)) { /* rounded up into the next binade */
-    e++;
-    r = ldexp(r, -1);
-  }
+  int bias = (1 << (ebits - 1)) - 1, e;
+  const unsigned ri = round_significand(a, mbits, 1 - bias, &e);
   if (e > bias) return (uint16_t)(sign | expmask);
-  uint32_t ri = (uint32_t)r;
   if (ri < (1u << mbits)) return (uint16_t)(sign | ri); /* subnormal */
   return (uint16_t)(sign | (uint32_t)(e + bias) << mbits |
                     (ri - (1u << mbits)));
@@ -57,16 +65,9 @@ static uint8_t encode_fp8(double d, int ebits, int mbits, uint8_t max_code,
   if (a >= decode_fp8(max_code, ebits, mbits, has_inf))
     return (uint8_t)(sign | max_code);
   if (a == 0.0) return sign;
-  const int bias = (1 << (ebits - 1)) - 1, emin = 1 - bias;
-  int ex;
-  (void)frexp(a, &ex);
-  int e = ex - 1 < emin ? emin : ex - 1; /* subnormals share emin's quantum */
-  double r = nearbyint(ldexp(a, mbits - e));
-  if (r >= ldexp(1.0, mbits + 1)) { /* rounded up into the next binade */
-    e++;
-    r = ldexp(r, -1);
-  }
-  const unsigned ri = (unsigned)r;
+  const int bias = (1 << (ebits - 1)) - 1;
+  int e;
+  const unsigned ri = round_significand(a, mbits, 1 - bias, &e);
   if (ri < (1u << mbits)) return (uint8_t)(sign | ri); /* subnormal */
   const unsigned mag = (unsigned)(e + bias) << mbits | (ri - (1u << mbits));
   return (uint8_t)(sign | (mag > max_code ? max_code : mag));
