@@ -153,6 +153,12 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn);
 void mkx_tp_blas_free(mkx_tp_blas *b);
 
+/* Every kernel of the library loaded (common/modules.h), before anything
+ * that lets a peer's kernel wait for this rank's (the device's first
+ * workspace, a tile set): no launch may then load a kernel lazily, which
+ * waits for the device to drain.  Returns at once after the first. */
+int mkx_fused_load_kernels(const char *fn);
+
 /* An engine/launcher return code as an MKX error. */
 int mkx_fused_launch_rc(int rc, const char *fn, const char *what);
 

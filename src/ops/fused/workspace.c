@@ -260,10 +260,7 @@ static int ws_destroy(MKX_Comm c, mkx_fused_ws *ws) {
   return rc;
 }
 
-/* Before the device's first workspace: once a peer's kernel may wait for
- * this rank's, no launch of it may lazily load a kernel
- * (common/modules.h). */
-static int load_kernels(const char *fn) {
+int mkx_fused_load_kernels(const char *fn) {
   const char *what = "";
   const int rc = mkx_kernels_load_all(&what);
   if (rc == 0) return MKX_SUCCESS;
@@ -324,7 +321,7 @@ int mkx_fused_ws_acquire(MKX_Comm c, const mkx_fused_need *need,
   }
   /* every rank takes this branch (same pool state): agreed before the
    * collective creation */
-  MKX_TRY(mkx_comm_agree_rc(c, load_kernels("fused set-up"),
+  MKX_TRY(mkx_comm_agree_rc(c, mkx_fused_load_kernels("fused set-up"),
                             "loading the library's kernels"));
   if (!pool->records.local) MKX_TRY(records_create(c, &pool->records));
   MKX_TRY(ws_create(c, &grown, ws));

@@ -107,10 +107,11 @@ static void fill_dev(MKX_Comm c, const mkx_tile_set_shape *s, MKX_Tiles t) {
   d->timeout_ns = (uint64_t)c->opt.timeout_ms * 1000000u;
 }
 
-/* This rank's area zeroed, its error record and (with buffers) the
- * AllGather's streams made (local steps). */
+/* The library's kernels loaded, this rank's area zeroed, its error record
+ * and (with buffers) the AllGather's streams made (local steps). */
 static int make_local(MKX_Tiles t, size_t bytes, int has_buf) {
   const char *fn = "MKX_Tiles_create";
+  MKX_TRY(mkx_fused_load_kernels(fn));
   MKX_TRY(mkx_cuda_rc(cudaMemset(t->area, 0, bytes), fn, "cudaMemset"));
   MKX_TRY(mkx_cuda_rc(cudaDeviceSynchronize(), fn, "cudaDeviceSynchronize"));
   MKX_TRY(mkx_cuda_rc(
