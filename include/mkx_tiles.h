@@ -166,7 +166,9 @@ int MKX_Allreduce_tiles(MKX_Tiles tiles, MKX_Tiles out, MKX_Stream stream);
  * a_rank's copy of set `a` (its rows x cols = M x K, row-major, with a
  * buffer), in chunks of chunk_rows rows (rounded up to whole data-tile
  * rows of `a`; 0: one data-tile row), round-robin on two streams forked
- * from `stream`: each chunk first waits for its rows of A
+ * from `stream`, from the chunk holding this rank's own block of rows
+ * (MKX_Block_range over the node's ranks, which MKX_Allgather_tiles lands
+ * first) on: each chunk first waits for its rows of A
  * (MKX_Tiles_wait), and when c_tiles is not NULL (a set of M x n) signals
  * its rows of C on this rank's copy of it after its GEMM.  Local.
  * B: K x n (MKX_NO_TRANS, leading dimension ldb >= n) or n x K

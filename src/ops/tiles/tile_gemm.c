@@ -49,14 +49,22 @@ static int gemm_ready(MKX_Tiles a, cudaStream_t st) {
   return rc;
 }
 
+/* The chunks in turn from the one holding this rank's block of rows
+ * (MKX_Block_range over the node's ranks): an AllGather into the set
+ * lands those rows first, since they are this rank's own. */
 static int chunks(MKX_Tiles a, int q, mkx_gemm_desc g, MKX_Tiles ct,
                   int64_t chunk, cudaStream_t user) {
   const MKX_Tiles_dev *d = &a->dev;
   const size_t es = (size_t)d->elem_size,
                ces = MKX_Type_size((MKX_Datatype)g.c_type);
+  const int64_t n = (d->rows + chunk - 1) / chunk;
+  int64_t own, count;
+  MKX_Block_range(d->rows, d->size, d->rank, &own, &count);
+  const int64_t first = count > 0 ? own / chunk : 0;
   MKX_TRY(mkx_tile_fan_fork(&a->gemm, user, FN));
-  for (int64_t lo = 0, hi, i = 0; lo < d->rows; lo = hi, i++) {
-    hi = lo + chunk < d->rows ? lo + chunk : d->rows;
+  for (int64_t i = 0; i < n; i++) {
+    const int64_t lo = (first + i) % n * chunk;
+    const int64_t hi = lo + chunk < d->rows ? lo + chunk : d->rows;
     cudaStream_t s = a->gemm.s[i % 2];
     int rc = mkx_tiles_wait_launch(d, q, lo, hi - lo, 0, d->cols, s);
     if (rc) return mkx_cuda_rc((cudaError_t)rc, FN, "wait kernel");
