@@ -123,10 +123,11 @@ int MKX_Tiles_get_async_error(MKX_Tiles tiles, int *async_error);
  * captured).  Node rank i owns rows MKX_Block_range(rows, node ranks, i)
  * of the tensor; `send` holds this rank's (that many rows x cols, the
  * set's dtype and order, leading dimension ld_send; NULL when it owns
- * none).  The copy engines put them into every node rank's copy (this
- * rank's first), in chunks of whole data-tile rows, on side streams
- * forked from `stream`; each chunk is signalled on its destination as
- * soon as it has landed, so a consumer there can start on the first
+ * none).  They go into every node rank's copy (this rank's first), in
+ * chunks of whole data-tile rows, by the copy engines on side streams
+ * forked from `stream`, or when they are at most option tiles_ag_sm_bytes
+ * by an SM kernel on `stream`; each chunk is signalled on its destination
+ * as soon as it has landed, so a consumer there can start on the first
  * tiles.  Together the ranks signal every element once.  `stream` has
  * passed the copies when the call's work on it ends.
  * Errors: MKX_ERR_INVALID_ARG (tiles; a set without buffers),

@@ -28,6 +28,13 @@ int mkx_tiles_wait_launch(const MKX_Tiles_dev *t, int q, int64_t row0, int64_t n
 int mkx_tiles_signal_launch(const MKX_Tiles_dev *t, int q, int64_t row0, int64_t nrows, int64_t col0, int64_t ncols,
                             cudaStream_t st);
 
+/* MKX_Allgather_tiles by an SM kernel of `ctas` CTAs: rows [r0, r0 + nr)
+ * of the tensor, from send (leading dimension ld_send, the set's order),
+ * into every node rank's copy, each chunk of data-tile rows signalled
+ * there once stored. */
+int mkx_tiles_ag_sm_launch(const MKX_Tiles_dev *t, const void *send, int64_t ld_send, int64_t r0, int64_t nr, int ctas,
+                           cudaStream_t st);
+
 /* Rows [r0, r1) of the sum over the node ranks' copies of `in`, each
  * data tile as soon as every copy of it is complete (bounded waits,
  * MKX_TILES_AT_KERNEL): into recv (leading dimension ld_recv, in's order;

@@ -234,6 +234,13 @@ static const mkx_option_desc base_rows[] = {
      "records gathered, at most 16384 per rank). Runs under graph capture "
      "are not traced. A failure to write is a warning. Empty: none.",
      1},
+    {"tiles_ag_sm_bytes", MKX_OPT_LONG, OPT(tiles_ag_sm_bytes), "1048576",
+     "0:1099511627776",
+     "MKX_Allgather_tiles on this rank: its rows go to the node's copies by "
+     "an SM kernel of up to 16 CTAs when they are at most this many bytes, "
+     "else by the copy engines (one copy per chunk of data-tile rows and "
+     "destination); 0: always the copy engines.",
+     0},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

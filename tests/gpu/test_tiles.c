@@ -10,9 +10,9 @@
  *     peers' copies (a padded leading dimension), MKX_Tiles_signal follows
  *     it on the stream, MKX_Tiles_wait orders the copy out;
  *   - the same epoch captured into a CUDA graph and replayed three times;
- *   - MKX_Allgather_tiles feeding MKX_Tiles_gemm (cuBLAS in chunks of 64
- *     rows, each after a wait for its rows of A, signalling its rows of C
- *     in a second set), in fp32 on small integers so that the product is
+ *   - MKX_Allgather_tiles (by its SM kernel, then by the copy engines)
+ *     feeding MKX_Tiles_gemm (cuBLAS in chunks of 64 rows, each after a wait
+ *     for its rows of A, signalling its rows of C in a second set), in fp32 on small integers so that the product is
  *     exact, against the host; then the same captured and replayed twice
  *     on new inputs;
  *   - MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles on a stream of their
@@ -215,8 +215,9 @@ static void upload(gemm_run *g, int v) {
   CUDA(cudaMemsetAsync(g->cdev, 0xff, sizeof(float) * ROWS * GN, g->st));
 }
 
-/* AllGather into a set, cuBLAS on its tiles, C signalled in another. */
-static void gather_gemm(MKX_Comm c) {
+/* AllGather into a set, cuBLAS on its tiles, C signalled in another; `how`
+ * names the AllGather's way (the communicator's tiles_ag_sm_bytes). */
+static void gather_gemm(MKX_Comm c, const char *how) {
   gemm_run g;
   memset(&g, 0, sizeof g);
   CUDA(cudaStreamCreateWithFlags(&g.st, cudaStreamNonBlocking));
@@ -235,7 +236,9 @@ static void gather_gemm(MKX_Comm c) {
                        &g.c));
   upload(&g, 1);
   gemm_epoch(&g);
-  gemm_check(&g, "MKX_Allgather_tiles + MKX_Tiles_gemm");
+  char what[128];
+  snprintf(what, sizeof what, "MKX_Allgather_tiles (%s) + MKX_Tiles_gemm", how);
+  gemm_check(&g, what);
   cudaGraph_t gr;
   cudaGraphExec_t x;
   CUDA(cudaStreamBeginCapture(g.st, cudaStreamCaptureModeThreadLocal));
@@ -245,7 +248,7 @@ static void gather_gemm(MKX_Comm c) {
   for (int v = 2; v <= 3; v++) {
     upload(&g, v);
     CUDA(cudaGraphLaunch(x, g.st));
-    gemm_check(&g, "AllGather + cuBLAS on tiles, graph replay");
+    gemm_check(&g, "the same, graph replay");
   }
   cudaGraphExecDestroy(x);
   cudaGraphDestroy(gr);
@@ -418,7 +421,15 @@ int main(int argc, char **argv) {
     copies_epoch(&p, e);
     check_out(&p, e, "copies, MKX_Tiles_signal and MKX_Tiles_wait");
   }
-  gather_gemm(c);
+  gather_gemm(c, "SM kernel");
+  MKX_Comm ce;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "3000");
+  MPI_Info_set(info, "mkx_tiles_ag_sm_bytes", "0");
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &ce));
+  MPI_Info_free(&info);
+  gather_gemm(ce, "copy engines");
+  MKX(MKX_Comm_free(&ce));
   reductions(c);
   bad_device_args(c);
   never_signalled(c);

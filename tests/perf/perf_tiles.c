@@ -151,8 +151,10 @@ static void ctx_free(tiles_ctx *x) {
 }
 
 static FILE *open_table(const perf_env *e, const tiles_opts *o) {
-  char head[2048] = "";
+  char head[3072] = "", envs[1024] = "";
+  perf_mkx_environment(envs, sizeof envs);
   perf_table_title(e, head, sizeof head);
+  perf_cat(head, sizeof head, "MKX_* environment: %s.\n\n", envs);
   perf_cat(head, sizeof head,
            "bf16, B stored N x K, data tiles of 128 rows; medians of %d (ms, "
            "slowest rank).  fused: MKX's call (a plan); tiles: "

@@ -1,8 +1,11 @@
 /* MKX_Allgather_tiles (include/mkx_tiles.h): each rank's rows into every
- * node rank's copy by the copy engines, one side stream per destination,
- * each chunk of whole data-tile rows signalled on its destination as soon
- * as it has landed (a small kernel after the copy: around copy-engine work
- * the signal is an SM kernel, so the two never contend for one engine). */
+ * node rank's copy, each chunk of whole data-tile rows signalled on its
+ * destination as soon as it has landed.  Large blocks go by the copy
+ * engines, one side stream per destination, a small kernel signalling
+ * after each copy (around copy-engine work the signal is an SM kernel, so
+ * the two never contend for one engine); blocks of at most option
+ * tiles_ag_sm_bytes by an SM kernel that stores and signals (the copy
+ * engines' fixed cost per copy outweighs small copies). */
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -11,6 +14,8 @@
 #include "ops/validate.h"
 
 #define FN "MKX_Allgather_tiles"
+/* CTAs of the SM kernel: small blocks need few to be latency-bound. */
+#define AG_SM_CTAS 16
 
 #if HAVE_CUDA
 #include "core/cuda_rc.h"
@@ -75,7 +80,17 @@ int MKX_Allgather_tiles(const void *send, int64_t ld_send, MKX_Tiles tiles,
                          d->col_major ? MKX_COL_MAJOR : MKX_ROW_MAJOR));
   }
   MKX_TRY(mkx_device_set(tiles->comm->device));
-  return gather(tiles, send, ld_send, (cudaStream_t)stream);
+  const int64_t bytes = nr * d->cols * d->elem_size;
+  const int64_t sm_max = tiles->comm->opt.tiles_ag_sm_bytes;
+  if (nr == 0 || sm_max == 0 || bytes > sm_max)
+    return gather(tiles, send, ld_send, (cudaStream_t)stream);
+  const int64_t chunks = (r0 + nr - 1) / d->tile_rows - r0 / d->tile_rows + 1;
+  const int64_t items = chunks * d->size;
+  const int rc = mkx_tiles_ag_sm_launch(
+      d, send, ld_send, r0, nr, items < AG_SM_CTAS ? (int)items : AG_SM_CTAS,
+      (cudaStream_t)stream);
+  return rc ? mkx_cuda_rc((cudaError_t)rc, FN, "AllGather kernel")
+            : MKX_SUCCESS;
 #else
   (void)send, (void)ld_send, (void)stream;
   return MKX_ERR_INTERNAL; /* no set exists without CUDA */
