@@ -15,33 +15,6 @@
 
 namespace {
 
-namespace d = mkx_tiles_detail;
-
-template <typename T>
-__device__ __forceinline__ float to_f(T v) {
-  return (float)v;
-}
-template <>
-__device__ __forceinline__ float to_f(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <>
-__device__ __forceinline__ float to_f(__half v) {
-  return __half2float(v);
-}
-template <typename T>
-__device__ __forceinline__ T from_f(float v) {
-  return (T)v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half from_f(float v) {
-  return __float2half(v);
-}
-
 /* Rows [r0, r1) of the sum of the copies of `in`: into recv (this rank's
  * block, leading dimension ld_recv; NULL: none) and, if has_out, into
  * every node rank's copy of `out`, each tile signalled there. */
@@ -62,8 +35,8 @@ __global__ void reduce_kernel(MKX_Tiles_dev in, int64_t r0, int64_t r1, T *recv,
     for (int64_t e = threadIdx.x; e < cells; e += blockDim.x) {
       const int64_t r = lo + e / w, c = c0 + e % w;
       float acc = 0.f;
-      for (int q = 0; q < in.size; ++q) acc += to_f(*mkx_tiles_elem<T>(in, in.comm_rank[q], r, c));
-      const T v = from_f<T>(acc);
+      for (int q = 0; q < in.size; ++q) acc += static_cast<float>(*mkx_tiles_elem<T>(in, in.comm_rank[q], r, c));
+      const T v = T(acc); /* bf16, fp16: rounded to nearest */
       if (recv) recv[in.col_major ? (r - r0) + c * ld_recv : (r - r0) * ld_recv + c] = v;
       if (has_out)
         for (int p = 0; p < out.size; ++p) *mkx_tiles_elem<T>(out, out.comm_rank[p], r, c) = v;
