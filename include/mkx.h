@@ -229,13 +229,19 @@ const char *MKX_Get_last_error(void);
 
 /* ---- types -------------------------------------------------------------- */
 
-/* Element types.  16-bit values are passed as their bit patterns (e.g.
- * uint16_t).  Arithmetic accumulates in fp32, or fp64 for MKX_FP64. */
+/* Element types.  16- and 8-bit values are passed as their bit patterns
+ * (uint16_t, uint8_t).  Arithmetic accumulates in fp32, or fp64 for
+ * MKX_FP64.  The fp8 types (OCP FP8, as Hopper's tensor cores take them)
+ * are operand types of the three tensor-parallel GEMM calls only, with
+ * optional scales (MKX_Scales); the other calls return
+ * MKX_ERR_UNSUPPORTED for them. */
 typedef enum {
-  MKX_BF16 = 1, /* bfloat16 */
-  MKX_FP16 = 2, /* IEEE half */
+  MKX_BF16 = 1,     /* bfloat16 */
+  MKX_FP16 = 2,     /* IEEE half */
   MKX_FP32 = 3,
-  MKX_FP64 = 4
+  MKX_FP64 = 4,
+  MKX_FP8_E4M3 = 5, /* fp8 E4M3: largest 448, no infinity, one NaN */
+  MKX_FP8_E5M2 = 6  /* fp8 E5M2: largest 57344, IEEE-like inf and NaN */
 } MKX_Datatype;
 
 /* Storage order, one per call for every matrix of the call.  A leading
@@ -341,14 +347,73 @@ int MKX_Block_range(int64_t rows, int nblocks, int b, int64_t *first,
 int MKX_Alloc_mem(MKX_Comm comm, size_t size, void **ptr);
 int MKX_Free_mem(MKX_Comm comm, void *ptr);
 
+/* ---- fp8 scales ----------------------------------------------------------- */
+
+/*
+ * Scales of fp8 operands.  An element's value is its fp8 value times its
+ * scale, so the product is C = (sa . A) x (sb . B) with every scale
+ * applied exactly as if the operands were dequantised first (the fp32
+ * accumulation of the call is the only rounding before C's).  With A the
+ * rank's A as passed (rows x k: m_local x k for MKX_Allgather_gemm_scaled,
+ * M x k_local for the reductions), op(B) its k x n B, kb = ceil(k / 128)
+ * and nb = ceil(n / 128):
+ *   MKX_SCALE_NONE    every scale 1; a, b and a_out are not read.
+ *   MKX_SCALE_TENSOR  a: 1 value (all of A), b: 1 value (all of B).
+ *   MKX_SCALE_ROW     a: one per row of A (rows values); b: one per column
+ *                     of op(B) (n values).
+ *   MKX_SCALE_BLOCK   a: one per row and 128 columns of A, a rows x kb
+ *                     matrix; b: one per 128 x 128 block of op(B), a kb x
+ *                     nb matrix (DeepSeek's layout).  The last block of a
+ *                     dimension may be partial.
+ * The scale matrices are dense (leading dimension: their columns when
+ * `order` is row-major, their rows when column-major) in the call's
+ * `order`, and b's is stored as B is: nb x kb when transb == MKX_TRANS.
+ * Scales are fp32 in the same kind of memory as A and B (device or host),
+ * ready in `stream`'s order like them.  Each scale that is read must be
+ * finite and > 0: else MKX_ERR_INVALID_ARG naming the array and its index
+ * (every other rank: MKX_ERR_PEER), found once the call reads them, with
+ * no output written.
+ *   agreed:   layout.
+ *   per rank: a, b, a_out and the values.  a may be NULL when A has no
+ *             elements (m_local or k_local 0), b when B has none (k_local
+ *             0); a_out may be NULL.
+ * a_out (MKX_Allgather_gemm_scaled, only with A_out): receives the
+ * gathered A's scales, one per row (M values, rank order) for
+ * MKX_SCALE_TENSOR and MKX_SCALE_ROW, an M x kb matrix for
+ * MKX_SCALE_BLOCK, so that A_out and a_out are an operand of a later call
+ * with MKX_SCALE_ROW or MKX_SCALE_BLOCK.  It must not overlap a or b.
+ * A layout other than MKX_SCALE_NONE needs an fp8 dtype (else
+ * MKX_ERR_INVALID_ARG); a, b or a_out that the layout reads and that is
+ * NULL where not allowed: MKX_ERR_NULL_POINTER; a layout that is not one
+ * of the enumerators: MKX_ERR_INVALID_ARG.
+ */
+typedef enum {
+  MKX_SCALE_NONE = 0,
+  MKX_SCALE_TENSOR = 1,
+  MKX_SCALE_ROW = 2,
+  MKX_SCALE_BLOCK = 3
+} MKX_Scale_layout;
+
+/* The block of MKX_SCALE_BLOCK, along k (and n for b). */
+#define MKX_SCALE_BLOCK_SIZE 128
+
+typedef struct MKX_Scales {
+  MKX_Scale_layout layout;
+  const float *a; /* A's scales */
+  const float *b; /* B's scales */
+  float *a_out;   /* the gathered A's (MKX_Allgather_gemm_scaled) */
+} MKX_Scales;
+
 /* ---- tensor-parallel GEMM operations ------------------------------------- */
 
 /*
  * Shared by the three calls below.  All matrices have storage order
  * `order`; A, B (and A_out) have type `dtype`, C has type `ctype` (bf16,
- * fp16 or fp32 with a 16/32-bit dtype; MKX_FP64 only with MKX_FP64: fp64
- * mixed with another type returns MKX_ERR_UNSUPPORTED).  Products
- * accumulate in fp32 (fp64 for MKX_FP64) and C is rounded once to ctype.
+ * fp16 or fp32 with a 16/32-bit or fp8 dtype; MKX_FP64 only with MKX_FP64:
+ * fp64 mixed with another type, and an fp8 ctype, return
+ * MKX_ERR_UNSUPPORTED).  Products accumulate in fp32 (fp64 for MKX_FP64)
+ * and C is rounded once to ctype.  fp8 operands take scales through the
+ * _scaled calls below (here every scale is 1).
  * transb is per rank: ranks may mix MKX_NO_TRANS and MKX_TRANS.
  * Fused GPU path (device buffers, one node): bf16/fp16 A and B, bf16, fp16
  * or fp32 C, up to 8 ranks, sizes below 2^31 (a GEMM+RS/AR rank with
@@ -423,6 +488,37 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
                        void *C, int64_t ldc, MKX_Datatype dtype,
                        MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
                        MKX_Stream stream);
+
+/*
+ * The three calls above with scales for fp8 operands (see MKX_Scales):
+ * the same arguments, agreement and errors, plus `scales` (NULL: layout
+ * MKX_SCALE_NONE; the calls above are these with NULL).  AllGather+GEMM
+ * gathers each rank's A rows in fp8 (a byte per element) with their
+ * scales.  GEMM+ReduceScatter and GEMM+AllReduce apply each rank's scales
+ * to its own partial product before the sum.  fp8 operands take the
+ * staged path on device buffers (no fused fp8 kernel yet).
+ */
+int MKX_Allgather_gemm_scaled(const void *A, int64_t m_local, int64_t k,
+                              int64_t lda, const void *B, int64_t n,
+                              int64_t ldb, MKX_Trans transb, void *C,
+                              int64_t ldc, void *A_out, int64_t ld_aout,
+                              MKX_Datatype dtype, MKX_Datatype ctype,
+                              MKX_Order order, const MKX_Scales *scales,
+                              MKX_Comm comm, MKX_Stream stream);
+int MKX_Gemm_reduce_scatter_scaled(const void *A, int64_t M, int64_t k_local,
+                                   int64_t lda, const void *B, int64_t n,
+                                   int64_t ldb, MKX_Trans transb, void *C,
+                                   int64_t ldc, MKX_Datatype dtype,
+                                   MKX_Datatype ctype, MKX_Order order,
+                                   const MKX_Scales *scales, MKX_Comm comm,
+                                   MKX_Stream stream);
+int MKX_Gemm_allreduce_scaled(const void *A, int64_t M, int64_t k_local,
+                              int64_t lda, const void *B, int64_t n,
+                              int64_t ldb, MKX_Trans transb, void *C,
+                              int64_t ldc, MKX_Datatype dtype,
+                              MKX_Datatype ctype, MKX_Order order,
+                              const MKX_Scales *scales, MKX_Comm comm,
+                              MKX_Stream stream);
 
 /* ---- sequence parallel attention ----------------------------------------- */
 
@@ -634,6 +730,26 @@ int MKX_Moe_layer_init(const void *X, int64_t num_tokens, int64_t hidden,
                        const void *W2, int64_t ffn, void *out,
                        MKX_Datatype dtype, MKX_Comm comm, MPI_Info info,
                        MKX_Request *request);
+/* The _scaled calls' plans: *scales is copied at _init (the scale arrays
+ * are bound like the buffers; their values are read at each start). */
+int MKX_Allgather_gemm_scaled_init(
+    const void *A, int64_t m_local, int64_t k, int64_t lda, const void *B,
+    int64_t n, int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
+    void *A_out, int64_t ld_aout, MKX_Datatype dtype, MKX_Datatype ctype,
+    MKX_Order order, const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
+    MKX_Request *request);
+int MKX_Gemm_reduce_scatter_scaled_init(
+    const void *A, int64_t M, int64_t k_local, int64_t lda, const void *B,
+    int64_t n, int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
+    MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
+    const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
+    MKX_Request *request);
+int MKX_Gemm_allreduce_scaled_init(
+    const void *A, int64_t M, int64_t k_local, int64_t lda, const void *B,
+    int64_t n, int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
+    MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
+    const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
+    MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to
