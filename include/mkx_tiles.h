@@ -67,8 +67,8 @@ typedef struct MKX_Tiles_s *MKX_Tiles;
  * (epoch 0: no begin yet).
  * Errors: MKX_ERR_NULL_POINTER (tiles), MKX_ERR_BAD_SIZE, MKX_ERR_BAD_LD,
  * MKX_ERR_INVALID_ARG (dtype, order, a buffer that is not device memory
- * or cannot be mapped), MKX_ERR_UNSUPPORTED (host path, too many ranks on
- * a node), MKX_ERR_SHAPE_MISMATCH, MKX_ERR_PEER, MKX_ERR_NOMEM,
+ * or cannot be mapped), MKX_ERR_UNSUPPORTED (an fp8 dtype, host path, too
+ * many ranks on a node), MKX_ERR_SHAPE_MISMATCH, MKX_ERR_PEER, MKX_ERR_NOMEM,
  * MKX_ERR_CUDA, MKX_ERR_TIMEOUT, MKX_ERR_MPI, MKX_ERR_INVALID_COMM.
  * On failure *tiles = NULL on every rank.
  */

@@ -384,6 +384,9 @@ size_t MKX_Type_size(MKX_Datatype type) {
       return 4;
     case MKX_FP64:
       return 8;
+    case MKX_FP8_E4M3:
+    case MKX_FP8_E5M2:
+      return 1;
   }
   return 0;
 }

@@ -135,6 +135,10 @@ double mkx_load_elem(MKX_Datatype t, const void *p, size_t i) {
       return ((const float *)p)[i];
     case MKX_FP64:
       return ((const double *)p)[i];
+    case MKX_FP8_E4M3:
+      return mkx_fp8_e4m3_to_double(((const uint8_t *)p)[i]);
+    case MKX_FP8_E5M2:
+      return mkx_fp8_e5m2_to_double(((const uint8_t *)p)[i]);
   }
   return 0.0;
 }
@@ -153,7 +157,27 @@ void mkx_store_elem(MKX_Datatype t, void *p, size_t i, double v) {
     case MKX_FP64:
       ((double *)p)[i] = v;
       break;
+    case MKX_FP8_E4M3:
+      ((uint8_t *)p)[i] = mkx_double_to_fp8_e4m3(v);
+      break;
+    case MKX_FP8_E5M2:
+      ((uint8_t *)p)[i] = mkx_double_to_fp8_e5m2(v);
+      break;
   }
+}
+
+int mkx_is_fp8(MKX_Datatype t) {
+  return t == MKX_FP8_E4M3 || t == MKX_FP8_E5M2;
+}
+
+/* fp8 to fp32 through the 256 values of the type: exact (every fp8 value
+ * is an fp32 value), and cheap for the operands of the host GEMM. */
+static void fp8_to_float(MKX_Datatype st, const uint8_t *s, size_t sstride,
+                         float *d, size_t dstride, size_t count) {
+  float v[256];
+  for (int c = 0; c < 256; c++)
+    v[c] = (float)mkx_load_elem(st, &(uint8_t){(uint8_t)c}, 0);
+  for (size_t i = 0; i < count; i++) d[i * dstride] = v[s[i * sstride]];
 }
 
 void mkx_convert(MKX_Datatype st, const void *src, size_t sstride,
@@ -174,6 +198,10 @@ void mkx_convert(MKX_Datatype st, const void *src, size_t sstride,
     float *d = dst;
     for (size_t i = 0; i < count; i++)
       d[i * dstride] = mkx_bf16_to_float(s[i * sstride]);
+    return;
+  }
+  if (mkx_is_fp8(st) && dt == MKX_FP32 && count > 256) {
+    fp8_to_float(st, src, sstride, dst, dstride, count);
     return;
   }
   if (st == MKX_FP32 && dt == MKX_BF16) {

@@ -29,6 +29,8 @@ double mkx_fp8_e5m2_to_double(uint8_t c);
 uint8_t mkx_double_to_fp8_e4m3(double d);
 uint8_t mkx_double_to_fp8_e5m2(double d);
 
+int mkx_is_fp8(MKX_Datatype t);
+
 /* MKX_FP64 for MKX_FP64 data, MKX_FP32 for every other type. */
 MKX_Datatype mkx_work_type(MKX_Datatype t);
 

@@ -394,3 +394,12 @@ int mkx_hier_reduce_rows(MKX_Comm c, MKX_Datatype wt, const void *part,
   mkx_arena_release(&ar, rc);
   return rc;
 }
+
+int mkx_host_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
+                            size_t row_bytes, void *full, const char *what) {
+  mkx_xfer x;
+  if (mkx_hier_usable(c))
+    return mkx_hier_allgather_rows(c, send, rows, row_bytes, full);
+  MKX_TRY(mkx_xfer_iallgatherv(c, send, full, rows, row_bytes, &x, what));
+  return mkx_xfer_wait(c, &x, what);
+}

@@ -19,6 +19,11 @@ int mkx_hier_usable(MKX_Comm c);
 int mkx_hier_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
                             size_t row_bytes, void *full);
 
+/* mkx_hier_allgather_rows over several nodes (mkx_hier_usable), else one
+ * MPI allgather: the host path's gather of rows. */
+int mkx_host_allgather_rows(MKX_Comm c, const void *send, const int64_t *rows,
+                            size_t row_bytes, void *full, const char *what);
+
 /* part is this rank's M x n partial (fp32, or fp64 when wt is MKX_FP64),
  * M = sum of rows; block receives rows[rank] x n: the sum over all ranks
  * of their partials of this rank's rows, added in a fixed order (node

@@ -37,6 +37,7 @@ typedef struct mkx_ag_gemm_args {
   int64_t ld_aout;
   MKX_Datatype dtype, ctype;
   MKX_Order order;
+  MKX_Scales sc; /* layout MKX_SCALE_NONE: none */
 } mkx_ag_gemm_args;
 
 /* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce */
@@ -50,6 +51,7 @@ typedef struct mkx_rs_ar_args {
   int64_t ldc;
   MKX_Datatype dtype, ctype;
   MKX_Order order;
+  MKX_Scales sc; /* layout MKX_SCALE_NONE: none */
 } mkx_rs_ar_args;
 
 /* MKX_Ring_attention */

@@ -8,6 +8,7 @@
 #include "host/dtype.h"
 #include "host/hier.h"
 #include "host/host_ops.h"
+#include "host/scales.h"
 #include "host/xfer.h"
 
 typedef struct red_ctx {
@@ -40,6 +41,26 @@ static int red_blocks(MKX_Comm c, int64_t M, mkx_arena *ar, red_ctx *r) {
   return MKX_SUCCESS;
 }
 
+/* This rank's fp8 operands (working copies Aw, Bw) times their scales,
+ * whose values are checked first. */
+static int scale_operands(const mkx_rs_ar_args *a, mkx_arena *ar, float *Aw,
+                          float *Bw) {
+  const MKX_Scale_layout l = a->sc.layout;
+  const int64_t kl = a->k_local, kb = mkx_scales_row_floats(l, kl);
+  float *rec;
+  MKX_TRY(mkx_scales_check_values("GEMM reduction", "scales->a", a->sc.a,
+                                  mkx_scales_a_count(l, a->M, kl)));
+  MKX_TRY(mkx_scales_check_values("GEMM reduction", "scales->b", a->sc.b,
+                                  mkx_scales_b_count(l, kl, a->n)));
+  if (kl == 0) return MKX_SUCCESS;
+  MKX_TRY(mkx_arena_array(ar, a->M, kb, sizeof(float), (void **)&rec,
+                          "A's scales"));
+  mkx_scales_a_rows(&a->sc, a->M, kl, a->order, rec);
+  mkx_scales_apply_a(Aw, a->M, kl, rec, kb);
+  mkx_scales_apply_b(&a->sc, a->transb == MKX_TRANS, kl, a->n, a->order, Bw);
+  return MKX_SUCCESS;
+}
+
 /* Everything this rank does alone: buffers and its partial product.  Its
  * failures are agreed on afterwards. */
 static int red_local(const mkx_rs_ar_args *a, int p, mkx_arena *ar,
@@ -59,6 +80,7 @@ static int red_local(const mkx_rs_ar_args *a, int p, mkx_arena *ar,
   mkx_mat_pack(a->dtype, a->A, M, kl, a->lda, a->order, wt, Aw);
   mkx_mat_pack(a->dtype, a->B, trans ? n : kl, trans ? kl : n, a->ldb, a->order,
                wt, Bw);
+  if (a->sc.layout != MKX_SCALE_NONE) MKX_TRY(scale_operands(a, ar, Aw, Bw));
   return mkx_host_gemm(wt, a->transb, M, n, kl, Aw, Bw, r->part);
 }
 
@@ -118,12 +140,8 @@ int mkx_host_gemm_reduce_scatter(MKX_Comm c, const mkx_rs_ar_args *a,
  * block crosses the network once per node). */
 static int gather_blocks(MKX_Comm c, const red_ctx *r, size_t row_bytes,
                          void *full) {
-  mkx_xfer x;
-  if (mkx_hier_usable(c))
-    return mkx_hier_allgather_rows(c, r->blk, r->rows, row_bytes, full);
-  MKX_TRY(mkx_xfer_iallgatherv(c, r->blk, full, r->rows, row_bytes, &x,
-                               "GEMM+AllReduce: gather blocks"));
-  return mkx_xfer_wait(c, &x, "GEMM+AllReduce: gather blocks");
+  return mkx_host_allgather_rows(c, r->blk, r->rows, row_bytes, full,
+                                 "GEMM+AllReduce: gather blocks");
 }
 
 /* The reduce-scatter, then an allgather of the ROUNDED blocks: every rank

@@ -87,12 +87,13 @@ static int other_call(MKX_Comm c, const agree_record *all) {
  * or layout's name, else the number. */
 static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
                      size_t len) {
-  static const char *const types[] = {"?", "MKX_BF16", "MKX_FP16", "MKX_FP32",
-                                      "MKX_FP64"};
+  static const char *const types[] = {"?",           "MKX_BF16", "MKX_FP16",
+                                      "MKX_FP32",    "MKX_FP64", "MKX_FP8_E4M3",
+                                      "MKX_FP8_E5M2"};
   const char *name = cls->sig_names[i];
   if (cls->sig_text && cls->sig_text(i, v, buf, len)) return;
   if ((!strcmp(name, "dtype") || !strcmp(name, "ctype")) && v >= MKX_BF16 &&
-      v <= MKX_FP64)
+      v <= MKX_FP8_E5M2)
     snprintf(buf, len, "%s", types[v]);
   else if (!strcmp(name, "order") && (v == MKX_ROW_MAJOR || v == MKX_COL_MAJOR))
     snprintf(buf, len, "%s",

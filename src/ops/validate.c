@@ -1,6 +1,7 @@
 /* Shared argument checks; see validate.h. */
 #include "ops/validate.h"
 #include "core/error.h"
+#include "host/dtype.h"
 
 /* Sizes above this could overflow byte counts in 64 bits. */
 #define MKX_SIZE_LIMIT ((int64_t)1 << 40)
@@ -60,6 +61,52 @@ int mkx_check_type_pair(const char *fn, MKX_Datatype dtype,
                    "%s: dtype %d with ctype %d: fp64 runs end to end in fp64 "
                    "(use MKX_FP64 for both)",
                    fn, (int)dtype, (int)ctype);
+}
+
+int mkx_check_gemm_types(const char *fn, MKX_Datatype dtype,
+                         MKX_Datatype ctype) {
+  MKX_TRY(mkx_check_dtype(fn, "dtype", dtype));
+  MKX_TRY(mkx_check_dtype(fn, "ctype", ctype));
+  if (mkx_is_fp8(ctype))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: ctype %d is fp8: C is bf16, fp16 or fp32 with fp8 "
+                     "operands",
+                     fn, (int)ctype);
+  return mkx_check_type_pair(fn, dtype, ctype);
+}
+
+int mkx_check_not_fp8(const char *fn, MKX_Datatype dtype) {
+  if (!mkx_is_fp8(dtype)) return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_UNSUPPORTED,
+                   "%s: dtype %d is fp8, which only the tensor-parallel GEMM "
+                   "calls take",
+                   fn, (int)dtype);
+}
+
+int mkx_check_scales(const char *fn, MKX_Scales *sc, MKX_Datatype dtype,
+                     int a_elems, int b_elems) {
+  if (sc->layout == MKX_SCALE_NONE) {
+    *sc = mkx_scales_arg(NULL);
+    return MKX_SUCCESS;
+  }
+  if (sc->layout != MKX_SCALE_TENSOR && sc->layout != MKX_SCALE_ROW &&
+      sc->layout != MKX_SCALE_BLOCK)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "%s: scales->layout = %d is not an MKX_Scale_layout", fn,
+                     (int)sc->layout);
+  if (!mkx_is_fp8(dtype))
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "%s: scales->layout = %d with dtype %d: scales apply to "
+                     "fp8 operands only (MKX_SCALE_NONE otherwise)",
+                     fn, (int)sc->layout, (int)dtype);
+  if (a_elems) MKX_TRY(mkx_check_ptr(fn, "scales->a", sc->a));
+  if (b_elems) MKX_TRY(mkx_check_ptr(fn, "scales->b", sc->b));
+  return MKX_SUCCESS;
+}
+
+MKX_Scales mkx_scales_arg(const MKX_Scales *scales) {
+  if (scales) return *scales;
+  return (MKX_Scales){MKX_SCALE_NONE, NULL, NULL, NULL};
 }
 
 int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,

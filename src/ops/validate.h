@@ -21,8 +21,21 @@ int mkx_check_elems(const char *fn, const char *what, int n, const int64_t *f);
 int mkx_check_dtype(const char *fn, const char *name, MKX_Datatype t);
 int mkx_check_order(const char *fn, MKX_Order order);
 int mkx_check_trans(const char *fn, MKX_Trans t);
-/* The one unsupported combination: fp64 mixed with another type. */
+/* The unsupported combinations: fp64 mixed with another type. */
 int mkx_check_type_pair(const char *fn, MKX_Datatype dtype, MKX_Datatype ctype);
+/* The GEMM calls' types: both valid, paired (above), ctype not fp8. */
+int mkx_check_gemm_types(const char *fn, MKX_Datatype dtype,
+                         MKX_Datatype ctype);
+/* A call whose dtype may not be fp8: MKX_ERR_UNSUPPORTED if it is. */
+int mkx_check_not_fp8(const char *fn, MKX_Datatype dtype);
+/* The scales of a GEMM call: a layout of the enum, fp8 dtype unless
+ * none, a (b) not NULL where A (B) has elements.  MKX_SCALE_NONE's
+ * pointers are set to NULL (never read, never staged).  The values are
+ * checked where they are read. */
+int mkx_check_scales(const char *fn, MKX_Scales *sc, MKX_Datatype dtype,
+                     int a_elems, int b_elems);
+/* *scales of a _scaled call as its arguments keep it (NULL: none). */
+MKX_Scales mkx_scales_arg(const MKX_Scales *scales);
 /* ld of a rows x cols matrix stored in `order`. */
 int mkx_check_ld(const char *fn, const char *name, int64_t ld, int64_t rows,
                  int64_t cols, MKX_Order order);

@@ -109,6 +109,9 @@ size_t mt_type_size(MKX_Datatype t) {
       return 4;
     case MKX_FP64:
       return 8;
+    case MKX_FP8_E4M3:
+    case MKX_FP8_E5M2:
+      return 1;
   }
   return 0;
 }
@@ -123,6 +126,10 @@ const char *mt_type_name(MKX_Datatype t) {
       return "fp32";
     case MKX_FP64:
       return "fp64";
+    case MKX_FP8_E4M3:
+      return "e4m3";
+    case MKX_FP8_E5M2:
+      return "e5m2";
   }
   return "?";
 }
@@ -141,6 +148,8 @@ double mt_round(MKX_Datatype t, double v) {
       return (float)v;
     case MKX_FP64:
       return v;
+    default: /* fp8: not a type of these helpers */
+      break;
   }
   return NAN;
 }
@@ -155,6 +164,8 @@ double mt_get(const void *buf, MKX_Datatype t, size_t idx) {
       return ((const float *)buf)[idx];
     case MKX_FP64:
       return ((const double *)buf)[idx];
+    default: /* fp8: not a type of these helpers */
+      break;
   }
   return NAN;
 }
@@ -172,6 +183,8 @@ void mt_set(void *buf, MKX_Datatype t, size_t idx, double v) {
       break;
     case MKX_FP64:
       ((double *)buf)[idx] = v;
+      break;
+    default: /* fp8: not a type of these helpers */
       break;
   }
 }

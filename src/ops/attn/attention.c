@@ -19,6 +19,7 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   mkx_attn_args *a = args;
   int64_t scale_bits;
   MKX_TRY(mkx_check_dtype(FN, "dtype", a->dtype));
+  MKX_TRY(mkx_check_not_fp8(FN, a->dtype));
   MKX_TRY(mkx_check_size(FN, "batch", a->batch, 1));
   MKX_TRY(mkx_check_size(FN, "seq_local", a->seq_local, 1));
   a->layout = c->opt.attn_layout; /* agreed when the communicator was made */

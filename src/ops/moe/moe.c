@@ -14,6 +14,7 @@ static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
 
 static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
   MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
+  MKX_TRY(mkx_check_not_fp8(fn, a->dtype));
   MKX_TRY(mkx_check_size(fn, "num_tokens", a->num_tokens, 0));
   MKX_TRY(mkx_check_size(fn, "hidden", a->hidden, 1));
   MKX_TRY(mkx_check_size(fn, "num_experts", a->num_experts, 1));

@@ -30,6 +30,7 @@ static int check_local(void *buf, int64_t rows, int64_t cols, int64_t ld,
   MKX_TRY(mkx_check_size(FN_CREATE, "tile_rows", tile_rows, 1));
   MKX_TRY(mkx_check_size(FN_CREATE, "tile_cols", tile_cols, 1));
   MKX_TRY(mkx_check_dtype(FN_CREATE, "dtype", dtype));
+  MKX_TRY(mkx_check_not_fp8(FN_CREATE, dtype));
   MKX_TRY(mkx_check_order(FN_CREATE, order));
   const int64_t tr = tile_rows < rows ? tile_rows : rows;
   const int64_t tc = tile_cols < cols ? tile_cols : cols;

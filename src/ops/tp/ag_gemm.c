@@ -1,6 +1,7 @@
 /* MKX_Allgather_gemm: argument checks, agreement and entry points. */
 #include "core/error.h"
 #include "host/host_ops.h"
+#include "host/scales.h"
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
@@ -8,7 +9,8 @@
 #endif
 
 static const char *const FN = "MKX_Allgather_gemm";
-static const char *const sig_names[] = {"k", "dtype", "ctype", "order", NULL};
+static const char *const sig_names[] = {"k",     "dtype",          "ctype",
+                                        "order", "scales->layout", NULL};
 
 /* Dimensions of B as stored. */
 static void b_dims(const mkx_ag_gemm_args *a, int64_t *rows, int64_t *cols) {
@@ -20,14 +22,13 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   mkx_ag_gemm_args *a = args;
   int64_t br, bc;
   (void)c;
-  MKX_TRY(mkx_check_dtype(FN, "dtype", a->dtype));
-  MKX_TRY(mkx_check_dtype(FN, "ctype", a->ctype));
+  MKX_TRY(mkx_check_gemm_types(FN, a->dtype, a->ctype));
   MKX_TRY(mkx_check_order(FN, a->order));
   MKX_TRY(mkx_check_trans(FN, a->transb));
-  MKX_TRY(mkx_check_type_pair(FN, a->dtype, a->ctype));
   MKX_TRY(mkx_check_size(FN, "m_local", a->m_local, 0));
   MKX_TRY(mkx_check_size(FN, "k", a->k, 1));
   MKX_TRY(mkx_check_size(FN, "n", a->n, 1));
+  MKX_TRY(mkx_check_scales(FN, &a->sc, a->dtype, a->m_local > 0, 1));
   if (a->m_local > 0) MKX_TRY(mkx_check_ptr(FN, "A", a->A));
   MKX_TRY(mkx_check_ptr(FN, "B", a->B));
   MKX_TRY(mkx_check_ptr(FN, "C", a->C));
@@ -57,7 +58,7 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
                             : a->A_out && a->ld_aout > a->ldc ? a->ld_aout
                                                               : a->ldc;
   *s = (mkx_signature){
-      .sig = {a->k, a->dtype, a->ctype, a->order},
+      .sig = {a->k, a->dtype, a->ctype, a->order, a->sc.layout},
       .local = a->m_local,
       .late = {a->order == MKX_COL_MAJOR ? a->ldc : -1,
                a->order == MKX_COL_MAJOR && a->A_out ? a->ld_aout : -1,
@@ -104,7 +105,19 @@ static int buffers(MKX_Comm c, void *args, const mkx_agreed *g, mkx_buffer *b) {
   b[3] = (mkx_buffer){"A_out", &a->A_out,
                       mkx_matrix_bytes(M, a->k, a->ld_aout, a->order, a->dtype),
                       MKX_BUF_OUT};
-  return 4;
+  const MKX_Scale_layout l = a->sc.layout;
+  const int64_t gathered = a->A_out ? M * mkx_scales_row_floats(l, a->k) : 0;
+  b[4] = (mkx_buffer){
+      "scales->a", (void **)&a->sc.a,
+      sizeof(float) * (size_t)mkx_scales_a_count(l, a->m_local, a->k),
+      MKX_BUF_IN};
+  b[5] = (mkx_buffer){"scales->b", (void **)&a->sc.b,
+                      sizeof(float) * (size_t)mkx_scales_b_count(l, a->k, a->n),
+                      MKX_BUF_IN};
+  b[6] = (mkx_buffer){
+      "scales->a_out", (void **)&a->sc.a_out,
+      l == MKX_SCALE_NONE ? 0 : sizeof(float) * (size_t)gathered, MKX_BUF_OUT};
+  return 7;
 }
 
 static int host(MKX_Comm c, const void *args, const mkx_agreed *g) {
@@ -127,14 +140,41 @@ const mkx_op_class mkx_op_allgather_gemm = {
 #endif
 };
 
+int MKX_Allgather_gemm_scaled(const void *A, int64_t m_local, int64_t k,
+                              int64_t lda, const void *B, int64_t n,
+                              int64_t ldb, MKX_Trans transb, void *C,
+                              int64_t ldc, void *A_out, int64_t ld_aout,
+                              MKX_Datatype dtype, MKX_Datatype ctype,
+                              MKX_Order order, const MKX_Scales *scales,
+                              MKX_Comm comm, MKX_Stream stream) {
+  mkx_ag_gemm_args a = {
+      A, m_local, k,     lda,     B,     n,     ldb,   transb,
+      C, ldc,     A_out, ld_aout, dtype, ctype, order, mkx_scales_arg(scales)};
+  return mkx_op_call(comm, &mkx_op_allgather_gemm, &a, stream);
+}
+
 int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
                        const void *B, int64_t n, int64_t ldb, MKX_Trans transb,
                        void *C, int64_t ldc, void *A_out, int64_t ld_aout,
                        MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
                        MKX_Comm comm, MKX_Stream stream) {
-  mkx_ag_gemm_args a = {A, m_local, k,     lda,     B,     n,     ldb,  transb,
-                        C, ldc,     A_out, ld_aout, dtype, ctype, order};
-  return mkx_op_call(comm, &mkx_op_allgather_gemm, &a, stream);
+  return MKX_Allgather_gemm_scaled(A, m_local, k, lda, B, n, ldb, transb, C,
+                                   ldc, A_out, ld_aout, dtype, ctype, order,
+                                   NULL, comm, stream);
+}
+
+int MKX_Allgather_gemm_scaled_init(const void *A, int64_t m_local, int64_t k,
+                                   int64_t lda, const void *B, int64_t n,
+                                   int64_t ldb, MKX_Trans transb, void *C,
+                                   int64_t ldc, void *A_out, int64_t ld_aout,
+                                   MKX_Datatype dtype, MKX_Datatype ctype,
+                                   MKX_Order order, const MKX_Scales *scales,
+                                   MKX_Comm comm, MPI_Info info,
+                                   MKX_Request *request) {
+  mkx_ag_gemm_args a = {
+      A, m_local, k,     lda,     B,     n,     ldb,   transb,
+      C, ldc,     A_out, ld_aout, dtype, ctype, order, mkx_scales_arg(scales)};
+  return mkx_plan_create(comm, &mkx_op_allgather_gemm, &a, info, request);
 }
 
 int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
@@ -143,7 +183,7 @@ int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
                             int64_t ld_aout, MKX_Datatype dtype,
                             MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
                             MPI_Info info, MKX_Request *request) {
-  mkx_ag_gemm_args a = {A, m_local, k,     lda,     B,     n,     ldb,  transb,
-                        C, ldc,     A_out, ld_aout, dtype, ctype, order};
-  return mkx_plan_create(comm, &mkx_op_allgather_gemm, &a, info, request);
+  return MKX_Allgather_gemm_scaled_init(A, m_local, k, lda, B, n, ldb, transb,
+                                        C, ldc, A_out, ld_aout, dtype, ctype,
+                                        order, NULL, comm, info, request);
 }

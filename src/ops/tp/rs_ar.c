@@ -2,14 +2,15 @@
  * The two differ only in the rows of C each rank receives. */
 #include "core/error.h"
 #include "host/host_ops.h"
+#include "host/scales.h"
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
 #include "ops/fused/fused.h" /* the fused single-node path (tp/rs_ar_gpu.c) */
 #endif
 
-static const char *const sig_names[] = {"M",     "n",     "dtype",
-                                        "ctype", "order", NULL};
+static const char *const sig_names[] = {
+    "M", "n", "dtype", "ctype", "order", "scales->layout", NULL};
 
 /* Rows of C on this rank: its block for reduce-scatter, all for allreduce. */
 static int64_t c_rows(MKX_Comm c, const mkx_rs_ar_args *a, int scatter) {
@@ -26,14 +27,14 @@ static void b_dims(const mkx_rs_ar_args *a, int64_t *rows, int64_t *cols) {
 static int check(MKX_Comm c, mkx_rs_ar_args *a, mkx_signature *s, int scatter) {
   const char *fn = scatter ? "MKX_Gemm_reduce_scatter" : "MKX_Gemm_allreduce";
   int64_t br, bc, rows;
-  MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
-  MKX_TRY(mkx_check_dtype(fn, "ctype", a->ctype));
+  MKX_TRY(mkx_check_gemm_types(fn, a->dtype, a->ctype));
   MKX_TRY(mkx_check_order(fn, a->order));
   MKX_TRY(mkx_check_trans(fn, a->transb));
-  MKX_TRY(mkx_check_type_pair(fn, a->dtype, a->ctype));
   MKX_TRY(mkx_check_size(fn, "M", a->M, 1));
   MKX_TRY(mkx_check_size(fn, "k_local", a->k_local, 0));
   MKX_TRY(mkx_check_size(fn, "n", a->n, 1));
+  MKX_TRY(
+      mkx_check_scales(fn, &a->sc, a->dtype, a->k_local > 0, a->k_local > 0));
   rows = c_rows(c, a, scatter);
   if (a->k_local > 0) {
     MKX_TRY(mkx_check_ptr(fn, "A", a->A));
@@ -47,9 +48,10 @@ static int check(MKX_Comm c, mkx_rs_ar_args *a, mkx_signature *s, int scatter) {
   MKX_TRY(mkx_check_span(fn, "A", a->M, a->k_local, a->lda, a->order));
   MKX_TRY(mkx_check_span(fn, "B", br, bc, a->ldb, a->order));
   MKX_TRY(mkx_check_span(fn, "C", rows, a->n, a->ldc, a->order));
-  *s = (mkx_signature){.sig = {a->M, a->n, a->dtype, a->ctype, a->order},
-                       .local = a->k_local,
-                       .late = {-1, -1, -1}};
+  *s = (mkx_signature){
+      .sig = {a->M, a->n, a->dtype, a->ctype, a->order, a->sc.layout},
+      .local = a->k_local,
+      .late = {-1, -1, -1}};
   return MKX_SUCCESS;
 }
 
@@ -67,7 +69,16 @@ static int buffers(MKX_Comm c, mkx_rs_ar_args *a, mkx_buffer *b, int scatter) {
       "C", &a->C,
       mkx_matrix_bytes(c_rows(c, a, scatter), a->n, a->ldc, a->order, a->ctype),
       MKX_BUF_OUT};
-  return 3;
+  const MKX_Scale_layout l = a->sc.layout;
+  b[3] = (mkx_buffer){
+      "scales->a", (void **)&a->sc.a,
+      sizeof(float) * (size_t)mkx_scales_a_count(l, a->M, a->k_local),
+      MKX_BUF_IN};
+  b[4] = (mkx_buffer){
+      "scales->b", (void **)&a->sc.b,
+      sizeof(float) * (size_t)mkx_scales_b_count(l, a->k_local, a->n),
+      MKX_BUF_IN};
+  return 5;
 }
 
 static int rs_check(MKX_Comm c, void *a, mkx_signature *s) {
@@ -123,17 +134,64 @@ const mkx_op_class mkx_op_gemm_allreduce = {
 #endif
 };
 
-#define RED_ARGS                                                               \
-  mkx_rs_ar_args a = {A,      M, k_local, lda,   B,     n,    ldb,             \
-                      transb, C, ldc,     dtype, ctype, order}
+#define RED_ARGS(scales)                                                       \
+  mkx_rs_ar_args a = {                                                         \
+      A,      M, k_local, lda,   B,     n,     ldb,                            \
+      transb, C, ldc,     dtype, ctype, order, mkx_scales_arg(scales)}
+
+int MKX_Gemm_reduce_scatter_scaled(const void *A, int64_t M, int64_t k_local,
+                                   int64_t lda, const void *B, int64_t n,
+                                   int64_t ldb, MKX_Trans transb, void *C,
+                                   int64_t ldc, MKX_Datatype dtype,
+                                   MKX_Datatype ctype, MKX_Order order,
+                                   const MKX_Scales *scales, MKX_Comm comm,
+                                   MKX_Stream stream) {
+  RED_ARGS(scales);
+  return mkx_op_call(comm, &mkx_op_gemm_reduce_scatter, &a, stream);
+}
+
+int MKX_Gemm_allreduce_scaled(const void *A, int64_t M, int64_t k_local,
+                              int64_t lda, const void *B, int64_t n,
+                              int64_t ldb, MKX_Trans transb, void *C,
+                              int64_t ldc, MKX_Datatype dtype,
+                              MKX_Datatype ctype, MKX_Order order,
+                              const MKX_Scales *scales, MKX_Comm comm,
+                              MKX_Stream stream) {
+  RED_ARGS(scales);
+  return mkx_op_call(comm, &mkx_op_gemm_allreduce, &a, stream);
+}
+
+int MKX_Gemm_reduce_scatter_scaled_init(const void *A, int64_t M,
+                                        int64_t k_local, int64_t lda,
+                                        const void *B, int64_t n, int64_t ldb,
+                                        MKX_Trans transb, void *C, int64_t ldc,
+                                        MKX_Datatype dtype, MKX_Datatype ctype,
+                                        MKX_Order order,
+                                        const MKX_Scales *scales, MKX_Comm comm,
+                                        MPI_Info info, MKX_Request *request) {
+  RED_ARGS(scales);
+  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info, request);
+}
+
+int MKX_Gemm_allreduce_scaled_init(const void *A, int64_t M, int64_t k_local,
+                                   int64_t lda, const void *B, int64_t n,
+                                   int64_t ldb, MKX_Trans transb, void *C,
+                                   int64_t ldc, MKX_Datatype dtype,
+                                   MKX_Datatype ctype, MKX_Order order,
+                                   const MKX_Scales *scales, MKX_Comm comm,
+                                   MPI_Info info, MKX_Request *request) {
+  RED_ARGS(scales);
+  return mkx_plan_create(comm, &mkx_op_gemm_allreduce, &a, info, request);
+}
 
 int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             int64_t lda, const void *B, int64_t n, int64_t ldb,
                             MKX_Trans transb, void *C, int64_t ldc,
                             MKX_Datatype dtype, MKX_Datatype ctype,
                             MKX_Order order, MKX_Comm comm, MKX_Stream stream) {
-  RED_ARGS;
-  return mkx_op_call(comm, &mkx_op_gemm_reduce_scatter, &a, stream);
+  return MKX_Gemm_reduce_scatter_scaled(A, M, k_local, lda, B, n, ldb, transb,
+                                        C, ldc, dtype, ctype, order, NULL, comm,
+                                        stream);
 }
 
 int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
@@ -141,8 +199,9 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
                        void *C, int64_t ldc, MKX_Datatype dtype,
                        MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
                        MKX_Stream stream) {
-  RED_ARGS;
-  return mkx_op_call(comm, &mkx_op_gemm_allreduce, &a, stream);
+  return MKX_Gemm_allreduce_scaled(A, M, k_local, lda, B, n, ldb, transb, C,
+                                   ldc, dtype, ctype, order, NULL, comm,
+                                   stream);
 }
 
 int MKX_Gemm_reduce_scatter_init(const void *A, int64_t M, int64_t k_local,
@@ -152,8 +211,9 @@ int MKX_Gemm_reduce_scatter_init(const void *A, int64_t M, int64_t k_local,
                                  MKX_Datatype ctype, MKX_Order order,
                                  MKX_Comm comm, MPI_Info info,
                                  MKX_Request *request) {
-  RED_ARGS;
-  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info, request);
+  return MKX_Gemm_reduce_scatter_scaled_init(A, M, k_local, lda, B, n, ldb,
+                                             transb, C, ldc, dtype, ctype,
+                                             order, NULL, comm, info, request);
 }
 
 int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
@@ -162,6 +222,7 @@ int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
                             MKX_Datatype dtype, MKX_Datatype ctype,
                             MKX_Order order, MKX_Comm comm, MPI_Info info,
                             MKX_Request *request) {
-  RED_ARGS;
-  return mkx_plan_create(comm, &mkx_op_gemm_allreduce, &a, info, request);
+  return MKX_Gemm_allreduce_scaled_init(A, M, k_local, lda, B, n, ldb, transb,
+                                        C, ldc, dtype, ctype, order, NULL, comm,
+                                        info, request);
 }
