@@ -236,8 +236,8 @@ const char *MKX_Get_last_error(void);
  * optional scales (MKX_Scales); the other calls return
  * MKX_ERR_UNSUPPORTED for them. */
 typedef enum {
-  MKX_BF16 = 1,     /* bfloat16 */
-  MKX_FP16 = 2,     /* IEEE half */
+  MKX_BF16 = 1, /* bfloat16 */
+  MKX_FP16 = 2, /* IEEE half */
   MKX_FP32 = 3,
   MKX_FP64 = 4,
   MKX_FP8_E4M3 = 5, /* fp8 E4M3: largest 448, no infinity, one NaN */
@@ -732,24 +732,29 @@ int MKX_Moe_layer_init(const void *X, int64_t num_tokens, int64_t hidden,
                        MKX_Request *request);
 /* The _scaled calls' plans: *scales is copied at _init (the scale arrays
  * are bound like the buffers; their values are read at each start). */
-int MKX_Allgather_gemm_scaled_init(
-    const void *A, int64_t m_local, int64_t k, int64_t lda, const void *B,
-    int64_t n, int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
-    void *A_out, int64_t ld_aout, MKX_Datatype dtype, MKX_Datatype ctype,
-    MKX_Order order, const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
-    MKX_Request *request);
-int MKX_Gemm_reduce_scatter_scaled_init(
-    const void *A, int64_t M, int64_t k_local, int64_t lda, const void *B,
-    int64_t n, int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
-    MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
-    const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
-    MKX_Request *request);
-int MKX_Gemm_allreduce_scaled_init(
-    const void *A, int64_t M, int64_t k_local, int64_t lda, const void *B,
-    int64_t n, int64_t ldb, MKX_Trans transb, void *C, int64_t ldc,
-    MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
-    const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
-    MKX_Request *request);
+int MKX_Allgather_gemm_scaled_init(const void *A, int64_t m_local, int64_t k,
+                                   int64_t lda, const void *B, int64_t n,
+                                   int64_t ldb, MKX_Trans transb, void *C,
+                                   int64_t ldc, void *A_out, int64_t ld_aout,
+                                   MKX_Datatype dtype, MKX_Datatype ctype,
+                                   MKX_Order order, const MKX_Scales *scales,
+                                   MKX_Comm comm, MPI_Info info,
+                                   MKX_Request *request);
+int MKX_Gemm_reduce_scatter_scaled_init(const void *A, int64_t M,
+                                        int64_t k_local, int64_t lda,
+                                        const void *B, int64_t n, int64_t ldb,
+                                        MKX_Trans transb, void *C, int64_t ldc,
+                                        MKX_Datatype dtype, MKX_Datatype ctype,
+                                        MKX_Order order,
+                                        const MKX_Scales *scales, MKX_Comm comm,
+                                        MPI_Info info, MKX_Request *request);
+int MKX_Gemm_allreduce_scaled_init(const void *A, int64_t M, int64_t k_local,
+                                   int64_t lda, const void *B, int64_t n,
+                                   int64_t ldb, MKX_Trans transb, void *C,
+                                   int64_t ldc, MKX_Datatype dtype,
+                                   MKX_Datatype ctype, MKX_Order order,
+                                   const MKX_Scales *scales, MKX_Comm comm,
+                                   MPI_Info info, MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to
