@@ -24,6 +24,11 @@
 !    8_int64 or use integer(int64) variables); datatypes, orders, the
 !    transposition and communicator queries are default integers; `causal`
 !    of MKX_Ring_attention is a logical and `scale` a real(c_double).
+!  - `scales` of the _scaled calls is an optional type(MKX_Scales)
+!    (BIND(C), the struct of mkx.h: an integer(c_int) layout and three
+!    type(c_ptr) addresses of fp32 scales); absent means NULL (every scale
+!    1).  It follows `order`, so a call that leaves it out names the
+!    arguments after it (comm=comm, ...).
 !  - The stream is an optional type(c_ptr) (a cudaStream_t); absent means
 !    the NULL (legacy) stream.  Host buffers ignore it.
 !
@@ -31,8 +36,10 @@
 ! operation is a generic interface with two kinds of specific procedure.
 !
 !  - Arrays (the host path).  Pass ordinary Fortran arrays of any type:
-!      real(c_double) for MKX_FP64, real(c_float) for MKX_FP32, and 16-bit
-!      integers (integer(c_int16_t)) holding the bits of MKX_BF16/MKX_FP16.
+!      real(c_double) for MKX_FP64, real(c_float) for MKX_FP32, 16-bit
+!      integers (integer(c_int16_t)) holding the bits of MKX_BF16/MKX_FP16,
+!      and 8-bit integers (integer(int8) or integer(c_int8_t)) holding the
+!      bits of MKX_FP8_E4M3/MKX_FP8_E5M2.
 !    Fortran arrays are column-major: pass order = MKX_COL_MAJOR, with the
 !    leading dimension = the first extent of the array as allocated.  The
 !    first buffer argument must be an array (rank 1 or 2; rank 1 to 4 for
@@ -67,7 +74,9 @@
 !
 !  Persistent requests (MKX_*_init) keep the addresses of their buffers:
 !  pass variables (not expressions) that stay allocated until
-!  MKX_Request_free, with the TARGET or ASYNCHRONOUS attribute.
+!  MKX_Request_free, with the TARGET or ASYNCHRONOUS attribute.  The
+!  type(MKX_Scales) of a _scaled _init is copied, but the scale arrays it
+!  points to are read at each MKX_Start: they too stay allocated.
 !
 ! Index conventions are those of C: MKX_Comm_rank, MKX_Block_range's block
 ! b and first row, and the MoE expert ids and origins are 0-based.
@@ -120,12 +129,21 @@ module mkx_f08
   integer, parameter, public :: MKX_FP16 = 2
   integer, parameter, public :: MKX_FP32 = 3
   integer, parameter, public :: MKX_FP64 = 4
+  integer, parameter, public :: MKX_FP8_E4M3 = 5
+  integer, parameter, public :: MKX_FP8_E5M2 = 6
 
   integer, parameter, public :: MKX_ROW_MAJOR = 101
   integer, parameter, public :: MKX_COL_MAJOR = 102
 
   integer, parameter, public :: MKX_NO_TRANS = 111
   integer, parameter, public :: MKX_TRANS = 112
+
+  ! Layouts of the scales of fp8 operands (MKX_Scales%layout).
+  integer, parameter, public :: MKX_SCALE_NONE = 0
+  integer, parameter, public :: MKX_SCALE_TENSOR = 1
+  integer, parameter, public :: MKX_SCALE_ROW = 2
+  integer, parameter, public :: MKX_SCALE_BLOCK = 3
+  integer, parameter, public :: MKX_SCALE_BLOCK_SIZE = 128
 
   ! ---- handles ----------------------------------------------------------------
   type, bind(C), public :: MKX_Comm
@@ -140,6 +158,20 @@ module mkx_f08
   type, bind(C), public :: MKX_Tiles
     type(c_ptr) :: ptr = c_null_ptr
   end type MKX_Tiles
+
+  ! The scales of the _scaled calls (struct MKX_Scales of mkx.h): layout
+  ! one of MKX_SCALE_*, and the addresses of fp32 scale arrays in the
+  ! memory of A and B (c_loc of real(c_float) host arrays with the TARGET
+  ! attribute, or device pointers); c_null_ptr where mkx.h allows NULL.
+  ! The default is MKX_SCALE_NONE with null addresses; the constructor
+  ! takes the components in order: MKX_Scales(MKX_SCALE_TENSOR, c_loc(sa),
+  ! c_loc(sb), c_null_ptr).
+  type, bind(C), public :: MKX_Scales
+    integer(c_int) :: layout = MKX_SCALE_NONE
+    type(c_ptr) :: a = c_null_ptr
+    type(c_ptr) :: b = c_null_ptr
+    type(c_ptr) :: a_out = c_null_ptr
+  end type MKX_Scales
 
   type(MKX_Comm), parameter, public :: MKX_COMM_NULL = MKX_Comm(c_null_ptr)
   type(MKX_Tiles), parameter, public :: MKX_TILES_NULL = MKX_Tiles(c_null_ptr)

@@ -94,7 +94,8 @@ function add_arg(e,    i, k) {
   } else if (k == "enum") {
     if (NF != 3) fail("want: enum NAME CTYPE")
     actype[e, i] = $3
-  } else if (k == "logical" || k == "double" || k == "comm" || k == "stream") {
+  } else if (k == "logical" || k == "double" || k == "comm" || k == "stream" ||
+             k == "scales") {
     if (NF != 2) fail("want: " k " NAME")
   } else fail("unknown argument kind " k)
 }
@@ -173,6 +174,8 @@ function fdummy(i, form, asy,    t, a) {
   if (vk[i] == "double") return "real(c_double), intent(in) :: " vn[i]
   if (vk[i] == "comm") return "type(MKX_Comm), intent(in) :: " vn[i]
   if (vk[i] == "stream") return "type(c_ptr), intent(in), optional :: " vn[i]
+  if (vk[i] == "scales")
+    return "type(MKX_Scales), intent(in), optional :: " vn[i]
   if (vk[i] == "info") return "type(MPI_Info), intent(in) :: " vn[i]
   if (vk[i] == "request") return "type(MKX_Request), intent(out) :: " vn[i]
 }
@@ -186,6 +189,8 @@ function factual(i, form) {
   if (vk[i] == "logical") return "merge(1_c_int, 0_c_int, " vn[i] ")"
   if (vk[i] == "comm" || vk[i] == "request") return vn[i] "%ptr"
   if (vk[i] == "stream") return "opt_ptr(" vn[i] ")"
+  # an absent optional stays absent: C receives NULL
+  if (vk[i] == "scales") return vn[i]
   if (vk[i] == "info") return "int(" vn[i] "%MPI_VAL, c_int)"
   return vn[i]
 }
@@ -202,16 +207,20 @@ function cdummy(i, form,    t) {
   if (vk[i] == "i64") return "integer(c_int64_t), value :: " vn[i]
   if (vk[i] == "double") return "real(c_double), value :: " vn[i]
   if (vk[i] == "request") return "type(c_ptr), intent(inout) :: " vn[i]
+  if (vk[i] == "scales")
+    return "type(MKX_Scales), intent(in), optional :: " vn[i]
   return "integer(c_int), value :: " vn[i]
 }
 
 # ---- Fortran: the interfaces to C -------------------------------------------
 
-function c_interface(fname, cname, form,    cnt, i) {
+function c_interface(fname, cname, form,    cnt, i, imp) {
   cnt = names(0)
   print wrap("    function " fname "(", cnt, ")", 8, "&") " &" > spec
   print "        bind(C, name=\"" cname "\") result(rc)" > spec
-  print "      import :: c_ptr, c_int, c_int64_t, c_double" > spec
+  imp = "c_ptr, c_int, c_int64_t, c_double"
+  for (i = 1; i <= nv; i++) if (vk[i] == "scales") imp = imp ", MKX_Scales"
+  print "      import :: " imp > spec
   for (i = 1; i <= nv; i++) print "      " cdummy(i, form) > spec
   print "      integer(c_int) :: rc" > spec
   print "    end function " fname > spec
@@ -337,6 +346,7 @@ function cparam(i, form) {
   if (vk[i] == "stream") return "void *" vn[i]
   if (vk[i] == "info") return "MPI_Fint " vn[i]
   if (vk[i] == "request") return "MKX_Request *" vn[i]
+  if (vk[i] == "scales") return "const MKX_Scales *" vn[i]
   return "int " vn[i]
 }
 

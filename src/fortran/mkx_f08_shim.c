@@ -117,8 +117,9 @@ int mkx_f08_type_size(int type, int64_t *size) {
   *size = (int64_t)MKX_Type_size((MKX_Datatype)type);
   if (*size == 0)
     return shim_error(MKX_ERR_INVALID_ARG,
-                      "MKX_Type_size: datatype %d is "
-                      "not MKX_BF16, MKX_FP16, MKX_FP32 or MKX_FP64",
+                      "MKX_Type_size: datatype %d is not MKX_BF16, "
+                      "MKX_FP16, MKX_FP32, MKX_FP64, MKX_FP8_E4M3 or "
+                      "MKX_FP8_E5M2",
                       type);
   return MKX_SUCCESS;
 }
@@ -191,10 +192,19 @@ int mkx_f08_c_constant(const char *name, int *value) {
       K(MKX_FP16),
       K(MKX_FP32),
       K(MKX_FP64),
+      K(MKX_FP8_E4M3),
+      K(MKX_FP8_E5M2),
       K(MKX_ROW_MAJOR),
       K(MKX_COL_MAJOR),
       K(MKX_NO_TRANS),
       K(MKX_TRANS),
+      K(MKX_SCALE_NONE),
+      K(MKX_SCALE_TENSOR),
+      K(MKX_SCALE_ROW),
+      K(MKX_SCALE_BLOCK),
+      K(MKX_SCALE_BLOCK_SIZE),
+      /* type(MKX_Scales) of the module is this struct: c_sizeof against it */
+      {"sizeof(MKX_Scales)", (int)sizeof(MKX_Scales)},
   };
 #undef K
   for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
@@ -204,6 +214,10 @@ int mkx_f08_c_constant(const char *name, int *value) {
     }
   return 0;
 }
+
+/* type(MKX_Scales) of the module declares layout as integer(c_int). */
+_Static_assert(sizeof(MKX_Scale_layout) == sizeof(int),
+               "MKX_Scale_layout is not an int");
 
 /* ---- the operations, generated from mkx_f08.def ---------------------------
  * mkx_f08_<op>_a takes the arrays of the _rN specifics (and, for an

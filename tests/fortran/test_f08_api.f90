@@ -6,7 +6,7 @@
 program test_f08_api
   use, intrinsic :: iso_c_binding
   use, intrinsic :: iso_fortran_env, only: int64, real64, real32, int32, &
-      error_unit
+      int8, error_unit
   use mpi_f08
   use mkx_f08
   implicit none
@@ -61,6 +61,9 @@ program test_f08_api
   call test_allgather_gemm()
   call test_gemm_reduce_scatter()
   call test_gemm_allreduce()
+  call test_allgather_gemm_scaled()
+  call test_gemm_reduce_scatter_scaled()
+  call test_gemm_allreduce_scaled()
   call test_device_pointers()
   call test_ring_attention()
   call test_moe_dispatch_gemm()
@@ -116,6 +119,7 @@ contains
 
   ! ---- constants -------------------------------------------------------------
   subroutine test_constants()
+    type(MKX_Scales) :: scales
     call cmp("MKX_VERSION_MAJOR", MKX_VERSION_MAJOR)
     call cmp("MKX_VERSION_MINOR", MKX_VERSION_MINOR)
     call cmp("MKX_VERSION_PATCH", MKX_VERSION_PATCH)
@@ -142,10 +146,21 @@ contains
     call cmp("MKX_FP16", MKX_FP16)
     call cmp("MKX_FP32", MKX_FP32)
     call cmp("MKX_FP64", MKX_FP64)
+    call cmp("MKX_FP8_E4M3", MKX_FP8_E4M3)
+    call cmp("MKX_FP8_E5M2", MKX_FP8_E5M2)
     call cmp("MKX_ROW_MAJOR", MKX_ROW_MAJOR)
     call cmp("MKX_COL_MAJOR", MKX_COL_MAJOR)
     call cmp("MKX_NO_TRANS", MKX_NO_TRANS)
     call cmp("MKX_TRANS", MKX_TRANS)
+    call cmp("MKX_SCALE_NONE", MKX_SCALE_NONE)
+    call cmp("MKX_SCALE_TENSOR", MKX_SCALE_TENSOR)
+    call cmp("MKX_SCALE_ROW", MKX_SCALE_ROW)
+    call cmp("MKX_SCALE_BLOCK", MKX_SCALE_BLOCK)
+    call cmp("MKX_SCALE_BLOCK_SIZE", MKX_SCALE_BLOCK_SIZE)
+    call cmp("sizeof(MKX_Scales)", int(c_sizeof(scales)))
+    call check(scales%layout == MKX_SCALE_NONE .and. &
+        .not. c_associated(scales%a) .and. .not. c_associated(scales%b) .and. &
+        .not. c_associated(scales%a_out), "type(MKX_Scales): default")
   end subroutine test_constants
 
   subroutine cmp(name, fvalue)
@@ -184,6 +199,10 @@ contains
     call check(sz == 4, "MKX_Type_size(MKX_FP32)")
     call MKX_Type_size(MKX_FP64, sz)
     call check(sz == 8, "MKX_Type_size(MKX_FP64)")
+    call MKX_Type_size(MKX_FP8_E4M3, sz)
+    call check(sz == 1, "MKX_Type_size(MKX_FP8_E4M3)")
+    call MKX_Type_size(MKX_FP8_E5M2, sz)
+    call check(sz == 1, "MKX_Type_size(MKX_FP8_E5M2)")
     call MKX_Type_size(77, sz, ierr)
     call check(sz == 0 .and. ierr == MKX_ERR_INVALID_ARG, &
         "MKX_Type_size(invalid)")
@@ -411,6 +430,292 @@ contains
     call check(ierr == MKX_SUCCESS .and. all(C2 == C), &
         "MKX_Gemm_allreduce (type(c_ptr)), same bits")
   end subroutine test_gemm_allreduce
+
+  ! ---- fp8 operands with scales (the _scaled calls and their _init) --------
+  ! A and B hold bit patterns of small values that fp8 holds exactly, the
+  ! scales are powers of two: every product and sum is exact in fp32.
+
+  ! The bits of an exactly representable value (i picks one of eight):
+  ! E4M3 (e5m2 false) or E5M2.
+  integer(int8) function fp8(i, e5m2)
+    integer, intent(in) :: i
+    logical, intent(in) :: e5m2
+    ! 0.5, 1, 1.5, 2, 3, -1, -2, 0.75
+    integer, parameter :: e4(0:7) = [48, 56, 60, 64, 68, 184, 192, 52]
+    integer, parameter :: e5(0:7) = [56, 60, 62, 64, 66, 188, 192, 58]
+    integer :: b
+    b = merge(e5(modulo(i, 8)), e4(modulo(i, 8)), e5m2)
+    if (b > 127) b = b - 256
+    fp8 = int(b, int8)
+  end function fp8
+
+  ! The value of fp8 bits (finite values only).
+  real(real64) elemental function fp8_val(bits, e5m2)
+    integer(int8), intent(in) :: bits
+    logical, intent(in) :: e5m2
+    integer :: u, e, m, mbits, bias
+    mbits = merge(2, 3, e5m2)
+    bias = merge(15, 7, e5m2)
+    u = iand(int(bits), 255)
+    e = iand(ishft(u, -mbits), ishft(1, 7 - mbits) - 1)
+    m = iand(u, ishft(1, mbits) - 1)
+    if (e == 0) then
+      fp8_val = m * 2.0_real64**(1 - bias - mbits)
+    else
+      fp8_val = (1 + m * 2.0_real64**(-mbits)) * 2.0_real64**(e - bias)
+    end if
+    if (u >= 128) fp8_val = -fp8_val
+  end function fp8_val
+
+  ! AllGather + GEMM: E4M3 A with A_out and its scales (a_out), tensor
+  ! scales that differ per rank; then its _init.
+  subroutine test_allgather_gemm_scaled()
+    integer, parameter :: k = 4, n = 3
+    integer :: ml, mtot, off, i, j, q
+    integer(int8), allocatable, target :: A(:,:), B(:,:), Aout(:,:)
+    integer(int8), allocatable :: Afull(:,:)
+    real(c_float), allocatable, target :: C(:,:), C2(:,:), aos(:)
+    real(real64), allocatable :: Cref(:,:), rowscale(:)
+    real(c_float), target :: sa(1), sb(1)
+    type(MKX_Request) :: req
+    ml = rank + 1
+    mtot = nranks * (nranks + 1) / 2
+    off = rank * (rank + 1) / 2
+    allocate(A(ml, k), B(k, n), Aout(mtot, k), Afull(mtot, k), &
+        C(mtot, n), C2(mtot, n), aos(mtot), Cref(mtot, n), rowscale(mtot))
+    do q = 0, nranks - 1
+      do i = q * (q + 1) / 2 + 1, q * (q + 1) / 2 + q + 1
+        rowscale(i) = merge(2.0_real64, 4.0_real64, modulo(q, 2) == 0)
+        do j = 1, k
+          Afull(i, j) = fp8(i + 2 * j, .false.)
+        end do
+      end do
+    end do
+    A = Afull(off + 1:off + ml, :)
+    do j = 1, n
+      do i = 1, k
+        B(i, j) = fp8(3 * i + j + rank, .false.)       ! B is per rank
+      end do
+    end do
+    sa = real(rowscale(off + 1), c_float)
+    sb = 0.5_c_float
+    do j = 1, n
+      do i = 1, mtot
+        Cref(i, j) = rowscale(i) * 0.5_real64 * sum(fp8_val(Afull(i, :), &
+            .false.) * fp8_val(B(:, j), .false.))
+      end do
+    end do
+    C = -1
+    aos = -1
+    call MKX_Allgather_gemm_scaled(A, int(ml, c_int64_t), int(k, c_int64_t), &
+        int(ml, c_int64_t), B, int(n, c_int64_t), int(k, c_int64_t), &
+        MKX_NO_TRANS, C, int(mtot, c_int64_t), Aout, int(mtot, c_int64_t), &
+        MKX_FP8_E4M3, MKX_FP32, MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_TENSOR, &
+        c_loc(sa), c_loc(sb), c_loc(aos)), comm, ierror=ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Allgather_gemm_scaled (arrays)")
+    call check(rel_err(real(reshape(C, [mtot * n]), real64), &
+        reshape(Cref, [mtot * n])) < 1e-6_real64, &
+        "MKX_Allgather_gemm_scaled: C")
+    call check(all(Aout == Afull), "MKX_Allgather_gemm_scaled: A_out")
+    call check(all(real(aos, real64) == rowscale), &
+        "MKX_Allgather_gemm_scaled: a_out, the gathered rows' scales")
+    ! persistent, without A_out: C as above
+    C2 = -1
+    call MKX_Allgather_gemm_scaled_init(A, int(ml, c_int64_t), &
+        int(k, c_int64_t), int(ml, c_int64_t), B, int(n, c_int64_t), &
+        int(k, c_int64_t), MKX_NO_TRANS, C2, int(mtot, c_int64_t), &
+        dtype=MKX_FP8_E4M3, ctype=MKX_FP32, order=MKX_COL_MAJOR, &
+        scales=MKX_Scales(MKX_SCALE_TENSOR, c_loc(sa), c_loc(sb), &
+        c_null_ptr), comm=comm, info=MPI_INFO_NULL, request=req, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. req /= MKX_REQUEST_NULL, &
+        "MKX_Allgather_gemm_scaled_init")
+    call MKX_Start(req, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. all(C2 == C), &
+        "MKX_Allgather_gemm_scaled_init: started, C")
+    call MKX_Request_free(req, ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Request_free (allgather scaled)")
+  end subroutine test_allgather_gemm_scaled
+
+  ! GEMM + ReduceScatter: E5M2, tensor scales 2 and 0.5 (b: 0.25 on odd
+  ! ranks), transposed B; then its _init.
+  subroutine test_gemm_reduce_scatter_scaled()
+    integer, parameter :: m = 5, n = 4, kl = 3
+    integer :: i, j, q
+    integer(c_int64_t) :: first, count
+    integer(int8), target :: A(m, kl), Bt(n, kl), Aq(m, kl), Bq(n, kl)
+    real(c_float), allocatable, target :: C(:,:), C2(:,:)
+    real(real64) :: Cref(m, n), sbq
+    real(c_float), target :: sa(1), sb(1)
+    type(MKX_Request) :: req
+    Cref = 0
+    do q = 0, nranks - 1
+      do j = 1, kl
+        do i = 1, m
+          Aq(i, j) = fp8(i + j + 2 * q, .true.)
+        end do
+        do i = 1, n
+          Bq(i, j) = fp8(5 * i + j + q, .true.)
+        end do
+      end do
+      sbq = merge(0.5_real64, 0.25_real64, modulo(q, 2) == 0)
+      if (q == rank) then
+        A = Aq
+        Bt = Bq
+        sb = real(sbq, c_float)
+      end if
+      Cref = Cref + 2 * sbq * matmul(fp8_val(Aq, .true.), &
+          transpose(fp8_val(Bq, .true.)))
+    end do
+    sa = 2.0_c_float
+    call MKX_Block_range(int(m, c_int64_t), nranks, rank, first, count)
+    allocate(C(max(count, 1_c_int64_t), n), C2(max(count, 1_c_int64_t), n))
+    C = -1
+    call MKX_Gemm_reduce_scatter_scaled(A, int(m, c_int64_t), &
+        int(kl, c_int64_t), int(m, c_int64_t), Bt, int(n, c_int64_t), &
+        int(n, c_int64_t), MKX_TRANS, C, int(size(C, 1), c_int64_t), &
+        MKX_FP8_E5M2, MKX_FP32, MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_TENSOR, &
+        c_loc(sa), c_loc(sb), c_null_ptr), comm, ierror=ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Gemm_reduce_scatter_scaled (arrays)")
+    if (count > 0) call check(rel_err(real(reshape(C(1:count, :), &
+        [count * n]), real64), reshape(Cref(first + 1:first + count, :), &
+        [count * n])) < 1e-6_real64, "MKX_Gemm_reduce_scatter_scaled: C")
+    C2 = -1
+    call MKX_Gemm_reduce_scatter_scaled_init(A, int(m, c_int64_t), &
+        int(kl, c_int64_t), int(m, c_int64_t), Bt, int(n, c_int64_t), &
+        int(n, c_int64_t), MKX_TRANS, C2, int(size(C2, 1), c_int64_t), &
+        MKX_FP8_E5M2, MKX_FP32, MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_TENSOR, &
+        c_loc(sa), c_loc(sb), c_null_ptr), comm, MPI_INFO_NULL, req, ierr)
+    call check(ierr == MKX_SUCCESS .and. req /= MKX_REQUEST_NULL, &
+        "MKX_Gemm_reduce_scatter_scaled_init")
+    call MKX_Start(req, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. &
+        all(C2(1:count, :) == C(1:count, :)), &
+        "MKX_Gemm_reduce_scatter_scaled_init: started, C")
+    call MKX_Request_free(req, ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Request_free (reduce_scatter scaled)")
+  end subroutine test_gemm_reduce_scatter_scaled
+
+  ! GEMM + AllReduce: E4M3 with row scales (arrays), tensor scales
+  ! (type(c_ptr) buffers), no scales; then its _init; then bad scales.
+  subroutine test_gemm_allreduce_scaled()
+    integer, parameter :: m = 6, n = 5, kl = 2
+    integer :: i, j, q
+    integer(int8), target :: A(m, kl), B(kl, n), Aq(m, kl), Bq(kl, n)
+    real(c_float), target :: C(m, n), C2(m, n), sa(m), sb(n), ta(1), tb(1)
+    real(real64), target :: Ad(m, kl), Bd(kl, n), Cd(m, n)
+    real(real64) :: Cref(m, n), Ctensor(m, n), Cone(m, n), saq(m), sbq(n)
+    type(MKX_Request) :: req
+    Cref = 0
+    Ctensor = 0
+    Cone = 0
+    do q = 0, nranks - 1
+      do j = 1, kl
+        do i = 1, m
+          Aq(i, j) = fp8(2 * i + j + q, .false.)
+        end do
+        do i = 1, n
+          Bq(j, i) = fp8(i + 3 * j + q, .false.)
+        end do
+      end do
+      saq = [(2.0_real64**modulo(i + q, 3), i = 1, m)]       ! 1, 2 or 4
+      sbq = [(0.5_real64**modulo(i + q, 2), i = 1, n)]       ! 1 or 0.5
+      if (q == rank) then
+        A = Aq
+        B = Bq
+        sa = real(saq, c_float)
+        sb = real(sbq, c_float)
+      end if
+      Cone = Cone + matmul(fp8_val(Aq, .false.), fp8_val(Bq, .false.))
+      do j = 1, n
+        do i = 1, m
+          Cref(i, j) = Cref(i, j) + saq(i) * sbq(j) * &
+              sum(fp8_val(Aq(i, :), .false.) * fp8_val(Bq(:, j), .false.))
+        end do
+      end do
+    end do
+    Ctensor = 2 * 0.5_real64 * Cone
+    C = -1
+    call MKX_Gemm_allreduce_scaled(A, int(m, c_int64_t), int(kl, c_int64_t), &
+        int(m, c_int64_t), B, int(n, c_int64_t), int(kl, c_int64_t), &
+        MKX_NO_TRANS, C, int(m, c_int64_t), MKX_FP8_E4M3, MKX_FP32, &
+        MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_ROW, c_loc(sa), c_loc(sb), &
+        c_null_ptr), comm, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. rel_err(real(reshape(C, [m * n]), &
+        real64), reshape(Cref, [m * n])) < 1e-6_real64, &
+        "MKX_Gemm_allreduce_scaled (arrays, MKX_SCALE_ROW)")
+    ! type(c_ptr) specific, tensor scales 2 and 0.5
+    ta = 2.0_c_float
+    tb = 0.5_c_float
+    C2 = -1
+    call MKX_Gemm_allreduce_scaled(c_loc(A), int(m, c_int64_t), &
+        int(kl, c_int64_t), int(m, c_int64_t), c_loc(B), int(n, c_int64_t), &
+        int(kl, c_int64_t), MKX_NO_TRANS, c_loc(C2), int(m, c_int64_t), &
+        MKX_FP8_E4M3, MKX_FP32, MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_TENSOR, &
+        c_loc(ta), c_loc(tb), c_null_ptr), comm, c_null_ptr, ierr)
+    call check(ierr == MKX_SUCCESS .and. rel_err(real(reshape(C2, [m * n]), &
+        real64), reshape(Ctensor, [m * n])) < 1e-6_real64, &
+        "MKX_Gemm_allreduce_scaled (type(c_ptr), MKX_SCALE_TENSOR)")
+    ! scales absent: every scale 1
+    C2 = -1
+    call MKX_Gemm_allreduce_scaled(A, int(m, c_int64_t), int(kl, c_int64_t), &
+        int(m, c_int64_t), B, int(n, c_int64_t), int(kl, c_int64_t), &
+        MKX_NO_TRANS, C2, int(m, c_int64_t), MKX_FP8_E4M3, MKX_FP32, &
+        MKX_COL_MAJOR, comm=comm, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. rel_err(real(reshape(C2, [m * n]), &
+        real64), reshape(Cone, [m * n])) < 1e-6_real64, &
+        "MKX_Gemm_allreduce_scaled without scales")
+    ! persistent: the scale arrays are read at each start
+    C2 = -1
+    call MKX_Gemm_allreduce_scaled_init(A, int(m, c_int64_t), &
+        int(kl, c_int64_t), int(m, c_int64_t), B, int(n, c_int64_t), &
+        int(kl, c_int64_t), MKX_NO_TRANS, C2, int(m, c_int64_t), &
+        MKX_FP8_E4M3, MKX_FP32, MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_TENSOR, &
+        c_loc(ta), c_loc(tb), c_null_ptr), comm, MPI_INFO_NULL, req, ierr)
+    call check(ierr == MKX_SUCCESS .and. req /= MKX_REQUEST_NULL, &
+        "MKX_Gemm_allreduce_scaled_init")
+    call MKX_Start(req, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. rel_err(real(reshape(C2, [m * n]), &
+        real64), reshape(Ctensor, [m * n])) < 1e-6_real64, &
+        "MKX_Gemm_allreduce_scaled_init: started, C")
+    ta = 4.0_c_float
+    call MKX_Start(req, ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. rel_err(real(reshape(C2, [m * n]), &
+        real64), reshape(2 * Ctensor, [m * n])) < 1e-6_real64, &
+        "MKX_Gemm_allreduce_scaled_init: new scale values at a start")
+    call MKX_Request_free(req, ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Request_free (allreduce scaled)")
+    ! bad scales, the same on every rank
+    call MKX_Gemm_allreduce_scaled(A, int(m, c_int64_t), int(kl, c_int64_t), &
+        int(m, c_int64_t), B, int(n, c_int64_t), int(kl, c_int64_t), &
+        MKX_NO_TRANS, C2, int(m, c_int64_t), MKX_FP8_E4M3, MKX_FP32, &
+        MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_ROW, c_null_ptr, c_loc(sb), &
+        c_null_ptr), comm, ierror=ierr)
+    call check(ierr == MKX_ERR_NULL_POINTER, &
+        "MKX_SCALE_ROW with a null scales%a gives MKX_ERR_NULL_POINTER")
+    call MKX_Gemm_allreduce_scaled(A, int(m, c_int64_t), int(kl, c_int64_t), &
+        int(m, c_int64_t), B, int(n, c_int64_t), int(kl, c_int64_t), &
+        MKX_NO_TRANS, C2, int(m, c_int64_t), MKX_FP8_E4M3, MKX_FP32, &
+        MKX_COL_MAJOR, MKX_Scales(7, c_loc(sa), c_loc(sb), c_null_ptr), &
+        comm, ierror=ierr)
+    call check(ierr == MKX_ERR_INVALID_ARG, &
+        "scales%layout = 7 gives MKX_ERR_INVALID_ARG")
+    Ad = 1
+    Bd = 1
+    call MKX_Gemm_allreduce_scaled(Ad, int(m, c_int64_t), int(kl, c_int64_t), &
+        int(m, c_int64_t), Bd, int(n, c_int64_t), int(kl, c_int64_t), &
+        MKX_NO_TRANS, Cd, int(m, c_int64_t), MKX_FP64, MKX_FP64, &
+        MKX_COL_MAJOR, MKX_Scales(MKX_SCALE_TENSOR, c_loc(ta), c_loc(tb), &
+        c_null_ptr), comm, ierror=ierr)
+    call check(ierr == MKX_ERR_INVALID_ARG, &
+        "MKX_SCALE_TENSOR with MKX_FP64 gives MKX_ERR_INVALID_ARG")
+    ! real(real64) arrays with an fp8 dtype: refused by the element size
+    call MKX_Gemm_allreduce_scaled(Ad, int(m, c_int64_t), int(kl, c_int64_t), &
+        int(m, c_int64_t), Bd, int(n, c_int64_t), int(kl, c_int64_t), &
+        MKX_NO_TRANS, C2, int(m, c_int64_t), MKX_FP8_E4M3, MKX_FP32, &
+        MKX_COL_MAJOR, comm=comm, ierror=ierr)
+    call check(ierr == MKX_ERR_INVALID_ARG, &
+        "8-byte elements with MKX_FP8_E4M3 give MKX_ERR_INVALID_ARG")
+  end subroutine test_gemm_allreduce_scaled
 
   ! ---- device pointers (only where the communicator has a GPU) ---------------------------
   ! MKX_Alloc_mem gives device memory; data goes in and out with
