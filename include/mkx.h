@@ -233,14 +233,14 @@ const char *MKX_Get_last_error(void);
  * (uint16_t, uint8_t).  Arithmetic accumulates in fp32, or fp64 for
  * MKX_FP64.  The fp8 types (OCP FP8, as Hopper's tensor cores take them)
  * are operand types of the three tensor-parallel GEMM calls only, with
- * optional scales (MKX_Scales); the other calls return
- * MKX_ERR_UNSUPPORTED for them. */
+ * optional scales (MKX_Scales); the other operations (attention, MoE,
+ * tile sets) return MKX_ERR_UNSUPPORTED for them. */
 typedef enum {
   MKX_BF16 = 1, /* bfloat16 */
   MKX_FP16 = 2, /* IEEE half */
   MKX_FP32 = 3,
   MKX_FP64 = 4,
-  MKX_FP8_E4M3 = 5, /* fp8 E4M3: largest 448, no infinity, one NaN */
+  MKX_FP8_E4M3 = 5, /* fp8 E4M3: largest 448, no infinity, NaN S.1111.111 */
   MKX_FP8_E5M2 = 6  /* fp8 E5M2: largest 57344, IEEE-like inf and NaN */
 } MKX_Datatype;
 
@@ -351,13 +351,12 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr);
 
 /*
  * Scales of fp8 operands.  An element's value is its fp8 value times its
- * scale, so the product is C = (sa . A) x (sb . B) with every scale
- * applied exactly as if the operands were dequantised first (the fp32
- * accumulation of the call is the only rounding before C's).  With A the
- * rank's A as passed (rows x k: m_local x k for MKX_Allgather_gemm_scaled,
- * M x k_local for the reductions), op(B) its k x n B, kb = ceil(k / 128)
- * and nb = ceil(n / 128):
- *   MKX_SCALE_NONE    every scale 1; a, b and a_out are not read.
+ * scale, so the product is C = (sa . A) x (sb . B): each element times
+ * its scale, rounded to fp32, then the call's fp32 accumulation and one
+ * rounding to ctype.  With A the rank's A as passed (rows x k: m_local x k
+ * for MKX_Allgather_gemm_scaled, M x k_local for the reductions), op(B)
+ * its k x n B, kb = ceil(k / 128) and nb = ceil(n / 128):
+ *   MKX_SCALE_NONE    every scale 1; a, b and a_out are not used.
  *   MKX_SCALE_TENSOR  a: 1 value (all of A), b: 1 value (all of B).
  *   MKX_SCALE_ROW     a: one per row of A (rows values); b: one per column
  *                     of op(B) (n values).
@@ -368,24 +367,26 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr);
  * The scale matrices are dense (leading dimension: their columns when
  * `order` is row-major, their rows when column-major) in the call's
  * `order`, and b's is stored as B is: nb x kb when transb == MKX_TRANS.
- * Scales are fp32 in the same kind of memory as A and B (device or host),
- * ready in `stream`'s order like them.  Each scale that is read must be
- * finite and > 0: else MKX_ERR_INVALID_ARG naming the array and its index
- * (every other rank: MKX_ERR_PEER), found once the call reads them, with
- * no output written.
+ * The MKX_Scales struct is host memory, read by the call (or copied by
+ * _init); its arrays are fp32 in the same kind of memory as A and B
+ * (device or host), ready in `stream`'s order like them.  Each scale that
+ * is read must be finite and > 0: else MKX_ERR_INVALID_ARG naming the
+ * array and its index (every other rank: MKX_ERR_PEER), found when the
+ * call (or MKX_Start of its plan) reads them, with no output written.
  *   agreed:   layout.
  *   per rank: a, b, a_out and the values.  a may be NULL when A has no
  *             elements (m_local or k_local 0), b when B has none (k_local
- *             0); a_out may be NULL.
- * a_out (MKX_Allgather_gemm_scaled, only with A_out): receives the
- * gathered A's scales, one per row (M values, rank order) for
- * MKX_SCALE_TENSOR and MKX_SCALE_ROW, an M x kb matrix for
- * MKX_SCALE_BLOCK, so that A_out and a_out are an operand of a later call
- * with MKX_SCALE_ROW or MKX_SCALE_BLOCK.  It must not overlap a or b.
+ *             0).
+ * a_out (may be NULL; used by MKX_Allgather_gemm_scaled with A_out only,
+ * ignored otherwise): receives the gathered A's scales, one per row (M
+ * values, rank order) for MKX_SCALE_TENSOR and MKX_SCALE_ROW, an M x kb
+ * matrix for MKX_SCALE_BLOCK, so that A_out and a_out are an operand of a
+ * later call with MKX_SCALE_ROW or MKX_SCALE_BLOCK.  It must not overlap a
+ * or b.
  * A layout other than MKX_SCALE_NONE needs an fp8 dtype (else
- * MKX_ERR_INVALID_ARG); a, b or a_out that the layout reads and that is
- * NULL where not allowed: MKX_ERR_NULL_POINTER; a layout that is not one
- * of the enumerators: MKX_ERR_INVALID_ARG.
+ * MKX_ERR_INVALID_ARG); a or b NULL where not allowed:
+ * MKX_ERR_NULL_POINTER; a layout that is not one of the enumerators:
+ * MKX_ERR_INVALID_ARG.
  */
 typedef enum {
   MKX_SCALE_NONE = 0,
@@ -424,7 +425,7 @@ typedef struct MKX_Scales {
  * MKX_*_init below.
  * Errors (besides those of the contract at the top): MKX_ERR_INVALID_ARG
  * (dtype, ctype, order or transb not one of their enumerators; mixed or
- * unusable buffer kinds), MKX_ERR_UNSUPPORTED (fp64 mixed),
+ * unusable buffer kinds), MKX_ERR_UNSUPPORTED (fp64 mixed, fp8 ctype),
  * MKX_ERR_BAD_SIZE, MKX_ERR_NULL_POINTER, MKX_ERR_BAD_LD (listed per
  * call), MKX_ERR_SHAPE_MISMATCH, MKX_ERR_PEER, MKX_ERR_TIMEOUT,
  * MKX_ERR_MPI, MKX_ERR_NET, MKX_ERR_CUDA, MKX_ERR_NOMEM,
@@ -557,7 +558,8 @@ int MKX_Gemm_allreduce_scaled(const void *A, int64_t M, int64_t k_local,
  * Errors: MKX_ERR_INVALID_ARG (dtype; scale NaN or infinite; buffer
  * kinds), MKX_ERR_BAD_SIZE (a size < 1, heads_q not a multiple of
  * heads_kv, Q or K over 2^40 elements), MKX_ERR_NULL_POINTER (Q, K, V or
- * O), and those of the contract at the top.
+ * O), MKX_ERR_UNSUPPORTED (an fp8 dtype), and those of the contract at the
+ * top.
  */
 int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
                        float *LSE, int64_t batch, int64_t seq_local,
@@ -598,8 +600,8 @@ int MKX_Ring_attention(const void *Q, const void *K, const void *V, void *O,
  * Errors: MKX_ERR_INVALID_ARG (dtype, expert ids, buffer kinds),
  * MKX_ERR_BAD_SIZE (sizes, topk > num_experts, num_experts not a multiple
  * of p, a buffer over 2^40 elements), MKX_ERR_NULL_POINTER (below),
- * MKX_ERR_UNSUPPORTED (num_tokens, E/p or topk above 2^31 - 1), and those
- * of the contract at the top.
+ * MKX_ERR_UNSUPPORTED (an fp8 dtype; num_tokens, E/p or topk above 2^31 -
+ * 1), and those of the contract at the top.
  */
 
 /*
@@ -679,7 +681,8 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * bounded waits (MKX_ERR_TIMEOUT).
  * Errors of MKX_Start: MKX_ERR_INVALID_REQUEST, MKX_ERR_INVALID_COMM,
  * MKX_ERR_SHAPE_MISMATCH, and the run's own (MKX_ERR_TIMEOUT, MKX_ERR_PEER,
- * MKX_ERR_MPI, MKX_ERR_NET, MKX_ERR_CUDA, MKX_ERR_NOMEM).
+ * MKX_ERR_MPI, MKX_ERR_NET, MKX_ERR_CUDA, MKX_ERR_NOMEM; MKX_ERR_INVALID_ARG
+ * for a _scaled plan's scale value, see MKX_Scales).
  * MKX_Request_free releases the plan and sets *request to NULL.  It is
  * collective in order: every rank frees its request at the same point
  * among its calls on the communicator (GPU workspaces are reused across

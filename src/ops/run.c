@@ -176,6 +176,10 @@ static void label_of(mkx_prepared *p, const mkx_signature *s) {
   size_t at = n0 > 0 ? (size_t)n0 : 0;
   for (int i = 0; cls->sig_names[i] && at + 1 < len; i++) {
     char v[48];
+    /* a call without scales: no layout in its range */
+    if (!strcmp(cls->sig_names[i], "scales->layout") &&
+        s->sig[i] == MKX_SCALE_NONE)
+      continue;
     sig_text(cls, i, s->sig[i], v, sizeof v);
     const int n = snprintf(buf + at, len - at, " %s=%s", cls->sig_names[i], v);
     if (n < 0) return;

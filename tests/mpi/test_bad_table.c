@@ -118,7 +118,7 @@ typedef struct row {
 static const row table[] = {
     /* enumerators */
     {TP, "", "dtype=0", EVERY, INVAL, PEER, "dtype"},
-    {TP, "", "dtype=5", LAST, INVAL, PEER, "dtype"},
+    {TP, "", "dtype=7", LAST, INVAL, PEER, "dtype"},
     {TP, "", "dtype=-1", FIRST, INVAL, PEER, "dtype"},
     {TP, "", "ctype=0", EVERY, INVAL, PEER, "ctype"},
     {TP, "", "ctype=99", LAST, INVAL, PEER, "ctype"},
@@ -128,6 +128,7 @@ static const row table[] = {
     {TP, "", "transb=113", FIRST, INVAL, PEER, "transb"},
     {TP, "", "dtype=FP64", LAST, UNSUP, PEER, "fp64"},
     {RED, "", "ctype=FP64", EVERY, UNSUP, PEER, "fp64"},
+    {TP, "", "ctype=E4M3", LAST, UNSUP, PEER, "fp8"},
     /* agreed values that differ */
     {TP, "", "dtype=FP16", LAST, SHAPE, SHAPE, "dtype", NP2},
     {TP, "", "ctype=BF16", FIRST, SHAPE, SHAPE, "ctype", NP2},
@@ -209,6 +210,7 @@ static const row table[] = {
     /* ring attention */
     {ATTN, "", "dtype=0", EVERY, INVAL, PEER, "dtype"},
     {ATTN, "", "dtype=7", LAST, INVAL, PEER, "dtype"},
+    {ATTN, "", "dtype=E4M3", FIRST, UNSUP, PEER, "fp8"},
     {ATTN, "", "batch=0", EVERY, SIZE, PEER, "batch"},
     {ATTN, "", "batch=-1", LAST, SIZE, PEER, "batch"},
     {ATTN, "", "batch=2^40+1", FIRST, SIZE, PEER, "batch"},
@@ -245,6 +247,7 @@ static const row table[] = {
     /* MoE, both calls */
     {MOES, "", "dtype=0", EVERY, INVAL, PEER, "dtype"},
     {MOES, "", "dtype=9", LAST, INVAL, PEER, "dtype"},
+    {MOES, "", "dtype=E5M2", LAST, UNSUP, PEER, "fp8"},
     {MOES, "", "num_tokens=-1", LAST, SIZE, PEER, "num_tokens"},
     {MOES, "", "num_tokens=2^40+1", FIRST, SIZE, PEER, "num_tokens"},
     {MOES, "", "hidden=0", EVERY, SIZE, PEER, "hidden"},
@@ -546,9 +549,10 @@ static const struct named {
   const char *name;
   int64_t v;
 } constants[] = {
-    {"BF16", MKX_BF16},   {"FP16", MKX_FP16},     {"FP32", MKX_FP32},
-    {"FP64", MKX_FP64},   {"ROW", MKX_ROW_MAJOR}, {"COL", MKX_COL_MAJOR},
-    {"NT", MKX_NO_TRANS}, {"T", MKX_TRANS},       {"SIZE_MAX", -1}};
+    {"BF16", MKX_BF16},     {"FP16", MKX_FP16},     {"FP32", MKX_FP32},
+    {"FP64", MKX_FP64},     {"ROW", MKX_ROW_MAJOR}, {"COL", MKX_COL_MAJOR},
+    {"E4M3", MKX_FP8_E4M3}, {"E5M2", MKX_FP8_E5M2}, {"NT", MKX_NO_TRANS},
+    {"T", MKX_TRANS},       {"SIZE_MAX", -1}};
 
 static const struct {
   const char *name;

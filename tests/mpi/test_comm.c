@@ -144,10 +144,12 @@ static void block_range(void) {
 
 static void small_calls(void) {
   CHECK(MKX_Type_size(MKX_BF16) == 2 && MKX_Type_size(MKX_FP16) == 2 &&
-            MKX_Type_size(MKX_FP32) == 4 && MKX_Type_size(MKX_FP64) == 8,
-        "MKX_Type_size: 2, 2, 4, 8");
+            MKX_Type_size(MKX_FP32) == 4 && MKX_Type_size(MKX_FP64) == 8 &&
+            MKX_Type_size(MKX_FP8_E4M3) == 1 &&
+            MKX_Type_size(MKX_FP8_E5M2) == 1,
+        "MKX_Type_size: 2, 2, 4, 8, 1, 1");
   CHECK(MKX_Type_size((MKX_Datatype)0) == 0 &&
-            MKX_Type_size((MKX_Datatype)5) == 0 &&
+            MKX_Type_size((MKX_Datatype)7) == 0 &&
             MKX_Type_size((MKX_Datatype)-3) == 0,
         "MKX_Type_size of an invalid type is 0");
 
