@@ -814,7 +814,7 @@ static void reuse_gathered(inst *in, const callargs *first, const char *desc,
   memcpy(c1, in->C.host, in->C.bytes);
   tbuf_poison(&in->C);
   const int rc = call_scaled(&b);
-  char d2[900];
+  char d2[1000];
   snprintf(d2, sizeof d2, "%s, then A_out/a_out as a %s operand (rank 0)", desc,
            layout_names[b.sc.layout]);
   CHECK_RC(rc, MKX_SUCCESS, "%s: returns MKX_SUCCESS: %s", d2,
@@ -1397,6 +1397,37 @@ static void bad_layouts_and_types(int dev) {
   }
 }
 
+/* Ranks that differ on the layout (each valid on its own): the agreed
+ * value, MKX_ERR_SHAPE_MISMATCH on every rank naming it. */
+static void layout_mismatch(int dev) {
+  const int last = mt.size - 1, r = mt.rank;
+  if (mt.size < 2) return;
+  for (int op = OP_AG; op <= OP_AR; op++) {
+    tcase t1, t2;
+    inst i1, i2;
+    callargs a;
+    err_case(&t1, op, MKX_SCALE_BLOCK);
+    err_case(&t2, op, MKX_SCALE_ROW);
+    inst_make(&i1, &t1);
+    inst_make(&i2, &t2);
+    inst *mine = r == last ? &i2 : &i1;
+    inst_args(mine, dev, &a);
+    poison_outputs(mine);
+    const int rc = call_scaled(&a);
+    const char *msg = last_error_copy();
+    CHECK_RC(rc, MKX_ERR_SHAPE_MISMATCH,
+             "%s: layout ROW on rank %d, BLOCK elsewhere: \"%s\"", op_names[op],
+             last, msg);
+    CHECK(rc != MKX_ERR_SHAPE_MISMATCH || strstr(msg, "layout"),
+          "%s: the mismatch names the layout: \"%s\"", op_names[op], msg);
+    fetch_outputs(mine, dev);
+    CHECK(outputs_untouched(mine), "%s: layout mismatch: no output written",
+          op_names[op]);
+    inst_free(&i1);
+    inst_free(&i2);
+  }
+}
+
 /* A scale NaN, 0, negative, infinite on the last rank, at one index. */
 static void bad_scale_values(int dev, int quick) {
   const int p = mt.size, last = p - 1, r = mt.rank;
@@ -1604,6 +1635,7 @@ int main(int argc, char **argv) {
     }
     bad_layouts_and_types(0);
     bad_scale_values(0, 0);
+    layout_mismatch(0);
     for (int op = OP_AG; op <= OP_AR; op++)
       for (int L = MKX_SCALE_TENSOR; L <= MKX_SCALE_BLOCK; L++)
         plan_case(op, (MKX_Scale_layout)L, L == MKX_SCALE_BLOCK);
