@@ -29,9 +29,12 @@
  *    names the index), an fp8 ctype, fp8 in the other calls, and
  *    MKX_Type_size;
  *  - --device: a subset on cudaMalloc buffers (the staged path) against
- *    the same calls on host buffers, bit for bit.
+ *    the same calls on host buffers, bit for bit;
+ *  - --vnode: all of the above on two virtual nodes (option
+ *    virtual_node_size) over tcp, where rows and scales cross between
+ *    nodes by MKX's transport.
  *
- *   mpirun -np P ./test_fp8 [--seed N] [--device] [-v]
+ *   mpirun -np P ./test_fp8 [--seed N] [--device] [--vnode] [-v]
  */
 #include <math.h>
 #include <stdio.h>
@@ -1616,9 +1619,16 @@ int main(int argc, char **argv) {
     return CHECK_SKIP;
   }
   MPI_Info info = MPI_INFO_NULL;
-  if (mt.device) {
-    MPI_Info_create(&info);
-    MPI_Info_set(info, "mkx_path", "gpu");
+  int vnode = 0;
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--vnode")) vnode = 1;
+  if (mt.device || vnode) MPI_Info_create(&info);
+  if (mt.device) MPI_Info_set(info, "mkx_path", "gpu");
+  if (vnode) { /* two virtual nodes over tcp: the several-node host path */
+    char vs[16];
+    snprintf(vs, sizeof vs, "%d", mt.size > 1 ? mt.size / 2 : 1);
+    MPI_Info_set(info, "mkx_virtual_node_size", vs);
+    MPI_Info_set(info, "mkx_net", "tcp");
   }
   int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &comm);
   if (info != MPI_INFO_NULL) MPI_Info_free(&info);
