@@ -28,9 +28,10 @@ static int ag_local(const mkx_ag_gemm_args *a, int64_t M, mkx_arena *ar,
   size_t es = MKX_Type_size(a->dtype), ws = MKX_Type_size(wt);
   const int64_t kb = rec_floats(a);
   const MKX_Scale_layout l = a->sc.layout;
-  MKX_TRY(mkx_scales_check_values("allgather-GEMM", "scales->a", a->sc.a,
+  const char *fn = a->fn ? a->fn : "allgather-GEMM";
+  MKX_TRY(mkx_scales_check_values(fn, "scales->a", a->sc.a,
                                   mkx_scales_a_count(l, a->m_local, a->k)));
-  MKX_TRY(mkx_scales_check_values("allgather-GEMM", "scales->b", a->sc.b,
+  MKX_TRY(mkx_scales_check_values(fn, "scales->b", a->sc.b,
                                   mkx_scales_b_count(l, a->k, a->n)));
   MKX_TRY(mkx_arena_array(ar, a->m_local, a->k, es, &b->send, "A rows"));
   MKX_TRY(mkx_arena_array(ar, M, a->k, es, &b->full, "gathered A"));

@@ -37,7 +37,8 @@ typedef struct mkx_ag_gemm_args {
   int64_t ld_aout;
   MKX_Datatype dtype, ctype;
   MKX_Order order;
-  MKX_Scales sc; /* layout MKX_SCALE_NONE: none */
+  MKX_Scales sc;  /* layout MKX_SCALE_NONE: none */
+  const char *fn; /* the public call, for messages */
 } mkx_ag_gemm_args;
 
 /* MKX_Gemm_reduce_scatter and MKX_Gemm_allreduce */
@@ -51,7 +52,8 @@ typedef struct mkx_rs_ar_args {
   int64_t ldc;
   MKX_Datatype dtype, ctype;
   MKX_Order order;
-  MKX_Scales sc; /* layout MKX_SCALE_NONE: none */
+  MKX_Scales sc;  /* layout MKX_SCALE_NONE: none */
+  const char *fn; /* the public call, for messages */
 } mkx_rs_ar_args;
 
 /* MKX_Ring_attention */

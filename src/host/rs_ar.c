@@ -48,9 +48,10 @@ static int scale_operands(const mkx_rs_ar_args *a, mkx_arena *ar, float *Aw,
   const MKX_Scale_layout l = a->sc.layout;
   const int64_t kl = a->k_local, kb = mkx_scales_row_floats(l, kl);
   float *rec;
-  MKX_TRY(mkx_scales_check_values("GEMM reduction", "scales->a", a->sc.a,
+  const char *fn = a->fn ? a->fn : "GEMM reduction";
+  MKX_TRY(mkx_scales_check_values(fn, "scales->a", a->sc.a,
                                   mkx_scales_a_count(l, a->M, kl)));
-  MKX_TRY(mkx_scales_check_values("GEMM reduction", "scales->b", a->sc.b,
+  MKX_TRY(mkx_scales_check_values(fn, "scales->b", a->sc.b,
                                   mkx_scales_b_count(l, kl, a->n)));
   if (kl == 0) return MKX_SUCCESS;
   MKX_TRY(mkx_arena_array(ar, a->M, kb, sizeof(float), (void **)&rec,

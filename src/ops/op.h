@@ -65,7 +65,8 @@ typedef struct mkx_op_class {
   int (*check)(MKX_Comm c, void *args, mkx_signature *s);
   /* Checks needing every rank's values (NULL if none): is rank q's `late`
    * consistent with the totals? */
-  int (*post_check)(const int64_t *late, const mkx_agreed *g, int q);
+  int (*post_check)(const struct mkx_op_class *cls, const int64_t *late,
+                    const mkx_agreed *g, int q);
   /* The buffers, sized with the agreed totals. */
   int (*buffers)(MKX_Comm c, void *args, const mkx_agreed *g, mkx_buffer *bufs);
   int (*host)(MKX_Comm c, const void *args, const mkx_agreed *g);

@@ -156,10 +156,10 @@ static int first_failure(MKX_Comm c, const mkx_op_class *cls,
 static int post_checks(MKX_Comm c, const mkx_op_class *cls,
                        const agree_record *all, const mkx_agreed *g) {
   if (cls->post_check == NULL) return MKX_SUCCESS;
-  int rc = cls->post_check(all[c->rank].s.late, g, c->rank);
+  int rc = cls->post_check(cls, all[c->rank].s.late, g, c->rank);
   if (rc != MKX_SUCCESS) return rc;
   for (int q = 0; q < c->size; q++)
-    if (cls->post_check(all[q].s.late, g, q) != MKX_SUCCESS)
+    if (cls->post_check(cls, all[q].s.late, g, q) != MKX_SUCCESS)
       return mkx_error(MKX_ERR_PEER, "%s: rank %d rejected its arguments",
                        cls->name, q);
   return MKX_SUCCESS;

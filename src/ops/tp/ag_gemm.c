@@ -8,7 +8,6 @@
 #include "ops/fused/fused.h" /* the fused single-node path (tp/ag_gpu.c) */
 #endif
 
-static const char *const FN = "MKX_Allgather_gemm";
 static const char *const sig_names[] = {"k",     "dtype",          "ctype",
                                         "order", "scales->layout", NULL};
 
@@ -20,37 +19,39 @@ static void b_dims(const mkx_ag_gemm_args *a, int64_t *rows, int64_t *cols) {
 
 static int check(MKX_Comm c, void *args, mkx_signature *s) {
   mkx_ag_gemm_args *a = args;
+  /* internal callers may leave fn unset */
+  const char *fn = a->fn ? a->fn : mkx_op_allgather_gemm.name;
   int64_t br, bc;
   (void)c;
-  MKX_TRY(mkx_check_gemm_types(FN, a->dtype, a->ctype));
-  MKX_TRY(mkx_check_order(FN, a->order));
-  MKX_TRY(mkx_check_trans(FN, a->transb));
-  MKX_TRY(mkx_check_size(FN, "m_local", a->m_local, 0));
-  MKX_TRY(mkx_check_size(FN, "k", a->k, 1));
-  MKX_TRY(mkx_check_size(FN, "n", a->n, 1));
-  MKX_TRY(mkx_check_scales(FN, &a->sc, a->dtype, a->m_local > 0, 1));
-  if (a->m_local > 0) MKX_TRY(mkx_check_ptr(FN, "A", a->A));
-  MKX_TRY(mkx_check_ptr(FN, "B", a->B));
-  MKX_TRY(mkx_check_ptr(FN, "C", a->C));
-  MKX_TRY(mkx_check_ld(FN, "lda", a->lda, a->m_local, a->k, a->order));
+  MKX_TRY(mkx_check_gemm_types(fn, a->dtype, a->ctype));
+  MKX_TRY(mkx_check_order(fn, a->order));
+  MKX_TRY(mkx_check_trans(fn, a->transb));
+  MKX_TRY(mkx_check_size(fn, "m_local", a->m_local, 0));
+  MKX_TRY(mkx_check_size(fn, "k", a->k, 1));
+  MKX_TRY(mkx_check_size(fn, "n", a->n, 1));
+  MKX_TRY(mkx_check_scales(fn, &a->sc, a->dtype, a->m_local > 0, 1));
+  if (a->m_local > 0) MKX_TRY(mkx_check_ptr(fn, "A", a->A));
+  MKX_TRY(mkx_check_ptr(fn, "B", a->B));
+  MKX_TRY(mkx_check_ptr(fn, "C", a->C));
+  MKX_TRY(mkx_check_ld(fn, "lda", a->lda, a->m_local, a->k, a->order));
   b_dims(a, &br, &bc);
-  MKX_TRY(mkx_check_ld(FN, "ldb", a->ldb, br, bc, a->order));
-  MKX_TRY(mkx_check_span(FN, "A", a->m_local, a->k, a->lda, a->order));
-  MKX_TRY(mkx_check_span(FN, "B", br, bc, a->ldb, a->order));
+  MKX_TRY(mkx_check_ld(fn, "ldb", a->ldb, br, bc, a->order));
+  MKX_TRY(mkx_check_span(fn, "A", a->m_local, a->k, a->lda, a->order));
+  MKX_TRY(mkx_check_span(fn, "B", br, bc, a->ldb, a->order));
   /* C and A_out have M rows, known after the exchange: row-major needs
    * only the columns now, column-major waits for post_check. */
   if (a->order == MKX_ROW_MAJOR) {
-    MKX_TRY(mkx_check_ld(FN, "ldc", a->ldc, 1, a->n, a->order));
+    MKX_TRY(mkx_check_ld(fn, "ldc", a->ldc, 1, a->n, a->order));
     if (a->A_out)
-      MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k, a->order));
+      MKX_TRY(mkx_check_ld(fn, "ld_aout", a->ld_aout, 1, a->k, a->order));
   } else {
     /* the rows (M) come with the agreement; the bound on ld and the span
      * of the columns can be checked now */
-    MKX_TRY(mkx_check_ld(FN, "ldc", a->ldc, 1, a->n, a->order));
-    MKX_TRY(MKX_CHECK_ELEMS(FN, "C (n columns of ldc)", a->n, a->ldc));
+    MKX_TRY(mkx_check_ld(fn, "ldc", a->ldc, 1, a->n, a->order));
+    MKX_TRY(MKX_CHECK_ELEMS(fn, "C (n columns of ldc)", a->n, a->ldc));
     if (a->A_out) {
-      MKX_TRY(mkx_check_ld(FN, "ld_aout", a->ld_aout, 1, a->k, a->order));
-      MKX_TRY(MKX_CHECK_ELEMS(FN, "A_out (k columns of ld_aout)", a->k,
+      MKX_TRY(mkx_check_ld(fn, "ld_aout", a->ld_aout, 1, a->k, a->order));
+      MKX_TRY(MKX_CHECK_ELEMS(fn, "A_out (k columns of ld_aout)", a->k,
                               a->ld_aout));
     }
   }
@@ -66,22 +67,24 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   return MKX_SUCCESS;
 }
 
-static int post_check(const int64_t *late, const mkx_agreed *g, int q) {
+static int post_check(const mkx_op_class *cls, const int64_t *late,
+                      const mkx_agreed *g, int q) {
+  const char *fn = cls->name;
   if (g->total <= 0)
     return mkx_error(MKX_ERR_BAD_SIZE,
                      "%s: every rank has m_local = 0 "
                      "(M must be > 0)",
-                     FN);
+                     fn);
   const char *name[2] = {"ldc", "ld_aout"};
   for (int i = 0; i < 2; i++)
     if (late[i] >= 0 && late[i] < g->total)
       return mkx_error(MKX_ERR_BAD_LD,
                        "%s: %s = %lld on rank %d too small "
                        "for M = %lld column-major rows",
-                       FN, name[i], (long long)late[i], q, (long long)g->total);
+                       fn, name[i], (long long)late[i], q, (long long)g->total);
   /* row-major C and A_out span M (the ranks' m_local summed) lines */
   return late[2] < 0 ? MKX_SUCCESS
-                     : MKX_CHECK_ELEMS(FN,
+                     : MKX_CHECK_ELEMS(fn,
                                        "C or A_out (M rows of ldc or "
                                        "ld_aout)",
                                        g->total, late[2]);
@@ -124,21 +127,32 @@ static int host(MKX_Comm c, const void *args, const mkx_agreed *g) {
   return mkx_host_allgather_gemm(c, args, g);
 }
 
-const mkx_op_class mkx_op_allgather_gemm = {
-    .name = "MKX_Allgather_gemm",
-    .kind = MKX_OP_ALLGATHER_GEMM,
-    .args_size = sizeof(mkx_ag_gemm_args),
-    .sig_names = sig_names,
-    .check = check,
-    .post_check = post_check,
-    .buffers = buffers,
-    .host = host,
 #if HAVE_CUDA
-    .gpu_check = mkx_ag_gemm_gpu_check,
-    .gpu_local = mkx_ag_gemm_gpu_local,
-    .gpu_choose = mkx_ag_gemm_gpu_choose,
+#define AG_GPU_HOOKS                                                           \
+  .gpu_check = mkx_ag_gemm_gpu_check, .gpu_local = mkx_ag_gemm_gpu_local,      \
+  .gpu_choose = mkx_ag_gemm_gpu_choose,
+#else
+#define AG_GPU_HOOKS
 #endif
-};
+/* The operation under its two public names (the scaled call's is in its
+ * messages); one kind, so that ranks may mix the two. */
+#define AG_CLASS(public_name)                                                  \
+  {                                                                            \
+    .name = public_name, .kind = MKX_OP_ALLGATHER_GEMM,                        \
+    .args_size = sizeof(mkx_ag_gemm_args), .sig_names = sig_names,             \
+    .check = check, .post_check = post_check, .buffers = buffers,              \
+    .host = host, AG_GPU_HOOKS                                                 \
+  }
+
+const mkx_op_class mkx_op_allgather_gemm = AG_CLASS("MKX_Allgather_gemm");
+static const mkx_op_class ag_scaled = AG_CLASS("MKX_Allgather_gemm_scaled");
+
+#define AG_ARGS(scales, cls)                                                   \
+  mkx_ag_gemm_args a = {A,          m_local, k,     lda,                       \
+                        B,          n,       ldb,   transb,                    \
+                        C,          ldc,     A_out, ld_aout,                   \
+                        dtype,      ctype,   order, mkx_scales_arg(scales),    \
+                        (cls)->name}
 
 int MKX_Allgather_gemm_scaled(const void *A, int64_t m_local, int64_t k,
                               int64_t lda, const void *B, int64_t n,
@@ -147,10 +161,8 @@ int MKX_Allgather_gemm_scaled(const void *A, int64_t m_local, int64_t k,
                               MKX_Datatype dtype, MKX_Datatype ctype,
                               MKX_Order order, const MKX_Scales *scales,
                               MKX_Comm comm, MKX_Stream stream) {
-  mkx_ag_gemm_args a = {
-      A, m_local, k,     lda,     B,     n,     ldb,   transb,
-      C, ldc,     A_out, ld_aout, dtype, ctype, order, mkx_scales_arg(scales)};
-  return mkx_op_call(comm, &mkx_op_allgather_gemm, &a, stream);
+  AG_ARGS(scales, &ag_scaled);
+  return mkx_op_call(comm, &ag_scaled, &a, stream);
 }
 
 int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
@@ -158,9 +170,8 @@ int MKX_Allgather_gemm(const void *A, int64_t m_local, int64_t k, int64_t lda,
                        void *C, int64_t ldc, void *A_out, int64_t ld_aout,
                        MKX_Datatype dtype, MKX_Datatype ctype, MKX_Order order,
                        MKX_Comm comm, MKX_Stream stream) {
-  return MKX_Allgather_gemm_scaled(A, m_local, k, lda, B, n, ldb, transb, C,
-                                   ldc, A_out, ld_aout, dtype, ctype, order,
-                                   NULL, comm, stream);
+  AG_ARGS(NULL, &mkx_op_allgather_gemm);
+  return mkx_op_call(comm, &mkx_op_allgather_gemm, &a, stream);
 }
 
 int MKX_Allgather_gemm_scaled_init(const void *A, int64_t m_local, int64_t k,
@@ -171,10 +182,8 @@ int MKX_Allgather_gemm_scaled_init(const void *A, int64_t m_local, int64_t k,
                                    MKX_Order order, const MKX_Scales *scales,
                                    MKX_Comm comm, MPI_Info info,
                                    MKX_Request *request) {
-  mkx_ag_gemm_args a = {
-      A, m_local, k,     lda,     B,     n,     ldb,   transb,
-      C, ldc,     A_out, ld_aout, dtype, ctype, order, mkx_scales_arg(scales)};
-  return mkx_plan_create(comm, &mkx_op_allgather_gemm, &a, info, request);
+  AG_ARGS(scales, &ag_scaled);
+  return mkx_plan_create(comm, &ag_scaled, &a, info, request);
 }
 
 int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
@@ -183,7 +192,6 @@ int MKX_Allgather_gemm_init(const void *A, int64_t m_local, int64_t k,
                             int64_t ld_aout, MKX_Datatype dtype,
                             MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
                             MPI_Info info, MKX_Request *request) {
-  return MKX_Allgather_gemm_scaled_init(A, m_local, k, lda, B, n, ldb, transb,
-                                        C, ldc, A_out, ld_aout, dtype, ctype,
-                                        order, NULL, comm, info, request);
+  AG_ARGS(NULL, &mkx_op_allgather_gemm);
+  return mkx_plan_create(comm, &mkx_op_allgather_gemm, &a, info, request);
 }

@@ -25,7 +25,9 @@ static void b_dims(const mkx_rs_ar_args *a, int64_t *rows, int64_t *cols) {
 }
 
 static int check(MKX_Comm c, mkx_rs_ar_args *a, mkx_signature *s, int scatter) {
-  const char *fn = scatter ? "MKX_Gemm_reduce_scatter" : "MKX_Gemm_allreduce";
+  const char *fn = a->fn     ? a->fn /* unset by internal callers */
+                   : scatter ? mkx_op_gemm_reduce_scatter.name
+                             : mkx_op_gemm_allreduce.name;
   int64_t br, bc, rows;
   MKX_TRY(mkx_check_gemm_types(fn, a->dtype, a->ctype));
   MKX_TRY(mkx_check_order(fn, a->order));
@@ -102,42 +104,41 @@ static int ar_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
   return mkx_host_gemm_allreduce(c, a, g);
 }
 
-const mkx_op_class mkx_op_gemm_reduce_scatter = {
-    .name = "MKX_Gemm_reduce_scatter",
-    .kind = MKX_OP_GEMM_REDUCE_SCATTER,
-    .args_size = sizeof(mkx_rs_ar_args),
-    .sig_names = sig_names,
-    .check = rs_check,
-    .post_check = NULL,
-    .buffers = rs_buffers,
-    .host = rs_host,
 #if HAVE_CUDA
-    .gpu_check = mkx_rs_gpu_check,
-    .gpu_local = mkx_rs_gpu_local,
-    .gpu_choose = mkx_rs_gpu_choose,
+#define RS_GPU_HOOKS                                                           \
+  .gpu_check = mkx_rs_gpu_check, .gpu_local = mkx_rs_gpu_local,                \
+  .gpu_choose = mkx_rs_gpu_choose,
+#define AR_GPU_HOOKS                                                           \
+  .gpu_check = mkx_ar_gpu_check, .gpu_local = mkx_ar_gpu_local,                \
+  .gpu_choose = mkx_ar_gpu_choose,
+#else
+#define RS_GPU_HOOKS
+#define AR_GPU_HOOKS
 #endif
-};
+/* Each operation under its two public names (the scaled call's is in its
+ * messages); one kind each, so that ranks may mix the two. */
+#define RED_CLASS(public_name, KIND, pre, HOOKS)                               \
+  {                                                                            \
+    .name = public_name, .kind = MKX_OP_##KIND,                                \
+    .args_size = sizeof(mkx_rs_ar_args), .sig_names = sig_names,               \
+    .check = pre##_check, .post_check = NULL, .buffers = pre##_buffers,        \
+    .host = pre##_host, HOOKS                                                  \
+  }
 
-const mkx_op_class mkx_op_gemm_allreduce = {
-    .name = "MKX_Gemm_allreduce",
-    .kind = MKX_OP_GEMM_ALLREDUCE,
-    .args_size = sizeof(mkx_rs_ar_args),
-    .sig_names = sig_names,
-    .check = ar_check,
-    .post_check = NULL,
-    .buffers = ar_buffers,
-    .host = ar_host,
-#if HAVE_CUDA
-    .gpu_check = mkx_ar_gpu_check,
-    .gpu_local = mkx_ar_gpu_local,
-    .gpu_choose = mkx_ar_gpu_choose,
-#endif
-};
+const mkx_op_class mkx_op_gemm_reduce_scatter =
+    RED_CLASS("MKX_Gemm_reduce_scatter", GEMM_REDUCE_SCATTER, rs, RS_GPU_HOOKS);
+const mkx_op_class mkx_op_gemm_allreduce =
+    RED_CLASS("MKX_Gemm_allreduce", GEMM_ALLREDUCE, ar, AR_GPU_HOOKS);
+static const mkx_op_class rs_scaled = RED_CLASS(
+    "MKX_Gemm_reduce_scatter_scaled", GEMM_REDUCE_SCATTER, rs, RS_GPU_HOOKS);
+static const mkx_op_class ar_scaled =
+    RED_CLASS("MKX_Gemm_allreduce_scaled", GEMM_ALLREDUCE, ar, AR_GPU_HOOKS);
 
-#define RED_ARGS(scales)                                                       \
+#define RED_ARGS(scales, cls)                                                  \
   mkx_rs_ar_args a = {                                                         \
-      A,      M, k_local, lda,   B,     n,     ldb,                            \
-      transb, C, ldc,     dtype, ctype, order, mkx_scales_arg(scales)}
+      A,          M, k_local, lda,   B,     n,     ldb,                        \
+      transb,     C, ldc,     dtype, ctype, order, mkx_scales_arg(scales),     \
+      (cls)->name}
 
 int MKX_Gemm_reduce_scatter_scaled(const void *A, int64_t M, int64_t k_local,
                                    int64_t lda, const void *B, int64_t n,
@@ -146,8 +147,8 @@ int MKX_Gemm_reduce_scatter_scaled(const void *A, int64_t M, int64_t k_local,
                                    MKX_Datatype ctype, MKX_Order order,
                                    const MKX_Scales *scales, MKX_Comm comm,
                                    MKX_Stream stream) {
-  RED_ARGS(scales);
-  return mkx_op_call(comm, &mkx_op_gemm_reduce_scatter, &a, stream);
+  RED_ARGS(scales, &rs_scaled);
+  return mkx_op_call(comm, &rs_scaled, &a, stream);
 }
 
 int MKX_Gemm_allreduce_scaled(const void *A, int64_t M, int64_t k_local,
@@ -157,8 +158,8 @@ int MKX_Gemm_allreduce_scaled(const void *A, int64_t M, int64_t k_local,
                               MKX_Datatype ctype, MKX_Order order,
                               const MKX_Scales *scales, MKX_Comm comm,
                               MKX_Stream stream) {
-  RED_ARGS(scales);
-  return mkx_op_call(comm, &mkx_op_gemm_allreduce, &a, stream);
+  RED_ARGS(scales, &ar_scaled);
+  return mkx_op_call(comm, &ar_scaled, &a, stream);
 }
 
 int MKX_Gemm_reduce_scatter_scaled_init(const void *A, int64_t M,
@@ -169,8 +170,8 @@ int MKX_Gemm_reduce_scatter_scaled_init(const void *A, int64_t M,
                                         MKX_Order order,
                                         const MKX_Scales *scales, MKX_Comm comm,
                                         MPI_Info info, MKX_Request *request) {
-  RED_ARGS(scales);
-  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info, request);
+  RED_ARGS(scales, &rs_scaled);
+  return mkx_plan_create(comm, &rs_scaled, &a, info, request);
 }
 
 int MKX_Gemm_allreduce_scaled_init(const void *A, int64_t M, int64_t k_local,
@@ -180,8 +181,8 @@ int MKX_Gemm_allreduce_scaled_init(const void *A, int64_t M, int64_t k_local,
                                    MKX_Datatype ctype, MKX_Order order,
                                    const MKX_Scales *scales, MKX_Comm comm,
                                    MPI_Info info, MKX_Request *request) {
-  RED_ARGS(scales);
-  return mkx_plan_create(comm, &mkx_op_gemm_allreduce, &a, info, request);
+  RED_ARGS(scales, &ar_scaled);
+  return mkx_plan_create(comm, &ar_scaled, &a, info, request);
 }
 
 int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
@@ -189,9 +190,8 @@ int MKX_Gemm_reduce_scatter(const void *A, int64_t M, int64_t k_local,
                             MKX_Trans transb, void *C, int64_t ldc,
                             MKX_Datatype dtype, MKX_Datatype ctype,
                             MKX_Order order, MKX_Comm comm, MKX_Stream stream) {
-  return MKX_Gemm_reduce_scatter_scaled(A, M, k_local, lda, B, n, ldb, transb,
-                                        C, ldc, dtype, ctype, order, NULL, comm,
-                                        stream);
+  RED_ARGS(NULL, &mkx_op_gemm_reduce_scatter);
+  return mkx_op_call(comm, &mkx_op_gemm_reduce_scatter, &a, stream);
 }
 
 int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
@@ -199,9 +199,8 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
                        void *C, int64_t ldc, MKX_Datatype dtype,
                        MKX_Datatype ctype, MKX_Order order, MKX_Comm comm,
                        MKX_Stream stream) {
-  return MKX_Gemm_allreduce_scaled(A, M, k_local, lda, B, n, ldb, transb, C,
-                                   ldc, dtype, ctype, order, NULL, comm,
-                                   stream);
+  RED_ARGS(NULL, &mkx_op_gemm_allreduce);
+  return mkx_op_call(comm, &mkx_op_gemm_allreduce, &a, stream);
 }
 
 int MKX_Gemm_reduce_scatter_init(const void *A, int64_t M, int64_t k_local,
@@ -211,9 +210,8 @@ int MKX_Gemm_reduce_scatter_init(const void *A, int64_t M, int64_t k_local,
                                  MKX_Datatype ctype, MKX_Order order,
                                  MKX_Comm comm, MPI_Info info,
                                  MKX_Request *request) {
-  return MKX_Gemm_reduce_scatter_scaled_init(A, M, k_local, lda, B, n, ldb,
-                                             transb, C, ldc, dtype, ctype,
-                                             order, NULL, comm, info, request);
+  RED_ARGS(NULL, &mkx_op_gemm_reduce_scatter);
+  return mkx_plan_create(comm, &mkx_op_gemm_reduce_scatter, &a, info, request);
 }
 
 int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
@@ -222,7 +220,6 @@ int MKX_Gemm_allreduce_init(const void *A, int64_t M, int64_t k_local,
                             MKX_Datatype dtype, MKX_Datatype ctype,
                             MKX_Order order, MKX_Comm comm, MPI_Info info,
                             MKX_Request *request) {
-  return MKX_Gemm_allreduce_scaled_init(A, M, k_local, lda, B, n, ldb, transb,
-                                        C, ldc, dtype, ctype, order, NULL, comm,
-                                        info, request);
+  RED_ARGS(NULL, &mkx_op_gemm_allreduce);
+  return mkx_plan_create(comm, &mkx_op_gemm_allreduce, &a, info, request);
 }
