@@ -14,19 +14,13 @@ typedef struct ag_bufs {
   float *rec, *recs;  /* A's scales as row records: this rank's, all */
 } ag_bufs;
 
-static int64_t rec_floats(const mkx_ag_gemm_args *a) {
-  return a->sc.layout == MKX_SCALE_NONE
-             ? 0
-             : mkx_scales_row_floats(a->sc.layout, a->k);
-}
-
 /* This rank's part before any data moves: buffers and its scales' values
  * (agreed on afterwards). */
 static int ag_local(const mkx_ag_gemm_args *a, int64_t M, mkx_arena *ar,
                     ag_bufs *b) {
   MKX_Datatype wt = mkx_work_type(a->dtype);
   size_t es = MKX_Type_size(a->dtype), ws = MKX_Type_size(wt);
-  const int64_t kb = rec_floats(a);
+  const int64_t kb = mkx_scales_row_floats(a->sc.layout, a->k);
   const MKX_Scale_layout l = a->sc.layout;
   const char *fn = a->fn ? a->fn : "allgather-GEMM";
   MKX_TRY(mkx_scales_check_values(fn, "scales->a", a->sc.a,
@@ -62,7 +56,8 @@ static void pack_b(const mkx_ag_gemm_args *a, MKX_Datatype wt, void *Bw) {
  * precision, scaled. */
 static int gathered_a(MKX_Comm c, const mkx_ag_gemm_args *a,
                       const mkx_agreed *g, ag_bufs *b) {
-  const int64_t M = g->total, k = a->k, kb = rec_floats(a);
+  const int64_t M = g->total, k = a->k,
+                kb = mkx_scales_row_floats(a->sc.layout, a->k);
   MKX_Datatype wt = mkx_work_type(a->dtype);
   if (kb)
     MKX_TRY(mkx_host_allgather_rows(c, b->rec, g->local, sizeof(float) * kb,

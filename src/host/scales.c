@@ -42,7 +42,7 @@ int64_t mkx_scales_b_count(MKX_Scale_layout l, int64_t k, int64_t n) {
 }
 
 int64_t mkx_scales_row_floats(MKX_Scale_layout l, int64_t k) {
-  return l == MKX_SCALE_BLOCK ? blocks(k) : 1;
+  return l == MKX_SCALE_NONE ? 0 : l == MKX_SCALE_BLOCK ? blocks(k) : 1;
 }
 
 int mkx_scales_check_values(const char *what, const char *name, const float *s,

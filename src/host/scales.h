@@ -2,7 +2,8 @@
  * many each layout has, their values' check, and their application to
  * the dense row-major fp32 working copies of A and B.  A's scales travel
  * as per-row records of kb floats (kb = ceil(k / 128) for
- * MKX_SCALE_BLOCK, else 1), so that AllGather moves them with the rows. */
+ * MKX_SCALE_BLOCK, 0 for MKX_SCALE_NONE, else 1), so that AllGather moves
+ * them with the rows. */
 #ifndef MKX_HOST_SCALES_H
 #define MKX_HOST_SCALES_H
 
@@ -13,7 +14,7 @@
  * operand has no elements or the layout none). */
 int64_t mkx_scales_a_count(MKX_Scale_layout l, int64_t rows, int64_t k);
 int64_t mkx_scales_b_count(MKX_Scale_layout l, int64_t k, int64_t n);
-/* Floats per row record of A's scales. */
+/* Floats per row record of A's scales (0: MKX_SCALE_NONE, none). */
 int64_t mkx_scales_row_floats(MKX_Scale_layout l, int64_t k);
 
 /* Every one of the count scales at s (host memory) is finite and > 0:

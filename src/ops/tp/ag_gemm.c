@@ -117,9 +117,8 @@ static int buffers(MKX_Comm c, void *args, const mkx_agreed *g, mkx_buffer *b) {
   b[5] = (mkx_buffer){"scales->b", (void **)&a->sc.b,
                       sizeof(float) * (size_t)mkx_scales_b_count(l, a->k, a->n),
                       MKX_BUF_IN};
-  b[6] = (mkx_buffer){
-      "scales->a_out", (void **)&a->sc.a_out,
-      l == MKX_SCALE_NONE ? 0 : sizeof(float) * (size_t)gathered, MKX_BUF_OUT};
+  b[6] = (mkx_buffer){"scales->a_out", (void **)&a->sc.a_out,
+                      sizeof(float) * (size_t)gathered, MKX_BUF_OUT};
   return 7;
 }
 
