@@ -108,10 +108,13 @@ int main(int argc, char **argv) {
     CHECK(MKX_Tiles_begin(pt, comm_st));
     CUDA(cudaEventRecord(began, comm_st));
     CUDA(cudaStreamWaitEvent(compute, began, 0));
-    /* the reduction first, on its own stream: it takes each tile as the
-     * ranks' kernels signal it */
-    CHECK(MKX_Reduce_scatter_tiles(pt, y, N, comm_st));
+    /* the producer before its consumer, the reduction on a stream of its
+     * own, taking each tile as the ranks' kernels signal it.  Launched the
+     * other way round, the first launch of the user's kernel would have to
+     * load its module while the reduction spins (CUDA's lazy loading),
+     * and waits for it (docs/tiles.md) */
     CUDA((cudaError_t)tiles_partial_gemm(&dev, a, b, K, compute));
+    CHECK(MKX_Reduce_scatter_tiles(pt, y, N, comm_st));
     /* the next epoch's kernel may overwrite the partials only after the
      * reduction has read them (the next begin is on comm_st) */
     CUDA(cudaEventRecord(done, compute));

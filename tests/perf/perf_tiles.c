@@ -15,7 +15,10 @@
  *                   each signalled, while MKX_Reduce_scatter_tiles on
  *                   another stream sums each tile as every rank's is done;
  *                   serial: the GEMM, then the ReduceScatter of the tiles.
- * Reported: medians (ms, slowest rank) and tiles/fused, tiles/serial.
+ *   gemm: the same cuBLAS GEMM alone (one chunk, its input there, no
+ *   communication): the bound of tiles with cuBLAS.
+ * Reported: medians (ms, slowest rank) and tiles/fused, tiles/serial,
+ * tiles/gemm.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,10 +84,12 @@ typedef struct tiles_ctx {
   perf_tp_bufs b;
   void *gathered;  /* AG: every rank's copy of the gathered A */
   MKX_Tiles a, p;  /* AG: the gathered A; RS: this rank's A and partial */
-  int serial;      /* the variant: 0 tiles, 1 serial */
+  int variant;     /* TILED, SERIAL or GEMM_ONLY */
   cudaStream_t ps; /* RS: the producer's stream */
   cudaEvent_t fork, join;
 } tiles_ctx;
+
+enum { TILED, SERIAL, GEMM_ONLY };
 
 static void call_fused(const perf_env *e, const void *ctx) {
   AM(MKX_Start(((const tiles_ctx *)ctx)->b.req, e->st));
@@ -93,9 +98,13 @@ static void call_fused(const perf_env *e, const void *ctx) {
 static void call_ag(const perf_env *e, const void *v) {
   const tiles_ctx *x = v;
   AM(MKX_Tiles_begin(x->a, e->st));
-  AM(MKX_Allgather_tiles(x->b.A, x->K, x->a, e->st));
+  if (x->variant == GEMM_ONLY) /* the rows as if gathered: no copy */
+    AM(MKX_Tiles_signal(x->a, e->rank, 0, x->M, 0, x->K, e->st));
+  else
+    AM(MKX_Allgather_tiles(x->b.A, x->K, x->a, e->st));
   AM(MKX_Tiles_gemm(x->a, e->rank, x->b.B, x->N, x->K, MKX_TRANS, x->b.C, x->N,
-                    MKX_BF16, NULL, x->serial ? x->M : x->chunk, e->st));
+                    MKX_BF16, NULL, x->variant == TILED ? x->chunk : x->M,
+                    e->st));
 }
 
 static void call_rs(const perf_env *e, const void *v) {
@@ -104,10 +113,12 @@ static void call_rs(const perf_env *e, const void *v) {
   AM(MKX_Tiles_begin(x->p, e->st));
   /* this rank's A is there: its tiles complete for the GEMM's waits */
   AM(MKX_Tiles_signal(x->a, e->rank, 0, x->M, 0, x->b.k_loc, e->st));
-  if (x->serial) {
+  if (x->variant != TILED) {
     AM(MKX_Tiles_gemm(x->a, e->rank, x->b.B, x->N, x->b.k_loc, MKX_TRANS,
-                      x->b.P, x->N, MKX_BF16, x->p, x->M, e->st));
-    AM(MKX_Reduce_scatter_tiles(x->p, x->b.C, x->N, e->st));
+                      x->b.P, x->N, MKX_BF16,
+                      x->variant == SERIAL ? x->p : NULL, x->M, e->st));
+    if (x->variant == SERIAL)
+      AM(MKX_Reduce_scatter_tiles(x->p, x->b.C, x->N, e->st));
     return;
   }
   AK(cudaEventRecord(x->fork, e->st));
@@ -162,10 +173,11 @@ static FILE *open_table(const perf_env *e, const tiles_opts *o) {
            "%lld rows), or MKX_Tiles_gemm's chunks feeding "
            "MKX_Reduce_scatter_tiles on another stream; serial: the same "
            "calls with the GEMM in one chunk, after the AllGather or before "
-           "the ReduceScatter.\n\n"
-           "| call | M | N | K | fused | tiles | serial | tiles/fused | "
-           "tiles/serial | fused path |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+           "the ReduceScatter; gemm: the same cuBLAS GEMM alone, in one "
+           "chunk, without communication.\n\n"
+           "| call | M | N | K | fused | tiles | serial | gemm | tiles/fused | "
+           "tiles/serial | tiles/gemm | fused path |\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
            o->reps, (long long)o->chunk);
   return perf_table_open(head, o->outname);
 }
@@ -191,12 +203,11 @@ int mkx_perf_tiles(int argc, char **argv) {
         char paths[256], scratch[256];
         const float fused = perf_time_calls(&e, o.warmup, o.reps, call_fused,
                                             &x, paths, sizeof paths);
-        x.serial = 0;
-        const float tiles = perf_time_calls(&e, o.warmup, o.reps, f, &x,
-                                            scratch, sizeof scratch);
-        x.serial = 1;
-        const float serial = perf_time_calls(&e, o.warmup, o.reps, f, &x,
-                                             scratch, sizeof scratch);
+        float t[3];
+        for (x.variant = TILED; x.variant <= GEMM_ONLY; x.variant++)
+          t[x.variant] = perf_time_calls(&e, o.warmup, o.reps, f, &x, scratch,
+                                         sizeof scratch);
+        const float tiles = t[TILED], serial = t[SERIAL], gemm = t[GEMM_ONLY];
         int async = MKX_SUCCESS;
         AM(MKX_Tiles_get_async_error(x.a, &async));
         AM(async);
@@ -204,10 +215,10 @@ int mkx_perf_tiles(int argc, char **argv) {
           char line[512];
           snprintf(line, sizeof line,
                    "| %s | %lld | %lld | %lld | %.3f | %.3f | %.3f | %.3f | "
-                   "%.3f | %s |\n",
+                   "%.3f | %.3f | %.3f | %s |\n",
                    op == OP_AG ? "allgather_gemm" : "gemm_rs", (long long)x.M,
-                   (long long)x.N, (long long)x.K, fused, tiles, serial,
-                   tiles / fused, tiles / serial, paths);
+                   (long long)x.N, (long long)x.K, fused, tiles, serial, gemm,
+                   tiles / fused, tiles / serial, tiles / gemm, paths);
           fputs(line, stdout);
           fflush(stdout);
           if (out) fputs(line, out), fflush(out);
