@@ -8,7 +8,8 @@
  * so that waiting CTAs never hold the SMs of the kernels that produce; so
  * each CTA must move its tile at a good share of the memory's rate: 16
  * bytes per load where every copy's addresses allow, no 64-bit division
- * per element, four loads in flight per thread and copy.
+ * per element, the loads of two copies and eight items in flight per
+ * thread.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -18,89 +19,122 @@
 
 namespace {
 
-/* One data tile's rectangle as laid out in memory: n segments of len
- * contiguous elements (rows when row-major, columns when column-major);
- * segment s of node rank q's copy starts at off(q) + s * ld[q]. */
-struct Rect {
-  int64_t lo, hi, c0, c1; /* rows [lo, hi), columns [c0, c1) */
-  int64_t n, len;
-};
+constexpr int THREADS = 256;
+constexpr int U = 8; /* items per thread in flight */
 
+/* Element (r, c)'s offset in a buffer of leading dimension ld. */
 __device__ __forceinline__ int64_t at(int col_major, int64_t ld, int64_t r, int64_t c) {
   return col_major ? r + c * ld : r * ld + c;
 }
 
-template <typename T>
-struct Sum {
-  static constexpr int V = 16 / sizeof(T); /* elements in 16 bytes */
-  const T *src[MKX_TILES_MAX_RANKS];       /* segment 0 of each copy */
-  int64_t sld[MKX_TILES_MAX_RANKS];
-  T *dst[MKX_TILES_MAX_RANKS + 1]; /* recv, then the copies of out */
-  int64_t dld[MKX_TILES_MAX_RANKS + 1];
-  int nsrc, ndst;
+/* W elements at p: 16 bytes at once where W says so. */
+template <typename T, int W>
+__device__ __forceinline__ void load(T (&v)[W], const T *p) {
+  if constexpr (W == 1)
+    v[0] = *p;
+  else
+    *reinterpret_cast<uint4 *>(v) = *reinterpret_cast<const uint4 *>(p);
+}
+template <typename T, int W>
+__device__ __forceinline__ void store(T *p, const T (&v)[W]) {
+  if constexpr (W == 1)
+    *p = v[0];
+  else
+    *reinterpret_cast<uint4 *>(p) = *reinterpret_cast<const uint4 *>(v);
+}
 
-  __device__ bool aligned(int64_t len) const {
-    bool ok = len % V == 0;
-    for (int q = 0; q < nsrc; ++q) ok = ok && (uintptr_t)src[q] % 16 == 0 && (sld[q] * (int64_t)sizeof(T)) % 16 == 0;
-    for (int p = 0; p < ndst; ++p) ok = ok && (uintptr_t)dst[p] % 16 == 0 && (dld[p] * (int64_t)sizeof(T)) % 16 == 0;
+/* One data tile's rectangle, rows [lo, hi) x columns [c0, c1), as laid out
+ * in memory: n segments of len contiguous elements (rows when row-major,
+ * columns when column-major); segment s of a copy starts at
+ * at(lo, c0) + s * ld. */
+struct Rect {
+  int64_t lo, hi, c0, c1, n, len;
+};
+
+template <typename T>
+struct Job {
+  const MKX_Tiles_dev &in, &out;
+  bool has_out;
+  T *recv; /* the rectangle's first element in recv, or NULL */
+  int64_t ld_recv;
+  Rect t;
+
+  __device__ const T *src(int q) const {
+    return reinterpret_cast<const T *>(in.data[q]) + at(in.col_major, in.ld[q], t.lo, t.c0);
+  }
+  __device__ T *dst(int p) const {
+    return reinterpret_cast<T *>(out.data[p]) + at(in.col_major, out.ld[p], t.lo, t.c0);
+  }
+
+  /* Every address 16-byte aligned for W = 16 / sizeof(T). */
+  __device__ bool wide() const {
+    constexpr int V = 16 / sizeof(T);
+    bool ok = t.len % V == 0;
+    for (int q = 0; q < in.size; ++q) ok = ok && (uintptr_t)src(q) % 16 == 0 && in.ld[q] % V == 0;
+    if (recv) ok = ok && (uintptr_t)recv % 16 == 0 && ld_recv % V == 0;
+    if (has_out)
+      for (int p = 0; p < out.size; ++p) ok = ok && (uintptr_t)dst(p) % 16 == 0 && out.ld[p] % V == 0;
     return ok;
   }
 
-  /* U steps of the block at once: item k + u * blockDim.x (those below
-   * total) is W elements of the n x len rectangle, segment idx / per.
-   * Each copy's U loads are issued together (stores to other buffers in
-   * between would keep the compiler from hoisting them), so that a thread
-   * keeps U x 16 bytes in flight. */
-  template <int W, int U>
-  __device__ __forceinline__ void step(int k, int per, int total) const {
+  /* Items k + u * THREADS (u < U; those below total) of W elements each,
+   * segment idx / per.  The loads of two copies for all U items are
+   * issued before any sum, so that a thread keeps 2 x U x 16 bytes in
+   * flight; the copies are indexed at compile time (unrolled), so the
+   * descriptors stay in the kernel's parameters. */
+  template <int W>
+  __device__ __forceinline__ void items(int k, int per, int total) const {
     float acc[U][W];
-    int64_t off[U][2]; /* segment, element */
+    int seg[U], el[U]; /* a data tile has < 2^31 elements */
+    bool live[U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      const int idx = k + u * (int)blockDim.x;
-      off[u][0] = idx / per;
-      off[u][1] = (int64_t)(idx % per) * W;
+      const int idx = k + u * THREADS;
+      live[u] = idx < total;
+      seg[u] = idx / per;
+      el[u] = idx % per * W;
 #pragma unroll
       for (int x = 0; x < W; ++x) acc[u][x] = 0.f;
     }
-    for (int q = 0; q < nsrc; ++q) {
-      T v[U][W];
 #pragma unroll
-      for (int u = 0; u < U; ++u) {
-        if (k + u * (int)blockDim.x >= total) continue;
-        const T *p = src[q] + off[u][0] * sld[q] + off[u][1];
-        if constexpr (W == 1)
-          v[u][0] = *p;
-        else
-          *reinterpret_cast<uint4 *>(v[u]) = *reinterpret_cast<const uint4 *>(p);
-      }
+    for (int q = 0; q < MKX_TILES_MAX_RANKS; q += 2) {
+      if (q >= in.size) break;
+      const bool two = q + 1 < in.size;
+      const T *a = src(q), *b = two ? src(q + 1) : a;
+      const int64_t la = in.ld[q], lb = two ? in.ld[q + 1] : la;
+      T va[U][W], vb[U][W];
+#pragma unroll
+      for (int u = 0; u < U; ++u)
+        if (live[u]) {
+          load<T, W>(va[u], a + seg[u] * la + el[u]);
+          if (two) load<T, W>(vb[u], b + seg[u] * lb + el[u]);
+        }
 #pragma unroll
       for (int u = 0; u < U; ++u)
 #pragma unroll
-        for (int x = 0; x < W; ++x) acc[u][x] += static_cast<float>(v[u][x]);
+        for (int x = 0; x < W; ++x)
+          acc[u][x] += static_cast<float>(va[u][x]) + (two ? static_cast<float>(vb[u][x]) : 0.f);
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-      if (k + u * (int)blockDim.x >= total) continue;
-      T out[W];
+      if (!live[u]) continue;
+      T v[W];
 #pragma unroll
-      for (int x = 0; x < W; ++x) out[x] = T(acc[u][x]); /* bf16, fp16: rounded to nearest */
-      for (int p = 0; p < ndst; ++p) {
-        T *d = dst[p] + off[u][0] * dld[p] + off[u][1];
-        if constexpr (W == 1)
-          *d = out[0];
-        else
-          *reinterpret_cast<uint4 *>(d) = *reinterpret_cast<const uint4 *>(out);
-      }
+      for (int x = 0; x < W; ++x) v[x] = T(acc[u][x]); /* bf16, fp16: rounded to nearest */
+      if (recv) store<T, W>(recv + seg[u] * ld_recv + el[u], v);
+      if (has_out)
+#pragma unroll
+        for (int p = 0; p < MKX_TILES_MAX_RANKS; ++p) {
+          if (p >= out.size) break;
+          store<T, W>(dst(p) + seg[u] * out.ld[p] + el[u], v);
+        }
     }
   }
 
-  /* The block sums the n x len rectangle, W elements per thread and item. */
   template <int W>
-  __device__ __forceinline__ void all(int64_t n, int64_t len) const {
-    constexpr int U = 4;
-    const int per = (int)(len / W), total = (int)(n * per), stride = U * (int)blockDim.x;
-    for (int k = threadIdx.x; k < total; k += stride) step<W, U>(k, per, total);
+  __device__ __forceinline__ void all() const {
+    const int per = (int)(t.len / W), total = (int)(t.n * per);
+    for (int k = threadIdx.x; k < total; k += U * THREADS) items<W>(k, per, total);
   }
 };
 
@@ -108,7 +142,7 @@ struct Sum {
  * block, leading dimension ld_recv; NULL: none) and, if has_out, into
  * every node rank's copy of `out`, each tile signalled there. */
 template <typename T>
-__global__ void __launch_bounds__(512)
+__global__ void __launch_bounds__(THREADS)
     reduce_kernel(MKX_Tiles_dev in, int64_t r0, int64_t r1, T *recv, int64_t ld_recv, MKX_Tiles_dev out, int has_out) {
   const int64_t i0 = r0 / in.tile_rows, i1 = (r1 - 1) / in.tile_rows + 1;
   const int64_t n = (i1 - i0) * in.tiles_c;
@@ -126,26 +160,11 @@ __global__ void __launch_bounds__(512)
     for (int q = 0; q < in.size && ok; ++q)
       ok = mkx_tiles_block_wait(in, in.comm_rank[q], t.lo, t.hi - t.lo, t.c0, t.c1 - t.c0);
     if (!ok) return; /* recorded for the host; the outputs are void */
-    Sum<T> s;
-    s.nsrc = in.size;
-    for (int q = 0; q < in.size; ++q) {
-      s.src[q] = reinterpret_cast<const T *>(in.data[q]) + at(cm, in.ld[q], t.lo, t.c0);
-      s.sld[q] = in.ld[q];
-    }
-    s.ndst = 0;
-    if (recv) {
-      s.dst[s.ndst] = recv + at(cm, ld_recv, t.lo - r0, t.c0);
-      s.dld[s.ndst++] = ld_recv;
-    }
-    if (has_out)
-      for (int p = 0; p < out.size; ++p) {
-        s.dst[s.ndst] = reinterpret_cast<T *>(out.data[p]) + at(cm, out.ld[p], t.lo, t.c0);
-        s.dld[s.ndst++] = out.ld[p];
-      }
-    if (s.aligned(t.len))
-      s.template all<Sum<T>::V>(t.n, t.len);
+    const Job<T> job{in, out, has_out != 0, recv ? recv + at(cm, ld_recv, t.lo - r0, t.c0) : nullptr, ld_recv, t};
+    if (job.wide())
+      job.template all<16 / sizeof(T)>();
     else
-      s.template all<1>(t.n, t.len);
+      job.template all<1>();
     if (has_out)
       for (int p = 0; p < out.size; ++p)
         mkx_tiles_block_signal(out, out.comm_rank[p], t.lo, t.hi - t.lo, t.c0, t.c1 - t.c0);
@@ -158,7 +177,7 @@ template <typename T>
 int launch(const MKX_Tiles_dev *in, int64_t r0, int64_t r1, void *recv, int64_t ld_recv, const MKX_Tiles_dev *out,
            int ctas, cudaStream_t st) {
   MKX_Tiles_dev none = {};
-  reduce_kernel<T><<<ctas, 512, 0, st>>>(*in, r0, r1, (T *)recv, ld_recv, out ? *out : none, out != nullptr);
+  reduce_kernel<T><<<ctas, THREADS, 0, st>>>(*in, r0, r1, (T *)recv, ld_recv, out ? *out : none, out != nullptr);
   return (int)cudaGetLastError();
 }
 

@@ -238,8 +238,14 @@ static const mkx_option_desc base_rows[] = {
      "0:1099511627776",
      "MKX_Allgather_tiles on this rank: its rows go to the node's copies by "
      "an SM kernel of up to 16 CTAs when they are at most this many bytes, "
-     "else by the copy engines (one copy per chunk of data-tile rows and "
-     "destination); 0: always the copy engines.",
+     "else by the copy engines (per destination, copies of 1, 2, 4, ... "
+     "data-tile rows); 0: always the copy engines.",
+     0},
+    {"tiles_reduce_ctas", MKX_OPT_INT, OPT(tiles_reduce_ctas), "16", "1:1024",
+     "CTAs of MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles on this rank "
+     "(at most one per data tile of its block). They persist until the last "
+     "tile, each holding an SM while it waits: more finish the last tiles "
+     "sooner and leave the kernels that produce the tiles fewer SMs.",
      0},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",

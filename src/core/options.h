@@ -87,6 +87,7 @@ typedef struct mkx_options {
   char tune_cache[MKX_OPT_STRING_MAX]; /* "": none; else the cache's file */
   char trace[MKX_OPT_STRING_MAX];      /* "": none; else the role timeline */
   int64_t tiles_ag_sm_bytes; /* MKX_Allgather_tiles: an SM kernel up to this */
+  int tiles_reduce_ctas;     /* the tile reductions' persistent CTAs */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

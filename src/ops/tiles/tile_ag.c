@@ -1,8 +1,8 @@
 /* MKX_Allgather_tiles (include/mkx_tiles.h): each rank's rows into every
  * node rank's copy, each chunk of whole data-tile rows signalled on its
  * destination as soon as it has landed.  Large blocks go by the copy
- * engines, one side stream per destination, a small kernel signalling
- * after each copy (around copy-engine work the signal is an SM kernel, so
+ * engines, one side stream per destination, in chunks that double from
+ * one data-tile row, a small kernel signalling after each copy (around copy-engine work the signal is an SM kernel, so
  * the two never contend for one engine); blocks of at most option
  * tiles_ag_sm_bytes by an SM kernel that stores and signals (the copy
  * engines' fixed cost per copy outweighs small copies). */
@@ -49,8 +49,11 @@ static int gather(MKX_Tiles t, const char *send, int64_t ld_send,
   for (int i = 0; i < d->size; i++) {
     const int q = (d->rank + i) % d->size; /* this rank's own copy first */
     cudaStream_t s = t->ag.s[i];
-    for (int64_t lo = r0, hi; lo < r0 + nr; lo = hi) {
-      hi = (lo / d->tile_rows + 1) * d->tile_rows;
+    /* chunks of 1, 2, 4, ... data-tile rows: the first rows land soon,
+     * and a few copies pay the engines' and the signals' fixed cost */
+    int64_t span = 1;
+    for (int64_t lo = r0, hi; lo < r0 + nr; lo = hi, span *= 2) {
+      hi = (lo / d->tile_rows + span) * d->tile_rows;
       if (hi > r0 + nr) hi = r0 + nr;
       MKX_TRY(copy_rows(d, q, send, ld_send, r0, lo, hi, s));
       const int rc = mkx_tiles_signal_launch(d, q, lo, hi - lo, 0, d->cols, s);

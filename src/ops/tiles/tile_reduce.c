@@ -1,17 +1,14 @@
 /* MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles (include/mkx_tiles.h):
- * a kernel of a few persistent CTAs on the caller's stream sums each data
- * tile of this rank's block over the node ranks' copies as soon as every
- * copy of it is complete (kernels/tiles/reduce.cu). */
+ * a kernel of a few persistent CTAs (option tiles_reduce_ctas) on the
+ * caller's stream sums each data tile of this rank's block over the node
+ * ranks' copies as soon as every copy of it is complete
+ * (kernels/tiles/reduce.cu). */
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
 #include "core/handles.h"
 #include "ops/tiles/tile_set.h"
 #include "ops/validate.h"
-
-/* CTAs of the reduction: enough to keep a few tiles in flight, few enough
- * that its waiting CTAs leave the producers' kernels the GPU. */
-#define REDUCE_CTAS 16
 
 static int set_ok(MKX_Tiles t, const char *fn, const char *name) {
   if (!mkx_handle_is(t, MKX_HANDLE_TILES))
@@ -56,7 +53,8 @@ static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
   MKX_TRY(mkx_device_set(t->comm->device));
   const int64_t tiles =
       ((r0 + nr - 1) / d->tile_rows - r0 / d->tile_rows + 1) * d->tiles_c;
-  const int ctas = tiles < REDUCE_CTAS ? (int)tiles : REDUCE_CTAS;
+  const int most = t->comm->opt.tiles_reduce_ctas;
+  const int ctas = tiles < most ? (int)tiles : most;
   const int rc = mkx_tiles_reduce_launch(
       d, (int)t->dtype, r0, r0 + nr, out ? NULL : recv, ld_recv,
       out ? &out->dev : NULL, ctas, (cudaStream_t)stream);
