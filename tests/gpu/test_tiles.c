@@ -19,6 +19,9 @@
  *     own while every rank's producer writes its partial on another: the
  *     block of the sum, and the sum read back through the output set's
  *     tiles, two epochs;
+ *   - the same two reductions of bf16 and fp16 sets, row- and column-major,
+ *     with leading dimensions that let the kernel move 16 bytes at a time
+ *     and ones that do not, against the host's sums (exact: small integers);
  *   - a kernel that signals rows outside the set: MKX_ERR_INVALID_ARG on its
  *     rank, naming the rectangle; the other ranks' waits end on the tell
  *     (MKX_ERR_PEER) instead of the bound;
@@ -36,6 +39,7 @@
 #include "tiles_kernels.h"
 #include "../common/check.h"
 #include "../common/cuda_check.h"
+#include "../common/num16.h"
 
 static int rank, size;
 
@@ -323,6 +327,111 @@ static void reductions(MKX_Comm c) {
   run_free(&out);
 }
 
+/* Rank q's partial of the 16-bit reductions: small integers. */
+static float part16(int q, int64_t i, int64_t j) {
+  return (float)((i * 3 + j * 5 + q * 7) % 7 - 3);
+}
+
+typedef struct case16 {
+  MKX_Datatype dt;
+  MKX_Order order;
+  int64_t rows, cols, pad; /* ld = the stored dimension + pad */
+} case16;
+
+/* Element (i, j) of a rows x cols matrix with leading dimension ld. */
+static int64_t at16(MKX_Order o, int64_t ld, int64_t i, int64_t j) {
+  return o == MKX_COL_MAJOR ? i + j * ld : i * ld + j;
+}
+
+static uint16_t to16(MKX_Datatype dt, float v) {
+  return dt == MKX_BF16 ? mt_f32_to_bf16(v) : mt_f32_to_f16(v);
+}
+static float from16(MKX_Datatype dt, uint16_t h) {
+  return dt == MKX_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
+}
+
+/* Counts the elements of rows [r0, r0 + nr) of a copy h (leading
+ * dimension ld) that are not the sum of the ranks' partials. */
+static long wrong16(const case16 *k, const uint16_t *h, int64_t ld, int64_t r0,
+                    int64_t nr) {
+  long bad = 0;
+  for (int64_t i = 0; i < nr; i++)
+    for (int64_t j = 0; j < k->cols; j++) {
+      float want = 0;
+      for (int q = 0; q < size; q++) want += part16(q, r0 + i, j);
+      bad += from16(k->dt, h[at16(k->order, ld, i, j)]) != want;
+    }
+  return bad;
+}
+
+static void reduction16(MKX_Comm c, const case16 *k) {
+  const int cm = k->order == MKX_COL_MAJOR;
+  const int64_t ld = (cm ? k->rows : k->cols) + k->pad;
+  const size_t n = (size_t)(ld * (cm ? k->cols : k->rows));
+  int64_t r0, nr;
+  MKX_Block_range(k->rows, size, rank, &r0, &nr);
+  const int64_t ld_recv = cm ? nr : k->cols;
+  uint16_t *h = malloc(n * 2), *hr = malloc((size_t)(nr * k->cols) * 2 + 2);
+  for (size_t x = 0; x < n; x++) h[x] = 0xffff; /* NaN in the padding */
+  for (int64_t i = 0; i < k->rows; i++)
+    for (int64_t j = 0; j < k->cols; j++)
+      h[at16(k->order, ld, i, j)] = to16(k->dt, part16(rank, i, j));
+  void *in, *outb, *recv;
+  CUDA(cudaMalloc(&in, n * 2));
+  CUDA(cudaMalloc(&outb, n * 2));
+  CUDA(cudaMalloc(&recv, (size_t)(nr * k->cols) * 2 + 2));
+  CUDA(cudaMemcpy(in, h, n * 2, cudaMemcpyHostToDevice));
+  CUDA(cudaMemset(outb, 0xff, n * 2));
+  CUDA(cudaMemset(recv, 0xff, (size_t)(nr * k->cols) * 2 + 2));
+  cudaStream_t st;
+  CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  MKX_Tiles ti, to;
+  MKX(MKX_Tiles_create(in, k->rows, k->cols, ld, 64, 128, k->dt, k->order, c,
+                       &ti));
+  MKX(MKX_Tiles_create(outb, k->rows, k->cols, ld, 64, 128, k->dt, k->order, c,
+                       &to));
+  MKX(MKX_Tiles_begin(ti, st));
+  MKX(MKX_Tiles_begin(to, st));
+  MKX(MKX_Tiles_signal(ti, rank, 0, k->rows, 0, k->cols, st));
+  MKX(MKX_Reduce_scatter_tiles(ti, recv, ld_recv, st));
+  MKX(MKX_Allreduce_tiles(ti, to, st));
+  /* the other ranks' blocks of the sum, written into this copy */
+  MKX(MKX_Tiles_wait(to, rank, 0, k->rows, 0, k->cols, st));
+  CUDA(cudaStreamSynchronize(st));
+  int async = -1;
+  MKX(MKX_Tiles_get_async_error(ti, &async));
+  const char *name = k->dt == MKX_BF16 ? "bf16" : "fp16";
+  const char *order = cm ? "column-major" : "row-major";
+  CUDA(
+      cudaMemcpy(hr, recv, (size_t)(nr * k->cols) * 2, cudaMemcpyDeviceToHost));
+  long bad = wrong16(k, hr, ld_recv, r0, nr);
+  CHECK(bad == 0 && async == MKX_SUCCESS,
+        "MKX_Reduce_scatter_tiles, %s %s %lld x %lld, ld %lld: %ld of %lld "
+        "wrong, async %d",
+        name, order, (long long)k->rows, (long long)k->cols, (long long)ld, bad,
+        (long long)(nr * k->cols), async);
+  CUDA(cudaMemcpy(h, outb, n * 2, cudaMemcpyDeviceToHost));
+  bad = wrong16(k, h, ld, 0, k->rows);
+  CHECK(bad == 0, "MKX_Allreduce_tiles, %s %s, ld %lld: %ld wrong", name, order,
+        (long long)ld, bad);
+  MKX(MKX_Tiles_free(&ti));
+  MKX(MKX_Tiles_free(&to));
+  cudaFree(in), cudaFree(outb), cudaFree(recv);
+  cudaStreamDestroy(st);
+  free(h), free(hr);
+}
+
+static void reductions16(MKX_Comm c) {
+  const MKX_Datatype dts[2] = {MKX_BF16, MKX_FP16};
+  for (int d = 0; d < 2; d++)
+    for (int o = 0; o < 2; o++)
+      for (int pad = 0; pad <= 3; pad += 3) {
+        const case16 k = {dts[d], o ? MKX_COL_MAJOR : MKX_ROW_MAJOR, 256, 264,
+                          pad};
+        reduction16(c, &k);
+      }
+}
+
 /* Every rank waits for a tile of its copy that nobody signals. */
 static void never_signalled(MKX_Comm c) {
   run r;
@@ -431,6 +540,7 @@ int main(int argc, char **argv) {
   gather_gemm(ce, "copy engines");
   MKX(MKX_Comm_free(&ce));
   reductions(c);
+  reductions16(c);
   bad_device_args(c);
   never_signalled(c);
   /* another set still works after one failed */
