@@ -16,9 +16,11 @@
  *                   another stream sums each tile as every rank's is done;
  *                   serial: the GEMM, then the ReduceScatter of the tiles.
  *   gemm: the same cuBLAS GEMM alone (one chunk, its input there, no
- *   communication): the bound of tiles with cuBLAS.
+ *   communication): the bound of tiles with cuBLAS; comm: the AllGather
+ *   or the ReduceScatter alone (every partial signalled at once).
  * Reported: medians (ms, slowest rank) and tiles/fused, tiles/serial,
- * tiles/gemm.
+ * tiles/gemm, and comm's rate (GB/s: the bytes this rank reads and
+ * writes).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,12 +86,12 @@ typedef struct tiles_ctx {
   perf_tp_bufs b;
   void *gathered;  /* AG: every rank's copy of the gathered A */
   MKX_Tiles a, p;  /* AG: the gathered A; RS: this rank's A and partial */
-  int variant;     /* TILED, SERIAL or GEMM_ONLY */
+  int variant;     /* TILED, SERIAL, GEMM_ONLY or COMM_ONLY */
   cudaStream_t ps; /* RS: the producer's stream */
   cudaEvent_t fork, join;
 } tiles_ctx;
 
-enum { TILED, SERIAL, GEMM_ONLY };
+enum { TILED, SERIAL, GEMM_ONLY, COMM_ONLY };
 
 static void call_fused(const perf_env *e, const void *ctx) {
   AM(MKX_Start(((const tiles_ctx *)ctx)->b.req, e->st));
@@ -102,6 +104,7 @@ static void call_ag(const perf_env *e, const void *v) {
     AM(MKX_Tiles_signal(x->a, e->rank, 0, x->M, 0, x->K, e->st));
   else
     AM(MKX_Allgather_tiles(x->b.A, x->K, x->a, e->st));
+  if (x->variant == COMM_ONLY) return;
   AM(MKX_Tiles_gemm(x->a, e->rank, x->b.B, x->N, x->K, MKX_TRANS, x->b.C, x->N,
                     MKX_BF16, NULL, x->variant == TILED ? x->chunk : x->M,
                     e->st));
@@ -113,6 +116,11 @@ static void call_rs(const perf_env *e, const void *v) {
   AM(MKX_Tiles_begin(x->p, e->st));
   /* this rank's A is there: its tiles complete for the GEMM's waits */
   AM(MKX_Tiles_signal(x->a, e->rank, 0, x->M, 0, x->b.k_loc, e->st));
+  if (x->variant == COMM_ONLY) {
+    AM(MKX_Tiles_signal(x->p, e->rank, 0, x->M, 0, x->N, e->st));
+    AM(MKX_Reduce_scatter_tiles(x->p, x->b.C, x->N, e->st));
+    return;
+  }
   if (x->variant != TILED) {
     AM(MKX_Tiles_gemm(x->a, e->rank, x->b.B, x->N, x->b.k_loc, MKX_TRANS,
                       x->b.P, x->N, MKX_BF16,
@@ -128,6 +136,13 @@ static void call_rs(const perf_env *e, const void *v) {
                     x->N, MKX_BF16, x->p, x->chunk, x->ps));
   AK(cudaEventRecord(x->join, x->ps));
   AK(cudaStreamWaitEvent(e->st, x->join, 0));
+}
+
+/* Bytes a rank reads and writes in the communication alone (bf16). */
+static double comm_bytes(const tiles_ctx *x, int size) {
+  const double rows = (double)x->M / size;
+  if (x->op == OP_AG) return rows * (double)x->K * 2 * 2 * size;
+  return rows * (double)x->N * 2 * (size + 1);
 }
 
 static void ctx_make(const perf_env *e, int op, const int64_t s[3],
@@ -174,10 +189,15 @@ static FILE *open_table(const perf_env *e, const tiles_opts *o) {
            "MKX_Reduce_scatter_tiles on another stream; serial: the same "
            "calls with the GEMM in one chunk, after the AllGather or before "
            "the ReduceScatter; gemm: the same cuBLAS GEMM alone, in one "
-           "chunk, without communication.\n\n"
-           "| call | M | N | K | fused | tiles | serial | gemm | tiles/fused | "
-           "tiles/serial | tiles/gemm | fused path |\n"
-           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+           "chunk, without communication; comm: the AllGather or the "
+           "ReduceScatter alone, and its rate (GB/s: the bytes a rank reads "
+           "and writes; AllGather: its block into every copy; "
+           "ReduceScatter: every copy of its block, and its output).\n\n"
+           "| call | M | N | K | fused | tiles | serial | gemm | comm | "
+           "tiles/fused | tiles/serial | tiles/gemm | comm GB/s | fused path "
+           "|\n"
+           "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+           "---|\n",
            o->reps, (long long)o->chunk);
   return perf_table_open(head, o->outname);
 }
@@ -203,11 +223,12 @@ int mkx_perf_tiles(int argc, char **argv) {
         char paths[256], scratch[256];
         const float fused = perf_time_calls(&e, o.warmup, o.reps, call_fused,
                                             &x, paths, sizeof paths);
-        float t[3];
-        for (x.variant = TILED; x.variant <= GEMM_ONLY; x.variant++)
+        float t[4];
+        for (x.variant = TILED; x.variant <= COMM_ONLY; x.variant++)
           t[x.variant] = perf_time_calls(&e, o.warmup, o.reps, f, &x, scratch,
                                          sizeof scratch);
         const float tiles = t[TILED], serial = t[SERIAL], gemm = t[GEMM_ONLY];
+        const double gb = comm_bytes(&x, e.size) / 1e6 / t[COMM_ONLY];
         int async = MKX_SUCCESS;
         AM(MKX_Tiles_get_async_error(x.a, &async));
         AM(async);
@@ -215,10 +236,11 @@ int mkx_perf_tiles(int argc, char **argv) {
           char line[512];
           snprintf(line, sizeof line,
                    "| %s | %lld | %lld | %lld | %.3f | %.3f | %.3f | %.3f | "
-                   "%.3f | %.3f | %.3f | %s |\n",
+                   "%.3f | %.3f | %.3f | %.3f | %.0f | %s |\n",
                    op == OP_AG ? "allgather_gemm" : "gemm_rs", (long long)x.M,
                    (long long)x.N, (long long)x.K, fused, tiles, serial, gemm,
-                   tiles / fused, tiles / serial, tiles / gemm, paths);
+                   t[COMM_ONLY], tiles / fused, tiles / serial, tiles / gemm,
+                   gb, paths);
           fputs(line, stdout);
           fflush(stdout);
           if (out) fputs(line, out), fflush(out);
