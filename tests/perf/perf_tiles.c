@@ -113,7 +113,9 @@ static void call_ag(const perf_env *e, const void *v) {
 static void call_rs(const perf_env *e, const void *v) {
   const tiles_ctx *x = v;
   AM(MKX_Tiles_begin(x->a, e->st));
-  AM(MKX_Tiles_begin(x->p, e->st));
+  /* an epoch of the partial's set signals every element of it: none
+   * where the GEMM runs alone */
+  if (x->variant != GEMM_ONLY) AM(MKX_Tiles_begin(x->p, e->st));
   /* this rank's A is there: its tiles complete for the GEMM's waits */
   AM(MKX_Tiles_signal(x->a, e->rank, 0, x->M, 0, x->b.k_loc, e->st));
   if (x->variant == COMM_ONLY) {
