@@ -51,8 +51,12 @@ __device__ __forceinline__ void st_release_s32(int *p, int v) {
   asm volatile("st.release.sys.global.s32 [%0], %1;" ::"l"(p), "r"(v)
                : "memory");
 }
-__device__ __forceinline__ void red_release_add_u64(uint64_t *p, uint64_t v) {
-  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v)
+/* Relaxed: after one fence.sc.sys (__threadfence_system) that orders the
+ * signaller's writes before every add of a signal, where a release per add
+ * would fence once per data tile (a signal of hundreds of tiles would cost
+ * as much as a GEMM chunk). */
+__device__ __forceinline__ void red_relaxed_add_u64(uint64_t *p, uint64_t v) {
+  asm volatile("red.relaxed.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v)
                : "memory");
 }
 __device__ __forceinline__ uint64_t globaltimer() {
@@ -244,7 +248,7 @@ __device__ __forceinline__ void mkx_tiles_signal(const MKX_Tiles_dev &t,
   __threadfence_system();
   for (int64_t i = i0; i < i1; ++i)
     for (int64_t j = j0; j < j1; ++j)
-      d::red_release_add_u64(d::sem(t, q, i, j),
+      d::red_relaxed_add_u64(d::sem(t, q, i, j),
                              d::part_elems(t, i, j, row0, nrows, col0, ncols));
 }
 

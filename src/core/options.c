@@ -243,9 +243,10 @@ static const mkx_option_desc base_rows[] = {
      0},
     {"tiles_reduce_ctas", MKX_OPT_INT, OPT(tiles_reduce_ctas), "16", "1:1024",
      "CTAs of MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles on this rank "
-     "(at most one per data tile of its block). They persist until the last "
-     "tile, each holding an SM while it waits: more finish the last tiles "
-     "sooner and leave the kernels that produce the tiles fewer SMs.",
+     "(at most one per data tile of its block, and half the CTAs its waiting "
+     "kernels may take). They persist until the last tile, each holding an "
+     "SM while it waits: more finish the last tiles sooner and leave the "
+     "kernels that produce the tiles fewer SMs.",
      0},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",

@@ -53,7 +53,12 @@ static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
   MKX_TRY(mkx_device_set(t->comm->device));
   const int64_t tiles =
       ((r0 + nr - 1) / d->tile_rows - r0 / d->tile_rows + 1) * d->tiles_c;
-  const int most = t->comm->opt.tiles_reduce_ctas;
+  /* at most half the CTAs the rank's waiting kernels may take, so that
+   * the producers the reduction waits for always find SMs */
+  const mkx_gpu_share *sh = &t->comm->share;
+  const int cap = (sh->ctas ? sh->ctas : sh->dev_sms) / 2;
+  int most = t->comm->opt.tiles_reduce_ctas;
+  if (most > cap) most = cap > 1 ? cap : 1;
   const int ctas = tiles < most ? (int)tiles : most;
   const int rc = mkx_tiles_reduce_launch(
       d, (int)t->dtype, r0, r0 + nr, out ? NULL : recv, ld_recv,
