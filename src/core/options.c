@@ -241,8 +241,19 @@ static const mkx_option_desc base_rows[] = {
      "else by the copy engines (per destination, copies of 1, 2, 4, ... "
      "data-tile rows); 0: always the copy engines.",
      0},
+    {"tiles_reduce", MKX_OPT_ENUM, OPT(tiles_reduce), "persistent",
+     "persistent|staged",
+     "How MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles on this rank wait "
+     "for the tiles. persistent: one kernel of tiles_reduce_ctas CTAs that "
+     "each take a tile as soon as every copy of it is complete, holding "
+     "their SMs while the producers write; staged: the rank's block in 8 "
+     "groups of data-tile rows, each a one-block wait on the stream, then a "
+     "kernel over every SM the rank's kernels may take, so that waiting "
+     "holds one SM but a group's sum starts only once all of it is there.",
+     0},
     {"tiles_reduce_ctas", MKX_OPT_INT, OPT(tiles_reduce_ctas), "16", "1:1024",
      "CTAs of MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles on this rank "
+     "with tiles_reduce=persistent "
      "(at most one per data tile of its block, and half the CTAs its waiting "
      "kernels may take). They persist until the last tile, each holding an "
      "SM while it waits: more finish the last tiles sooner and leave the "

@@ -40,6 +40,7 @@ enum { MKX_ATTN_BLOCK_AUTO = 0, MKX_ATTN_BLOCK_128, MKX_ATTN_BLOCK_192 };
 enum { MKX_HIER_ATTN_HOST = 0, MKX_HIER_ATTN_PROXY, MKX_HIER_ATTN_AUTO };
 enum { MKX_HIER_MOE_HOST = 0, MKX_HIER_MOE_PROXY, MKX_HIER_MOE_AUTO };
 enum { MKX_NET_REGION_DEVICE = 0, MKX_NET_REGION_HOST, MKX_NET_REGION_AUTO };
+enum { MKX_TILES_REDUCE_PERSISTENT = 0, MKX_TILES_REDUCE_STAGED };
 enum { MKX_MOE_GPU_ONE = 0, MKX_MOE_GPU_ALL, MKX_MOE_GPU_OFF };
 enum {
   MKX_MOE_GEMM_OPT_AUTO = 0,
@@ -88,6 +89,7 @@ typedef struct mkx_options {
   char trace[MKX_OPT_STRING_MAX];      /* "": none; else the role timeline */
   int64_t tiles_ag_sm_bytes; /* MKX_Allgather_tiles: an SM kernel up to this */
   int tiles_reduce_ctas;     /* the tile reductions' persistent CTAs */
+  int tiles_reduce;          /* MKX_TILES_REDUCE_*: how they wait */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

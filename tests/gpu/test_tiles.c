@@ -22,6 +22,7 @@
  *   - the same two reductions of bf16 and fp16 sets, row- and column-major,
  *     with leading dimensions that let the kernel move 16 bytes at a time
  *     and ones that do not, against the host's sums (exact: small integers);
+ *   - all of these reductions again with tiles_reduce=staged;
  *   - a kernel that signals rows outside the set: MKX_ERR_INVALID_ARG on its
  *     rank, naming the rectangle; the other ranks' waits end on the tell
  *     (MKX_ERR_PEER) instead of the bound;
@@ -42,6 +43,8 @@
 #include "../common/num16.h"
 
 static int rank, size;
+/* the reductions' way of waiting (option tiles_reduce), for messages */
+static const char *red_mode = "persistent";
 
 #define CUDA(call) MT_CUDA_AT(rank, call)
 #define MKX(call) MT_MKX_AT(rank, call)
@@ -303,8 +306,8 @@ static void reductions(MKX_Comm c) {
     for (int64_t i = r0; i < r1; i++)
       for (int64_t j = 0; j < COLS; j++)
         bad += host[(i - r0) * COLS + j] != sum_of(e, i, j);
-    CHECK(bad == 0, "MKX_Reduce_scatter_tiles, epoch %d: %d of %lld wrong", e,
-          bad, (long long)((r1 - r0) * COLS));
+    CHECK(bad == 0, "MKX_Reduce_scatter_tiles (%s), epoch %d: %d of %lld wrong",
+          red_mode, e, bad, (long long)((r1 - r0) * COLS));
     CUDA(cudaMemcpy(host, out.out, sizeof(float) * ROWS * COLS,
                     cudaMemcpyDeviceToHost));
     bad = 0;
@@ -315,9 +318,10 @@ static void reductions(MKX_Comm c) {
     CUDA(cudaMemcpy(&failed, out.failed, sizeof(int), cudaMemcpyDeviceToHost));
     MKX(MKX_Tiles_get_async_error(in.t, &async));
     CHECK(bad == 0 && !failed && async == MKX_SUCCESS,
-          "MKX_Allreduce_tiles read through out's tiles, epoch %d: %d of %d "
+          "MKX_Allreduce_tiles (%s) read through out's tiles, epoch %d: %d of "
+          "%d "
           "wrong, waits failed %d, async %d",
-          e, bad, ROWS * COLS, failed, async);
+          red_mode, e, bad, ROWS * COLS, failed, async);
   }
   cudaFree(recv);
   free(host);
@@ -405,15 +409,16 @@ static void reduction16(MKX_Comm c, const case16 *k) {
   CUDA(
       cudaMemcpy(hr, recv, (size_t)(nr * k->cols) * 2, cudaMemcpyDeviceToHost));
   long bad = wrong16(k, hr, ld_recv, r0, nr);
-  CHECK(bad == 0 && async == MKX_SUCCESS,
-        "MKX_Reduce_scatter_tiles, %s %s %lld x %lld, ld %lld: %ld of %lld "
-        "wrong, async %d",
-        name, order, (long long)k->rows, (long long)k->cols, (long long)ld, bad,
-        (long long)(nr * k->cols), async);
+  CHECK(
+      bad == 0 && async == MKX_SUCCESS,
+      "MKX_Reduce_scatter_tiles (%s), %s %s %lld x %lld, ld %lld: %ld of %lld "
+      "wrong, async %d",
+      red_mode, name, order, (long long)k->rows, (long long)k->cols,
+      (long long)ld, bad, (long long)(nr * k->cols), async);
   CUDA(cudaMemcpy(h, outb, n * 2, cudaMemcpyDeviceToHost));
   bad = wrong16(k, h, ld, 0, k->rows);
-  CHECK(bad == 0, "MKX_Allreduce_tiles, %s %s, ld %lld: %ld wrong", name, order,
-        (long long)ld, bad);
+  CHECK(bad == 0, "MKX_Allreduce_tiles (%s), %s %s, ld %lld: %ld wrong",
+        red_mode, name, order, (long long)ld, bad);
   MKX(MKX_Tiles_free(&ti));
   MKX(MKX_Tiles_free(&to));
   cudaFree(in), cudaFree(outb), cudaFree(recv);
@@ -541,6 +546,16 @@ int main(int argc, char **argv) {
   MKX(MKX_Comm_free(&ce));
   reductions(c);
   reductions16(c);
+  MKX_Comm cs;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "3000");
+  MPI_Info_set(info, "mkx_tiles_reduce", "staged");
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &cs));
+  MPI_Info_free(&info);
+  red_mode = "staged";
+  reductions(cs);
+  reductions16(cs);
+  MKX(MKX_Comm_free(&cs));
   bad_device_args(c);
   never_signalled(c);
   /* another set still works after one failed */

@@ -20,6 +20,74 @@ static int set_ok(MKX_Tiles t, const char *fn, const char *name) {
 #include "core/cuda_rc.h"
 #include "tiles/tiles.h"
 
+/* A reduction's rows [r0, r0 + nr) (this rank's block), checked. */
+typedef struct reduce_job {
+  MKX_Tiles t;
+  int64_t r0, nr;
+  char *recv; /* row r0 of the ReduceScatter's output, or NULL */
+  int64_t ld_recv;
+  const MKX_Tiles_dev *out; /* the AllReduce's output set, or NULL */
+  cudaStream_t st;
+  const char *fn;
+} reduce_job;
+
+/* Rows [lo, hi) of the job by `ctas` CTAs of the reduction kernel. */
+static int launch_rows(const reduce_job *j, int64_t lo, int64_t hi, int ctas) {
+  const MKX_Tiles_dev *d = &j->t->dev;
+  char *recv = NULL;
+  if (j->recv) {
+    const int64_t at = d->col_major ? lo - j->r0 : (lo - j->r0) * j->ld_recv;
+    recv = j->recv + at * d->elem_size;
+  }
+  const int rc = mkx_tiles_reduce_launch(d, (int)j->t->dtype, lo, hi, recv,
+                                         j->ld_recv, j->out, ctas, j->st);
+  return rc ? mkx_cuda_rc((cudaError_t)rc, j->fn, "reduction kernel")
+            : MKX_SUCCESS;
+}
+
+/* Data tiles of rows [lo, hi). */
+static int64_t tiles_of(const MKX_Tiles_dev *d, int64_t lo, int64_t hi) {
+  return ((hi - 1) / d->tile_rows - lo / d->tile_rows + 1) * d->tiles_c;
+}
+
+/* One kernel of tiles_reduce_ctas persistent CTAs, each waiting for its
+ * next tile: at most half the CTAs the rank's waiting kernels may take, so
+ * that the producers it waits for always find SMs. */
+static int persistent(const reduce_job *j) {
+  const mkx_gpu_share *sh = &j->t->comm->share;
+  const int cap = (sh->ctas ? sh->ctas : sh->dev_sms) / 2;
+  int most = j->t->comm->opt.tiles_reduce_ctas;
+  if (most > cap) most = cap > 1 ? cap : 1;
+  const int64_t tiles = tiles_of(&j->t->dev, j->r0, j->r0 + j->nr);
+  return launch_rows(j, j->r0, j->r0 + j->nr, tiles < most ? (int)tiles : most);
+}
+
+/* The block in REDUCE_GROUPS groups of whole data-tile rows, each a stream
+ * wait (one block) for its rows on every copy, then a kernel over as many
+ * CTAs as the rank's kernels may take that finds its tiles complete: no
+ * CTA holds an SM while the producers still write. */
+#define REDUCE_GROUPS 8
+static int staged(const reduce_job *j) {
+  const MKX_Tiles_dev *d = &j->t->dev;
+  const mkx_gpu_share *sh = &j->t->comm->share;
+  const int most = sh->ctas ? sh->ctas : sh->dev_sms > 0 ? sh->dev_sms : 1;
+  const int64_t tr = d->tile_rows, end = j->r0 + j->nr;
+  const int64_t step =
+      ((j->nr + REDUCE_GROUPS - 1) / REDUCE_GROUPS + tr - 1) / tr * tr;
+  for (int64_t lo = j->r0, hi; lo < end; lo = hi) {
+    hi = (lo / tr) * tr + step;
+    if (hi > end) hi = end;
+    for (int q = 0; q < d->size; q++) {
+      const int rc =
+          mkx_tiles_wait_launch(d, q, lo, hi - lo, 0, d->cols, j->st);
+      if (rc) return mkx_cuda_rc((cudaError_t)rc, j->fn, "wait kernel");
+    }
+    const int64_t tiles = tiles_of(d, lo, hi);
+    MKX_TRY(launch_rows(j, lo, hi, tiles < most ? (int)tiles : most));
+  }
+  return MKX_SUCCESS;
+}
+
 static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
                   MKX_Stream stream, const char *fn) {
   const MKX_Tiles_dev *d = &t->dev;
@@ -51,20 +119,16 @@ static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
   }
   if (nr == 0) return MKX_SUCCESS;
   MKX_TRY(mkx_device_set(t->comm->device));
-  const int64_t tiles =
-      ((r0 + nr - 1) / d->tile_rows - r0 / d->tile_rows + 1) * d->tiles_c;
-  /* at most half the CTAs the rank's waiting kernels may take, so that
-   * the producers the reduction waits for always find SMs */
-  const mkx_gpu_share *sh = &t->comm->share;
-  const int cap = (sh->ctas ? sh->ctas : sh->dev_sms) / 2;
-  int most = t->comm->opt.tiles_reduce_ctas;
-  if (most > cap) most = cap > 1 ? cap : 1;
-  const int ctas = tiles < most ? (int)tiles : most;
-  const int rc = mkx_tiles_reduce_launch(
-      d, (int)t->dtype, r0, r0 + nr, out ? NULL : recv, ld_recv,
-      out ? &out->dev : NULL, ctas, (cudaStream_t)stream);
-  return rc ? mkx_cuda_rc((cudaError_t)rc, fn, "reduction kernel")
-            : MKX_SUCCESS;
+  const reduce_job j = {t,
+                        r0,
+                        nr,
+                        out ? NULL : (char *)recv,
+                        ld_recv,
+                        out ? &out->dev : NULL,
+                        (cudaStream_t)stream,
+                        fn};
+  return t->comm->opt.tiles_reduce == MKX_TILES_REDUCE_STAGED ? staged(&j)
+                                                              : persistent(&j);
 }
 #else
 static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
