@@ -151,9 +151,10 @@ int MKX_Allgather_tiles(const void *send, int64_t ld_send, MKX_Tiles tiles,
  *    the same communicator, shape, data tiles, dtype and order, with
  *    buffers), each tile signalled there, so consumers of `out` wait for
  *    it (every rank begins `out`'s epoch too).
- * The reduction is one kernel of a few CTAs on `stream`; enqueue it on
- * another stream than the producers' (or before them), so that it runs
- * while they do.  The copies must not change until `stream` has passed it.
+ * The reduction runs on `stream`: one kernel of a few CTAs that wait for
+ * each tile, or (option tiles_reduce=staged) groups of rows, each a
+ * one-block wait followed by a kernel.  Enqueue it on another stream than
+ * the producers' (or before them), so that it runs while they do.  The copies must not change until `stream` has passed it.
  * Errors: MKX_ERR_INVALID_ARG (sets; out unlike tiles; a set without
  * buffers), MKX_ERR_NULL_POINTER (recv), MKX_ERR_BAD_LD, MKX_ERR_UNSUPPORTED,
  * MKX_ERR_CUDA, the sets' recorded failures.
