@@ -651,6 +651,41 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
                   const void *W2, int64_t ffn, void *out, MKX_Datatype dtype,
                   MKX_Comm comm, MKX_Stream stream);
 
+/*
+ * MKX_Moe_dispatch_gemm with fp8 tokens and weights (MKX_FP8_E4M3 or
+ * MKX_FP8_E5M2 dtype; a 16- or 32-bit dtype takes MKX_SCALE_NONE only)
+ * and Y of type ytype (bf16, fp16 or fp32 with a 16-bit or fp8 dtype;
+ * fp32 or fp64 equal to a 32- or 64-bit dtype; else MKX_ERR_UNSUPPORTED).
+ * Each token's scales travel with its rows to the experts' owners, and
+ *     Y row = gate weight x (s_X (.) X[t]) x (s_W (.) W[e])
+ * in fp32, rounded once to ytype, where (.) applies each element's scale
+ * (MKX_Scales, laid out as for the tensor-parallel calls with A = this
+ * rank's X, num_tokens x hidden, and B = each local expert's weight,
+ * hidden x n, row-major):
+ *   MKX_SCALE_TENSOR  a: 1 value (this rank's X); b: one per local expert
+ *                     (E/p values).
+ *   MKX_SCALE_ROW     a: one per token; b: one per column of each local
+ *                     expert ([E/p][n]).
+ *   MKX_SCALE_BLOCK   a: one per token and 128 columns of X
+ *                     ([num_tokens][kb], kb = ceil(hidden / 128)); b: one
+ *                     per 128 x 128 block of each local expert
+ *                     ([E/p][kb][nb], nb = ceil(n / 128)).
+ * a_out is ignored.  The scale rules (values, NULL pointers, agreed
+ * layout) are those of MKX_Scales; a may be NULL when num_tokens is 0.
+ * Agreed besides the call's: ytype and scales->layout.  The call takes
+ * the host path for host buffers and the staged path for device buffers
+ * (no fused fp8 GPU kernel yet).  The plain MKX_Moe_dispatch_gemm and
+ * MKX_Moe_layer return MKX_ERR_UNSUPPORTED for an fp8 dtype.
+ */
+int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
+                                 int64_t hidden, const int32_t *topk_ids,
+                                 const float *topk_weight, int64_t topk,
+                                 int64_t num_experts, const void *W, int64_t n,
+                                 void *Y, int64_t y_rows, int64_t *expert_rows,
+                                 int32_t *origin, MKX_Datatype dtype,
+                                 MKX_Datatype ytype, const MKX_Scales *scales,
+                                 MKX_Comm comm, MKX_Stream stream);
+
 /* ---- persistent plans (MPI-4 style) --------------------------------------- */
 
 /*
@@ -758,6 +793,12 @@ int MKX_Gemm_allreduce_scaled_init(const void *A, int64_t M, int64_t k_local,
                                    MKX_Datatype ctype, MKX_Order order,
                                    const MKX_Scales *scales, MKX_Comm comm,
                                    MPI_Info info, MKX_Request *request);
+int MKX_Moe_dispatch_gemm_scaled_init(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
+    int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
+    MKX_Datatype dtype, MKX_Datatype ytype, const MKX_Scales *scales,
+    MKX_Comm comm, MPI_Info info, MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to

@@ -1,5 +1,6 @@
 /* Expert-parallel MoE on the host.  Each (token, slot) row travels to the
- * rank owning its expert with its origin and gate weight appended, in the
+ * rank owning its expert with its scales (fp8: the token's record of
+ * MKX_Scales, host/scales.h), origin and gate weight appended, in the
  * user's dtype; counts go first so receivers can size, group and check
  * capacity.  Local failures and bad expert ids are agreed on before any
  * data moves, so no rank is left waiting. */
@@ -11,6 +12,7 @@
 #include "host/blas.h"
 #include "host/dtype.h"
 #include "host/host_ops.h"
+#include "host/scales.h"
 #include "host/xfer.h"
 
 enum { META_SRC, META_TOKEN, META_SLOT, META_EXPERT, META_WEIGHT, META_N };
@@ -22,7 +24,10 @@ typedef struct moe_ctx {
   mkx_arena ar;
   int p;
   int64_t Ep, nsend, nrecv, maxrows;
-  size_t pay, row;        /* payload bytes (hidden * es); payload + meta */
+  size_t pay, row;        /* payload bytes (hidden * es); whole row */
+  int64_t kb;             /* floats of a row's scale record (0: none) */
+  size_t meta;            /* offset of a row's meta: payload + record */
+  float *recs;            /* [num_tokens][kb] this rank's tokens' records */
   int64_t *scnt, *rcnt;   /* [p][Ep] rows to / from each (rank, expert) */
   int64_t *srows, *rrows; /* [p] rows to / from each rank */
   int64_t *eoff;          /* [Ep + 1] first grouped row of each expert */
@@ -70,6 +75,9 @@ static int moe_alloc_send(moe_ctx *m) {
                           "MoE offsets"));
   MKX_TRY(mkx_arena_array(ar, m->nsend, 1, sizeof(int64_t), (void **)&m->spos,
                           "MoE send order"));
+  if (m->kb)
+    MKX_TRY(mkx_arena_array(ar, m->a->num_tokens, m->kb, sizeof(float),
+                            (void **)&m->recs, "MoE token scales"));
   return mkx_arena_array(ar, m->nsend, 1, m->row, (void **)&m->sbuf,
                          "MoE send rows");
 }
@@ -106,7 +114,9 @@ static void moe_fill_send(const moe_ctx *m) {
     char *dst = m->sbuf + (size_t)m->spos[i] * m->row;
     memcpy(&meta[META_WEIGHT], &w, sizeof w);
     memcpy(dst, (const char *)a->X + (size_t)t * m->pay, m->pay);
-    memcpy(dst + m->pay, meta, META_BYTES);
+    if (m->kb)
+      memcpy(dst + m->pay, m->recs + t * m->kb, (size_t)m->kb * sizeof(float));
+    memcpy(dst + m->meta, meta, META_BYTES);
   }
 }
 
@@ -121,7 +131,7 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
   int bad_rank;
   int rc = mkx_host_agree(m->c, mine, &bad_rank, &bad, what);
   if (rc || bad_rank < 0) return rc;
-  if (bad.rc == MKX_ERR_INVALID_ARG)
+  if (bad.rc == MKX_ERR_INVALID_ARG && bad.d[0] >= 0) /* an expert id */
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "%s: topk_ids[%lld][%lld] = %lld on rank %d %s", what,
                      (long long)bad.d[0], (long long)bad.d[1],
@@ -141,6 +151,27 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
 
 /* ---- exchange ---- */
 
+/* Expert e's share of the scales of the local experts' weights. */
+static MKX_Scales expert_scales(const moe_ctx *m, int64_t e) {
+  const mkx_moe_args *a = m->a;
+  MKX_Scales s = a->sc;
+  if (s.b) s.b += e * mkx_scales_b_count(s.layout, a->hidden, a->n);
+  return s;
+}
+
+/* Every scale this rank's call reads is finite and > 0. */
+static int moe_check_scales(const moe_ctx *m, const char *what) {
+  const mkx_moe_args *a = m->a;
+  const MKX_Scale_layout l = a->sc.layout;
+  if (l == MKX_SCALE_NONE) return MKX_SUCCESS;
+  MKX_TRY(
+      mkx_scales_check_values(what, "scales->a", a->sc.a,
+                              mkx_scales_a_count(l, a->num_tokens, a->hidden)));
+  return mkx_scales_check_values(
+      what, "scales->b", a->sc.b,
+      m->Ep * mkx_scales_b_count(l, a->hidden, a->n));
+}
+
 static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
                      const char *what) {
   mkx_host_status st = {MKX_SUCCESS, {0, 0, 0}};
@@ -151,7 +182,9 @@ static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
   m->Ep = a->num_experts / c->size;
   m->nsend = a->num_tokens * a->topk;
   m->pay = (size_t)a->hidden * MKX_Type_size(a->dtype);
-  m->row = m->pay + META_BYTES;
+  m->kb = mkx_scales_row_floats(a->sc.layout, a->hidden);
+  m->meta = m->pay + (size_t)m->kb * sizeof(float);
+  m->row = m->meta + META_BYTES;
   /* Sizes agree across ranks, so this stops every rank alike. */
   if (m->Ep > INT_MAX || a->topk > INT_MAX)
     return mkx_error(MKX_ERR_UNSUPPORTED,
@@ -161,8 +194,12 @@ static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
     st.rc =
         mkx_error(MKX_ERR_UNSUPPORTED, "%s: num_tokens = %lld exceeds an int",
                   what, (long long)a->num_tokens);
+  if (!st.rc && moe_check_scales(m, what)) /* this rank's own failure */
+    st = (mkx_host_status){MKX_ERR_INVALID_ARG, {-1, -1, -1}};
   if (!st.rc) moe_check_ids(m, &st);
   if (!st.rc) st.rc = moe_alloc_send(m);
+  if (!st.rc && m->kb)
+    mkx_scales_a_rows(&a->sc, a->num_tokens, a->hidden, MKX_ROW_MAJOR, m->recs);
   if (!st.rc) {
     moe_plan_send(m);
     st.rc = mkx_xfer_fit(m->p, m->srows, m->row, what);
@@ -208,7 +245,7 @@ static int moe_alloc_recv(moe_ctx *m, const char *what) {
 }
 
 static const int32_t *meta_of(const moe_ctx *m, int64_t i, int32_t *meta) {
-  memcpy(meta, m->rbuf + (size_t)i * m->row + m->pay, META_BYTES);
+  memcpy(meta, m->rbuf + (size_t)i * m->row + m->meta, META_BYTES);
   return meta;
 }
 
@@ -230,14 +267,20 @@ static int moe_exchange(moe_ctx *m, const char *what) {
   return MKX_SUCCESS;
 }
 
-/* Rows of expert e, in grouped order, as a dense working matrix. */
+/* Rows of expert e, in grouped order, as a dense working matrix, each
+ * times its scale record (rec: room for one). */
 static void moe_gather_rows(const moe_ctx *m, int64_t e, MKX_Datatype wt,
-                            void *Xe) {
+                            void *Xe, float *rec) {
   size_t rw = (size_t)m->a->hidden * MKX_Type_size(wt);
-  for (int64_t k = m->eoff[e]; k < m->eoff[e + 1]; k++)
-    mkx_convert(m->a->dtype, m->rbuf + (size_t)m->order[k] * m->row, 1, wt,
-                (char *)Xe + (size_t)(k - m->eoff[e]) * rw, 1,
-                (size_t)m->a->hidden);
+  for (int64_t k = m->eoff[e]; k < m->eoff[e + 1]; k++) {
+    const char *row = m->rbuf + (size_t)m->order[k] * m->row;
+    char *dst = (char *)Xe + (size_t)(k - m->eoff[e]) * rw;
+    mkx_convert(m->a->dtype, row, 1, wt, dst, 1, (size_t)m->a->hidden);
+    if (!m->kb) continue;
+    /* the record follows a payload of any length: copied out aligned */
+    memcpy(rec, row + m->pay, (size_t)m->kb * sizeof(float));
+    mkx_scales_apply_a((float *)dst, 1, m->a->hidden, rec, m->kb);
+  }
 }
 
 /* Expert e's [rows x cols] weight matrix from a [Ep][rows][cols] array. */
@@ -258,15 +301,26 @@ static void scale_row(MKX_Datatype wt, void *y, int64_t n, float w) {
     for (int64_t d = 0; d < n; d++) ((float *)y)[d] *= w;
 }
 
-static int dispatch_expert(const moe_ctx *m, int64_t e, void *Xe, void *We,
-                           void *Ye) {
+/* Working buffers of one expert of the dispatch. */
+typedef struct dispatch_bufs {
+  void *Xe, *We, *Ye;
+  float *rec; /* one row's scale record */
+} dispatch_bufs;
+
+static int dispatch_expert(const moe_ctx *m, int64_t e,
+                           const dispatch_bufs *b) {
   const mkx_moe_args *a = m->a;
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t ws = MKX_Type_size(wt), es = MKX_Type_size(a->dtype);
+  size_t ws = MKX_Type_size(wt), ys = MKX_Type_size(a->ytype);
+  void *Xe = b->Xe, *We = b->We, *Ye = b->Ye;
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
   if (rows == 0) return MKX_SUCCESS;
-  moe_gather_rows(m, e, wt, Xe);
+  moe_gather_rows(m, e, wt, Xe, b->rec);
   moe_weight(m, a->W, e, a->hidden, a->n, wt, We);
+  if (a->sc.layout != MKX_SCALE_NONE) {
+    const MKX_Scales s = expert_scales(m, e);
+    mkx_scales_apply_b(&s, 0, a->hidden, a->n, MKX_ROW_MAJOR, We);
+  }
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, a->n, a->hidden, Xe, We, Ye));
   for (int64_t k = 0; k < rows; k++) {
     int32_t meta[META_N];
@@ -278,8 +332,8 @@ static int dispatch_expert(const moe_ctx *m, int64_t e, void *Xe, void *We,
     if (a->origin)
       for (int j = 0; j < 3; j++) a->origin[3 * g + j] = meta[META_SRC + j];
   }
-  mkx_convert(wt, Ye, 1, a->dtype,
-              (char *)a->Y + (size_t)m->eoff[e] * (size_t)a->n * es, 1,
+  mkx_convert(wt, Ye, 1, a->ytype,
+              (char *)a->Y + (size_t)m->eoff[e] * (size_t)a->n * ys, 1,
               (size_t)rows * (size_t)a->n);
   return MKX_SUCCESS;
 }
@@ -289,7 +343,7 @@ int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
   const char *what = "MoE dispatch+GEMM";
   MKX_Datatype wt = mkx_work_type(a->dtype);
   size_t ws = MKX_Type_size(wt);
-  void *Xe = NULL, *We = NULL, *Ye = NULL;
+  dispatch_bufs b = {NULL, NULL, NULL, NULL};
   moe_ctx m;
   (void)g;
   int rc = moe_setup(&m, c, a, what);
@@ -301,16 +355,20 @@ int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
     if (m.nrecv > a->y_rows) st.rc = MKX_ERR_TRUNCATE;
     if (!st.rc) st.rc = moe_alloc_recv(&m, what);
     if (!st.rc)
-      st.rc = mkx_arena_array(&m.ar, m.maxrows, a->hidden, ws, &Xe, "MoE rows");
+      st.rc =
+          mkx_arena_array(&m.ar, m.maxrows, a->hidden, ws, &b.Xe, "MoE rows");
     if (!st.rc)
-      st.rc = mkx_arena_array(&m.ar, a->hidden, a->n, ws, &We, "MoE weight");
+      st.rc = mkx_arena_array(&m.ar, a->hidden, a->n, ws, &b.We, "MoE weight");
     if (!st.rc)
-      st.rc = mkx_arena_array(&m.ar, m.maxrows, a->n, ws, &Ye, "MoE products");
+      st.rc =
+          mkx_arena_array(&m.ar, m.maxrows, a->n, ws, &b.Ye, "MoE products");
+    if (!st.rc && m.kb)
+      st.rc = mkx_arena_array(&m.ar, m.kb, 1, sizeof(float), (void **)&b.rec,
+                              "MoE scale record");
     rc = moe_agree(&m, &st, what);
   }
   if (!rc) rc = moe_exchange(&m, what);
-  for (int64_t e = 0; !rc && e < m.Ep; e++)
-    rc = dispatch_expert(&m, e, Xe, We, Ye);
+  for (int64_t e = 0; !rc && e < m.Ep; e++) rc = dispatch_expert(&m, e, &b);
   mkx_arena_release(&m.ar, rc);
   return rc;
 }
@@ -362,7 +420,7 @@ static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
   size_t rw = (size_t)a->hidden * MKX_Type_size(wt);
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
   if (rows == 0) return MKX_SUCCESS;
-  moe_gather_rows(m, e, wt, b->Xe);
+  moe_gather_rows(m, e, wt, b->Xe, NULL);
   moe_weight(m, a->W, e, a->hidden, 2 * a->ffn, wt, b->W1);
   moe_weight(m, a->W2, e, a->ffn, a->hidden, wt, b->W2);
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, 2 * a->ffn, a->hidden, b->Xe,

@@ -100,6 +100,8 @@ typedef struct mkx_moe_args {
   int64_t ffn;
   void *out;
   MKX_Datatype dtype;
+  MKX_Datatype ytype; /* Y's (dispatch); dtype but for the _scaled call */
+  MKX_Scales sc;      /* layout MKX_SCALE_NONE: none */
 } mkx_moe_args;
 
 /* Values every rank learned in the agreement exchange of a call or plan. */

@@ -92,8 +92,9 @@ static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
                                       "MKX_FP8_E5M2"};
   const char *name = cls->sig_names[i];
   if (cls->sig_text && cls->sig_text(i, v, buf, len)) return;
-  if ((!strcmp(name, "dtype") || !strcmp(name, "ctype")) && v >= MKX_BF16 &&
-      v <= MKX_FP8_E5M2)
+  if ((!strcmp(name, "dtype") || !strcmp(name, "ctype") ||
+       !strcmp(name, "ytype")) &&
+      v >= MKX_BF16 && v <= MKX_FP8_E5M2)
     snprintf(buf, len, "%s", types[v]);
   else if (!strcmp(name, "order") && (v == MKX_ROW_MAJOR || v == MKX_COL_MAJOR))
     snprintf(buf, len, "%s",

@@ -54,25 +54,25 @@ int mkx_check_trans(const char *fn, MKX_Trans t) {
                    (int)t);
 }
 
-int mkx_check_type_pair(const char *fn, MKX_Datatype dtype,
+int mkx_check_type_pair(const char *fn, const char *name, MKX_Datatype dtype,
                         MKX_Datatype ctype) {
   if ((dtype == MKX_FP64) == (ctype == MKX_FP64)) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_UNSUPPORTED,
-                   "%s: dtype %d with ctype %d: fp64 runs end to end in fp64 "
+                   "%s: dtype %d with %s %d: fp64 runs end to end in fp64 "
                    "(use MKX_FP64 for both)",
-                   fn, (int)dtype, (int)ctype);
+                   fn, (int)dtype, name, (int)ctype);
 }
 
-int mkx_check_gemm_types(const char *fn, MKX_Datatype dtype,
+int mkx_check_gemm_types(const char *fn, const char *name, MKX_Datatype dtype,
                          MKX_Datatype ctype) {
   MKX_TRY(mkx_check_dtype(fn, "dtype", dtype));
-  MKX_TRY(mkx_check_dtype(fn, "ctype", ctype));
+  MKX_TRY(mkx_check_dtype(fn, name, ctype));
   if (mkx_is_fp8(ctype))
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: ctype %d is fp8: C is bf16, fp16 or fp32 with fp8 "
-                     "operands",
-                     fn, (int)ctype);
-  return mkx_check_type_pair(fn, dtype, ctype);
+                     "%s: %s %d is fp8: the product is bf16, fp16 or fp32 "
+                     "with fp8 operands",
+                     fn, name, (int)ctype);
+  return mkx_check_type_pair(fn, name, dtype, ctype);
 }
 
 int mkx_check_not_fp8(const char *fn, MKX_Datatype dtype) {

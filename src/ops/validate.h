@@ -21,10 +21,13 @@ int mkx_check_elems(const char *fn, const char *what, int n, const int64_t *f);
 int mkx_check_dtype(const char *fn, const char *name, MKX_Datatype t);
 int mkx_check_order(const char *fn, MKX_Order order);
 int mkx_check_trans(const char *fn, MKX_Trans t);
-/* The unsupported combinations: fp64 mixed with another type. */
-int mkx_check_type_pair(const char *fn, MKX_Datatype dtype, MKX_Datatype ctype);
-/* The GEMM calls' types: both valid, paired (above), ctype not fp8. */
-int mkx_check_gemm_types(const char *fn, MKX_Datatype dtype,
+/* The unsupported combinations: fp64 mixed with another type (ctype,
+ * the product's type, called `name` in messages). */
+int mkx_check_type_pair(const char *fn, const char *name, MKX_Datatype dtype,
+                        MKX_Datatype ctype);
+/* A GEMM's operand and product types: both valid, paired (above), the
+ * product (argument `name`) not fp8. */
+int mkx_check_gemm_types(const char *fn, const char *name, MKX_Datatype dtype,
                          MKX_Datatype ctype);
 /* A call whose dtype may not be fp8: MKX_ERR_UNSUPPORTED if it is. */
 int mkx_check_not_fp8(const char *fn, MKX_Datatype dtype);

@@ -593,3 +593,31 @@ void mt_sync(void) {
   if (mt.device) cudaDeviceSynchronize();
 #endif
 }
+
+/* ---- OCP FP8 (mkx_test.h) ---- */
+
+double mt_fp8_decode(MKX_Datatype t, uint8_t b) {
+  const double s = (b & 0x80) ? -1.0 : 1.0;
+  if (t == MKX_FP8_E4M3) {
+    const int e = (b >> 3) & 0xF, m = b & 7;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) return s * ldexp(m, -9);
+    return s * ldexp(8 + m, e - 10); /* (1 + m/8) 2^(e-7) */
+  }
+  const int e = (b >> 2) & 0x1F, m = b & 3;
+  if (e == 31) return m ? NAN : s * INFINITY;
+  if (e == 0) return s * ldexp(m, -16);
+  return s * ldexp(4 + m, e - 17); /* (1 + m/4) 2^(e-15) */
+}
+
+uint8_t mt_rand_fp8(mt_rng *g, MKX_Datatype t, double limit) {
+  for (;;) {
+    const uint8_t b = (uint8_t)(mt_rng_next(g) >> 56);
+    const double v = mt_fp8_decode(t, b);
+    if (!isfinite(v) || fabs(v) > limit) continue;
+    /* mostly values of moderate size; 1 in 8 anything finite below the
+     * limit (zeros, subnormals) */
+    if (fabs(v) < 0.0625 && (mt_rng_next(g) & 7)) continue;
+    return b;
+  }
+}

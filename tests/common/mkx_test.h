@@ -46,6 +46,19 @@ double mt_round(MKX_Datatype t, double v);
 double mt_get(const void *buf, MKX_Datatype t, size_t idx);
 void mt_set(void *buf, MKX_Datatype t, size_t idx, double v);
 
+/* ---- OCP FP8, from the format's definition -------------------------------
+ * E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits.  Exponent 0 is
+ *   subnormal (m/8 * 2^-6 = m * 2^-9); S.1111.111 is the only NaN and there
+ *   is no infinity, so exponent 15 is normal for m = 0..6: the largest
+ *   value is 1.75 * 2^8 = 448.
+ * E5M2: sign, 5 exponent bits (bias 15), 2 mantissa bits, as IEEE 754:
+ *   exponent 0 subnormal (m/4 * 2^-14 = m * 2^-16), exponent 31 infinity
+ *   (m = 0) or NaN; the largest value is 1.75 * 2^15 = 57344. */
+double mt_fp8_decode(MKX_Datatype t, uint8_t b);
+/* A random finite fp8 byte of t with |value| <= limit: mostly values of
+ * moderate size, 1 in 8 anything (zeros, subnormals). */
+uint8_t mt_rand_fp8(mt_rng *g, MKX_Datatype t, double limit);
+
 /* ---- strided matrices --------------------------------------------------- */
 
 /* Offset (in elements) of (i,j). */

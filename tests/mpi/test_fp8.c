@@ -57,28 +57,6 @@ static const char *const layout_names[] = {"NONE", "TENSOR", "ROW", "BLOCK"};
 static MKX_Comm comm;
 static int on_gpu; /* the communicator has a GPU (device buffers usable) */
 
-/* ---- OCP FP8, from the format's definition -------------------------------
- * E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits.  Exponent 0 is
- *   subnormal (m/8 * 2^-6 = m * 2^-9); S.1111.111 is the only NaN and there
- *   is no infinity, so exponent 15 is normal for m = 0..6: the largest
- *   value is 1.75 * 2^8 = 448.
- * E5M2: sign, 5 exponent bits (bias 15), 2 mantissa bits, as IEEE 754:
- *   exponent 0 subnormal (m/4 * 2^-14 = m * 2^-16), exponent 31 infinity
- *   (m = 0) or NaN; the largest value is 1.75 * 2^15 = 57344. */
-static double fp8_decode(MKX_Datatype t, uint8_t b) {
-  const double s = (b & 0x80) ? -1.0 : 1.0;
-  if (t == MKX_FP8_E4M3) {
-    const int e = (b >> 3) & 0xF, m = b & 7;
-    if (e == 15 && m == 7) return NAN;
-    if (e == 0) return s * ldexp(m, -9);
-    return s * ldexp(8 + m, e - 10); /* (1 + m/8) 2^(e-7) */
-  }
-  const int e = (b >> 2) & 0x1F, m = b & 3;
-  if (e == 31) return m ? NAN : s * INFINITY;
-  if (e == 0) return s * ldexp(m, -16);
-  return s * ldexp(4 + m, e - 17); /* (1 + m/4) 2^(e-15) */
-}
-
 static uint8_t fp8_one(MKX_Datatype t) {
   return t == MKX_FP8_E4M3 ? 0x38 : 0x3C;
 }
@@ -87,7 +65,7 @@ static uint8_t fp8_one(MKX_Datatype t) {
 static int fp8_finite(MKX_Datatype t, uint8_t *out) {
   int n = 0;
   for (int b = 0; b < 256; b++)
-    if (isfinite(fp8_decode(t, (uint8_t)b))) out[n++] = (uint8_t)b;
+    if (isfinite(mt_fp8_decode(t, (uint8_t)b))) out[n++] = (uint8_t)b;
   return n;
 }
 
@@ -178,18 +156,6 @@ static void rank_shape(const tcase *tc, int q, rdata *d) {
   d->nb = (d->n + BS - 1) / BS;
 }
 
-static uint8_t rand_fp8(mt_rng *g, MKX_Datatype t, double limit) {
-  for (;;) {
-    const uint8_t b = (uint8_t)(mt_rng_next(g) >> 56);
-    const double v = fp8_decode(t, b);
-    if (!isfinite(v) || fabs(v) > limit) continue;
-    /* mostly values of moderate size; 1 in 8 anything finite below the
-     * limit (zeros, subnormals) */
-    if (fabs(v) < 0.0625 && (mt_rng_next(g) & 7)) continue;
-    return b;
-  }
-}
-
 static float rand_scale(mt_rng *g, int small, int exact) {
   const int e = small ? (int)mt_rng_int(g, -1, 0) : (int)mt_rng_int(g, -3, 2);
   if (exact) return (float)ldexp(1.0, e);
@@ -222,12 +188,12 @@ static void gen_rdata(const tcase *tc, int q, int version, rdata *d) {
   for (int64_t i = 0; i < d->rows; i++)
     for (int64_t l = 0; l < d->k; l++)
       d->A[i * d->k + l] = tc->exact ? fin[(l + 13 * i + 7 * q) % nfin]
-                                     : rand_fp8(&g, tc->dt, limit);
+                                     : mt_rand_fp8(&g, tc->dt, limit);
   mt_rng_init(&g, mt.seed, q, tc->tag * 8 + 2);
   for (int64_t l = 0; l < d->k; l++)
     for (int64_t j = 0; j < d->n; j++)
       d->B[l * d->n + j] = tc->exact ? (l == j ? fp8_one(tc->dt) : 0)
-                                     : rand_fp8(&g, tc->dt, limit);
+                                     : mt_rand_fp8(&g, tc->dt, limit);
   d->nsa = nscale_a(tc->layout, d);
   d->nsb = nscale_b(tc->layout, d);
   d->sa = malloc((size_t)(d->nsa + 1) * sizeof(float));
@@ -358,7 +324,7 @@ static void inst_version(inst *in, int v) {
     for (int64_t l = 0; l < k; l++)
       for (int64_t j = 0; j < n; j++)
         bd[l * n + j] =
-            fp8_decode(tc->dt, me->B[l * n + j]) * sb_of(L, me, l, j);
+            mt_fp8_decode(tc->dt, me->B[l * n + j]) * sb_of(L, me, l, j);
     int64_t row0 = 0;
     for (int q = 0; q < p; q++) {
       rdata d;
@@ -368,7 +334,7 @@ static void inst_version(inst *in, int v) {
         for (int64_t l = 0; l < k; l++) {
           in->Aall[gi * k + l] = d.A[i * k + l];
           const double a =
-              fp8_decode(tc->dt, d.A[i * k + l]) * sa_of(L, &d, i, l);
+              mt_fp8_decode(tc->dt, d.A[i * k + l]) * sa_of(L, &d, i, l);
           for (int64_t j = 0; j < n; j++) {
             in->ref[gi * n + j] += a * bd[l * n + j];
             in->sabs[gi * n + j] += fabs(a * bd[l * n + j]);
@@ -394,11 +360,11 @@ static void inst_version(inst *in, int v) {
       for (int64_t l = 0; l < kq; l++)
         for (int64_t j = 0; j < n; j++)
           bd[l * n + j] =
-              fp8_decode(tc->dt, d.B[l * n + j]) * sb_of(L, &d, l, j);
+              mt_fp8_decode(tc->dt, d.B[l * n + j]) * sb_of(L, &d, l, j);
       for (int64_t i = in->c0; i < in->c0 + in->crows; i++)
         for (int64_t l = 0; l < kq; l++) {
           const double a =
-              fp8_decode(tc->dt, d.A[i * kq + l]) * sa_of(L, &d, i, l);
+              mt_fp8_decode(tc->dt, d.A[i * kq + l]) * sa_of(L, &d, i, l);
           for (int64_t j = 0; j < n; j++) {
             in->ref[(i - in->c0) * n + j] += a * bd[l * n + j];
             in->sabs[(i - in->c0) * n + j] += fabs(a * bd[l * n + j]);
@@ -1588,26 +1554,26 @@ static void other_calls(void) {
 static void decoder_self_check(void) {
   uint8_t fin[256];
   CHECK(fp8_finite(MKX_FP8_E4M3, fin) == 254 &&
-            fp8_decode(MKX_FP8_E4M3, 0x7E) == 448 &&
-            fp8_decode(MKX_FP8_E4M3, 0xFE) == -448 &&
-            fp8_decode(MKX_FP8_E4M3, 0x38) == 1 &&
-            fp8_decode(MKX_FP8_E4M3, 0x08) == ldexp(1, -6) &&
-            fp8_decode(MKX_FP8_E4M3, 0x07) == 7 * ldexp(1, -9) &&
-            fp8_decode(MKX_FP8_E4M3, 0x01) == ldexp(1, -9) &&
-            fp8_decode(MKX_FP8_E4M3, 0x80) == 0 &&
-            isnan(fp8_decode(MKX_FP8_E4M3, 0x7F)) &&
-            isnan(fp8_decode(MKX_FP8_E4M3, 0xFF)),
+            mt_fp8_decode(MKX_FP8_E4M3, 0x7E) == 448 &&
+            mt_fp8_decode(MKX_FP8_E4M3, 0xFE) == -448 &&
+            mt_fp8_decode(MKX_FP8_E4M3, 0x38) == 1 &&
+            mt_fp8_decode(MKX_FP8_E4M3, 0x08) == ldexp(1, -6) &&
+            mt_fp8_decode(MKX_FP8_E4M3, 0x07) == 7 * ldexp(1, -9) &&
+            mt_fp8_decode(MKX_FP8_E4M3, 0x01) == ldexp(1, -9) &&
+            mt_fp8_decode(MKX_FP8_E4M3, 0x80) == 0 &&
+            isnan(mt_fp8_decode(MKX_FP8_E4M3, 0x7F)) &&
+            isnan(mt_fp8_decode(MKX_FP8_E4M3, 0xFF)),
         "the test's E4M3 decoder: 254 finite, 448, 2^-9, S.1111.111 NaN");
   int same = 1;
   for (int b = 0; b < 256; b++) {
-    const double x = fp8_decode(MKX_FP8_E5M2, (uint8_t)b);
+    const double x = mt_fp8_decode(MKX_FP8_E5M2, (uint8_t)b);
     const double y = mt_f16_to_f32((uint16_t)(b << 8));
     same &= (isnan(x) && isnan(y)) || x == y;
   }
   CHECK(same && fp8_finite(MKX_FP8_E5M2, fin) == 248 &&
-            fp8_decode(MKX_FP8_E5M2, 0x7B) == 57344 &&
-            fp8_decode(MKX_FP8_E5M2, 0x01) == ldexp(1, -16) &&
-            isinf(fp8_decode(MKX_FP8_E5M2, 0x7C)),
+            mt_fp8_decode(MKX_FP8_E5M2, 0x7B) == 57344 &&
+            mt_fp8_decode(MKX_FP8_E5M2, 0x01) == ldexp(1, -16) &&
+            isinf(mt_fp8_decode(MKX_FP8_E5M2, 0x7C)),
         "the test's E5M2 decoder: fp16's top byte, 57344, 2^-16, inf");
 }
 

@@ -3,18 +3,34 @@
  * device memory). */
 #include "core/error.h"
 #include "host/host_ops.h"
+#include "host/scales.h"
 #include "ops/op.h"
 #include "ops/validate.h"
 #if HAVE_CUDA
 #include "ops/moe/moe_gpu.h"
 #endif
 
+/* The _scaled call agrees on two more (signature() fills all seven). */
 static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
                                         "n (or ffn)", "dtype", NULL};
+static const char *const scaled_sig_names[] = {
+    "hidden", "topk",  "num_experts",    "n (or ffn)",
+    "dtype",  "ytype", "scales->layout", NULL};
+
+static const char *const scaled_fn = "MKX_Moe_dispatch_gemm_scaled";
+
+/* The types: fp8 and scales only through the _scaled call (fn). */
+static int check_types(const char *fn, mkx_moe_args *a) {
+  if (fn != scaled_fn) {
+    MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
+    return mkx_check_not_fp8(fn, a->dtype);
+  }
+  MKX_TRY(mkx_check_gemm_types(fn, "ytype", a->dtype, a->ytype));
+  return mkx_check_scales(fn, &a->sc, a->dtype, a->num_tokens > 0, 1);
+}
 
 static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
-  MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
-  MKX_TRY(mkx_check_not_fp8(fn, a->dtype));
+  MKX_TRY(check_types(fn, a));
   MKX_TRY(mkx_check_size(fn, "num_tokens", a->num_tokens, 0));
   MKX_TRY(mkx_check_size(fn, "hidden", a->hidden, 1));
   MKX_TRY(mkx_check_size(fn, "num_experts", a->num_experts, 1));
@@ -41,15 +57,14 @@ static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
 }
 
 static void signature(const mkx_moe_args *a, int64_t width, mkx_signature *s) {
-  *s = (mkx_signature){
-      .sig = {a->hidden, a->topk, a->num_experts, width, a->dtype},
-      .local = a->num_tokens,
-      .late = {-1, -1, -1}};
+  *s = (mkx_signature){.sig = {a->hidden, a->topk, a->num_experts, width,
+                               a->dtype, a->ytype, a->sc.layout},
+                       .local = a->num_tokens,
+                       .late = {-1, -1, -1}};
 }
 
-static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
-  mkx_moe_args *a = args;
-  const char *fn = "MKX_Moe_dispatch_gemm";
+static int dispatch_check_as(MKX_Comm c, const char *fn, mkx_moe_args *a,
+                             mkx_signature *s) {
   MKX_TRY(check_common(c, fn, a));
   MKX_TRY(mkx_check_size(fn, "n", a->n, 1));
   MKX_TRY(mkx_check_size(fn, "y_rows", a->y_rows, 0));
@@ -63,6 +78,13 @@ static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
   MKX_TRY(MKX_CHECK_ELEMS(fn, "origin (y_rows x 3)", a->y_rows, 3));
   signature(a, a->n, s);
   return MKX_SUCCESS;
+}
+
+static int dispatch_check(MKX_Comm c, void *args, mkx_signature *s) {
+  return dispatch_check_as(c, "MKX_Moe_dispatch_gemm", args, s);
+}
+static int scaled_check(MKX_Comm c, void *args, mkx_signature *s) {
+  return dispatch_check_as(c, scaled_fn, args, s);
 }
 
 static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
@@ -101,14 +123,23 @@ static int token_buffers(mkx_moe_args *a, mkx_buffer *b) {
 static int dispatch_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
                             mkx_buffer *b) {
   mkx_moe_args *a = args;
-  size_t es = MKX_Type_size(a->dtype);
+  size_t es = MKX_Type_size(a->dtype), ys = MKX_Type_size(a->ytype);
   size_t ep = (size_t)(a->num_experts / c->size);
+  const MKX_Scale_layout l = a->sc.layout;
   int n = token_buffers(a, b);
   (void)g;
   b[n++] = (mkx_buffer){"W", (void **)&a->W,
                         ep * (size_t)(a->hidden * a->n) * es, MKX_BUF_IN};
   b[n++] =
-      (mkx_buffer){"Y", &a->Y, (size_t)(a->y_rows * a->n) * es, MKX_BUF_OUT};
+      (mkx_buffer){"Y", &a->Y, (size_t)(a->y_rows * a->n) * ys, MKX_BUF_OUT};
+  b[n++] = (mkx_buffer){
+      "scales->a", (void **)&a->sc.a,
+      sizeof(float) * (size_t)mkx_scales_a_count(l, a->num_tokens, a->hidden),
+      MKX_BUF_IN};
+  b[n++] = (mkx_buffer){
+      "scales->b", (void **)&a->sc.b,
+      sizeof(float) * ep * (size_t)mkx_scales_b_count(l, a->hidden, a->n),
+      MKX_BUF_IN};
   b[n++] = (mkx_buffer){"expert_rows", (void **)&a->expert_rows,
                         ep * sizeof(int64_t), MKX_BUF_OUT};
   b[n++] = (mkx_buffer){"origin", (void **)&a->origin,
@@ -153,6 +184,18 @@ const mkx_op_class mkx_op_moe_dispatch_gemm = {
 #endif
 };
 
+/* A class of its own so that its messages and agreement name the call;
+ * no GPU hooks: device buffers are staged. */
+static const mkx_op_class mkx_op_moe_dispatch_gemm_scaled = {
+    .name = "MKX_Moe_dispatch_gemm_scaled",
+    .kind = MKX_OP_MOE_DISPATCH_GEMM,
+    .args_size = sizeof(mkx_moe_args),
+    .sig_names = scaled_sig_names,
+    .check = scaled_check,
+    .buffers = dispatch_buffers,
+    .host = dispatch_host,
+};
+
 const mkx_op_class mkx_op_moe_layer = {
     .name = "MKX_Moe_layer",
     .kind = MKX_OP_MOE_LAYER,
@@ -187,7 +230,9 @@ static mkx_moe_args dispatch_args(const void *X, int64_t num_tokens,
                         .y_rows = y_rows,
                         .expert_rows = expert_rows,
                         .origin = origin,
-                        .dtype = dtype};
+                        .dtype = dtype,
+                        .ytype = dtype,
+                        .sc = mkx_scales_arg(NULL)};
 }
 
 static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
@@ -207,7 +252,9 @@ static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
                         .W2 = W2,
                         .ffn = ffn,
                         .out = out,
-                        .dtype = dtype};
+                        .dtype = dtype,
+                        .ytype = dtype,
+                        .sc = mkx_scales_arg(NULL)};
 }
 
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
@@ -253,4 +300,48 @@ int MKX_Moe_layer_init(const void *X, int64_t num_tokens, int64_t hidden,
   mkx_moe_args a = layer_args(X, num_tokens, hidden, topk_ids, topk_weight,
                               topk, num_experts, W1, W2, ffn, out, dtype);
   return mkx_plan_create(comm, &mkx_op_moe_layer, &a, info, request);
+}
+
+/* The _scaled call's arguments: the plain call's, with Y's type and the
+ * scales. */
+static mkx_moe_args scaled_args(const void *X, int64_t num_tokens,
+                                int64_t hidden, const int32_t *topk_ids,
+                                const float *topk_weight, int64_t topk,
+                                int64_t num_experts, const void *W, int64_t n,
+                                void *Y, int64_t y_rows, int64_t *expert_rows,
+                                int32_t *origin, MKX_Datatype dtype,
+                                MKX_Datatype ytype, const MKX_Scales *scales) {
+  mkx_moe_args a =
+      dispatch_args(X, num_tokens, hidden, topk_ids, topk_weight, topk,
+                    num_experts, W, n, Y, y_rows, expert_rows, origin, dtype);
+  a.ytype = ytype;
+  a.sc = mkx_scales_arg(scales);
+  return a;
+}
+
+int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
+                                 int64_t hidden, const int32_t *topk_ids,
+                                 const float *topk_weight, int64_t topk,
+                                 int64_t num_experts, const void *W, int64_t n,
+                                 void *Y, int64_t y_rows, int64_t *expert_rows,
+                                 int32_t *origin, MKX_Datatype dtype,
+                                 MKX_Datatype ytype, const MKX_Scales *scales,
+                                 MKX_Comm comm, MKX_Stream stream) {
+  mkx_moe_args a = scaled_args(X, num_tokens, hidden, topk_ids, topk_weight,
+                               topk, num_experts, W, n, Y, y_rows, expert_rows,
+                               origin, dtype, ytype, scales);
+  return mkx_op_call(comm, &mkx_op_moe_dispatch_gemm_scaled, &a, stream);
+}
+
+int MKX_Moe_dispatch_gemm_scaled_init(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
+    int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
+    MKX_Datatype dtype, MKX_Datatype ytype, const MKX_Scales *scales,
+    MKX_Comm comm, MPI_Info info, MKX_Request *request) {
+  mkx_moe_args a = scaled_args(X, num_tokens, hidden, topk_ids, topk_weight,
+                               topk, num_experts, W, n, Y, y_rows, expert_rows,
+                               origin, dtype, ytype, scales);
+  return mkx_plan_create(comm, &mkx_op_moe_dispatch_gemm_scaled, &a, info,
+                         request);
 }

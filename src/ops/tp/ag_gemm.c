@@ -23,7 +23,7 @@ static int check(MKX_Comm c, void *args, mkx_signature *s) {
   const char *fn = a->fn ? a->fn : mkx_op_allgather_gemm.name;
   int64_t br, bc;
   (void)c;
-  MKX_TRY(mkx_check_gemm_types(fn, a->dtype, a->ctype));
+  MKX_TRY(mkx_check_gemm_types(fn, "ctype", a->dtype, a->ctype));
   MKX_TRY(mkx_check_order(fn, a->order));
   MKX_TRY(mkx_check_trans(fn, a->transb));
   MKX_TRY(mkx_check_size(fn, "m_local", a->m_local, 0));

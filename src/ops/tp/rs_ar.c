@@ -29,7 +29,7 @@ static int check(MKX_Comm c, mkx_rs_ar_args *a, mkx_signature *s, int scatter) {
                    : scatter ? mkx_op_gemm_reduce_scatter.name
                              : mkx_op_gemm_allreduce.name;
   int64_t br, bc, rows;
-  MKX_TRY(mkx_check_gemm_types(fn, a->dtype, a->ctype));
+  MKX_TRY(mkx_check_gemm_types(fn, "ctype", a->dtype, a->ctype));
   MKX_TRY(mkx_check_order(fn, a->order));
   MKX_TRY(mkx_check_trans(fn, a->transb));
   MKX_TRY(mkx_check_size(fn, "M", a->M, 1));

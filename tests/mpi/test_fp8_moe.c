@@ -1,0 +1,612 @@
+/*
+ * test_fp8_moe.c - MKX_Moe_dispatch_gemm_scaled and its _init, written
+ * from include/mkx.h alone: a client's reading of the contract.
+ *
+ * Every rank regenerates every rank's tokens, routing, gate weights and
+ * scales (streams seeded per rank and tensor), so each computes the rows
+ * its own experts must receive, in double, from the fp8 bytes decoded by
+ * the test's own OCP FP8 decoder.  Y, expert_rows and origin are poisoned
+ * (0xFF) before every call; rows past the last received, and a guard
+ * after every output, must stay poison.  Covered:
+ *  - both fp8 types x Y in bf16, fp16, fp32 x every layout (NONE, TENSOR,
+ *    ROW, BLOCK), hidden 129 and 300 (partial scale blocks), n 1 and 130,
+ *    with and without gate weights, a rank without tokens (its X and
+ *    scales->a NULL), every element within the bound the contract gives;
+ *  - layout NONE with a bf16 dtype and Y: the same bits as
+ *    MKX_Moe_dispatch_gemm;
+ *  - a plan (_scaled_init): two starts with the scale values changed in
+ *    between and the MKX_Scales struct scribbled over after _init;
+ *  - errors, on the rank at fault (MKX_ERR_PEER elsewhere), no output
+ *    written: a NaN or zero scale (the message names the array and the
+ *    index), a NULL scale array, a layout not an enumerator or with a
+ *    non-fp8 dtype, an fp8 or mixed-fp64 ytype, the plain call with fp8,
+ *    ranks disagreeing on ytype or the layout (MKX_ERR_SHAPE_MISMATCH);
+ *  - --device: the cases on device buffers (the staged path).
+ *
+ *   mpirun -np P ./test_fp8_moe [--seed N] [--device] [-v]
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mkx_test.h"
+
+#define BS MKX_SCALE_BLOCK_SIZE
+#define GUARD 5   /* rows of poison after Y and origin */
+#define MAXTOK 24 /* tokens on a rank, at most */
+
+static MKX_Comm comm;
+
+/* Tensors of the PRNG streams (mt_rng_init). */
+enum { T_X = 1, T_IDS, T_GATE, T_SA, T_W, T_SB };
+
+typedef struct mcase {
+  MKX_Datatype dt, yt;
+  MKX_Scale_layout lay;
+  int64_t hidden, n, topk, ep; /* ep: experts per rank */
+  int gate;                    /* topk_weight given */
+  int empty;                   /* rank without tokens (-1: none) */
+  int version;                 /* picks the scale values */
+} mcase;
+
+/* One rank's inputs as the call takes them. */
+typedef struct rin {
+  int64_t T, kb, nb;
+  uint8_t *X; /* T x hidden bytes (fp8) or uint16 bf16 values */
+  int32_t *ids;
+  float *gate, *sa, *sb; /* sb: this rank's experts' */
+  uint8_t *W;            /* ep x hidden x n */
+  int64_t na, nbs;       /* scale counts */
+} rin;
+
+static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static int64_t tokens_of(const mcase *c, int q) {
+  return q == c->empty ? 0 : 3 + (q * 7 + c->hidden + c->n) % (MAXTOK - 3);
+}
+
+static size_t esize(MKX_Datatype t) { return mt_type_size(t); }
+
+static int64_t count_a(const mcase *c, int64_t T, int64_t kb) {
+  if (T == 0) return 0;
+  return c->lay == MKX_SCALE_TENSOR  ? 1
+         : c->lay == MKX_SCALE_ROW   ? T
+         : c->lay == MKX_SCALE_BLOCK ? T * kb
+                                     : 0;
+}
+static int64_t count_b(const mcase *c, int64_t kb, int64_t nb) {
+  return c->lay == MKX_SCALE_TENSOR  ? c->ep
+         : c->lay == MKX_SCALE_ROW   ? c->ep * c->n
+         : c->lay == MKX_SCALE_BLOCK ? c->ep * kb * nb
+                                     : 0;
+}
+
+static float rand_scale(mt_rng *g) {
+  return (float)ldexp(1.0 + mt_rng_unit(g), (int)mt_rng_int(g, -2, 1));
+}
+
+/* A value of dtype t as stored bytes at p (fp8: a random finite byte;
+ * bf16: a random value rounded). */
+static void rand_elem(mt_rng *g, MKX_Datatype t, uint8_t *p) {
+  if (t == MKX_BF16) {
+    const uint16_t h = mt_f32_to_bf16((float)(mt_rng_sym(g) * 2.0));
+    memcpy(p, &h, 2);
+  } else {
+    *p = mt_rand_fp8(g, t, 16.0);
+  }
+}
+static double elem(MKX_Datatype t, const uint8_t *p) {
+  if (t == MKX_BF16) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return mt_bf16_to_f32(h);
+  }
+  return mt_fp8_decode(t, *p);
+}
+
+/* Rank q's inputs (every rank can make every rank's). */
+static void gen(const mcase *c, int q, rin *r) {
+  const int64_t E = c->ep * mt.size, H = c->hidden;
+  const size_t es = esize(c->dt);
+  mt_rng g;
+  memset(r, 0, sizeof *r);
+  r->T = tokens_of(c, q);
+  r->kb = cdiv(H, BS);
+  r->nb = cdiv(c->n, BS);
+  r->X = malloc((size_t)(r->T * H) * es + 1);
+  mt_rng_init(&g, mt.seed, q, T_X);
+  for (int64_t i = 0; i < r->T * H; i++) rand_elem(&g, c->dt, r->X + i * es);
+  r->ids = malloc(sizeof(int32_t) * (size_t)(r->T * c->topk) + 1);
+  mt_rng_init(&g, mt.seed, q, T_IDS);
+  for (int64_t t = 0; t < r->T; t++)
+    for (int64_t j = 0; j < c->topk; j++) {
+      int32_t e;
+      int dup;
+      do { /* distinct within a token */
+        e = (int32_t)mt_rng_int(&g, 0, E - 1);
+        dup = 0;
+        for (int64_t k = 0; k < j; k++) dup |= r->ids[t * c->topk + k] == e;
+      } while (dup);
+      r->ids[t * c->topk + j] = e;
+    }
+  r->gate = malloc(sizeof(float) * (size_t)(r->T * c->topk) + 1);
+  mt_rng_init(&g, mt.seed, q, T_GATE);
+  for (int64_t i = 0; i < r->T * c->topk; i++)
+    r->gate[i] = (float)(0.25 + mt_rng_unit(&g));
+  r->na = count_a(c, r->T, r->kb);
+  r->nbs = count_b(c, r->kb, r->nb);
+  r->sa = malloc(sizeof(float) * (size_t)r->na + 1);
+  r->sb = malloc(sizeof(float) * (size_t)r->nbs + 1);
+  mt_rng_init(&g, mt.seed + (uint64_t)c->version, q, T_SA);
+  for (int64_t i = 0; i < r->na; i++) r->sa[i] = rand_scale(&g);
+  mt_rng_init(&g, mt.seed + (uint64_t)c->version, q, T_SB);
+  for (int64_t i = 0; i < r->nbs; i++) r->sb[i] = rand_scale(&g);
+  const int64_t wn = c->ep * H * c->n;
+  r->W = malloc((size_t)wn * es + 1);
+  mt_rng_init(&g, mt.seed, q, T_W);
+  for (int64_t i = 0; i < wn; i++) rand_elem(&g, c->dt, r->W + i * es);
+}
+
+static void rin_free(rin *r) {
+  free(r->X), free(r->ids), free(r->gate), free(r->sa), free(r->sb);
+  free(r->W);
+}
+
+/* The scale of token t's element h on rank r, of local expert e's (h, j). */
+static double sa_of(const mcase *c, const rin *r, int64_t t, int64_t h) {
+  switch (c->lay) {
+    case MKX_SCALE_TENSOR:
+      return r->sa[0];
+    case MKX_SCALE_ROW:
+      return r->sa[t];
+    case MKX_SCALE_BLOCK:
+      return r->sa[t * r->kb + h / BS];
+    default:
+      return 1.0;
+  }
+}
+static double sb_of(const mcase *c, const rin *r, int64_t e, int64_t h,
+                    int64_t j) {
+  switch (c->lay) {
+    case MKX_SCALE_TENSOR:
+      return r->sb[e];
+    case MKX_SCALE_ROW:
+      return r->sb[e * c->n + j];
+    case MKX_SCALE_BLOCK:
+      return r->sb[e * r->kb * r->nb + (h / BS) * r->nb + j / BS];
+    default:
+      return 1.0;
+  }
+}
+
+/* What this rank must receive: rows grouped by local expert, each in
+ * (source rank, token, slot) order, with the reference value and the size
+ * of its rounding errors. */
+typedef struct expect {
+  int64_t rows, counts[64];
+  int32_t *origin;   /* rows x 3 */
+  double *ref, *abs; /* rows x n */
+} expect;
+
+static void expect_make(const mcase *c, const rin *all, const rin *me,
+                        expect *x) {
+  const int64_t H = c->hidden, n = c->n, first = (int64_t)mt.rank * c->ep;
+  const size_t es = esize(c->dt);
+  int64_t cap = 0;
+  for (int q = 0; q < mt.size; q++) cap += all[q].T * c->topk;
+  x->rows = 0;
+  x->origin = malloc(sizeof(int32_t) * (size_t)(3 * cap) + 1);
+  x->ref = malloc(sizeof(double) * (size_t)(cap * n) + 1);
+  x->abs = malloc(sizeof(double) * (size_t)(cap * n) + 1);
+  for (int64_t e = 0; e < c->ep; e++) {
+    x->counts[e] = 0;
+    for (int q = 0; q < mt.size; q++)
+      for (int64_t t = 0; t < all[q].T; t++)
+        for (int64_t j = 0; j < c->topk; j++) {
+          if (all[q].ids[t * c->topk + j] != first + e) continue;
+          const double w = c->gate ? all[q].gate[t * c->topk + j] : 1.0;
+          const int64_t row = x->rows++;
+          x->counts[e]++;
+          x->origin[3 * row] = q;
+          x->origin[3 * row + 1] = (int32_t)t;
+          x->origin[3 * row + 2] = (int32_t)j;
+          for (int64_t col = 0; col < n; col++) {
+            double s = 0, a = 0;
+            for (int64_t h = 0; h < H; h++) {
+              const double xv = elem(c->dt, all[q].X + (t * H + h) * es) *
+                                sa_of(c, &all[q], t, h);
+              const double wv =
+                  elem(c->dt, me->W + ((e * H + h) * n + col) * es) *
+                  sb_of(c, me, e, h, col);
+              s += xv * wv;
+              a += fabs(xv * wv);
+            }
+            x->ref[row * n + col] = w * s;
+            x->abs[row * n + col] = fabs(w) * a;
+          }
+        }
+  }
+}
+
+static void expect_free(expect *x) {
+  free(x->origin), free(x->ref), free(x->abs);
+}
+
+/* mkx.h: each element times its scale rounded to fp32, fp32
+ * accumulation, the gate weight applied in fp32, one rounding to ytype:
+ * |Y - ref| <= eps_y |ref| + (1 + eps_y) (hidden + 12) 2^-23 S + tiny_y,
+ * S the sum of the products' magnitudes (times |w|); eps_y twice ytype's
+ * unit roundoff, tiny_y its subnormal spacing. */
+static double bound_of(MKX_Datatype yt, double ref, double S, int64_t H) {
+  const double e = yt == MKX_BF16   ? ldexp(1, -8)
+                   : yt == MKX_FP16 ? ldexp(1, -10)
+                                    : ldexp(1, -23);
+  const double tiny = yt == MKX_FP16 ? ldexp(1, -24) : ldexp(1, -133);
+  return e * fabs(ref) + (1 + e) * (double)(H + 12) * ldexp(1, -23) * S + tiny;
+}
+
+/* ---- one call ------------------------------------------------------------ */
+
+typedef struct bufs {
+  tbuf X, ids, gate, W, Y, rows, origin, sa, sb;
+  int64_t y_rows;
+} bufs;
+
+static void bufs_make(const mcase *c, const rin *me, int64_t y_rows, bufs *b) {
+  const size_t es = esize(c->dt), ys = esize(c->yt);
+  memset(b, 0, sizeof *b);
+  b->y_rows = y_rows;
+  tbuf_alloc(&b->X, (size_t)(me->T * c->hidden) * es);
+  tbuf_alloc(&b->ids, sizeof(int32_t) * (size_t)(me->T * c->topk));
+  tbuf_alloc(&b->gate, sizeof(float) * (size_t)(me->T * c->topk));
+  tbuf_alloc(&b->W, (size_t)(c->ep * c->hidden * c->n) * es);
+  tbuf_alloc(&b->Y, (size_t)((y_rows + GUARD) * c->n) * ys);
+  tbuf_alloc(&b->rows, sizeof(int64_t) * (size_t)(c->ep + GUARD));
+  tbuf_alloc(&b->origin, sizeof(int32_t) * 3 * (size_t)(y_rows + GUARD));
+  tbuf_alloc(&b->sa, sizeof(float) * (size_t)(me->na + GUARD));
+  tbuf_alloc(&b->sb, sizeof(float) * (size_t)(me->nbs + GUARD));
+  memcpy(b->X.host, me->X, b->X.bytes);
+  memcpy(b->ids.host, me->ids, b->ids.bytes);
+  memcpy(b->gate.host, me->gate, b->gate.bytes);
+  memcpy(b->W.host, me->W, b->W.bytes);
+  memcpy(b->sa.host, me->sa, sizeof(float) * (size_t)me->na);
+  memcpy(b->sb.host, me->sb, sizeof(float) * (size_t)me->nbs);
+  tbuf_upload(&b->X), tbuf_upload(&b->ids), tbuf_upload(&b->gate);
+  tbuf_upload(&b->W), tbuf_upload(&b->sa), tbuf_upload(&b->sb);
+}
+
+static void bufs_free(bufs *b) {
+  tbuf_free(&b->X), tbuf_free(&b->ids), tbuf_free(&b->gate);
+  tbuf_free(&b->W), tbuf_free(&b->Y), tbuf_free(&b->rows);
+  tbuf_free(&b->origin), tbuf_free(&b->sa), tbuf_free(&b->sb);
+}
+
+static void poison_outputs(bufs *b) {
+  tbuf_poison(&b->Y), tbuf_poison(&b->rows), tbuf_poison(&b->origin);
+}
+
+static MKX_Scales scales_of(const mcase *c, const rin *me, const bufs *b) {
+  MKX_Scales s = {c->lay, NULL, NULL, NULL};
+  if (c->lay == MKX_SCALE_NONE) return s;
+  s.a = me->na ? tbuf_ptr(&b->sa) : NULL; /* NULL: a rank without tokens */
+  s.b = tbuf_ptr(&b->sb);
+  return s;
+}
+
+static int call(const mcase *c, const rin *me, bufs *b, const MKX_Scales *s) {
+  return MKX_Moe_dispatch_gemm_scaled(
+      me->T ? tbuf_ptr(&b->X) : NULL, me->T, c->hidden,
+      me->T ? tbuf_ptr(&b->ids) : NULL,
+      c->gate && me->T ? tbuf_ptr(&b->gate) : NULL, c->topk, c->ep * mt.size,
+      tbuf_ptr(&b->W), c->n, tbuf_ptr(&b->Y), b->y_rows, tbuf_ptr(&b->rows),
+      tbuf_ptr(&b->origin), c->dt, c->yt, s, comm, NULL);
+}
+
+static const char *lname(MKX_Scale_layout l) {
+  static const char *const n[] = {"NONE", "TENSOR", "ROW", "BLOCK"};
+  return l >= MKX_SCALE_NONE && l <= MKX_SCALE_BLOCK ? n[l] : "?";
+}
+
+static void describe(const mcase *c, char *s, size_t len) {
+  snprintf(s, len, "%s -> %s, %s, hidden %lld, n %lld, %lld experts/rank%s%s",
+           mt_type_name(c->dt), mt_type_name(c->yt), lname(c->lay),
+           (long long)c->hidden, (long long)c->n, (long long)c->ep,
+           c->gate ? ", gates" : "",
+           c->empty >= 0 ? ", a rank without tokens" : "");
+}
+
+/* Y, expert_rows and origin against the expectation; the rest poison. */
+static void check_outputs(const mcase *c, bufs *b, const expect *x,
+                          const char *what) {
+  tbuf_download(&b->Y), tbuf_download(&b->rows), tbuf_download(&b->origin);
+  const int64_t *rows = b->rows.host;
+  const int32_t *org = b->origin.host;
+  int bad_counts = 0, bad_org = 0, bad_y = 0, written = 0;
+  double worst = 0;
+  for (int64_t e = 0; e < c->ep; e++) bad_counts += rows[e] != x->counts[e];
+  for (int64_t e = c->ep; e < c->ep + GUARD; e++)
+    written += !mt_is_poison(b->rows.host, MKX_FP64, (size_t)e);
+  for (int64_t i = 0; i < 3 * x->rows; i++) bad_org += org[i] != x->origin[i];
+  for (int64_t i = 0; i < x->rows * c->n; i++) {
+    const double y = mt_get(b->Y.host, c->yt, (size_t)i);
+    const double d = fabs(y - x->ref[i]);
+    const double lim = bound_of(c->yt, x->ref[i], x->abs[i], c->hidden);
+    if (!(d <= lim)) bad_y++;
+    if (lim > 0 && d / lim > worst) worst = d / lim;
+  }
+  for (int64_t i = x->rows * c->n; i < (b->y_rows + GUARD) * c->n; i++)
+    written += !mt_is_poison(b->Y.host, c->yt, (size_t)i);
+  for (int64_t i = 3 * x->rows; i < 3 * (b->y_rows + GUARD); i++)
+    written += org[i] != -1;
+  CHECK(!bad_counts && !bad_org && !bad_y && !written,
+        "%s: %lld rows: %d counts, %d origin entries, %d elements of Y "
+        "wrong (worst at %.2f of the bound), %d written past the rows",
+        what, (long long)x->rows, bad_counts, bad_org, bad_y, worst, written);
+}
+
+static void run_case(const mcase *c) {
+  char what[256];
+  describe(c, what, sizeof what);
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(c, q, &all[q]);
+  const rin *me = &all[mt.rank];
+  expect x;
+  expect_make(c, all, me, &x);
+  bufs b;
+  bufs_make(c, me, x.rows + 2, &b);
+  poison_outputs(&b);
+  const MKX_Scales s = scales_of(c, me, &b);
+  const int rc = call(c, me, &b, &s);
+  CHECK_RC(rc, MKX_SUCCESS, "%s: %s", what, MKX_Get_last_error());
+  if (rc == MKX_SUCCESS) check_outputs(c, &b, &x, what);
+  bufs_free(&b);
+  expect_free(&x);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+}
+
+static void matrix(int stride) {
+  const MKX_Datatype dts[2] = {MKX_FP8_E4M3, MKX_FP8_E5M2};
+  const MKX_Datatype yts[3] = {MKX_BF16, MKX_FP16, MKX_FP32};
+  const int64_t hs[2] = {129, 300}, ns[2] = {130, 1};
+  int i = 0;
+  for (int d = 0; d < 2; d++)
+    for (int y = 0; y < 3; y++)
+      for (int L = MKX_SCALE_NONE; L <= MKX_SCALE_BLOCK; L++)
+        for (int v = 0; v < 2; v++, i++) {
+          if (i % stride) continue;
+          const mcase c = {
+              dts[d], yts[y],          (MKX_Scale_layout)L,
+              hs[v],  ns[(i / 2) % 2], 2,
+              2 + v,  (i / 3) % 2,     i % 5 == 0 ? mt.size - 1 : -1,
+              0};
+          run_case(&c);
+        }
+}
+
+/* ---- the same bits as the plain call ------------------------------------- */
+
+static void same_as_plain(void) {
+  const mcase c = {MKX_BF16, MKX_BF16, MKX_SCALE_NONE, 200, 70, 2, 2, 1, -1, 0};
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(&c, q, &all[q]);
+  const rin *me = &all[mt.rank];
+  int64_t cap = 0;
+  for (int q = 0; q < mt.size; q++) cap += all[q].T * c.topk;
+  bufs b1, b2;
+  bufs_make(&c, me, cap, &b1);
+  bufs_make(&c, me, cap, &b2);
+  poison_outputs(&b1), poison_outputs(&b2);
+  const int rc1 = call(&c, me, &b1, NULL);
+  const int rc2 = MKX_Moe_dispatch_gemm(
+      tbuf_ptr(&b2.X), me->T, c.hidden, tbuf_ptr(&b2.ids), tbuf_ptr(&b2.gate),
+      c.topk, c.ep * mt.size, tbuf_ptr(&b2.W), c.n, tbuf_ptr(&b2.Y), cap,
+      tbuf_ptr(&b2.rows), tbuf_ptr(&b2.origin), c.dt, comm, NULL);
+  tbuf_download(&b1.Y), tbuf_download(&b2.Y);
+  CHECK(rc1 == MKX_SUCCESS && rc2 == MKX_SUCCESS &&
+            !memcmp(b1.Y.host, b2.Y.host, b1.Y.bytes),
+        "bf16, layout NONE (scales NULL), Y bf16: the same bits as "
+        "MKX_Moe_dispatch_gemm (rc %d, %d)",
+        rc1, rc2);
+  bufs_free(&b1), bufs_free(&b2);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+}
+
+/* ---- plans ---------------------------------------------------------------- */
+
+static void plan_case(MKX_Scale_layout lay) {
+  mcase c = {MKX_FP8_E4M3, MKX_BF16, lay, 300, 130, 2, 2, 1, -1, 0};
+  char what[256];
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(&c, q, &all[q]);
+  expect x;
+  expect_make(&c, all, &all[mt.rank], &x);
+  bufs b;
+  bufs_make(&c, &all[mt.rank], x.rows + 2, &b);
+  MKX_Scales s = scales_of(&c, &all[mt.rank], &b);
+  const rin *me = &all[mt.rank];
+  MKX_Request rq = NULL;
+  int rc = MKX_Moe_dispatch_gemm_scaled_init(
+      me->T ? tbuf_ptr(&b.X) : NULL, me->T, c.hidden,
+      me->T ? tbuf_ptr(&b.ids) : NULL, me->T ? tbuf_ptr(&b.gate) : NULL, c.topk,
+      c.ep * mt.size, tbuf_ptr(&b.W), c.n, tbuf_ptr(&b.Y), b.y_rows,
+      tbuf_ptr(&b.rows), tbuf_ptr(&b.origin), c.dt, c.yt, &s, comm,
+      MPI_INFO_NULL, &rq);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Moe_dispatch_gemm_scaled_init (%s): %s",
+           lname(lay), MKX_Get_last_error());
+  memset(&s, 0xA5, sizeof s); /* copied at _init: never read again */
+  for (int v = 0; rc == MKX_SUCCESS && v < 2; v++) {
+    if (v == 1) { /* new scale values in the bound arrays */
+      c.version = 1;
+      for (int q = 0; q < mt.size; q++) rin_free(&all[q]), gen(&c, q, &all[q]);
+      expect_free(&x);
+      expect_make(&c, all, &all[mt.rank], &x);
+      memcpy(b.sa.host, all[mt.rank].sa,
+             sizeof(float) * (size_t)all[mt.rank].na);
+      memcpy(b.sb.host, all[mt.rank].sb,
+             sizeof(float) * (size_t)all[mt.rank].nbs);
+      tbuf_upload(&b.sa), tbuf_upload(&b.sb);
+    }
+    poison_outputs(&b);
+    const int src = MKX_Start(rq, NULL);
+    CHECK_RC(src, MKX_SUCCESS, "MKX_Start %d of the %s plan: %s", v + 1,
+             lname(lay), MKX_Get_last_error());
+    snprintf(what, sizeof what, "the %s plan, start %d%s", lname(lay), v + 1,
+             v ? " (scale values changed)" : "");
+    if (src == MKX_SUCCESS) check_outputs(&c, &b, &x, what);
+  }
+  if (rq) CHECK_RC(MKX_Request_free(&rq), MKX_SUCCESS, "MKX_Request_free");
+  bufs_free(&b);
+  expect_free(&x);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+}
+
+/* ---- errors ---------------------------------------------------------------- */
+
+enum {
+  BAD_NAN_A,
+  BAD_ZERO_B,
+  BAD_NULL_A,
+  BAD_LAYOUT,
+  BAD_LAYOUT_BF16,
+  BAD_YTYPE_FP8,
+  BAD_YTYPE_FP64,
+  BAD_PLAIN_FP8,
+  BAD_YTYPE_DISAGREE,
+  BAD_LAYOUT_DISAGREE,
+  BAD_COUNT
+};
+
+static const char *const bad_names[] = {"a NaN in scales->a",
+                                        "a zero in scales->b",
+                                        "scales->a NULL",
+                                        "a layout not an enumerator",
+                                        "a layout with a bf16 dtype",
+                                        "an fp8 ytype",
+                                        "ytype fp64 with fp8",
+                                        "the plain call with fp8",
+                                        "ranks disagreeing on ytype",
+                                        "ranks disagreeing on the layout"};
+
+/* The case's call made bad on rank `bad` (every rank for the kinds that
+ * every rank makes alike); the codes and messages expected, nothing
+ * written. */
+static void bad_case(int kind) {
+  const int agreed = kind == BAD_YTYPE_DISAGREE || kind == BAD_LAYOUT_DISAGREE;
+  const int all_bad = kind == BAD_LAYOUT || kind == BAD_LAYOUT_BF16 ||
+                      kind == BAD_YTYPE_FP8 || kind == BAD_YTYPE_FP64 ||
+                      kind == BAD_PLAIN_FP8;
+  if (agreed && mt.size < 2) return;
+  const int bad = mt.size - 1;
+  mcase c = {MKX_FP8_E5M2, MKX_FP32, MKX_SCALE_BLOCK, 150, 300, 2, 2, 1, -1, 0};
+  if (kind == BAD_LAYOUT_BF16) c.dt = MKX_BF16;
+  if (kind == BAD_NULL_A) c.lay = MKX_SCALE_ROW;
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(&c, q, &all[q]);
+  rin *me = &all[mt.rank];
+  bufs b;
+  bufs_make(&c, me, 4 * MAXTOK * mt.size, &b);
+  poison_outputs(&b);
+  MKX_Scales s = scales_of(&c, me, &b);
+  mcase cc = c;
+  const int mine = agreed ? mt.rank == 0 : all_bad || mt.rank == bad;
+  int want = MKX_ERR_PEER, rc;
+  const char *needle = NULL;
+  if (mine) switch (kind) {
+      case BAD_NAN_A:
+        ((float *)b.sa.host)[0] = NAN;
+        tbuf_upload(&b.sa);
+        want = MKX_ERR_INVALID_ARG, needle = "scales->a[0]";
+        break;
+      case BAD_ZERO_B:
+        ((float *)b.sb.host)[5] = 0.0f;
+        tbuf_upload(&b.sb);
+        want = MKX_ERR_INVALID_ARG, needle = "scales->b[5]";
+        break;
+      case BAD_NULL_A:
+        s.a = NULL;
+        want = MKX_ERR_NULL_POINTER, needle = "scales->a";
+        break;
+      case BAD_LAYOUT:
+        s.layout = (MKX_Scale_layout)7;
+        want = MKX_ERR_INVALID_ARG, needle = "layout";
+        break;
+      case BAD_LAYOUT_BF16:
+        want = MKX_ERR_INVALID_ARG, needle = "fp8";
+        break;
+      case BAD_YTYPE_FP8:
+        cc.yt = MKX_FP8_E4M3;
+        want = MKX_ERR_UNSUPPORTED, needle = "ytype";
+        break;
+      case BAD_YTYPE_FP64:
+        cc.yt = MKX_FP64;
+        want = MKX_ERR_UNSUPPORTED, needle = "ytype";
+        break;
+      case BAD_PLAIN_FP8:
+        want = MKX_ERR_UNSUPPORTED, needle = "fp8";
+        break;
+      case BAD_YTYPE_DISAGREE:
+        cc.yt = MKX_BF16;
+        break;
+      case BAD_LAYOUT_DISAGREE:
+        s.layout = MKX_SCALE_TENSOR;
+        break;
+    }
+  if (agreed) want = MKX_ERR_SHAPE_MISMATCH, needle = NULL;
+  if (kind == BAD_PLAIN_FP8)
+    rc = MKX_Moe_dispatch_gemm(
+        tbuf_ptr(&b.X), me->T, c.hidden, tbuf_ptr(&b.ids), NULL, c.topk,
+        c.ep * mt.size, tbuf_ptr(&b.W), c.n, tbuf_ptr(&b.Y), b.y_rows,
+        tbuf_ptr(&b.rows), tbuf_ptr(&b.origin), c.dt, comm, NULL);
+  else
+    rc = call(&cc, me, &b, &s);
+  const char *msg = MKX_Get_last_error();
+  tbuf_download(&b.Y), tbuf_download(&b.rows);
+  int written = 0;
+  for (size_t i = 0; i < b.Y.bytes; i++)
+    written += ((uint8_t *)b.Y.host)[i] != 0xFF;
+  for (size_t i = 0; i < b.rows.bytes; i++)
+    written += ((uint8_t *)b.rows.host)[i] != 0xFF;
+  CHECK(rc == want && (!needle || strstr(msg, needle)) && !written,
+        "%s (on %s): rc %d (want %d), message \"%s\" (naming %s), %d bytes "
+        "written",
+        bad_names[kind],
+        all_bad  ? "every rank"
+        : agreed ? "rank 0"
+                 : "the last rank",
+        rc, want, msg, needle ? needle : "-", written);
+  bufs_free(&b);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+}
+
+int main(int argc, char **argv) {
+  mt_init(&argc, &argv);
+  if (mt.size > 16) {
+    if (mt.rank == 0) printf("1..0 # SKIP more than 16 ranks\n");
+    MPI_Finalize();
+    return CHECK_SKIP;
+  }
+  MPI_Info info = MPI_INFO_NULL;
+  if (mt.device) {
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "mkx_path", "gpu");
+  }
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &comm);
+  if (info != MPI_INFO_NULL) MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create: %s", MKX_Get_last_error());
+  if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
+  mt_guard("test_fp8_moe", 300);
+  matrix(mt.device ? 5 : 1);
+  same_as_plain();
+  plan_case(MKX_SCALE_BLOCK);
+  if (!mt.device) plan_case(MKX_SCALE_ROW);
+  for (int k = 0; k < BAD_COUNT; k++) bad_case(k);
+  mt_guard_off();
+  rc = MKX_Comm_free(&comm);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");
+  return mt_finish();
+}
