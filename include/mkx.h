@@ -653,9 +653,9 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
 
 /*
  * MKX_Moe_dispatch_gemm with fp8 tokens and weights (MKX_FP8_E4M3 or
- * MKX_FP8_E5M2 dtype; a 16- or 32-bit dtype takes MKX_SCALE_NONE only)
- * and Y of type ytype (bf16, fp16 or fp32 with a 16-bit or fp8 dtype;
- * fp32 or fp64 equal to a 32- or 64-bit dtype; else MKX_ERR_UNSUPPORTED).
+ * MKX_FP8_E5M2 dtype; any other dtype takes MKX_SCALE_NONE only) and Y of
+ * type ytype: bf16, fp16 or fp32, or MKX_FP64 with an MKX_FP64 dtype (an
+ * fp8 ytype, or fp64 mixed with another type: MKX_ERR_UNSUPPORTED).
  * Each token's scales travel with its rows to the experts' owners, and
  *     Y row = gate weight x (s_X (.) X[t]) x (s_W (.) W[e])
  * in fp32, rounded once to ytype, where (.) applies each element's scale
