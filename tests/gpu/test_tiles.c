@@ -492,6 +492,18 @@ static void bad_device_args(MKX_Comm c) {
   run_free(&r);
 }
 
+/* A communicator of every rank with the tests' timeout and one option. */
+static MKX_Comm comm_with(const char *key, const char *value) {
+  MPI_Info info;
+  MKX_Comm c;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_timeout_ms", "3000");
+  if (key) MPI_Info_set(info, key, value);
+  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
+  MPI_Info_free(&info);
+  return c;
+}
+
 int main(int argc, char **argv) {
   int ndev = 0;
   MPI_Init(&argc, &argv);
@@ -503,12 +515,7 @@ int main(int argc, char **argv) {
   }
   check_set_rank(rank, size);
   check_show_passes(rank == 0);
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "3000");
-  MKX_Comm c;
-  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &c));
-  MPI_Info_free(&info);
+  MKX_Comm c = comm_with(NULL, NULL);
   int local = 0;
   MKX(MKX_Comm_local_size(c, &local));
   if (local != size) {
@@ -536,22 +543,12 @@ int main(int argc, char **argv) {
     check_out(&p, e, "copies, MKX_Tiles_signal and MKX_Tiles_wait");
   }
   gather_gemm(c, "SM kernel");
-  MKX_Comm ce;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "3000");
-  MPI_Info_set(info, "mkx_tiles_ag_sm_bytes", "0");
-  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &ce));
-  MPI_Info_free(&info);
+  MKX_Comm ce = comm_with("mkx_tiles_ag_sm_bytes", "0");
   gather_gemm(ce, "copy engines");
   MKX(MKX_Comm_free(&ce));
   reductions(c);
   reductions16(c);
-  MKX_Comm cs;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_timeout_ms", "3000");
-  MPI_Info_set(info, "mkx_tiles_reduce", "staged");
-  MKX(MKX_Comm_create(MPI_COMM_WORLD, info, &cs));
-  MPI_Info_free(&info);
+  MKX_Comm cs = comm_with("mkx_tiles_reduce", "staged");
   red_mode = "staged";
   reductions(cs);
   reductions16(cs);
