@@ -67,6 +67,7 @@ program test_f08_api
   call test_device_pointers()
   call test_ring_attention()
   call test_moe_dispatch_gemm()
+  call test_moe_dispatch_gemm_scaled()
   call test_moe_layer()
   call test_persistent()
   call test_errors()
@@ -899,6 +900,71 @@ contains
         MPI_COMM_WORLD)
     call check(row == nt * topk * nranks, "MKX_Moe_dispatch_gemm: row count")
   end subroutine test_moe_dispatch_gemm
+
+  ! E5M2 tokens and weights with tensor scales (powers of two: exact), Y in
+  ! fp32; the same routing as above.
+  subroutine test_moe_dispatch_gemm_scaled()
+    integer, parameter :: nt = 3, hid = 4, nn = 3, topk = 2
+    integer :: ne, epr, yrows, i, j, e, t, src, slot, row, ge
+    integer(int8), target :: X(hid, nt)
+    integer(int8), allocatable, target :: W(:,:,:)
+    real(c_float), target :: sx(1)
+    real(c_float), allocatable, target :: sw(:)
+    real(c_float), allocatable :: Y(:,:)
+    real(real64) :: Xs(hid), want, err
+    integer(c_int32_t) :: ids(topk, nt)
+    real(c_float) :: wts(topk, nt)
+    integer(c_int64_t), allocatable :: erows(:)
+    integer(c_int32_t), allocatable :: origin(:,:)
+    ne = 2 * nranks
+    epr = ne / nranks
+    yrows = nt * topk * nranks
+    allocate(W(nn, hid, epr), sw(epr), Y(nn, yrows), erows(epr), &
+        origin(3, yrows))
+    do t = 1, nt
+      X(:, t) = [(fp8(i + t + rank, .true.), i = 1, hid)]
+      do slot = 1, topk
+        ids(slot, t) = int(modulo(rank + t + slot, ne), c_int32_t)
+        wts(slot, t) = real(0.25 * slot, c_float)
+      end do
+    end do
+    sx = 2.0_c_float**modulo(rank, 3)
+    do e = 1, epr
+      ge = rank * epr + e - 1
+      W(:, :, e) = reshape([((fp8(i + 2 * j + ge, .true.), i = 1, nn), &
+          j = 1, hid)], [nn, hid])
+      sw(e) = 0.5_c_float**modulo(ge, 2)
+    end do
+    Y = -1
+    call MKX_Moe_dispatch_gemm_scaled(X, int(nt, c_int64_t), &
+        int(hid, c_int64_t), ids, wts, int(topk, c_int64_t), &
+        int(ne, c_int64_t), W, int(nn, c_int64_t), Y, int(yrows, c_int64_t), &
+        erows, origin, MKX_FP8_E5M2, MKX_FP32, MKX_Scales(MKX_SCALE_TENSOR, &
+        c_loc(sx), c_loc(sw), c_null_ptr), comm, ierror=ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Moe_dispatch_gemm_scaled (arrays)")
+    if (ierr /= MKX_SUCCESS) return
+    err = 0
+    row = 0
+    do e = 1, epr
+      do i = 1, int(erows(e))
+        row = row + 1
+        src = origin(1, row)
+        t = origin(2, row) + 1
+        slot = origin(3, row) + 1
+        Xs = [(fp8_val(fp8(j + t + src, .true.), .true.), j = 1, hid)]
+        do j = 1, nn
+          want = 0.25_real64 * slot * 2.0_real64**modulo(src, 3) * sw(e) * &
+              sum(fp8_val(W(j, :, e), .true.) * Xs)
+          err = max(err, abs(Y(j, row) - want))
+        end do
+      end do
+    end do
+    call check(err == 0, "MKX_Moe_dispatch_gemm_scaled: Y (exact)")
+    call MPI_Allreduce(MPI_IN_PLACE, row, 1, MPI_INTEGER, MPI_SUM, &
+        MPI_COMM_WORLD)
+    call check(row == nt * topk * nranks, &
+        "MKX_Moe_dispatch_gemm_scaled: row count")
+  end subroutine test_moe_dispatch_gemm_scaled
 
   subroutine fill_w(W, e)
     real(real64), intent(out) :: W(:,:)
