@@ -675,7 +675,8 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * Agreed besides the call's: ytype and scales->layout.  The call takes
  * the host path for host buffers and the staged path for device buffers
  * (no fused fp8 GPU kernel yet).  The plain MKX_Moe_dispatch_gemm and
- * MKX_Moe_layer return MKX_ERR_UNSUPPORTED for an fp8 dtype.
+ * MKX_Moe_layer return MKX_ERR_UNSUPPORTED for an fp8 dtype (the layer's
+ * fp8 form: MKX_Moe_layer_scaled).
  */
 int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
                                  int64_t hidden, const int32_t *topk_ids,
@@ -685,6 +686,33 @@ int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
                                  int32_t *origin, MKX_Datatype dtype,
                                  MKX_Datatype ytype, const MKX_Scales *scales,
                                  MKX_Comm comm, MKX_Stream stream);
+
+/*
+ * MKX_Moe_layer with fp8 tokens and weights (MKX_FP8_E4M3 or MKX_FP8_E5M2
+ * dtype; any other dtype takes MKX_SCALE_NONE only) and out of type otype
+ * (as ytype above).  scales holds X's scales (a) and W1's (b), laid out as
+ * for MKX_Moe_dispatch_gemm_scaled with each local expert's W1 a
+ * hidden x 2 ffn weight; scales2 holds W2's (b; a and a_out are ignored),
+ * each local expert's W2 an ffn x hidden weight:
+ *   MKX_SCALE_TENSOR  one per local expert;
+ *   MKX_SCALE_ROW     one per column of each local expert's weight
+ *                     ([E/p][2 ffn] for W1, [E/p][hidden] for W2);
+ *   MKX_SCALE_BLOCK   one per 128 x 128 block of each ([E/p][kb][nb] of
+ *                     that weight's rows and columns).
+ * Each element is multiplied by its scale and rounded to fp32; x W1, the
+ * SwiGLU activation, each FFN output and the weighted sum stay in fp32,
+ * and out is rounded once to otype.  The two layouts are agreed (each may
+ * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Host path for
+ * host buffers, staged path for device buffers (no fused fp8 GPU kernel
+ * yet).
+ */
+int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
+                         const int32_t *topk_ids, const float *topk_weight,
+                         int64_t topk, int64_t num_experts, const void *W1,
+                         const void *W2, int64_t ffn, void *out,
+                         MKX_Datatype dtype, MKX_Datatype otype,
+                         const MKX_Scales *scales, const MKX_Scales *scales2,
+                         MKX_Comm comm, MKX_Stream stream);
 
 /* ---- persistent plans (MPI-4 style) --------------------------------------- */
 
@@ -799,6 +827,14 @@ int MKX_Moe_dispatch_gemm_scaled_init(
     int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
     MKX_Datatype dtype, MKX_Datatype ytype, const MKX_Scales *scales,
     MKX_Comm comm, MPI_Info info, MKX_Request *request);
+int MKX_Moe_layer_scaled_init(const void *X, int64_t num_tokens, int64_t hidden,
+                              const int32_t *topk_ids, const float *topk_weight,
+                              int64_t topk, int64_t num_experts, const void *W1,
+                              const void *W2, int64_t ffn, void *out,
+                              MKX_Datatype dtype, MKX_Datatype otype,
+                              const MKX_Scales *scales,
+                              const MKX_Scales *scales2, MKX_Comm comm,
+                              MPI_Info info, MKX_Request *request);
 /* Collective over the request's communicator (every rank starts it). */
 int MKX_Start(MKX_Request request, MKX_Stream stream);
 /* Collective in order (see above); waits for nothing; sets *request to

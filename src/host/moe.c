@@ -151,25 +151,34 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
 
 /* ---- exchange ---- */
 
-/* Expert e's share of the scales of the local experts' weights. */
-static MKX_Scales expert_scales(const moe_ctx *m, int64_t e) {
-  const mkx_moe_args *a = m->a;
-  MKX_Scales s = a->sc;
-  if (s.b) s.b += e * mkx_scales_b_count(s.layout, a->hidden, a->n);
-  return s;
+/* Local expert e's share of sc's weight scales (its rows x cols weight),
+ * applied to the dense row-major working copy W. */
+static void scale_weight(const MKX_Scales *sc, int64_t e, int64_t rows,
+                         int64_t cols, float *W) {
+  if (sc->layout == MKX_SCALE_NONE) return;
+  MKX_Scales s = *sc;
+  s.b += e * mkx_scales_b_count(s.layout, rows, cols);
+  mkx_scales_apply_b(&s, 0, rows, cols, MKX_ROW_MAJOR, W);
 }
 
-/* Every scale this rank's call reads is finite and > 0. */
+/* Every scale this rank's call reads is finite and > 0: X's, and the
+ * weights' (W, or W1 and W2 for the layer: W2 set). */
 static int moe_check_scales(const moe_ctx *m, const char *what) {
   const mkx_moe_args *a = m->a;
-  const MKX_Scale_layout l = a->sc.layout;
-  if (l == MKX_SCALE_NONE) return MKX_SUCCESS;
-  MKX_TRY(
-      mkx_scales_check_values(what, "scales->a", a->sc.a,
-                              mkx_scales_a_count(l, a->num_tokens, a->hidden)));
+  const MKX_Scale_layout l = a->sc.layout, l2 = a->sc2.layout;
+  const int64_t n = a->W2 ? 2 * a->ffn : a->n;
+  if (l != MKX_SCALE_NONE) {
+    MKX_TRY(mkx_scales_check_values(
+        what, "scales->a", a->sc.a,
+        mkx_scales_a_count(l, a->num_tokens, a->hidden)));
+    MKX_TRY(
+        mkx_scales_check_values(what, "scales->b", a->sc.b,
+                                m->Ep * mkx_scales_b_count(l, a->hidden, n)));
+  }
+  if (!a->W2 || l2 == MKX_SCALE_NONE) return MKX_SUCCESS;
   return mkx_scales_check_values(
-      what, "scales->b", a->sc.b,
-      m->Ep * mkx_scales_b_count(l, a->hidden, a->n));
+      what, "scales2->b", a->sc2.b,
+      m->Ep * mkx_scales_b_count(l2, a->ffn, a->hidden));
 }
 
 static int moe_setup(moe_ctx *m, MKX_Comm c, const mkx_moe_args *a,
@@ -317,10 +326,7 @@ static int dispatch_expert(const moe_ctx *m, int64_t e,
   if (rows == 0) return MKX_SUCCESS;
   moe_gather_rows(m, e, wt, Xe, b->rec);
   moe_weight(m, a->W, e, a->hidden, a->n, wt, We);
-  if (a->sc.layout != MKX_SCALE_NONE) {
-    const MKX_Scales s = expert_scales(m, e);
-    mkx_scales_apply_b(&s, 0, a->hidden, a->n, MKX_ROW_MAJOR, We);
-  }
+  scale_weight(&a->sc, e, a->hidden, a->n, We);
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, a->n, a->hidden, Xe, We, Ye));
   for (int64_t k = 0; k < rows; k++) {
     int32_t meta[META_N];
@@ -377,6 +383,7 @@ int mkx_host_moe_dispatch_gemm(MKX_Comm c, const mkx_moe_args *a,
 
 typedef struct layer_bufs {
   void *Xe, *W1, *H, *act, *W2, *Ye; /* one expert at a time, working */
+  float *rec;                        /* one row's scale record */
   void *back, *ret; /* FFN rows in arrival order, and as they come home */
   void *acc;        /* one output row */
 } layer_bufs;
@@ -392,6 +399,10 @@ static int layer_alloc(moe_ctx *m, layer_bufs *b) {
   MKX_TRY(mkx_arena_array(ar, a->ffn, a->hidden, ws, &b->W2, "MoE W2"));
   MKX_TRY(mkx_arena_array(ar, m->maxrows, a->hidden, ws, &b->Ye, "MoE y"));
   MKX_TRY(mkx_arena_array(ar, 1, a->hidden, ws, &b->acc, "MoE out row"));
+  b->rec = NULL;
+  if (m->kb)
+    MKX_TRY(mkx_arena_array(ar, m->kb, 1, sizeof(float), (void **)&b->rec,
+                            "MoE scale record"));
   MKX_TRY(mkx_arena_array(ar, m->nrecv, a->hidden, ws, &b->back, "MoE y out"));
   return mkx_arena_array(ar, m->nsend, a->hidden, ws, &b->ret, "MoE y back");
 }
@@ -420,9 +431,11 @@ static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
   size_t rw = (size_t)a->hidden * MKX_Type_size(wt);
   int64_t rows = m->eoff[e + 1] - m->eoff[e];
   if (rows == 0) return MKX_SUCCESS;
-  moe_gather_rows(m, e, wt, b->Xe, NULL);
+  moe_gather_rows(m, e, wt, b->Xe, b->rec);
   moe_weight(m, a->W, e, a->hidden, 2 * a->ffn, wt, b->W1);
+  scale_weight(&a->sc, e, a->hidden, 2 * a->ffn, b->W1);
   moe_weight(m, a->W2, e, a->ffn, a->hidden, wt, b->W2);
+  scale_weight(&a->sc2, e, a->ffn, a->hidden, b->W2);
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, 2 * a->ffn, a->hidden, b->Xe,
                         b->W1, b->H));
   swiglu(wt, b->H, b->act, rows, a->ffn);
@@ -435,11 +448,11 @@ static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
 }
 
 /* out[t] = sum over slots, in slot order, of weight x returned row; in
- * working precision, rounded once to dtype. */
+ * working precision, rounded once to out's type. */
 static void layer_combine(const moe_ctx *m, const layer_bufs *b) {
   const mkx_moe_args *a = m->a;
   MKX_Datatype wt = mkx_work_type(a->dtype);
-  size_t es = MKX_Type_size(a->dtype), hsz = (size_t)a->hidden;
+  size_t es = MKX_Type_size(a->ytype), hsz = (size_t)a->hidden;
   for (int64_t t = 0; t < a->num_tokens; t++) {
     void *acc = b->acc;
     memset(acc, 0, hsz * MKX_Type_size(wt));
@@ -454,7 +467,7 @@ static void layer_combine(const moe_ctx *m, const layer_bufs *b) {
         for (size_t d = 0; d < hsz; d++) ((float *)acc)[d] += w * y[d];
       }
     }
-    mkx_convert(wt, acc, 1, a->dtype, (char *)a->out + (size_t)t * hsz * es, 1,
+    mkx_convert(wt, acc, 1, a->ytype, (char *)a->out + (size_t)t * hsz * es, 1,
                 hsz);
   }
 }

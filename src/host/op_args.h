@@ -100,8 +100,9 @@ typedef struct mkx_moe_args {
   int64_t ffn;
   void *out;
   MKX_Datatype dtype;
-  MKX_Datatype ytype; /* Y's (dispatch); dtype but for the _scaled call */
-  MKX_Scales sc;      /* layout MKX_SCALE_NONE: none */
+  MKX_Datatype ytype; /* Y's or out's; dtype but for the _scaled calls */
+  MKX_Scales sc;      /* X's (a) and W's or W1's (b); MKX_SCALE_NONE: none */
+  MKX_Scales sc2;     /* the layer's W2's (b); MKX_SCALE_NONE: none */
 } mkx_moe_args;
 
 /* Values every rank learned in the agreement exchange of a call or plan. */

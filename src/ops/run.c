@@ -93,7 +93,7 @@ static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
   const char *name = cls->sig_names[i];
   if (cls->sig_text && cls->sig_text(i, v, buf, len)) return;
   if ((!strcmp(name, "dtype") || !strcmp(name, "ctype") ||
-       !strcmp(name, "ytype")) &&
+       !strcmp(name, "ytype") || !strcmp(name, "otype")) &&
       v >= MKX_BF16 && v <= MKX_FP8_E5M2)
     snprintf(buf, len, "%s", types[v]);
   else if (!strcmp(name, "order") && (v == MKX_ROW_MAJOR || v == MKX_COL_MAJOR))
@@ -178,7 +178,8 @@ static void label_of(mkx_prepared *p, const mkx_signature *s) {
   for (int i = 0; cls->sig_names[i] && at + 1 < len; i++) {
     char v[48];
     /* a call without scales: no layout in its range */
-    if (!strcmp(cls->sig_names[i], "scales->layout") &&
+    if ((!strcmp(cls->sig_names[i], "scales->layout") ||
+         !strcmp(cls->sig_names[i], "scales2->layout")) &&
         s->sig[i] == MKX_SCALE_NONE)
       continue;
     sig_text(cls, i, s->sig[i], v, sizeof v);

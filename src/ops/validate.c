@@ -1,6 +1,7 @@
 /* Shared argument checks; see validate.h. */
 #include "ops/validate.h"
 #include "core/error.h"
+#include <stdio.h>
 #include "host/dtype.h"
 
 /* Sizes above this could overflow byte counts in 64 bits. */
@@ -83,8 +84,9 @@ int mkx_check_not_fp8(const char *fn, MKX_Datatype dtype) {
                    fn, (int)dtype);
 }
 
-int mkx_check_scales(const char *fn, MKX_Scales *sc, MKX_Datatype dtype,
-                     int a_elems, int b_elems) {
+int mkx_check_scales_named(const char *fn, const char *name, MKX_Scales *sc,
+                           MKX_Datatype dtype, int a_elems, int b_elems) {
+  char what[64];
   if (sc->layout == MKX_SCALE_NONE) {
     *sc = mkx_scales_arg(NULL);
     return MKX_SUCCESS;
@@ -92,16 +94,23 @@ int mkx_check_scales(const char *fn, MKX_Scales *sc, MKX_Datatype dtype,
   if (sc->layout != MKX_SCALE_TENSOR && sc->layout != MKX_SCALE_ROW &&
       sc->layout != MKX_SCALE_BLOCK)
     return mkx_error(MKX_ERR_INVALID_ARG,
-                     "%s: scales->layout = %d is not an MKX_Scale_layout", fn,
+                     "%s: %s->layout = %d is not an MKX_Scale_layout", fn, name,
                      (int)sc->layout);
   if (!mkx_is_fp8(dtype))
     return mkx_error(MKX_ERR_INVALID_ARG,
-                     "%s: scales->layout = %d with dtype %d: scales apply to "
+                     "%s: %s->layout = %d with dtype %d: scales apply to "
                      "fp8 operands only (MKX_SCALE_NONE otherwise)",
-                     fn, (int)sc->layout, (int)dtype);
-  if (a_elems) MKX_TRY(mkx_check_ptr(fn, "scales->a", sc->a));
-  if (b_elems) MKX_TRY(mkx_check_ptr(fn, "scales->b", sc->b));
+                     fn, name, (int)sc->layout, (int)dtype);
+  snprintf(what, sizeof what, "%s->a", name);
+  if (a_elems) MKX_TRY(mkx_check_ptr(fn, what, sc->a));
+  snprintf(what, sizeof what, "%s->b", name);
+  if (b_elems) MKX_TRY(mkx_check_ptr(fn, what, sc->b));
   return MKX_SUCCESS;
+}
+
+int mkx_check_scales(const char *fn, MKX_Scales *sc, MKX_Datatype dtype,
+                     int a_elems, int b_elems) {
+  return mkx_check_scales_named(fn, "scales", sc, dtype, a_elems, b_elems);
 }
 
 MKX_Scales mkx_scales_arg(const MKX_Scales *scales) {

@@ -37,6 +37,9 @@ int mkx_check_not_fp8(const char *fn, MKX_Datatype dtype);
  * checked where they are read. */
 int mkx_check_scales(const char *fn, MKX_Scales *sc, MKX_Datatype dtype,
                      int a_elems, int b_elems);
+/* The same for an argument of another name than "scales". */
+int mkx_check_scales_named(const char *fn, const char *name, MKX_Scales *sc,
+                           MKX_Datatype dtype, int a_elems, int b_elems);
 /* *scales of a _scaled call as its arguments keep it (NULL: none). */
 MKX_Scales mkx_scales_arg(const MKX_Scales *scales);
 /* ld of a rows x cols matrix stored in `order`. */

@@ -21,6 +21,10 @@
  *    index), a NULL scale array, a layout not an enumerator or with a
  *    non-fp8 dtype, an fp8 or mixed-fp64 ytype, the plain call with fp8,
  *    ranks disagreeing on ytype or the layout (MKX_ERR_SHAPE_MISMATCH);
+ *  - MKX_Moe_layer_scaled and its _init: both fp8 types, out in bf16 or
+ *    fp32, X/W1 and W2 layouts alike or not, each out element within the
+ *    bound that fp32 steps (two GEMMs, SwiGLU, the weighted sum) allow,
+ *    computed beside the reference; a NaN in scales2->b;
  *  - --device: the cases on device buffers (the staged path).
  *
  *   mpirun -np P ./test_fp8_moe [--seed N] [--device] [-v]
@@ -583,6 +587,298 @@ static void bad_case(int kind) {
   free(all);
 }
 
+/* ---- the layer ------------------------------------------------------------ */
+
+typedef struct lcase {
+  MKX_Datatype dt, ot;
+  MKX_Scale_layout lay, lay2;
+  int64_t hidden, ffn, topk, ep;
+  int empty; /* rank without tokens (-1: none) */
+} lcase;
+
+/* Rank q's layer inputs: its tokens (as the dispatch's, n = 2 ffn for
+ * W1 and its scales) and W2 with scales2's b. */
+typedef struct lin {
+  rin r; /* X, ids, gate, sa; W = W1, sb = W1's scales */
+  uint8_t *W2;
+  float *sb2;
+  int64_t nb2;
+} lin;
+
+static mcase dispatch_view(const lcase *c) {
+  return (mcase){c->dt,   c->ot, c->lay, c->hidden, 2 * c->ffn,
+                 c->topk, c->ep, 1,      c->empty,  0};
+}
+
+static int64_t count_w(MKX_Scale_layout l, int64_t ep, int64_t rows,
+                       int64_t cols) {
+  return l == MKX_SCALE_TENSOR  ? ep
+         : l == MKX_SCALE_ROW   ? ep * cols
+         : l == MKX_SCALE_BLOCK ? ep * cdiv(rows, BS) * cdiv(cols, BS)
+                                : 0;
+}
+
+/* The scale of element (i, j) of local expert e's rows x cols weight. */
+static double sw_of(MKX_Scale_layout l, const float *s, int64_t e, int64_t rows,
+                    int64_t cols, int64_t i, int64_t j) {
+  const int64_t kb = cdiv(rows, BS), nb = cdiv(cols, BS);
+  switch (l) {
+    case MKX_SCALE_TENSOR:
+      return s[e];
+    case MKX_SCALE_ROW:
+      return s[e * cols + j];
+    case MKX_SCALE_BLOCK:
+      return s[e * kb * nb + (i / BS) * nb + j / BS];
+    default:
+      return 1.0;
+  }
+}
+
+static void lgen(const lcase *c, int q, lin *l) {
+  const mcase d = dispatch_view(c);
+  const size_t es = esize(c->dt);
+  mt_rng g;
+  gen(&d, q, &l->r);
+  const int64_t n = c->ep * c->ffn * c->hidden;
+  l->W2 = malloc((size_t)n * es + 1);
+  mt_rng_init(&g, mt.seed, q, T_SB + 1);
+  for (int64_t i = 0; i < n; i++) rand_elem(&g, c->dt, l->W2 + i * es);
+  l->nb2 = count_w(c->lay2, c->ep, c->ffn, c->hidden);
+  l->sb2 = malloc(sizeof(float) * (size_t)l->nb2 + 1);
+  mt_rng_init(&g, mt.seed, q, T_SB + 2);
+  for (int64_t i = 0; i < l->nb2; i++) l->sb2[i] = rand_scale(&g);
+}
+
+static void lin_free(lin *l) {
+  rin_free(&l->r);
+  free(l->W2), free(l->sb2);
+}
+
+/* Local expert e of rank q's W1' and W2' (values times scales), dense. */
+static void dequant(const lcase *c, const lin *l, int64_t e, double *w1,
+                    double *w2) {
+  const int64_t H = c->hidden, F = c->ffn;
+  const size_t es = esize(c->dt);
+  for (int64_t h = 0; h < H; h++)
+    for (int64_t j = 0; j < 2 * F; j++)
+      w1[h * 2 * F + j] = elem(c->dt, l->r.W + ((e * H + h) * 2 * F + j) * es) *
+                          sw_of(c->lay, l->r.sb, e, H, 2 * F, h, j);
+  for (int64_t f = 0; f < F; f++)
+    for (int64_t h = 0; h < H; h++)
+      w2[f * H + h] = elem(c->dt, l->W2 + ((e * F + f) * H + h) * es) *
+                      sw_of(c->lay2, l->sb2, e, F, H, f, h);
+}
+
+/* out of this rank's tokens, and the bound of each element: the fp32
+ * steps' errors carried beside the values (u = 2^-24): x W1 within
+ * (hidden + 4) u S; the SwiGLU within |silu'(g)| eg |up| + |silu(g)| eu +
+ * 4 u |act| (|silu'| <= 1.1); x W2 within the sum of those times |w2|
+ * plus (ffn + 4) u S; the weighted sum within its terms' bounds plus
+ * (topk + 2) u S.  Twice that, and out's rounding, are allowed. */
+static void layer_ref(const lcase *c, const lin *all, double *ref,
+                      double *bound) {
+  const int64_t H = c->hidden, F = c->ffn;
+  const double u = ldexp(1, -24);
+  const lin *me = &all[mt.rank];
+  const mcase d = dispatch_view(c);
+  double *w1 = malloc(sizeof(double) * (size_t)(H * 2 * F));
+  double *w2 = malloc(sizeof(double) * (size_t)(F * H));
+  double *hv = malloc(sizeof(double) * (size_t)(2 * F) * 2);
+  double *act = malloc(sizeof(double) * (size_t)F * 2);
+  double *xv = malloc(sizeof(double) * (size_t)H);
+  for (int64_t i = 0; i < me->r.T * H; i++) ref[i] = bound[i] = 0;
+  double *esum = calloc((size_t)(H + 1), sizeof(double));
+  for (int64_t t = 0; t < me->r.T; t++) {
+    for (int64_t h = 0; h < H; h++)
+      xv[h] = elem(c->dt, me->r.X + (t * H + h) * esize(c->dt)) *
+              sa_of(&d, &me->r, t, h);
+    for (int64_t h = 0; h < H; h++) esum[h] = 0;
+    for (int64_t j = 0; j < c->topk; j++) {
+      const int32_t ge = me->r.ids[t * c->topk + j];
+      const double w = me->r.gate[t * c->topk + j];
+      dequant(c, &all[ge / c->ep], ge % c->ep, w1, w2);
+      for (int64_t k = 0; k < 2 * F; k++) {
+        double v = 0, a = 0;
+        for (int64_t h = 0; h < H; h++) {
+          v += xv[h] * w1[h * 2 * F + k];
+          a += fabs(xv[h] * w1[h * 2 * F + k]);
+        }
+        hv[k] = v;
+        hv[2 * F + k] = (double)(H + 4) * u * a;
+      }
+      for (int64_t f = 0; f < F; f++) {
+        const double g = hv[f], up = hv[F + f];
+        const double sg = 1.0 / (1.0 + exp(-g)), si = g * sg;
+        act[f] = si * up;
+        act[F + f] = 1.1 * hv[2 * F + f] * fabs(up) + fabs(si) * hv[3 * F + f] +
+                     4 * u * fabs(act[f]);
+      }
+      for (int64_t h = 0; h < H; h++) {
+        double y = 0, a = 0, e = 0;
+        for (int64_t f = 0; f < F; f++) {
+          y += act[f] * w2[f * H + h];
+          a += fabs(act[f] * w2[f * H + h]);
+          e += act[F + f] * fabs(w2[f * H + h]);
+        }
+        e += (double)(F + 4) * u * a;
+        ref[t * H + h] += w * y;
+        esum[h] += fabs(w) * e + (double)(c->topk + 2) * u * fabs(w * y);
+      }
+    }
+    for (int64_t h = 0; h < H; h++) bound[t * H + h] = 2 * esum[h];
+  }
+  free(w1), free(w2), free(hv), free(act), free(xv), free(esum);
+}
+
+static void layer_case(const lcase *c, int plan) {
+  char what[256];
+  snprintf(what, sizeof what,
+           "layer%s %s -> %s, %s / %s, hidden %lld, ffn %lld%s",
+           plan ? " plan" : "", mt_type_name(c->dt), mt_type_name(c->ot),
+           lname(c->lay), lname(c->lay2), (long long)c->hidden,
+           (long long)c->ffn, c->empty >= 0 ? ", a rank without tokens" : "");
+  lin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) lgen(c, q, &all[q]);
+  const lin *me = &all[mt.rank];
+  const mcase d = dispatch_view(c);
+  const int64_t H = c->hidden, T = me->r.T;
+  double *ref = malloc(sizeof(double) * (size_t)(T * H) + 1);
+  double *bnd = malloc(sizeof(double) * (size_t)(T * H) + 1);
+  layer_ref(c, all, ref, bnd);
+  bufs b;
+  bufs_make(&d, &me->r, 0, &b);
+  tbuf W2, sb2, out;
+  tbuf_alloc(&W2, (size_t)(c->ep * c->ffn * H) * esize(c->dt));
+  tbuf_alloc(&sb2, sizeof(float) * (size_t)(me->nb2 + GUARD));
+  tbuf_alloc(&out, (size_t)((T + GUARD) * H) * esize(c->ot));
+  memcpy(W2.host, me->W2, W2.bytes);
+  memcpy(sb2.host, me->sb2, sizeof(float) * (size_t)me->nb2);
+  tbuf_upload(&W2), tbuf_upload(&sb2), tbuf_poison(&out);
+  const MKX_Scales s = scales_of(&d, &me->r, &b);
+  const MKX_Scales s2 = {
+      c->lay2, NULL, c->lay2 == MKX_SCALE_NONE ? NULL : tbuf_ptr(&sb2), NULL};
+  const void *X = T ? tbuf_ptr(&b.X) : NULL;
+  const int32_t *ids = T ? tbuf_ptr(&b.ids) : NULL;
+  const float *gate = T ? tbuf_ptr(&b.gate) : NULL;
+  void *o = T ? tbuf_ptr(&out) : NULL;
+  int rc;
+  if (plan) {
+    MKX_Request rq = NULL;
+    rc = MKX_Moe_layer_scaled_init(X, T, H, ids, gate, c->topk, c->ep * mt.size,
+                                   tbuf_ptr(&b.W), tbuf_ptr(&W2), c->ffn, o,
+                                   c->dt, c->ot, &s, &s2, comm, MPI_INFO_NULL,
+                                   &rq);
+    if (rc == MKX_SUCCESS) rc = MKX_Start(rq, NULL);
+    if (rq) MKX_Request_free(&rq);
+  } else {
+    rc = MKX_Moe_layer_scaled(X, T, H, ids, gate, c->topk, c->ep * mt.size,
+                              tbuf_ptr(&b.W), tbuf_ptr(&W2), c->ffn, o, c->dt,
+                              c->ot, &s, &s2, comm, NULL);
+  }
+  CHECK_RC(rc, MKX_SUCCESS, "%s: %s", what, MKX_Get_last_error());
+  if (rc == MKX_SUCCESS) {
+    tbuf_download(&out);
+    int bad = 0, written = 0;
+    double worst = 0;
+    const double e = c->ot == MKX_BF16 ? ldexp(1, -8) : ldexp(1, -23);
+    for (int64_t i = 0; i < T * H; i++) {
+      const double d2 = fabs(mt_get(out.host, c->ot, (size_t)i) - ref[i]);
+      const double lim = bnd[i] + e * fabs(ref[i]) + ldexp(1, -133);
+      if (!(d2 <= lim)) bad++;
+      if (d2 / lim > worst) worst = d2 / lim;
+    }
+    for (int64_t i = T * H; i < (T + GUARD) * H; i++)
+      written += !mt_is_poison(out.host, c->ot, (size_t)i);
+    CHECK(!bad && !written,
+          "%s: %d of %lld elements of out outside the bound (worst at %.2f "
+          "of it), %d written past out",
+          what, bad, (long long)(T * H), worst, written);
+  }
+  bufs_free(&b);
+  tbuf_free(&W2), tbuf_free(&sb2), tbuf_free(&out);
+  free(ref), free(bnd);
+  for (int q = 0; q < mt.size; q++) lin_free(&all[q]);
+  free(all);
+}
+
+static void layer_matrix(int stride) {
+  static const MKX_Scale_layout pairs[5][2] = {
+      {MKX_SCALE_NONE, MKX_SCALE_NONE},
+      {MKX_SCALE_TENSOR, MKX_SCALE_ROW},
+      {MKX_SCALE_ROW, MKX_SCALE_BLOCK},
+      {MKX_SCALE_BLOCK, MKX_SCALE_BLOCK},
+      {MKX_SCALE_BLOCK, MKX_SCALE_TENSOR}};
+  int i = 0;
+  for (int d = 0; d < 2; d++)
+    for (int p = 0; p < 5; p++, i++) {
+      if (i % stride) continue;
+      const lcase c = {d ? MKX_FP8_E5M2 : MKX_FP8_E4M3,
+                       i % 2 ? MKX_FP32 : MKX_BF16,
+                       pairs[p][0],
+                       pairs[p][1],
+                       p % 2 ? 200 : 129,
+                       p % 3 ? 130 : 70,
+                       2,
+                       2,
+                       i % 4 == 3 ? mt.size - 1 : -1};
+      layer_case(&c, 0);
+    }
+  const lcase pc = {MKX_FP8_E4M3,
+                    MKX_BF16,
+                    MKX_SCALE_BLOCK,
+                    MKX_SCALE_BLOCK,
+                    256,
+                    130,
+                    2,
+                    2,
+                    -1};
+  layer_case(&pc, 1);
+}
+
+/* A NaN in scales2->b on the last rank. */
+static void layer_bad_scale2(void) {
+  const lcase c = {MKX_FP8_E4M3,
+                   MKX_FP32,
+                   MKX_SCALE_ROW,
+                   MKX_SCALE_BLOCK,
+                   129,
+                   70,
+                   2,
+                   2,
+                   -1};
+  lin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) lgen(&c, q, &all[q]);
+  lin *me = &all[mt.rank];
+  const mcase d = dispatch_view(&c);
+  bufs b;
+  bufs_make(&d, &me->r, 0, &b);
+  const int bad = mt.rank == mt.size - 1;
+  if (bad) me->sb2[1] = NAN;
+  const MKX_Scales s = scales_of(&d, &me->r, &b);
+  const MKX_Scales s2 = {c.lay2, NULL, me->sb2, NULL};
+  float *out = malloc(sizeof(float) * (size_t)(me->r.T * c.hidden) + 4);
+  mt_poison(out, sizeof(float) * (size_t)(me->r.T * c.hidden));
+  int rc = MKX_ERR_INTERNAL;
+  if (!mt.device)
+    rc = MKX_Moe_layer_scaled(me->r.X, me->r.T, c.hidden, me->r.ids, me->r.gate,
+                              c.topk, c.ep * mt.size, me->r.W, me->W2, c.ffn,
+                              out, c.dt, c.ot, &s, &s2, comm, NULL);
+  const char *msg = MKX_Get_last_error();
+  int written = 0;
+  for (int64_t i = 0; i < me->r.T * c.hidden; i++)
+    written += !mt_is_poison(out, MKX_FP32, (size_t)i);
+  if (!mt.device)
+    CHECK(rc == (bad ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER) &&
+              (!bad || strstr(msg, "scales2->b[1]")) && !written,
+          "layer, a NaN in scales2->b on the last rank: rc %d, \"%s\", %d "
+          "written",
+          rc, msg, written);
+  free(out);
+  bufs_free(&b);
+  for (int q = 0; q < mt.size; q++) lin_free(&all[q]);
+  free(all);
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   if (mt.size > 16) {
@@ -605,6 +901,8 @@ int main(int argc, char **argv) {
   plan_case(MKX_SCALE_BLOCK);
   if (!mt.device) plan_case(MKX_SCALE_ROW);
   for (int k = 0; k < BAD_COUNT; k++) bad_case(k);
+  layer_matrix(mt.device ? 3 : 1);
+  layer_bad_scale2();
   mt_guard_off();
   rc = MKX_Comm_free(&comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");

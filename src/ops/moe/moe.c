@@ -16,17 +16,27 @@ static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
 static const char *const scaled_sig_names[] = {
     "hidden", "topk",  "num_experts",    "n (or ffn)",
     "dtype",  "ytype", "scales->layout", NULL};
+static const char *const layer_scaled_sig_names[] = {
+    "hidden", "topk",           "num_experts",     "n (or ffn)", "dtype",
+    "otype",  "scales->layout", "scales2->layout", NULL};
 
 static const char *const scaled_fn = "MKX_Moe_dispatch_gemm_scaled";
+static const char *const layer_scaled_fn = "MKX_Moe_layer_scaled";
 
-/* The types: fp8 and scales only through the _scaled call (fn). */
+/* The types: fp8 and scales only through the _scaled calls (fn). */
 static int check_types(const char *fn, mkx_moe_args *a) {
-  if (fn != scaled_fn) {
+  if (fn != scaled_fn && fn != layer_scaled_fn) {
     MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
     return mkx_check_not_fp8(fn, a->dtype);
   }
-  MKX_TRY(mkx_check_gemm_types(fn, "ytype", a->dtype, a->ytype));
-  return mkx_check_scales(fn, &a->sc, a->dtype, a->num_tokens > 0, 1);
+  const int layer = fn == layer_scaled_fn;
+  MKX_TRY(
+      mkx_check_gemm_types(fn, layer ? "otype" : "ytype", a->dtype, a->ytype));
+  MKX_TRY(mkx_check_scales(fn, &a->sc, a->dtype, a->num_tokens > 0, 1));
+  if (!layer) return MKX_SUCCESS;
+  MKX_TRY(mkx_check_scales_named(fn, "scales2", &a->sc2, a->dtype, 0, 1));
+  a->sc2.a = NULL; /* never read */
+  return MKX_SUCCESS;
 }
 
 static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
@@ -58,7 +68,7 @@ static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
 
 static void signature(const mkx_moe_args *a, int64_t width, mkx_signature *s) {
   *s = (mkx_signature){.sig = {a->hidden, a->topk, a->num_experts, width,
-                               a->dtype, a->ytype, a->sc.layout},
+                               a->dtype, a->ytype, a->sc.layout, a->sc2.layout},
                        .local = a->num_tokens,
                        .late = {-1, -1, -1}};
 }
@@ -87,9 +97,8 @@ static int scaled_check(MKX_Comm c, void *args, mkx_signature *s) {
   return dispatch_check_as(c, scaled_fn, args, s);
 }
 
-static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
-  mkx_moe_args *a = args;
-  const char *fn = "MKX_Moe_layer";
+static int layer_check_as(MKX_Comm c, const char *fn, mkx_moe_args *a,
+                          mkx_signature *s) {
   MKX_TRY(check_common(c, fn, a));
   MKX_TRY(mkx_check_size(fn, "ffn", a->ffn, 1));
   MKX_TRY(mkx_check_ptr(fn, "W1", a->W));
@@ -107,6 +116,13 @@ static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
   return MKX_SUCCESS;
 }
 
+static int layer_check(MKX_Comm c, void *args, mkx_signature *s) {
+  return layer_check_as(c, "MKX_Moe_layer", args, s);
+}
+static int layer_scaled_check(MKX_Comm c, void *args, mkx_signature *s) {
+  return layer_check_as(c, layer_scaled_fn, args, s);
+}
+
 /* Buffers common to both calls: tokens and routing. */
 static int token_buffers(mkx_moe_args *a, mkx_buffer *b) {
   size_t es = MKX_Type_size(a->dtype);
@@ -120,26 +136,32 @@ static int token_buffers(mkx_moe_args *a, mkx_buffer *b) {
   return 3;
 }
 
+/* scales->a (X's) and scales->b (each local expert's hidden x n weight). */
+static int scale_buffers(mkx_moe_args *a, size_t ep, int64_t n, mkx_buffer *b) {
+  const MKX_Scale_layout l = a->sc.layout;
+  b[0] = (mkx_buffer){
+      "scales->a", (void **)&a->sc.a,
+      sizeof(float) * (size_t)mkx_scales_a_count(l, a->num_tokens, a->hidden),
+      MKX_BUF_IN};
+  b[1] = (mkx_buffer){
+      "scales->b", (void **)&a->sc.b,
+      sizeof(float) * ep * (size_t)mkx_scales_b_count(l, a->hidden, n),
+      MKX_BUF_IN};
+  return 2;
+}
+
 static int dispatch_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
                             mkx_buffer *b) {
   mkx_moe_args *a = args;
   size_t es = MKX_Type_size(a->dtype), ys = MKX_Type_size(a->ytype);
   size_t ep = (size_t)(a->num_experts / c->size);
-  const MKX_Scale_layout l = a->sc.layout;
   int n = token_buffers(a, b);
   (void)g;
   b[n++] = (mkx_buffer){"W", (void **)&a->W,
                         ep * (size_t)(a->hidden * a->n) * es, MKX_BUF_IN};
   b[n++] =
       (mkx_buffer){"Y", &a->Y, (size_t)(a->y_rows * a->n) * ys, MKX_BUF_OUT};
-  b[n++] = (mkx_buffer){
-      "scales->a", (void **)&a->sc.a,
-      sizeof(float) * (size_t)mkx_scales_a_count(l, a->num_tokens, a->hidden),
-      MKX_BUF_IN};
-  b[n++] = (mkx_buffer){
-      "scales->b", (void **)&a->sc.b,
-      sizeof(float) * ep * (size_t)mkx_scales_b_count(l, a->hidden, a->n),
-      MKX_BUF_IN};
+  n += scale_buffers(a, ep, a->n, b + n);
   b[n++] = (mkx_buffer){"expert_rows", (void **)&a->expert_rows,
                         ep * sizeof(int64_t), MKX_BUF_OUT};
   b[n++] = (mkx_buffer){"origin", (void **)&a->origin,
@@ -150,16 +172,22 @@ static int dispatch_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
 static int layer_buffers(MKX_Comm c, void *args, const mkx_agreed *g,
                          mkx_buffer *b) {
   mkx_moe_args *a = args;
-  size_t es = MKX_Type_size(a->dtype);
+  size_t es = MKX_Type_size(a->dtype), os = MKX_Type_size(a->ytype);
   size_t ep = (size_t)(a->num_experts / c->size);
   int n = token_buffers(a, b);
   (void)g;
+  n += scale_buffers(a, ep, 2 * a->ffn, b + n);
+  b[n++] = (mkx_buffer){
+      "scales2->b", (void **)&a->sc2.b,
+      sizeof(float) * ep *
+          (size_t)mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden),
+      MKX_BUF_IN};
   b[n++] = (mkx_buffer){"W1", (void **)&a->W,
                         ep * (size_t)(a->hidden * 2 * a->ffn) * es, MKX_BUF_IN};
   b[n++] = (mkx_buffer){"W2", (void **)&a->W2,
                         ep * (size_t)(a->ffn * a->hidden) * es, MKX_BUF_IN};
   b[n++] = (mkx_buffer){"out", &a->out,
-                        (size_t)(a->num_tokens * a->hidden) * es, MKX_BUF_OUT};
+                        (size_t)(a->num_tokens * a->hidden) * os, MKX_BUF_OUT};
   return n;
 }
 
@@ -194,6 +222,16 @@ static const mkx_op_class mkx_op_moe_dispatch_gemm_scaled = {
     .check = scaled_check,
     .buffers = dispatch_buffers,
     .host = dispatch_host,
+};
+
+static const mkx_op_class mkx_op_moe_layer_scaled = {
+    .name = "MKX_Moe_layer_scaled",
+    .kind = MKX_OP_MOE_LAYER,
+    .args_size = sizeof(mkx_moe_args),
+    .sig_names = layer_scaled_sig_names,
+    .check = layer_scaled_check,
+    .buffers = layer_buffers,
+    .host = layer_host,
 };
 
 const mkx_op_class mkx_op_moe_layer = {
@@ -232,7 +270,8 @@ static mkx_moe_args dispatch_args(const void *X, int64_t num_tokens,
                         .origin = origin,
                         .dtype = dtype,
                         .ytype = dtype,
-                        .sc = mkx_scales_arg(NULL)};
+                        .sc = mkx_scales_arg(NULL),
+                        .sc2 = mkx_scales_arg(NULL)};
 }
 
 static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
@@ -254,7 +293,8 @@ static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
                         .out = out,
                         .dtype = dtype,
                         .ytype = dtype,
-                        .sc = mkx_scales_arg(NULL)};
+                        .sc = mkx_scales_arg(NULL),
+                        .sc2 = mkx_scales_arg(NULL)};
 }
 
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
@@ -344,4 +384,45 @@ int MKX_Moe_dispatch_gemm_scaled_init(
                                origin, dtype, ytype, scales);
   return mkx_plan_create(comm, &mkx_op_moe_dispatch_gemm_scaled, &a, info,
                          request);
+}
+
+/* The layer's _scaled call's arguments. */
+static mkx_moe_args layer_scaled_args(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W1,
+    const void *W2, int64_t ffn, void *out, MKX_Datatype dtype,
+    MKX_Datatype otype, const MKX_Scales *scales, const MKX_Scales *scales2) {
+  mkx_moe_args a = layer_args(X, num_tokens, hidden, topk_ids, topk_weight,
+                              topk, num_experts, W1, W2, ffn, out, dtype);
+  a.ytype = otype;
+  a.sc = mkx_scales_arg(scales);
+  a.sc2 = mkx_scales_arg(scales2);
+  return a;
+}
+
+int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
+                         const int32_t *topk_ids, const float *topk_weight,
+                         int64_t topk, int64_t num_experts, const void *W1,
+                         const void *W2, int64_t ffn, void *out,
+                         MKX_Datatype dtype, MKX_Datatype otype,
+                         const MKX_Scales *scales, const MKX_Scales *scales2,
+                         MKX_Comm comm, MKX_Stream stream) {
+  mkx_moe_args a = layer_scaled_args(X, num_tokens, hidden, topk_ids,
+                                     topk_weight, topk, num_experts, W1, W2,
+                                     ffn, out, dtype, otype, scales, scales2);
+  return mkx_op_call(comm, &mkx_op_moe_layer_scaled, &a, stream);
+}
+
+int MKX_Moe_layer_scaled_init(const void *X, int64_t num_tokens, int64_t hidden,
+                              const int32_t *topk_ids, const float *topk_weight,
+                              int64_t topk, int64_t num_experts, const void *W1,
+                              const void *W2, int64_t ffn, void *out,
+                              MKX_Datatype dtype, MKX_Datatype otype,
+                              const MKX_Scales *scales,
+                              const MKX_Scales *scales2, MKX_Comm comm,
+                              MPI_Info info, MKX_Request *request) {
+  mkx_moe_args a = layer_scaled_args(X, num_tokens, hidden, topk_ids,
+                                     topk_weight, topk, num_experts, W1, W2,
+                                     ffn, out, dtype, otype, scales, scales2);
+  return mkx_plan_create(comm, &mkx_op_moe_layer_scaled, &a, info, request);
 }
