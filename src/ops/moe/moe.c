@@ -10,7 +10,8 @@
 #include "ops/moe/moe_gpu.h"
 #endif
 
-/* The _scaled call agrees on two more (signature() fills all seven). */
+/* The _scaled calls agree also on their output type and scale layouts
+ * (signature() fills all eight values; each class names its own). */
 static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
                                         "n (or ffn)", "dtype", NULL};
 static const char *const scaled_sig_names[] = {
