@@ -603,13 +603,13 @@ uint32_t mkx_comm_net_gpu_slot(MKX_Comm c, int src) {
          (uint32_t)src * MKX_COMM_NET_GPU_WORDS;
 }
 
+#if HAVE_CUDA
 /* The word of src's first write into the region: after every rank's
  * block of the kernels' words. */
 static uint32_t warm_slot(MKX_Comm c, int src) {
   return mkx_comm_net_gpu_slot(c, c->size) + (uint32_t)src;
 }
 
-#if HAVE_CUDA
 const mkx_proxy_gpu *mkx_comm_net_gpu(MKX_Comm c) {
   const mkx_comm_net *cn = c->net;
   return cn ? cn->gpu : NULL;

@@ -199,55 +199,36 @@ static int layer_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
   return mkx_host_moe_layer(c, a, g);
 }
 
-const mkx_op_class mkx_op_moe_dispatch_gemm = {
-    .name = "MKX_Moe_dispatch_gemm",
-    .kind = MKX_OP_MOE_DISPATCH_GEMM,
-    .args_size = sizeof(mkx_moe_args),
-    .sig_names = sig_names,
-    .check = dispatch_check,
-    .buffers = dispatch_buffers,
-    .host = dispatch_host,
 #if HAVE_CUDA
-    .gpu_check = mkx_moe_dispatch_gpu_check,
-    .gpu_choose = mkx_moe_dispatch_gpu_choose,
+#define MOE_GPU_HOOKS(op)                                                      \
+  .gpu_check = mkx_moe_##op##_gpu_check,                                       \
+  .gpu_choose = mkx_moe_##op##_gpu_choose,
+#else
+#define MOE_GPU_HOOKS(op)
 #endif
-};
 
-/* A class of its own so that its messages and agreement name the call;
- * no GPU hooks: device buffers are staged. */
-static const mkx_op_class mkx_op_moe_dispatch_gemm_scaled = {
-    .name = "MKX_Moe_dispatch_gemm_scaled",
-    .kind = MKX_OP_MOE_DISPATCH_GEMM,
-    .args_size = sizeof(mkx_moe_args),
-    .sig_names = scaled_sig_names,
-    .check = scaled_check,
-    .buffers = dispatch_buffers,
-    .host = dispatch_host,
-};
+/* An operation under one of its public names: the plain calls with their
+ * GPU paths; the _scaled ones of the same kind with no GPU hooks (device
+ * buffers are staged), named in their messages and agreement. */
+#define MOE_CLASS(public_name, KIND, names, op, ...)                           \
+  {                                                                            \
+    .name = public_name, .kind = MKX_OP_##KIND,                                \
+    .args_size = sizeof(mkx_moe_args), .sig_names = names,                     \
+    .buffers = op##_buffers, .host = op##_host, __VA_ARGS__                    \
+  }
 
-static const mkx_op_class mkx_op_moe_layer_scaled = {
-    .name = "MKX_Moe_layer_scaled",
-    .kind = MKX_OP_MOE_LAYER,
-    .args_size = sizeof(mkx_moe_args),
-    .sig_names = layer_scaled_sig_names,
-    .check = layer_scaled_check,
-    .buffers = layer_buffers,
-    .host = layer_host,
-};
-
-const mkx_op_class mkx_op_moe_layer = {
-    .name = "MKX_Moe_layer",
-    .kind = MKX_OP_MOE_LAYER,
-    .args_size = sizeof(mkx_moe_args),
-    .sig_names = sig_names,
-    .check = layer_check,
-    .buffers = layer_buffers,
-    .host = layer_host,
-#if HAVE_CUDA
-    .gpu_check = mkx_moe_layer_gpu_check,
-    .gpu_choose = mkx_moe_layer_gpu_choose,
-#endif
-};
+const mkx_op_class mkx_op_moe_dispatch_gemm =
+    MOE_CLASS("MKX_Moe_dispatch_gemm", MOE_DISPATCH_GEMM, sig_names, dispatch,
+              .check = dispatch_check, MOE_GPU_HOOKS(dispatch));
+static const mkx_op_class mkx_op_moe_dispatch_gemm_scaled =
+    MOE_CLASS("MKX_Moe_dispatch_gemm_scaled", MOE_DISPATCH_GEMM,
+              scaled_sig_names, dispatch, .check = scaled_check);
+const mkx_op_class mkx_op_moe_layer =
+    MOE_CLASS("MKX_Moe_layer", MOE_LAYER, sig_names, layer,
+              .check = layer_check, MOE_GPU_HOOKS(layer));
+static const mkx_op_class mkx_op_moe_layer_scaled =
+    MOE_CLASS("MKX_Moe_layer_scaled", MOE_LAYER, layer_scaled_sig_names, layer,
+              .check = layer_scaled_check);
 
 /* The arguments of a dispatch call, or of a layer call (W2 != NULL). */
 static mkx_moe_args dispatch_args(const void *X, int64_t num_tokens,
