@@ -214,12 +214,13 @@ function cdummy(i, form,    t) {
 
 # ---- Fortran: the interfaces to C -------------------------------------------
 
-function c_interface(fname, cname, form,    cnt, i, imp) {
+function c_interface(fname, cname, form,    cnt, i, imp, imp2) {
   cnt = names(0)
   print wrap("    function " fname "(", cnt, ")", 8, "&") " &" > spec
   print "        bind(C, name=\"" cname "\") result(rc)" > spec
   imp = "c_ptr, c_int, c_int64_t, c_double"
-  for (i = 1; i <= nv; i++) if (vk[i] == "scales") imp = imp ", MKX_Scales"
+  for (i = 1; i <= nv; i++) if (vk[i] == "scales") imp2 = ", MKX_Scales"
+  imp = imp imp2
   print "      import :: " imp > spec
   for (i = 1; i <= nv; i++) print "      " cdummy(i, form) > spec
   print "      integer(c_int) :: rc" > spec
