@@ -69,6 +69,7 @@ program test_f08_api
   call test_moe_dispatch_gemm()
   call test_moe_dispatch_gemm_scaled()
   call test_moe_layer()
+  call test_moe_layer_scaled()
   call test_persistent()
   call test_errors()
   call test_info_print()
@@ -1017,6 +1018,85 @@ contains
     err = rel_err(reshape(out, [hid * nt]), reshape(ref, [hid * nt]))
     call check(err < 1e-10_real64, "MKX_Moe_layer: out")
   end subroutine test_moe_layer
+
+  ! E4M3 tokens, W1 and W2 with scales (tensor for X and W1, per column of
+  ! W2), out in fp32; the same routing as above.  W(e) for expert e is the
+  ! fp8 bits of small values; the reference in fp64.
+  subroutine test_moe_layer_scaled()
+    integer, parameter :: nt = 3, hid = 4, ffn = 3, topk = 2
+    integer :: ne, epr, t, slot, e, i, j
+    integer(int8), target :: X(hid, nt)
+    integer(int8), allocatable, target :: W1(:,:,:), W2(:,:,:)
+    real(c_float), target :: sx(1)
+    real(c_float), allocatable, target :: s1(:), s2(:,:)
+    real(c_float) :: out(hid, nt), wts(topk, nt)
+    real(real64) :: ref(hid, nt), xv(hid), g(2 * ffn), a(ffn), w1v(2 * ffn, hid), &
+        w2v(hid, ffn), err
+    integer(c_int32_t) :: ids(topk, nt)
+    ne = nranks
+    if (ne < 2) ne = 2
+    ne = ne - modulo(ne, nranks)
+    epr = ne / nranks
+    allocate(W1(2 * ffn, hid, epr), W2(hid, ffn, epr), s1(epr), s2(hid, epr))
+    sx = 0.5_c_float
+    do e = 1, epr
+      call layer_w(rank * epr + e - 1, W1(:, :, e), W2(:, :, e), s1(e), &
+          s2(:, e))
+    end do
+    ref = 0
+    do t = 1, nt
+      X(:, t) = [(fp8(i + 2 * t + rank, .false.), i = 1, hid)]
+      xv = 0.5_real64 * fp8_val(X(:, t), .false.)
+      do slot = 1, topk
+        ids(slot, t) = int(modulo(rank + t + slot, ne), c_int32_t)
+        wts(slot, t) = real(0.5 / slot, c_float)
+        block
+          integer(int8) :: b1(2 * ffn, hid), b2(hid, ffn)
+          real(c_float) :: t1, t2(hid)
+          call layer_w(int(ids(slot, t)), b1, b2, t1, t2)
+          w1v = t1 * fp8_val(b1, .false.)
+          do j = 1, ffn
+            w2v(:, j) = real(t2, real64) * fp8_val(b2(:, j), .false.)
+          end do
+        end block
+        g = matmul(w1v, xv)
+        a = g(1:ffn) / (1 + exp(-g(1:ffn))) * g(ffn + 1:)
+        ref(:, t) = ref(:, t) + real(wts(slot, t), real64) * matmul(w2v, a)
+      end do
+    end do
+    out = -1
+    call MKX_Moe_layer_scaled(X, int(nt, c_int64_t), int(hid, c_int64_t), &
+        ids, wts, int(topk, c_int64_t), int(ne, c_int64_t), W1, W2, &
+        int(ffn, c_int64_t), out, MKX_FP8_E4M3, MKX_FP32, &
+        MKX_Scales(MKX_SCALE_TENSOR, c_loc(sx), c_loc(s1), c_null_ptr), &
+        MKX_Scales(MKX_SCALE_ROW, c_null_ptr, c_loc(s2), c_null_ptr), comm, &
+        ierror=ierr)
+    call check(ierr == MKX_SUCCESS, "MKX_Moe_layer_scaled (arrays)")
+    err = rel_err(real(reshape(out, [hid * nt]), real64), &
+        reshape(ref, [hid * nt]))
+    call check(err < 1e-5_real64, "MKX_Moe_layer_scaled: out")
+  end subroutine test_moe_layer_scaled
+
+  ! Expert e's fp8 W1 (2 ffn x hid, as Fortran sees [hid][2 ffn]) and W2,
+  ! W1's tensor scale and W2's column scales (powers of two).
+  subroutine layer_w(e, W1, W2, s1, s2)
+    integer, intent(in) :: e
+    integer(int8), intent(out) :: W1(:,:), W2(:,:)
+    real(c_float), intent(out) :: s1, s2(:)
+    integer :: i, j
+    do j = 1, size(W1, 2)
+      do i = 1, size(W1, 1)
+        W1(i, j) = fp8(i + 3 * j + e, .false.)
+      end do
+    end do
+    do j = 1, size(W2, 2)
+      do i = 1, size(W2, 1)
+        W2(i, j) = fp8(2 * i + j + e, .false.)
+      end do
+    end do
+    s1 = 2.0_c_float**modulo(e, 2)
+    s2 = [(0.5_c_float**modulo(i + e, 3), i = 1, size(s2))]
+  end subroutine layer_w
 
   ! ---- persistent requests ------------------------------------------------------------------------
   subroutine test_persistent()
