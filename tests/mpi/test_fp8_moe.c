@@ -70,8 +70,6 @@ static int64_t tokens_of(const mcase *c, int q) {
   return q == c->empty ? 0 : 3 + (q * 7 + c->hidden + c->n) % (MAXTOK - 3);
 }
 
-static size_t esize(MKX_Datatype t) { return mt_type_size(t); }
-
 static int64_t count_a(const mcase *c, int64_t T, int64_t kb) {
   if (T == 0) return 0;
   return c->lay == MKX_SCALE_TENSOR  ? 1
@@ -79,11 +77,28 @@ static int64_t count_a(const mcase *c, int64_t T, int64_t kb) {
          : c->lay == MKX_SCALE_BLOCK ? T * kb
                                      : 0;
 }
-static int64_t count_b(const mcase *c, int64_t kb, int64_t nb) {
-  return c->lay == MKX_SCALE_TENSOR  ? c->ep
-         : c->lay == MKX_SCALE_ROW   ? c->ep * c->n
-         : c->lay == MKX_SCALE_BLOCK ? c->ep * kb * nb
-                                     : 0;
+static int64_t count_w(MKX_Scale_layout l, int64_t ep, int64_t rows,
+                       int64_t cols) {
+  return l == MKX_SCALE_TENSOR  ? ep
+         : l == MKX_SCALE_ROW   ? ep * cols
+         : l == MKX_SCALE_BLOCK ? ep * cdiv(rows, BS) * cdiv(cols, BS)
+                                : 0;
+}
+
+/* The scale of element (i, j) of local expert e's rows x cols weight. */
+static double sw_of(MKX_Scale_layout l, const float *s, int64_t e, int64_t rows,
+                    int64_t cols, int64_t i, int64_t j) {
+  const int64_t kb = cdiv(rows, BS), nb = cdiv(cols, BS);
+  switch (l) {
+    case MKX_SCALE_TENSOR:
+      return s[e];
+    case MKX_SCALE_ROW:
+      return s[e * cols + j];
+    case MKX_SCALE_BLOCK:
+      return s[e * kb * nb + (i / BS) * nb + j / BS];
+    default:
+      return 1.0;
+  }
 }
 
 static float rand_scale(mt_rng *g) {
@@ -112,7 +127,7 @@ static double elem(MKX_Datatype t, const uint8_t *p) {
 /* Rank q's inputs (every rank can make every rank's). */
 static void gen(const mcase *c, int q, rin *r) {
   const int64_t E = c->ep * mt.size, H = c->hidden;
-  const size_t es = esize(c->dt);
+  const size_t es = mt_type_size(c->dt);
   mt_rng g;
   memset(r, 0, sizeof *r);
   r->T = tokens_of(c, q);
@@ -139,7 +154,7 @@ static void gen(const mcase *c, int q, rin *r) {
   for (int64_t i = 0; i < r->T * c->topk; i++)
     r->gate[i] = (float)(0.25 + mt_rng_unit(&g));
   r->na = count_a(c, r->T, r->kb);
-  r->nbs = count_b(c, r->kb, r->nb);
+  r->nbs = count_w(c->lay, c->ep, H, c->n);
   r->sa = malloc(sizeof(float) * (size_t)r->na + 1);
   r->sb = malloc(sizeof(float) * (size_t)r->nbs + 1);
   mt_rng_init(&g, mt.seed + (uint64_t)c->version, q, T_SA);
@@ -172,16 +187,7 @@ static double sa_of(const mcase *c, const rin *r, int64_t t, int64_t h) {
 }
 static double sb_of(const mcase *c, const rin *r, int64_t e, int64_t h,
                     int64_t j) {
-  switch (c->lay) {
-    case MKX_SCALE_TENSOR:
-      return r->sb[e];
-    case MKX_SCALE_ROW:
-      return r->sb[e * c->n + j];
-    case MKX_SCALE_BLOCK:
-      return r->sb[e * r->kb * r->nb + (h / BS) * r->nb + j / BS];
-    default:
-      return 1.0;
-  }
+  return sw_of(c->lay, r->sb, e, c->hidden, c->n, h, j);
 }
 
 /* What this rank must receive: rows grouped by local expert, each in
@@ -196,7 +202,7 @@ typedef struct expect {
 static void expect_make(const mcase *c, const rin *all, const rin *me,
                         expect *x) {
   const int64_t H = c->hidden, n = c->n, first = (int64_t)mt.rank * c->ep;
-  const size_t es = esize(c->dt);
+  const size_t es = mt_type_size(c->dt);
   int64_t cap = 0;
   for (int q = 0; q < mt.size; q++) cap += all[q].T * c->topk;
   x->rows = 0;
@@ -258,7 +264,7 @@ typedef struct bufs {
 } bufs;
 
 static void bufs_make(const mcase *c, const rin *me, int64_t y_rows, bufs *b) {
-  const size_t es = esize(c->dt), ys = esize(c->yt);
+  const size_t es = mt_type_size(c->dt), ys = mt_type_size(c->yt);
   memset(b, 0, sizeof *b);
   b->y_rows = y_rows;
   tbuf_alloc(&b->X, (size_t)(me->T * c->hidden) * es);
@@ -610,33 +616,9 @@ static mcase dispatch_view(const lcase *c) {
                  c->topk, c->ep, 1,      c->empty,  0};
 }
 
-static int64_t count_w(MKX_Scale_layout l, int64_t ep, int64_t rows,
-                       int64_t cols) {
-  return l == MKX_SCALE_TENSOR  ? ep
-         : l == MKX_SCALE_ROW   ? ep * cols
-         : l == MKX_SCALE_BLOCK ? ep * cdiv(rows, BS) * cdiv(cols, BS)
-                                : 0;
-}
-
-/* The scale of element (i, j) of local expert e's rows x cols weight. */
-static double sw_of(MKX_Scale_layout l, const float *s, int64_t e, int64_t rows,
-                    int64_t cols, int64_t i, int64_t j) {
-  const int64_t kb = cdiv(rows, BS), nb = cdiv(cols, BS);
-  switch (l) {
-    case MKX_SCALE_TENSOR:
-      return s[e];
-    case MKX_SCALE_ROW:
-      return s[e * cols + j];
-    case MKX_SCALE_BLOCK:
-      return s[e * kb * nb + (i / BS) * nb + j / BS];
-    default:
-      return 1.0;
-  }
-}
-
 static void lgen(const lcase *c, int q, lin *l) {
   const mcase d = dispatch_view(c);
-  const size_t es = esize(c->dt);
+  const size_t es = mt_type_size(c->dt);
   mt_rng g;
   gen(&d, q, &l->r);
   const int64_t n = c->ep * c->ffn * c->hidden;
@@ -658,7 +640,7 @@ static void lin_free(lin *l) {
 static void dequant(const lcase *c, const lin *l, int64_t e, double *w1,
                     double *w2) {
   const int64_t H = c->hidden, F = c->ffn;
-  const size_t es = esize(c->dt);
+  const size_t es = mt_type_size(c->dt);
   for (int64_t h = 0; h < H; h++)
     for (int64_t j = 0; j < 2 * F; j++)
       w1[h * 2 * F + j] = elem(c->dt, l->r.W + ((e * H + h) * 2 * F + j) * es) *
@@ -690,7 +672,7 @@ static void layer_ref(const lcase *c, const lin *all, double *ref,
   double *esum = calloc((size_t)(H + 1), sizeof(double));
   for (int64_t t = 0; t < me->r.T; t++) {
     for (int64_t h = 0; h < H; h++)
-      xv[h] = elem(c->dt, me->r.X + (t * H + h) * esize(c->dt)) *
+      xv[h] = elem(c->dt, me->r.X + (t * H + h) * mt_type_size(c->dt)) *
               sa_of(&d, &me->r, t, h);
     for (int64_t h = 0; h < H; h++) esum[h] = 0;
     for (int64_t j = 0; j < c->topk; j++) {
@@ -748,9 +730,9 @@ static void layer_case(const lcase *c, int plan) {
   bufs b;
   bufs_make(&d, &me->r, 0, &b);
   tbuf W2, sb2, out;
-  tbuf_alloc(&W2, (size_t)(c->ep * c->ffn * H) * esize(c->dt));
+  tbuf_alloc(&W2, (size_t)(c->ep * c->ffn * H) * mt_type_size(c->dt));
   tbuf_alloc(&sb2, sizeof(float) * (size_t)(me->nb2 + GUARD));
-  tbuf_alloc(&out, (size_t)((T + GUARD) * H) * esize(c->ot));
+  tbuf_alloc(&out, (size_t)((T + GUARD) * H) * mt_type_size(c->ot));
   memcpy(W2.host, me->W2, W2.bytes);
   memcpy(sb2.host, me->sb2, sizeof(float) * (size_t)me->nb2);
   tbuf_upload(&W2), tbuf_upload(&sb2), tbuf_poison(&out);
