@@ -673,8 +673,9 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * a_out is ignored.  The scale rules (values, NULL pointers, agreed
  * layout) are those of MKX_Scales; a may be NULL when num_tokens is 0.
  * Agreed besides the call's: ytype and scales->layout.  The call takes
- * the host path for host buffers and the staged path for device buffers
- * (no fused fp8 GPU kernel yet).  The plain MKX_Moe_dispatch_gemm and
+ * the host path for host buffers.  With device buffers, fp8 or a ytype
+ * other than dtype takes the staged path (no fused fp8 GPU kernel yet);
+ * otherwise it takes the plain call's path.  The plain MKX_Moe_dispatch_gemm and
  * MKX_Moe_layer return MKX_ERR_UNSUPPORTED for an fp8 dtype (the layer's
  * fp8 form: MKX_Moe_layer_scaled).
  */
@@ -702,9 +703,9 @@ int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
  * Each element is multiplied by its scale and rounded to fp32; x W1, the
  * SwiGLU activation, each FFN output and the weighted sum stay in fp32,
  * and out is rounded once to otype.  The two layouts are agreed (each may
- * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Host path for
- * host buffers, staged path for device buffers (no fused fp8 GPU kernel
- * yet).
+ * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths as for
+ * MKX_Moe_dispatch_gemm_scaled: device buffers with fp8 or an otype other
+ * than dtype are staged, the others take the plain call's path.
  */
 int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
                          const int32_t *topk_ids, const float *topk_weight,

@@ -91,7 +91,10 @@ int MKX_Tiles_begin(MKX_Tiles tiles, MKX_Stream stream);
 /* Local.  `stream` waits (on the GPU, bounded) until every data tile that
  * rows [row0, row0 + nrows) x columns [col0, col0 + ncols) touch on rank
  * `rank`'s copy is complete in this epoch: for kernels without source,
- * such as cuBLAS, and for copies.  Errors: MKX_ERR_INVALID_ARG (rank,
+ * such as cuBLAS, and for copies.  Enqueue it after this process's work
+ * that completes those tiles: what follows it on `stream` holds a hardware
+ * queue that the producer's stream may share (docs/tiles.md).
+ * Errors: MKX_ERR_INVALID_ARG (rank,
  * rectangle outside the tensor), MKX_ERR_UNSUPPORTED (rank on another
  * node), MKX_ERR_CUDA, the set's recorded failure. */
 int MKX_Tiles_wait(MKX_Tiles tiles, int rank, int64_t row0, int64_t nrows,
@@ -154,7 +157,10 @@ int MKX_Allgather_tiles(const void *send, int64_t ld_send, MKX_Tiles tiles,
  * The reduction runs on `stream`: one kernel of a few CTAs that wait for
  * each tile, or (option tiles_reduce=staged) groups of rows, each a
  * one-block wait followed by a kernel.  Enqueue it on another stream than
- * the producers' (or before them), so that it runs while they do.  The copies must not change until `stream` has passed it.
+ * the producers', after them (host order: a stream whose work waits holds
+ * the hardware queue it shares with other streams, docs/tiles.md), so
+ * that it runs while they do.  The copies must not change until `stream`
+ * has passed it.
  * Errors: MKX_ERR_INVALID_ARG (sets; out unlike tiles; a set without
  * buffers), MKX_ERR_NULL_POINTER (recv), MKX_ERR_BAD_LD, MKX_ERR_UNSUPPORTED,
  * MKX_ERR_CUDA, the sets' recorded failures.

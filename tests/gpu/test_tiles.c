@@ -293,9 +293,11 @@ static void reductions(MKX_Comm c) {
     MKX(MKX_Tiles_begin(out.t, out.st));
     CUDA(cudaEventRecord(ev, out.st));
     CUDA(cudaStreamWaitEvent(ps, ev, 0));
+    /* the producer first: a stream whose work waits holds its hardware
+     * queue, which the producer's stream may share (docs/tiles.md) */
+    CUDA((cudaError_t)tk_produce(&in.d, rank, 0, ROWS, 32, 24, rank, ps));
     MKX(MKX_Reduce_scatter_tiles(in.t, recv, COLS, out.st));
     MKX(MKX_Allreduce_tiles(in.t, out.t, out.st));
-    CUDA((cudaError_t)tk_produce(&in.d, rank, 0, ROWS, 32, 24, rank, ps));
     CUDA((cudaError_t)tk_consume(&out.d, 40, 56, out.out, out.failed, out.st));
     CUDA(cudaEventRecord(ev, ps));
     CUDA(cudaStreamWaitEvent(out.st, ev, 0));

@@ -13,7 +13,7 @@
  *    with and without gate weights, a rank without tokens (its X and
  *    scales->a NULL), every element within the bound the contract gives;
  *  - layout NONE with a bf16 dtype and Y: the same bits as
- *    MKX_Moe_dispatch_gemm;
+ *    MKX_Moe_dispatch_gemm (on device buffers: the same path);
  *  - a plan (_scaled_init): two starts with the scale values changed in
  *    between and the MKX_Scales struct scribbled over after _init;
  *  - errors, on the rank at fault (MKX_ERR_PEER elsewhere), no output
@@ -25,7 +25,7 @@
  *    fp32, X/W1 and W2 layouts alike or not, each out element within the
  *    bound that fp32 steps (two GEMMs, SwiGLU, the weighted sum) allow,
  *    computed beside the reference; a NaN in scales2->b;
- *  - --device: the cases on device buffers (the staged path).
+ *  - --device: the cases on device buffers (fp8: the staged path).
  *
  *   mpirun -np P ./test_fp8_moe [--seed N] [--device] [-v]
  */

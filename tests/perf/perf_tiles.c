@@ -133,9 +133,10 @@ static void call_rs(const perf_env *e, const void *v) {
   }
   AK(cudaEventRecord(x->fork, e->st));
   AK(cudaStreamWaitEvent(x->ps, x->fork, 0));
-  AM(MKX_Reduce_scatter_tiles(x->p, x->b.C, x->N, e->st));
+  /* the producer first (docs/tiles.md: a waiting stream holds its queue) */
   AM(MKX_Tiles_gemm(x->a, e->rank, x->b.B, x->N, x->b.k_loc, MKX_TRANS, x->b.P,
                     x->N, MKX_BF16, x->p, x->chunk, x->ps));
+  AM(MKX_Reduce_scatter_tiles(x->p, x->b.C, x->N, e->st));
   AK(cudaEventRecord(x->join, x->ps));
   AK(cudaStreamWaitEvent(e->st, x->join, 0));
 }

@@ -207,9 +207,10 @@ static int layer_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
 #define MOE_GPU_HOOKS(op)
 #endif
 
-/* An operation under one of its public names: the plain calls with their
- * GPU paths; the _scaled ones of the same kind with no GPU hooks (device
- * buffers are staged), named in their messages and agreement. */
+/* An operation under one of its public names, named in its messages and
+ * agreement.  The _scaled calls share the plain calls' GPU paths, which
+ * take only what the plain calls take (bf16/fp16 throughout, no scales):
+ * fp8 on device buffers is staged. */
 #define MOE_CLASS(public_name, KIND, names, op, ...)                           \
   {                                                                            \
     .name = public_name, .kind = MKX_OP_##KIND,                                \
@@ -220,15 +221,15 @@ static int layer_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
 const mkx_op_class mkx_op_moe_dispatch_gemm =
     MOE_CLASS("MKX_Moe_dispatch_gemm", MOE_DISPATCH_GEMM, sig_names, dispatch,
               .check = dispatch_check, MOE_GPU_HOOKS(dispatch));
-static const mkx_op_class mkx_op_moe_dispatch_gemm_scaled =
-    MOE_CLASS("MKX_Moe_dispatch_gemm_scaled", MOE_DISPATCH_GEMM,
-              scaled_sig_names, dispatch, .check = scaled_check);
+static const mkx_op_class mkx_op_moe_dispatch_gemm_scaled = MOE_CLASS(
+    "MKX_Moe_dispatch_gemm_scaled", MOE_DISPATCH_GEMM, scaled_sig_names,
+    dispatch, .check = scaled_check, MOE_GPU_HOOKS(dispatch));
 const mkx_op_class mkx_op_moe_layer =
     MOE_CLASS("MKX_Moe_layer", MOE_LAYER, sig_names, layer,
               .check = layer_check, MOE_GPU_HOOKS(layer));
 static const mkx_op_class mkx_op_moe_layer_scaled =
     MOE_CLASS("MKX_Moe_layer_scaled", MOE_LAYER, layer_scaled_sig_names, layer,
-              .check = layer_scaled_check);
+              .check = layer_scaled_check, MOE_GPU_HOOKS(layer));
 
 /* The arguments of a dispatch call, or of a layer call (W2 != NULL). */
 static mkx_moe_args dispatch_args(const void *X, int64_t num_tokens,

@@ -28,6 +28,11 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a,
   if (a->dtype != MKX_BF16 && a->dtype != MKX_FP16)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path takes bf16 and fp16 only", fn);
+  if (a->ytype != a->dtype)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path writes its output in dtype (ytype %d, "
+                     "dtype %d)",
+                     fn, (int)a->ytype, (int)a->dtype);
   if (c->opt.moe_gpu == MKX_MOE_GPU_OFF)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: option moe_gpu=off", fn);
   if (c->size > 1 && c->opt.moe_gpu != MKX_MOE_GPU_ALL)
