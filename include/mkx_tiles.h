@@ -174,11 +174,14 @@ int MKX_Allreduce_tiles(MKX_Tiles tiles, MKX_Tiles out, MKX_Stream stream);
  * a_rank's copy of set `a` (its rows x cols = M x K, row-major, with a
  * buffer), in chunks of chunk_rows rows (rounded up to whole data-tile
  * rows of `a`; 0: one data-tile row), round-robin on two streams forked
- * from `stream`, from the chunk holding this rank's own block of rows
- * (MKX_Block_range over the node's ranks, which MKX_Allgather_tiles lands
- * first) on: each chunk first waits for its rows of A
- * (MKX_Tiles_wait), and when c_tiles is not NULL (a set of M x n) signals
- * its rows of C on this rank's copy of it after its GEMM.  Local.
+ * from `stream`; each chunk first waits for its rows of A (MKX_Tiles_wait).
+ * Without c_tiles the chunks run from the one holding this rank's own
+ * block of rows (MKX_Block_range over the node's ranks, which
+ * MKX_Allgather_tiles lands first) on.  With c_tiles (a set of M x n, for
+ * a reduction) each chunk signals its rows of C on this rank's copy of it
+ * after its GEMM, and the chunks run in rounds, the k-th chunk of every
+ * node rank's block in turn (the next rank's first, this rank's last), so
+ * that every block of C completes at the same pace.  Local.
  * B: K x n (MKX_NO_TRANS, leading dimension ldb >= n) or n x K
  * (MKX_TRANS, ldb >= K) of a's dtype; C: M x n of ctype, ldc >= n.
  * Types: bf16 or fp16 A and B with bf16, fp16 or fp32 C, or fp32 for all.

@@ -49,35 +49,70 @@ static int gemm_ready(MKX_Tiles a, cudaStream_t st) {
   return rc;
 }
 
-/* The chunks in turn from the one holding this rank's block of rows
- * (MKX_Block_range over the node's ranks): an AllGather into the set
- * lands those rows first, since they are this rank's own. */
-static int chunks(MKX_Tiles a, int q, mkx_gemm_desc g, MKX_Tiles ct,
-                  int64_t chunk, cudaStream_t user) {
+/* One chunk's GEMM of rows [lo, hi) of A on stream s: after its wait,
+ * and signalled on this rank's copy of ct (if any). */
+static int chunk_gemm(MKX_Tiles a, int q, const mkx_gemm_desc *g, MKX_Tiles ct,
+                      int64_t lo, int64_t hi, int i) {
   const MKX_Tiles_dev *d = &a->dev;
-  const size_t es = (size_t)d->elem_size,
-               ces = MKX_Type_size((MKX_Datatype)g.c_type);
+  cudaStream_t s = a->gemm.s[i % 2];
+  int rc = mkx_tiles_wait_launch(d, q, lo, hi - lo, 0, d->cols, s);
+  if (rc) return mkx_cuda_rc((cudaError_t)rc, FN, "wait kernel");
+  mkx_gemm_desc c = *g;
+  c.m = hi - lo;
+  c.a = d->data[q] + (size_t)lo * (size_t)d->ld[q] * (size_t)d->elem_size;
+  c.c = (char *)g->c +
+        (size_t)lo * (size_t)g->ldc * MKX_Type_size((MKX_Datatype)g->c_type);
+  MKX_TRY(mkx_tp_blas_gemm(&a->blas[i % 2], &c, s, FN));
+  if (!ct) return MKX_SUCCESS;
+  rc = mkx_tiles_signal_launch(&ct->dev, ct->dev.rank, lo, hi - lo, 0, g->n, s);
+  return rc ? mkx_cuda_rc((cudaError_t)rc, FN, "signal kernel") : MKX_SUCCESS;
+}
+
+/* Consuming an AllGather: the chunks in turn from the one holding this
+ * rank's block of rows (MKX_Block_range over the node's ranks), which the
+ * AllGather lands first, since they are this rank's own. */
+static int from_own_block(MKX_Tiles a, int q, const mkx_gemm_desc *g,
+                          int64_t chunk) {
+  const MKX_Tiles_dev *d = &a->dev;
   const int64_t n = (d->rows + chunk - 1) / chunk;
   int64_t own, count;
   MKX_Block_range(d->rows, d->size, d->rank, &own, &count);
   const int64_t first = count > 0 ? own / chunk : 0;
-  MKX_TRY(mkx_tile_fan_fork(&a->gemm, user, FN));
   for (int64_t i = 0; i < n; i++) {
     const int64_t lo = (first + i) % n * chunk;
     const int64_t hi = lo + chunk < d->rows ? lo + chunk : d->rows;
-    cudaStream_t s = a->gemm.s[i % 2];
-    int rc = mkx_tiles_wait_launch(d, q, lo, hi - lo, 0, d->cols, s);
-    if (rc) return mkx_cuda_rc((cudaError_t)rc, FN, "wait kernel");
-    mkx_gemm_desc c = g;
-    c.m = hi - lo;
-    c.a = d->data[q] + (size_t)lo * (size_t)d->ld[q] * es;
-    c.c = (char *)g.c + (size_t)lo * (size_t)g.ldc * ces;
-    MKX_TRY(mkx_tp_blas_gemm(&a->blas[i % 2], &c, s, FN));
-    if (!ct) continue;
-    rc =
-        mkx_tiles_signal_launch(&ct->dev, ct->dev.rank, lo, hi - lo, 0, g.n, s);
-    if (rc) return mkx_cuda_rc((cudaError_t)rc, FN, "signal kernel");
+    MKX_TRY(chunk_gemm(a, q, g, NULL, lo, hi, (int)(i % 2)));
   }
+  return MKX_SUCCESS;
+}
+
+/* Producing for a reduction of ct: in rounds, the k-th chunk of every
+ * node rank's block (from the next rank's on, this rank's last), so that
+ * every rank's block of C completes at the same pace on every rank and
+ * each reducer sums while the GEMM runs, not only in its last 1/p. */
+static int by_rounds(MKX_Tiles a, int q, const mkx_gemm_desc *g, MKX_Tiles ct,
+                     int64_t chunk) {
+  const MKX_Tiles_dev *d = &a->dev;
+  int i = 0;
+  for (int64_t k = 0, more = 1; more; k++) {
+    more = 0;
+    for (int o = 1; o <= d->size; o++) {
+      int64_t r0, nr;
+      MKX_Block_range(d->rows, d->size, (d->rank + o) % d->size, &r0, &nr);
+      if (k * chunk >= nr) continue;
+      const int64_t lo = r0 + k * chunk;
+      const int64_t hi = lo + chunk < r0 + nr ? lo + chunk : r0 + nr;
+      MKX_TRY(chunk_gemm(a, q, g, ct, lo, hi, i++));
+      more |= hi < r0 + nr;
+    }
+  }
+  return MKX_SUCCESS;
+}
+
+static int chunks(MKX_Tiles a, int q, const mkx_gemm_desc *g, MKX_Tiles ct,
+                  int64_t chunk, cudaStream_t user) {
+  MKX_TRY(mkx_tile_fan_fork(&a->gemm, user, FN));
+  MKX_TRY(ct ? by_rounds(a, q, g, ct, chunk) : from_own_block(a, q, g, chunk));
   return mkx_tile_fan_join(&a->gemm, user, FN);
 }
 #endif
@@ -143,7 +178,7 @@ int MKX_Tiles_gemm(MKX_Tiles a, int a_rank, const void *B, int64_t n,
                            .ldc = ldc,
                            .ab_type = mkx_fused_gemm_type(a->dtype),
                            .c_type = mkx_fused_gemm_type(ctype)};
-  return chunks(a, q, g, c_tiles, chunk, (cudaStream_t)stream);
+  return chunks(a, q, &g, c_tiles, chunk, (cudaStream_t)stream);
 #else
   (void)a_rank, (void)B, (void)n, (void)ldb, (void)transb, (void)C, (void)ldc;
   (void)ctype, (void)chunk_rows, (void)stream, (void)types_ok;
