@@ -27,7 +27,9 @@
  *
  * Ranks.  `rank` arguments are ranks of the tile set's communicator, on
  * the calling rank's node (another node's: MKX_ERR_UNSUPPORTED).  Up to
- * MKX_TILES_MAX_RANKS ranks per node, sharing GPUs or not.
+ * MKX_TILES_MAX_RANKS ranks per node, sharing GPUs or not.  Where a rank
+ * has an SM partition of its own (ranks sharing a GPU under MPS, option
+ * gpu_partition), the kernels of the calls below run in it.
  *
  * Waits are bounded by option timeout_ms (MKX_TIMEOUT_MS).  A wait that runs
  * out, on the GPU, records MKX_ERR_TIMEOUT naming the rank and data tile it

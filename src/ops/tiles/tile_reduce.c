@@ -1,6 +1,6 @@
 /* MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles (include/mkx_tiles.h):
  * a kernel of a few persistent CTAs (option tiles_reduce_ctas) on the
- * caller's stream sums each data tile of this rank's block over the node
+ * caller's stream (the set's lane where the rank has an SM partition) sums each data tile of this rank's block over the node
  * ranks' copies as soon as every copy of it is complete
  * (kernels/tiles/reduce.cu). */
 #include "core/comm.h"
@@ -119,16 +119,15 @@ static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
   }
   if (nr == 0) return MKX_SUCCESS;
   MKX_TRY(mkx_device_set(t->comm->device));
-  const reduce_job j = {t,
-                        r0,
-                        nr,
-                        out ? NULL : (char *)recv,
-                        ld_recv,
-                        out ? &out->dev : NULL,
-                        (cudaStream_t)stream,
-                        fn};
-  return t->comm->opt.tiles_reduce == MKX_TILES_REDUCE_STAGED ? staged(&j)
-                                                              : persistent(&j);
+  cudaStream_t run;
+  MKX_TRY(mkx_tile_lane_fork(t, (cudaStream_t)stream, &run, fn));
+  const reduce_job j = {
+      t,   r0, nr, out ? NULL : (char *)recv, ld_recv, out ? &out->dev : NULL,
+      run, fn};
+  const int rc = t->comm->opt.tiles_reduce == MKX_TILES_REDUCE_STAGED
+                     ? staged(&j)
+                     : persistent(&j);
+  return mkx_tile_lane_join(t, (cudaStream_t)stream, rc, fn);
 }
 #else
 static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,

@@ -25,15 +25,21 @@
 #include "tiles/tiles.h"
 #include "ops/fused/fused.h"
 
-int mkx_tile_fan_make(mkx_tile_fan *f, int n, const char *fn) {
+int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part,
+                      const char *fn) {
   memset(f, 0, sizeof *f);
   MKX_TRY(
       mkx_cuda_rc(cudaEventCreateWithFlags(&f->fork, cudaEventDisableTiming),
                   fn, "cudaEventCreate"));
   for (; f->n < n; f->n++) {
-    MKX_TRY(mkx_cuda_rc(
-        cudaStreamCreateWithFlags(&f->s[f->n], cudaStreamNonBlocking), fn,
-        "cudaStreamCreate"));
+    void *s = NULL;
+    const int rc = mkx_sm_part_stream(part, &s);
+    f->s[f->n] = (cudaStream_t)s;
+    if (rc != MKX_SUCCESS) {
+      char why[256];
+      snprintf(why, sizeof why, "%s", MKX_Get_last_error());
+      return mkx_error(rc, "%s: %s", fn, why);
+    }
     MKX_TRY(mkx_cuda_rc(
         cudaEventCreateWithFlags(&f->join[f->n], cudaEventDisableTiming), fn,
         "cudaEventCreate"));
@@ -59,6 +65,21 @@ int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn) {
   return MKX_SUCCESS;
 }
 
+int mkx_tile_lane_fork(MKX_Tiles t, cudaStream_t user, cudaStream_t *run,
+                       const char *fn) {
+  *run = user;
+  if (!t->lane.n) return MKX_SUCCESS;
+  MKX_TRY(mkx_tile_fan_fork(&t->lane, user, fn));
+  *run = t->lane.s[0];
+  return MKX_SUCCESS;
+}
+
+int mkx_tile_lane_join(MKX_Tiles t, cudaStream_t user, int rc, const char *fn) {
+  if (!t->lane.n) return rc;
+  const int jrc = mkx_tile_fan_join(&t->lane, user, fn);
+  return rc != MKX_SUCCESS ? rc : jrc;
+}
+
 void mkx_tile_fan_free(mkx_tile_fan *f) {
   for (int i = 0; i < f->n; i++) {
     if (f->s[i]) cudaStreamDestroy(f->s[i]);
@@ -72,6 +93,7 @@ static void set_release(MKX_Tiles t) {
   mkx_handle_remove(t);
   mkx_tile_fan_free(&t->ag);
   mkx_tile_fan_free(&t->gemm);
+  mkx_tile_fan_free(&t->lane);
   for (int i = 0; i < 2; i++) mkx_tp_blas_free(t->blas[i]);
   mkx_symm_buf_free(&t->data_map);
   mkx_symm_buf_free(&t->area_map);
@@ -119,9 +141,12 @@ static int make_local(MKX_Tiles t, size_t bytes, int has_buf) {
                     cudaHostAllocMapped),
       fn, "cudaHostAlloc"));
   memset(t->err_host, 0, MKX_TILES_ERR_WORDS * sizeof(int));
-  /* MKX_Allgather_tiles's streams, one per destination */
+  /* MKX_Allgather_tiles's streams, one per destination, and where the
+   * rank has an SM partition the lane of the set's SM kernels on it */
+  mkx_sm_part *part = t->comm->part;
   if (has_buf)
-    MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, fn));
+    MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, part, fn));
+  if (has_buf && part) MKX_TRY(mkx_tile_fan_make(&t->lane, 1, part, fn));
   return mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&t->dev.err, t->err_host, 0), fn,
       "cudaHostGetDevicePointer");

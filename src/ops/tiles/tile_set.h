@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include "mkx_tiles.h"
+#include "core/sm_partition.h"
 #include "mem/symm.h"
 
 /* The agreed shape, with every node rank's leading dimension. */
@@ -21,13 +22,15 @@ typedef struct mkx_tile_set_shape {
 #include <cuda_runtime.h>
 
 /* Side streams forked from a caller's stream and joined back (ordered
- * after what it holds, captured along with it). */
+ * after what it holds, captured along with it), made on an SM partition
+ * (part NULL: ordinary streams). */
 typedef struct mkx_tile_fan {
   int n;
   cudaStream_t s[MKX_TILES_MAX_RANKS];
   cudaEvent_t fork, join[MKX_TILES_MAX_RANKS];
 } mkx_tile_fan;
-int mkx_tile_fan_make(mkx_tile_fan *f, int n, const char *fn);
+int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part,
+                      const char *fn);
 int mkx_tile_fan_fork(mkx_tile_fan *f, cudaStream_t user, const char *fn);
 int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn);
 void mkx_tile_fan_free(mkx_tile_fan *f);
@@ -42,11 +45,20 @@ struct MKX_Tiles_s {
   int *err_host;
   int failure; /* the recorded failure, once read */
   char why[320];
-  mkx_tile_fan ag;             /* MKX_Allgather_tiles: one per node rank */
-  mkx_tile_fan gemm;           /* MKX_Tiles_gemm: two, made on first use */
+  mkx_tile_fan ag;   /* MKX_Allgather_tiles: one per node rank */
+  mkx_tile_fan gemm; /* MKX_Tiles_gemm: two, made on first use */
+  mkx_tile_fan lane; /* the set's SM kernels on the rank's SM partition:
+                      * one stream, none without a partition */
   struct mkx_tp_blas *blas[2]; /* cuBLAS of MKX_Tiles_gemm's streams */
   struct MKX_Tiles_s *next;    /* the communicator's list */
 };
+/* *run: where the set's SM kernels (the AllGather's, the reductions') go:
+ * the set's lane on the rank's SM partition, forked from `user`; `user`
+ * itself without a partition.  _join orders `user` after the lane and
+ * returns rc, or the join's failure after a success. */
+int mkx_tile_lane_fork(MKX_Tiles t, cudaStream_t user, cudaStream_t *run,
+                       const char *fn);
+int mkx_tile_lane_join(MKX_Tiles t, cudaStream_t user, int rc, const char *fn);
 #endif
 
 /* Collective: the areas (symmetric, zeroed), buf mapped into the node's
