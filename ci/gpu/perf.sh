@@ -1,5 +1,5 @@
-# Stage perf (with moeperf.sh and attnperf.sh): mkx_perf gemm
-# (MKX_GPU_CHECK_GEMM=0: not); mkx_perf tp: several GPUs: one rank per GPU
+# Stage perf (with moeperf.sh and attnperf.sh): mkx_perf gemm, bf16
+# and fp8 (MKX_GPU_CHECK_GEMM=0: not); mkx_perf tp: several GPUs: one rank per GPU
 # against cuBLAS + NCCL and PyTorch's async TP (MKX_GPU_CHECK_TP=1); one
 # GPU: 2 ranks under MPS against the same work on 1 rank (and against option
 # MKX_GPU_CHECK_VERSUS=KEY=VALUE), then --small against the staged path.
@@ -11,6 +11,8 @@
 if [ "${MKX_GPU_CHECK_GEMM:-1}" = 1 ]; then
   ./mkx_perf gemm --out "$out/gemm-results.md" >"$logs/perf-gemm.txt" 2>&1 ||
     fail "mkx_perf gemm: rc=$?"
+  ./mkx_perf gemm --dtype fp8 --out "$out/gemm-results.md" \
+    >"$logs/perf-gemm-fp8.txt" 2>&1 || fail "mkx_perf gemm --dtype fp8: rc=$?"
 fi
 if [ "$ngpu" -ge 2 ] && [ "${MKX_GPU_CHECK_TP:-0}" = 1 ]; then
   mpirun --oversubscribe -np "$ngpu" ./mkx_perf tp --full --small --reps 10 \

@@ -1,7 +1,9 @@
 /*
  * MKX Hopper GEMM engine (sm_90a): device-side templates.
  *
- *   C[M x N] = A[M x K] * B[K x N], bf16/fp16 operands, fp32 accumulation.
+ *   C[M x N] = A[M x K] * B[K x N], bf16/fp16 operands, fp32 accumulation; or fp8 operands
+ *   (Config's FP8, B K-major, BN 128) with each 128-wide K block's sum promoted into fp32
+ *   accumulators times its scales (run_engine_scaled, mma_tile_fp8).
  *
  * Structure (one CTA = 384 threads = 3 warpgroups, one CTA per SM):
  *   warpgroup 0      producer: setmaxnreg 40; one elected thread walks this CTA's tiles and, for
@@ -87,15 +89,23 @@ constexpr int kConsumerRegs = 232;
 constexpr int kBarInit = 1;        // named barrier ids used by the engine
 constexpr int kBarConsumerWG = 2;  // 2 + consumer warpgroup (2 and 3): 128-thread barriers
 
-template <int BN_, int STAGES_, bool B_KMAJOR_, bool FP16_>
+/* Operands of an fp8 engine (Config's FP8): 0 = none (bf16/fp16). */
+enum { kNotFp8 = 0, kE4M3 = 1, kE5M2 = 2 };
+
+template <int BN_, int STAGES_, bool B_KMAJOR_, bool FP16_, int FP8_ = kNotFp8>
 struct Config {
   static constexpr int BN = BN_;
   static constexpr int STAGES = STAGES_;
   static constexpr bool B_KMAJOR = B_KMAJOR_;  // B stored N x K (K contiguous) if true, K x N if false
-  static constexpr bool FP16 = FP16_;          // operands fp16 (else bf16)
+  static constexpr bool FP16 = FP16_;          // operands fp16 (else bf16); unused with FP8
+  static constexpr int FP8 = FP8_;             // kE4M3 / kE5M2: both operands of that fp8 type
   static constexpr int ACC = BN / 2;           // fp32 accumulators per consumer thread
-  static constexpr uint32_t A_BYTES = kBM * kBK * 2;
-  static constexpr uint32_t B_BYTES = BN * kBK * 2;
+  // A K block is one 128-byte swizzle row of each operand: 64 16-bit or 128 fp8 elements, in
+  // 4 wgmma K steps of 32 bytes (k16 for 16-bit types, k32 for fp8).
+  static constexpr int BK = FP8 ? 128 : kBK;
+  static constexpr int KSTEPS = 4;
+  static constexpr uint32_t A_BYTES = kBM * 128;
+  static constexpr uint32_t B_BYTES = BN * 128;
   static constexpr uint32_t STAGE_BYTES = A_BYTES + B_BYTES;
   // Epilogue staging: per consumer warpgroup two 64 x 128-byte buffers (8 KB each, 128B swizzle),
   // used by the TMA-store epilogue (StoreCTma); other epilogues may use it as scratch.
@@ -105,6 +115,9 @@ struct Config {
   // +1024 so the ring can be aligned to 1024 bytes (128B-swizzle atoms) whatever the base.
   static constexpr uint32_t SMEM_BYTES = STAGES * STAGE_BYTES + EPI_BYTES + BAR_BYTES + 1024;
   static_assert(BN == 128 || BN == 256, "BN must be 128 or 256");
+  // fp8 wgmma reads B K-major only; its per-block promotion doubles the accumulators, which
+  // fit the consumers' registers at BN = 128 only
+  static_assert(!FP8 || (B_KMAJOR && BN == 128), "fp8: B K-major and BN 128");
   static_assert(SMEM_BYTES <= 232448, "too much shared memory");
 };
 
@@ -205,7 +218,7 @@ struct HasBChunk<G, decltype((void)std::declval<G &>().b_chunk(0, 0, 0, std::dec
     : std::true_type {};
 
 /* A load gate with k_source(kb, mapA, mapB, k) picks, for K block kb, the tensor maps of A and B
- * and the K coordinate within them (kb * 64 on entry): a K made of several operands, e.g. every
+ * and the K coordinate within them (kb * Cfg::BK on entry): a K made of several operands, e.g. every
  * rank's slice of it, each in its own buffer. */
 template <class G, class = void>
 struct HasKSource : std::false_type {};
@@ -456,7 +469,7 @@ __device__ __forceinline__ void produce(const EngineSmem<Cfg> &sm, const CUtenso
     for (int kb = u.kb0; kb < u.kb1; ++kb) {
       gate.wait_k(tm, kb);
       const CUtensorMap *ka = ta, *kbm = tmB;
-      int kx = kb * kBK;
+      int kx = kb * Cfg::BK;
       if constexpr (HasKSource<LoadGate>::value) gate.k_source(kb, ka, kbm, kx);
       mbar_wait(&sm.empty[stage], phase ^ 1);
       mbar_arrive_expect_tx(&sm.full[stage], Cfg::STAGE_BYTES);
@@ -501,7 +514,7 @@ __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool
     wgmma_fence();
     pin_acc(acc);
 #pragma unroll
-    for (int k = 0; k < kBK / 16; ++k) {
+    for (int k = 0; k < Cfg::KSTEPS; ++k) {
       const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
       uint64_t db;
       if constexpr (Cfg::B_KMAJOR)
@@ -528,11 +541,70 @@ __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool
   if (kb1 > kb0 && warp_leader) mbar_arrive(&sm.empty[prev]);
 }
 
+/* The fp8 main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma m64nBNk32 into `part`
+ * (the block's own sum: Hopper's fp8 wgmma keeps fewer bits than fp32 in its accumulators, so
+ * long K sums are promoted block by block), then the stage released and sc.promote adding part,
+ * times the block's scales, into acc in fp32.  The block's result is needed before the next, so
+ * no group stays in flight: the other consumer warpgroup's wgmma covers this one's promotion. */
+template <class Cfg, class Scales>
+__device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, bool warp_leader, int kb0, int kb1,
+                                             int &stage, uint32_t &phase, const TileCtx &ctx, const Scales &sc,
+                                             float (&acc)[Cfg::ACC]) {
+  constexpr int BN = Cfg::BN;
+  const uint32_t a_base = smem_u32(sm.sA) + cw * (64 * 128);
+  const uint32_t b_base = smem_u32(sm.sB);
+  float part[Cfg::ACC];
+#pragma unroll
+  for (int i = 0; i < Cfg::ACC; ++i) acc[i] = part[i] = 0.f;
+  for (int kb = kb0; kb < kb1; ++kb) {
+    mbar_wait(&sm.full[stage], phase);
+    const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
+    const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
+    wgmma_fence();
+    pin_acc(part);
+#pragma unroll
+    for (int k = 0; k < Cfg::KSTEPS; ++k) {
+      const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
+      const uint64_t db = make_desc(b_addr + 32 * k, 16, 1024);
+      wgmma::WgmmaFp8<BN, Cfg::FP8 == kE5M2>::ss(part, da, db, k > 0 ? 1 : 0);
+    }
+    wgmma_commit();
+    pin_acc(part);
+    const typename Scales::Block f = sc.block(ctx, kb);  // its loads overlap the wgmma
+    wgmma_wait<0>();
+    pin_acc(part);
+    if (warp_leader) mbar_arrive(&sm.empty[stage]);
+    sc.promote(f, part, acc);
+    if (++stage == Cfg::STAGES) {
+      stage = 0;
+      phase ^= 1;
+    }
+  }
+}
+
+/* Scales of the fp8 engine (run_engine_scaled's hook), called by all 128 threads of a consumer
+ * warpgroup: block(t, kb) reads what K block kb's scales are for this thread (issued while the
+ * block's wgmma runs); promote(block, part, acc) adds the block's sum `part` into acc, each
+ * element times its scale for the block (1 where the scales do not change along K); finish(t,
+ * acc) then applies the scales that do not change along K, before the epilogue (or a stream-K
+ * share's store: the scales are linear, so shares may be scaled apart). */
+struct NoScales {
+  struct Block {};
+  __device__ __forceinline__ Block block(const TileCtx &, int) const { return Block{}; }
+  template <int N>
+  __device__ __forceinline__ void promote(const Block &, const float (&part)[N], float (&acc)[N]) const {
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] += part[i];
+  }
+  template <int N>
+  __device__ __forceinline__ void finish(const TileCtx &, float (&)[N]) const {}
+};
+
 /* A consumer warpgroup: for each piece of work the main loop, then the order's partial-share
  * hooks (stream-K) or the epilogue; finish after the last. */
-template <class Cfg, class TileOrder, class Epilogue>
+template <class Cfg, class TileOrder, class Epilogue, class Scales>
 __device__ __forceinline__ void consume(const EngineSmem<Cfg> &sm, int wg, int M, int N, int nk, int cta_rank,
-                                        int num_ctas, const TileOrder &order, Epilogue &epi) {
+                                        int num_ctas, const TileOrder &order, Epilogue &epi, const Scales &sc) {
   const int cw = wg - 1;  // consumer warpgroup 0/1: rows 64*cw .. 64*cw+63
   const int tid = threadIdx.x;
   const bool warp_leader = (tid & 31) == 0;
@@ -550,11 +622,20 @@ __device__ __forceinline__ void consume(const EngineSmem<Cfg> &sm, int wg, int M
   ctx.epi_bar = sm.epi_bars + 2 * cw;
   Unit u;
   for (int i = 0; next_unit(order, cta_rank, num_ctas, i, nk, u); ++i) {
-    mma_tile<Cfg>(sm, cw, warp_leader, u.kb0, u.kb1, stage, phase, acc);
-    ctx.tile_m = u.tm;
-    ctx.tile_n = u.tn;
-    ctx.row0 = u.tm * kBM + cw * 64;
-    ctx.col0 = u.tn * Cfg::BN;
+    const auto tile_ctx = [&] {
+      ctx.tile_m = u.tm;
+      ctx.tile_n = u.tn;
+      ctx.row0 = u.tm * kBM + cw * 64;
+      ctx.col0 = u.tn * Cfg::BN;
+    };
+    if constexpr (Cfg::FP8 != kNotFp8) {
+      tile_ctx();  // the scales' hooks need the tile
+      mma_tile_fp8<Cfg>(sm, cw, warp_leader, u.kb0, u.kb1, stage, phase, ctx, sc, acc);
+      sc.finish(ctx, acc);
+    } else {
+      mma_tile<Cfg>(sm, cw, warp_leader, u.kb0, u.kb1, stage, phase, acc);
+      tile_ctx();
+    }
     if constexpr (HasUnits<TileOrder>::value) {
       if (u.part == kPartial) {
         order.template store_partial<Cfg::ACC>(ctx, u, acc);
@@ -569,16 +650,18 @@ __device__ __forceinline__ void consume(const EngineSmem<Cfg> &sm, int wg, int M
 
 /* Runs the whole persistent GEMM for this CTA.  Must be called by threads [0, 384) of the block
  * (all of them).  smem_raw: dynamic shared memory of at least Cfg::SMEM_BYTES.  tmA: A as a
- * {K, M} tensor (inner K), box {64, 128}; tmB: {K, N} box {64, BN} when B_KMAJOR, else {N, K}
- * box {64, 64}; both 128B-swizzled, element bf16/fp16. */
-template <class Cfg, class TileOrder, class LoadGate, class Epilogue>
-__device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB, int M,
-                                           int N, int K, int cta_rank, int num_ctas, const TileOrder &order,
-                                           LoadGate &gate, Epilogue &epi) {
+ * {K, M} tensor (inner K), box {Cfg::BK, 128}; tmB: {K, N} box {Cfg::BK, BN} when B_KMAJOR, else
+ * {N, K} box {64, 64}; both 128B-swizzled (a box row of 128 bytes), element bf16/fp16, or fp8
+ * with Cfg::FP8.  sc: the fp8 engine's scales (ignored otherwise). */
+template <class Cfg, class TileOrder, class LoadGate, class Epilogue, class Scales>
+__device__ __forceinline__ void run_engine_scaled(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB,
+                                                  int M, int N, int K, int cta_rank, int num_ctas,
+                                                  const TileOrder &order, LoadGate &gate, Epilogue &epi,
+                                                  const Scales &sc) {
   const EngineSmem<Cfg> sm(smem_raw);
   const int tid = threadIdx.x;
   const int wg = tid / 128;
-  const int nk = (K + kBK - 1) / kBK;
+  const int nk = (K + Cfg::BK - 1) / Cfg::BK;
   if (tid == 0) {
     for (int s = 0; s < Cfg::STAGES; ++s) {
       mbar_init(&sm.full[s], 1);
@@ -596,8 +679,15 @@ __device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap 
     if (tid == 0) produce<Cfg>(sm, tmA, tmB, M, nk, cta_rank, num_ctas, order, gate);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    consume<Cfg>(sm, wg, M, N, nk, cta_rank, num_ctas, order, epi);
+    consume<Cfg>(sm, wg, M, N, nk, cta_rank, num_ctas, order, epi, sc);
   }
+}
+
+template <class Cfg, class TileOrder, class LoadGate, class Epilogue>
+__device__ __forceinline__ void run_engine(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB, int M,
+                                           int N, int K, int cta_rank, int num_ctas, const TileOrder &order,
+                                           LoadGate &gate, Epilogue &epi) {
+  run_engine_scaled<Cfg>(smem_raw, tmA, tmB, M, N, K, cta_rank, num_ctas, order, gate, epi, NoScales{});
 }
 
 }  // namespace gemm

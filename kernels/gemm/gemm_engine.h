@@ -33,7 +33,13 @@ extern "C" {
 #endif
 
 /* Values fixed: they equal the public MKX_Datatype values. */
-enum mkx_gemm_dtype { MKX_GEMM_BF16 = 1, MKX_GEMM_FP16 = 2, MKX_GEMM_FP32 = 3 };
+enum mkx_gemm_dtype {
+  MKX_GEMM_BF16 = 1,
+  MKX_GEMM_FP16 = 2,
+  MKX_GEMM_FP32 = 3,
+  MKX_GEMM_E4M3 = 5, /* fp8 operands: mkx_gemm_run_fp8 only */
+  MKX_GEMM_E5M2 = 6
+};
 
 /* tile_override values */
 enum mkx_gemm_tile { MKX_GEMM_TILE_AUTO = 0, MKX_GEMM_TILE_128x128 = 1, MKX_GEMM_TILE_128x256 = 2 };
@@ -80,6 +86,31 @@ int mkx_gemm_load(const mkx_gemm_desc *d);
  * then its flag.  The flags must be set by something that does not need this GPU's SMs (copy
  * engine, host, peer GPU): the persistent CTAs occupy every SM they are given. */
 int mkx_gemm_run_gated(const mkx_gemm_desc *d, const int *flags, int target, int first_tile_m, cudaStream_t s);
+
+/* fp8 GEMM (kernels/gemm/gemm_fp8.cu): C = (sa . A) * (sb . B) with A and B both
+ * MKX_GEMM_E4M3 or both MKX_GEMM_E5M2 (ab_type), B stored n x k (b_kmajor = 1: fp8 wgmma reads
+ * K-major operands only), C bf16, fp16 or fp32; every 128-wide K block's product is summed in
+ * fp32 apart and added in fp32 times its scales.  Values fixed: the public MKX_Scale_layout's. */
+enum mkx_gemm_scale_layout {
+  MKX_GEMM_SCALE_NONE = 0,   /* every scale 1 */
+  MKX_GEMM_SCALE_TENSOR = 1, /* a[0] for all of A, b[0] for all of B */
+  MKX_GEMM_SCALE_ROW = 2,    /* a[i] for row i of A, b[j] for column j of C (row j of B) */
+  MKX_GEMM_SCALE_BLOCK = 3   /* a[i * a_row + kb * a_kb]: row i, K block kb of 128;
+                                b[nb * b_col + kb * b_kb]: columns 128 nb .. of C, K block kb */
+};
+typedef struct {
+  int layout;          /* enum mkx_gemm_scale_layout */
+  const float *a, *b;  /* device memory, finite (NULL with MKX_GEMM_SCALE_NONE) */
+  int64_t a_row, a_kb; /* MKX_GEMM_SCALE_BLOCK: element strides of a and b */
+  int64_t b_col, b_kb;
+} mkx_gemm_scales;
+
+/* Requirements of the fp8 GEMM besides those of mkx_gemm_supported for its other arguments:
+ * ab_type fp8, b_kmajor 1, k, lda and ldb multiples of 16 (TMA rows of 16-byte multiples), a
+ * valid layout with its arrays. */
+int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, const char **why);
+/* Enqueue the fp8 GEMM on s; returns as mkx_gemm_run.  tile_override is ignored (128 x 128). */
+int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s);
 
 /* The tile the heuristic (or the override) picks for d on a device with num_sms SMs:
  * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x256. */

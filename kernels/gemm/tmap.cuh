@@ -34,9 +34,15 @@ static inline EncodeTiledFn get_encode() {
 }
 
 static inline CUtensorMapDataType tmap_type(int dtype) {
-  return dtype == MKX_GEMM_FP32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
-         : dtype == MKX_GEMM_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
-                                  : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  return dtype == MKX_GEMM_FP32                             ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+         : dtype == MKX_GEMM_FP16                           ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+         : dtype == MKX_GEMM_E4M3 || dtype == MKX_GEMM_E5M2 ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                                                            : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
+/* Bytes of an element of dtype. */
+static inline int elem_bytes(int dtype) {
+  return dtype == MKX_GEMM_FP32 ? 4 : dtype == MKX_GEMM_E4M3 || dtype == MKX_GEMM_E5M2 ? 1 : 2;
 }
 
 /* A dense tensor of `rank` (<= 5) dimensions, innermost first, element
@@ -46,7 +52,7 @@ static inline int make_tmap_nd(CUtensorMap *map, const void *ptr, int dtype, int
                                const int64_t *strides, const uint32_t *box) {
   EncodeTiledFn enc = get_encode();
   if (!enc || rank < 1 || rank > 5) return MKX_GEMM_ETMAP;
-  const int esz = dtype == MKX_GEMM_FP32 ? 4 : 2;
+  const int esz = elem_bytes(dtype);
   cuuint64_t gd[5], gs[4];
   cuuint32_t bx[5], es[5];
   for (int i = 0; i < rank; ++i) {
@@ -66,7 +72,7 @@ static inline int make_tmap_nd(CUtensorMap *map, const void *ptr, int dtype, int
 static inline int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_t inner, int64_t outer, int64_t ld,
                             int box_outer) {
   const int64_t dims[2] = {inner, outer}, strides[2] = {1, ld};
-  const uint32_t box[2] = {(uint32_t)(dtype == MKX_GEMM_FP32 ? 32 : 64), (uint32_t)box_outer};
+  const uint32_t box[2] = {(uint32_t)(128 / elem_bytes(dtype)), (uint32_t)box_outer};
   return make_tmap_nd(map, ptr, dtype, 2, dims, strides, box);
 }
 

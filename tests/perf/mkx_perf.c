@@ -3,10 +3,13 @@
  *
  *   mkx_perf gemm [--out FILE] [--reps N] [--warmup N] [--layout k|n] [--tile 0|1|2]
  *                 [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]...
+ *                 [--dtype bf16|fp8]
  *     Environment MKX_GEMM_EPI=direct selects the engine's direct-store epilogue.
  *     Times the MKX Hopper GEMM engine and cuBLAS (bf16 in, bf16 out, fp32 compute) in the same
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
- *     the ratio.  --out appends the table as markdown (date UTC, GPU name).
+ *     the ratio.  --dtype fp8: e4m3 operands with per-tensor scales (B K-major), the engine's
+ *     fp8 GEMM against cuBLASLt's (tests/perf/perf_lt.c).  --out appends the table as markdown
+ *     (date UTC, GPU name).
  *
  *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
  *                          [--out FILE] [--overlap auto|yes|no]
@@ -53,16 +56,34 @@
 
 #include "cuda_check.h"
 #include "gemm_engine.h"
+#include "perf_lt.h"
 #include "perf_util.h"
 
 typedef struct {
   int64_t m, n, k;
 } shape_t;
 
+/* count random e4m3 bytes of magnitude 0.25 to 1.875 into device memory. */
+static void fill_e4m3(void *dst, size_t count, uint64_t seed) {
+  uint8_t *h = malloc(count ? count : 1);
+  if (!h) {
+    fprintf(stderr, "no memory for %zu bytes\n", count);
+    exit(1);
+  }
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < count; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    /* sign, exponent 5..7 (bias 7), any mantissa */
+    h[i] = (uint8_t)((x & 0x80) | (5 + (x >> 8) % 3) << 3 | ((x >> 16) & 7));
+  }
+  CK(cudaMemcpy(dst, h, count, cudaMemcpyHostToDevice));
+  free(h);
+}
+
 static int cmd_gemm(int argc, char **argv) {
   const char *out = NULL;
   int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0, prewarm_ms = 1500,
-      cool_ms = 0;
+      cool_ms = 0, fp8 = 0;
   shape_t shapes[64];
   int ns = 0;
   for (int i = 0; i < argc; ++i) {
@@ -82,6 +103,8 @@ static int cmd_gemm(int argc, char **argv) {
       tile = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--ctas") && i + 1 < argc)
       ctas = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--dtype") && i + 1 < argc)
+      fp8 = !strcmp(argv[++i], "fp8");
     else if (!strcmp(argv[i], "--shape") && i + 1 < argc && ns < 64) {
       long long m, n, k;
       if (sscanf(argv[++i], "%lldx%lldx%lld", &m, &n, &k) != 3) {
@@ -98,6 +121,10 @@ static int cmd_gemm(int argc, char **argv) {
     }
   }
   if (reps < 1) reps = 1;
+  if (fp8 && !bkm) {
+    fprintf(stderr, "gemm: --dtype fp8 takes B K-major only (--layout k)\n");
+    return 2;
+  }
   if (ns == 0) {
     static const int64_t nk[3][2] = {
         {8192, 8192}, {28672, 8192}, {8192, 28672}};
@@ -134,12 +161,27 @@ static int cmd_gemm(int argc, char **argv) {
     if (shapes[i].m * shapes[i].n > maxc) maxc = shapes[i].m * shapes[i].n;
   }
   void *dA, *dB, *dC, *dC2;
-  CK(cudaMalloc(&dA, (size_t)maxa * 2));
-  CK(cudaMalloc(&dB, (size_t)maxb * 2));
+  float *dscale; /* fp8: the tensors' scales, 1 each */
+  const size_t esz = fp8 ? 1 : 2;
+  CK(cudaMalloc(&dA, (size_t)maxa * esz));
+  CK(cudaMalloc(&dB, (size_t)maxb * esz));
   CK(cudaMalloc(&dC, (size_t)maxc * 2));
   CK(cudaMalloc(&dC2, (size_t)maxc * 2));
-  perf_fill_bf16(dA, (size_t)maxa, 1, 0);
-  perf_fill_bf16(dB, (size_t)maxb, 2, 0);
+  CK(cudaMalloc((void **)&dscale, 2 * sizeof(float)));
+  const float ones[2] = {1.f, 1.f};
+  CK(cudaMemcpy(dscale, ones, sizeof ones, cudaMemcpyHostToDevice));
+  const mkx_gemm_scales sc = {
+      .layout = MKX_GEMM_SCALE_TENSOR, .a = dscale, .b = dscale + 1};
+  if (fp8) {
+    fill_e4m3(dA, (size_t)maxa, 1);
+    fill_e4m3(dB, (size_t)maxb, 2);
+  } else {
+    perf_fill_bf16(dA, (size_t)maxa, 1, 0);
+    perf_fill_bf16(dB, (size_t)maxb, 2, 0);
+  }
+  const char *types =
+      fp8 ? "e4m3 x e4m3 (per-tensor scales) -> bf16" : "bf16 x bf16 -> bf16";
+  const char *versus = fp8 ? "cuBLASLt" : "cuBLAS";
 
   cudaEvent_t *ev =
       (cudaEvent_t *)malloc(sizeof(cudaEvent_t) * (size_t)(4 * reps));
@@ -151,14 +193,14 @@ static int cmd_gemm(int argc, char **argv) {
   for (int i = 0; i < 4 * reps; ++i) CK(cudaEventCreate(&ev[i]));
 
   printf(
-      "mkx_perf gemm on %s (%d SMs): bf16 x bf16 -> bf16, fp32 accumulate, B "
+      "mkx_perf gemm on %s (%d SMs): %s, fp32 accumulate, B "
       "%s, median of %d, %s\n",
-      prop.name, prop.multiProcessorCount,
+      prop.name, prop.multiProcessorCount, types,
       bkm ? "K-major (n x k)" : "N-major (k x n)", reps,
       cool_ms > 0 ? "idle before each launch (burst)"
                   : "back to back (sustained)");
-  printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s",
-         "cuBLAS", "ratio", "tile");
+  printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s", versus,
+         "ratio", "tile");
   const float one = 1.0f, zero = 0.0f;
   for (int si = 0; si < ns; ++si) {
     const int64_t m = shapes[si].m, n = shapes[si].n, k = shapes[si].k;
@@ -174,30 +216,46 @@ static int cmd_gemm(int argc, char **argv) {
     d.ldb = bkm ? k : n;
     d.c = dC;
     d.ldc = n;
-    d.ab_type = MKX_GEMM_BF16;
+    d.ab_type = fp8 ? MKX_GEMM_E4M3 : MKX_GEMM_BF16;
     d.c_type = MKX_GEMM_BF16;
     d.num_ctas = ctas;
     d.tile_override = tile;
     const char *why;
-    if (!mkx_gemm_supported(&d, &why)) {
+    if (fp8 ? !mkx_gemm_fp8_supported(&d, &sc, &why)
+            : !mkx_gemm_supported(&d, &why)) {
       fprintf(stderr, "unsupported: %s\n", why);
       return 1;
     }
-    res_tile[si] =
-        mkx_gemm_pick_tile(&d, ctas > 0 ? ctas : prop.multiProcessorCount);
+    res_tile[si] = fp8 ? MKX_GEMM_TILE_128x128
+                       : mkx_gemm_pick_tile(
+                             &d, ctas > 0 ? ctas : prop.multiProcessorCount);
+    perf_lt *lt = NULL;
+    if (fp8 && !(lt = perf_lt_make(m, n, k, dA, dB, dC2, dscale, dscale + 1)))
+      return 1;
 #define RUN_MKX()                                                              \
   do {                                                                         \
-    int rc_ = mkx_gemm_run(&d, st);                                            \
+    int rc_ = fp8 ? mkx_gemm_run_fp8(&d, &sc, st) : mkx_gemm_run(&d, st);      \
     if (rc_) {                                                                 \
       fprintf(stderr, "mkx_gemm_run: %d\n", rc_);                              \
       exit(1);                                                                 \
     }                                                                          \
   } while (0)
 #define RUN_BLAS()                                                             \
-  CB(cublasGemmEx(blas, bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, (int)n,  \
-                  (int)m, (int)k, &one, dB, CUDA_R_16BF, (int)d.ldb, dA,       \
-                  CUDA_R_16BF, (int)k, &zero, dC2, CUDA_R_16BF, (int)n,        \
-                  CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT))
+  do {                                                                         \
+    if (fp8) {                                                                 \
+      const int lrc_ = perf_lt_run(lt, st);                                    \
+      if (lrc_) {                                                              \
+        fprintf(stderr, "cublasLtMatmul: status %d\n", lrc_);                  \
+        exit(1);                                                               \
+      }                                                                        \
+    } else {                                                                   \
+      CB(cublasGemmEx(blas, bkm ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N,      \
+                      (int)n, (int)m, (int)k, &one, dB, CUDA_R_16BF,           \
+                      (int)d.ldb, dA, CUDA_R_16BF, (int)k, &zero, dC2,         \
+                      CUDA_R_16BF, (int)n, CUBLAS_COMPUTE_32F,                 \
+                      CUBLAS_GEMM_DEFAULT));                                   \
+    }                                                                          \
+  } while (0)
     if (si == 0 &&
         prewarm_ms > 0) { /* bring clocks and power to steady state first */
       struct timespec t0, t1;
@@ -241,6 +299,7 @@ static int cmd_gemm(int argc, char **argv) {
     }
     CK(cudaStreamSynchronize(st));
     CK(cudaGetLastError());
+    perf_lt_free(lt);
     for (int r = 0; r < reps; ++r) {
       float t1, t2;
       CK(cudaEventElapsedTime(&t1, ev[4 * r], ev[4 * r + 1]));
@@ -276,16 +335,17 @@ static int cmd_gemm(int argc, char **argv) {
     fprintf(f, "\n### mkx_perf gemm, %s, %s (%d SMs)\n\n", date, prop.name,
             prop.multiProcessorCount);
     fprintf(f,
-            "bf16 x bf16 -> bf16, fp32 accumulate, A row-major, B %s, median "
+            "%s, fp32 accumulate, A row-major, B %s, median "
             "of %d interleaved launches"
             " (CUDA events), %d warm-up, %s.\n\n",
-            bkm ? "K-major (n x k)" : "N-major (k x n)", reps, warmup,
+            types, bkm ? "K-major (n x k)" : "N-major (k x n)", reps, warmup,
             cool_ms > 0 ? "GPU idle before each timed launch (burst clocks)"
                         : "launches back to back after a 1.5 s pre-warm "
                           "(sustained, power-capped clocks)");
     fprintf(f,
-            "| M | N | K | MKX TFLOP/s | cuBLAS TFLOP/s | MKX / cuBLAS | MKX "
-            "tile |\n");
+            "| M | N | K | MKX TFLOP/s | %s TFLOP/s | MKX / %s | MKX "
+            "tile |\n",
+            versus, versus);
     fprintf(f, "|---:|---:|---:|---:|---:|---:|---|\n");
     for (int si = 0; si < ns; ++si)
       fprintf(f, "| %lld | %lld | %lld | %.1f | %.1f | %.3f | %s |\n",
@@ -300,6 +360,7 @@ static int cmd_gemm(int argc, char **argv) {
   CK(cudaFree(dB));
   CK(cudaFree(dC));
   CK(cudaFree(dC2));
+  CK(cudaFree(dscale));
   CK(cudaFree(ws));
   CB(cublasDestroy(blas));
   CK(cudaStreamDestroy(st));

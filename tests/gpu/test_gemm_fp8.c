@@ -1,0 +1,331 @@
+/*
+ * GPU test of the engine's fp8 GEMM (mkx_gemm_run_fp8, kernels/gemm/gemm_fp8.cu) against an
+ * fp64 host reference on fresh random inputs, C poisoned (0xFF bytes) inside a guard band:
+ *  - exact cases: operands in {0, +-0.5, +-1, +-1.5, +-2} and power-of-two scales, so that each
+ *    K block's sum and the scaled total are exact in fp32: an fp32 C equals the reference bit
+ *    for bit, a 16-bit C is within one rounding of it (a wrong index, scale, block or row
+ *    shows at once);
+ *  - random cases: fp8 values of the whole range up to 16 in magnitude (4 for an fp16 C),
+ *    scales in [0.25, 4),
+ *    within eps_c |ref| + 2^-10 sum |terms| (the tensor cores sum a K block of fp8 products in
+ *    fewer bits than fp32; the engine adds the blocks in fp32);
+ * both fp8 types, C in bf16, fp16 and fp32, every scale layout (block scales of B stored either
+ * way round), awkward m, n and k (partial tiles, a last K block of 16), long K (many promoted
+ * blocks), padded leading dimensions; and arguments the engine refuses (MKX_GEMM_EINVAL).
+ * Exit 77 without a usable sm_90 GPU.
+ *
+ *   test_gemm_fp8 [--seed N]
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "engine_check.h"
+#include "gemm_engine.h"
+#include "mkx_test.h"
+#include "num16.h"
+
+static mt_rng g_rng;
+static const size_t kGuard = 4096; /* bytes of guard band on each side of C */
+
+static int engine_finish(void) { return check_done("test_gemm_fp8"); }
+
+typedef struct {
+  int64_t m, n, k,
+      pad; /* pad: extra elements per row of A, B and C (multiples of 16) */
+  int ab, ct, layout, exact;
+  int b_kb_fast; /* BLOCK: B's scales stored [nb][kb] (1) or [kb][nb] (0) */
+} fcase;
+
+static const char *tname(int t) {
+  return t == MKX_GEMM_E4M3   ? "e4m3"
+         : t == MKX_GEMM_E5M2 ? "e5m2"
+         : t == MKX_GEMM_BF16 ? "bf16"
+         : t == MKX_GEMM_FP16 ? "fp16"
+                              : "fp32";
+}
+static const char *lname(int l) {
+  static const char *const n[] = {"none", "tensor", "row", "block"};
+  return n[l];
+}
+
+/* An fp8 byte of type t for a value of the exact set. */
+static uint8_t exact_byte(int t, int i) {
+  static const uint8_t e4[9] = {0x00, 0x30, 0xB0, 0x38, 0xB8,
+                                0x3C, 0xBC, 0x40, 0xC0};
+  static const uint8_t e5[9] = {0x00, 0x38, 0xB8, 0x3C, 0xBC,
+                                0x3E, 0xBE, 0x40, 0xC0};
+  return t == MKX_GEMM_E4M3 ? e4[i] : e5[i];
+}
+
+static float rand_scale(int exact) {
+  if (exact) return ldexpf(1.f, (int)(mt_rng_next(&g_rng) % 5) - 2);
+  return (float)(0.25 + 3.75 * mt_rng_unit(&g_rng));
+}
+
+typedef struct {
+  uint8_t *A, *B;    /* host, m x lda and n x ldb */
+  float *sa, *sb;    /* host scales */
+  int64_t nsa, nsb;  /* their counts */
+  mkx_gemm_scales s; /* strides (pointers set to device copies) */
+} inputs;
+
+static void make_inputs(const fcase *c, int64_t lda, int64_t ldb, inputs *in) {
+  const MKX_Datatype t = c->ab == MKX_GEMM_E4M3 ? MKX_FP8_E4M3 : MKX_FP8_E5M2;
+  in->A = host_alloc((size_t)(c->m * lda));
+  in->B = host_alloc((size_t)(c->n * ldb));
+  /* fp16's range (65504) holds the random sums with operands up to 4 */
+  const double limit = c->ct == MKX_GEMM_FP16 ? 4 : 16;
+  for (int64_t i = 0; i < c->m * lda; i++)
+    in->A[i] = c->exact ? exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
+                        : mt_rand_fp8(&g_rng, t, limit);
+  for (int64_t i = 0; i < c->n * ldb; i++)
+    in->B[i] = c->exact ? exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
+                        : mt_rand_fp8(&g_rng, t, limit);
+  const int64_t kbs = (c->k + 127) / 128, nbs = (c->n + 127) / 128;
+  memset(&in->s, 0, sizeof in->s);
+  in->s.layout = c->layout;
+  in->nsa = c->layout == MKX_GEMM_SCALE_TENSOR ? 1
+            : c->layout == MKX_GEMM_SCALE_ROW  ? c->m
+                                               : c->m * (kbs + 1);
+  in->nsb = c->layout == MKX_GEMM_SCALE_TENSOR ? 1
+            : c->layout == MKX_GEMM_SCALE_ROW  ? c->n
+                                               : nbs * kbs;
+  if (c->layout == MKX_GEMM_SCALE_BLOCK) {
+    in->s.a_row = kbs + 1, in->s.a_kb = 1; /* a padded row per row of A */
+    if (c->b_kb_fast)
+      in->s.b_col = kbs, in->s.b_kb = 1;
+    else
+      in->s.b_col = 1, in->s.b_kb = nbs;
+  }
+  in->sa = host_alloc(sizeof(float) * (size_t)(in->nsa ? in->nsa : 1));
+  in->sb = host_alloc(sizeof(float) * (size_t)(in->nsb ? in->nsb : 1));
+  for (int64_t i = 0; i < in->nsa; i++) in->sa[i] = rand_scale(c->exact);
+  for (int64_t i = 0; i < in->nsb; i++) in->sb[i] = rand_scale(c->exact);
+}
+
+/* The scale of element (i, j) in K block kb. */
+static double scale_of(const fcase *c, const inputs *in, int64_t i, int64_t j,
+                       int64_t kb) {
+  const mkx_gemm_scales *s = &in->s;
+  switch (c->layout) {
+    case MKX_GEMM_SCALE_TENSOR:
+      return (double)in->sa[0] * in->sb[0];
+    case MKX_GEMM_SCALE_ROW:
+      return (double)in->sa[i] * in->sb[j];
+    case MKX_GEMM_SCALE_BLOCK:
+      return (double)in->sa[i * s->a_row + kb * s->a_kb] *
+             in->sb[(j / 128) * s->b_col + kb * s->b_kb];
+  }
+  return 1.0;
+}
+
+static double c_eps(int ct) {
+  return ct == MKX_GEMM_FP32 ? 0x1p-24 : ct == MKX_GEMM_BF16 ? 0x1p-8 : 0x1p-11;
+}
+
+static double c_value(int ct, const unsigned char *e) {
+  if (ct == MKX_GEMM_FP32) {
+    float v;
+    memcpy(&v, e, 4);
+    return v;
+  }
+  uint16_t h;
+  memcpy(&h, e, 2);
+  return ct == MKX_GEMM_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
+}
+
+/* The case's check: every element of C against the reference, nothing outside C written. */
+static void compare(const fcase *c, const inputs *in, int64_t lda, int64_t ldb,
+                    int64_t ldc, const unsigned char *hC, size_t cbytes) {
+  const MKX_Datatype t = c->ab == MKX_GEMM_E4M3 ? MKX_FP8_E4M3 : MKX_FP8_E5M2;
+  const int esz = c->ct == MKX_GEMM_FP32 ? 4 : 2;
+  double lut[256];
+  for (int b = 0; b < 256; b++) lut[b] = mt_fp8_decode(t, (uint8_t)b);
+  int64_t guard_bad = 0, bad = 0;
+  double worst = 0;
+  for (size_t i = 0; i < kGuard; i++)
+    guard_bad += (hC[i] != 0xFF) + (hC[kGuard + cbytes + i] != 0xFF);
+  const unsigned char *cp = hC + kGuard;
+  for (int64_t i = 0; i < c->m; i++) {
+    for (int64_t j = c->n; j < ldc; j++)
+      for (int b = 0; b < esz; b++)
+        guard_bad += cp[(i * ldc + j) * esz + b] != 0xFF;
+    for (int64_t j = 0; j < c->n; j++) {
+      double ref = 0, mag = 0;
+      for (int64_t k0 = 0; k0 < c->k; k0 += 128) {
+        double blk = 0, bmag = 0;
+        for (int64_t k = k0; k < c->k && k < k0 + 128; k++) {
+          const double p = lut[in->A[i * lda + k]] * lut[in->B[j * ldb + k]];
+          blk += p;
+          bmag += fabs(p);
+        }
+        const double s = scale_of(c, in, i, j, k0 / 128);
+        ref += s * blk;
+        mag += s * bmag;
+      }
+      const double v = c_value(c->ct, cp + (i * ldc + j) * esz);
+      const double err = fabs(v - ref);
+      const double bound =
+          c->exact && c->ct == MKX_GEMM_FP32
+              ? 0
+              : c_eps(c->ct) * fabs(ref) + (c->exact ? 0 : 0x1p-10 * mag);
+      if (!(err <= bound)) bad++;
+      if (bound > 0 && err / bound > worst) worst = err / bound;
+    }
+  }
+  CHECK(!bad && !guard_bad,
+        "%s: %lld of %lld elements of C outside the bound (worst at %.2f of "
+        "it), %lld bytes written outside C",
+        g_case, (long long)bad, (long long)(c->m * c->n), worst,
+        (long long)guard_bad);
+}
+
+static void run_case(const fcase *c) {
+  const int64_t lda = c->k + c->pad, ldb = c->k + c->pad, ldc = c->n + c->pad;
+  snprintf(g_case, sizeof g_case,
+           "m=%lld n=%lld k=%lld %s -> %s, scales %s%s, %s, pad %lld",
+           (long long)c->m, (long long)c->n, (long long)c->k, tname(c->ab),
+           tname(c->ct), lname(c->layout),
+           c->layout == MKX_GEMM_SCALE_BLOCK
+               ? (c->b_kb_fast ? " (b [nb][kb])" : " (b [kb][nb])")
+               : "",
+           c->exact ? "exact" : "random", (long long)c->pad);
+  inputs in;
+  make_inputs(c, lda, ldb, &in);
+  const int esz = c->ct == MKX_GEMM_FP32 ? 4 : 2;
+  const size_t cbytes = (size_t)(c->m * ldc * esz);
+  void *dA = upload(in.A, (size_t)(c->m * lda)),
+       *dB = upload(in.B, (size_t)(c->n * ldb));
+  float *dsa = upload(in.sa, sizeof(float) * (size_t)in.nsa),
+        *dsb = upload(in.sb, sizeof(float) * (size_t)in.nsb);
+  unsigned char *dC = NULL;
+  CUDA(cudaMalloc((void **)&dC, cbytes + 2 * kGuard));
+  CUDA(cudaMemset(dC, 0xFF, cbytes + 2 * kGuard));
+  const mkx_gemm_desc d = {.m = c->m,
+                           .n = c->n,
+                           .k = c->k,
+                           .a = dA,
+                           .lda = lda,
+                           .b = dB,
+                           .ldb = ldb,
+                           .b_kmajor = 1,
+                           .c = dC + kGuard,
+                           .ldc = ldc,
+                           .ab_type = c->ab,
+                           .c_type = c->ct};
+  mkx_gemm_scales s = in.s;
+  if (c->layout != MKX_GEMM_SCALE_NONE) s.a = dsa, s.b = dsb;
+  const char *why = NULL;
+  const int ok = mkx_gemm_fp8_supported(&d, &s, &why);
+  CHECK(ok, "%s: supported (%s)", g_case, why);
+  if (ok) {
+    const int rc = mkx_gemm_run_fp8(&d, &s, 0);
+    CHECK(rc == 0, "%s: mkx_gemm_run_fp8 returned %d", g_case, rc);
+    CUDA(cudaDeviceSynchronize());
+    unsigned char *hC = host_alloc(cbytes + 2 * kGuard);
+    CUDA(cudaMemcpy(hC, dC, cbytes + 2 * kGuard, cudaMemcpyDeviceToHost));
+    if (rc == 0) compare(c, &in, lda, ldb, ldc, hC, cbytes);
+    free(hC);
+  }
+  cudaFree(dA), cudaFree(dB), cudaFree(dsa), cudaFree(dsb), cudaFree(dC);
+  free(in.A), free(in.B), free(in.sa), free(in.sb);
+}
+
+/* What the engine refuses: MKX_GEMM_EINVAL, nothing launched. */
+static void refusals(void) {
+  snprintf(g_case, sizeof g_case, "refusals");
+  static char buf[1024] __attribute__((aligned(16)));
+  const float one = 1.f;
+  const mkx_gemm_desc good = {.m = 8,
+                              .n = 8,
+                              .k = 16,
+                              .a = buf,
+                              .lda = 16,
+                              .b = buf,
+                              .ldb = 16,
+                              .b_kmajor = 1,
+                              .c = buf,
+                              .ldc = 8,
+                              .ab_type = MKX_GEMM_E4M3,
+                              .c_type = MKX_GEMM_FP32};
+  const mkx_gemm_scales none = {0},
+                        row = {
+                            .layout = MKX_GEMM_SCALE_ROW, .a = &one, .b = NULL};
+  const mkx_gemm_scales bad_layout = {.layout = 7};
+  struct {
+    const char *what;
+    mkx_gemm_desc d;
+    const mkx_gemm_scales *s;
+  } r[] = {{"bf16 operands", good, &none},  {"B stored k x n", good, &none},
+           {"k = 24", good, &none},         {"lda = 24", good, &none},
+           {"an fp8 C", good, &none},       {"a NULL scale array", good, &row},
+           {"layout 7", good, &bad_layout}, {"NULL scales", good, NULL}};
+  r[0].d.ab_type = MKX_GEMM_BF16;
+  r[1].d.b_kmajor = 0;
+  r[2].d.k = 24, r[2].d.lda = 32, r[2].d.ldb = 32;
+  r[3].d.lda = 24;
+  r[4].d.c_type = MKX_GEMM_E4M3;
+  const char *why = NULL;
+  CHECK(mkx_gemm_fp8_supported(&good, &none, &why),
+        "the good arguments are supported (%s)", why);
+  for (size_t i = 0; i < sizeof r / sizeof r[0]; i++) {
+    const int sup = mkx_gemm_fp8_supported(&r[i].d, r[i].s, &why);
+    const int rc = mkx_gemm_run_fp8(&r[i].d, r[i].s, 0);
+    CHECK(!sup && rc == MKX_GEMM_EINVAL,
+          "%s: refused (supported %d, \"%s\"; run returned %d)", r[i].what, sup,
+          why, rc);
+  }
+}
+
+int main(int argc, char **argv) {
+  uint64_t seed = (uint64_t)time(NULL);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      seed = strtoull(argv[++i], NULL, 10);
+  int ndev = 0, major = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1 ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) !=
+          cudaSuccess ||
+      major != 9) {
+    printf("SKIP test_gemm_fp8: no sm_90 GPU\n");
+    return 77;
+  }
+  printf("# test_gemm_fp8 seed %llu\n", (unsigned long long)seed);
+  mt_rng_init(&g_rng, seed, 0, 0);
+  refusals();
+  const int abs[2] = {MKX_GEMM_E4M3, MKX_GEMM_E5M2};
+  const int cts[3] = {MKX_GEMM_BF16, MKX_GEMM_FP16, MKX_GEMM_FP32};
+  /* shapes: a full tile, partial tiles and a last K block of 16, several tiles and blocks */
+  const int64_t shapes[4][3] = {
+      {128, 128, 128}, {1, 8, 16}, {200, 136, 272}, {300, 264, 1040}};
+  int i = 0;
+  for (int a = 0; a < 2; a++)
+    for (int ct = 0; ct < 3; ct++)
+      for (int l = MKX_GEMM_SCALE_NONE; l <= MKX_GEMM_SCALE_BLOCK; l++)
+        for (int e = 0; e < 2; e++, i++) {
+          const int64_t *sh = shapes[i % 4];
+          const fcase c = {sh[0],  sh[1],   sh[2], (i % 3 == 0) ? 16 : 0,
+                           abs[a], cts[ct], l,     !e,
+                           i % 2};
+          run_case(&c);
+        }
+  /* long K: 32 blocks promoted; both orders of B's block scales */
+  for (int b = 0; b < 2; b++) {
+    const fcase c = {
+        256, 256, 4096, 0, MKX_GEMM_E4M3, MKX_GEMM_FP32, MKX_GEMM_SCALE_BLOCK,
+        0,   b};
+    run_case(&c);
+  }
+  const fcase exact_long = {
+      128, 256, 1024, 16, MKX_GEMM_E5M2, MKX_GEMM_FP32, MKX_GEMM_SCALE_BLOCK,
+      1,   1};
+  run_case(&exact_long);
+  return engine_finish();
+}
