@@ -91,12 +91,10 @@ static void make_inputs(const fcase *c, int64_t lda, int64_t ldb, inputs *in) {
   const int64_t kbs = (c->k + 127) / 128, nbs = (c->n + 127) / 128;
   memset(&in->s, 0, sizeof in->s);
   in->s.layout = c->layout;
-  in->nsa = c->layout == MKX_GEMM_SCALE_TENSOR ? 1
-            : c->layout == MKX_GEMM_SCALE_ROW  ? c->m
-                                               : c->m * (kbs + 1);
-  in->nsb = c->layout == MKX_GEMM_SCALE_TENSOR ? 1
-            : c->layout == MKX_GEMM_SCALE_ROW  ? c->n
-                                               : nbs * kbs;
+  const int64_t counts[4][2] = {
+      {0, 0}, {1, 1}, {c->m, c->n}, {c->m * (kbs + 1), nbs * kbs}};
+  in->nsa = counts[c->layout][0];
+  in->nsb = counts[c->layout][1];
   if (c->layout == MKX_GEMM_SCALE_BLOCK) {
     in->s.a_row = kbs + 1, in->s.a_kb = 1; /* a padded row per row of A */
     if (c->b_kb_fast)
