@@ -40,27 +40,23 @@ def rs(n, ty):
 }}
 '''
 
-def ss_mn(n, ty):
+def desc_pair(name, n, k, ty, imms):
+    """A and B from shared-memory descriptors, no transpose immediate."""
     na = n // 2
-    return f'''static __device__ __forceinline__ void ss_mn(float (&d)[{na}], uint64_t da, uint64_t db, int scale_d) {{
+    return f'''static __device__ __forceinline__ void {name}(float (&d)[{na}], uint64_t da, uint64_t db, int scale_d) {{
   asm volatile(
       "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ty}.{ty} {{{acc_list(na)}}}, %{na}, %{na + 1}, p, 1, 1, 1, 0;\\n}}\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ty}.{ty} {{{acc_list(na)}}}, %{na}, %{na + 1}, p, {imms};\\n}}\\n"
       : {outs(na)}
       : "l"(da), "l"(db), "r"(scale_d));
 }}
 '''
 
+def ss_mn(n, ty):
+    return desc_pair("ss_mn", n, 16, ty, "1, 1, 1, 0")
+
 def ss_fp8(n, ty):
-    na = n // 2
-    return f'''static __device__ __forceinline__ void ss(float (&d)[{na}], uint64_t da, uint64_t db, int scale_d) {{
-  asm volatile(
-      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{na + 2}, 0;\\n"
-      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.{ty}.{ty} {{{acc_list(na)}}}, %{na}, %{na + 1}, p, 1, 1;\\n}}\\n"
-      : {outs(na)}
-      : "l"(da), "l"(db), "r"(scale_d));
-}}
-'''
+    return desc_pair("ss", n, 32, ty, "1, 1")
 
 def main():
     o = []
