@@ -6,16 +6,19 @@
 # shapes from M = 512 to 16384; then a second job on the first's tuner
 # cache, whose first runs show whether the splits came back
 # (perf-tune.txt; tune-results.md, tune-sweep.svg and the cache in logs.tgz:
-# the device tool brings back few files).
+# the device tool brings back few files).  MKX_GPU_CHECK_TUNE_ARGS: more
+# arguments of mkx_perf tune (e.g. --grouped, --shape MxNxK).
 # shellcheck shell=bash
 
 [ "$ngpu" = 1 ] && [ -x ./mkx_perf ] || return 0
 if mps_start; then
   rm -f "$logs/tune-cache.txt"
   for job in first cached; do
+    # shellcheck disable=SC2086 # the extra arguments are words
     rail "${MKX_GPU_CHECK_PERF_BOUND:-300}" 4 ./mkx_perf tune --vnode 2 \
       --net shm --hier proxy --ctas "${MKX_GPU_CHECK_TUNE_CTAS:-1,2,4,8,16}" \
       --cache "$logs/tune-cache.txt" --out "$logs/tune-results.md" \
+      ${MKX_GPU_CHECK_TUNE_ARGS:-} \
       $([ "$job" = first ] && echo --plot "$logs/tune-sweep.svg") \
       >>"$out/perf-tune.txt" 2>&1 ||
       fail "mkx_perf tune ($job job): rc=$?"

@@ -7,8 +7,8 @@
  *
  *   mpirun -np P mkx_perf tune --vnode G [--net tcp|shm] [--hier proxy|gpu]
  *          [--op ag|rs|ar|all] [--shape MxNxK]... [--ctas N,N,...]
- *          [--runs N] [--reps N] [--burst N] [--cache PATH] [--out FILE]
- *          [--plot FILE]
+ *          [--runs N] [--reps N] [--burst N] [--grouped] [--cache PATH]
+ *          [--out FILE] [--plot FILE]
  *
  * The roles run where a node has several ranks and the GPU drives the
  * network: on virtual nodes of G ranks (--vnode G, over --net, default
@@ -25,7 +25,11 @@
  * rank.  A sample is --burst runs of one plan back to back (default 4),
  * timed as a whole, per run: the first run of a communicator after
  * another's may pay for the switch (its proxy thread napping, its buffers
- * cold), which single interleaved runs would charge to the split.  A row gives each time with the CTAs it used (rank 0's; where the
+ * cold), which single interleaved runs would charge to the split.
+ * --grouped: each plan's samples back to back instead, after one untimed
+ * sample of it, so that only its communicator's threads have just worked
+ * (every recently busy proxy thread keeps polling at a short interval,
+ * and several of them at once load the host).  A row gives each time with the CTAs it used (rank 0's; where the
  * role's CTAs are clamped below a pinned count, the clamped count), the
  * ratios rule/best and adaptive/best, where best is the fastest pinned
  * count, the adaptive plan's first run against best (with a tuner cache
@@ -53,7 +57,7 @@
 static const char tune_usage[] =
     "usage: mpirun -np P mkx_perf tune --vnode G [--net tcp|shm]\n"
     "         [--hier proxy|gpu] [--op ag|rs|ar|all] [--shape MxNxK]...\n"
-    "         [--ctas N,N,...] [--runs N] [--reps N] [--burst N]\n"
+    "         [--ctas N,N,...] [--runs N] [--reps N] [--burst N] [--grouped]\n"
     "         [--cache PATH]\n"
     "         [--out FILE] [--plot FILE.svg]\n"
     "  A role's CTAs pinned over a sweep against today's rule and the\n"
@@ -61,7 +65,7 @@ static const char tune_usage[] =
 
 typedef struct tune_opts {
   perf_tp_conf conf;
-  int ops, ns, nc, runs, reps, burst;
+  int ops, ns, nc, runs, reps, burst, grouped;
   int64_t shapes[MAX_SHAPES][3];
   int ctas[MAX_CTAS];
   const char *cache, *outname, *plot;
@@ -151,6 +155,10 @@ static int parse_args(int argc, char **argv, tune_opts *o) {
   int vnode_given = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
+    if (!strcmp(argv[i], "--grouped")) {
+      o->grouped = 1;
+      continue;
+    }
     if (i + 1 >= argc) return usage_error("missing its value", argv[i]);
     vnode_given |= !strcmp(argv[i], "--vnode");
     const int rc = set_value(argv[i], argv[i + 1], o);
@@ -212,9 +220,17 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
   for (int p = 0; p < np; p++)
     perf_tp_plan(c[p], w->op, w->m, w->n, w->k, &b, &req[p]);
   for (int r = 0; r < o->runs; r++) w->run[r] = sample(e, req[P_ADAPT], 1);
-  for (int r = 0; r < o->reps; r++)
-    for (int p = 0; p < np; p++)
-      t[p * o->reps + r] = sample(e, req[p], o->burst);
+  if (o->grouped) {
+    for (int p = 0; p < np; p++) {
+      (void)sample(e, req[p], o->burst);
+      for (int r = 0; r < o->reps; r++)
+        t[p * o->reps + r] = sample(e, req[p], o->burst);
+    }
+  } else {
+    for (int r = 0; r < o->reps; r++)
+      for (int p = 0; p < np; p++)
+        t[p * o->reps + r] = sample(e, req[p], o->burst);
+  }
   for (int p = 0; p < np; p++) {
     w->ms[p] = perf_median(t + p * o->reps, o->reps);
     int ctas = 0, best = 0, settled = 0;
@@ -282,11 +298,13 @@ static FILE *open_table(const perf_env *e, const tune_opts *o) {
     perf_cat(head, sizeof head, "Nodes as the job has them");
   perf_cat(head, sizeof head,
            ", hier_gemm=%s, bf16, B stored N x K; medians of %d samples of "
-           "%d runs back to back (ms per run, slowest rank), the adaptive "
-           "plan after %d runs%s%s.  rule: "
+           "%d runs back to back (ms per run, slowest rank; %s), the "
+           "adaptive plan after %d runs%s%s.  rule: "
            "today's split; best: the fastest of the CTAs pinned at",
-           o->conf.hier, o->reps, o->burst, o->runs,
-           o->cache ? ", tuner cache " : "", o->cache ? o->cache : "");
+           o->conf.hier, o->reps, o->burst,
+           o->grouped ? "each plan's samples together, after an untimed one"
+                      : "the plans' samples interleaved",
+           o->runs, o->cache ? ", tuner cache " : "", o->cache ? o->cache : "");
   for (int i = 0; i < o->nc; i++)
     perf_cat(head, sizeof head, "%s%d", i ? ", " : " ", o->ctas[i]);
   perf_cat(head, sizeof head,
