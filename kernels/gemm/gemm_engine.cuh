@@ -497,34 +497,47 @@ __device__ __forceinline__ void produce(const EngineSmem<Cfg> &sm, const CUtenso
   }
 }
 
+/* A consumer warpgroup's wgmma of one stage once it is full: 4 K steps into d (the first adds
+ * to d only if `accumulate`), committed as one group. */
+template <class Cfg>
+__device__ __forceinline__ void mma_stage(const EngineSmem<Cfg> &sm, uint32_t a_base, uint32_t b_base, int stage,
+                                          uint32_t phase, bool accumulate, float (&d)[Cfg::ACC]) {
+  constexpr int BN = Cfg::BN;
+  mbar_wait(&sm.full[stage], phase);
+  const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
+  const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
+  wgmma_fence();
+  pin_acc(d);
+#pragma unroll
+  for (int k = 0; k < Cfg::KSTEPS; ++k) {
+    const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
+    const int scale_d = (accumulate || k > 0) ? 1 : 0;
+    if constexpr (Cfg::FP8 != kNotFp8) {
+      wgmma::WgmmaFp8<BN, Cfg::FP8 == kE5M2>::ss(d, da, make_desc(b_addr + 32 * k, 16, 1024), scale_d);
+    } else {
+      uint64_t db;
+      if constexpr (Cfg::B_KMAJOR)
+        db = make_desc(b_addr + 32 * k, 16, 1024);
+      else
+        db = make_desc(b_addr + 16 * 128 * k, 64 * 128, 1024);
+      wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(d, da, db, scale_d);
+    }
+  }
+  wgmma_commit();
+  pin_acc(d);
+}
+
 /* One consumer warpgroup's main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma
  * m64nBNk16 into acc, one group kept in flight, the previous stage released (one arrive per
  * warp on "empty").  stage and phase run on across tiles. */
 template <class Cfg>
 __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool warp_leader, int kb0, int kb1,
                                          int &stage, uint32_t &phase, float (&acc)[Cfg::ACC]) {
-  constexpr int BN = Cfg::BN;
   const uint32_t a_base = smem_u32(sm.sA) + cw * (64 * 128);
   const uint32_t b_base = smem_u32(sm.sB);
   int prev = 0;
   for (int kb = kb0; kb < kb1; ++kb) {
-    mbar_wait(&sm.full[stage], phase);
-    const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
-    const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
-    wgmma_fence();
-    pin_acc(acc);
-#pragma unroll
-    for (int k = 0; k < Cfg::KSTEPS; ++k) {
-      const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
-      uint64_t db;
-      if constexpr (Cfg::B_KMAJOR)
-        db = make_desc(b_addr + 32 * k, 16, 1024);
-      else
-        db = make_desc(b_addr + 16 * 128 * k, 64 * 128, 1024);
-      wgmma_tile<BN, Cfg::FP16, Cfg::B_KMAJOR ? 0 : 1>(acc, da, db, (kb > kb0 || k > 0) ? 1 : 0);
-    }
-    wgmma_commit();
-    pin_acc(acc);
+    mma_stage<Cfg>(sm, a_base, b_base, stage, phase, kb > kb0, acc);
     if (kb > kb0) {
       wgmma_wait<1>();
       pin_acc(acc);
@@ -550,26 +563,13 @@ template <class Cfg, class Scales>
 __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, bool warp_leader, int kb0, int kb1,
                                              int &stage, uint32_t &phase, const TileCtx &ctx, const Scales &sc,
                                              float (&acc)[Cfg::ACC]) {
-  constexpr int BN = Cfg::BN;
   const uint32_t a_base = smem_u32(sm.sA) + cw * (64 * 128);
   const uint32_t b_base = smem_u32(sm.sB);
   float part[Cfg::ACC];
 #pragma unroll
   for (int i = 0; i < Cfg::ACC; ++i) acc[i] = part[i] = 0.f;
   for (int kb = kb0; kb < kb1; ++kb) {
-    mbar_wait(&sm.full[stage], phase);
-    const uint32_t a_addr = a_base + stage * Cfg::A_BYTES;
-    const uint32_t b_addr = b_base + stage * Cfg::B_BYTES;
-    wgmma_fence();
-    pin_acc(part);
-#pragma unroll
-    for (int k = 0; k < Cfg::KSTEPS; ++k) {
-      const uint64_t da = make_desc(a_addr + 32 * k, 16, 1024);
-      const uint64_t db = make_desc(b_addr + 32 * k, 16, 1024);
-      wgmma::WgmmaFp8<BN, Cfg::FP8 == kE5M2>::ss(part, da, db, k > 0 ? 1 : 0);
-    }
-    wgmma_commit();
-    pin_acc(part);
+    mma_stage<Cfg>(sm, a_base, b_base, stage, phase, false, part);
     const typename Scales::Block f = sc.block(ctx, kb);  // its loads overlap the wgmma
     wgmma_wait<0>();
     pin_acc(part);
