@@ -9,6 +9,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "core/handles.h"
+#include "ops/tiles/chunk_walk.h"
 #include "ops/tiles/tile_set.h"
 #include "ops/validate.h"
 
@@ -68,51 +69,20 @@ static int chunk_gemm(MKX_Tiles a, int q, const mkx_gemm_desc *g, MKX_Tiles ct,
   return rc ? mkx_cuda_rc((cudaError_t)rc, FN, "signal kernel") : MKX_SUCCESS;
 }
 
-/* Consuming an AllGather: the chunks in turn from the one holding this
- * rank's block of rows (MKX_Block_range over the node's ranks), which the
- * AllGather lands first, since they are this rank's own. */
-static int from_own_block(MKX_Tiles a, int q, const mkx_gemm_desc *g,
-                          int64_t chunk) {
-  const MKX_Tiles_dev *d = &a->dev;
-  const int64_t n = (d->rows + chunk - 1) / chunk;
-  int64_t own, count;
-  MKX_Block_range(d->rows, d->size, d->rank, &own, &count);
-  const int64_t first = count > 0 ? own / chunk : 0;
-  for (int64_t i = 0; i < n; i++) {
-    const int64_t lo = (first + i) % n * chunk;
-    const int64_t hi = lo + chunk < d->rows ? lo + chunk : d->rows;
-    MKX_TRY(chunk_gemm(a, q, g, NULL, lo, hi, (int)(i % 2)));
-  }
-  return MKX_SUCCESS;
-}
-
-/* Producing for a reduction of ct: in rounds, the k-th chunk of every
- * node rank's block (from the next rank's on, this rank's last), so that
- * every rank's block of C completes at the same pace on every rank and
- * each reducer sums while the GEMM runs, not only in its last 1/p. */
-static int by_rounds(MKX_Tiles a, int q, const mkx_gemm_desc *g, MKX_Tiles ct,
-                     int64_t chunk) {
-  const MKX_Tiles_dev *d = &a->dev;
-  int i = 0;
-  for (int64_t k = 0, more = 1; more; k++) {
-    more = 0;
-    for (int o = 1; o <= d->size; o++) {
-      int64_t r0, nr;
-      MKX_Block_range(d->rows, d->size, (d->rank + o) % d->size, &r0, &nr);
-      if (k * chunk >= nr) continue;
-      const int64_t lo = r0 + k * chunk;
-      const int64_t hi = lo + chunk < r0 + nr ? lo + chunk : r0 + nr;
-      MKX_TRY(chunk_gemm(a, q, g, ct, lo, hi, i++));
-      more |= hi < r0 + nr;
-    }
-  }
-  return MKX_SUCCESS;
-}
-
+/* Consuming an AllGather, the chunks from this rank's own block on (the
+ * rows the AllGather lands first); producing for a reduction of ct, in
+ * rounds over every rank's block, since a block's sum can start only once
+ * every rank has written it (ops/tiles/chunk_walk.h). */
 static int chunks(MKX_Tiles a, int q, const mkx_gemm_desc *g, MKX_Tiles ct,
                   int64_t chunk, cudaStream_t user) {
+  const MKX_Tiles_dev *d = &a->dev;
+  mkx_chunk_walk w;
+  mkx_chunk_walk_init(&w, ct ? MKX_WALK_ROUNDS : MKX_WALK_FROM_OWN, d->rows,
+                      d->size, d->rank, chunk);
   MKX_TRY(mkx_tile_fan_fork(&a->gemm, user, FN));
-  MKX_TRY(ct ? by_rounds(a, q, g, ct, chunk) : from_own_block(a, q, g, chunk));
+  int64_t lo, hi;
+  for (int i = 0; mkx_chunk_walk_next(&w, &lo, &hi); i++)
+    MKX_TRY(chunk_gemm(a, q, g, ct, lo, hi, i));
   return mkx_tile_fan_join(&a->gemm, user, FN);
 }
 #endif
