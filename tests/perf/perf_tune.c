@@ -21,8 +21,9 @@
  *
  * For each call and shape: --runs timed runs of the adaptive plan first
  * (default 10: its search's runs; each run's time is kept), then --reps
- * samples (default 5) of every plan interleaved; medians of the slowest
- * rank.  A sample is --burst runs of one plan back to back (default 4),
+ * samples (default 5) of every plan interleaved; medians of the samples,
+ * each timed by its slowest rank (the comment line under a row gives
+ * their range too).  A sample is --burst runs of one plan back to back (default 4),
  * timed as a whole, per run: the first run of a communicator after
  * another's may pay for the switch (its proxy thread napping, its buffers
  * cold), which single interleaved runs would charge to the split.
@@ -79,6 +80,7 @@ typedef struct tune_row {
   int op;
   int64_t m, n, k;
   float ms[P_PINNED + MAX_CTAS]; /* medians, slowest rank */
+  float lo[P_PINNED + MAX_CTAS], hi[P_PINNED + MAX_CTAS]; /* sample range */
   int used[P_PINNED + MAX_CTAS]; /* the role's CTAs (0: no role ran) */
   int settled;                   /* the adaptive search settled */
   float run[MAX_RUNS];           /* the adaptive plan's first runs */
@@ -231,7 +233,16 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
       for (int p = 0; p < np; p++)
         t[p * o->reps + r] = sample(e, req[p], o->burst);
   }
+  /* each sample as its slowest rank saw it */
+  AI(MPI_Allreduce(MPI_IN_PLACE, t, np * o->reps, MPI_FLOAT, MPI_MAX,
+                   MPI_COMM_WORLD));
   for (int p = 0; p < np; p++) {
+    const float *tp = t + p * o->reps;
+    w->lo[p] = w->hi[p] = tp[0];
+    for (int r = 1; r < o->reps; r++) {
+      if (tp[r] < w->lo[p]) w->lo[p] = tp[r];
+      if (tp[r] > w->hi[p]) w->hi[p] = tp[r];
+    }
     w->ms[p] = perf_median(t + p * o->reps, o->reps);
     int ctas = 0, best = 0, settled = 0;
     if (mkx_tuner_last(c[p], &ctas, &best, &settled))
@@ -239,8 +250,6 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
     if (p == P_ADAPT) w->settled = settled;
     AM(MKX_Request_free(&req[p]));
   }
-  AI(MPI_Allreduce(MPI_IN_PLACE, w->ms, np, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
   AI(MPI_Allreduce(MPI_IN_PLACE, w->run, o->runs, MPI_FLOAT, MPI_MAX,
                    MPI_COMM_WORLD));
   w->best = P_PINNED;
@@ -258,7 +267,7 @@ static void split_cell(char *s, size_t len, float ms, int ctas) {
 }
 
 static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
-  char s[1024] = "";
+  char s[2048] = "";
   const float best = w->ms[w->best];
   int near = 0;
   for (int r = 0; r < o->runs && !near; r++)
@@ -276,10 +285,15 @@ static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
   else
     perf_cat(s, sizeof s, " none of %d%s |\n", o->runs, state);
   perf_cat(s, sizeof s,
-           "<!-- %s %lldx%lldx%lld pinned (CTAs: ms):", perf_tp_op_names[w->op],
-           (long long)w->m, (long long)w->n, (long long)w->k);
+           "<!-- %s %lldx%lldx%lld pinned (CTAs: ms, samples' range):",
+           perf_tp_op_names[w->op], (long long)w->m, (long long)w->n,
+           (long long)w->k);
   for (int i = 0; i < o->nc; i++)
-    perf_cat(s, sizeof s, " %d: %.3f", o->ctas[i], w->ms[P_PINNED + i]);
+    perf_cat(s, sizeof s, " %d: %.3f (%.3f-%.3f)", o->ctas[i],
+             w->ms[P_PINNED + i], w->lo[P_PINNED + i], w->hi[P_PINNED + i]);
+  perf_cat(s, sizeof s, "; rule %.3f (%.3f-%.3f), adaptive %.3f (%.3f-%.3f)",
+           w->ms[P_RULE], w->lo[P_RULE], w->hi[P_RULE], w->ms[P_ADAPT],
+           w->lo[P_ADAPT], w->hi[P_ADAPT]);
   perf_cat(s, sizeof s, "; adaptive runs (ms):");
   for (int r = 0; r < o->runs; r++) perf_cat(s, sizeof s, " %.3f", w->run[r]);
   perf_cat(s, sizeof s, " -->\n");
