@@ -1,8 +1,8 @@
 /* MKX_Reduce_scatter_tiles and MKX_Allreduce_tiles (include/mkx_tiles.h):
  * a kernel of a few persistent CTAs (option tiles_reduce_ctas) on the
- * caller's stream (the set's lane where the rank has an SM partition) sums each data tile of this rank's block over the node
- * ranks' copies as soon as every copy of it is complete
- * (kernels/tiles/reduce.cu). */
+ * caller's stream (the set's lane where the rank has an SM partition)
+ * sums each data tile of this rank's block over the node ranks' copies as
+ * soon as every copy of it is complete (kernels/tiles/reduce.cu). */
 #include "core/comm.h"
 #include "core/device.h"
 #include "core/error.h"
