@@ -12,7 +12,7 @@
  * both fp8 types, C in bf16, fp16 and fp32, every scale layout (block scales of B stored either
  * way round), awkward m, n and k (partial tiles, a last K block of 16), long K (many promoted
  * blocks), padded leading dimensions; and arguments the engine refuses (MKX_GEMM_EINVAL).
- * Exit 77 without a usable sm_90 GPU.
+ * Exit 77 without a usable sm_90 GPU; a run past 180 s fails (a kernel that hangs).
  *
  *   test_gemm_fp8 [--seed N]
  */
@@ -296,6 +296,7 @@ int main(int argc, char **argv) {
     return 77;
   }
   printf("# test_gemm_fp8 seed %llu\n", (unsigned long long)seed);
+  mt_guard("test_gemm_fp8", 180); /* a kernel that never ends fails the test */
   mt_rng_init(&g_rng, seed, 0, 0);
   refusals();
   const int abs[2] = {MKX_GEMM_E4M3, MKX_GEMM_E5M2};
