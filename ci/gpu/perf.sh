@@ -11,8 +11,9 @@
 if [ "${MKX_GPU_CHECK_GEMM:-1}" = 1 ]; then
   ./mkx_perf gemm --out "$out/gemm-results.md" >"$logs/perf-gemm.txt" 2>&1 ||
     fail "mkx_perf gemm: rc=$?"
-  ./mkx_perf gemm --dtype fp8 --out "$out/gemm-results.md" \
-    >"$logs/perf-gemm-fp8.txt" 2>&1 || fail "mkx_perf gemm --dtype fp8: rc=$?"
+  timeout -k 5 "${MKX_GPU_CHECK_PERF_BOUND:-150}" ./mkx_perf gemm --dtype fp8 \
+    --out "$out/gemm-results.md" >"$logs/perf-gemm-fp8.txt" 2>&1 ||
+    fail "mkx_perf gemm --dtype fp8: rc=$?"
 fi
 if [ "$ngpu" -ge 2 ] && [ "${MKX_GPU_CHECK_TP:-0}" = 1 ]; then
   mpirun --oversubscribe -np "$ngpu" ./mkx_perf tp --full --small --reps 10 \
