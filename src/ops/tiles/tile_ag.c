@@ -89,15 +89,14 @@ int MKX_Allgather_tiles(const void *send, int64_t ld_send, MKX_Tiles tiles,
     return gather(tiles, send, ld_send, (cudaStream_t)stream);
   const int64_t chunks = (r0 + nr - 1) / d->tile_rows - r0 / d->tile_rows + 1;
   const int64_t items = chunks * d->size;
-  cudaStream_t run;
-  MKX_TRY(mkx_tile_lane_fork(tiles, (cudaStream_t)stream, &run, FN));
-  const int rc =
-      mkx_tiles_ag_sm_launch(d, send, ld_send, r0, nr,
-                             items < AG_SM_CTAS ? (int)items : AG_SM_CTAS, run);
-  return mkx_tile_lane_join(
-      tiles, (cudaStream_t)stream,
-      rc ? mkx_cuda_rc((cudaError_t)rc, FN, "AllGather kernel") : MKX_SUCCESS,
-      FN);
+  void *run;
+  MKX_TRY(mkx_part_fork(tiles->comm->part, &tiles->lane, stream, &run));
+  const int rc = mkx_tiles_ag_sm_launch(
+      d, send, ld_send, r0, nr, items < AG_SM_CTAS ? (int)items : AG_SM_CTAS,
+      (cudaStream_t)run);
+  const int jrc = mkx_part_join(&tiles->lane, stream, run);
+  if (rc) return mkx_cuda_rc((cudaError_t)rc, FN, "AllGather kernel");
+  return jrc;
 #else
   (void)send, (void)ld_send, (void)stream;
   return MKX_ERR_INTERNAL; /* no set exists without CUDA */

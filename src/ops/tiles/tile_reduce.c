@@ -119,15 +119,21 @@ static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,
   }
   if (nr == 0) return MKX_SUCCESS;
   MKX_TRY(mkx_device_set(t->comm->device));
-  cudaStream_t run;
-  MKX_TRY(mkx_tile_lane_fork(t, (cudaStream_t)stream, &run, fn));
-  const reduce_job j = {
-      t,   r0, nr, out ? NULL : (char *)recv, ld_recv, out ? &out->dev : NULL,
-      run, fn};
+  void *run;
+  MKX_TRY(mkx_part_fork(t->comm->part, &t->lane, stream, &run));
+  const reduce_job j = {t,
+                        r0,
+                        nr,
+                        out ? NULL : (char *)recv,
+                        ld_recv,
+                        out ? &out->dev : NULL,
+                        (cudaStream_t)run,
+                        fn};
   const int rc = t->comm->opt.tiles_reduce == MKX_TILES_REDUCE_STAGED
                      ? staged(&j)
                      : persistent(&j);
-  return mkx_tile_lane_join(t, (cudaStream_t)stream, rc, fn);
+  const int jrc = mkx_part_join(&t->lane, stream, run);
+  return rc != MKX_SUCCESS ? rc : jrc;
 }
 #else
 static int reduce(MKX_Tiles t, void *recv, int64_t ld_recv, MKX_Tiles out,

@@ -65,21 +65,6 @@ int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn) {
   return MKX_SUCCESS;
 }
 
-int mkx_tile_lane_fork(MKX_Tiles t, cudaStream_t user, cudaStream_t *run,
-                       const char *fn) {
-  *run = user;
-  if (!t->lane.n) return MKX_SUCCESS;
-  MKX_TRY(mkx_tile_fan_fork(&t->lane, user, fn));
-  *run = t->lane.s[0];
-  return MKX_SUCCESS;
-}
-
-int mkx_tile_lane_join(MKX_Tiles t, cudaStream_t user, int rc, const char *fn) {
-  if (!t->lane.n) return rc;
-  const int jrc = mkx_tile_fan_join(&t->lane, user, fn);
-  return rc != MKX_SUCCESS ? rc : jrc;
-}
-
 void mkx_tile_fan_free(mkx_tile_fan *f) {
   for (int i = 0; i < f->n; i++) {
     if (f->s[i]) cudaStreamDestroy(f->s[i]);
@@ -93,7 +78,7 @@ static void set_release(MKX_Tiles t) {
   mkx_handle_remove(t);
   mkx_tile_fan_free(&t->ag);
   mkx_tile_fan_free(&t->gemm);
-  mkx_tile_fan_free(&t->lane);
+  mkx_part_lane_free(&t->lane);
   for (int i = 0; i < 2; i++) mkx_tp_blas_free(t->blas[i]);
   mkx_symm_buf_free(&t->data_map);
   mkx_symm_buf_free(&t->area_map);
@@ -146,7 +131,7 @@ static int make_local(MKX_Tiles t, size_t bytes, int has_buf) {
   mkx_sm_part *part = t->comm->part;
   if (has_buf)
     MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, part, fn));
-  if (has_buf && part) MKX_TRY(mkx_tile_fan_make(&t->lane, 1, part, fn));
+  if (has_buf) MKX_TRY(mkx_part_lane_init(part, &t->lane));
   return mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&t->dev.err, t->err_host, 0), fn,
       "cudaHostGetDevicePointer");

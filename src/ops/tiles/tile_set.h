@@ -45,20 +45,13 @@ struct MKX_Tiles_s {
   int *err_host;
   int failure; /* the recorded failure, once read */
   char why[320];
-  mkx_tile_fan ag;   /* MKX_Allgather_tiles: one per node rank */
-  mkx_tile_fan gemm; /* MKX_Tiles_gemm: two, made on first use */
-  mkx_tile_fan lane; /* the set's SM kernels on the rank's SM partition:
-                      * one stream, none without a partition */
+  mkx_tile_fan ag;             /* MKX_Allgather_tiles: one per node rank */
+  mkx_tile_fan gemm;           /* MKX_Tiles_gemm: two, made on first use */
+  mkx_part_lane lane;          /* the set's SM kernels (the AllGather's, the
+                       * reductions') on the rank's SM partition, if any */
   struct mkx_tp_blas *blas[2]; /* cuBLAS of MKX_Tiles_gemm's streams */
   struct MKX_Tiles_s *next;    /* the communicator's list */
 };
-/* *run: where the set's SM kernels (the AllGather's, the reductions') go:
- * the set's lane on the rank's SM partition, forked from `user`; `user`
- * itself without a partition.  _join orders `user` after the lane and
- * returns rc, or the join's failure after a success. */
-int mkx_tile_lane_fork(MKX_Tiles t, cudaStream_t user, cudaStream_t *run,
-                       const char *fn);
-int mkx_tile_lane_join(MKX_Tiles t, cudaStream_t user, int rc, const char *fn);
 #endif
 
 /* Collective: the areas (symmetric, zeroed), buf mapped into the node's
