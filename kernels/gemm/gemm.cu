@@ -171,11 +171,7 @@ extern "C" int mkx_gemm_pick_tile(const mkx_gemm_desc *d, int num_sms) {
 static int run_common(const mkx_gemm_desc *d, const GateArgs *g, cudaStream_t s, bool load_only = false) {
   if (!mkx_gemm_supported(d, nullptr)) return MKX_GEMM_EINVAL;
   if (d->m == 0 || d->n == 0 || (load_only && d->k == 0)) return 0;  // k = 0: a memset, no kernel
-  const int esz = d->c_type == MKX_GEMM_FP32 ? 4 : 2;
-  if (d->k == 0) {
-    cudaError_t e = cudaMemset2DAsync(d->c, (size_t)d->ldc * esz, 0, (size_t)d->n * esz, (size_t)d->m, s);
-    return e == cudaSuccess ? 0 : (int)e;
-  }
+  if (d->k == 0) return zero_c(d, s);
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return (int)e;

@@ -94,11 +94,11 @@ int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s
   const int tiles_m = (int)cdiv(d->m, kBM), tiles_n = (int)cdiv(d->n, Cfg::BN);
   if (ctas > tiles_m * tiles_n) ctas = tiles_m * tiles_n;
   auto kern = mkx_gemm_fp8_kernel<E5M2, OutT>;
-  cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::SMEM_BYTES);
-  if (e != cudaSuccess) return (int)e;
+  rc = smem_attr_once<mkx_gemm_fp8_kernel<E5M2, OutT>>((int)Cfg::SMEM_BYTES);
+  if (rc) return rc;
   kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (int)d->m, (int)d->n, (int)d->k, tiles_m, tiles_n,
                                                kGroupM < tiles_m ? kGroupM : tiles_m, sa);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
 
@@ -155,19 +155,11 @@ extern "C" int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_sca
 extern "C" int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s) {
   if (!mkx_gemm_fp8_supported(d, sc, nullptr)) return MKX_GEMM_EINVAL;
   if (d->m == 0 || d->n == 0) return 0;
-  if (d->k == 0) {
-    const int esz = elem_bytes(d->c_type);
-    cudaError_t e = cudaMemset2DAsync(d->c, (size_t)d->ldc * esz, 0, (size_t)d->n * esz, (size_t)d->m, s);
-    return e == cudaSuccess ? 0 : (int)e;
-  }
+  if (d->k == 0) return zero_c(d, s);
   if (!device_is_sm90()) return MKX_GEMM_ENODEV;
-  int sms = d->num_ctas;
-  if (sms <= 0) {
-    int dev = 0;
-    cudaError_t e = cudaGetDevice(&dev);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-    if (e != cudaSuccess) return (int)e;
-  }
+  int sms = 0;
+  const int rc = num_sms(&sms, d->num_ctas);
+  if (rc) return rc;
   const ScaleArgs sa = {sc->layout, sc->a, sc->b, sc->a_row, sc->a_kb, sc->b_col, sc->b_kb};
   return d->ab_type == MKX_GEMM_E5M2 ? launch_c<true>(d, sa, sms, s) : launch_c<false>(d, sa, sms, s);
 }

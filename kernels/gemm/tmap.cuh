@@ -78,6 +78,13 @@ static inline int make_tmap(CUtensorMap *map, const void *ptr, int dtype, int64_
 
 static inline int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+/* C = 0 (a product with k == 0), on s; 0 or a cudaError_t. */
+static inline int zero_c(const mkx_gemm_desc *d, cudaStream_t s) {
+  const int esz = elem_bytes(d->c_type);
+  const cudaError_t e = cudaMemset2DAsync(d->c, (size_t)d->ldc * esz, 0, (size_t)d->n * esz, (size_t)d->m, s);
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
 /* The current device's SM count, asked once per device: small calls are
  * timed from their enqueue, where every driver call shows. */
 static inline int num_sms(int *sms) {
