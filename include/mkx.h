@@ -418,7 +418,8 @@ typedef struct MKX_Scales {
  * transb is per rank: ranks may mix MKX_NO_TRANS and MKX_TRANS.
  * Fused GPU path (device buffers, one node): bf16/fp16 A and B, bf16, fp16
  * or fp32 C, up to 8 ranks, sizes below 2^31 (a GEMM+RS/AR rank with
- * k_local = 0 takes it too).  Other cases on one node, and option
+ * k_local = 0 takes it too); fp8 A and B as the _scaled calls below say.
+ * Other cases on one node, and option
  * fused=off, take the staged path; several nodes take the path of option
  * hier_gemm.  Awkward k, n, leading dimensions or alignment go through
  * padded GPU temporaries (option fused_pad).  Persistent plans: see
@@ -496,8 +497,18 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * MKX_SCALE_NONE; the calls above are these with NULL).  AllGather+GEMM
  * gathers each rank's A rows in fp8 (a byte per element) with their
  * scales.  GEMM+ReduceScatter and GEMM+AllReduce apply each rank's scales
- * to its own partial product before the sum.  fp8 operands take the
- * staged path on device buffers (no fused fp8 kernel yet).
+ * to its own partial product before the sum.
+ * fp8 on the fused GPU path (device buffers, one node): row-major, B
+ * stored n x k (transb = MKX_TRANS), k (k_local), lda and ldb multiples
+ * of 16, n and ldc multiples of 8, 16-byte aligned A, B and C, on every
+ * rank; the split path (option tp_overlap has no say): AllGather+GEMM
+ * moves the fp8 rows and their scales, then multiplies once every rank's
+ * are in place; GEMM+RS/AR multiply into the partial of option
+ * tp_partials, then sum.
+ * Such a call with scales reads them back before it enqueues anything (a
+ * synchronisation of `stream`), so that a bad value is its return value:
+ * it cannot be captured in a CUDA graph (MKX_SCALE_NONE can).  Other fp8
+ * calls take the staged path.
  */
 int MKX_Allgather_gemm_scaled(const void *A, int64_t m_local, int64_t k,
                               int64_t lda, const void *B, int64_t n,

@@ -94,14 +94,15 @@ int mkx_gemm_run_gated(const mkx_gemm_desc *d, const int *flags, int target, int
 enum mkx_gemm_scale_layout {
   MKX_GEMM_SCALE_NONE = 0,   /* every scale 1 */
   MKX_GEMM_SCALE_TENSOR = 1, /* a[0] for all of A, b[0] for all of B */
-  MKX_GEMM_SCALE_ROW = 2,    /* a[i] for row i of A, b[j] for column j of C (row j of B) */
+  MKX_GEMM_SCALE_ROW = 2,    /* a[i * a_row] for row i of A, b[j * b_col] for column j of C (row j
+                                of B): strides 1 for dense arrays, 0 for one value for all */
   MKX_GEMM_SCALE_BLOCK = 3   /* a[i * a_row + kb * a_kb]: row i, K block kb of 128;
                                 b[nb * b_col + kb * b_kb]: columns 128 nb .. of C, K block kb */
 };
 typedef struct {
   int layout;          /* enum mkx_gemm_scale_layout */
   const float *a, *b;  /* device memory, finite (NULL with MKX_GEMM_SCALE_NONE) */
-  int64_t a_row, a_kb; /* MKX_GEMM_SCALE_BLOCK: element strides of a and b */
+  int64_t a_row, a_kb; /* MKX_GEMM_SCALE_ROW (a_row, b_col) and _BLOCK: element strides */
   int64_t b_col, b_kb;
 } mkx_gemm_scales;
 

@@ -54,11 +54,13 @@ struct Fp8Scales {
       for (int i = 0; i < N_; ++i) acc[i] *= f;
     } else if (s.layout == MKX_GEMM_SCALE_ROW) {
       const int r = t.row0 + t.acc_row(0);
-      const float a0 = r < M ? __ldg(s.a + r) : 0.f, a1 = r + 8 < M ? __ldg(s.a + r + 8) : 0.f;
+      const float a0 = r < M ? __ldg(s.a + r * s.a_row) : 0.f;
+      const float a1 = r + 8 < M ? __ldg(s.a + (r + 8) * s.a_row) : 0.f;
 #pragma unroll
       for (int i = 0; i < N_; i += 2) {
         const int c = t.col0 + t.acc_col(i);  // acc i, i + 1: columns c, c + 1
-        const float b0 = c < N ? __ldg(s.b + c) : 0.f, b1 = c + 1 < N ? __ldg(s.b + c + 1) : 0.f;
+        const float b0 = c < N ? __ldg(s.b + c * s.b_col) : 0.f;
+        const float b1 = c + 1 < N ? __ldg(s.b + (c + 1) * s.b_col) : 0.f;
         const float a = (i >> 1) & 1 ? a1 : a0;
         acc[i] *= a * b0;
         acc[i + 1] *= a * b1;
@@ -122,8 +124,8 @@ const char *scales_why(const mkx_gemm_desc *d, const mkx_gemm_scales *sc) {
   if (sc->layout < MKX_GEMM_SCALE_NONE || sc->layout > MKX_GEMM_SCALE_BLOCK) return "bad scale layout";
   if (sc->layout == MKX_GEMM_SCALE_NONE || d->m == 0 || d->n == 0 || d->k == 0) return nullptr;
   if (!sc->a || !sc->b) return "null scale array";
-  if (sc->layout == MKX_GEMM_SCALE_BLOCK && (sc->a_row < 0 || sc->a_kb < 0 || sc->b_col < 0 || sc->b_kb < 0))
-    return "negative scale stride";
+  if (sc->layout >= MKX_GEMM_SCALE_ROW && (sc->a_row < 0 || sc->b_col < 0)) return "negative scale stride";
+  if (sc->layout == MKX_GEMM_SCALE_BLOCK && (sc->a_kb < 0 || sc->b_kb < 0)) return "negative scale stride";
   return nullptr;
 }
 

@@ -58,6 +58,13 @@ __global__ void __launch_bounds__(256) tp_split_push_kernel(const __grid_constan
     for (int q = 0; q < s.size; ++q)
       reinterpret_cast<uint4 *>(static_cast<char *>(d.gathered[q]) + (d.row0 + r) * dld)[v] = x;
   }
+  const int64_t ns = d.rows * d.s_cols;
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < ns; i += (int64_t)gridDim.x * blockDim.x) {
+    const int64_t r = i / d.s_cols, j = i % d.s_cols;
+    const float x = __ldg(d.sa + r * d.sa_ld + j);
+    for (int q = 0; q < s.size; ++q)
+      reinterpret_cast<float *>(static_cast<char *>(d.gathered[q]) + d.s_off)[(d.row0 + r) * d.s_cols + j] = x;
+  }
   /* the last block, once every block's stores are visible everywhere,
    * tells the peers (and with wait_all waits until theirs are here) */
   __shared__ int last;
@@ -175,7 +182,8 @@ bool sync_ok(const mkx_fused_sync &s) {
 extern "C" int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st) {
   if (!d || !sync_ok(d->sync) || d->esz <= 0 || (d->k * d->esz) % 16 || (d->rows > 0 && (d->lda * d->esz) % 16) ||
       d->rows < 0 || (d->rows > 0 && reinterpret_cast<uintptr_t>(d->a) % 16) || d->t0 < 0 || d->t1 < d->t0 ||
-      d->t1 > d->tiles_m)
+      d->t1 > d->tiles_m || d->s_cols < 0 || d->sa_ld < 0 ||
+      (d->s_cols > 0 && ((d->rows > 0 && !d->sa) || d->s_off % 4)))
     return MKX_GEMM_EINVAL;
   const int blocks = blocks_for(d->rows * (d->k * d->esz / 16), d->sync.ctas);
   tp_split_push_kernel<<<blocks, 256, 0, st>>>(*d);

@@ -235,15 +235,21 @@ int mkx_tp_rs_late(const mkx_tp_late_desc *d, cudaStream_t st);
  * flags [rank * tiles_m + t] = epoch for t in [t0, t1) (mkx_tp_ag_gemm on
  * the same stream waits for those), with wait_all also meet at pushed
  * (every rank's rows are in place here: a plain GEMM may follow), and bump
- * the epoch. */
+ * the epoch.  fp8 rows take their scales along: row r's s_cols floats
+ * sa[r * sa_ld ...] (sa_ld 0: one value for every row, a per-tensor scale)
+ * into every rank's gathered scales, s_off bytes into its gathered A's
+ * region, dense rows of s_cols (s_cols 0: none). */
 typedef struct mkx_tp_split_ag_desc {
   const void *a;
   int64_t lda, rows, k;          /* this rank's rows of A */
-  int esz;                       /* bytes per element: 2 */
+  int esz;                       /* bytes per element: 1 (fp8) or 2 */
   int64_t row0;                  /* their first row in the gathered A */
   void *gathered[MKX_FUSED_MAX]; /* every rank's gathered A (ld k), mapped */
   int *flags[MKX_FUSED_MAX];     /* every rank's flags, mapped */
   int tiles_m, t0, t1, wait_all;
+  const float *sa; /* this rank's scales of A */
+  int64_t sa_ld, s_cols;
+  size_t s_off;
   mkx_fused_sync sync;
 } mkx_tp_split_ag_desc;
 int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st);

@@ -10,7 +10,7 @@
  *    within eps_c |ref| + 2^-10 sum |terms| (the tensor cores sum a K block of fp8 products in
  *    fewer bits than fp32; the engine adds the blocks in fp32);
  * both fp8 types, C in bf16, fp16 and fp32, every scale layout (block scales of B stored either
- * way round), awkward m, n and k (partial tiles, a last K block of 16), long K (many promoted
+ * way round; row scales with one B scale for all columns, stride 0), awkward m, n and k (partial tiles, a last K block of 16), long K (many promoted
  * blocks), padded leading dimensions; and arguments the engine refuses (MKX_GEMM_EINVAL).
  * Exit 77 without a usable sm_90 GPU; a run past 180 s fails (a kernel that hangs).
  *
@@ -40,7 +40,8 @@ typedef struct {
   int64_t m, n, k,
       pad; /* pad: extra elements per row of A, B and C (multiples of 16) */
   int ab, ct, layout, exact;
-  int b_kb_fast; /* BLOCK: B's scales stored [nb][kb] (1) or [kb][nb] (0) */
+  int b_kb_fast; /* BLOCK: B's scales stored [nb][kb] (1) or [kb][nb] (0);
+                    ROW: one per column (1) or one for all (0, stride 0) */
 } fcase;
 
 static const char *tname(int t) {
@@ -95,6 +96,10 @@ static void make_inputs(const fcase *c, int64_t lda, int64_t ldb, inputs *in) {
       {0, 0}, {1, 1}, {c->m, c->n}, {c->m * (kbs + 1), nbs * kbs}};
   in->nsa = counts[c->layout][0];
   in->nsb = counts[c->layout][1];
+  if (c->layout == MKX_GEMM_SCALE_ROW) {
+    in->s.a_row = 1, in->s.b_col = c->b_kb_fast;
+    if (!c->b_kb_fast) in->nsb = 1;
+  }
   if (c->layout == MKX_GEMM_SCALE_BLOCK) {
     in->s.a_row = kbs + 1, in->s.a_kb = 1; /* a padded row per row of A */
     if (c->b_kb_fast)
@@ -116,7 +121,7 @@ static double scale_of(const fcase *c, const inputs *in, int64_t i, int64_t j,
     case MKX_GEMM_SCALE_TENSOR:
       return (double)in->sa[0] * in->sb[0];
     case MKX_GEMM_SCALE_ROW:
-      return (double)in->sa[i] * in->sb[j];
+      return (double)in->sa[i * s->a_row] * in->sb[j * s->b_col];
     case MKX_GEMM_SCALE_BLOCK:
       return (double)in->sa[i * s->a_row + kb * s->a_kb] *
              in->sb[(j / 128) * s->b_col + kb * s->b_kb];
@@ -256,15 +261,24 @@ static void refusals(void) {
   const mkx_gemm_scales none = {0},
                         row = {
                             .layout = MKX_GEMM_SCALE_ROW, .a = &one, .b = NULL};
-  const mkx_gemm_scales bad_layout = {.layout = 7};
+  const mkx_gemm_scales bad_layout = {.layout = 7},
+                        row_neg = {.layout = MKX_GEMM_SCALE_ROW,
+                                   .a = &one,
+                                   .b = &one,
+                                   .a_row = -1};
   struct {
     const char *what;
     mkx_gemm_desc d;
     const mkx_gemm_scales *s;
-  } r[] = {{"bf16 operands", good, &none},  {"B stored k x n", good, &none},
-           {"k = 24", good, &none},         {"lda = 24", good, &none},
-           {"an fp8 C", good, &none},       {"a NULL scale array", good, &row},
-           {"layout 7", good, &bad_layout}, {"NULL scales", good, NULL}};
+  } r[] = {{"bf16 operands", good, &none},
+           {"B stored k x n", good, &none},
+           {"k = 24", good, &none},
+           {"lda = 24", good, &none},
+           {"an fp8 C", good, &none},
+           {"a NULL scale array", good, &row},
+           {"layout 7", good, &bad_layout},
+           {"NULL scales", good, NULL},
+           {"a negative row stride", good, &row_neg}};
   r[0].d.ab_type = MKX_GEMM_BF16;
   r[1].d.b_kmajor = 0;
   r[2].d.k = 24, r[2].d.lda = 32, r[2].d.ldb = 32;

@@ -28,8 +28,11 @@
  *    NULL scale arrays, a scale NaN / 0 / negative / infinite (the message
  *    names the index), an fp8 ctype, fp8 in the other calls, and
  *    MKX_Type_size;
- *  - --device: a subset on cudaMalloc buffers (the staged path) against
- *    the same calls on host buffers, bit for bit;
+ *  - --device: a subset on cudaMalloc buffers against the same calls on
+ *    host buffers: bit for bit on the staged path; on the fused split path
+ *    (operands that suit it, rows and k awkward, every layout and type)
+ *    A_out and a_out bit for bit, C within the fused bound, the path
+ *    taken as mkx.h says;
  *  - --vnode: all of the above on two virtual nodes (option
  *    virtual_node_size) over tcp, where rows and scales cross between
  *    nodes by MKX's transport.
@@ -109,6 +112,15 @@ static double bound_of(MKX_Datatype ct, double ref, double S, double K, int p) {
   return e * fabs(ref) + (1 + e) * (K + p + 8) * ldexp(1, -23) * S +
          tiny_of(ct);
 }
+/* The fused path's fp8 GEMM sums each 128-wide K block of products on the
+ * tensor cores in fewer bits than fp32 (2^-10 of their magnitudes covers
+ * it), and the reductions' partials travel in C's type (option
+ * tp_partials=out), each rounded once before the sum. */
+static double fused_bound(MKX_Datatype ct, double ref, double S, double K,
+                          int p, int red) {
+  return bound_of(ct, ref, S, K, p) + ldexp(1, -10) * S +
+         (red ? eps_of(ct) * S : 0);
+}
 
 /* ---- cases ---------------------------------------------------------------- */
 
@@ -129,6 +141,8 @@ typedef struct {
   int null_scales;       /* scales == NULL (layout NONE) */
   int small;             /* values and scales kept small (fp16 C) */
   int exact;             /* every finite value, identity B, 2^e scales */
+  int ld16;              /* lda, ldb multiples of 16, ldc of 8, pads of
+                            16 elements: operands the fused path takes */
   int tag;               /* the random streams */
 } tcase;
 
@@ -268,6 +282,7 @@ typedef struct {
   tbuf A, B, C, O, SA, SB, SAO, SBR; /* SBR: b's tensor value per column */
   double *ref, *sabs;                /* crows x n */
   double kterms;
+  int fused;       /* the call took the fused path: C within fused_bound */
   uint8_t *Aall;   /* AllGather: the gathered A, M x k */
   float *sao_want; /* AllGather: a_out, as stored */
   uint64_t h_in;   /* hash of the inputs as stored */
@@ -377,6 +392,8 @@ static void inst_version(inst *in, int v) {
   in->h_in = inputs_hash(in);
 }
 
+static int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
 static void inst_make(inst *in, const tcase *tc) {
   const int p = mt.size, r = mt.rank;
   memset(in, 0, sizeof *in);
@@ -407,6 +424,11 @@ static void inst_make(inst *in, const tcase *tc) {
   in->ldb = mt_min_ld(o, sr, sc) + tc->pad_b;
   in->ldc = mt_min_ld(o, in->crows, in->n) + tc->pad_c;
   in->ldo = mt_min_ld(o, in->M, in->k) + tc->pad_o;
+  if (tc->ld16) {
+    in->lda = round_up(mt_min_ld(o, in->m, in->k), 16) + 16 * tc->pad_a;
+    in->ldb = round_up(mt_min_ld(o, sr, sc), 16) + 16 * tc->pad_b;
+    in->ldc = round_up(mt_min_ld(o, in->crows, in->n), 8) + 8 * tc->pad_c;
+  }
   const size_t na = mt_mat_elems(o, in->m, in->k, in->lda);
   const size_t nb = mt_mat_elems(o, sr, sc, in->ldb);
   in->nc = mt_mat_elems(o, in->crows, in->n, in->ldc) + GUARD;
@@ -515,8 +537,27 @@ static void *ptr_of(const tbuf *b, int dev) {
   return dev && b->dev ? b->dev : b->host;
 }
 
-/* The arguments of the instance's call on device (dev) or host buffers. */
-static void inst_args(const inst *in, int dev, callargs *a) {
+static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
+
+/* mkx.h: on device buffers of one node, fp8 takes the fused split path
+ * where every rank's operands suit it (row-major, B stored n x k, k or
+ * k_local, lda and ldb multiples of 16, n and ldc of 8, A, B and C 16-byte
+ * aligned), and where the fused paths run at all on this communicator
+ * (fused_ok: a bf16 call took one). */
+static int fused_ok;
+static int fusable(const tcase *tc, const callargs *a) {
+  int nodes = 0;
+  MKX_Comm_num_nodes(comm, &nodes);
+  const int mine = tc->order == MKX_ROW_MAJOR && a->tb == MKX_TRANS &&
+                   a->mk2 % 16 == 0 && a->lda % 16 == 0 && a->ldb % 16 == 0 &&
+                   a->n % 8 == 0 && a->ldc % 8 == 0 && aligned16(a->A) &&
+                   aligned16(a->B) && aligned16(a->C);
+  return mt_all(mine) && nodes == 1 && fused_ok;
+}
+
+/* The arguments of the instance's call on device (dev) or host buffers,
+ * and whether it takes the fused path (collective on device buffers). */
+static void inst_args(inst *in, int dev, callargs *a) {
   const tcase *tc = &in->tc;
   const int red = tc->op != OP_AG;
   const int empty = red ? in->k == 0 : in->m == 0;
@@ -547,6 +588,7 @@ static void inst_args(const inst *in, int dev, callargs *a) {
   if ((tc->op == OP_AG && tc->aout_scales) || (red && tc->tag % 2 == 0))
     a->sc.a_out = ptr_of(&in->SAO, dev);
   a->sc_null = tc->null_scales;
+  in->fused = dev && fusable(tc, a);
 }
 
 static int call_scaled(const callargs *a) {
@@ -663,9 +705,12 @@ static int check_c(const inst *in, const char *desc, const char *what) {
       const double got =
           mt_get(in->C.host, ct, mt_off(tc->order, in->ldc, i, j));
       const double want = in->ref[i * in->n + j];
-      const double bd = tc->exact ? 0
-                                  : bound_of(ct, want, in->sabs[i * in->n + j],
-                                             in->kterms, mt.size);
+      const double S = in->sabs[i * in->n + j];
+      const double bd =
+          tc->exact ? 0
+          : in->fused
+              ? fused_bound(ct, want, S, in->kterms, mt.size, tc->op != OP_AG)
+              : bound_of(ct, want, S, in->kterms, mt.size);
       if (!(fabs(got - want) <= bd)) {
         if (!bad) bi = i, bj = j, bgot = got, bwant = want, bbound = bd;
         bad++;
@@ -855,7 +900,8 @@ static void make_case(tcase *tc, int op, int c, MKX_Scale_layout lay,
 }
 
 /* One case: the call on this mode's buffers, its checks; in device mode
- * the same call on host buffers too, bit for bit. */
+ * the same call on host buffers too: the same bits on the staged path,
+ * and on the fused path A_out and a_out, C within the fused bound. */
 static void run_case(const tcase *tc, int second_run) {
   inst in;
   inst_make(&in, tc);
@@ -890,9 +936,10 @@ static void run_case(const tcase *tc, int second_run) {
     MKX_Comm_num_nodes(comm, &nodes);
     CHECK_RC(MKX_Comm_get_last_path(comm, &name, &cap, &ctas), MKX_SUCCESS,
              "%s: MKX_Comm_get_last_path", desc);
+    const char *want = in.fused ? "fused split" : "staged";
     if (nodes == 1)
-      CHECK(name && !strcmp(name, "staged"),
-            "%s: device buffers take the staged path (took \"%s\")", desc,
+      CHECK(name && !strcmp(name, want),
+            "%s: device buffers take the %s path (took \"%s\")", desc, want,
             name ? name : "(null)");
     /* the same call on host buffers: the same outputs */
     unsigned char *c1 = malloc(in.C.bytes), *o1 = malloc(in.O.bytes),
@@ -901,22 +948,25 @@ static void run_case(const tcase *tc, int second_run) {
     memcpy(o1, in.O.host, in.O.bytes);
     memcpy(s1, in.SAO.host, in.SAO.bytes);
     callargs h;
-    inst_args(&in, 0, &h);
+    const int fused = in.fused;
+    inst_args(&in, 0, &h); /* the host path's bound for C */
     poison_outputs(&in);
     rc = call_scaled(&h);
     CHECK_RC(rc, MKX_SUCCESS, "%s on host buffers: %s", desc,
              rc ? last_error_copy() : "");
     if (mt_all(rc == MKX_SUCCESS)) {
       check_c(&in, desc, "C (host buffers)");
-      CHECK(!memcmp(c1, in.C.host, in.C.bytes) &&
-                !memcmp(o1, in.O.host, in.O.bytes) &&
+      const int cs = !memcmp(c1, in.C.host, in.C.bytes);
+      CHECK((cs || fused) && !memcmp(o1, in.O.host, in.O.bytes) &&
                 !memcmp(s1, in.SAO.host, in.SAO.bytes),
-            "%s: device buffers (staged) give the bits of host buffers "
+            "%s: device buffers (%s) give the bits of host buffers "
             "(C %s, A_out %s, a_out %s)",
-            desc, memcmp(c1, in.C.host, in.C.bytes) ? "differs" : "same",
+            desc, fused ? "fused: A_out and a_out" : "staged",
+            cs ? "same" : "differs",
             memcmp(o1, in.O.host, in.O.bytes) ? "differs" : "same",
             memcmp(s1, in.SAO.host, in.SAO.bytes) ? "differs" : "same");
     }
+    in.fused = fused;
     free(c1);
     free(o1);
     free(s1);
@@ -966,6 +1016,82 @@ static void main_matrix(int stride) {
             }
   }
   if (mt.rank == 0) mt_diag("main matrix: %d cases (stride %d)", runs, stride);
+}
+
+/* Whether this communicator's calls take fused paths at all (ranks
+ * sharing a GPU may be kept off them): a bf16 AllGather+GEMM on device
+ * buffers that suits them, and the path it took. */
+static void probe_fused(void) {
+  const int64_t m = 64, k = 64, n = 64;
+  tbuf A, B, C;
+  if (tbuf_alloc(&A, (size_t)(m * k * 2)) ||
+      tbuf_alloc(&B, (size_t)(n * k * 2)) ||
+      tbuf_alloc(&C, (size_t)(mt.size * m * n * 2))) {
+    fprintf(stderr, "rank %d: out of memory\n", mt.rank);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  memset(A.host, 0, A.bytes), memset(B.host, 0, B.bytes);
+  tbuf_upload(&A), tbuf_upload(&B);
+  const int rc =
+      MKX_Allgather_gemm(A.dev, m, k, k, B.dev, n, k, MKX_TRANS, C.dev, n, NULL,
+                         0, MKX_BF16, MKX_BF16, MKX_ROW_MAJOR, comm, NULL);
+  CHECK_RC(rc, MKX_SUCCESS, "bf16 probe call: %s", rc ? last_error_copy() : "");
+  const char *name = NULL;
+  int cap = 0, ctas = 0;
+  MKX_Comm_get_last_path(comm, &name, &cap, &ctas);
+  fused_ok = mt_all(rc == MKX_SUCCESS && name && !strncmp(name, "fused", 5));
+  if (mt.rank == 0)
+    mt_diag("a bf16 call took the path \"%s\": fp8 expects %s",
+            name ? name : "?",
+            fused_ok ? "the fused split path where operands suit it"
+                     : "the staged path");
+  tbuf_free(&A), tbuf_free(&B), tbuf_free(&C);
+}
+
+/* Operands the fused fp8 path takes (tcase.ld16): every layout, both
+ * types, every C type, awkward M (partial tiles, a rank without rows or
+ * without k), k with a last K block of 16, several K blocks. */
+static void fused_matrix(void) {
+  static const MKX_Datatype dts[2] = {MKX_FP8_E4M3, MKX_FP8_E5M2};
+  static const MKX_Datatype cts[3] = {MKX_BF16, MKX_FP16, MKX_FP32};
+  static const int64_t ks[4] = {16, 272, 128, 1040}, ns[3] = {8, 136, 256};
+  const int p = mt.size;
+  int runs = 0;
+  for (int op = OP_AG; op <= OP_AR; op++)
+    for (int L = 0; L < 4; L++)
+      for (int d = 0; d < 2; d++)
+        for (int ci = 0; ci < 3; ci++, runs++) {
+          const int c = (L * 2 + d) * 3 + ci;
+          tcase tc;
+          make_case(&tc, op, c, (MKX_Scale_layout)L, dts[d], cts[ci],
+                    MKX_ROW_MAJOR, MKX_TRANS);
+          tc.tb_mix = 0;
+          tc.ld16 = 1;
+          tc.tag = 3000 + op * 100 + c;
+          mt_rng g;
+          mt_rng_init(&g, mt.seed, -1, tc.tag);
+          tc.pad_a = (int)mt_rng_int(&g, 0, 1);
+          tc.pad_b = (int)mt_rng_int(&g, 0, 1);
+          tc.pad_c = (int)mt_rng_int(&g, 0, 1);
+          const int64_t n = ns[c % 3];
+          if (op == OP_AG) {
+            tc.k = ks[c % 4];
+            for (int q = 0; q < p; q++) {
+              tc.rows[q] = mt_rng_int(&g, 1, 200);
+              tc.nl[q] = ns[(c + q) % 3];
+            }
+            if (c % 3 == 0 && p > 1) tc.rows[(c / 3) % p] = 0;
+          } else {
+            tc.M = c % 3 == 0 ? 2 * p + 1 : mt_rng_int(&g, 100, 300);
+            for (int q = 0; q < p; q++) {
+              tc.kl[q] = ks[(c + q) % 4];
+              tc.nl[q] = n;
+            }
+            if (c % 4 == 1 && p > 1) tc.kl[(c / 4) % p] = 0;
+          }
+          run_case(&tc, c % 5 == 0);
+        }
+  if (mt.rank == 0) mt_diag("fused matrix: %d cases", runs);
 }
 
 /* Every finite value of both types through an identity B, scales powers
@@ -1622,7 +1748,10 @@ int main(int argc, char **argv) {
       for (int L = MKX_SCALE_TENSOR; L <= MKX_SCALE_BLOCK; L++)
         plan_case(op, (MKX_Scale_layout)L, L == MKX_SCALE_BLOCK);
   } else if (on_gpu) {
-    /* the staged path: a subset, each call also on host buffers */
+    /* a subset, each call also on host buffers; operands of the fused
+     * path and others (the staged path) */
+    probe_fused();
+    fused_matrix();
     main_matrix(13);
     same_as_unscaled(OP_AG, MKX_FP8_E4M3, MKX_FP32);
     same_as_unscaled(OP_AR, MKX_FP8_E5M2, MKX_FP16);

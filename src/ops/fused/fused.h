@@ -153,6 +153,30 @@ int mkx_tp_blas_gemm(mkx_tp_blas **b, const mkx_gemm_desc *g, cudaStream_t st,
                      const char *fn);
 void mkx_tp_blas_free(mkx_tp_blas *b);
 
+/* fp8 operands (src/ops/tp/fp8_gpu.c).  _check: whether the split
+ * path's fp8 GEMM g (as mkx_gemm_run_fp8 takes it) fits, else
+ * MKX_ERR_UNSUPPORTED saying why (row-major only; no capture with scales).
+ * A plan's pinned host copy of this rank's na scales of A and nb of B:
+ * _scales_ok reads them back in st's order before the call enqueues
+ * anything and checks each is finite and > 0 (collective: MKX_ERR_PEER on
+ * the other ranks).  _engine_scales: the engine's form of a row-major
+ * call's scales (inner dimension k).  _gemm: the fp8 GEMM on this rank's
+ * share of a shared GPU. */
+typedef struct mkx_tp_fp8_host {
+  float *buf;
+  int64_t na, nb;
+} mkx_tp_fp8_host;
+int mkx_tp_fp8_check(const char *fn, const mkx_gemm_desc *g, MKX_Order order,
+                     MKX_Scale_layout l, int captured);
+int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int64_t na, int64_t nb,
+                         const char *fn);
+void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h);
+int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
+                         const MKX_Scales *sc, const char *fn, cudaStream_t st);
+mkx_gemm_scales mkx_tp_fp8_engine_scales(const MKX_Scales *sc, int64_t k);
+int mkx_tp_fp8_gemm(MKX_Comm c, const mkx_gemm_desc *g,
+                    const mkx_gemm_scales *s, cudaStream_t st, const char *fn);
+
 /* Every kernel of the library loaded (common/modules.h), before anything
  * that lets a peer's kernel wait for this rank's (the device's first
  * workspace, a tile set): no launch may then load a kernel lazily, which

@@ -109,9 +109,11 @@ int mkx_fused_launch_rc(int rc, const char *fn, const char *what) {
 int mkx_tp_rs_bn(int64_t n) { return n <= 128 ? 128 : 256; }
 
 int mkx_fused_gemm_type(MKX_Datatype t) {
-  return t == MKX_FP16   ? MKX_GEMM_FP16
-         : t == MKX_FP32 ? MKX_GEMM_FP32
-                         : MKX_GEMM_BF16;
+  return t == MKX_FP16       ? MKX_GEMM_FP16
+         : t == MKX_FP32     ? MKX_GEMM_FP32
+         : t == MKX_FP8_E4M3 ? MKX_GEMM_E4M3
+         : t == MKX_FP8_E5M2 ? MKX_GEMM_E5M2
+                             : MKX_GEMM_BF16;
 }
 
 const char *mkx_fused_share_why(MKX_Comm c) {

@@ -23,6 +23,8 @@
 #include <stdlib.h>
 #include "core/error.h"
 #include "core/log.h"
+#include "host/dtype.h"
+#include "host/scales.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -44,6 +46,10 @@ typedef struct ag_plan {
   int pull;          /* every rank's rows read from its own A (tp_pull) */
   mkx_symm_buf areg; /* pull: every rank's A */
   int64_t peer_lda[MKX_FUSED_MAX];
+  int fp8;              /* split path: the rows' scales along, fp8 GEMM */
+  int64_t s_cols;       /* floats of scales per gathered row (0: none) */
+  size_t s_off;         /* the gathered scales in the workspace's data */
+  mkx_tp_fp8_host host; /* this rank's scales, read back */
 } ag_plan;
 
 #define TILE 128 /* rows of the GEMM's tile: one ready flag per source */
@@ -64,12 +70,29 @@ static int check_types(const mkx_ag_gemm_args *a) {
   return MKX_SUCCESS;
 }
 
+/* The gathered A lies in the workspace (256-byte aligned, ld k): the fp8
+ * GEMM's A is checked as that, and this rank's A as the copy's source. */
+static int fp8_check(const mkx_ag_gemm_args *a, const struct mkx_agreed *g) {
+  if (a->m_local > 0 && (a->lda % 16 || (uintptr_t)a->A % 16))
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path with fp8 operands: lda a multiple of 16 "
+                     "and A 16-byte aligned only",
+                     FN);
+  mkx_gemm_desc d;
+  mkx_tp_gemm_of_ag(a, (const void *)(uintptr_t)256, g->total, &d);
+  return mkx_tp_fp8_check(FN, &d, a->order, a->sc.layout, g->captured);
+}
+
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   const mkx_ag_gemm_args *a = args;
+  if (mkx_is_fp8(a->dtype) && c->place.num_nodes > 1)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fp8 operands on several nodes",
+                     FN);
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
   MKX_TRY(mkx_fused_node_ok(c, FN));
+  if (mkx_is_fp8(a->dtype)) return fp8_check(a, g);
   MKX_TRY(check_types(a));
   const char *why =
       c->opt.fused_pad ? NULL : mkx_tp_adapt_misfit(MKX_TP_OP_AG, a);
@@ -109,6 +132,8 @@ static int oneshot_fits(MKX_Comm c, const mkx_ag_gemm_args *a, int64_t M,
 unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
                                const struct mkx_agreed *g) {
   int chunk_kb, nkc;
+  if (mkx_is_fp8(((const mkx_ag_gemm_args *)args)->dtype))
+    return MKX_GPU_LOCAL_NO_ONE_KERNEL; /* no adapter: fp8_check's rules */
   unsigned bits =
       mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
   if (!oneshot_fits(c, args, g->total, &chunk_kb, &nkc))
@@ -151,6 +176,10 @@ static int pull_maps(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
 static mkx_fused_need need_of(MKX_Comm c, const mkx_ag_gemm_args *a,
                               const ag_plan *p) {
   if (p->pull) return (mkx_fused_need){1, 0, 0, 0};
+  if (p->fp8)
+    return (mkx_fused_need){
+        0, (int64_t)c->size * p->r.tiles_m,
+        p->s_off + sizeof(float) * (size_t)p->r.M * (size_t)p->s_cols, 1};
   return (mkx_fused_need){
       p->split ? 0 : p->r.tiles_m,
       (int64_t)c->size * p->r.tiles_m * (p->oneshot ? p->nkc : 1) +
@@ -197,11 +226,19 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   p->stream_k = !p->split && c->opt.tp_stream_k;
   p->sk_off = ((size_t)p->r.M * (size_t)a->k * p->es + 255) & ~(size_t)255;
   p->pull = path == MKX_PATH_TP_PULL;
+  p->fp8 = mkx_is_fp8(a->dtype);
+  p->s_cols = mkx_scales_row_floats(a->sc.layout, a->k);
+  p->s_off = p->sk_off; /* after the gathered A */
   int rc = p->pull ? pull_maps(c, a, p) : MKX_SUCCESS;
+  if (rc == MKX_SUCCESS && p->fp8)
+    rc = mkx_tp_fp8_host_make(
+        &p->host, mkx_scales_a_count(a->sc.layout, a->m_local, a->k),
+        mkx_scales_b_count(a->sc.layout, a->k, a->n), FN);
   mkx_fused_need need = need_of(c, a, p);
   if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
     mkx_symm_buf_free(&p->areg);
+    mkx_tp_fp8_host_free(&p->host);
     free(p);
     return rc;
   }
@@ -215,6 +252,7 @@ void mkx_ag_gemm_gpu_free(MKX_Comm c, void *plan) {
   if (!p) return;
   mkx_fused_ws_release(p->ws);
   mkx_symm_buf_free(&p->areg);
+  mkx_tp_fp8_host_free(&p->host);
   free(p);
 }
 
@@ -362,6 +400,12 @@ static void push_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
     d.t1 = (int)((p->r.row1 - 1) / TILE + 1);
   }
   d.wait_all = wait_all;
+  if (p->s_cols) {
+    d.sa = a->sc.a;
+    d.sa_ld = a->sc.layout == MKX_SCALE_TENSOR ? 0 : p->s_cols;
+    d.s_cols = p->s_cols;
+    d.s_off = p->s_off;
+  }
   mkx_fused_sync_fill(c, p->ws, 0, &d.sync);
   *dp = d;
 }
@@ -385,10 +429,27 @@ static int oneshot_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   return mkx_fused_launch_rc(mkx_tp_ag1(&d, st), FN, "AllGather+GEMM kernel");
 }
 
+/* fp8: the rows and their scales, then once every rank's are here the fp8
+ * GEMM on the gathered A with its scales, one record per row (a per-tensor
+ * scale of A, one per rank, is a row scale of the gathered A). */
+static int fp8_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                   cudaStream_t st) {
+  const int me = c->place.local_rank;
+  mkx_gemm_desc g;
+  mkx_tp_gemm_of_ag(a, mkx_fused_ws_data(p->ws, me), p->r.M, &g);
+  mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k);
+  s.a = (const float *)(mkx_fused_ws_data(p->ws, me) + p->s_off);
+  if (a->sc.layout == MKX_SCALE_TENSOR)
+    s.layout = MKX_GEMM_SCALE_ROW, s.b_col = 0;
+  MKX_TRY(push_split(c, p, a, 1, st));
+  return mkx_tp_fp8_gemm(c, &g, &s, st, FN);
+}
+
 /* The split path: one kernel, or the copy, then the gated engine, or
  * cuBLAS (option tp_split_gemm) once every rank's rows are here. */
 static int split_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                      cudaStream_t st) {
+  if (p->fp8) return fp8_run(c, p, a, st);
   if (p->oneshot) return oneshot_run(c, p, a, st);
   mkx_gemm_desc g; /* the whole product from the gathered A */
   mkx_tp_gemm_of_ag(a, mkx_fused_ws_data(p->ws, c->place.local_rank), p->r.M,
@@ -429,6 +490,17 @@ static int copy_out(const ag_plan *p, const mkx_ag_gemm_args *a, int me,
                    row, st);
   }
   return mkx_cuda_rc(e, FN, "copy to A_out");
+}
+
+/* The gathered scales into a_out (dense, a record per row). */
+static int scales_out(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
+                      cudaStream_t st) {
+  const char *src = mkx_fused_ws_data(p->ws, c->place.local_rank) + p->s_off;
+  return mkx_cuda_rc(
+      cudaMemcpyAsync(a->sc.a_out, src,
+                      sizeof(float) * (size_t)p->r.M * (size_t)p->s_cols,
+                      cudaMemcpyDeviceToDevice, st),
+      FN, "copy to scales->a_out");
 }
 
 /* Pull: the GEMM loads every rank's rows from its own A, A_out takes them
@@ -479,9 +551,13 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
+    if (p->fp8) MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, FN, st));
     MKX_TRY(mkx_fused_begin_split(c, p->ws, FN, stream));
     MKX_TRY(split_run(c, p, a, st));
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));
+    /* mkx.h: a_out is written with A_out only */
+    if (p->fp8 && a->A_out && a->sc.a_out && p->s_cols)
+      MKX_TRY(scales_out(c, p, a, st));
     return mkx_fused_end(p->ws, stream);
   }
   if (p->pull) {

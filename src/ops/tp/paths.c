@@ -20,7 +20,7 @@
  *                        starts count as split too); instead of overlap,
  *                        pull where option tp_pull says so
  *                        (mkx_tp_wants_pull; AllGather+GEMM also needs
- *                        whole tiles per rank)
+ *                        whole tiles per rank); fp8 operands split
  * A path's plan may still fall back within its family, and says so at
  * info: the overlapped GEMM+AllReduce takes the split path where C cannot
  * be mapped into the peers, and the pull plan runs as overlap where some
@@ -28,6 +28,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "core/error.h"
+#include "host/dtype.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -136,12 +137,26 @@ int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
   return split;
 }
 
+/* fp8 operands (agreed dtype) take the split path: the overlapped
+ * kernels are 16-bit code. */
+static int fp8_split(int op, const void *args, mkx_path_choice *out) {
+  const MKX_Datatype t = op == MKX_TP_OP_AG
+                             ? ((const mkx_ag_gemm_args *)args)->dtype
+                             : ((const mkx_rs_ar_args *)args)->dtype;
+  if (!mkx_is_fp8(t)) return 0;
+  out->ops = op == MKX_TP_OP_AG ? &ag_split : &red_split;
+  snprintf(out->why, sizeof out->why,
+           "fp8 operands: the copy, then the fp8 GEMM");
+  return 1;
+}
+
 void mkx_tp_choose_fused(MKX_Comm c, int op, const void *args,
                          const mkx_agreed *g, mkx_path_choice *out) {
   const int64_t M =
       op == MKX_TP_OP_AG ? g->total : ((const mkx_rs_ar_args *)args)->M;
-  const int split = mkx_tp_split_why(c, M, out->why, sizeof out->why);
   out->op = op;
+  if (fp8_split(op, args, out)) return;
+  const int split = mkx_tp_split_why(c, M, out->why, sizeof out->why);
   if (!split && mkx_tp_wants_pull(c) &&
       (op != MKX_TP_OP_AG || mkx_ag_gemm_pull_fits(c, g))) {
     const size_t n = strlen(out->why);

@@ -18,6 +18,8 @@
 #include <string.h>
 #include "core/error.h"
 #include "core/log.h"
+#include "host/dtype.h"
+#include "host/scales.h"
 #include "ops/op.h"
 
 #if HAVE_CUDA
@@ -36,16 +38,42 @@ typedef struct rs_ar_plan {
   mkx_symm_buf areg, breg; /* pull: every rank's A and B */
   int64_t peer_lda[MKX_FUSED_MAX], peer_ldb[MKX_FUSED_MAX],
       peer_k[MKX_FUSED_MAX];
+  int fp8;              /* split path: the fp8 GEMM into the partial */
+  mkx_tp_fp8_host host; /* this rank's scales, read back */
 } rs_ar_plan;
+
+static int partial_type(MKX_Comm c, const mkx_rs_ar_args *a);
 
 static const char *fn_name(int allreduce) {
   return allreduce ? "MKX_Gemm_allreduce" : "MKX_Gemm_reduce_scatter";
 }
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
-static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce) {
+/* The partial lies in the workspace (256-byte aligned, ld n): the fp8
+ * GEMM's C is checked as that, and the user's C as the sum's output. */
+static int fp8_check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
+                     int captured) {
+  if (a->ldc % 8 || (uintptr_t)a->C % 16)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fused path with fp8 operands: ldc a multiple of 8 "
+                     "and C 16-byte aligned only",
+                     fn_name(allreduce));
+  mkx_gemm_desc d;
+  mkx_tp_gemm_of_red(a, (void *)(uintptr_t)256, partial_type(c, a), &d);
+  return mkx_tp_fp8_check(fn_name(allreduce), &d, a->order, a->sc.layout,
+                          captured);
+}
+
+static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
+                 int captured) {
   const char *fn = fn_name(allreduce);
   MKX_TRY(mkx_fused_node_ok(c, fn));
+  if (mkx_is_fp8(a->dtype)) {
+    if (a->ctype != MKX_FP32 && !is16(a->ctype))
+      return mkx_error(MKX_ERR_UNSUPPORTED,
+                       "%s: fused path writes bf16, fp16 or fp32 C only", fn);
+    return fp8_check(c, a, allreduce, captured);
+  }
   if (!is16(a->dtype) || (!is16(a->ctype) && a->ctype != MKX_FP32))
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path takes bf16/fp16 "
@@ -66,15 +94,20 @@ static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce) {
   return MKX_SUCCESS;
 }
 
-int mkx_rs_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
+static int gpu_check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
+                     const struct mkx_agreed *g) {
+  if (mkx_is_fp8(a->dtype) && c->place.num_nodes > 1)
+    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fp8 operands on several nodes",
+                     fn_name(allreduce));
   if (c->place.num_nodes > 1)
-    return mkx_hier_gpu_check(c, MKX_TP_OP_RS, args, g);
-  return check(c, args, 0);
+    return mkx_hier_gpu_check(c, allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a, g);
+  return check(c, a, allreduce, g->captured);
+}
+int mkx_rs_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
+  return gpu_check(c, args, 0, g);
 }
 int mkx_ar_gpu_check(MKX_Comm c, const void *args, const struct mkx_agreed *g) {
-  if (c->place.num_nodes > 1)
-    return mkx_hier_gpu_check(c, MKX_TP_OP_AR, args, g);
-  return check(c, args, 1);
+  return gpu_check(c, args, 1, g);
 }
 
 /* Allreduce: map every rank's C and learn its leading dimension. */
@@ -171,7 +204,14 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
   p->pull = path == MKX_PATH_TP_PULL;
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
-  int rc = acquire(c, a, p, split);
+  p->fp8 = mkx_is_fp8(a->dtype);
+  int rc =
+      p->fp8 ? mkx_tp_fp8_host_make(
+                   &p->host, mkx_scales_a_count(a->sc.layout, a->M, a->k_local),
+                   mkx_scales_b_count(a->sc.layout, a->k_local, a->n),
+                   fn_name(allreduce))
+             : MKX_SUCCESS;
+  if (rc == MKX_SUCCESS) rc = acquire(c, a, p, split);
   /* The overlapped allreduce stores into the peers' C: a C the peers
    * cannot map (say, carved by the driver out of a block that another
    * mapped buffer of this rank lies in) takes the split path, which maps
@@ -193,6 +233,7 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
   }
   if (rc == MKX_SUCCESS && p->pull) rc = pull_or_push(c, a, p);
   if (rc != MKX_SUCCESS) {
+    mkx_tp_fp8_host_free(&p->host);
     free(p);
     return rc;
   }
@@ -205,12 +246,15 @@ int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, mkx_path path,
   return plan(c, args, op == MKX_TP_OP_AR, path, out);
 }
 
+/* fp8 takes no adapter: fp8_check's rules */
 unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
+  if (mkx_is_fp8(((const mkx_rs_ar_args *)args)->dtype)) return 0;
   return mkx_tp_adapt_local(c, MKX_TP_OP_RS, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
 }
 unsigned mkx_ar_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
+  if (mkx_is_fp8(((const mkx_rs_ar_args *)args)->dtype)) return 0;
   return mkx_tp_adapt_local(c, MKX_TP_OP_AR, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
 }
 void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan) {
@@ -221,6 +265,7 @@ void mkx_rs_ar_gpu_free(MKX_Comm c, void *plan) {
   mkx_symm_buf_free(&p->creg);
   mkx_symm_buf_free(&p->areg);
   mkx_symm_buf_free(&p->breg);
+  mkx_tp_fp8_host_free(&p->host);
   free(p);
 }
 
@@ -380,13 +425,19 @@ static int run_late(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
 }
 
 /* The split path: the partial into the workspace (the engine, or cuBLAS:
- * option tp_split_gemm), then the one-shot sum. */
+ * option tp_split_gemm; fp8: the engine's fp8 GEMM with this rank's
+ * scales), then the one-shot sum. */
 static int run_split(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
                      cudaStream_t st) {
   const char *fn = fn_name(p->allreduce);
   mkx_gemm_desc g;
   mkx_tp_gemm_of_red(a, data_of(p, c->place.local_rank, 0), p->p_type, &g);
-  MKX_TRY(mkx_tp_split_gemm(c, &g, st, fn));
+  if (p->fp8) {
+    const mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k_local);
+    MKX_TRY(mkx_tp_fp8_gemm(c, &g, &s, st, fn));
+  } else {
+    MKX_TRY(mkx_tp_split_gemm(c, &g, st, fn));
+  }
   mkx_tp_split_red_desc d;
   memset(&d, 0, sizeof d);
   d.m = a->M;
@@ -488,6 +539,7 @@ int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
+    if (p->fp8) MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, fn, st));
     MKX_TRY(mkx_fused_begin_split(c, p->ws, fn, stream));
     MKX_TRY(run_split(c, p, a, st));
     return mkx_fused_end(p->ws, stream);

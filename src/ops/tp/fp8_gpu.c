@@ -1,0 +1,105 @@
+/* fp8 operands on the tensor-parallel calls' fused single-node GPU path.
+ *
+ * They take the split path: AllGather+GEMM stores this rank's fp8 rows of
+ * A and their scales into every rank's gathered A (half the bytes of
+ * bf16), meets the ranks, then the engine's fp8 GEMM multiplies the
+ * gathered A; GEMM+ReduceScatter/AllReduce run the fp8 GEMM into the
+ * partial (bf16/fp16 or fp32, option tp_partials) and sum it as the 16-bit
+ * split path does.  The overlapped kernels are 16-bit code.
+ *
+ * Scales are checked before any work is enqueued: the call reads them back
+ * (one stream synchronisation) and the ranks agree on their values, so a
+ * bad scale is every rank's return value with nothing written, as on the
+ * staged path.  Hence no capture with scales; MKX_SCALE_NONE reads none. */
+#include <string.h>
+#include "core/error.h"
+#include "host/scales.h"
+#include "ops/op.h"
+
+#if HAVE_CUDA
+#include "ops/fused/fused.h"
+#include "gemm/gemm_engine.h"
+
+int mkx_tp_fp8_check(const char *fn, const mkx_gemm_desc *g, MKX_Order order,
+                     MKX_Scale_layout l, int captured) {
+  const char *why = NULL;
+  const mkx_gemm_scales none = {0};
+  if (order != MKX_ROW_MAJOR)
+    why = "row-major operands only";
+  else if (!mkx_gemm_fp8_supported(g, &none, &why))
+    ;
+  else if (captured && l != MKX_SCALE_NONE)
+    why =
+        "the scales are read back (a stream synchronisation), which a "
+        "capture cannot hold";
+  else
+    return MKX_SUCCESS;
+  return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path with fp8 operands: %s",
+                   fn, why);
+}
+
+int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int64_t na, int64_t nb,
+                         const char *fn) {
+  memset(h, 0, sizeof *h);
+  h->na = na, h->nb = nb;
+  if (na + nb == 0) return MKX_SUCCESS;
+  return mkx_cuda_rc(
+      cudaMallocHost((void **)&h->buf, sizeof(float) * (size_t)(na + nb)), fn,
+      "host copy of the scales");
+}
+
+void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h) {
+  if (h->buf) cudaFreeHost(h->buf);
+  h->buf = NULL;
+}
+
+static int read_back(const mkx_tp_fp8_host *h, const MKX_Scales *sc,
+                     const char *fn, cudaStream_t st) {
+  cudaError_t e = cudaSuccess;
+  if (h->na)
+    e = cudaMemcpyAsync(h->buf, sc->a, sizeof(float) * (size_t)h->na,
+                        cudaMemcpyDeviceToHost, st);
+  if (e == cudaSuccess && h->nb)
+    e = cudaMemcpyAsync(h->buf + h->na, sc->b, sizeof(float) * (size_t)h->nb,
+                        cudaMemcpyDeviceToHost, st);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+  MKX_TRY(mkx_cuda_rc(e, fn, "reading the scales back"));
+  MKX_TRY(mkx_scales_check_values(fn, "scales->a", h->buf, h->na));
+  return mkx_scales_check_values(fn, "scales->b", h->buf + h->na, h->nb);
+}
+
+int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
+                         const MKX_Scales *sc, const char *fn,
+                         cudaStream_t st) {
+  if (sc->layout == MKX_SCALE_NONE) return MKX_SUCCESS;
+  /* a plan started inside a capture: every rank is capturing (agreed) */
+  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
+                      "cudaStreamIsCapturing"));
+  if (cap != cudaStreamCaptureStatusNone)
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: fp8 scales are read back before the run (a stream "
+                     "synchronisation), which a capture cannot hold",
+                     fn);
+  return mkx_comm_agree_rc(c, read_back(h, sc, fn, st), "the scales' values");
+}
+
+mkx_gemm_scales mkx_tp_fp8_engine_scales(const MKX_Scales *sc, int64_t k) {
+  mkx_gemm_scales s = {sc->layout, sc->a, sc->b, 1, 0, 1, 0};
+  if (sc->layout == MKX_SCALE_BLOCK) {
+    /* row-major: A's rows x kb, B's (stored n x k) nb x kb */
+    const int64_t kb = (k + MKX_SCALE_BLOCK_SIZE - 1) / MKX_SCALE_BLOCK_SIZE;
+    s.a_row = kb, s.a_kb = 1, s.b_col = kb, s.b_kb = 1;
+  }
+  return s;
+}
+
+int mkx_tp_fp8_gemm(MKX_Comm c, const mkx_gemm_desc *g,
+                    const mkx_gemm_scales *s, cudaStream_t st, const char *fn) {
+  mkx_gemm_desc capped = *g; /* a fair share of a GPU shared under MPS */
+  capped.num_ctas = c->share.ctas;
+  return mkx_fused_launch_rc(mkx_gemm_run_fp8(&capped, s, st), fn, "fp8 GEMM");
+}
+#else
+typedef int mkx_tp_fp8_gpu_unused; /* ISO C: not an empty unit */
+#endif
