@@ -2,7 +2,8 @@
 # and fp8 (MKX_GPU_CHECK_GEMM=0: not); mkx_perf tp: several GPUs: one rank per GPU
 # against cuBLAS + NCCL and PyTorch's async TP (MKX_GPU_CHECK_TP=1); one
 # GPU: 2 ranks under MPS against the same work on 1 rank (and against option
-# MKX_GPU_CHECK_VERSUS=KEY=VALUE), then --small against the staged path.
+# MKX_GPU_CHECK_VERSUS=KEY=VALUE), the same in fp8, then --small against
+# the staged path.
 # Each run on one GPU is bounded at MKX_GPU_CHECK_PERF_BOUND s (default
 # 150), and MPS restarted after a run that fails, killed at its bound or not.
 # shellcheck shell=bash
@@ -32,6 +33,13 @@ elif [ "$ngpu" = 1 ]; then
     ${MKX_GPU_CHECK_VERSUS:+--versus "$MKX_GPU_CHECK_VERSUS"} \
     --out "$out/tp-shared-results.md" >"$out/perf-tp.txt" 2>&1 ||
     { fail "mkx_perf tp --one-rank: rc=$? (bound $bound s)"; mps_stop; mps_start; }
+  # fp8 (the _scaled calls, per-tensor scales) against the same on 1 rank
+  # and every rank's cuBLASLt fp8 GEMM at once
+  timeout -k 5 "$bound" mpirun --oversubscribe -np 2 ./mkx_perf tp \
+    --dtype fp8 --one-rank --reps 10 \
+    --out "$out/tp-shared-results.md" >"$out/perf-tp-fp8.txt" 2>&1 ||
+    { fail "mkx_perf tp --dtype fp8 --one-rank: rc=$? (bound $bound s)"
+      mps_stop; mps_start; }
   # the staged path runs the GEMM on the host: one sample per shape, and
   # each call on its own bound so a slow one leaves the others measured
   for op in ag rs ar; do

@@ -63,23 +63,6 @@ typedef struct {
   int64_t m, n, k;
 } shape_t;
 
-/* count random e4m3 bytes of magnitude 0.25 to 1.875 into device memory. */
-static void fill_e4m3(void *dst, size_t count, uint64_t seed) {
-  uint8_t *h = malloc(count ? count : 1);
-  if (!h) {
-    fprintf(stderr, "no memory for %zu bytes\n", count);
-    exit(1);
-  }
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < count; ++i) {
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    /* sign, exponent 5..7 (bias 7), any mantissa */
-    h[i] = (uint8_t)((x & 0x80) | (5 + (x >> 8) % 3) << 3 | ((x >> 16) & 7));
-  }
-  CK(cudaMemcpy(dst, h, count, cudaMemcpyHostToDevice));
-  free(h);
-}
-
 static int cmd_gemm(int argc, char **argv) {
   const char *out = NULL;
   int reps = 30, warmup = 5, bkm = 1, tile = 0, ctas = 0, prewarm_ms = 1500,
@@ -173,8 +156,8 @@ static int cmd_gemm(int argc, char **argv) {
   const mkx_gemm_scales sc = {
       .layout = MKX_GEMM_SCALE_TENSOR, .a = dscale, .b = dscale + 1};
   if (fp8) {
-    fill_e4m3(dA, (size_t)maxa, 1);
-    fill_e4m3(dB, (size_t)maxb, 2);
+    perf_fill_e4m3(dA, (size_t)maxa, 1);
+    perf_fill_e4m3(dB, (size_t)maxb, 2);
   } else {
     perf_fill_bf16(dA, (size_t)maxa, 1, 0);
     perf_fill_bf16(dB, (size_t)maxb, 2, 0);

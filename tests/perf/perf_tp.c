@@ -10,7 +10,10 @@
  *   gemm    the cuBLAS GEMM alone, coll the NCCL collective alone
  *   ideal   max(gemm, coll): perfect overlap
  *
- * bf16 in, bf16 out, B stored N x K (a weight as in nn.Linear).  Every sample
+ * bf16 in, bf16 out, B stored N x K (a weight as in nn.Linear); --dtype fp8:
+ * e4m3 A and B with per-tensor scales (the _scaled calls), bf16 out, and
+ * cuBLASLt's fp8 GEMM in the baselines (NCCL gathers fp8 bytes; the
+ * reductions' partials are bf16).  Every sample
  * starts after an MPI barrier; the variants are interleaved sample by
  * sample so that clocks and power state hit all alike.  Reported: medians
  * (ms) of the slowest rank, and ratios serial/mkx and ideal/mkx.
@@ -25,7 +28,8 @@
  *               [--reps N] [--out FILE] [--overlap auto|yes|no]
  *               [--vnode G --hier host|gpu|nvlink|proxy [--net tcp|shm]]
  *               [--versus KEY=VALUE]
- *               [--no-nccl] [--one-rank] [--graph] [--host-times] [--help]
+ *               [--no-nccl] [--one-rank] [--graph] [--host-times]
+ *               [--dtype bf16|fp8] [--help]
  * Without --shape: M = 8192, N = K = 8192; --full: the large-shape table
  * (M in 4096..32768, (N, K) = (8192, 8192) and (28672, 8192) for ag,
  * (8192, 28672) for rs and ar); --small: 6 small and mid-size shapes
@@ -81,6 +85,7 @@
 #include "core/comm_net.h" /* the proxy's cost (internal) */
 #include "mkx.h"
 #include "perf_job.h"
+#include "perf_lt.h"
 #include "perf_tp_ops.h"
 #include "perf_util.h"
 
@@ -139,6 +144,7 @@ typedef struct work {
   bufs b, one;
   int64_t n_one;
   cudaGraphExec_t graph; /* --graph: b.req's start, captured */
+  perf_lt *lt;           /* fp8: the baselines' cuBLASLt GEMM */
 } work;
 
 typedef struct job {
@@ -148,7 +154,7 @@ typedef struct job {
 
 typedef struct opts {
   job jobs[96];
-  int nj, reps, warmup, ops, host_times, no_nccl, one_rank, graph;
+  int nj, reps, warmup, ops, host_times, no_nccl, one_rank, graph, fp8;
   const char *outname, *overlap, *vnode, *hier, *versus, *net;
 } opts;
 
@@ -158,7 +164,7 @@ static const char tp_usage[] =
     "         [--overlap auto|yes|no] [--vnode G --hier host|gpu|nvlink|proxy\n"
     "         [--net tcp|shm]]\n"
     "         [--versus KEY=VALUE] [--no-nccl] [--one-rank] [--graph]\n"
-    "         [--host-times]\n"
+    "         [--host-times] [--dtype bf16|fp8]\n"
     "  The fused tensor-parallel calls against cuBLAS + NCCL; --no-nccl (or\n"
     "  ranks sharing a GPU) leaves NCCL out; --one-rank adds the same call\n"
     "  on rank 0 alone; --graph its start replayed from a CUDA graph.\n"
@@ -208,19 +214,37 @@ static int64_t one_rank_n(int op, int64_t N, int p) {
   return op == OP_AG ? N * p : N;
 }
 
-static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
+/* fp8: the baselines' GEMM, cuBLASLt's on the gathered A (ag) or this
+ * rank's A into the bf16 partial (rs, ar). */
+static perf_lt *lt_of(int op, int64_t M, int64_t N, const bufs *b, int64_t K) {
+  perf_lt *lt =
+      op == OP_AG
+          ? perf_lt_make(M, N, K, b->Afull, b->B, b->C, b->sa, b->sb)
+          : perf_lt_make(M, N, b->k_loc, b->A, b->B, b->P, b->sa, b->sb);
+  if (!lt) {
+    fprintf(stderr, "mkx_perf tp: no cuBLASLt fp8 GEMM for %s %lldx%lldx%lld\n",
+            perf_tp_op_names[op], (long long)M, (long long)N, (long long)K);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return lt;
+}
+
+static void setup(env *e, int fp8, int op, int64_t M, int64_t N, int64_t K,
+                  work *w) {
   bufs *b = &w->b;
-  perf_tp_alloc(op, M, N, K, e->size, e->rank, 1, b);
+  const int type = fp8 ? PERF_TP_FP8 : 0;
+  perf_tp_alloc(op, M, N, K, e->size, e->rank, PERF_TP_BASELINES | type, b);
   /* Without NCCL nothing gathers into Afull; the GEMM alone must still
    * read data, not zeros (power and clocks depend on the values). */
   if (!e->nccl_on && b->Afull)
-    perf_tp_fill(b->Afull, (size_t)(M * K), 37u + (unsigned)e->rank);
+    perf_tp_fill_operand(b, b->Afull, (size_t)(M * K), 37u + (unsigned)e->rank);
+  w->lt = fp8 ? lt_of(op, M, N, b, K) : NULL;
   perf_tp_plan(e->mkx, op, M, N, K, b, &b->req);
   if (e->mkx2) perf_tp_plan(e->mkx2, op, M, N, K, b, &b->req2);
   memset(&w->one, 0, sizeof w->one);
   w->n_one = one_rank_n(op, N, e->size);
   if (e->mkx1) {
-    perf_tp_alloc(op, M, w->n_one, K, 1, 0, 0, &w->one);
+    perf_tp_alloc(op, M, w->n_one, K, 1, 0, type, &w->one);
     perf_tp_plan(e->mkx1, op, M, w->n_one, K, &w->one, &w->one.req);
   }
   w->graph = NULL;
@@ -237,6 +261,7 @@ static void setup(env *e, int op, int64_t M, int64_t N, int64_t K, work *w) {
 
 static void teardown(work *w) {
   if (w->graph) PK(cudaGraphExecDestroy(w->graph));
+  if (w->lt) perf_lt_free(w->lt);
   perf_tp_free(&w->b);
   perf_tp_free(&w->one);
 }
@@ -244,8 +269,8 @@ static void teardown(work *w) {
 static void coll(env *e, int op, int64_t M, int64_t N, bufs *b, int64_t K) {
   const int p = e->size;
   if (op == OP_AG)
-    PN(ncclAllGather(b->A, b->Afull, (size_t)(b->m_loc * K), ncclBfloat16,
-                     e->nccl, e->st));
+    PN(ncclAllGather(b->A, b->Afull, (size_t)(b->m_loc * K),
+                     b->fp8 ? ncclUint8 : ncclBfloat16, e->nccl, e->st));
   else if (op == OP_RS)
     PN(ncclReduceScatter(b->P, b->C, (size_t)(M / p * N), ncclBfloat16, ncclSum,
                          e->nccl, e->st));
@@ -255,8 +280,15 @@ static void coll(env *e, int op, int64_t M, int64_t N, bufs *b, int64_t K) {
 }
 
 static void gemm_only(env *e, int op, int64_t M, int64_t N, int64_t K,
-                      bufs *b) {
-  if (op == OP_AG)
+                      work *w) {
+  const bufs *b = &w->b;
+  if (w->lt) {
+    const int rc = perf_lt_run(w->lt, e->st);
+    if (rc) {
+      fprintf(stderr, "mkx_perf tp: cuBLASLt fp8 GEMM: status %d\n", rc);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  } else if (op == OP_AG)
     blas_gemm(e, b->Afull, b->B, b->C, M, N, K);
   else
     blas_gemm(e, b->A, b->B, b->P, M, N, b->k_loc);
@@ -280,12 +312,12 @@ static void variant(env *e, int v, int op, int64_t M, int64_t N, int64_t K,
       break;
     case V_SERIAL:
       if (op == OP_AG)
-        coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, b);
+        coll(e, op, M, N, b, K), gemm_only(e, op, M, N, K, w);
       else
-        gemm_only(e, op, M, N, K, b), coll(e, op, M, N, b, K);
+        gemm_only(e, op, M, N, K, w), coll(e, op, M, N, b, K);
       break;
     case V_GEMM:
-      gemm_only(e, op, M, N, K, b);
+      gemm_only(e, op, M, N, K, w);
       break;
     case V_COLL:
       coll(e, op, M, N, b, K);
@@ -406,13 +438,14 @@ static void print_row(const env *e, int op, int64_t M, int64_t N, int64_t K,
   if (out) fputs(line, out), fflush(out);
 }
 
-static void bench(env *e, int op, int64_t M, int64_t N, int64_t K, int warmup,
-                  int reps, FILE *out) {
+static void bench(env *e, const opts *o, int op, int64_t M, int64_t N,
+                  int64_t K, FILE *out) {
+  const int warmup = o->warmup, reps = o->reps;
   work w;
   cudaEvent_t e0, e1;
   float *t = xcalloc((size_t)(NV * reps), sizeof *t), med[NV];
   float *h = xcalloc((size_t)(NV * reps), sizeof *h), hmed[NV];
-  setup(e, op, M, N, K, &w);
+  setup(e, o->fp8, op, M, N, K, &w);
   PK(cudaEventCreate(&e0));
   PK(cudaEventCreate(&e1));
   for (int r = 0; r < warmup; r++)
@@ -599,9 +632,13 @@ static FILE *open_table(const env *e, const opts *o) {
   time_t now = time(NULL);
   strftime(day, sizeof day, "%Y-%m-%d %H:%M UTC", gmtime(&now));
   perf_cat(head, sizeof head,
-           "\n%s, %s, bf16, B stored N x K, MKX option "
+           "\n%s, %s, %s, B stored N x K, MKX option "
            "tp_overlap=%s%s%s%s%s%s%s, medians of %d (ms, slowest rank)",
-           day, gpus, o->overlap, o->vnode ? ", virtual nodes of " : "",
+           day, gpus,
+           o->fp8 ? "e4m3 x e4m3 (per-tensor scales) -> bf16, the "
+                    "baselines' GEMM cuBLASLt fp8"
+                  : "bf16",
+           o->overlap, o->vnode ? ", virtual nodes of " : "",
            o->vnode ? o->vnode : "", o->vnode ? " over " : "",
            o->vnode ? o->net : "", o->vnode ? ", hier_gemm=" : "",
            o->vnode ? o->hier : "", o->reps);
@@ -666,8 +703,8 @@ static int usage_error(const char *what, const char *arg) {
 /* Whether a is an option that takes a value (set_value knows them). */
 static int takes_value(const char *a) {
   static const char *const names[] = {
-      "--reps", "--warmup", "--out", "--overlap", "--vnode",
-      "--hier", "--versus", "--op",  "--shape",   "--net"};
+      "--reps",   "--warmup", "--out",   "--overlap", "--vnode", "--hier",
+      "--versus", "--op",     "--shape", "--net",     "--dtype"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
     if (!strcmp(a, names[i])) return 1;
   return 0;
@@ -695,7 +732,11 @@ static int set_flag(const char *a, opts *o, int *full, int *small) {
 /* The options with a value; 0, or 2 after a message for a bad one. */
 static int set_value(const char *a, const char *v, opts *o,
                      int64_t (*shapes)[3], int *ns) {
-  if (!strcmp(a, "--reps"))
+  if (!strcmp(a, "--dtype")) {
+    if (strcmp(v, "bf16") && strcmp(v, "fp8"))
+      return usage_error("--dtype takes bf16 or fp8", v);
+    o->fp8 = !strcmp(v, "fp8");
+  } else if (!strcmp(a, "--reps"))
     o->reps = atoi(v);
   else if (!strcmp(a, "--warmup"))
     o->warmup = atoi(v);
@@ -757,6 +798,11 @@ static int parse_args(int argc, char **argv, opts *o) {
   }
   if (o->reps < 1) o->reps = 1;
   if (o->warmup < 0) o->warmup = 0;
+  if (o->fp8 && o->graph) /* mkx.h: a call with scales reads them back */
+    return usage_error(
+        "--graph with --dtype fp8: the scaled calls are not "
+        "captured",
+        "--graph");
   make_jobs(o, full, small, shapes, ns);
   return 0;
 }
@@ -779,8 +825,7 @@ int mkx_perf_tp(int argc, char **argv) {
   FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
   for (int j = 0; j < o.nj; j++)
     if (o.ops & (1 << o.jobs[j].op))
-      bench(&e, o.jobs[j].op, o.jobs[j].m, o.jobs[j].n, o.jobs[j].k, o.warmup,
-            o.reps, out);
+      bench(&e, &o, o.jobs[j].op, o.jobs[j].m, o.jobs[j].n, o.jobs[j].k, out);
   if (out && fclose(out) != 0) perror(o.outname);
   env_fini(&e);
   AI(MPI_Finalize());

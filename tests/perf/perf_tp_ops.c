@@ -6,6 +6,7 @@
 #include <string.h>
 #include <cuda_runtime.h>
 #include "perf_job.h"
+#include "perf_util.h"
 
 const char *const perf_tp_op_names[3] = {"allgather_gemm", "gemm_rs",
                                          "gemm_ar"};
@@ -38,9 +39,29 @@ void perf_tp_fill(void *d, size_t count, unsigned seed) {
   free(h);
 }
 
+static void plan_fp8(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
+                     const perf_tp_bufs *b, MKX_Request *req) {
+  const MKX_Scales s = {MKX_SCALE_TENSOR, b->sa, b->sb, NULL};
+  const MKX_Datatype t = MKX_FP8_E4M3;
+  if (op == OP_AG)
+    AM(MKX_Allgather_gemm_scaled_init(
+        b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS, b->C, N, NULL, K, t,
+        MKX_BF16, MKX_ROW_MAJOR, &s, c, MPI_INFO_NULL, req));
+  else if (op == OP_RS)
+    AM(MKX_Gemm_reduce_scatter_scaled_init(
+        b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc, MKX_TRANS, b->C, N, t,
+        MKX_BF16, MKX_ROW_MAJOR, &s, c, MPI_INFO_NULL, req));
+  else
+    AM(MKX_Gemm_allreduce_scaled_init(
+        b->A, M, b->k_loc, b->k_loc, b->B, N, b->k_loc, MKX_TRANS, b->C, N, t,
+        MKX_BF16, MKX_ROW_MAJOR, &s, c, MPI_INFO_NULL, req));
+}
+
 void perf_tp_plan(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
                   const perf_tp_bufs *b, MKX_Request *req) {
-  if (op == OP_AG)
+  if (b->fp8)
+    plan_fp8(c, op, M, N, K, b, req);
+  else if (op == OP_AG)
     AM(MKX_Allgather_gemm_init(b->A, b->m_loc, K, K, b->B, N, K, MKX_TRANS,
                                b->C, N, NULL, K, MKX_BF16, MKX_BF16,
                                MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
@@ -54,28 +75,49 @@ void perf_tp_plan(MKX_Comm c, int op, int64_t M, int64_t N, int64_t K,
                                MKX_ROW_MAJOR, c, MPI_INFO_NULL, req));
 }
 
+void perf_tp_fill_operand(const perf_tp_bufs *b, void *d, size_t count,
+                          unsigned seed) {
+  if (b->fp8)
+    perf_fill_e4m3(d, count, seed);
+  else
+    perf_tp_fill(d, count, seed);
+}
+
+/* fp8: per-tensor scales, powers of two (the products stay exact). */
+static void scales(perf_tp_bufs *b) {
+  const float v[2] = {0.5f, 2.0f};
+  b->sa = perf_dalloc(sizeof(float));
+  b->sb = perf_dalloc(sizeof(float));
+  AK(cudaMemcpy(b->sa, v, sizeof(float), cudaMemcpyHostToDevice));
+  AK(cudaMemcpy(b->sb, v + 1, sizeof(float), cudaMemcpyHostToDevice));
+}
+
 void perf_tp_alloc(int op, int64_t M, int64_t N, int64_t K, int p, int r,
-                   int baselines, perf_tp_bufs *b) {
+                   int flags, perf_tp_bufs *b) {
   memset(b, 0, sizeof *b);
+  b->fp8 = (flags & PERF_TP_FP8) != 0;
+  const int baselines = (flags & PERF_TP_BASELINES) != 0;
+  const size_t es = b->fp8 ? 1 : 2; /* A and B; C and the partial: bf16 */
+  if (b->fp8) scales(b);
   if (op == OP_AG) {
     b->m_loc = M / p;
-    b->A = perf_dalloc((size_t)(b->m_loc * K) * 2);
-    b->B = perf_dalloc((size_t)(N * K) * 2);
+    b->A = perf_dalloc((size_t)(b->m_loc * K) * es);
+    b->B = perf_dalloc((size_t)(N * K) * es);
     b->C = perf_dalloc((size_t)(M * N) * 2);
-    if (baselines) b->Afull = perf_dalloc((size_t)(M * K) * 2);
-    perf_tp_fill(b->A, (size_t)(b->m_loc * K), 11u + (unsigned)r);
-    perf_tp_fill(b->B, (size_t)(N * K), 23u + (unsigned)r);
+    if (baselines) b->Afull = perf_dalloc((size_t)(M * K) * es);
+    perf_tp_fill_operand(b, b->A, (size_t)(b->m_loc * K), 11u + (unsigned)r);
+    perf_tp_fill_operand(b, b->B, (size_t)(N * K), 23u + (unsigned)r);
   } else {
     b->k_loc = K / p;
     int64_t first;
     AM(MKX_Block_range(M, p, r, &first, &b->c_rows));
     if (op == OP_AR) b->c_rows = M;
-    b->A = perf_dalloc((size_t)(M * b->k_loc) * 2);
-    b->B = perf_dalloc((size_t)(N * b->k_loc) * 2);
+    b->A = perf_dalloc((size_t)(M * b->k_loc) * es);
+    b->B = perf_dalloc((size_t)(N * b->k_loc) * es);
     b->C = perf_dalloc((size_t)(b->c_rows * N) * 2);
     if (baselines) b->P = perf_dalloc((size_t)(M * N) * 2);
-    perf_tp_fill(b->A, (size_t)(M * b->k_loc), 11u + (unsigned)r);
-    perf_tp_fill(b->B, (size_t)(N * b->k_loc), 23u + (unsigned)r);
+    perf_tp_fill_operand(b, b->A, (size_t)(M * b->k_loc), 11u + (unsigned)r);
+    perf_tp_fill_operand(b, b->B, (size_t)(N * b->k_loc), 23u + (unsigned)r);
   }
 }
 
@@ -87,6 +129,8 @@ void perf_tp_free(perf_tp_bufs *b) {
   AK(cudaFree(b->C));
   AK(cudaFree(b->Afull));
   AK(cudaFree(b->P));
+  AK(cudaFree(b->sa));
+  AK(cudaFree(b->sb));
 }
 
 /* MPI_Info_set of KEY=VALUE as mkx_KEY (ignored if it has no '='). */

@@ -44,6 +44,22 @@ void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st) {
   free(h);
 }
 
+void perf_fill_e4m3(void *dst, size_t count, uint64_t seed) {
+  uint8_t *h = malloc(count ? count : 1);
+  if (!h) {
+    fprintf(stderr, "mkx_perf: no memory for %zu bytes\n", count);
+    exit(1);
+  }
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < count; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    /* sign, exponent 5..7 (bias 7), any mantissa */
+    h[i] = (uint8_t)((x & 0x80) | (5 + (x >> 8) % 3) << 3 | ((x >> 16) & 7));
+  }
+  CK(cudaMemcpy(dst, h, count, cudaMemcpyHostToDevice));
+  free(h);
+}
+
 void perf_cat(char *s, size_t len, const char *fmt, ...) {
   size_t used = strlen(s);
   va_list ap;

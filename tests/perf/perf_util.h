@@ -14,6 +14,9 @@ float perf_median(float *v, int n);
  * dst: a host chunk uploaded once and replicated on the device, on stream
  * st, waited for.  Exits on a CUDA failure. */
 void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st);
+/* count random e4m3 bytes of magnitude 0.25 to 1.875 into device memory
+ * dst (waited for).  Exits on a failure. */
+void perf_fill_e4m3(void *dst, size_t count, uint64_t seed);
 /* Appends printf-style text to s (len bytes in all), truncating. */
 __attribute__((format(printf, 3, 4))) void perf_cat(char *s, size_t len,
                                                     const char *fmt, ...);
