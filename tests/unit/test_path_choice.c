@@ -20,6 +20,7 @@
 
 typedef int (*choose_fn)(MKX_Comm, const void *, const mkx_agreed *,
                          mkx_path_choice *);
+typedef int (*check_fn)(MKX_Comm, const void *, const mkx_agreed *);
 
 /* Ranks numbered node by node, equal nodes (at most 8 ranks). */
 static int node_of[8], local_of[8];
@@ -99,6 +100,81 @@ static void one_kernel_bit(void) {
     a.n = 1 << 16, a.ldc = 1 << 16; /* 256 tiles on one rank: too many */
     bits = mkx_ag_gemm_gpu_local(&c, &a, &g);
     CHECK(bits & MKX_GPU_LOCAL_NO_ONE_KERNEL, "n = 65536: no one kernel");
+  }
+}
+
+/* fp8 operands (mkx.h, the _scaled calls): the split path whatever M and
+ * tp_overlap say, with the reason; the check takes row-major operands with
+ * B stored n x k and dimensions multiples of 16 and turns the others away
+ * saying why (so they stay staged); no adapter, no one-kernel bit. */
+static void fp8_paths(void) {
+  static const choose_fn fn[3] = {mkx_ag_gemm_gpu_choose, mkx_rs_gpu_choose,
+                                  mkx_ar_gpu_choose};
+  static const check_fn check[3] = {mkx_ag_gemm_gpu_check, mkx_rs_gpu_check,
+                                    mkx_ar_gpu_check};
+  static char buf[1024] __attribute__((aligned(256)));
+  struct MKX_Comm_s c =
+      comm_of(2, 1, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_YES);
+  for (int op = 0; op < 3; op++) {
+    mkx_ag_gemm_args ag;
+    mkx_rs_ar_args red;
+    memset(&ag, 0, sizeof ag);
+    memset(&red, 0, sizeof red);
+    ag.A = ag.B = buf, ag.C = buf;
+    ag.m_local = 4096, ag.k = 256, ag.lda = 256, ag.n = 256, ag.ldb = 256;
+    ag.ldc = 256, ag.transb = MKX_TRANS, ag.dtype = MKX_FP8_E4M3;
+    ag.ctype = MKX_BF16, ag.order = MKX_ROW_MAJOR;
+    ag.sc.layout = MKX_SCALE_BLOCK;
+    red.A = red.B = buf, red.C = buf;
+    red.M = 8192, red.k_local = 256, red.lda = 256, red.n = 256;
+    red.ldb = 256, red.ldc = 256, red.transb = MKX_TRANS;
+    red.dtype = MKX_FP8_E5M2, red.ctype = MKX_FP32, red.order = MKX_ROW_MAJOR;
+    red.sc.layout = MKX_SCALE_ROW;
+    void *args = op == 0 ? (void *)&ag : (void *)&red;
+    mkx_agreed g = {NULL, 8192, 0, 0, 0};
+    const int ok = check[op](&c, args, &g);
+    CHECK(ok == MKX_SUCCESS, "fp8 %s: the fused path takes it (%s)",
+          mkx_path_name(MKX_PATH_TP_SPLIT), ok ? MKX_Get_last_error() : "ok");
+    const unsigned bits = op == 0   ? mkx_ag_gemm_gpu_local(&c, args, &g)
+                          : op == 1 ? mkx_rs_gpu_local(&c, args, &g)
+                                    : mkx_ar_gpu_local(&c, args, &g);
+    CHECK(!(bits & MKX_GPU_LOCAL_ADAPT), "fp8 op %d: no adapter", op);
+    mkx_path_choice ch;
+    memset(&ch, 0, sizeof ch);
+    const int rc = fn[op](&c, args, &g, &ch);
+    CHECK(rc == MKX_SUCCESS && ch.ops && ch.ops->path == MKX_PATH_TP_SPLIT &&
+              strstr(ch.why, "fp8") != NULL,
+          "fp8 op %d, M = 8192, tp_overlap=yes: %s path (\"%s\")", op,
+          ch.ops ? mkx_path_name(ch.ops->path) : "no", ch.why);
+    if (ch.ops)
+      CHECK(ch.ops->start ==
+                (op == 0 ? mkx_ag_gemm_gpu_start : mkx_rs_ar_gpu_start),
+            "fp8 op %d: the call's own start", op);
+    /* what stays staged, and why */
+    static const struct {
+      const char *what, *because;
+    } no[] = {{"column-major", "row-major"},
+              {"B stored k x n", "n x k"},
+              {"k 24", "multiples of 16"},
+              {"a captured call with scales", "capture"},
+              {"two nodes", "several nodes"}};
+    for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
+      mkx_ag_gemm_args a2 = ag;
+      mkx_rs_ar_args r2 = red;
+      mkx_agreed g2 = g;
+      struct MKX_Comm_s c2 = c;
+      if (i == 0) a2.order = r2.order = MKX_COL_MAJOR;
+      if (i == 1) a2.transb = r2.transb = MKX_NO_TRANS;
+      if (i == 2) a2.k = r2.k_local = 24;
+      if (i == 3) g2.captured = 1;
+      if (i == 4)
+        c2 = comm_of(4, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+      const int r = check[op](&c2, op == 0 ? (void *)&a2 : (void *)&r2, &g2);
+      const char *msg = MKX_Get_last_error();
+      CHECK(r == MKX_ERR_UNSUPPORTED && strstr(msg, no[i].because),
+            "fp8 op %d, %s: turned away (%d, \"%s\" names \"%s\")", op,
+            no[i].what, r, msg, no[i].because);
+    }
   }
 }
 
@@ -392,6 +468,7 @@ int main(void) {
            "two nodes of one, one hardware queue, hier_gemm=proxy");
   }
   one_kernel_bit();
+  fp8_paths();
   attention();
   moe();
   path_info();
