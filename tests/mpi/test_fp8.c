@@ -32,7 +32,8 @@
  *    host buffers: bit for bit on the staged path; on the fused split path
  *    (operands that suit it, rows and k awkward, every layout and type)
  *    A_out and a_out bit for bit, C within the fused bound, the path
- *    taken as mkx.h says;
+ *    taken as mkx.h says; a call without scales captured in a CUDA graph
+ *    and replayed, one with scales refused inside a capture;
  *  - --vnode: all of the above on two virtual nodes (option
  *    virtual_node_size) over tcp, where rows and scales cross between
  *    nodes by MKX's transport.
@@ -45,6 +46,9 @@
 #include <string.h>
 
 #include "mkx_test.h"
+#ifdef MKX_TEST_CUDA
+#include "cuda_check.h"
+#endif
 
 #define GUARD 19 /* poisoned elements after every output and scale array */
 #define MAXP 64
@@ -531,6 +535,7 @@ typedef struct {
   MKX_Order order;
   MKX_Scales sc;
   int sc_null;
+  MKX_Stream stream; /* NULL: the default stream */
 } callargs;
 
 static void *ptr_of(const tbuf *b, int dev) {
@@ -597,15 +602,15 @@ static int call_scaled(const callargs *a) {
     case OP_AG:
       return MKX_Allgather_gemm_scaled(
           a->A, a->mk1, a->mk2, a->lda, a->B, a->n, a->ldb, a->tb, a->C, a->ldc,
-          a->O, a->ldo, a->dt, a->ct, a->order, s, comm, NULL);
+          a->O, a->ldo, a->dt, a->ct, a->order, s, comm, a->stream);
     case OP_RS:
       return MKX_Gemm_reduce_scatter_scaled(
           a->A, a->mk1, a->mk2, a->lda, a->B, a->n, a->ldb, a->tb, a->C, a->ldc,
-          a->dt, a->ct, a->order, s, comm, NULL);
+          a->dt, a->ct, a->order, s, comm, a->stream);
     default:
       return MKX_Gemm_allreduce_scaled(a->A, a->mk1, a->mk2, a->lda, a->B, a->n,
                                        a->ldb, a->tb, a->C, a->ldc, a->dt,
-                                       a->ct, a->order, s, comm, NULL);
+                                       a->ct, a->order, s, comm, a->stream);
   }
 }
 
@@ -614,15 +619,15 @@ static int call_plain(const callargs *a) {
     case OP_AG:
       return MKX_Allgather_gemm(a->A, a->mk1, a->mk2, a->lda, a->B, a->n,
                                 a->ldb, a->tb, a->C, a->ldc, a->O, a->ldo,
-                                a->dt, a->ct, a->order, comm, NULL);
+                                a->dt, a->ct, a->order, comm, a->stream);
     case OP_RS:
       return MKX_Gemm_reduce_scatter(a->A, a->mk1, a->mk2, a->lda, a->B, a->n,
                                      a->ldb, a->tb, a->C, a->ldc, a->dt, a->ct,
-                                     a->order, comm, NULL);
+                                     a->order, comm, a->stream);
     default:
       return MKX_Gemm_allreduce(a->A, a->mk1, a->mk2, a->lda, a->B, a->n,
                                 a->ldb, a->tb, a->C, a->ldc, a->dt, a->ct,
-                                a->order, comm, NULL);
+                                a->order, comm, a->stream);
   }
 }
 
@@ -1093,6 +1098,105 @@ static void fused_matrix(void) {
         }
   if (mt.rank == 0) mt_diag("fused matrix: %d cases", runs);
 }
+
+#ifdef MKX_TEST_CUDA
+/* One fused fp8 call of op (scales of layout L) on stream st: its case,
+ * made and checked by the caller. */
+static int capture_case(int op, MKX_Scale_layout L, inst *in, callargs *a,
+                        MKX_Stream st) {
+  tcase tc;
+  make_case(&tc, op, 1, L, MKX_FP8_E4M3, MKX_BF16, MKX_ROW_MAJOR, MKX_TRANS);
+  tc.tb_mix = 0, tc.ld16 = 1, tc.null_scales = 0, tc.nonnull_none = 0;
+  tc.tag = 3900 + op * 4 + L;
+  tc.k = 128;
+  for (int q = 0; q < mt.size; q++) {
+    tc.nl[q] = 136;
+    tc.kl[q] = 128;
+    if (op == OP_AG && !tc.rows[q]) tc.rows[q] = 3;
+  }
+  inst_make(in, &tc);
+  inst_args(in, 1, a);
+  a->stream = st;
+  return in->fused;
+}
+
+/* mkx.h: a fused fp8 call without scales may be captured in a CUDA graph
+ * and replayed (the bits of the call itself, every replay); one with
+ * scales reads them back first, so on a stream being captured it returns
+ * MKX_ERR_UNSUPPORTED on every rank before it touches the stream (the
+ * capture still ends cleanly). */
+static void capture_cases(void) {
+  cudaStream_t st;
+  MT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  for (int op = OP_AG; op <= OP_AR; op++) {
+    char desc[900];
+    inst in;
+    callargs a;
+    if (!capture_case(op, MKX_SCALE_NONE, &in, &a, (MKX_Stream)st)) {
+      if (mt.rank == 0)
+        mt_diag("%s: no fused path here, capture not tried", op_names[op]);
+      inst_free(&in);
+      continue;
+    }
+    describe(&in, desc, sizeof desc);
+    poison_outputs(&in);
+    int rc = call_scaled(&a); /* makes the workspace a capture may use */
+    MT_CUDA(cudaStreamSynchronize(st));
+    CHECK_RC(rc, MKX_SUCCESS, "%s [before the capture]: %s", desc,
+             rc ? last_error_copy() : "");
+    fetch_outputs(&in, 1);
+    const uint64_t h0 = c_hash(&in);
+    poison_outputs(&in);
+    cudaGraph_t g = NULL;
+    cudaGraphExec_t x = NULL;
+    MT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    rc = call_scaled(&a);
+    MT_CUDA(cudaStreamEndCapture(st, &g));
+    CHECK_RC(rc, MKX_SUCCESS, "%s, captured: %s", desc,
+             rc ? last_error_copy() : "");
+    if (mt_all(rc == MKX_SUCCESS)) {
+      MT_CUDA(cudaGraphInstantiate(&x, g, 0));
+      for (int rep = 0; rep < 2; rep++) {
+        poison_outputs(&in);
+        MPI_Barrier(MPI_COMM_WORLD);
+        MT_CUDA(cudaGraphLaunch(x, st));
+        MT_CUDA(cudaStreamSynchronize(st));
+        fetch_outputs(&in, 1);
+        CHECK(c_hash(&in) == h0, "%s: replay %d gives the bits of the call",
+              desc, rep + 1);
+      }
+      MT_CUDA(cudaGraphExecDestroy(x));
+    }
+    if (g) MT_CUDA(cudaGraphDestroy(g));
+    inst_free(&in);
+
+    /* with scales: refused inside a capture */
+    capture_case(op, MKX_SCALE_TENSOR, &in, &a, (MKX_Stream)st);
+    describe(&in, desc, sizeof desc);
+    poison_outputs(&in);
+    rc = call_scaled(&a);
+    MT_CUDA(cudaStreamSynchronize(st));
+    CHECK_RC(rc, MKX_SUCCESS, "%s [before the capture]: %s", desc,
+             rc ? last_error_copy() : "");
+    poison_outputs(&in);
+    g = NULL;
+    MT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    rc = call_scaled(&a);
+    const cudaError_t e = cudaStreamEndCapture(st, &g);
+    CHECK_RC(rc, MKX_ERR_UNSUPPORTED, "%s, captured: refused (\"%s\")", desc,
+             last_error_copy());
+    CHECK(e == cudaSuccess,
+          "%s: the capture ends cleanly after the refusal "
+          "(%s)",
+          desc, cudaGetErrorString(e));
+    if (g) MT_CUDA(cudaGraphDestroy(g));
+    fetch_outputs(&in, 1);
+    CHECK(outputs_untouched(&in), "%s: the refused call wrote nothing", desc);
+    inst_free(&in);
+  }
+  MT_CUDA(cudaStreamDestroy(st));
+}
+#endif
 
 /* Every finite value of both types through an identity B, scales powers
  * of two: C is exact (one nonzero product per element). */
@@ -1752,6 +1856,9 @@ int main(int argc, char **argv) {
      * path and others (the staged path) */
     probe_fused();
     fused_matrix();
+#ifdef MKX_TEST_CUDA
+    capture_cases();
+#endif
     main_matrix(13);
     same_as_unscaled(OP_AG, MKX_FP8_E4M3, MKX_FP32);
     same_as_unscaled(OP_AR, MKX_FP8_E5M2, MKX_FP16);
