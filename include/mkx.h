@@ -504,7 +504,10 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * rank; the split path (option tp_overlap has no say): AllGather+GEMM
  * moves the fp8 rows and their scales, then multiplies once every rank's
  * are in place; GEMM+RS/AR multiply into the partial of option
- * tp_partials, then sum.
+ * tp_partials, then sum.  On several nodes (option hier_gemm other than
+ * host) the same operands take hier_gemm=gpu's path: the fp8 rows and
+ * their scales, or the fp32 partials, through host memory, the fp8 GEMM
+ * on the GPU.
  * Such a call with scales reads them back before it enqueues anything (a
  * synchronisation of `stream`), so that a bad value is its return value:
  * it cannot be captured in a CUDA graph (MKX_SCALE_NONE can).  Other fp8

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Run one MPI test named like tests/mpi/test_x-np3.mpi (or -np3-gpu.mpi,
-# -np3-WORD.mpi): the program tests/mpi/test_x on 3 ranks (with --device
-# for -gpu, --WORD for another word).
+# -np3-WORD.mpi, -np3-WORD-gpu.mpi): the program tests/mpi/test_x on 3
+# ranks (with --device for -gpu, --WORD for another word).
 # MKX_TEST_LAUNCHER picks the launcher, with %N for the rank count, e.g.
 #   MKX_TEST_LAUNCHER='srun -n %N --mpi=pmix'
 # Default: mpirun, oversubscribed (CI has 2 cores).  A run that hangs is
@@ -12,7 +12,9 @@ base=${name%.mpi}
 gpu=
 case $base in
   *-gpu) gpu=--device; base=${base%-gpu} ;;
-  *-np*-*) gpu=--${base##*-}; base=${base%-*} ;;
+esac
+case $base in
+  *-np*-*) gpu="$gpu --${base##*-}"; base=${base%-*} ;;
 esac
 np=${base##*-np}
 prog=${base%-np*}

@@ -144,7 +144,7 @@ static const mkx_option_desc base_rows[] = {
      "Device buffers on a communicator of several nodes. host: staged "
      "through host memory, GEMM included; gpu: the GEMM on the GPU and only "
      "A rows, partials and output blocks through the host (row-major "
-     "bf16/fp16 in); nvlink: as gpu, with the node's part as the "
+     "bf16/fp16/fp8 in); nvlink: as gpu, with the node's part as the "
      "single-node GPU call (over NVLink) on a communicator of the node's "
      "ranks, the network part pipelined with it in up to 4 slices; ranks "
      "not numbered node by node take gpu; proxy: on nodes of one rank (at "
@@ -153,7 +153,8 @@ static const mkx_option_desc base_rows[] = {
      "rows land, the reductions sum the chunks as they land (plans "
      "capturable in CUDA graphs); all three also on equal nodes of several "
      "ranks (at most 8 in all); other nodes as nvlink; auto: proxy where it "
-     "applies, else nvlink. Same results and network bytes for all.",
+     "applies, else nvlink. Same results and network bytes for all. fp8 "
+     "operands (the _scaled calls) take gpu unless the option is host.",
      1},
     {"attn_layout", MKX_OPT_ENUM, OPT(attn_layout), "contiguous",
      "contiguous|zigzag|striped",

@@ -156,8 +156,7 @@ static void fp8_paths(void) {
     } no[] = {{"column-major", "row-major"},
               {"B stored k x n", "n x k"},
               {"k 24", "multiples of 16"},
-              {"a captured call with scales", "capture"},
-              {"two nodes", "several nodes"}};
+              {"a captured call with scales", "capture"}};
     for (size_t i = 0; i < sizeof no / sizeof no[0]; i++) {
       mkx_ag_gemm_args a2 = ag;
       mkx_rs_ar_args r2 = red;
@@ -167,13 +166,26 @@ static void fp8_paths(void) {
       if (i == 1) a2.transb = r2.transb = MKX_NO_TRANS;
       if (i == 2) a2.k = r2.k_local = 24;
       if (i == 3) g2.captured = 1;
-      if (i == 4)
-        c2 = comm_of(4, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
       const int r = check[op](&c2, op == 0 ? (void *)&a2 : (void *)&r2, &g2);
       const char *msg = MKX_Get_last_error();
       CHECK(r == MKX_ERR_UNSUPPORTED && strstr(msg, no[i].because),
             "fp8 op %d, %s: turned away (%d, \"%s\" names \"%s\")", op,
             no[i].what, r, msg, no[i].because);
+    }
+    /* several nodes: the GPU driven network path and hier_gemm=nvlink are
+     * 16-bit code, so hier_gemm=gpu whatever the option says */
+    struct MKX_Comm_s nodes =
+        comm_of(4, 2, MKX_SHARE_NONE, MKX_SHARED_AUTO, MKX_OVERLAP_AUTO);
+    for (int h = 0; h < 3; h++) {
+      static const int hg[3] = {MKX_HIER_GEMM_PROXY, MKX_HIER_GEMM_NVLINK,
+                                MKX_HIER_GEMM_AUTO};
+      nodes.opt.hier_gemm = hg[h];
+      memset(&ch, 0, sizeof ch);
+      const int r = fn[op](&nodes, args, &g, &ch);
+      CHECK(r == MKX_SUCCESS && ch.ops && ch.ops->path == MKX_PATH_HIER_GPU &&
+                strstr(ch.why, "fp8") != NULL,
+            "fp8 op %d on two nodes, hier_gemm %d: %s path (\"%s\")", op, hg[h],
+            ch.ops ? mkx_path_name(ch.ops->path) : "no", ch.why);
     }
   }
 }

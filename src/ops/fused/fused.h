@@ -155,7 +155,9 @@ void mkx_tp_blas_free(mkx_tp_blas *b);
 
 /* fp8 operands (src/ops/tp/fp8_gpu.c).  _check: whether the split
  * path's fp8 GEMM g (as mkx_gemm_run_fp8 takes it) fits, else
- * MKX_ERR_UNSUPPORTED saying why (row-major only; no capture with scales).
+ * MKX_ERR_UNSUPPORTED saying why (row-major only; no capture with scales)
+ * for the call op (MKX_TP_OP_*) of args, AllGather+GEMM of M rows, on one
+ * node or several (the same rules on both).
  * A plan's pinned host copy of this rank's na scales of A and nb of B:
  * _scales_ok reads them back in st's order before the call enqueues
  * anything and checks each is finite and > 0 (collective: MKX_ERR_PEER on
@@ -166,8 +168,8 @@ typedef struct mkx_tp_fp8_host {
   float *buf;
   int64_t na, nb;
 } mkx_tp_fp8_host;
-int mkx_tp_fp8_check(const char *fn, const mkx_gemm_desc *g, MKX_Order order,
-                     MKX_Scale_layout l, int captured);
+int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
+                     int captured);
 int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int64_t na, int64_t nb,
                          const char *fn);
 void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h);

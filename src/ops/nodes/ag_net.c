@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "host/dtype.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -85,6 +86,7 @@ int mkx_ag_net_fits(MKX_Comm c, const void *args, const struct mkx_agreed *g,
   const mkx_ag_gemm_args *a = args;
   mkx_gemm_desc d;
   const char *w = mkx_net_fits_comm(c);
+  if (!w && mkx_is_fp8(a->dtype)) w = "fp8 operands";
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (g->total >= (1ll << 31) || a->k >= (1ll << 31) - 8 ||
              a->n >= (1ll << 31) - 8))

@@ -6,7 +6,10 @@
  * GEMM included, on the host) this moves only A rows (AllGather) or fp32
  * partials and output blocks (ReduceScatter, AllReduce) through host
  * memory.  It is blocking: the call synchronises its stream, as the staged
- * path does; nothing overlaps yet.
+ * path does; nothing overlaps yet.  fp8 operands take it too (the
+ * others are 16-bit code): their rows travel as bytes, A's scales as the
+ * row records of the host path (host/scales.h) beside them, and the
+ * engine's fp8 GEMM multiplies (src/ops/tp/fp8_gpu.c).
  *
  * hier_gemm=nvlink (hier_nvlink.c; auto where the GPU cannot drive the
  * call) falls back to it where the node-major numbering it needs does not
@@ -19,6 +22,7 @@
 #include "core/log.h"
 #include "host/dtype.h"
 #include "host/hier.h"
+#include "host/scales.h"
 #include "host/xfer.h"
 #include "ops/op.h"
 #include "ops/path.h"
@@ -53,8 +57,17 @@ static void engine_desc(int op, const void *args, const hg_plan *p, int64_t M,
     mkx_tp_gemm_of_red(args, tmp, MKX_GEMM_FP32, d);
 }
 
+static MKX_Datatype dtype_of(int op, const void *args) {
+  return op == MKX_TP_OP_AG ? ((const mkx_ag_gemm_args *)args)->dtype
+                            : ((const mkx_rs_ar_args *)args)->dtype;
+}
+
 int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
                          const struct mkx_agreed *g, char *why, size_t len) {
+  if (mkx_is_fp8(dtype_of(op, args))) {
+    snprintf(why, len, "fp8 operands (hier_gemm=gpu)");
+    return 0;
+  }
   if (c->opt.hier_gemm != MKX_HIER_GEMM_NVLINK &&
       c->opt.hier_gemm != MKX_HIER_GEMM_PROXY &&
       c->opt.hier_gemm != MKX_HIER_GEMM_AUTO) {
@@ -66,6 +79,11 @@ int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
            MKX_Get_last_error());
   mkx_error_clear();
   return 0;
+}
+
+static const MKX_Scales *scales_of(int op, const void *args) {
+  return op == MKX_TP_OP_AG ? &((const mkx_ag_gemm_args *)args)->sc
+                            : &((const mkx_rs_ar_args *)args)->sc;
 }
 
 int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
@@ -90,10 +108,12 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
                      "%s: nodes of unequal size or no "
                      "network endpoint",
                      fn);
+  if (mkx_is_fp8(dt))
+    return mkx_tp_fp8_check(fn, op, args, g->total, g->captured);
   if (!is16(dt) || (!is16(ct) && ct != MKX_FP32) || order != MKX_ROW_MAJOR)
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: hier_gemm=gpu takes row-major "
-                     "bf16/fp16 A, B and bf16/fp16/fp32 C",
+                     "bf16/fp16/fp8 A, B and bf16/fp16/fp32 C",
                      fn);
   char why_not[192];
   if (mkx_hier_nvlink_fits(c, op, args, g, why_not, sizeof why_not))
@@ -105,13 +125,36 @@ int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
   return MKX_SUCCESS;
 }
 
+/* AG: the gathered A, then (fp8 with scales) its row records at rec_off. */
+static size_t rec_off(const mkx_ag_gemm_args *a, int64_t M) {
+  return ((size_t)M * (size_t)a->k * MKX_Type_size(a->dtype) + 255) &
+         ~(size_t)255;
+}
+
 static size_t dtmp_bytes(int op, const void *args, int64_t M) {
   if (op == MKX_TP_OP_AG) {
     const mkx_ag_gemm_args *a = args;
-    return (size_t)M * (size_t)a->k * MKX_Type_size(a->dtype);
+    return rec_off(a, M) +
+           sizeof(float) * (size_t)M *
+               (size_t)mkx_scales_row_floats(a->sc.layout, a->k);
   }
   const mkx_rs_ar_args *a = args;
   return (size_t)a->M * (size_t)a->n * sizeof(float);
+}
+
+/* fp8: the pinned host copy of this rank's scales, read back per call. */
+static int fp8_host(int op, const void *args, hg_plan *p) {
+  const MKX_Scale_layout l = scales_of(op, args)->layout;
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    return mkx_tp_fp8_host_make(&p->fp8,
+                                mkx_scales_a_count(l, a->m_local, a->k),
+                                mkx_scales_b_count(l, a->k, a->n), op_name(op));
+  }
+  const mkx_rs_ar_args *a = args;
+  return mkx_tp_fp8_host_make(&p->fp8, mkx_scales_a_count(l, a->M, a->k_local),
+                              mkx_scales_b_count(l, a->k_local, a->n),
+                              op_name(op));
 }
 
 int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
@@ -131,9 +174,12 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16), op,
                  "cudaMalloc");
+  if (rc == MKX_SUCCESS && mkx_is_fp8(dtype_of(op, args)))
+    rc = fp8_host(op, args, p);
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
     if (p && p->dtmp) cudaFree(p->dtmp);
+    if (p) mkx_tp_fp8_host_free(&p->fp8);
     free(rows);
     free(p);
     return rc;
@@ -150,24 +196,80 @@ void mkx_hier_gpu_free(MKX_Comm c, void *plan) {
   if (!p) return;
   if (p->nvlink) return mkx_hier_nvlink_free(p);
   cudaFree(p->dtmp);
+  mkx_tp_fp8_host_free(&p->fp8);
   free(p->rows);
   free(p);
 }
 
-/* Gather A's rows through the host, then the GEMM on the GPU. */
+/* fp8: A's scales as row records (one per row per 128 columns, or one
+ * per row: a per-tensor scale is its rank's rows' scale) gathered through
+ * the host as the rows are; *recs (the caller frees it) NULL without
+ * scales.  Collective; the values were checked and agreed on already. */
+static int gather_records(MKX_Comm c, const hg_plan *p,
+                          const mkx_ag_gemm_args *a, int64_t M, float **recs) {
+  const int64_t kb = mkx_scales_row_floats(a->sc.layout, a->k);
+  const size_t rec = sizeof(float) * (size_t)kb;
+  if (!kb) return MKX_SUCCESS;
+  float *mine = malloc(rec * (size_t)a->m_local + 16);
+  *recs = malloc(rec * (size_t)M + 16);
+  int rc = mine && *recs ? MKX_SUCCESS
+                         : mkx_error(MKX_ERR_NOMEM, "%s: scale records",
+                                     op_name(MKX_TP_OP_AG));
+  rc = mkx_comm_agree_rc(c, rc, op_name(MKX_TP_OP_AG));
+  if (rc == MKX_SUCCESS) {
+    MKX_Scales hs = a->sc;
+    hs.a = p->fp8.buf; /* this rank's, read back at the start */
+    mkx_scales_a_rows(&hs, a->m_local, a->k, MKX_ROW_MAJOR, mine);
+    rc = mkx_hier_allgather_rows(c, mine, p->rows, rec, *recs);
+  }
+  free(mine);
+  return rc;
+}
+
+/* fp8: the gathered records into dtmp after the gathered A (and a_out),
+ * then the fp8 GEMM with them. */
+static int ag_fp8_gemm(MKX_Comm c, const hg_plan *p, const mkx_ag_gemm_args *a,
+                       int64_t M, const mkx_gemm_desc *d, const float *recs,
+                       cudaStream_t st) {
+  const int op = MKX_TP_OP_AG;
+  const size_t bytes = sizeof(float) * (size_t)M *
+                       (size_t)mkx_scales_row_floats(a->sc.layout, a->k);
+  mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k);
+  if (recs) {
+    float *drec = (float *)((char *)p->dtmp + rec_off(a, M));
+    MKX_TRY(
+        cuda_rc(cudaMemcpyAsync(drec, recs, bytes, cudaMemcpyHostToDevice, st),
+                op, "copy of the gathered scales"));
+    if (a->A_out && a->sc.a_out)
+      MKX_TRY(cuda_rc(
+          cudaMemcpyAsync(a->sc.a_out, recs, bytes, cudaMemcpyHostToDevice, st),
+          op, "copy to scales->a_out"));
+    s.a = drec;
+    if (a->sc.layout == MKX_SCALE_TENSOR)
+      s.layout = MKX_GEMM_SCALE_ROW, s.a_row = 1, s.b_col = 0;
+  }
+  return mkx_tp_fp8_gemm(c, d, &s, st, op_name(op));
+}
+
+/* Gather A's rows through the host, then the GEMM on the GPU.  fp8: the
+ * scales are read back and agreed on before anything moves. */
 static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
                     cudaStream_t st) {
-  const int op = MKX_TP_OP_AG;
+  const int op = MKX_TP_OP_AG, fp8 = mkx_is_fp8(a->dtype);
   const size_t es = MKX_Type_size(a->dtype), row = (size_t)a->k * es;
   int64_t M = 0;
   for (int q = 0; q < c->size; q++) M += p->rows[q];
   char *send = malloc(row * (size_t)a->m_local + 16);
   char *full = malloc(row * (size_t)M + 16);
+  float *recs = NULL;
   int rc = send && full
                ? MKX_SUCCESS
                : mkx_error(MKX_ERR_NOMEM, "%s: host rows", op_name(op));
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
+  if (fp8) rc = mkx_comm_agree_rc(c, rc, op_name(op));
+  if (rc == MKX_SUCCESS && fp8)
+    rc = mkx_tp_fp8_scales_ok(c, &p->fp8, &a->sc, op_name(op), st);
   if (rc == MKX_SUCCESS && a->m_local > 0)
     rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
                               (size_t)a->m_local, cudaMemcpyDeviceToHost),
@@ -175,6 +277,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc == MKX_SUCCESS)
     rc = mkx_hier_allgather_rows(c, send, p->rows, row, full);
+  if (rc == MKX_SUCCESS && fp8) rc = gather_records(c, p, a, M, &recs);
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMemcpyAsync(p->dtmp, full, row * (size_t)M,
                                  cudaMemcpyHostToDevice, st),
@@ -185,13 +288,16 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
                  op, "copy to A_out");
   mkx_gemm_desc d;
   engine_desc(op, a, p, M, &d);
-  if (rc == MKX_SUCCESS)
+  if (rc == MKX_SUCCESS && fp8)
+    rc = ag_fp8_gemm(c, p, a, M, &d, recs, st);
+  else if (rc == MKX_SUCCESS)
     rc = mkx_fused_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
   /* the host buffers are read by the copies above: wait before freeing */
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
   free(send);
   free(full);
+  free(recs);
   return rc;
 }
 
@@ -211,8 +317,15 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_rs_ar_args *a,
   int rc = host && sum && out
                ? MKX_SUCCESS
                : mkx_error(MKX_ERR_NOMEM, "%s: host buffers", op_name(op));
-  if (rc == MKX_SUCCESS)
+  const int fp8 = mkx_is_fp8(a->dtype);
+  if (fp8) rc = mkx_comm_agree_rc(c, rc, op_name(op));
+  if (rc == MKX_SUCCESS && fp8) {
+    const mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k_local);
+    rc = mkx_tp_fp8_scales_ok(c, &p->fp8, &a->sc, op_name(op), st);
+    if (rc == MKX_SUCCESS) rc = mkx_tp_fp8_gemm(c, &d, &s, st, op_name(op));
+  } else if (rc == MKX_SUCCESS) {
     rc = mkx_fused_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");
+  }
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMemcpyAsync(host, p->dtmp, part * sizeof(float),
                                  cudaMemcpyDeviceToHost, st),

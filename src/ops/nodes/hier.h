@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <cuda_runtime.h>
 #include "core/comm.h"
+#include "ops/fused/fused.h"
 
 struct mkx_agreed;
 
@@ -29,7 +30,8 @@ typedef struct hg_plan {
    * rows as gathered over the network (hrows); RS/AR this rank's fp32 sum
    * (hsend), rounded (hrows), AR every rank's rounded rows (hout). */
   char *hsend, *hrows, *hout;
-  int host; /* mkx_hier_nvlink_host: host buffers and memory */
+  int host;            /* mkx_hier_nvlink_host: host buffers and memory */
+  mkx_tp_fp8_host fp8; /* hier_gemm=gpu, fp8: this rank's scales, read back */
 } hg_plan;
 
 const char *mkx_hier_op_name(int op);

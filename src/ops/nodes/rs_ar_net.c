@@ -59,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
+#include "host/dtype.h"
 #include "ops/op.h"
 #include "ops/path.h"
 
@@ -102,6 +103,7 @@ int mkx_rs_ar_net_fits(MKX_Comm c, int op, const void *args,
   (void)op;
   const char *w = mkx_net_fits_comm(c);
   mkx_gemm_desc d;
+  if (!w && mkx_is_fp8(a->dtype)) w = "fp8 operands";
   if (!w && g->gpu_adapt) w = "a rank's operands need adapting";
   if (!w && (a->M >= (1ll << 31) || a->k_local >= (1ll << 31) - 8 ||
              a->n >= (1ll << 31) - 8))

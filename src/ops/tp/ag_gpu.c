@@ -70,29 +70,14 @@ static int check_types(const mkx_ag_gemm_args *a) {
   return MKX_SUCCESS;
 }
 
-/* The gathered A lies in the workspace (256-byte aligned, ld k): the fp8
- * GEMM's A is checked as that, and this rank's A as the copy's source. */
-static int fp8_check(const mkx_ag_gemm_args *a, const struct mkx_agreed *g) {
-  if (a->m_local > 0 && (a->lda % 16 || (uintptr_t)a->A % 16))
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: fused path with fp8 operands: lda a multiple of 16 "
-                     "and A 16-byte aligned only",
-                     FN);
-  mkx_gemm_desc d;
-  mkx_tp_gemm_of_ag(a, (const void *)(uintptr_t)256, g->total, &d);
-  return mkx_tp_fp8_check(FN, &d, a->order, a->sc.layout, g->captured);
-}
-
 int mkx_ag_gemm_gpu_check(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   const mkx_ag_gemm_args *a = args;
-  if (mkx_is_fp8(a->dtype) && c->place.num_nodes > 1)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fp8 operands on several nodes",
-                     FN);
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_check(c, MKX_TP_OP_AG, args, g);
   MKX_TRY(mkx_fused_node_ok(c, FN));
-  if (mkx_is_fp8(a->dtype)) return fp8_check(a, g);
+  if (mkx_is_fp8(a->dtype))
+    return mkx_tp_fp8_check(FN, MKX_TP_OP_AG, a, g->total, g->captured);
   MKX_TRY(check_types(a));
   const char *why =
       c->opt.fused_pad ? NULL : mkx_tp_adapt_misfit(MKX_TP_OP_AG, a);
@@ -133,7 +118,7 @@ unsigned mkx_ag_gemm_gpu_local(MKX_Comm c, const void *args,
                                const struct mkx_agreed *g) {
   int chunk_kb, nkc;
   if (mkx_is_fp8(((const mkx_ag_gemm_args *)args)->dtype))
-    return MKX_GPU_LOCAL_NO_ONE_KERNEL; /* no adapter: fp8_check's rules */
+    return MKX_GPU_LOCAL_NO_ONE_KERNEL; /* no adapter: mkx_tp_fp8_check */
   unsigned bits =
       mkx_tp_adapt_local(c, MKX_TP_OP_AG, args, g) ? MKX_GPU_LOCAL_ADAPT : 0;
   if (!oneshot_fits(c, args, g->total, &chunk_kb, &nkc))

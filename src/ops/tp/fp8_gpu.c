@@ -20,20 +20,56 @@
 #include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 
-int mkx_tp_fp8_check(const char *fn, const mkx_gemm_desc *g, MKX_Order order,
-                     MKX_Scale_layout l, int captured) {
-  const char *why = NULL;
+/* The engine's fp8 GEMM of the call as the paths run it: AG multiplies
+ * the gathered A (dense in a workspace: aligned, ld k) into C; RS/AR this
+ * rank's A into a dense partial (a workspace: aligned, ld n). */
+static const char *gemm_why(int op, const void *args, int64_t M) {
+  void *const standin = (void *)(uintptr_t)256;
   const mkx_gemm_scales none = {0};
+  const char *why = NULL;
+  mkx_gemm_desc d;
+  if (op == MKX_TP_OP_AG)
+    mkx_tp_gemm_of_ag(args, standin, M, &d);
+  else
+    mkx_tp_gemm_of_red(args, standin, MKX_GEMM_FP32, &d);
+  return mkx_gemm_fp8_supported(&d, &none, &why) ? NULL : why;
+}
+
+/* What the copies around the GEMM need of the user's buffers: AG's rows of
+ * A are copied in 16-byte pieces, RS/AR's C is written in 8 columns. */
+static const char *buffers_why(int op, const void *args) {
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    return a->lda % 16 || (uintptr_t)a->A % 16
+               ? "lda a multiple of 16 and A 16-byte aligned only"
+               : NULL;
+  }
+  const mkx_rs_ar_args *a = args;
+  return a->ldc % 8 || (uintptr_t)a->C % 16
+             ? "ldc a multiple of 8 and C 16-byte aligned only"
+             : NULL;
+}
+
+int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
+                     int captured) {
+  const int ag = op == MKX_TP_OP_AG;
+  const MKX_Order order = ag ? ((const mkx_ag_gemm_args *)args)->order
+                             : ((const mkx_rs_ar_args *)args)->order;
+  const MKX_Scale_layout l = ag ? ((const mkx_ag_gemm_args *)args)->sc.layout
+                                : ((const mkx_rs_ar_args *)args)->sc.layout;
+  const MKX_Datatype ct = ag ? ((const mkx_ag_gemm_args *)args)->ctype
+                             : ((const mkx_rs_ar_args *)args)->ctype;
+  const char *why = NULL;
   if (order != MKX_ROW_MAJOR)
     why = "row-major operands only";
-  else if (!mkx_gemm_fp8_supported(g, &none, &why))
-    ;
-  else if (captured && l != MKX_SCALE_NONE)
+  else if (ct != MKX_BF16 && ct != MKX_FP16 && ct != MKX_FP32)
+    why = "bf16, fp16 or fp32 C only";
+  else if (!(why = buffers_why(op, args)) && !(why = gemm_why(op, args, M)) &&
+           captured && l != MKX_SCALE_NONE)
     why =
         "the scales are read back (a stream synchronisation), which a "
         "capture cannot hold";
-  else
-    return MKX_SUCCESS;
+  if (!why) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path with fp8 operands: %s",
                    fn, why);
 }

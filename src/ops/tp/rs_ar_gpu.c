@@ -42,38 +42,18 @@ typedef struct rs_ar_plan {
   mkx_tp_fp8_host host; /* this rank's scales, read back */
 } rs_ar_plan;
 
-static int partial_type(MKX_Comm c, const mkx_rs_ar_args *a);
-
 static const char *fn_name(int allreduce) {
   return allreduce ? "MKX_Gemm_allreduce" : "MKX_Gemm_reduce_scatter";
 }
 static int is16(MKX_Datatype t) { return t == MKX_BF16 || t == MKX_FP16; }
 
-/* The partial lies in the workspace (256-byte aligned, ld n): the fp8
- * GEMM's C is checked as that, and the user's C as the sum's output. */
-static int fp8_check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
-                     int captured) {
-  if (a->ldc % 8 || (uintptr_t)a->C % 16)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: fused path with fp8 operands: ldc a multiple of 8 "
-                     "and C 16-byte aligned only",
-                     fn_name(allreduce));
-  mkx_gemm_desc d;
-  mkx_tp_gemm_of_red(a, (void *)(uintptr_t)256, partial_type(c, a), &d);
-  return mkx_tp_fp8_check(fn_name(allreduce), &d, a->order, a->sc.layout,
-                          captured);
-}
-
 static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
                  int captured) {
   const char *fn = fn_name(allreduce);
   MKX_TRY(mkx_fused_node_ok(c, fn));
-  if (mkx_is_fp8(a->dtype)) {
-    if (a->ctype != MKX_FP32 && !is16(a->ctype))
-      return mkx_error(MKX_ERR_UNSUPPORTED,
-                       "%s: fused path writes bf16, fp16 or fp32 C only", fn);
-    return fp8_check(c, a, allreduce, captured);
-  }
+  if (mkx_is_fp8(a->dtype))
+    return mkx_tp_fp8_check(fn, allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a,
+                            a->M, captured);
   if (!is16(a->dtype) || (!is16(a->ctype) && a->ctype != MKX_FP32))
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: fused path takes bf16/fp16 "
@@ -96,9 +76,6 @@ static int check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
 
 static int gpu_check(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
                      const struct mkx_agreed *g) {
-  if (mkx_is_fp8(a->dtype) && c->place.num_nodes > 1)
-    return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fp8 operands on several nodes",
-                     fn_name(allreduce));
   if (c->place.num_nodes > 1)
     return mkx_hier_gpu_check(c, allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a, g);
   return check(c, a, allreduce, g->captured);
@@ -246,7 +223,7 @@ int mkx_rs_ar_gpu_plan(MKX_Comm c, int op, const void *args, mkx_path path,
   return plan(c, args, op == MKX_TP_OP_AR, path, out);
 }
 
-/* fp8 takes no adapter: fp8_check's rules */
+/* fp8 takes no adapter: mkx_tp_fp8_check */
 unsigned mkx_rs_gpu_local(MKX_Comm c, const void *args,
                           const struct mkx_agreed *g) {
   if (mkx_is_fp8(((const mkx_rs_ar_args *)args)->dtype)) return 0;
