@@ -1,11 +1,13 @@
-/* fp8 operands on the tensor-parallel calls' fused single-node GPU path.
+/* fp8 operands on the tensor-parallel calls' GPU paths.
  *
- * They take the split path: AllGather+GEMM stores this rank's fp8 rows of
+ * On one node they take the fused split path: AllGather+GEMM stores this rank's fp8 rows of
  * A and their scales into every rank's gathered A (half the bytes of
  * bf16), meets the ranks, then the engine's fp8 GEMM multiplies the
  * gathered A; GEMM+ReduceScatter/AllReduce run the fp8 GEMM into the
  * partial (bf16/fp16 or fp32, option tp_partials) and sum it as the 16-bit
- * split path does.  The overlapped kernels are 16-bit code.
+ * split path does.  The overlapped kernels are 16-bit code.  On several
+ * nodes they take hier_gemm=gpu's path (src/ops/nodes/hier.c) under the
+ * same rules, so that one contract says which calls run on the GPU.
  *
  * Scales are checked before any work is enqueued: the call reads them back
  * (one stream synchronisation) and the ranks agree on their values, so a
@@ -35,8 +37,9 @@ static const char *gemm_why(int op, const void *args, int64_t M) {
   return mkx_gemm_fp8_supported(&d, &none, &why) ? NULL : why;
 }
 
-/* What the copies around the GEMM need of the user's buffers: AG's rows of
- * A are copied in 16-byte pieces, RS/AR's C is written in 8 columns. */
+/* What the single-node copies around the GEMM need of the user's buffers:
+ * AG's rows of A are copied in 16-byte pieces, RS/AR's C is written 8
+ * columns at a time. */
 static const char *buffers_why(int op, const void *args) {
   if (op == MKX_TP_OP_AG) {
     const mkx_ag_gemm_args *a = args;
