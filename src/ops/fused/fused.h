@@ -158,7 +158,7 @@ void mkx_tp_blas_free(mkx_tp_blas *b);
  * MKX_ERR_UNSUPPORTED saying why (row-major only; no capture with scales)
  * for the call op (MKX_TP_OP_*) of args, AllGather+GEMM of M rows, on one
  * node or several (the same rules on both).
- * A plan's pinned host copy of this rank's na scales of A and nb of B:
+ * A plan's host copy of this rank's na scales of A and nb of B:
  * _scales_ok reads them back in st's order before the call enqueues
  * anything and checks each is finite and > 0 (collective: MKX_ERR_PEER on
  * the other ranks).  _engine_scales: the engine's form of a row-major

@@ -142,7 +142,7 @@ static size_t dtmp_bytes(int op, const void *args, int64_t M) {
   return (size_t)a->M * (size_t)a->n * sizeof(float);
 }
 
-/* fp8: the pinned host copy of this rank's scales, read back per call. */
+/* fp8: the host copy of this rank's scales, read back per call. */
 static int fp8_host(int op, const void *args, hg_plan *p) {
   const MKX_Scale_layout l = scales_of(op, args)->layout;
   if (op == MKX_TP_OP_AG) {

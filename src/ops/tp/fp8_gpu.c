@@ -13,6 +13,7 @@
  * (one stream synchronisation) and the ranks agree on their values, so a
  * bad scale is every rank's return value with nothing written, as on the
  * staged path.  Hence no capture with scales; MKX_SCALE_NONE reads none. */
+#include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
 #include "host/scales.h"
@@ -82,13 +83,15 @@ int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int64_t na, int64_t nb,
   memset(h, 0, sizeof *h);
   h->na = na, h->nb = nb;
   if (na + nb == 0) return MKX_SUCCESS;
-  return mkx_cuda_rc(
-      cudaMallocHost((void **)&h->buf, sizeof(float) * (size_t)(na + nb)), fn,
-      "host copy of the scales");
+  /* pageable: a call's plan is made and freed per call, and freeing pinned
+   * memory would wait for the device; the read-back waits anyway */
+  h->buf = malloc(sizeof(float) * (size_t)(na + nb));
+  return h->buf ? MKX_SUCCESS
+                : mkx_error(MKX_ERR_NOMEM, "%s: host copy of the scales", fn);
 }
 
 void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h) {
-  if (h->buf) cudaFreeHost(h->buf);
+  free(h->buf);
   h->buf = NULL;
 }
 
