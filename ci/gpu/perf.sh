@@ -1,5 +1,6 @@
 # Stage perf (with moeperf.sh and attnperf.sh): mkx_perf gemm, bf16
-# and fp8 (MKX_GPU_CHECK_GEMM=0: not); mkx_perf tp: several GPUs: one rank per GPU
+# and fp8, and torch._scaled_mm on the fp8 shapes (MKX_GPU_CHECK_GEMM=0:
+# not); mkx_perf tp: several GPUs: one rank per GPU
 # against cuBLAS + NCCL and PyTorch's async TP (MKX_GPU_CHECK_TP=1); one
 # GPU: 2 ranks under MPS against the same work on 1 rank (and against option
 # MKX_GPU_CHECK_VERSUS=KEY=VALUE), the same in fp8, then --small against
@@ -15,6 +16,10 @@ if [ "${MKX_GPU_CHECK_GEMM:-1}" = 1 ]; then
   timeout -k 5 "${MKX_GPU_CHECK_PERF_BOUND:-150}" ./mkx_perf gemm --dtype fp8 \
     --out "$out/gemm-results.md" >"$logs/perf-gemm-fp8.txt" 2>&1 ||
     fail "mkx_perf gemm --dtype fp8: rc=$?"
+  # PyTorch's fp8 GEMM on the same shapes, right after
+  timeout -k 5 "${MKX_GPU_CHECK_PERF_BOUND:-150}" python3 \
+    ../tests/perf/torch_scaled_mm.py >"$out/scaled-mm.txt" 2>&1 ||
+    fail "torch_scaled_mm.py: rc=$?"
 fi
 if [ "$ngpu" -ge 2 ] && [ "${MKX_GPU_CHECK_TP:-0}" = 1 ]; then
   mpirun --oversubscribe -np "$ngpu" ./mkx_perf tp --full --small --reps 10 \
