@@ -176,6 +176,10 @@ void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h);
 int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
                          const MKX_Scales *sc, const char *fn, cudaStream_t st);
 mkx_gemm_scales mkx_tp_fp8_engine_scales(const MKX_Scales *sc, int64_t k);
+/* The same for AllGather+GEMM's gathered A, whose scales are row records
+ * (host/scales.h: one per row, or per row and 128 columns) at records. */
+mkx_gemm_scales mkx_tp_fp8_gathered_scales(const MKX_Scales *sc, int64_t k,
+                                           const float *records);
 int mkx_tp_fp8_gemm(MKX_Comm c, const mkx_gemm_desc *g,
                     const mkx_gemm_scales *s, cudaStream_t st, const char *fn);
 

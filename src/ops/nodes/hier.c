@@ -235,7 +235,7 @@ static int ag_fp8_gemm(MKX_Comm c, const hg_plan *p, const mkx_ag_gemm_args *a,
   const size_t bytes = sizeof(float) * (size_t)M *
                        (size_t)mkx_scales_row_floats(a->sc.layout, a->k);
   mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k);
-  if (recs) {
+  if (recs) { /* a layout with scales */
     float *drec = (float *)((char *)p->dtmp + rec_off(a, M));
     MKX_TRY(
         cuda_rc(cudaMemcpyAsync(drec, recs, bytes, cudaMemcpyHostToDevice, st),
@@ -244,9 +244,7 @@ static int ag_fp8_gemm(MKX_Comm c, const hg_plan *p, const mkx_ag_gemm_args *a,
       MKX_TRY(cuda_rc(
           cudaMemcpyAsync(a->sc.a_out, recs, bytes, cudaMemcpyHostToDevice, st),
           op, "copy to scales->a_out"));
-    s.a = drec;
-    if (a->sc.layout == MKX_SCALE_TENSOR)
-      s.layout = MKX_GEMM_SCALE_ROW, s.a_row = 1, s.b_col = 0;
+    s = mkx_tp_fp8_gathered_scales(&a->sc, a->k, drec);
   }
   return mkx_tp_fp8_gemm(c, d, &s, st, op_name(op));
 }

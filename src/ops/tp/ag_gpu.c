@@ -422,10 +422,8 @@ static int fp8_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   const int me = c->place.local_rank;
   mkx_gemm_desc g;
   mkx_tp_gemm_of_ag(a, mkx_fused_ws_data(p->ws, me), p->r.M, &g);
-  mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k);
-  s.a = (const float *)(mkx_fused_ws_data(p->ws, me) + p->s_off);
-  if (a->sc.layout == MKX_SCALE_TENSOR)
-    s.layout = MKX_GEMM_SCALE_ROW, s.b_col = 0;
+  const mkx_gemm_scales s = mkx_tp_fp8_gathered_scales(
+      &a->sc, a->k, (const float *)(mkx_fused_ws_data(p->ws, me) + p->s_off));
   MKX_TRY(push_split(c, p, a, 1, st));
   return mkx_tp_fp8_gemm(c, &g, &s, st, FN);
 }

@@ -136,6 +136,16 @@ mkx_gemm_scales mkx_tp_fp8_engine_scales(const MKX_Scales *sc, int64_t k) {
   return s;
 }
 
+mkx_gemm_scales mkx_tp_fp8_gathered_scales(const MKX_Scales *sc, int64_t k,
+                                           const float *records) {
+  mkx_gemm_scales s = mkx_tp_fp8_engine_scales(sc, k);
+  s.a = records;
+  /* every rank's per-tensor scale, one per row of the gathered A */
+  if (sc->layout == MKX_SCALE_TENSOR)
+    s.layout = MKX_GEMM_SCALE_ROW, s.a_row = 1, s.b_col = 0;
+  return s;
+}
+
 int mkx_tp_fp8_gemm(MKX_Comm c, const mkx_gemm_desc *g,
                     const mkx_gemm_scales *s, cudaStream_t st, const char *fn) {
   mkx_gemm_desc capped = *g; /* a fair share of a GPU shared under MPS */
