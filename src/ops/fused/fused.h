@@ -158,7 +158,8 @@ void mkx_tp_blas_free(mkx_tp_blas *b);
  * MKX_ERR_UNSUPPORTED saying why (row-major only; no capture with scales)
  * for the call op (MKX_TP_OP_*) of args, AllGather+GEMM of M rows, on one
  * node or several (the same rules on both).
- * A plan's host copy of this rank's na scales of A and nb of B:
+ * A plan's host copy of this rank's scales of A (na) and B (nb) in the
+ * call op of args (_host_make sizes it):
  * _scales_ok reads them back in st's order before the call enqueues
  * anything and checks each is finite and > 0 (collective: MKX_ERR_PEER on
  * the other ranks).  _engine_scales: the engine's form of a row-major
@@ -170,8 +171,11 @@ typedef struct mkx_tp_fp8_host {
 } mkx_tp_fp8_host;
 int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
                      int captured);
-int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int64_t na, int64_t nb,
+int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int op, const void *args,
                          const char *fn);
+/* The dtype and the scales of the call op (MKX_TP_OP_*) of args. */
+MKX_Datatype mkx_tp_dtype_of(int op, const void *args);
+const MKX_Scales *mkx_tp_scales_of(int op, const void *args);
 void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h);
 int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
                          const MKX_Scales *sc, const char *fn, cudaStream_t st);

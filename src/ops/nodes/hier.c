@@ -57,14 +57,9 @@ static void engine_desc(int op, const void *args, const hg_plan *p, int64_t M,
     mkx_tp_gemm_of_red(args, tmp, MKX_GEMM_FP32, d);
 }
 
-static MKX_Datatype dtype_of(int op, const void *args) {
-  return op == MKX_TP_OP_AG ? ((const mkx_ag_gemm_args *)args)->dtype
-                            : ((const mkx_rs_ar_args *)args)->dtype;
-}
-
 int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
                          const struct mkx_agreed *g, char *why, size_t len) {
-  if (mkx_is_fp8(dtype_of(op, args))) {
+  if (mkx_is_fp8(mkx_tp_dtype_of(op, args))) {
     snprintf(why, len, "fp8 operands (hier_gemm=gpu)");
     return 0;
   }
@@ -79,11 +74,6 @@ int mkx_hier_nvlink_fits(MKX_Comm c, int op, const void *args,
            MKX_Get_last_error());
   mkx_error_clear();
   return 0;
-}
-
-static const MKX_Scales *scales_of(int op, const void *args) {
-  return op == MKX_TP_OP_AG ? &((const mkx_ag_gemm_args *)args)->sc
-                            : &((const mkx_rs_ar_args *)args)->sc;
 }
 
 int mkx_hier_gpu_check(MKX_Comm c, int op, const void *args,
@@ -142,21 +132,6 @@ static size_t dtmp_bytes(int op, const void *args, int64_t M) {
   return (size_t)a->M * (size_t)a->n * sizeof(float);
 }
 
-/* fp8: the host copy of this rank's scales, read back per call. */
-static int fp8_host(int op, const void *args, hg_plan *p) {
-  const MKX_Scale_layout l = scales_of(op, args)->layout;
-  if (op == MKX_TP_OP_AG) {
-    const mkx_ag_gemm_args *a = args;
-    return mkx_tp_fp8_host_make(&p->fp8,
-                                mkx_scales_a_count(l, a->m_local, a->k),
-                                mkx_scales_b_count(l, a->k, a->n), op_name(op));
-  }
-  const mkx_rs_ar_args *a = args;
-  return mkx_tp_fp8_host_make(&p->fp8, mkx_scales_a_count(l, a->M, a->k_local),
-                              mkx_scales_b_count(l, a->k_local, a->n),
-                              op_name(op));
-}
-
 int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
                       const struct mkx_agreed *g, void **out) {
   hg_plan *p = calloc(1, sizeof *p);
@@ -174,8 +149,8 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
   if (rc == MKX_SUCCESS)
     rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16), op,
                  "cudaMalloc");
-  if (rc == MKX_SUCCESS && mkx_is_fp8(dtype_of(op, args)))
-    rc = fp8_host(op, args, p);
+  if (rc == MKX_SUCCESS && mkx_is_fp8(mkx_tp_dtype_of(op, args)))
+    rc = mkx_tp_fp8_host_make(&p->fp8, op, args, op_name(op));
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
     if (p && p->dtmp) cudaFree(p->dtmp);

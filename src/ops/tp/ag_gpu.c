@@ -216,9 +216,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   p->s_off = p->sk_off; /* after the gathered A */
   int rc = p->pull ? pull_maps(c, a, p) : MKX_SUCCESS;
   if (rc == MKX_SUCCESS && p->fp8)
-    rc = mkx_tp_fp8_host_make(
-        &p->host, mkx_scales_a_count(a->sc.layout, a->m_local, a->k),
-        mkx_scales_b_count(a->sc.layout, a->k, a->n), FN);
+    rc = mkx_tp_fp8_host_make(&p->host, MKX_TP_OP_AG, a, FN);
   mkx_fused_need need = need_of(c, a, p);
   if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {

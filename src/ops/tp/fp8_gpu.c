@@ -59,10 +59,9 @@ int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
   const int ag = op == MKX_TP_OP_AG;
   const MKX_Order order = ag ? ((const mkx_ag_gemm_args *)args)->order
                              : ((const mkx_rs_ar_args *)args)->order;
-  const MKX_Scale_layout l = ag ? ((const mkx_ag_gemm_args *)args)->sc.layout
-                                : ((const mkx_rs_ar_args *)args)->sc.layout;
   const MKX_Datatype ct = ag ? ((const mkx_ag_gemm_args *)args)->ctype
                              : ((const mkx_rs_ar_args *)args)->ctype;
+  const MKX_Scale_layout l = mkx_tp_scales_of(op, args)->layout;
   const char *why = NULL;
   if (order != MKX_ROW_MAJOR)
     why = "row-major operands only";
@@ -78,14 +77,33 @@ int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
                    fn, why);
 }
 
-int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int64_t na, int64_t nb,
+MKX_Datatype mkx_tp_dtype_of(int op, const void *args) {
+  return op == MKX_TP_OP_AG ? ((const mkx_ag_gemm_args *)args)->dtype
+                            : ((const mkx_rs_ar_args *)args)->dtype;
+}
+
+const MKX_Scales *mkx_tp_scales_of(int op, const void *args) {
+  return op == MKX_TP_OP_AG ? &((const mkx_ag_gemm_args *)args)->sc
+                            : &((const mkx_rs_ar_args *)args)->sc;
+}
+
+int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int op, const void *args,
                          const char *fn) {
+  const MKX_Scale_layout l = mkx_tp_scales_of(op, args)->layout;
   memset(h, 0, sizeof *h);
-  h->na = na, h->nb = nb;
-  if (na + nb == 0) return MKX_SUCCESS;
+  if (op == MKX_TP_OP_AG) {
+    const mkx_ag_gemm_args *a = args;
+    h->na = mkx_scales_a_count(l, a->m_local, a->k);
+    h->nb = mkx_scales_b_count(l, a->k, a->n);
+  } else {
+    const mkx_rs_ar_args *a = args;
+    h->na = mkx_scales_a_count(l, a->M, a->k_local);
+    h->nb = mkx_scales_b_count(l, a->k_local, a->n);
+  }
+  if (h->na + h->nb == 0) return MKX_SUCCESS;
   /* pageable: a call's plan is made and freed per call, and freeing pinned
    * memory would wait for the device; the read-back waits anyway */
-  h->buf = malloc(sizeof(float) * (size_t)(na + nb));
+  h->buf = malloc(sizeof(float) * (size_t)(h->na + h->nb));
   return h->buf ? MKX_SUCCESS
                 : mkx_error(MKX_ERR_NOMEM, "%s: host copy of the scales", fn);
 }

@@ -140,10 +140,7 @@ int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
 /* fp8 operands (agreed dtype) take the split path: the overlapped
  * kernels are 16-bit code. */
 static int fp8_split(int op, const void *args, mkx_path_choice *out) {
-  const MKX_Datatype t = op == MKX_TP_OP_AG
-                             ? ((const mkx_ag_gemm_args *)args)->dtype
-                             : ((const mkx_rs_ar_args *)args)->dtype;
-  if (!mkx_is_fp8(t)) return 0;
+  if (!mkx_is_fp8(mkx_tp_dtype_of(op, args))) return 0;
   out->ops = op == MKX_TP_OP_AG ? &ag_split : &red_split;
   snprintf(out->why, sizeof out->why,
            "fp8 operands: the copy, then the fp8 GEMM");

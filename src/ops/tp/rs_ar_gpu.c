@@ -19,7 +19,6 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "host/dtype.h"
-#include "host/scales.h"
 #include "ops/op.h"
 
 #if HAVE_CUDA
@@ -182,12 +181,10 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
   p->ces = MKX_Type_size(a->ctype);
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
   p->fp8 = mkx_is_fp8(a->dtype);
-  int rc =
-      p->fp8 ? mkx_tp_fp8_host_make(
-                   &p->host, mkx_scales_a_count(a->sc.layout, a->M, a->k_local),
-                   mkx_scales_b_count(a->sc.layout, a->k_local, a->n),
-                   fn_name(allreduce))
-             : MKX_SUCCESS;
+  int rc = p->fp8 ? mkx_tp_fp8_host_make(
+                        &p->host, allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a,
+                        fn_name(allreduce))
+                  : MKX_SUCCESS;
   if (rc == MKX_SUCCESS) rc = acquire(c, a, p, split);
   /* The overlapped allreduce stores into the peers' C: a C the peers
    * cannot map (say, carved by the driver out of a block that another
