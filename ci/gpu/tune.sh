@@ -7,12 +7,26 @@
 # cache, whose first runs show whether the splits came back
 # (perf-tune.txt; tune-results.md, tune-sweep.svg and the cache in logs.tgz:
 # the device tool brings back few files).  MKX_GPU_CHECK_TUNE_ARGS: more
-# arguments of mkx_perf tune (e.g. --grouped, --shape MxNxK).
+# arguments of mkx_perf tune (e.g. --grouped, --alone, --shape MxNxK).
+# tune-load.txt (logs.tgz): the host's load each second meanwhile.
 # shellcheck shell=bash
 
 [ "$ngpu" = 1 ] && [ -x ./mkx_perf ] || return 0
+# The host's load beside it, each second (threads runnable; the busiest
+# threads once a minute): whether the host threads are oversubscribed.
+tune_load() {
+  local i=0
+  while sleep 1; do
+    echo "$(date +%T) $(cut -d' ' -f1-4 /proc/loadavg) runnable=$(ps -eLo stat= | grep -c '^R')"
+    if [ $((i++ % 60)) = 5 ]; then
+      ps -eLo pcpu=,comm= --sort=-pcpu | head -24 | sed 's/^/  /'
+    fi
+  done
+}
 if mps_start; then
   rm -f "$logs/tune-cache.txt"
+  tune_load >"$logs/tune-load.txt" 2>&1 &
+  load_pid=$!
   for job in first cached; do
     # shellcheck disable=SC2086 # the extra arguments are words
     rail "${MKX_GPU_CHECK_PERF_BOUND:-300}" 4 ./mkx_perf tune --vnode 2 \
@@ -23,5 +37,8 @@ if mps_start; then
       >>"$out/perf-tune.txt" 2>&1 ||
       fail "mkx_perf tune ($job job): rc=$?"
   done
+  kill "$load_pid" 2>/dev/null
+  echo "host load during tune (1-min loadavg max, runnable threads max):" \
+    "$(awk '{if ($2 > l) l = $2} /runnable=/{split($NF, a, "="); if (a[2] > r) r = a[2]} END {print l, r}' "$logs/tune-load.txt")" >>"$out/perf-tune.txt"
   mps_stop
 fi

@@ -7,8 +7,8 @@
  *
  *   mpirun -np P mkx_perf tune --vnode G [--net tcp|shm] [--hier proxy|gpu]
  *          [--op ag|rs|ar|all] [--shape MxNxK]... [--ctas N,N,...]
- *          [--runs N] [--reps N] [--burst N] [--grouped] [--cache PATH]
- *          [--out FILE] [--plot FILE]
+ *          [--runs N] [--reps N] [--burst N] [--grouped] [--alone]
+ *          [--cache PATH] [--out FILE] [--plot FILE]
  *
  * The roles run where a node has several ranks and the GPU drives the
  * network: on virtual nodes of G ranks (--vnode G, over --net, default
@@ -30,7 +30,11 @@
  * --grouped: each plan's samples back to back instead, after one untimed
  * sample of it, so that only its communicator's threads have just worked
  * (every recently busy proxy thread keeps polling at a short interval,
- * and several of them at once load the host).  A row gives each time with the CTAs it used (rank 0's; where the
+ * and several of them at once load the host).  --alone: one communicator
+ * alive at a time (each plan's, made for its samples of every shape and
+ * freed after them), each plan's samples after an untimed one: no other
+ * communicator's proxy and transport threads share the host, as in a job
+ * with one communicator; rows are printed once every plan has run.  A row gives each time with the CTAs it used (rank 0's; where the
  * role's CTAs are clamped below a pinned count, the clamped count), the
  * ratios rule/best and adaptive/best, where best is the fastest pinned
  * count, the adaptive plan's first run against best (with a tuner cache
@@ -59,14 +63,14 @@ static const char tune_usage[] =
     "usage: mpirun -np P mkx_perf tune --vnode G [--net tcp|shm]\n"
     "         [--hier proxy|gpu] [--op ag|rs|ar|all] [--shape MxNxK]...\n"
     "         [--ctas N,N,...] [--runs N] [--reps N] [--burst N] [--grouped]\n"
-    "         [--cache PATH]\n"
+    "         [--alone] [--cache PATH]\n"
     "         [--out FILE] [--plot FILE.svg]\n"
     "  A role's CTAs pinned over a sweep against today's rule and the\n"
     "  adaptive split (tune=adapt); tests/perf/perf_tune.c documents it.\n";
 
 typedef struct tune_opts {
   perf_tp_conf conf;
-  int ops, ns, nc, runs, reps, burst, grouped;
+  int ops, ns, nc, runs, reps, burst, grouped, alone;
   int64_t shapes[MAX_SHAPES][3];
   int ctas[MAX_CTAS];
   const char *cache, *outname, *plot;
@@ -157,8 +161,8 @@ static int parse_args(int argc, char **argv, tune_opts *o) {
   int vnode_given = 0;
   for (int i = 0; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
-    if (!strcmp(argv[i], "--grouped")) {
-      o->grouped = 1;
+    if (!strcmp(argv[i], "--grouped") || !strcmp(argv[i], "--alone")) {
+      *(argv[i][2] == 'g' ? &o->grouped : &o->alone) = 1;
       continue;
     }
     if (i + 1 >= argc) return usage_error("missing its value", argv[i]);
@@ -178,20 +182,18 @@ static int parse_args(int argc, char **argv, tune_opts *o) {
   return 0;
 }
 
-/* The communicators of the plans, in P_* order. */
-static void comms_create(const tune_opts *o, MKX_Comm *c) {
+/* Plan p's communicator (P_* order). */
+static MKX_Comm comm_of(const tune_opts *o, int p) {
   char cache[300], fwd[32], sum[32];
-  const char *adapt[2] = {"tune=adapt", cache};
   snprintf(cache, sizeof cache, "tune_cache=%s", o->cache ? o->cache : "");
-  c[P_RULE] = perf_tp_comm(MPI_COMM_WORLD, &o->conf, NULL, 0, -1);
-  c[P_ADAPT] =
-      perf_tp_comm(MPI_COMM_WORLD, &o->conf, adapt, o->cache ? 2 : 1, -1);
-  for (int i = 0; i < o->nc; i++) {
-    snprintf(fwd, sizeof fwd, "net_fwd_ctas=%d", o->ctas[i]);
-    snprintf(sum, sizeof sum, "net_sum_ctas=%d", o->ctas[i]);
-    const char *pin[2] = {fwd, sum};
-    c[P_PINNED + i] = perf_tp_comm(MPI_COMM_WORLD, &o->conf, pin, 2, -1);
-  }
+  const char *adapt[2] = {"tune=adapt", cache};
+  if (p == P_RULE) return perf_tp_comm(MPI_COMM_WORLD, &o->conf, NULL, 0, -1);
+  if (p == P_ADAPT)
+    return perf_tp_comm(MPI_COMM_WORLD, &o->conf, adapt, o->cache ? 2 : 1, -1);
+  snprintf(fwd, sizeof fwd, "net_fwd_ctas=%d", o->ctas[p - P_PINNED]);
+  snprintf(sum, sizeof sum, "net_sum_ctas=%d", o->ctas[p - P_PINNED]);
+  const char *pin[2] = {fwd, sum};
+  return perf_tp_comm(MPI_COMM_WORLD, &o->conf, pin, 2, -1);
 }
 
 /* n runs of plan r back to back, all ranks starting together, timed by
@@ -208,55 +210,103 @@ static float sample(const perf_env *e, MKX_Request r, int n) {
   return ms / (float)n;
 }
 
+/* Plan p's samples into t[0, reps): after an untimed one unless
+ * interleaved. */
+static void plan_samples(const perf_env *e, const tune_opts *o,
+                         MKX_Request r, float *t) {
+  if (o->grouped || o->alone) (void)sample(e, r, o->burst);
+  for (int i = 0; i < o->reps; i++) t[i] = sample(e, r, o->burst);
+}
+
+/* Plan p's row entries from its samples t (each as its slowest rank saw
+ * it) and its communicator's tuner. */
+static void plan_stats(const tune_opts *o, MKX_Comm c, int p, float *t,
+                       tune_row *w) {
+  AI(MPI_Allreduce(MPI_IN_PLACE, t, o->reps, MPI_FLOAT, MPI_MAX,
+                   MPI_COMM_WORLD));
+  w->lo[p] = w->hi[p] = t[0];
+  for (int r = 1; r < o->reps; r++) {
+    if (t[r] < w->lo[p]) w->lo[p] = t[r];
+    if (t[r] > w->hi[p]) w->hi[p] = t[r];
+  }
+  w->ms[p] = perf_median(t, o->reps);
+  int ctas = 0, best = 0, settled = 0;
+  if (mkx_tuner_last(c, &ctas, &best, &settled))
+    w->used[p] = p == P_ADAPT ? best : ctas;
+  if (p == P_ADAPT) w->settled = settled;
+}
+
+/* The adaptive plan's first --runs runs, one by one (its search's). */
+static void adaptive_runs(const perf_env *e, const tune_opts *o,
+                          MKX_Request r, tune_row *w) {
+  for (int i = 0; i < o->runs; i++) w->run[i] = sample(e, r, 1);
+  AI(MPI_Allreduce(MPI_IN_PLACE, w->run, o->runs, MPI_FLOAT, MPI_MAX,
+                   MPI_COMM_WORLD));
+}
+
+static void pick_best(const tune_opts *o, tune_row *w) {
+  w->best = P_PINNED;
+  for (int p = P_PINNED; p < P_PINNED + o->nc; p++)
+    if (w->ms[p] < w->ms[w->best]) w->best = p;
+}
+
+static float *samples_alloc(size_t n) {
+  float *t = calloc(n, sizeof *t);
+  if (!t) {
+    fprintf(stderr, "%s: out of host memory\n", perf_cmd);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  return t;
+}
+
+/* Every plan of one row, with every communicator alive. */
 static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
                     tune_row *w) {
   const int np = P_PINNED + o->nc;
   perf_tp_bufs b;
   MKX_Request req[P_PINNED + MAX_CTAS];
-  float *t = calloc((size_t)(np * o->reps), sizeof *t);
-  if (!t) {
-    fprintf(stderr, "%s: out of host memory\n", perf_cmd);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  float *t = samples_alloc((size_t)(np * o->reps));
   perf_tp_alloc(w->op, w->m, w->n, w->k, e->size, e->rank, 0, &b);
   for (int p = 0; p < np; p++)
     perf_tp_plan(c[p], w->op, w->m, w->n, w->k, &b, &req[p]);
-  for (int r = 0; r < o->runs; r++) w->run[r] = sample(e, req[P_ADAPT], 1);
+  adaptive_runs(e, o, req[P_ADAPT], w);
   if (o->grouped) {
-    for (int p = 0; p < np; p++) {
-      (void)sample(e, req[p], o->burst);
-      for (int r = 0; r < o->reps; r++)
-        t[p * o->reps + r] = sample(e, req[p], o->burst);
-    }
+    for (int p = 0; p < np; p++) plan_samples(e, o, req[p], t + p * o->reps);
   } else {
     for (int r = 0; r < o->reps; r++)
       for (int p = 0; p < np; p++)
         t[p * o->reps + r] = sample(e, req[p], o->burst);
   }
-  /* each sample as its slowest rank saw it */
-  AI(MPI_Allreduce(MPI_IN_PLACE, t, np * o->reps, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
   for (int p = 0; p < np; p++) {
-    const float *tp = t + p * o->reps;
-    w->lo[p] = w->hi[p] = tp[0];
-    for (int r = 1; r < o->reps; r++) {
-      if (tp[r] < w->lo[p]) w->lo[p] = tp[r];
-      if (tp[r] > w->hi[p]) w->hi[p] = tp[r];
-    }
-    w->ms[p] = perf_median(t + p * o->reps, o->reps);
-    int ctas = 0, best = 0, settled = 0;
-    if (mkx_tuner_last(c[p], &ctas, &best, &settled))
-      w->used[p] = p == P_ADAPT ? best : ctas;
-    if (p == P_ADAPT) w->settled = settled;
+    plan_stats(o, c[p], p, t + p * o->reps, w);
     AM(MKX_Request_free(&req[p]));
   }
-  AI(MPI_Allreduce(MPI_IN_PLACE, w->run, o->runs, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
-  w->best = P_PINNED;
-  for (int p = P_PINNED; p < np; p++)
-    if (w->ms[p] < w->ms[w->best]) w->best = p;
+  pick_best(o, w);
   perf_tp_free(&b);
   free(t);
+}
+
+/* --alone: plan p's samples of every row, its communicator the only one
+ * alive (made here, freed after: the adaptive one then writes the tuner
+ * cache). */
+static void measure_alone(const perf_env *e, const tune_opts *o, int p,
+                          tune_row *rows, int n) {
+  MKX_Comm c = comm_of(o, p);
+  float *t = samples_alloc((size_t)o->reps);
+  for (int i = 0; i < n; i++) {
+    tune_row *w = &rows[i];
+    perf_tp_bufs b;
+    MKX_Request req;
+    perf_tp_alloc(w->op, w->m, w->n, w->k, e->size, e->rank, 0, &b);
+    perf_tp_plan(c, w->op, w->m, w->n, w->k, &b, &req);
+    if (p == P_ADAPT) adaptive_runs(e, o, req, w);
+    plan_samples(e, o, req, t);
+    plan_stats(o, c, p, t, w);
+    AM(MKX_Request_free(&req));
+    perf_tp_free(&b);
+  }
+  free(t);
+  AM(MKX_Comm_free(&c));
 }
 
 static void split_cell(char *s, size_t len, float ms, int ctas) {
@@ -316,8 +366,10 @@ static FILE *open_table(const perf_env *e, const tune_opts *o) {
            "adaptive plan after %d runs%s%s.  rule: "
            "today's split; best: the fastest of the CTAs pinned at",
            o->conf.hier, o->reps, o->burst,
-           o->grouped ? "each plan's samples together, after an untimed one"
-                      : "the plans' samples interleaved",
+           o->alone ? "one communicator alive at a time, each plan's "
+                      "samples together after an untimed one"
+           : o->grouped ? "each plan's samples together, after an untimed one"
+                        : "the plans' samples interleaved",
            o->runs, o->cache ? ", tuner cache " : "", o->cache ? o->cache : "");
   for (int i = 0; i < o->nc; i++)
     perf_cat(head, sizeof head, "%s%d", i ? ", " : " ", o->ctas[i]);
@@ -454,23 +506,34 @@ int mkx_perf_tune(int argc, char **argv) {
   perf_env e;
   int rc = perf_env_init(&e, "mkx_perf tune");
   if (rc == 0) {
-    MKX_Comm c[P_PINNED + MAX_CTAS];
     tune_row rows[3 * MAX_SHAPES];
     int n = 0;
-    comms_create(&o, c);
-    FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
     for (int op = 0; op < 3; op++)
       for (int s = 0; s < o.ns && ((o.ops >> op) & 1); s++) {
         tune_row *w = &rows[n++];
         memset(w, 0, sizeof *w);
         w->op = op, w->m = o.shapes[s][0], w->n = o.shapes[s][1],
         w->k = o.shapes[s][2];
-        measure(&e, &o, c, w);
-        if (e.rank == 0) print_row(&o, w, out);
       }
+    FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
+    if (o.alone) {
+      for (int p = 0; p < P_PINNED + o.nc; p++)
+        measure_alone(&e, &o, p, rows, n);
+      for (int i = 0; i < n; i++) {
+        pick_best(&o, &rows[i]);
+        if (e.rank == 0) print_row(&o, &rows[i], out);
+      }
+    } else {
+      MKX_Comm c[P_PINNED + MAX_CTAS];
+      for (int p = 0; p < P_PINNED + o.nc; p++) c[p] = comm_of(&o, p);
+      for (int i = 0; i < n; i++) {
+        measure(&e, &o, c, &rows[i]);
+        if (e.rank == 0) print_row(&o, &rows[i], out);
+      }
+      for (int p = 0; p < P_PINNED + o.nc; p++) AM(MKX_Comm_free(&c[p]));
+    }
     if (out && fclose(out) != 0) perror(o.outname);
     if (e.rank == 0 && o.plot) plot(&o, rows, n);
-    for (int p = 0; p < P_PINNED + o.nc; p++) AM(MKX_Comm_free(&c[p]));
     perf_env_fini(&e);
   }
   AI(MPI_Finalize());
