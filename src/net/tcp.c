@@ -701,6 +701,7 @@ static void refuse_newcomer(tcp_impl *t, int rank) {
 static void *progress(void *arg) {
   mkx_net *n = arg;
   tcp_impl *t = impl_of(n);
+  (void)pthread_setname_np(pthread_self(), "mkx-tcp");
   struct pollfd *pf = calloc((size_t)n->size + 2, sizeof *pf);
   int *who = calloc((size_t)n->size + 2, sizeof *who);
   if (!pf || !who) {

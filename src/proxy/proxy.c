@@ -264,6 +264,7 @@ static void *proxy_main(void *arg) {
   /* Naps of 5 us would last the default 50 us slack more: a command
    * arriving in a lull would wait ten times the nap. */
   (void)prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL); /* best effort */
+  (void)pthread_setname_np(pthread_self(), "mkx-proxy"); /* for top -H */
   while (rc == MKX_SUCCESS) {
     int work = drain(p, &rc);
     track_busy(p); /* from the first command handed to the transport */
