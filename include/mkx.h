@@ -670,62 +670,79 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * MKX_FP8_E5M2 dtype; any other dtype takes MKX_SCALE_NONE only) and Y of
  * type ytype: bf16, fp16 or fp32, or MKX_FP64 with an MKX_FP64 dtype (an
  * fp8 ytype, or fp64 mixed with another type: MKX_ERR_UNSUPPORTED).
+ * transw is how each local expert's weight is stored: MKX_NO_TRANS,
+ * hidden x n as for the plain call (W is [E/p][hidden][n]); MKX_TRANS,
+ * n x hidden, as nn.Linear and fp8 checkpoints store it, with the output
+ * features as rows (W is [E/p][n][hidden], dense, the experts in order).
+ * Both give the same results, bit for bit, for the same weights and
+ * scales.
  * Each token's scales travel with its rows to the experts' owners, and
  *     Y row = gate weight x (s_X (.) X[t]) x (s_W (.) W[e])
  * in fp32, rounded once to ytype, where (.) applies each element's scale
  * (MKX_Scales, laid out as for the tensor-parallel calls with A = this
  * rank's X, num_tokens x hidden, and B = each local expert's weight,
- * hidden x n, row-major):
+ * hidden x n, row-major, and transb = transw):
  *   MKX_SCALE_TENSOR  a: 1 value (this rank's X); b: one per local expert
  *                     (E/p values).
- *   MKX_SCALE_ROW     a: one per token; b: one per column of each local
- *                     expert ([E/p][n]).
+ *   MKX_SCALE_ROW     a: one per token; b: one per output column of each
+ *                     local expert ([E/p][n]), either transw.
  *   MKX_SCALE_BLOCK   a: one per token and 128 columns of X
  *                     ([num_tokens][kb], kb = ceil(hidden / 128)); b: one
- *                     per 128 x 128 block of each local expert
- *                     ([E/p][kb][nb], nb = ceil(n / 128)).
+ *                     per 128 x 128 block of each local expert, stored as
+ *                     its weight is: [E/p][kb][nb] (nb = ceil(n / 128)),
+ *                     or [E/p][nb][kb] with MKX_TRANS (DeepSeek's fp8
+ *                     checkpoints).
  * a_out is ignored.  The scale rules (values, NULL pointers, agreed
  * layout) are those of MKX_Scales; a may be NULL when num_tokens is 0.
- * Agreed besides the call's: ytype and scales->layout.  The call takes
- * the host path for host buffers.  With device buffers, fp8 or a ytype
- * other than dtype takes the staged path (no fused fp8 GPU kernel yet);
- * otherwise it takes the plain call's path.  The plain MKX_Moe_dispatch_gemm and
- * MKX_Moe_layer return MKX_ERR_UNSUPPORTED for an fp8 dtype (the layer's
- * fp8 form: MKX_Moe_layer_scaled).
+ * Agreed besides the call's: transw, ytype and scales->layout.  transw
+ * other than MKX_NO_TRANS or MKX_TRANS: MKX_ERR_INVALID_ARG.  The call
+ * takes the host path for host buffers.  With device buffers, fp8, a
+ * ytype other than dtype or MKX_TRANS takes the staged path (no fused fp8
+ * GPU kernel yet, and the plain call's kernels read W hidden x n);
+ * otherwise it takes the plain call's path.  The plain
+ * MKX_Moe_dispatch_gemm and MKX_Moe_layer return MKX_ERR_UNSUPPORTED for
+ * an fp8 dtype (the layer's fp8 form: MKX_Moe_layer_scaled).
  */
-int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
-                                 int64_t hidden, const int32_t *topk_ids,
-                                 const float *topk_weight, int64_t topk,
-                                 int64_t num_experts, const void *W, int64_t n,
-                                 void *Y, int64_t y_rows, int64_t *expert_rows,
-                                 int32_t *origin, MKX_Datatype dtype,
-                                 MKX_Datatype ytype, const MKX_Scales *scales,
-                                 MKX_Comm comm, MKX_Stream stream);
+int MKX_Moe_dispatch_gemm_scaled(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
+    int64_t n, MKX_Trans transw, void *Y, int64_t y_rows, int64_t *expert_rows,
+    int32_t *origin, MKX_Datatype dtype, MKX_Datatype ytype,
+    const MKX_Scales *scales, MKX_Comm comm, MKX_Stream stream);
 
 /*
  * MKX_Moe_layer with fp8 tokens and weights (MKX_FP8_E4M3 or MKX_FP8_E5M2
  * dtype; any other dtype takes MKX_SCALE_NONE only) and out of type otype
- * (as ytype above).  scales holds X's scales (a) and W1's (b), laid out as
- * for MKX_Moe_dispatch_gemm_scaled with each local expert's W1 a
+ * (as ytype above).  transw is how both weights of each local expert are
+ * stored (agreed; as for MKX_Moe_dispatch_gemm_scaled): MKX_NO_TRANS, W1
+ * hidden x 2 ffn and W2 ffn x hidden as for the plain call; MKX_TRANS,
+ * with the output features as rows, W1 2 ffn x hidden (gate rows, then up
+ * rows) and W2 hidden x ffn, dense, the experts in order.  Both give the
+ * same out, bit for bit.  scales holds X's scales (a) and W1's (b), laid
+ * out as for MKX_Moe_dispatch_gemm_scaled with each local expert's W1 a
  * hidden x 2 ffn weight; scales2 holds W2's (b; a and a_out are ignored),
  * each local expert's W2 an ffn x hidden weight:
  *   MKX_SCALE_TENSOR  one per local expert;
- *   MKX_SCALE_ROW     one per column of each local expert's weight
- *                     ([E/p][2 ffn] for W1, [E/p][hidden] for W2);
- *   MKX_SCALE_BLOCK   one per 128 x 128 block of each ([E/p][kb][nb] of
- *                     that weight's rows and columns).
+ *   MKX_SCALE_ROW     one per output column of each local expert's
+ *                     weight ([E/p][2 ffn] for W1, [E/p][hidden] for W2),
+ *                     either transw;
+ *   MKX_SCALE_BLOCK   one per 128 x 128 block of each, stored as the
+ *                     weight is: [E/p][kb][nb] of that weight's rows and
+ *                     columns (hidden x 2 ffn, ffn x hidden), [E/p][nb][kb]
+ *                     with MKX_TRANS.
  * Each element is multiplied by its scale and rounded to fp32; x W1, the
  * SwiGLU activation, each FFN output and the weighted sum stay in fp32,
  * and out is rounded once to otype.  The two layouts are agreed (each may
  * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths as for
- * MKX_Moe_dispatch_gemm_scaled: device buffers with fp8 or an otype other
- * than dtype are staged, the others take the plain call's path.
+ * MKX_Moe_dispatch_gemm_scaled: device buffers with fp8, an otype other
+ * than dtype or MKX_TRANS are staged, the others take the plain call's
+ * path.
  */
 int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
                          const int32_t *topk_ids, const float *topk_weight,
                          int64_t topk, int64_t num_experts, const void *W1,
-                         const void *W2, int64_t ffn, void *out,
-                         MKX_Datatype dtype, MKX_Datatype otype,
+                         const void *W2, int64_t ffn, MKX_Trans transw,
+                         void *out, MKX_Datatype dtype, MKX_Datatype otype,
                          const MKX_Scales *scales, const MKX_Scales *scales2,
                          MKX_Comm comm, MKX_Stream stream);
 
@@ -839,14 +856,15 @@ int MKX_Gemm_allreduce_scaled_init(const void *A, int64_t M, int64_t k_local,
 int MKX_Moe_dispatch_gemm_scaled_init(
     const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
     const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
-    int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
-    MKX_Datatype dtype, MKX_Datatype ytype, const MKX_Scales *scales,
-    MKX_Comm comm, MPI_Info info, MKX_Request *request);
+    int64_t n, MKX_Trans transw, void *Y, int64_t y_rows, int64_t *expert_rows,
+    int32_t *origin, MKX_Datatype dtype, MKX_Datatype ytype,
+    const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
+    MKX_Request *request);
 int MKX_Moe_layer_scaled_init(const void *X, int64_t num_tokens, int64_t hidden,
                               const int32_t *topk_ids, const float *topk_weight,
                               int64_t topk, int64_t num_experts, const void *W1,
-                              const void *W2, int64_t ffn, void *out,
-                              MKX_Datatype dtype, MKX_Datatype otype,
+                              const void *W2, int64_t ffn, MKX_Trans transw,
+                              void *out, MKX_Datatype dtype, MKX_Datatype otype,
                               const MKX_Scales *scales,
                               const MKX_Scales *scales2, MKX_Comm comm,
                               MPI_Info info, MKX_Request *request);

@@ -151,14 +151,21 @@ static int moe_agree(const moe_ctx *m, const mkx_host_status *mine,
 
 /* ---- exchange ---- */
 
+/* How the call stores each expert's rows x cols weight (and its block
+ * scales): a matrix stored transposed, cols x rows row-major, is that
+ * matrix in column-major order, so one reading serves both layouts. */
+static MKX_Order weight_order(const mkx_moe_args *a) {
+  return a->transw == MKX_TRANS ? MKX_COL_MAJOR : MKX_ROW_MAJOR;
+}
+
 /* Local expert e's share of sc's weight scales (its rows x cols weight),
  * applied to the dense row-major working copy W. */
-static void scale_weight(const MKX_Scales *sc, int64_t e, int64_t rows,
-                         int64_t cols, float *W) {
+static void scale_weight(const mkx_moe_args *a, const MKX_Scales *sc, int64_t e,
+                         int64_t rows, int64_t cols, float *W) {
   if (sc->layout == MKX_SCALE_NONE) return;
   MKX_Scales s = *sc;
   s.b += e * mkx_scales_b_count(s.layout, rows, cols);
-  mkx_scales_apply_b(&s, 0, rows, cols, MKX_ROW_MAJOR, W);
+  mkx_scales_apply_b(&s, 0, rows, cols, weight_order(a), W);
 }
 
 /* Every scale this rank's call reads is finite and > 0: X's, and the
@@ -292,13 +299,19 @@ static void moe_gather_rows(const moe_ctx *m, int64_t e, MKX_Datatype wt,
   }
 }
 
-/* Expert e's [rows x cols] weight matrix from a [Ep][rows][cols] array. */
+/* Expert e's rows x cols weight matrix, dense row-major, from a [Ep]
+ * array of them (each stored [rows][cols], or [cols][rows] under
+ * MKX_TRANS): the same working copy either way, so the products match bit
+ * for bit. */
 static void moe_weight(const moe_ctx *m, const void *W, int64_t e, int64_t rows,
                        int64_t cols, MKX_Datatype wt, void *dst) {
-  size_t n = (size_t)rows * (size_t)cols;
-  mkx_convert(m->a->dtype,
-              (const char *)W + (size_t)e * n * MKX_Type_size(m->a->dtype), 1,
-              wt, dst, 1, n);
+  const size_t n = (size_t)rows * (size_t)cols;
+  const char *src =
+      (const char *)W + (size_t)e * n * MKX_Type_size(m->a->dtype);
+  if (weight_order(m->a) == MKX_COL_MAJOR)
+    mkx_mat_pack(m->a->dtype, src, rows, cols, rows, MKX_COL_MAJOR, wt, dst);
+  else
+    mkx_convert(m->a->dtype, src, 1, wt, dst, 1, n);
 }
 
 /* ---- MKX_Moe_dispatch_gemm ---- */
@@ -326,7 +339,7 @@ static int dispatch_expert(const moe_ctx *m, int64_t e,
   if (rows == 0) return MKX_SUCCESS;
   moe_gather_rows(m, e, wt, Xe, b->rec);
   moe_weight(m, a->W, e, a->hidden, a->n, wt, We);
-  scale_weight(&a->sc, e, a->hidden, a->n, We);
+  scale_weight(a, &a->sc, e, a->hidden, a->n, We);
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, a->n, a->hidden, Xe, We, Ye));
   for (int64_t k = 0; k < rows; k++) {
     int32_t meta[META_N];
@@ -433,9 +446,9 @@ static int layer_expert(const moe_ctx *m, int64_t e, const layer_bufs *b) {
   if (rows == 0) return MKX_SUCCESS;
   moe_gather_rows(m, e, wt, b->Xe, b->rec);
   moe_weight(m, a->W, e, a->hidden, 2 * a->ffn, wt, b->W1);
-  scale_weight(&a->sc, e, a->hidden, 2 * a->ffn, b->W1);
+  scale_weight(a, &a->sc, e, a->hidden, 2 * a->ffn, b->W1);
   moe_weight(m, a->W2, e, a->ffn, a->hidden, wt, b->W2);
-  scale_weight(&a->sc2, e, a->ffn, a->hidden, b->W2);
+  scale_weight(a, &a->sc2, e, a->ffn, a->hidden, b->W2);
   MKX_TRY(mkx_host_gemm(wt, MKX_NO_TRANS, rows, 2 * a->ffn, a->hidden, b->Xe,
                         b->W1, b->H));
   swiglu(wt, b->H, b->act, rows, a->ffn);

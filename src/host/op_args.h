@@ -82,7 +82,7 @@ static inline int64_t mkx_attn_position(int layout, int p, int r, int64_t S,
 }
 
 /* MKX_Moe_dispatch_gemm (W, n, Y, y_rows, expert_rows, origin) and
- * MKX_Moe_layer (W = W1, W2, ffn, out). */
+ * MKX_Moe_layer (W = W1, W2, ffn, out), and their _scaled forms. */
 typedef struct mkx_moe_args {
   const void *X;
   int64_t num_tokens, hidden;
@@ -103,6 +103,8 @@ typedef struct mkx_moe_args {
   MKX_Datatype ytype; /* Y's or out's; dtype but for the _scaled calls */
   MKX_Scales sc;      /* X's (a) and W's or W1's (b); MKX_SCALE_NONE: none */
   MKX_Scales sc2;     /* the layer's W2's (b); MKX_SCALE_NONE: none */
+  MKX_Trans transw;   /* MKX_TRANS: each expert's weights and their block
+                         scales stored transposed (_scaled calls only) */
 } mkx_moe_args;
 
 /* Values every rank learned in the agreement exchange of a call or plan. */

@@ -83,8 +83,8 @@ static int other_call(MKX_Comm c, const agree_record *all) {
   return MKX_SUCCESS;
 }
 
-/* An agreed value as the user wrote it: the op's own text, a datatype's
- * or layout's name, else the number. */
+/* An agreed value as the user wrote it: the op's own text, a datatype's,
+ * order's or transposition's name, else the number. */
 static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
                      size_t len) {
   static const char *const types[] = {"?",           "MKX_BF16", "MKX_FP16",
@@ -99,6 +99,8 @@ static void sig_text(const mkx_op_class *cls, int i, int64_t v, char *buf,
   else if (!strcmp(name, "order") && (v == MKX_ROW_MAJOR || v == MKX_COL_MAJOR))
     snprintf(buf, len, "%s",
              v == MKX_ROW_MAJOR ? "MKX_ROW_MAJOR" : "MKX_COL_MAJOR");
+  else if (!strcmp(name, "transw") && (v == MKX_NO_TRANS || v == MKX_TRANS))
+    snprintf(buf, len, "%s", v == MKX_TRANS ? "MKX_TRANS" : "MKX_NO_TRANS");
   else
     snprintf(buf, len, "%lld", (long long)v);
 }

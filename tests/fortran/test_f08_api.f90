@@ -908,15 +908,15 @@ contains
     integer, parameter :: nt = 3, hid = 4, nn = 3, topk = 2
     integer :: ne, epr, yrows, i, j, e, t, src, slot, row, ge
     integer(int8), target :: X(hid, nt)
-    integer(int8), allocatable, target :: W(:,:,:)
+    integer(int8), allocatable, target :: W(:,:,:), Wt(:,:,:)
     real(c_float), target :: sx(1)
     real(c_float), allocatable, target :: sw(:)
-    real(c_float), allocatable :: Y(:,:)
+    real(c_float), allocatable :: Y(:,:), Y2(:,:)
     real(real64) :: Xs(hid), want, err
     integer(c_int32_t) :: ids(topk, nt)
     real(c_float) :: wts(topk, nt)
     integer(c_int64_t), allocatable :: erows(:)
-    integer(c_int32_t), allocatable :: origin(:,:)
+    integer(c_int32_t), allocatable :: origin(:,:), origin2(:,:)
     ne = 2 * nranks
     epr = ne / nranks
     yrows = nt * topk * nranks
@@ -939,9 +939,10 @@ contains
     Y = -1
     call MKX_Moe_dispatch_gemm_scaled(X, int(nt, c_int64_t), &
         int(hid, c_int64_t), ids, wts, int(topk, c_int64_t), &
-        int(ne, c_int64_t), W, int(nn, c_int64_t), Y, int(yrows, c_int64_t), &
-        erows, origin, MKX_FP8_E5M2, MKX_FP32, MKX_Scales(MKX_SCALE_TENSOR, &
-        c_loc(sx), c_loc(sw), c_null_ptr), comm, ierror=ierr)
+        int(ne, c_int64_t), W, int(nn, c_int64_t), MKX_NO_TRANS, Y, &
+        int(yrows, c_int64_t), erows, origin, MKX_FP8_E5M2, MKX_FP32, &
+        MKX_Scales(MKX_SCALE_TENSOR, c_loc(sx), c_loc(sw), c_null_ptr), comm, &
+        ierror=ierr)
     call check(ierr == MKX_SUCCESS, "MKX_Moe_dispatch_gemm_scaled (arrays)")
     if (ierr /= MKX_SUCCESS) return
     err = 0
@@ -965,6 +966,21 @@ contains
         MPI_COMM_WORLD)
     call check(row == nt * topk * nranks, &
         "MKX_Moe_dispatch_gemm_scaled: row count")
+    ! Each expert's weight stored n x hidden (MKX_TRANS): the same bits.
+    allocate(Wt(hid, nn, epr), Y2(nn, yrows), origin2(3, yrows))
+    do e = 1, epr
+      Wt(:, :, e) = transpose(W(:, :, e))
+    end do
+    Y2 = -1
+    call MKX_Moe_dispatch_gemm_scaled(X, int(nt, c_int64_t), &
+        int(hid, c_int64_t), ids, wts, int(topk, c_int64_t), &
+        int(ne, c_int64_t), Wt, int(nn, c_int64_t), MKX_TRANS, Y2, &
+        int(yrows, c_int64_t), erows, origin2, MKX_FP8_E5M2, MKX_FP32, &
+        MKX_Scales(MKX_SCALE_TENSOR, c_loc(sx), c_loc(sw), c_null_ptr), comm, &
+        ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. all(Y2 == Y) .and. &
+        all(origin2(:, :sum(erows)) == origin(:, :sum(erows))), &
+        "MKX_Moe_dispatch_gemm_scaled: MKX_TRANS gives the MKX_NO_TRANS bits")
   end subroutine test_moe_dispatch_gemm_scaled
 
   subroutine fill_w(W, e)
@@ -1026,10 +1042,11 @@ contains
     integer, parameter :: nt = 3, hid = 4, ffn = 3, topk = 2
     integer :: ne, epr, t, slot, e, i, j
     integer(int8), target :: X(hid, nt)
-    integer(int8), allocatable, target :: W1(:,:,:), W2(:,:,:)
+    integer(int8), allocatable, target :: W1(:,:,:), W2(:,:,:), W1t(:,:,:), &
+        W2t(:,:,:)
     real(c_float), target :: sx(1)
     real(c_float), allocatable, target :: s1(:), s2(:,:)
-    real(c_float) :: out(hid, nt), wts(topk, nt)
+    real(c_float) :: out(hid, nt), out2(hid, nt), wts(topk, nt)
     real(real64) :: ref(hid, nt), xv(hid), g(2 * ffn), a(ffn), w1v(2 * ffn, hid), &
         w2v(hid, ffn), err
     integer(c_int32_t) :: ids(topk, nt)
@@ -1067,7 +1084,7 @@ contains
     out = -1
     call MKX_Moe_layer_scaled(X, int(nt, c_int64_t), int(hid, c_int64_t), &
         ids, wts, int(topk, c_int64_t), int(ne, c_int64_t), W1, W2, &
-        int(ffn, c_int64_t), out, MKX_FP8_E4M3, MKX_FP32, &
+        int(ffn, c_int64_t), MKX_NO_TRANS, out, MKX_FP8_E4M3, MKX_FP32, &
         MKX_Scales(MKX_SCALE_TENSOR, c_loc(sx), c_loc(s1), c_null_ptr), &
         MKX_Scales(MKX_SCALE_ROW, c_null_ptr, c_loc(s2), c_null_ptr), comm, &
         ierror=ierr)
@@ -1075,6 +1092,22 @@ contains
     err = rel_err(real(reshape(out, [hid * nt]), real64), &
         reshape(ref, [hid * nt]))
     call check(err < 1e-5_real64, "MKX_Moe_layer_scaled: out")
+    ! W1 stored 2 ffn x hidden and W2 hidden x ffn (MKX_TRANS): the same
+    ! bits.
+    allocate(W1t(hid, 2 * ffn, epr), W2t(ffn, hid, epr))
+    do e = 1, epr
+      W1t(:, :, e) = transpose(W1(:, :, e))
+      W2t(:, :, e) = transpose(W2(:, :, e))
+    end do
+    out2 = -1
+    call MKX_Moe_layer_scaled(X, int(nt, c_int64_t), int(hid, c_int64_t), &
+        ids, wts, int(topk, c_int64_t), int(ne, c_int64_t), W1t, W2t, &
+        int(ffn, c_int64_t), MKX_TRANS, out2, MKX_FP8_E4M3, MKX_FP32, &
+        MKX_Scales(MKX_SCALE_TENSOR, c_loc(sx), c_loc(s1), c_null_ptr), &
+        MKX_Scales(MKX_SCALE_ROW, c_null_ptr, c_loc(s2), c_null_ptr), comm, &
+        ierror=ierr)
+    call check(ierr == MKX_SUCCESS .and. all(out2 == out), &
+        "MKX_Moe_layer_scaled: MKX_TRANS gives the MKX_NO_TRANS bits")
   end subroutine test_moe_layer_scaled
 
   ! Expert e's fp8 W1 (2 ffn x hid, as Fortran sees [hid][2 ffn]) and W2,

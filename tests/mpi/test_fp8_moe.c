@@ -25,6 +25,13 @@
  *    fp32, X/W1 and W2 layouts alike or not, each out element within the
  *    bound that fp32 steps (two GEMMs, SwiGLU, the weighted sum) allow,
  *    computed beside the reference; a NaN in scales2->b;
+ *  - transw: for both fp8 types and every layout, the weights (and block
+ *    scales) stored transposed with MKX_TRANS give the bits of
+ *    MKX_NO_TRANS, for dispatch (Y, expert_rows, origin; a call and a
+ *    plan) and the layer (out; a call and a plan); a transw that is not an
+ *    enumerator (MKX_ERR_INVALID_ARG naming it, for both calls), ranks
+ *    disagreeing on it (MKX_ERR_SHAPE_MISMATCH); bf16 with MKX_TRANS
+ *    within the bound, on the host path, or with --device the staged one;
  *  - --device: the cases on device buffers (fp8: the staged path).
  *
  *   mpirun -np P ./test_fp8_moe [--seed N] [--device] [-v]
@@ -52,6 +59,8 @@ typedef struct mcase {
   int gate;                    /* topk_weight given */
   int empty;                   /* rank without tokens (-1: none) */
   int version;                 /* picks the scale values */
+  int trans; /* 1: W and its block scales passed transposed (MKX_TRANS);
+                0: MKX_NO_TRANS; another value is passed as transw */
 } mcase;
 
 /* One rank's inputs as the call takes them. */
@@ -65,6 +74,40 @@ typedef struct rin {
 } rin;
 
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+static MKX_Trans transw_of(int trans) {
+  return trans == 0 ? MKX_NO_TRANS : trans == 1 ? MKX_TRANS : (MKX_Trans)trans;
+}
+
+/* count rows x cols matrices of es-byte elements, each transposed. */
+static void transpose_each(const void *src, void *dst, int64_t count,
+                           int64_t rows, int64_t cols, size_t es) {
+  const size_t m = (size_t)(rows * cols) * es;
+  for (int64_t e = 0; e < count; e++)
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < cols; j++)
+        memcpy((char *)dst + (size_t)e * m + (size_t)(j * rows + i) * es,
+               (const char *)src + (size_t)e * m + (size_t)(i * cols + j) * es,
+               es);
+}
+
+/* Weights of ep experts (rows x cols each) and their scales (layout l, n
+ * of them), into the call's buffers as transw says (trans == 1: mkx.h's
+ * MKX_TRANS, each weight cols x rows and its block scales nb x kb). */
+static void put_weights(int trans, MKX_Scale_layout l, int64_t ep, int64_t rows,
+                        int64_t cols, size_t es, const void *w, void *wdst,
+                        const float *sc, int64_t n, float *sdst) {
+  if (trans != 1) {
+    memcpy(wdst, w, (size_t)(ep * rows * cols) * es);
+    memcpy(sdst, sc, sizeof(float) * (size_t)n);
+    return;
+  }
+  transpose_each(w, wdst, ep, rows, cols, es);
+  if (l == MKX_SCALE_BLOCK)
+    transpose_each(sc, sdst, ep, cdiv(rows, BS), cdiv(cols, BS), sizeof(float));
+  else
+    memcpy(sdst, sc, sizeof(float) * (size_t)n);
+}
 
 static int64_t tokens_of(const mcase *c, int q) {
   return q == c->empty ? 0 : 3 + (q * 7 + c->hidden + c->n) % (MAXTOK - 3);
@@ -279,9 +322,9 @@ static void bufs_make(const mcase *c, const rin *me, int64_t y_rows, bufs *b) {
   memcpy(b->X.host, me->X, b->X.bytes);
   memcpy(b->ids.host, me->ids, b->ids.bytes);
   memcpy(b->gate.host, me->gate, b->gate.bytes);
-  memcpy(b->W.host, me->W, b->W.bytes);
   memcpy(b->sa.host, me->sa, sizeof(float) * (size_t)me->na);
-  memcpy(b->sb.host, me->sb, sizeof(float) * (size_t)me->nbs);
+  put_weights(c->trans, c->lay, c->ep, c->hidden, c->n, es, me->W, b->W.host,
+              me->sb, me->nbs, b->sb.host);
   tbuf_upload(&b->X), tbuf_upload(&b->ids), tbuf_upload(&b->gate);
   tbuf_upload(&b->W), tbuf_upload(&b->sa), tbuf_upload(&b->sb);
 }
@@ -309,8 +352,8 @@ static int call(const mcase *c, const rin *me, bufs *b, const MKX_Scales *s) {
       me->T ? tbuf_ptr(&b->X) : NULL, me->T, c->hidden,
       me->T ? tbuf_ptr(&b->ids) : NULL,
       c->gate && me->T ? tbuf_ptr(&b->gate) : NULL, c->topk, c->ep * mt.size,
-      tbuf_ptr(&b->W), c->n, tbuf_ptr(&b->Y), b->y_rows, tbuf_ptr(&b->rows),
-      tbuf_ptr(&b->origin), c->dt, c->yt, s, comm, NULL);
+      tbuf_ptr(&b->W), c->n, transw_of(c->trans), tbuf_ptr(&b->Y), b->y_rows,
+      tbuf_ptr(&b->rows), tbuf_ptr(&b->origin), c->dt, c->yt, s, comm, NULL);
 }
 
 static const char *lname(MKX_Scale_layout l) {
@@ -319,11 +362,12 @@ static const char *lname(MKX_Scale_layout l) {
 }
 
 static void describe(const mcase *c, char *s, size_t len) {
-  snprintf(s, len, "%s -> %s, %s, hidden %lld, n %lld, %lld experts/rank%s%s",
+  snprintf(s, len, "%s -> %s, %s, hidden %lld, n %lld, %lld experts/rank%s%s%s",
            mt_type_name(c->dt), mt_type_name(c->yt), lname(c->lay),
            (long long)c->hidden, (long long)c->n, (long long)c->ep,
            c->gate ? ", gates" : "",
-           c->empty >= 0 ? ", a rank without tokens" : "");
+           c->empty >= 0 ? ", a rank without tokens" : "",
+           c->trans == 1 ? ", MKX_TRANS" : "");
 }
 
 /* Y, expert_rows and origin against the expectation; the rest poison. */
@@ -424,10 +468,68 @@ static void same_as_plain(void) {
   free(all);
 }
 
+/* ---- transposed weights --------------------------------------------------- */
+
+/* Case c's call on fresh buffers (outputs poisoned first), its outputs
+ * downloaded into b. */
+static int run_into(const mcase *c, const rin *me, int64_t y_rows, bufs *b) {
+  bufs_make(c, me, y_rows, b);
+  poison_outputs(b);
+  const MKX_Scales s = scales_of(c, me, b);
+  const int rc = call(c, me, b, &s);
+  tbuf_download(&b->Y), tbuf_download(&b->rows), tbuf_download(&b->origin);
+  return rc;
+}
+
+/* mkx.h: each expert's weight stored n x hidden (and its block scales nb
+ * x kb) with MKX_TRANS gives the bits of MKX_NO_TRANS.  Y in fp32, where
+ * a difference in the products shows. */
+static void trans_case(MKX_Datatype dt, MKX_Scale_layout lay, int empty) {
+  mcase c = {dt, MKX_FP32, lay, 300, 130, 2, 2, 1, empty, 0, 0};
+  char what[256];
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(&c, q, &all[q]);
+  const rin *me = &all[mt.rank];
+  expect x;
+  expect_make(&c, all, me, &x);
+  bufs b0, b1;
+  const int rc0 = run_into(&c, me, x.rows + 2, &b0);
+  c.trans = 1;
+  describe(&c, what, sizeof what);
+  const int rc1 = run_into(&c, me, x.rows + 2, &b1);
+  CHECK_RC(rc1, MKX_SUCCESS, "%s: %s", what, MKX_Get_last_error());
+  if (rc1 == MKX_SUCCESS) check_outputs(&c, &b1, &x, what);
+  CHECK(rc0 == MKX_SUCCESS && rc1 == MKX_SUCCESS &&
+            !memcmp(b0.Y.host, b1.Y.host, b0.Y.bytes) &&
+            !memcmp(b0.rows.host, b1.rows.host, b0.rows.bytes) &&
+            !memcmp(b0.origin.host, b1.origin.host, b0.origin.bytes),
+        "%s: the bits of MKX_NO_TRANS (rc %d, %d)", what, rc0, rc1);
+  bufs_free(&b0), bufs_free(&b1);
+  expect_free(&x);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+}
+
+static void trans_matrix(void) {
+  for (int d = 0; d < 2; d++)
+    for (int L = MKX_SCALE_NONE; L <= MKX_SCALE_BLOCK; L++)
+      trans_case(d ? MKX_FP8_E5M2 : MKX_FP8_E4M3, (MKX_Scale_layout)L,
+                 L == MKX_SCALE_ROW ? mt.size - 1 : -1);
+}
+
+/* The path the last call on comm took is `want`. */
+static void check_path(const char *want, const char *what) {
+  const char *name = NULL;
+  int cap = -1, ctas = -1;
+  const int rc = MKX_Comm_get_last_path(comm, &name, &cap, &ctas);
+  CHECK(rc == MKX_SUCCESS && name && !strcmp(name, want),
+        "%s: the %s path (took \"%s\")", what, want, name ? name : "(null)");
+}
+
 /* ---- plans ---------------------------------------------------------------- */
 
-static void plan_case(MKX_Scale_layout lay) {
-  mcase c = {MKX_FP8_E4M3, MKX_BF16, lay, 300, 130, 2, 2, 1, -1, 0};
+static void plan_case(MKX_Scale_layout lay, int trans) {
+  mcase c = {MKX_FP8_E4M3, MKX_BF16, lay, 300, 130, 2, 2, 1, -1, 0, trans};
   char what[256];
   rin *all = calloc((size_t)mt.size, sizeof *all);
   for (int q = 0; q < mt.size; q++) gen(&c, q, &all[q]);
@@ -441,11 +543,11 @@ static void plan_case(MKX_Scale_layout lay) {
   int rc = MKX_Moe_dispatch_gemm_scaled_init(
       me->T ? tbuf_ptr(&b.X) : NULL, me->T, c.hidden,
       me->T ? tbuf_ptr(&b.ids) : NULL, me->T ? tbuf_ptr(&b.gate) : NULL, c.topk,
-      c.ep * mt.size, tbuf_ptr(&b.W), c.n, tbuf_ptr(&b.Y), b.y_rows,
-      tbuf_ptr(&b.rows), tbuf_ptr(&b.origin), c.dt, c.yt, &s, comm,
+      c.ep * mt.size, tbuf_ptr(&b.W), c.n, transw_of(c.trans), tbuf_ptr(&b.Y),
+      b.y_rows, tbuf_ptr(&b.rows), tbuf_ptr(&b.origin), c.dt, c.yt, &s, comm,
       MPI_INFO_NULL, &rq);
-  CHECK_RC(rc, MKX_SUCCESS, "MKX_Moe_dispatch_gemm_scaled_init (%s): %s",
-           lname(lay), MKX_Get_last_error());
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Moe_dispatch_gemm_scaled_init (%s%s): %s",
+           lname(lay), trans ? ", MKX_TRANS" : "", MKX_Get_last_error());
   memset(&s, 0xA5, sizeof s); /* copied at _init: never read again */
   for (int v = 0; rc == MKX_SUCCESS && v < 2; v++) {
     if (v == 1) { /* new scale values in the bound arrays */
@@ -453,17 +555,18 @@ static void plan_case(MKX_Scale_layout lay) {
       for (int q = 0; q < mt.size; q++) rin_free(&all[q]), gen(&c, q, &all[q]);
       expect_free(&x);
       expect_make(&c, all, &all[mt.rank], &x);
-      memcpy(b.sa.host, all[mt.rank].sa,
-             sizeof(float) * (size_t)all[mt.rank].na);
-      memcpy(b.sb.host, all[mt.rank].sb,
-             sizeof(float) * (size_t)all[mt.rank].nbs);
+      const rin *r = &all[mt.rank];
+      memcpy(b.sa.host, r->sa, sizeof(float) * (size_t)r->na);
+      put_weights(c.trans, c.lay, c.ep, c.hidden, c.n, mt_type_size(c.dt), r->W,
+                  b.W.host, r->sb, r->nbs, b.sb.host);
       tbuf_upload(&b.sa), tbuf_upload(&b.sb);
     }
     poison_outputs(&b);
     const int src = MKX_Start(rq, NULL);
     CHECK_RC(src, MKX_SUCCESS, "MKX_Start %d of the %s plan: %s", v + 1,
              lname(lay), MKX_Get_last_error());
-    snprintf(what, sizeof what, "the %s plan, start %d%s", lname(lay), v + 1,
+    snprintf(what, sizeof what, "the %s plan%s, start %d%s", lname(lay),
+             trans ? " (MKX_TRANS)" : "", v + 1,
              v ? " (scale values changed)" : "");
     if (src == MKX_SUCCESS) check_outputs(&c, &b, &x, what);
   }
@@ -487,6 +590,8 @@ enum {
   BAD_PLAIN_FP8,
   BAD_YTYPE_DISAGREE,
   BAD_LAYOUT_DISAGREE,
+  BAD_TRANSW,
+  BAD_TRANSW_DISAGREE,
   BAD_COUNT
 };
 
@@ -499,13 +604,16 @@ static const char *const bad_names[] = {"a NaN in scales->a",
                                         "ytype fp64 with fp8",
                                         "the plain call with fp8",
                                         "ranks disagreeing on ytype",
-                                        "ranks disagreeing on the layout"};
+                                        "ranks disagreeing on the layout",
+                                        "a transw not an enumerator",
+                                        "ranks disagreeing on transw"};
 
 /* The case's call made bad on rank `bad` (every rank for the kinds that
  * every rank makes alike); the codes and messages expected, nothing
  * written. */
 static void bad_case(int kind) {
-  const int agreed = kind == BAD_YTYPE_DISAGREE || kind == BAD_LAYOUT_DISAGREE;
+  const int agreed = kind == BAD_YTYPE_DISAGREE ||
+                     kind == BAD_LAYOUT_DISAGREE || kind == BAD_TRANSW_DISAGREE;
   const int all_bad = kind == BAD_LAYOUT || kind == BAD_LAYOUT_BF16 ||
                       kind == BAD_YTYPE_FP8 || kind == BAD_YTYPE_FP64 ||
                       kind == BAD_PLAIN_FP8;
@@ -525,6 +633,8 @@ static void bad_case(int kind) {
   const int mine = agreed ? mt.rank == 0 : all_bad || mt.rank == bad;
   int want = MKX_ERR_PEER, rc;
   const char *needle = NULL;
+  char transw_msg[64];
+  snprintf(transw_msg, sizeof transw_msg, "transw = 7 on rank %d", bad);
   if (mine) switch (kind) {
       case BAD_NAN_A:
         ((float *)b.sa.host)[0] = NAN;
@@ -564,6 +674,13 @@ static void bad_case(int kind) {
       case BAD_LAYOUT_DISAGREE:
         s.layout = MKX_SCALE_TENSOR;
         break;
+      case BAD_TRANSW:
+        cc.trans = 7;
+        want = MKX_ERR_INVALID_ARG, needle = transw_msg;
+        break;
+      case BAD_TRANSW_DISAGREE:
+        cc.trans = 1;
+        break;
     }
   if (agreed) want = MKX_ERR_SHAPE_MISMATCH, needle = NULL;
   if (kind == BAD_PLAIN_FP8)
@@ -574,12 +691,14 @@ static void bad_case(int kind) {
   else
     rc = call(&cc, me, &b, &s);
   const char *msg = MKX_Get_last_error();
-  tbuf_download(&b.Y), tbuf_download(&b.rows);
+  tbuf_download(&b.Y), tbuf_download(&b.rows), tbuf_download(&b.origin);
   int written = 0;
   for (size_t i = 0; i < b.Y.bytes; i++)
     written += ((uint8_t *)b.Y.host)[i] != 0xFF;
   for (size_t i = 0; i < b.rows.bytes; i++)
     written += ((uint8_t *)b.rows.host)[i] != 0xFF;
+  for (size_t i = 0; i < b.origin.bytes; i++)
+    written += ((uint8_t *)b.origin.host)[i] != 0xFF;
   CHECK(rc == want && (!needle || strstr(msg, needle)) && !written,
         "%s (on %s): rc %d (want %d), message \"%s\" (naming %s), %d bytes "
         "written",
@@ -600,6 +719,7 @@ typedef struct lcase {
   MKX_Scale_layout lay, lay2;
   int64_t hidden, ffn, topk, ep;
   int empty; /* rank without tokens (-1: none) */
+  int trans; /* as mcase's: W1, W2 and their block scales transposed */
 } lcase;
 
 /* Rank q's layer inputs: its tokens (as the dispatch's, n = 2 ffn for
@@ -612,8 +732,8 @@ typedef struct lin {
 } lin;
 
 static mcase dispatch_view(const lcase *c) {
-  return (mcase){c->dt,   c->ot, c->lay, c->hidden, 2 * c->ffn,
-                 c->topk, c->ep, 1,      c->empty,  0};
+  return (mcase){c->dt, c->ot, c->lay,   c->hidden, 2 * c->ffn, c->topk,
+                 c->ep, 1,     c->empty, 0,         c->trans};
 }
 
 static void lgen(const lcase *c, int q, lin *l) {
@@ -712,54 +832,72 @@ static void layer_ref(const lcase *c, const lin *all, double *ref,
   free(w1), free(w2), free(hv), free(act), free(xv), free(esum);
 }
 
-static void layer_case(const lcase *c, int plan) {
-  char what[256];
-  snprintf(what, sizeof what,
-           "layer%s %s -> %s, %s / %s, hidden %lld, ffn %lld%s",
-           plan ? " plan" : "", mt_type_name(c->dt), mt_type_name(c->ot),
-           lname(c->lay), lname(c->lay2), (long long)c->hidden,
-           (long long)c->ffn, c->empty >= 0 ? ", a rank without tokens" : "");
-  lin *all = calloc((size_t)mt.size, sizeof *all);
-  for (int q = 0; q < mt.size; q++) lgen(c, q, &all[q]);
-  const lin *me = &all[mt.rank];
+/* Case c's layer call (or a plan's start) on fresh buffers, the weights
+ * passed as c->trans says; out (T + GUARD rows, poisoned first)
+ * downloaded into *out, which the caller frees. */
+static int layer_run(const lcase *c, const lin *me, int plan, tbuf *out) {
   const mcase d = dispatch_view(c);
   const int64_t H = c->hidden, T = me->r.T;
-  double *ref = malloc(sizeof(double) * (size_t)(T * H) + 1);
-  double *bnd = malloc(sizeof(double) * (size_t)(T * H) + 1);
-  layer_ref(c, all, ref, bnd);
+  const size_t es = mt_type_size(c->dt);
   bufs b;
   bufs_make(&d, &me->r, 0, &b);
-  tbuf W2, sb2, out;
-  tbuf_alloc(&W2, (size_t)(c->ep * c->ffn * H) * mt_type_size(c->dt));
+  tbuf W2, sb2;
+  tbuf_alloc(&W2, (size_t)(c->ep * c->ffn * H) * es);
   tbuf_alloc(&sb2, sizeof(float) * (size_t)(me->nb2 + GUARD));
-  tbuf_alloc(&out, (size_t)((T + GUARD) * H) * mt_type_size(c->ot));
-  memcpy(W2.host, me->W2, W2.bytes);
-  memcpy(sb2.host, me->sb2, sizeof(float) * (size_t)me->nb2);
-  tbuf_upload(&W2), tbuf_upload(&sb2), tbuf_poison(&out);
+  tbuf_alloc(out, (size_t)((T + GUARD) * H) * mt_type_size(c->ot));
+  put_weights(c->trans, c->lay2, c->ep, c->ffn, H, es, me->W2, W2.host, me->sb2,
+              me->nb2, sb2.host);
+  tbuf_upload(&W2), tbuf_upload(&sb2), tbuf_poison(out);
   const MKX_Scales s = scales_of(&d, &me->r, &b);
   const MKX_Scales s2 = {
       c->lay2, NULL, c->lay2 == MKX_SCALE_NONE ? NULL : tbuf_ptr(&sb2), NULL};
   const void *X = T ? tbuf_ptr(&b.X) : NULL;
   const int32_t *ids = T ? tbuf_ptr(&b.ids) : NULL;
   const float *gate = T ? tbuf_ptr(&b.gate) : NULL;
-  void *o = T ? tbuf_ptr(&out) : NULL;
+  void *o = T ? tbuf_ptr(out) : NULL;
   int rc;
   if (plan) {
     MKX_Request rq = NULL;
     rc = MKX_Moe_layer_scaled_init(X, T, H, ids, gate, c->topk, c->ep * mt.size,
-                                   tbuf_ptr(&b.W), tbuf_ptr(&W2), c->ffn, o,
-                                   c->dt, c->ot, &s, &s2, comm, MPI_INFO_NULL,
-                                   &rq);
+                                   tbuf_ptr(&b.W), tbuf_ptr(&W2), c->ffn,
+                                   transw_of(c->trans), o, c->dt, c->ot, &s,
+                                   &s2, comm, MPI_INFO_NULL, &rq);
     if (rc == MKX_SUCCESS) rc = MKX_Start(rq, NULL);
     if (rq) MKX_Request_free(&rq);
   } else {
     rc = MKX_Moe_layer_scaled(X, T, H, ids, gate, c->topk, c->ep * mt.size,
-                              tbuf_ptr(&b.W), tbuf_ptr(&W2), c->ffn, o, c->dt,
-                              c->ot, &s, &s2, comm, NULL);
+                              tbuf_ptr(&b.W), tbuf_ptr(&W2), c->ffn,
+                              transw_of(c->trans), o, c->dt, c->ot, &s, &s2,
+                              comm, NULL);
   }
+  tbuf_download(out);
+  bufs_free(&b);
+  tbuf_free(&W2), tbuf_free(&sb2);
+  return rc;
+}
+
+static void layer_describe(const lcase *c, int plan, char *s, size_t len) {
+  snprintf(s, len, "layer%s %s -> %s, %s / %s, hidden %lld, ffn %lld%s%s",
+           plan ? " plan" : "", mt_type_name(c->dt), mt_type_name(c->ot),
+           lname(c->lay), lname(c->lay2), (long long)c->hidden,
+           (long long)c->ffn, c->empty >= 0 ? ", a rank without tokens" : "",
+           c->trans == 1 ? ", MKX_TRANS" : "");
+}
+
+static void layer_case(const lcase *c, int plan) {
+  char what[256];
+  layer_describe(c, plan, what, sizeof what);
+  lin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) lgen(c, q, &all[q]);
+  const lin *me = &all[mt.rank];
+  const int64_t H = c->hidden, T = me->r.T;
+  double *ref = malloc(sizeof(double) * (size_t)(T * H) + 1);
+  double *bnd = malloc(sizeof(double) * (size_t)(T * H) + 1);
+  layer_ref(c, all, ref, bnd);
+  tbuf out;
+  const int rc = layer_run(c, me, plan, &out);
   CHECK_RC(rc, MKX_SUCCESS, "%s: %s", what, MKX_Get_last_error());
   if (rc == MKX_SUCCESS) {
-    tbuf_download(&out);
     int bad = 0, written = 0;
     double worst = 0;
     const double e = c->ot == MKX_BF16 ? ldexp(1, -8) : ldexp(1, -23);
@@ -776,11 +914,40 @@ static void layer_case(const lcase *c, int plan) {
           "of it), %d written past out",
           what, bad, (long long)(T * H), worst, written);
   }
-  bufs_free(&b);
-  tbuf_free(&W2), tbuf_free(&sb2), tbuf_free(&out);
+  tbuf_free(&out);
   free(ref), free(bnd);
   for (int q = 0; q < mt.size; q++) lin_free(&all[q]);
   free(all);
+}
+
+/* As trans_case for the layer: W1 stored 2 ffn x hidden, W2 hidden x ffn,
+ * their block scales likewise, give the bits of MKX_NO_TRANS in out. */
+static void layer_trans_case(MKX_Datatype dt, MKX_Scale_layout lay,
+                             MKX_Scale_layout lay2, int empty) {
+  lcase c = {dt, MKX_FP32, lay, lay2, 300, 70, 2, 2, empty, 0};
+  char what[256];
+  lin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) lgen(&c, q, &all[q]);
+  tbuf o0, o1;
+  const int rc0 = layer_run(&c, &all[mt.rank], 0, &o0);
+  c.trans = 1;
+  layer_describe(&c, 0, what, sizeof what);
+  const int rc1 = layer_run(&c, &all[mt.rank], 0, &o1);
+  CHECK(rc0 == MKX_SUCCESS && rc1 == MKX_SUCCESS &&
+            !memcmp(o0.host, o1.host, o0.bytes),
+        "%s: the bits of MKX_NO_TRANS in out (rc %d, %d: %s)", what, rc0, rc1,
+        MKX_Get_last_error());
+  tbuf_free(&o0), tbuf_free(&o1);
+  for (int q = 0; q < mt.size; q++) lin_free(&all[q]);
+  free(all);
+}
+
+static void layer_trans_matrix(void) {
+  for (int d = 0; d < 2; d++)
+    for (int L = MKX_SCALE_NONE; L <= MKX_SCALE_BLOCK; L++)
+      layer_trans_case(d ? MKX_FP8_E5M2 : MKX_FP8_E4M3, (MKX_Scale_layout)L,
+                       (MKX_Scale_layout)(d ? MKX_SCALE_BLOCK - L : L),
+                       L == MKX_SCALE_TENSOR ? mt.size - 1 : -1);
 }
 
 static void layer_matrix(int stride) {
@@ -815,6 +982,9 @@ static void layer_matrix(int stride) {
                     2,
                     -1};
   layer_case(&pc, 1);
+  lcase pt = pc;
+  pt.trans = 1;
+  layer_case(&pt, 1);
 }
 
 /* A NaN in scales2->b on the last rank. */
@@ -844,7 +1014,8 @@ static void layer_bad_scale2(void) {
   if (!mt.device)
     rc = MKX_Moe_layer_scaled(me->r.X, me->r.T, c.hidden, me->r.ids, me->r.gate,
                               c.topk, c.ep * mt.size, me->r.W, me->W2, c.ffn,
-                              out, c.dt, c.ot, &s, &s2, comm, NULL);
+                              MKX_NO_TRANS, out, c.dt, c.ot, &s, &s2, comm,
+                              NULL);
   const char *msg = MKX_Get_last_error();
   int written = 0;
   for (int64_t i = 0; i < me->r.T * c.hidden; i++)
@@ -859,6 +1030,48 @@ static void layer_bad_scale2(void) {
   bufs_free(&b);
   for (int q = 0; q < mt.size; q++) lin_free(&all[q]);
   free(all);
+}
+
+/* A transw not an enumerator on the last rank: MKX_ERR_INVALID_ARG there,
+ * naming it and the rank, MKX_ERR_PEER elsewhere, out not written. */
+static void layer_bad_transw(void) {
+  lcase c = {
+      MKX_FP8_E4M3, MKX_FP32, MKX_SCALE_BLOCK, MKX_SCALE_BLOCK, 129, 70, 2, 2,
+      -1,           0};
+  const int bad = mt.size - 1;
+  if (mt.rank == bad) c.trans = 7;
+  lin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) lgen(&c, q, &all[q]);
+  tbuf out;
+  const int rc = layer_run(&c, &all[mt.rank], 0, &out);
+  const char *msg = MKX_Get_last_error();
+  char needle[64];
+  snprintf(needle, sizeof needle, "transw = 7 on rank %d", bad);
+  int written = 0;
+  for (size_t i = 0; i < out.bytes; i++)
+    written += ((uint8_t *)out.host)[i] != 0xFF;
+  CHECK(rc == (mt.rank == bad ? MKX_ERR_INVALID_ARG : MKX_ERR_PEER) &&
+            (mt.rank != bad || strstr(msg, needle)) && !written,
+        "layer, transw 7 on the last rank: rc %d, \"%s\", %d bytes written", rc,
+        msg, written);
+  tbuf_free(&out);
+  for (int q = 0; q < mt.size; q++) lin_free(&all[q]);
+  free(all);
+}
+
+/* bf16 with MKX_TRANS, dispatch and layer: within the bound, on the host
+ * path, or with device buffers on the staged one (mkx.h: the plain
+ * calls' GPU kernels read W hidden x n). */
+static void trans_bf16(void) {
+  const char *want = mt.device ? "staged" : "host";
+  const mcase c = {MKX_BF16, MKX_BF16, MKX_SCALE_NONE, 200, 70, 2, 2, 1, -1,
+                   0,        1};
+  run_case(&c);
+  check_path(want, "dispatch, bf16 with MKX_TRANS");
+  const lcase l = {
+      MKX_BF16, MKX_BF16, MKX_SCALE_NONE, MKX_SCALE_NONE, 200, 70, 2, 2, -1, 1};
+  layer_case(&l, 0);
+  check_path(want, "layer, bf16 with MKX_TRANS");
 }
 
 int main(int argc, char **argv) {
@@ -880,11 +1093,16 @@ int main(int argc, char **argv) {
   mt_guard("test_fp8_moe", 300);
   matrix(mt.device ? 5 : 1);
   same_as_plain();
-  plan_case(MKX_SCALE_BLOCK);
-  if (!mt.device) plan_case(MKX_SCALE_ROW);
+  plan_case(MKX_SCALE_BLOCK, 0);
+  plan_case(MKX_SCALE_BLOCK, 1);
+  if (!mt.device) plan_case(MKX_SCALE_ROW, 0);
   for (int k = 0; k < BAD_COUNT; k++) bad_case(k);
+  trans_matrix();
   layer_matrix(mt.device ? 3 : 1);
   layer_bad_scale2();
+  layer_trans_matrix();
+  layer_bad_transw();
+  trans_bf16();
   mt_guard_off();
   rc = MKX_Comm_free(&comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");

@@ -10,27 +10,34 @@
 #include "ops/moe/moe_gpu.h"
 #endif
 
-/* The _scaled calls agree also on their output type and scale layouts
- * (signature() fills all eight values; each class names its own). */
+/* The _scaled calls agree also on their output type, weight layout and
+ * scale layouts (signature() fills all nine values; each class names its
+ * own). */
 static const char *const sig_names[] = {"hidden",     "topk",  "num_experts",
                                         "n (or ffn)", "dtype", NULL};
 static const char *const scaled_sig_names[] = {
-    "hidden", "topk",  "num_experts",    "n (or ffn)",
-    "dtype",  "ytype", "scales->layout", NULL};
+    "hidden", "topk",   "num_experts",    "n (or ffn)", "dtype",
+    "ytype",  "transw", "scales->layout", NULL};
 static const char *const layer_scaled_sig_names[] = {
-    "hidden", "topk",           "num_experts",     "n (or ffn)", "dtype",
-    "otype",  "scales->layout", "scales2->layout", NULL};
+    "hidden", "topk",   "num_experts",    "n (or ffn)",      "dtype",
+    "otype",  "transw", "scales->layout", "scales2->layout", NULL};
 
 static const char *const scaled_fn = "MKX_Moe_dispatch_gemm_scaled";
 static const char *const layer_scaled_fn = "MKX_Moe_layer_scaled";
 
-/* The types: fp8 and scales only through the _scaled calls (fn). */
-static int check_types(const char *fn, mkx_moe_args *a) {
+/* The types: fp8, scales and transposed weights only through the _scaled
+ * calls (fn). */
+static int check_types(MKX_Comm c, const char *fn, mkx_moe_args *a) {
   if (fn != scaled_fn && fn != layer_scaled_fn) {
     MKX_TRY(mkx_check_dtype(fn, "dtype", a->dtype));
     return mkx_check_not_fp8(fn, a->dtype);
   }
   const int layer = fn == layer_scaled_fn;
+  if (a->transw != MKX_NO_TRANS && a->transw != MKX_TRANS)
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "%s: transw = %d on rank %d is not MKX_NO_TRANS or "
+                     "MKX_TRANS",
+                     fn, (int)a->transw, c->rank);
   MKX_TRY(
       mkx_check_gemm_types(fn, layer ? "otype" : "ytype", a->dtype, a->ytype));
   MKX_TRY(mkx_check_scales(fn, &a->sc, a->dtype, a->num_tokens > 0, 1));
@@ -41,7 +48,7 @@ static int check_types(const char *fn, mkx_moe_args *a) {
 }
 
 static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
-  MKX_TRY(check_types(fn, a));
+  MKX_TRY(check_types(c, fn, a));
   MKX_TRY(mkx_check_size(fn, "num_tokens", a->num_tokens, 0));
   MKX_TRY(mkx_check_size(fn, "hidden", a->hidden, 1));
   MKX_TRY(mkx_check_size(fn, "num_experts", a->num_experts, 1));
@@ -68,10 +75,11 @@ static int check_common(MKX_Comm c, const char *fn, mkx_moe_args *a) {
 }
 
 static void signature(const mkx_moe_args *a, int64_t width, mkx_signature *s) {
-  *s = (mkx_signature){.sig = {a->hidden, a->topk, a->num_experts, width,
-                               a->dtype, a->ytype, a->sc.layout, a->sc2.layout},
-                       .local = a->num_tokens,
-                       .late = {-1, -1, -1}};
+  *s = (mkx_signature){
+      .sig = {a->hidden, a->topk, a->num_experts, width, a->dtype, a->ytype,
+              a->transw, a->sc.layout, a->sc2.layout},
+      .local = a->num_tokens,
+      .late = {-1, -1, -1}};
 }
 
 static int dispatch_check_as(MKX_Comm c, const char *fn, mkx_moe_args *a,
@@ -137,7 +145,8 @@ static int token_buffers(mkx_moe_args *a, mkx_buffer *b) {
   return 3;
 }
 
-/* scales->a (X's) and scales->b (each local expert's hidden x n weight). */
+/* scales->a (X's) and scales->b (each local expert's hidden x n weight's:
+ * as many for either transw). */
 static int scale_buffers(mkx_moe_args *a, size_t ep, int64_t n, mkx_buffer *b) {
   const MKX_Scale_layout l = a->sc.layout;
   b[0] = (mkx_buffer){
@@ -209,8 +218,9 @@ static int layer_host(MKX_Comm c, const void *a, const mkx_agreed *g) {
 
 /* An operation under one of its public names, named in its messages and
  * agreement.  The _scaled calls share the plain calls' GPU paths, which
- * take only what the plain calls take (bf16/fp16 throughout, no scales):
- * fp8 on device buffers is staged. */
+ * take only what the plain calls take (bf16/fp16 throughout, no scales,
+ * weights hidden x n): fp8 or transposed weights on device buffers are
+ * staged (moe_gpu_check.c). */
 #define MOE_CLASS(public_name, KIND, names, op, ...)                           \
   {                                                                            \
     .name = public_name, .kind = MKX_OP_##KIND,                                \
@@ -254,7 +264,8 @@ static mkx_moe_args dispatch_args(const void *X, int64_t num_tokens,
                         .dtype = dtype,
                         .ytype = dtype,
                         .sc = mkx_scales_arg(NULL),
-                        .sc2 = mkx_scales_arg(NULL)};
+                        .sc2 = mkx_scales_arg(NULL),
+                        .transw = MKX_NO_TRANS};
 }
 
 static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
@@ -277,7 +288,8 @@ static mkx_moe_args layer_args(const void *X, int64_t num_tokens,
                         .dtype = dtype,
                         .ytype = dtype,
                         .sc = mkx_scales_arg(NULL),
-                        .sc2 = mkx_scales_arg(NULL)};
+                        .sc2 = mkx_scales_arg(NULL),
+                        .transw = MKX_NO_TRANS};
 }
 
 int MKX_Moe_dispatch_gemm(const void *X, int64_t num_tokens, int64_t hidden,
@@ -325,46 +337,47 @@ int MKX_Moe_layer_init(const void *X, int64_t num_tokens, int64_t hidden,
   return mkx_plan_create(comm, &mkx_op_moe_layer, &a, info, request);
 }
 
-/* The _scaled call's arguments: the plain call's, with Y's type and the
- * scales. */
+/* The _scaled call's arguments: the plain call's, with the weights'
+ * layout, Y's type and the scales. */
 static mkx_moe_args scaled_args(const void *X, int64_t num_tokens,
                                 int64_t hidden, const int32_t *topk_ids,
                                 const float *topk_weight, int64_t topk,
                                 int64_t num_experts, const void *W, int64_t n,
-                                void *Y, int64_t y_rows, int64_t *expert_rows,
-                                int32_t *origin, MKX_Datatype dtype,
-                                MKX_Datatype ytype, const MKX_Scales *scales) {
+                                MKX_Trans transw, void *Y, int64_t y_rows,
+                                int64_t *expert_rows, int32_t *origin,
+                                MKX_Datatype dtype, MKX_Datatype ytype,
+                                const MKX_Scales *scales) {
   mkx_moe_args a =
       dispatch_args(X, num_tokens, hidden, topk_ids, topk_weight, topk,
                     num_experts, W, n, Y, y_rows, expert_rows, origin, dtype);
+  a.transw = transw;
   a.ytype = ytype;
   a.sc = mkx_scales_arg(scales);
   return a;
 }
 
-int MKX_Moe_dispatch_gemm_scaled(const void *X, int64_t num_tokens,
-                                 int64_t hidden, const int32_t *topk_ids,
-                                 const float *topk_weight, int64_t topk,
-                                 int64_t num_experts, const void *W, int64_t n,
-                                 void *Y, int64_t y_rows, int64_t *expert_rows,
-                                 int32_t *origin, MKX_Datatype dtype,
-                                 MKX_Datatype ytype, const MKX_Scales *scales,
-                                 MKX_Comm comm, MKX_Stream stream) {
+int MKX_Moe_dispatch_gemm_scaled(
+    const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
+    const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
+    int64_t n, MKX_Trans transw, void *Y, int64_t y_rows, int64_t *expert_rows,
+    int32_t *origin, MKX_Datatype dtype, MKX_Datatype ytype,
+    const MKX_Scales *scales, MKX_Comm comm, MKX_Stream stream) {
   mkx_moe_args a = scaled_args(X, num_tokens, hidden, topk_ids, topk_weight,
-                               topk, num_experts, W, n, Y, y_rows, expert_rows,
-                               origin, dtype, ytype, scales);
+                               topk, num_experts, W, n, transw, Y, y_rows,
+                               expert_rows, origin, dtype, ytype, scales);
   return mkx_op_call(comm, &mkx_op_moe_dispatch_gemm_scaled, &a, stream);
 }
 
 int MKX_Moe_dispatch_gemm_scaled_init(
     const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
     const float *topk_weight, int64_t topk, int64_t num_experts, const void *W,
-    int64_t n, void *Y, int64_t y_rows, int64_t *expert_rows, int32_t *origin,
-    MKX_Datatype dtype, MKX_Datatype ytype, const MKX_Scales *scales,
-    MKX_Comm comm, MPI_Info info, MKX_Request *request) {
+    int64_t n, MKX_Trans transw, void *Y, int64_t y_rows, int64_t *expert_rows,
+    int32_t *origin, MKX_Datatype dtype, MKX_Datatype ytype,
+    const MKX_Scales *scales, MKX_Comm comm, MPI_Info info,
+    MKX_Request *request) {
   mkx_moe_args a = scaled_args(X, num_tokens, hidden, topk_ids, topk_weight,
-                               topk, num_experts, W, n, Y, y_rows, expert_rows,
-                               origin, dtype, ytype, scales);
+                               topk, num_experts, W, n, transw, Y, y_rows,
+                               expert_rows, origin, dtype, ytype, scales);
   return mkx_plan_create(comm, &mkx_op_moe_dispatch_gemm_scaled, &a, info,
                          request);
 }
@@ -373,10 +386,12 @@ int MKX_Moe_dispatch_gemm_scaled_init(
 static mkx_moe_args layer_scaled_args(
     const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
     const float *topk_weight, int64_t topk, int64_t num_experts, const void *W1,
-    const void *W2, int64_t ffn, void *out, MKX_Datatype dtype,
-    MKX_Datatype otype, const MKX_Scales *scales, const MKX_Scales *scales2) {
+    const void *W2, int64_t ffn, MKX_Trans transw, void *out,
+    MKX_Datatype dtype, MKX_Datatype otype, const MKX_Scales *scales,
+    const MKX_Scales *scales2) {
   mkx_moe_args a = layer_args(X, num_tokens, hidden, topk_ids, topk_weight,
                               topk, num_experts, W1, W2, ffn, out, dtype);
+  a.transw = transw;
   a.ytype = otype;
   a.sc = mkx_scales_arg(scales);
   a.sc2 = mkx_scales_arg(scales2);
@@ -386,26 +401,26 @@ static mkx_moe_args layer_scaled_args(
 int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
                          const int32_t *topk_ids, const float *topk_weight,
                          int64_t topk, int64_t num_experts, const void *W1,
-                         const void *W2, int64_t ffn, void *out,
-                         MKX_Datatype dtype, MKX_Datatype otype,
+                         const void *W2, int64_t ffn, MKX_Trans transw,
+                         void *out, MKX_Datatype dtype, MKX_Datatype otype,
                          const MKX_Scales *scales, const MKX_Scales *scales2,
                          MKX_Comm comm, MKX_Stream stream) {
-  mkx_moe_args a = layer_scaled_args(X, num_tokens, hidden, topk_ids,
-                                     topk_weight, topk, num_experts, W1, W2,
-                                     ffn, out, dtype, otype, scales, scales2);
+  mkx_moe_args a = layer_scaled_args(
+      X, num_tokens, hidden, topk_ids, topk_weight, topk, num_experts, W1, W2,
+      ffn, transw, out, dtype, otype, scales, scales2);
   return mkx_op_call(comm, &mkx_op_moe_layer_scaled, &a, stream);
 }
 
 int MKX_Moe_layer_scaled_init(const void *X, int64_t num_tokens, int64_t hidden,
                               const int32_t *topk_ids, const float *topk_weight,
                               int64_t topk, int64_t num_experts, const void *W1,
-                              const void *W2, int64_t ffn, void *out,
-                              MKX_Datatype dtype, MKX_Datatype otype,
+                              const void *W2, int64_t ffn, MKX_Trans transw,
+                              void *out, MKX_Datatype dtype, MKX_Datatype otype,
                               const MKX_Scales *scales,
                               const MKX_Scales *scales2, MKX_Comm comm,
                               MPI_Info info, MKX_Request *request) {
-  mkx_moe_args a = layer_scaled_args(X, num_tokens, hidden, topk_ids,
-                                     topk_weight, topk, num_experts, W1, W2,
-                                     ffn, out, dtype, otype, scales, scales2);
+  mkx_moe_args a = layer_scaled_args(
+      X, num_tokens, hidden, topk_ids, topk_weight, topk, num_experts, W1, W2,
+      ffn, transw, out, dtype, otype, scales, scales2);
   return mkx_plan_create(comm, &mkx_op_moe_layer_scaled, &a, info, request);
 }

@@ -33,6 +33,11 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a,
                      "%s: GPU path writes its output in dtype (ytype %d, "
                      "dtype %d)",
                      fn, (int)a->ytype, (int)a->dtype);
+  if (a->transw != MKX_NO_TRANS) /* the tensor maps walk W as hidden x n */
+    return mkx_error(MKX_ERR_UNSUPPORTED,
+                     "%s: GPU path reads each expert's weights hidden x n "
+                     "(transw = MKX_TRANS)",
+                     fn);
   if (c->opt.moe_gpu == MKX_MOE_GPU_OFF)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: option moe_gpu=off", fn);
   if (c->size > 1 && c->opt.moe_gpu != MKX_MOE_GPU_ALL)
