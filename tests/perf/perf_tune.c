@@ -212,8 +212,8 @@ static float sample(const perf_env *e, MKX_Request r, int n) {
 
 /* Plan p's samples into t[0, reps): after an untimed one unless
  * interleaved. */
-static void plan_samples(const perf_env *e, const tune_opts *o,
-                         MKX_Request r, float *t) {
+static void plan_samples(const perf_env *e, const tune_opts *o, MKX_Request r,
+                         float *t) {
   if (o->grouped || o->alone) (void)sample(e, r, o->burst);
   for (int i = 0; i < o->reps; i++) t[i] = sample(e, r, o->burst);
 }
@@ -237,8 +237,8 @@ static void plan_stats(const tune_opts *o, MKX_Comm c, int p, float *t,
 }
 
 /* The adaptive plan's first --runs runs, one by one (its search's). */
-static void adaptive_runs(const perf_env *e, const tune_opts *o,
-                          MKX_Request r, tune_row *w) {
+static void adaptive_runs(const perf_env *e, const tune_opts *o, MKX_Request r,
+                          tune_row *w) {
   for (int i = 0; i < o->runs; i++) w->run[i] = sample(e, r, 1);
   AI(MPI_Allreduce(MPI_IN_PLACE, w->run, o->runs, MPI_FLOAT, MPI_MAX,
                    MPI_COMM_WORLD));
@@ -366,8 +366,8 @@ static FILE *open_table(const perf_env *e, const tune_opts *o) {
            "adaptive plan after %d runs%s%s.  rule: "
            "today's split; best: the fastest of the CTAs pinned at",
            o->conf.hier, o->reps, o->burst,
-           o->alone ? "one communicator alive at a time, each plan's "
-                      "samples together after an untimed one"
+           o->alone     ? "one communicator alive at a time, each plan's "
+                          "samples together after an untimed one"
            : o->grouped ? "each plan's samples together, after an untimed one"
                         : "the plans' samples interleaved",
            o->runs, o->cache ? ", tuner cache " : "", o->cache ? o->cache : "");

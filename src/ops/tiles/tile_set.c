@@ -133,8 +133,8 @@ static int make_local(MKX_Tiles t, size_t bytes, int has_buf) {
   const int high = t->comm->opt.tiles_priority == MKX_TILES_PRIORITY_HIGH;
   t->lane.high = high;
   if (has_buf)
-    MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, part, high,
-                              fn));
+    MKX_TRY(
+        mkx_tile_fan_make(&t->ag, t->comm->place.local_size, part, high, fn));
   if (has_buf) MKX_TRY(mkx_part_lane_init(part, &t->lane));
   return mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&t->dev.err, t->err_host, 0), fn,
