@@ -260,15 +260,6 @@ static const mkx_option_desc base_rows[] = {
      "SM while it waits: more finish the last tiles sooner and leave the "
      "kernels that produce the tiles fewer SMs.",
      0},
-    {"tiles_priority", MKX_OPT_ENUM, OPT(tiles_priority), "normal",
-     "normal|high",
-     "The stream priority of the tile calls' own streams on this rank (the "
-     "AllGather's copies and signals, the reductions; not MKX_Tiles_gemm's "
-     "chunks): high, the device's greatest, dispatches their kernels' CTAs "
-     "before the pending CTAs of a GEMM on ordinary streams beside them, so "
-     "that a signal or a reduction does not wait for a GEMM's whole grid to "
-     "start.",
-     0},
     {"net_gpu_region", MKX_OPT_ENUM, OPT(net_gpu_region), "auto",
      "device|host|auto",
      "Where the network region of the calls driven by the GPU "

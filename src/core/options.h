@@ -41,7 +41,6 @@ enum { MKX_HIER_ATTN_HOST = 0, MKX_HIER_ATTN_PROXY, MKX_HIER_ATTN_AUTO };
 enum { MKX_HIER_MOE_HOST = 0, MKX_HIER_MOE_PROXY, MKX_HIER_MOE_AUTO };
 enum { MKX_NET_REGION_DEVICE = 0, MKX_NET_REGION_HOST, MKX_NET_REGION_AUTO };
 enum { MKX_TILES_REDUCE_PERSISTENT = 0, MKX_TILES_REDUCE_STAGED };
-enum { MKX_TILES_PRIORITY_NORMAL = 0, MKX_TILES_PRIORITY_HIGH };
 enum { MKX_MOE_GPU_ONE = 0, MKX_MOE_GPU_ALL, MKX_MOE_GPU_OFF };
 enum {
   MKX_MOE_GEMM_OPT_AUTO = 0,
@@ -91,7 +90,6 @@ typedef struct mkx_options {
   int64_t tiles_ag_sm_bytes; /* MKX_Allgather_tiles: an SM kernel up to this */
   int tiles_reduce_ctas;     /* the tile reductions' persistent CTAs */
   int tiles_reduce;          /* MKX_TILES_REDUCE_*: how they wait */
-  int tiles_priority;        /* MKX_TILES_PRIORITY_*: their streams' */
   /* Set only through the rows the transports register (src/net), which
    * own these fields; base stores them and never reads them. */
   int net; /* MKX_NET_* (src/net/net.h): transport */

@@ -170,16 +170,11 @@ void mkx_sm_part_put(mkx_sm_part *p) {
 
 int mkx_sm_part_sms(const mkx_sm_part *p) { return p ? p->sms : 0; }
 
-int mkx_sm_part_stream(mkx_sm_part *p, int high, void **stream) {
+int mkx_sm_part_stream(mkx_sm_part *p, void **stream) {
   cudaStream_t s = NULL;
-  int least = 0, greatest = 0;
   *stream = NULL;
-  if (high)
-    MKX_CUDA_TRY(cudaDeviceGetStreamPriorityRange(&least, &greatest),
-                 "SM partition");
   if (!p) {
-    MKX_CUDA_TRY(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking,
-                                              high ? greatest : 0),
+    MKX_CUDA_TRY(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking),
                  "SM partition");
     *stream = s;
     return MKX_SUCCESS;
@@ -190,8 +185,7 @@ int mkx_sm_part_stream(mkx_sm_part *p, int high, void **stream) {
                      "SM partition: the driver has no streams of green "
                      "contexts (CUDA 12.5 or later needed)");
   CUstream cs;
-  CUresult r =
-      create(&cs, p->green, CU_STREAM_NON_BLOCKING, high ? greatest : 0);
+  CUresult r = create(&cs, p->green, CU_STREAM_NON_BLOCKING, 0);
   if (r != CUDA_SUCCESS)
     return mkx_error(
         r == CUDA_ERROR_OUT_OF_MEMORY ? MKX_ERR_NOMEM : MKX_ERR_CUDA,
@@ -204,7 +198,7 @@ int mkx_sm_part_stream(mkx_sm_part *p, int high, void **stream) {
 int mkx_part_lane_init(mkx_sm_part *p, mkx_part_lane *l) {
   const char *fn = "SM partition";
   if (!p || l->ev_join) return MKX_SUCCESS;
-  int rc = mkx_sm_part_stream(p, l->high, &l->stream);
+  int rc = mkx_sm_part_stream(p, &l->stream);
   if (rc == MKX_SUCCESS)
     rc = mkx_cuda_rc(cudaEventCreateWithFlags((cudaEvent_t *)&l->ev_fork,
                                               cudaEventDisableTiming),
@@ -244,7 +238,7 @@ void mkx_part_lane_free(mkx_part_lane *l) {
   if (l->stream) cudaStreamDestroy((cudaStream_t)l->stream);
   if (l->ev_fork) cudaEventDestroy((cudaEvent_t)l->ev_fork);
   if (l->ev_join) cudaEventDestroy((cudaEvent_t)l->ev_join);
-  l->stream = l->ev_fork = l->ev_join = NULL; /* keeps l->high */
+  l->stream = l->ev_fork = l->ev_join = NULL;
 }
 #else
 int mkx_sm_part_limits_of(int device, mkx_sm_part_limits *out) {
@@ -264,8 +258,8 @@ int mkx_sm_part_sms(const mkx_sm_part *p) {
   (void)p;
   return 0;
 }
-int mkx_sm_part_stream(mkx_sm_part *p, int high, void **stream) {
-  (void)p, (void)high;
+int mkx_sm_part_stream(mkx_sm_part *p, void **stream) {
+  (void)p;
   *stream = NULL;
   return mkx_device_set(0);
 }

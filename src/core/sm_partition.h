@@ -43,16 +43,12 @@ mkx_sm_part *mkx_sm_part_ref(mkx_sm_part *p);
 int mkx_sm_part_sms(const mkx_sm_part *p);
 
 /* A new non-blocking stream whose kernels run in the partition (p NULL:
- * an ordinary one); cudaStream_t, destroyed with cudaStreamDestroy.  high:
- * at the device's greatest stream priority, so that the CTAs of its
- * kernels are dispatched before those still pending of kernels on
- * ordinary streams (a GEMM's beside it), else at the default priority. */
-int mkx_sm_part_stream(mkx_sm_part *p, int high, void **stream);
+ * an ordinary one); cudaStream_t, destroyed with cudaStreamDestroy. */
+int mkx_sm_part_stream(mkx_sm_part *p, void **stream);
 
 /* One communicator's stream on a partition, made on its first fork. */
 typedef struct mkx_part_lane {
   void *stream, *ev_fork, *ev_join;
-  int high; /* its stream at the greatest priority (set before init) */
 } mkx_part_lane;
 /* Make l's stream and events on p (nothing for p NULL); made where no
  * stream is being captured, since mkx_part_fork would otherwise make them

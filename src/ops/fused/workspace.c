@@ -178,7 +178,7 @@ static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
   for (int i = 0; i < sides; i++) {
     /* on the rank's SM partition, as the calls' own stream (their kernels
      * wait for peers too, and copies may run as kernels) */
-    MKX_TRY(mkx_sm_part_stream(c->part, 0, (void **)&ws->side[i]));
+    MKX_TRY(mkx_sm_part_stream(c->part, (void **)&ws->side[i]));
     MKX_TRY(mkx_cuda_rc(
         cudaEventCreateWithFlags(&ws->ev_join[i], cudaEventDisableTiming), fn,
         "cudaEventCreate"));

@@ -40,7 +40,7 @@ static int gemm_ready(MKX_Tiles a, cudaStream_t st) {
                      "%s: the first call on a tile set makes its cuBLAS "
                      "handles and streams; make it outside a graph capture",
                      FN);
-  int rc = mkx_tile_fan_make(&a->gemm, 2, a->comm->part, 0, FN);
+  int rc = mkx_tile_fan_make(&a->gemm, 2, a->comm->part, FN);
   for (int i = 0; rc == MKX_SUCCESS && i < 2; i++)
     rc = mkx_tp_blas_make(&a->blas[i], FN);
   if (rc != MKX_SUCCESS) {

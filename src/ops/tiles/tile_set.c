@@ -25,7 +25,7 @@
 #include "tiles/tiles.h"
 #include "ops/fused/fused.h"
 
-int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part, int high,
+int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part,
                       const char *fn) {
   memset(f, 0, sizeof *f);
   MKX_TRY(
@@ -33,7 +33,7 @@ int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part, int high,
                   fn, "cudaEventCreate"));
   for (; f->n < n; f->n++) {
     void *s = NULL;
-    const int rc = mkx_sm_part_stream(part, high, &s);
+    const int rc = mkx_sm_part_stream(part, &s);
     f->s[f->n] = (cudaStream_t)s;
     if (rc != MKX_SUCCESS) {
       char why[256];
@@ -127,14 +127,10 @@ static int make_local(MKX_Tiles t, size_t bytes, int has_buf) {
       fn, "cudaHostAlloc"));
   memset(t->err_host, 0, MKX_TILES_ERR_WORDS * sizeof(int));
   /* MKX_Allgather_tiles's streams, one per destination, and where the
-   * rank has an SM partition the lane of the set's SM kernels on it; both
-   * at option tiles_priority's */
+   * rank has an SM partition the lane of the set's SM kernels on it */
   mkx_sm_part *part = t->comm->part;
-  const int high = t->comm->opt.tiles_priority == MKX_TILES_PRIORITY_HIGH;
-  t->lane.high = high;
   if (has_buf)
-    MKX_TRY(
-        mkx_tile_fan_make(&t->ag, t->comm->place.local_size, part, high, fn));
+    MKX_TRY(mkx_tile_fan_make(&t->ag, t->comm->place.local_size, part, fn));
   if (has_buf) MKX_TRY(mkx_part_lane_init(part, &t->lane));
   return mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&t->dev.err, t->err_host, 0), fn,

@@ -23,14 +23,13 @@ typedef struct mkx_tile_set_shape {
 
 /* Side streams forked from a caller's stream and joined back (ordered
  * after what it holds, captured along with it), made on an SM partition
- * (part NULL: ordinary streams); high: at the greatest stream priority
- * (mkx_sm_part_stream). */
+ * (part NULL: ordinary streams). */
 typedef struct mkx_tile_fan {
   int n;
   cudaStream_t s[MKX_TILES_MAX_RANKS];
   cudaEvent_t fork, join[MKX_TILES_MAX_RANKS];
 } mkx_tile_fan;
-int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part, int high,
+int mkx_tile_fan_make(mkx_tile_fan *f, int n, mkx_sm_part *part,
                       const char *fn);
 int mkx_tile_fan_fork(mkx_tile_fan *f, cudaStream_t user, const char *fn);
 int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn);
