@@ -144,17 +144,23 @@ static int cmd_gemm(int argc, char **argv) {
     if (shapes[i].m * shapes[i].n > maxc) maxc = shapes[i].m * shapes[i].n;
   }
   void *dA, *dB, *dC, *dC2;
-  float *dscale; /* fp8: the tensors' scales, 1 each */
+  /* fp8: the tensors' scales, 1 each, SCALE_GAP floats apart: cuBLASLt
+   * refuses (CUBLAS_STATUS_NOT_SUPPORTED at the matmul) a scale pointer
+   * that is not 16-byte aligned */
+  enum { SCALE_GAP = 64 };
+  float *dscale;
   const size_t esz = fp8 ? 1 : 2;
   CK(cudaMalloc(&dA, (size_t)maxa * esz));
   CK(cudaMalloc(&dB, (size_t)maxb * esz));
   CK(cudaMalloc(&dC, (size_t)maxc * 2));
   CK(cudaMalloc(&dC2, (size_t)maxc * 2));
-  CK(cudaMalloc((void **)&dscale, 2 * sizeof(float)));
-  const float ones[2] = {1.f, 1.f};
-  CK(cudaMemcpy(dscale, ones, sizeof ones, cudaMemcpyHostToDevice));
+  CK(cudaMalloc((void **)&dscale, 2 * SCALE_GAP * sizeof(float)));
+  const float one_f = 1.f;
+  CK(cudaMemcpy(dscale, &one_f, sizeof one_f, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dscale + SCALE_GAP, &one_f, sizeof one_f,
+                cudaMemcpyHostToDevice));
   const mkx_gemm_scales sc = {
-      .layout = MKX_GEMM_SCALE_TENSOR, .a = dscale, .b = dscale + 1};
+      .layout = MKX_GEMM_SCALE_TENSOR, .a = dscale, .b = dscale + SCALE_GAP};
   if (fp8) {
     perf_fill_e4m3(dA, (size_t)maxa, 1);
     perf_fill_e4m3(dB, (size_t)maxb, 2);
@@ -213,7 +219,8 @@ static int cmd_gemm(int argc, char **argv) {
                        : mkx_gemm_pick_tile(
                              &d, ctas > 0 ? ctas : prop.multiProcessorCount);
     perf_lt *lt = NULL;
-    if (fp8 && !(lt = perf_lt_make(m, n, k, dA, dB, dC2, dscale, dscale + 1)))
+    if (fp8 &&
+        !(lt = perf_lt_make(m, n, k, dA, dB, dC2, dscale, dscale + SCALE_GAP)))
       return 1;
 #define RUN_MKX()                                                              \
   do {                                                                         \
