@@ -144,9 +144,9 @@ static int cmd_gemm(int argc, char **argv) {
     if (shapes[i].m * shapes[i].n > maxc) maxc = shapes[i].m * shapes[i].n;
   }
   void *dA, *dB, *dC, *dC2;
-  /* fp8: the tensors' scales, 1 each, SCALE_GAP floats apart: cuBLASLt
-   * refuses (CUBLAS_STATUS_NOT_SUPPORTED at the matmul) a scale pointer
-   * that is not 16-byte aligned */
+  /* fp8: the tensors' scales, 1 each, SCALE_GAP floats apart, as
+   * mkx_perf tp's separate allocations are: with the second 4 bytes after
+   * the first, cuBLASLt's fp8 matmul returned NOT_SUPPORTED */
   enum { SCALE_GAP = 64 };
   float *dscale;
   const size_t esz = fp8 ? 1 : 2;
