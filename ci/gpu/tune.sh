@@ -6,8 +6,10 @@
 # shapes from M = 512 to 16384; then a second job on the first's tuner
 # cache, whose first runs show whether the splits came back
 # (perf-tune.txt; tune-results.md, tune-sweep.svg and the cache in logs.tgz:
-# the device tool brings back few files).  MKX_GPU_CHECK_TUNE_ARGS: more
-# arguments of mkx_perf tune (e.g. --grouped, --alone, --shape MxNxK).
+# the device tool brings back few files).  MKX_GPU_CHECK_TUNE_ARGS: the
+# arguments of mkx_perf tune beyond these (default --alone: one
+# communicator at a time, in passes forth and back; e.g. --grouped,
+# --passes N, --shape MxNxK).
 # tune-load.txt (logs.tgz): the host's load each second meanwhile.
 # shellcheck shell=bash
 
@@ -32,13 +34,13 @@ if mps_start; then
     rail "${MKX_GPU_CHECK_PERF_BOUND:-300}" 4 ./mkx_perf tune --vnode 2 \
       --net shm --hier proxy --ctas "${MKX_GPU_CHECK_TUNE_CTAS:-1,2,4,8,16}" \
       --cache "$logs/tune-cache.txt" --out "$logs/tune-results.md" \
-      ${MKX_GPU_CHECK_TUNE_ARGS:-} \
+      ${MKX_GPU_CHECK_TUNE_ARGS---alone} \
       $([ "$job" = first ] && echo --plot "$logs/tune-sweep.svg") \
       >>"$out/perf-tune.txt" 2>&1 ||
       fail "mkx_perf tune ($job job): rc=$?"
   done
   kill "$load_pid" 2>/dev/null
   echo "host load during tune (1-min loadavg max, runnable threads max):" \
-    "$(awk '{if ($2 > l) l = $2} /runnable=/{split($NF, a, "="); if (a[2] > r) r = a[2]} END {print l, r}' "$logs/tune-load.txt")" >>"$out/perf-tune.txt"
+    "$(awk '/runnable=/ {if ($2 + 0 > l) l = $2 + 0; split($NF, a, "="); if (a[2] + 0 > r) r = a[2] + 0} END {print l, r}' "$logs/tune-load.txt")" >>"$out/perf-tune.txt"
   mps_stop
 fi

@@ -7,7 +7,7 @@
  *
  *   mpirun -np P mkx_perf tune --vnode G [--net tcp|shm] [--hier proxy|gpu]
  *          [--op ag|rs|ar|all] [--shape MxNxK]... [--ctas N,N,...]
- *          [--runs N] [--reps N] [--burst N] [--grouped] [--alone]
+ *          [--runs N] [--reps N] [--burst N] [--grouped] [--alone [--passes N]]
  *          [--cache PATH] [--out FILE] [--plot FILE]
  *
  * The roles run where a node has several ranks and the GPU drives the
@@ -34,7 +34,13 @@
  * alive at a time (each plan's, made for its samples of every shape and
  * freed after them), each plan's samples after an untimed one: no other
  * communicator's proxy and transport threads share the host, as in a job
- * with one communicator; rows are printed once every plan has run.  A row gives each time with the CTAs it used (rank 0's; where the
+ * with one communicator; rows are printed once every plan has run.  Such
+ * samples vary little within a plan but the machine's speed drifts over a
+ * job, so --alone runs --passes passes (default 2), in plan order and back
+ * again in turn, each sample kept: a plan's median is over all of its
+ * passes' samples; the adaptive plan's communicator is made anew in each
+ * pass (with --cache it starts from what the pass before wrote) and its
+ * first pass's runs are the ones reported.  A row gives each time with the CTAs it used (rank 0's; where the
  * role's CTAs are clamped below a pinned count, the clamped count), the
  * ratios rule/best and adaptive/best, where best is the fastest pinned
  * count, the adaptive plan's first run against best (with a tuner cache
@@ -63,14 +69,14 @@ static const char tune_usage[] =
     "usage: mpirun -np P mkx_perf tune --vnode G [--net tcp|shm]\n"
     "         [--hier proxy|gpu] [--op ag|rs|ar|all] [--shape MxNxK]...\n"
     "         [--ctas N,N,...] [--runs N] [--reps N] [--burst N] [--grouped]\n"
-    "         [--alone] [--cache PATH]\n"
+    "         [--alone [--passes N]] [--cache PATH]\n"
     "         [--out FILE] [--plot FILE.svg]\n"
     "  A role's CTAs pinned over a sweep against today's rule and the\n"
     "  adaptive split (tune=adapt); tests/perf/perf_tune.c documents it.\n";
 
 typedef struct tune_opts {
   perf_tp_conf conf;
-  int ops, ns, nc, runs, reps, burst, grouped, alone;
+  int ops, ns, nc, runs, reps, burst, grouped, alone, passes;
   int64_t shapes[MAX_SHAPES][3];
   int ctas[MAX_CTAS];
   const char *cache, *outname, *plot;
@@ -139,6 +145,10 @@ static int set_value(const char *a, const char *v, tune_opts *o) {
     o->burst = atoi(v);
     if (o->burst < 1 || o->burst > 64)
       return usage_error("--burst takes 1..64", v);
+  } else if (!strcmp(a, "--passes")) {
+    o->passes = atoi(v);
+    if (o->passes < 1 || o->passes > 8)
+      return usage_error("--passes takes 1..8", v);
   } else if (!strcmp(a, "--cache"))
     o->cache = v;
   else if (!strcmp(a, "--out"))
@@ -156,7 +166,7 @@ static int parse_args(int argc, char **argv, tune_opts *o) {
   static const int64_t ms[] = {512, 1024, 2048, 4096, 8192, 16384};
   memset(o, 0, sizeof *o);
   o->conf = (perf_tp_conf){"auto", NULL, "shm", "proxy"};
-  o->ops = 7, o->runs = 10, o->reps = 5, o->nc = 5, o->burst = 4;
+  o->ops = 7, o->runs = 10, o->reps = 5, o->nc = 5, o->burst = 4, o->passes = 2;
   memcpy(o->ctas, ctas, sizeof ctas);
   int vnode_given = 0;
   for (int i = 0; i < argc; i++) {
@@ -218,18 +228,20 @@ static void plan_samples(const perf_env *e, const tune_opts *o, MKX_Request r,
   for (int i = 0; i < o->reps; i++) t[i] = sample(e, r, o->burst);
 }
 
-/* Plan p's row entries from its samples t (each as its slowest rank saw
- * it) and its communicator's tuner. */
-static void plan_stats(const tune_opts *o, MKX_Comm c, int p, float *t,
-                       tune_row *w) {
-  AI(MPI_Allreduce(MPI_IN_PLACE, t, o->reps, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
+/* Each of n samples as its slowest rank saw it. */
+static void max_ranks(float *t, int n) {
+  AI(MPI_Allreduce(MPI_IN_PLACE, t, n, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD));
+}
+
+/* Plan p's row entries from its n samples t (max_ranks already) and its
+ * communicator's tuner. */
+static void plan_stats(MKX_Comm c, int p, float *t, int n, tune_row *w) {
   w->lo[p] = w->hi[p] = t[0];
-  for (int r = 1; r < o->reps; r++) {
+  for (int r = 1; r < n; r++) {
     if (t[r] < w->lo[p]) w->lo[p] = t[r];
     if (t[r] > w->hi[p]) w->hi[p] = t[r];
   }
-  w->ms[p] = perf_median(t, o->reps);
+  w->ms[p] = perf_median(t, n);
   int ctas = 0, best = 0, settled = 0;
   if (mkx_tuner_last(c, &ctas, &best, &settled))
     w->used[p] = p == P_ADAPT ? best : ctas;
@@ -238,10 +250,9 @@ static void plan_stats(const tune_opts *o, MKX_Comm c, int p, float *t,
 
 /* The adaptive plan's first --runs runs, one by one (its search's). */
 static void adaptive_runs(const perf_env *e, const tune_opts *o, MKX_Request r,
-                          tune_row *w) {
-  for (int i = 0; i < o->runs; i++) w->run[i] = sample(e, r, 1);
-  AI(MPI_Allreduce(MPI_IN_PLACE, w->run, o->runs, MPI_FLOAT, MPI_MAX,
-                   MPI_COMM_WORLD));
+                          float *run) {
+  for (int i = 0; i < o->runs; i++) run[i] = sample(e, r, 1);
+  max_ranks(run, o->runs);
 }
 
 static void pick_best(const tune_opts *o, tune_row *w) {
@@ -269,7 +280,7 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
   perf_tp_alloc(w->op, w->m, w->n, w->k, e->size, e->rank, 0, &b);
   for (int p = 0; p < np; p++)
     perf_tp_plan(c[p], w->op, w->m, w->n, w->k, &b, &req[p]);
-  adaptive_runs(e, o, req[P_ADAPT], w);
+  adaptive_runs(e, o, req[P_ADAPT], w->run);
   if (o->grouped) {
     for (int p = 0; p < np; p++) plan_samples(e, o, req[p], t + p * o->reps);
   } else {
@@ -277,8 +288,9 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
       for (int p = 0; p < np; p++)
         t[p * o->reps + r] = sample(e, req[p], o->burst);
   }
+  max_ranks(t, np * o->reps);
   for (int p = 0; p < np; p++) {
-    plan_stats(o, c[p], p, t + p * o->reps, w);
+    plan_stats(c[p], p, t + p * o->reps, o->reps, w);
     AM(MKX_Request_free(&req[p]));
   }
   pick_best(o, w);
@@ -286,27 +298,46 @@ static void measure(const perf_env *e, const tune_opts *o, MKX_Comm *c,
   free(t);
 }
 
-/* --alone: plan p's samples of every row, its communicator the only one
- * alive (made here, freed after: the adaptive one then writes the tuner
- * cache). */
+/* --alone, pass `pass` of o->passes: plan p's samples of every row into
+ * pool (row i, plan p: o->passes * o->reps floats from
+ * pool + (i * np + p) * o->passes * o->reps), its communicator the only
+ * one alive (made here, freed after: the adaptive one then writes the
+ * tuner cache); the row's entries after the last pass.  The adaptive
+ * plan's first pass's runs are the row's. */
 static void measure_alone(const perf_env *e, const tune_opts *o, int p,
-                          tune_row *rows, int n) {
+                          int pass, tune_row *rows, int n, float *pool) {
+  const int np = P_PINNED + o->nc, per = o->passes * o->reps;
   MKX_Comm c = comm_of(o, p);
-  float *t = samples_alloc((size_t)o->reps);
   for (int i = 0; i < n; i++) {
     tune_row *w = &rows[i];
+    float *t = pool + ((size_t)i * np + p) * per;
+    float run[MAX_RUNS];
     perf_tp_bufs b;
     MKX_Request req;
     perf_tp_alloc(w->op, w->m, w->n, w->k, e->size, e->rank, 0, &b);
     perf_tp_plan(c, w->op, w->m, w->n, w->k, &b, &req);
-    if (p == P_ADAPT) adaptive_runs(e, o, req, w);
-    plan_samples(e, o, req, t);
-    plan_stats(o, c, p, t, w);
+    if (p == P_ADAPT) adaptive_runs(e, o, req, pass ? run : w->run);
+    plan_samples(e, o, req, t + pass * o->reps);
+    max_ranks(t + pass * o->reps, o->reps);
+    if (pass == o->passes - 1) plan_stats(c, p, t, per, w);
     AM(MKX_Request_free(&req));
     perf_tp_free(&b);
   }
-  free(t);
   AM(MKX_Comm_free(&c));
+}
+
+/* --alone: the passes, in plan order and back again in turn, so that a
+ * slow drift of the machine's speed over the job weighs on every plan
+ * alike instead of on the plans measured last. */
+static void measure_passes(const perf_env *e, const tune_opts *o,
+                           tune_row *rows, int n) {
+  const int np = P_PINNED + o->nc;
+  float *pool = samples_alloc((size_t)n * np * o->passes * o->reps);
+  for (int pass = 0; pass < o->passes; pass++)
+    for (int q = 0; q < np; q++)
+      measure_alone(e, o, pass % 2 ? np - 1 - q : q, pass, rows, n, pool);
+  for (int i = 0; i < n; i++) pick_best(o, &rows[i]);
+  free(pool);
 }
 
 static void split_cell(char *s, size_t len, float ms, int ctas) {
@@ -365,9 +396,10 @@ static FILE *open_table(const perf_env *e, const tune_opts *o) {
            "%d runs back to back (ms per run, slowest rank; %s), the "
            "adaptive plan after %d runs%s%s.  rule: "
            "today's split; best: the fastest of the CTAs pinned at",
-           o->conf.hier, o->reps, o->burst,
+           o->conf.hier, o->alone ? o->passes * o->reps : o->reps, o->burst,
            o->alone     ? "one communicator alive at a time, each plan's "
-                          "samples together after an untimed one"
+                          "samples together after an untimed one, in passes "
+                          "forth and back"
            : o->grouped ? "each plan's samples together, after an untimed one"
                         : "the plans' samples interleaved",
            o->runs, o->cache ? ", tuner cache " : "", o->cache ? o->cache : "");
@@ -517,12 +549,8 @@ int mkx_perf_tune(int argc, char **argv) {
       }
     FILE *out = e.rank == 0 ? open_table(&e, &o) : NULL;
     if (o.alone) {
-      for (int p = 0; p < P_PINNED + o.nc; p++)
-        measure_alone(&e, &o, p, rows, n);
-      for (int i = 0; i < n; i++) {
-        pick_best(&o, &rows[i]);
-        if (e.rank == 0) print_row(&o, &rows[i], out);
-      }
+      measure_passes(&e, &o, rows, n);
+      for (int i = 0; i < n && e.rank == 0; i++) print_row(&o, &rows[i], out);
     } else {
       MKX_Comm c[P_PINNED + MAX_CTAS];
       for (int p = 0; p < P_PINNED + o.nc; p++) c[p] = comm_of(&o, p);
