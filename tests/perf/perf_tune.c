@@ -38,9 +38,10 @@
  * samples vary little within a plan but the machine's speed drifts over a
  * job, so --alone runs --passes passes (default 2), in plan order and back
  * again in turn, each sample kept: a plan's median is over all of its
- * passes' samples; the adaptive plan's communicator is made anew in each
- * pass (with --cache it starts from what the pass before wrote) and its
- * first pass's runs are the ones reported.  A row gives each time with the CTAs it used (rank 0's; where the
+ * passes' samples (the comment line gives each pass's median too: the
+ * drift); the adaptive plan's communicator is made anew in each pass
+ * (with --cache it starts from what the pass before wrote) and its first
+ * pass's runs are the ones reported.  A row gives each time with the CTAs it used (rank 0's; where the
  * role's CTAs are clamped below a pinned count, the clamped count), the
  * ratios rule/best and adaptive/best, where best is the fastest pinned
  * count, the adaptive plan's first run against best (with a tuner cache
@@ -63,6 +64,7 @@
 #define MAX_CTAS 12
 #define MAX_SHAPES 16
 #define MAX_RUNS 64
+#define MAX_PASSES 8
 #define NEAR_BEST 1.03
 
 static const char tune_usage[] =
@@ -94,7 +96,8 @@ typedef struct tune_row {
   int used[P_PINNED + MAX_CTAS]; /* the role's CTAs (0: no role ran) */
   int settled;                   /* the adaptive search settled */
   float run[MAX_RUNS];           /* the adaptive plan's first runs */
-  int best;                      /* the fastest pinned plan's index */
+  float pass_ms[P_PINNED + MAX_CTAS][MAX_PASSES]; /* --alone: per pass */
+  int best; /* the fastest pinned plan's index */
 } tune_row;
 
 static int usage_error(const char *what, const char *arg) {
@@ -147,7 +150,7 @@ static int set_value(const char *a, const char *v, tune_opts *o) {
       return usage_error("--burst takes 1..64", v);
   } else if (!strcmp(a, "--passes")) {
     o->passes = atoi(v);
-    if (o->passes < 1 || o->passes > 8)
+    if (o->passes < 1 || o->passes > MAX_PASSES)
       return usage_error("--passes takes 1..8", v);
   } else if (!strcmp(a, "--cache"))
     o->cache = v;
@@ -319,6 +322,7 @@ static void measure_alone(const perf_env *e, const tune_opts *o, int p,
     if (p == P_ADAPT) adaptive_runs(e, o, req, pass ? run : w->run);
     plan_samples(e, o, req, t + pass * o->reps);
     max_ranks(t + pass * o->reps, o->reps);
+    w->pass_ms[p][pass] = perf_median(t + pass * o->reps, o->reps);
     if (pass == o->passes - 1) plan_stats(c, p, t, per, w);
     AM(MKX_Request_free(&req));
     perf_tp_free(&b);
@@ -348,7 +352,7 @@ static void split_cell(char *s, size_t len, float ms, int ctas) {
 }
 
 static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
-  char s[2048] = "";
+  char s[4096] = "";
   const float best = w->ms[w->best];
   int near = 0;
   for (int r = 0; r < o->runs && !near; r++)
@@ -375,6 +379,12 @@ static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
   perf_cat(s, sizeof s, "; rule %.3f (%.3f-%.3f), adaptive %.3f (%.3f-%.3f)",
            w->ms[P_RULE], w->lo[P_RULE], w->hi[P_RULE], w->ms[P_ADAPT],
            w->lo[P_ADAPT], w->hi[P_ADAPT]);
+  if (o->alone) { /* drift: the same plan's medians pass by pass */
+    perf_cat(s, sizeof s, "; pass medians (rule, adaptive, pinned):");
+    for (int p = 0; p < P_PINNED + o->nc; p++)
+      for (int q = 0; q < o->passes; q++)
+        perf_cat(s, sizeof s, "%s%.3f", q ? "/" : " ", w->pass_ms[p][q]);
+  }
   perf_cat(s, sizeof s, "; adaptive runs (ms):");
   for (int r = 0; r < o->runs; r++) perf_cat(s, sizeof s, " %.3f", w->run[r]);
   perf_cat(s, sizeof s, " -->\n");
