@@ -16,7 +16,11 @@
  *  - when the work changes under a settled split, it finds the new best
  *    within 1.03x;
  *  - every x it asks for lies in the range, also a range of one value and
- *    a start outside the range.
+ *    a start outside the range;
+ *  - on the range a role searches on a rank of 33 CTAs (4 ranks sharing
+ *    an H100: [1, 32], the first step 7, as src/ops/fused/tuner.c sets
+ *    them, from the rules' 1 and 7), without noise, a run within 1.03x of
+ *    the best comes by the tenth and the search settles by the twelfth.
  */
 #include <math.h>
 #include <stdint.h>
@@ -190,8 +194,44 @@ static void ranges(void) {
         s.best);
 }
 
+/* The model on a rank of n CTAs. */
+static double rank_t(const model *m, int n, int x) {
+  const double comp = m->work / (n - x), comm = m->bytes / x;
+  return (comp > comm ? comp : comm) + m->fixed;
+}
+
+static void rank_range(void) {
+  enum { CTAS = 33, LO = 1, HI = 32, STEP0 = (HI - LO) / 4 };
+  const model ms[] = {{1, 0.01, 0.05},
+                      {1, 0.1, 0.05},
+                      {1, 0.3, 0.05},
+                      {1, 1, 0.05},
+                      {1, 3, 0.05}};
+  const int starts[] = {1, 7};
+  for (size_t i = 0; i < sizeof ms / sizeof ms[0]; i++)
+    for (int j = 0; j < 2; j++) {
+      double best = rank_t(&ms[i], CTAS, LO);
+      for (int x = LO + 1; x <= HI; x++)
+        if (rank_t(&ms[i], CTAS, x) < best) best = rank_t(&ms[i], CTAS, x);
+      mkx_tune_state s;
+      mkx_tune_init(&s, LO, HI, starts[j], STEP0, 0.015f, 0.08f);
+      int near = 0, settled = 0;
+      for (int r = 1; r <= 40 && !settled; r++) {
+        const double t = rank_t(&ms[i], CTAS, mkx_tune_next(&s));
+        if (!near && t <= 1.03 * best) near = r;
+        mkx_tune_observe(&s, (float)t);
+        if (s.phase == MKX_TUNE_SETTLED) settled = r;
+      }
+      CHECK(near >= 1 && near <= 10 && settled >= 1 && settled <= 12,
+            "33 CTAs, comm/compute %.2f from x=%d: first run within 1.03x at "
+            "%d (at most 10), settled after %d (at most 12)",
+            ms[i].bytes, starts[j], near, settled);
+    }
+}
+
 int main(void) {
   noiseless();
+  rank_range();
   noisy();
   flat();
   drift();
