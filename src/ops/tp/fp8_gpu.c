@@ -166,8 +166,11 @@ mkx_gemm_scales mkx_tp_fp8_gathered_scales(const MKX_Scales *sc, int64_t k,
 
 int mkx_tp_fp8_gemm(MKX_Comm c, const mkx_gemm_desc *g,
                     const mkx_gemm_scales *s, cudaStream_t st, const char *fn) {
-  mkx_gemm_desc capped = *g; /* a fair share of a GPU shared under MPS */
-  capped.num_ctas = c->share.ctas;
+  /* Every caller has met its peers before (or waits for none): the GEMM
+   * waits for no one, so it may take every SM the rank's kernels may use
+   * (its partition on a shared GPU), as the pull paths' GEMMs do. */
+  mkx_gemm_desc capped = *g;
+  capped.num_ctas = c->share.ctx_sms > 0 ? c->share.ctx_sms : c->share.ctas;
   return mkx_fused_launch_rc(mkx_gemm_run_fp8(&capped, s, st), fn, "fp8 GEMM");
 }
 #else
