@@ -503,8 +503,10 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * of 16, n and ldc multiples of 8, 16-byte aligned A, B and C, on every
  * rank; the split path (option tp_overlap has no say): AllGather+GEMM
  * moves the fp8 rows and their scales, then multiplies once every rank's
- * are in place; GEMM+RS/AR multiply into the partial of option
- * tp_partials, then sum.  On several nodes (option hier_gemm other than
+ * are in place (with option tp_pull=yes, where every rank's rows but the
+ * last are a multiple of 128, only the scales move and the GEMM reads
+ * each rank's rows in its own A: "fused, operands read in place");
+ * GEMM+RS/AR multiply into the partial of option tp_partials, then sum.  On several nodes (option hier_gemm other than
  * host) the same operands take hier_gemm=gpu's path: the fp8 rows and
  * their scales, or the fp32 partials, through host memory, the fp8 GEMM
  * on the GPU.

@@ -1,6 +1,7 @@
 /*
  * The fused calls for ranks that share one GPU and read each other's
- * operands in place (kernels/tp/tp.h: mkx_tp_rs_pull, mkx_tp_ag_pull).
+ * operands in place (kernels/tp/tp.h: mkx_tp_rs_pull, mkx_tp_ag_pull; the
+ * latter also in fp8, on the fp8 engine with its scale hooks).
  * Moving data between ranks that share one GPU's memory only costs: a
  * partial or a gathered row stored and read back once more.  Here nothing
  * but C is written: each rank runs the engine with load gates that pick
@@ -14,6 +15,7 @@
  * reads).
  */
 #include "gemm/gemm_engine.cuh"
+#include "gemm/fp8_scales.cuh"
 #include "tp/peer_stores.cuh"
 #include "tp/tp.h"
 #include "gemm/tmap.cuh"
@@ -115,6 +117,24 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+/* AllGather+GEMM in fp8: the row gate over the fp8 engine, A's scales by gathered row. */
+template <bool E5M2>
+__global__ void __launch_bounds__(kThreads, 1)
+    tp_pull_fp8_kernel(const __grid_constant__ SourceMaps maps, const __grid_constant__ CUtensorMap tmC,
+                       const __grid_constant__ PeerMaps peers, const __grid_constant__ PullParams p, int rows, int n,
+                       int k, int tiles_m, int tiles_n, ScaleArgs sa) {
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  extern __shared__ __align__(1024) uint8_t smem[];
+  typedef Config<128, kFp8Stages, true, false, E5M2 ? kE5M2 : kE4M3> Cfg;
+  GroupedTileOrder order{tiles_m, tiles_n, kGroupM};
+  RowSourceGate gate{&maps, &p};
+  PullEpilogue epi{&tmC, &peers, &p};
+  const Fp8Scales sc{sa, rows, n};
+  run_engine_scaled<Cfg>(smem, &maps.a[0], &maps.b[0], rows, n, k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi,
+                         sc);
+#endif
+}
+
 /* The grid: one CTA per SM the rank has, at most one per tile. */
 template <class Gate, int BN, int STAGES, bool BKM, bool F16>
 int launch_kernel(const SourceMaps &maps, const CUtensorMap &tmC, const PeerMaps &peers, const PullParams &p, int rows,
@@ -197,6 +217,49 @@ int launch_ag(const mkx_tp_ag_pull_desc *d, cudaStream_t s) {
                                                             d->ctas, s);
 }
 
+/* AllGather+GEMM in fp8 (mkx_tp_ag_pull_desc's sc): 128 x 128 tiles, B K-major. */
+template <bool E5M2>
+int launch_ag_fp8(const mkx_tp_ag_pull_desc *d, cudaStream_t s) {
+  typedef Config<128, kFp8Stages, true, false, E5M2 ? kE5M2 : kE4M3> Cfg;
+  SourceMaps maps;
+  CUtensorMap tmC;
+  PeerMaps peers;
+  memset(&maps, 0, sizeof maps);
+  memset(&peers, 0, sizeof peers);
+  PullParams p;
+  memset(&p, 0, sizeof p);
+  int rc = make_tmap(&maps.b[0], d->b, d->ab_type, d->k, d->n, d->ldb, Cfg::BN);
+  for (int q = 0; !rc && q < d->size; ++q) {
+    const int64_t rows = d->bnd[q + 1] - d->bnd[q];
+    p.tm0[q + 1] = (int)cdiv(d->bnd[q + 1], kBM);
+    if (rows > 0) rc = make_tmap(&maps.a[q], d->a[q], d->ab_type, d->k, rows, d->lda[q], kBM);
+  }
+  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  if (rc) return rc;
+  p.size = d->size;
+  p.c_type = d->c_type;
+  int sms = 0;
+  rc = num_sms(&sms, d->ctas);
+  if (rc) return rc;
+  const int tiles_m = (int)cdiv(d->m, kBM), tiles_n = (int)cdiv(d->n, Cfg::BN);
+  const int tiles = tiles_m * tiles_n, ctas = sms < tiles ? sms : tiles;
+  rc = smem_attr_once<tp_pull_fp8_kernel<E5M2>>((int)Cfg::SMEM_BYTES);
+  if (rc) return rc;
+  tp_pull_fp8_kernel<E5M2><<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(maps, tmC, peers, p, (int)d->m, (int)d->n, (int)d->k,
+                                                                   tiles_m, tiles_n, scale_args(d->sc));
+  const cudaError_t e = cudaGetLastError();
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+bool fp8_ok(const mkx_tp_ag_pull_desc *d) {
+  if (!d->b_kmajor || d->bn != 128 || d->k % 16 || d->ldb % 16) return false;
+  for (int q = 0; q < d->size; ++q)
+    if (d->bnd[q + 1] > d->bnd[q] && d->lda[q] % 16) return false;
+  const mkx_gemm_scales &c = d->sc;
+  if (c.layout < MKX_GEMM_SCALE_NONE || c.layout > MKX_GEMM_SCALE_BLOCK) return false;
+  return c.layout == MKX_GEMM_SCALE_NONE || (c.a && c.b && c.a_row >= 0 && c.b_col >= 0 && c.a_kb >= 0 && c.b_kb >= 0);
+}
+
 template <int BN, int STAGES, class D>
 int launch_tile(const D *d, cudaStream_t s) {
   const bool f16 = d->ab_type == MKX_GEMM_FP16;
@@ -235,6 +298,10 @@ extern "C" int mkx_tp_ag_pull(const mkx_tp_ag_pull_desc *d, cudaStream_t s) {
     const int64_t rows = d->bnd[q + 1] - d->bnd[q];
     /* every tile row from one source */
     if (rows < 0 || (q + 1 < d->size && d->bnd[q + 1] % kBM) || (rows > 0 && !d->a[q])) return MKX_GEMM_EINVAL;
+  }
+  if (d->ab_type == MKX_GEMM_E4M3 || d->ab_type == MKX_GEMM_E5M2) {
+    if (!fp8_ok(d)) return MKX_GEMM_EINVAL;
+    return d->ab_type == MKX_GEMM_E5M2 ? launch_ag_fp8<true>(d, s) : launch_ag_fp8<false>(d, s);
   }
   return by_tile(d, s);
 }

@@ -185,7 +185,10 @@ extern "C" int mkx_tp_split_push(const mkx_tp_split_ag_desc *d, cudaStream_t st)
       d->t1 > d->tiles_m || d->s_cols < 0 || d->sa_ld < 0 ||
       (d->s_cols > 0 && ((d->rows > 0 && !d->sa) || d->s_off % 4)))
     return MKX_GEMM_EINVAL;
-  const int blocks = blocks_for(d->rows * (d->k * d->esz / 16), d->sync.ctas);
+  /* the rows' 16-byte pieces, or their scales where more (k = 0: the
+   * scales alone) */
+  const int64_t pieces = d->rows * (d->k * d->esz / 16), scales = d->rows * d->s_cols;
+  const int blocks = blocks_for(pieces > scales ? pieces : scales, d->sync.ctas);
   tp_split_push_kernel<<<blocks, 256, 0, st>>>(*d);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;

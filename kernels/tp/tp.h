@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 #include "fused/fused.h"
+#include "gemm/gemm_engine.h"
 #include "proxy/proxy_dev.h"
 
 #ifdef __cplusplus
@@ -200,6 +201,11 @@ typedef struct mkx_tp_ag_pull_desc {
   void *c;
   int64_t ldc;
   int ctas;
+  /* fp8 ab_type (e4m3, e5m2; B K-major, k, every lda and ldb multiples of
+   * 16, bn 128): the engine's fp8 GEMM with these scales, A's indexed by
+   * the gathered row (records of every rank's rows, as the split path
+   * gathers them) */
+  mkx_gemm_scales sc;
 } mkx_tp_ag_pull_desc;
 int mkx_tp_ag_pull(const mkx_tp_ag_pull_desc *d, cudaStream_t st);
 

@@ -71,7 +71,8 @@ static const mkx_option_desc base_rows[] = {
      "node is on one GPU; yes: on any node; no: never. Only where every "
      "rank's operands can be mapped into its peers (else the usual path, "
      "logged at info); AllGather+GEMM also needs every rank's rows but the "
-     "last to be a multiple of 128.",
+     "last to be a multiple of 128. fp8 operands: AllGather+GEMM only, "
+     "and only with yes (auto keeps their split path).",
      1},
     {"fused_pad", MKX_OPT_BOOL, OPT(fused_pad), "yes", "yes|no",
      "yes: fused-path calls whose k, n, leading dimensions or pointer "

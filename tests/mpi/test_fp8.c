@@ -551,6 +551,9 @@ static int aligned16(const void *p) { return (uintptr_t)p % 16 == 0; }
  * and ldc of 8, A, B and C 16-byte aligned), and where the GPU paths run
  * at all on this communicator (fused_ok: a bf16 call took one). */
 static int fused_ok;
+/* The communicator has option tp_pull=yes (pull_matrix): a fused
+ * AllGather+GEMM reads the ranks' rows in place on one node. */
+static int pull_on;
 static int fusable(const tcase *tc, const callargs *a) {
   const int mine = tc->order == MKX_ROW_MAJOR && a->tb == MKX_TRANS &&
                    a->mk2 % 16 == 0 && a->lda % 16 == 0 && a->ldb % 16 == 0 &&
@@ -942,7 +945,9 @@ static void run_case(const tcase *tc, int second_run) {
              "%s: MKX_Comm_get_last_path", desc);
     const char *want = !in.fused   ? "staged"
                        : nodes > 1 ? "several nodes (hier_gemm=gpu)"
-                                   : "fused split";
+                       : pull_on && tc->op == OP_AG
+                           ? "fused, operands read in place"
+                           : "fused split";
     CHECK(name && !strcmp(name, want),
           "%s: device buffers take the %s path (took \"%s\")", desc, want,
           name ? name : "(null)");
@@ -1099,6 +1104,52 @@ static void fused_matrix(void) {
           run_case(&tc, c % 5 == 0);
         }
   if (mt.rank == 0) mt_diag("fused matrix: %d cases", runs);
+}
+
+/* mkx.h, option tp_pull=yes: a fused fp8 AllGather+GEMM whose ranks' rows
+ * are whole 128-row tiles (the last rank's may end anywhere) reads them
+ * in place; every layout, both types, every C type, A_out and a_out as
+ * run_case draws them, on a communicator of its own. */
+static void pull_matrix(void) {
+  static const MKX_Datatype dts[2] = {MKX_FP8_E4M3, MKX_FP8_E5M2};
+  static const MKX_Datatype cts[3] = {MKX_BF16, MKX_FP16, MKX_FP32};
+  static const int64_t ks[4] = {16, 272, 128, 1040}, ns[3] = {8, 136, 256};
+  MPI_Info info;
+  MPI_Info_create(&info);
+  MPI_Info_set(info, "mkx_path", "gpu");
+  MPI_Info_set(info, "mkx_tp_pull", "yes");
+  MKX_Comm own = comm, pc = NULL;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &pc);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (tp_pull=yes): %s",
+           rc ? last_error_copy() : "");
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  comm = pc, pull_on = 1;
+  int runs = 0;
+  for (int L = 0; L < 4; L++)
+    for (int d = 0; d < 2; d++, runs++) {
+      const int c = L * 2 + d;
+      tcase tc;
+      make_case(&tc, OP_AG, c, (MKX_Scale_layout)L, dts[d], cts[c % 3],
+                MKX_ROW_MAJOR, MKX_TRANS);
+      tc.tb_mix = 0;
+      tc.ld16 = 1;
+      tc.tag = 3600 + c;
+      mt_rng g;
+      mt_rng_init(&g, mt.seed, -1, tc.tag);
+      tc.pad_a = (int)mt_rng_int(&g, 0, 1);
+      tc.pad_c = (int)mt_rng_int(&g, 0, 1);
+      tc.k = ks[c % 4];
+      for (int q = 0; q < mt.size; q++) {
+        tc.rows[q] = q + 1 < mt.size ? 128 * mt_rng_int(&g, 1, 2)
+                                     : mt_rng_int(&g, 1, 200);
+        tc.nl[q] = ns[(c + q) % 3];
+      }
+      run_case(&tc, 0);
+    }
+  comm = own, pull_on = 0;
+  CHECK_RC(MKX_Comm_free(&pc), MKX_SUCCESS, "MKX_Comm_free (tp_pull=yes)");
+  if (mt.rank == 0) mt_diag("pull matrix: %d cases", runs);
 }
 
 #ifdef MKX_TEST_CUDA
@@ -1861,6 +1912,7 @@ int main(int argc, char **argv) {
      * path and others (the staged path) */
     probe_fused();
     fused_matrix();
+    pull_matrix();
 #ifdef MKX_TEST_CUDA
     capture_cases();
 #endif

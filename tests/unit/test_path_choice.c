@@ -104,7 +104,8 @@ static void one_kernel_bit(void) {
 }
 
 /* fp8 operands (mkx.h, the _scaled calls): the split path whatever M and
- * tp_overlap say, with the reason; the check takes row-major operands with
+ * tp_overlap say (AllGather+GEMM: in place with tp_pull=yes), with the
+ * reason; the check takes row-major operands with
  * B stored n x k and dimensions multiples of 16 and turns the others away
  * saying why (so they stay staged); no adapter, no one-kernel bit. */
 static void fp8_paths(void) {
@@ -150,6 +151,25 @@ static void fp8_paths(void) {
       CHECK(ch.ops->start ==
                 (op == 0 ? mkx_ag_gemm_gpu_start : mkx_rs_ar_gpu_start),
             "fp8 op %d: the call's own start", op);
+    /* option tp_pull=yes: AllGather+GEMM reads the rows in place where
+     * every rank's rows are whole tiles, else (and the reductions) split */
+    int64_t whole[2] = {4096, 4096}, ragged[2] = {4000, 4192};
+    for (int w = 0; w < 2; w++) {
+      struct MKX_Comm_s cp = c;
+      cp.opt.tp_pull = MKX_PULL_YES;
+      mkx_agreed gp = g;
+      gp.local = w ? ragged : whole;
+      memset(&ch, 0, sizeof ch);
+      const int r = fn[op](&cp, args, &gp, &ch);
+      const mkx_path want =
+          op == 0 && !w ? MKX_PATH_TP_PULL : MKX_PATH_TP_SPLIT;
+      CHECK(r == MKX_SUCCESS && ch.ops && ch.ops->path == want &&
+                strstr(ch.why, "tp_pull=yes") != NULL,
+            "fp8 op %d, tp_pull=yes, %s rows: %s path (want %s; \"%s\")", op,
+            w ? "ragged" : "whole-tile",
+            ch.ops ? mkx_path_name(ch.ops->path) : "no", mkx_path_name(want),
+            ch.why);
+    }
     /* what stays staged, and why */
     static const struct {
       const char *what, *because;

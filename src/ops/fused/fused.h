@@ -103,6 +103,9 @@ int mkx_fused_begin(MKX_Comm c, mkx_fused_ws *ws, const char *fn, MKX_Stream st,
 /* The same for the split path: no prologue (its kernels meet the peers). */
 int mkx_fused_begin_split(MKX_Comm c, mkx_fused_ws *ws, const char *fn,
                           MKX_Stream st);
+/* The same counting `path` (a path whose kernels meet the peers too). */
+int mkx_fused_begin_met(MKX_Comm c, mkx_fused_ws *ws, const char *fn,
+                        MKX_Stream st, mkx_path path);
 /* Split rather than overlap a call of M product rows (agreed values only,
  * so every rank decides alike; options shared_gpu, tp_overlap), and why. */
 int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len);

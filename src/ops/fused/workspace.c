@@ -662,12 +662,18 @@ int mkx_fused_begin(MKX_Comm c, mkx_fused_ws *ws, const char *fn, MKX_Stream st,
                              "prologue kernel");
 }
 
+int mkx_fused_begin_met(MKX_Comm c, mkx_fused_ws *ws, const char *fn,
+                        MKX_Stream st, mkx_path path) {
+  MKX_TRY(begin(c, ws, fn, st));
+  mkx_path_count(path);
+  mkx_log(MKX_LOG_DEBUG, "%s: %s path, its kernels meeting the peers", fn,
+          mkx_path_name(path));
+  return MKX_SUCCESS;
+}
+
 int mkx_fused_begin_split(MKX_Comm c, mkx_fused_ws *ws, const char *fn,
                           MKX_Stream st) {
-  MKX_TRY(begin(c, ws, fn, st));
-  mkx_path_count(MKX_PATH_TP_SPLIT);
-  mkx_log(MKX_LOG_DEBUG, "%s: fused single-node path (split)", fn);
-  return MKX_SUCCESS;
+  return mkx_fused_begin_met(c, ws, fn, st, MKX_PATH_TP_SPLIT);
 }
 
 void mkx_tp_ag_rows_of(MKX_Comm c, const struct mkx_agreed *g,

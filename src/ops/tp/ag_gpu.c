@@ -160,6 +160,10 @@ static int pull_maps(MKX_Comm c, const mkx_ag_gemm_args *a, ag_plan *p) {
 
 static mkx_fused_need need_of(MKX_Comm c, const mkx_ag_gemm_args *a,
                               const ag_plan *p) {
+  if (p->pull && p->fp8) /* only the rows' scale records move */
+    return (mkx_fused_need){
+        0, (int64_t)c->size * p->r.tiles_m,
+        p->s_off + sizeof(float) * (size_t)p->r.M * (size_t)p->s_cols + 256, 1};
   if (p->pull) return (mkx_fused_need){1, 0, 0, 0};
   if (p->fp8)
     return (mkx_fused_need){
@@ -213,8 +217,13 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
   p->pull = path == MKX_PATH_TP_PULL;
   p->fp8 = mkx_is_fp8(a->dtype);
   p->s_cols = mkx_scales_row_floats(a->sc.layout, a->k);
-  p->s_off = p->sk_off; /* after the gathered A */
+  /* after the gathered A; reading A in place, nothing before them */
+  p->s_off = p->pull && p->fp8 ? 0 : p->sk_off;
   int rc = p->pull ? pull_maps(c, a, p) : MKX_SUCCESS;
+  if (p->fp8 && !p->pull && path == MKX_PATH_TP_PULL) {
+    p->split = 1; /* fp8 has no overlapped form: the rows move instead */
+    p->s_off = p->sk_off;
+  }
   if (rc == MKX_SUCCESS && p->fp8)
     rc = mkx_tp_fp8_host_make(&p->host, MKX_TP_OP_AG, a, FN);
   mkx_fused_need need = need_of(c, a, p);
@@ -370,7 +379,7 @@ static void push_desc(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
   d.a = a->A;
   d.lda = a->m_local > 0 ? a->lda : a->k; /* a rank with no rows: any lda */
   d.rows = a->m_local;
-  d.k = a->k;
+  d.k = p->pull ? 0 : a->k; /* pull: only the rows' scales move */
   d.esz = (int)p->es;
   d.row0 = p->r.row0;
   for (int lq = 0; lq < c->place.local_size; lq++) {
@@ -485,8 +494,9 @@ static int scales_out(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
 }
 
 /* Pull: the GEMM loads every rank's rows from its own A, A_out takes them
- * from there too, then the ranks meet: after it no rank reads a peer's A
- * (it may change). */
+ * from there too (fp8: a_out the gathered scale records), then the ranks
+ * meet: after it no rank reads a peer's A (it may change) nor its own
+ * records (a peer's next push may write them). */
 static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                     cudaStream_t st) {
   mkx_tp_ag_pull_desc d;
@@ -517,13 +527,38 @@ static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
                  MKX_GEMM_TILE_128x256
              ? 256
              : 128;
+  if (p->fp8) { /* 128 x 128 tiles; A's scales as gathered records */
+    d.bn = 128;
+    d.sc = mkx_tp_fp8_gathered_scales(
+        &a->sc, a->k,
+        (const float *)(mkx_fused_ws_data(p->ws, c->place.local_rank) +
+                        p->s_off));
+  }
   MKX_TRY(mkx_fused_launch_rc(mkx_tp_ag_pull(&d, st), FN,
                               "GEMM on the ranks' own A"));
   for (int q = 0; a->A_out && q < c->size; q++)
     MKX_TRY(mkx_cuda_rc(out_rows(p, a, d.bnd[q], d.bnd[q + 1], d.a[q],
                                  (size_t)d.lda[q] * p->es, st),
                         FN, "copy to A_out"));
+  /* mkx.h: a_out is written with A_out only */
+  if (p->fp8 && a->A_out && a->sc.a_out && p->s_cols)
+    MKX_TRY(scales_out(c, p, a, st));
   return mkx_tp_pull_end(c, p->ws, FN, st);
+}
+
+/* fp8 read in place: every rank's rows' scale records into every rank's
+ * workspace and a meeting (the split path's push without the rows: every
+ * rank's A is ready then), the fp8 GEMM on the ranks' own A, the meeting
+ * after it. */
+static int fp8_pull_start(MKX_Comm c, const ag_plan *p,
+                          const mkx_ag_gemm_args *a, cudaStream_t st) {
+  MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, FN, st));
+  MKX_TRY(mkx_fused_begin_met(c, p->ws, FN, (MKX_Stream)st, MKX_PATH_TP_PULL));
+  const mkx_symm_buf *maps[] = {&p->areg};
+  MKX_TRY(mkx_tp_pin_if_captured(c, st, FN, maps, 1));
+  MKX_TRY(push_split(c, p, a, 1, st));
+  MKX_TRY(pull_run(c, p, a, st));
+  return mkx_fused_end(p->ws, (MKX_Stream)st);
 }
 
 int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
@@ -541,6 +576,7 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
       MKX_TRY(scales_out(c, p, a, st));
     return mkx_fused_end(p->ws, stream);
   }
+  if (p->pull && p->fp8) return fp8_pull_start(c, p, a, st);
   if (p->pull) {
     MKX_TRY(mkx_fused_begin(c, p->ws, FN, stream, 1, MKX_PATH_TP_PULL));
     /* a graph may replay the loads from the peers' A long after this */

@@ -20,7 +20,8 @@
  *                        starts count as split too); instead of overlap,
  *                        pull where option tp_pull says so
  *                        (mkx_tp_wants_pull; AllGather+GEMM also needs
- *                        whole tiles per rank); fp8 operands split
+ *                        whole tiles per rank); fp8 operands split (an
+ *                        AllGather+GEMM pull with option tp_pull=yes)
  * A path's plan may still fall back within its family, and says so at
  * info: the overlapped GEMM+AllReduce takes the split path where C cannot
  * be mapped into the peers, and the pull plan runs as overlap where some
@@ -138,12 +139,27 @@ int mkx_tp_split_why(MKX_Comm c, int64_t M, char *why, size_t len) {
 }
 
 /* fp8 operands (agreed dtype) take the split path: the overlapped
- * kernels are 16-bit code. */
-static int fp8_split(int op, const void *args, mkx_path_choice *out) {
+ * kernels are 16-bit code; AllGather+GEMM reads the rows in place with
+ * option tp_pull=yes only (auto keeps the split path for fp8). */
+static int fp8_path(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
+                    mkx_path_choice *out) {
   if (!mkx_is_fp8(mkx_tp_dtype_of(op, args))) return 0;
+  if (op == MKX_TP_OP_AG && c->opt.tp_pull == MKX_PULL_YES &&
+      mkx_ag_gemm_pull_fits(c, g)) {
+    out->ops = &ag_pull;
+    snprintf(out->why, sizeof out->why,
+             "fp8 operands: the rows' scales, then the fp8 GEMM on the "
+             "ranks' own A (option tp_pull=yes)");
+    return 1;
+  }
   out->ops = op == MKX_TP_OP_AG ? &ag_split : &red_split;
   snprintf(out->why, sizeof out->why,
-           "fp8 operands: the copy, then the fp8 GEMM");
+           "fp8 operands: the copy, then the fp8 GEMM%s",
+           c->opt.tp_pull == MKX_PULL_YES
+               ? (op == MKX_TP_OP_AG ? " (tp_pull=yes: some rank has no "
+                                       "rows or ends inside a 128-row tile)"
+                                     : " (tp_pull=yes: AllGather+GEMM only)")
+               : "");
   return 1;
 }
 
@@ -152,7 +168,7 @@ void mkx_tp_choose_fused(MKX_Comm c, int op, const void *args,
   const int64_t M =
       op == MKX_TP_OP_AG ? g->total : ((const mkx_rs_ar_args *)args)->M;
   out->op = op;
-  if (fp8_split(op, args, out)) return;
+  if (fp8_path(c, op, args, g, out)) return;
   const int split = mkx_tp_split_why(c, M, out->why, sizeof out->why);
   if (!split && mkx_tp_wants_pull(c) &&
       (op != MKX_TP_OP_AG || mkx_ag_gemm_pull_fits(c, g))) {
