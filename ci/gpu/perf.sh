@@ -38,10 +38,11 @@ elif [ "$ngpu" = 1 ]; then
     ${MKX_GPU_CHECK_VERSUS:+--versus "$MKX_GPU_CHECK_VERSUS"} \
     --out "$out/tp-shared-results.md" >"$out/perf-tp.txt" 2>&1 ||
     { fail "mkx_perf tp --one-rank: rc=$? (bound $bound s)"; mps_stop; mps_start; }
-  # fp8 (the _scaled calls, per-tensor scales) against the same on 1 rank
-  # and every rank's cuBLASLt fp8 GEMM at once
+  # fp8 (the _scaled calls, per-tensor scales) against the same on 1 rank,
+  # every rank's cuBLASLt fp8 GEMM at once, and AllGather+GEMM reading the
+  # rows in place (tp_pull=yes)
   timeout -k 5 "$bound" mpirun --oversubscribe -np 2 ./mkx_perf tp \
-    --dtype fp8 --one-rank --reps 10 \
+    --dtype fp8 --one-rank --reps 10 --versus tp_pull=yes \
     --out "$out/tp-shared-results.md" >"$out/perf-tp-fp8.txt" 2>&1 ||
     { fail "mkx_perf tp --dtype fp8 --one-rank: rc=$? (bound $bound s)"
       mps_stop; mps_start; }
