@@ -19,6 +19,7 @@
 tune_load() {
   local i=0
   while sleep 1; do
+    # shellcheck disable=SC2009 # the threads' states, not a process by name
     echo "$(date +%T) $(cut -d' ' -f1-4 /proc/loadavg) runnable=$(ps -eLo stat= | grep -c '^R')"
     if [ $((i++ % 60)) = 5 ]; then
       ps -eLo pcpu=,comm= --sort=-pcpu | head -24 | sed 's/^/  /'
