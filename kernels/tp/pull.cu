@@ -193,26 +193,34 @@ int launch_rs(const mkx_tp_pull_desc *d, cudaStream_t s) {
                                                           p.kb0[d->size] * kBK, d->ctas, s);
 }
 
+/* AG: this rank's B, every source's rows of A, C, and the row gate's
+ * tile rows of each source. */
+int ag_maps(const mkx_tp_ag_pull_desc *d, int bn, bool bkm, SourceMaps &maps, CUtensorMap &tmC, PeerMaps &peers,
+            PullParams &p) {
+  memset(&maps, 0, sizeof maps);
+  memset(&peers, 0, sizeof peers);
+  memset(&p, 0, sizeof p);
+  int rc = make_ab(nullptr, &maps.b[0], nullptr, 0, d->b, d->ldb, d->m, d->n, d->k, d->ab_type, bn, bkm);
+  for (int q = 0; !rc && q < d->size; ++q) {
+    const int64_t rows = d->bnd[q + 1] - d->bnd[q];
+    p.tm0[q + 1] = (int)cdiv(d->bnd[q + 1], kBM);
+    if (rows > 0)
+      rc = make_ab(&maps.a[q], nullptr, d->a[q], d->lda[q], nullptr, 0, rows, d->n, d->k, d->ab_type, bn, bkm);
+  }
+  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  p.size = d->size;
+  p.c_type = d->c_type;
+  return rc;
+}
+
 template <int BN, int STAGES, bool BKM, bool F16>
 int launch_ag(const mkx_tp_ag_pull_desc *d, cudaStream_t s) {
   SourceMaps maps;
   CUtensorMap tmC;
   PeerMaps peers;
-  memset(&maps, 0, sizeof maps);
-  memset(&peers, 0, sizeof peers);
   PullParams p;
-  memset(&p, 0, sizeof p);
-  int rc = make_ab(nullptr, &maps.b[0], nullptr, 0, d->b, d->ldb, d->m, d->n, d->k, d->ab_type, BN, BKM);
-  for (int q = 0; !rc && q < d->size; ++q) {
-    const int64_t rows = d->bnd[q + 1] - d->bnd[q];
-    p.tm0[q + 1] = (int)cdiv(d->bnd[q + 1], kBM);
-    if (rows > 0)
-      rc = make_ab(&maps.a[q], nullptr, d->a[q], d->lda[q], nullptr, 0, rows, d->n, d->k, d->ab_type, BN, BKM);
-  }
-  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  const int rc = ag_maps(d, BN, BKM, maps, tmC, peers, p);
   if (rc) return rc;
-  p.size = d->size;
-  p.c_type = d->c_type;
   return launch_kernel<RowSourceGate, BN, STAGES, BKM, F16>(maps, tmC, peers, p, (int)d->m, (int)d->n, (int)d->k,
                                                             d->ctas, s);
 }
@@ -224,20 +232,9 @@ int launch_ag_fp8(const mkx_tp_ag_pull_desc *d, cudaStream_t s) {
   SourceMaps maps;
   CUtensorMap tmC;
   PeerMaps peers;
-  memset(&maps, 0, sizeof maps);
-  memset(&peers, 0, sizeof peers);
   PullParams p;
-  memset(&p, 0, sizeof p);
-  int rc = make_tmap(&maps.b[0], d->b, d->ab_type, d->k, d->n, d->ldb, Cfg::BN);
-  for (int q = 0; !rc && q < d->size; ++q) {
-    const int64_t rows = d->bnd[q + 1] - d->bnd[q];
-    p.tm0[q + 1] = (int)cdiv(d->bnd[q + 1], kBM);
-    if (rows > 0) rc = make_tmap(&maps.a[q], d->a[q], d->ab_type, d->k, rows, d->lda[q], kBM);
-  }
-  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  int rc = ag_maps(d, Cfg::BN, true, maps, tmC, peers, p);
   if (rc) return rc;
-  p.size = d->size;
-  p.c_type = d->c_type;
   int sms = 0;
   rc = num_sms(&sms, d->ctas);
   if (rc) return rc;
