@@ -37,7 +37,7 @@
 #endif
 
 enum { MKX_TUNE_SEARCH = 0, MKX_TUNE_SETTLED = 1 };
-enum { MKX_TUNE_DRIFT_RUNS = 3 };
+enum { MKX_TUNE_DRIFT_RUNS = 6 };
 
 typedef struct mkx_tune_state {
   int32_t lo, hi; /* the range of x */
