@@ -46,10 +46,13 @@ typedef struct model {
   double work, bytes, fixed; /* time = max(work/(N-x), bytes/x) + fixed */
 } model;
 
-static double model_t(const model *m, int x) {
-  const double comp = m->work / (N - x), comm = m->bytes / x;
+/* The model on a rank of n CTAs. */
+static double rank_t(const model *m, int n, int x) {
+  const double comp = m->work / (n - x), comm = m->bytes / x;
   return (comp > comm ? comp : comm) + m->fixed;
 }
+
+static double model_t(const model *m, int x) { return rank_t(m, N, x); }
 
 /* The best time over [lo, hi], trying every x. */
 static double model_best(const model *m, int lo, int hi) {
@@ -204,12 +207,6 @@ static void ranges(void) {
         "range [10, 20] from 99 with a step of 64: every x inside, "
         "best %d (want 13)",
         s.best);
-}
-
-/* The model on a rank of n CTAs. */
-static double rank_t(const model *m, int n, int x) {
-  const double comp = m->work / (n - x), comm = m->bytes / x;
-  return (comp > comm ? comp : comm) + m->fixed;
 }
 
 static void rank_range(void) {
