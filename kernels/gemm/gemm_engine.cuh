@@ -554,31 +554,60 @@ __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool
   if (kb1 > kb0 && warp_leader) mbar_arrive(&sm.empty[prev]);
 }
 
-/* The fp8 main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma m64nBNk32 into `part`
- * (the block's own sum: Hopper's fp8 wgmma keeps fewer bits than fp32 in its accumulators, so
- * long K sums are promoted block by block), then the stage released and sc.promote adding part,
- * times the block's scales, into acc in fp32.  The block's result is needed before the next, so
- * no group stays in flight: the other consumer warpgroup's wgmma covers this one's promotion. */
+/* The fp8 main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma m64nBNk32 into a
+ * block sum of its own (Hopper's fp8 wgmma keeps fewer bits than fp32 in its accumulators, so
+ * long K sums are promoted block by block), which sc.promote adds, times the block's scales, into
+ * acc in fp32.  Two block sums alternate so that block kb + 1's wgmma runs while block kb is
+ * promoted: both consumer warpgroups read the same stage and would otherwise leave the tensor
+ * cores idle together for each promotion. */
 template <class Cfg, class Scales>
 __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, bool warp_leader, int kb0, int kb1,
                                              int &stage, uint32_t &phase, const TileCtx &ctx, const Scales &sc,
                                              float (&acc)[Cfg::ACC]) {
   const uint32_t a_base = smem_u32(sm.sA) + cw * (64 * 128);
   const uint32_t b_base = smem_u32(sm.sB);
-  float part[Cfg::ACC];
+  float part0[Cfg::ACC], part1[Cfg::ACC];
 #pragma unroll
-  for (int i = 0; i < Cfg::ACC; ++i) acc[i] = part[i] = 0.f;
-  for (int kb = kb0; kb < kb1; ++kb) {
+  for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.f;
+  int done = stage;  // the stage of the oldest block in flight
+  const auto issue = [&](float(&part)[Cfg::ACC]) {
     mma_stage<Cfg>(sm, a_base, b_base, stage, phase, false, part);
-    const typename Scales::Block f = sc.block(ctx, kb);  // its loads overlap the wgmma
-    wgmma_wait<0>();
-    pin_acc(part);
-    if (warp_leader) mbar_arrive(&sm.empty[stage]);
-    sc.promote(f, part, acc);
     if (++stage == Cfg::STAGES) {
       stage = 0;
       phase ^= 1;
     }
+  };
+  const auto promote = [&](int kb, float(&part)[Cfg::ACC]) {
+    const typename Scales::Block f = sc.block(ctx, kb);
+    if (warp_leader) mbar_arrive(&sm.empty[done]);
+    if (++done == Cfg::STAGES) done = 0;
+    sc.promote(f, part, acc);
+  };
+  if (kb0 >= kb1) return;
+  issue(part0);
+  int kb = kb0;
+  for (;;) {  // block kb in flight in part0
+    if (kb + 1 == kb1) {
+      wgmma_wait<0>();
+      pin_acc(part0);
+      promote(kb, part0);
+      return;
+    }
+    issue(part1);
+    wgmma_wait<1>();
+    pin_acc(part0);
+    promote(kb++, part0);
+    // block kb in flight in part1
+    if (kb + 1 == kb1) {
+      wgmma_wait<0>();
+      pin_acc(part1);
+      promote(kb, part1);
+      return;
+    }
+    issue(part0);
+    wgmma_wait<1>();
+    pin_acc(part1);
+    promote(kb++, part1);
   }
 }
 
