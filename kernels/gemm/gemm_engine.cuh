@@ -92,14 +92,17 @@ constexpr int kBarConsumerWG = 2;  // 2 + consumer warpgroup (2 and 3): 128-thre
 /* Operands of an fp8 engine (Config's FP8): 0 = none (bf16/fp16). */
 enum { kNotFp8 = 0, kE4M3 = 1, kE5M2 = 2 };
 
-template <int BN_, int STAGES_, bool B_KMAJOR_, bool FP16_, int FP8_ = kNotFp8>
+template <int BN_, int STAGES_, bool B_KMAJOR_, bool FP16_, int FP8_ = kNotFp8, int CLUSTER_ = 1>
 struct Config {
   static constexpr int BN = BN_;
   static constexpr int STAGES = STAGES_;
   static constexpr bool B_KMAJOR = B_KMAJOR_;  // B stored N x K (K contiguous) if true, K x N if false
   static constexpr bool FP16 = FP16_;          // operands fp16 (else bf16); unused with FP8
   static constexpr int FP8 = FP8_;             // kE4M3 / kE5M2: both operands of that fp8 type
-  static constexpr int ACC = BN / 2;           // fp32 accumulators per consumer thread
+  // CTAs of a cluster (1 or 2) that run tiles of the same B columns side by side, each loading
+  // half of B's slab into both (TMA multicast): B's bytes from L2 halved
+  static constexpr int CLUSTER = CLUSTER_;
+  static constexpr int ACC = BN / 2;  // fp32 accumulators per consumer thread
   // A K block is one 128-byte swizzle row of each operand: 64 16-bit or 128 fp8 elements, in
   // 4 wgmma K steps of 32 bytes (k16 for 16-bit types, k32 for fp8).
   static constexpr int BK = FP8 ? 128 : kBK;
@@ -119,6 +122,7 @@ struct Config {
   // fit the consumers' registers at BN = 128 only
   static_assert(!FP8 || (B_KMAJOR && BN == 128), "fp8: B K-major and BN 128");
   static_assert(SMEM_BYTES <= 232448, "too much shared memory");
+  static_assert(CLUSTER == 1 || (CLUSTER == 2 && B_KMAJOR), "clusters of 2 multicast K-major B");
 };
 
 /* ------------------------------------------------------------------------------------------ */
@@ -475,7 +479,10 @@ __device__ __forceinline__ void produce(const EngineSmem<Cfg> &sm, const CUtenso
       mbar_arrive_expect_tx(&sm.full[stage], Cfg::STAGE_BYTES);
       tma_load_2d(sm.sA + stage * Cfg::A_BYTES, ka, &sm.full[stage], kx, arow);
       uint8_t *b = sm.sB + stage * Cfg::B_BYTES;
-      if constexpr (Cfg::B_KMAJOR) {
+      if constexpr (Cfg::CLUSTER > 1) {
+        const uint32_t r = cluster_cta_rank();
+        tma_load_2d_multicast(b + r * (BN / 2) * 128, kbm, &sm.full[stage], kx, col0 + r * (BN / 2), 0x3);
+      } else if constexpr (Cfg::B_KMAJOR) {
         tma_load_2d(b, kbm, &sm.full[stage], kx, col0);
       } else {
 #pragma unroll
@@ -495,6 +502,14 @@ __device__ __forceinline__ void produce(const EngineSmem<Cfg> &sm, const CUtenso
       }
     }
   }
+}
+
+/* A consumer warp's release of a stage it has read: to this CTA's producer and, in a cluster, to
+ * the peer's, whose multicast writes the stage here too. */
+template <class Cfg>
+__device__ __forceinline__ void release_stage(const EngineSmem<Cfg> &sm, int stage) {
+  mbar_arrive(&sm.empty[stage]);
+  if constexpr (Cfg::CLUSTER > 1) mbar_arrive_cluster(&sm.empty[stage], cluster_cta_rank() ^ 1);
 }
 
 /* A consumer warpgroup's wgmma of one stage once it is full: 4 K steps into d (the first adds
@@ -541,7 +556,7 @@ __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool
     if (kb > kb0) {
       wgmma_wait<1>();
       pin_acc(acc);
-      if (warp_leader) mbar_arrive(&sm.empty[prev]);
+      if (warp_leader) release_stage(sm, prev);
     }
     prev = stage;
     if (++stage == Cfg::STAGES) {
@@ -551,7 +566,7 @@ __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool
   }
   wgmma_wait<0>();
   pin_acc(acc);
-  if (kb1 > kb0 && warp_leader) mbar_arrive(&sm.empty[prev]);
+  if (kb1 > kb0 && warp_leader) release_stage(sm, prev);
 }
 
 /* The fp8 main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma m64nBNk32 into a
@@ -579,7 +594,7 @@ __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, 
   };
   const auto promote = [&](int kb, float(&part)[Cfg::ACC]) {
     const typename Scales::Block f = sc.block(ctx, kb);
-    if (warp_leader) mbar_arrive(&sm.empty[done]);
+    if (warp_leader) release_stage(sm, done);
     if (++done == Cfg::STAGES) done = 0;
     sc.promote(f, part, acc);
   };
@@ -681,7 +696,10 @@ __device__ __forceinline__ void consume(const EngineSmem<Cfg> &sm, int wg, int M
  * (all of them).  smem_raw: dynamic shared memory of at least Cfg::SMEM_BYTES.  tmA: A as a
  * {K, M} tensor (inner K), box {Cfg::BK, 128}; tmB: {K, N} box {Cfg::BK, BN} when B_KMAJOR, else
  * {N, K} box {64, 64}; both 128B-swizzled (a box row of 128 bytes), element bf16/fp16, or fp8
- * with Cfg::FP8.  sc: the fp8 engine's scales (ignored otherwise). */
+ * with Cfg::FP8.  sc: the fp8 engine's scales (ignored otherwise).  Cfg::CLUSTER 2: the block is
+ * one of a cluster of 2 (cta_rank, num_ctas: the cluster's index and count), whose CTAs walk the
+ * same pieces of work, the order giving each its own tile rows of the same B columns; tmB's box
+ * is {Cfg::BK, BN / 2}, and a CTA with no rows of a piece still loads its half of B. */
 template <class Cfg, class TileOrder, class LoadGate, class Epilogue, class Scales>
 __device__ __forceinline__ void run_engine_scaled(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB,
                                                   int M, int N, int K, int cta_rank, int num_ctas,
@@ -694,7 +712,7 @@ __device__ __forceinline__ void run_engine_scaled(uint8_t *smem_raw, const CUten
   if (tid == 0) {
     for (int s = 0; s < Cfg::STAGES; ++s) {
       mbar_init(&sm.full[s], 1);
-      mbar_init(&sm.empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
+      mbar_init(&sm.empty[s], kConsumerWGs * 4 * Cfg::CLUSTER);  // one arrive per consumer warp of the cluster
     }
     for (int b = 0; b < 2 * kConsumerWGs; ++b) mbar_init(&sm.epi_bars[b], 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -702,7 +720,10 @@ __device__ __forceinline__ void run_engine_scaled(uint8_t *smem_raw, const CUten
     prefetch_tmap(tmA);
     prefetch_tmap(tmB);
   }
-  named_bar_sync(kBarInit, kThreads);
+  if constexpr (Cfg::CLUSTER > 1)
+    cluster_sync();  // the peer's barriers are ready for its multicasts and arrivals
+  else
+    named_bar_sync(kBarInit, kThreads);
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
     if (tid == 0) produce<Cfg>(sm, tmA, tmB, M, nk, cta_rank, num_ctas, order, gate);
@@ -710,6 +731,7 @@ __device__ __forceinline__ void run_engine_scaled(uint8_t *smem_raw, const CUten
     setmaxnreg_inc<kConsumerRegs>();
     consume<Cfg>(sm, wg, M, N, nk, cta_rank, num_ctas, order, epi, sc);
   }
+  if constexpr (Cfg::CLUSTER > 1) cluster_sync();  // no CTA leaves while its peer may still arrive here
 }
 
 template <class Cfg, class TileOrder, class LoadGate, class Epilogue>

@@ -41,8 +41,15 @@ enum mkx_gemm_dtype {
   MKX_GEMM_E5M2 = 6
 };
 
-/* tile_override values */
-enum mkx_gemm_tile { MKX_GEMM_TILE_AUTO = 0, MKX_GEMM_TILE_128x128 = 1, MKX_GEMM_TILE_128x256 = 2 };
+/* tile_override values; MKX_GEMM_TILE_128x128_PAIR (fp8 only): 128 x 128 tiles run by clusters
+ * of 2 CTAs on tile rows 2p and 2p + 1 of the same columns, each loading half of their B into
+ * both (TMA multicast) */
+enum mkx_gemm_tile {
+  MKX_GEMM_TILE_AUTO = 0,
+  MKX_GEMM_TILE_128x128 = 1,
+  MKX_GEMM_TILE_128x256 = 2,
+  MKX_GEMM_TILE_128x128_PAIR = 3
+};
 
 /* error codes besides cudaError_t values (which are >= 0) */
 #define MKX_GEMM_EINVAL (-1) /* bad arguments / unsupported problem (see mkx_gemm_supported) */
@@ -110,8 +117,14 @@ typedef struct {
  * ab_type fp8, b_kmajor 1, k, lda and ldb multiples of 16 (TMA rows of 16-byte multiples), a
  * valid layout with its arrays. */
 int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, const char **why);
-/* Enqueue the fp8 GEMM on s; returns as mkx_gemm_run.  tile_override is ignored (128 x 128). */
+/* Enqueue the fp8 GEMM on s; returns as mkx_gemm_run.  Tiles of 128 x 128; tile_override
+ * MKX_GEMM_TILE_128x128 runs them one CTA each, MKX_GEMM_TILE_128x128_PAIR in clusters of 2
+ * (needs num_ctas 0 or >= 2), MKX_GEMM_TILE_AUTO picks (mkx_gemm_fp8_pick_tile). */
 int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s);
+
+/* What mkx_gemm_run_fp8 runs for d with num_ctas CTAs (0: one per SM):
+ * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x128_PAIR. */
+int mkx_gemm_fp8_pick_tile(const mkx_gemm_desc *d, int num_ctas);
 
 /* The tile the heuristic (or the override) picks for d on a device with num_sms SMs:
  * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x256. */

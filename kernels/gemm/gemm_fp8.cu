@@ -19,50 +19,114 @@ namespace {
 constexpr int kStages = kFp8Stages;
 constexpr int kGroupM = 16;  // tile rows per L2 group, as the plain GEMM
 
-template <bool E5M2, typename OutT>
+/* The tile rows of a cluster of 2 CTAs: 2p and 2p + 1 of the same columns, pair rows p walked in
+ * the grouped order (a row past the last has no rows: its loads are zeros, its stores clipped). */
+struct PairTileOrder {
+  GroupedTileOrder pairs;
+  int rank;  // in the cluster
+  __device__ __forceinline__ int num_tiles() const { return pairs.num_tiles(); }
+  __device__ __forceinline__ void get(int idx, int &tm, int &tn) const {
+    pairs.get(idx, tm, tn);
+    tm = 2 * tm + rank;
+  }
+};
+
+template <bool E5M2, int CLUSTER>
+using Fp8Cfg = Config<128, kStages, true, false, E5M2 ? kE5M2 : kE4M3, CLUSTER>;
+
+/* units_m: tile rows (CLUSTER 1) or pairs of them (2) */
+template <bool E5M2, typename OutT, int CLUSTER>
 __global__ void __launch_bounds__(kThreads, 1)
     mkx_gemm_fp8_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmB,
-                        const __grid_constant__ CUtensorMap tmC, int M, int N, int K, int tiles_m, int tiles_n,
+                        const __grid_constant__ CUtensorMap tmC, int M, int N, int K, int units_m, int tiles_n,
                         int group_m, ScaleArgs sa) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
   extern __shared__ __align__(1024) uint8_t smem[];
-  typedef Config<128, kStages, true, false, E5M2 ? kE5M2 : kE4M3> Cfg;
-  GroupedTileOrder order{tiles_m, tiles_n, group_m};
+  typedef Fp8Cfg<E5M2, CLUSTER> Cfg;
+  const GroupedTileOrder grouped{units_m, tiles_n, group_m};
   NoLoadGate gate;
   StoreCTma<OutT> epi{&tmC};
   const Fp8Scales sc{sa, M, N};
-  run_engine_scaled<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi, sc);
+  if constexpr (CLUSTER > 1) {
+    const PairTileOrder order{grouped, (int)cluster_cta_rank()};
+    run_engine_scaled<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x / 2, (int)gridDim.x / 2, order, gate, epi, sc);
+  } else {
+    run_engine_scaled<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, grouped, gate, epi, sc);
+  }
 #endif
 }
 
-template <bool E5M2, typename OutT>
+/* Clusters of 2 that fit on the device at once (a grid of more would run in waves). */
+template <typename Kern>
+int max_pairs(Kern kern, int smem, int *pairs) {
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = 2;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(2);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = (size_t)smem;
+  cfg.attrs = at;
+  cfg.numAttrs = 1;
+  const cudaError_t e = cudaOccupancyMaxActiveClusters(pairs, kern, &cfg);
+  return e == cudaSuccess ? 0 : (int)e;
+}
+
+template <bool E5M2, typename OutT, int CLUSTER>
 int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
-  typedef Config<128, kStages, true, false, E5M2 ? kE5M2 : kE4M3> Cfg;
+  typedef Fp8Cfg<E5M2, CLUSTER> Cfg;
   CUtensorMap tmA, tmB, tmC;
   int rc = make_tmap(&tmA, d->a, d->ab_type, d->k, d->m, d->lda, kBM);
-  if (!rc) rc = make_tmap(&tmB, d->b, d->ab_type, d->k, d->n, d->ldb, Cfg::BN);
+  if (!rc) rc = make_tmap(&tmB, d->b, d->ab_type, d->k, d->n, d->ldb, Cfg::BN / CLUSTER);
   if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
   if (rc) return rc;
   const int tiles_m = (int)cdiv(d->m, kBM), tiles_n = (int)cdiv(d->n, Cfg::BN);
-  if (ctas > tiles_m * tiles_n) ctas = tiles_m * tiles_n;
-  auto kern = mkx_gemm_fp8_kernel<E5M2, OutT>;
-  rc = smem_attr_once<mkx_gemm_fp8_kernel<E5M2, OutT>>((int)Cfg::SMEM_BYTES);
+  const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, group_m = kGroupM / CLUSTER;
+  auto kern = mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>;
+  rc = smem_attr_once<mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  kern<<<ctas, kThreads, Cfg::SMEM_BYTES, s>>>(tmA, tmB, tmC, (int)d->m, (int)d->n, (int)d->k, tiles_m, tiles_n,
-                                               kGroupM < tiles_m ? kGroupM : tiles_m, sa);
-  const cudaError_t e = cudaGetLastError();
+  int units = ctas / CLUSTER;
+  if (units > units_m * tiles_n) units = units_m * tiles_n;
+  if (CLUSTER > 1) {
+    int fit = 0;
+    rc = max_pairs(kern, (int)Cfg::SMEM_BYTES, &fit);
+    if (rc) return rc;
+    if (fit > 0 && units > fit) units = fit;
+  }
+  cudaLaunchConfig_t cfg = {};
+  cudaLaunchAttribute at[1];
+  at[0].id = cudaLaunchAttributeClusterDimension;
+  at[0].val.clusterDim.x = CLUSTER;
+  at[0].val.clusterDim.y = 1;
+  at[0].val.clusterDim.z = 1;
+  cfg.gridDim = dim3(units * CLUSTER);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
+  cfg.stream = s;
+  cfg.attrs = at;
+  cfg.numAttrs = CLUSTER > 1 ? 1 : 0;
+  const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, tmA, tmB, tmC, (int)d->m, (int)d->n, (int)d->k, units_m, tiles_n,
+                                           group_m < units_m ? group_m : units_m, sa);
   return e == cudaSuccess ? 0 : (int)e;
+}
+
+template <bool E5M2, typename OutT>
+int launch_t(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
+  return mkx_gemm_fp8_pick_tile(d, ctas) == MKX_GEMM_TILE_128x128_PAIR ? launch<E5M2, OutT, 2>(d, sa, ctas, s)
+                                                                       : launch<E5M2, OutT, 1>(d, sa, ctas, s);
 }
 
 template <bool E5M2>
 int launch_c(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
   switch (d->c_type) {
     case MKX_GEMM_BF16:
-      return launch<E5M2, __nv_bfloat16>(d, sa, ctas, s);
+      return launch_t<E5M2, __nv_bfloat16>(d, sa, ctas, s);
     case MKX_GEMM_FP16:
-      return launch<E5M2, __half>(d, sa, ctas, s);
+      return launch_t<E5M2, __half>(d, sa, ctas, s);
     case MKX_GEMM_FP32:
-      return launch<E5M2, float>(d, sa, ctas, s);
+      return launch_t<E5M2, float>(d, sa, ctas, s);
   }
   return MKX_GEMM_EINVAL;
 }
@@ -91,8 +155,14 @@ extern "C" int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_sca
     /* the plain GEMM's rules for the rest, then what fp8 adds */
     mkx_gemm_desc t = *d;
     t.ab_type = MKX_GEMM_BF16;
+    t.tile_override = MKX_GEMM_TILE_AUTO;
     if (!mkx_gemm_supported(&t, &w))
       ;
+    else if (d->tile_override != MKX_GEMM_TILE_AUTO && d->tile_override != MKX_GEMM_TILE_128x128 &&
+             d->tile_override != MKX_GEMM_TILE_128x128_PAIR)
+      w = "fp8: bad tile_override";
+    else if (d->tile_override == MKX_GEMM_TILE_128x128_PAIR && d->num_ctas == 1)
+      w = "fp8: clusters of 2 need 2 CTAs";
     else if (!d->b_kmajor)
       w = "fp8: B must be stored n x k (K contiguous)";
     else if (d->k % 16 || d->lda % 16 || d->ldb % 16)
@@ -102,6 +172,13 @@ extern "C" int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_sca
   }
   if (why) *why = w ? w : "ok";
   return w ? 0 : 1;
+}
+
+/* Pairs where both CTAs of most clusters have rows: from two tile rows. */
+extern "C" int mkx_gemm_fp8_pick_tile(const mkx_gemm_desc *d, int num_ctas) {
+  if (d->tile_override == MKX_GEMM_TILE_128x128 || num_ctas == 1) return MKX_GEMM_TILE_128x128;
+  if (d->tile_override == MKX_GEMM_TILE_128x128_PAIR) return MKX_GEMM_TILE_128x128_PAIR;
+  return cdiv(d->m, kBM) >= 2 ? MKX_GEMM_TILE_128x128_PAIR : MKX_GEMM_TILE_128x128;
 }
 
 extern "C" int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s) {

@@ -40,9 +40,16 @@ typedef struct {
   int64_t m, n, k,
       pad; /* pad: extra elements per row of A, B and C (multiples of 16) */
   int ab, ct, layout, exact;
-  int b_kb_fast; /* BLOCK: B's scales stored [nb][kb] (1) or [kb][nb] (0);
+  int b_kb_fast;  /* BLOCK: B's scales stored [nb][kb] (1) or [kb][nb] (0);
                     ROW: one per column (1) or one for all (0, stride 0) */
+  int tile, ctas; /* tile_override, num_ctas */
 } fcase;
+
+static const char *tile_name(int t) {
+  return t == MKX_GEMM_TILE_128x128        ? "one CTA a tile"
+         : t == MKX_GEMM_TILE_128x128_PAIR ? "clusters of 2"
+                                           : "tiles picked";
+}
 
 static const char *tname(int t) {
   return t == MKX_GEMM_E4M3   ? "e4m3"
@@ -193,13 +200,15 @@ static void compare(const fcase *c, const inputs *in, int64_t lda, int64_t ldb,
 static void run_case(const fcase *c) {
   const int64_t lda = c->k + c->pad, ldb = c->k + c->pad, ldc = c->n + c->pad;
   snprintf(g_case, sizeof g_case,
-           "m=%lld n=%lld k=%lld %s -> %s, scales %s%s, %s, pad %lld",
+           "m=%lld n=%lld k=%lld %s -> %s, scales %s%s, %s, pad %lld, %s, "
+           "%d CTAs",
            (long long)c->m, (long long)c->n, (long long)c->k, tname(c->ab),
            tname(c->ct), lname(c->layout),
            c->layout == MKX_GEMM_SCALE_BLOCK
                ? (c->b_kb_fast ? " (b [nb][kb])" : " (b [kb][nb])")
                : "",
-           c->exact ? "exact" : "random", (long long)c->pad);
+           c->exact ? "exact" : "random", (long long)c->pad, tile_name(c->tile),
+           c->ctas);
   inputs in;
   make_inputs(c, lda, ldb, &in);
   const int esz = c->ct == MKX_GEMM_FP32 ? 4 : 2;
@@ -222,7 +231,9 @@ static void run_case(const fcase *c) {
                            .c = dC + kGuard,
                            .ldc = ldc,
                            .ab_type = c->ab,
-                           .c_type = c->ct};
+                           .c_type = c->ct,
+                           .num_ctas = c->ctas,
+                           .tile_override = c->tile};
   mkx_gemm_scales s = in.s;
   if (c->layout != MKX_GEMM_SCALE_NONE) s.a = dsa, s.b = dsb;
   const char *why = NULL;
@@ -278,12 +289,16 @@ static void refusals(void) {
            {"a NULL scale array", good, &row},
            {"layout 7", good, &bad_layout},
            {"NULL scales", good, NULL},
-           {"a negative row stride", good, &row_neg}};
+           {"a negative row stride", good, &row_neg},
+           {"tiles of 128 x 256", good, &none},
+           {"clusters of 2 on one CTA", good, &none}};
   r[0].d.ab_type = MKX_GEMM_BF16;
   r[1].d.b_kmajor = 0;
   r[2].d.k = 24, r[2].d.lda = 32, r[2].d.ldb = 32;
   r[3].d.lda = 24;
   r[4].d.c_type = MKX_GEMM_E4M3;
+  r[9].d.tile_override = MKX_GEMM_TILE_128x256;
+  r[10].d.tile_override = MKX_GEMM_TILE_128x128_PAIR, r[10].d.num_ctas = 1;
   const char *why = NULL;
   CHECK(mkx_gemm_fp8_supported(&good, &none, &why),
         "the good arguments are supported (%s)", why);
@@ -315,7 +330,12 @@ int main(int argc, char **argv) {
   refusals();
   const int abs[2] = {MKX_GEMM_E4M3, MKX_GEMM_E5M2};
   const int cts[3] = {MKX_GEMM_BF16, MKX_GEMM_FP16, MKX_GEMM_FP32};
-  /* shapes: a full tile, partial tiles and a last K block of 16, several tiles and blocks */
+  /* shapes: a full tile, partial tiles and a last K block of 16, several tiles and blocks
+   * (3 tile rows: a cluster of 2 with a CTA past the last); each case on the tiles picked, one
+   * CTA a tile or clusters of 2, on every SM or on 2 or 3 CTAs that walk many tiles */
+  const int tiles[3] = {MKX_GEMM_TILE_AUTO, MKX_GEMM_TILE_128x128,
+                        MKX_GEMM_TILE_128x128_PAIR};
+  const int ctas[3] = {0, 2, 3};
   const int64_t shapes[4][3] = {
       {128, 128, 128}, {1, 8, 16}, {200, 136, 272}, {300, 264, 1040}};
   int i = 0;
@@ -324,18 +344,47 @@ int main(int argc, char **argv) {
       for (int l = MKX_GEMM_SCALE_NONE; l <= MKX_GEMM_SCALE_BLOCK; l++)
         for (int e = 0; e < 2; e++, i++) {
           const int64_t *sh = shapes[i % 4];
-          const fcase c = {sh[0],  sh[1],   sh[2], (i % 3 == 0) ? 16 : 0,
-                           abs[a], cts[ct], l,     !e,
-                           i % 2};
+          const fcase c = {sh[0],
+                           sh[1],
+                           sh[2],
+                           (i % 3 == 0) ? 16 : 0,
+                           abs[a],
+                           cts[ct],
+                           l,
+                           !e,
+                           i % 2,
+                           tiles[i % 3],
+                           ctas[(i / 3) % 3]};
           run_case(&c);
         }
-  /* long K: 32 blocks promoted; both orders of B's block scales */
+  /* long K: 32 blocks promoted; both orders of B's block scales, one CTA a
+   * tile and clusters of 2 */
   for (int b = 0; b < 2; b++) {
-    const fcase c = {
-        256, 256, 4096, 0, MKX_GEMM_E4M3, MKX_GEMM_FP32, MKX_GEMM_SCALE_BLOCK,
-        0,   b};
+    const fcase c = {256,
+                     256,
+                     4096,
+                     0,
+                     MKX_GEMM_E4M3,
+                     MKX_GEMM_FP32,
+                     MKX_GEMM_SCALE_BLOCK,
+                     0,
+                     b,
+                     tiles[1 + b]};
     run_case(&c);
   }
+  /* many tiles per cluster, 9 tile rows (the last pair's second past the end) */
+  const fcase many = {1100,
+                      1024,
+                      512,
+                      0,
+                      MKX_GEMM_E4M3,
+                      MKX_GEMM_BF16,
+                      MKX_GEMM_SCALE_ROW,
+                      0,
+                      1,
+                      MKX_GEMM_TILE_128x128_PAIR,
+                      6};
+  run_case(&many);
   const fcase exact_long = {
       128, 256, 1024, 16, MKX_GEMM_E5M2, MKX_GEMM_FP32, MKX_GEMM_SCALE_BLOCK,
       1,   1};

@@ -1,14 +1,15 @@
 /*
  * mkx_perf: MKX benchmark tool.  Subcommands are listed in a table {name, fn, help}.
  *
- *   mkx_perf gemm [--out FILE] [--reps N] [--warmup N] [--layout k|n] [--tile 0|1|2]
+ *   mkx_perf gemm [--out FILE] [--reps N] [--warmup N] [--layout k|n] [--tile 0|1|2|3]
  *                 [--ctas N] [--prewarm-ms MS] [--cool-ms MS] [--shape MxNxK]...
  *                 [--dtype bf16|fp8]
  *     Environment MKX_GEMM_EPI=direct selects the engine's direct-store epilogue.
  *     Times the MKX Hopper GEMM engine and cuBLAS (bf16 in, bf16 out, fp32 compute) in the same
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
  *     the ratio.  --dtype fp8: e4m3 operands with per-tensor scales (B K-major), the engine's
- *     fp8 GEMM against cuBLASLt's (tests/perf/perf_lt.c).  --out appends the table as markdown
+ *     fp8 GEMM against cuBLASLt's (tests/perf/perf_lt.c); --tile 1 runs its tiles one CTA each,
+ *     3 in clusters of 2 (gemm_engine.h).  --out appends the table as markdown
  *     (date UTC, GPU name).
  *
  *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
@@ -62,6 +63,12 @@
 typedef struct {
   int64_t m, n, k;
 } shape_t;
+
+static const char *tile_name(int t) {
+  return t == MKX_GEMM_TILE_128x256        ? "128x256"
+         : t == MKX_GEMM_TILE_128x128_PAIR ? "2x128x128"
+                                           : "128x128";
+}
 
 static int cmd_gemm(int argc, char **argv) {
   const char *out = NULL;
@@ -215,7 +222,7 @@ static int cmd_gemm(int argc, char **argv) {
       fprintf(stderr, "unsupported: %s\n", why);
       return 1;
     }
-    res_tile[si] = fp8 ? MKX_GEMM_TILE_128x128
+    res_tile[si] = fp8 ? mkx_gemm_fp8_pick_tile(&d, ctas)
                        : mkx_gemm_pick_tile(
                              &d, ctas > 0 ? ctas : prop.multiProcessorCount);
     perf_lt *lt = NULL;
@@ -307,8 +314,7 @@ static int cmd_gemm(int argc, char **argv) {
     res_b[si] = flop / (perf_median(tb, reps) * 1e-3) / 1e12;
     printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %8s\n", (long long)m,
            (long long)n, (long long)k, res_m[si], res_b[si],
-           res_m[si] / res_b[si],
-           res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
+           res_m[si] / res_b[si], tile_name(res_tile[si]));
     fflush(stdout);
   }
   if (out) {
@@ -341,8 +347,7 @@ static int cmd_gemm(int argc, char **argv) {
       fprintf(f, "| %lld | %lld | %lld | %.1f | %.1f | %.3f | %s |\n",
               (long long)shapes[si].m, (long long)shapes[si].n,
               (long long)shapes[si].k, res_m[si], res_b[si],
-              res_m[si] / res_b[si],
-              res_tile[si] == MKX_GEMM_TILE_128x256 ? "128x256" : "128x128");
+              res_m[si] / res_b[si], tile_name(res_tile[si]));
     fclose(f);
   }
   for (int i = 0; i < 4 * reps; ++i) CK(cudaEventDestroy(ev[i]));
@@ -380,7 +385,7 @@ static const subcommand kCommands[] = {
     {"gemm", cmd_gemm,
      "time the Hopper GEMM engine against cuBLAS (bf16): [--out FILE] [--reps "
      "N] [--warmup N] "
-     "[--layout k|n] [--tile 0|1|2] [--ctas N] [--prewarm-ms MS] [--cool-ms "
+     "[--layout k|n] [--tile 0|1|2|3] [--ctas N] [--prewarm-ms MS] [--cool-ms "
      "MS] [--shape MxNxK]..."},
     {"tp", mkx_perf_tp,
      "fused tensor-parallel calls vs cuBLAS + NCCL (under mpirun): [--op "
