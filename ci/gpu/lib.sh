@@ -102,6 +102,16 @@ unbound() {
 }
 # rail BOUND NP PROG ARGS...: the same over the capped rail
 rail() { capped unbound "$@"; }
+# pinned BOUND NP PE PROG ARGS...: PROG on NP ranks of PE cores each (its
+# network threads beside its main thread, none moved between cores), bounded
+# at BOUND s; PE 0: unbound
+pinned() {
+  local bound=$1 np=$2 pe=$3
+  shift 3
+  [ "$pe" -gt 0 ] || { unbound "$bound" "$np" "$@"; return; }
+  timeout -k 5 "$bound" mpirun --map-by "slot:PE=$pe" --bind-to core --report-bindings \
+    -np "$np" "$@"
+}
 
 # ---- tools built straight with nvcc and mpicc (no configure: quick) ---------
 # attn_tool DIR NAME LOG [FLAG...]: the attention engine and

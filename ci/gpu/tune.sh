@@ -10,7 +10,9 @@
 # arguments of mkx_perf tune beyond these (default --alone: one
 # communicator at a time, in passes forth and back; e.g. --grouped,
 # --passes N, --shape MxNxK).
-# tune-load.txt (logs.tgz): the host's load each second meanwhile.
+# tune-load.txt (logs.tgz): the host's load each second meanwhile.  Each rank
+# on 3 cores of its own (MKX_GPU_CHECK_TUNE_PE; 0: unbound): its proxy and
+# shm threads are never moved, nor share a core with another rank's.
 # shellcheck shell=bash
 
 [ "$ngpu" = 1 ] && [ -x ./mkx_perf ] || return 0
@@ -31,12 +33,15 @@ if mps_start; then
   tune_load >"$logs/tune-load.txt" 2>&1 &
   load_pid=$!
   for job in first cached; do
+    plot=()
+    [ "$job" = first ] && plot=(--plot "$logs/tune-sweep.svg")
     # shellcheck disable=SC2086 # the extra arguments are words
-    rail "${MKX_GPU_CHECK_PERF_BOUND:-300}" 4 ./mkx_perf tune --vnode 2 \
+    capped pinned "${MKX_GPU_CHECK_PERF_BOUND:-300}" 4 "${MKX_GPU_CHECK_TUNE_PE:-3}" \
+      ./mkx_perf tune --vnode 2 \
       --net shm --hier proxy --ctas "${MKX_GPU_CHECK_TUNE_CTAS:-1,2,4,8,16}" \
       --cache "$logs/tune-cache.txt" --out "$logs/tune-results.md" \
       ${MKX_GPU_CHECK_TUNE_ARGS---alone} \
-      $([ "$job" = first ] && echo --plot "$logs/tune-sweep.svg") \
+      "${plot[@]}" \
       >>"$out/perf-tune.txt" 2>&1 ||
       fail "mkx_perf tune ($job job): rc=$?"
   done
