@@ -9,7 +9,7 @@ import sys
 SHAPES_SS = (64, 128, 176, 192, 256)  # GEMM tiles; S = Q K^T: keys per block
 SHAPES_RS = (64, 128)                 # O += P V: N = head dim
 SHAPES_MN = tuple(range(8, 129, 8))   # swapped grouped GEMM: N = an expert's tokens
-SHAPES_FP8 = (128,)                   # fp8 GEMM tiles
+SHAPES_FP8 = tuple(range(8, 65, 8)) + (128,)  # swapped fp8 grouped GEMM: N = tokens; fp8 GEMM tiles
 
 def acc_list(n):
     return ",".join("%%%d" % i for i in range(n))

@@ -184,13 +184,31 @@ int launch_tile(const mkx_moe_gemm_desc *d, const MoeRows &rows, cudaStream_t s)
 
 extern "C" int64_t mkx_moe_gemm_work_ints(int experts) { return experts < 0 ? 1 : (int64_t)experts + 1; }
 
+static bool is_fp8(int t) { return t == MKX_GEMM_E4M3 || t == MKX_GEMM_E5M2; }
+
+/* W's columns: n, or up + n with SwiGLU */
+static int64_t w_cols(const mkx_moe_gemm_desc *d) { return d->swiglu ? up_of(d) + d->n : d->n; }
+
+/* What fp8 operands add to the checks: the swapped kernel, 16-byte rows, the scales. */
+static const char *fp8_why(const mkx_moe_gemm_desc *d) {
+  const mkx_moe_fp8_scales &s = d->fp8;
+  if (d->kernel == MKX_MOE_GEMM_ROWS) return "fp8: the swapped kernel only";
+  if (d->k % 16 || d->lda % 16 || d->ldw % 16) return "fp8: k, lda and ldw must be multiples of 16";
+  if ((int64_t)d->experts * w_cols(d) * d->ldw >= (1ll << 40)) return "fp8: W too large";
+  if (s.layout < MKX_GEMM_SCALE_NONE || s.layout > MKX_GEMM_SCALE_BLOCK) return "fp8: bad scale layout";
+  if (s.layout == MKX_GEMM_SCALE_NONE) return nullptr;
+  if (!s.a || !s.w) return "fp8: null scale array";
+  if (s.a_row < 0 || s.a_kb < 0 || s.w_e < 0 || s.w_col < 0 || s.w_kb < 0) return "fp8: negative scale stride";
+  return nullptr;
+}
+
 extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **why) {
   const char *w = nullptr;
   const int64_t lim = 1ll << 31;
   if (!d)
     w = "null descriptor";
-  else if (d->ab_type != MKX_GEMM_BF16 && d->ab_type != MKX_GEMM_FP16)
-    w = "A/W type must be bf16 or fp16";
+  else if (d->ab_type != MKX_GEMM_BF16 && d->ab_type != MKX_GEMM_FP16 && !is_fp8(d->ab_type))
+    w = "A/W type must be bf16, fp16, e4m3 or e5m2";
   else if (d->c_type != MKX_GEMM_BF16 && d->c_type != MKX_GEMM_FP16 && d->c_type != MKX_GEMM_FP32)
     w = "C type must be bf16, fp16 or fp32";
   else if (d->experts < 1 || d->k < 1 || d->n < 1 || d->a_rows < 0)
@@ -201,7 +219,7 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "lda and ldw must be multiples of 8";
   else if (d->swiglu && (d->up_col < 0 || (d->up_col && d->up_col < d->n) || up_of(d) % 8))
     w = "SwiGLU: the up half must start at a multiple of 8 columns, at or after n";
-  else if (d->lda < d->k || d->ldc < d->n || d->ldw < (d->swiglu ? up_of(d) + d->n : d->n))
+  else if (d->lda < d->k || d->ldc < d->n || d->ldw < (is_fp8(d->ab_type) ? d->k : w_cols(d)))
     w = "leading dimension too small";
   else if (!d->offsets || !d->work || !d->w || (d->a_rows > 0 && (!d->a || !d->c)))
     w = "null offsets, work, W, A or C";
@@ -215,6 +233,8 @@ extern "C" int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **w
     w = "kernel must be 0, MKX_MOE_GEMM_ROWS or MKX_MOE_GEMM_SWAP";
   else if (d->ready && (!d->sync || d->sync->size < 1 || d->sync->size > MKX_FUSED_MAX))
     w = "ready flags need a sync of 1 to MKX_FUSED_MAX ranks";
+  else if (is_fp8(d->ab_type))
+    w = fp8_why(d);
   if (why) *why = w ? w : "ok";
   return w ? 0 : 1;
 }
@@ -233,7 +253,7 @@ static int pick_block_n(const mkx_moe_gemm_desc *d) {
  * spill into a second block that reads the weights again, while the rows
  * kernel's tile rows of one expert share them in L2 (docs/moe.md). */
 static bool pick_swap(const mkx_moe_gemm_desc *d) {
-  if (d->kernel) return d->kernel == MKX_MOE_GEMM_SWAP;
+  if (d->kernel || is_fp8(d->ab_type)) return d->kernel != MKX_MOE_GEMM_ROWS;
   return d->a_rows <= (int64_t)MKX_MOE_SWAP_ROWS * d->experts;
 }
 

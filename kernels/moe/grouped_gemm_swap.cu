@@ -27,6 +27,13 @@
  * tile's rows need are loaded; rows past the expert's end come with them,
  * and their products are dropped.
  *
+ * fp8 operands (OpFp8): the same with W K-major (fp8 wgmma reads no
+ * transposed operand), K blocks of 128, blocks of 128 rows and at most 64
+ * per warpgroup: each K block's products go into sums of their own, added
+ * in fp32 times the block's scales, which doubles the accumulators.  A
+ * stage is five slots: narrow tiles W in 0-3 and rows in 4, wide tiles W in
+ * 0-1 and rows in 2-3.
+ *
  * The epilogue stores from the registers, one element at a time: a
  * thread's values are two W columns by pairs of rows, so no two are
  * adjacent in C.  Each stored element took k multiply-adds, so the stores
@@ -48,18 +55,31 @@ namespace mkx {
 namespace moe {
 namespace {
 
-constexpr int kSlot = 64 * 128;  // a 64 x 64 box of 16-bit elements
-constexpr int kStageBytes = 6 * kSlot;
-constexpr int kStages = 4;
-constexpr int kBlockRows = 256;
-constexpr int kNarrowRows = 128;                                 // rows a warpgroup holds at most
-constexpr int kSmemBytes = kStages * kStageBytes + 1024 + 1024;  // ring, barriers, alignment
+constexpr int kSlot = 64 * 128;  // 64 rows of 128 bytes: a 64 x 64 box of 16-bit elements, 64 x 128 of fp8
+
+/* The operands' kind: K per stage, rows per block and per warpgroup, the ring. */
+template <bool F16_>
+struct Op16 {
+  static constexpr bool FP8 = false, F16 = F16_, E5M2 = false;
+  static constexpr int kBK = 64, kBlockRows = 256, kNarrowRows = 128, kSlots = 6, kStages = 4;
+};
+template <bool E5M2_>
+struct OpFp8 {
+  static constexpr bool FP8 = true, F16 = false, E5M2 = E5M2_;
+  static constexpr int kBK = 128, kBlockRows = 128, kNarrowRows = 64, kSlots = 5, kStages = 5;
+};
+template <class Op>
+constexpr int smem_bytes() {
+  static_assert(!(Op::F16 && Op::FP8) && (Op::FP8 || !Op::E5M2), "one kind of operands");
+  return Op::kStages * Op::kSlots * kSlot + 1024 + 1024;  // ring, barriers, alignment
+}
 
 struct SwapTile {
   int e, row0, rows, pair0;
   bool wide;
 };
 
+template <class Op>
 struct SwapTiles {
   MoeRows rows;
   int pairs;  // W column pairs
@@ -68,8 +88,8 @@ struct SwapTiles {
     rows.span(e, lo, hi);
     const int n = hi - lo;
     if (n == 0) return 0;
-    const int nb = (n + kBlockRows - 1) / kBlockRows, last = n - (nb - 1) * kBlockRows;
-    return (nb - 1) * pairs + (last > kNarrowRows ? pairs : (pairs + 1) / 2);
+    const int nb = (n + Op::kBlockRows - 1) / Op::kBlockRows, last = n - (nb - 1) * Op::kBlockRows;
+    return (nb - 1) * pairs + (last > Op::kNarrowRows ? pairs : (pairs + 1) / 2);
   }
   /* tile v < prefix[E] */
   __device__ __forceinline__ SwapTile locate(int v) const {
@@ -78,23 +98,25 @@ struct SwapTiles {
     int lo, hi;
     rows.span(t.e, lo, hi);
     int l = v - rows.prefix[t.e];
-    const int b = min(l / pairs, (hi - lo - 1) / kBlockRows);  // only the last block is narrow
+    const int b = min(l / pairs, (hi - lo - 1) / Op::kBlockRows);  // only the last block is narrow
     l -= b * pairs;
-    t.row0 = lo + b * kBlockRows;
-    t.rows = min(kBlockRows, hi - t.row0);
-    t.wide = t.rows > kNarrowRows;
+    t.row0 = lo + b * Op::kBlockRows;
+    t.rows = min(Op::kBlockRows, hi - t.row0);
+    t.wide = t.rows > Op::kNarrowRows;
     t.pair0 = t.wide ? l : 2 * l;
     return t;
   }
 };
 
+template <class Op>
 struct SwapParams {
-  SwapTiles t;
+  SwapTiles<Op> t;
   MoeReady ready;
   void *c;
   int64_t ldc;
   const float *scale;
   int n, k, up;
+  mkx_moe_fp8_scales fp8;
 };
 
 /* W column of chunk h (0 or 1) of pair p */
@@ -107,10 +129,10 @@ __device__ __forceinline__ int chunk_col(int p, int h, int up) {
 struct Ring {
   uint32_t base;  // shared address of stage 0
   uint64_t *full, *empty;
-  int stage, nk;
+  int stage, nk, stages, stage_bytes;
   uint32_t phase;
   __device__ __forceinline__ void advance() {
-    if (++stage == kStages) {
+    if (++stage == stages) {
       stage = 0;
       phase ^= 1;
     }
@@ -118,9 +140,9 @@ struct Ring {
 };
 
 /* The single producer thread: every tile of this CTA, K block by K block. */
-template <bool SWIGLU>
+template <class Op, bool SWIGLU>
 __device__ __forceinline__ void produce(uint8_t *ring, uint64_t *full, uint64_t *empty, const CUtensorMap *tmA,
-                                        const CUtensorMap *tmW, const SwapParams &p, int ntiles, int nk) {
+                                        const CUtensorMap *tmW, const SwapParams<Op> &p, int ntiles, int nk) {
   const uint64_t once = l2_evict_first(), shared = l2_evict_last();
   int stage = 0;
   uint32_t phase = 0;
@@ -134,13 +156,17 @@ __device__ __forceinline__ void produce(uint8_t *ring, uint64_t *full, uint64_t 
     for (int kb = 0; kb < nk; ++kb) {
       mbar_wait(&empty[stage], phase ^ 1);
       mbar_arrive_expect_tx(&full[stage], (uint32_t)(nw + nr) * kSlot);
-      uint8_t *s = ring + stage * kStageBytes;
-      for (int j = 0; j < nw; ++j)
-        tma_load_3d_hint(s + j * kSlot, tmW, &full[stage], chunk_col<SWIGLU>(t.pair0 + (j >> 1), j & 1, p.up), kb * 64,
-                         t.e, once);
+      uint8_t *s = ring + stage * Op::kSlots * kSlot;
+      for (int j = 0; j < nw; ++j) {
+        const int col = chunk_col<SWIGLU>(t.pair0 + (j >> 1), j & 1, p.up);
+        if constexpr (Op::FP8)
+          tma_load_3d_hint(s + j * kSlot, tmW, &full[stage], kb * Op::kBK, col, t.e, once);
+        else
+          tma_load_3d_hint(s + j * kSlot, tmW, &full[stage], col, kb * Op::kBK, t.e, once);
+      }
       for (int i = 0; i < nr; ++i)
-        tma_load_2d_hint(s + (rslot + i) * kSlot, tmA, &full[stage], kb * 64, t.row0 + 64 * i, shared);
-      if (++stage == kStages) {
+        tma_load_2d_hint(s + (rslot + i) * kSlot, tmA, &full[stage], kb * Op::kBK, t.row0 + 64 * i, shared);
+      if (++stage == Op::kStages) {
         stage = 0;
         phase ^= 1;
       }
@@ -153,38 +179,41 @@ __device__ __forceinline__ void put(OutT *q, float v) {
   *q = OutCvt<OutT>::pack(v, v).x;
 }
 
+/* Where a warpgroup's accumulator i lies: thread lt's W column m (+8) of the chunk, row 8 (i / 4)
+ * + 2 (lt % 4) + i % 2 of its rows. */
+__device__ __forceinline__ int acc_m(int lt, int i) { return (lt >> 5) * 16 + ((lt & 31) >> 2) + 8 * ((i >> 1) & 1); }
+__device__ __forceinline__ int acc_row(int lt, int i) { return 8 * (i >> 2) + 2 * (lt & 3) + (i & 1); }
+
 /* A warpgroup's products of its pair for its `nrows` rows (from row0 + rb)
- * into C: accumulator i of thread lt is W column m (+8) of the chunk, row
- * 8 (i / 4) + 2 (lt % 4) + i % 2. */
-template <bool SWIGLU, typename OutT>
-__device__ __forceinline__ void store(const SwapParams &p, const SwapTile &t, int pair, int lt, int nrows, int rb,
-                                      const float (&a0)[64], const float (&a1)[64]) {
-  OutT *c = reinterpret_cast<OutT *>(p.c);
-  const int m = (lt >> 5) * 16 + ((lt & 31) >> 2);
-  const int col0 = (SWIGLU ? 64 : 128) * pair + m;
+ * into C. */
+template <bool SWIGLU, typename OutT, int NA>
+__device__ __forceinline__ void store(void *cp, int64_t ldc, const float *scale, int n, const SwapTile &t, int pair,
+                                      int lt, int nrows, int rb, const float (&a0)[NA], const float (&a1)[NA]) {
+  OutT *c = reinterpret_cast<OutT *>(cp);
+  const int col0 = (SWIGLU ? 64 : 128) * pair;
   const int r0 = t.row0 + rb;
 #pragma unroll
-  for (int i = 0; i < 64; ++i) {
-    const int tn = 8 * (i >> 2) + 2 * (lt & 3) + (i & 1);
+  for (int i = 0; i < NA; ++i) {
+    const int tn = acc_row(lt, i);
     if (tn < nrows) {
-      const int row = r0 + tn, col = col0 + 8 * ((i >> 1) & 1);
-      const float s = p.scale ? p.scale[row] : 1.f;
-      OutT *q = c + (int64_t)row * p.ldc;
+      const int row = r0 + tn, col = col0 + acc_m(lt, i);
+      const float s = scale ? scale[row] : 1.f;
+      OutT *q = c + (int64_t)row * ldc;
       if constexpr (SWIGLU) {
-        if (col < p.n) put(q + col, silu(a0[i]) * a1[i] * s);
+        if (col < n) put(q + col, silu(a0[i]) * a1[i] * s);
       } else {
-        if (col < p.n) put(q + col, a0[i] * s);
-        if (col + 64 < p.n) put(q + col + 64, a1[i] * s);
+        if (col < n) put(q + col, a0[i] * s);
+        if (col + 64 < n) put(q + col + 64, a1[i] * s);
       }
     }
   }
 }
 
-/* The first N / 2 of a warpgroup's 64 accumulators, as wgmma m64nNk16
+/* The first N / 2 of a warpgroup's NA accumulators, as wgmma m64nNk16 (k32)
  * takes them: every width shares the same registers, which keeps ptxas
  * from giving each its own (and spilling). */
-template <int N>
-__device__ __forceinline__ float (&first(float (&a)[64]))[N / 2] {
+template <int N, int NA>
+__device__ __forceinline__ float (&first(float (&a)[NA]))[N / 2] {
   return *reinterpret_cast<float(*)[N / 2]>(&a[0]);
 }
 
@@ -192,7 +221,7 @@ __device__ __forceinline__ float (&first(float (&a)[64]))[N / 2] {
  * the tile's stages, W chunks at slots ws and ws + 1, rows at byte offset
  * roff.  One loop per width, the branch taken once per tile (a branch per
  * wgmma would serialise them); every width shares the registers. */
-template <bool F16, int N = kNarrowRows>
+template <bool F16, int N = 128>
 __device__ __forceinline__ void mainloop(int n8, float (&a0)[64], float (&a1)[64], Ring &r, int ws, uint32_t roff,
                                          bool leader) {
   if constexpr (N > 0) {
@@ -200,7 +229,7 @@ __device__ __forceinline__ void mainloop(int n8, float (&a0)[64], float (&a1)[64
     int prev = 0;
     for (int kb = 0; kb < r.nk; ++kb) {
       mbar_wait(&r.full[r.stage], r.phase);
-      const uint32_t s = r.base + r.stage * kStageBytes;
+      const uint32_t s = r.base + r.stage * r.stage_bytes;
       wgmma_fence();
       pin_acc(a0);
       pin_acc(a1);
@@ -231,14 +260,124 @@ __device__ __forceinline__ void mainloop(int n8, float (&a0)[64], float (&a1)[64
   }
 }
 
-/* One tile for a warpgroup with nrows (1..128) rows: main loop, then its
- * products into C. */
-template <bool F16, bool SWIGLU, typename OutT>
-__device__ __forceinline__ void consume(const SwapParams &p, const SwapTile &t, Ring &r, int ws, uint32_t roff,
+/* The fp8 scales of a warpgroup's tile: W rows w0 + m (+8) of chunks 0 and 1, and its rows from
+ * row0 (nrows of them; the others' scales 0). */
+struct Fp8TileScales {
+  const mkx_moe_fp8_scales *s;
+  int e, w0[2], row0, nrows, lt;
+  __device__ __forceinline__ float w_at(int j, int kb) const {
+    const int64_t base = (int64_t)e * s->w_e;
+    switch (s->layout) {
+      case MKX_GEMM_SCALE_TENSOR:
+        return __ldg(s->w + base);
+      case MKX_GEMM_SCALE_ROW:
+        return __ldg(s->w + base + (int64_t)j * s->w_col);
+      case MKX_GEMM_SCALE_BLOCK:
+        return __ldg(s->w + base + (int64_t)(j >> 7) * s->w_col + (int64_t)kb * s->w_kb);
+    }
+    return 1.f;
+  }
+  __device__ __forceinline__ float a_at(int tn, int kb) const {
+    if (tn >= nrows) return 0.f;
+    const int64_t r = row0 + tn;
+    switch (s->layout) {
+      case MKX_GEMM_SCALE_TENSOR:
+        return __ldg(s->a);
+      case MKX_GEMM_SCALE_ROW:
+        return __ldg(s->a + r * s->a_row);
+      case MKX_GEMM_SCALE_BLOCK:
+        return __ldg(s->a + r * s->a_row + (int64_t)kb * s->a_kb);
+    }
+    return 1.f;
+  }
+  /* acc_h += part_h times the scales of K block kb (all of them where `all`, else 1) */
+  template <int NA, int N>
+  __device__ __forceinline__ void add(int kb, bool all, const float (&p0)[NA], const float (&p1)[NA], float (&a0)[NA],
+                                      float (&a1)[NA]) const {
+    float sw[2][2] = {{1.f, 1.f}, {1.f, 1.f}}, sa[N / 4];
+#pragma unroll
+    for (int g = 0; g < N / 4; ++g) sa[g] = 1.f;
+    if (all) {
+      const int m = acc_m(lt, 0);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        sw[h][0] = w_at(w0[h] + m, kb);
+        sw[h][1] = w_at(w0[h] + m + 8, kb);
+      }
+#pragma unroll
+      for (int g = 0; g < N / 4; ++g) sa[g] = a_at(acc_row(lt, 4 * (g >> 1) + (g & 1)), kb);
+    }
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+      const float f = sa[2 * (i >> 2) + (i & 1)];
+      a0[i] = fmaf(p0[i], sw[0][(i >> 1) & 1] * f, a0[i]);
+      a1[i] = fmaf(p1[i], sw[1][(i >> 1) & 1] * f, a1[i]);
+    }
+  }
+};
+
+/* The fp8 main loop for N = 8 n8 (n8 in 1..8): per K block wgmma m64nNk32 of both chunks into
+ * block sums, then the block's scales (block layout) or none (the others: applied once after
+ * the last block) and the sums added into a0, a1. */
+template <bool E5M2, int N = 64>
+__device__ __forceinline__ void mainloop_fp8(int n8, float (&a0)[32], float (&a1)[32], Ring &r, int ws, uint32_t roff,
+                                             bool leader, const Fp8TileScales &sc) {
+  if constexpr (N > 0) {
+    if (n8 != N / 8) return mainloop_fp8<E5M2, N - 8>(n8, a0, a1, r, ws, roff, leader, sc);
+    float p0[32], p1[32];
+    const bool block = sc.s->layout == MKX_GEMM_SCALE_BLOCK;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) a0[i] = a1[i] = 0.f;
+    for (int kb = 0; kb < r.nk; ++kb) {
+      mbar_wait(&r.full[r.stage], r.phase);
+      const uint32_t s = r.base + r.stage * r.stage_bytes;
+      wgmma_fence();
+      pin_acc(p0);
+      pin_acc(p1);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t d0 = make_desc(s + ws * kSlot + 32 * kk, 16, 1024);
+        const uint64_t d1 = make_desc(s + (ws + 1) * kSlot + 32 * kk, 16, 1024);
+        const uint64_t db = make_desc(s + roff + 32 * kk, 16, 1024);
+        wgmma::WgmmaFp8<N, E5M2>::ss(first<N>(p0), d0, db, kk > 0);
+        wgmma::WgmmaFp8<N, E5M2>::ss(first<N>(p1), d1, db, kk > 0);
+      }
+      wgmma_commit();
+      pin_acc(p0);
+      pin_acc(p1);
+      wgmma_wait<0>();
+      pin_acc(p0);
+      pin_acc(p1);
+      if (leader) mbar_arrive(&r.empty[r.stage]);
+      r.advance();
+      sc.template add<32, N>(kb, block, p0, p1, a0, a1);
+    }
+    if (!block && sc.s->layout != MKX_GEMM_SCALE_NONE) {
+      // the scales that do not change along K, once: block 0's
+#pragma unroll
+      for (int i = 0; i < 32; ++i) p0[i] = a0[i], p1[i] = a1[i], a0[i] = a1[i] = 0.f;
+      sc.template add<32, N>(0, true, p0, p1, a0, a1);
+    }
+  }
+}
+
+/* One tile for a warpgroup with nrows (1..kNarrowRows) rows: main loop, then its products into
+ * C. */
+template <class Op, bool SWIGLU, typename OutT>
+__device__ __forceinline__ void consume(const SwapParams<Op> &p, const SwapTile &t, Ring &r, int ws, uint32_t roff,
                                         int pair, int lt, int nrows, int rb) {
-  float a0[64], a1[64];
-  mainloop<F16>((nrows + 7) >> 3, a0, a1, r, ws, roff, (lt & 31) == 0);
-  store<SWIGLU, OutT>(p, t, pair, lt, nrows, rb, a0, a1);
+  const bool leader = (lt & 31) == 0;
+  if constexpr (Op::FP8) {
+    float a0[32], a1[32];
+    const Fp8TileScales sc = {&p.fp8,      t.e,   {chunk_col<SWIGLU>(pair, 0, p.up), chunk_col<SWIGLU>(pair, 1, p.up)},
+                              t.row0 + rb, nrows, lt};
+    mainloop_fp8<Op::E5M2>((nrows + 7) >> 3, a0, a1, r, ws, roff, leader, sc);
+    store<SWIGLU, OutT>(p.c, p.ldc, p.scale, p.n, t, pair, lt, nrows, rb, a0, a1);
+  } else {
+    float a0[64], a1[64];
+    mainloop<Op::F16>((nrows + 7) >> 3, a0, a1, r, ws, roff, leader);
+    store<SWIGLU, OutT>(p.c, p.ldc, p.scale, p.n, t, pair, lt, nrows, rb, a0, a1);
+  }
 }
 
 /* A warpgroup without rows in a tile passes its stages on. */
@@ -250,18 +389,19 @@ __device__ __forceinline__ void pass(Ring &r, int lt) {
   }
 }
 
-template <bool F16, typename OutT, bool SWIGLU>
+template <class Op, typename OutT, bool SWIGLU>
 __global__ void __launch_bounds__(kThreads, 1)
     mkx_moe_swap_kernel(const __grid_constant__ CUtensorMap tmA, const __grid_constant__ CUtensorMap tmW,
-                        const __grid_constant__ SwapParams p) {
+                        const __grid_constant__ SwapParams<Op> p) {
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900)
+  constexpr int kStageBytes = Op::kSlots * kSlot;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t *ring = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint64_t *full = reinterpret_cast<uint64_t *>(ring + kStages * kStageBytes);
-  uint64_t *empty = full + kStages;
+  uint64_t *full = reinterpret_cast<uint64_t *>(ring + Op::kStages * kStageBytes);
+  uint64_t *empty = full + Op::kStages;
   const int tid = threadIdx.x, wg = tid / 128;
   if (tid == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < Op::kStages; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kConsumerWGs * 4);  // one arrive per consumer warp
     }
@@ -272,15 +412,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   named_bar_sync(kBarInit, kThreads);
   const int ntiles = p.t.rows.prefix[p.t.rows.experts];
-  const int nk = (p.k + 63) / 64;
+  const int nk = (p.k + Op::kBK - 1) / Op::kBK;
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    if (tid == 0) produce<SWIGLU>(ring, full, empty, &tmA, &tmW, p, ntiles, nk);
+    if (tid == 0) produce<Op, SWIGLU>(ring, full, empty, &tmA, &tmW, p, ntiles, nk);
     return;
   }
   setmaxnreg_inc<kConsumerRegs>();
   const int cw = wg - 1, lt = tid & 127;
-  Ring r = {smem_u32(ring), full, empty, 0, nk, 0};
+  Ring r = {smem_u32(ring), full, empty, 0, nk, Op::kStages, kStageBytes, 0};
   for (int v = blockIdx.x; v < ntiles; v += gridDim.x) {
     const SwapTile t = p.t.locate(v);
     int rb = 0, nrows;
@@ -295,45 +435,64 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint32_t roff = (t.wide ? 2 : 4) * kSlot + rb * 128;
     const int pair = t.pair0 + (t.wide ? 0 : cw);
     if (nrows > 0)
-      consume<F16, SWIGLU, OutT>(p, t, r, ws, roff, pair, lt, nrows, rb);
+      consume<Op, SWIGLU, OutT>(p, t, r, ws, roff, pair, lt, nrows, rb);
     else
       pass(r, lt);
   }
 #endif
 }
 
-template <bool F16, typename OutT, bool SWIGLU>
-int launch(const mkx_moe_gemm_desc *d, const SwapTiles &tiles, cudaStream_t s) {
-  auto kern = mkx_moe_swap_kernel<F16, OutT, SWIGLU>;
+template <class Op, typename OutT, bool SWIGLU>
+int launch(const mkx_moe_gemm_desc *d, const SwapTiles<Op> &tiles, cudaStream_t s) {
+  auto kern = mkx_moe_swap_kernel<Op, OutT, SWIGLU>;
   CUtensorMap tmA, tmW;
   int rc = make_tmap(&tmA, d->a, d->ab_type, d->k, d->a_rows, d->lda, 64);
   const int64_t up = d->up_col ? d->up_col : d->n;
   const int64_t wcols = SWIGLU ? up + d->n : d->n;
-  const int64_t dims[3] = {wcols, d->k, d->experts}, strides[3] = {1, d->ldw, d->k * d->ldw};
-  const uint32_t box[3] = {64, 64, 1};
-  if (!rc) rc = make_tmap_nd(&tmW, d->w, d->ab_type, 3, dims, strides, box);
+  if (!rc && Op::FP8) {  // [E][wcols][ldw], K contiguous
+    const int64_t dims[3] = {d->k, wcols, d->experts}, strides[3] = {1, d->ldw, wcols * d->ldw};
+    const uint32_t box[3] = {128, 64, 1};
+    rc = make_tmap_nd(&tmW, d->w, d->ab_type, 3, dims, strides, box);
+  } else if (!rc) {  // [E][k][ldw], N contiguous
+    const int64_t dims[3] = {wcols, d->k, d->experts}, strides[3] = {1, d->ldw, d->k * d->ldw};
+    const uint32_t box[3] = {64, 64, 1};
+    rc = make_tmap_nd(&tmW, d->w, d->ab_type, 3, dims, strides, box);
+  }
   int sms = 0;
   if (!rc) rc = num_sms(&sms, d->num_ctas);
-  if (!rc) rc = smem_attr_once<mkx_moe_swap_kernel<F16, OutT, SWIGLU>>(kSmemBytes);
+  if (!rc) rc = smem_attr_once<mkx_moe_swap_kernel<Op, OutT, SWIGLU>>(smem_bytes<Op>());
   if (rc) return rc;
-  const SwapParams p = {tiles, moe_ready_of(d), d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)up};
-  kern<<<sms, kThreads, kSmemBytes, s>>>(tmA, tmW, p);
+  const SwapParams<Op> p = {tiles, moe_ready_of(d), d->c, d->ldc, d->row_scale, (int)d->n, (int)d->k, (int)up, d->fp8};
+  kern<<<sms, kThreads, smem_bytes<Op>(), s>>>(tmA, tmW, p);
   const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
+}
+
+template <class Op>
+int run_op(const mkx_moe_gemm_desc *d, cudaStream_t s) {
+  const SwapTiles<Op> t = {{d->offsets, d->work, d->experts, (int)d->a_rows, d->gate},
+                           (int)cdiv(d->n, d->swiglu ? 64 : 128)};
+  const int rc = tile_prefix_run(t, d->work, s);
+  if (rc) return rc;
+  return with_types(MKX_GEMM_BF16, 0, d->c_type, [&](auto, auto, auto out) {
+    typedef typename decltype(out)::type OutT;
+    return d->swiglu ? launch<Op, OutT, true>(d, t, s) : launch<Op, OutT, false>(d, t, s);
+  });
 }
 
 }  // namespace
 
 int swap_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s) {
-  const SwapTiles t = {{d->offsets, d->work, d->experts, (int)d->a_rows, d->gate},
-                       (int)cdiv(d->n, d->swiglu ? 64 : 128)};
-  const int rc = tile_prefix_run(t, d->work, s);
-  if (rc) return rc;
-  return with_types(d->ab_type, 0, d->c_type, [&](auto, auto f16, auto out) {
-    typedef typename decltype(out)::type OutT;
-    constexpr bool F16 = decltype(f16)::value;
-    return d->swiglu ? launch<F16, OutT, true>(d, t, s) : launch<F16, OutT, false>(d, t, s);
-  });
+  switch (d->ab_type) {
+    case MKX_GEMM_E4M3:
+      return run_op<OpFp8<false>>(d, s);
+    case MKX_GEMM_E5M2:
+      return run_op<OpFp8<true>>(d, s);
+    case MKX_GEMM_FP16:
+      return run_op<Op16<true>>(d, s);
+    default:
+      return run_op<Op16<false>>(d, s);
+  }
 }
 
 }  // namespace moe

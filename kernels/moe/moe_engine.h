@@ -25,7 +25,8 @@
  *                      side, up to 128 rows of one expert on the other, an
  *                      expert's rows in blocks of 256, so W is read once
  *                      per 256 rows and rows cost r rounded up to 8.
- * Picked: SWAP where a_rows <= MKX_MOE_SWAP_ROWS x experts.
+ * Picked: SWAP where a_rows <= MKX_MOE_SWAP_ROWS x experts, and always
+ * for fp8 operands (fp8 below).
  *
  * Offsets are clamped to [0, a_rows] and made nondecreasing on the GPU, so
  * bad offsets never make the kernel read or write outside A and C; the
@@ -43,6 +44,23 @@ extern "C" {
 
 struct mkx_fused_sync; /* kernels/fused/fused.h */
 
+/* The scales of fp8 operands (mkx_moe_gemm_desc.fp8), layouts as
+ * gemm_engine.h's mkx_gemm_scale_layout: for row r of A, W column j (a
+ * row of the K-major W: the up half's start at up, as the columns) of
+ * expert e and K block kb of 128,
+ *   MKX_GEMM_SCALE_NONE    1 and 1
+ *   MKX_GEMM_SCALE_TENSOR  a[0] and w[e * w_e]
+ *   MKX_GEMM_SCALE_ROW     a[r * a_row] and w[e * w_e + j * w_col]
+ *   MKX_GEMM_SCALE_BLOCK   a[r * a_row + kb * a_kb] and
+ *                          w[e * w_e + (j / 128) * w_col + kb * w_kb]
+ * Device memory, finite; strides >= 0 (0 repeats one value). */
+typedef struct {
+  int layout;
+  const float *a, *w;
+  int64_t a_row, a_kb;
+  int64_t w_e, w_col, w_kb;
+} mkx_moe_fp8_scales;
+
 typedef struct {
   int experts;         /* E >= 1 */
   int64_t k;           /* inner size: columns of A, rows of each W[e] */
@@ -55,7 +73,7 @@ typedef struct {
   void *c;             /* a_rows x n, row stride ldc */
   int64_t ldc;
   const float *row_scale; /* device, a_rows entries, or NULL */
-  int ab_type;            /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (gemm_engine.h) */
+  int ab_type;            /* MKX_GEMM_BF16 or MKX_GEMM_FP16 (gemm_engine.h), or fp8 (below) */
   int c_type;             /* MKX_GEMM_BF16, MKX_GEMM_FP16 or MKX_GEMM_FP32 */
   int swiglu;             /* 1: the SwiGLU form above */
   int num_ctas;           /* persistent CTAs; 0: one per SM */
@@ -71,6 +89,14 @@ typedef struct {
    * rank q.  NULL: no wait. */
   const int *ready;
   const struct mkx_fused_sync *sync;
+  /* fp8 operands (ab_type MKX_GEMM_E4M3 or MKX_GEMM_E5M2, A and W alike;
+   * the swapped kernel, picked whatever `kernel` says): W is stored with
+   * its columns as rows, K contiguous, [E][w_rows][ldw] with w_rows = n
+   * (plain) or u + n (SwiGLU) and ldw >= k; lda and ldw multiples of 16.
+   * Each 128-deep K block's products are summed apart (Hopper's fp8
+   * tensor cores keep fewer bits than fp32) and added in fp32 times the
+   * block's scales; the rows go in blocks of 128, 64 per warpgroup. */
+  mkx_moe_fp8_scales fp8;
 } mkx_moe_gemm_desc;
 
 #define MKX_MOE_GEMM_ROWS 1
