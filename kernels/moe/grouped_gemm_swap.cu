@@ -267,7 +267,7 @@ struct Fp8TileScales {
   int e, w0[2], row0, nrows, lt;
   __device__ __forceinline__ float w_at(int j, int kb) const {
     const int64_t base = (int64_t)e * s->w_e;
-    switch (s->layout) {
+    switch (s->w_layout) {
       case MKX_GEMM_SCALE_TENSOR:
         return __ldg(s->w + base);
       case MKX_GEMM_SCALE_ROW:
@@ -280,7 +280,7 @@ struct Fp8TileScales {
   __device__ __forceinline__ float a_at(int tn, int kb) const {
     if (tn >= nrows) return 0.f;
     const int64_t r = row0 + tn;
-    switch (s->layout) {
+    switch (s->a_layout) {
       case MKX_GEMM_SCALE_TENSOR:
         return __ldg(s->a);
       case MKX_GEMM_SCALE_ROW:
@@ -325,7 +325,8 @@ __device__ __forceinline__ void mainloop_fp8(int n8, float (&a0)[32], float (&a1
   if constexpr (N > 0) {
     if (n8 != N / 8) return mainloop_fp8<E5M2, N - 8>(n8, a0, a1, r, ws, roff, leader, sc);
     float p0[32], p1[32];
-    const bool block = sc.s->layout == MKX_GEMM_SCALE_BLOCK;
+    const bool block = sc.s->a_layout == MKX_GEMM_SCALE_BLOCK || sc.s->w_layout == MKX_GEMM_SCALE_BLOCK;
+    const bool scaled = sc.s->a_layout != MKX_GEMM_SCALE_NONE || sc.s->w_layout != MKX_GEMM_SCALE_NONE;
 #pragma unroll
     for (int i = 0; i < 32; ++i) a0[i] = a1[i] = 0.f;
     for (int kb = 0; kb < r.nk; ++kb) {
@@ -352,7 +353,7 @@ __device__ __forceinline__ void mainloop_fp8(int n8, float (&a0)[32], float (&a1
       r.advance();
       sc.template add<32, N>(kb, block, p0, p1, a0, a1);
     }
-    if (!block && sc.s->layout != MKX_GEMM_SCALE_NONE) {
+    if (!block && scaled) {
       // the scales that do not change along K, once: block 0's
 #pragma unroll
       for (int i = 0; i < 32; ++i) p0[i] = a0[i], p1[i] = a1[i], a0[i] = a1[i] = 0.f;

@@ -44,10 +44,11 @@ extern "C" {
 
 struct mkx_fused_sync; /* kernels/fused/fused.h */
 
-/* The scales of fp8 operands (mkx_moe_gemm_desc.fp8), layouts as
- * gemm_engine.h's mkx_gemm_scale_layout: for row r of A, W column j (a
- * row of the K-major W: the up half's start at up, as the columns) of
- * expert e and K block kb of 128,
+/* The scales of fp8 operands (mkx_moe_gemm_desc.fp8), A's in layout
+ * a_layout and W's in w_layout, each of gemm_engine.h's
+ * mkx_gemm_scale_layout: for row r of A, W column j (a row of the K-major
+ * W: the up half's start at up, as the columns) of expert e and K block kb
+ * of 128,
  *   MKX_GEMM_SCALE_NONE    1 and 1
  *   MKX_GEMM_SCALE_TENSOR  a[0] and w[e * w_e]
  *   MKX_GEMM_SCALE_ROW     a[r * a_row] and w[e * w_e + j * w_col]
@@ -55,7 +56,7 @@ struct mkx_fused_sync; /* kernels/fused/fused.h */
  *                          w[e * w_e + (j / 128) * w_col + kb * w_kb]
  * Device memory, finite; strides >= 0 (0 repeats one value). */
 typedef struct {
-  int layout;
+  int a_layout, w_layout;
   const float *a, *w;
   int64_t a_row, a_kb;
   int64_t w_e, w_col, w_kb;

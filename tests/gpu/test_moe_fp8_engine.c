@@ -43,7 +43,12 @@ typedef struct {
   const int *rows; /* per expert */
   int64_t n, k, up, pad;
   int swiglu, ab, ct, layout, exact, w_kb_fast, row_scale;
+  int w_layout; /* W's scale layout, or -1: layout (A's) */
 } mcase;
+
+static int w_layout_of(const mcase *c) {
+  return c->w_layout >= 0 ? c->w_layout : c->layout;
+}
 
 static const char *tname(int t) {
   return t == MKX_GEMM_E4M3   ? "e4m3"
@@ -112,27 +117,37 @@ static void make_inputs(const mcase *c, inputs *in) {
   for (int64_t i = 0; i < c->experts * in->wcols * in->ldw; i++)
     in->W[i] = c->exact ? exact_byte(c->ab) : mt_rand_fp8(&g_rng, t, limit);
   memset(&in->s, 0, sizeof in->s);
-  in->s.layout = c->layout;
+  in->s.a_layout = c->layout;
+  in->s.w_layout = w_layout_of(c);
   const int64_t E = c->experts;
   switch (c->layout) {
     case MKX_GEMM_SCALE_TENSOR:
-      in->nsa = 1, in->nsw = E, in->s.w_e = 1;
-      break;
     case MKX_GEMM_SCALE_ROW: /* one A scale for every row (stride 0) */
-      in->nsa = 1, in->nsw = E * in->wcols;
-      in->s.w_e = in->wcols, in->s.w_col = 1;
+      in->nsa = 1;
       break;
     case MKX_GEMM_SCALE_BLOCK: /* a padded row of scales per row of A */
-      in->nsa = in->rows * (in->kbs + 1), in->nsw = E * in->nbs * in->kbs;
+      in->nsa = in->rows * (in->kbs + 1);
       in->s.a_row = in->kbs + 1, in->s.a_kb = 1;
-      in->s.w_e = in->nbs * in->kbs;
+      break;
+    default:
+      in->nsa = 0;
+  }
+  switch (in->s.w_layout) {
+    case MKX_GEMM_SCALE_TENSOR:
+      in->nsw = E, in->s.w_e = 1;
+      break;
+    case MKX_GEMM_SCALE_ROW:
+      in->nsw = E * in->wcols, in->s.w_e = in->wcols, in->s.w_col = 1;
+      break;
+    case MKX_GEMM_SCALE_BLOCK:
+      in->nsw = E * in->nbs * in->kbs, in->s.w_e = in->nbs * in->kbs;
       if (c->w_kb_fast)
         in->s.w_col = in->kbs, in->s.w_kb = 1;
       else
         in->s.w_col = 1, in->s.w_kb = in->nbs;
       break;
     default:
-      in->nsa = in->nsw = 0;
+      in->nsw = 0;
   }
   in->sa = host_alloc(sizeof(float) * (size_t)(in->nsa ? in->nsa : 1));
   in->sw = host_alloc(sizeof(float) * (size_t)(in->nsw ? in->nsw : 1));
@@ -143,19 +158,31 @@ static void make_inputs(const mcase *c, inputs *in) {
     in->rs[i] = c->exact ? 1.f : (float)(0.5 + mt_rng_unit(&g_rng));
 }
 
-static double scale_of(const mcase *c, const inputs *in, int e, int64_t r,
-                       int64_t j, int64_t kb) {
+static double scale_of(const inputs *in, int e, int64_t r, int64_t j,
+                       int64_t kb) {
   const mkx_moe_fp8_scales *s = &in->s;
-  switch (c->layout) {
+  double a = 1, w = 1;
+  switch (s->a_layout) {
     case MKX_GEMM_SCALE_TENSOR:
-      return (double)in->sa[0] * in->sw[e * s->w_e];
+      a = in->sa[0];
+      break;
     case MKX_GEMM_SCALE_ROW:
-      return (double)in->sa[r * s->a_row] * in->sw[e * s->w_e + j * s->w_col];
+      a = in->sa[r * s->a_row];
+      break;
     case MKX_GEMM_SCALE_BLOCK:
-      return (double)in->sa[r * s->a_row + kb * s->a_kb] *
-             in->sw[e * s->w_e + (j / 128) * s->w_col + kb * s->w_kb];
+      a = in->sa[r * s->a_row + kb * s->a_kb];
   }
-  return 1.0;
+  switch (s->w_layout) {
+    case MKX_GEMM_SCALE_TENSOR:
+      w = in->sw[e * s->w_e];
+      break;
+    case MKX_GEMM_SCALE_ROW:
+      w = in->sw[e * s->w_e + j * s->w_col];
+      break;
+    case MKX_GEMM_SCALE_BLOCK:
+      w = in->sw[e * s->w_e + (j / 128) * s->w_col + kb * s->w_kb];
+  }
+  return a * w;
 }
 
 /* Row r (of expert e) times W column j: the value and the bound on its error (2^-10 of each
@@ -172,7 +199,7 @@ static void dot(const mcase *c, const inputs *in, const double *lut, int e,
       blk += p;
       bmag += fabs(p);
     }
-    const double s = scale_of(c, in, e, r, j, k0 / 128);
+    const double s = scale_of(in, e, r, j, k0 / 128);
     ref += s * blk;
     mag += s * bmag;
   }
@@ -234,15 +261,16 @@ static void compare(const mcase *c, const inputs *in, const unsigned char *hC,
 }
 
 static void run_case(const mcase *c) {
-  snprintf(g_case, sizeof g_case,
-           "%d experts, n=%lld k=%lld%s %s -> %s, scales %d%s, %s%s, pad %lld",
-           c->experts, (long long)c->n, (long long)c->k,
-           c->swiglu ? " SwiGLU" : "", tname(c->ab), tname(c->ct), c->layout,
-           c->layout == MKX_GEMM_SCALE_BLOCK
-               ? (c->w_kb_fast ? " (w [nb][kb])" : " (w [kb][nb])")
-               : "",
-           c->exact ? "exact" : "random", c->row_scale ? ", row scale" : "",
-           (long long)c->pad);
+  snprintf(
+      g_case, sizeof g_case,
+      "%d experts, n=%lld k=%lld%s %s -> %s, scales %d/%d%s, %s%s, pad %lld",
+      c->experts, (long long)c->n, (long long)c->k, c->swiglu ? " SwiGLU" : "",
+      tname(c->ab), tname(c->ct), c->layout, w_layout_of(c),
+      w_layout_of(c) == MKX_GEMM_SCALE_BLOCK
+          ? (c->w_kb_fast ? " (w [nb][kb])" : " (w [kb][nb])")
+          : "",
+      c->exact ? "exact" : "random", c->row_scale ? ", row scale" : "",
+      (long long)c->pad);
   inputs in;
   make_inputs(c, &in);
   const int esz = c->ct == MKX_GEMM_FP32 ? 4 : 2;
@@ -279,7 +307,8 @@ static void run_case(const mcase *c) {
   d.up_col = c->swiglu ? c->up : 0;
   d.work = work;
   d.fp8 = in.s;
-  if (c->layout != MKX_GEMM_SCALE_NONE) d.fp8.a = dsa, d.fp8.w = dsw;
+  if (c->layout != MKX_GEMM_SCALE_NONE) d.fp8.a = dsa;
+  if (w_layout_of(c) != MKX_GEMM_SCALE_NONE) d.fp8.w = dsw;
   const char *why = NULL;
   const int ok = mkx_moe_gemm_supported(&d, &why);
   CHECK(ok, "%s: supported (%s)", g_case, why);
@@ -325,9 +354,11 @@ static void refusals(void) {
   r[1].lda = 40;
   r[2].ldw = 16;
   r[3].kernel = MKX_MOE_GEMM_ROWS;
-  r[4].fp8.layout = 7;
-  r[5].fp8.layout = MKX_GEMM_SCALE_ROW, r[5].fp8.a = &one;
-  r[6].fp8.layout = MKX_GEMM_SCALE_ROW, r[6].fp8.a = &one, r[6].fp8.w = &one;
+  r[4].fp8.w_layout = 7;
+  r[5].fp8.a_layout = r[5].fp8.w_layout = MKX_GEMM_SCALE_ROW;
+  r[5].fp8.a = &one;
+  r[6].fp8.a_layout = r[6].fp8.w_layout = MKX_GEMM_SCALE_ROW;
+  r[6].fp8.a = &one, r[6].fp8.w = &one;
   r[6].fp8.w_col = -1;
   for (int i = 0; i < 7; i++) {
     const int sup = mkx_moe_gemm_supported(&r[i], &why);
@@ -368,36 +399,55 @@ int main(int argc, char **argv) {
       for (int l = MKX_GEMM_SCALE_NONE; l <= MKX_GEMM_SCALE_BLOCK; l++, i++) {
         const int64_t *sh = shapes[i % 4];
         const int many = i % 2 == 0;
-        const mcase c = {many ? 8 : 3,
-                         many ? rows_a : rows_b,
-                         sh[0],
-                         sh[1],
-                         sw ? sh[2] : 0,
-                         sh[3],
-                         sw,
-                         abs[(i / 2) % 2],
-                         cts[ct],
-                         l,
-                         i % 3 == 0 && !(sw && cts[ct] == MKX_GEMM_FP16),
-                         i % 2,
-                         i % 5 == 1};
+        const mcase c = {
+            .experts = many ? 8 : 3,
+            .rows = many ? rows_a : rows_b,
+            .n = sh[0],
+            .k = sh[1],
+            .up = sw ? sh[2] : 0,
+            .pad = sh[3],
+            .swiglu = sw,
+            .ab = abs[(i / 2) % 2],
+            .ct = cts[ct],
+            .layout = l,
+            .exact = i % 3 == 0 && !(sw && cts[ct] == MKX_GEMM_FP16),
+            .w_kb_fast = i % 2,
+            .row_scale = i % 5 == 1,
+            .w_layout = -1};
         run_case(&c);
       }
+  /* A's and W's scales in different layouts (the layer's second GEMM:
+   * block scales of its activation, any of W2's) */
+  static const int mixed[3][2] = {{MKX_GEMM_SCALE_BLOCK, MKX_GEMM_SCALE_TENSOR},
+                                  {MKX_GEMM_SCALE_BLOCK, MKX_GEMM_SCALE_ROW},
+                                  {MKX_GEMM_SCALE_NONE, MKX_GEMM_SCALE_BLOCK}};
+  for (int m = 0; m < 3; m++) {
+    const mcase c = {.experts = 8,
+                     .rows = rows_a,
+                     .n = 200,
+                     .k = 272,
+                     .pad = 16,
+                     .ab = MKX_GEMM_E4M3,
+                     .ct = MKX_GEMM_FP32,
+                     .layout = mixed[m][0],
+                     .exact = m == 2,
+                     .w_kb_fast = 1,
+                     .w_layout = mixed[m][1]};
+    run_case(&c);
+  }
   /* long K: 40 blocks promoted, SwiGLU with the block scales */
   static const int rows_long[2] = {129, 33};
-  const mcase long_k = {2,
-                        rows_long,
-                        256,
-                        5120,
-                        256,
-                        0,
-                        1,
-                        MKX_GEMM_E4M3,
-                        MKX_GEMM_FP32,
-                        MKX_GEMM_SCALE_BLOCK,
-                        0,
-                        1,
-                        0};
+  const mcase long_k = {.experts = 2,
+                        .rows = rows_long,
+                        .n = 256,
+                        .k = 5120,
+                        .up = 256,
+                        .swiglu = 1,
+                        .ab = MKX_GEMM_E4M3,
+                        .ct = MKX_GEMM_FP32,
+                        .layout = MKX_GEMM_SCALE_BLOCK,
+                        .w_kb_fast = 1,
+                        .w_layout = -1};
   run_case(&long_k);
   return engine_finish();
 }
