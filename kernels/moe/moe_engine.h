@@ -219,7 +219,7 @@ typedef struct {
 int mkx_moe_release_prepare_run(const mkx_moe_release *rel, const mkx_moe_place *pl, const int *row_of_slot,
                                 int64_t slots, cudaStream_t s);
 
-/* elem: 2 (bf16, fp16) or 4 bytes; lda >= hidden; dest_row may be NULL;
+/* elem: 1 (fp8), 2 (bf16, fp16) or 4 bytes; lda >= hidden; dest_row may be NULL;
  * rel: NULL (rows in slot order, no flags) or as prepared. */
 int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64_t hidden, int elem, const int *row_of_slot,
                        const float *weight, int origin_rank, const mkx_moe_place *pl, const mkx_moe_rows_at *at,

@@ -194,6 +194,8 @@ __global__ void gather_rows(const uint8_t *x, int64_t slots, int topk, int64_t h
   if (vec) {
     for (int64_t b = 16 * lane; b < bytes; b += 16 * 32)
       *reinterpret_cast<uint4 *>(dst + b) = *reinterpret_cast<const uint4 *>(src + b);
+  } else if (elem == 1) {
+    for (int64_t h = lane; h < hidden; h += 32) dst[h] = src[h];
   } else if (elem == 2) {
     for (int64_t h = lane; h < hidden; h += 32)
       reinterpret_cast<uint16_t *>(dst)[h] = reinterpret_cast<const uint16_t *>(src)[h];
@@ -481,7 +483,7 @@ extern "C" int mkx_moe_gather_run(const void *x, int64_t tokens, int topk, int64
                                   cudaStream_t s) {
   const int64_t slots = tokens * topk;
   if (slots == 0) return 0;
-  if ((elem != 2 && elem != 4) || !at || at->lda < hidden || !x || !row_of_slot || !place_ok(pl) ||
+  if ((elem != 1 && elem != 2 && elem != 4) || !at || at->lda < hidden || !x || !row_of_slot || !place_ok(pl) ||
       !release_ok(rel, pl))
     return MKX_GEMM_EINVAL;
   for (int r = 0; r < pl->slots; ++r)
