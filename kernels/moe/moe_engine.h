@@ -118,6 +118,29 @@ int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **why);
  * (> 0), or a negative MKX_GEMM_E* code of gemm_engine.h. */
 int mkx_moe_gemm_run(const mkx_moe_gemm_desc *d, cudaStream_t s);
 
+/* 16-bit rows rounded to fp8, a scale per row and 128 columns
+ * (kernels/moe/quant.cu): for rows r < min(*rows_end, max_rows) and each
+ * group g of 128 columns (the last may be shorter),
+ *   scales[r * lds + g] = max |x| over the group / the fp8 type's largest
+ *                         finite value (1 for a group of zeros),
+ *   q[r * ldq + c]      = x[r * ldx + c] / that scale, rounded to nearest,
+ *                         saturating.
+ * x_type MKX_GEMM_BF16 or MKX_GEMM_FP16, fp8_type MKX_GEMM_E4M3 or
+ * MKX_GEMM_E5M2; rows_end in device memory (e.g. the experts' last offset). */
+typedef struct {
+  const void *x;
+  int64_t ldx;
+  int x_type;
+  const int *rows_end;
+  int64_t max_rows, cols;
+  uint8_t *q;
+  int64_t ldq;
+  float *scales;
+  int64_t lds;
+  int fp8_type;
+} mkx_moe_quant_desc;
+int mkx_moe_quant_run(const mkx_moe_quant_desc *d, cudaStream_t s);
+
 /* ---- routing on the GPU --------------------------------------------------
  * The rows a rank's token slots become on the owner of their expert, as a
  * stable counting sort: the rows of local expert le are grouped in expert
