@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "common/modules.cuh"
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 

@@ -55,6 +55,7 @@
 #if HAVE_CUDA
 #include "core/cuda_rc.h"
 #include "gemm/gemm_engine.h"
+#include "host/dtype.h"
 #include "moe/moe_engine.h"
 #include "ops/moe/moe_gpu.h"
 #include "ops/moe/moe_gpu_int.h"
@@ -117,10 +118,10 @@ static void gemm_waits(MKX_Comm c, const moe_plan *p, mkx_fused_sync *sync,
  * scales (weight, or 1) and origins where asked (several ranks: then all
  * meet, so every owner has its node's rows; several nodes: then the rows
  * between nodes). */
-static int push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                     moe_ws *w, const mkx_moe_layout *L, cudaStream_t st,
-                     const float *weight, int scale, int origin, int *dest,
-                     mkx_moe_place *pl) {
+int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                      moe_ws *w, const mkx_moe_layout *L, cudaStream_t st,
+                      const float *weight, int scale, int origin, int *dest,
+                      mkx_moe_place *pl) {
   const char *fn = fn_of(p->op);
   mkx_moe_rows_at at;
   if (p->nodes) MKX_TRY(mkx_moe_areas(c, p, a, w, L, st));
@@ -169,8 +170,8 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
    * scales, their gate weights or 1: each row is scaled by its sender's
    * weights, whatever the owner passed. */
   const int scaled = a->topk_weight != NULL || p->multi;
-  MKX_TRY(push_rows(c, p, a, w, L, st, a->topk_weight, scaled,
-                    p->multi || a->origin != NULL, NULL, &pl));
+  MKX_TRY(mkx_moe_push_rows(c, p, a, w, L, st, a->topk_weight, scaled,
+                            p->multi || a->origin != NULL, NULL, &pl));
   const void *wt = NULL;
   MKX_TRY(mkx_moe_ws_weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1,
                              (size_t)es, st, fn, &wt));
@@ -211,7 +212,7 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   /* one rank without tokens has nothing to do; several still serve */
   if (!p->multi && a->num_tokens == 0) return MKX_SUCCESS;
   mkx_moe_place pl;
-  MKX_TRY(push_rows(c, p, a, w, L, st, NULL, 0, 0, w->dest, &pl));
+  MKX_TRY(mkx_moe_push_rows(c, p, a, w, L, st, NULL, 0, 0, w->dest, &pl));
   const void *w1 = NULL, *w2 = NULL;
   MKX_TRY(mkx_moe_ws_w1_weights(a, ep, w, (size_t)es, st, &w1));
   MKX_TRY(mkx_moe_ws_weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2,
@@ -305,11 +306,14 @@ static int plan_path(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->nodes = path == MKX_PATH_MOE_NODES || path == MKX_PATH_MOE_NET;
   p->proxy = path == MKX_PATH_MOE_NET;
   p->experts = a->num_experts;
+  p->fp8 = mkx_is_fp8(a->dtype); /* the layer's (moe_fp8.c) */
   /* several nodes: the host knows the counts, so it waits anyway */
   p->sync = p->nodes || c->opt.moe_sync;
   p->release = release_rows(c);
   p->tcap = p->multi ? g->total : a->num_tokens;
-  p->kernel = gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
+  p->kernel =
+      p->fp8 ? MKX_MOE_GEMM_SWAP
+             : gemm_kernel(c->opt.moe_gemm, p->tcap * a->topk, a->num_experts);
   mkx_moe_ws_layout(a, c, p);
   const int64_t flags = p->release ? a->num_experts : c->size;
   mkx_fused_need need = {1, flags > c->size ? flags : c->size, p->off[W_END],
@@ -348,8 +352,9 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
   w.mine = w.theirs = NULL;
   mkx_moe_layout L;
   memset(&L, 0, sizeof L);
-  int rc = p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
-                              : dispatch(c, p, a, &w, &L, st);
+  int rc = p->fp8               ? mkx_moe_layer_fp8(c, p, a, &w, &L, st)
+           : p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
+                                : dispatch(c, p, a, &w, &L, st);
   mkx_moe_layout_free(&L);
   if (rc == MKX_SUCCESS && p->proxy && w.mine) {
     /* the proxy done with the areas */

@@ -4,6 +4,7 @@
 #include "core/error.h"
 
 #if HAVE_CUDA
+#include "host/dtype.h"
 #include "host/hier.h"
 #include "ops/moe/moe_gpu.h"
 #include "ops/moe/moe_gpu_int.h"
@@ -25,19 +26,24 @@ static int check(MKX_Comm c, int op, const mkx_moe_args *a,
   const char *fn = fn_of(op);
   const int64_t ep = a->num_experts / (c->size > 0 ? c->size : 1);
   const int64_t width = op == MOE_LAYER ? a->ffn : a->n;
-  if (a->dtype != MKX_BF16 && a->dtype != MKX_FP16)
+  if (mkx_is_fp8(a->dtype)) {
+    const char *why = mkx_moe_fp8_why(c, op, a);
+    if (why) return mkx_error(MKX_ERR_UNSUPPORTED, "%s: GPU path: %s", fn, why);
+  } else if (a->dtype != MKX_BF16 && a->dtype != MKX_FP16) {
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: GPU path takes bf16 and fp16 only", fn);
-  if (a->ytype != a->dtype)
+                     "%s: GPU path takes bf16, fp16 and fp8 only", fn);
+  } else if (a->ytype != a->dtype) {
     return mkx_error(MKX_ERR_UNSUPPORTED,
                      "%s: GPU path writes its output in dtype (ytype %d, "
                      "dtype %d)",
                      fn, (int)a->ytype, (int)a->dtype);
-  if (a->transw != MKX_NO_TRANS) /* the tensor maps walk W as hidden x n */
+  } else if (a->transw != MKX_NO_TRANS) {
+    /* the tensor maps walk 16-bit W as hidden x n */
     return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: GPU path reads each expert's weights hidden x n "
-                     "(transw = MKX_TRANS)",
+                     "%s: GPU path reads each expert's 16-bit weights hidden "
+                     "x n (transw = MKX_TRANS)",
                      fn);
+  }
   if (c->opt.moe_gpu == MKX_MOE_GPU_OFF)
     return mkx_error(MKX_ERR_UNSUPPORTED, "%s: option moe_gpu=off", fn);
   if (c->size > 1 && c->opt.moe_gpu != MKX_MOE_GPU_ALL)

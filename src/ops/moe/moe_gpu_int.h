@@ -22,6 +22,7 @@ static inline const char *fn_of(int op) {
 }
 
 static inline int64_t round8(int64_t v) { return (v + 7) / 8 * 8; }
+static inline int64_t round16(int64_t v) { return (v + 15) / 16 * 16; }
 static inline size_t round256(size_t v) { return (v + 255) / 256 * 256; }
 
 /* The workspace's pieces, in their order (moe_ws.c: what each holds). */
@@ -47,6 +48,9 @@ enum {
   W_GEMM,
   W_W1,
   W_W2,
+  W_XS,   /* fp8 layer: X's scale rows, as gathered */
+  W_ACT8, /* fp8 layer: the activation in fp8 */
+  W_ACTS, /* fp8 layer: its scales, one per row and 128 columns */
   W_END
 };
 
@@ -59,6 +63,10 @@ typedef struct moe_ws {
   int *gate; /* status[2], the verdict of a run that does not wait for its
               * routing (option moe_sync=no); NULL where it waits */
   int64_t lda, ldact, ldw1, ldw2;
+  /* the fp8 layer's (moe_fp8.c) */
+  float *xs, *acts;
+  uint8_t *act8;
+  int64_t ldxs, ldact8, ldacts;
   /* several nodes, this call's: the areas as the GPU addresses them, and
    * with the network driven by the GPU its descriptor (mine is the
    * region's start) */
@@ -81,8 +89,9 @@ typedef struct moe_plan {
   int sync;     /* option moe_sync: the host waits for the routing */
   int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
   int64_t tcap; /* tokens the rows are sized for */
+  int fp8;      /* the fp8 layer (moe_fp8.c) */
   size_t off[W_END + 1];
-  int64_t lda, ldact, ldw1, ldw2;
+  int64_t lda, ldact, ldw1, ldw2, ldxs, ldact8, ldacts;
   mkx_fused_ws *ws;
 } moe_plan;
 
@@ -155,5 +164,25 @@ int mkx_moe_net_outs(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 /* Several ranks: all meet on the GPU at workspace word `off`. */
 int mkx_moe_meet(MKX_Comm c, const moe_plan *p, int off, int where,
                  cudaStream_t st, const char *fn);
+
+/* This rank's token rows into their owners' grouped rows (elements of
+ * dtype's size), with their scales (weight, or 1) and origins where asked;
+ * pl: where they went. */
+int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                      moe_ws *w, const mkx_moe_layout *L, cudaStream_t st,
+                      const float *weight, int scale, int origin, int *dest,
+                      mkx_moe_place *pl);
+
+/* ---- the fp8 layer (moe_fp8.c) ---- */
+
+/* Why the layer's fp8 form cannot take the GPU path (NULL: it can): one
+ * rank, weights stored transposed, a 16-bit out, hidden and ffn multiples
+ * of 16. */
+const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a);
+/* Floats per gathered row of X's scales. */
+int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a);
+/* The layer with fp8 tokens and weights, after the start's prologue. */
+int mkx_moe_layer_fp8(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                      moe_ws *w, mkx_moe_layout *L, cudaStream_t st);
 
 #endif

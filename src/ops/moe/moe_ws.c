@@ -8,6 +8,10 @@
  *   origin  N x 3                   int (several ranks, dispatch)
  *   act     N x round8(ffn)         dtype (layer)
  *   y       N x hidden              fp32 (layer)
+ *   (the fp8 layer: A's rows of round16(hidden) bytes, act in out's
+ *   type, and of this rank's own: X's scale rows N x 0, 1 or kb floats,
+ *   the activation in fp8 N x round16(ffn) and its scales N x
+ *   ceil(ffn / 128) floats)
  *   records (several ranks)         int: every rank's record, then scratch
  *                                   (mkx_moe_records_ints)
  * This rank's own:
@@ -26,16 +30,23 @@
 
 void mkx_moe_ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
   const size_t es = MKX_Type_size(a->dtype);
+  const int fp8 = p->fp8;
+  /* fp8: rows of 16-byte multiples (the tensor maps); the activation
+   * first in out's type */
+  const size_t es_act = fp8 ? MKX_Type_size(a->ytype) : es;
+  const int64_t lda = fp8 ? round16(a->hidden) : round8(a->hidden);
+  const int64_t xs = fp8 ? mkx_moe_fp8_xs_floats(a) : 0;
+  const int64_t gf = (a->ffn + 127) / 128;
   const int64_t E = a->num_experts, ep = E / c->size, N = p->tcap * a->topk;
   const int layer = p->op == MOE_LAYER, multi = p->multi;
   /* the layer's W1 copy puts the up half at a multiple of 8 columns */
   const int64_t wcols1 = layer ? 2 * round8(a->ffn) : a->n;
   const int copy1 = layer ? a->ffn % 8 != 0 : a->n % 8 != 0;
   const size_t sizes[W_END] = {
-      [W_A] = (size_t)(N * round8(a->hidden)) * es,
+      [W_A] = (size_t)(N * lda) * es,
       [W_SCALE] = layer ? 0 : (size_t)N * sizeof(float),
       [W_ORIGIN] = layer || !multi ? 0 : (size_t)N * 3 * sizeof(int32_t),
-      [W_ACT] = layer ? (size_t)(N * round8(a->ffn)) * es : 0,
+      [W_ACT] = layer ? (size_t)(N * round8(a->ffn)) * es_act : 0,
       [W_Y] = layer ? (size_t)(N * a->hidden) * sizeof(float) : 0,
       [W_ROWS] = (size_t)N * sizeof(int),
       [W_DEST] = multi ? (size_t)N * sizeof(int) : 0,
@@ -58,14 +69,20 @@ void mkx_moe_ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
       [W_W1] = copy1 ? (size_t)(ep * a->hidden * round8(wcols1)) * es : 0,
       [W_W2] = layer && a->hidden % 8
                    ? (size_t)(ep * a->ffn * round8(a->hidden)) * es
-                   : 0};
+                   : 0,
+      [W_XS] = (size_t)(N * xs) * sizeof(float),
+      [W_ACT8] = fp8 ? (size_t)(N * round16(a->ffn)) : 0,
+      [W_ACTS] = fp8 ? (size_t)(N * gf) * sizeof(float) : 0};
   size_t at = 0;
   for (int k = 0; k < W_END; k++) {
     p->off[k] = at;
     at += round256(sizes[k]);
   }
   p->off[W_END] = at;
-  p->lda = round8(a->hidden);
+  p->lda = lda;
+  p->ldxs = xs;
+  p->ldact8 = round16(a->ffn);
+  p->ldacts = gf;
   p->ldact = round8(a->ffn);
   p->ldw1 = round8(wcols1);
   p->ldw2 = round8(a->hidden);
@@ -105,6 +122,12 @@ void mkx_moe_ws_place(MKX_Comm c, const moe_plan *p, moe_ws *w) {
   w->ldact = p->ldact;
   w->ldw1 = p->ldw1;
   w->ldw2 = p->ldw2;
+  w->xs = (float *)mkx_moe_ws_piece(c, p, me, W_XS);
+  w->act8 = (uint8_t *)mkx_moe_ws_piece(c, p, me, W_ACT8);
+  w->acts = (float *)mkx_moe_ws_piece(c, p, me, W_ACTS);
+  w->ldxs = p->ldxs;
+  w->ldact8 = p->ldact8;
+  w->ldacts = p->ldacts;
 }
 
 int mkx_moe_ws_weights(const void *src, int64_t rows, int64_t cols, int64_t ld,
