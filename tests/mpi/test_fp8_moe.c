@@ -32,7 +32,12 @@
  *    enumerator (MKX_ERR_INVALID_ARG naming it, for both calls), ranks
  *    disagreeing on it (MKX_ERR_SHAPE_MISMATCH); bf16 with MKX_TRANS
  *    within the bound, on the host path, or with --device the staged one;
- *  - --device: the cases on device buffers (fp8: the staged path).
+ *  - the layer with weights transposed, hidden and ffn multiples of 16 and
+ *    out in bf16 (a call and a plan): on one rank with device
+ *    buffers the GPU's fp8 layer, whose activation is rounded to dtype by
+ *    row and 128 columns, within the bound widened by that rounding;
+ *  - --device: the cases on device buffers (fp8: the staged path, but for
+ *    the fp8 layer's GPU path on one rank).
  *
  *   mpirun -np P ./test_fp8_moe [--seed N] [--device] [-v]
  */
@@ -720,6 +725,8 @@ typedef struct lcase {
   int64_t hidden, ffn, topk, ep;
   int empty; /* rank without tokens (-1: none) */
   int trans; /* as mcase's: W1, W2 and their block scales transposed */
+  int act8;  /* the activation may be rounded to dt, a scale per row and
+                128 columns (mkx.h: the fp8 layer's GPU path) */
 } lcase;
 
 /* Rank q's layer inputs: its tokens (as the dispatch's, n = 2 ffn for
@@ -771,6 +778,26 @@ static void dequant(const lcase *c, const lin *l, int64_t e, double *w1,
                       sw_of(c->lay2, l->sb2, e, F, H, f, h);
 }
 
+/* The activation (act[0, F), its error bound in act[F, 2F)) rounded to
+ * out's type, then to dt with a scale per 128 columns, s = the group's
+ * largest magnitude / dt's largest finite value: half a unit in the last
+ * place of each (relative 2^-4 for e4m3, 2^-3 for e5m2; 2^-9 for bf16,
+ * 2^-11 for fp16), or half of dt's least subnormal times s. */
+static void act8_error(const lcase *c, double *act) {
+  const int64_t F = c->ffn;
+  const int e4 = c->dt == MKX_FP8_E4M3;
+  const double rel = ldexp(1, e4 ? -4 : -3) +
+                     ldexp(1, c->ot == MKX_FP16 ? -11 : -9),
+               top = e4 ? 448 : 57344, sub = ldexp(1, e4 ? -10 : -17);
+  for (int64_t g0 = 0; g0 < F; g0 += 128) {
+    double amax = 0;
+    for (int64_t f = g0; f < F && f < g0 + 128; f++)
+      amax = fmax(amax, fabs(act[f]) + act[F + f]);
+    for (int64_t f = g0; f < F && f < g0 + 128; f++)
+      act[F + f] += rel * (fabs(act[f]) + act[F + f]) + sub * amax / top;
+  }
+}
+
 /* out of this rank's tokens, and the bound of each element: the fp32
  * steps' errors carried beside the values (u = 2^-24): x W1 within
  * (hidden + 4) u S; the SwiGLU within |silu'(g)| eg |up| + |silu(g)| eu +
@@ -815,6 +842,7 @@ static void layer_ref(const lcase *c, const lin *all, double *ref,
         act[F + f] = 1.1 * hv[2 * F + f] * fabs(up) + fabs(si) * hv[3 * F + f] +
                      4 * u * fabs(act[f]);
       }
+      if (c->act8) act8_error(c, act);
       for (int64_t h = 0; h < H; h++) {
         double y = 0, a = 0, e = 0;
         for (int64_t f = 0; f < F; f++) {
@@ -900,7 +928,9 @@ static void layer_case(const lcase *c, int plan) {
   if (rc == MKX_SUCCESS) {
     int bad = 0, written = 0;
     double worst = 0;
-    const double e = c->ot == MKX_BF16 ? ldexp(1, -8) : ldexp(1, -23);
+    const double e = c->ot == MKX_BF16   ? ldexp(1, -8)
+                     : c->ot == MKX_FP16 ? ldexp(1, -11)
+                                         : ldexp(1, -23);
     for (int64_t i = 0; i < T * H; i++) {
       const double d2 = fabs(mt_get(out.host, c->ot, (size_t)i) - ref[i]);
       const double lim = bnd[i] + e * fabs(ref[i]) + ldexp(1, -133);
@@ -948,6 +978,31 @@ static void layer_trans_matrix(void) {
       layer_trans_case(d ? MKX_FP8_E5M2 : MKX_FP8_E4M3, (MKX_Scale_layout)L,
                        (MKX_Scale_layout)(d ? MKX_SCALE_BLOCK - L : L),
                        L == MKX_SCALE_TENSOR ? mt.size - 1 : -1);
+}
+
+/* Weights transposed, hidden and ffn multiples of 16, out in bf16: on one
+ * rank with device buffers the GPU's fp8 layer (its activation rounded to
+ * dt, act8_error), elsewhere the host's or the staged path. */
+static void layer_act8_matrix(void) {
+  static const MKX_Scale_layout pairs[4][2] = {
+      {MKX_SCALE_BLOCK, MKX_SCALE_BLOCK},
+      {MKX_SCALE_TENSOR, MKX_SCALE_ROW},
+      {MKX_SCALE_ROW, MKX_SCALE_TENSOR},
+      {MKX_SCALE_NONE, MKX_SCALE_BLOCK}};
+  for (int p = 0; p < 4; p++) {
+    const lcase c = {.dt = p == 2 ? MKX_FP8_E5M2 : MKX_FP8_E4M3,
+                     .ot = MKX_BF16,
+                     .lay = pairs[p][0],
+                     .lay2 = pairs[p][1],
+                     .hidden = p % 2 ? 256 : 384,
+                     .ffn = p % 2 ? 128 : 272,
+                     .topk = 2,
+                     .ep = 3,
+                     .empty = p == 1 ? mt.size - 1 : -1,
+                     .trans = 1,
+                     .act8 = 1};
+    layer_case(&c, p == 3);
+  }
 }
 
 static void layer_matrix(int stride) {
@@ -1099,6 +1154,7 @@ int main(int argc, char **argv) {
   for (int k = 0; k < BAD_COUNT; k++) bad_case(k);
   trans_matrix();
   layer_matrix(mt.device ? 3 : 1);
+  layer_act8_matrix();
   layer_bad_scale2();
   layer_trans_matrix();
   layer_bad_transw();
