@@ -735,10 +735,16 @@ int MKX_Moe_dispatch_gemm_scaled(
  * Each element is multiplied by its scale and rounded to fp32; x W1, the
  * SwiGLU activation, each FFN output and the weighted sum stay in fp32,
  * and out is rounded once to otype.  The two layouts are agreed (each may
- * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths as for
- * MKX_Moe_dispatch_gemm_scaled: device buffers with fp8, an otype other
- * than dtype or MKX_TRANS are staged, the others take the plain call's
- * path.
+ * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths: host
+ * buffers the host path; device buffers with fp8 on one rank, MKX_TRANS,
+ * a bf16 or fp16 otype and hidden and ffn multiples of 16 the GPU's fp8
+ * layer, where the SwiGLU activation is rounded to otype and then to
+ * dtype with one scale per row and 128 columns (the group's largest
+ * magnitude over the type's largest finite value) as W2's fp8 operand, so
+ * out carries that rounding too (e4m3: a relative 2^-4 of each
+ * activation); its scales are read back before the run (no capture).
+ * Other device buffers with fp8, or a 16-bit dtype with another otype or
+ * MKX_TRANS, are staged; the others take the plain call's path.
  */
 int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
                          const int32_t *topk_ids, const float *topk_weight,
