@@ -5,7 +5,15 @@
  * GPU under MPS).
  *
  *   mkx_perf moe [--shapes T,H,E,K,F ...] [--small] [--reps N] [--warmup N]
- *                [--versus FILE] [--out FILE.md] [--skew] [--graph] [--help]
+ *                [--versus FILE] [--out FILE.md] [--skew] [--graph] [--fp8]
+ *                [--help]
+ *
+ * --fp8 (one rank): also MKX_Moe_layer_scaled with e4m3 tokens and weights
+ * stored transposed (MKX_TRANS, DeepSeek's fp8 checkpoints' layout), block
+ * scales (1 x 128 of X, 128 x 128 of W1 and W2, random in [2^-6, 2^-5)),
+ * out bf16, on the same routing: "fp8 layer ms", its TFLOP/s (the same
+ * count), "bf16 / fp8" (the bf16 layer's time over the fp8 layer's) and
+ * "fp8 at bound" (the experts' weights read once in fp8 over its time).
  *
  * --graph: also a plan of each call (MKX_Moe_layer_init,
  * MKX_Moe_dispatch_gemm_init) whose MKX_Start is captured once into a CUDA
@@ -108,6 +116,7 @@ typedef struct opts {
   int ns, reps, warmup;
   int skew;  /* --skew: every token's first expert is expert 0 */
   int graph; /* --graph */
+  int fp8;   /* --fp8 */
   const char *versus, *outname;
 } opts;
 
@@ -127,9 +136,11 @@ typedef struct baseline {
 
 typedef struct result {
   double ms[OP_COUNT], tflops[OP_COUNT]; /* slowest rank's medians */
-  double bound_ms[OP_COUNT]; /* the physical bound (bound_of), slowest rank */
-  double graph_ms[OP_COUNT]; /* --graph: the replay's, -1: not captured */
-  char path[OP_COUNT][160];  /* the paths the timed calls took (rank 0) */
+  double bound_ms[OP_COUNT];   /* the physical bound (bound_of), slowest rank */
+  double graph_ms[OP_COUNT];   /* --graph: the replay's, -1: not captured */
+  char path[OP_COUNT][160];    /* the paths the timed calls took (rank 0) */
+  double fp8_ms, fp8_bound_ms; /* --fp8 */
+  char fp8_path[160];
 } result;
 
 static const char moe_usage[] =
@@ -149,7 +160,10 @@ static const char moe_usage[] =
     "  --skew: every token's first expert is expert 0 (the most one expert\n"
     "  can take with distinct experts per token: 1/K of the rows).\n"
     "  --graph: also each call's plan replayed from a CUDA graph\n"
-    "  (MKX_MOE_SYNC=no).  tests/perf/perf_moe.c says more.\n";
+    "  (MKX_MOE_SYNC=no).\n"
+    "  --fp8 (one rank): also the layer in fp8 (e4m3, weights transposed,\n"
+    "  block scales) beside the bf16 layer.  tests/perf/perf_moe.c says "
+    "more.\n";
 
 static const shape default_shapes[] = {{4096, 7168, 256, 8, 2048},
                                        {4096, 4096, 8, 2, 14336}};
@@ -189,6 +203,10 @@ static int parse_args(int argc, char **argv, opts *o) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return 1;
     if (!strcmp(argv[i], "--skew")) {
       o->skew = 1;
+      continue;
+    }
+    if (!strcmp(argv[i], "--fp8")) {
+      o->fp8 = 1;
       continue;
     }
     const int r =
@@ -323,6 +341,10 @@ static int versus_on(const env *e, const opts *o) {
   return o->versus && e->size == 1;
 }
 
+static int fp8_on(const env *e, const opts *o) {
+  return o->fp8 && e->size == 1;
+}
+
 /* The baseline's columns of one shape. */
 static void versus_cells(const baseline *bl, const shape *sh, const result *r,
                          char *s, size_t len) {
@@ -358,7 +380,16 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
   if (versus_on(e, o)) versus_cells(bl, sh, r, line, sizeof line);
   for (int op = 0; o->graph && op < OP_COUNT; op++)
     perf_graph_cells(line, sizeof line, r->ms[op], r->graph_ms[op]);
-  if (!strcmp(r->path[OP_LAYER], r->path[OP_DISPATCH]))
+  if (fp8_on(e, o)) {
+    num(line, sizeof line, r->fp8_ms);
+    num(line, sizeof line, tflops(op_flops(sh, OP_LAYER), r->fp8_ms));
+    perf_cat(line, sizeof line, " %.3f | %.0f%% |", r->ms[OP_LAYER] / r->fp8_ms,
+             100.0 * r->fp8_bound_ms / r->fp8_ms);
+  }
+  if (fp8_on(e, o) && strcmp(r->fp8_path, r->path[OP_LAYER]))
+    perf_cat(line, sizeof line, " layer: %s, dispatch: %s, fp8 layer: %s |\n",
+             r->path[OP_LAYER], r->path[OP_DISPATCH], r->fp8_path);
+  else if (!strcmp(r->path[OP_LAYER], r->path[OP_DISPATCH]))
     perf_cat(line, sizeof line, " %s |\n", r->path[OP_LAYER]);
   else
     perf_cat(line, sizeof line, " layer: %s, dispatch: %s |\n",
@@ -398,6 +429,13 @@ static void table_method(const env *e, const opts *o, const perf_bounds *pb,
            "this run (%.0f TFLOP/s, bf16 8192^3); at bound: bound / time.",
            pb->hbm_bytes_s / 1e12, pb->engine_tflops);
   if (o->graph) perf_cat(s, len, "  %s", perf_graph_legend);
+  if (fp8_on(e, o))
+    perf_cat(s, len,
+             "  fp8: MKX_Moe_layer_scaled on the same routing with e4m3 X, "
+             "W1 and W2 stored transposed (MKX_TRANS), block scales (1 x 128 "
+             "of X, 128 x 128 of the weights), out bf16; bf16 / fp8: the "
+             "bf16 layer's time over it; fp8 at bound: the experts' weights "
+             "read once in fp8 at the HBM bandwidth over its time.");
   if (versus_on(e, o))
     perf_cat(
         s, len,
@@ -424,10 +462,15 @@ static void table_heads(const env *e, const opts *o, char *s, size_t len) {
     perf_cat(s, len,
              " layer graph ms | layer MKX / graph | dispatch graph ms "
              "| dispatch MKX / graph |");
+  if (fp8_on(e, o))
+    perf_cat(s, len,
+             " fp8 layer ms | fp8 layer TFLOP/s | bf16 / fp8 | fp8 at bound "
+             "|");
   perf_cat(s, len,
            " MKX path |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|");
   if (versus_on(e, o)) perf_cat(s, len, "---:|---:|---:|---:|---:|");
   if (o->graph) perf_cat(s, len, "---:|---:|---:|---:|");
+  if (fp8_on(e, o)) perf_cat(s, len, "---:|---:|---:|---:|");
   perf_cat(s, len, "---|\n");
 }
 
@@ -599,6 +642,77 @@ static void bench(const env *e, const opts *o, const shape *sh, int op,
   AM(MKX_Request_free(&req));
 }
 
+/* --fp8: the layer's fp8 operands, weights transposed, and their block
+ * scales. */
+typedef struct bufs8 {
+  void *x, *w1, *w2;
+  float *sx, *s1, *s2;
+} bufs8;
+
+static int64_t blocks(int64_t n) { return (n + 127) / 128; }
+
+static void bufs8_alloc(const env *e, const shape *sh, bufs8 *b) {
+  const size_t el = (size_t)(sh->e / e->size);
+  const size_t nx = (size_t)(sh->t * sh->h), nw = el * (size_t)(sh->h * sh->f);
+  const size_t nsx = (size_t)(sh->t * blocks(sh->h)),
+               ns1 = el * (size_t)(blocks(2 * sh->f) * blocks(sh->h)),
+               ns2 = el * (size_t)(blocks(sh->h) * blocks(sh->f));
+  const uint64_t seed = 2000u * (uint64_t)(e->rank + 1);
+  AK(cudaMalloc(&b->x, nx));
+  AK(cudaMalloc(&b->w1, 2 * nw));
+  AK(cudaMalloc(&b->w2, nw));
+  AK(cudaMalloc((void **)&b->sx, nsx * sizeof(float)));
+  AK(cudaMalloc((void **)&b->s1, ns1 * sizeof(float)));
+  AK(cudaMalloc((void **)&b->s2, ns2 * sizeof(float)));
+  perf_fill_e4m3(b->x, nx, seed + 1);
+  perf_fill_e4m3(b->w1, 2 * nw, seed + 2);
+  perf_fill_e4m3(b->w2, nw, seed + 3);
+  perf_fill_scales(b->sx, nsx, 0x1p-6f, seed + 4);
+  perf_fill_scales(b->s1, ns1, 0x1p-6f, seed + 5);
+  perf_fill_scales(b->s2, ns2, 0x1p-6f, seed + 6);
+}
+
+static void bufs8_free(bufs8 *b) {
+  AK(cudaFree(b->x));
+  AK(cudaFree(b->w1));
+  AK(cudaFree(b->w2));
+  AK(cudaFree(b->sx));
+  AK(cudaFree(b->s1));
+  AK(cudaFree(b->s2));
+}
+
+typedef struct call8_ctx {
+  const shape *sh;
+  const bufs *b;
+  const bufs8 *b8;
+} call8_ctx;
+
+static void timed_call8(const env *e, const void *ctx) {
+  const call8_ctx *c = ctx;
+  const MKX_Scales s = {MKX_SCALE_BLOCK, c->b8->sx, c->b8->s1, NULL},
+                   s2 = {MKX_SCALE_BLOCK, NULL, c->b8->s2, NULL};
+  AM(MKX_Moe_layer_scaled(c->b8->x, c->sh->t, c->sh->h, c->b->ids, c->b->wts,
+                          c->sh->k, c->sh->e, c->b8->w1, c->b8->w2, c->sh->f,
+                          MKX_TRANS, c->b->out, MKX_FP8_E4M3, MKX_BF16, &s, &s2,
+                          e->mkx, e->st));
+}
+
+/* The fp8 layer's time, and its bound: the weights of the experts that
+ * receive rows read once in fp8. */
+static void bench8(const env *e, const opts *o, const shape *sh, const bufs *b,
+                   const int *used, const perf_bounds *pb, result *r) {
+  bufs8 b8;
+  bufs8_alloc(e, sh, &b8);
+  const call8_ctx c = {sh, b, &b8};
+  r->fp8_ms = perf_time_calls(e, o->warmup, o->reps, timed_call8, &c,
+                              r->fp8_path, sizeof r->fp8_path);
+  int64_t active = 0;
+  for (int64_t x = 0; x < sh->e; x++) active += used[x];
+  r->fp8_bound_ms = (double)active * 3.0 * (double)sh->h * (double)sh->f /
+                    pb->hbm_bytes_s * 1e3;
+  bufs8_free(&b8);
+}
+
 /* Rank 0 with --versus: the baseline, or MPI_Abort (2) if it cannot be
  * read; on several ranks a note instead. */
 static void baseline_init(const env *e, const opts *o, baseline *bl) {
@@ -634,6 +748,7 @@ static void run_all(const env *e, const opts *o, const baseline *bl) {
       bench(e, o, &o->shapes[i], op, &b, &r);
       r.bound_ms[op] = bound_of(e, &o->shapes[i], op, used, &pb);
     }
+    if (fp8_on(e, o)) bench8(e, o, &o->shapes[i], &b, used, &pb, &r);
     free(used);
     if (e->rank == 0) print_row(e, o, bl, &o->shapes[i], &r, out);
     bufs_free(&b);

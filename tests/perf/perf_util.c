@@ -44,19 +44,50 @@ void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st) {
   free(h);
 }
 
+/* A random block of at most 4 MB, replicated on the device by doubling
+ * copies (as perf_fill_bf16). */
 void perf_fill_e4m3(void *dst, size_t count, uint64_t seed) {
-  uint8_t *h = malloc(count ? count : 1);
+  const size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
+  uint8_t *h = malloc(chunk ? chunk : 1);
   if (!h) {
-    fprintf(stderr, "mkx_perf: no memory for %zu bytes\n", count);
+    fprintf(stderr, "mkx_perf: no memory for %zu bytes\n", chunk);
     exit(1);
   }
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < chunk; ++i) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     /* sign, exponent 5..7 (bias 7), any mantissa */
     h[i] = (uint8_t)((x & 0x80) | (5 + (x >> 8) % 3) << 3 | ((x >> 16) & 7));
   }
-  CK(cudaMemcpy(dst, h, count, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dst, h, chunk, cudaMemcpyHostToDevice));
+  for (size_t done = chunk; done < count;) {
+    const size_t n = done < count - done ? done : count - done;
+    CK(cudaMemcpy((uint8_t *)dst + done, dst, n, cudaMemcpyDeviceToDevice));
+    done += n;
+  }
+  free(h);
+}
+
+/* Scales in [lo, 2 lo), as perf_fill_e4m3 replicates its block. */
+void perf_fill_scales(float *dst, size_t count, float lo, uint64_t seed) {
+  const size_t chunk = count < ((size_t)1 << 20) ? count : ((size_t)1 << 20);
+  float *h = malloc(sizeof(float) * (chunk ? chunk : 1));
+  if (!h) {
+    fprintf(stderr, "mkx_perf: no memory for %zu scales\n", chunk);
+    exit(1);
+  }
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < chunk; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    h[i] = lo * (1.0f + (float)((x >> 20) & 0xffff) / 65536.0f);
+  }
+  CK(cudaMemcpy(dst, h, sizeof(float) * chunk, cudaMemcpyHostToDevice));
+  for (size_t done = chunk; done < count;) {
+    const size_t n = done < count - done ? done : count - done;
+    CK(cudaMemcpy(dst + done, dst, sizeof(float) * n,
+                  cudaMemcpyDeviceToDevice));
+    done += n;
+  }
   free(h);
 }
 
