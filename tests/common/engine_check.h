@@ -8,8 +8,11 @@
 #define MKX_TESTS_ENGINE_CHECK_H
 
 #include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "check.h"
 
 static char g_case[256] = "setup";
@@ -46,6 +49,27 @@ static inline void *upload(const void *h, size_t bytes) {
   CUDA(cudaMalloc(&d, bytes ? bytes : 16));
   if (bytes) CUDA(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
   return d;
+}
+
+/* The run's seed (--seed N, else the clock), and 0 where the first GPU is
+ * an sm_90 one; else "SKIP name: no sm_90 GPU" said and 77, the exit
+ * status of a skipped test. */
+static inline int engine_start(const char *name, int argc, char **argv,
+                               uint64_t *seed) {
+  *seed = (uint64_t)time(NULL);
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+      *seed = strtoull(argv[++i], NULL, 10);
+  int ndev = 0, major = 0;
+  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1 ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) !=
+          cudaSuccess ||
+      major != 9) {
+    printf("SKIP %s: no sm_90 GPU\n", name);
+    return 77;
+  }
+  printf("# %s seed %llu\n", name, (unsigned long long)*seed);
+  return 0;
 }
 
 #endif

@@ -312,19 +312,9 @@ static void refusals(void) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t seed = (uint64_t)time(NULL);
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-      seed = strtoull(argv[++i], NULL, 10);
-  int ndev = 0, major = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1 ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) !=
-          cudaSuccess ||
-      major != 9) {
-    printf("SKIP test_gemm_fp8: no sm_90 GPU\n");
-    return 77;
-  }
-  printf("# test_gemm_fp8 seed %llu\n", (unsigned long long)seed);
+  uint64_t seed;
+  const int skip = engine_start("test_gemm_fp8", argc, argv, &seed);
+  if (skip) return skip;
   mt_guard("test_gemm_fp8", 180); /* a kernel that never ends fails the test */
   mt_rng_init(&g_rng, seed, 0, 0);
   refusals();

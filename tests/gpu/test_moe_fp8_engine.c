@@ -370,19 +370,9 @@ static void refusals(void) {
 }
 
 int main(int argc, char **argv) {
-  uint64_t seed = (uint64_t)time(NULL);
-  for (int i = 1; i < argc; i++)
-    if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-      seed = strtoull(argv[++i], NULL, 10);
-  int ndev = 0, major = 0;
-  if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1 ||
-      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) !=
-          cudaSuccess ||
-      major != 9) {
-    printf("SKIP test_moe_fp8_engine: no sm_90 GPU\n");
-    return 77;
-  }
-  printf("# test_moe_fp8_engine seed %llu\n", (unsigned long long)seed);
+  uint64_t seed;
+  const int skip = engine_start("test_moe_fp8_engine", argc, argv, &seed);
+  if (skip) return skip;
   mt_guard("test_moe_fp8_engine", 180);
   mt_rng_init(&g_rng, seed, 0, 0);
   refusals();

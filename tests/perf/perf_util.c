@@ -44,50 +44,50 @@ void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st) {
   free(h);
 }
 
-/* A random block of at most 4 MB, replicated on the device by doubling
- * copies (as perf_fill_bf16). */
-void perf_fill_e4m3(void *dst, size_t count, uint64_t seed) {
-  const size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
-  uint8_t *h = malloc(chunk ? chunk : 1);
+/* bytes of host memory h into dst, then replicated by doubling device
+ * copies up to total bytes (random data that is quick to set up). */
+static void replicate(void *dst, const void *h, size_t bytes, size_t total) {
+  CK(cudaMemcpy(dst, h, bytes, cudaMemcpyHostToDevice));
+  for (size_t done = bytes; done < total;) {
+    const size_t n = done < total - done ? done : total - done;
+    CK(cudaMemcpy((uint8_t *)dst + done, dst, n, cudaMemcpyDeviceToDevice));
+    done += n;
+  }
+}
+
+static void *host_block(size_t bytes) {
+  void *h = malloc(bytes);
   if (!h) {
-    fprintf(stderr, "mkx_perf: no memory for %zu bytes\n", chunk);
+    fprintf(stderr, "mkx_perf: no memory for %zu bytes\n", bytes);
     exit(1);
   }
+  return h;
+}
+
+void perf_fill_e4m3(void *dst, size_t count, uint64_t seed) {
+  if (count == 0) return;
+  const size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
+  uint8_t *h = host_block(chunk);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < chunk; ++i) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     /* sign, exponent 5..7 (bias 7), any mantissa */
     h[i] = (uint8_t)((x & 0x80) | (5 + (x >> 8) % 3) << 3 | ((x >> 16) & 7));
   }
-  CK(cudaMemcpy(dst, h, chunk, cudaMemcpyHostToDevice));
-  for (size_t done = chunk; done < count;) {
-    const size_t n = done < count - done ? done : count - done;
-    CK(cudaMemcpy((uint8_t *)dst + done, dst, n, cudaMemcpyDeviceToDevice));
-    done += n;
-  }
+  replicate(dst, h, chunk, count);
   free(h);
 }
 
-/* Scales in [lo, 2 lo), as perf_fill_e4m3 replicates its block. */
 void perf_fill_scales(float *dst, size_t count, float lo, uint64_t seed) {
+  if (count == 0) return;
   const size_t chunk = count < ((size_t)1 << 20) ? count : ((size_t)1 << 20);
-  float *h = malloc(sizeof(float) * (chunk ? chunk : 1));
-  if (!h) {
-    fprintf(stderr, "mkx_perf: no memory for %zu scales\n", chunk);
-    exit(1);
-  }
+  float *h = host_block(sizeof(float) * chunk);
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < chunk; ++i) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     h[i] = lo * (1.0f + (float)((x >> 20) & 0xffff) / 65536.0f);
   }
-  CK(cudaMemcpy(dst, h, sizeof(float) * chunk, cudaMemcpyHostToDevice));
-  for (size_t done = chunk; done < count;) {
-    const size_t n = done < count - done ? done : count - done;
-    CK(cudaMemcpy(dst + done, dst, sizeof(float) * n,
-                  cudaMemcpyDeviceToDevice));
-    done += n;
-  }
+  replicate(dst, h, sizeof(float) * chunk, sizeof(float) * count);
   free(h);
 }
 

@@ -15,7 +15,8 @@ float perf_median(float *v, int n);
  * st, waited for.  Exits on a CUDA failure. */
 void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st);
 /* count random e4m3 bytes of magnitude 0.25 to 1.875 into device memory
- * dst (waited for).  Exits on a failure. */
+ * dst (a random block of 4 MB replicated; waited for).  Exits on a
+ * failure. */
 void perf_fill_e4m3(void *dst, size_t count, uint64_t seed);
 /* count fp32 scales in [lo, 2 lo) on the device. */
 void perf_fill_scales(float *dst, size_t count, float lo, uint64_t seed);

@@ -168,6 +168,18 @@ void mkx_tp_blas_free(mkx_tp_blas *b);
  * the other ranks).  _engine_scales: the engine's form of a row-major
  * call's scales (inner dimension k).  _gemm: the fp8 GEMM on this rank's
  * share of a shared GPU. */
+/* fp8 scale arrays of a call on the GPU: read back on st into host (room
+ * for every array's n floats; NULL: allocated here) and every value
+ * checked finite and > 0 (MKX_ERR_INVALID_ARG naming the array and index);
+ * under capture MKX_ERR_UNSUPPORTED (the read-back synchronises). */
+typedef struct mkx_scale_array {
+  const char *name; /* as messages name it, e.g. "scales->a" */
+  const float *p;
+  int64_t n;
+} mkx_scale_array;
+int mkx_fused_scales_read(const char *fn, const mkx_scale_array *arr, int count,
+                          float *host, cudaStream_t st);
+
 typedef struct mkx_tp_fp8_host {
   float *buf;
   int64_t na, nb;

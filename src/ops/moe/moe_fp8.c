@@ -18,7 +18,6 @@
  * Step 4 is where this path departs from the host's fp32 activation: the
  * activation carries dtype's precision (e4m3: 3 bits of mantissa) into W2. */
 #include <stdint.h>
-#include <stdlib.h>
 #include "core/error.h"
 
 #if HAVE_CUDA
@@ -49,43 +48,14 @@ int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a) {
 
 /* The scales' values, read back: every one finite and > 0. */
 static int scales_ok(const mkx_moe_args *a, int64_t ep, cudaStream_t st) {
-  const char *fn = "MKX_Moe_layer";
-  const struct {
-    const char *name;
-    const float *p;
-    int64_t n;
-  } arr[3] = {{"scales->a", a->sc.a,
-               mkx_scales_a_count(a->sc.layout, a->num_tokens, a->hidden)},
-              {"scales->b", a->sc.b,
-               ep * mkx_scales_b_count(a->sc.layout, a->hidden, 2 * a->ffn)},
-              {"scales2->b", a->sc2.b,
-               ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)}};
-  int64_t total = 0;
-  for (int i = 0; i < 3; i++) total += arr[i].n;
-  if (total == 0) return MKX_SUCCESS;
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
-                      "cudaStreamIsCapturing"));
-  if (cap != cudaStreamCaptureStatusNone)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: fp8 scales are read back before the run (a stream "
-                     "synchronisation), which a capture cannot hold",
-                     fn);
-  float *h = malloc(sizeof(float) * (size_t)total);
-  if (!h) return mkx_error(MKX_ERR_NOMEM, "%s: host copy of the scales", fn);
-  cudaError_t e = cudaSuccess;
-  int64_t at = 0;
-  for (int i = 0; i < 3 && e == cudaSuccess; at += arr[i].n, i++)
-    if (arr[i].n)
-      e = cudaMemcpyAsync(h + at, arr[i].p, sizeof(float) * (size_t)arr[i].n,
-                          cudaMemcpyDeviceToHost, st);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-  int rc = mkx_cuda_rc(e, fn, "reading the scales back");
-  at = 0;
-  for (int i = 0; i < 3 && rc == MKX_SUCCESS; at += arr[i].n, i++)
-    rc = mkx_scales_check_values(fn, arr[i].name, h + at, arr[i].n);
-  free(h);
-  return rc;
+  const mkx_scale_array arr[3] = {
+      {"scales->a", a->sc.a,
+       mkx_scales_a_count(a->sc.layout, a->num_tokens, a->hidden)},
+      {"scales->b", a->sc.b,
+       ep * mkx_scales_b_count(a->sc.layout, a->hidden, 2 * a->ffn)},
+      {"scales2->b", a->sc2.b,
+       ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)}};
+  return mkx_fused_scales_read("MKX_Moe_layer", arr, 3, NULL, st);
 }
 
 /* A weight's scales (stored as the weight, transposed: [E][nb][kb]) for

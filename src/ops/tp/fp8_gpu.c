@@ -113,35 +113,15 @@ void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h) {
   h->buf = NULL;
 }
 
-static int read_back(const mkx_tp_fp8_host *h, const MKX_Scales *sc,
-                     const char *fn, cudaStream_t st) {
-  cudaError_t e = cudaSuccess;
-  if (h->na)
-    e = cudaMemcpyAsync(h->buf, sc->a, sizeof(float) * (size_t)h->na,
-                        cudaMemcpyDeviceToHost, st);
-  if (e == cudaSuccess && h->nb)
-    e = cudaMemcpyAsync(h->buf + h->na, sc->b, sizeof(float) * (size_t)h->nb,
-                        cudaMemcpyDeviceToHost, st);
-  if (e == cudaSuccess) e = cudaStreamSynchronize(st);
-  MKX_TRY(mkx_cuda_rc(e, fn, "reading the scales back"));
-  MKX_TRY(mkx_scales_check_values(fn, "scales->a", h->buf, h->na));
-  return mkx_scales_check_values(fn, "scales->b", h->buf + h->na, h->nb);
-}
-
 int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
                          const MKX_Scales *sc, const char *fn,
                          cudaStream_t st) {
   if (sc->layout == MKX_SCALE_NONE) return MKX_SUCCESS;
-  /* a plan started inside a capture: every rank is capturing (agreed) */
-  enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
-  MKX_TRY(mkx_cuda_rc(cudaStreamIsCapturing(st, &cap), fn,
-                      "cudaStreamIsCapturing"));
-  if (cap != cudaStreamCaptureStatusNone)
-    return mkx_error(MKX_ERR_UNSUPPORTED,
-                     "%s: fp8 scales are read back before the run (a stream "
-                     "synchronisation), which a capture cannot hold",
-                     fn);
-  return mkx_comm_agree_rc(c, read_back(h, sc, fn, st), "the scales' values");
+  const mkx_scale_array arr[2] = {{"scales->a", sc->a, h->na},
+                                  {"scales->b", sc->b, h->nb}};
+  /* under capture every rank is capturing (agreed): each fails alike */
+  return mkx_comm_agree_rc(c, mkx_fused_scales_read(fn, arr, 2, h->buf, st),
+                           "the scales' values");
 }
 
 mkx_gemm_scales mkx_tp_fp8_engine_scales(const MKX_Scales *sc, int64_t k) {
