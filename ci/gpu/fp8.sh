@@ -2,7 +2,10 @@
 # device buffers on 2 ranks (test_fp8 --device: the fused split path, the
 # AllGather+GEMM read in place with tp_pull=yes, capture; test_fp8_moe
 # --device), then mkx_perf tp --dtype fp8 --op ag --one-rank with
-# tp_pull=yes beside the split path (perf-tp-fp8.txt).
+# tp_pull=yes beside the split path (perf-tp-fp8.txt); then on one rank
+# alone the fp8 engine tests, mkx_perf gemm --dtype fp8 (the tiles picked,
+# and one CTA a tile: MKX_GPU_CHECK_FP8_TILES, default "0 1") and mkx_perf
+# moe --fp8 on the DeepSeek-like shape (perf-fp8.txt).
 # shellcheck shell=bash
 
 [ "$ngpu" = 1 ] && [ -x ./mkx_perf ] || return 0
@@ -17,3 +20,17 @@ if mps_start; then
     fail "mkx_perf tp --dtype fp8 --versus tp_pull=yes: rc=$? (bound $bound s)"
   mps_stop
 fi
+bound=${MKX_GPU_CHECK_PERF_BOUND:-150}
+MODE=alone
+run test_gemm_fp8 1 gemm-fp8.log
+run test_moe_fp8_engine 1 moe-fp8-engine.log
+for tile in ${MKX_GPU_CHECK_FP8_TILES:-0 1}; do
+  timeout -k 5 "$bound" ./mkx_perf gemm --dtype fp8 --tile "$tile" \
+    --out "$out/gemm-results.md" >>"$out/perf-fp8.txt" 2>&1 ||
+    fail "mkx_perf gemm --dtype fp8 --tile $tile: rc=$? (bound $bound s)"
+done
+timeout -k 5 "$bound" mpirun -np 1 ./mkx_perf moe --fp8 \
+  --shapes 4096,7168,256,8,2048 --out "$out/moe-results.md" \
+  >>"$out/perf-fp8.txt" 2>&1 ||
+  fail "mkx_perf moe --fp8: rc=$? (bound $bound s)"
+
