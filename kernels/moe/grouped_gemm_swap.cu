@@ -260,12 +260,13 @@ __device__ __forceinline__ void mainloop(int n8, float (&a0)[64], float (&a1)[64
   }
 }
 
-/* The fp8 scales of a warpgroup's tile: W rows w0 + m (+8) of chunks 0 and 1, and its rows from
- * row0 (nrows of them; the others' scales 0). */
+/* The fp8 scales of a warpgroup's tile: W rows w0 + m (+8) of chunks 0 and 1 (of wrows; those
+ * past them, never stored, 0), and its rows from row0 (nrows of them; the others' 0). */
 struct Fp8TileScales {
   const mkx_moe_fp8_scales *s;
-  int e, w0[2], row0, nrows, lt;
+  int e, w0[2], wrows, row0, nrows, lt;
   __device__ __forceinline__ float w_at(int j, int kb) const {
+    if (j >= wrows) return 0.f;
     const int64_t base = (int64_t)e * s->w_e;
     switch (s->w_layout) {
       case MKX_GEMM_SCALE_TENSOR:
@@ -370,8 +371,13 @@ __device__ __forceinline__ void consume(const SwapParams<Op> &p, const SwapTile 
   const bool leader = (lt & 31) == 0;
   if constexpr (Op::FP8) {
     float a0[32], a1[32];
-    const Fp8TileScales sc = {&p.fp8,      t.e,   {chunk_col<SWIGLU>(pair, 0, p.up), chunk_col<SWIGLU>(pair, 1, p.up)},
-                              t.row0 + rb, nrows, lt};
+    const Fp8TileScales sc = {&p.fp8,
+                              t.e,
+                              {chunk_col<SWIGLU>(pair, 0, p.up), chunk_col<SWIGLU>(pair, 1, p.up)},
+                              SWIGLU ? p.up + p.n : p.n,
+                              t.row0 + rb,
+                              nrows,
+                              lt};
     mainloop_fp8<Op::E5M2>((nrows + 7) >> 3, a0, a1, r, ws, roff, leader, sc);
     store<SWIGLU, OutT>(p.c, p.ldc, p.scale, p.n, t, pair, lt, nrows, rb, a0, a1);
   } else {
