@@ -736,9 +736,9 @@ int MKX_Moe_dispatch_gemm_scaled(
  * SwiGLU activation, each FFN output and the weighted sum stay in fp32,
  * and out is rounded once to otype.  The two layouts are agreed (each may
  * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths: host
- * buffers the host path; device buffers with fp8 on one rank, MKX_TRANS,
- * a bf16 or fp16 otype and hidden and ffn multiples of 16 the GPU's fp8
- * layer, where the SwiGLU activation is rounded to otype and then to
+ * buffers the host path; with option moe_fp8=yes, device buffers with
+ * fp8 on one rank, MKX_TRANS, a bf16 or fp16 otype and hidden and ffn
+ * multiples of 16 the GPU's fp8 layer, where the SwiGLU activation is rounded to otype and then to
  * dtype with one scale per row and 128 columns (the group's largest
  * magnitude over the type's largest finite value) as W2's fp8 operand, so
  * out carries that rounding too (e4m3: a relative 2^-4 of each

@@ -4,8 +4,9 @@
 # --device), then mkx_perf tp --dtype fp8 --op ag --one-rank with
 # tp_pull=yes beside the split path (perf-tp-fp8.txt); then on one rank
 # alone the fp8 engine tests, mkx_perf gemm --dtype fp8 (the tiles picked,
-# and one CTA a tile: MKX_GPU_CHECK_FP8_TILES, default "0 1") and mkx_perf
-# moe --fp8 on the DeepSeek-like shape (perf-fp8.txt).
+# and one CTA a tile: MKX_GPU_CHECK_FP8_TILES, default "0 1"), and with
+# MKX_MOE_FP8=yes test_fp8_moe --device on one rank and mkx_perf moe --fp8
+# on the DeepSeek-like shape (perf-fp8.txt).
 # shellcheck shell=bash
 
 [ "$ngpu" = 1 ] && [ -x ./mkx_perf ] || return 0
@@ -29,7 +30,9 @@ for tile in ${MKX_GPU_CHECK_FP8_TILES:-0 1}; do
     --out "$out/gemm-results.md" >>"$out/perf-fp8.txt" 2>&1 ||
     fail "mkx_perf gemm --dtype fp8 --tile $tile: rc=$? (bound $bound s)"
 done
-timeout -k 5 "$bound" mpirun -np 1 ./mkx_perf moe --fp8 \
+MKX_MOE_FP8=yes run test_fp8_moe 1 "fp8-moe-np1-gpu.log" tests/mpi/test_fp8_moe \
+  --device
+MKX_MOE_FP8=yes timeout -k 5 "$bound" mpirun -np 1 ./mkx_perf moe --fp8 \
   --shapes 4096,7168,256,8,2048 --out "$out/moe-results.md" \
   >>"$out/perf-fp8.txt" 2>&1 ||
   fail "mkx_perf moe --fp8: rc=$? (bound $bound s)"

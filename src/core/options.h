@@ -63,6 +63,7 @@ typedef struct mkx_options {
   int hier_moe;          /* MKX_HIER_MOE_*: likewise for MoE calls */
   int moe_gpu;           /* MKX_MOE_GPU_*: which MoE calls run on the GPU */
   int moe_sync;          /* MoE GPU path: the host waits for the routing */
+  int moe_fp8;           /* the fp8 layer on the GPU (src/ops/moe/moe_fp8.c) */
   int moe_release;       /* MKX_OVERLAP_*: MoE rows released as they land */
   int moe_gemm;       /* MKX_MOE_GEMM_OPT_*: the grouped expert GEMM kernel */
   int fused;          /* MKX_FUSED_*: fused GPU kernels */

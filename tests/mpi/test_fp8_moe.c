@@ -34,8 +34,9 @@
  *    within the bound, on the host path, or with --device the staged one;
  *  - the layer with weights transposed, hidden and ffn multiples of 16 and
  *    out in bf16 (a call and a plan): on one rank with device
- *    buffers the GPU's fp8 layer, whose activation is rounded to dtype by
- *    row and 128 columns, within the bound widened by that rounding;
+ *    buffers and MKX_MOE_FP8=yes the GPU's fp8 layer, whose activation is
+ *    rounded to dtype by row and 128 columns, within the bound widened by
+ *    that rounding;
  *  - --device: the cases on device buffers (fp8: the staged path, but for
  *    the fp8 layer's GPU path on one rank).
  *

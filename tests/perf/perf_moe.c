@@ -14,6 +14,8 @@
  * out bf16, on the same routing: "fp8 layer ms", its TFLOP/s (the same
  * count), "bf16 / fp8" (the bf16 layer's time over the fp8 layer's) and
  * "fp8 at bound" (the experts' weights read once in fp8 over its time).
+ * The fp8 layer runs on the GPU with MKX_MOE_FP8=yes (else staged: the
+ * path column says which).
  *
  * --graph: also a plan of each call (MKX_Moe_layer_init,
  * MKX_Moe_dispatch_gemm_init) whose MKX_Start is captured once into a CUDA

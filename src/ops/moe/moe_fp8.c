@@ -29,6 +29,7 @@
 
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a) {
   if (op != MOE_LAYER) return "fp8 dispatch runs staged";
+  if (!c->opt.moe_fp8) return "option moe_fp8=no";
   if (a->transw != MKX_TRANS)
     return "fp8 weights must be stored transposed (transw = MKX_TRANS: K "
            "contiguous, as fp8 tensor cores read them)";
