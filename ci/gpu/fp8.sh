@@ -3,8 +3,8 @@
 # AllGather+GEMM read in place with tp_pull=yes, capture; test_fp8_moe
 # --device), then mkx_perf tp --dtype fp8 --op ag --one-rank with
 # tp_pull=yes beside the split path (perf-tp-fp8.txt); then on one rank
-# alone the fp8 engine tests, mkx_perf gemm --dtype fp8 (the tiles picked,
-# and one CTA a tile: MKX_GPU_CHECK_FP8_TILES, default "0 1"), and with
+# alone the fp8 engine tests, mkx_perf gemm --dtype fp8 (one CTA a tile,
+# and clusters of 2: MKX_GPU_CHECK_FP8_TILES, default "1 3"), and with
 # MKX_MOE_FP8=yes test_fp8_moe --device on one rank and mkx_perf moe --fp8
 # on the DeepSeek-like shape (perf-fp8.txt).
 # shellcheck shell=bash
@@ -25,7 +25,7 @@ bound=${MKX_GPU_CHECK_PERF_BOUND:-150}
 MODE=alone
 run test_gemm_fp8 1 gemm-fp8.log
 run test_moe_fp8_engine 1 moe-fp8-engine.log
-for tile in ${MKX_GPU_CHECK_FP8_TILES:-0 1}; do
+for tile in ${MKX_GPU_CHECK_FP8_TILES:-1 3}; do
   timeout -k 5 "$bound" ./mkx_perf gemm --dtype fp8 --tile "$tile" \
     --out "$out/gemm-results.md" >>"$out/perf-fp8.txt" 2>&1 ||
     fail "mkx_perf gemm --dtype fp8 --tile $tile: rc=$? (bound $bound s)"

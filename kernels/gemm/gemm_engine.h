@@ -117,9 +117,9 @@ typedef struct {
  * ab_type fp8, b_kmajor 1, k, lda and ldb multiples of 16 (TMA rows of 16-byte multiples), a
  * valid layout with its arrays. */
 int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, const char **why);
-/* Enqueue the fp8 GEMM on s; returns as mkx_gemm_run.  Tiles of 128 x 128; tile_override
- * MKX_GEMM_TILE_128x128 runs them one CTA each, MKX_GEMM_TILE_128x128_PAIR in clusters of 2
- * (needs num_ctas 0 or >= 2), MKX_GEMM_TILE_AUTO picks (mkx_gemm_fp8_pick_tile). */
+/* Enqueue the fp8 GEMM on s; returns as mkx_gemm_run.  Tiles of 128 x 128, one CTA each;
+ * tile_override MKX_GEMM_TILE_128x128_PAIR runs them in clusters of 2 (needs num_ctas 0 or
+ * >= 2; mkx_gemm_fp8_pick_tile says which runs). */
 int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s);
 
 /* What mkx_gemm_run_fp8 runs for d with num_ctas CTAs (0: one per SM):

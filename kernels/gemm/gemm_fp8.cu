@@ -174,11 +174,10 @@ extern "C" int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_sca
   return w ? 0 : 1;
 }
 
-/* Pairs where both CTAs of most clusters have rows: from two tile rows. */
+/* Clusters of 2 where asked for only, until timings choose between the two. */
 extern "C" int mkx_gemm_fp8_pick_tile(const mkx_gemm_desc *d, int num_ctas) {
-  if (d->tile_override == MKX_GEMM_TILE_128x128 || num_ctas == 1) return MKX_GEMM_TILE_128x128;
-  if (d->tile_override == MKX_GEMM_TILE_128x128_PAIR) return MKX_GEMM_TILE_128x128_PAIR;
-  return cdiv(d->m, kBM) >= 2 ? MKX_GEMM_TILE_128x128_PAIR : MKX_GEMM_TILE_128x128;
+  return d->tile_override == MKX_GEMM_TILE_128x128_PAIR && num_ctas != 1 ? MKX_GEMM_TILE_128x128_PAIR
+                                                                         : MKX_GEMM_TILE_128x128;
 }
 
 extern "C" int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s) {

@@ -8,8 +8,8 @@
  *     Times the MKX Hopper GEMM engine and cuBLAS (bf16 in, bf16 out, fp32 compute) in the same
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
  *     the ratio.  --dtype fp8: e4m3 operands with per-tensor scales (B K-major), the engine's
- *     fp8 GEMM against cuBLASLt's (tests/perf/perf_lt.c); --tile 1 runs its tiles one CTA each,
- *     3 in clusters of 2 (gemm_engine.h).  --out appends the table as markdown
+ *     fp8 GEMM against cuBLASLt's (tests/perf/perf_lt.c); --tile 3 runs its tiles in clusters
+ *     of 2 (gemm_engine.h).  --out appends the table as markdown
  *     (date UTC, GPU name).
  *
  *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
