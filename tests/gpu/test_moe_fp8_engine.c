@@ -13,7 +13,10 @@
  *    bit for bit;
  *  - random cases within eps_c |ref| + 2^-10 sum |terms| per product (the tensor cores sum a K
  *    block of fp8 products in fewer bits than fp32), carried through SwiGLU;
- *  - arguments the fp8 form refuses (MKX_GEMM_EINVAL).
+ *  - arguments the fp8 form refuses (MKX_GEMM_EINVAL);
+ *  - mkx_moe_quant_run, the layer's activation to fp8: each group's scale
+ *    and every byte within half a unit of the value's last place, rows
+ *    past the count untouched.
  * Exit 77 without an sm_90 GPU; a run past 180 s fails (a kernel that hangs).
  *
  *   test_moe_fp8_engine [--seed N]
@@ -326,6 +329,78 @@ static void run_case(const mcase *c) {
   free(in.off), free(in.A), free(in.W), free(in.sa), free(in.sw), free(in.rs);
 }
 
+/* mkx_moe_quant_run: random bf16 rows (magnitudes spread over 2^-20 to 2^4,
+ * a group of zeros), rows_end below the buffer's rows: each group's scale
+ * is its largest magnitude over the type's largest finite value (1 for
+ * zeros), each byte the value divided by it and rounded to nearest (so
+ * within half a unit in the last place, or half the least subnormal, of
+ * the value), the byte is finite, and rows past rows_end stay poison. */
+static void quant_case(int t, int64_t rows, int64_t used, int64_t cols,
+                       int64_t pad) {
+  snprintf(g_case, sizeof g_case, "quant %s: %lld of %lld rows x %lld",
+           tname(t), (long long)used, (long long)rows, (long long)cols);
+  const MKX_Datatype mt = t == MKX_GEMM_E4M3 ? MKX_FP8_E4M3 : MKX_FP8_E5M2;
+  const int64_t ldx = cols + pad, ldq = cols + pad, gs = (cols + 127) / 128,
+                lds = gs + 1;
+  uint16_t *x = host_alloc(sizeof(uint16_t) * (size_t)(rows * ldx));
+  for (int64_t i = 0; i < rows * ldx; i++) {
+    const double m =
+        ldexp(mt_rng_unit(&g_rng), (int)(mt_rng_next(&g_rng) % 24) - 20);
+    x[i] = mt_f32_to_bf16((float)(mt_rng_next(&g_rng) & 1 ? -m : m));
+  }
+  for (int64_t c = 0; c < 128 && c < cols; c++) x[c] = 0; /* row 0, group 0 */
+  uint16_t *dx = upload(x, sizeof(uint16_t) * (size_t)(rows * ldx));
+  const int end = (int)used;
+  int *dend = upload(&end, sizeof end);
+  uint8_t *dq;
+  float *ds;
+  CUDA(cudaMalloc((void **)&dq, (size_t)(rows * ldq)));
+  CUDA(cudaMalloc((void **)&ds, sizeof(float) * (size_t)(rows * lds)));
+  CUDA(cudaMemset(dq, 0xFF, (size_t)(rows * ldq)));
+  CUDA(cudaMemset(ds, 0xFF, sizeof(float) * (size_t)(rows * lds)));
+  const mkx_moe_quant_desc d = {dx,  ldx, MKX_GEMM_BF16, dend, rows, cols, dq,
+                                ldq, ds,  lds,           t};
+  const int rc = mkx_moe_quant_run(&d, 0);
+  CHECK(rc == 0, "%s: mkx_moe_quant_run returned %d", g_case, rc);
+  CUDA(cudaDeviceSynchronize());
+  uint8_t *q = host_alloc((size_t)(rows * ldq));
+  float *sc = host_alloc(sizeof(float) * (size_t)(rows * lds));
+  CUDA(cudaMemcpy(q, dq, (size_t)(rows * ldq), cudaMemcpyDeviceToHost));
+  CUDA(cudaMemcpy(sc, ds, sizeof(float) * (size_t)(rows * lds),
+                  cudaMemcpyDeviceToHost));
+  const double top = t == MKX_GEMM_E4M3 ? 448 : 57344,
+               rel = t == MKX_GEMM_E4M3 ? 0x1p-4 : 0x1p-3,
+               sub = t == MKX_GEMM_E4M3 ? 0x1p-10 : 0x1p-17;
+  int64_t bad = 0, stray = 0;
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t g = 0; g < gs; g++) {
+      double amax = 0;
+      for (int64_t c = 128 * g; c < cols && c < 128 * g + 128; c++)
+        amax = fmax(amax, fabs(mt_bf16_to_f32(x[r * ldx + c])));
+      const double want = amax > 0 ? (double)(float)(amax / top) : 1.0;
+      const float s = sc[r * lds + g];
+      if (r >= used) {
+        uint32_t bits;
+        memcpy(&bits, &s, 4);
+        stray += bits != 0xFFFFFFFFu;
+        for (int64_t c = 128 * g; c < cols && c < 128 * g + 128; c++)
+          stray += q[r * ldq + c] != 0xFF;
+        continue;
+      }
+      if (!(fabs(s - want) <= 0x1p-22 * want)) bad++;
+      for (int64_t c = 128 * g; c < cols && c < 128 * g + 128; c++) {
+        const double v = mt_bf16_to_f32(x[r * ldx + c]) / s,
+                     got = mt_fp8_decode(mt, q[r * ldq + c]);
+        if (!isfinite(got) || !(fabs(got - v) <= rel * fabs(v) + sub)) bad++;
+      }
+    }
+  CHECK(bad == 0, "%s: %lld scales or bytes off", g_case, (long long)bad);
+  CHECK(stray == 0, "%s: %lld bytes written past rows_end", g_case,
+        (long long)stray);
+  cudaFree(dx), cudaFree(dend), cudaFree(dq), cudaFree(ds);
+  free(x), free(q), free(sc);
+}
+
 /* What the fp8 form refuses: MKX_GEMM_EINVAL, nothing launched. */
 static void refusals(void) {
   snprintf(g_case, sizeof g_case, "refusals");
@@ -425,6 +500,8 @@ int main(int argc, char **argv) {
                      .w_layout = mixed[m][1]};
     run_case(&c);
   }
+  quant_case(MKX_GEMM_E4M3, 40, 37, 272, 16);
+  quant_case(MKX_GEMM_E5M2, 9, 9, 128, 0);
   /* long K: 40 blocks promoted, SwiGLU with the block scales */
   static const int rows_long[2] = {129, 33};
   const mcase long_k = {.experts = 2,
