@@ -698,10 +698,14 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * layout) are those of MKX_Scales; a may be NULL when num_tokens is 0.
  * Agreed besides the call's: transw, ytype and scales->layout.  transw
  * other than MKX_NO_TRANS or MKX_TRANS: MKX_ERR_INVALID_ARG.  The call
- * takes the host path for host buffers.  With device buffers, fp8, a
- * ytype other than dtype or MKX_TRANS takes the staged path (no fused fp8
- * GPU kernel yet, and the plain call's kernels read W hidden x n);
- * otherwise it takes the plain call's path.  The plain
+ * takes the host path for host buffers.  With option moe_fp8=yes, device
+ * buffers with fp8 on one rank, MKX_TRANS and hidden a multiple of 16
+ * take the GPU's fp8 path (the rows and their scales gathered, the fp8
+ * grouped GEMM with each 128-deep K block summed apart and added in fp32
+ * times its scales, Y in ytype; the scales are read back before the run,
+ * so it cannot be captured).  Other device buffers with fp8, a ytype other
+ * than dtype, or MKX_TRANS take the staged path (the plain call's kernels
+ * read a 16-bit W hidden x n); the others the plain call's path.  The plain
  * MKX_Moe_dispatch_gemm and MKX_Moe_layer return MKX_ERR_UNSUPPORTED for
  * an fp8 dtype (the layer's fp8 form: MKX_Moe_layer_scaled).
  */

@@ -303,11 +303,12 @@ static const mkx_option_desc base_rows[] = {
      "MKX_Comm_get_async_error, or with option blocking by the call.",
      1},
     {"moe_fp8", MKX_OPT_BOOL, OPT(moe_fp8), "no", "yes|no",
-     "MKX_Moe_layer_scaled with fp8 on device buffers. yes: on one rank, "
-     "with the weights stored transposed (MKX_TRANS), a bf16 or fp16 out "
-     "and hidden and ffn multiples of 16, the layer runs on the GPU (fp8 "
-     "grouped expert GEMMs; the SwiGLU activation rounded to fp8 by row and "
-     "128 columns as W2's operand, as mkx.h says); no: the staged path.",
+     "The MoE calls' _scaled forms with fp8 on device buffers. yes: on one "
+     "rank, with the weights stored transposed (MKX_TRANS), hidden (and the "
+     "layer's ffn) multiples of 16 and the layer's out bf16 or fp16, they "
+     "run on the GPU (fp8 grouped expert GEMMs; the layer's SwiGLU "
+     "activation rounded to fp8 by row and 128 columns as W2's operand, as "
+     "mkx.h says); no: the staged path.",
      1},
     {"moe_release", MKX_OPT_ENUM, OPT(moe_release), "auto", "auto|yes|no",
      "MoE calls on the GPU over several ranks of one node. yes: each "

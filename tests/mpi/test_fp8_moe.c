@@ -32,6 +32,9 @@
  *    enumerator (MKX_ERR_INVALID_ARG naming it, for both calls), ranks
  *    disagreeing on it (MKX_ERR_SHAPE_MISMATCH); bf16 with MKX_TRANS
  *    within the bound, on the host path, or with --device the staged one;
+ *  - dispatch with weights transposed and hidden a multiple of 16, every
+ *    layout (on one rank with device buffers and MKX_MOE_FP8=yes the GPU's
+ *    fp8 dispatch), within the bound;
  *  - the layer with weights transposed, hidden and ffn multiples of 16 and
  *    out in bf16 (a call and a plan): on one rank with device
  *    buffers and MKX_MOE_FP8=yes the GPU's fp8 layer, whose activation is
@@ -443,6 +446,26 @@ static void matrix(int stride) {
               0};
           run_case(&c);
         }
+}
+
+/* Weights transposed, hidden a multiple of 16: on one rank with device
+ * buffers and MKX_MOE_FP8=yes the GPU's fp8 dispatch, elsewhere the host's
+ * or the staged path; every layout and Y type, within the same bound. */
+static void gpu8_matrix(void) {
+  const MKX_Datatype yts[3] = {MKX_BF16, MKX_FP16, MKX_FP32};
+  for (int L = MKX_SCALE_NONE; L <= MKX_SCALE_BLOCK; L++) {
+    const mcase c = {.dt = L == MKX_SCALE_ROW ? MKX_FP8_E5M2 : MKX_FP8_E4M3,
+                     .yt = yts[L % 3],
+                     .lay = (MKX_Scale_layout)L,
+                     .hidden = L % 2 ? 256 : 400,
+                     .n = L % 2 ? 130 : 72,
+                     .topk = 2,
+                     .ep = 3,
+                     .gate = L != MKX_SCALE_TENSOR,
+                     .empty = L == MKX_SCALE_BLOCK ? mt.size - 1 : -1,
+                     .trans = 1};
+    run_case(&c);
+  }
 }
 
 /* ---- the same bits as the plain call ------------------------------------- */
@@ -1148,6 +1171,7 @@ int main(int argc, char **argv) {
   if (!mt_all(rc == MKX_SUCCESS)) return mt_finish();
   mt_guard("test_fp8_moe", 300);
   matrix(mt.device ? 5 : 1);
+  gpu8_matrix();
   same_as_plain();
   plan_case(MKX_SCALE_BLOCK, 0);
   plan_case(MKX_SCALE_BLOCK, 1);

@@ -1,7 +1,10 @@
-/* MKX_Moe_layer_scaled with fp8 tokens and weights on the GPU (one rank,
- * weights stored transposed: each expert's W1 2 ffn x hidden, W2 hidden x
- * ffn, K contiguous, as fp8 tensor cores read them).  A call, all on the
- * user's stream after the prologue:
+/* The MoE calls' _scaled forms with fp8 tokens and weights on the GPU (one
+ * rank, option moe_fp8=yes, weights stored transposed: each expert's W (or
+ * W1) n x hidden, W2 hidden x ffn, K contiguous, as fp8 tensor cores read
+ * them).  Dispatch runs as the bf16 dispatch (moe_gpu.c) with the scale
+ * check first, the rows' scales gathered beside them and the grouped GEMM
+ * in fp8 (mkx_moe_fp8_first), Y in ytype.  The layer, all on the user's
+ * stream after the prologue:
  *   1. the scales read back and checked (finite, > 0: the contract's
  *      MKX_ERR_INVALID_ARG before anything is written), a stream
  *      synchronisation, so a capture is refused;
@@ -28,16 +31,15 @@
 #include "ops/moe/moe_gpu_int.h"
 
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a) {
-  if (op != MOE_LAYER) return "fp8 dispatch runs staged";
   if (!c->opt.moe_fp8) return "option moe_fp8=no";
   if (a->transw != MKX_TRANS)
     return "fp8 weights must be stored transposed (transw = MKX_TRANS: K "
            "contiguous, as fp8 tensor cores read them)";
-  if (c->size > 1) return "the fp8 layer runs on one rank";
-  if (a->ytype != MKX_BF16 && a->ytype != MKX_FP16)
+  if (c->size > 1) return "fp8 runs on one rank";
+  if (op == MOE_LAYER && a->ytype != MKX_BF16 && a->ytype != MKX_FP16)
     return "the fp8 layer writes bf16 or fp16 out";
-  if (a->hidden % 16 || a->ffn % 16)
-    return "the fp8 layer needs hidden and ffn multiples of 16";
+  if (a->hidden % 16 || (op == MOE_LAYER && a->ffn % 16))
+    return "fp8 needs hidden (and the layer's ffn) multiples of 16";
   return NULL;
 }
 
@@ -47,16 +49,30 @@ int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a) {
              : mkx_scales_row_floats(a->sc.layout, a->hidden);
 }
 
-/* The scales' values, read back: every one finite and > 0. */
-static int scales_ok(const mkx_moe_args *a, int64_t ep, cudaStream_t st) {
+int mkx_moe_fp8_scales_ok(int op, const mkx_moe_args *a, cudaStream_t st) {
+  const int64_t ep = a->num_experts, n = op == MOE_LAYER ? 2 * a->ffn : a->n;
   const mkx_scale_array arr[3] = {
       {"scales->a", a->sc.a,
        mkx_scales_a_count(a->sc.layout, a->num_tokens, a->hidden)},
       {"scales->b", a->sc.b,
-       ep * mkx_scales_b_count(a->sc.layout, a->hidden, 2 * a->ffn)},
+       ep * mkx_scales_b_count(a->sc.layout, a->hidden, n)},
       {"scales2->b", a->sc2.b,
-       ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)}};
-  return mkx_fused_scales_read("MKX_Moe_layer", arr, 3, NULL, st);
+       op == MOE_LAYER
+           ? ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)
+           : 0}};
+  return mkx_fused_scales_read(fn_of(op), arr, 3, NULL, st);
+}
+
+int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_ws *w, const mkx_moe_args *a,
+                            const mkx_moe_place *pl, cudaStream_t st,
+                            const char *fn) {
+  if (w->ldxs == 0) return MKX_SUCCESS;
+  mkx_moe_rows_at at = {{w->xs}, {NULL}, {NULL}, w->ldxs};
+  return mkx_fused_launch_rc(
+      mkx_moe_gather_run(a->sc.a, a->num_tokens, (int)a->topk, w->ldxs,
+                         (int)sizeof(float), w->rows, NULL, c->rank, pl, &at,
+                         NULL, NULL, st),
+      fn, "gather of the scales");
 }
 
 /* A weight's scales (stored as the weight, transposed: [E][nb][kb]) for
@@ -77,32 +93,36 @@ static int run(int rc, const char *what) {
   return mkx_fused_launch_rc(rc, "MKX_Moe_layer", what);
 }
 
+void mkx_moe_fp8_first(const mkx_moe_args *a, const moe_ws *w, int64_t n,
+                       mkx_moe_gemm_desc *g) {
+  mkx_moe_fp8_scales s = {0};
+  s.a_layout = a->sc.layout;
+  s.a = a->sc.a;
+  if (w->ldxs > 0) { /* each row's scales, gathered beside it */
+    s.a = w->xs;
+    s.a_row = w->ldxs;
+    s.a_kb = 1;
+  }
+  w_scales(&a->sc, a->hidden, n, &s);
+  g->ab_type = mkx_fused_gemm_type(a->dtype);
+  g->w = a->W;
+  g->ldw = a->hidden;
+  g->kernel = MKX_MOE_GEMM_SWAP;
+  g->fp8 = s;
+}
+
 int mkx_moe_layer_fp8(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                       moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const int64_t ep = a->num_experts;
   const int ab = mkx_fused_gemm_type(a->dtype),
             ot = mkx_fused_gemm_type(a->ytype);
-  MKX_TRY(scales_ok(a, ep, st));
+  MKX_TRY(mkx_moe_fp8_scales_ok(MOE_LAYER, a, st));
   int64_t total = 0;
   int trunc = -1;
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
   if (a->num_tokens == 0) return MKX_SUCCESS;
   mkx_moe_place pl;
   MKX_TRY(mkx_moe_push_rows(c, p, a, w, L, st, NULL, 0, 0, w->dest, &pl));
-  mkx_moe_fp8_scales s1 = {0};
-  s1.a_layout = a->sc.layout;
-  s1.a = a->sc.a;
-  if (w->ldxs > 0) { /* each row's scales beside it */
-    mkx_moe_rows_at at = {{w->xs}, {NULL}, {NULL}, w->ldxs};
-    MKX_TRY(run(mkx_moe_gather_run(a->sc.a, a->num_tokens, (int)a->topk,
-                                   w->ldxs, (int)sizeof(float), w->rows, NULL,
-                                   c->rank, &pl, &at, NULL, NULL, st),
-                "gather of the scales"));
-    s1.a = w->xs;
-    s1.a_row = w->ldxs;
-    s1.a_kb = 1;
-  }
-  w_scales(&a->sc, a->hidden, 2 * a->ffn, &s1);
   const int64_t rows = total >= 0 ? total : p->tcap * a->topk;
   mkx_moe_gemm_desc g1 = {.experts = (int)ep,
                           .k = a->hidden,
@@ -111,18 +131,14 @@ int mkx_moe_layer_fp8(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           .lda = w->lda,
                           .a_rows = rows,
                           .offsets = w->offsets,
-                          .w = a->W,
-                          .ldw = a->hidden,
                           .c = w->act,
                           .ldc = w->ldact,
-                          .ab_type = ab,
                           .c_type = ot,
                           .swiglu = 1,
                           .work = w->gemm_work,
                           .up_col = a->ffn,
-                          .gate = w->gate,
-                          .kernel = MKX_MOE_GEMM_SWAP,
-                          .fp8 = s1};
+                          .gate = w->gate};
+  mkx_moe_fp8_first(a, w, 2 * a->ffn, &g1);
   MKX_TRY(run(mkx_moe_gemm_run(&g1, st), "W1 grouped GEMM"));
   const mkx_moe_quant_desc q = {.x = w->act,
                                 .ldx = w->ldact,

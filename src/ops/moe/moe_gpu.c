@@ -139,6 +139,7 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                          (int)MKX_Type_size(a->dtype), w->rows, weight, c->rank,
                          pl, &at, dest, p->release ? &rel : NULL, st),
       fn, "gather"));
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_rows_scales(c, w, a, pl, st, fn));
   /* released rows: the GEMM's tiles wait for their experts instead */
   if (p->multi && !p->release)
     MKX_TRY(
@@ -155,6 +156,7 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(MOE_DISPATCH, a, st));
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
   MKX_TRY(mkx_fused_launch_rc(
       mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, w->gate, st), fn,
@@ -173,8 +175,9 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   MKX_TRY(mkx_moe_push_rows(c, p, a, w, L, st, a->topk_weight, scaled,
                             p->multi || a->origin != NULL, NULL, &pl));
   const void *wt = NULL;
-  MKX_TRY(mkx_moe_ws_weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1,
-                             (size_t)es, st, fn, &wt));
+  if (!p->fp8) /* fp8 weights are stored transposed, rows of hidden */
+    MKX_TRY(mkx_moe_ws_weights(a->W, ep * a->hidden, a->n, w->ldw1, w->w1,
+                               (size_t)es, st, fn, &wt));
   /* without the host wait: bounded by the rows A and Y hold */
   const int64_t rows = total >= 0 ? total : min64(p->tcap * a->topk, a->y_rows);
   mkx_moe_gemm_desc g = {
@@ -182,6 +185,10 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
       w->offsets, wt,        w->ldw1,  a->Y, a->n,   scaled ? w->scale : NULL,
       ty,         ty,        0,        0,    0,      w->gemm_work,
       0,          w->gate,   p->kernel};
+  if (p->fp8) {
+    g.c_type = mkx_fused_gemm_type(a->ytype);
+    mkx_moe_fp8_first(a, w, a->n, &g);
+  }
   mkx_fused_sync sync;
   gemm_waits(c, p, &sync, &g);
   MKX_TRY(mkx_fused_launch_rc(mkx_moe_gemm_run(&g, st), fn, "grouped GEMM"));
@@ -306,7 +313,7 @@ static int plan_path(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->nodes = path == MKX_PATH_MOE_NODES || path == MKX_PATH_MOE_NET;
   p->proxy = path == MKX_PATH_MOE_NET;
   p->experts = a->num_experts;
-  p->fp8 = mkx_is_fp8(a->dtype); /* the layer's (moe_fp8.c) */
+  p->fp8 = mkx_is_fp8(a->dtype); /* moe_fp8.c */
   /* several nodes: the host knows the counts, so it waits anyway */
   p->sync = p->nodes || c->opt.moe_sync;
   p->release = release_rows(c);
@@ -352,9 +359,9 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
   w.mine = w.theirs = NULL;
   mkx_moe_layout L;
   memset(&L, 0, sizeof L);
-  int rc = p->fp8               ? mkx_moe_layer_fp8(c, p, a, &w, &L, st)
-           : p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
-                                : dispatch(c, p, a, &w, &L, st);
+  int rc = p->op != MOE_LAYER ? dispatch(c, p, a, &w, &L, st)
+           : p->fp8           ? mkx_moe_layer_fp8(c, p, a, &w, &L, st)
+                              : layer(c, p, a, &w, &L, st);
   mkx_moe_layout_free(&L);
   if (rc == MKX_SUCCESS && p->proxy && w.mine) {
     /* the proxy done with the areas */

@@ -173,14 +173,25 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                       const float *weight, int scale, int origin, int *dest,
                       mkx_moe_place *pl);
 
-/* ---- the fp8 layer (moe_fp8.c) ---- */
+/* ---- fp8 (moe_fp8.c) ---- */
 
-/* Why the layer's fp8 form cannot take the GPU path (NULL: it can): one
- * rank, weights stored transposed, a 16-bit out, hidden and ffn multiples
- * of 16. */
+/* Why the call's fp8 form cannot take the GPU path (NULL: it can): option
+ * moe_fp8, one rank, weights stored transposed, the layer's out 16-bit,
+ * hidden (and ffn) multiples of 16. */
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a);
 /* Floats per gathered row of X's scales. */
 int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a);
+/* The call's scales read back and checked (mkx_fused_scales_read). */
+int mkx_moe_fp8_scales_ok(int op, const mkx_moe_args *a, cudaStream_t st);
+/* After the rows' gather: their scales gathered beside them (per-token and
+ * block layouts). */
+int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_ws *w, const mkx_moe_args *a,
+                            const mkx_moe_place *pl, cudaStream_t st,
+                            const char *fn);
+/* The first grouped GEMM's fp8 operands (W transposed, n of its columns)
+ * and scales into g. */
+void mkx_moe_fp8_first(const mkx_moe_args *a, const moe_ws *w, int64_t n,
+                       mkx_moe_gemm_desc *g);
 /* The layer with fp8 tokens and weights, after the start's prologue. */
 int mkx_moe_layer_fp8(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                       moe_ws *w, mkx_moe_layout *L, cudaStream_t st);

@@ -71,8 +71,8 @@ void mkx_moe_ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
                    ? (size_t)(ep * a->ffn * round8(a->hidden)) * es
                    : 0,
       [W_XS] = (size_t)(N * xs) * sizeof(float),
-      [W_ACT8] = fp8 ? (size_t)(N * round16(a->ffn)) : 0,
-      [W_ACTS] = fp8 ? (size_t)(N * gf) * sizeof(float) : 0};
+      [W_ACT8] = fp8 && layer ? (size_t)(N * round16(a->ffn)) : 0,
+      [W_ACTS] = fp8 && layer ? (size_t)(N * gf) * sizeof(float) : 0};
   size_t at = 0;
   for (int k = 0; k < W_END; k++) {
     p->off[k] = at;
