@@ -29,6 +29,7 @@
 #include "engine_check.h"
 #include "gemm_engine.h"
 #include "mkx_test.h"
+#include "fp8_check.h"
 #include "num16.h"
 
 static mt_rng g_rng;
@@ -51,30 +52,9 @@ static const char *tile_name(int t) {
                                            : "tiles picked";
 }
 
-static const char *tname(int t) {
-  return t == MKX_GEMM_E4M3   ? "e4m3"
-         : t == MKX_GEMM_E5M2 ? "e5m2"
-         : t == MKX_GEMM_BF16 ? "bf16"
-         : t == MKX_GEMM_FP16 ? "fp16"
-                              : "fp32";
-}
 static const char *lname(int l) {
   static const char *const n[] = {"none", "tensor", "row", "block"};
   return n[l];
-}
-
-/* An fp8 byte of type t for a value of the exact set. */
-static uint8_t exact_byte(int t, int i) {
-  static const uint8_t e4[9] = {0x00, 0x30, 0xB0, 0x38, 0xB8,
-                                0x3C, 0xBC, 0x40, 0xC0};
-  static const uint8_t e5[9] = {0x00, 0x38, 0xB8, 0x3C, 0xBC,
-                                0x3E, 0xBE, 0x40, 0xC0};
-  return t == MKX_GEMM_E4M3 ? e4[i] : e5[i];
-}
-
-static float rand_scale(int exact) {
-  if (exact) return ldexpf(1.f, (int)(mt_rng_next(&g_rng) % 5) - 2);
-  return (float)(0.25 + 3.75 * mt_rng_unit(&g_rng));
 }
 
 typedef struct {
@@ -91,10 +71,10 @@ static void make_inputs(const fcase *c, int64_t lda, int64_t ldb, inputs *in) {
   /* fp16's range (65504) holds the random sums with operands up to 4 */
   const double limit = c->ct == MKX_GEMM_FP16 ? 4 : 16;
   for (int64_t i = 0; i < c->m * lda; i++)
-    in->A[i] = c->exact ? exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
+    in->A[i] = c->exact ? fp8_exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
                         : mt_rand_fp8(&g_rng, t, limit);
   for (int64_t i = 0; i < c->n * ldb; i++)
-    in->B[i] = c->exact ? exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
+    in->B[i] = c->exact ? fp8_exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
                         : mt_rand_fp8(&g_rng, t, limit);
   const int64_t kbs = (c->k + 127) / 128, nbs = (c->n + 127) / 128;
   memset(&in->s, 0, sizeof in->s);
@@ -116,8 +96,10 @@ static void make_inputs(const fcase *c, int64_t lda, int64_t ldb, inputs *in) {
   }
   in->sa = host_alloc(sizeof(float) * (size_t)(in->nsa ? in->nsa : 1));
   in->sb = host_alloc(sizeof(float) * (size_t)(in->nsb ? in->nsb : 1));
-  for (int64_t i = 0; i < in->nsa; i++) in->sa[i] = rand_scale(c->exact);
-  for (int64_t i = 0; i < in->nsb; i++) in->sb[i] = rand_scale(c->exact);
+  for (int64_t i = 0; i < in->nsa; i++)
+    in->sa[i] = fp8_rand_scale(&g_rng, c->exact);
+  for (int64_t i = 0; i < in->nsb; i++)
+    in->sb[i] = fp8_rand_scale(&g_rng, c->exact);
 }
 
 /* The scale of element (i, j) in K block kb. */
@@ -134,21 +116,6 @@ static double scale_of(const fcase *c, const inputs *in, int64_t i, int64_t j,
              in->sb[(j / 128) * s->b_col + kb * s->b_kb];
   }
   return 1.0;
-}
-
-static double c_eps(int ct) {
-  return ct == MKX_GEMM_FP32 ? 0x1p-24 : ct == MKX_GEMM_BF16 ? 0x1p-8 : 0x1p-11;
-}
-
-static double c_value(int ct, const unsigned char *e) {
-  if (ct == MKX_GEMM_FP32) {
-    float v;
-    memcpy(&v, e, 4);
-    return v;
-  }
-  uint16_t h;
-  memcpy(&h, e, 2);
-  return ct == MKX_GEMM_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
 }
 
 /* The case's check: every element of C against the reference, nothing outside C written. */
@@ -180,12 +147,12 @@ static void compare(const fcase *c, const inputs *in, int64_t lda, int64_t ldb,
         ref += s * blk;
         mag += s * bmag;
       }
-      const double v = c_value(c->ct, cp + (i * ldc + j) * esz);
+      const double v = fp8_c_value(c->ct, cp + (i * ldc + j) * esz);
       const double err = fabs(v - ref);
       const double bound =
           c->exact && c->ct == MKX_GEMM_FP32
               ? 0
-              : c_eps(c->ct) * fabs(ref) + (c->exact ? 0 : 0x1p-10 * mag);
+              : fp8_c_eps(c->ct) * fabs(ref) + (c->exact ? 0 : 0x1p-10 * mag);
       if (!(err <= bound)) bad++;
       if (bound > 0 && err / bound > worst) worst = err / bound;
     }
@@ -202,8 +169,8 @@ static void run_case(const fcase *c) {
   snprintf(g_case, sizeof g_case,
            "m=%lld n=%lld k=%lld %s -> %s, scales %s%s, %s, pad %lld, %s, "
            "%d CTAs",
-           (long long)c->m, (long long)c->n, (long long)c->k, tname(c->ab),
-           tname(c->ct), lname(c->layout),
+           (long long)c->m, (long long)c->n, (long long)c->k,
+           fp8_type_name(c->ab), fp8_type_name(c->ct), lname(c->layout),
            c->layout == MKX_GEMM_SCALE_BLOCK
                ? (c->b_kb_fast ? " (b [nb][kb])" : " (b [kb][nb])")
                : "",

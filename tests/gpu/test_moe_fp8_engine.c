@@ -35,6 +35,7 @@
 #include "gemm/gemm_engine.h"
 #include "moe/moe_engine.h"
 #include "mkx_test.h"
+#include "fp8_check.h"
 #include "num16.h"
 
 static mt_rng g_rng;
@@ -51,43 +52,6 @@ typedef struct {
 
 static int w_layout_of(const mcase *c) {
   return c->w_layout >= 0 ? c->w_layout : c->layout;
-}
-
-static const char *tname(int t) {
-  return t == MKX_GEMM_E4M3   ? "e4m3"
-         : t == MKX_GEMM_E5M2 ? "e5m2"
-         : t == MKX_GEMM_BF16 ? "bf16"
-         : t == MKX_GEMM_FP16 ? "fp16"
-                              : "fp32";
-}
-
-static uint8_t exact_byte(int t) {
-  static const uint8_t e4[9] = {0x00, 0x30, 0xB0, 0x38, 0xB8,
-                                0x3C, 0xBC, 0x40, 0xC0};
-  static const uint8_t e5[9] = {0x00, 0x38, 0xB8, 0x3C, 0xBC,
-                                0x3E, 0xBE, 0x40, 0xC0};
-  const int i = (int)(mt_rng_next(&g_rng) % 9);
-  return t == MKX_GEMM_E4M3 ? e4[i] : e5[i];
-}
-
-static float rand_scale(int exact) {
-  if (exact) return ldexpf(1.f, (int)(mt_rng_next(&g_rng) % 5) - 2);
-  return (float)(0.25 + 3.75 * mt_rng_unit(&g_rng));
-}
-
-static double c_eps(int ct) {
-  return ct == MKX_GEMM_FP32 ? 0x1p-24 : ct == MKX_GEMM_BF16 ? 0x1p-8 : 0x1p-11;
-}
-
-static double c_value(int ct, const unsigned char *e) {
-  if (ct == MKX_GEMM_FP32) {
-    float v;
-    memcpy(&v, e, 4);
-    return v;
-  }
-  uint16_t h;
-  memcpy(&h, e, 2);
-  return ct == MKX_GEMM_BF16 ? mt_bf16_to_f32(h) : mt_f16_to_f32(h);
 }
 
 typedef struct {
@@ -116,9 +80,11 @@ static void make_inputs(const mcase *c, inputs *in) {
    * products of two sums with operands up to 0.5 */
   const double limit = c->swiglu ? 0.5 : c->ct == MKX_GEMM_FP16 ? 4 : 16;
   for (int64_t i = 0; i < in->rows * in->lda; i++)
-    in->A[i] = c->exact ? exact_byte(c->ab) : mt_rand_fp8(&g_rng, t, limit);
+    in->A[i] = c->exact ? fp8_exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
+                        : mt_rand_fp8(&g_rng, t, limit);
   for (int64_t i = 0; i < c->experts * in->wcols * in->ldw; i++)
-    in->W[i] = c->exact ? exact_byte(c->ab) : mt_rand_fp8(&g_rng, t, limit);
+    in->W[i] = c->exact ? fp8_exact_byte(c->ab, (int)(mt_rng_next(&g_rng) % 9))
+                        : mt_rand_fp8(&g_rng, t, limit);
   memset(&in->s, 0, sizeof in->s);
   in->s.a_layout = c->layout;
   in->s.w_layout = w_layout_of(c);
@@ -154,8 +120,10 @@ static void make_inputs(const mcase *c, inputs *in) {
   }
   in->sa = host_alloc(sizeof(float) * (size_t)(in->nsa ? in->nsa : 1));
   in->sw = host_alloc(sizeof(float) * (size_t)(in->nsw ? in->nsw : 1));
-  for (int64_t i = 0; i < in->nsa; i++) in->sa[i] = rand_scale(c->exact);
-  for (int64_t i = 0; i < in->nsw; i++) in->sw[i] = rand_scale(c->exact);
+  for (int64_t i = 0; i < in->nsa; i++)
+    in->sa[i] = fp8_rand_scale(&g_rng, c->exact);
+  for (int64_t i = 0; i < in->nsw; i++)
+    in->sw[i] = fp8_rand_scale(&g_rng, c->exact);
   in->rs = host_alloc(sizeof(float) * (size_t)(in->rows ? in->rows : 1));
   for (int64_t i = 0; i < in->rows; i++)
     in->rs[i] = c->exact ? 1.f : (float)(0.5 + mt_rng_unit(&g_rng));
@@ -244,8 +212,8 @@ static void compare(const mcase *c, const inputs *in, const unsigned char *hC,
       }
       const double rs = c->row_scale ? in->rs[r] : 1.0;
       ref *= rs, err *= rs;
-      const double v = c_value(c->ct, p);
-      const double bound = c_eps(c->ct) * fabs(ref) + err;
+      const double v = fp8_c_value(c->ct, p);
+      const double bound = fp8_c_eps(c->ct) * fabs(ref) + err;
       const double d = fabs(v - ref);
       if (!(d <= bound)) {
         if (bad < 3)
@@ -268,7 +236,7 @@ static void run_case(const mcase *c) {
       g_case, sizeof g_case,
       "%d experts, n=%lld k=%lld%s %s -> %s, scales %d/%d%s, %s%s, pad %lld",
       c->experts, (long long)c->n, (long long)c->k, c->swiglu ? " SwiGLU" : "",
-      tname(c->ab), tname(c->ct), c->layout, w_layout_of(c),
+      fp8_type_name(c->ab), fp8_type_name(c->ct), c->layout, w_layout_of(c),
       w_layout_of(c) == MKX_GEMM_SCALE_BLOCK
           ? (c->w_kb_fast ? " (w [nb][kb])" : " (w [kb][nb])")
           : "",
@@ -338,7 +306,7 @@ static void run_case(const mcase *c) {
 static void quant_case(int t, int64_t rows, int64_t used, int64_t cols,
                        int64_t pad) {
   snprintf(g_case, sizeof g_case, "quant %s: %lld of %lld rows x %lld",
-           tname(t), (long long)used, (long long)rows, (long long)cols);
+           fp8_type_name(t), (long long)used, (long long)rows, (long long)cols);
   const MKX_Datatype mt = t == MKX_GEMM_E4M3 ? MKX_FP8_E4M3 : MKX_FP8_E5M2;
   const int64_t ldx = cols + pad, ldq = cols + pad, gs = (cols + 127) / 128,
                 lds = gs + 1;
