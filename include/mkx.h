@@ -699,8 +699,9 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * Agreed besides the call's: transw, ytype and scales->layout.  transw
  * other than MKX_NO_TRANS or MKX_TRANS: MKX_ERR_INVALID_ARG.  The call
  * takes the host path for host buffers.  With option moe_fp8=yes, device
- * buffers with fp8 on one rank, MKX_TRANS and hidden a multiple of 16
- * take the GPU's fp8 path (the rows and their scales gathered, the fp8
+ * buffers with fp8 on one node (several ranks: scales other than
+ * MKX_SCALE_TENSOR), MKX_TRANS and hidden a multiple of 16 take the GPU's
+ * fp8 path (the rows and their scales gathered, the fp8
  * grouped GEMM with each 128-deep K block summed apart and added in fp32
  * times its scales, Y in ytype; the scales are read back before the run,
  * so it cannot be captured).  Other device buffers with fp8, a ytype other
@@ -741,7 +742,8 @@ int MKX_Moe_dispatch_gemm_scaled(
  * and out is rounded once to otype.  The two layouts are agreed (each may
  * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths: host
  * buffers the host path; with option moe_fp8=yes, device buffers with
- * fp8 on one rank, MKX_TRANS, a bf16 or fp16 otype and hidden and ffn
+ * fp8 on one node (several ranks: scales other than MKX_SCALE_TENSOR),
+ * MKX_TRANS, a bf16 or fp16 otype and hidden and ffn
  * multiples of 16 the GPU's fp8 layer, where the SwiGLU activation is rounded to otype and then to
  * dtype with one scale per row and 128 columns (the group's largest
  * magnitude over the type's largest finite value) as W2's fp8 operand, so

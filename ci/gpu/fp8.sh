@@ -5,7 +5,8 @@
 # tp_pull=yes beside the split path (perf-tp-fp8.txt); then on one rank
 # alone the fp8 engine tests, mkx_perf gemm --dtype fp8 (one CTA a tile,
 # and clusters of 2: MKX_GPU_CHECK_FP8_TILES, default "1 3"), and with
-# MKX_MOE_FP8=yes test_fp8_moe --device on one rank and mkx_perf moe --fp8
+# MKX_MOE_FP8=yes test_fp8_moe --device on one rank (and on 2 under MPS
+# above) and mkx_perf moe --fp8
 # on the DeepSeek-like shape (perf-fp8.txt).
 # shellcheck shell=bash
 
@@ -14,6 +15,8 @@ if mps_start; then
   MODE=mps
   run test_fp8 2 "fp8-np2-$MODE.log" tests/mpi/test_fp8 --device
   run test_fp8_moe 2 "fp8-moe-np2-$MODE.log" tests/mpi/test_fp8_moe --device
+  MKX_MOE_FP8=yes run test_fp8_moe 2 "fp8-moe-np2-$MODE-gpu.log" \
+    tests/mpi/test_fp8_moe --device
   bound=${MKX_GPU_CHECK_PERF_BOUND:-150}
   timeout -k 5 "$bound" mpirun --oversubscribe -np 2 ./mkx_perf tp \
     --dtype fp8 --op ag --one-rank --reps 10 --versus tp_pull=yes \

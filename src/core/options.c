@@ -304,7 +304,8 @@ static const mkx_option_desc base_rows[] = {
      1},
     {"moe_fp8", MKX_OPT_BOOL, OPT(moe_fp8), "no", "yes|no",
      "The MoE calls' _scaled forms with fp8 on device buffers. yes: on one "
-     "rank, with the weights stored transposed (MKX_TRANS), hidden (and the "
+     "node (several ranks: X scales other than per tensor), with the "
+     "weights stored transposed (MKX_TRANS), hidden (and the "
      "layer's ffn) multiples of 16 and the layer's out bf16 or fp16, they "
      "run on the GPU (fp8 grouped expert GEMMs; the layer's SwiGLU "
      "activation rounded to fp8 by row and 128 columns as W2's operand, as "

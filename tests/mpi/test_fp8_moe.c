@@ -33,10 +33,11 @@
  *    disagreeing on it (MKX_ERR_SHAPE_MISMATCH); bf16 with MKX_TRANS
  *    within the bound, on the host path, or with --device the staged one;
  *  - dispatch with weights transposed and hidden a multiple of 16, every
- *    layout (on one rank with device buffers and MKX_MOE_FP8=yes the GPU's
- *    fp8 dispatch), within the bound;
+ *    layout (on one node with device buffers and MKX_MOE_FP8=yes the GPU's
+ *    fp8 dispatch, but for per-tensor scales on several ranks), within the
+ *    bound;
  *  - the layer with weights transposed, hidden and ffn multiples of 16 and
- *    out in bf16 (a call and a plan): on one rank with device
+ *    out in bf16 (a call and a plan): on one node with device
  *    buffers and MKX_MOE_FP8=yes the GPU's fp8 layer, whose activation is
  *    rounded to dtype by row and 128 columns, within the bound widened by
  *    that rounding;
@@ -448,7 +449,7 @@ static void matrix(int stride) {
         }
 }
 
-/* Weights transposed, hidden a multiple of 16: on one rank with device
+/* Weights transposed, hidden a multiple of 16: on one node with device
  * buffers and MKX_MOE_FP8=yes the GPU's fp8 dispatch, elsewhere the host's
  * or the staged path; every layout and Y type, within the same bound. */
 static void gpu8_matrix(void) {
@@ -1005,8 +1006,9 @@ static void layer_trans_matrix(void) {
 }
 
 /* Weights transposed, hidden and ffn multiples of 16, out in bf16: on one
- * rank with device buffers the GPU's fp8 layer (its activation rounded to
- * dt, act8_error), elsewhere the host's or the staged path. */
+ * node with device buffers and MKX_MOE_FP8=yes the GPU's fp8 layer (its
+ * activation rounded to dt, act8_error), elsewhere the host's or the
+ * staged path. */
 static void layer_act8_matrix(void) {
   static const MKX_Scale_layout pairs[4][2] = {
       {MKX_SCALE_BLOCK, MKX_SCALE_BLOCK},

@@ -139,7 +139,7 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                          (int)MKX_Type_size(a->dtype), w->rows, weight, c->rank,
                          pl, &at, dest, p->release ? &rel : NULL, st),
       fn, "gather"));
-  if (p->fp8) MKX_TRY(mkx_moe_fp8_rows_scales(c, w, a, pl, st, fn));
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_rows_scales(c, p, w, a, pl, st, fn));
   /* released rows: the GEMM's tiles wait for their experts instead */
   if (p->multi && !p->release)
     MKX_TRY(
@@ -156,7 +156,7 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
-  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(MOE_DISPATCH, a, st));
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(c, MOE_DISPATCH, a, st));
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
   MKX_TRY(mkx_fused_launch_rc(
       mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, w->gate, st), fn,
@@ -210,20 +210,24 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                  moe_ws *w, mkx_moe_layout *L, cudaStream_t st) {
   const char *fn = fn_of(MOE_LAYER);
-  const int ty = mkx_fused_gemm_type(a->dtype);
+  /* out's type: fp8 writes its activation and out in ytype */
+  const int ty = mkx_fused_gemm_type(p->fp8 ? a->ytype : a->dtype);
   const int es = (int)MKX_Type_size(a->dtype);
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(c, MOE_LAYER, a, st));
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
   /* one rank without tokens has nothing to do; several still serve */
   if (!p->multi && a->num_tokens == 0) return MKX_SUCCESS;
   mkx_moe_place pl;
   MKX_TRY(mkx_moe_push_rows(c, p, a, w, L, st, NULL, 0, 0, w->dest, &pl));
-  const void *w1 = NULL, *w2 = NULL;
-  MKX_TRY(mkx_moe_ws_w1_weights(a, ep, w, (size_t)es, st, &w1));
-  MKX_TRY(mkx_moe_ws_weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2,
-                             (size_t)es, st, fn, &w2));
+  const void *w1 = a->W, *w2 = a->W2;
+  if (!p->fp8) { /* fp8 weights are stored transposed, K rows of 16 bytes */
+    MKX_TRY(mkx_moe_ws_w1_weights(a, ep, w, (size_t)es, st, &w1));
+    MKX_TRY(mkx_moe_ws_weights(a->W2, ep * a->ffn, a->hidden, w->ldw2, w->w2,
+                               (size_t)es, st, fn, &w2));
+  }
   const int64_t rows = total >= 0 ? total : p->tcap * a->topk;
   mkx_moe_gemm_desc g1 = {(int)ep,
                           a->hidden,
@@ -246,6 +250,10 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           w1 == a->W ? 0 : round8(a->ffn),
                           w->gate,
                           p->kernel};
+  if (p->fp8) {
+    mkx_moe_fp8_first(a, w, 2 * a->ffn, &g1);
+    g1.up_col = a->ffn;
+  }
   mkx_fused_sync sync;
   gemm_waits(c, p, &sync, &g1);
   MKX_TRY(
@@ -256,6 +264,7 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           ty,       MKX_GEMM_FP32, 0,          0,
                           0,        w->gemm_work,  0,          w->gate,
                           p->kernel};
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_second(a, w, ty, rows, &g2, st));
   MKX_TRY(
       mkx_fused_launch_rc(mkx_moe_gemm_run(&g2, st), fn, "W2 grouped GEMM"));
   mkx_moe_outs_at y = {{w->y}, a->hidden};
@@ -316,7 +325,8 @@ static int plan_path(MKX_Comm c, int op, const void *args, const mkx_agreed *g,
   p->fp8 = mkx_is_fp8(a->dtype); /* moe_fp8.c */
   /* several nodes: the host knows the counts, so it waits anyway */
   p->sync = p->nodes || c->opt.moe_sync;
-  p->release = release_rows(c);
+  /* fp8: the rows' scales land after the rows, before the meet */
+  p->release = !p->fp8 && release_rows(c);
   p->tcap = p->multi ? g->total : a->num_tokens;
   p->kernel =
       p->fp8 ? MKX_MOE_GEMM_SWAP
@@ -359,9 +369,8 @@ static int moe_start(MKX_Comm c, void *plan, const void *args,
   w.mine = w.theirs = NULL;
   mkx_moe_layout L;
   memset(&L, 0, sizeof L);
-  int rc = p->op != MOE_LAYER ? dispatch(c, p, a, &w, &L, st)
-           : p->fp8           ? mkx_moe_layer_fp8(c, p, a, &w, &L, st)
-                              : layer(c, p, a, &w, &L, st);
+  int rc = p->op == MOE_LAYER ? layer(c, p, a, &w, &L, st)
+                              : dispatch(c, p, a, &w, &L, st);
   mkx_moe_layout_free(&L);
   if (rc == MKX_SUCCESS && p->proxy && w.mine) {
     /* the proxy done with the areas */

@@ -181,19 +181,22 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a);
 /* Floats per gathered row of X's scales. */
 int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a);
-/* The call's scales read back and checked (mkx_fused_scales_read). */
-int mkx_moe_fp8_scales_ok(int op, const mkx_moe_args *a, cudaStream_t st);
-/* After the rows' gather: their scales gathered beside them (per-token and
- * block layouts). */
-int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_ws *w, const mkx_moe_args *a,
-                            const mkx_moe_place *pl, cudaStream_t st,
-                            const char *fn);
+/* The call's scales read back and checked (mkx_fused_scales_read), the
+ * ranks agreeing. */
+int mkx_moe_fp8_scales_ok(MKX_Comm c, int op, const mkx_moe_args *a,
+                          cudaStream_t st);
+/* After the rows' gather: their scales gathered beside them into their
+ * owners' workspaces (per-token and block layouts). */
+int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_plan *p, const moe_ws *w,
+                            const mkx_moe_args *a, const mkx_moe_place *pl,
+                            cudaStream_t st, const char *fn);
 /* The first grouped GEMM's fp8 operands (W transposed, n of its columns)
  * and scales into g. */
 void mkx_moe_fp8_first(const mkx_moe_args *a, const moe_ws *w, int64_t n,
                        mkx_moe_gemm_desc *g);
-/* The layer with fp8 tokens and weights, after the start's prologue. */
-int mkx_moe_layer_fp8(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                      moe_ws *w, mkx_moe_layout *L, cudaStream_t st);
+/* The layer's activation (act_type) to fp8 by row and 128 columns, then the
+ * W2 grouped GEMM's fp8 operands and scales into g (rows: its bound). */
+int mkx_moe_fp8_second(const mkx_moe_args *a, const moe_ws *w, int act_type,
+                       int64_t rows, mkx_moe_gemm_desc *g, cudaStream_t st);
 
 #endif
