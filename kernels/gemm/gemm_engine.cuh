@@ -601,6 +601,8 @@ __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, 
   if (kb0 >= kb1) return;
   issue(part0);
   int kb = kb0;
+  // the two halves written out: with one step taking the block sums as arguments, ptxas cannot
+  // tell which sum is in flight and serialises the wgmma (C7514)
   for (;;) {  // block kb in flight in part0
     if (kb + 1 == kb1) {
       wgmma_wait<0>();

@@ -56,24 +56,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-/* Clusters of 2 that fit on the device at once (a grid of more would run in waves). */
-template <typename Kern>
-int max_pairs(Kern kern, int smem, int *pairs) {
-  cudaLaunchConfig_t cfg = {};
-  cudaLaunchAttribute at[1];
-  at[0].id = cudaLaunchAttributeClusterDimension;
-  at[0].val.clusterDim.x = 2;
-  at[0].val.clusterDim.y = 1;
-  at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(2);
-  cfg.blockDim = dim3(kThreads);
-  cfg.dynamicSmemBytes = (size_t)smem;
-  cfg.attrs = at;
-  cfg.numAttrs = 1;
-  const cudaError_t e = cudaOccupancyMaxActiveClusters(pairs, kern, &cfg);
-  return e == cudaSuccess ? 0 : (int)e;
-}
-
 template <bool E5M2, typename OutT, int CLUSTER>
 int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
   typedef Fp8Cfg<E5M2, CLUSTER> Cfg;
@@ -87,26 +69,27 @@ int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s
   auto kern = mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>;
   rc = smem_attr_once<mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
-  int units = ctas / CLUSTER;
-  if (units > units_m * tiles_n) units = units_m * tiles_n;
-  if (CLUSTER > 1) {
-    int fit = 0;
-    rc = max_pairs(kern, (int)Cfg::SMEM_BYTES, &fit);
-    if (rc) return rc;
-    if (fit > 0 && units > fit) units = fit;
-  }
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[1];
   at[0].id = cudaLaunchAttributeClusterDimension;
   at[0].val.clusterDim.x = CLUSTER;
   at[0].val.clusterDim.y = 1;
   at[0].val.clusterDim.z = 1;
-  cfg.gridDim = dim3(units * CLUSTER);
+  cfg.gridDim = dim3(CLUSTER);
   cfg.blockDim = dim3(kThreads);
   cfg.dynamicSmemBytes = Cfg::SMEM_BYTES;
   cfg.stream = s;
   cfg.attrs = at;
   cfg.numAttrs = CLUSTER > 1 ? 1 : 0;
+  int units = ctas / CLUSTER;
+  if (units > units_m * tiles_n) units = units_m * tiles_n;
+  if (CLUSTER > 1) {  // no more clusters than fit at once: a grid of more would run in waves
+    int fit = 0;
+    const cudaError_t e = cudaOccupancyMaxActiveClusters(&fit, kern, &cfg);
+    if (e != cudaSuccess) return (int)e;
+    if (fit > 0 && units > fit) units = fit;
+  }
+  cfg.gridDim = dim3(units * CLUSTER);
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, tmA, tmB, tmC, (int)d->m, (int)d->n, (int)d->k, units_m, tiles_n,
                                            group_m < units_m ? group_m : units_m, sa);
   return e == cudaSuccess ? 0 : (int)e;

@@ -15,6 +15,7 @@
 
 #include "common/modules.cuh"
 #include "gemm/gemm_engine.h"
+#include "gemm/tmap.cuh"
 #include "moe/moe_engine.h"
 
 namespace {
@@ -65,10 +66,8 @@ __global__ void quant_groups(const T *x, int64_t ldx, const int *rows_end, int64
 template <typename T>
 int launch(const mkx_moe_quant_desc *d, cudaStream_t s) {
   const dim3 block(256);
-  int sms = 0, dev = 0;
-  cudaError_t e = cudaGetDevice(&dev);
-  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
-  if (e != cudaSuccess) return (int)e;
+  int sms = 0;
+  if (const int rc = mkx::gemm::num_sms(&sms)) return rc;
   const int64_t work = d->max_rows * ((d->cols + 127) / 128);
   const int64_t blocks = (work + 7) / 8;
   const unsigned grid = (unsigned)(blocks < 8 * (int64_t)sms ? (blocks > 0 ? blocks : 1) : 8 * sms);
@@ -78,7 +77,7 @@ int launch(const mkx_moe_quant_desc *d, cudaStream_t s) {
   else
     quant_groups<T, false><<<grid, block, 0, s>>>((const T *)d->x, d->ldx, d->rows_end, d->max_rows, d->cols, d->q,
                                                   d->ldq, d->scales, d->lds);
-  e = cudaGetLastError();
+  const cudaError_t e = cudaGetLastError();
   return e == cudaSuccess ? 0 : (int)e;
 }
 

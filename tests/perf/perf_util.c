@@ -18,41 +18,19 @@ float perf_median(float *v, int n) {
   return n % 2 ? v[n / 2] : 0.5f * (v[n / 2 - 1] + v[n / 2]);
 }
 
-void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st) {
-  const size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
-  uint16_t *h = calloc(chunk ? chunk : 1, 2);
-  if (!h) {
-    fprintf(stderr, "mkx_perf: out of host memory\n");
-    exit(1);
-  }
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (size_t i = 0; i < chunk; ++i) {
-    s ^= s << 13;
-    s ^= s >> 7;
-    s ^= s << 17;
-    float f = (float)((s >> 20) & 0xffff) / 32768.0f - 1.0f;
-    h[i] = mt_f32_to_bf16(f == 0.0f ? 0.5f : f);
-  }
-  CK(cudaMemcpyAsync(dst, h, chunk * 2, cudaMemcpyHostToDevice, st));
-  for (size_t done = chunk; done < count;) { /* doubling device copies */
-    const size_t n = done < count - done ? done : count - done;
-    CK(cudaMemcpyAsync((uint16_t *)dst + done, dst, n * 2,
-                       cudaMemcpyDeviceToDevice, st));
+/* bytes of host memory h into dst on st, then replicated by doubling device
+ * copies up to total bytes (random data that is quick to set up), waited
+ * for. */
+static void replicate(void *dst, const void *h, size_t bytes, size_t total,
+                      cudaStream_t st) {
+  CK(cudaMemcpyAsync(dst, h, bytes, cudaMemcpyHostToDevice, st));
+  for (size_t done = bytes; done < total;) {
+    const size_t n = done < total - done ? done : total - done;
+    CK(cudaMemcpyAsync((uint8_t *)dst + done, dst, n, cudaMemcpyDeviceToDevice,
+                       st));
     done += n;
   }
   CK(cudaStreamSynchronize(st));
-  free(h);
-}
-
-/* bytes of host memory h into dst, then replicated by doubling device
- * copies up to total bytes (random data that is quick to set up). */
-static void replicate(void *dst, const void *h, size_t bytes, size_t total) {
-  CK(cudaMemcpy(dst, h, bytes, cudaMemcpyHostToDevice));
-  for (size_t done = bytes; done < total;) {
-    const size_t n = done < total - done ? done : total - done;
-    CK(cudaMemcpy((uint8_t *)dst + done, dst, n, cudaMemcpyDeviceToDevice));
-    done += n;
-  }
 }
 
 static void *host_block(size_t bytes) {
@@ -62,6 +40,22 @@ static void *host_block(size_t bytes) {
     exit(1);
   }
   return h;
+}
+
+void perf_fill_bf16(void *dst, size_t count, uint64_t seed, cudaStream_t st) {
+  if (count == 0) return;
+  const size_t chunk = count < ((size_t)1 << 22) ? count : ((size_t)1 << 22);
+  uint16_t *h = host_block(chunk * 2);
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < chunk; ++i) {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    float f = (float)((s >> 20) & 0xffff) / 32768.0f - 1.0f;
+    h[i] = mt_f32_to_bf16(f == 0.0f ? 0.5f : f);
+  }
+  replicate(dst, h, chunk * 2, count * 2, st);
+  free(h);
 }
 
 void perf_fill_e4m3(void *dst, size_t count, uint64_t seed) {
@@ -74,7 +68,7 @@ void perf_fill_e4m3(void *dst, size_t count, uint64_t seed) {
     /* sign, exponent 5..7 (bias 7), any mantissa */
     h[i] = (uint8_t)((x & 0x80) | (5 + (x >> 8) % 3) << 3 | ((x >> 16) & 7));
   }
-  replicate(dst, h, chunk, count);
+  replicate(dst, h, chunk, count, 0);
   free(h);
 }
 
@@ -87,7 +81,7 @@ void perf_fill_scales(float *dst, size_t count, float lo, uint64_t seed) {
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
     h[i] = lo * (1.0f + (float)((x >> 20) & 0xffff) / 65536.0f);
   }
-  replicate(dst, h, sizeof(float) * chunk, sizeof(float) * count);
+  replicate(dst, h, sizeof(float) * chunk, sizeof(float) * count, 0);
   free(h);
 }
 
