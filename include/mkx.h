@@ -156,7 +156,8 @@
  *    rank that was told reports MKX_ERR_PEER (naming the rank that gave
  *    up), never success on a void result.  With more than two ranks, a
  *    rank that was itself waiting may report that instead of its own
- *    MKX_ERR_TIMEOUT.
+ *    MKX_ERR_TIMEOUT.  A rank that gave up waiting for a peer's arrival
+ *    writes nothing into that peer's output buffers.
  * A fused call returns once enqueued, so a failure of its GPU work is
  * reported later: by the next call or _init on the communicator that
  * takes or sets up a fused path, by MKX_Comm_get_async_error, or, with

@@ -33,8 +33,9 @@ __device__ __forceinline__ bool geq(int a, int b) { return (int)((unsigned)a - (
 /* A rank that gives up tells every peer, since a peer that was merely late
  * would otherwise finish its run on what the one that gave up sent after
  * giving up, and return success: told[q] (an int per rank at
- * MKX_FUSED_OFF_TOLD of every workspace) = told_word(...) once rank q gave
- * up.  Never reset: the communicator is unusable from then on. */
+ * MKX_FUSED_OFF_TOLD of every workspace, the giver's own included) =
+ * told_word(...) once rank q gave up.  Never reset: the communicator is
+ * unusable from then on. */
 __device__ __forceinline__ int told_word(int origin, int peer, int where) {
   return 1 << 28 | origin << 20 | where << 8 | (peer + 1);
 }
@@ -63,10 +64,24 @@ __device__ __forceinline__ void give_up(const mkx_fused_sync &s, int code, int p
                                         int my_peer = -1, int my_tile = -1, int my_where = 0) {
   volatile int *err = s.err;
   if (!claim_error(err)) return;
-  for (int q = 0; q < s.size; ++q)
-    if (q != s.rank) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_FUSED_OFF_TOLD) + s.rank, tell);
+  for (int q = 0; q < s.size; ++q) st_release(reinterpret_cast<int *>(s.ws[q] + MKX_FUSED_OFF_TOLD) + s.rank, tell);
   const int epoch = *(volatile const int *)own_word(s, MKX_FUSED_OFF_EPOCH);
   publish_error(err, code, {peer, tile, where, my_peer, my_tile, my_where, epoch});
+}
+
+/* Whether the run is void: this rank gave up on it (give_up marks its own
+ * entry of told[] too) or a peer told it so.  Kernels that store into a
+ * peer's memory read it first: after a failed meet the peer may not have
+ * joined the run, or may have left it, and its buffers are the user's.
+ * Device memory only, so a kernel may read it at its start. */
+__device__ __forceinline__ bool run_void(const int *told, int size) {
+  volatile const int *w = told;
+  bool any = false;
+  for (int q = 0; q < size; ++q) any |= w[q] != 0;
+  return any;
+}
+__device__ __forceinline__ bool run_void(const mkx_fused_sync &s) {
+  return run_void(own_word(s, MKX_FUSED_OFF_TOLD), s.size);
 }
 
 /* If a peer told this rank that it gave up (and no failure of this rank's

@@ -117,8 +117,13 @@ struct RsEpilogue {
   const CUtensorMap *tm_stage, *tm_c, *tm_slots;
   const PeerMaps *peer_c, *peer_slot;
   int M, epoch;
-  int *pend;          // counter to bump once this WG's stores landed (thread 0)
-  uint32_t ld_phase;  // parity of each staging buffer's mbarrier (bits 0, 1)
+  int *pend;  // counter to bump once this WG's stores landed (thread 0)
+  /* bits 0, 1: parity of each staging buffer's mbarrier; kVoid: the run
+   * is void, nothing goes into the peers' memory (one register for both:
+   * the epilogue has none to spare) */
+  uint32_t ld_phase;
+  static constexpr uint32_t kVoid = 4u;
+  __device__ __forceinline__ bool peers_ok() const { return !(ld_phase & kVoid); }
 
   __device__ __forceinline__ int owner_of(int64_t row) const {
     int q = 0;
@@ -164,6 +169,7 @@ struct RsEpilogue {
     if (kind == kKindLate) {
       store_late<BN>(t, acc, chunk);
     } else if (kind == kKindPeer && p->push_sm) {
+      if (!peers_ok()) return;
       if (t.row0 < M) store_typed<BN>(t, acc, &peer_slot->c[q], p->p_type, (int)(t.row0 - p->bnd[q]));
       if (t.tid == 0) pend = p->peer_counters[q] + p->rank * MKX_FUSED_MAXCH + chunk;
     } else if (kind == kKindPeer) {
@@ -175,12 +181,12 @@ struct RsEpilogue {
         wait_arrivals(t, chunk);
         add_peers<BN>(t, acc);
         const int y = (int)(t.row0 - p->c_row0);
-        if (p->allreduce)
+        if (p->allreduce && peers_ok())
           store_typed<BN>(t, acc, tm_c, p->c_type, y, PeerStores{peer_c, p->size, p->rank});
         else
           store_typed<BN>(t, acc, tm_c, p->c_type, y);
       }
-      if (p->allreduce && t.tid == 0) pend = own_count();
+      if (p->allreduce && peers_ok() && t.tid == 0) pend = own_count();
     }
   }
   template <int BN, class Extra = NoExtraStore>
@@ -300,7 +306,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   GroupTileOrder order{&p};
   NoLoadGate gate;
-  RsEpilogue epi{&p, &tmStage, &tmC, &tmSlots, &tmPeerC, &tmPeerSlot, M, *(volatile const int *)p.epoch, nullptr, 0u};
+  /* after a failed prologue (the kernel before) a peer may not have joined
+   * the run: nothing goes into its memory, C or slot */
+  const bool run_void = __syncthreads_or(threadIdx.x == 0 && mkx::fused::run_void(p.sync));
+  RsEpilogue epi{&p,       &tmStage,
+                 &tmC,     &tmSlots,
+                 &tmPeerC, &tmPeerSlot,
+                 M,        *(volatile const int *)p.epoch,
+                 nullptr,  run_void ? RsEpilogue::kVoid : 0u};
   run_engine<Cfg>(smem, &tmA, &tmB, M, N, K, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
 }
@@ -460,6 +473,7 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
   const int epoch = *(volatile const int *)(d.sync.ws[d.sync.rank] + MKX_FUSED_OFF_EPOCH);
   mkx::fused::meet(d.sync, MKX_FUSED_OFF_LATE_READY, epoch, MKX_FUSED_AT_LATE);
   if (threadIdx.x == 0) mkx::fused::peer_gave_up(d.sync);
+  const bool peers_ok = !__syncthreads_or(threadIdx.x == 0 && mkx::fused::run_void(d.sync)) && d.allreduce;
   const int me = d.rank;
   const int64_t ncol4 = d.n / 4;
   for (int li = 0; li < d.nlate; ++li) {
@@ -479,7 +493,7 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
         s.w += v.w;
       }
       store4<OutT>(static_cast<OutT *>(d.c) + (row - d.c_row0) * d.ldc + col, s);
-      if (d.allreduce)
+      if (peers_ok)
         for (int q = 0; q < d.sync.size; ++q)
           if (q != me) store4<OutT>(static_cast<OutT *>(d.peer_c[q]) + row * d.peer_ldc[q] + col, s);
     }
@@ -488,7 +502,7 @@ __global__ void __launch_bounds__(256) tp_late_kernel(const __grid_constant__ mk
   __threadfence_system();  // every thread's pushes, before the block counts itself
   __syncthreads();
   /* the last block to finish tells the peers */
-  if (threadIdx.x == 0 && mkx::fused::last_block(d.sync))
+  if (threadIdx.x == 0 && mkx::fused::last_block(d.sync) && peers_ok)
     for (int q = 0; q < d.sync.size; ++q)
       mkx::fused::st_release(reinterpret_cast<int *>(d.sync.ws[q] + MKX_FUSED_OFF_DONE_LATE) + d.sync.rank, epoch);
 }

@@ -17,6 +17,7 @@
 #include "gemm/gemm_engine.cuh"
 #include "gemm/fp8_scales.cuh"
 #include "tp/peer_stores.cuh"
+#include "fused/flags.cuh"
 #include "tp/tp.h"
 #include "gemm/tmap.cuh"
 #include "common/modules.cuh"
@@ -38,7 +39,8 @@ struct PullParams {
   int kb0[MKX_FUSED_MAX + 1];  // RS/AR: source s has K blocks [kb0[s], kb0[s + 1])
   int tm0[MKX_FUSED_MAX + 1];  // AG: source s has tile rows [tm0[s], tm0[s + 1])
   int size, rank, allreduce, c_type;
-  int row0;  // RS/AR: this rank's first row of C, in the sources' A
+  int row0;         // RS/AR: this rank's first row of C, in the sources' A
+  const int *told;  // AR: this rank's told words (mkx_tp_pull_desc)
 };
 
 /* RS/AR: K block kb from its source's own A and B; tiles count rows from
@@ -72,15 +74,17 @@ struct RowSourceGate {
   __device__ __forceinline__ void wait_k(int, int) {}
 };
 
-/* The rows into this rank's C (allreduce: into every peer's C too); the
- * stores are complete and visible to the peers when the kernel ends. */
+/* The rows into this rank's C (allreduce, unless the run is void: into
+ * every peer's C too); the stores are complete and visible to the peers
+ * when the kernel ends. */
 struct PullEpilogue {
   const CUtensorMap *c;
   const PeerMaps *peers;
   const PullParams *p;
+  bool to_peers;
   template <typename OutT, int BN>
   __device__ __forceinline__ void store(const TileCtx &t, float (&acc)[BN / 2]) {
-    if (p->allreduce)
+    if (to_peers)
       tma_store_subtile<OutT, BN>(t, acc, c, t.row0, PeerStores{peers, p->size, p->rank});
     else
       tma_store_subtile<OutT, BN>(t, acc, c, t.row0);
@@ -112,7 +116,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   GroupedTileOrder order{tiles_m, tiles_n, kGroupM};
   Gate gate{&maps, &p};
-  PullEpilogue epi{&tmC, &peers, &p};
+  /* after a failed meet a peer may not have joined the run: its C is the
+   * user's, so nothing goes there */
+  const bool to_peers =
+      p.allreduce && !__syncthreads_or(threadIdx.x == 0 && p.told && mkx::fused::run_void(p.told, p.size));
+  PullEpilogue epi{&tmC, &peers, &p, to_peers};
   run_engine<Cfg>(smem, &maps.a[0], &maps.b[0], rows, n, k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi);
 #endif
 }
@@ -128,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<128, kFp8Stages, true, false, E5M2 ? kE5M2 : kE4M3> Cfg;
   GroupedTileOrder order{tiles_m, tiles_n, kGroupM};
   RowSourceGate gate{&maps, &p};
-  PullEpilogue epi{&tmC, &peers, &p};
+  PullEpilogue epi{&tmC, &peers, &p, false};
   const Fp8Scales sc{sa, rows, n};
   run_engine_scaled<Cfg>(smem, &maps.a[0], &maps.b[0], rows, n, k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi,
                          sc);
@@ -189,6 +197,7 @@ int launch_rs(const mkx_tp_pull_desc *d, cudaStream_t s) {
   p.allreduce = d->allreduce;
   p.c_type = d->c_type;
   p.row0 = (int)d->row0;
+  p.told = d->told;
   return launch_kernel<KSourceGate, BN, STAGES, BKM, F16>(maps, tmC, peers, p, (int)d->rows, (int)d->n,
                                                           p.kb0[d->size] * kBK, d->ctas, s);
 }

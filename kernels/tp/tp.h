@@ -183,6 +183,11 @@ typedef struct mkx_tp_pull_desc {
   void *peer_c[MKX_FUSED_MAX];
   int64_t peer_ldc[MKX_FUSED_MAX];
   int ctas;
+  /* allreduce: this rank's told words (MKX_FUSED_OFF_TOLD of its
+   * workspace): where the run is void when the kernel starts (the meet
+   * before it failed, kernels/fused/flags.cuh: run_void), nothing is
+   * written into peer_c */
+  const int *told;
 } mkx_tp_pull_desc;
 int mkx_tp_rs_pull(const mkx_tp_pull_desc *d, cudaStream_t st);
 /* AllGather+GEMM the same way: C (m x n) = the gathered A times this

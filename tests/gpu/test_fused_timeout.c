@@ -14,8 +14,11 @@
  *     the stream, which must return: every GPU wait is bounded);
  *  3. the communicator is then unusable: the next start fails at once with
  *     MKX_ERR_INVALID_COMM naming the timeout.  Rank 1 waits at a barrier
- *     until the others are done; then every rank frees the request and the
- *     communicator, which must neither hang nor crash;
+ *     until the others are done; its C, poisoned before, must be as it
+ *     was: no peer writes into the memory of a rank that never joined the
+ *     run (GEMM+AllReduce stores every rank's rows into every C).  Then
+ *     every rank frees the request and the communicator, which must
+ *     neither hang nor crash;
  *  4. each case again with rank 1 late instead of absent: it makes the
  *     start 2 x timeout_ms after the others, who time out as in 2.  Their
  *     runs go on after giving up, so its run finds every flag set; it must
@@ -216,6 +219,23 @@ static int check_c(prob *p, const char *what) {
 }
 
 /* ---- the phases of a case -------------------------------------------------- */
+
+/* Rank LATE's C, poisoned before the others' start that it skips, once
+ * they are done with it: every byte as it was. */
+static void untouched_c(const prob *p) {
+  const size_t bytes = (size_t)(p->crows * p->n) * 4;
+  unsigned char *h = malloc(bytes);
+  mt_dev_copy(h, p->C, bytes, st);
+  size_t changed = 0, first = 0;
+  for (size_t i = 0; i < bytes; i++)
+    if (h[i] != 0xff && !changed++) first = i;
+  free(h);
+  CHECK(changed == 0,
+        "%s: C of rank %d, which never joined the run, left alone by the "
+        "ranks that gave up on it (%zu bytes changed, the first in element "
+        "%zu)",
+        op_name[p->op], LATE, changed, first / 4);
+}
 
 static MKX_Comm make_comm(int timeout_ms, int blocking, const char *overlap) {
   MPI_Info info;
@@ -540,11 +560,14 @@ static void run_case(int op, int blocking, const char *overlap, int tardy) {
   }
   if (ok) ok = good_start(&p, r, blocking);
   if (ok && blocking) ok = captured_start(&p, c, r);
+  if (ok && mt.rank == LATE && !tardy)
+    mt_dev_fill(p.C, 0xff, (size_t)(p.crows * p.n) * 4, st);
   MPI_Barrier(MPI_COMM_WORLD);
   const int query = !strcmp(overlap, "no");
   if (ok && mt.rank != LATE) missed_start(&p, c, r, blocking, query);
   if (ok && mt.rank == LATE && tardy) late_start(&p, c, r, blocking, query);
   MPI_Barrier(MPI_COMM_WORLD); /* LATE waits here until the others are done */
+  if (ok && mt.rank == LATE && !tardy) untouched_c(&p);
   if (r) CHECK_RC(MKX_Request_free(&r), MKX_SUCCESS, "%s: request free", what);
   if (c) CHECK_RC(MKX_Comm_free(&c), MKX_SUCCESS, "%s: comm free", what);
   prob_free(&p);

@@ -489,6 +489,7 @@ static int pull(MKX_Comm c, const rs_ar_plan *p, const mkx_rs_ar_args *a,
         (p->allreduce ? (size_t)d.row0 * (size_t)a->ldc * p->ces : 0);
   d.ldc = a->ldc;
   d.allreduce = p->allreduce;
+  d.told = mkx_fused_ws_word(p->ws, c->place.local_rank, MKX_FUSED_OFF_TOLD);
   /* it waits for no one, so it may hold every SM the rank has: nothing of
    * this rank's can be queued behind it that it waits for */
   d.ctas = c->share.ctx_sms;
