@@ -511,7 +511,7 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * host) the same operands take hier_gemm=gpu's path: the fp8 rows and
  * their scales, or the fp32 partials, through host memory, the fp8 GEMM
  * on the GPU.
- * Such a call with scales reads them back before it enqueues anything (a
+ * Such a call with scales checks them before it enqueues anything (a
  * synchronisation of `stream`), so that a bad value is its return value:
  * it cannot be captured in a CUDA graph (MKX_SCALE_NONE can).  Other fp8
  * calls take the staged path.
@@ -704,8 +704,8 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * MKX_SCALE_TENSOR), MKX_TRANS and hidden a multiple of 16 take the GPU's
  * fp8 path (the rows and their scales gathered, the fp8
  * grouped GEMM with each 128-deep K block summed apart and added in fp32
- * times its scales, Y in ytype; the scales are read back before the run,
- * so it cannot be captured).  Other device buffers with fp8, a ytype other
+ * times its scales, Y in ytype; the scales are checked before the run, a
+ * synchronisation of the stream, so it cannot be captured).  Other device buffers with fp8, a ytype other
  * than dtype, or MKX_TRANS take the staged path (the plain call's kernels
  * read a 16-bit W hidden x n); the others the plain call's path.  The plain
  * MKX_Moe_dispatch_gemm and MKX_Moe_layer return MKX_ERR_UNSUPPORTED for
@@ -749,7 +749,8 @@ int MKX_Moe_dispatch_gemm_scaled(
  * dtype with one scale per row and 128 columns (the group's largest
  * magnitude over the type's largest finite value) as W2's fp8 operand, so
  * out carries that rounding too (e4m3: a relative 2^-4 of each
- * activation); its scales are read back before the run (no capture).
+ * activation); its scales are checked before the run (a stream
+ * synchronisation: no capture).
  * Other device buffers with fp8, or a 16-bit dtype with another otype or
  * MKX_TRANS, are staged; the others take the plain call's path.
  */

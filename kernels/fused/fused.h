@@ -171,6 +171,22 @@ int mkx_fused_meet(const mkx_fused_sync *s, int off, int where, cudaStream_t st)
  * mkx_fused_net_load). */
 int mkx_fused_prologue_load(void);
 
+/* fp8 scales checked on the GPU (src/ops/fused/scales_check.c), so that a
+ * call reads a few words back instead of every scale: MKX_FUSED_SCAN_BLOCKS
+ * blocks per array each write the first index of their share whose value
+ * is not finite and > 0, or -1, into first[array * MKX_FUSED_SCAN_BLOCKS +
+ * block] (host-mapped: read once the stream has passed the scan; the first
+ * bad index of an array is the least of its blocks'). */
+#define MKX_FUSED_SCAN_MAX 4
+#define MKX_FUSED_SCAN_BLOCKS 32
+typedef struct mkx_fused_scan_desc {
+  const float *p[MKX_FUSED_SCAN_MAX];
+  int64_t n[MKX_FUSED_SCAN_MAX];
+  int count;
+  long long *first;
+} mkx_fused_scan_desc;
+int mkx_fused_scales_scan(const mkx_fused_scan_desc *d, cudaStream_t st);
+
 /* A stream memory operation for the copy engines' side streams (driver
  * entry point, so no libcuda link; addr: device memory): wait until
  * *(int32 *)addr >= value (wrap-safe); 0 or a cudaError_t. */

@@ -45,13 +45,17 @@ int64_t mkx_scales_row_floats(MKX_Scale_layout l, int64_t k) {
   return l == MKX_SCALE_NONE ? 0 : l == MKX_SCALE_BLOCK ? blocks(k) : 1;
 }
 
+int mkx_scales_bad(const char *what, const char *name, int64_t i, float v) {
+  return mkx_error(MKX_ERR_INVALID_ARG,
+                   "%s: %s[%lld] = %g (a scale must be finite and > 0)", what,
+                   name, (long long)i, (double)v);
+}
+
 int mkx_scales_check_values(const char *what, const char *name, const float *s,
                             int64_t count) {
   for (int64_t i = 0; i < count; i++)
     if (!(isfinite(s[i]) && s[i] > 0.0f))
-      return mkx_error(MKX_ERR_INVALID_ARG,
-                       "%s: %s[%lld] = %g (a scale must be finite and > 0)",
-                       what, name, (long long)i, (double)s[i]);
+      return mkx_scales_bad(what, name, i, s[i]);
   return MKX_SUCCESS;
 }
 

@@ -18,9 +18,11 @@ int64_t mkx_scales_b_count(MKX_Scale_layout l, int64_t k, int64_t n);
 int64_t mkx_scales_row_floats(MKX_Scale_layout l, int64_t k);
 
 /* Every one of the count scales at s (host memory) is finite and > 0:
- * else MKX_ERR_INVALID_ARG naming `what`, `name` and the first bad index. */
+ * else MKX_ERR_INVALID_ARG naming `what`, `name` and the first bad index
+ * (mkx_scales_bad: that error for value v at index i). */
 int mkx_scales_check_values(const char *what, const char *name, const float *s,
                             int64_t count);
+int mkx_scales_bad(const char *what, const char *name, int64_t i, float v);
 
 /* A's scales (layout of sc, the rows x k A stored in `order`) as rows
  * dense row-major records of mkx_scales_row_floats floats. */

@@ -1744,6 +1744,74 @@ static void bad_scale_values(int dev, int quick) {
   }
 }
 
+/* Bad scales where the fused path takes the call (on one node its scales
+ * are checked on the GPU, only the verdict read back; on several,
+ * hier_gemm=gpu reads them back whole): a NaN, 0 or -inf on the last rank,
+ * in A's or B's array of block scales, at an index past the first few
+ * hundred, fails every rank (MKX_ERR_INVALID_ARG naming the array's index
+ * there, MKX_ERR_PEER elsewhere); then the good values run on the path. */
+static void fused_bad_scales(void) {
+  const int p = mt.size, last = p - 1, r = mt.rank;
+  const float vals[3] = {NAN, 0.0f, -INFINITY};
+  static const char *const vnames[3] = {"NaN", "0", "-inf"};
+  for (int op = OP_AG; op <= OP_AR; op++) {
+    tcase tc;
+    make_case(&tc, op, 6, MKX_SCALE_BLOCK, MKX_FP8_E4M3, MKX_BF16,
+              MKX_ROW_MAJOR, MKX_TRANS);
+    tc.tb_mix = 0;
+    tc.ld16 = 1;
+    tc.tag = 3900 + op;
+    if (op == OP_AG) {
+      tc.k = 1040;
+      for (int q = 0; q < p; q++) tc.rows[q] = 300, tc.nl[q] = 256;
+    } else {
+      tc.M = 300;
+      for (int q = 0; q < p; q++) tc.kl[q] = 1040, tc.nl[q] = 256;
+    }
+    inst in;
+    callargs a;
+    inst_make(&in, &tc);
+    inst_args(&in, 1, &a);
+    for (int arr = 0; arr < 2; arr++) {
+      tbuf *sb = arr ? &in.SB : &in.SA;
+      const int64_t n = arr ? in.me.nsb : in.me.nsa, idx = n - 2;
+      char needle[48], desc[300];
+      snprintf(needle, sizeof needle, "scales->%s[%lld]", arr ? "b" : "a",
+               (long long)idx);
+      for (int v = 0; v < 3; v++) {
+        const float keep = ((float *)sb->host)[idx];
+        if (r == last) {
+          ((float *)sb->host)[idx] = vals[v];
+          tbuf_upload(sb);
+        }
+        snprintf(desc, sizeof desc,
+                 "%s fused operands: %s = %s on rank %d (of %lld)",
+                 op_names[op], needle, vnames[v], last, (long long)n);
+        expect_fail(&in, &a, K_SCALED, 1, last, MKX_ERR_INVALID_ARG, needle,
+                    desc);
+        ((float *)sb->host)[idx] = keep;
+        tbuf_upload(sb);
+      }
+    }
+    poison_outputs(&in);
+    const int rc = call_scaled(&a);
+    char desc[200];
+    snprintf(desc, sizeof desc, "%s fused operands after the bad values",
+             op_names[op]);
+    CHECK_RC(rc, MKX_SUCCESS, "%s: %s", desc, rc ? last_error_copy() : "");
+    const char *name = NULL;
+    int cap = -1, ctas = -1;
+    if (mt_all(rc == MKX_SUCCESS)) {
+      fetch_outputs(&in, 1);
+      check_c(&in, desc, "C");
+      MKX_Comm_get_last_path(comm, &name, &cap, &ctas);
+      CHECK(!in.fused || (name && strcmp(name, "staged")),
+            "%s: took a GPU path (took \"%s\")", desc, name ? name : "?");
+    }
+    inst_free(&in);
+  }
+}
+
 /* Device A and B with host scale arrays on the last rank: buffers of mixed
  * kinds. */
 static void mixed_memory(void) {
@@ -1922,6 +1990,7 @@ int main(int argc, char **argv) {
     plan_case(OP_AG, MKX_SCALE_BLOCK, 1);
     plan_case(OP_RS, MKX_SCALE_ROW, 0);
     bad_scale_values(1, 1);
+    fused_bad_scales();
     mixed_memory();
   }
   mt_guard_off();

@@ -36,8 +36,10 @@ typedef struct mkx_fused_ws {
   size_t bytes, flags_off, data_off;
   int64_t src_cap, flags_cap;
   int dumped; /* its flag words were logged (debug) */
-  /* host-mapped error word (MKX_FUSED_ERR_WORDS ints) */
+  /* host-mapped error word (MKX_FUSED_ERR_WORDS ints), and after it the
+   * fp8 scales scan's results (mkx_fused_scales_scan's first[]) */
   int *err_host, *err_dev;
+  long long *scan_host, *scan_dev;
   /* side streams, one per node rank (the copy engines' pushes) and one
    * more (the network forward: side[local_size]); made for the node's
    * ranks only, whatever the communicator's size */
@@ -161,39 +163,44 @@ void mkx_tp_blas_free(mkx_tp_blas *b);
  * MKX_ERR_UNSUPPORTED saying why (row-major only; no capture with scales)
  * for the call op (MKX_TP_OP_*) of args, AllGather+GEMM of M rows, on one
  * node or several (the same rules on both).
- * A plan's host copy of this rank's scales of A (na) and B (nb) in the
- * call op of args (_host_make sizes it):
- * _scales_ok reads them back in st's order before the call enqueues
- * anything and checks each is finite and > 0 (collective: MKX_ERR_PEER on
- * the other ranks).  _engine_scales: the engine's form of a row-major
- * call's scales (inner dimension k).  _gemm: the fp8 GEMM on this rank's
- * share of a shared GPU. */
-/* fp8 scale arrays of a call on the GPU: read back on st into host (room
- * for every array's n floats; NULL: allocated here) and every value
- * checked finite and > 0 (MKX_ERR_INVALID_ARG naming the array and index);
- * under capture MKX_ERR_UNSUPPORTED (the read-back synchronises). */
+ * A plan's count of this rank's scales of A (na) and B (nb) in the call
+ * op of args, and with `values` a host copy of them (_host_make):
+ * _scales_ok checks them in st's order before the call enqueues anything
+ * (mkx_fused_scales_check: on the GPU in ws, or read back into the copy;
+ * collective: MKX_ERR_PEER on the other ranks).  _engine_scales: the
+ * engine's form of a row-major call's scales (inner dimension k).  _gemm:
+ * the fp8 GEMM on this rank's share of a shared GPU. */
+/* fp8 scale arrays of a call on the GPU, each value checked finite and
+ * > 0 in st's order before the call enqueues anything
+ * (MKX_ERR_INVALID_ARG naming the array and index): without host, on the
+ * GPU (mkx_fused_scales_scan into ws's scan area; a few words come back);
+ * with host (room for every array's n floats, for callers that use the
+ * values), read back whole.  Either waits for st, so under capture
+ * MKX_ERR_UNSUPPORTED. */
 typedef struct mkx_scale_array {
   const char *name; /* as messages name it, e.g. "scales->a" */
   const float *p;
   int64_t n;
 } mkx_scale_array;
-int mkx_fused_scales_read(const char *fn, const mkx_scale_array *arr, int count,
-                          float *host, cudaStream_t st);
+int mkx_fused_scales_check(const char *fn, const mkx_scale_array *arr,
+                           int count, const mkx_fused_ws *ws, float *host,
+                           cudaStream_t st);
 
 typedef struct mkx_tp_fp8_host {
-  float *buf;
+  float *buf; /* with values: this rank's scales of A, then of B */
   int64_t na, nb;
 } mkx_tp_fp8_host;
 int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
                      int captured);
 int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int op, const void *args,
-                         const char *fn);
+                         int values, const char *fn);
 /* The dtype and the scales of the call op (MKX_TP_OP_*) of args. */
 MKX_Datatype mkx_tp_dtype_of(int op, const void *args);
 const MKX_Scales *mkx_tp_scales_of(int op, const void *args);
 void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h);
 int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
-                         const MKX_Scales *sc, const char *fn, cudaStream_t st);
+                         const MKX_Scales *sc, const mkx_fused_ws *ws,
+                         const char *fn, cudaStream_t st);
 mkx_gemm_scales mkx_tp_fp8_engine_scales(const MKX_Scales *sc, int64_t k);
 /* The same for AllGather+GEMM's gathered A, whose scales are row records
  * (host/scales.h: one per row, or per row and 128 columns) at records. */

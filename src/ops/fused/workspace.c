@@ -162,14 +162,22 @@ static int fits(const mkx_fused_ws *ws, const mkx_fused_need *n) {
 /* Local resources of a workspace (no communication). */
 static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
   const char *fn = "fused workspace";
-  MKX_TRY(mkx_cuda_rc(
-      cudaHostAlloc((void **)&ws->err_host, MKX_FUSED_ERR_WORDS * sizeof(int),
-                    cudaHostAllocMapped),
-      fn, "cudaHostAlloc"));
-  memset(ws->err_host, 0, MKX_FUSED_ERR_WORDS * sizeof(int));
+  /* the error word, then the scales scan's results (8-byte aligned) */
+  const size_t err_bytes = MKX_FUSED_ERR_WORDS * sizeof(int),
+               scan_bytes = MKX_FUSED_SCAN_MAX * MKX_FUSED_SCAN_BLOCKS *
+                            sizeof(long long);
+  _Static_assert(MKX_FUSED_ERR_WORDS * sizeof(int) % sizeof(long long) == 0,
+                 "the scan's results follow the error word aligned");
+  MKX_TRY(
+      mkx_cuda_rc(cudaHostAlloc((void **)&ws->err_host, err_bytes + scan_bytes,
+                                cudaHostAllocMapped),
+                  fn, "cudaHostAlloc"));
+  memset(ws->err_host, 0, err_bytes + scan_bytes);
   MKX_TRY(mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&ws->err_dev, ws->err_host, 0), fn,
       "cudaHostGetDevicePointer"));
+  ws->scan_host = (long long *)(ws->err_host + MKX_FUSED_ERR_WORDS);
+  ws->scan_dev = (long long *)(ws->err_dev + MKX_FUSED_ERR_WORDS);
   const int sides = c->place.local_size + 1;
   if (sides > MKX_FUSED_SIDES)
     return mkx_error(MKX_ERR_UNSUPPORTED,

@@ -2,7 +2,7 @@
  * (option moe_fp8=yes; one node; weights stored transposed: each expert's
  * W (or W1) n x hidden, W2 hidden x ffn, K contiguous, as fp8 tensor cores
  * read them).  They run as the bf16 calls (moe_gpu.c) but for:
- *   - the scales read back and checked first (finite, > 0: the contract's
+ *   - the scales checked first, on the GPU (finite, > 0: the contract's
  *     MKX_ERR_INVALID_ARG with nothing written, agreed), a stream
  *     synchronisation, so a capture is refused;
  *   - the fp8 rows gathered as 1-byte elements and, for per-token and block
@@ -47,8 +47,9 @@ int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a) {
              : mkx_scales_row_floats(a->sc.layout, a->hidden);
 }
 
-int mkx_moe_fp8_scales_ok(MKX_Comm c, int op, const mkx_moe_args *a,
+int mkx_moe_fp8_scales_ok(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           cudaStream_t st) {
+  const int op = p->op;
   const int64_t ep = a->num_experts / c->size,
                 n = op == MOE_LAYER ? 2 * a->ffn : a->n;
   const mkx_scale_array arr[3] = {
@@ -60,9 +61,9 @@ int mkx_moe_fp8_scales_ok(MKX_Comm c, int op, const mkx_moe_args *a,
        op == MOE_LAYER
            ? ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)
            : 0}};
-  return mkx_comm_agree_rc(c,
-                           mkx_fused_scales_read(fn_of(op), arr, 3, NULL, st),
-                           "the scales' values");
+  return mkx_comm_agree_rc(
+      c, mkx_fused_scales_check(fn_of(op), arr, 3, p->ws, NULL, st),
+      "the scales' values");
 }
 
 int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_plan *p, const moe_ws *w,

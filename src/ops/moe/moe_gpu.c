@@ -156,7 +156,7 @@ static int dispatch(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
-  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(c, MOE_DISPATCH, a, st));
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(c, p, a, st));
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
   MKX_TRY(mkx_fused_launch_rc(
       mkx_moe_counts_run(w->offsets, (int)ep, a->expert_rows, w->gate, st), fn,
@@ -216,7 +216,7 @@ static int layer(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
   const int64_t ep = a->num_experts / c->size;
   int64_t total = 0;
   int trunc = -1;
-  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(c, MOE_LAYER, a, st));
+  if (p->fp8) MKX_TRY(mkx_moe_fp8_scales_ok(c, p, a, st));
   MKX_TRY(mkx_moe_route(c, p, a, w, st, L, &total, &trunc));
   /* one rank without tokens has nothing to do; several still serve */
   if (!p->multi && a->num_tokens == 0) return MKX_SUCCESS;

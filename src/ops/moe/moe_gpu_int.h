@@ -181,9 +181,9 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a);
 /* Floats per gathered row of X's scales. */
 int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a);
-/* The call's scales read back and checked (mkx_fused_scales_read), the
- * ranks agreeing. */
-int mkx_moe_fp8_scales_ok(MKX_Comm c, int op, const mkx_moe_args *a,
+/* The call's scales checked on the GPU (mkx_fused_scales_check, in the
+ * plan's workspace), the ranks agreeing. */
+int mkx_moe_fp8_scales_ok(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           cudaStream_t st);
 /* After the rows' gather: their scales gathered beside them into their
  * owners' workspaces (per-token and block layouts). */

@@ -150,7 +150,7 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
     rc = cuda_rc(cudaMalloc(&p->dtmp, dtmp_bytes(op, args, g->total) + 16), op,
                  "cudaMalloc");
   if (rc == MKX_SUCCESS && mkx_is_fp8(mkx_tp_dtype_of(op, args)))
-    rc = mkx_tp_fp8_host_make(&p->fp8, op, args, op_name(op));
+    rc = mkx_tp_fp8_host_make(&p->fp8, op, args, 1, op_name(op));
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
     if (p && p->dtmp) cudaFree(p->dtmp);
@@ -242,7 +242,7 @@ static int ag_start(MKX_Comm c, hg_plan *p, const mkx_ag_gemm_args *a,
     rc = cuda_rc(cudaStreamSynchronize(st), op, "stream synchronise");
   if (fp8) rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc == MKX_SUCCESS && fp8)
-    rc = mkx_tp_fp8_scales_ok(c, &p->fp8, &a->sc, op_name(op), st);
+    rc = mkx_tp_fp8_scales_ok(c, &p->fp8, &a->sc, NULL, op_name(op), st);
   if (rc == MKX_SUCCESS && a->m_local > 0)
     rc = cuda_rc(cudaMemcpy2D(send, row, a->A, (size_t)a->lda * es, row,
                               (size_t)a->m_local, cudaMemcpyDeviceToHost),
@@ -294,7 +294,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_rs_ar_args *a,
   if (fp8) rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc == MKX_SUCCESS && fp8) {
     const mkx_gemm_scales s = mkx_tp_fp8_engine_scales(&a->sc, a->k_local);
-    rc = mkx_tp_fp8_scales_ok(c, &p->fp8, &a->sc, op_name(op), st);
+    rc = mkx_tp_fp8_scales_ok(c, &p->fp8, &a->sc, NULL, op_name(op), st);
     if (rc == MKX_SUCCESS) rc = mkx_tp_fp8_gemm(c, &d, &s, st, op_name(op));
   } else if (rc == MKX_SUCCESS) {
     rc = mkx_fused_launch_rc(mkx_gemm_run(&d, st), op_name(op), "GEMM");

@@ -49,7 +49,7 @@ typedef struct ag_plan {
   int fp8;              /* split path: the rows' scales along, fp8 GEMM */
   int64_t s_cols;       /* floats of scales per gathered row (0: none) */
   size_t s_off;         /* the gathered scales in the workspace's data */
-  mkx_tp_fp8_host host; /* this rank's scales, read back */
+  mkx_tp_fp8_host host; /* this rank's count of scales */
 } ag_plan;
 
 #define TILE 128 /* rows of the GEMM's tile: one ready flag per source */
@@ -225,7 +225,7 @@ int mkx_ag_gemm_gpu_plan(MKX_Comm c, const void *args,
     p->s_off = p->sk_off;
   }
   if (rc == MKX_SUCCESS && p->fp8)
-    rc = mkx_tp_fp8_host_make(&p->host, MKX_TP_OP_AG, a, FN);
+    rc = mkx_tp_fp8_host_make(&p->host, MKX_TP_OP_AG, a, 0, FN);
   mkx_fused_need need = need_of(c, a, p);
   if (rc == MKX_SUCCESS) rc = mkx_fused_ws_acquire(c, &need, &p->ws);
   if (rc != MKX_SUCCESS) {
@@ -552,7 +552,7 @@ static int pull_run(MKX_Comm c, const ag_plan *p, const mkx_ag_gemm_args *a,
  * after it. */
 static int fp8_pull_start(MKX_Comm c, const ag_plan *p,
                           const mkx_ag_gemm_args *a, cudaStream_t st) {
-  MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, FN, st));
+  MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, p->ws, FN, st));
   MKX_TRY(mkx_fused_begin_met(c, p->ws, FN, (MKX_Stream)st, MKX_PATH_TP_PULL));
   const mkx_symm_buf *maps[] = {&p->areg};
   MKX_TRY(mkx_tp_pin_if_captured(c, st, FN, maps, 1));
@@ -567,7 +567,8 @@ int mkx_ag_gemm_gpu_start(MKX_Comm c, void *plan, const void *args,
   const mkx_ag_gemm_args *a = args;
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
-    if (p->fp8) MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, FN, st));
+    if (p->fp8)
+      MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, p->ws, FN, st));
     MKX_TRY(mkx_fused_begin_split(c, p->ws, FN, stream));
     MKX_TRY(split_run(c, p, a, st));
     if (a->A_out) MKX_TRY(copy_out(p, a, c->place.local_rank, 0, st));

@@ -9,10 +9,11 @@
  * nodes they take hier_gemm=gpu's path (src/ops/nodes/hier.c) under the
  * same rules, so that one contract says which calls run on the GPU.
  *
- * Scales are checked before any work is enqueued: the call reads them back
- * (one stream synchronisation) and the ranks agree on their values, so a
- * bad scale is every rank's return value with nothing written, as on the
- * staged path.  Hence no capture with scales; MKX_SCALE_NONE reads none. */
+ * Scales are checked before any work is enqueued: on the GPU, a few words
+ * read back (one stream synchronisation), and the ranks agree on the
+ * verdict, so a bad scale is every rank's return value with nothing
+ * written, as on the staged path.  Hence no capture with scales;
+ * MKX_SCALE_NONE checks none. */
 #include <stdlib.h>
 #include <string.h>
 #include "core/error.h"
@@ -70,8 +71,8 @@ int mkx_tp_fp8_check(const char *fn, int op, const void *args, int64_t M,
   else if (!(why = buffers_why(op, args)) && !(why = gemm_why(op, args, M)) &&
            captured && l != MKX_SCALE_NONE)
     why =
-        "the scales are read back (a stream synchronisation), which a "
-        "capture cannot hold";
+        "the scales are checked before the run (a stream "
+        "synchronisation), which a capture cannot hold";
   if (!why) return MKX_SUCCESS;
   return mkx_error(MKX_ERR_UNSUPPORTED, "%s: fused path with fp8 operands: %s",
                    fn, why);
@@ -88,7 +89,7 @@ const MKX_Scales *mkx_tp_scales_of(int op, const void *args) {
 }
 
 int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int op, const void *args,
-                         const char *fn) {
+                         int values, const char *fn) {
   const MKX_Scale_layout l = mkx_tp_scales_of(op, args)->layout;
   memset(h, 0, sizeof *h);
   if (op == MKX_TP_OP_AG) {
@@ -100,7 +101,7 @@ int mkx_tp_fp8_host_make(mkx_tp_fp8_host *h, int op, const void *args,
     h->na = mkx_scales_a_count(l, a->M, a->k_local);
     h->nb = mkx_scales_b_count(l, a->k_local, a->n);
   }
-  if (h->na + h->nb == 0) return MKX_SUCCESS;
+  if (!values || h->na + h->nb == 0) return MKX_SUCCESS;
   /* pageable: a call's plan is made and freed per call, and freeing pinned
    * memory would wait for the device; the read-back waits anyway */
   h->buf = malloc(sizeof(float) * (size_t)(h->na + h->nb));
@@ -114,13 +115,14 @@ void mkx_tp_fp8_host_free(mkx_tp_fp8_host *h) {
 }
 
 int mkx_tp_fp8_scales_ok(MKX_Comm c, const mkx_tp_fp8_host *h,
-                         const MKX_Scales *sc, const char *fn,
-                         cudaStream_t st) {
+                         const MKX_Scales *sc, const mkx_fused_ws *ws,
+                         const char *fn, cudaStream_t st) {
   if (sc->layout == MKX_SCALE_NONE) return MKX_SUCCESS;
   const mkx_scale_array arr[2] = {{"scales->a", sc->a, h->na},
                                   {"scales->b", sc->b, h->nb}};
   /* under capture every rank is capturing (agreed): each fails alike */
-  return mkx_comm_agree_rc(c, mkx_fused_scales_read(fn, arr, 2, h->buf, st),
+  return mkx_comm_agree_rc(c,
+                           mkx_fused_scales_check(fn, arr, 2, ws, h->buf, st),
                            "the scales' values");
 }
 

@@ -38,7 +38,7 @@ typedef struct rs_ar_plan {
   int64_t peer_lda[MKX_FUSED_MAX], peer_ldb[MKX_FUSED_MAX],
       peer_k[MKX_FUSED_MAX];
   int fp8;              /* split path: the fp8 GEMM into the partial */
-  mkx_tp_fp8_host host; /* this rank's scales, read back */
+  mkx_tp_fp8_host host; /* this rank's count of scales */
 } rs_ar_plan;
 
 static const char *fn_name(int allreduce) {
@@ -182,7 +182,7 @@ static int plan(MKX_Comm c, const mkx_rs_ar_args *a, int allreduce,
   mkx_tp_rs_layout_make(a->M, a->n, c->size, p->bnd, mkx_tp_rs_bn(a->n), &p->L);
   p->fp8 = mkx_is_fp8(a->dtype);
   int rc = p->fp8 ? mkx_tp_fp8_host_make(
-                        &p->host, allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a,
+                        &p->host, allreduce ? MKX_TP_OP_AR : MKX_TP_OP_RS, a, 0,
                         fn_name(allreduce))
                   : MKX_SUCCESS;
   if (rc == MKX_SUCCESS) rc = acquire(c, a, p, split);
@@ -514,7 +514,8 @@ int mkx_rs_ar_gpu_start(MKX_Comm c, void *plan, const void *args,
   const char *fn = fn_name(p->allreduce);
   cudaStream_t st = (cudaStream_t)stream;
   if (p->split) {
-    if (p->fp8) MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, fn, st));
+    if (p->fp8)
+      MKX_TRY(mkx_tp_fp8_scales_ok(c, &p->host, &a->sc, p->ws, fn, st));
     MKX_TRY(mkx_fused_begin_split(c, p->ws, fn, stream));
     MKX_TRY(run_split(c, p, a, st));
     return mkx_fused_end(p->ws, stream);
