@@ -704,9 +704,13 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * MKX_SCALE_TENSOR), MKX_TRANS and hidden a multiple of 16 take the GPU's
  * fp8 path (the rows and their scales gathered, the fp8
  * grouped GEMM with each 128-deep K block summed apart and added in fp32
- * times its scales, Y in ytype; the scales are checked before the run, a
- * synchronisation of the stream, so it cannot be captured).  Other device buffers with fp8, a ytype other
- * than dtype, or MKX_TRANS take the staged path (the plain call's kernels
+ * times its scales, Y in ytype).  Its scales are checked on the GPU before
+ * the run: with moe_sync=yes the call waits for that verdict (a
+ * synchronisation of the stream, so it cannot be captured) and a bad
+ * scale is its return value; with moe_sync=no the verdict goes with the
+ * routing's, as a bad id's does (nothing written, the error reported
+ * later), and the call can be captured.  Other device buffers with fp8, a
+ * ytype other than dtype, or MKX_TRANS take the staged path (the plain call's kernels
  * read a 16-bit W hidden x n); the others the plain call's path.  The plain
  * MKX_Moe_dispatch_gemm and MKX_Moe_layer return MKX_ERR_UNSUPPORTED for
  * an fp8 dtype (the layer's fp8 form: MKX_Moe_layer_scaled).
@@ -749,8 +753,8 @@ int MKX_Moe_dispatch_gemm_scaled(
  * dtype with one scale per row and 128 columns (the group's largest
  * magnitude over the type's largest finite value) as W2's fp8 operand, so
  * out carries that rounding too (e4m3: a relative 2^-4 of each
- * activation); its scales are checked before the run (a stream
- * synchronisation: no capture).
+ * activation); its scales are checked as the dispatch's are (moe_sync=no:
+ * with the routing's verdict, and the call can be captured).
  * Other device buffers with fp8, or a 16-bit dtype with another otype or
  * MKX_TRANS, are staged; the others take the plain call's path.
  */

@@ -268,42 +268,58 @@ int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t *expert_ro
  * A call that does not wait for its routing decides on the GPU whether its
  * run goes on: the gate word is 0 (go), MKX_MOE_GATE_TRUNC (more rows
  * than y_rows on some rank: only expert_rows is written) or
- * MKX_MOE_GATE_BAD (a bad expert id somewhere: nothing written), and the
- * first such failure goes into the input record of the host-mapped error
- * word (fused/fused.h, err + MKX_FUSED_ERR_INPUT):
+ * MKX_MOE_GATE_BAD (a bad expert id or fp8 scale somewhere: nothing
+ * written), and the first such failure goes into the input record of the
+ * host-mapped error word (fused/fused.h, err + MKX_FUSED_ERR_INPUT):
+ *   [0] MKX_MOE_ERR_SCALE  [1] rank [2] array (mkx_moe_scan's) [3], [4]
+ *                          the index's high and low 32 bits [5] the value's
+ *                          bits
  *   [0] MKX_MOE_ERR_ID     [1] rank [2] token [3] slot [4] id [5] 1: a
  *                          repeat within its token, 0: out of range
  *   [0] MKX_MOE_ERR_TRUNC  [1] rank [2] rows it receives [3] its y_rows
- * (the values of MKX_ERR_INVALID_ARG and MKX_ERR_TRUNCATE).  A record
- * already there (not yet reported) is kept. */
+ * (MKX_ERR_INVALID_ARG's and MKX_ERR_TRUNCATE's values; a bad scale's is
+ * none, it is an MKX_ERR_INVALID_ARG too), a bad scale before a bad id.
+ * A record already there (not yet reported) is kept. */
 #define MKX_MOE_GATE_TRUNC 1
 #define MKX_MOE_GATE_BAD 2
 #define MKX_MOE_ERR_ID 1
 #define MKX_MOE_ERR_TRUNC 7
+#define MKX_MOE_ERR_SCALE 101
 
-/* One rank: from the routing's status (first bad slot, rows in all) and
- * y_rows (-1: no limit). */
+/* The fp8 scales' scan a verdict reads (fused/fused.h:
+ * mkx_fused_scales_scan): its first[] (count arrays, host-mapped) and the
+ * arrays, to read a bad value.  count 0: no scales. */
+#define MKX_MOE_SCAN_ARRAYS 3
+typedef struct mkx_moe_scan {
+  const long long *first;
+  const float *p[MKX_MOE_SCAN_ARRAYS];
+  int count;
+} mkx_moe_scan;
+
+/* One rank: from the scales' scan (NULL: none), the routing's status
+ * (first bad slot, rows in all) and y_rows (-1: no limit). */
 int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows, int rank,
-                        int *gate, int *err_input, cudaStream_t s);
+                        const mkx_moe_scan *scan, int *gate, int *err_input, cudaStream_t s);
 
 /* Several ranks of a node.  Each rank's record (MKX_MOE_REC_HEAD ints,
  * then its rows per expert over every expert), in slot `rank` of every
  * rank's records area (rec[q]: rank q's area as mapped here, ranks x
  * (MKX_MOE_REC_HEAD + experts) ints, then experts + 1 ints of scratch):
  * first bad slot (or MKX_MOE_NO_BAD_SLOT), its id, y_rows (clamped below
- * 2^31; -1: no limit), 0.  `own` is the route of this rank's slots over
- * every expert.  Then all ranks meet (mkx_fused_meet), and settle reads
+ * 2^31; -1: no limit), the first bad scale's array + 1 (0: none), its
+ * index's high and low 32 bits, its bits, 0 (scan: NULL, none).  `own` is
+ * the route of this rank's slots over every expert.  Then all ranks meet (mkx_fused_meet), and settle reads
  * every record here and writes this rank's local expert offsets
  * (experts / ranks + 1), the row bases of its own slots on their owners
  * (base, mkx_moe_place), the gate and, first bad rank or truncated rank
  * first, the input record: every rank reaches the same verdict. */
-#define MKX_MOE_REC_HEAD 4
+#define MKX_MOE_REC_HEAD 8
 typedef struct {
   int *rec[MKX_MOE_MAX_RANKS];
 } mkx_moe_records;
 int64_t mkx_moe_records_ints(int ranks, int experts);
 int mkx_moe_record_run(const mkx_moe_records *r, int ranks, int rank, int experts, const int *own, const int *status,
-                       const int32_t *ids, int64_t y_rows, cudaStream_t s);
+                       const int32_t *ids, int64_t y_rows, const mkx_moe_scan *scan, cudaStream_t s);
 int mkx_moe_settle_run(int *records, int ranks, int rank, int experts, int topk, int *offsets, int *base, int *gate,
                        int *err_input, cudaStream_t s);
 

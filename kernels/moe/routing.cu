@@ -294,11 +294,37 @@ __device__ void record_bad_id(int *err, int rank, int slot, int id, int topk, in
 
 __device__ int clamp_rows(int64_t v) { return v < 0 ? -1 : (int)min(v, (int64_t)0x7FFFFFFF); }
 
+/* The first bad scale the scan found: its array a, index i and value's
+ * bits; false if none (the least index of an array's blocks). */
+__device__ bool scan_bad(const mkx_moe_scan &s, int &a, long long &i, int &bits) {
+  for (a = 0; a < s.count; ++a) {
+    volatile const long long *r = s.first + a * MKX_FUSED_SCAN_BLOCKS;
+    i = -1;
+    for (int b = 0; b < MKX_FUSED_SCAN_BLOCKS; ++b) {
+      const long long v = r[b];
+      if (v >= 0 && (i < 0 || v < i)) i = v;
+    }
+    if (i >= 0) {
+      bits = __float_as_int(s.p[a][i]);
+      return true;
+    }
+  }
+  return false;
+}
+
+__device__ void record_bad_scale(int *err, int rank, int a, long long i, int bits) {
+  record_input(err, MKX_MOE_ERR_SCALE, rank, a, (int)(i >> 32), (int)(unsigned)i, bits);
+}
+
 __global__ void verdict_one(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows, int rank,
-                            int *gate, int *err) {
+                            mkx_moe_scan scan, int *gate, int *err) {
   const int bad = status[0], total = status[1];
-  int g = 0;
-  if (bad != MKX_MOE_NO_BAD_SLOT) {
+  int g = 0, a, bits;
+  long long i;
+  if (scan_bad(scan, a, i, bits)) {
+    g = MKX_MOE_GATE_BAD;
+    record_bad_scale(err, rank, a, i, bits);
+  } else if (bad != MKX_MOE_NO_BAD_SLOT) {
     g = MKX_MOE_GATE_BAD;
     record_bad_id(err, rank, bad, ids[bad], topk, experts);
   } else if (y_rows >= 0 && total > y_rows) {
@@ -310,16 +336,23 @@ __global__ void verdict_one(const int *status, const int32_t *ids, int topk, int
 
 /* This rank's record into slot `rank` of every rank's records area. */
 __global__ void send_record(mkx_moe_records r, int ranks, int rank, int experts, const int *own, const int *status,
-                            const int32_t *ids, int64_t y_rows) {
+                            const int32_t *ids, int64_t y_rows, mkx_moe_scan scan) {
   const int64_t stride = MKX_MOE_REC_HEAD + (int64_t)experts;
   const int bad = status[0];
+  int a = -1, bits = 0;
+  long long i = 0;
+  if (threadIdx.x == 0 && !scan_bad(scan, a, i, bits)) a = -1;
   for (int q = 0; q < ranks; ++q) {
     int *d = r.rec[q] + rank * stride;
     if (threadIdx.x == 0) {
       d[0] = bad;
       d[1] = bad != MKX_MOE_NO_BAD_SLOT ? ids[bad] : 0;
       d[2] = clamp_rows(y_rows);
-      d[3] = 0;
+      d[3] = a + 1;
+      d[4] = (int)(i >> 32);
+      d[5] = (int)(unsigned)i;
+      d[6] = bits;
+      d[7] = 0;
     }
     for (int e = threadIdx.x; e < experts; e += blockDim.x) d[MKX_MOE_REC_HEAD + e] = own[e + 1] - own[e];
   }
@@ -355,6 +388,12 @@ __global__ void settle_records(int *rec, int ranks, int rank, int experts, int t
   for (int le = threadIdx.x; le <= ep; le += blockDim.x) offsets[le] = S[mine + le] - S[mine];
   if (threadIdx.x != 0) return;
   int g = 0;
+  for (int q = 0; q < ranks && !g; ++q) {
+    const int *h = rec + q * stride;
+    if (!h[3]) continue;
+    g = MKX_MOE_GATE_BAD;
+    record_bad_scale(err, q, h[3] - 1, (long long)h[4] << 32 | (unsigned)h[5], h[6]);
+  }
   for (int q = 0; q < ranks && !g; ++q) {
     const int *h = rec + q * stride;
     if (h[0] == MKX_MOE_NO_BAD_SLOT) continue;
@@ -532,10 +571,23 @@ extern "C" int mkx_moe_counts_run(const int *offsets, int local_experts, int64_t
   return launched();
 }
 
+/* The scan by value, count 0 for none. */
+static mkx_moe_scan scan_of(const mkx_moe_scan *scan) {
+  mkx_moe_scan s = {};
+  if (scan) s = *scan;
+  return s;
+}
+
+static bool scan_ok(const mkx_moe_scan *scan) {
+  if (!scan) return true;
+  if (scan->count < 0 || scan->count > MKX_MOE_SCAN_ARRAYS || (scan->count > 0 && !scan->first)) return false;
+  return true;  // an array's p is read only at a bad index, which only an array with scales has
+}
+
 extern "C" int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows,
-                                   int rank, int *gate, int *err_input, cudaStream_t s) {
-  if (!status || !gate || topk < 1 || experts < 1) return MKX_GEMM_EINVAL;
-  verdict_one<<<1, 1, 0, s>>>(status, ids, topk, experts, y_rows, rank, gate, err_input);
+                                   int rank, const mkx_moe_scan *scan, int *gate, int *err_input, cudaStream_t s) {
+  if (!status || !gate || topk < 1 || experts < 1 || !scan_ok(scan)) return MKX_GEMM_EINVAL;
+  verdict_one<<<1, 1, 0, s>>>(status, ids, topk, experts, y_rows, rank, scan_of(scan), gate, err_input);
   return launched();
 }
 
@@ -549,11 +601,12 @@ static bool records_ok(int ranks, int rank, int experts) {
 }
 
 extern "C" int mkx_moe_record_run(const mkx_moe_records *r, int ranks, int rank, int experts, const int *own,
-                                  const int *status, const int32_t *ids, int64_t y_rows, cudaStream_t s) {
-  if (!r || !own || !status || !records_ok(ranks, rank, experts)) return MKX_GEMM_EINVAL;
+                                  const int *status, const int32_t *ids, int64_t y_rows, const mkx_moe_scan *scan,
+                                  cudaStream_t s) {
+  if (!r || !own || !status || !records_ok(ranks, rank, experts) || !scan_ok(scan)) return MKX_GEMM_EINVAL;
   for (int q = 0; q < ranks; ++q)
     if (!r->rec[q]) return MKX_GEMM_EINVAL;
-  send_record<<<1, 1024, 0, s>>>(*r, ranks, rank, experts, own, status, ids, y_rows);
+  send_record<<<1, 1024, 0, s>>>(*r, ranks, rank, experts, own, status, ids, y_rows, scan_of(scan));
   return launched();
 }
 

@@ -298,7 +298,8 @@ static const mkx_option_desc base_rows[] = {
      "its own return value; calls over several nodes always do. no: calls "
      "only enqueue work (no host "
      "synchronisation; plans may be captured in a CUDA graph); a run with "
-     "bad ids or too many rows writes nothing (on truncation only "
+     "bad ids, bad fp8 scales or too many rows writes nothing (on "
+     "truncation only "
      "expert_rows) on every rank, and its error is returned by "
      "MKX_Comm_get_async_error, or with option blocking by the call.",
      1},

@@ -9,7 +9,8 @@
  * run and guarded past its end.  Then routing, gather and combine against
  * the host, the several-rank placement simulated on one GPU, the verdict
  * without a host wait (records of simulated ranks settled into offsets,
- * row bases, gate and input record) and the gate stopping every kernel.
+ * row bases, gate and input record; an fp8 scales' scan with a bad value
+ * taking precedence over a bad id) and the gate stopping every kernel.
  * One check (tests/common/check.h) per case.  Exit 77 without an sm_90
  * GPU, 1 on any failure.
  *   --bench       also time the expert GEMMs of four layer shapes (the MoE
@@ -31,6 +32,7 @@
 #include "engine_check.h"
 #include "cuda_check.h"
 #include "gemm/gemm_engine.h"
+#include "fused/fused.h"
 #include "moe/moe_engine.h"
 #include "num16.h"
 
@@ -867,7 +869,7 @@ static void settle_case(int P, int ep, int topk, int bad_rank, int trunc_rank,
   /* y_rows: room for what each owner receives, one less on trunc_rank */
   for (int q = 0; q < P && !fails; ++q)
     fails += mkx_moe_record_run(&recs, P, q, E, down[q], dstat[q], dids[q],
-                                owner[q] - (q == trunc_rank), 0) != 0;
+                                owner[q] - (q == trunc_rank), NULL, 0) != 0;
   int *err = NULL, *derr = NULL;
   CUDA(cudaHostAlloc((void **)&err, 16 * sizeof(int), cudaHostAllocMapped));
   CUDA(cudaHostGetDevicePointer((void **)&derr, err, 0));
@@ -966,6 +968,56 @@ static int written(const void *dev, size_t bytes, const char *name,
   return 1;
 }
 
+/* The verdict (one rank) on an fp8 scales' scan (fused/fused.h): array 1's
+ * blocks found indices 17 and 9 (its first bad: 9, a NaN), with a bad id
+ * in the status too; the scale goes first: gate bad, a MKX_MOE_ERR_SCALE
+ * record naming rank 3, array 1, index 9 and the NaN's bits.  Then the
+ * same scan clean: gate 0, no record. */
+static int scale_verdict(const int32_t *dids, int *dgate, int *err, int *derr) {
+  int fails = 0;
+  long long *first = NULL, *dfirst = NULL;
+  const size_t nfirst = (size_t)MKX_MOE_SCAN_ARRAYS * MKX_FUSED_SCAN_BLOCKS;
+  CUDA(cudaHostAlloc((void **)&first, nfirst * sizeof *first,
+                     cudaHostAllocMapped));
+  CUDA(cudaHostGetDevicePointer((void **)&dfirst, first, 0));
+  float vals[20];
+  for (int i = 0; i < 20; ++i) vals[i] = 1.0f + (float)i;
+  vals[9] = NAN, vals[17] = 0.0f;
+  float *dvals = upload(vals, sizeof vals);
+  int nan_bits;
+  memcpy(&nan_bits, &vals[9], sizeof nan_bits);
+  mkx_moe_scan scan = {dfirst, {dvals, dvals, dvals}, MKX_MOE_SCAN_ARRAYS};
+  for (int clean = 0; clean < 2; ++clean) {
+    for (size_t i = 0; i < nfirst; ++i) first[i] = -1;
+    if (!clean) {
+      first[MKX_FUSED_SCAN_BLOCKS + 5] = 17;
+      first[MKX_FUSED_SCAN_BLOCKS + 20] = 9;
+    }
+    memset(err, 0, 16 * sizeof(int));
+    int st[2] = {3, 3}, gate = -1; /* slot 3: a bad id */
+    if (clean) st[0] = MKX_MOE_NO_BAD_SLOT;
+    int *dst = dev_ints(st, 2);
+    fails +=
+        mkx_moe_verdict_run(dst, dids, 2, 4, 4, 3, &scan, dgate, derr, 0) != 0;
+    CUDA(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
+    const int ok = clean ? gate == 0 && err[0] == 0
+                         : gate == MKX_MOE_GATE_BAD &&
+                               err[0] == MKX_MOE_ERR_SCALE && err[1] == 3 &&
+                               err[2] == 1 && err[3] == 0 && err[4] == 9 &&
+                               err[5] == nan_bits;
+    if (!ok) {
+      printf("# scale verdict%s: gate %d, record %d %d %d %d %d %#x\n",
+             clean ? " (clean)" : "", gate, err[0], err[1], err[2], err[3],
+             err[4], (unsigned)err[5]);
+      fails++;
+    }
+    CUDA(cudaFree(dst));
+  }
+  CUDA(cudaFree(dvals));
+  CUDA(cudaFreeHost(first));
+  return fails;
+}
+
 /* One rank's verdict, and the gate stopping the grouped GEMM, the gather,
  * the combine and the counts (truncation: counts only), nothing written. */
 static void gate_case(void) {
@@ -994,8 +1046,8 @@ static void gate_case(void) {
     memset(err, 0, 16 * sizeof(int));
     int st[2] = {v[k].bad, v[k].total}, gate = -1;
     int *dst = dev_ints(st, 2);
-    fails += mkx_moe_verdict_run(dst, dids, 2, 4, v[k].y_rows, 3, dgate, derr,
-                                 0) != 0;
+    fails += mkx_moe_verdict_run(dst, dids, 2, 4, v[k].y_rows, 3, NULL, dgate,
+                                 derr, 0) != 0;
     CUDA(cudaMemcpy(&gate, dgate, sizeof gate, cudaMemcpyDeviceToHost));
     const int rec_ok =
         err[0] == v[k].code &&
@@ -1009,6 +1061,7 @@ static void gate_case(void) {
     }
     CUDA(cudaFree(dst));
   }
+  fails += scale_verdict(dids, dgate, err, derr);
   /* gate set: a GEMM of 2 experts x 64 rows (both kernels), the gather,
    * the combine and the origin copy leave their poisoned outputs as they
    * were */

@@ -41,6 +41,13 @@
  *    buffers and MKX_MOE_FP8=yes the GPU's fp8 layer, whose activation is
  *    rounded to dtype by row and 128 columns, within the bound widened by
  *    that rounding;
+ *  - option moe_sync=no (with blocking): the GPU fp8 dispatch cases again;
+ *    a NaN or a zero in scales->b on the last rank fails every rank
+ *    (MKX_ERR_INVALID_ARG naming index and rank where the GPU's verdict
+ *    took it, else MKX_ERR_PEER on the others), nothing written; on a GPU
+ *    path the call captured in a CUDA graph replays with its bits, and a
+ *    replay with a NaN scale writes nothing and is reported by
+ *    MKX_Comm_get_async_error;
  *  - --device: the cases on device buffers (fp8: the staged path, but for
  *    the fp8 layer's GPU path on one rank).
  *
@@ -52,6 +59,9 @@
 #include <string.h>
 
 #include "mkx_test.h"
+#ifdef MKX_TEST_CUDA
+#include "cuda_check.h"
+#endif
 
 #define BS MKX_SCALE_BLOCK_SIZE
 #define GUARD 5   /* rows of poison after Y and origin */
@@ -357,13 +367,18 @@ static MKX_Scales scales_of(const mcase *c, const rin *me, const bufs *b) {
   return s;
 }
 
-static int call(const mcase *c, const rin *me, bufs *b, const MKX_Scales *s) {
+static int call_on(const mcase *c, const rin *me, bufs *b, const MKX_Scales *s,
+                   MKX_Stream st) {
   return MKX_Moe_dispatch_gemm_scaled(
       me->T ? tbuf_ptr(&b->X) : NULL, me->T, c->hidden,
       me->T ? tbuf_ptr(&b->ids) : NULL,
       c->gate && me->T ? tbuf_ptr(&b->gate) : NULL, c->topk, c->ep * mt.size,
       tbuf_ptr(&b->W), c->n, transw_of(c->trans), tbuf_ptr(&b->Y), b->y_rows,
-      tbuf_ptr(&b->rows), tbuf_ptr(&b->origin), c->dt, c->yt, s, comm, NULL);
+      tbuf_ptr(&b->rows), tbuf_ptr(&b->origin), c->dt, c->yt, s, comm, st);
+}
+
+static int call(const mcase *c, const rin *me, bufs *b, const MKX_Scales *s) {
+  return call_on(c, me, b, s, NULL);
 }
 
 static const char *lname(MKX_Scale_layout l) {
@@ -1155,6 +1170,200 @@ static void trans_bf16(void) {
   check_path(want, "layer, bf16 with MKX_TRANS");
 }
 
+#ifdef MKX_TEST_CUDA
+/* Y, expert_rows and origin as bytes, for comparing runs. */
+static unsigned char *outputs_copy(bufs *b) {
+  tbuf_download(&b->Y), tbuf_download(&b->rows), tbuf_download(&b->origin);
+  unsigned char *h = malloc(b->Y.bytes + b->rows.bytes + b->origin.bytes);
+  memcpy(h, b->Y.host, b->Y.bytes);
+  memcpy(h + b->Y.bytes, b->rows.host, b->rows.bytes);
+  memcpy(h + b->Y.bytes + b->rows.bytes, b->origin.host, b->origin.bytes);
+  return h;
+}
+
+/* mkx.h, moe_sync=no on the GPU fp8 path: the call captured in a CUDA
+ * graph (after a call outside the capture made its workspace) replays
+ * with the call's bits, twice; a replay after a NaN went into scales->b
+ * on the last rank writes nothing, and MKX_Comm_get_async_error returns
+ * MKX_ERR_INVALID_ARG naming it on every rank; the good values replay
+ * right again. */
+static void async_capture(const mcase *c, const char *path) {
+  const int last = mt.size - 1;
+  cudaStream_t st;
+  MT_CUDA(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(c, q, &all[q]);
+  const rin *me = &all[mt.rank];
+  bufs b;
+  bufs_make(c, me, 4 * MAXTOK * mt.size, &b);
+  const MKX_Scales s = scales_of(c, me, &b);
+  char what[160];
+  snprintf(what, sizeof what, "moe_sync=no, %s path, captured", path);
+  poison_outputs(&b);
+  int rc = call_on(c, me, &b, &s, (MKX_Stream)st);
+  MT_CUDA(cudaStreamSynchronize(st));
+  CHECK_RC(rc, MKX_SUCCESS, "%s [the call before]: %s", what,
+           MKX_Get_last_error());
+  unsigned char *h0 = outputs_copy(&b);
+  const size_t bytes = b.Y.bytes + b.rows.bytes + b.origin.bytes;
+  cudaGraph_t g = NULL;
+  cudaGraphExec_t x = NULL;
+  MT_CUDA(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+  rc = call_on(c, me, &b, &s, (MKX_Stream)st);
+  const cudaError_t e = cudaStreamEndCapture(st, &g);
+  CHECK(rc == MKX_SUCCESS && e == cudaSuccess, "%s: %s (capture: %s)", what,
+        rc ? MKX_Get_last_error() : "the call is captured",
+        cudaGetErrorString(e));
+  if (mt_all(rc == MKX_SUCCESS && e == cudaSuccess)) {
+    MT_CUDA(cudaGraphInstantiate(&x, g, 0));
+    const int64_t idx = all[last].nbs - 2;
+    char needle[48], who[32];
+    snprintf(needle, sizeof needle, "scales->b[%lld]", (long long)idx);
+    snprintf(who, sizeof who, "on rank %d", last);
+    for (int rep = 0; rep < 4; rep++) {
+      const int bad = rep == 2;
+      const float keep = ((float *)b.sb.host)[idx];
+      if (bad && mt.rank == last) {
+        ((float *)b.sb.host)[idx] = NAN;
+        tbuf_upload(&b.sb);
+      }
+      poison_outputs(&b);
+      MPI_Barrier(MPI_COMM_WORLD);
+      MT_CUDA(cudaGraphLaunch(x, st));
+      MT_CUDA(cudaStreamSynchronize(st));
+      int arc = -1;
+      CHECK_RC(MKX_Comm_get_async_error(comm, &arc), MKX_SUCCESS,
+               "%s: MKX_Comm_get_async_error", what);
+      unsigned char *h = outputs_copy(&b);
+      if (bad) {
+        const char *msg = MKX_Get_last_error();
+        CHECK(arc == MKX_ERR_INVALID_ARG && strstr(msg, needle) &&
+                  strstr(msg, who),
+              "%s, replay %d with %s = NaN on rank %d: its error later (got "
+              "%s: \"%s\")",
+              what, rep + 1, needle, last, MKX_Error_string(arc), msg);
+        int written = 0;
+        for (int64_t i = 0; i < (b.y_rows + GUARD) * c->n; i++)
+          written += !mt_is_poison(b.Y.host, c->yt, (size_t)i);
+        for (int64_t i = 0; i < c->ep + GUARD; i++)
+          written += !mt_is_poison(b.rows.host, MKX_FP64, (size_t)i);
+        CHECK(written == 0, "%s, replay %d with a NaN: nothing written (%d)",
+              what, rep + 1, written);
+        ((float *)b.sb.host)[idx] = keep;
+        tbuf_upload(&b.sb);
+      } else {
+        CHECK_RC(arc, MKX_SUCCESS, "%s, replay %d: no error", what, rep + 1);
+        CHECK(!memcmp(h, h0, bytes), "%s, replay %d: the call's bits", what,
+              rep + 1);
+      }
+      free(h);
+    }
+    MT_CUDA(cudaGraphExecDestroy(x));
+  }
+  if (g) MT_CUDA(cudaGraphDestroy(g));
+  free(h0);
+  bufs_free(&b);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+  MT_CUDA(cudaStreamDestroy(st));
+}
+#endif
+
+/* ---- moe_sync=no ------------------------------------------------------------
+ * mkx.h: with option moe_sync=no the fp8 GPU path checks the scales with
+ * the routing's verdict: a bad one writes nothing and its error (naming
+ * the array, the index and the rank) is reported later, here by the call
+ * itself under option blocking.  On a communicator with both: the GPU fp8
+ * dispatch cases again, then a NaN and a zero in scales->b on the last
+ * rank: MKX_ERR_INVALID_ARG there naming the index; on the others the
+ * same where the call took a GPU path (the verdict is every rank's), or
+ * MKX_ERR_PEER where the host checked; Y, expert_rows and origin left
+ * poisoned; then the good values again. */
+static void async_scales(void) {
+  MPI_Info info;
+  MPI_Info_create(&info);
+  if (mt.device) MPI_Info_set(info, "mkx_path", "gpu");
+  MPI_Info_set(info, "mkx_moe_sync", "no");
+  MPI_Info_set(info, "mkx_blocking", "yes");
+  MKX_Comm ac = NULL, keep = comm;
+  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &ac);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (moe_sync=no, blocking=yes): %s",
+           MKX_Get_last_error());
+  if (!mt_all(rc == MKX_SUCCESS)) return;
+  comm = ac;
+  gpu8_matrix();
+  const mcase c = {.dt = MKX_FP8_E4M3,
+                   .yt = MKX_BF16,
+                   .lay = MKX_SCALE_BLOCK,
+                   .hidden = 400,
+                   .n = 72,
+                   .topk = 2,
+                   .ep = 3,
+                   .gate = 1,
+                   .empty = -1,
+                   .trans = 1};
+  run_case(&c);
+  const char *path = NULL;
+  int cap = -1, ctas = -1;
+  MKX_Comm_get_last_path(comm, &path, &cap, &ctas);
+  const int gpu = path && strcmp(path, "host") && strcmp(path, "staged");
+  const int last = mt.size - 1;
+  rin *all = calloc((size_t)mt.size, sizeof *all);
+  for (int q = 0; q < mt.size; q++) gen(&c, q, &all[q]);
+  const rin *me = &all[mt.rank];
+  bufs b;
+  bufs_make(&c, me, 4 * MAXTOK * mt.size, &b);
+  const int64_t idx = all[last].nbs - 2;
+  const float vals[2] = {NAN, 0.0f};
+  char needle[48], who[32], what[200];
+  snprintf(needle, sizeof needle, "scales->b[%lld]", (long long)idx);
+  snprintf(who, sizeof who, "on rank %d", last);
+  for (int v = 0; v < 2; v++) {
+    snprintf(what, sizeof what, "moe_sync=no, %s path: %s = %s on rank %d",
+             path ? path : "?", needle, v ? "0" : "NaN", last);
+    poison_outputs(&b);
+    const float keep_v = ((float *)b.sb.host)[idx];
+    if (mt.rank == last) {
+      ((float *)b.sb.host)[idx] = vals[v];
+      tbuf_upload(&b.sb);
+    }
+    const MKX_Scales s = scales_of(&c, me, &b);
+    rc = call(&c, me, &b, &s);
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", MKX_Get_last_error());
+    if (mt.rank == last || gpu)
+      CHECK(rc == MKX_ERR_INVALID_ARG && strstr(msg, needle) &&
+                (mt.rank == last || strstr(msg, who)),
+            "%s: MKX_ERR_INVALID_ARG naming %s%s (got %s: \"%s\")", what,
+            needle, mt.rank == last ? "" : " and the rank",
+            MKX_Error_string(rc), msg);
+    else
+      CHECK_RC(rc, MKX_ERR_PEER, "%s: \"%s\"", what, msg);
+    tbuf_download(&b.Y), tbuf_download(&b.rows), tbuf_download(&b.origin);
+    int written = 0;
+    for (int64_t i = 0; i < (b.y_rows + GUARD) * c.n; i++)
+      written += !mt_is_poison(b.Y.host, c.yt, (size_t)i);
+    for (int64_t e = 0; e < c.ep + GUARD; e++)
+      written += !mt_is_poison(b.rows.host, MKX_FP64, (size_t)e);
+    for (int64_t i = 0; i < 3 * (b.y_rows + GUARD); i++)
+      written += ((const int32_t *)b.origin.host)[i] != -1;
+    CHECK(written == 0, "%s: nothing written (%d elements were)", what,
+          written);
+    ((float *)b.sb.host)[idx] = keep_v;
+    tbuf_upload(&b.sb);
+  }
+  bufs_free(&b);
+  for (int q = 0; q < mt.size; q++) rin_free(&all[q]);
+  free(all);
+  run_case(&c);
+#ifdef MKX_TEST_CUDA
+  if (gpu) async_capture(&c, path);
+#endif
+  comm = keep;
+  CHECK_RC(MKX_Comm_free(&ac), MKX_SUCCESS, "MKX_Comm_free (moe_sync=no)");
+}
+
 int main(int argc, char **argv) {
   mt_init(&argc, &argv);
   if (mt.size > 16) {
@@ -1186,6 +1395,7 @@ int main(int argc, char **argv) {
   layer_trans_matrix();
   layer_bad_transw();
   trans_bf16();
+  async_scales();
   mt_guard_off();
   rc = MKX_Comm_free(&comm);
   CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_free");

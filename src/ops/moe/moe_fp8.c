@@ -3,8 +3,10 @@
  * W (or W1) n x hidden, W2 hidden x ffn, K contiguous, as fp8 tensor cores
  * read them).  They run as the bf16 calls (moe_gpu.c) but for:
  *   - the scales checked first, on the GPU (finite, > 0: the contract's
- *     MKX_ERR_INVALID_ARG with nothing written, agreed), a stream
- *     synchronisation, so a capture is refused;
+ *     MKX_ERR_INVALID_ARG with nothing written): with moe_sync=yes the host
+ *     waits for the verdict (a stream synchronisation, so a capture is
+ *     refused) and the ranks agree on it; with moe_sync=no the routing's
+ *     verdict on the GPU reads it, as it reads the ids (mkx_moe_fp8_scan);
  *   - the fp8 rows gathered as 1-byte elements and, for per-token and block
  *     scales, each row's scales gathered beside it into its owner's
  *     workspace before the ranks meet (rows are never released early);
@@ -16,6 +18,7 @@
  *     the input of W2's fp8 product: where this path departs from the
  *     host's fp32 activation (e4m3: 3 bits of mantissa into W2). */
 #include <stdint.h>
+#include <string.h>
 #include "core/error.h"
 
 #if HAVE_CUDA
@@ -47,23 +50,62 @@ int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a) {
              : mkx_scales_row_floats(a->sc.layout, a->hidden);
 }
 
-int mkx_moe_fp8_scales_ok(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
-                          cudaStream_t st) {
-  const int op = p->op;
+static const char *const scale_names[MKX_MOE_SCAN_ARRAYS] = {
+    "scales->a", "scales->b", "scales2->b"};
+
+const char *mkx_moe_fp8_scale_name(int i) {
+  return i >= 0 && i < MKX_MOE_SCAN_ARRAYS ? scale_names[i] : "scales";
+}
+
+/* The call's scale arrays (this rank's), in mkx_moe_scan's order; their
+ * total count. */
+static int64_t scale_arrays(MKX_Comm c, int op, const mkx_moe_args *a,
+                            mkx_scale_array arr[MKX_MOE_SCAN_ARRAYS]) {
   const int64_t ep = a->num_experts / c->size,
                 n = op == MOE_LAYER ? 2 * a->ffn : a->n;
-  const mkx_scale_array arr[3] = {
-      {"scales->a", a->sc.a,
-       mkx_scales_a_count(a->sc.layout, a->num_tokens, a->hidden)},
-      {"scales->b", a->sc.b,
-       ep * mkx_scales_b_count(a->sc.layout, a->hidden, n)},
-      {"scales2->b", a->sc2.b,
-       op == MOE_LAYER
-           ? ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)
-           : 0}};
-  return mkx_comm_agree_rc(
-      c, mkx_fused_scales_check(fn_of(op), arr, 3, p->ws, NULL, st),
-      "the scales' values");
+  const int64_t count[MKX_MOE_SCAN_ARRAYS] = {
+      mkx_scales_a_count(a->sc.layout, a->num_tokens, a->hidden),
+      ep * mkx_scales_b_count(a->sc.layout, a->hidden, n),
+      op == MOE_LAYER
+          ? ep * mkx_scales_b_count(a->sc2.layout, a->ffn, a->hidden)
+          : 0};
+  const float *ptr[MKX_MOE_SCAN_ARRAYS] = {a->sc.a, a->sc.b, a->sc2.b};
+  int64_t total = 0;
+  for (int i = 0; i < MKX_MOE_SCAN_ARRAYS; i++) {
+    arr[i] = (mkx_scale_array){scale_names[i], ptr[i], count[i]};
+    total += count[i];
+  }
+  return total;
+}
+
+int mkx_moe_fp8_scales_ok(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                          cudaStream_t st) {
+  mkx_scale_array arr[MKX_MOE_SCAN_ARRAYS];
+  const int64_t total = scale_arrays(c, p->op, a, arr);
+  if (p->sync)
+    return mkx_comm_agree_rc(
+        c,
+        mkx_fused_scales_check(fn_of(p->op), arr, MKX_MOE_SCAN_ARRAYS, p->ws,
+                               NULL, st),
+        "the scales' values");
+  if (total == 0) return MKX_SUCCESS;
+  /* moe_sync=no: the verdict reads the scan (mkx_moe_fp8_scan) */
+  mkx_fused_scan_desc d = {.count = MKX_MOE_SCAN_ARRAYS,
+                           .first = p->ws->scan_dev};
+  for (int i = 0; i < MKX_MOE_SCAN_ARRAYS; i++)
+    d.p[i] = arr[i].p, d.n[i] = arr[i].n;
+  return mkx_fused_launch_rc(mkx_fused_scales_scan(&d, st), fn_of(p->op),
+                             "check of the scales");
+}
+
+void mkx_moe_fp8_scan(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                      mkx_moe_scan *s) {
+  mkx_scale_array arr[MKX_MOE_SCAN_ARRAYS];
+  memset(s, 0, sizeof *s);
+  if (!p->fp8 || scale_arrays(c, p->op, a, arr) == 0) return;
+  s->first = p->ws->scan_dev;
+  s->count = MKX_MOE_SCAN_ARRAYS;
+  for (int i = 0; i < MKX_MOE_SCAN_ARRAYS; i++) s->p[i] = arr[i].p;
 }
 
 int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_plan *p, const moe_ws *w,

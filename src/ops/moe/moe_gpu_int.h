@@ -181,10 +181,16 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a);
 /* Floats per gathered row of X's scales. */
 int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a);
-/* The call's scales checked on the GPU (mkx_fused_scales_check, in the
- * plan's workspace), the ranks agreeing. */
+/* The call's scales checked on the GPU, in the plan's workspace: with the
+ * host wait (p->sync) by mkx_fused_scales_check, the ranks agreeing;
+ * without, only the scan enqueued, which the verdict reads (_scan: that
+ * scan's results for it; count 0 without fp8 scales).  _scale_name: the
+ * name of the scan's array i in messages. */
 int mkx_moe_fp8_scales_ok(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           cudaStream_t st);
+void mkx_moe_fp8_scan(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
+                      mkx_moe_scan *s);
+const char *mkx_moe_fp8_scale_name(int i);
 /* After the rows' gather: their scales gathered beside them into their
  * owners' workspaces (per-token and block layouts). */
 int mkx_moe_fp8_rows_scales(MKX_Comm c, const moe_plan *p, const moe_ws *w,

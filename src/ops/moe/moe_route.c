@@ -5,6 +5,7 @@
  * offsets settled on the GPU (moe_gpu.c says how a call runs). */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include "core/error.h"
 
 #if HAVE_CUDA
@@ -26,9 +27,21 @@ static int bad_id(int op, const mkx_moe_args *a, int rank, int64_t slot,
 
 _Static_assert(MKX_MOE_ERR_ID == MKX_ERR_INVALID_ARG &&
                    MKX_MOE_ERR_TRUNC == MKX_ERR_TRUNCATE,
-               "the GPU's input record carries MKX error codes");
+               "the GPU's input record carries MKX error codes (a bad "
+               "scale's, MKX_MOE_ERR_SCALE, is told apart from a bad id's)");
 
 int mkx_moe_input_error(const int *rec, const char *head) {
+  if (rec[0] == MKX_MOE_ERR_SCALE) {
+    float v;
+    memcpy(&v, &rec[5], sizeof v);
+    const long long i =
+        (long long)((uint64_t)(uint32_t)rec[3] << 32 | (uint32_t)rec[4]);
+    return mkx_error(MKX_ERR_INVALID_ARG,
+                     "%s: %s[%lld] = %g on rank %d (a scale must be finite "
+                     "and > 0); nothing was written",
+                     head, mkx_moe_fp8_scale_name(rec[2]), i, (double)v,
+                     rec[1]);
+  }
   if (rec[0] == MKX_MOE_ERR_ID)
     return mkx_error(MKX_ERR_INVALID_ARG,
                      "%s: topk_ids[%d][%d] = %d on rank %d %s", head, rec[2],
@@ -209,18 +222,20 @@ static int route_async(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
                           w->rows,
                           w->status,
                           w->route_work};
+  mkx_moe_scan scan;
+  mkx_moe_fp8_scan(c, p, a, &scan);
   MKX_TRY(mkx_fused_launch_rc(mkx_moe_route_run(&r, st), fn, "routing"));
   if (!p->multi)
     return mkx_fused_launch_rc(
         mkx_moe_verdict_run(w->status, a->topk_ids, k, E, y_rows, c->rank,
-                            w->gate, err, st),
+                            &scan, w->gate, err, st),
         fn, "verdict");
   mkx_moe_records rec;
   for (int q = 0; q < c->size; q++)
     rec.rec[q] = (int *)mkx_moe_ws_piece(c, p, q, W_REC);
   MKX_TRY(mkx_fused_launch_rc(
       mkx_moe_record_run(&rec, c->size, c->rank, E, w->own, w->status,
-                         a->topk_ids, y_rows, st),
+                         a->topk_ids, y_rows, &scan, st),
       fn, "counts to every rank"));
   MKX_TRY(mkx_moe_meet(c, p, MKX_FUSED_OFF_PUSHED, MKX_FUSED_AT_MOE_COUNTS, st,
                        fn));
