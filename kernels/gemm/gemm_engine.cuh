@@ -7,11 +7,11 @@
  *
  * Structure (one CTA = 384 threads = 3 warpgroups, one CTA per SM):
  *   warpgroup 0      producer: setmaxnreg 40; one elected thread walks this CTA's tiles and, for
- *                    each 64-wide K block, waits on the stage's "empty" mbarrier, arms the "full"
+ *                    each K block (64 wide; fp8: 128), waits on the stage's "empty" mbarrier, arms the "full"
  *                    mbarrier with the byte count and issues TMA loads (cp.async.bulk.tensor, 128B
  *                    swizzle, zero fill out of bounds) for the A and B slabs of the stage.
  *   warpgroups 1, 2  consumers: setmaxnreg 232; each owns 64 rows x BN columns of the 128 x BN
- *                    tile, waits on "full", issues 4 wgmma m64nBNk16 per stage (fp32 registers),
+ *                    tile, waits on "full", issues 4 wgmma m64nBNk16 (fp8: k32) per stage (fp32 registers),
  *                    keeps one wgmma group in flight and releases the previous stage to the
  *                    producer (one arrive per warp on "empty").  After the last K block the
  *                    epilogue hook gets the accumulators.
@@ -366,8 +366,9 @@ struct StoreC {
  * edges).  Every chunk is stored even past N: the staging buffers alternate by chunk parity, and
  * an odd chunk count would let the next tile overwrite a buffer a store still reads.  `extra`
  * (thread 0, per chunk: smem source, column, row) may issue more stores of the same chunk, e.g.
- * into peers' copies; they join the chunk's bulk group.  Thread 0 commits the bulk groups; nothing waits for the global writes here
- * (bulk_wait<0>() before reading them back or signalling them). */
+ * into peers' copies; they join the chunk's bulk group.  Thread 0 commits the bulk groups;
+ * nothing waits for the global writes here (bulk_wait<0>() before reading them back or
+ * signalling them). */
 /* Shared-memory address of byte column bcol (0..127) of row `row` of a 64 x 128-byte staging
  * buffer in the 128B-swizzle layout that TMA reads and writes. */
 __device__ __forceinline__ uint32_t swizzled_128b(uint32_t buf, int row, int bcol) {
@@ -592,8 +593,8 @@ __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, 
       phase ^= 1;
     }
   };
-  const auto promote = [&](int kb, float(&part)[Cfg::ACC]) {
-    const typename Scales::Block f = sc.block(ctx, kb);
+  typedef typename Scales::Block Block;
+  const auto promote = [&](const Block &f, float(&part)[Cfg::ACC]) {
     if (warp_leader) release_stage(sm, done);
     if (++done == Cfg::STAGES) done = 0;
     sc.promote(f, part, acc);
@@ -602,29 +603,33 @@ __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, 
   issue(part0);
   int kb = kb0;
   // the two halves written out: with one step taking the block sums as arguments, ptxas cannot
-  // tell which sum is in flight and serialises the wgmma (C7514)
+  // tell which sum is in flight and serialises the wgmma (C7514).  Each block's scales are read
+  // before the wait that retires its sum (the wait is a memory clobber: no load moves past it).
   for (;;) {  // block kb in flight in part0
+    const Block f0 = sc.block(ctx, kb);
     if (kb + 1 == kb1) {
       wgmma_wait<0>();
       pin_acc(part0);
-      promote(kb, part0);
+      promote(f0, part0);
       return;
     }
     issue(part1);
     wgmma_wait<1>();
     pin_acc(part0);
-    promote(kb++, part0);
-    // block kb in flight in part1
+    promote(f0, part0);
+    ++kb;  // block kb in flight in part1
+    const Block f1 = sc.block(ctx, kb);
     if (kb + 1 == kb1) {
       wgmma_wait<0>();
       pin_acc(part1);
-      promote(kb, part1);
+      promote(f1, part1);
       return;
     }
     issue(part0);
     wgmma_wait<1>();
     pin_acc(part1);
-    promote(kb++, part1);
+    promote(f1, part1);
+    ++kb;
   }
 }
 
@@ -701,12 +706,17 @@ __device__ __forceinline__ void consume(const EngineSmem<Cfg> &sm, int wg, int M
  * with Cfg::FP8.  sc: the fp8 engine's scales (ignored otherwise).  Cfg::CLUSTER 2: the block is
  * one of a cluster of 2 (cta_rank, num_ctas: the cluster's index and count), whose CTAs walk the
  * same pieces of work, the order giving each its own tile rows of the same B columns; tmB's box
- * is {Cfg::BK, BN / 2}, and a CTA with no rows of a piece still loads its half of B. */
+ * is {Cfg::BK, BN / 2}, and a CTA with no rows of a piece still loads its half of B.  Each CTA
+ * waits for its peer's half of B, so with clusters: the producer warpgroup's warps 1..3 stay
+ * until the end (the final cluster barrier), not free for side roles; a load gate that holds one
+ * CTA's producer holds its peer too; the order gives both CTAs the same K blocks (no stream-K
+ * units). */
 template <class Cfg, class TileOrder, class LoadGate, class Epilogue, class Scales>
 __device__ __forceinline__ void run_engine_scaled(uint8_t *smem_raw, const CUtensorMap *tmA, const CUtensorMap *tmB,
                                                   int M, int N, int K, int cta_rank, int num_ctas,
                                                   const TileOrder &order, LoadGate &gate, Epilogue &epi,
                                                   const Scales &sc) {
+  static_assert(Cfg::CLUSTER == 1 || !HasUnits<TileOrder>::value, "a cluster's CTAs walk the same K blocks");
   const EngineSmem<Cfg> sm(smem_raw);
   const int tid = threadIdx.x;
   const int wg = tid / 128;

@@ -119,7 +119,7 @@ typedef struct {
 int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, const char **why);
 /* Enqueue the fp8 GEMM on s; returns as mkx_gemm_run.  Tiles of 128 x 128, one CTA each;
  * tile_override MKX_GEMM_TILE_128x128_PAIR runs them in clusters of 2 (needs num_ctas 0 or
- * >= 2; mkx_gemm_fp8_pick_tile says which runs). */
+ * >= 2; with m <= 128 one CTA a tile runs: mkx_gemm_fp8_pick_tile says which). */
 int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s);
 
 /* What mkx_gemm_run_fp8 runs for d with num_ctas CTAs (0: one per SM):

@@ -7,6 +7,7 @@
 #include "tmap.cuh"
 #include "fp8_scales.cuh"
 
+#include <atomic>
 #include <cuda.h>
 #include <cuda_runtime.h>
 #include <stdint.h>
@@ -56,6 +57,25 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
+/* cudaOccupancyMaxActiveClusters once per kernel and device (as smem_attr_once: a driver call
+ * per launch otherwise; under MPS a process keeps its partition); 0 or a cudaError_t. */
+template <auto Kern>
+int clusters_fit_once(const cudaLaunchConfig_t *cfg, int *fit) {
+  static std::atomic<int> known[64];  // clusters that fit + 1; 0: not asked yet
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return (int)e;
+  const int v = dev >= 0 && dev < 64 ? known[dev].load(std::memory_order_acquire) : 0;
+  if (v > 0) {
+    *fit = v - 1;
+    return 0;
+  }
+  e = cudaOccupancyMaxActiveClusters(fit, Kern, cfg);
+  if (e != cudaSuccess) return (int)e;
+  if (dev >= 0 && dev < 64) known[dev].store(*fit + 1, std::memory_order_release);
+  return 0;
+}
+
 template <bool E5M2, typename OutT, int CLUSTER>
 int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
   typedef Fp8Cfg<E5M2, CLUSTER> Cfg;
@@ -85,8 +105,8 @@ int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s
   if (units > units_m * tiles_n) units = units_m * tiles_n;
   if (CLUSTER > 1) {  // no more clusters than fit at once: a grid of more would run in waves
     int fit = 0;
-    const cudaError_t e = cudaOccupancyMaxActiveClusters(&fit, kern, &cfg);
-    if (e != cudaSuccess) return (int)e;
+    rc = clusters_fit_once<mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>>(&cfg, &fit);
+    if (rc) return rc;
     if (fit > 0 && units > fit) units = fit;
   }
   cfg.gridDim = dim3(units * CLUSTER);
@@ -157,10 +177,11 @@ extern "C" int mkx_gemm_fp8_supported(const mkx_gemm_desc *d, const mkx_gemm_sca
   return w ? 0 : 1;
 }
 
-/* Clusters of 2 where asked for only, until timings choose between the two. */
+/* Clusters of 2 where asked for only, until timings choose between the two, and where there are
+ * 2 tile rows or more (with one, every second CTA would multiply zeros). */
 extern "C" int mkx_gemm_fp8_pick_tile(const mkx_gemm_desc *d, int num_ctas) {
-  return d->tile_override == MKX_GEMM_TILE_128x128_PAIR && num_ctas != 1 ? MKX_GEMM_TILE_128x128_PAIR
-                                                                         : MKX_GEMM_TILE_128x128;
+  return d->tile_override == MKX_GEMM_TILE_128x128_PAIR && num_ctas != 1 && d->m > kBM ? MKX_GEMM_TILE_128x128_PAIR
+                                                                                       : MKX_GEMM_TILE_128x128;
 }
 
 extern "C" int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s) {
