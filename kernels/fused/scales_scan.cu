@@ -6,6 +6,7 @@
  */
 #include <float.h>
 #include "fused/fused.h"
+#include "common/modules.cuh"
 
 namespace {
 
