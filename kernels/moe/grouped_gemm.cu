@@ -197,7 +197,8 @@ static const char *fp8_why(const mkx_moe_gemm_desc *d) {
   if ((int64_t)d->experts * w_cols(d) * d->ldw >= (1ll << 40)) return "fp8: W too large";
   const auto bad = [](int l) { return l < MKX_GEMM_SCALE_NONE || l > MKX_GEMM_SCALE_BLOCK; };
   if (bad(s.a_layout) || bad(s.w_layout)) return "fp8: bad scale layout";
-  if ((s.a_layout != MKX_GEMM_SCALE_NONE && !s.a) || (s.w_layout != MKX_GEMM_SCALE_NONE && !s.w))
+  /* no rows, no A scales (a rank without tokens may pass none) */
+  if ((s.a_layout != MKX_GEMM_SCALE_NONE && !s.a && d->a_rows > 0) || (s.w_layout != MKX_GEMM_SCALE_NONE && !s.w))
     return "fp8: null scale array";
   if (s.a_row < 0 || s.a_kb < 0 || s.w_e < 0 || s.w_col < 0 || s.w_kb < 0) return "fp8: negative scale stride";
   return nullptr;

@@ -291,28 +291,39 @@ struct Fp8TileScales {
     }
     return 1.f;
   }
-  /* acc_h += part_h times the scales of K block kb (all of them where `all`, else 1) */
-  template <int NA, int N>
-  __device__ __forceinline__ void add(int kb, bool all, const float (&p0)[NA], const float (&p1)[NA], float (&a0)[NA],
-                                      float (&a1)[NA]) const {
-    float sw[2][2] = {{1.f, 1.f}, {1.f, 1.f}}, sa[N / 4];
+  /* This thread's scales of K block kb: W's of its rows, A's of its columns (1 unless `all`). */
+  template <int N>
+  struct Block {
+    float sw[2][2], sa[N / 4];
+  };
+  template <int N>
+  __device__ __forceinline__ Block<N> block(int kb, bool all) const {
+    Block<N> b;
 #pragma unroll
-    for (int g = 0; g < N / 4; ++g) sa[g] = 1.f;
+    for (int h = 0; h < 2; ++h) b.sw[h][0] = b.sw[h][1] = 1.f;
+#pragma unroll
+    for (int g = 0; g < N / 4; ++g) b.sa[g] = 1.f;
     if (all) {
       const int m = acc_m(lt, 0);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        sw[h][0] = w_at(w0[h] + m, kb);
-        sw[h][1] = w_at(w0[h] + m + 8, kb);
+        b.sw[h][0] = w_at(w0[h] + m, kb);
+        b.sw[h][1] = w_at(w0[h] + m + 8, kb);
       }
 #pragma unroll
-      for (int g = 0; g < N / 4; ++g) sa[g] = a_at(acc_row(lt, 4 * (g >> 1) + (g & 1)), kb);
+      for (int g = 0; g < N / 4; ++g) b.sa[g] = a_at(acc_row(lt, 4 * (g >> 1) + (g & 1)), kb);
     }
+    return b;
+  }
+  /* acc_h += part_h times the block's scales */
+  template <int NA, int N>
+  __device__ __forceinline__ void add(const Block<N> &b, const float (&p0)[NA], const float (&p1)[NA], float (&a0)[NA],
+                                      float (&a1)[NA]) const {
 #pragma unroll
     for (int i = 0; i < N / 2; ++i) {
-      const float f = sa[2 * (i >> 2) + (i & 1)];
-      a0[i] = fmaf(p0[i], sw[0][(i >> 1) & 1] * f, a0[i]);
-      a1[i] = fmaf(p1[i], sw[1][(i >> 1) & 1] * f, a1[i]);
+      const float f = b.sa[2 * (i >> 2) + (i & 1)];
+      a0[i] = fmaf(p0[i], b.sw[0][(i >> 1) & 1] * f, a0[i]);
+      a1[i] = fmaf(p1[i], b.sw[1][(i >> 1) & 1] * f, a1[i]);
     }
   }
 };
@@ -347,18 +358,20 @@ __device__ __forceinline__ void mainloop_fp8(int n8, float (&a0)[32], float (&a1
       wgmma_commit();
       pin_acc(p0);
       pin_acc(p1);
+      // the block's scales read while its wgmma runs (the wait is a memory clobber)
+      const auto f = sc.template block<N>(kb, block);
       wgmma_wait<0>();
       pin_acc(p0);
       pin_acc(p1);
       if (leader) mbar_arrive(&r.empty[r.stage]);
       r.advance();
-      sc.template add<32, N>(kb, block, p0, p1, a0, a1);
+      sc.template add<32, N>(f, p0, p1, a0, a1);
     }
     if (!block && scaled) {
       // the scales that do not change along K, once: block 0's
 #pragma unroll
       for (int i = 0; i < 32; ++i) p0[i] = a0[i], p1[i] = a1[i], a0[i] = a1[i] = 0.f;
-      sc.template add<32, N>(0, true, p0, p1, a0, a1);
+      sc.template add<32, N>(sc.template block<N>(0, true), p0, p1, a0, a1);
     }
   }
 }

@@ -93,7 +93,7 @@ typedef struct {
   /* fp8 operands (ab_type MKX_GEMM_E4M3 or MKX_GEMM_E5M2, A and W alike;
    * the swapped kernel, picked whatever `kernel` says): W is stored with
    * its columns as rows, K contiguous, [E][w_rows][ldw] with w_rows = n
-   * (plain) or u + n (SwiGLU) and ldw >= k; lda and ldw multiples of 16.
+   * (plain) or u + n (SwiGLU) and ldw >= k; k, lda and ldw multiples of 16.
    * Each 128-deep K block's products are summed apart (Hopper's fp8
    * tensor cores keep fewer bits than fp32) and added in fp32 times the
    * block's scales; the rows go in blocks of 128, 64 per warpgroup. */
@@ -110,7 +110,8 @@ int64_t mkx_moe_gemm_work_ints(int experts);
 
 /* 1 if the engine can run d, else 0 and (if why != NULL) a static reason:
  * lda and ldw multiples of 8 (the tensor maps' row strides), 16-byte
- * aligned A, W, C, sizes below 2^31.  Any k and n.  Does not look at the
+ * aligned A, W, C, sizes below 2^31.  Any k and n (fp8: k a multiple of
+ * 16; A's scales may be NULL with a_rows 0).  Does not look at the
  * device. */
 int mkx_moe_gemm_supported(const mkx_moe_gemm_desc *d, const char **why);
 

@@ -13,7 +13,8 @@
  *    bit for bit;
  *  - random cases within eps_c |ref| + 2^-10 sum |terms| per product (the tensor cores sum a K
  *    block of fp8 products in fewer bits than fp32), carried through SwiGLU;
- *  - arguments the fp8 form refuses (MKX_GEMM_EINVAL);
+ *  - arguments the fp8 form refuses (MKX_GEMM_EINVAL), and no rows with
+ *    no A scales, which it runs (nothing to do);
  *  - mkx_moe_quant_run, the layer's activation to fp8: each group's scale
  *    and every byte within half a unit of the value's last place, rows
  *    past the count untouched.
@@ -410,6 +411,18 @@ static void refusals(void) {
           "%s: refused (supported %d, \"%s\"; run returned %d)", what[i], sup,
           why, rc);
   }
+  /* no rows: A's scales may be NULL (a rank without tokens has none), and
+   * the run has nothing to do */
+  mkx_moe_gemm_desc none = good;
+  none.a_rows = 0;
+  none.fp8.a_layout = none.fp8.w_layout = MKX_GEMM_SCALE_BLOCK;
+  none.fp8.w = &one;
+  const int sup = mkx_moe_gemm_supported(&none, &why);
+  const int rc = mkx_moe_gemm_run(&none, 0);
+  CHECK(sup && rc == 0,
+        "no rows and no A scales: runs (supported %d, \"%s\"; run returned "
+        "%d)",
+        sup, why, rc);
 }
 
 int main(int argc, char **argv) {

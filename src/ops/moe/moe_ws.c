@@ -41,7 +41,8 @@ void mkx_moe_ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
   const int layer = p->op == MOE_LAYER, multi = p->multi;
   /* the layer's W1 copy puts the up half at a multiple of 8 columns */
   const int64_t wcols1 = layer ? 2 * round8(a->ffn) : a->n;
-  const int copy1 = layer ? a->ffn % 8 != 0 : a->n % 8 != 0;
+  /* (fp8 reads the weights as they are: K-major, 16-byte rows) */
+  const int copy1 = !fp8 && (layer ? a->ffn % 8 != 0 : a->n % 8 != 0);
   const size_t sizes[W_END] = {
       [W_A] = (size_t)(N * lda) * es,
       [W_SCALE] = layer ? 0 : (size_t)N * sizeof(float),
@@ -67,7 +68,7 @@ void mkx_moe_ws_layout(const mkx_moe_args *a, MKX_Comm c, moe_plan *p) {
                   sizeof(int),
       [W_GEMM] = (size_t)mkx_moe_gemm_work_ints((int)ep) * sizeof(int),
       [W_W1] = copy1 ? (size_t)(ep * a->hidden * round8(wcols1)) * es : 0,
-      [W_W2] = layer && a->hidden % 8
+      [W_W2] = !fp8 && layer && a->hidden % 8
                    ? (size_t)(ep * a->ffn * round8(a->hidden)) * es
                    : 0,
       [W_XS] = (size_t)(N * xs) * sizeof(float),
