@@ -6,8 +6,9 @@
 # alone the fp8 engine tests, mkx_perf gemm --dtype fp8 (one CTA a tile,
 # and clusters of 2: MKX_GPU_CHECK_FP8_TILES, default "1 3"), and with
 # MKX_MOE_FP8=yes test_fp8_moe --device on one rank (and on 2 under MPS
-# above) and mkx_perf moe --fp8
-# on the DeepSeek-like shape (perf-fp8.txt).
+# above) and mkx_perf moe --fp8 on the DeepSeek-like shape beside the
+# PyTorch chains (torch_moe.py --fp8: torch._grouped_mm and, where
+# present, torch._scaled_grouped_mm; perf-fp8.txt).
 # shellcheck shell=bash
 
 [ "$ngpu" = 1 ] && [ -x ./mkx_perf ] || return 0
@@ -35,8 +36,11 @@ for tile in ${MKX_GPU_CHECK_FP8_TILES:-1 3}; do
 done
 MKX_MOE_FP8=yes run test_fp8_moe 1 "fp8-moe-np1-gpu.log" tests/mpi/test_fp8_moe \
   --device
+deepseek=4096,7168,256,8,2048
+timeout -k 5 300 python3 ../tests/perf/torch_moe.py --fp8 --shapes "$deepseek" \
+  >"$out/torch-moe-fp8.txt" 2>&1 || fail "torch_moe.py --fp8: rc=$?"
 MKX_MOE_FP8=yes timeout -k 5 "$bound" mpirun -np 1 ./mkx_perf moe --fp8 \
-  --shapes 4096,7168,256,8,2048 --out "$out/moe-results.md" \
-  >>"$out/perf-fp8.txt" 2>&1 ||
+  --shapes "$deepseek" --versus "$out/torch-moe-fp8.txt" \
+  --out "$out/moe-results.md" >>"$out/perf-fp8.txt" 2>&1 ||
   fail "mkx_perf moe --fp8: rc=$? (bound $bound s)"
 

@@ -77,7 +77,9 @@
  * "chain / MKX layer" (the chain's ms over MKX_Moe_layer's: MKX's
  * speed-up), and the TFLOP/s of torch._grouped_mm for W1 and for W2 from
  * w1_ms and w2_ms with the counts above ("n/a": unavailable there, "-": not
- * in the file).  On several ranks --versus is ignored, with a note: the
+ * in the file).  With --fp8 also its moe8 lines (the chain in fp8 around
+ * torch._scaled_grouped_mm): "PyTorch fp8 chain ms" and "fp8 chain / MKX
+ * fp8 layer".  On several ranks --versus is ignored, with a note: the
  * script runs on one GPU.
  *
  * --out FILE.md appends a section: date (UTC), GPU name, ranks and GPUs,
@@ -127,6 +129,7 @@ typedef perf_env env;
 /* One line of torch_moe.py. */
 typedef struct moe_line {
   shape sh;
+  int fp8; /* a moe8 line: the chain in fp8 */
   int avail;
   double chain_ms, w1_ms, w2_ms;
 } moe_line;
@@ -261,16 +264,20 @@ static int add_line(baseline *bl, const moe_line *l) {
   return 0;
 }
 
-/* One line into *l: 1 if it is a moe line (measured or unavailable). */
+/* One line into *l: 1 if it is a moe or moe8 line (measured or
+ * unavailable). */
 static int scan_line(const char *line, moe_line *l) {
   long long t, h, e, k, f;
   char tok[64];
   double w1, w2;
-  int n = sscanf(line, "moe %lld %lld %lld %lld %lld %63s %lf %lf", &t, &h, &e,
-                 &k, &f, tok, &w1, &w2);
+  const int fp8 = !strncmp(line, "moe8 ", 5);
+  if (!fp8 && strncmp(line, "moe ", 4)) return 0;
+  int n = sscanf(line + (fp8 ? 5 : 4), "%lld %lld %lld %lld %lld %63s %lf %lf",
+                 &t, &h, &e, &k, &f, tok, &w1, &w2);
   if (n < 6) return 0;
   memset(l, 0, sizeof *l);
   l->sh = (shape){t, h, e, k, f};
+  l->fp8 = fp8;
   if (!strcmp(tok, "unavailable")) return 1;
   if (n != 8) return 0;
   l->avail = 1, l->chain_ms = atof(tok), l->w1_ms = w1, l->w2_ms = w2;
@@ -299,12 +306,12 @@ static int load_versus(const char *path, baseline *bl) {
   return 0;
 }
 
-static const moe_line *find_line(const baseline *bl, const shape *sh) {
+static const moe_line *find_line(const baseline *bl, const shape *sh, int fp8) {
   const moe_line *hit = NULL;
   for (int i = 0; i < bl->nl; i++) {
     const shape *s = &bl->lines[i].sh;
     if (s->t == sh->t && s->h == sh->h && s->e == sh->e && s->k == sh->k &&
-        s->f == sh->f)
+        s->f == sh->f && bl->lines[i].fp8 == fp8)
       hit = &bl->lines[i];
   }
   return hit;
@@ -350,7 +357,7 @@ static int fp8_on(const env *e, const opts *o) {
 /* The baseline's columns of one shape. */
 static void versus_cells(const baseline *bl, const shape *sh, const result *r,
                          char *s, size_t len) {
-  const moe_line *l = find_line(bl, sh);
+  const moe_line *l = find_line(bl, sh, 0);
   if (!l) {
     perf_cat(s, len, " - | - | - | - | - |");
   } else if (!l->avail || l->chain_ms <= 0 || l->w1_ms <= 0 || l->w2_ms <= 0) {
@@ -361,6 +368,20 @@ static void versus_cells(const baseline *bl, const shape *sh, const result *r,
     perf_cat(s, len, " %.3f |", l->chain_ms / r->ms[OP_LAYER]);
     num(s, len, tflops(w1_flops(sh), l->w1_ms));
     num(s, len, tflops(w2_flops(sh), l->w2_ms));
+  }
+}
+
+/* The fp8 baseline's columns of one shape (moe8 lines). */
+static void versus8_cells(const baseline *bl, const shape *sh, const result *r,
+                          char *s, size_t len) {
+  const moe_line *l = find_line(bl, sh, 1);
+  if (!l)
+    perf_cat(s, len, " - | - |");
+  else if (!l->avail || l->chain_ms <= 0)
+    perf_cat(s, len, " n/a | - |");
+  else {
+    num(s, len, l->chain_ms);
+    perf_cat(s, len, " %.3f |", l->chain_ms / r->fp8_ms);
   }
 }
 
@@ -388,6 +409,8 @@ static void print_row(const env *e, const opts *o, const baseline *bl,
     perf_cat(line, sizeof line, " %.3f | %.0f%% |", r->ms[OP_LAYER] / r->fp8_ms,
              100.0 * r->fp8_bound_ms / r->fp8_ms);
   }
+  if (fp8_on(e, o) && versus_on(e, o))
+    versus8_cells(bl, sh, r, line, sizeof line);
   if (fp8_on(e, o) && strcmp(r->fp8_path, r->path[OP_LAYER]))
     perf_cat(line, sizeof line, " layer: %s, dispatch: %s, fp8 layer: %s |\n",
              r->path[OP_LAYER], r->path[OP_DISPATCH], r->fp8_path);
@@ -449,6 +472,13 @@ static void table_method(const env *e, const opts *o, const perf_bounds *pb,
         "TFLOP/s with the same counts (n/a: unavailable there, -: not in the "
         "file); chain / MKX layer: the chain's time over MKX_Moe_layer's.",
         o->versus);
+  if (fp8_on(e, o) && versus_on(e, o))
+    perf_cat(s, len,
+             "  PyTorch fp8 chain: the same chain with "
+             "torch._scaled_grouped_mm on e4m3 rows and weights, one scale "
+             "per row of X and of the activation and per expert and column "
+             "of the weights (its moe8 lines; n/a: unavailable there); fp8 "
+             "chain / MKX fp8 layer: its time over MKX_Moe_layer_scaled's.");
 }
 
 static void table_heads(const env *e, const opts *o, char *s, size_t len) {
@@ -468,11 +498,14 @@ static void table_heads(const env *e, const opts *o, char *s, size_t len) {
     perf_cat(s, len,
              " fp8 layer ms | fp8 layer TFLOP/s | bf16 / fp8 | fp8 at bound "
              "|");
+  if (fp8_on(e, o) && versus_on(e, o))
+    perf_cat(s, len, " PyTorch fp8 chain ms | fp8 chain / MKX fp8 layer |");
   perf_cat(s, len,
            " MKX path |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|");
   if (versus_on(e, o)) perf_cat(s, len, "---:|---:|---:|---:|---:|");
   if (o->graph) perf_cat(s, len, "---:|---:|---:|---:|");
   if (fp8_on(e, o)) perf_cat(s, len, "---:|---:|---:|---:|");
+  if (fp8_on(e, o) && versus_on(e, o)) perf_cat(s, len, "---:|---:|");
   perf_cat(s, len, "---|\n");
 }
 

@@ -3,7 +3,7 @@
 `mkx_perf moe`.
 
     python3 tests/perf/torch_moe.py [--reps N] [--shapes T,H,E,K,F ...]
-                                    [--small]
+                                    [--small] [--fp8]
 
 One GPU, bf16, forward.  Shapes T,H,E,K,F: tokens, hidden size, experts,
 experts per token (top-k), FFN size of one expert; the defaults are those
@@ -23,6 +23,17 @@ and each grouped GEMM alone on the chain's own operands; median over --reps
     moe T H E K F unavailable <why>
 read back by `mkx_perf moe --versus FILE`, which computes the GEMMs'
 TFLOP/s from w1_ms and w2_ms.
+
+--fp8: also the chain in fp8 with torch._scaled_grouped_mm (where this
+torch has it), on e4m3 weights stored [E][N][K] (K contiguous: the layout
+its column-major right operand takes) with one fp32 scale per expert and
+column: X rounded to e4m3 with one scale per token (its largest magnitude
+over 448) before the gather, the gathered rows by W1 (out bf16), SwiGLU,
+the activation rounded the same way per row, by W2, then as above.  Its
+scales are per row where MKX's fp8 layer takes 128 x 128 blocks: the
+nearest that torch offers on Hopper.  Lines
+    moe8 T H E K F chain_ms w1_ms w2_ms
+    moe8 T H E K F unavailable <why>
 """
 import argparse
 
@@ -73,6 +84,83 @@ def chain(x, ids, w, w1, w2):
     return out.index_add_(0, tok, y).to(torch.bfloat16)
 
 
+def rowwise_e4m3(x):
+    """x (rows x cols) as e4m3 and one fp32 scale per row, x ~ q * s."""
+    amax = x.abs().amax(dim=1, keepdim=True).float().clamp(min=1e-30)
+    s = amax / 448.0
+    return (x.float() / s).to(torch.float8_e4m3fn), s.squeeze(1)
+
+
+def random_e4m3(*size):
+    """Random e4m3 values (no NaN encodings), made in uint8 in place: the
+    weights are gigabytes."""
+    b = torch.randint(0, 0x7E, size, device="cuda", dtype=torch.uint8)
+    b |= torch.randint(0, 2, size, device="cuda", dtype=torch.uint8) << 7
+    return b.view(torch.float8_e4m3fn)
+
+
+def gmm8(a, sa, wt, sw, offs):
+    """Rows a (e4m3, scales sa) by each expert's wt [E][N][K] (scales sw
+    [E][N]), out bf16."""
+    return torch._scaled_grouped_mm(a, wt.transpose(-2, -1), sa, sw,
+                                    offs=offs, out_dtype=torch.bfloat16,
+                                    use_fast_accum=True)
+
+
+def take_rows(q, idx):
+    """Rows idx of an e4m3 matrix (index_select through bytes)."""
+    return q.view(torch.uint8).index_select(0, idx).view(q.dtype)
+
+
+def chain8(x, ids, w, w1t, s1, w2t, s2):
+    """The layer in fp8: w1t [E][2F][H], w2t [E][H][F] e4m3."""
+    e, f = w1t.shape[0], w2t.shape[2]
+    order, tok, offs = permute(ids, e)
+    xq, xs = rowwise_e4m3(x)
+    h = gmm8(take_rows(xq, tok), xs.index_select(0, tok), w1t, s1, offs)
+    aq, as_ = rowwise_e4m3(F.silu(h[:, :f]) * h[:, f:])
+    y = gmm8(aq, as_, w2t, s2, offs)
+    y = y.float() * w.view(-1)[order].unsqueeze(1)
+    out = torch.zeros(x.shape, device="cuda", dtype=torch.float32)
+    return out.index_add_(0, tok, y).to(torch.bfloat16)
+
+
+def measure8(shape, reps):
+    """chain_ms, w1_ms, w2_ms of one shape in fp8."""
+    t, hid, e, k, f = shape
+    x = uniform(t, hid)
+    w1t, w2t = random_e4m3(e, 2 * f, hid), random_e4m3(e, hid, f)
+    s1 = torch.rand(e, 2 * f, device="cuda") * 1e-2 + 1e-3
+    s2 = torch.rand(e, hid, device="cuda") * 1e-2 + 1e-3
+    ids, w = routing(t, e, k)
+    chain_ms = timed(lambda: chain8(x, ids, w, w1t, s1, w2t, s2), reps)
+    _, tok, offs = permute(ids, e)
+    xq, xs = rowwise_e4m3(x)
+    a, sa = take_rows(xq, tok), xs.index_select(0, tok)
+    h = gmm8(a, sa, w1t, s1, offs)
+    aq, as_ = rowwise_e4m3(F.silu(h[:, :f]) * h[:, f:])
+    del h
+    w1_ms = timed(lambda: gmm8(a, sa, w1t, s1, offs), reps)
+    w2_ms = timed(lambda: gmm8(aq, as_, w2t, s2, offs), reps)
+    return chain_ms, w1_ms, w2_ms
+
+
+def report(tag, run, missing):
+    """One line: tag and the three times, or why not."""
+    if missing:
+        print(f"{tag} unavailable {missing}", flush=True)
+        return
+    try:
+        ms = run()
+    except RuntimeError as err:  # torch.cuda.OutOfMemoryError included
+        why = (str(err).splitlines() or ["?"])[0][:80]
+        print(f"{tag} unavailable {why}", flush=True)
+        return
+    finally:
+        torch.cuda.empty_cache()
+    print(f"{tag} {ms[0]:.4f} {ms[1]:.4f} {ms[2]:.4f}", flush=True)
+
+
 def measure(shape, reps):
     """chain_ms, w1_ms, w2_ms of one shape."""
     t, hid, e, k, f = shape
@@ -96,6 +184,7 @@ def main():
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--shapes", nargs="+")
     ap.add_argument("--small", action="store_true")
+    ap.add_argument("--fp8", action="store_true")
     a = ap.parse_args()
     shapes = (SMALL if a.small else []) + (a.shapes or [])
     gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else None
@@ -104,21 +193,15 @@ def main():
     missing = ("no CUDA device" if gpu is None else
                None if hasattr(torch, "_grouped_mm") else
                f"torch {torch.__version__} has no torch._grouped_mm")
+    missing8 = missing or (
+        None if hasattr(torch, "_scaled_grouped_mm") else
+        f"torch {torch.__version__} has no torch._scaled_grouped_mm")
     for text in shapes or SHAPES:
         shape = tuple(int(v) for v in text.split(","))
-        tag = "moe " + " ".join(str(v) for v in shape)
-        if missing:
-            print(f"{tag} unavailable {missing}", flush=True)
-            continue
-        try:
-            ms = measure(shape, a.reps)
-        except RuntimeError as err:  # torch.cuda.OutOfMemoryError included
-            why = (str(err).splitlines() or ["?"])[0][:80]
-            print(f"{tag} unavailable {why}", flush=True)
-            continue
-        finally:
-            torch.cuda.empty_cache()
-        print(f"{tag} {ms[0]:.4f} {ms[1]:.4f} {ms[2]:.4f}", flush=True)
+        dims = " ".join(str(v) for v in shape)
+        report(f"moe {dims}", lambda: measure(shape, a.reps), missing)
+        if a.fp8:
+            report(f"moe8 {dims}", lambda: measure8(shape, a.reps), missing8)
 
 
 if __name__ == "__main__":
