@@ -71,9 +71,9 @@ __device__ __forceinline__ void give_up(const mkx_fused_sync &s, int code, int p
 
 /* Whether the run is void: this rank gave up on it (give_up marks its own
  * entry of told[] too) or a peer told it so.  Kernels that store into a
- * peer's memory read it first: after a failed meet the peer may not have
- * joined the run, or may have left it, and its buffers are the user's.
- * Device memory only, so a kernel may read it at its start. */
+ * peer's output buffers read it at their start: after a failed meet the
+ * peer may not have joined the run, and its buffers are the user's (a
+ * give-up later in the kernel is not seen).  Device memory only. */
 __device__ __forceinline__ bool run_void(const int *told, int size) {
   volatile const int *w = told;
   bool any = false;

@@ -295,16 +295,22 @@ __device__ void record_bad_id(int *err, int rank, int slot, int id, int topk, in
 __device__ int clamp_rows(int64_t v) { return v < 0 ? -1 : (int)min(v, (int64_t)0x7FFFFFFF); }
 
 /* The first bad scale the scan found: its array a, index i and value's
- * bits; false if none (the least index of an array's blocks). */
+ * bits; false if none (the least index of an array's blocks).  By a whole
+ * warp, a lane per block, so that an array's results (host-mapped) come in
+ * one read; every lane gets the answer. */
+static_assert(MKX_FUSED_SCAN_BLOCKS == 32, "a lane per block of the scan");
 __device__ bool scan_bad(const mkx_moe_scan &s, int &a, long long &i, int &bits) {
+  const int lane = threadIdx.x & 31;
   for (a = 0; a < s.count; ++a) {
-    volatile const long long *r = s.first + a * MKX_FUSED_SCAN_BLOCKS;
-    i = -1;
-    for (int b = 0; b < MKX_FUSED_SCAN_BLOCKS; ++b) {
-      const long long v = r[b];
-      if (v >= 0 && (i < 0 || v < i)) i = v;
+    const long long v = ((volatile const long long *)s.first)[a * MKX_FUSED_SCAN_BLOCKS + lane];
+    unsigned long long u = v < 0 ? ~0ull : (unsigned long long)v;
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+      const unsigned long long w = __shfl_xor_sync(~0u, u, o);
+      u = w < u ? w : u;
     }
-    if (i >= 0) {
+    if (u != ~0ull) {
+      i = (long long)u;
       bits = __float_as_int(s.p[a][i]);
       return true;
     }
@@ -321,7 +327,9 @@ __global__ void verdict_one(const int *status, const int32_t *ids, int topk, int
   const int bad = status[0], total = status[1];
   int g = 0, a, bits;
   long long i;
-  if (scan_bad(scan, a, i, bits)) {
+  const bool bad_scale = scan_bad(scan, a, i, bits);  // the whole warp
+  if (threadIdx.x) return;
+  if (bad_scale) {
     g = MKX_MOE_GATE_BAD;
     record_bad_scale(err, rank, a, i, bits);
   } else if (bad != MKX_MOE_NO_BAD_SLOT) {
@@ -341,7 +349,7 @@ __global__ void send_record(mkx_moe_records r, int ranks, int rank, int experts,
   const int bad = status[0];
   int a = -1, bits = 0;
   long long i = 0;
-  if (threadIdx.x == 0 && !scan_bad(scan, a, i, bits)) a = -1;
+  if (threadIdx.x < 32 && !scan_bad(scan, a, i, bits)) a = -1;  // warp 0; thread 0 uses it
   for (int q = 0; q < ranks; ++q) {
     int *d = r.rec[q] + rank * stride;
     if (threadIdx.x == 0) {
@@ -587,7 +595,7 @@ static bool scan_ok(const mkx_moe_scan *scan) {
 extern "C" int mkx_moe_verdict_run(const int *status, const int32_t *ids, int topk, int experts, int64_t y_rows,
                                    int rank, const mkx_moe_scan *scan, int *gate, int *err_input, cudaStream_t s) {
   if (!status || !gate || topk < 1 || experts < 1 || !scan_ok(scan)) return MKX_GEMM_EINVAL;
-  verdict_one<<<1, 1, 0, s>>>(status, ids, topk, experts, y_rows, rank, scan_of(scan), gate, err_input);
+  verdict_one<<<1, 32, 0, s>>>(status, ids, topk, experts, y_rows, rank, scan_of(scan), gate, err_input);
   return launched();
 }
 

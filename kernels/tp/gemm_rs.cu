@@ -306,8 +306,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<BN, STAGES, BKM, F16> Cfg;
   GroupTileOrder order{&p};
   NoLoadGate gate;
-  /* after a failed prologue (the kernel before) a peer may not have joined
-   * the run: nothing goes into its memory, C or slot */
+  /* a run void when the kernel starts (a failed prologue: a peer may not
+   * have joined it) stores nothing into the peers' C or slots by SM; the
+   * copy engines' chunks still land in the slots, which the tells void */
   const bool run_void = __syncthreads_or(threadIdx.x == 0 && mkx::fused::run_void(p.sync));
   RsEpilogue epi{&p,       &tmStage,
                  &tmC,     &tmSlots,

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   typedef Config<128, kFp8Stages, true, false, E5M2 ? kE5M2 : kE4M3> Cfg;
   GroupedTileOrder order{tiles_m, tiles_n, kGroupM};
   RowSourceGate gate{&maps, &p};
-  PullEpilogue epi{&tmC, &peers, &p, false};
+  PullEpilogue epi{&tmC, &peers, &p, false};  // AllGather only: C is this rank's
   const Fp8Scales sc{sa, rows, n};
   run_engine_scaled<Cfg>(smem, &maps.a[0], &maps.b[0], rows, n, k, (int)blockIdx.x, (int)gridDim.x, order, gate, epi,
                          sc);

@@ -55,9 +55,11 @@ static int scan(const char *fn, const mkx_scale_array *arr, int count,
     const long long bad = first_bad(ws, i);
     if (bad < 0) continue;
     float v = 0.0f;
-    MKX_TRY(mkx_cuda_rc(
-        cudaMemcpy(&v, arr[i].p + bad, sizeof v, cudaMemcpyDeviceToHost), fn,
-        "reading a bad scale back"));
+    /* on st: a legacy-stream copy would wait for other streams' work */
+    cudaError_t e = cudaMemcpyAsync(&v, arr[i].p + bad, sizeof v,
+                                    cudaMemcpyDeviceToHost, st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(st);
+    MKX_TRY(mkx_cuda_rc(e, fn, "reading a bad scale back"));
     return mkx_scales_bad(fn, arr[i].name, bad, v);
   }
   return MKX_SUCCESS;

@@ -172,7 +172,8 @@ static int ws_local_init(MKX_Comm c, mkx_fused_ws *ws) {
       mkx_cuda_rc(cudaHostAlloc((void **)&ws->err_host, err_bytes + scan_bytes,
                                 cudaHostAllocMapped),
                   fn, "cudaHostAlloc"));
-  memset(ws->err_host, 0, err_bytes + scan_bytes);
+  memset(ws->err_host, 0, err_bytes);
+  memset((char *)ws->err_host + err_bytes, 0xff, scan_bytes); /* -1: none */
   MKX_TRY(mkx_cuda_rc(
       cudaHostGetDevicePointer((void **)&ws->err_dev, ws->err_host, 0), fn,
       "cudaHostGetDevicePointer"));
