@@ -48,7 +48,7 @@ enum {
   W_GEMM,
   W_W1,
   W_W2,
-  W_XS,   /* fp8 layer: X's scale rows, as gathered */
+  W_XS,   /* fp8: X's scale rows, gathered beside A's (peers write it) */
   W_ACT8, /* fp8 layer: the activation in fp8 */
   W_ACTS, /* fp8 layer: its scales, one per row and 128 columns */
   W_END
@@ -89,7 +89,7 @@ typedef struct moe_plan {
   int sync;     /* option moe_sync: the host waits for the routing */
   int kernel;   /* the grouped GEMM's (option moe_gemm, or by gemm_kernel) */
   int64_t tcap; /* tokens the rows are sized for */
-  int fp8;      /* the fp8 layer (moe_fp8.c) */
+  int fp8;      /* the fp8 GPU path, dispatch or layer (moe_fp8.c) */
   size_t off[W_END + 1];
   int64_t lda, ldact, ldw1, ldw2, ldxs, ldact8, ldacts;
   mkx_fused_ws *ws;
@@ -176,8 +176,9 @@ int mkx_moe_push_rows(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
 /* ---- fp8 (moe_fp8.c) ---- */
 
 /* Why the call's fp8 form cannot take the GPU path (NULL: it can): option
- * moe_fp8, one rank, weights stored transposed, the layer's out 16-bit,
- * hidden (and ffn) multiples of 16. */
+ * moe_fp8, one node (on several ranks X scales per token or block),
+ * weights stored transposed, the layer's out 16-bit, hidden (and ffn)
+ * multiples of 16. */
 const char *mkx_moe_fp8_why(MKX_Comm c, int op, const mkx_moe_args *a);
 /* Floats per gathered row of X's scales. */
 int64_t mkx_moe_fp8_xs_floats(const mkx_moe_args *a);

@@ -8,10 +8,11 @@
  *   origin  N x 3                   int (several ranks, dispatch)
  *   act     N x round8(ffn)         dtype (layer)
  *   y       N x hidden              fp32 (layer)
- *   (the fp8 layer: A's rows of round16(hidden) bytes, act in out's
- *   type, and of this rank's own: X's scale rows N x 0, 1 or kb floats,
- *   the activation in fp8 N x round16(ffn) and its scales N x
- *   ceil(ffn / 128) floats)
+ *   xs      N x 0, 1 or kb          fp32: fp8, X's scale rows, gathered
+ *                                   beside A's rows (dispatch and layer)
+ *   (fp8: A's rows of round16(hidden) bytes; the layer's act in out's
+ *   type, and of this rank's own: the activation in fp8 N x round16(ffn)
+ *   and its scales N x ceil(ffn / 128) floats)
  *   records (several ranks)         int: every rank's record, then scratch
  *                                   (mkx_moe_records_ints)
  * This rank's own:
