@@ -493,6 +493,26 @@ int mt_all(int cond) {
   return c;
 }
 
+MKX_Comm mt_comm_with(const char *const *kv) {
+  MPI_Info info;
+  char keys[256] = "";
+  MPI_Info_create(&info);
+  for (int i = 0; kv[i] && kv[i + 1]; i += 2) {
+    MPI_Info_set(info, kv[i], kv[i + 1]);
+    const size_t at = strlen(keys);
+    snprintf(keys + at, sizeof keys - at, "%s%s=%s", at ? ", " : "", kv[i],
+             kv[i + 1]);
+  }
+  MKX_Comm c = NULL;
+  const int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &c);
+  MPI_Info_free(&info);
+  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (%s): %s", keys,
+           rc ? MKX_Get_last_error() : "");
+  if (mt_all(rc == MKX_SUCCESS)) return c;
+  if (c) MKX_Comm_free(&c);
+  return NULL;
+}
+
 /* ---- device set-up ---------------------------------------------------------- */
 
 #ifdef MKX_TEST_CUDA

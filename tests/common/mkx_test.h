@@ -189,6 +189,10 @@ void mt_diag(const char *fmt, ...)
     ;
 /* Global AND of a local condition (collective). */
 int mt_all(int cond);
+/* Collective: a communicator over MPI_COMM_WORLD made with the info keys
+ * of kv ("mkx_tp_pull", "yes", ..., NULL), checked (a failure names them);
+ * NULL on every rank where any rank failed. */
+MKX_Comm mt_comm_with(const char *const *kv);
 
 /* ---- buffers: host, or device with --device ------------------------------ */
 

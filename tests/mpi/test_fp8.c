@@ -1114,16 +1114,9 @@ static void pull_matrix(void) {
   static const MKX_Datatype dts[2] = {MKX_FP8_E4M3, MKX_FP8_E5M2};
   static const MKX_Datatype cts[3] = {MKX_BF16, MKX_FP16, MKX_FP32};
   static const int64_t ks[4] = {16, 272, 128, 1040}, ns[3] = {8, 136, 256};
-  MPI_Info info;
-  MPI_Info_create(&info);
-  MPI_Info_set(info, "mkx_path", "gpu");
-  MPI_Info_set(info, "mkx_tp_pull", "yes");
-  MKX_Comm own = comm, pc = NULL;
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &pc);
-  MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (tp_pull=yes): %s",
-           rc ? last_error_copy() : "");
-  if (!mt_all(rc == MKX_SUCCESS)) return;
+  const char *const kv[] = {"mkx_path", "gpu", "mkx_tp_pull", "yes", NULL};
+  MKX_Comm own = comm, pc = mt_comm_with(kv);
+  if (!pc) return;
   comm = pc, pull_on = 1;
   int runs = 0;
   for (int L = 0; L < 4; L++)

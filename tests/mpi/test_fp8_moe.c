@@ -1280,17 +1280,12 @@ static void async_capture(const mcase *c, const char *path) {
  * MKX_ERR_PEER where the host checked; Y, expert_rows and origin left
  * poisoned; then the good values again. */
 static void async_scales(void) {
-  MPI_Info info;
-  MPI_Info_create(&info);
-  if (mt.device) MPI_Info_set(info, "mkx_path", "gpu");
-  MPI_Info_set(info, "mkx_moe_sync", "no");
-  MPI_Info_set(info, "mkx_blocking", "yes");
-  MKX_Comm ac = NULL, keep = comm;
-  int rc = MKX_Comm_create(MPI_COMM_WORLD, info, &ac);
-  MPI_Info_free(&info);
-  CHECK_RC(rc, MKX_SUCCESS, "MKX_Comm_create (moe_sync=no, blocking=yes): %s",
-           MKX_Get_last_error());
-  if (!mt_all(rc == MKX_SUCCESS)) return;
+  const char *kv[] = {"mkx_moe_sync", "no", "mkx_blocking", "yes", "mkx_path",
+                      "gpu",          NULL};
+  if (!mt.device) kv[4] = NULL; /* host buffers: no mkx_path */
+  MKX_Comm ac = mt_comm_with(kv), keep = comm;
+  if (!ac) return;
+  int rc;
   comm = ac;
   gpu8_matrix();
   const mcase c = {.dt = MKX_FP8_E4M3,
