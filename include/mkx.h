@@ -36,9 +36,10 @@
  * (MKX_Comm_device() gives -1).  The kind must be the same on every rank.
  * NULL pointers allowed by a call (optional outputs, empty shares) do not
  * count, and a rank whose buffers are all NULL counts as host memory (so
- * it cannot join a device-buffer call that way).  Outputs must not overlap inputs or each other (not supported,
- * not checked).  Inputs are never written.  Padding between the rows (or
- * columns) of a matrix is left as it was.
+ * it cannot join a device-buffer call that way).  Outputs must not overlap
+ * inputs or each other (not supported, not checked).  Inputs are never
+ * written.  Padding between the rows (or columns) of a matrix is left as
+ * it was.
  *  - Host buffers run the host path (CBLAS and MPI): the call is
  *    synchronous, outputs are complete on return, `stream` is ignored.
  *  - Device buffers run on the communicator's GPU, ordered on `stream`.
@@ -507,10 +508,10 @@ int MKX_Gemm_allreduce(const void *A, int64_t M, int64_t k_local, int64_t lda,
  * are in place (with option tp_pull=yes, where every rank's rows but the
  * last are a multiple of 128, only the scales move and the GEMM reads
  * each rank's rows in its own A: "fused, operands read in place");
- * GEMM+RS/AR multiply into the partial of option tp_partials, then sum.  On several nodes (option hier_gemm other than
- * host) the same operands take hier_gemm=gpu's path: the fp8 rows and
- * their scales, or the fp32 partials, through host memory, the fp8 GEMM
- * on the GPU.
+ * GEMM+RS/AR multiply into the partial of option tp_partials, then sum.  On
+ * several nodes (option hier_gemm other than host) the same operands take
+ * hier_gemm=gpu's path: the fp8 rows and their scales, or the fp32
+ * partials, through host memory, the fp8 GEMM on the GPU.
  * Such a call with scales checks them before it enqueues anything (a
  * synchronisation of `stream`), so that a bad value is its return value:
  * it cannot be captured in a CUDA graph (MKX_SCALE_NONE can).  Other fp8
@@ -565,9 +566,10 @@ int MKX_Gemm_allreduce_scaled(const void *A, int64_t M, int64_t k_local,
  * fp32 [batch][heads_q][seq_local].  Host path: the softmax in double.
  * GPU path (device buffers, bf16/fp16, head_dim a multiple of 8 up to 128,
  * at most 8 ranks per node and 32 in all on nodes of equal size; others
- * are staged through the host path): the softmax in fp32 with the probabilities rounded to dtype
- * before they multiply V, on the stream without host synchronisation;
- * its errors are reported as the fused GEMM calls' are (option blocking).
+ * are staged through the host path): the softmax in fp32 with the
+ * probabilities rounded to dtype before they multiply V, on the stream
+ * without host synchronisation; its errors are reported as the fused GEMM
+ * calls' are (option blocking).
  *   agreed:   batch, seq_local, heads_q, heads_kv, head_dim (each >= 1),
  *             causal (as zero / non-zero), scale (bit for bit, after a
  *             value <= 0 is replaced), dtype, host or device buffers.
@@ -710,10 +712,11 @@ int MKX_Moe_layer(const void *X, int64_t num_tokens, int64_t hidden,
  * scale is its return value; with moe_sync=no the verdict goes with the
  * routing's, as a bad id's does (nothing written, the error reported
  * later), and the call can be captured.  Other device buffers with fp8, a
- * ytype other than dtype, or MKX_TRANS take the staged path (the plain call's kernels
- * read a 16-bit W hidden x n); the others the plain call's path.  The plain
- * MKX_Moe_dispatch_gemm and MKX_Moe_layer return MKX_ERR_UNSUPPORTED for
- * an fp8 dtype (the layer's fp8 form: MKX_Moe_layer_scaled).
+ * ytype other than dtype, or MKX_TRANS take the staged path (the plain
+ * call's kernels read a 16-bit W hidden x n); the others the plain call's
+ * path.  The plain MKX_Moe_dispatch_gemm and MKX_Moe_layer return
+ * MKX_ERR_UNSUPPORTED for an fp8 dtype (the layer's fp8 form:
+ * MKX_Moe_layer_scaled).
  */
 int MKX_Moe_dispatch_gemm_scaled(
     const void *X, int64_t num_tokens, int64_t hidden, const int32_t *topk_ids,
@@ -748,15 +751,16 @@ int MKX_Moe_dispatch_gemm_scaled(
  * be MKX_SCALE_NONE: scales 1); NULL means MKX_SCALE_NONE.  Paths: host
  * buffers the host path; with option moe_fp8=yes, device buffers with
  * fp8 on one node (several ranks: scales other than MKX_SCALE_TENSOR),
- * MKX_TRANS, a bf16 or fp16 otype and hidden and ffn
- * multiples of 16 the GPU's fp8 layer, where the SwiGLU activation is rounded to otype and then to
- * dtype with one scale per row and 128 columns (the group's largest
- * magnitude over the type's largest finite value) as W2's fp8 operand, so
- * out carries that rounding too (e4m3: a relative 2^-4 of each
- * activation); its scales are checked as the dispatch's are (moe_sync=no:
- * with the routing's verdict, and the call can be captured).
- * Other device buffers with fp8, or a 16-bit dtype with another otype or
- * MKX_TRANS, are staged; the others take the plain call's path.
+ * MKX_TRANS, a bf16 or fp16 otype and hidden and ffn multiples of 16 the
+ * GPU's fp8 layer, where the SwiGLU activation is rounded to otype and
+ * then to dtype with one scale per row and 128 columns (the group's
+ * largest magnitude over the type's largest finite value) as W2's fp8
+ * operand, so out carries that rounding too (e4m3: a relative 2^-4 of
+ * each activation); its scales are checked as the dispatch's are
+ * (moe_sync=no: with the routing's verdict, and the call can be
+ * captured).  Other device buffers with fp8, or a 16-bit dtype with
+ * another otype or MKX_TRANS, are staged; the others take the plain
+ * call's path.
  */
 int MKX_Moe_layer_scaled(const void *X, int64_t num_tokens, int64_t hidden,
                          const int32_t *topk_ids, const float *topk_weight,
