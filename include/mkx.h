@@ -355,7 +355,11 @@ int MKX_Free_mem(MKX_Comm comm, void *ptr);
  * Scales of fp8 operands.  An element's value is its fp8 value times its
  * scale, so the product is C = (sa . A) x (sb . B): each element times
  * its scale, rounded to fp32, then the call's fp32 accumulation and one
- * rounding to ctype.  With A the rank's A as passed (rows x k: m_local x k
+ * rounding to ctype.  On the GPU's fp8 paths (the fused tensor-parallel
+ * calls, hier_gemm=gpu, and the MoE calls with option moe_fp8) each
+ * 128-deep K block of products is summed by the tensor cores in fewer
+ * bits than fp32, within 2^-10 of the block's sum of the products'
+ * magnitudes, before it is added in fp32 times its scales.  With A the rank's A as passed (rows x k: m_local x k
  * for MKX_Allgather_gemm_scaled, M x k_local for the reductions), op(B)
  * its k x n B, kb = ceil(k / 128) and nb = ceil(n / 128):
  *   MKX_SCALE_NONE    every scale 1; a, b and a_out are not used.

@@ -573,63 +573,29 @@ __device__ __forceinline__ void mma_tile(const EngineSmem<Cfg> &sm, int cw, bool
 /* The fp8 main loop over K blocks [kb0, kb1) of a tile: per stage 4 wgmma m64nBNk32 into a
  * block sum of its own (Hopper's fp8 wgmma keeps fewer bits than fp32 in its accumulators, so
  * long K sums are promoted block by block), which sc.promote adds, times the block's scales, into
- * acc in fp32.  Two block sums alternate so that block kb + 1's wgmma runs while block kb is
- * promoted: both consumer warpgroups read the same stage and would otherwise leave the tensor
- * cores idle together for each promotion. */
+ * acc in fp32; the block's scales are read while its wgmma runs.  One block sum: two
+ * alternating ones (one's wgmma under the other's promotion) measure slower on every shape of
+ * mkx_perf gemm (tests/perf/results/check-h100.md). */
 template <class Cfg, class Scales>
 __device__ __forceinline__ void mma_tile_fp8(const EngineSmem<Cfg> &sm, int cw, bool warp_leader, int kb0, int kb1,
                                              int &stage, uint32_t &phase, const TileCtx &ctx, const Scales &sc,
                                              float (&acc)[Cfg::ACC]) {
   const uint32_t a_base = smem_u32(sm.sA) + cw * (64 * 128);
   const uint32_t b_base = smem_u32(sm.sB);
-  float part0[Cfg::ACC], part1[Cfg::ACC];
+  float part[Cfg::ACC];
 #pragma unroll
-  for (int i = 0; i < Cfg::ACC; ++i) acc[i] = 0.f;
-  int done = stage;  // the stage of the oldest block in flight
-  const auto issue = [&](float(&part)[Cfg::ACC]) {
+  for (int i = 0; i < Cfg::ACC; ++i) acc[i] = part[i] = 0.f;
+  for (int kb = kb0; kb < kb1; ++kb) {
     mma_stage<Cfg>(sm, a_base, b_base, stage, phase, false, part);
+    const typename Scales::Block f = sc.block(ctx, kb);  // before the wait: a memory clobber
+    wgmma_wait<0>();
+    pin_acc(part);
+    if (warp_leader) release_stage(sm, stage);
+    sc.promote(f, part, acc);
     if (++stage == Cfg::STAGES) {
       stage = 0;
       phase ^= 1;
     }
-  };
-  typedef typename Scales::Block Block;
-  const auto promote = [&](const Block &f, float(&part)[Cfg::ACC]) {
-    if (warp_leader) release_stage(sm, done);
-    if (++done == Cfg::STAGES) done = 0;
-    sc.promote(f, part, acc);
-  };
-  if (kb0 >= kb1) return;
-  issue(part0);
-  int kb = kb0;
-  // the two halves written out: with one step taking the block sums as arguments, ptxas cannot
-  // tell which sum is in flight and serialises the wgmma (C7514).  Each block's scales are read
-  // before the wait that retires its sum (the wait is a memory clobber: no load moves past it).
-  for (;;) {  // block kb in flight in part0
-    const Block f0 = sc.block(ctx, kb);
-    if (kb + 1 == kb1) {
-      wgmma_wait<0>();
-      pin_acc(part0);
-      promote(f0, part0);
-      return;
-    }
-    issue(part1);
-    wgmma_wait<1>();
-    pin_acc(part0);
-    promote(f0, part0);
-    ++kb;  // block kb in flight in part1
-    const Block f1 = sc.block(ctx, kb);
-    if (kb + 1 == kb1) {
-      wgmma_wait<0>();
-      pin_acc(part1);
-      promote(f1, part1);
-      return;
-    }
-    issue(part0);
-    wgmma_wait<1>();
-    pin_acc(part1);
-    promote(f1, part1);
-    ++kb;
   }
 }
 
