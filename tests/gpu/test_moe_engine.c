@@ -13,8 +13,10 @@
  * taking precedence over a bad id) and the gate stopping every kernel.
  * One check (tests/common/check.h) per case.  Exit 77 without an sm_90
  * GPU, 1 on any failure.
- *   --bench       also time the expert GEMMs of four layer shapes (the MoE
- *                 issue's two, and two of 256 and 384 rows per expert)
+ *   --bench       also time the expert GEMMs of four layer shapes (the
+ *                 DeepSeek-like and Mixtral-like layers, and two of 256 and
+ *                 384 rows per expert), in bf16 and, by the swapped kernel,
+ *                 in e4m3
  *   --bench-only  the timings alone
  *   --profile     no timings: the DeepSeek-like W1 and W2, three runs each,
  *                 for ncu (ci/gpu-check with MKX_GPU_CHECK_PROFILE=1)
@@ -1223,6 +1225,47 @@ static float measure(const mkx_moe_gemm_desc *d, int profile) {
   return 0;
 }
 
+/* n fp32 scales of one value (device). */
+static float *dev_scales(size_t n, float v) {
+  float *h = host_alloc(sizeof(float) * n), *d = NULL;
+  for (size_t i = 0; i < n; ++i) h[i] = v;
+  CUDA(cudaMalloc((void **)&d, sizeof(float) * n));
+  CUDA(cudaMemcpy(d, h, sizeof(float) * n, cudaMemcpyHostToDevice));
+  free(h);
+  return d;
+}
+
+/* The same expert GEMM in fp8 as the layer's GPU path runs it (e4m3, the
+ * swapped kernel, W stored K-major [E][n][k], block scales of A's rows
+ * and W's 128 x 128 blocks; the bytes of d's random 16-bit A and W read as
+ * e4m3, NaN among them: the timing does not depend on the values).  Its
+ * time in ms. */
+static float time_fp8(const mkx_moe_gemm_desc *d16, int profile) {
+  mkx_moe_gemm_desc d = *d16;
+  const int64_t wrows = d.swiglu ? 2 * d.n : d.n, kb = (d.k + 127) / 128,
+                nb = (wrows + 127) / 128;
+  d.ab_type = MKX_GEMM_E4M3;
+  d.kernel = MKX_MOE_GEMM_SWAP;
+  d.lda = d.k;
+  d.ldw = d.k;
+  d.up_col = d.swiglu ? d.n : 0;
+  float *sa = dev_scales((size_t)(d.a_rows * kb), 1.0f / 64),
+        *sw = dev_scales((size_t)(d.experts * nb * kb), 1.0f / 64);
+  d.fp8 = (mkx_moe_fp8_scales){MKX_GEMM_SCALE_BLOCK,
+                               MKX_GEMM_SCALE_BLOCK,
+                               sa,
+                               sw,
+                               kb,
+                               1,
+                               nb * kb,
+                               kb,
+                               1};
+  const float ms = measure(&d, profile);
+  CUDA(cudaFree(sa));
+  CUDA(cudaFree(sw));
+  return ms;
+}
+
 /* The kernels a bench times: the rows kernel at 128 and 256 W columns per
  * tile, and the swapped kernel. */
 static const struct {
@@ -1254,7 +1297,8 @@ static void bench(int profile) {
       "# grouped expert GEMMs, bf16, random inputs and routing: TFLOP/s (ms) "
       "of W1 with SwiGLU, of W2; "
       "each by the rows kernel at 128 / 256 W columns per tile, then the "
-      "swapped kernel\n");
+      "swapped kernel; then the swapped kernel in e4m3 with 128 x 128 block "
+      "scales (the fp8 layer's GEMMs)\n");
   for (int s = 0; s < (profile ? 1 : 4); ++s) {
     const int E = shapes[s].E, H = shapes[s].hidden, F = shapes[s].ffn;
     snprintf(g_case, sizeof g_case, "bench %s", shapes[s].name);
@@ -1269,7 +1313,7 @@ static void bench(int profile) {
     void *act = dev_fill_random((size_t)rows * F);
     void *y = NULL;
     CUDA(cudaMalloc(&y, 4 * (size_t)rows * H));
-    double tf[2][NV] = {{0}}, msv[2][NV] = {{0}};
+    double tf[2][NV + 1] = {{0}}, msv[2][NV + 1] = {{0}};
     const int v0 = profile ? NV - 1 : 0;
     for (int v = v0; v < NV; ++v) { /* W1 */
       mkx_moe_gemm_desc d = {E,
@@ -1295,6 +1339,12 @@ static void bench(int profile) {
       const float ms = measure(&d, profile);
       msv[0][v] = ms;
       if (ms > 0) tf[0][v] = 2.0 * rows * H * 2.0 * F / (ms * 1e-3) / 1e12;
+      if (v == NV - 1) {
+        snprintf(g_case, sizeof g_case, "bench %s W1, e4m3", shapes[s].name);
+        const float ms8 = time_fp8(&d, profile);
+        msv[0][NV] = ms8;
+        if (ms8 > 0) tf[0][NV] = 2.0 * rows * H * 2.0 * F / (ms8 * 1e-3) / 1e12;
+      }
     }
     CUDA(cudaFree(w1));
     void *w2 = dev_fill_random((size_t)E * F * H);
@@ -1322,14 +1372,21 @@ static void bench(int profile) {
       const float ms = measure(&d, profile);
       msv[1][v] = ms;
       if (ms > 0) tf[1][v] = 2.0 * rows * F * H / (ms * 1e-3) / 1e12;
+      if (v == NV - 1) {
+        snprintf(g_case, sizeof g_case, "bench %s W2, e4m3", shapes[s].name);
+        const float ms8 = time_fp8(&d, profile);
+        msv[1][NV] = ms8;
+        if (ms8 > 0) tf[1][NV] = 2.0 * rows * F * H / (ms8 * 1e-3) / 1e12;
+      }
     }
     if (!profile)
       for (int g = 0; g < 2; ++g)
         printf(
             "# %s (%lld rows, %d experts, hidden %d, ffn %d): W%d %.0f "
-            "(%.3f) / %.0f (%.3f) / %.0f (%.3f)\n",
+            "(%.3f) / %.0f (%.3f) / %.0f (%.3f); e4m3 %.0f (%.3f)\n",
             shapes[s].name, (long long)rows, E, H, F, g + 1, tf[g][0],
-            msv[g][0], tf[g][1], msv[g][1], tf[g][2], msv[g][2]);
+            msv[g][0], tf[g][1], msv[g][1], tf[g][2], msv[g][2], tf[g][NV],
+            msv[g][NV]);
     CUDA(cudaFree(w2));
     CUDA(cudaFree(x));
     CUDA(cudaFree(act));
