@@ -1227,10 +1227,9 @@ static float measure(const mkx_moe_gemm_desc *d, int profile) {
 
 /* n fp32 scales of one value (device). */
 static float *dev_scales(size_t n, float v) {
-  float *h = host_alloc(sizeof(float) * n), *d = NULL;
+  float *h = host_alloc(sizeof(float) * n);
   for (size_t i = 0; i < n; ++i) h[i] = v;
-  CUDA(cudaMalloc((void **)&d, sizeof(float) * n));
-  CUDA(cudaMemcpy(d, h, sizeof(float) * n, cudaMemcpyHostToDevice));
+  float *d = upload(h, sizeof(float) * n);
   free(h);
   return d;
 }

@@ -727,28 +727,25 @@ typedef struct call8_ctx {
   const shape *sh;
   const bufs *b;
   const bufs8 *b8;
+  MKX_Scales s, s2; /* block scales of X and W1, of W2 */
 } call8_ctx;
 
 static void timed_call8(const env *e, const void *ctx) {
   const call8_ctx *c = ctx;
-  const MKX_Scales s = {MKX_SCALE_BLOCK, c->b8->sx, c->b8->s1, NULL},
-                   s2 = {MKX_SCALE_BLOCK, NULL, c->b8->s2, NULL};
   AM(MKX_Moe_layer_scaled(c->b8->x, c->sh->t, c->sh->h, c->b->ids, c->b->wts,
                           c->sh->k, c->sh->e, c->b8->w1, c->b8->w2, c->sh->f,
-                          MKX_TRANS, c->b->out, MKX_FP8_E4M3, MKX_BF16, &s, &s2,
-                          e->mkx, e->st));
+                          MKX_TRANS, c->b->out, MKX_FP8_E4M3, MKX_BF16, &c->s,
+                          &c->s2, e->mkx, e->st));
 }
 
 /* The path the fp8 layer takes, from a plan (nothing runs: the staged
  * path would take minutes at these sizes). */
 static void path8(const env *e, const call8_ctx *c, char *name, size_t len) {
-  const MKX_Scales s = {MKX_SCALE_BLOCK, c->b8->sx, c->b8->s1, NULL},
-                   s2 = {MKX_SCALE_BLOCK, NULL, c->b8->s2, NULL};
   MKX_Request req = NULL;
   AM(MKX_Moe_layer_scaled_init(
       c->b8->x, c->sh->t, c->sh->h, c->b->ids, c->b->wts, c->sh->k, c->sh->e,
       c->b8->w1, c->b8->w2, c->sh->f, MKX_TRANS, c->b->out, MKX_FP8_E4M3,
-      MKX_BF16, &s, &s2, e->mkx, MPI_INFO_NULL, &req));
+      MKX_BF16, &c->s, &c->s2, e->mkx, MPI_INFO_NULL, &req));
   const char *p = NULL;
   int cap = 0, ctas = 0;
   AM(MKX_Request_get_path(req, &p, &cap, &ctas));
@@ -764,7 +761,11 @@ static void bench8(const env *e, const opts *o, const shape *sh, const bufs *b,
                    const int *used, const perf_bounds *pb, result *r) {
   bufs8 b8;
   bufs8_alloc(e, sh, &b8);
-  const call8_ctx c = {sh, b, &b8};
+  const call8_ctx c = {sh,
+                       b,
+                       &b8,
+                       {MKX_SCALE_BLOCK, b8.sx, b8.s1, NULL},
+                       {MKX_SCALE_BLOCK, NULL, b8.s2, NULL}};
   path8(e, &c, r->fp8_path, sizeof r->fp8_path);
   r->fp8_ms = 0;
   if (strcmp(r->fp8_path, "staged") && strcmp(r->fp8_path, "host"))

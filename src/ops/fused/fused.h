@@ -182,6 +182,11 @@ typedef struct mkx_scale_array {
   const float *p;
   int64_t n;
 } mkx_scale_array;
+/* Only the scan, enqueued on st (ws's scan area, read by the caller's
+ * kernels or after st: mkx_fused_scales_scan's first[]). */
+int mkx_fused_scales_scan_enqueue(const char *fn, const mkx_scale_array *arr,
+                                  int count, const mkx_fused_ws *ws,
+                                  cudaStream_t st);
 int mkx_fused_scales_check(const char *fn, const mkx_scale_array *arr,
                            int count, const mkx_fused_ws *ws, float *host,
                            cudaStream_t st);

@@ -36,19 +36,22 @@ static long long first_bad(const mkx_fused_ws *ws, int a) {
   return bad;
 }
 
+int mkx_fused_scales_scan_enqueue(const char *fn, const mkx_scale_array *arr,
+                                  int count, const mkx_fused_ws *ws,
+                                  cudaStream_t st) {
+  if (count > MKX_FUSED_SCAN_MAX)
+    return mkx_error(MKX_ERR_INTERNAL, "%s: more than %d scale arrays", fn,
+                     MKX_FUSED_SCAN_MAX);
+  mkx_fused_scan_desc d = {.count = count, .first = ws->scan_dev};
+  for (int i = 0; i < count; i++) d.p[i] = arr[i].p, d.n[i] = arr[i].n;
+  return mkx_fused_launch_rc(mkx_fused_scales_scan(&d, st), fn,
+                             "check of the scales");
+}
+
 /* Every array scanned on the GPU; only a bad value itself comes back. */
 static int scan(const char *fn, const mkx_scale_array *arr, int count,
                 const mkx_fused_ws *ws, cudaStream_t st) {
-  mkx_fused_scan_desc d = {.count = 0, .first = ws->scan_dev};
-  for (int i = 0; i < count; i++) {
-    if (d.count == MKX_FUSED_SCAN_MAX)
-      return mkx_error(MKX_ERR_INTERNAL, "%s: more than %d scale arrays", fn,
-                       MKX_FUSED_SCAN_MAX);
-    d.p[d.count] = arr[i].p;
-    d.n[d.count++] = arr[i].n;
-  }
-  MKX_TRY(mkx_fused_launch_rc(mkx_fused_scales_scan(&d, st), fn,
-                              "check of the scales"));
+  MKX_TRY(mkx_fused_scales_scan_enqueue(fn, arr, count, ws, st));
   MKX_TRY(
       mkx_cuda_rc(cudaStreamSynchronize(st), fn, "check of the scales (wait)"));
   for (int i = 0; i < count; i++) {

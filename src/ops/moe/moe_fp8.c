@@ -90,12 +90,8 @@ int mkx_moe_fp8_scales_ok(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
         "the scales' values");
   if (total == 0) return MKX_SUCCESS;
   /* moe_sync=no: the verdict reads the scan (mkx_moe_fp8_scan) */
-  mkx_fused_scan_desc d = {.count = MKX_MOE_SCAN_ARRAYS,
-                           .first = p->ws->scan_dev};
-  for (int i = 0; i < MKX_MOE_SCAN_ARRAYS; i++)
-    d.p[i] = arr[i].p, d.n[i] = arr[i].n;
-  return mkx_fused_launch_rc(mkx_fused_scales_scan(&d, st), fn_of(p->op),
-                             "check of the scales");
+  return mkx_fused_scales_scan_enqueue(fn_of(p->op), arr, MKX_MOE_SCAN_ARRAYS,
+                                       p->ws, st);
 }
 
 void mkx_moe_fp8_scan(MKX_Comm c, const moe_plan *p, const mkx_moe_args *a,
