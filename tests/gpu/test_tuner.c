@@ -7,7 +7,8 @@
  *     read at the next start) the search settles within SETTLE_RUNS runs
  *     on the optimum or a neighbour, and stays there;
  *   - runs enqueued ahead of the GPU (no synchronisation) keep to the
- *     range, and at most MKX_TUNER_RING of them wait for their times;
+ *     range, at most MKX_TUNER_RING of them wait for their times, and
+ *     at most one of those is a probe;
  *   - a start under graph capture takes the incumbent and records no
  *     event (the capture stays valid and replays);
  *   - tune=off, and tune=adapt with the count pinned (net_fwd_ctas): no
@@ -99,15 +100,17 @@ static void settles(MKX_Comm c, cudaStream_t st) {
 static void ahead(MKX_Comm c, cudaStream_t st) {
   mkx_tuner t;
   MKX(mkx_tuner_init(c, &t, MKX_ROLE_NET_FWD, NULL, "test_tuner"));
-  int in_range = 1, most = 0;
+  int in_range = 1, most = 0, probes = 0;
   for (int r = 0; r < 3 * MKX_TUNER_RING; r++) {
     in_range &= one_run(&t, st);
     if ((int)(t.begun - t.read) > most) most = (int)(t.begun - t.read);
+    if (t.probing > probes) probes = t.probing;
   }
   CUDA(cudaStreamSynchronize(st));
   CHECK(in_range && most <= MKX_TUNER_RING,
         "runs ahead of the GPU: CTAs in range, at most %d awaited (%d)",
         MKX_TUNER_RING, most);
+  CHECK(probes <= 1, "runs ahead of the GPU: one probe in flight (%d)", probes);
   mkx_tuner_free(&t);
 }
 

@@ -118,8 +118,8 @@ int mkx_tuner_init(MKX_Comm c, mkx_tuner *t, mkx_role r, const char *key,
     }
   }
   if (!adapt) return MKX_SUCCESS;
-  const int step0 = (hi - g->lo) / 4 > 1 ? (hi - g->lo) / 4 : 1;
-  mkx_tune_init(&t->s, g->lo, hi, t->ctas, step0, TUNE_HYSTERESIS, TUNE_DRIFT);
+  mkx_tune_init(&t->s, g->lo, hi, t->ctas, MKX_TUNE_OCTAVE, TUNE_HYSTERESIS,
+                TUNE_DRIFT);
   t->adapt = 1;
   from_cache(t, key, fn);
   mkx_log(MKX_LOG_DEBUG, "%s: %s adapts its CTAs in [%d, %d] from %d", fn,
@@ -148,12 +148,12 @@ static void trace_run(mkx_tuner *t, int i, float ms) {
   mkx_trace_add(t->comm, &r);
 }
 
-/* The search's step on run i's time ms, where it ran at the split probed
- * now. */
+/* The search's step on run i's time ms (the search drops a time at a
+ * split it is not asking about). */
 static void observe(mkx_tuner *t, int i, float ms, const char *fn) {
-  if (!t->adapt || t->x[i] != mkx_tune_next(&t->s)) return;
+  if (!t->adapt) return;
   const int before = t->s.best, settled = t->s.phase;
-  mkx_tune_observe(&t->s, ms);
+  mkx_tune_observe_at(&t->s, t->x[i], ms);
   if (t->s.phase != settled || t->s.best != before)
     mkx_log(MKX_LOG_DEBUG, "%s: %s at %d CTAs: %.3f ms; %s %d", fn,
             mkx_role_range_of(t->role)->name, t->x[i], (double)ms,
@@ -179,6 +179,7 @@ static void read_times(mkx_tuner *t, const char *fn) {
       observe(t, i, ms, fn);
     }
     if (q != cudaSuccess) (void)cudaGetLastError(); /* a failed run: no time */
+    t->probing -= t->probed[i];
     t->read++;
   }
 }
@@ -208,11 +209,19 @@ int mkx_tuner_begin(mkx_tuner *t, cudaStream_t st, const char *fn) {
     if (t->adapt) t->ctas = t->s.best;
     return MKX_SUCCESS;
   }
-  if (t->adapt) t->ctas = mkx_tune_next(&t->s);
-  if (t->begun - t->read >= MKX_TUNER_RING) return MKX_SUCCESS; /* untimed */
+  const int full = t->begun - t->read >= MKX_TUNER_RING;
+  if (t->adapt) {
+    /* one probe in flight: the host runs ahead of the GPU, and a probe's
+     * split served until its time came back would cost a run per start */
+    const int x = mkx_tune_next(&t->s);
+    t->ctas = x == t->s.best || t->probing || full ? t->s.best : x;
+  }
+  if (full) return MKX_SUCCESS; /* untimed */
   const int i = (int)(t->begun % MKX_TUNER_RING);
   MKX_TRY(mkx_cuda_rc(cudaEventRecord(t->t0[i], st), fn, "cudaEventRecord"));
   t->x[i] = t->ctas;
+  t->probed[i] = t->adapt && t->ctas != t->s.best;
+  t->probing += t->probed[i];
   t->roled[i] = 0;
   t->timing = 1;
   return MKX_SUCCESS;

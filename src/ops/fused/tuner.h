@@ -10,9 +10,9 @@
  * count) to the end of the run's last kernel, and read at a later start
  * once the GPU has passed it (cudaEventQuery): no host synchronisation, so
  * a start stays as cheap as without it.  The host usually runs ahead of
- * the GPU, so a probe may serve several runs before its time comes back;
- * a time measured at another split than the search's current probe is
- * dropped.  Under graph capture a start records no events and takes the
+ * the GPU, so the search's next probe may be asked for again before its
+ * time comes back: one probe run is in flight at a time, the runs begun
+ * meanwhile take the incumbent (and serve as its reference runs).  Under graph capture a start records no events and takes the
  * search's incumbent.  Ranks search on their own times: the role's CTAs
  * are a grid size of this rank's kernels, which its peers never see.
  *
@@ -46,6 +46,8 @@ typedef struct mkx_tuner {
   mkx_tune_state s;
   cudaEvent_t t0[MKX_TUNER_RING], t1[MKX_TUNER_RING];
   int x[MKX_TUNER_RING];      /* the split each run in flight used */
+  int probed[MKX_TUNER_RING]; /* ... a probe's, not the incumbent's */
+  int probing;                /* probe runs in flight (at most 1) */
   unsigned begun, read;       /* runs timed, runs whose time was read */
   int timing;                 /* the run begun last records its events */
   char key[MKX_TUNE_KEY_MAX]; /* in the tuner cache ("": none) */
