@@ -2,8 +2,9 @@
  * GPU test of the grouped expert GEMM with fp8 operands (mkx_moe_gemm_run, the swapped kernel's
  * fp8 form, kernels/moe/grouped_gemm_swap.cu) against an fp64 host reference on fresh random
  * inputs, C poisoned (0xFF bytes) everywhere the kernel must not write:
- *  - experts with 0, 1, 7, 64 and 65 rows (narrow tiles: 64 rows or fewer a warpgroup, two
- *    column pairs a tile; wide: more), 128 and 129 (a second block of rows), 300;
+ *  - experts with 0, 1, 7, 12, 20, 40, 64 and 65 rows (narrow tiles: 64 rows or fewer a
+ *    warpgroup, two column pairs a tile, the wgmma as wide as the rows rounded up to 8; wide:
+ *    more), 97, 128 and 129 (a second block of rows), 300;
  *  - plain and SwiGLU (the up half at n, or further), n not a multiple of 64, k not a multiple
  *    of 128 (a last K block of 16), padded lda, ldw and ldc, a row scale or none;
  *  - both fp8 types, C in bf16, fp16 and fp32, every scale layout (block scales of W stored
@@ -433,7 +434,7 @@ int main(int argc, char **argv) {
   mt_rng_init(&g_rng, seed, 0, 0);
   refusals();
   static const int rows_a[8] = {0, 1, 7, 64, 65, 128, 129, 300};
-  static const int rows_b[3] = {40, 0, 97};
+  static const int rows_b[5] = {40, 0, 97, 12, 20};
   const int abs[2] = {MKX_GEMM_E4M3, MKX_GEMM_E5M2};
   const int cts[3] = {MKX_GEMM_BF16, MKX_GEMM_FP16, MKX_GEMM_FP32};
   /* n, k, up (SwiGLU), pad */
@@ -446,7 +447,7 @@ int main(int argc, char **argv) {
         const int64_t *sh = shapes[i % 4];
         const int many = i % 2 == 0;
         const mcase c = {
-            .experts = many ? 8 : 3,
+            .experts = many ? 8 : 5,
             .rows = many ? rows_a : rows_b,
             .n = sh[0],
             .k = sh[1],
