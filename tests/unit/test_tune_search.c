@@ -37,7 +37,8 @@
  *    1.03x (the share of each is printed); in 300 more runs each, fewer
  *    than 15% of the runs leave the settled split (where a split's runs
  *    vary by 20% and more, beyond the drift fraction, the drift check
- *    takes some of them for a change of the work).
+ *    takes some of them for a change of the work; the share and the
+ *    later runs' mean time over the best are printed).
  */
 #include <math.h>
 #include <stdint.h>
@@ -329,7 +330,7 @@ enum { COLD_RUNS = 2 };
  * ones; returns the settled x; *first: the first run within 1.03x of
  * best (0: none in 40), *left: the later runs off the settled split. */
 static int sweep_search(const sweep *w, int start, double best, uint64_t *g,
-                        int *first, int *left) {
+                        int *first, int *left, double *later) {
   enum { MORE = 300 };
   mkx_tune_state s;
   mkx_tune_init(&s, 1, 32, start, MKX_TUNE_OCTAVE, 0.015f, 0.08f);
@@ -345,6 +346,7 @@ static int sweep_search(const sweep *w, int start, double best, uint64_t *g,
   for (int r = 0; r < MORE; r++) {
     const int x = mkx_tune_next(&s);
     *left += x != x0;
+    *later += at(w->ms, x) / best;
     mkx_tune_observe(&s, (float)sweep_run(w, x, g));
   }
   return x0;
@@ -359,10 +361,11 @@ static void recorded(void) {
     for (int j = 1; j < 5; j++) best = w->ms[j] < best ? w->ms[j] : best;
     for (int start = 1; start <= 7; start += 6) {
       int settled = 0, near = 0, w3 = 0, w10 = 0, left = 0;
+      double later = 0;
       uint64_t g = 0x2545f4914f6cdd1dull + i * 16 + (uint64_t)start;
       for (int k = 0; k < TRIALS; k++) {
         int first = 0;
-        const int x = sweep_search(w, start, best, &g, &first, &left);
+        const int x = sweep_search(w, start, best, &g, &first, &left, &later);
         settled += x > 0;
         near += first >= 1 && first <= 10;
         const double q = x > 0 ? at(w->ms, x) / best : 1e9;
@@ -370,9 +373,10 @@ static void recorded(void) {
       }
       printf(
           "# recorded %s from x=%d%s: within 1.03x by the tenth run in "
-          "%d, settled within 1.03x in %d, within 1.10x in %d of %d\n",
+          "%d, settled within 1.03x in %d, within 1.10x in %d of %d; runs "
+          "off the settled split %.1f%%, their mean %.3fx the best\n",
           w->name, start, start == w->rule ? " (the rule)" : "", near, w3, w10,
-          TRIALS);
+          TRIALS, 100.0 * left / (TRIALS * MORE), later / (TRIALS * MORE));
       if (start != w->rule) continue;
       all += TRIALS, all3 += w3;
       CHECK(settled == TRIALS && near >= TRIALS * 80 / 100 &&

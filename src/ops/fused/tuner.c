@@ -14,8 +14,8 @@
 #if HAVE_CUDA
 /* A probe must win by more than this share of the incumbent's time to
  * move the split (run-to-run noise of a fused call is about 1%), and a
- * settled split whose runs are slower by the drift share three times in
- * a row is searched again. */
+ * settled split whose runs are slower by the drift share
+ * MKX_TUNE_DRIFT_RUNS times in a row is searched again. */
 #define TUNE_HYSTERESIS 0.015f
 #define TUNE_DRIFT 0.08f
 
