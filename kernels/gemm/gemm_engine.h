@@ -125,6 +125,9 @@ int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStre
 /* What mkx_gemm_run_fp8 runs for d with num_ctas CTAs (0: one per SM):
  * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x128_PAIR. */
 int mkx_gemm_fp8_pick_tile(const mkx_gemm_desc *d, int num_ctas);
+/* The CTAs mkx_gemm_run_fp8 would launch for d and sc into *ctas (0: none; clusters of 2: no
+ * more than fit on the device at once), launching nothing; returns as mkx_gemm_run_fp8. */
+int mkx_gemm_fp8_grid(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, int *ctas);
 
 /* The tile the heuristic (or the override) picks for d on a device with num_sms SMs:
  * MKX_GEMM_TILE_128x128 or MKX_GEMM_TILE_128x256. */

@@ -76,18 +76,14 @@ int clusters_fit_once(const cudaLaunchConfig_t *cfg, int *fit) {
   return 0;
 }
 
+/* Launches on s, or with `grid` only says how many CTAs it would launch (a cluster query once). */
 template <bool E5M2, typename OutT, int CLUSTER>
-int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
+int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s, int *grid) {
   typedef Fp8Cfg<E5M2, CLUSTER> Cfg;
-  CUtensorMap tmA, tmB, tmC;
-  int rc = make_tmap(&tmA, d->a, d->ab_type, d->k, d->m, d->lda, kBM);
-  if (!rc) rc = make_tmap(&tmB, d->b, d->ab_type, d->k, d->n, d->ldb, Cfg::BN / CLUSTER);
-  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
-  if (rc) return rc;
   const int tiles_m = (int)cdiv(d->m, kBM), tiles_n = (int)cdiv(d->n, Cfg::BN);
   const int units_m = (tiles_m + CLUSTER - 1) / CLUSTER, group_m = kGroupM / CLUSTER;
   auto kern = mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>;
-  rc = smem_attr_once<mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>>((int)Cfg::SMEM_BYTES);
+  int rc = smem_attr_once<mkx_gemm_fp8_kernel<E5M2, OutT, CLUSTER>>((int)Cfg::SMEM_BYTES);
   if (rc) return rc;
   cudaLaunchConfig_t cfg = {};
   cudaLaunchAttribute at[1];
@@ -109,6 +105,15 @@ int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s
     if (rc) return rc;
     if (fit > 0 && units > fit) units = fit;
   }
+  if (grid) {
+    *grid = units * CLUSTER;
+    return 0;
+  }
+  CUtensorMap tmA, tmB, tmC;
+  rc = make_tmap(&tmA, d->a, d->ab_type, d->k, d->m, d->lda, kBM);
+  if (!rc) rc = make_tmap(&tmB, d->b, d->ab_type, d->k, d->n, d->ldb, Cfg::BN / CLUSTER);
+  if (!rc) rc = make_tmap(&tmC, d->c, d->c_type, d->n, d->m, d->ldc, 64);
+  if (rc) return rc;
   cfg.gridDim = dim3(units * CLUSTER);
   const cudaError_t e = cudaLaunchKernelEx(&cfg, kern, tmA, tmB, tmC, (int)d->m, (int)d->n, (int)d->k, units_m, tiles_n,
                                            group_m < units_m ? group_m : units_m, sa);
@@ -116,20 +121,20 @@ int launch(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s
 }
 
 template <bool E5M2, typename OutT>
-int launch_t(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
-  return mkx_gemm_fp8_pick_tile(d, ctas) == MKX_GEMM_TILE_128x128_PAIR ? launch<E5M2, OutT, 2>(d, sa, ctas, s)
-                                                                       : launch<E5M2, OutT, 1>(d, sa, ctas, s);
+int launch_t(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s, int *grid) {
+  return mkx_gemm_fp8_pick_tile(d, ctas) == MKX_GEMM_TILE_128x128_PAIR ? launch<E5M2, OutT, 2>(d, sa, ctas, s, grid)
+                                                                       : launch<E5M2, OutT, 1>(d, sa, ctas, s, grid);
 }
 
 template <bool E5M2>
-int launch_c(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s) {
+int launch_c(const mkx_gemm_desc *d, const ScaleArgs &sa, int ctas, cudaStream_t s, int *grid) {
   switch (d->c_type) {
     case MKX_GEMM_BF16:
-      return launch_t<E5M2, __nv_bfloat16>(d, sa, ctas, s);
+      return launch_t<E5M2, __nv_bfloat16>(d, sa, ctas, s, grid);
     case MKX_GEMM_FP16:
-      return launch_t<E5M2, __half>(d, sa, ctas, s);
+      return launch_t<E5M2, __half>(d, sa, ctas, s, grid);
     case MKX_GEMM_FP32:
-      return launch_t<E5M2, float>(d, sa, ctas, s);
+      return launch_t<E5M2, float>(d, sa, ctas, s, grid);
   }
   return MKX_GEMM_EINVAL;
 }
@@ -184,14 +189,25 @@ extern "C" int mkx_gemm_fp8_pick_tile(const mkx_gemm_desc *d, int num_ctas) {
                                                                                        : MKX_GEMM_TILE_128x128;
 }
 
-extern "C" int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s) {
+/* Both entries: the checks, then the launch (grid: only its CTAs). */
+static int run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s, int *grid) {
   if (!mkx_gemm_fp8_supported(d, sc, nullptr)) return MKX_GEMM_EINVAL;
+  if (grid) *grid = 0;
   if (d->m == 0 || d->n == 0) return 0;
-  if (d->k == 0) return zero_c(d, s);
+  if (d->k == 0) return grid ? 0 : zero_c(d, s);
   if (!device_is_sm90()) return MKX_GEMM_ENODEV;
   int sms = 0;
   const int rc = num_sms(&sms, d->num_ctas);
   if (rc) return rc;
   const ScaleArgs sa = scale_args(*sc);
-  return d->ab_type == MKX_GEMM_E5M2 ? launch_c<true>(d, sa, sms, s) : launch_c<false>(d, sa, sms, s);
+  return d->ab_type == MKX_GEMM_E5M2 ? launch_c<true>(d, sa, sms, s, grid) : launch_c<false>(d, sa, sms, s, grid);
+}
+
+extern "C" int mkx_gemm_run_fp8(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, cudaStream_t s) {
+  return run_fp8(d, sc, s, nullptr);
+}
+
+extern "C" int mkx_gemm_fp8_grid(const mkx_gemm_desc *d, const mkx_gemm_scales *sc, int *ctas) {
+  if (!ctas) return MKX_GEMM_EINVAL;
+  return run_fp8(d, sc, nullptr, ctas);
 }

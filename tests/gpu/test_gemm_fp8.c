@@ -11,7 +11,9 @@
  *    fewer bits than fp32; the engine adds the blocks in fp32);
  * both fp8 types, C in bf16, fp16 and fp32, every scale layout (block scales of B stored either
  * way round; row scales with one B scale for all columns, stride 0), awkward m, n and k (partial tiles, a last K block of 16), long K (many promoted
- * blocks), padded leading dimensions; and arguments the engine refuses (MKX_GEMM_EINVAL).
+ * blocks), padded leading dimensions; the grid each case would launch (mkx_gemm_fp8_grid: at
+ * least a tile's CTAs, no more than asked or than the tiles); and arguments the engine refuses
+ * (MKX_GEMM_EINVAL).
  * Exit 77 without a usable sm_90 GPU; a run past 180 s fails (a kernel that hangs).
  *
  *   test_gemm_fp8 [--seed N]
@@ -164,6 +166,25 @@ static void compare(const fcase *c, const inputs *in, int64_t lda, int64_t ldb,
         (long long)guard_bad);
 }
 
+/* mkx_gemm_fp8_grid: at least one CTA (a cluster: 2), none past the
+ * CTAs asked for (0: the SMs) or the tiles (pairs of tile rows). */
+static void grid_check(const fcase *c, const mkx_gemm_desc *d,
+                       const mkx_gemm_scales *s) {
+  int sms = 0, dev = 0, grid = -1;
+  CUDA(cudaGetDevice(&dev));
+  CUDA(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int pair =
+      mkx_gemm_fp8_pick_tile(d, c->ctas) == MKX_GEMM_TILE_128x128_PAIR;
+  const int64_t rows = (c->m + 127) / 128, cols = (c->n + 127) / 128;
+  const int64_t tiles = (pair ? (rows + 1) / 2 * 2 : rows) * cols;
+  const int asked = c->ctas > 0 ? c->ctas : sms;
+  const int rc = mkx_gemm_fp8_grid(d, s, &grid);
+  CHECK(rc == 0 && grid >= (pair ? 2 : 1) && grid <= asked && grid <= tiles &&
+            (!pair || grid % 2 == 0),
+        "%s: mkx_gemm_fp8_grid returned %d, %d CTAs (asked %d, %lld tiles)",
+        g_case, rc, grid, asked, (long long)tiles);
+}
+
 static void run_case(const fcase *c) {
   const int64_t lda = c->k + c->pad, ldb = c->k + c->pad, ldc = c->n + c->pad;
   snprintf(g_case, sizeof g_case,
@@ -207,6 +228,7 @@ static void run_case(const fcase *c) {
   const int ok = mkx_gemm_fp8_supported(&d, &s, &why);
   CHECK(ok, "%s: supported (%s)", g_case, why);
   if (ok) {
+    grid_check(c, &d, &s);
     const int rc = mkx_gemm_run_fp8(&d, &s, 0);
     CHECK(rc == 0, "%s: mkx_gemm_run_fp8 returned %d", g_case, rc);
     CUDA(cudaDeviceSynchronize());

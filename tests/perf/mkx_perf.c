@@ -9,7 +9,8 @@
  *     run, interleaved launch by launch, with CUDA events; prints the median TFLOP/s of each and
  *     the ratio.  --dtype fp8: e4m3 operands with per-tensor scales (B K-major), the engine's
  *     fp8 GEMM against cuBLASLt's (tests/perf/perf_lt.c); --tile 3 runs its tiles in clusters
- *     of 2 (gemm_engine.h).  --out appends the table as markdown
+ *     of 2 (gemm_engine.h); its tile column gives the CTAs launched too.  --out appends the
+ *     table as markdown
  *     (date UTC, GPU name).
  *
  *   mpirun -np P mkx_perf tp [--op ag|rs|ar|all] [--shape MxNxK]... [--full] [--small] [--reps N]
@@ -68,6 +69,21 @@ static const char *tile_name(int t) {
   return t == MKX_GEMM_TILE_128x256        ? "128x256"
          : t == MKX_GEMM_TILE_128x128_PAIR ? "2x128x128"
                                            : "128x128";
+}
+
+typedef struct {
+  char s[32];
+} tile_label;
+
+/* The tile, and where known (fp8) the CTAs launched: a grid short of
+ * the SMs (clusters that do not fit) shows there. */
+static tile_label label_of(int tile, int grid) {
+  tile_label l;
+  if (grid > 0)
+    snprintf(l.s, sizeof l.s, "%s, %d CTAs", tile_name(tile), grid);
+  else
+    snprintf(l.s, sizeof l.s, "%s", tile_name(tile));
+  return l;
 }
 
 static int cmd_gemm(int argc, char **argv) {
@@ -185,7 +201,7 @@ static int cmd_gemm(int argc, char **argv) {
         *tb = (float *)malloc(sizeof(float) * (size_t)reps);
   double *res_m = (double *)malloc(sizeof(double) * (size_t)ns),
          *res_b = (double *)malloc(sizeof(double) * (size_t)ns);
-  int *res_tile = (int *)malloc(sizeof(int) * (size_t)ns);
+  tile_label *res_tile = (tile_label *)malloc(sizeof(tile_label) * (size_t)ns);
   for (int i = 0; i < 4 * reps; ++i) CK(cudaEventCreate(&ev[i]));
 
   printf(
@@ -195,7 +211,7 @@ static int cmd_gemm(int argc, char **argv) {
       bkm ? "K-major (n x k)" : "N-major (k x n)", reps,
       cool_ms > 0 ? "idle before each launch (burst)"
                   : "back to back (sustained)");
-  printf("%7s %7s %7s  %10s %10s %7s %8s\n", "M", "N", "K", "MKX TF/s", versus,
+  printf("%7s %7s %7s  %10s %10s %7s %20s\n", "M", "N", "K", "MKX TF/s", versus,
          "ratio", "tile");
   const float one = 1.0f, zero = 0.0f;
   for (int si = 0; si < ns; ++si) {
@@ -222,9 +238,19 @@ static int cmd_gemm(int argc, char **argv) {
       fprintf(stderr, "unsupported: %s\n", why);
       return 1;
     }
-    res_tile[si] = fp8 ? mkx_gemm_fp8_pick_tile(&d, ctas)
-                       : mkx_gemm_pick_tile(
-                             &d, ctas > 0 ? ctas : prop.multiProcessorCount);
+    int grid = 0;
+    if (fp8) {
+      const int grc = mkx_gemm_fp8_grid(&d, &sc, &grid);
+      if (grc) {
+        fprintf(stderr, "mkx_gemm_fp8_grid: %d\n", grc);
+        return 1;
+      }
+    }
+    res_tile[si] =
+        label_of(fp8 ? mkx_gemm_fp8_pick_tile(&d, ctas)
+                     : mkx_gemm_pick_tile(
+                           &d, ctas > 0 ? ctas : prop.multiProcessorCount),
+                 grid);
     perf_lt *lt = NULL;
     if (fp8 &&
         !(lt = perf_lt_make(m, n, k, dA, dB, dC2, dscale, dscale + SCALE_GAP)))
@@ -312,9 +338,9 @@ static int cmd_gemm(int argc, char **argv) {
     const double flop = 2.0 * (double)m * (double)n * (double)k;
     res_m[si] = flop / (perf_median(tm, reps) * 1e-3) / 1e12;
     res_b[si] = flop / (perf_median(tb, reps) * 1e-3) / 1e12;
-    printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %8s\n", (long long)m,
+    printf("%7lld %7lld %7lld  %10.1f %10.1f %7.3f %20s\n", (long long)m,
            (long long)n, (long long)k, res_m[si], res_b[si],
-           res_m[si] / res_b[si], tile_name(res_tile[si]));
+           res_m[si] / res_b[si], res_tile[si].s);
     fflush(stdout);
   }
   if (out) {
@@ -347,7 +373,7 @@ static int cmd_gemm(int argc, char **argv) {
       fprintf(f, "| %lld | %lld | %lld | %.1f | %.1f | %.3f | %s |\n",
               (long long)shapes[si].m, (long long)shapes[si].n,
               (long long)shapes[si].k, res_m[si], res_b[si],
-              res_m[si] / res_b[si], tile_name(res_tile[si]));
+              res_m[si] / res_b[si], res_tile[si].s);
     fclose(f);
   }
   for (int i = 0; i < 4 * reps; ++i) CK(cudaEventDestroy(ev[i]));
