@@ -45,7 +45,9 @@
  * role's CTAs are clamped below a pinned count, the clamped count), the
  * ratios rule/best and adaptive/best, where best is the fastest pinned
  * count, the adaptive plan's first run against best (with a tuner cache
- * from an earlier job: whether that job's split came back), and the first
+ * from an earlier job: whether that job's split came back) and, with
+ * --alone, against the rule plan's first run (a plan's first runs are
+ * slower whatever its split: cold against cold), and the first
  * of its runs within 1.03x of best.  A comment line under each row gives
  * the sweep and the adaptive runs.  --plot FILE: an SVG of the sweep, time
  * over best against CTAs (log scale), one panel per call and one line per
@@ -96,6 +98,7 @@ typedef struct tune_row {
   int used[P_PINNED + MAX_CTAS]; /* the role's CTAs (0: no role ran) */
   int settled;                   /* the adaptive search settled */
   float run[MAX_RUNS];           /* the adaptive plan's first runs */
+  float rule_run[2]; /* --alone: the rule plan's first two runs (0: none) */
   float pass_ms[P_PINNED + MAX_CTAS][MAX_PASSES]; /* --alone: per pass */
   int best; /* the fastest pinned plan's index */
 } tune_row;
@@ -258,6 +261,15 @@ static void adaptive_runs(const perf_env *e, const tune_opts *o, MKX_Request r,
   max_ranks(run, o->runs);
 }
 
+/* The rule plan's first two runs, one by one, as the adaptive plan's
+ * first runs are timed: a plan's first runs are slower whatever its
+ * split (first use), so the adaptive plan's first run is compared with
+ * the rule's, cold against cold. */
+static void rule_runs(const perf_env *e, MKX_Request r, float *run) {
+  for (int i = 0; i < 2; i++) run[i] = sample(e, r, 1);
+  max_ranks(run, 2);
+}
+
 static void pick_best(const tune_opts *o, tune_row *w) {
   w->best = P_PINNED;
   for (int p = P_PINNED; p < P_PINNED + o->nc; p++)
@@ -320,6 +332,7 @@ static void measure_alone(const perf_env *e, const tune_opts *o, int p,
     perf_tp_alloc(w->op, w->m, w->n, w->k, e->size, e->rank, 0, &b);
     perf_tp_plan(c, w->op, w->m, w->n, w->k, &b, &req);
     if (p == P_ADAPT) adaptive_runs(e, o, req, pass ? run : w->run);
+    if (p == P_RULE && pass == 0) rule_runs(e, req, w->rule_run);
     plan_samples(e, o, req, t + pass * o->reps);
     max_ranks(t + pass * o->reps, o->reps);
     w->pass_ms[p][pass] = perf_median(t + pass * o->reps, o->reps);
@@ -364,6 +377,10 @@ static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
   split_cell(s, sizeof s, w->ms[P_ADAPT], w->used[P_ADAPT]);
   perf_cat(s, sizeof s, " %.3f | %.3f | %.3f |", w->ms[P_RULE] / best,
            w->ms[P_ADAPT] / best, w->run[0] / best);
+  if (w->rule_run[0] > 0)
+    perf_cat(s, sizeof s, " %.3f |", w->run[0] / w->rule_run[0]);
+  else
+    perf_cat(s, sizeof s, " - |");
   const char *state = w->settled ? "" : " (searching)";
   if (near)
     perf_cat(s, sizeof s, " %d%s |\n", near, state);
@@ -387,6 +404,9 @@ static void print_row(const tune_opts *o, const tune_row *w, FILE *out) {
   }
   perf_cat(s, sizeof s, "; adaptive runs (ms):");
   for (int r = 0; r < o->runs; r++) perf_cat(s, sizeof s, " %.3f", w->run[r]);
+  if (w->rule_run[0] > 0)
+    perf_cat(s, sizeof s, "; the rule's first runs (ms): %.3f %.3f",
+             w->rule_run[0], w->rule_run[1]);
   perf_cat(s, sizeof s, " -->\n");
   fputs(s, stdout);
   fflush(stdout);
@@ -418,12 +438,15 @@ static FILE *open_table(const perf_env *e, const tune_opts *o) {
   perf_cat(head, sizeof head,
            "; adaptive: tune=adapt; CTAs: the role's (rank 0's; the "
            "adaptive's incumbent); run 1/best: the adaptive plan's first run; "
+           "run 1/rule's: that run over the rule plan's first (both first "
+           "runs of a plan, slower whatever the split; --alone only); "
            "within 1.03x: the first of its runs that was (searching: the "
            "adaptive search had not settled).\n\n"
            "| call | M | N | K | rule | CTAs | best | CTAs | adaptive | CTAs | "
-           "rule/best | adaptive/best | run 1/best | within 1.03x at run |\n"
+           "rule/best | adaptive/best | run 1/best | run 1/rule's | within "
+           "1.03x at run |\n"
            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-           "---:|\n");
+           "---:|---:|\n");
   return perf_table_open(head, o->outname);
 }
 
