@@ -98,7 +98,8 @@ static gpu_region *region_at(mkx_comm_net *cn, uint32_t index) {
 }
 
 static void region_free(gpu_region *g) {
-  if (g->buf) (void)(g->host ? cudaFreeHost(g->buf) : cudaFree(g->buf));
+  if (g->buf)
+    MKX_CUDA_RELEASE(g->host ? cudaFreeHost(g->buf) : cudaFree(g->buf));
   g->buf = NULL, g->cap = 0;
 }
 #endif
@@ -285,9 +286,9 @@ void mkx_comm_net_close(MKX_Comm c) {
       if (cn->greg[i].mr.base) mkx_net_dereg(cn->net, &cn->greg[i].mr);
     mkx_proxy_gpu_destroy(cn->gpu); /* the proxy with it */
     cn->proxy = NULL;
-    cudaEventDestroy(cn->gpu_done);
+    MKX_CUDA_RELEASE(cudaEventDestroy(cn->gpu_done));
     for (int i = 0; i < 2; i++) region_free(&cn->greg[i]);
-    if (cn->gwords) cudaFree(cn->gwords);
+    if (cn->gwords) MKX_CUDA_RELEASE(cudaFree(cn->gwords));
   }
   for (int i = 0; i < 2; i++) free(cn->greg[i].keys);
 #endif

@@ -21,4 +21,13 @@ int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
     if (mkx_rc_ != 0) return mkx_rc_;                                          \
   } while (0)
 
+/* A release in cleanup (cudaFree, cudaStreamDestroy, ...), which has no
+ * caller to return an error to: a failure is logged as a warning naming
+ * the call (at debug only while the runtime shuts down at exit) and the
+ * error cleared. */
+void mkx_cuda_release_at(cudaError_t e, const char *what, const char *file,
+                         int line);
+#define MKX_CUDA_RELEASE(call)                                                 \
+  mkx_cuda_release_at((call), #call, __FILE__, __LINE__)
+
 #endif

@@ -66,6 +66,15 @@ int mkx_cuda_rc_at(cudaError_t e, const char *where, const char *what,
       cudaGetErrorString(e), cudaGetErrorName(e), mps_hint(e));
 }
 
+void mkx_cuda_release_at(cudaError_t e, const char *what, const char *file,
+                         int line) {
+  if (e == cudaSuccess) return;
+  (void)cudaGetLastError();
+  const int exiting = e == cudaErrorCudartUnloading;
+  mkx_log(exiting ? MKX_LOG_DEBUG : MKX_LOG_WARN, "%s:%d: %s failed: %s (%s)",
+          file, line, what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
 int mkx_device_count(void) {
   int n = 0; /* stays 0 without a driver: the runtime does not write it */
   if (cudaGetDeviceCount(&n) != cudaSuccess) {

@@ -235,9 +235,9 @@ int mkx_part_join(mkx_part_lane *l, void *user, void *run) {
 }
 
 void mkx_part_lane_free(mkx_part_lane *l) {
-  if (l->stream) cudaStreamDestroy((cudaStream_t)l->stream);
-  if (l->ev_fork) cudaEventDestroy((cudaEvent_t)l->ev_fork);
-  if (l->ev_join) cudaEventDestroy((cudaEvent_t)l->ev_join);
+  if (l->stream) MKX_CUDA_RELEASE(cudaStreamDestroy((cudaStream_t)l->stream));
+  if (l->ev_fork) MKX_CUDA_RELEASE(cudaEventDestroy((cudaEvent_t)l->ev_fork));
+  if (l->ev_join) MKX_CUDA_RELEASE(cudaEventDestroy((cudaEvent_t)l->ev_join));
   l->stream = l->ev_fork = l->ev_join = NULL;
 }
 #else

@@ -53,7 +53,7 @@ static void close_idle(void) {
       p = &o->next;
       continue;
     }
-    cudaIpcCloseMemHandle(o->base);
+    MKX_CUDA_RELEASE(cudaIpcCloseMemHandle(o->base));
     *p = o->next;
     free(o);
   }
@@ -106,7 +106,7 @@ static void ipc_ref(void *base, int delta) {
       ipc_open *o = *p;
       o->refs += delta;
       if (o->refs == 0 && !o->cached) {
-        cudaIpcCloseMemHandle(o->base);
+        MKX_CUDA_RELEASE(cudaIpcCloseMemHandle(o->base));
         *p = o->next;
         free(o);
       }
@@ -341,7 +341,7 @@ static void undo_alloc(MKX_Comm c, const symm_record *all, void *ptr) {
   if (c->oob.barrier(c->oob.ctx, c->opt.timeout_ms, "symmetric memory: undo") ==
           MKX_SUCCESS &&
       ptr)
-    cudaFree(ptr);
+    MKX_CUDA_RELEASE(cudaFree(ptr));
 }
 
 /* Whole 2 MiB blocks: the driver carves smaller cudaMalloc allocations out
@@ -434,7 +434,7 @@ static void symm_release(MKX_Comm c) {
   /* Peers may still map what we own: meet before freeing (bounded). */
   if (s->mine && c->oob.barrier(c->oob.ctx, c->opt.timeout_ms,
                                 "symmetric memory: unmapped") == MKX_SUCCESS)
-    for (owned *o = s->mine; o; o = o->next) cudaFree(o->ptr);
+    for (owned *o = s->mine; o; o = o->next) MKX_CUDA_RELEASE(cudaFree(o->ptr));
   while (s->mine) {
     owned *o = s->mine;
     s->mine = o->next;

@@ -44,8 +44,8 @@ static void stage_close(void *ctx) {
   cuda_stage *s = ctx;
   if (!s) return;
   if (cudaSetDevice(s->device) == cudaSuccess) {
-    if (s->out) cudaStreamDestroy(s->out);
-    if (s->in) cudaStreamDestroy(s->in);
+    if (s->out) MKX_CUDA_RELEASE(cudaStreamDestroy(s->out));
+    if (s->in) MKX_CUDA_RELEASE(cudaStreamDestroy(s->in));
   }
   (void)cudaGetLastError();
   free(s);
@@ -80,7 +80,7 @@ static int host_alloc(void *ctx, size_t bytes, void **p) {
 
 static void host_free(void *ctx, void *p) {
   (void)ctx;
-  if (p) cudaFreeHost(p);
+  if (p) MKX_CUDA_RELEASE(cudaFreeHost(p));
   (void)cudaGetLastError();
 }
 

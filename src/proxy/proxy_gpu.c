@@ -120,8 +120,8 @@ void mkx_proxy_gpu_clear_status(mkx_proxy_gpu *g) {
 void mkx_proxy_gpu_destroy(mkx_proxy_gpu *g) {
   if (!g) return;
   mkx_proxy_destroy(g->proxy); /* stops the thread before the ring goes */
-  if (g->signals_host) cudaHostUnregister(g->signals_host);
-  if (g->mem) cudaFreeHost(g->mem);
+  if (g->signals_host) MKX_CUDA_RELEASE(cudaHostUnregister(g->signals_host));
+  if (g->mem) MKX_CUDA_RELEASE(cudaFreeHost(g->mem));
   (void)cudaGetLastError();
   free(g);
 }

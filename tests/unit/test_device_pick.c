@@ -1,15 +1,21 @@
 /* GPU choice: option first, then the only device, then the launcher's
  * local rank (Slurm before Open MPI), then MPI placement, modulo the count;
  * and (built with CUDA) what a CUDA failure's message says, an MPS server
- * gone mid-job among them. */
+ * gone mid-job among them, and that a failed release in cleanup is a
+ * warning naming the call (none while the runtime unloads at exit) that
+ * leaves the last error alone. */
+#define _POSIX_C_SOURCE 200809L
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "core/device.h"
 #include "core/options.h"
 #include "mkx.h"
 #include "../common/check.h"
 #if HAVE_CUDA
 #include "core/cuda_rc.h"
+#include "core/log.h"
 
 /* No GPU needed: the runtime names its errors without a driver. */
 static void cuda_messages(void) {
@@ -27,8 +33,48 @@ static void cuda_messages(void) {
             !strstr(MKX_Get_last_error(), "MPS"),
         "out of memory, not an MPS failure: %s", MKX_Get_last_error());
 }
+
+/* What mkx_cuda_release_at writes to stderr (at log level warn) for the
+ * releases of release_log. */
+static void release_log(char *buf, size_t len) {
+  char path[] = "/tmp/mkx_release_XXXXXX";
+  const int fd = mkstemp(path);
+  CHECK(fd >= 0, "mkstemp");
+  if (fd < 0) return;
+  fflush(stderr);
+  const int saved = dup(2);
+  dup2(fd, 2);
+  mkx_log_set_level(MKX_LOG_WARN);
+  mkx_cuda_release_at(cudaErrorInvalidValue, "cudaFree(p)", "x.c", 7);
+  mkx_cuda_release_at(cudaErrorCudartUnloading, "cudaFree(q)", "x.c", 8);
+  mkx_cuda_release_at(cudaSuccess, "cudaFree(r)", "x.c", 9);
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  const ssize_t n = pread(fd, buf, len - 1, 0);
+  buf[n > 0 ? n : 0] = '\0';
+  close(fd);
+  unlink(path);
+}
+
+static void release_warning(void) {
+  char before[256], log[1024];
+  (void)mkx_cuda_rc(cudaErrorMemoryAllocation, NULL, "cudaMalloc");
+  snprintf(before, sizeof before, "%s", MKX_Get_last_error());
+  release_log(log, sizeof log);
+  CHECK(strstr(log, "warn") && strstr(log, "x.c:7: cudaFree(p) failed") &&
+            strstr(log, "cudaErrorInvalidValue"),
+        "a failed release is a warning naming it: %s", log);
+  CHECK(!strstr(log, "cudaFree(q)") && !strstr(log, "cudaFree(r)"),
+        "no warning while the runtime unloads, nor for a release that "
+        "succeeded: %s",
+        log);
+  CHECK(!strcmp(before, MKX_Get_last_error()),
+        "the last error left alone: %s, was %s", MKX_Get_last_error(), before);
+}
 #else
 static void cuda_messages(void) {}
+static void release_warning(void) {}
 #endif
 
 static int pick(int count, int path, int opt, int host_lr, int *dev) {
@@ -67,5 +113,6 @@ int main(void) {
   CHECK(strstr(MKX_Get_last_error(), "device=2") != NULL,
         "message names the option: %s", MKX_Get_last_error());
   cuda_messages();
+  release_warning();
   return check_done("test_device_pick");
 }

@@ -42,6 +42,7 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
+#include "core/cuda_rc.h"
 #include "ops/attn/attn_gpu.h"
 #include "host/hier.h"
 #include "ops/fused/fused.h"
@@ -195,8 +196,8 @@ static int hier_plan(MKX_Comm c, attn_plan *p, int by_gpu) {
 
 static void plan_free(attn_plan *p) {
   mkx_attn_net_free(p->net);
-  if (p->hsend) cudaFreeHost(p->hsend);
-  if (p->hcol) cudaFreeHost(p->hcol);
+  if (p->hsend) MKX_CUDA_RELEASE(cudaFreeHost(p->hsend));
+  if (p->hcol) MKX_CUDA_RELEASE(cudaFreeHost(p->hcol));
   free(p->col_rank);
   free(p->rows);
   free(p);

@@ -8,6 +8,7 @@
 #include "core/error.h"
 
 #if HAVE_CUDA
+#include "core/cuda_rc.h"
 #include <cublas_v2.h>
 #include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
@@ -30,7 +31,7 @@ static int blas_rc(cublasStatus_t s, const char *fn, const char *what) {
 void mkx_tp_blas_free(mkx_tp_blas *b) {
   if (!b) return;
   if (b->h) cublasDestroy(b->h);
-  if (b->ws) cudaFree(b->ws);
+  if (b->ws) MKX_CUDA_RELEASE(cudaFree(b->ws));
   free(b);
 }
 

@@ -20,7 +20,7 @@
 #define TUNE_DRIFT 0.08f
 
 static void event_free(cudaEvent_t *e) {
-  if (*e) cudaEventDestroy(*e);
+  if (*e) MKX_CUDA_RELEASE(cudaEventDestroy(*e));
   *e = NULL;
 }
 
@@ -64,7 +64,7 @@ static int origin_make(mkx_tuner *t, const char *fn) {
   if (rc == MKX_SUCCESS)
     rc = mkx_cuda_rc(cudaEventSynchronize(t->origin), fn,
                      "cudaEventSynchronize");
-  if (s) cudaStreamDestroy(s);
+  if (s) MKX_CUDA_RELEASE(cudaStreamDestroy(s));
   if (rc != MKX_SUCCESS) return rc;
   clock_gettime(CLOCK_REALTIME, &ts);
   t->origin_us = (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec * 1e-3;

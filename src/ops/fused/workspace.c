@@ -14,6 +14,7 @@
 #include "host/op_args.h"
 
 #if HAVE_CUDA
+#include "core/cuda_rc.h"
 #include "ops/fused/fused.h"
 #include "common/modules.h"
 #include "gemm/gemm_engine.h"
@@ -53,12 +54,12 @@ static int pool_async_error(MKX_Comm c) {
 
 static void ws_destroy_host(mkx_fused_ws *ws) {
   for (int i = 0; i < MKX_FUSED_SIDES; i++) {
-    if (ws->side[i]) cudaStreamDestroy(ws->side[i]);
-    if (ws->ev_join[i]) cudaEventDestroy(ws->ev_join[i]);
+    if (ws->side[i]) MKX_CUDA_RELEASE(cudaStreamDestroy(ws->side[i]));
+    if (ws->ev_join[i]) MKX_CUDA_RELEASE(cudaEventDestroy(ws->ev_join[i]));
   }
-  if (ws->ev_fork) cudaEventDestroy(ws->ev_fork);
-  if (ws->ev_last) cudaEventDestroy(ws->ev_last);
-  if (ws->err_host) cudaFreeHost(ws->err_host);
+  if (ws->ev_fork) MKX_CUDA_RELEASE(cudaEventDestroy(ws->ev_fork));
+  if (ws->ev_last) MKX_CUDA_RELEASE(cudaEventDestroy(ws->ev_last));
+  if (ws->err_host) MKX_CUDA_RELEASE(cudaFreeHost(ws->err_host));
   mkx_symm_buf_free(&ws->buf);
   free(ws);
 }
@@ -486,7 +487,7 @@ static void dump_sync(mkx_fused_ws *ws) {
   cudaError_t e = cudaMemcpyAsync(w, mkx_fused_ws_peer(ws, me), sizeof w,
                                   cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
+  MKX_CUDA_RELEASE(cudaStreamDestroy(s));
   if (e != cudaSuccess) return (void)cudaGetLastError();
   char line[512];
   int len = snprintf(line, sizeof line, "epoch %d count %d;",
@@ -534,7 +535,7 @@ static uint64_t start_record(const mkx_fused_ws *ws, int q) {
                    MKX_FUSED_STARTS_OFF_START + sizeof v * (size_t)q;
   cudaError_t e = cudaMemcpyAsync(&v, at, sizeof v, cudaMemcpyDeviceToHost, s);
   if (e == cudaSuccess) e = cudaStreamSynchronize(s);
-  cudaStreamDestroy(s);
+  MKX_CUDA_RELEASE(cudaStreamDestroy(s));
   if (e != cudaSuccess) return (void)cudaGetLastError(), 0;
   return v;
 }

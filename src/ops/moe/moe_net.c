@@ -16,11 +16,11 @@ static int net_delete(MPI_Comm comm, int key, void *attr, void *extra) {
   if (!n) return MPI_SUCCESS;
   if (n->done) {
     (void)cudaEventSynchronize(n->done);
-    cudaEventDestroy(n->done);
+    MKX_CUDA_RELEASE(cudaEventDestroy(n->done));
   }
   if (!n->lost) { /* a timed-out exchange may still hold them */
-    if (n->mine) cudaFreeHost(n->mine);
-    if (n->theirs) cudaFreeHost(n->theirs);
+    if (n->mine) MKX_CUDA_RELEASE(cudaFreeHost(n->mine));
+    if (n->theirs) MKX_CUDA_RELEASE(cudaFreeHost(n->theirs));
   }
   free(n);
   return MPI_SUCCESS;
@@ -44,7 +44,7 @@ int mkx_moe_net_get(MKX_Comm c, mkx_moe_net **n, const char *fn) {
       MPI_Comm_set_attr(c->mpi, net_key, *n) != MPI_SUCCESS)
     rc = mkx_error(MKX_ERR_MPI, "%s: MPI_Comm_set_attr", fn);
   if (rc != MKX_SUCCESS) {
-    if ((*n)->done) cudaEventDestroy((*n)->done);
+    if ((*n)->done) MKX_CUDA_RELEASE(cudaEventDestroy((*n)->done));
     free(*n);
     *n = NULL;
   }
@@ -55,7 +55,7 @@ int mkx_moe_net_get(MKX_Comm c, mkx_moe_net **n, const char *fn) {
 static int grow(char **host, void **dev, size_t *cap, size_t bytes,
                 const char *fn, const char *what) {
   if (bytes <= *cap) return MKX_SUCCESS;
-  if (*host) cudaFreeHost(*host);
+  if (*host) MKX_CUDA_RELEASE(cudaFreeHost(*host));
   *host = NULL, *dev = NULL, *cap = 0;
   MKX_TRY(
       mkx_cuda_rc(cudaHostAlloc((void **)host, bytes,
@@ -63,7 +63,7 @@ static int grow(char **host, void **dev, size_t *cap, size_t bytes,
                   fn, what));
   const int rc = mkx_cuda_rc(cudaHostGetDevicePointer(dev, *host, 0), fn, what);
   if (rc != MKX_SUCCESS) {
-    cudaFreeHost(*host);
+    MKX_CUDA_RELEASE(cudaFreeHost(*host));
     *host = NULL;
     return rc;
   }

@@ -28,6 +28,7 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
+#include "core/cuda_rc.h"
 #include "ops/fused/fused.h"
 #include "gemm/gemm_engine.h"
 #include "ops/nodes/hier.h"
@@ -153,7 +154,7 @@ int mkx_hier_gpu_plan(MKX_Comm c, int op, const void *args,
     rc = mkx_tp_fp8_host_make(&p->fp8, op, args, 1, op_name(op));
   rc = mkx_comm_agree_rc(c, rc, op_name(op));
   if (rc != MKX_SUCCESS) {
-    if (p && p->dtmp) cudaFree(p->dtmp);
+    if (p && p->dtmp) MKX_CUDA_RELEASE(cudaFree(p->dtmp));
     if (p) mkx_tp_fp8_host_free(&p->fp8);
     free(rows);
     free(p);
@@ -170,7 +171,7 @@ void mkx_hier_gpu_free(MKX_Comm c, void *plan) {
   (void)c;
   if (!p) return;
   if (p->nvlink) return mkx_hier_nvlink_free(p);
-  cudaFree(p->dtmp);
+  MKX_CUDA_RELEASE(cudaFree(p->dtmp));
   mkx_tp_fp8_host_free(&p->fp8);
   free(p->rows);
   free(p);

@@ -31,6 +31,7 @@
 #include "ops/path.h"
 
 #if HAVE_CUDA
+#include "core/cuda_rc.h"
 #include "ops/fused/fused.h"
 #include "ops/nodes/hier.h"
 
@@ -100,9 +101,9 @@ static void x_free(const hg_plan *p, void *ptr, int pinned) {
   if (p->host)
     free(ptr);
   else if (pinned)
-    cudaFreeHost(ptr);
+    MKX_CUDA_RELEASE(cudaFreeHost(ptr));
   else
-    cudaFree(ptr);
+    MKX_CUDA_RELEASE(cudaFree(ptr));
 }
 static int x_copy2d(const hg_plan *p, void *dst, size_t dpitch, const void *src,
                     size_t spitch, size_t width, size_t rows, cudaStream_t st) {
@@ -328,7 +329,7 @@ static int red_start(MKX_Comm c, hg_plan *p, const mkx_rs_ar_args *a,
   if (rc == MKX_SUCCESS) rc = red_copy_out(c, p, a, j, S, conv, out, st);
   const int src = x_sync(p, st);
   for (int s = 0; s < S; s++)
-    if (ev[s]) cudaEventDestroy(ev[s]);
+    if (ev[s]) MKX_CUDA_RELEASE(cudaEventDestroy(ev[s]));
   /* the last slice's failure, or the stream's, on every rank */
   return mkx_comm_agree_rc(c, rc != MKX_SUCCESS ? rc : src, op_name(p->op));
 }

@@ -67,10 +67,10 @@ int mkx_tile_fan_join(mkx_tile_fan *f, cudaStream_t user, const char *fn) {
 
 void mkx_tile_fan_free(mkx_tile_fan *f) {
   for (int i = 0; i < f->n; i++) {
-    if (f->s[i]) cudaStreamDestroy(f->s[i]);
-    if (f->join[i]) cudaEventDestroy(f->join[i]);
+    if (f->s[i]) MKX_CUDA_RELEASE(cudaStreamDestroy(f->s[i]));
+    if (f->join[i]) MKX_CUDA_RELEASE(cudaEventDestroy(f->join[i]));
   }
-  if (f->fork) cudaEventDestroy(f->fork);
+  if (f->fork) MKX_CUDA_RELEASE(cudaEventDestroy(f->fork));
   memset(f, 0, sizeof *f);
 }
 
@@ -82,7 +82,7 @@ static void set_release(MKX_Tiles t) {
   for (int i = 0; i < 2; i++) mkx_tp_blas_free(t->blas[i]);
   mkx_symm_buf_free(&t->data_map);
   mkx_symm_buf_free(&t->area_map);
-  if (t->err_host) cudaFreeHost(t->err_host);
+  if (t->err_host) MKX_CUDA_RELEASE(cudaFreeHost(t->err_host));
   free(t);
 }
 
