@@ -13,10 +13,16 @@ static int make_node(MKX_Comm c, MKX_Comm *out) {
   snprintf(dev, sizeof dev, "%d", c->device);
   if (MPI_Info_create(&info) != MPI_SUCCESS)
     return mkx_error(MKX_ERR_MPI, "MPI_Info_create (node communicator)");
-  MPI_Info_set(info, "mkx_device", dev);
-  MPI_Info_set(info, "mkx_virtual_node_size", "0");
-  int rc = MKX_Comm_create(c->node_mpi, info, out);
-  MPI_Info_free(&info);
+  int rc = MKX_SUCCESS;
+  if (MPI_Info_set(info, "mkx_device", dev) != MPI_SUCCESS ||
+      MPI_Info_set(info, "mkx_virtual_node_size", "0") != MPI_SUCCESS)
+    rc = mkx_error(MKX_ERR_MPI, "MPI_Info_set (node communicator)");
+  /* the node's ranks create it together: each takes part, failed or not,
+   * and the caller agrees on the outcome */
+  const int crc = MKX_Comm_create(c->node_mpi, info, out);
+  if (MPI_Info_free(&info) != MPI_SUCCESS && rc == MKX_SUCCESS)
+    rc = mkx_error(MKX_ERR_MPI, "MPI_Info_free (node communicator)");
+  if (rc == MKX_SUCCESS) rc = crc;
   if (rc != MKX_SUCCESS) return rc;
   (*out)->opt = c->opt; /* options given by MPI_Info reach it too */
   (*out)->opt.virtual_node_size = 0;
