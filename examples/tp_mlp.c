@@ -121,7 +121,17 @@ int main(int argc, char **argv) {
 #ifdef MKX_EXAMPLE_CUDA
   on_gpu = dev >= 0;
 #else
-  if (dev >= 0) CHECK(MKX_Comm_free(&comm)); /* built without CUDA */
+  if (dev >= 0) { /* built without CUDA: host buffers, so the host path */
+    MPI_Info info;
+    CHECK(MKX_Comm_free(&comm));
+    if (MPI_Info_create(&info) != MPI_SUCCESS ||
+        MPI_Info_set(info, "mkx_path", "host") != MPI_SUCCESS) {
+      fprintf(stderr, "tp_mlp: MPI_Info failed\n");
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    CHECK(MKX_Comm_create(MPI_COMM_WORLD, info, &comm));
+    MPI_Info_free(&info);
+  }
 #endif
 
   /* This rank's shards, row-major bf16. */
