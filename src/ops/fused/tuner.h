@@ -11,10 +11,12 @@
  * once the GPU has passed it (cudaEventQuery): no host synchronisation, so
  * a start stays as cheap as without it.  The host usually runs ahead of
  * the GPU, so the search's next probe may be asked for again before its
- * time comes back: one probe run is in flight at a time, the runs begun
- * meanwhile take the incumbent (and serve as its reference runs).  Under graph capture a start records no events and takes the
- * search's incumbent.  Ranks search on their own times: the role's CTAs
- * are a grid size of this rank's kernels, which its peers never see.
+ * time comes back: one probe run is in flight at a time, and the runs
+ * begun meanwhile take the incumbent (their times count where the search
+ * asks for a reference run).  Under graph capture a start records no
+ * events and takes the search's incumbent.  Ranks search on their own
+ * times: the role's CTAs are a grid size of this rank's kernels, which
+ * its peers never see.
  *
  * With option trace every run not under capture is timed so, and the
  * role's kernels on their side stream by two more events (mkx_tuner_role_
